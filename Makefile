@@ -1,0 +1,42 @@
+# Salvage — the Makefile is the contract with CI and with users.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+STATICCHECK_VERSION := v0.8.2
+NATSCLI_VERSION := v0.5.0
+# Packages whose tests start goroutines that race: all of them, in practice.
+TEST_FLAGS ?= -race -count=1 -timeout 14m
+
+.PHONY: help run build test lint bench tools clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+run: build ## the main job: the demo on an embedded server
+	$(BIN)/salvage demo
+
+build: ## build ./bin/salvage
+	$(GO) build -o $(BIN)/salvage ./cmd/salvage
+
+test: ## the whole suite, on real embedded NATS servers
+	$(GO) test $(TEST_FLAGS) ./...
+
+lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(BIN)/staticcheck ./...
+
+bench: build ## throughput of the workers on the zero-latency model
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./consumers/
+
+tools: $(BIN)/nats $(BIN)/staticcheck ## pinned natscli and staticcheck into ./bin
+
+$(BIN)/staticcheck:
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+$(BIN)/nats:
+	GOBIN=$(BIN) $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION)
+
+clean: ## remove ./bin and the demo's data
+	rm -rf $(BIN) salvage-data

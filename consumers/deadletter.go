@@ -1,0 +1,238 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// SweepIntervalDefault is how often the sweeper looks for exhausted chunks
+// whose advisory never came.
+const SweepIntervalDefault = 15 * time.Second
+
+// DeadLetterConfig configures a DeadLetterer.
+type DeadLetterConfig struct {
+	// SweepInterval is the sweeper's period. Default SweepIntervalDefault;
+	// negative disables the sweeper.
+	SweepInterval time.Duration
+	// Logger receives dead-letter logs. Default zerolog.Nop().
+	Logger *zerolog.Logger
+}
+
+// DeadLetterer turns exhausted chunks into failure envelopes. It reads the
+// max-deliveries advisories captured in SALVAGE_ADVISORIES and, because an
+// advisory is sent only to whoever listens at that instant, also sweeps
+// SALVAGE_CHUNKS for messages at or below the workers' ack floor. Several
+// copies may run at once: the guard key makes each envelope happen once.
+type DeadLetterer struct {
+	js     jetstream.JetStream
+	stores *kv.Stores
+	cfg    DeadLetterConfig
+	log    zerolog.Logger
+	letter letterer
+}
+
+// NewDeadLetterer returns a dead-letterer; it does not start it.
+func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterConfig) (*DeadLetterer, error) {
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = SweepIntervalDefault
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	log = log.With().Str("role", "dead-letter").Logger()
+	return &DeadLetterer{
+		js: js, stores: stores, cfg: cfg, log: log,
+		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log},
+	}, nil
+}
+
+// Run consumes advisories and sweeps until ctx ends. It blocks; it returns
+// nil on cancellation and an error only if the consumer cannot be bound.
+func (d *DeadLetterer) Run(ctx context.Context) error {
+	var cons jetstream.Consumer
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = d.js.Consumer(ctx, streams.Advisories, streams.DeadLetterConsumer)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("consumers: bind dead-letter consumer: %w", err)
+	}
+	if d.cfg.SweepInterval > 0 {
+		go d.sweepLoop(ctx)
+	}
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			d.pause(ctx, err)
+			continue
+		}
+		for m := range batch.Messages() {
+			d.handleAdvisory(ctx, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			d.pause(ctx, err)
+		}
+	}
+	return nil
+}
+
+func (d *DeadLetterer) pause(ctx context.Context, err error) {
+	d.log.Debug().Err(err).Msg("fetch advisories")
+	select {
+	case <-ctx.Done():
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {
+	var adv streams.Advisory
+	if err := json.Unmarshal(m.Data(), &adv); err != nil || adv.StreamSeq == 0 {
+		d.log.Error().Err(err).Str("subject", m.Subject()).Msg("unreadable advisory, dropped")
+		_ = m.Term()
+		return
+	}
+	if err := d.exhausted(ctx, adv.StreamSeq, adv.Deliveries); err != nil {
+		d.log.Error().Err(err).Uint64("stream_seq", adv.StreamSeq).Msg("dead-letter failed; will retry")
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if err := m.Ack(); err != nil {
+		d.log.Warn().Err(err).Msg("ack advisory")
+	}
+}
+
+// exhausted dead-letters the chunk message at seq, which used up its
+// deliveries. A message already gone, a chunk already done, or one held by
+// a live worker gets no envelope (invariant 6).
+func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) error {
+	var raw *jetstream.RawStreamMsg
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		s, err := d.js.Stream(ctx, streams.Chunks)
+		if err != nil {
+			return err
+		}
+		raw, err = s.GetMsg(ctx, seq)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("consumers: fetch chunk message %d: %w", seq, err)
+	}
+	l := letter{Seq: seq, Subject: raw.Subject, Data: raw.Data, Deliveries: deliveries, DeleteOriginal: true}
+	if err := json.Unmarshal(raw.Data, &l.Chunk); err != nil || l.Chunk.Job == "" {
+		ref, perr := streams.ParseChunkSubject(raw.Subject)
+		if perr != nil {
+			// Neither body nor subject names a chunk: nothing to recover.
+			d.log.Error().Uint64("stream_seq", seq).Str("subject", raw.Subject).Msg("unidentifiable chunk message")
+			return nil
+		}
+		l.Chunk = streams.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline}
+		l.Failure = recovery.Failure{Class: recovery.ClassPermanent}
+		l.Err = "malformed chunk message"
+		_, err := d.letter.send(ctx, l)
+		return err
+	}
+	cp, _, err := d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return err
+	}
+	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
+		// Finished, only its ack was lost: remove it, no envelope.
+		return deleteChunkMsg(ctx, d.js, seq)
+	}
+	if lease, err := d.stores.Claims.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err == nil && lease.Live(time.Now()) {
+		d.log.Info().Str("job_id", l.Chunk.Job).Int("chunk", l.Chunk.Chunk).Str("holder", lease.ClaimedBy).
+			Msg("exhausted chunk still held by a live worker; not dead-lettered")
+		return nil
+	}
+	l.Failure = recovery.Failure{Class: classFromCheckpoint(cp), Exhausted: true, InFlight: cp.LastError == ""}
+	l.Err = cp.LastError
+	if l.Err == "" {
+		l.Err = fmt.Sprintf("worker stopped without a result on each of %d deliveries", deliveries)
+	}
+	_, err = d.letter.send(ctx, l)
+	return err
+}
+
+func classFromCheckpoint(cp kv.Checkpoint) recovery.Class {
+	for c := recovery.ClassTransient; c <= recovery.ClassCancelled; c++ {
+		if c.String() == cp.LastErrorClass {
+			return c
+		}
+	}
+	return recovery.ClassTransient
+}
+
+func (d *DeadLetterer) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		if n, err := d.Sweep(ctx); err != nil {
+			d.log.Warn().Err(err).Msg("sweep")
+		} else if n > 0 {
+			d.log.Info().Int("dead_lettered", n).Msg("sweep found exhausted chunks")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep dead-letters every message left in SALVAGE_CHUNKS at or below the
+// workers consumer's ack floor: such a message used up its deliveries, yet
+// no advisory turned it into an envelope. It returns how many it handled.
+func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
+	cons, err := d.js.Consumer(ctx, streams.Chunks, streams.WorkersConsumer)
+	if err != nil {
+		return 0, fmt.Errorf("consumers: sweep: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("consumers: sweep: %w", err)
+	}
+	floor := info.AckFloor.Stream
+	s, err := d.js.Stream(ctx, streams.Chunks)
+	if err != nil {
+		return 0, fmt.Errorf("consumers: sweep: %w", err)
+	}
+	n := 0
+	for seq := uint64(1); seq <= floor; seq++ {
+		raw, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.ChunksAll))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return n, fmt.Errorf("consumers: sweep at %d: %w", seq, err)
+		}
+		if raw.Sequence > floor {
+			break
+		}
+		if err := d.exhausted(ctx, raw.Sequence, uint64(info.Config.MaxDeliver)); err != nil {
+			return n, err
+		}
+		n++
+		seq = raw.Sequence
+	}
+	return n, nil
+}

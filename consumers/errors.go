@@ -1,0 +1,15 @@
+package consumers
+
+import "errors"
+
+var (
+	// ErrInvalidConfig is returned by constructors when a setting is out of
+	// range; the message names the field.
+	ErrInvalidConfig = errors.New("consumers: invalid config")
+	// errStale is the cancellation cause of a chunk whose claim was lost:
+	// the worker stops without acking.
+	errStale = errors.New("consumers: claim lost, worker is stale")
+	// errDraining is the cancellation cause of chunks still running when a
+	// drain ran out of time: they are released for another worker.
+	errDraining = errors.New("consumers: worker draining")
+)

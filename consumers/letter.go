@@ -1,0 +1,156 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// letter describes a chunk message that cannot finish.
+type letter struct {
+	// Seq, Subject and Data are the original chunk message.
+	Seq     uint64
+	Subject string
+	Data    []byte
+	// Chunk is the parsed chunk; Job and Chunk may come from the subject
+	// when the body is malformed.
+	Chunk      streams.ChunkMsg
+	Deliveries uint64
+	Failure    recovery.Failure
+	Err        string
+	FailedTool string
+	// DeleteOriginal removes the original from SALVAGE_CHUNKS once the
+	// envelope is stored; the worker's permanent path terms it instead.
+	DeleteOriginal bool
+}
+
+// letterer writes failure envelopes (invariant 6): one guard key per chunk
+// message, the envelope stored before the original is removed.
+type letterer struct {
+	js      jetstream.JetStream
+	stores  *kv.Stores
+	tracker tracker
+	log     zerolog.Logger
+}
+
+// send dead-letters l and returns the envelope id. It is idempotent per
+// chunk message: a second call for the same Seq finishes the first call's
+// envelope instead of writing another.
+func (d letterer) send(ctx context.Context, l letter) (string, error) {
+	id := ulid.Make().String()
+	g, err := d.stores.Envelopes.Guard(ctx, l.Seq, id)
+	switch {
+	case errors.Is(err, kv.ErrGuardExists):
+		id = g.Envelope
+	case err != nil:
+		return "", err
+	}
+	if _, _, err := d.stores.Envelopes.Get(ctx, id); err == nil {
+		// Published and recorded by an earlier attempt.
+		return id, d.finish(ctx, l, id)
+	} else if !errors.Is(err, kv.ErrNotFound) {
+		return "", err
+	}
+
+	cp, _, err := d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return "", err
+	}
+	category, strategy := recovery.Classify(l.Failure)
+	env := recovery.Envelope{
+		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
+		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
+		Error: l.Err, FailedTool: l.FailedTool, FailedStage: max(cp.Stage, 1),
+		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
+		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
+		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
+		Original:   recovery.Original{Stream: streams.Chunks, Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
+		CreatedAt:  time.Now().UTC(),
+	}
+	h := nats.Header{}
+	h.Set(streams.HeaderMsgID, id)
+	h.Set(streams.HeaderJob, env.Job)
+	h.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
+	if env.TraceID != "" {
+		h.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(id)))
+	}
+	if err := publishJSON(ctx, d.js, streams.DLQSubject(category, env.Job, env.Chunk), env, h); err != nil {
+		return "", err
+	}
+	rec := kv.EnvelopeRecord{
+		ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy,
+		Status: kv.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject,
+	}
+	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
+		return "", err
+	}
+	d.log.Warn().Str("envelope_id", id).Str("job_id", env.Job).Int("chunk", env.Chunk).
+		Str("trace_id", env.TraceID).Int("stage", env.FailedStage).Str("category", category).
+		Uint64("deliveries", l.Deliveries).Str("error", l.Err).Msg("chunk dead-lettered")
+	return id, d.finish(ctx, l, id)
+}
+
+// finish marks the checkpoint, removes the original and refreshes the job.
+func (d letterer) finish(ctx context.Context, l letter, id string) error {
+	_, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
+		if cp.Status == kv.StatusDone || cp.Envelope == id && cp.Status == kv.StatusDeadLettered {
+			return kv.ErrNoChange
+		}
+		cp.Status, cp.Envelope, cp.ClaimedBy = kv.StatusDeadLettered, id, ""
+		cp.Reason = l.Err
+		if l.Deliveries > cp.Deliveries {
+			cp.Deliveries = l.Deliveries
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if l.DeleteOriginal {
+		if err := deleteChunkMsg(ctx, d.js, l.Seq); err != nil {
+			return err
+		}
+	}
+	if _, err := d.tracker.refresh(ctx, l.Chunk.Job); err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// deleteChunkMsg removes a chunk message; one already gone is not an error.
+func deleteChunkMsg(ctx context.Context, js jetstream.JetStream, seq uint64) error {
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, streams.Chunks)
+		if err != nil {
+			return err
+		}
+		return s.DeleteMsg(ctx, seq)
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("consumers: delete chunk message %d: %w", seq, err)
+	}
+	return nil
+}
+
+// rawJSON keeps data verbatim when it is JSON, else wraps it as a string so
+// the envelope stays valid JSON and the bytes are not lost.
+func rawJSON(data []byte) json.RawMessage {
+	if json.Valid(data) {
+		return data
+	}
+	s, _ := json.Marshal(string(data))
+	return s
+}

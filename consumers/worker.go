@@ -1,0 +1,264 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Worker defaults.
+const (
+	// ConcurrencyDefault is how many chunks one worker runs at once.
+	ConcurrencyDefault = 4
+	// DrainTimeoutDefault bounds how long SIGTERM waits for in-flight
+	// chunks before releasing them.
+	DrainTimeoutDefault = 20 * time.Second
+	// NakDelayDefault is the upper bound of the jittered delay before a
+	// chunk whose tier-1 retries ran out is redelivered.
+	NakDelayDefault = 2 * time.Second
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// ID names this worker in claims and checkpoints. Default host-pid-ULID.
+	ID string
+	// Registry knows the pipelines. Required.
+	Registry *recovery.Registry
+	// Concurrency is how many chunks run at once. Default ConcurrencyDefault.
+	Concurrency int
+	// AckWait must match the workers consumer's AckWait; the claim lease
+	// equals it. Default streams.AckWaitDefault.
+	AckWait time.Duration
+	// Heartbeat is how often a running chunk reports in-progress and renews
+	// its claim. Default AckWait/3.
+	Heartbeat time.Duration
+	// MaxDeliver must match the consumer's MaxDeliver. Default
+	// streams.MaxDeliverDefault.
+	MaxDeliver int
+	// Retry is the tier-1 policy. Zero fields take recovery's defaults.
+	Retry recovery.RetryPolicy
+	// NakDelay bounds the jittered redelivery delay after tier 1 gives up.
+	// Default NakDelayDefault.
+	NakDelay time.Duration
+	// DrainTimeout bounds the drain on shutdown. Default DrainTimeoutDefault.
+	DrainTimeout time.Duration
+	// Logger receives worker logs. Default zerolog.Nop().
+	Logger *zerolog.Logger
+}
+
+func (c *WorkerConfig) setDefaults() error {
+	if c.Registry == nil {
+		return fmt.Errorf("%w: WorkerConfig.Registry is nil", ErrInvalidConfig)
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), ulid.Make().String()[20:])
+	}
+	if err := streams.ValidateToken("worker id", c.ID); err != nil {
+		return fmt.Errorf("%w: WorkerConfig.ID: %w", ErrInvalidConfig, err)
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = ConcurrencyDefault
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = streams.AckWaitDefault
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = c.AckWait / 3
+	}
+	if c.Heartbeat >= c.AckWait {
+		return fmt.Errorf("%w: WorkerConfig.Heartbeat %s must be shorter than AckWait %s", ErrInvalidConfig, c.Heartbeat, c.AckWait)
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = streams.MaxDeliverDefault
+	}
+	if c.NakDelay <= 0 {
+		c.NakDelay = NakDelayDefault
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DrainTimeoutDefault
+	}
+	return nil
+}
+
+// Worker runs chunks from the workers consumer: claim, fence, stages,
+// results, ack. Any number of workers, in any number of processes, may run
+// against one deployment.
+type Worker struct {
+	js      jetstream.JetStream
+	stores  *kv.Stores
+	cfg     WorkerConfig
+	log     zerolog.Logger
+	exec    *recovery.Executor
+	tracker tracker
+	letter  letterer
+	cancels *cancelRegistry
+}
+
+// NewWorker returns a worker; it does not start it. It fails on a setting
+// out of range.
+func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Worker, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	log = log.With().Str("role", "worker").Str("worker", cfg.ID).Logger()
+	exec, err := recovery.NewExecutor(cfg.Retry, log)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	tr := tracker{js: js, stores: stores}
+	return &Worker{
+		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr,
+		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
+		cancels: newCancelRegistry(),
+	}, nil
+}
+
+// ID returns the worker's id as written in claims and checkpoints.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Run fetches and runs chunks until ctx ends, then drains: it stops
+// fetching, lets in-flight chunks finish for up to DrainTimeout, and
+// releases the rest for another worker. It blocks until the drain is over
+// and returns nil, or an error if the consumer cannot be bound.
+func (w *Worker) Run(ctx context.Context) error {
+	var cons jetstream.Consumer
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = w.js.Consumer(ctx, streams.Chunks, streams.WorkersConsumer)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("consumers: bind workers consumer: %w", err)
+	}
+	// Chunks outlive ctx so a drain can finish them.
+	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(nil)
+	go w.watchCancellations(workCtx)
+
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for ctx.Err() == nil {
+		// Wait for a free slot, then ask for as many chunks as are free.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		free := 1
+		for len(slots) < cap(slots) {
+			slots <- struct{}{}
+			free++
+		}
+		got := 0
+		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				got++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots }()
+					w.handle(workCtx, m)
+				}()
+			}
+		}
+		if err == nil {
+			err = batch.Error()
+		}
+		for range free - got {
+			<-slots
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			w.log.Debug().Err(err).Msg("fetch chunks")
+			sleepCtx(ctx, 250*time.Millisecond)
+		}
+	}
+	w.log.Info().Dur("timeout", w.cfg.DrainTimeout).Msg("draining")
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.DrainTimeout):
+		stopWork(errDraining)
+		<-done
+	}
+	w.log.Info().Msg("drained")
+	return nil
+}
+
+// watchCancellations cancels the running chunks of a job the moment its
+// record says cancelled, so in-flight calls stop through their context.
+func (w *Worker) watchCancellations(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := w.stores.Jobs.WatchCancelled(ctx, func(job string) {
+			w.cancels.cancelJob(job)
+		})
+		if ctx.Err() == nil {
+			w.log.Debug().Err(err).Msg("job watch ended; restarting")
+			sleepCtx(ctx, time.Second)
+		}
+	}
+}
+
+// nakDelay draws the tier-2 redelivery delay with full jitter.
+func (w *Worker) nakDelay() time.Duration {
+	return 100*time.Millisecond + rand.N(w.cfg.NakDelay)
+}
+
+// cancelRegistry maps jobs to the cancel functions of their running chunks.
+type cancelRegistry struct {
+	mu   sync.Mutex
+	jobs map[string]map[int]context.CancelCauseFunc
+}
+
+func newCancelRegistry() *cancelRegistry {
+	return &cancelRegistry{jobs: map[string]map[int]context.CancelCauseFunc{}}
+}
+
+func (r *cancelRegistry) add(job string, chunk int, cancel context.CancelCauseFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.jobs[job] == nil {
+		r.jobs[job] = map[int]context.CancelCauseFunc{}
+	}
+	r.jobs[job][chunk] = cancel
+}
+
+func (r *cancelRegistry) remove(job string, chunk int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.jobs[job], chunk)
+	if len(r.jobs[job]) == 0 {
+		delete(r.jobs, job)
+	}
+}
+
+func (r *cancelRegistry) cancelJob(job string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cancel := range r.jobs[job] {
+		cancel(recovery.ErrJobCancelled)
+	}
+}

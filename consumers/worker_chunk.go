@@ -1,0 +1,432 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// run is one delivery of one chunk.
+type run struct {
+	w     *Worker
+	m     jetstream.Msg
+	meta  *jetstream.MsgMetadata
+	chunk streams.ChunkMsg
+	log   zerolog.Logger
+
+	mu    sync.Mutex
+	lease kv.Lease
+}
+
+// handle runs one delivered chunk to one of: ack (done, cancelled, already
+// finished), term (permanent failure, after its envelope is stored), nak
+// with delay (tier 1 exhausted), or nothing at all (a stale worker, which
+// must not ack).
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		w.log.Error().Err(err).Msg("chunk message without metadata")
+		return
+	}
+	r := &run{w: w, m: m, meta: meta, log: w.log}
+	if err := json.Unmarshal(m.Data(), &r.chunk); err != nil || r.chunk.Job == "" || r.chunk.Chunk < 1 {
+		r.malformed(ctx, err)
+		return
+	}
+	r.log = w.log.With().Str("job_id", r.chunk.Job).Int("chunk", r.chunk.Chunk).
+		Str("trace_id", r.chunk.TraceID).Uint64("delivery", meta.NumDelivered).Logger()
+	if err := r.run(ctx); err != nil {
+		r.log.Error().Err(err).Msg("chunk run ended on an infrastructure error; JetStream will redeliver")
+	}
+}
+
+// malformed dead-letters a chunk whose body cannot be read.
+func (r *run) malformed(ctx context.Context, err error) {
+	ref, perr := streams.ParseChunkSubject(r.m.Subject())
+	if perr != nil {
+		r.log.Error().Str("subject", r.m.Subject()).Msg("chunk message with neither a readable body nor subject; terminated")
+		_ = r.m.TermWithReason("malformed chunk")
+		return
+	}
+	l := letter{
+		Seq: r.meta.Sequence.Stream, Subject: r.m.Subject(), Data: r.m.Data(), Deliveries: r.meta.NumDelivered,
+		Chunk:   streams.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline},
+		Failure: recovery.Failure{Class: recovery.ClassPermanent},
+		Err:     fmt.Sprintf("malformed chunk message: %v", err),
+	}
+	if _, lerr := r.w.letter.send(ctx, l); lerr != nil {
+		r.log.Error().Err(lerr).Msg("dead-letter malformed chunk; will retry")
+		return
+	}
+	_ = r.m.TermWithReason("malformed chunk")
+}
+
+func (r *run) run(ctx context.Context) error {
+	w := r.w
+	p, err := w.cfg.Registry.Get(r.chunk.Pipeline)
+	if err != nil {
+		return r.permanent(ctx, 1, err)
+	}
+	job, err := w.stores.Jobs.Get(ctx, r.chunk.Job)
+	if errors.Is(err, kv.ErrNotFound) {
+		return r.permanent(ctx, 1, fmt.Errorf("%w: chunk of unknown job %s", recovery.ErrBadInput, r.chunk.Job))
+	}
+	if err != nil {
+		return err
+	}
+	cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return err
+	}
+	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
+		r.log.Info().Str("status", cp.Status).Msg("chunk already finished; acked without re-running")
+		return r.ack(ctx)
+	}
+	if job.CancelledAt != nil {
+		return r.cancelUnclaimed(ctx, max(cp.Stage, 1))
+	}
+
+	lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, w.cfg.AckWait)
+	if errors.Is(err, kv.ErrClaimHeld) {
+		var held bool
+		lease, held, err = r.waitForHolder(ctx)
+		if err != nil || !held {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	r.lease = lease
+	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
+		cp.Status = kv.StatusRunning
+		cp.Deliveries = r.meta.NumDelivered
+		cp.LastError, cp.LastErrorClass = "", ""
+		if r.chunk.Epoch > cp.Epoch {
+			cp.Epoch = r.chunk.Epoch
+		}
+		if cp.Stage < 1 {
+			cp.Stage = 1
+		}
+	})
+	if errors.Is(err, kv.ErrFenced) {
+		r.log.Warn().Msg("another worker took the chunk while we claimed it; standing down")
+		return nil
+	}
+	if errors.Is(err, kv.ErrFinished) {
+		// Finished by the holder we waited for, between our checks.
+		r.releaseClaim(ctx)
+		return r.ack(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
+
+	chunkCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.cancels.add(r.chunk.Job, r.chunk.Chunk, cancel)
+	defer w.cancels.remove(r.chunk.Job, r.chunk.Chunk)
+	hbDone := make(chan struct{})
+	hbStopped := make(chan struct{})
+	go r.heartbeat(chunkCtx, cancel, hbDone, hbStopped)
+	defer func() { close(hbDone); <-hbStopped }()
+
+	return r.stages(ctx, chunkCtx, p, cp, &fence)
+}
+
+// stages runs the pipeline from the checkpoint's stage to the end.
+func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.Checkpoint, fence *kv.Fence) error {
+	w := r.w
+	var stats recovery.Stats
+	flushStats := func(cp *kv.Checkpoint) {
+		cp.Calls += int(stats.Calls.Swap(0))
+		cp.Tier1Retries += int(stats.Retries.Swap(0))
+	}
+	for s := cp.Stage; s <= len(p.Stages); s++ {
+		st := p.Stages[s-1]
+		log := r.log.With().Int("stage", s).Str("stage_name", st.Name).Logger()
+		if job, err := w.stores.Jobs.Get(ctx, r.chunk.Job); err != nil {
+			return err
+		} else if job.CancelledAt != nil {
+			flushStats(&cp)
+			return r.cancelled(ctx, cp, fence, s)
+		}
+		outs, err := recovery.RunStage(chunkCtx, st, recovery.StageRun{
+			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,
+			Stage: s, Epoch: cp.Epoch, Input: r.chunk.Input, Prior: cp.Outputs, Exec: w.exec, Stats: &stats,
+		})
+		flushStats(&cp)
+		if err != nil {
+			cause := context.Cause(chunkCtx)
+			switch {
+			case errors.Is(cause, errStale):
+				log.Warn().Msg("claim lost mid-chunk; stopping without ack")
+				return nil
+			case errors.Is(cause, recovery.ErrJobCancelled) || errors.Is(err, recovery.ErrJobCancelled):
+				return r.cancelled(ctx, cp, fence, s)
+			case errors.Is(cause, errDraining):
+				return r.release(ctx, cp, fence, "worker shut down mid-chunk")
+			case st.Optional:
+				log.Warn().Err(err).Msg("optional stage failed; continuing without it")
+				cp.Gaps = append(cp.Gaps, st.Name)
+			case recovery.ClassOf(err) == recovery.ClassPermanent:
+				cp.LastError, cp.LastErrorClass = err.Error(), recovery.ClassPermanent.String()
+				if werr := w.stores.Checkpoints.Write(ctx, fence, cp); werr != nil {
+					return r.fencedOr(werr)
+				}
+				return r.permanent(ctx, s, err)
+			default:
+				return r.retryLater(ctx, cp, fence, err)
+			}
+		}
+		cp.Outputs = append(cp.Outputs, outs...)
+		cp.Stage = s + 1
+		if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+			return r.fencedOr(err)
+		}
+		log.Debug().Msg("stage done")
+	}
+	return r.finish(ctx, p, cp, fence)
+}
+
+// finish publishes the findings, marks the checkpoint done, acks, releases.
+func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint, fence *kv.Fence) error {
+	w := r.w
+	var result json.RawMessage
+	var err error
+	if p.Result != nil {
+		result, err = p.Result(r.chunk.Input, cp.Outputs)
+	} else {
+		result, err = json.Marshal(cp.Outputs)
+	}
+	if err != nil {
+		return r.permanent(ctx, len(p.Stages), fmt.Errorf("build result: %w", err))
+	}
+	h := nats.Header{}
+	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.result.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch))
+	h.Set(streams.HeaderJob, r.chunk.Job)
+	h.Set(streams.HeaderChunk, strconv.Itoa(r.chunk.Chunk))
+	if r.chunk.TraceID != "" {
+		h.Set(streams.HeaderTraceParent, streams.TraceParent(r.chunk.TraceID, streams.DeriveSpanID(h.Get(streams.HeaderMsgID))))
+	}
+	if _, err := publish(ctx, w.js, &nats.Msg{Subject: streams.ResultSubject(r.chunk.Job, r.chunk.Chunk), Data: result, Header: h}); err != nil {
+		return err
+	}
+	cp.Status = kv.StatusDone
+	cp.Stage = len(p.Stages)
+	if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+		return r.fencedOr(err)
+	}
+	if err := r.ack(ctx); err != nil {
+		// Done is recorded: a redelivery acks without re-running.
+		r.log.Warn().Err(err).Msg("ack after done")
+	}
+	r.releaseClaim(ctx)
+	r.log.Info().Int("calls", cp.Calls).Int("tier1_retries", cp.Tier1Retries).Msg("chunk done")
+	_, err = w.tracker.refresh(ctx, r.chunk.Job)
+	return err
+}
+
+// fencedOr turns a lost fence into a silent stop (no ack, no nak): the
+// chunk belongs to another worker now.
+func (r *run) fencedOr(err error) error {
+	if errors.Is(err, kv.ErrFenced) {
+		r.log.Warn().Err(err).Msg("fenced out; stopping without ack")
+		return nil
+	}
+	return err
+}
+
+// cancelled records cancelled-at-stage-N and acks: never retried, never
+// dead-lettered (invariant 4).
+func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
+	cp.Status = kv.CancelledAtStage(stage)
+	cp.Stage = stage
+	cp.Reason = "job cancelled"
+	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+		return r.fencedOr(err)
+	}
+	r.log.Info().Int("stage", stage).Msg("chunk cancelled")
+	if err := r.ack(ctx); err != nil {
+		r.log.Warn().Err(err).Msg("ack cancelled chunk")
+	}
+	r.releaseClaim(ctx)
+	_, err := r.w.tracker.refresh(ctx, r.chunk.Job)
+	return err
+}
+
+// cancelUnclaimed records the cancellation of a chunk nobody runs.
+func (r *run) cancelUnclaimed(ctx context.Context, stage int) error {
+	_, err := r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
+		if cp.Terminal() && cp.Status != kv.StatusDeadLettered {
+			return kv.ErrNoChange
+		}
+		cp.Status, cp.Stage, cp.Reason = kv.CancelledAtStage(stage), stage, "job cancelled"
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.log.Info().Int("stage", stage).Msg("chunk cancelled before it ran")
+	if err := r.ack(ctx); err != nil {
+		r.log.Warn().Err(err).Msg("ack cancelled chunk")
+	}
+	_, err = r.w.tracker.refresh(ctx, r.chunk.Job)
+	return err
+}
+
+// retryLater hands the chunk to tier 2: it records why, releases the claim
+// so the redelivery need not wait for the lease, and naks with a jittered
+// delay — or at once on the last delivery, so the advisory comes promptly.
+func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, cause error) error {
+	cp.LastError = cause.Error()
+	cp.LastErrorClass = recovery.ClassOf(cause).String()
+	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+		return r.fencedOr(err)
+	}
+	r.releaseClaim(ctx)
+	delay := r.w.nakDelay()
+	if int(r.meta.NumDelivered) >= r.w.cfg.MaxDeliver {
+		delay = 0
+	}
+	r.log.Warn().Err(cause).Dur("delay", delay).Int("stage", cp.Stage).Msg("tier 1 exhausted; handing the chunk to tier 2")
+	if delay == 0 {
+		return r.m.Nak()
+	}
+	return r.m.NakWithDelay(delay)
+}
+
+// release gives a chunk back during a drain: the claim is released and the
+// message naked so another worker resumes it from its checkpoint.
+func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, why string) error {
+	cp.LastError, cp.LastErrorClass = why, recovery.ClassTransient.String()
+	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+		return r.fencedOr(err)
+	}
+	r.releaseClaim(ctx)
+	r.log.Info().Int("stage", cp.Stage).Msg("chunk released on drain")
+	return r.m.Nak()
+}
+
+// permanent stores the chunk's envelope, then terms the message: a termed
+// message leaves the work queue at once, so the envelope must exist first.
+func (r *run) permanent(ctx context.Context, stage int, cause error) error {
+	l := letter{
+		Seq: r.meta.Sequence.Stream, Subject: r.m.Subject(), Data: r.m.Data(), Chunk: r.chunk,
+		Deliveries: r.meta.NumDelivered, Failure: recovery.Failure{Class: recovery.ClassPermanent},
+		Err: cause.Error(),
+	}
+	id, err := r.w.letter.send(ctx, l)
+	if err != nil {
+		// Without an envelope the message must stay: JetStream redelivers.
+		return errors.Join(cause, err)
+	}
+	r.releaseClaim(ctx)
+	r.log.Warn().Err(cause).Int("stage", stage).Str("envelope_id", id).Msg("permanent failure; chunk dead-lettered")
+	return r.m.TermWithReason("permanent failure: envelope " + id)
+}
+
+func (r *run) ack(ctx context.Context) error {
+	return r.m.DoubleAck(ctx)
+}
+
+func (r *run) releaseClaim(ctx context.Context) {
+	r.mu.Lock()
+	l := r.lease
+	r.mu.Unlock()
+	if l.Key == "" {
+		return
+	}
+	if err := r.w.stores.Claims.Release(ctx, l); err != nil {
+		r.log.Debug().Err(err).Msg("release claim")
+	}
+}
+
+// heartbeat keeps the message in progress and renews the claim every
+// Heartbeat. A lost claim cancels the chunk as stale.
+func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(r.w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.m.InProgress(); err != nil {
+			r.log.Debug().Err(err).Msg("in-progress heartbeat")
+		}
+		r.mu.Lock()
+		l := r.lease
+		r.mu.Unlock()
+		nl, err := r.w.stores.Claims.Renew(ctx, l, r.w.cfg.AckWait)
+		switch {
+		case errors.Is(err, kv.ErrClaimLost):
+			cancel(errStale)
+			return
+		case err != nil:
+			r.log.Warn().Err(err).Msg("renew claim")
+		default:
+			r.mu.Lock()
+			r.lease = nl
+			r.mu.Unlock()
+		}
+	}
+}
+
+// waitForHolder keeps a redelivered message in progress while another
+// worker holds a live claim on its chunk (invariant 3: a nak would spend a
+// delivery, and a live holder must never be dead-lettered). It returns when
+// the chunk is finished (acked here, held false) or the lease expired and
+// this worker stole it (held true).
+func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
+	w := r.w
+	r.log.Info().Msg("chunk held by a live worker; waiting")
+	t := time.NewTicker(min(w.cfg.Heartbeat, time.Second))
+	defer t.Stop()
+	lastBeat := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return kv.Lease{}, false, nil
+		case <-t.C:
+		}
+		if time.Since(lastBeat) >= w.cfg.Heartbeat {
+			if err := r.m.InProgress(); err != nil {
+				r.log.Debug().Err(err).Msg("in-progress while waiting")
+			}
+			lastBeat = time.Now()
+		}
+		cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
+		if err == nil && (cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status)) {
+			r.log.Info().Str("status", cp.Status).Msg("holder finished the chunk; acking this delivery")
+			return kv.Lease{}, false, r.ack(ctx)
+		}
+		if err == nil && cp.Status == kv.StatusDeadLettered {
+			return kv.Lease{}, false, nil
+		}
+		lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, w.cfg.AckWait)
+		if err == nil {
+			r.log.Info().Msg("holder's lease expired; chunk taken over")
+			return lease, true, nil
+		}
+		if !errors.Is(err, kv.ErrClaimHeld) {
+			return kv.Lease{}, false, err
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket names; part of the contract (`nats kv ls` shows them).
+const (
+	BucketJobs        = "salvage_jobs"
+	BucketClaims      = "salvage_claims"
+	BucketCheckpoints = "salvage_checkpoints"
+	BucketEnvelopes   = "salvage_envelopes"
+)
+
+// RetentionDefault is how long job, checkpoint and envelope records are kept.
+const RetentionDefault = 30 * 24 * time.Hour
+
+// Stores bundles the typed stores.
+type Stores struct {
+	Jobs        *Jobs
+	Claims      *Claims
+	Checkpoints *Checkpoints
+	Envelopes   *Envelopes
+}
+
+// Options tunes provisioning; zero fields take defaults.
+type Options struct {
+	// Replicas per bucket. Default 1.
+	Replicas int
+}
+
+// BucketConfigs returns the configuration of every bucket.
+func BucketConfigs(o Options) []jetstream.KeyValueConfig {
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	return []jetstream.KeyValueConfig{
+		{Bucket: BucketJobs, Description: "Job records; status derived from chunk outcomes.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
+		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, Replicas: o.Replicas},
+		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
+		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
+	}
+}
+
+// Provision creates or updates every bucket and returns the stores. It is
+// idempotent and safe to run from several processes at once.
+func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores, error) {
+	for _, cfg := range BucketConfigs(o) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("kv: provision %s: %w", cfg.Bucket, err)
+		}
+	}
+	return Open(ctx, js)
+}
+
+// Open binds to buckets that already exist. It returns an error wrapping
+// jetstream.ErrBucketNotFound when Salvage was never provisioned there.
+func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
+	get := func(name string) (jetstream.KeyValue, error) {
+		b, err := js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("kv: open %s: %w", name, err)
+		}
+		return b, nil
+	}
+	jobs, err := get(BucketJobs)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := get(BucketClaims)
+	if err != nil {
+		return nil, err
+	}
+	cps, err := get(BucketCheckpoints)
+	if err != nil {
+		return nil, err
+	}
+	envs, err := get(BucketEnvelopes)
+	if err != nil {
+		return nil, err
+	}
+	return &Stores{
+		Jobs:        &Jobs{b: jobs, now: time.Now},
+		Claims:      &Claims{b: claims, now: time.Now},
+		Checkpoints: &Checkpoints{b: cps, now: time.Now},
+		Envelopes:   &Envelopes{b: envs, now: time.Now},
+	}, nil
+}

@@ -1,0 +1,188 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Chunk statuses kept in checkpoints. CancelledAtStage builds the fourth,
+// `cancelled-at-stage-N`.
+const (
+	StatusPending          = "pending"
+	StatusRunning          = "running"
+	StatusDone             = "done"
+	StatusHeld             = "held"
+	StatusAwaitingApproval = "awaiting-approval"
+	// StatusDeadLettered marks a chunk whose latest outcome is an envelope;
+	// the envelope's own status says whether that is final.
+	StatusDeadLettered = "dead-lettered"
+	cancelledPrefix    = "cancelled-at-stage-"
+)
+
+// CancelledAtStage is the terminal status of a chunk cancelled on entering
+// stage (1-based).
+func CancelledAtStage(stage int) string { return cancelledPrefix + strconv.Itoa(stage) }
+
+// IsCancelled reports whether status is a cancelled-at-stage-N status.
+func IsCancelled(status string) bool { return strings.HasPrefix(status, cancelledPrefix) }
+
+// StageOutput is what one agent produced in one stage; later stages read it.
+type StageOutput struct {
+	Stage  int             `json:"stage"`
+	Agent  string          `json:"agent"`
+	Output json.RawMessage `json:"output"`
+}
+
+// Checkpoint is the value of a salvage_checkpoints key. ClaimedBy and
+// ClaimRevision are the fence (invariant 3): whoever takes a chunk CASes
+// them in, and every later write CASes on the revision it last wrote.
+type Checkpoint struct {
+	Job           string   `json:"job_id"`
+	Chunk         int      `json:"chunk"`
+	Stage         int      `json:"stage"`
+	Status        string   `json:"status"`
+	ClaimedBy     string   `json:"claimed_by,omitempty"`
+	ClaimRevision uint64   `json:"claim_revision,omitempty"`
+	Epoch         int      `json:"epoch"`
+	Recoveries    int      `json:"recoveries"`
+	Gaps          []string `json:"gaps,omitempty"`
+	SnapshotRef   string   `json:"snapshot_ref,omitempty"`
+	Deliveries    uint64   `json:"deliveries"`
+	Tier1Retries  int      `json:"tier1_retries"`
+	Calls         int      `json:"calls"`
+	Envelope      string   `json:"envelope,omitempty"`
+	Reason        string   `json:"reason,omitempty"`
+	// LastError and LastErrorClass describe the failure that sent the
+	// chunk back to tier 2, so the dead-letterer can classify it.
+	LastError      string        `json:"last_error,omitempty"`
+	LastErrorClass string        `json:"last_error_class,omitempty"`
+	Outputs        []StageOutput `json:"outputs,omitempty"`
+	UpdatedAt      time.Time     `json:"updated_at"`
+}
+
+// Terminal reports whether the chunk has reached an outcome that no worker
+// will change by itself: done, cancelled, or dead-lettered.
+func (c Checkpoint) Terminal() bool {
+	return c.Status == StatusDone || IsCancelled(c.Status) || c.Status == StatusDeadLettered
+}
+
+// Fence is the revision of the checkpoint its holder last wrote.
+type Fence struct {
+	Key      string
+	Revision uint64
+}
+
+// Checkpoints is the salvage_checkpoints store.
+type Checkpoints struct {
+	b   jetstream.KeyValue
+	now func() time.Time
+}
+
+// Get returns a chunk's checkpoint and its revision, or ErrNotFound.
+func (s *Checkpoints) Get(ctx context.Context, job string, chunk int) (Checkpoint, uint64, error) {
+	return getJSON[Checkpoint](ctx, s.b, ChunkKey(job, chunk))
+}
+
+// Init writes a pending checkpoint for a chunk that has none yet, so status
+// views list every chunk from the moment its job is accepted. An existing
+// checkpoint is left alone.
+func (s *Checkpoints) Init(ctx context.Context, job string, chunk int) error {
+	cp := Checkpoint{Job: job, Chunk: chunk, Stage: 1, Status: StatusPending, UpdatedAt: s.now()}
+	_, err := createJSON(ctx, s.b, ChunkKey(job, chunk), cp)
+	if err != nil && !isConflict(err) {
+		return fmt.Errorf("kv: init checkpoint %s: %w", ChunkKey(job, chunk), err)
+	}
+	return nil
+}
+
+// Take fences a chunk for worker, which must hold its claim at
+// claimRevision: it CASes the checkpoint to claimed_by = worker, applying
+// mutate, and returns the checkpoint and the fence for later writes. A
+// concurrent Take by another worker makes this one fail with ErrFenced; a
+// chunk already done or cancelled fails with ErrFinished.
+func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker string, claimRevision uint64, mutate func(*Checkpoint)) (Checkpoint, Fence, error) {
+	key := ChunkKey(job, chunk)
+	cp, rev, err := s.Get(ctx, job, chunk)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return cp, Fence{}, err
+	}
+	if errors.Is(err, ErrNotFound) {
+		cp = Checkpoint{Job: job, Chunk: chunk, Stage: 1}
+	}
+	if cp.Status == StatusDone || IsCancelled(cp.Status) {
+		return cp, Fence{}, fmt.Errorf("%w: %s is %s", ErrFinished, key, cp.Status)
+	}
+	cp.ClaimedBy, cp.ClaimRevision = worker, claimRevision
+	cp.UpdatedAt = s.now()
+	if mutate != nil {
+		mutate(&cp)
+	}
+	if rev == 0 {
+		rev, err = createJSON(ctx, s.b, key, cp)
+	} else {
+		rev, err = updateJSON(ctx, s.b, key, cp, rev)
+	}
+	if isConflict(err) {
+		return cp, Fence{}, fmt.Errorf("%w: %s taken concurrently", ErrFenced, key)
+	}
+	if err != nil {
+		return cp, Fence{}, fmt.Errorf("kv: take checkpoint %s: %w", key, err)
+	}
+	return cp, Fence{Key: key, Revision: rev}, nil
+}
+
+// Write stores cp if the checkpoint is still at f's revision and advances
+// f. It returns ErrFenced when anyone else wrote it since: the caller is a
+// stale worker and must stop without acking.
+func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error {
+	cp.UpdatedAt = s.now()
+	rev, err := updateJSON(ctx, s.b, f.Key, cp, f.Revision)
+	if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("%w: %s at revision %d", ErrFenced, f.Key, f.Revision)
+	}
+	if err != nil {
+		return fmt.Errorf("kv: write checkpoint %s: %w", f.Key, err)
+	}
+	f.Revision = rev
+	return nil
+}
+
+// Mutate applies fn to a chunk's checkpoint by an unfenced CAS loop, for
+// writers that do not hold the chunk (the dead-letterer, cancellation of a
+// chunk nobody runs). It breaks any holder's fence, which is the point.
+func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func(cp *Checkpoint) error) (Checkpoint, error) {
+	cp, _, err := mutateJSON(ctx, s.b, ChunkKey(job, chunk), func(cp *Checkpoint, exists bool) error {
+		if !exists {
+			*cp = Checkpoint{Job: job, Chunk: chunk, Stage: 1}
+		}
+		if err := fn(cp); err != nil {
+			return err
+		}
+		cp.UpdatedAt = s.now()
+		return nil
+	})
+	return cp, err
+}
+
+// ForJob returns the checkpoints of chunks 1..n of job; a missing one is
+// returned as a pending checkpoint.
+func (s *Checkpoints) ForJob(ctx context.Context, job string, n int) ([]Checkpoint, error) {
+	out := make([]Checkpoint, 0, n)
+	for i := 1; i <= n; i++ {
+		cp, _, err := s.Get(ctx, job, i)
+		if errors.Is(err, ErrNotFound) {
+			cp = Checkpoint{Job: job, Chunk: i, Stage: 1, Status: StatusPending}
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
+	}
+	return out, nil
+}

@@ -1,0 +1,125 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// Claim is the value of a salvage_claims key: who works on a chunk and
+// until when. The lease lives in the value, not in a per-key TTL, because
+// KeyValue.Update cannot set one: a renewal moves ExpiresAt forward by CAS,
+// and a claim whose ExpiresAt has passed may be stolen by CAS.
+type Claim struct {
+	ClaimedBy string    `json:"claimed_by"`
+	Delivery  uint64    `json:"delivery"`
+	ClaimedAt time.Time `json:"claimed_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Lease is a claim together with the key and the revision its holder last
+// wrote; every renewal and the release CAS on that revision.
+type Lease struct {
+	Claim
+	Key      string `json:"key"`
+	Revision uint64 `json:"revision"`
+}
+
+// Claims is the salvage_claims store.
+type Claims struct {
+	b   jetstream.KeyValue
+	now func() time.Time
+}
+
+// ChunkKey is the key of a chunk in salvage_claims and salvage_checkpoints.
+func ChunkKey(job string, chunk int) string { return job + "." + strconv.Itoa(chunk) }
+
+// Acquire claims a chunk for worker for ttl. It creates the claim if absent
+// and steals it by CAS if its lease has expired. It returns a *HeldError
+// (errors.Is ErrClaimHeld) when another live worker holds it, and
+// ErrClaimHeld too when a concurrent acquirer won the race. A worker that
+// already holds the claim gets it back, renewed.
+func (c *Claims) Acquire(ctx context.Context, job string, chunk int, worker string, delivery uint64, ttl time.Duration) (Lease, error) {
+	key := ChunkKey(job, chunk)
+	now := c.now()
+	claim := Claim{ClaimedBy: worker, Delivery: delivery, ClaimedAt: now, ExpiresAt: now.Add(ttl)}
+	rev, err := createJSON(ctx, c.b, key, claim)
+	if err == nil {
+		return Lease{Claim: claim, Key: key, Revision: rev}, nil
+	}
+	if !isConflict(err) {
+		return Lease{}, fmt.Errorf("kv: claim %s: %w", key, err)
+	}
+	cur, err := c.Get(ctx, job, chunk)
+	if errors.Is(err, ErrNotFound) {
+		// Released between our create and our read: let the caller retry
+		// with the next delivery rather than loop here.
+		return Lease{}, fmt.Errorf("%w: %s released during acquire", ErrClaimHeld, key)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	if cur.ClaimedBy != worker && now.Before(cur.ExpiresAt) {
+		return Lease{}, &HeldError{Holder: cur}
+	}
+	rev, err = updateJSON(ctx, c.b, key, claim, cur.Revision)
+	if isConflict(err) {
+		return Lease{}, fmt.Errorf("%w: %s taken by a concurrent acquirer", ErrClaimHeld, key)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("kv: steal claim %s: %w", key, err)
+	}
+	return Lease{Claim: claim, Key: key, Revision: rev}, nil
+}
+
+// Renew extends a held lease to now+ttl. It returns ErrClaimLost when the
+// lease was stolen (or released) since l was written: the caller is stale.
+func (c *Claims) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
+	l.ExpiresAt = c.now().Add(ttl)
+	rev, err := updateJSON(ctx, c.b, l.Key, l.Claim, l.Revision)
+	if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return l, fmt.Errorf("%w: %s", ErrClaimLost, l.Key)
+	}
+	if err != nil {
+		return l, fmt.Errorf("kv: renew claim %s: %w", l.Key, err)
+	}
+	l.Revision = rev
+	return l, nil
+}
+
+// Release deletes the claim if l is still its latest revision, so a stale
+// holder can never release a thief's claim. ErrClaimLost otherwise.
+func (c *Claims) Release(ctx context.Context, l Lease) error {
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		return c.b.Delete(ctx, l.Key, jetstream.LastRevision(l.Revision))
+	})
+	if isConflict(err) {
+		return fmt.Errorf("%w: %s", ErrClaimLost, l.Key)
+	}
+	if err != nil {
+		return fmt.Errorf("kv: release claim %s: %w", l.Key, err)
+	}
+	return nil
+}
+
+// Get returns the current claim of a chunk, or ErrNotFound.
+func (c *Claims) Get(ctx context.Context, job string, chunk int) (Lease, error) {
+	key := ChunkKey(job, chunk)
+	claim, rev, err := getJSON[Claim](ctx, c.b, key)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Claim: claim, Key: key, Revision: rev}, nil
+}
+
+// Live reports whether l is held at time now.
+func (l Lease) Live(now time.Time) bool { return l.ClaimedBy != "" && now.Before(l.ExpiresAt) }
+
+// SetClock replaces the store's clock; tests use it to expire leases.
+func (c *Claims) SetClock(now func() time.Time) { c.now = now }

@@ -1,0 +1,136 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Envelope record statuses.
+const (
+	EnvelopeOpen       = "open"
+	EnvelopeRecovering = "recovering"
+	EnvelopeResolved   = "resolved"
+	EnvelopeEscalated  = "escalated"
+	EnvelopeDeadEnd    = "dead-end"
+	EnvelopeAbandoned  = "abandoned"
+)
+
+// EnvelopeRecord is the mutable state of one failure envelope; the envelope
+// itself is immutable in SALVAGE_DLQ.
+type EnvelopeRecord struct {
+	ID        string    `json:"envelope_id"`
+	Job       string    `json:"job_id"`
+	Chunk     int       `json:"chunk"`
+	Category  string    `json:"category"`
+	Strategy  string    `json:"strategy"`
+	Status    string    `json:"status"`
+	Attempts  int       `json:"attempts"`
+	Notes     []string  `json:"notes,omitempty"`
+	StreamSeq uint64    `json:"stream_seq"`
+	Subject   string    `json:"subject"`
+	AckedBy   string    `json:"acked_by,omitempty"`
+	AckedAt   time.Time `json:"acked_at,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Guard is the value of a chunkmsg.<stream_seq> key: the one envelope a
+// chunk message may have.
+type Guard struct {
+	Envelope  string    `json:"envelope_id"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Envelopes is the salvage_envelopes store.
+type Envelopes struct {
+	b   jetstream.KeyValue
+	now func() time.Time
+}
+
+// GuardKey is the guard key of a chunk message.
+func GuardKey(streamSeq uint64) string { return "chunkmsg." + strconv.FormatUint(streamSeq, 10) }
+
+// Guard reserves the single envelope of the chunk message at streamSeq for
+// envelopeID. When a guard already exists it returns that guard and
+// ErrGuardExists: the caller must finish the existing envelope instead of
+// making a second one.
+func (s *Envelopes) Guard(ctx context.Context, streamSeq uint64, envelopeID string) (Guard, error) {
+	g := Guard{Envelope: envelopeID, CreatedAt: s.now()}
+	_, err := createJSON(ctx, s.b, GuardKey(streamSeq), g)
+	if err == nil {
+		return g, nil
+	}
+	if !isConflict(err) {
+		return g, fmt.Errorf("kv: guard %d: %w", streamSeq, err)
+	}
+	cur, _, err := getJSON[Guard](ctx, s.b, GuardKey(streamSeq))
+	if err != nil {
+		return cur, err
+	}
+	return cur, fmt.Errorf("%w: chunk message %d has envelope %s", ErrGuardExists, streamSeq, cur.Envelope)
+}
+
+// Put creates an envelope record if absent; an existing one is kept.
+func (s *Envelopes) Put(ctx context.Context, r EnvelopeRecord) error {
+	now := s.now()
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now
+	}
+	r.UpdatedAt = now
+	_, err := createJSON(ctx, s.b, r.ID, r)
+	if err != nil && !isConflict(err) {
+		return fmt.Errorf("kv: put envelope %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Get returns an envelope record and its revision, or ErrNotFound.
+func (s *Envelopes) Get(ctx context.Context, id string) (EnvelopeRecord, uint64, error) {
+	return getJSON[EnvelopeRecord](ctx, s.b, id)
+}
+
+// Mutate applies fn to an envelope record by CAS; ErrNotFound when absent.
+func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRecord) error) (EnvelopeRecord, error) {
+	r, _, err := mutateJSON(ctx, s.b, id, func(r *EnvelopeRecord, exists bool) error {
+		if !exists {
+			return fmt.Errorf("%w: envelope %s", ErrNotFound, id)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		r.UpdatedAt = s.now()
+		return nil
+	})
+	return r, err
+}
+
+// List returns every envelope record (guard keys excluded).
+func (s *Envelopes) List(ctx context.Context) ([]EnvelopeRecord, error) {
+	keys, err := s.b.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv: list envelopes: %w", err)
+	}
+	var out []EnvelopeRecord
+	for _, k := range keys {
+		if len(k) > 9 && k[:9] == "chunkmsg." {
+			continue
+		}
+		r, _, err := s.Get(ctx, k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

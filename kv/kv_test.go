@@ -1,0 +1,174 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+)
+
+func setup(t *testing.T) *kv.Stores {
+	t.Helper()
+	b := natstest.Start(t)
+	st, err := kv.Provision(context.Background(), b.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Provisioning twice is a no-op.
+	if _, err := kv.Provision(context.Background(), b.JS, kv.Options{}); err != nil {
+		t.Fatalf("second provision: %v", err)
+	}
+	return st
+}
+
+func TestClaimRaceExactlyOneWins(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := st.Claims.Acquire(ctx, "J1", 1, fmt.Sprintf("w%d", i), 1, time.Minute)
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, kv.ErrClaimHeld):
+			default:
+				t.Errorf("worker %d: unexpected error %v", i, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := wins.Load(); got != 1 {
+		t.Fatalf("%d workers won the claim, want exactly 1", got)
+	}
+}
+
+func TestClaimLeaseExpiresAfterRenewal(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	st.Claims.SetClock(clock)
+
+	l, err := st.Claims.Acquire(ctx, "J1", 2, "a", 1, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	advance(8 * time.Second)
+	if l, err = st.Claims.Renew(ctx, l, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// 8s after the renewal the lease is still live: no steal.
+	advance(8 * time.Second)
+	var held *kv.HeldError
+	if _, err := st.Claims.Acquire(ctx, "J1", 2, "b", 2, 10*time.Second); !errors.As(err, &held) || held.Holder.ClaimedBy != "a" {
+		t.Fatalf("steal of a renewed live lease: err = %v", err)
+	}
+	// The renewed lease still expires: 3s later it can be stolen.
+	advance(3 * time.Second)
+	stolen, err := st.Claims.Acquire(ctx, "J1", 2, "b", 2, 10*time.Second)
+	if err != nil {
+		t.Fatalf("steal after expiry: %v", err)
+	}
+	if _, err := st.Claims.Renew(ctx, l, 10*time.Second); !errors.Is(err, kv.ErrClaimLost) {
+		t.Fatalf("stale renew: err = %v, want ErrClaimLost", err)
+	}
+	if err := st.Claims.Release(ctx, l); !errors.Is(err, kv.ErrClaimLost) {
+		t.Fatalf("stale release: err = %v, want ErrClaimLost", err)
+	}
+	if err := st.Claims.Release(ctx, stolen); err != nil {
+		t.Fatalf("holder release: %v", err)
+	}
+	if _, err := st.Claims.Get(ctx, "J1", 2); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("after release: %v", err)
+	}
+}
+
+func TestCheckpointFence(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	cpA, fa, err := st.Checkpoints.Take(ctx, "J1", 1, "a", 1, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpA.Stage = 2
+	if err := st.Checkpoints.Write(ctx, &fa, cpA); err != nil {
+		t.Fatal(err)
+	}
+	// b takes the chunk over (it stole the expired claim).
+	cpB, fb, err := st.Checkpoints.Take(ctx, "J1", 1, "b", 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpB.Stage != 2 {
+		t.Fatalf("b resumed at stage %d, want 2", cpB.Stage)
+	}
+	cpA.Stage = 3
+	if err := st.Checkpoints.Write(ctx, &fa, cpA); !errors.Is(err, kv.ErrFenced) {
+		t.Fatalf("stale write: err = %v, want ErrFenced", err)
+	}
+	cpB.Status = kv.StatusDone
+	if err := st.Checkpoints.Write(ctx, &fb, cpB); err != nil {
+		t.Fatalf("holder write: %v", err)
+	}
+	got, _, err := st.Checkpoints.Get(ctx, "J1", 1)
+	if err != nil || got.Status != kv.StatusDone || got.ClaimedBy != "b" || got.Stage != 2 {
+		t.Fatalf("checkpoint = %+v, %v", got, err)
+	}
+}
+
+func TestDerive(t *testing.T) {
+	cp := func(status string, gaps ...string) kv.Checkpoint {
+		return kv.Checkpoint{Chunk: 1, Stage: 2, Status: status, Gaps: gaps, Envelope: "E1"}
+	}
+	tests := []struct {
+		name      string
+		cancelled bool
+		cps       []kv.Checkpoint
+		want      string
+		explained bool
+	}{
+		{"all done", false, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDone)}, kv.JobDone, false},
+		{"one running", false, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusRunning)}, kv.JobRunning, false},
+		{"one pending", false, []kv.Checkpoint{cp(kv.StatusPending)}, kv.JobRunning, false},
+		{"parked is not finished", false, []kv.Checkpoint{cp(kv.StatusHeld)}, kv.JobRunning, false},
+		{"gaps", false, []kv.Checkpoint{cp(kv.StatusDone, "summary")}, kv.JobPartial, true},
+		{"dead-lettered", false, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDeadLettered)}, kv.JobIncomplete, true},
+		{"cancelled", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.CancelledAtStage(2))}, kv.JobCancelled, false},
+		{"cancelled but still running", true, []kv.Checkpoint{cp(kv.StatusRunning)}, kv.JobRunning, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _, why := kv.Derive(tt.cancelled, tt.cps)
+			if got != tt.want || (len(why) > 0) != tt.explained {
+				t.Fatalf("Derive = %s %v, want %s (explained %v)", got, why, tt.want, tt.explained)
+			}
+		})
+	}
+}
+
+func TestEnvelopeGuardOnce(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	if _, err := st.Envelopes.Guard(ctx, 42, "E1"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := st.Envelopes.Guard(ctx, 42, "E2")
+	if !errors.Is(err, kv.ErrGuardExists) || g.Envelope != "E1" {
+		t.Fatalf("second guard: %+v %v", g, err)
+	}
+}

@@ -1,0 +1,105 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// casAttempts caps every re-read-and-retry loop.
+const casAttempts = 16
+
+// getJSON reads key and decodes it; ErrNotFound when absent or deleted.
+func getJSON[T any](ctx context.Context, b jetstream.KeyValue, key string) (T, uint64, error) {
+	var v T
+	var e jetstream.KeyValueEntry
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		e, err = b.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return v, 0, fmt.Errorf("%w: %s/%s", ErrNotFound, b.Bucket(), key)
+	}
+	if err != nil {
+		return v, 0, fmt.Errorf("kv: get %s/%s: %w", b.Bucket(), key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return v, 0, fmt.Errorf("kv: decode %s/%s: %w", b.Bucket(), key, err)
+	}
+	return v, e.Revision(), nil
+}
+
+// createJSON stores v under key if the key is absent. A conflict is
+// returned as jetstream.ErrKeyExists.
+func createJSON(ctx context.Context, b jetstream.KeyValue, key string, v any) (uint64, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("kv: encode %s: %w", key, err)
+	}
+	var rev uint64
+	err = natsconf.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		rev, err = b.Create(ctx, key, data)
+		return err
+	})
+	return rev, err
+}
+
+// updateJSON stores v under key if its revision is still rev. A conflict is
+// returned as jetstream.ErrKeyRevisionMismatch.
+func updateJSON(ctx context.Context, b jetstream.KeyValue, key string, v any, rev uint64) (uint64, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("kv: encode %s: %w", key, err)
+	}
+	var out uint64
+	err = natsconf.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = b.Update(ctx, key, data, rev)
+		return err
+	})
+	return out, err
+}
+
+// isConflict reports a lost compare-and-swap.
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+// mutateJSON applies fn to the current value of key (the zero value when
+// absent, with exists false) and writes it back by CAS, retrying lost races
+// up to casAttempts times. fn returning ErrNoChange leaves the record unchanged.
+func mutateJSON[T any](ctx context.Context, b jetstream.KeyValue, key string, fn func(v *T, exists bool) error) (T, uint64, error) {
+	for range casAttempts {
+		v, rev, err := getJSON[T](ctx, b, key)
+		exists := err == nil
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return v, 0, err
+		}
+		if err := fn(&v, exists); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				return v, rev, nil
+			}
+			return v, rev, err
+		}
+		if exists {
+			rev, err = updateJSON(ctx, b, key, v, rev)
+		} else {
+			rev, err = createJSON(ctx, b, key, v)
+		}
+		if err == nil {
+			return v, rev, nil
+		}
+		if !isConflict(err) {
+			return v, 0, fmt.Errorf("kv: write %s/%s: %w", b.Bucket(), key, err)
+		}
+	}
+	var zero T
+	return zero, 0, fmt.Errorf("%w: %s/%s after %d attempts", ErrContention, b.Bucket(), key, casAttempts)
+}

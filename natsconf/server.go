@@ -1,0 +1,187 @@
+package natsconf
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Defaults for the embedded server.
+const (
+	// HostDefault is the loopback address the embedded server listens on.
+	HostDefault = "127.0.0.1"
+	// PortDefault is the client port of the embedded server.
+	PortDefault = 4222
+	// StoreDirDefault is where the embedded server keeps its JetStream files.
+	StoreDirDefault = "./salvage-data"
+	// MaxPayloadDefault is the server's max_payload (1 MiB).
+	MaxPayloadDefault = 1 << 20
+	// ReadyTimeoutDefault bounds how long Start waits for the server.
+	ReadyTimeoutDefault = 10 * time.Second
+)
+
+// SyncAlways is the SyncInterval value that makes the server fsync every
+// write before acknowledging it. It is the embedded default: a single node
+// has no replica to fall back on.
+const SyncAlways = time.Duration(-1)
+
+// ServerConfig configures an embedded server. The zero value is not valid;
+// start from DefaultServerConfig.
+type ServerConfig struct {
+	// Host is the listen address. Default HostDefault.
+	Host string
+	// Port is the client port; -1 picks a free one (tests). Default PortDefault.
+	Port int
+	// StoreDir holds JetStream data. Restarting on the same directory keeps
+	// every stream and bucket. Default StoreDirDefault.
+	StoreDir string
+	// SyncInterval is JetStream's sync_interval: SyncAlways (default) fsyncs
+	// every write; 0 keeps the server's own default (2 minutes, acks before
+	// fsync); any positive value is used as is.
+	SyncInterval time.Duration
+	// ServerName names the server in advisories and `nats server` output.
+	ServerName string
+	// MaxPayload is the largest message the server accepts. Default 1 MiB.
+	MaxPayload int32
+	// ReadyTimeout bounds how long Start waits. Default ReadyTimeoutDefault.
+	ReadyTimeout time.Duration
+	// Logging turns on the server's own log output (to stderr).
+	Logging bool
+}
+
+// DefaultServerConfig returns the configuration `salvage up` uses.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		Host:         HostDefault,
+		Port:         PortDefault,
+		StoreDir:     StoreDirDefault,
+		SyncInterval: SyncAlways,
+		ServerName:   "salvage",
+		MaxPayload:   MaxPayloadDefault,
+		ReadyTimeout: ReadyTimeoutDefault,
+	}
+}
+
+func (c ServerConfig) validate() error {
+	if c.StoreDir == "" {
+		return fmt.Errorf("%w: StoreDir is empty", ErrInvalidConfig)
+	}
+	if c.Port < -1 || c.Port > 65535 {
+		return fmt.Errorf("%w: Port %d out of range", ErrInvalidConfig, c.Port)
+	}
+	if c.MaxPayload < 0 {
+		return fmt.Errorf("%w: MaxPayload %d is negative", ErrInvalidConfig, c.MaxPayload)
+	}
+	return nil
+}
+
+// SyncIntervalString renders a SyncInterval the way the server config file
+// spells it, for reports and logs.
+func SyncIntervalString(d time.Duration) string {
+	switch {
+	case d == SyncAlways:
+		return "always"
+	case d == 0:
+		return "default"
+	default:
+		return d.String()
+	}
+}
+
+// ParseSyncInterval reads "always", "default" or a Go duration.
+func ParseSyncInterval(s string) (time.Duration, error) {
+	switch s {
+	case "always":
+		return SyncAlways, nil
+	case "default", "":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%w: sync interval %q: want always, default or a positive duration", ErrInvalidConfig, s)
+	}
+	return d, nil
+}
+
+// Server is a running embedded NATS server with JetStream.
+type Server struct {
+	ns  *server.Server
+	cfg ServerConfig
+}
+
+// StartServer starts an embedded JetStream server and blocks until it accepts
+// connections or cfg.ReadyTimeout passes. It returns ErrServerNotReady when
+// the server did not come up, and the listen error when the port is taken.
+func StartServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = ReadyTimeoutDefault
+	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = MaxPayloadDefault
+	}
+	opts := &server.Options{
+		ServerName: cfg.ServerName,
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		MaxPayload: cfg.MaxPayload,
+		NoSigs:     true,
+		// The embedded server never listens anywhere else.
+		HTTPPort: 0,
+	}
+	switch {
+	case cfg.SyncInterval == SyncAlways:
+		opts.SyncAlways = true
+	case cfg.SyncInterval > 0:
+		opts.SyncInterval = cfg.SyncInterval
+	}
+	if cfg.Port > 0 {
+		// Fail fast with the real reason when the port is taken; the server
+		// itself would only log it.
+		l, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+		if err != nil {
+			return nil, fmt.Errorf("natsconf: listen %s:%d: %w", cfg.Host, cfg.Port, err)
+		}
+		_ = l.Close()
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsconf: new server: %w", err)
+	}
+	if cfg.Logging {
+		ns.ConfigureLogger()
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("%w after %s (store %s)", ErrServerNotReady, cfg.ReadyTimeout, cfg.StoreDir)
+	}
+	return &Server{ns: ns, cfg: cfg}, nil
+}
+
+// ClientURL is the nats:// URL clients use to reach the server.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Config returns the configuration the server was started with.
+func (s *Server) Config() ServerConfig { return s.cfg }
+
+// NATS exposes the underlying server for tests and diagnostics.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Shutdown stops the server gracefully: clients are disconnected, JetStream
+// flushes its stores, and Shutdown returns once the server has stopped. It is
+// safe to call more than once.
+func (s *Server) Shutdown() {
+	if s == nil || s.ns == nil {
+		return
+	}
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}

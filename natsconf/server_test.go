@@ -1,0 +1,94 @@
+package natsconf_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+)
+
+func TestServerRestartKeepsStreams(t *testing.T) {
+	dir := t.TempDir()
+	cfg := natsconf.DefaultServerConfig()
+	cfg.Port = -1
+	cfg.StoreDir = dir
+	srv, err := natsconf.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	nc := natstest.Connect(t, srv.ClientURL())
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.1", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	srv.Shutdown()
+	srv.Shutdown() // idempotent
+
+	srv2, err := natsconf.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv2.Shutdown)
+	nc2 := natstest.Connect(t, srv2.ClientURL())
+	js2, _ := jetstream.New(nc2)
+	s, err := js2.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetMsg(ctx, 1)
+	if err != nil || string(m.Data) != "kept" {
+		t.Fatalf("after restart: %v %+v", err, m)
+	}
+}
+
+func TestStartServerRejectsBadConfig(t *testing.T) {
+	cfg := natsconf.DefaultServerConfig()
+	cfg.StoreDir = ""
+	if _, err := natsconf.StartServer(cfg); !errors.Is(err, natsconf.ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestStartServerPortTaken(t *testing.T) {
+	b := natstest.Start(t)
+	cfg := natsconf.DefaultServerConfig()
+	cfg.StoreDir = t.TempDir()
+	cfg.Port = b.Server.NATS().Addr().(*net.TCPAddr).Port
+	if _, err := natsconf.StartServer(cfg); err == nil {
+		t.Fatal("second server on a taken port started")
+	}
+}
+
+func TestParseSyncInterval(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    time.Duration
+		wantErr error
+	}{
+		{"always", natsconf.SyncAlways, nil},
+		{"default", 0, nil},
+		{"5s", 5 * time.Second, nil},
+		{"soon", 0, natsconf.ErrInvalidConfig},
+		{"-1s", 0, natsconf.ErrInvalidConfig},
+	}
+	for _, tt := range tests {
+		got, err := natsconf.ParseSyncInterval(tt.in)
+		if !errors.Is(err, tt.wantErr) || got != tt.want {
+			t.Errorf("ParseSyncInterval(%q) = %v, %v; want %v, %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err == nil && natsconf.SyncIntervalString(got) != map[string]string{"always": "always", "default": "default", "5s": "5s"}[tt.in] {
+			t.Errorf("SyncIntervalString(%v) round trip failed", got)
+		}
+	}
+}

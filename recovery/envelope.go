@@ -1,0 +1,92 @@
+package recovery
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Failure categories (the classifier table in DESIGN.md). They are subject
+// tokens of salvage.dlq.<category>.<job>.<chunk>.
+const (
+	CategoryTransientNetwork   = "TRANSIENT_NETWORK"
+	CategoryExternalSystemDown = "EXTERNAL_SYSTEM_DOWN"
+	CategoryToolTimeout        = "TOOL_TIMEOUT"
+	CategoryPartialExecution   = "PARTIAL_EXECUTION"
+	CategoryCompensationNeeded = "COMPENSATION_NEEDED"
+	CategoryBudgetExceeded     = "BUDGET_EXCEEDED"
+	CategoryUnrecoverable      = "UNRECOVERABLE"
+)
+
+// Recovery strategies.
+const (
+	StrategyResume               = "RESUME_FROM_CHECKPOINT"
+	StrategyCompensateAndRetry   = "COMPENSATE_AND_RETRY"
+	StrategyCompensateAndAbandon = "COMPENSATE_AND_ABANDON"
+	StrategyEscalate             = "ESCALATE_TO_HUMAN"
+	StrategyDeadEnd              = "DEAD_END"
+	StrategyVerify               = "VERIFY_THEN_RECLASSIFY"
+)
+
+// Envelope is the failure envelope published on SALVAGE_DLQ. It is
+// immutable; its mutable status lives in the salvage_envelopes record.
+type Envelope struct {
+	ID                   string             `json:"envelope_id"`
+	Job                  string             `json:"job_id"`
+	Chunk                int                `json:"chunk"`
+	Pipeline             string             `json:"pipeline"`
+	TraceID              string             `json:"trace_id"`
+	Category             string             `json:"category"`
+	Strategy             string             `json:"strategy"`
+	Error                string             `json:"error"`
+	FailedTool           string             `json:"failed_tool,omitempty"`
+	FailedStage          int                `json:"failed_stage"`
+	Deliveries           uint64             `json:"deliveries"`
+	Tier1Attempts        int                `json:"tier1_attempts"`
+	Recoveries           int                `json:"recoveries"`
+	CompletedEntries     []string           `json:"completed_entries"`
+	InFlightEntries      []string           `json:"in_flight_entries"`
+	PendingCompensations []string           `json:"pending_compensations"`
+	Checkpoint           EnvelopeCheckpoint `json:"checkpoint"`
+	Original             Original           `json:"original"`
+	CreatedAt            time.Time          `json:"created_at"`
+}
+
+// EnvelopeCheckpoint is the chunk's checkpoint when it was dead-lettered.
+type EnvelopeCheckpoint struct {
+	Stage  int    `json:"stage"`
+	Status string `json:"status"`
+	Epoch  int    `json:"epoch"`
+}
+
+// Original is the chunk message as it sat in SALVAGE_CHUNKS; Data is the
+// verbatim chunk JSON, so `nats pub <subject> '<data>'` replays it.
+type Original struct {
+	Stream  string          `json:"stream"`
+	Seq     uint64          `json:"seq"`
+	Subject string          `json:"subject"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// Failure is what the classifier knows about a chunk that could not finish.
+type Failure struct {
+	// Class of the last error, from the worker's checkpoint or the error.
+	Class Class
+	// Exhausted is true when the chunk used up its deliveries.
+	Exhausted bool
+	// InFlight is true when a call was running when the chunk failed.
+	InFlight bool
+}
+
+// Classify picks a category and a strategy. This is the coarse table of the
+// core: without a journal, no side effects are known, so a permanent error
+// is UNRECOVERABLE and everything retryable resumes from its checkpoint.
+func Classify(f Failure) (category, strategy string) {
+	switch {
+	case f.Class == ClassPermanent:
+		return CategoryUnrecoverable, StrategyDeadEnd
+	case f.InFlight || f.Class == ClassTimeout:
+		return CategoryToolTimeout, StrategyVerify
+	default:
+		return CategoryTransientNetwork, StrategyResume
+	}
+}

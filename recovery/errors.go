@@ -1,0 +1,155 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Class says how a failed call may be retried.
+type Class int
+
+// Error classes. Classification is always by type and status code, never by
+// matching words in an error message.
+const (
+	// ClassTransient is a failure worth retrying soon: 5xx, a reset
+	// connection. Unknown errors are transient.
+	ClassTransient Class = iota
+	// ClassRateLimited is a 429; the wait honours Retry-After.
+	ClassRateLimited
+	// ClassTimeout is a call that did not answer in time; its outcome is
+	// unknown.
+	ClassTimeout
+	// ClassPermanent is a failure retrying cannot fix: a 400, a rejected
+	// card. It is never retried.
+	ClassPermanent
+	// ClassCancelled is a call stopped because its job was cancelled or its
+	// worker is shutting down. It is never retried.
+	ClassCancelled
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassTransient:
+		return "transient"
+	case ClassRateLimited:
+		return "rate-limited"
+	case ClassTimeout:
+		return "timeout"
+	case ClassPermanent:
+		return "permanent"
+	case ClassCancelled:
+		return "cancelled"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Sentinels matched with errors.Is against any *CallError of that class.
+var (
+	// ErrTransient matches transient call errors.
+	ErrTransient = errors.New("transient error")
+	// ErrRateLimited matches rate-limited call errors.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrTimeout matches call timeouts.
+	ErrTimeout = errors.New("call timed out")
+	// ErrPermanent matches permanent call errors.
+	ErrPermanent = errors.New("permanent error")
+	// ErrRetriesExhausted is returned by the executor when tier 1 gave up on
+	// a retryable error; the chunk goes to tier 2.
+	ErrRetriesExhausted = errors.New("tier-1 retries exhausted")
+	// ErrJobCancelled is returned when a job was cancelled; the chunk ends
+	// cancelled-at-stage-N, never retried.
+	ErrJobCancelled = errors.New("job cancelled")
+	// ErrUnknownPipeline is returned for a pipeline name nobody registered.
+	ErrUnknownPipeline = errors.New("unknown pipeline")
+	// ErrBadInput is returned when a pipeline cannot use a job's input.
+	ErrBadInput = errors.New("bad job input")
+)
+
+// CallError is a failed external call with its class. Tools and models
+// return it (through the constructors below) so retries and the DLQ router
+// can decide without parsing text.
+type CallError struct {
+	Class Class
+	// Status is the HTTP-like status code, when there is one.
+	Status int
+	// RetryAfter is the wait a rate limiter asked for.
+	RetryAfter time.Duration
+	// Err is the underlying error.
+	Err error
+}
+
+func (e *CallError) Error() string {
+	msg := e.Class.String()
+	if e.Status != 0 {
+		msg = fmt.Sprintf("%s (status %d)", msg, e.Status)
+	}
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(" retry after %s", e.RetryAfter)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// Is matches the class sentinels.
+func (e *CallError) Is(target error) bool {
+	switch target {
+	case ErrTransient:
+		return e.Class == ClassTransient
+	case ErrRateLimited:
+		return e.Class == ClassRateLimited
+	case ErrTimeout:
+		return e.Class == ClassTimeout
+	case ErrPermanent:
+		return e.Class == ClassPermanent
+	}
+	return false
+}
+
+// Transient wraps err as a retryable failure with an optional status code.
+func Transient(status int, err error) error {
+	return &CallError{Class: ClassTransient, Status: status, Err: err}
+}
+
+// RateLimited wraps err as a 429 that asks to wait at least after.
+func RateLimited(after time.Duration, err error) error {
+	return &CallError{Class: ClassRateLimited, Status: 429, RetryAfter: after, Err: err}
+}
+
+// Timeout wraps err as a call whose outcome is unknown.
+func Timeout(err error) error { return &CallError{Class: ClassTimeout, Err: err} }
+
+// Permanent wraps err as a failure that must not be retried.
+func Permanent(status int, err error) error {
+	return &CallError{Class: ClassPermanent, Status: status, Err: err}
+}
+
+// ClassOf classifies err. A *CallError carries its class; a cancelled
+// context is ClassCancelled; an expired context deadline is ClassTimeout;
+// anything else is transient.
+func ClassOf(err error) Class {
+	var ce *CallError
+	switch {
+	case errors.As(err, &ce):
+		return ce.Class
+	case errors.Is(err, ErrJobCancelled), errors.Is(err, context.Canceled):
+		return ClassCancelled
+	case errors.Is(err, context.DeadlineExceeded):
+		return ClassTimeout
+	}
+	return ClassTransient
+}
+
+// retryAfter returns the wait a rate-limited error asked for.
+func retryAfter(err error) time.Duration {
+	var ce *CallError
+	if errors.As(err, &ce) {
+		return ce.RetryAfter
+	}
+	return 0
+}

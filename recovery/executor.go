@@ -1,0 +1,105 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Stats counts one chunk run's calls and tier-1 retries. It is safe for
+// concurrent use by the agents of a stage.
+type Stats struct {
+	Calls   atomic.Int64
+	Retries atomic.Int64
+}
+
+// Executor applies tier 1 to every call an agent makes: it retries
+// transient, rate-limited and timed-out calls with full-jitter backoff and
+// never retries a permanent one. It is safe for concurrent use.
+type Executor struct {
+	policy RetryPolicy
+	log    zerolog.Logger
+	sleep  func(ctx context.Context, d time.Duration) error
+	now    func() time.Time
+}
+
+// NewExecutor returns an executor with policy p (zero fields take the
+// defaults). It returns an error naming a field out of range.
+func NewExecutor(p RetryPolicy, log zerolog.Logger) (*Executor, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &Executor{policy: p.withDefaults(), log: log, sleep: sleepCtx, now: time.Now}, nil
+}
+
+// Policy returns the executor's retry policy with defaults applied.
+func (e *Executor) Policy() RetryPolicy { return e.policy }
+
+// Do runs fn until it succeeds, fails permanently, tier 1 gives up, or ctx
+// ends. It blocks while it waits between attempts. On failure it returns
+// the permanent error, an error wrapping ErrRetriesExhausted and the last
+// error, or an error wrapping ErrJobCancelled / ctx's error.
+func (e *Executor) Do(ctx context.Context, stats *Stats, op string, fn func(ctx context.Context) error) error {
+	start := e.now()
+	for retry := 0; ; retry++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", op, context.Cause(ctx))
+		}
+		stats.Calls.Add(1)
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			// The call failed because we stopped it, not on its own.
+			return fmt.Errorf("%s: %w", op, context.Cause(ctx))
+		}
+		wait, ok := e.policy.NextWait(err, retry, e.now().Sub(start))
+		if !ok {
+			if c := ClassOf(err); c == ClassPermanent || c == ClassCancelled {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+			return fmt.Errorf("%s: %w after %d attempts: %w", op, ErrRetriesExhausted, retry+1, err)
+		}
+		stats.Retries.Add(1)
+		e.log.Debug().Str("op", op).Int("attempt", retry+1).Dur("wait", wait).Err(err).Msg("tier-1 retry")
+		if err := e.sleep(ctx, wait); err != nil {
+			return fmt.Errorf("%s: %w", op, context.Cause(ctx))
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Severity orders errors from a stage's agents so the chunk reports the one
+// that decides its fate: a cancellation beats a permanent error, which
+// beats an exhausted retry.
+func severity(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrJobCancelled):
+		return 4
+	case ClassOf(err) == ClassPermanent:
+		return 3
+	case errors.Is(err, ErrRetriesExhausted):
+		return 2
+	}
+	return 1
+}

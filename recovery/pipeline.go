@@ -1,0 +1,175 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Pipeline is what a pipeline author writes: how a job's input becomes
+// chunk inputs, and the ordered stages each chunk runs.
+type Pipeline struct {
+	// Name is the subject token jobs are submitted under
+	// (salvage.jobs.<Name>).
+	Name string
+	// Split turns a job's input into chunk inputs, at least one. It returns
+	// an error wrapping ErrBadInput for input it cannot use.
+	Split func(input json.RawMessage) ([]json.RawMessage, error)
+	// Stages run in order; stage numbers are 1-based.
+	Stages []Stage
+	// Result builds the findings published for a finished chunk from every
+	// stage's outputs. Nil publishes the outputs as they are.
+	Result func(chunk json.RawMessage, outputs []kv.StageOutput) (json.RawMessage, error)
+}
+
+// Stage runs its agents in parallel.
+type Stage struct {
+	Name   string
+	Agents []Agent
+	// Optional stages degrade gracefully: when they fail, the chunk goes on
+	// without their output and records a gap.
+	Optional bool
+}
+
+// Agent makes calls through its Turn and returns its output, which must
+// marshal to JSON.
+type Agent struct {
+	Name string
+	Run  func(ctx context.Context, t *Turn) (any, error)
+}
+
+// Turn is one agent's run in one stage of one chunk. Every external call
+// the agent makes goes through Call, so tier 1 applies to it and it gets a
+// stable per-agent sequence number.
+type Turn struct {
+	Job      string
+	Pipeline string
+	TraceID  string
+	Chunk    int
+	Stage    int
+	Epoch    int
+	Agent    string
+	// Input is the chunk's input.
+	Input json.RawMessage
+	// Prior holds the outputs of earlier stages.
+	Prior []kv.StageOutput
+
+	exec  *Executor
+	stats *Stats
+	seq   int
+}
+
+// Seq is the number of calls the agent has made so far in this turn.
+func (t *Turn) Seq() int { return t.seq }
+
+// Call runs fn through the executor (tier-1 retries). op names the call in
+// logs and errors. Call is not safe for concurrent use within one Turn: an
+// agent's calls are a sequence, which keeps their numbering stable.
+func (t *Turn) Call(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	t.seq++
+	return t.exec.Do(ctx, t.stats, op, fn)
+}
+
+// StageRun is what RunStage needs besides the stage.
+type StageRun struct {
+	Job, Pipeline, TraceID string
+	Chunk, Stage, Epoch    int
+	Input                  json.RawMessage
+	Prior                  []kv.StageOutput
+	Exec                   *Executor
+	Stats                  *Stats
+}
+
+// RunStage runs a stage's agents in parallel and returns their outputs in
+// agent order. The first agent error cancels its siblings; the error
+// returned is the one that decides the chunk's fate (see severity).
+func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	outs := make([]kv.StageOutput, len(st.Agents))
+	errs := make([]error, len(st.Agents))
+	var wg sync.WaitGroup
+	for i, a := range st.Agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := &Turn{
+				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
+				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
+				exec: r.Exec, stats: r.Stats,
+			}
+			out, err := a.Run(ctx, t)
+			if err == nil {
+				var data []byte
+				data, err = json.Marshal(out)
+				outs[i] = kv.StageOutput{Stage: r.Stage, Agent: a.Name, Output: data}
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("agent %s: %w", a.Name, err)
+				// Siblings stop, but keep their own cause: a cancelled job
+				// must still read as cancelled.
+				cancel(errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	var worst error
+	for _, err := range errs {
+		if severity(err) > severity(worst) {
+			worst = err
+		}
+	}
+	if worst != nil {
+		return nil, worst
+	}
+	return outs, nil
+}
+
+// Registry maps pipeline names to pipelines. It is not safe to register
+// while workers run; build it at start-up.
+type Registry struct {
+	m map[string]*Pipeline
+}
+
+// NewRegistry returns a registry holding ps. It fails on a bad or
+// duplicate name, or a pipeline with no Split or no stages.
+func NewRegistry(ps ...*Pipeline) (*Registry, error) {
+	r := &Registry{m: map[string]*Pipeline{}}
+	for _, p := range ps {
+		if err := streams.ValidateToken("pipeline name", p.Name); err != nil {
+			return nil, err
+		}
+		if p.Split == nil || len(p.Stages) == 0 {
+			return nil, fmt.Errorf("recovery: pipeline %s needs Split and at least one stage", p.Name)
+		}
+		if _, dup := r.m[p.Name]; dup {
+			return nil, fmt.Errorf("recovery: pipeline %s registered twice", p.Name)
+		}
+		r.m[p.Name] = p
+	}
+	return r, nil
+}
+
+// Get returns the named pipeline, or an error wrapping ErrUnknownPipeline.
+func (r *Registry) Get(name string) (*Pipeline, error) {
+	p, ok := r.m[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (known: %v)", ErrUnknownPipeline, name, r.Names())
+	}
+	return p, nil
+}
+
+// Names lists the registered pipelines, sorted.
+func (r *Registry) Names() []string {
+	out := make([]string, 0, len(r.m))
+	for n := range r.m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,106 @@
+package recovery
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Tier-1 defaults (DESIGN.md): 3 retries, waits drawn from [0,1s], [0,2s],
+// [0,4s], at most 30s in all.
+const (
+	MaxRetriesDefault = 3
+	BaseDelayDefault  = time.Second
+	MaxDelayDefault   = 4 * time.Second
+	TotalCapDefault   = 30 * time.Second
+)
+
+// RetryPolicy is tier 1: exponential backoff with full jitter inside the
+// worker. The zero value uses the defaults above.
+type RetryPolicy struct {
+	// MaxRetries is how many times a call is retried (attempts = 1 + this).
+	MaxRetries int
+	// BaseDelay is the upper bound of the first wait.
+	BaseDelay time.Duration
+	// MaxDelay caps the upper bound of any one wait.
+	MaxDelay time.Duration
+	// TotalCap bounds the time spent on one call, waits included; past it
+	// the call goes to tier 2.
+	TotalCap time.Duration
+	// Rand draws in [0, n); nil uses math/rand/v2. Tests inject it.
+	Rand func(n int64) int64
+}
+
+// DefaultRetryPolicy returns the documented defaults.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{MaxRetries: MaxRetriesDefault, BaseDelay: BaseDelayDefault, MaxDelay: MaxDelayDefault, TotalCap: TotalCapDefault}
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	d := DefaultRetryPolicy()
+	if p.MaxRetries < 0 {
+		p.MaxRetries = 0
+	} else if p.MaxRetries == 0 {
+		p.MaxRetries = d.MaxRetries
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = d.BaseDelay
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = d.MaxDelay
+	}
+	if p.TotalCap <= 0 {
+		p.TotalCap = d.TotalCap
+	}
+	return p
+}
+
+// Validate reports a setting out of range, naming the field.
+func (p RetryPolicy) Validate() error {
+	if p.BaseDelay < 0 || p.MaxDelay < 0 || p.TotalCap < 0 {
+		return fmt.Errorf("recovery: RetryPolicy delays must not be negative")
+	}
+	if p.MaxDelay > 0 && p.BaseDelay > p.MaxDelay {
+		return fmt.Errorf("recovery: RetryPolicy.BaseDelay %s exceeds MaxDelay %s", p.BaseDelay, p.MaxDelay)
+	}
+	return nil
+}
+
+// Backoff returns the wait before retry number retry (0-based): a uniform
+// draw from [0, min(MaxDelay, BaseDelay*2^retry)] — full jitter, so workers
+// that failed together do not retry together.
+func (p RetryPolicy) Backoff(retry int) time.Duration {
+	p = p.withDefaults()
+	ceil := p.BaseDelay << min(retry, 30)
+	if ceil <= 0 || ceil > p.MaxDelay {
+		ceil = p.MaxDelay
+	}
+	draw := rand.Int64N
+	if p.Rand != nil {
+		draw = p.Rand
+	}
+	return time.Duration(draw(int64(ceil) + 1))
+}
+
+// NextWait decides whether to retry after err on retry number retry
+// (0-based) with elapsed time spent so far, and how long to wait. Permanent
+// and cancelled errors are never retried; a Retry-After is honoured as a
+// floor; a wait that would cross TotalCap gives up.
+func (p RetryPolicy) NextWait(err error, retry int, elapsed time.Duration) (time.Duration, bool) {
+	p = p.withDefaults()
+	switch ClassOf(err) {
+	case ClassPermanent, ClassCancelled:
+		return 0, false
+	}
+	if retry >= p.MaxRetries {
+		return 0, false
+	}
+	wait := p.Backoff(retry)
+	if ra := retryAfter(err); ra > wait {
+		wait = ra
+	}
+	if elapsed+wait > p.TotalCap {
+		return 0, false
+	}
+	return wait, true
+}

@@ -1,0 +1,41 @@
+package streams
+
+// Stream names. They are part of the contract: operators use them with the
+// stock `nats` CLI.
+const (
+	Jobs       = "SALVAGE_JOBS"
+	Chunks     = "SALVAGE_CHUNKS"
+	Hold       = "SALVAGE_HOLD"
+	Results    = "SALVAGE_RESULTS"
+	DLQ        = "SALVAGE_DLQ"
+	Advisories = "SALVAGE_ADVISORIES"
+	Events     = "SALVAGE_EVENTS"
+)
+
+// Durable consumer names.
+const (
+	// WorkersConsumer is the pull consumer chunk workers share on Chunks.
+	WorkersConsumer = "workers"
+	// SplitterConsumer is the pull consumer splitters share on Jobs.
+	SplitterConsumer = "splitter"
+	// DeadLetterConsumer turns max-deliveries advisories into envelopes.
+	DeadLetterConsumer = "dead-letter"
+)
+
+// Header names carried on Salvage messages.
+const (
+	HeaderMsgID       = "Nats-Msg-Id"
+	HeaderTraceParent = "traceparent"
+	HeaderJob         = "Salvage-Job"
+	HeaderChunk       = "Salvage-Chunk"
+	HeaderRecoveryOf  = "Salvage-Recovery-Of"
+	HeaderReplayOf    = "Salvage-Replay-Of"
+	HeaderReason      = "Salvage-Reason"
+)
+
+// Event kinds published on salvage.events.<job>.<kind>.
+const (
+	EventAccepted = "accepted"
+	EventProgress = "progress"
+	EventFinished = "finished"
+)

@@ -1,0 +1,166 @@
+package streams
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults for provisioning; DESIGN.md lists them as the contract.
+const (
+	// AckWaitDefault is how long a chunk may go without an ack or a
+	// heartbeat before JetStream redelivers it (tier 2).
+	AckWaitDefault = 10 * time.Second
+	// MaxDeliverDefault is how many deliveries a chunk gets before it is
+	// dead-lettered.
+	MaxDeliverDefault = 3
+	// DLQRetentionDefault is how long envelopes stay in SALVAGE_DLQ.
+	DLQRetentionDefault = 14 * 24 * time.Hour
+	// ResultsRetentionDefault is how long findings stay in SALVAGE_RESULTS.
+	ResultsRetentionDefault = 7 * 24 * time.Hour
+	// DuplicateWindowDefault is the Nats-Msg-Id dedup window.
+	DuplicateWindowDefault = 2 * time.Minute
+	// MaxAckPendingDefault bounds chunks in flight across all workers.
+	MaxAckPendingDefault = 1000
+)
+
+// Options tunes provisioning. Zero fields take their defaults.
+type Options struct {
+	// Replicas per stream: 1 embedded, 3 on a cluster. Default 1.
+	Replicas int
+	// AckWait of the workers consumer. Default AckWaitDefault.
+	AckWait time.Duration
+	// MaxDeliver of the workers consumer. Default MaxDeliverDefault.
+	MaxDeliver int
+	// DLQRetention is SALVAGE_DLQ's MaxAge. Default DLQRetentionDefault.
+	DLQRetention time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = AckWaitDefault
+	}
+	if o.MaxDeliver <= 0 {
+		o.MaxDeliver = MaxDeliverDefault
+	}
+	if o.DLQRetention <= 0 {
+		o.DLQRetention = DLQRetentionDefault
+	}
+	return o
+}
+
+// StreamConfigs returns the configuration of every Salvage stream.
+func StreamConfigs(o Options) []jetstream.StreamConfig {
+	o = o.withDefaults()
+	day := 24 * time.Hour
+	return []jetstream.StreamConfig{
+		{
+			Name: Jobs, Description: "Submitted jobs; any salvage.jobs.> shape is captured so a bad one is rejected, not dropped.",
+			Subjects: []string{JobsAll}, Retention: jetstream.WorkQueuePolicy,
+			Duplicates: DuplicateWindowDefault,
+		},
+		{
+			Name: Chunks, Description: "Chunk work queue, consumed by the workers consumer.",
+			Subjects: []string{ChunksAll}, Retention: jetstream.WorkQueuePolicy,
+			Duplicates: DuplicateWindowDefault,
+		},
+		{
+			Name: Hold, Description: "Chunks parked while an external system's breaker is open, or awaiting approval.",
+			Subjects: []string{HoldAll}, Retention: jetstream.WorkQueuePolicy,
+			Duplicates: DuplicateWindowDefault,
+		},
+		{
+			Name: Results, Description: "Findings, one message per finished chunk.",
+			Subjects: []string{ResultsAll}, MaxAge: ResultsRetentionDefault,
+			Duplicates: DuplicateWindowDefault,
+		},
+		{
+			Name: DLQ, Description: "Failure envelopes.",
+			Subjects: []string{DLQAll}, MaxAge: o.DLQRetention,
+			Duplicates: DuplicateWindowDefault,
+		},
+		{
+			Name: Advisories, Description: "Max-deliveries and msg-terminated advisories of SALVAGE_CHUNKS.",
+			Subjects: []string{AdvisoryMaxDeliveries, AdvisoryTerminated}, MaxAge: 14 * day,
+		},
+		{
+			Name: Events, Description: "Job events, rejections, alerts and escalations.",
+			Subjects: []string{EventsAll, AlertsAll, EscalateAll}, MaxAge: 14 * day,
+			Duplicates: DuplicateWindowDefault,
+		},
+	}
+}
+
+// WorkersConfig is the durable pull consumer the chunk workers share.
+func WorkersConfig(o Options) jetstream.ConsumerConfig {
+	o = o.withDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:       WorkersConsumer,
+		Description:   "Chunk workers: tier-2 retries are this consumer's redeliveries.",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.AckWait,
+		MaxDeliver:    o.MaxDeliver,
+		MaxAckPending: MaxAckPendingDefault,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: ChunksAll,
+	}
+}
+
+// SplitterConfig is the durable pull consumer the splitters share.
+func SplitterConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       SplitterConsumer,
+		Description:   "Splitters: validate jobs and publish their chunks.",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+}
+
+// DeadLetterConfig is the durable consumer that reads max-deliveries
+// advisories.
+func DeadLetterConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       DeadLetterConsumer,
+		Description:   "Dead-letterer: one failure envelope per exhausted chunk.",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: AdvisoryMaxDeliveries,
+	}
+}
+
+// Provision creates or updates every stream and durable consumer. It is
+// idempotent: running it on every start, from any number of processes at
+// once, converges on the same configuration.
+func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
+	o = o.withDefaults()
+	for _, cfg := range StreamConfigs(o) {
+		cfg.Replicas = o.Replicas
+		cfg.Storage = jetstream.FileStorage
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("streams: provision %s: %w", cfg.Name, err)
+		}
+	}
+	consumers := []struct {
+		stream string
+		cfg    jetstream.ConsumerConfig
+	}{
+		{Chunks, WorkersConfig(o)},
+		{Jobs, SplitterConfig()},
+		{Advisories, DeadLetterConfig()},
+	}
+	for _, c := range consumers {
+		if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
+			return fmt.Errorf("streams: provision consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package streams
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Subject roots and wildcards.
+const (
+	JobsPrefix   = "salvage.jobs."
+	JobsAll      = "salvage.jobs.>"
+	ChunksAll    = "salvage.chunks.>"
+	HoldAll      = "salvage.hold.>"
+	ResultsAll   = "salvage.results.>"
+	DLQAll       = "salvage.dlq.>"
+	EventsAll    = "salvage.events.>"
+	AlertsAll    = "salvage.alerts.>"
+	EscalateAll  = "salvage.escalations.>"
+	rejectedRoot = "salvage.events.rejected."
+
+	// AdvisoryMaxDeliveries is the subject the server publishes a
+	// max-deliveries advisory on for the workers consumer.
+	AdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + Chunks + "." + WorkersConsumer
+	// AdvisoryTerminated is the subject of msg-terminated advisories.
+	AdvisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + Chunks + "." + WorkersConsumer
+)
+
+// JobSubject is where a job for pipeline is submitted.
+func JobSubject(pipeline string) string { return JobsPrefix + pipeline }
+
+// ChunkSubject is the work-queue subject of one chunk.
+func ChunkSubject(pipeline, job string, chunk int) string {
+	return "salvage.chunks." + pipeline + "." + job + "." + strconv.Itoa(chunk)
+}
+
+// ResultSubject carries the findings of one finished chunk.
+func ResultSubject(job string, chunk int) string {
+	return "salvage.results." + job + "." + strconv.Itoa(chunk)
+}
+
+// ResultsForJob filters one job's results.
+func ResultsForJob(job string) string { return "salvage.results." + job + ".*" }
+
+// DLQSubject carries the failure envelope of one chunk.
+func DLQSubject(category, job string, chunk int) string {
+	return "salvage.dlq." + category + "." + job + "." + strconv.Itoa(chunk)
+}
+
+// HoldSubject parks a chunk while system's breaker is open.
+func HoldSubject(system, job string, chunk int) string {
+	return "salvage.hold." + system + "." + job + "." + strconv.Itoa(chunk)
+}
+
+// EventSubject is a job lifecycle event (EventAccepted, EventProgress,
+// EventFinished).
+func EventSubject(job, kind string) string { return "salvage.events." + job + "." + kind }
+
+// JobEvents filters every event of one job.
+func JobEvents(job string) string { return "salvage.events." + job + ".*" }
+
+// RejectedSubject is where a rejected input is reported.
+func RejectedSubject(reason string) string { return rejectedRoot + reason }
+
+// ParseJobSubject returns the pipeline token of salvage.jobs.<pipeline>, or
+// ErrBadSubject when the subject has another shape.
+func ParseJobSubject(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, JobsPrefix)
+	if !ok || rest == "" || strings.Contains(rest, ".") {
+		return "", badSubject(subject, "want "+JobsPrefix+"<pipeline>")
+	}
+	if err := ValidateToken("pipeline", rest); err != nil {
+		return "", err
+	}
+	return rest, nil
+}
+
+// ChunkRef names one chunk of one job.
+type ChunkRef struct {
+	Pipeline string
+	Job      string
+	Chunk    int
+}
+
+// ParseChunkSubject splits salvage.chunks.<pipeline>.<job>.<chunk>.
+func ParseChunkSubject(subject string) (ChunkRef, error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 5 || parts[0] != "salvage" || parts[1] != "chunks" {
+		return ChunkRef{}, badSubject(subject, "want salvage.chunks.<pipeline>.<job>.<chunk>")
+	}
+	n, err := strconv.Atoi(parts[4])
+	if err != nil || n < 1 {
+		return ChunkRef{}, badSubject(subject, "chunk number must be a positive integer")
+	}
+	return ChunkRef{Pipeline: parts[2], Job: parts[3], Chunk: n}, nil
+}
