@@ -199,9 +199,12 @@ func (d *DeadLetterer) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Sweep dead-letters every message left in SALVAGE_CHUNKS at or below the
-// workers consumer's ack floor: such a message used up its deliveries, yet
-// no advisory turned it into an envelope. It returns how many it handled.
+// Sweep dead-letters every message left in SALVAGE_CHUNKS that used up its
+// deliveries yet got no envelope from an advisory. Such a message sits at
+// or below the workers consumer's ack floor — but the server (v2.15.2)
+// moves the floor past an exhausted message only once a later message is
+// acked, so when nothing at all is pending, every delivered message still
+// in the stream counts as exhausted too. It returns how many it handled.
 func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
 	cons, err := d.js.Consumer(ctx, streams.Chunks, streams.WorkersConsumer)
 	if err != nil {
@@ -212,6 +215,9 @@ func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("consumers: sweep: %w", err)
 	}
 	floor := info.AckFloor.Stream
+	if info.NumAckPending == 0 && info.Delivered.Stream > floor {
+		floor = info.Delivered.Stream
+	}
 	s, err := d.js.Stream(ctx, streams.Chunks)
 	if err != nil {
 		return 0, fmt.Errorf("consumers: sweep: %w", err)

@@ -45,6 +45,9 @@ type Splitter struct {
 	cfg     SplitterConfig
 	log     zerolog.Logger
 	tracker tracker
+	// afterCreate, when set by tests, runs right after a job record is
+	// created: the place where a crash hurts most.
+	afterCreate func()
 }
 
 // NewSplitter returns a splitter; it does not start it.
@@ -151,6 +154,8 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		log.Info().Msg("job message redelivered; resuming the split")
 	} else if err != nil {
 		return err
+	} else if s.afterCreate != nil {
+		s.afterCreate()
 	}
 	for i, input := range p.chunks {
 		n := i + 1

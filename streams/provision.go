@@ -22,6 +22,8 @@ const (
 	ResultsRetentionDefault = 7 * 24 * time.Hour
 	// DuplicateWindowDefault is the Nats-Msg-Id dedup window.
 	DuplicateWindowDefault = 2 * time.Minute
+	// SplitterAckWaitDefault is the splitter consumer's AckWait.
+	SplitterAckWaitDefault = 30 * time.Second
 	// MaxAckPendingDefault bounds chunks in flight across all workers.
 	MaxAckPendingDefault = 1000
 )
@@ -36,6 +38,9 @@ type Options struct {
 	MaxDeliver int
 	// DLQRetention is SALVAGE_DLQ's MaxAge. Default DLQRetentionDefault.
 	DLQRetention time.Duration
+	// SplitterAckWait is how long a splitter may hold a job message before
+	// JetStream redelivers it. Default SplitterAckWaitDefault.
+	SplitterAckWait time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -50,6 +55,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DLQRetention <= 0 {
 		o.DLQRetention = DLQRetentionDefault
+	}
+	if o.SplitterAckWait <= 0 {
+		o.SplitterAckWait = SplitterAckWaitDefault
 	}
 	return o
 }
@@ -112,12 +120,13 @@ func WorkersConfig(o Options) jetstream.ConsumerConfig {
 }
 
 // SplitterConfig is the durable pull consumer the splitters share.
-func SplitterConfig() jetstream.ConsumerConfig {
+func SplitterConfig(o Options) jetstream.ConsumerConfig {
+	o = o.withDefaults()
 	return jetstream.ConsumerConfig{
 		Durable:       SplitterConsumer,
 		Description:   "Splitters: validate jobs and publish their chunks.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
+		AckWait:       o.SplitterAckWait,
 		MaxDeliver:    -1,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
@@ -154,7 +163,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		cfg    jetstream.ConsumerConfig
 	}{
 		{Chunks, WorkersConfig(o)},
-		{Jobs, SplitterConfig()},
+		{Jobs, SplitterConfig(o)},
 		{Advisories, DeadLetterConfig()},
 	}
 	for _, c := range consumers {

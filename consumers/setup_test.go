@@ -1,0 +1,308 @@
+package consumers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"go.uber.org/goleak"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(childWorkerEnv); url != "" {
+		os.Exit(runChildWorker(url))
+	}
+	goleak.VerifyTestMain(m,
+		// The embedded server and nats.go keep background goroutines that
+		// end with the process.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).syncBlocks"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).removeFromTempClients"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// Test pipeline "test": the job input is {"chunks": [<mode>, ...]} and each
+// chunk runs three one-agent stages whose behaviour its mode decides.
+const (
+	modeOK           = "ok"
+	modePermanent    = "permanent"      // stage 2 fails with a 400
+	modeAlwaysFails  = "always-fails"   // stage 2 fails transiently forever
+	modeFailOnce     = "fail-once"      // stage 2 fails transiently once per delivery's first call
+	modeWaitCancel   = "wait-cancel"    // stage 2 blocks until its context ends
+	modeBlockInChild = "block-in-child" // stage 2 blocks forever in a child worker process
+	modeGate         = "gate"           // stage 2 waits for the test to open the gate
+)
+
+// calls counts agent calls per "job/chunk/stage".
+var calls sync.Map
+
+func callCount(job string, chunk, stage int) int64 {
+	v, ok := calls.Load(fmt.Sprintf("%s/%d/%d", job, chunk, stage))
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+// gates hold modeGate chunks in stage 2 until closed.
+var gates sync.Map
+
+func gate(job string, chunk int) chan struct{} {
+	g, _ := gates.LoadOrStore(fmt.Sprintf("%s/%d", job, chunk), make(chan struct{}))
+	return g.(chan struct{})
+}
+
+func testPipeline(inChild bool) *recovery.Pipeline {
+	agent := func(stage int) recovery.Agent {
+		return recovery.Agent{Name: fmt.Sprintf("agent%d", stage), Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+			var mode string
+			if err := json.Unmarshal(t.Input, &mode); err != nil {
+				return nil, recovery.Permanent(400, err)
+			}
+			failed := false
+			err := t.Call(ctx, "tool", func(ctx context.Context) error {
+				c, _ := calls.LoadOrStore(fmt.Sprintf("%s/%d/%d", t.Job, t.Chunk, stage), new(atomic.Int64))
+				c.(*atomic.Int64).Add(1)
+				if stage != 2 {
+					return nil
+				}
+				switch mode {
+				case modePermanent:
+					return recovery.Permanent(400, errors.New("bad request"))
+				case modeAlwaysFails:
+					return recovery.Transient(503, errors.New("unavailable"))
+				case modeFailOnce:
+					if !failed {
+						failed = true
+						return recovery.RateLimited(time.Millisecond, errors.New("slow down"))
+					}
+				case modeWaitCancel:
+					<-ctx.Done()
+					return ctx.Err()
+				case modeBlockInChild:
+					if inChild {
+						select {}
+					}
+				case modeGate:
+					select {
+					case <-gate(t.Job, t.Chunk):
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return nil
+			})
+			return map[string]any{"stage": stage, "mode": mode}, err
+		}}
+	}
+	return &recovery.Pipeline{
+		Name: "test",
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
+			var v struct {
+				Chunks []json.RawMessage `json:"chunks"`
+			}
+			if err := json.Unmarshal(in, &v); err != nil {
+				return nil, fmt.Errorf("%w: %w", recovery.ErrBadInput, err)
+			}
+			return v.Chunks, nil
+		},
+		Stages: []recovery.Stage{
+			{Name: "one", Agents: []recovery.Agent{agent(1)}},
+			{Name: "two", Agents: []recovery.Agent{agent(2)}},
+			{Name: "three", Agents: []recovery.Agent{agent(3)}},
+		},
+	}
+}
+
+// testRetry keeps tier 1 fast in tests.
+var testRetry = recovery.RetryPolicy{MaxRetries: 2, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, TotalCap: time.Second}
+
+func mustRegistry(t *testing.T) *recovery.Registry {
+	t.Helper()
+	reg, err := recovery.NewRegistry(testPipeline(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+type bundle struct {
+	*natstest.Bundle
+	stores *kv.Stores
+	reg    *recovery.Registry
+	opts   streams.Options
+	ctx    context.Context
+	wg     *sync.WaitGroup
+}
+
+type setupOpts struct {
+	ackWait      time.Duration
+	noDeadLetter bool
+}
+
+func setup(t *testing.T, so setupOpts) *bundle {
+	t.Helper()
+	nb := natstest.Start(t)
+	if so.ackWait == 0 {
+		so.ackWait = 2 * time.Second
+	}
+	opts := streams.Options{AckWait: so.ackWait, MaxDeliver: 3, SplitterAckWait: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := streams.Provision(ctx, nb.JS, opts); err != nil {
+		t.Fatal(err)
+	}
+	stores, err := kv.Provision(ctx, nb.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := mustRegistry(t)
+	b := &bundle{Bundle: nb, stores: stores, reg: reg, opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
+	t.Cleanup(func() { cancel(); b.wg.Wait() })
+	sp, err := consumers.NewSplitter(nb.JS, stores, consumers.SplitterConfig{Registry: reg, MaxPayload: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.goRun(sp.Run)
+	if !so.noDeadLetter {
+		b.startDeadLetterer(t)
+	}
+	return b
+}
+
+func (b *bundle) goRun(run func(context.Context) error) {
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); _ = run(b.ctx) }()
+}
+
+func (b *bundle) startDeadLetterer(t *testing.T) {
+	t.Helper()
+	dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{SweepInterval: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.goRun(dl.Run)
+}
+
+// startWorker runs a worker until the test ends; stop ends it early.
+func (b *bundle) startWorker(t *testing.T, id string) (stop func()) {
+	t.Helper()
+	w, err := consumers.NewWorker(b.JS, b.stores, consumers.WorkerConfig{
+		ID: id, Registry: b.reg, AckWait: b.opts.AckWait, MaxDeliver: b.opts.MaxDeliver,
+		Retry: testRetry, NakDelay: 50 * time.Millisecond, DrainTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); defer close(done); _ = w.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// submit publishes a job of the test pipeline and returns its id.
+func (b *bundle) submit(t *testing.T, modes ...string) string {
+	t.Helper()
+	id := ulid.Make().String()
+	in, _ := json.Marshal(map[string]any{"chunks": modes})
+	body, _ := json.Marshal(map[string]any{"job_id": id, "input": json.RawMessage(in)})
+	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (b *bundle) waitJob(t *testing.T, id, status string) kv.Job {
+	t.Helper()
+	var j kv.Job
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		var err error
+		j, err = b.stores.Jobs.Get(b.ctx, id)
+		return err == nil && j.Status == status
+	}, "job %s to be %s (last: %+v)", id, status, &j)
+	return j
+}
+
+func (b *bundle) checkpoint(t *testing.T, job string, chunk int) kv.Checkpoint {
+	t.Helper()
+	cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// dlq returns every envelope in SALVAGE_DLQ.
+func (b *bundle) dlq(t *testing.T) []recovery.Envelope {
+	t.Helper()
+	s, err := b.JS.Stream(b.ctx, streams.DLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []recovery.Envelope
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(b.ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e recovery.Envelope
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (b *bundle) streamMsgs(t *testing.T, name string) uint64 {
+	t.Helper()
+	s, err := b.JS.Stream(b.ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// subscribe collects messages on subject for the rest of the test.
+func (b *bundle) subscribe(t *testing.T, subject string) func() []*nats.Msg {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*nats.Msg
+	sub, err := b.Conn.Subscribe(subject, func(m *nats.Msg) { mu.Lock(); got = append(got, m); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := b.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() []*nats.Msg { mu.Lock(); defer mu.Unlock(); return append([]*nats.Msg(nil), got...) }
+}

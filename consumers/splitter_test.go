@@ -1,0 +1,149 @@
+package consumers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
+	b := setup(t, setupOpts{})
+	rejected := b.subscribe(t, "salvage.events.rejected.>")
+	b.startWorker(t, "w1")
+	tests := []struct {
+		subject, body, reason string
+	}{
+		{"salvage.jobs.test", `{"input": {"chunks": [`, streams.RejectMalformedJSON},
+		{"salvage.jobs.test", `{"input": {}} trailing`, streams.RejectMalformedJSON},
+		{"salvage.jobs.nope", `{"input": {"chunks": ["ok"]}}`, streams.RejectUnknownPipeline},
+		{"salvage.jobs.test", `{"input": {"chunks": ["` + strings.Repeat("x", 5000) + `"]}}`, streams.RejectOversized},
+		{"salvage.jobs.test", `{"job_id": "a.b", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "a*", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		{"salvage.jobs.test.extra", `{"input": {"chunks": ["ok"]}}`, streams.RejectBadSubject},
+		{"salvage.jobs.test", `{"input": {"chunks": []}}`, streams.RejectBadInput},
+		{"salvage.jobs.test", `{"metadata": {}}`, streams.RejectBadInput},
+		{"salvage.jobs.test", `{"input": "not an object"}`, streams.RejectBadInput},
+	}
+	for _, tt := range tests {
+		if _, err := b.JS.Publish(b.ctx, tt.subject, []byte(tt.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == len(tests) }, "%d rejections", len(tests))
+	for i, m := range rejected() {
+		var r streams.Rejection
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		want := tests[i]
+		if r.Reason != want.reason || m.Subject != streams.RejectedSubject(want.reason) || r.Error == "" || r.Subject != want.subject {
+			t.Errorf("rejection %d = %+v on %s, want reason %s", i, r, m.Subject, want.reason)
+		}
+		if m.Header.Get(streams.HeaderReason) != want.reason {
+			t.Errorf("rejection %d lacks the %s header", i, streams.HeaderReason)
+		}
+		if want.reason != streams.RejectOversized && r.Data != want.body {
+			t.Errorf("rejection %d lost the payload: %q", i, r.Data)
+		}
+	}
+	if jobs, _ := b.stores.Jobs.List(b.ctx); len(jobs) != 0 {
+		t.Errorf("bad input created %d jobs", len(jobs))
+	}
+	// Still serving.
+	b.waitJob(t, b.submit(t, modeOK), kv.JobDone)
+	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "rejected messages removed")
+}
+
+// TestSplitterCrashRedeliveryMakesOneJob: the splitter dies right after
+// creating the job record; the redelivered job message (no job_id, no
+// Nats-Msg-Id: the id derives from the stream sequence) finds the same job
+// and finishes the split instead of creating a second job.
+func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
+	b2 := setupNoSplitter(t)
+	reg := b2.reg
+	crashed := make(chan struct{})
+	var creates atomic.Int32
+	sp, err := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers.SetAfterCreate(sp, func() {
+		if creates.Add(1) == 1 {
+			close(crashed)
+			runtime.Goexit() // the splitter dies here: no chunks, no ack
+		}
+	})
+	go func() { _ = sp.Run(b2.ctx) }()
+	in, _ := json.Marshal(map[string]any{"input": map[string]any{"chunks": []string{modeOK, modeOK}}})
+	accepted := b2.subscribe(t, "salvage.events.*.accepted")
+	if _, err := b2.JS.Publish(b2.ctx, streams.JobSubject("test"), in); err != nil {
+		t.Fatal(err)
+	}
+	<-crashed
+	jobs, err := b2.stores.Jobs.List(b2.ctx)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("after the crash: %d jobs (%v)", len(jobs), err)
+	}
+	sp2, _ := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
+	b2.goRun(sp2.Run)
+	b2.startWorker(t, "w1")
+	b2.waitJob(t, jobs[0].ID, kv.JobDone)
+	if all, _ := b2.stores.Jobs.List(b2.ctx); len(all) != 1 {
+		t.Fatalf("%d jobs after redelivery, want 1", len(all))
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return len(accepted()) == 1 }, "one accepted event")
+	var ev streams.JobEvent
+	_ = json.Unmarshal(accepted()[0].Data, &ev)
+	if ev.Job != jobs[0].ID {
+		t.Fatalf("accepted event names job %s, want %s", ev.Job, jobs[0].ID)
+	}
+}
+
+func setupNoSplitter(t *testing.T) *bundle {
+	t.Helper()
+	nb := natstest.Start(t)
+	opts := streams.Options{AckWait: 2 * time.Second, MaxDeliver: 3, SplitterAckWait: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := streams.Provision(ctx, nb.JS, opts); err != nil {
+		t.Fatal(err)
+	}
+	stores, err := kv.Provision(ctx, nb.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{Bundle: nb, stores: stores, opts: opts, ctx: ctx, wg: new(sync.WaitGroup)}
+	b.reg = mustRegistry(t)
+	t.Cleanup(func() { cancel(); b.wg.Wait() })
+	return b
+}
+
+func TestSubmitWithMsgIDKeepsThatID(t *testing.T) {
+	b := setup(t, setupOpts{})
+	id := "01JABCDEFGHJKMNPQRSTVWXYZ0"
+	m := nats.NewMsg(streams.JobSubject("test"))
+	m.Header.Set(streams.HeaderMsgID, id)
+	m.Data = []byte(`{"input": {"chunks": ["ok"]}}`)
+	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		_, err := b.stores.Jobs.Get(b.ctx, id)
+		return err == nil
+	}, "job with the Nats-Msg-Id ULID")
+	if _, err := b.stores.Jobs.Get(b.ctx, "nope"); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("unknown job: %v", err)
+	}
+}

@@ -1,0 +1,345 @@
+package consumers_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+const childWorkerEnv = "SALVAGE_TEST_CHILD_WORKER_URL"
+
+// runChildWorker is the body of a real worker process the crash test
+// SIGKILLs: the test binary re-executed with childWorkerEnv set.
+func runChildWorker(url string) int {
+	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: url, Name: "child-worker"})
+	if err != nil {
+		return 2
+	}
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	stores, err := kv.Open(ctx, js)
+	if err != nil {
+		return 2
+	}
+	reg, _ := recovery.NewRegistry(testPipeline(true))
+	ackWait, _ := time.ParseDuration(os.Getenv("SALVAGE_TEST_ACK_WAIT"))
+	w, err := consumers.NewWorker(js, stores, consumers.WorkerConfig{
+		ID: os.Getenv("SALVAGE_TEST_WORKER_ID"), Registry: reg, AckWait: ackWait, Retry: testRetry,
+	})
+	if err != nil {
+		return 2
+	}
+	_ = w.Run(ctx)
+	return 0
+}
+
+func TestJobRunsToDone(t *testing.T) {
+	b := setup(t, setupOpts{})
+	results := b.subscribe(t, streams.ResultsAll)
+	b.startWorker(t, "w1")
+	b.startWorker(t, "w2")
+	job := b.submit(t, modeOK, modeFailOnce, modeOK)
+	j := b.waitJob(t, job, kv.JobDone)
+	if j.Summary.Done != 3 {
+		t.Fatalf("summary = %+v", j.Summary)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return len(results()) == 3 }, "3 results")
+	if got := b.checkpoint(t, job, 2).Tier1Retries; got != 1 {
+		t.Errorf("chunk 2 tier-1 retries = %d, want 1", got)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "chunks stream to drain")
+}
+
+func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
+	b := setup(t, setupOpts{})
+	b.startWorker(t, "w1")
+	job := b.submit(t, modeOK, modePermanent)
+	j := b.waitJob(t, job, kv.JobIncomplete)
+	if len(j.Explanation) != 1 || !strings.Contains(j.Explanation[0], "chunk 2") {
+		t.Errorf("explanation = %v", j.Explanation)
+	}
+	envs := b.dlq(t)
+	if len(envs) != 1 {
+		t.Fatalf("%d envelopes, want 1", len(envs))
+	}
+	e := envs[0]
+	if e.Category != recovery.CategoryUnrecoverable || e.Chunk != 2 || e.FailedStage != 2 {
+		t.Errorf("envelope = %+v", e)
+	}
+	var orig streams.ChunkMsg
+	if err := json.Unmarshal(e.Original.Data, &orig); err != nil || orig.Job != job || orig.Chunk != 2 {
+		t.Errorf("original = %s (%v)", e.Original.Data, err)
+	}
+	if n := callCount(job, 2, 2); n != 1 {
+		t.Errorf("permanent error was called %d times, want 1 (never retried)", n)
+	}
+	if n := b.streamMsgs(t, streams.Chunks); n != 0 {
+		t.Errorf("%d messages left in SALVAGE_CHUNKS", n)
+	}
+}
+
+func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
+	b := setup(t, setupOpts{})
+	b.startWorker(t, "w1")
+	b.startWorker(t, "w2")
+	job := b.submit(t, modeAlwaysFails)
+	b.waitJob(t, job, kv.JobIncomplete)
+	// Give a second advisory or sweep the chance to double it.
+	natstest.Eventually(t, 10*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "original removed")
+	envs := b.dlq(t)
+	if len(envs) != 1 {
+		t.Fatalf("%d envelopes, want exactly 1", len(envs))
+	}
+	e := envs[0]
+	if e.Category != recovery.CategoryTransientNetwork || e.Strategy != recovery.StrategyResume {
+		t.Errorf("category/strategy = %s/%s", e.Category, e.Strategy)
+	}
+	if e.Deliveries != 3 {
+		t.Errorf("deliveries = %d, want 3", e.Deliveries)
+	}
+	cp := b.checkpoint(t, job, 1)
+	// 3 deliveries x (1 call + 2 tier-1 retries).
+	if cp.Tier1Retries != 6 || cp.Deliveries != 3 || cp.Envelope != e.ID {
+		t.Errorf("checkpoint = %+v", cp)
+	}
+	if n := callCount(job, 1, 2); n != 9 {
+		t.Errorf("stage 2 calls = %d, want 9", n)
+	}
+	if n := callCount(job, 1, 1); n != 1 {
+		t.Errorf("stage 1 calls = %d, want 1: redeliveries resume from the checkpoint", n)
+	}
+}
+
+func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		purge bool // lose the captured advisory too: only the sweeper is left
+	}{{"captured by the stream", false}, {"found by the sweeper", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t, setupOpts{noDeadLetter: true})
+			b.startWorker(t, "w1")
+			job := b.submit(t, modeAlwaysFails)
+			natstest.Eventually(t, 20*time.Second, func() bool { return b.streamMsgs(t, streams.Advisories) == 1 }, "the advisory")
+			if tc.purge {
+				s, _ := b.JS.Stream(b.ctx, streams.Advisories)
+				if err := s.Purge(b.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := len(b.dlq(t)); got != 0 {
+				t.Fatalf("%d envelopes before any dead-letterer ran", got)
+			}
+			b.startDeadLetterer(t)
+			b.waitJob(t, job, kv.JobIncomplete)
+			if got := len(b.dlq(t)); got != 1 {
+				t.Fatalf("%d envelopes, want 1", got)
+			}
+		})
+	}
+}
+
+func TestCancellationAtStage(t *testing.T) {
+	b := setup(t, setupOpts{})
+	b.startWorker(t, "w1")
+	job := b.submit(t, modeWaitCancel, modeOK)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return callCount(job, 1, 2) == 1 && b.checkpoint(t, job, 2).Status == kv.StatusDone
+	}, "chunk 1 blocked in stage 2 and chunk 2 done")
+	if _, err := b.stores.Jobs.Cancel(b.ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	j := b.waitJob(t, job, kv.JobCancelled)
+	cp := b.checkpoint(t, job, 1)
+	if cp.Status != "cancelled-at-stage-2" {
+		t.Fatalf("chunk 1 status = %q", cp.Status)
+	}
+	if cp.Tier1Retries != 0 || callCount(job, 1, 2) != 1 {
+		t.Errorf("cancelled call was retried: retries %d, calls %d", cp.Tier1Retries, callCount(job, 1, 2))
+	}
+	if j.Summary.Cancelled != 1 || j.Summary.Done != 1 {
+		t.Errorf("summary = %+v", j.Summary)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "cancelled chunk acked")
+	if n := len(b.dlq(t)); n != 0 {
+		t.Errorf("%d envelopes for a cancelled chunk", n)
+	}
+}
+
+func TestCancelledJobChunksNeverStart(t *testing.T) {
+	b := setup(t, setupOpts{})
+	job := b.submit(t, modeOK, modeOK)
+	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 2 }, "chunks published")
+	if _, err := b.stores.Jobs.Cancel(b.ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	b.startWorker(t, "w1")
+	b.waitJob(t, job, kv.JobCancelled)
+	if got := b.checkpoint(t, job, 1).Status; got != "cancelled-at-stage-1" {
+		t.Errorf("status = %q", got)
+	}
+	if callCount(job, 1, 1) != 0 {
+		t.Error("a cancelled chunk ran")
+	}
+}
+
+// TestKilledWorkerLosesClaimAndChunkResumes SIGKILLs a real worker process
+// that renewed its claim mid-chunk; the chunk completes in another worker
+// from the checkpoint the dead one wrote.
+func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
+	b := setup(t, setupOpts{ackWait: 1500 * time.Millisecond})
+	job := b.submit(t, modeBlockInChild)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childWorkerEnv+"="+b.Server.ClientURL(),
+		"SALVAGE_TEST_ACK_WAIT="+b.opts.AckWait.String(), "SALVAGE_TEST_WORKER_ID=child")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	var first kv.Lease
+	natstest.Eventually(t, 15*time.Second, func() bool {
+		l, err := b.stores.Claims.Get(b.ctx, job, 1)
+		if err == nil && first.Revision == 0 {
+			first = l
+		}
+		return err == nil && l.ClaimedBy == "child" && l.Revision > first.Revision && b.checkpoint(t, job, 1).Stage == 2
+	}, "the child to hold and renew the claim in stage 2")
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	b.startWorker(t, "survivor")
+
+	b.waitJob(t, job, kv.JobDone)
+	cp := b.checkpoint(t, job, 1)
+	if cp.ClaimedBy != "survivor" || cp.Deliveries != 2 {
+		t.Errorf("checkpoint = %+v, want finished by survivor on delivery 2", cp)
+	}
+	if n := callCount(job, 1, 1); n != 0 {
+		t.Errorf("survivor re-ran stage 1 (%d calls): it should resume from the checkpoint at stage 2", n)
+	}
+	if n := callCount(job, 1, 2); n != 1 {
+		t.Errorf("survivor ran stage 2 %d times, want 1", n)
+	}
+}
+
+// TestStaleWorkerIsFencedOut: a worker whose claim was stolen finishes its
+// stage, fails the fenced checkpoint write, and stops without acking.
+func TestStaleWorkerIsFencedOut(t *testing.T) {
+	b := setup(t, setupOpts{ackWait: 30 * time.Second})
+	b.startWorker(t, "stale")
+	job := b.submit(t, modeGate)
+	natstest.Eventually(t, 10*time.Second, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
+
+	// Another worker steals the claim after expiry and takes the fence.
+	b.stores.Claims.SetClock(func() time.Time { return time.Now().Add(time.Minute) })
+	lease, err := b.stores.Claims.Acquire(b.ctx, job, 1, "thief", 2, time.Hour)
+	b.stores.Claims.SetClock(time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.stores.Checkpoints.Take(b.ctx, job, 1, "thief", lease.Revision, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(gate(job, 1))
+
+	// The stale worker's stage-2 checkpoint write fails: the checkpoint
+	// stays the thief's, at stage 2, and the message stays unacked.
+	cons, _ := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer)
+	for range 20 {
+		time.Sleep(50 * time.Millisecond)
+		cp := b.checkpoint(t, job, 1)
+		if cp.ClaimedBy != "thief" || cp.Stage != 2 {
+			t.Fatalf("stale worker wrote the checkpoint: %+v", cp)
+		}
+	}
+	info, err := cons.Info(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 1 || b.streamMsgs(t, streams.Chunks) != 1 {
+		t.Fatalf("stale worker acked: ack pending %d, messages %d", info.NumAckPending, b.streamMsgs(t, streams.Chunks))
+	}
+	if n := callCount(job, 1, 3); n != 0 {
+		t.Fatalf("stale worker went on to stage 3")
+	}
+}
+
+// TestRedeliveryMeetingLiveHolderSpendsNoDelivery: while the holder lives
+// (renewing its claim), a redelivered copy waits in progress instead of
+// naking, so the delivery count stays put and nothing is dead-lettered.
+func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
+	b := setup(t, setupOpts{ackWait: time.Second})
+	job := b.submit(t, modeOK)
+	cons, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held jetstream.Msg
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		batch, err := cons.FetchNoWait(1)
+		if err != nil {
+			return false
+		}
+		for m := range batch.Messages() {
+			held = m
+		}
+		return held != nil
+	}, "the holder to take the chunk")
+	lease, err := b.stores.Claims.Acquire(b.ctx, job, 1, "holder", 1, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder renews its claim but sends no in-progress: JetStream
+	// redelivers the message to the real worker after AckWait.
+	b.startWorker(t, "waiter")
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if lease, err = b.stores.Claims.Renew(b.ctx, lease, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	info, err := cons.Info(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 1 || info.Delivered.Consumer != 2 {
+		t.Fatalf("deliveries spent while the holder lived: redelivered %d, delivered %d", info.NumRedelivered, info.Delivered.Consumer)
+	}
+	if callCount(job, 1, 1) != 0 {
+		t.Fatal("waiter ran a chunk held by a live worker")
+	}
+	// The holder finishes: the waiter acks its copy without running it.
+	_, fence, err := b.stores.Checkpoints.Take(b.ctx, job, 1, "holder", lease.Revision, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := b.checkpoint(t, job, 1)
+	cp.Status = kv.StatusDone
+	if err := b.stores.Checkpoints.Write(b.ctx, &fence, cp); err != nil {
+		t.Fatal(err)
+	}
+	_ = held.Ack()
+	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "message gone")
+	if n := len(b.dlq(t)); n != 0 || callCount(job, 1, 1) != 0 {
+		t.Fatalf("envelopes %d, calls %d", n, callCount(job, 1, 1))
+	}
+}
