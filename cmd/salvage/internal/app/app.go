@@ -1,0 +1,158 @@
+// Package app wires Salvage's roles together: provisioning, the pipeline
+// registry, and the splitter, workers and dead-letterer a process runs.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Roles a process can run.
+const (
+	// RoleWorker runs the splitter and the chunk workers.
+	RoleWorker = "worker"
+	// RoleDeadLetter runs the dead-letterer and the sweeper.
+	RoleDeadLetter = "dead-letter"
+	// RoleAll runs every role.
+	RoleAll = "all"
+)
+
+// futureRoles are part of the design but not built yet.
+var futureRoles = []string{"recovery", "api", "dashboard"}
+
+// ErrUnknownRole is returned for a role name Salvage does not have.
+var ErrUnknownRole = errors.New("unknown role")
+
+// Config is what a Salvage process runs with.
+type Config struct {
+	// Roles to run; RoleAll means every one. Default RoleAll.
+	Roles []string
+	// Replicas of streams and buckets: 1 embedded, 3 on a cluster.
+	Replicas int
+	// AckWait and MaxDeliver of the workers consumer (tier 2).
+	AckWait    time.Duration
+	MaxDeliver int
+	// Concurrency is chunks in flight per worker process.
+	Concurrency int
+	// WorkerID names this process's worker; empty derives one.
+	WorkerID string
+	// Retry is the tier-1 policy.
+	Retry recovery.RetryPolicy
+	// Model configures the simulated model contract-review calls.
+	Model simmodel.Config
+	// SweepInterval is the sweeper's period.
+	SweepInterval time.Duration
+	// DrainTimeout bounds the drain on shutdown.
+	DrainTimeout time.Duration
+	// Logger receives every role's logs.
+	Logger zerolog.Logger
+}
+
+// ResolveRoles expands and validates role names.
+func ResolveRoles(roles []string) ([]string, error) {
+	if len(roles) == 0 {
+		roles = []string{RoleAll}
+	}
+	var out []string
+	for _, r := range roles {
+		for _, r := range strings.Split(r, ",") {
+			r = strings.TrimSpace(r)
+			switch {
+			case r == RoleAll:
+				out = append(out, RoleWorker, RoleDeadLetter)
+			case r == RoleWorker || r == RoleDeadLetter:
+				out = append(out, r)
+			case slices.Contains(futureRoles, r):
+				return nil, fmt.Errorf("%w: %q is not in this version of salvage yet (have %s, %s, %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleAll)
+			default:
+				return nil, fmt.Errorf("%w: %q (want %s, %s or %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleAll)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// Provision creates or updates every stream, consumer and bucket.
+func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*kv.Stores, error) {
+	opts := streams.Options{Replicas: cfg.Replicas, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver}
+	if err := streams.Provision(ctx, js, opts); err != nil {
+		return nil, err
+	}
+	return kv.Provision(ctx, js, kv.Options{Replicas: cfg.Replicas})
+}
+
+// Registry returns the built-in pipelines, calling a simulated model.
+func Registry(model simmodel.Config) (*recovery.Registry, error) {
+	m, err := simmodel.New(model)
+	if err != nil {
+		return nil, err
+	}
+	return recovery.NewRegistry(contractreview.New(m))
+}
+
+// Run runs cfg's roles until ctx ends, then drains them. It blocks and
+// returns the first role's error, if any.
+func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Config) error {
+	roles, err := ResolveRoles(cfg.Roles)
+	if err != nil {
+		return err
+	}
+	reg, err := Registry(cfg.Model)
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger
+	var runs []func(context.Context) error
+	if slices.Contains(roles, RoleWorker) {
+		sp, err := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: reg, Logger: &log})
+		if err != nil {
+			return err
+		}
+		w, err := consumers.NewWorker(js, stores, consumers.WorkerConfig{
+			ID: cfg.WorkerID, Registry: reg, Concurrency: cfg.Concurrency, AckWait: cfg.AckWait,
+			MaxDeliver: cfg.MaxDeliver, Retry: cfg.Retry, DrainTimeout: cfg.DrainTimeout, Logger: &log,
+		})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, sp.Run, w.Run)
+	}
+	if slices.Contains(roles, RoleDeadLetter) {
+		dl, err := consumers.NewDeadLetterer(js, stores, consumers.DeadLetterConfig{SweepInterval: cfg.SweepInterval, Logger: &log})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, dl.Run)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = run(ctx); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

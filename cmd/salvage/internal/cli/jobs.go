@@ -1,0 +1,208 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// withStores connects and opens the stores for a read or an operator action.
+func (e *env) withStores(name string, fn func(ctx context.Context, js jetstream.JetStream, st *kv.Stores) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		nc, js, err := e.connect(name)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+		defer cancel()
+		st, err := kv.Open(ctx, js)
+		if err != nil {
+			return fmt.Errorf("%w (is salvage up running against this server?)", err)
+		}
+		return fn(ctx, js, st)
+	}
+}
+
+func (e *env) writeJSON(v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func jobArg(args []string) (string, error) {
+	if err := streams.ValidateToken("job id", args[0]); err != nil {
+		return "", err
+	}
+	return args[0], nil
+}
+
+func (e *env) statusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status JOB",
+		Short: "Show a job and each chunk's stage, status, deliveries and envelope",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := jobArg(args)
+		if err != nil {
+			return err
+		}
+		return e.withStores("salvage status", func(ctx context.Context, _ jetstream.JetStream, st *kv.Stores) error {
+			j, err := st.Jobs.Get(ctx, id)
+			if errors.Is(err, kv.ErrNotFound) {
+				return fmt.Errorf("no job %s", id)
+			}
+			if err != nil {
+				return err
+			}
+			cps, err := st.Checkpoints.ForJob(ctx, id, j.Chunks)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				for i := range cps {
+					cps[i].Outputs = nil
+				}
+				return e.writeJSON(map[string]any{"job": j, "chunks": cps})
+			}
+			fmt.Fprintf(e.stdout, "job %s  pipeline %s  status %s  trace %s\n", j.ID, j.Pipeline, j.Status, j.TraceID)
+			fmt.Fprintf(e.stdout, "chunks %d: %d done, %d dead-lettered, %d cancelled, %d running, %d pending\n",
+				j.Chunks, j.Summary.Done, j.Summary.DeadLettered, j.Summary.Cancelled, j.Summary.Running, j.Summary.Pending)
+			for _, why := range j.Explanation {
+				fmt.Fprintln(e.stdout, "  "+why)
+			}
+			tw := table(e.stdout)
+			fmt.Fprintln(tw, "CHUNK\tSTAGE\tSTATUS\tDELIVERIES\tTIER1\tCALLS\tWORKER\tENVELOPE\tLAST ERROR")
+			for _, c := range cps {
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", c.Chunk, c.Stage, c.Status, c.Deliveries,
+					c.Tier1Retries, c.Calls, c.ClaimedBy, c.Envelope, truncate(c.LastError, 60))
+			}
+			return tw.Flush()
+		})(cmd, args)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func (e *env) jobsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{Use: "jobs", Short: "List jobs, newest first", Args: cobra.NoArgs}
+	cmd.RunE = e.withStores("salvage jobs", func(ctx context.Context, _ jetstream.JetStream, st *kv.Stores) error {
+		jobs, err := st.Jobs.List(ctx)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			if jobs == nil {
+				jobs = []kv.Job{}
+			}
+			return e.writeJSON(jobs)
+		}
+		tw := table(e.stdout)
+		fmt.Fprintln(tw, "JOB\tPIPELINE\tSTATUS\tCHUNKS\tDONE\tFAILED\tCREATED")
+		for _, j := range jobs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", j.ID, j.Pipeline, j.Status, j.Chunks, j.Summary.Done,
+				j.Summary.DeadLettered, j.CreatedAt.Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	})
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (e *env) cancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel JOB",
+		Short: "Cancel a job: every chunk stops at its next stage as cancelled-at-stage-N",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobArg(args)
+			if err != nil {
+				return err
+			}
+			return e.withStores("salvage cancel", func(ctx context.Context, _ jetstream.JetStream, st *kv.Stores) error {
+				j, err := st.Jobs.Cancel(ctx, id)
+				if errors.Is(err, kv.ErrNotFound) {
+					return fmt.Errorf("no job %s", id)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "job %s cancelled (was %s; chunks stop at their next stage)\n", id, j.Status)
+				return nil
+			})(cmd, args)
+		},
+	}
+}
+
+func (e *env) resultsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{Use: "results JOB", Short: "Print a job's findings, one entry per finished chunk", Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := jobArg(args)
+		if err != nil {
+			return err
+		}
+		return e.withStores("salvage results", func(ctx context.Context, js jetstream.JetStream, st *kv.Stores) error {
+			j, err := st.Jobs.Get(ctx, id)
+			if errors.Is(err, kv.ErrNotFound) {
+				return fmt.Errorf("no job %s", id)
+			}
+			if err != nil {
+				return err
+			}
+			results, err := readResults(ctx, js, id)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				out := make([]json.RawMessage, 0, len(results))
+				for _, r := range results {
+					out = append(out, r)
+				}
+				return e.writeJSON(out)
+			}
+			fmt.Fprintf(e.stdout, "job %s (%s, %s): %d of %d chunks have findings\n", id, j.Pipeline, j.Status, len(results), j.Chunks)
+			tw := table(e.stdout)
+			fmt.Fprintln(tw, "CHUNK\tRISK\tTYPE\tHIGHEST CATEGORIES\tHEADING")
+			for chunk := 1; chunk <= j.Chunks; chunk++ {
+				r, ok := results[chunk]
+				if !ok {
+					fmt.Fprintf(tw, "%d\t-\t-\t(no findings)\t\n", chunk)
+					continue
+				}
+				var f contractreview.Finding
+				if err := json.Unmarshal(r, &f); err != nil || f.Risk == "" {
+					fmt.Fprintf(tw, "%d\t\t\t%s\t\n", chunk, truncate(string(r), 80))
+					continue
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", chunk, f.Risk, f.ClauseType, topCategories(f.CategoryRisk, 3), f.Heading)
+			}
+			return tw.Flush()
+		})(cmd, args)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
+	return cmd
+}

@@ -1,0 +1,141 @@
+// Package cli holds the salvage commands. Main runs them against any
+// reader and writers, so tests call the CLI in process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// Exit codes of `salvage submit --wait` and of failed commands.
+const (
+	ExitOK         = 0
+	ExitError      = 1
+	ExitPartial    = 3
+	ExitIncomplete = 4
+	ExitCancelled  = 5
+)
+
+// exitError ends a command with a specific exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// env is what every command shares.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	conn           natsconf.ConnectConfig
+	logLevel       string
+	logFormat      string
+}
+
+// Main runs the salvage CLI with args and returns the process exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := e.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	var ee *exitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "salvage:", ee.err)
+		}
+		return ee.code
+	default:
+		fmt.Fprintln(stderr, "salvage:", err)
+		return ExitError
+	}
+}
+
+func (e *env) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "salvage",
+		Short:         "Failure recovery for long-running agent pipelines on NATS JetStream",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	f := root.PersistentFlags()
+	f.StringVarP(&e.conn.URL, "server", "s", "", "NATS server URLs (default $NATS_URL, else "+natsconf.URLDefault+"); for up, use an existing deployment instead of embedding one")
+	f.StringVar(&e.conn.Creds, "creds", "", "user credentials file")
+	f.StringVar(&e.conn.NKey, "nkey", "", "user nkey seed file")
+	f.StringVar(&e.conn.User, "user", "", "user name or token")
+	f.StringVar(&e.conn.Password, "password", "", "password")
+	f.StringVar(&e.conn.TLSCert, "tlscert", "", "TLS client certificate file")
+	f.StringVar(&e.conn.TLSKey, "tlskey", "", "TLS client key file")
+	f.StringVar(&e.conn.TLSCA, "tlsca", "", "TLS trusted CA file")
+	f.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&e.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
+	root.AddCommand(e.upCmd(), e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.cancelCmd(), e.jobsCmd(), e.demoCmd())
+	return root
+}
+
+// logger builds the process logger; only cmd/ does this.
+func (e *env) logger() (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(e.logLevel)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("--log-level: %w", err)
+	}
+	var w io.Writer = e.stderr
+	console := e.logFormat == "console"
+	if e.logFormat == "auto" {
+		if f, ok := e.stderr.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				console = true
+			}
+		}
+	} else if e.logFormat != "json" && e.logFormat != "console" {
+		return zerolog.Nop(), fmt.Errorf("--log-format %q: want json, console or auto", e.logFormat)
+	}
+	if console {
+		w = zerolog.ConsoleWriter{Out: e.stderr, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// connect opens a client connection to --server / NATS_URL.
+func (e *env) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
+	c := e.conn
+	c.Name = name
+	nc, err := natsconf.Connect(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}

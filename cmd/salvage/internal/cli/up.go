@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/app"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// runFlags are the settings of the roles, shared by up and demo.
+type runFlags struct {
+	replicas      int
+	ackWait       time.Duration
+	maxDeliver    int
+	concurrency   int
+	workerID      string
+	retries       int
+	retryBase     time.Duration
+	retryMax      time.Duration
+	retryTotal    time.Duration
+	sweepInterval time.Duration
+	drainTimeout  time.Duration
+	model         simmodel.Config
+}
+
+func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
+	f.IntVar(&r.replicas, "replicas", 1, "replicas per stream and bucket (3 on a cluster)")
+	f.DurationVar(&r.ackWait, "ack-wait", streams.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; also the claim lease")
+	f.IntVar(&r.maxDeliver, "max-deliver", streams.MaxDeliverDefault, "tier 2: deliveries before a chunk is dead-lettered")
+	f.IntVar(&r.concurrency, "concurrency", consumers.ConcurrencyDefault, "chunks in flight per worker process")
+	f.StringVar(&r.workerID, "worker-id", "", "worker id in claims and checkpoints (default host-pid-random)")
+	f.IntVar(&r.retries, "retries", recovery.MaxRetriesDefault, "tier 1: retries per call (attempts = retries+1)")
+	f.DurationVar(&r.retryBase, "retry-base", recovery.BaseDelayDefault, "tier 1: upper bound of the first full-jitter wait")
+	f.DurationVar(&r.retryMax, "retry-max", recovery.MaxDelayDefault, "tier 1: upper bound of any one wait")
+	f.DurationVar(&r.retryTotal, "retry-total", recovery.TotalCapDefault, "tier 1: time cap for one call, waits included")
+	f.DurationVar(&r.sweepInterval, "sweep-interval", consumers.SweepIntervalDefault, "how often the sweeper looks for exhausted chunks")
+	f.DurationVar(&r.drainTimeout, "drain-timeout", consumers.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
+	f.Int64Var(&r.model.Seed, "model-seed", defaults.Seed, "simulated model: seed")
+	f.DurationVar(&r.model.Latency, "model-latency", defaults.Latency, "simulated model: median call latency")
+	f.Float64Var(&r.model.FailureRate, "model-failure-rate", defaults.FailureRate, "simulated model: fraction of calls failing transiently (429, 5xx, timeout)")
+	f.Float64Var(&r.model.PermanentRate, "model-permanent-rate", defaults.PermanentRate, "simulated model: fraction of calls failing with a permanent 400")
+}
+
+// args renders the flags back for a child process.
+func (r *runFlags) args() []string {
+	return []string{
+		"--ack-wait", r.ackWait.String(), "--max-deliver", strconv.Itoa(r.maxDeliver),
+		"--concurrency", strconv.Itoa(r.concurrency), "--retries", strconv.Itoa(r.retries),
+		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
+		"--drain-timeout", r.drainTimeout.String(),
+		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
+		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
+		"--model-permanent-rate", strconv.FormatFloat(r.model.PermanentRate, 'g', -1, 64),
+	}
+}
+
+func (r *runFlags) config(roles []string) app.Config {
+	retries := r.retries
+	if retries == 0 {
+		retries = -1 // RetryPolicy reads 0 as "default"; the flag's 0 means none.
+	}
+	return app.Config{
+		Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
+		Concurrency: r.concurrency, WorkerID: r.workerID,
+		Retry:         recovery.RetryPolicy{MaxRetries: retries, BaseDelay: r.retryBase, MaxDelay: r.retryMax, TotalCap: r.retryTotal},
+		Model:         r.model,
+		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout,
+	}
+}
+
+func (e *env) upCmd() *cobra.Command {
+	var (
+		run      runFlags
+		roles    []string
+		listen   string
+		storeDir string
+		syncStr  string
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run Salvage: an embedded NATS server (unless --server) and every role",
+		Long: `Run Salvage. Without --server it embeds a NATS server listening on --listen with its
+store in --store; with --server it joins an existing deployment. Once streams, buckets
+and roles are ready it prints NATS_URL=... on stdout. SIGTERM drains: fetching stops,
+in-flight chunks finish or are released, then the process exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			cfg := run.config(roles)
+			cfg.Logger = log
+			if _, err := app.ResolveRoles(cfg.Roles); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			url := e.conn.ResolveURL()
+			if e.conn.URL == "" {
+				sync, err := natsconf.ParseSyncInterval(syncStr)
+				if err != nil {
+					return err
+				}
+				host, portStr, err := net.SplitHostPort(listen)
+				if err != nil {
+					return fmt.Errorf("--listen %q: %w", listen, err)
+				}
+				port, err := strconv.Atoi(portStr)
+				if err != nil {
+					return fmt.Errorf("--listen %q: bad port", listen)
+				}
+				sc := natsconf.DefaultServerConfig()
+				sc.Host, sc.Port, sc.StoreDir, sc.SyncInterval = host, port, storeDir, sync
+				srv, err := natsconf.StartServer(sc)
+				if err != nil {
+					return err
+				}
+				defer srv.Shutdown()
+				url = srv.ClientURL()
+				log.Info().Str("url", url).Str("store", storeDir).Str("sync_interval", natsconf.SyncIntervalString(sync)).Msg("embedded NATS server ready")
+			}
+			e.conn.URL = url
+			e.conn.Wait = true
+			nc, js, err := e.connect("salvage up")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			stores, err := app.Provision(pctx, js, cfg)
+			cancel()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "NATS_URL=%s\n", url)
+			return app.Run(ctx, js, stores, cfg)
+		},
+	}
+	f := cmd.Flags()
+	run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
+	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter or all (comma-separated or repeated)")
+	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address")
+	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
+	f.StringVar(&syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
+	return cmd
+}
