@@ -27,8 +27,8 @@ lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
 
-bench: build ## throughput of the workers on the zero-latency model
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./consumers/
+bench: ## chunks and calls per second through the workers (zero-latency model), per sync_interval
+	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/app/
 
 tools: $(BIN)/nats $(BIN)/staticcheck ## pinned natscli and staticcheck into ./bin
 
