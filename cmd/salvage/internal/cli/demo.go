@@ -119,7 +119,9 @@ type demoReport struct {
 	TimedOut           bool    `json:"timed_out"`
 }
 
-func (r demoReport) ok() bool { return r.ChunksMissing == 0 && r.Results == r.ChunksDone && !r.TimedOut }
+func (r demoReport) ok() bool {
+	return r.ChunksMissing == 0 && r.Results == r.ChunksDone && !r.TimedOut
+}
 
 func (r demoReport) print(w io.Writer) {
 	tw := table(w)

@@ -7,7 +7,6 @@ package contractreview
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -248,7 +247,7 @@ func Split(raw json.RawMessage) ([]json.RawMessage, error) {
 		out = append(out, data)
 	}
 	if len(out) == 0 {
-		return nil, errors.Join(recovery.ErrBadInput, errors.New("contract has no clauses"))
+		return nil, fmt.Errorf("%w: contract has no clauses", recovery.ErrBadInput)
 	}
 	return out, nil
 }

@@ -1,0 +1,275 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "salvage-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "salvage")
+	if out, err := exec.Command("go", "build", "-o", binary, "github.com/salvagehq/salvage/cmd/salvage").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build salvage: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run runs the CLI in process and returns its exit code and output.
+func run(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := cli.Main(args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// up starts `salvage up` as a process and returns its NATS_URL.
+func up(t *testing.T, args ...string) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"up", "--listen", "127.0.0.1:-1", "--store", t.TempDir(), "--log-format", "json", "--log-level", "warn"}, args...)...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "NATS_URL="); ok {
+				urls <- u
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case u := <-urls:
+		return u, cmd
+	case <-time.After(30 * time.Second):
+		t.Fatal("salvage up printed no NATS_URL")
+	}
+	return "", nil
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSubmitWaitStatusResultsCancel(t *testing.T) {
+	url, _ := up(t, "--model-latency", "1ms", "--model-failure-rate", "0.05", "--retry-base", "10ms", "--retry-max", "40ms")
+	contract := writeFile(t, "contract.txt", contractreview.Contract(6, 3))
+
+	code, out, errOut := run(t, "", "submit", "contract-review", contract, "--wait", "--server", url)
+	if code != cli.ExitOK {
+		t.Fatalf("submit --wait exit %d: %s", code, errOut)
+	}
+	job := strings.TrimSpace(out)
+	if !strings.Contains(errOut, "6/6 done") {
+		t.Errorf("progress output lacks the final count: %q", errOut)
+	}
+
+	code, out, _ = run(t, "", "status", job, "--server", url)
+	if code != 0 || !strings.Contains(out, "status done") || strings.Count(out, "\tdone\t")+strings.Count(out, " done ") < 6 {
+		t.Errorf("status exit %d:\n%s", code, out)
+	}
+	code, out, _ = run(t, "", "status", job, "--json", "--server", url)
+	var st struct {
+		Job struct {
+			Status string `json:"status"`
+		} `json:"job"`
+		Chunks []struct {
+			Status string `json:"status"`
+			Calls  int    `json:"calls"`
+		} `json:"chunks"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || st.Job.Status != "done" || len(st.Chunks) != 6 {
+		t.Fatalf("status --json (%d): %v\n%s", code, err, out)
+	}
+	for i, c := range st.Chunks {
+		if c.Status != "done" || c.Calls < contractreview.CallsPerChunk {
+			t.Errorf("chunk %d = %+v", i+1, c)
+		}
+	}
+
+	code, out, _ = run(t, "", "results", job, "--json", "--server", url)
+	var findings []contractreview.Finding
+	if err := json.Unmarshal([]byte(out), &findings); err != nil || code != 0 || len(findings) != 6 {
+		t.Fatalf("results --json (%d): %v\n%s", code, err, out)
+	}
+	code, out, _ = run(t, "", "results", job, "--server", url)
+	if code != 0 || strings.Count(out, "Clause ") != 6 {
+		t.Errorf("results table (%d):\n%s", code, out)
+	}
+
+	code, out, _ = run(t, "", "jobs", "--server", url)
+	if code != 0 || !strings.Contains(out, job) {
+		t.Errorf("jobs (%d):\n%s", code, out)
+	}
+
+	// A plain nats pub of a job message, id learnt from the accepted event.
+	nc := natstest.Connect(t, url)
+	accepted := make(chan *nats.Msg, 1)
+	sub, _ := nc.ChanSubscribe("salvage.events.*.accepted", accepted)
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+	body, _ := json.Marshal(map[string]any{"input": contractreview.Input{Text: contractreview.Contract(40, 4)}})
+	if err := nc.Publish(streams.JobSubject(contractreview.Name), body); err != nil {
+		t.Fatal(err)
+	}
+	var ev streams.JobEvent
+	select {
+	case m := <-accepted:
+		_ = json.Unmarshal(m.Data, &ev)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no accepted event for a plain publish")
+	}
+	code, out, _ = run(t, "", "cancel", ev.Job, "--server", url)
+	if code != 0 || !strings.Contains(out, "cancelled") {
+		t.Fatalf("cancel (%d): %s", code, out)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, out, _ := run(t, "", "status", ev.Job, "--server", url)
+		return strings.Contains(out, "status cancelled")
+	}, "job to end cancelled")
+	_, out, _ = run(t, "", "status", ev.Job, "--server", url)
+	if !strings.Contains(out, "cancelled-at-stage-") {
+		t.Errorf("no chunk cancelled at a stage:\n%s", out)
+	}
+}
+
+func TestSubmitBadInput(t *testing.T) {
+	url, _ := up(t)
+	big := writeFile(t, "big.txt", strings.Repeat("x", 600<<10))
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"malformed JSON", `{"input": `, []string{"submit", "contract-review", "-"}, "not valid JSON"},
+		{"no input", `{"metadata": {}}`, []string{"submit", "contract-review", "-"}, `no "input"`},
+		{"text for a JSON pipeline", `hello`, []string{"submit", "order-fulfillment", "-"}, "must be a JSON job message"},
+		{"oversized", "", []string{"submit", "contract-review", big}, "over the 512 KiB"},
+		{"bad pipeline token", `{"input": {}}`, []string{"submit", "contract.review", "-"}, "contains"},
+		{"bad job id", `{"job_id": "a>b", "input": {}}`, []string{"submit", "contract-review", "-"}, "contains"},
+		{"unknown pipeline", `{"input": {}}`, []string{"submit", "nope", "-", "--wait"}, "unknown-pipeline"},
+		{"empty contract", `{"input": {"text": ""}}`, []string{"submit", "contract-review", "-", "--wait"}, "bad-input"},
+		{"unknown job", "", []string{"status", "01JNOSUCHJOB0000000000000"}, "no job"},
+		{"bad job token", "", []string{"cancel", "a.b"}, "contains"},
+		{"unknown role", "", []string{"up", "--role", "bogus", "--listen", "127.0.0.1:-1"}, "unknown role"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := run(t, tt.stdin, append(tt.args, "--server", url)...)
+			if code != cli.ExitError || !strings.Contains(errOut, tt.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 1 mentioning %q", code, errOut, tt.want)
+			}
+		})
+	}
+	// Still serving.
+	code, _, errOut := run(t, contractreview.Contract(2, 1), "submit", "contract-review", "-", "--wait", "--server", url)
+	if code != 0 {
+		t.Fatalf("good job after bad input: exit %d: %s", code, errOut)
+	}
+}
+
+// TestSIGTERMDrains: a worker process told to stop finishes its in-flight
+// chunks, exits 0, and the job completes.
+func TestSIGTERMDrains(t *testing.T) {
+	url, _ := up(t, "--role", "dead-letter")
+	_, worker := up(t, "--server", url, "--role", "worker", "--worker-id", "drainer", "--model-latency", "20ms")
+	code, out, errOut := run(t, "", "submit", "contract-review", writeFile(t, "c.txt", contractreview.Contract(2, 9)), "--server", url)
+	if code != 0 {
+		t.Fatalf("submit: %s", errOut)
+	}
+	job := strings.TrimSpace(out)
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		_, out, _ := run(t, "", "status", job, "--server", url)
+		return strings.Contains(out, "drainer")
+	}, "the worker to take a chunk")
+	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- worker.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker exit after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not drain within 30s")
+	}
+	_, out, _ = run(t, "", "status", job, "--server", url)
+	if !strings.Contains(out, "status done") {
+		t.Fatalf("in-flight chunks not finished by the draining worker:\n%s", out)
+	}
+}
+
+func TestDemoReportJSON(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "demo", "--report", "json", "--chunks", "8", "--workers", "2",
+		"--ack-wait", "2s", "--log-level", "warn", "--model-failure-rate", "0.05")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v\n%s", err, stderr.String())
+	}
+	var r map[string]any
+	dec := json.NewDecoder(&stdout)
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("demo stdout is not one JSON object: %v", err)
+	}
+	if dec.More() {
+		t.Fatal("demo printed more than one JSON object")
+	}
+	for _, k := range []string{"chunks", "chunks_done", "chunks_dead_lettered", "chunks_missing", "calls", "tier1_retries", "redeliveries", "envelopes", "wall_seconds"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("report lacks %q", k)
+		}
+	}
+	if r["chunks"] != 8.0 || r["chunks_done"] != 8.0 || r["chunks_missing"] != 0.0 {
+		t.Errorf("report = %v", r)
+	}
+	if r["redeliveries"].(float64) < 1 || r["killed_worker"] == nil {
+		t.Errorf("the killed worker caused no redelivery: %v", r)
+	}
+	if r["tier1_retries"].(float64) < 1 {
+		t.Errorf("no tier-1 retries at 5%% failures: %v", r)
+	}
+}

@@ -1,0 +1,91 @@
+package consumers_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// TestRolesSurviveServerRestart: NATS going away is an infrastructure
+// error (invariant 8): roles wait it out, keep running, and finish jobs
+// submitted after the server is back.
+func TestRolesSurviveServerRestart(t *testing.T) {
+	cfg := natsconf.DefaultServerConfig()
+	cfg.Port, cfg.StoreDir, cfg.SyncInterval = -1, t.TempDir(), 0
+	srv, err := natsconf.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Port = srv.NATS().Addr().(*net.TCPAddr).Port
+	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: srv.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := streams.Options{AckWait: 2 * time.Second, MaxDeliver: 3}
+	if err := streams.Provision(ctx, js, opts); err != nil {
+		t.Fatal(err)
+	}
+	stores, err := kv.Provision(ctx, js, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{stores: stores, reg: mustRegistry(t), opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
+	sp, _ := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: b.reg})
+	dl, _ := consumers.NewDeadLetterer(js, stores, consumers.DeadLetterConfig{SweepInterval: 200 * time.Millisecond})
+	w, _ := consumers.NewWorker(js, stores, consumers.WorkerConfig{ID: "w", Registry: b.reg, AckWait: opts.AckWait, Retry: testRetry})
+	errs := make(chan error, 3)
+	for _, run := range []func(context.Context) error{sp.Run, dl.Run, w.Run} {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); errs <- run(ctx) }()
+	}
+	defer func() { cancel(); b.wg.Wait(); srv.Shutdown() }()
+
+	srv.Shutdown()
+	natstest.Eventually(t, 5*time.Second, func() bool { return nc.Status() != nats.CONNECTED }, "the client to see the outage")
+	select {
+	case err := <-errs:
+		t.Fatalf("a role ended during the outage: %v", err)
+	default:
+	}
+	if srv, err = natsconf.StartServer(cfg); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		id = submitTo(t, ctx, js, modeOK, modeFailOnce)
+		if id != "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for {
+		j, err := stores.Jobs.Get(ctx, id)
+		if err == nil && j.Status == kv.JobDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job not done after restart: %+v %v", j, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("a role ended: %v", err)
+	default:
+	}
+}
