@@ -1,0 +1,203 @@
+package recovery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/recovery"
+)
+
+func TestBackoffFullJitterBounds(t *testing.T) {
+	p := recovery.DefaultRetryPolicy()
+	var maxDraw int64
+	p.Rand = func(n int64) int64 { maxDraw = n - 1; return n - 1 }
+	for retry, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
+		if got := p.Backoff(retry); got != want || time.Duration(maxDraw) != want {
+			t.Errorf("retry %d: ceiling %v, want %v", retry, got, want)
+		}
+	}
+	p.Rand = func(int64) int64 { return 0 }
+	if got := p.Backoff(2); got != 0 {
+		t.Errorf("full jitter must reach 0, got %v", got)
+	}
+}
+
+func TestNextWait(t *testing.T) {
+	p := recovery.RetryPolicy{MaxRetries: 3, BaseDelay: 100 * time.Millisecond, MaxDelay: 400 * time.Millisecond, TotalCap: 2 * time.Second,
+		Rand: func(n int64) int64 { return n / 2 }}
+	tests := []struct {
+		name    string
+		err     error
+		retry   int
+		elapsed time.Duration
+		want    time.Duration
+		ok      bool
+	}{
+		{"transient", recovery.Transient(503, errors.New("x")), 0, 0, 50 * time.Millisecond, true},
+		{"unknown errors are transient", errors.New("reset"), 1, 0, 100 * time.Millisecond, true},
+		{"timeout", recovery.Timeout(errors.New("x")), 0, 0, 50 * time.Millisecond, true},
+		{"retry-after is a floor", recovery.RateLimited(time.Second, errors.New("x")), 0, 0, time.Second, true},
+		{"permanent never", recovery.Permanent(400, errors.New("x")), 0, 0, 0, false},
+		{"cancelled never", fmt.Errorf("call: %w", recovery.ErrJobCancelled), 0, 0, 0, false},
+		{"context cancelled never", context.Canceled, 0, 0, 0, false},
+		{"attempt cap", recovery.Transient(503, nil), 3, 0, 0, false},
+		{"total cap", recovery.Transient(503, nil), 1, 1950 * time.Millisecond, 0, false},
+		{"retry-after past the cap", recovery.RateLimited(5*time.Second, nil), 0, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := p.NextWait(tt.err, tt.retry, tt.elapsed)
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("NextWait = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestClassOfMatchesSentinels(t *testing.T) {
+	tests := []struct {
+		err   error
+		class recovery.Class
+		is    error
+	}{
+		{recovery.Transient(502, nil), recovery.ClassTransient, recovery.ErrTransient},
+		{recovery.RateLimited(time.Second, nil), recovery.ClassRateLimited, recovery.ErrRateLimited},
+		{fmt.Errorf("wrapped: %w", recovery.Timeout(nil)), recovery.ClassTimeout, recovery.ErrTimeout},
+		{recovery.Permanent(400, nil), recovery.ClassPermanent, recovery.ErrPermanent},
+		{context.DeadlineExceeded, recovery.ClassTimeout, context.DeadlineExceeded},
+		{recovery.ErrJobCancelled, recovery.ClassCancelled, recovery.ErrJobCancelled},
+	}
+	for _, tt := range tests {
+		if got := recovery.ClassOf(tt.err); got != tt.class || !errors.Is(tt.err, tt.is) {
+			t.Errorf("ClassOf(%v) = %v (is %v: %v), want %v", tt.err, got, tt.is, errors.Is(tt.err, tt.is), tt.class)
+		}
+	}
+}
+
+func TestExecutor(t *testing.T) {
+	exec, err := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Run("succeeds after transient failures", func(t *testing.T) {
+		var stats recovery.Stats
+		n := 0
+		err := exec.Do(ctx, &stats, "op", func(context.Context) error {
+			if n++; n < 3 {
+				return recovery.Transient(503, nil)
+			}
+			return nil
+		})
+		if err != nil || stats.Calls.Load() != 3 || stats.Retries.Load() != 2 {
+			t.Fatalf("err %v, calls %d, retries %d", err, stats.Calls.Load(), stats.Retries.Load())
+		}
+	})
+	t.Run("exhausted", func(t *testing.T) {
+		var stats recovery.Stats
+		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return recovery.Transient(503, nil) })
+		if !errors.Is(err, recovery.ErrRetriesExhausted) || !errors.Is(err, recovery.ErrTransient) || stats.Calls.Load() != 4 {
+			t.Fatalf("err %v, calls %d", err, stats.Calls.Load())
+		}
+	})
+	t.Run("permanent is not retried", func(t *testing.T) {
+		var stats recovery.Stats
+		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return recovery.Permanent(400, nil) })
+		if !errors.Is(err, recovery.ErrPermanent) || errors.Is(err, recovery.ErrRetriesExhausted) || stats.Calls.Load() != 1 {
+			t.Fatalf("err %v, calls %d", err, stats.Calls.Load())
+		}
+	})
+	t.Run("cancellation stops the call and is not retried", func(t *testing.T) {
+		var stats recovery.Stats
+		ctx, cancel := context.WithCancelCause(ctx)
+		err := exec.Do(ctx, &stats, "op", func(ctx context.Context) error {
+			cancel(recovery.ErrJobCancelled)
+			<-ctx.Done()
+			return recovery.Transient(503, ctx.Err())
+		})
+		if !errors.Is(err, recovery.ErrJobCancelled) || stats.Retries.Load() != 0 {
+			t.Fatalf("err %v, retries %d", err, stats.Retries.Load())
+		}
+	})
+}
+
+func TestRunStageParallelAndSeverity(t *testing.T) {
+	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
+	var running, peak atomic.Int32
+	agent := func(name string, fail error) recovery.Agent {
+		return recovery.Agent{Name: name, Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+			if n := running.Add(1); n > peak.Load() {
+				peak.Store(n)
+			}
+			defer running.Add(-1)
+			err := tr.Call(ctx, "op", func(ctx context.Context) error {
+				if fail != nil {
+					return fail
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(50 * time.Millisecond):
+					return nil
+				}
+			})
+			return name, err
+		}}
+	}
+	var stats recovery.Stats
+	outs, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("a", nil), agent("b", nil), agent("c", nil)}},
+		recovery.StageRun{Stage: 1, Exec: exec, Stats: &stats})
+	if err != nil || len(outs) != 3 || string(outs[1].Output) != `"b"` || peak.Load() < 2 {
+		t.Fatalf("outs %v, err %v, peak parallelism %d", outs, err, peak.Load())
+	}
+	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{
+		agent("slow", nil), agent("flaky", recovery.Transient(503, nil)), agent("broken", recovery.Permanent(400, nil)),
+	}}, recovery.StageRun{Stage: 2, Exec: exec, Stats: &stats})
+	if !errors.Is(err, recovery.ErrPermanent) {
+		t.Fatalf("stage error = %v, want the permanent one to decide", err)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		f        recovery.Failure
+		category string
+		strategy string
+	}{
+		{recovery.Failure{Class: recovery.ClassPermanent}, recovery.CategoryUnrecoverable, recovery.StrategyDeadEnd},
+		{recovery.Failure{Class: recovery.ClassTransient, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
+		{recovery.Failure{Class: recovery.ClassRateLimited, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
+		{recovery.Failure{Class: recovery.ClassTimeout, Exhausted: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+		{recovery.Failure{Exhausted: true, InFlight: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+	}
+	for _, tt := range tests {
+		c, s := recovery.Classify(tt.f)
+		if c != tt.category || s != tt.strategy {
+			t.Errorf("Classify(%+v) = %s/%s, want %s/%s", tt.f, c, s, tt.category, tt.strategy)
+		}
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	p := &recovery.Pipeline{Name: "p", Split: func(json.RawMessage) ([]json.RawMessage, error) { return nil, nil }, Stages: []recovery.Stage{{Name: "s"}}}
+	if _, err := recovery.NewRegistry(p, p); err == nil {
+		t.Error("duplicate pipeline accepted")
+	}
+	if _, err := recovery.NewRegistry(&recovery.Pipeline{Name: "a.b", Split: p.Split, Stages: p.Stages}); err == nil {
+		t.Error("pipeline name with a dot accepted")
+	}
+	r, err := recovery.NewRegistry(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Get("q"); !errors.Is(err, recovery.ErrUnknownPipeline) {
+		t.Errorf("Get(q) = %v", err)
+	}
+}

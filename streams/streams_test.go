@@ -1,0 +1,98 @@
+package streams_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+func TestValidateToken(t *testing.T) {
+	tests := []struct {
+		tok     string
+		wantErr bool
+	}{
+		{"contract-review", false},
+		{"01JABCDEFGHJKMNPQRSTVWXYZ0", false},
+		{"", true}, {"a.b", true}, {"a*", true}, {">", true}, {"a b", true}, {"a\tb", true}, {"a\nb", true},
+		{string(make([]byte, streams.MaxTokenLen+1)), true},
+	}
+	for _, tt := range tests {
+		err := streams.ValidateToken("pipeline", tt.tok)
+		if (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, streams.ErrBadToken)) {
+			t.Errorf("ValidateToken(%q) = %v, wantErr %v", tt.tok, err, tt.wantErr)
+		}
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	if p, err := streams.ParseJobSubject("salvage.jobs.contract-review"); err != nil || p != "contract-review" {
+		t.Errorf("ParseJobSubject = %q, %v", p, err)
+	}
+	for _, s := range []string{"salvage.jobs.", "salvage.jobs.a.b", "salvage.other.a", "salvage.jobs"} {
+		if _, err := streams.ParseJobSubject(s); !errors.Is(err, streams.ErrBadSubject) {
+			t.Errorf("ParseJobSubject(%q) = %v, want ErrBadSubject", s, err)
+		}
+	}
+	ref, err := streams.ParseChunkSubject(streams.ChunkSubject("p", "J", 7))
+	if err != nil || ref != (streams.ChunkRef{Pipeline: "p", Job: "J", Chunk: 7}) {
+		t.Errorf("chunk subject round trip = %+v, %v", ref, err)
+	}
+	for _, s := range []string{"salvage.chunks.p.J", "salvage.chunks.p.J.0", "salvage.chunks.p.J.x", "salvage.dlq.p.J.1"} {
+		if _, err := streams.ParseChunkSubject(s); !errors.Is(err, streams.ErrBadSubject) {
+			t.Errorf("ParseChunkSubject(%q) = %v", s, err)
+		}
+	}
+	if got := streams.DLQSubject("TRANSIENT_NETWORK", "J", 3); got != "salvage.dlq.TRANSIENT_NETWORK.J.3" {
+		t.Errorf("DLQSubject = %s", got)
+	}
+}
+
+func TestTraceParent(t *testing.T) {
+	id := streams.DeriveTraceID("job")
+	if id != streams.DeriveTraceID("job") || len(id) != 32 {
+		t.Fatalf("trace id %q is not stable 32 hex", id)
+	}
+	got, ok := streams.ParseTraceParent(streams.TraceParent(id, streams.DeriveSpanID("x")))
+	if !ok || got != id {
+		t.Fatalf("round trip = %q, %v", got, ok)
+	}
+	for _, bad := range []string{"", "00-xyz-abc-01", "00-00000000000000000000000000000000-0000000000000001-01"} {
+		if _, ok := streams.ParseTraceParent(bad); ok {
+			t.Errorf("ParseTraceParent(%q) accepted", bad)
+		}
+	}
+}
+
+func TestProvisionIsIdempotent(t *testing.T) {
+	b := natstest.Start(t)
+	ctx := context.Background()
+	for range 2 {
+		if err := streams.Provision(ctx, b.JS, streams.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{streams.Jobs, streams.Chunks, streams.Hold, streams.Results, streams.DLQ, streams.Advisories, streams.Events} {
+		if _, err := b.JS.Stream(ctx, name); err != nil {
+			t.Errorf("stream %s: %v", name, err)
+		}
+	}
+	c, err := b.JS.Consumer(ctx, streams.Chunks, streams.WorkersConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := c.Info(ctx)
+	if info.Config.AckWait != streams.AckWaitDefault || info.Config.MaxDeliver != streams.MaxDeliverDefault {
+		t.Errorf("workers consumer = %+v", info.Config)
+	}
+	// Options change on re-provisioning (create or update).
+	if err := streams.Provision(ctx, b.JS, streams.Options{MaxDeliver: 5}); err != nil {
+		t.Fatal(err)
+	}
+	info, _ = c.Info(ctx)
+	if info.Config.MaxDeliver != 5 {
+		t.Errorf("MaxDeliver after update = %d", info.Config.MaxDeliver)
+	}
+}
