@@ -86,7 +86,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	return &Stores{
 		Jobs:        &Jobs{b: jobs, now: time.Now},
 		Claims:      &Claims{b: claims, now: time.Now},
-		Checkpoints: &Checkpoints{b: cps, now: time.Now},
+		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now},
 		Envelopes:   &Envelopes{b: envs, now: time.Now},
 	}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Chunk statuses kept in checkpoints. CancelledAtStage builds the fourth,
@@ -82,7 +83,41 @@ type Fence struct {
 // Checkpoints is the salvage_checkpoints store.
 type Checkpoints struct {
 	b   jetstream.KeyValue
+	js  jetstream.JetStream
 	now func() time.Time
+}
+
+// maxBatchKeys stays under the server's cap on keys in one multi-last
+// direct get.
+const maxBatchKeys = 1000
+
+func (s *Checkpoints) batchForJob(ctx context.Context, job string, out []Checkpoint, found []bool) error {
+	prefix := "$KV." + BucketCheckpoints + "."
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, "KV_"+BucketCheckpoints, []string{prefix + job + ".*"})
+	if err != nil {
+		return err
+	}
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			continue
+		}
+		var cp Checkpoint
+		if err := json.Unmarshal(m.Data, &cp); err != nil {
+			return fmt.Errorf("kv: decode %s: %w", m.Subject, err)
+		}
+		i, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+		if err != nil || i < 1 || i > len(out) {
+			continue
+		}
+		out[i-1], found[i-1] = cp, true
+	}
+	return nil
 }
 
 // Get returns a chunk's checkpoint and its revision, or ErrNotFound.
@@ -172,9 +207,24 @@ func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func
 }
 
 // ForJob returns the checkpoints of chunks 1..n of job; a missing one is
-// returned as a pending checkpoint.
+// returned as a pending checkpoint. It reads them all in one direct-get
+// batch (the last message of each key), so deriving a job's status after
+// every chunk costs one round trip, not one per chunk; it falls back to
+// one read per chunk if the batch fails.
 func (s *Checkpoints) ForJob(ctx context.Context, job string, n int) ([]Checkpoint, error) {
-	out := make([]Checkpoint, 0, n)
+	out := make([]Checkpoint, n)
+	found := make([]bool, n)
+	if s.js != nil && n <= maxBatchKeys {
+		if err := s.batchForJob(ctx, job, out, found); err == nil {
+			for i := range out {
+				if !found[i] {
+					out[i] = Checkpoint{Job: job, Chunk: i + 1, Stage: 1, Status: StatusPending}
+				}
+			}
+			return out, nil
+		}
+	}
+	out = out[:0]
 	for i := 1; i <= n; i++ {
 		cp, _, err := s.Get(ctx, job, i)
 		if errors.Is(err, ErrNotFound) {

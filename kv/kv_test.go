@@ -172,3 +172,30 @@ func TestEnvelopeGuardOnce(t *testing.T) {
 		t.Fatalf("second guard: %+v %v", g, err)
 	}
 }
+
+func TestForJobReadsEveryChunkInOneBatch(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	for i := 1; i <= 30; i++ {
+		if i == 7 {
+			continue // never written: reported pending
+		}
+		if _, err := st.Checkpoints.Mutate(ctx, "J", i, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusDone; cp.Calls = i; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another job's chunk 1 and a longer job id sharing the prefix.
+	_, _ = st.Checkpoints.Mutate(ctx, "JX", 1, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusRunning; return nil })
+	cps, err := st.Checkpoints.ForJob(ctx, "J", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, cp := range cps {
+		switch {
+		case i+1 == 7 && cp.Status != kv.StatusPending:
+			t.Errorf("chunk 7 = %+v, want pending", cp)
+		case i+1 != 7 && (cp.Status != kv.StatusDone || cp.Calls != i+1 || cp.Chunk != i+1):
+			t.Errorf("chunk %d = %+v", i+1, cp)
+		}
+	}
+}
