@@ -13,6 +13,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/app"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
@@ -137,8 +138,15 @@ in-flight chunks finish or are released, then the process exits.`,
 				return err
 			}
 			defer nc.Close()
+			// An existing deployment may still be electing leaders or
+			// reconnecting: provisioning waits that out (invariant 8).
 			pctx, cancel := context.WithTimeout(ctx, time.Minute)
-			stores, err := app.Provision(pctx, js, cfg)
+			var stores *kv.Stores
+			err = natsconf.Retry(pctx, func(ctx context.Context) error {
+				var err error
+				stores, err = app.Provision(ctx, js, cfg)
+				return err
+			})
 			cancel()
 			if err != nil {
 				return err
