@@ -25,6 +25,7 @@ type Stores struct {
 	Claims      *Claims
 	Checkpoints *Checkpoints
 	Envelopes   *Envelopes
+	Journal     *Journal
 }
 
 // Options tunes provisioning; zero fields take defaults.
@@ -53,6 +54,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("kv: provision %s: %w", cfg.Bucket, err)
 		}
+	}
+	replicas := max(o.Replicas, 1)
+	if _, err := js.CreateOrUpdateStream(ctx, journalStreamConfig(replicas)); err != nil {
+		return nil, fmt.Errorf("kv: provision %s: %w", BucketJournal, err)
 	}
 	return Open(ctx, js)
 }
@@ -83,10 +88,17 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
+	journal, err := get(BucketJournal)
+	if err != nil {
+		return nil, err
+	}
+	jr := &Journal{js: js, b: journal}
+	jr.Configure(JournalConfig{})
 	return &Stores{
 		Jobs:        &Jobs{b: jobs, now: time.Now},
 		Claims:      &Claims{b: claims, now: time.Now},
 		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now},
 		Envelopes:   &Envelopes{b: envs, now: time.Now},
+		Journal:     jr,
 	}, nil
 }

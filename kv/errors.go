@@ -21,6 +21,10 @@ var (
 	// ErrFinished is returned by Checkpoints.Take when the chunk is already
 	// done or cancelled: there is nothing left to run.
 	ErrFinished = errors.New("kv: chunk already finished")
+	// ErrJournalConflict is returned by Journal.Put when the row changed
+	// since the writer last saw it: a journal row is never overwritten
+	// blindly.
+	ErrJournalConflict = errors.New("kv: journal row changed concurrently")
 	// ErrContention is returned when a read-modify-write loop kept losing
 	// its compare-and-swap and gave up.
 	ErrContention = errors.New("kv: too much contention")

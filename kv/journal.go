@@ -1,0 +1,144 @@
+package kv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+)
+
+// BucketJournal is the execution journal's bucket.
+const BucketJournal = "salvage_journal"
+
+// Journal row statuses.
+const (
+	CallInitiated   = "INITIATED"
+	CallSucceeded   = "SUCCEEDED"
+	CallFailed      = "FAILED"
+	CallCompensated = "COMPENSATED"
+	CallUnknown     = "UNKNOWN"
+)
+
+// Fingerprint describes the external state a call changed.
+type Fingerprint struct {
+	System          string `json:"system"`
+	ResourceID      string `json:"resource_id,omitempty"`
+	Reversible      bool   `json:"reversible"`
+	Compensation    string `json:"compensation,omitempty"`
+	CompensationKey string `json:"compensation_key,omitempty"`
+}
+
+// JournalRow is one call in salvage_journal, written INITIATED before the
+// call and SUCCEEDED or FAILED after it (invariant 2).
+type JournalRow struct {
+	Key            string          `json:"key"`
+	Job            string          `json:"job_id"`
+	Chunk          int             `json:"chunk"`
+	Epoch          int             `json:"epoch"`
+	Stage          int             `json:"stage"`
+	Agent          string          `json:"agent"`
+	Seq            int             `json:"seq"`
+	Tool           string          `json:"tool"`
+	System         string          `json:"system,omitempty"`
+	InputHash      string          `json:"input_hash"`
+	Output         json.RawMessage `json:"output,omitempty"`
+	Status         string          `json:"status"`
+	Fingerprint    *Fingerprint    `json:"fingerprint,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Attempts       int             `json:"attempts"`
+	LatencyMS      float64         `json:"latency_ms"`
+	Error          string          `json:"error,omitempty"`
+	ErrorClass     string          `json:"error_class,omitempty"`
+	Verified       bool            `json:"verified,omitempty"`
+	TraceID        string          `json:"trace_id,omitempty"`
+	StartedAt      time.Time       `json:"started_at"`
+	FinishedAt     time.Time       `json:"finished_at,omitzero"`
+}
+
+// StoredRow is a row with the stream sequence it was stored at; the next
+// write of that key expects it.
+type StoredRow struct {
+	JournalRow
+	Seq uint64
+}
+
+// JournalKey is the key of one call: <job>.<chunk>.<epoch>.<stage>.<agent>.<seq>.
+func JournalKey(job string, chunk, epoch, stage int, agent string, seq int) string {
+	return job + "." + strconv.Itoa(chunk) + "." + strconv.Itoa(epoch) + "." + strconv.Itoa(stage) + "." + agent + "." + strconv.Itoa(seq)
+}
+
+// IdempotencyKey is sha256(job, chunk, epoch, stage, agent, seq): the key an
+// external system sees, the same on every retry, redelivery and resume.
+func IdempotencyKey(job string, chunk, epoch, stage int, agent string, seq int) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%s\x00%d", job, chunk, epoch, stage, agent, seq)))
+	return hex.EncodeToString(h[:])
+}
+
+// HashInput is the input hash recorded in a row.
+func HashInput(input []byte) string {
+	h := sha256.Sum256(input)
+	return hex.EncodeToString(h[:16])
+}
+
+// journalStreamConfig is the bucket's stream, written as a stream config so
+// it keeps AllowAtomicPublish: CreateOrUpdateKeyValue would drop it.
+func journalStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:               "KV_" + BucketJournal,
+		Description:        "Execution journal: every call, before and after it runs.",
+		Subjects:           []string{"$KV." + BucketJournal + ".>"},
+		MaxMsgsPerSubject:  5,
+		MaxBytes:           -1,
+		MaxAge:             RetentionDefault,
+		MaxMsgSize:         -1,
+		MaxMsgs:            -1,
+		MaxConsumers:       -1,
+		Storage:            jetstream.FileStorage,
+		Replicas:           replicas,
+		AllowRollup:        true,
+		DenyDelete:         true,
+		Duplicates:         2 * time.Minute,
+		AllowDirect:        true,
+		Discard:            jetstream.DiscardNew,
+		AllowAtomicPublish: true,
+	}
+}
+
+// Load returns the rows of one chunk epoch keyed by journal key, read in
+// one direct-get batch. Resume uses it to replay an agent without calls.
+func (j *Journal) Load(ctx context.Context, job string, chunk, epoch int) (map[string]StoredRow, error) {
+	prefix := "$KV." + BucketJournal + "."
+	filter := prefix + job + "." + strconv.Itoa(chunk) + "." + strconv.Itoa(epoch) + ".>"
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, j.js, "KV_"+BucketJournal, []string{filter})
+	if err != nil {
+		return nil, fmt.Errorf("kv: load journal %s: %w", filter, err)
+	}
+	out := map[string]StoredRow{}
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kv: load journal %s: %w", filter, err)
+		}
+		var r JournalRow
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return nil, fmt.Errorf("kv: decode %s: %w", m.Subject, err)
+		}
+		out[m.Subject[len(prefix):]] = StoredRow{JournalRow: r, Seq: m.Sequence}
+	}
+	return out, nil
+}
+
+// Get returns one row, or ErrNotFound.
+func (j *Journal) Get(ctx context.Context, key string) (StoredRow, error) {
+	r, rev, err := getJSON[JournalRow](ctx, j.b, key)
+	return StoredRow{JournalRow: r, Seq: rev}, err
+}

@@ -1,0 +1,93 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+func row(job string, chunk, seq int, status string) kv.JournalRow {
+	return kv.JournalRow{
+		Key: kv.JournalKey(job, chunk, 0, 1, "agent", seq), Job: job, Chunk: chunk, Stage: 1, Agent: "agent", Seq: seq,
+		Tool: "charge", Status: status, IdempotencyKey: kv.IdempotencyKey(job, chunk, 0, 1, "agent", seq),
+	}
+}
+
+func TestJournalPutNeverOverwritesBlindly(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	seq, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0); !errors.Is(err, kv.ErrJournalConflict) {
+		t.Fatalf("second create: %v, want ErrJournalConflict", err)
+	}
+	if _, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallSucceeded), seq); err != nil {
+		t.Fatalf("update at the seen sequence: %v", err)
+	}
+	if _, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallFailed), seq); !errors.Is(err, kv.ErrJournalConflict) {
+		t.Fatalf("stale update: %v", err)
+	}
+	got, err := st.Journal.Get(ctx, kv.JournalKey("J", 1, 0, 1, "agent", 1))
+	if err != nil || got.Status != kv.CallSucceeded {
+		t.Fatalf("row = %+v, %v", got, err)
+	}
+}
+
+func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := row("J", 1+i%4, i, kv.CallInitiated)
+			seq, err := st.Journal.Put(ctx, r, 0)
+			if err == nil {
+				r.Status = kv.CallSucceeded
+				_, err = st.Journal.Put(ctx, r, seq)
+			}
+			errs <- err
+		}()
+	}
+	// One conflicting write rides along: only it may fail.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := st.Journal.Put(ctx, row("J", 1, 0, kv.CallInitiated), 12345); !errors.Is(err, kv.ErrJournalConflict) {
+			errs <- fmt.Errorf("conflicting write: %v", err)
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches, rows := st.Journal.Stats()
+	if rows < 2*n || batches >= rows {
+		t.Fatalf("%d rows in %d flushes: no coalescing", rows, batches)
+	}
+	t.Logf("%d rows in %d flushes", rows, batches)
+	loaded, err := st.Journal.Load(ctx, "J", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded) != n/4 {
+		t.Fatalf("Load found %d rows of chunk 1, want %d", len(loaded), n/4)
+	}
+	for k, r := range loaded {
+		if r.Status != kv.CallSucceeded || r.Key != k || r.Seq == 0 {
+			t.Fatalf("row %s = %+v", k, r)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+)
+
+// Journal group-commit defaults.
+const (
+	// JournalFlushersDefault is how many batches may be in flight at once.
+	JournalFlushersDefault = 2
+	// JournalMaxBatchDefault caps rows per atomic batch (the server allows
+	// 1000).
+	JournalMaxBatchDefault = 500
+	// journalWriteTimeout bounds one flush.
+	journalWriteTimeout = 10 * time.Second
+)
+
+// JournalConfig tunes how rows are written.
+type JournalConfig struct {
+	// Atomic group-commits the rows of concurrent calls as one atomic batch
+	// per flush: one durable write (one fsync under sync_interval always)
+	// shared by every row in it. Off, each row is its own pipelined
+	// asynchronous publish, which is several times faster when the server
+	// acks before fsync (make bench: ~18k vs ~3.3k calls/s at 64 concurrent
+	// calls) and about half as fast under always. Default on.
+	Atomic *bool
+	// Flushers is how many flushes may be in flight. Default 2.
+	Flushers int
+	// MaxBatch caps rows per flush. Default 500.
+	MaxBatch int
+}
+
+// Journal is the salvage_journal store. Writes from concurrent calls are
+// coalesced: whoever writes while no flush is running starts one, and
+// every row queued meanwhile rides in the next flush, so a call pays for
+// its two durable writes shared with every call writing at the same time.
+type Journal struct {
+	js jetstream.JetStream
+	b  jetstream.KeyValue
+
+	atomic   bool
+	flushers int
+	maxBatch int
+
+	mu       sync.Mutex
+	pending  []*journalWrite
+	flushing int
+
+	batches atomic.Int64
+	rows    atomic.Int64
+}
+
+type journalWrite struct {
+	msg    *nats.Msg
+	expect uint64
+	seq    uint64
+	err    error
+	done   chan struct{}
+}
+
+// Configure applies cfg; call it before the first write.
+func (j *Journal) Configure(cfg JournalConfig) {
+	j.atomic = cfg.Atomic == nil || *cfg.Atomic
+	j.flushers = cfg.Flushers
+	if j.flushers <= 0 {
+		j.flushers = JournalFlushersDefault
+	}
+	j.maxBatch = cfg.MaxBatch
+	if j.maxBatch <= 0 || j.maxBatch > 1000 {
+		j.maxBatch = JournalMaxBatchDefault
+	}
+}
+
+// Put stores row under row.Key if the key's last stored sequence is still
+// expect (0: the key must not exist), and returns the new sequence. It
+// blocks until the row is durable. A lost race returns ErrJournalConflict:
+// a row is never overwritten by a writer that did not see it.
+func (j *Journal) Put(ctx context.Context, row JournalRow, expect uint64) (uint64, error) {
+	data, err := json.Marshal(row)
+	if err != nil {
+		return 0, fmt.Errorf("kv: encode journal row %s: %w", row.Key, err)
+	}
+	m := nats.NewMsg("$KV." + BucketJournal + "." + row.Key)
+	m.Data = data
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+	if !j.atomic {
+		// Asynchronous publishes pipeline by themselves: no need to queue.
+		return j.putAsync(ctx, m)
+	}
+	w := &journalWrite{msg: m, expect: expect, done: make(chan struct{})}
+	j.mu.Lock()
+	j.pending = append(j.pending, w)
+	if j.flushing < j.flushers {
+		j.flushing++
+		go j.flushLoop()
+	}
+	j.mu.Unlock()
+	select {
+	case <-w.done:
+		return w.seq, w.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("kv: journal write %s: %w", row.Key, ctx.Err())
+	}
+}
+
+// Stats reports how many flushes wrote how many rows, to show the
+// coalescing at work.
+func (j *Journal) Stats() (batches, rows int64) { return j.batches.Load(), j.rows.Load() }
+
+func (j *Journal) flushLoop() {
+	for {
+		j.mu.Lock()
+		n := min(len(j.pending), j.maxBatch)
+		if n == 0 {
+			j.flushing--
+			j.mu.Unlock()
+			return
+		}
+		batch := j.pending[:n:n]
+		j.pending = j.pending[n:]
+		j.mu.Unlock()
+		j.flush(batch)
+		for _, w := range batch {
+			close(w.done)
+		}
+	}
+}
+
+func (j *Journal) flush(batch []*journalWrite) {
+	ctx, cancel := context.WithTimeout(context.Background(), journalWriteTimeout)
+	defer cancel()
+	j.batches.Add(1)
+	j.rows.Add(int64(len(batch)))
+	if j.atomic && len(batch) > 1 {
+		msgs := make([]*nats.Msg, len(batch))
+		for i, w := range batch {
+			msgs[i] = w.msg
+		}
+		ack, err := jetstreamext.PublishMsgBatch(ctx, j.js, msgs, jetstreamext.BatchFlowControl{AckFirst: false})
+		if err == nil {
+			for i, w := range batch {
+				w.seq = ack.Sequence - uint64(len(batch)-1-i)
+			}
+			return
+		}
+		// One failed expectation fails the whole batch: write each row
+		// on its own so only the row that lost its race fails.
+		for _, w := range batch {
+			for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader} {
+				w.msg.Header.Del(h)
+			}
+		}
+	}
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i, w := range batch {
+		f, err := j.js.PublishMsgAsync(w.msg)
+		if err != nil {
+			w.err = fmt.Errorf("kv: journal write %s: %w", w.msg.Subject, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		w := batch[i]
+		select {
+		case ack := <-f.Ok():
+			w.seq = ack.Sequence
+		case err := <-f.Err():
+			w.err = journalError(w.msg.Subject, err)
+		case <-ctx.Done():
+			w.err = fmt.Errorf("kv: journal write %s: %w", w.msg.Subject, ctx.Err())
+		}
+	}
+}
+
+func (j *Journal) putAsync(ctx context.Context, m *nats.Msg) (uint64, error) {
+	j.batches.Add(1)
+	j.rows.Add(1)
+	f, err := j.js.PublishMsgAsync(m)
+	if err != nil {
+		return 0, fmt.Errorf("kv: journal write %s: %w", m.Subject, err)
+	}
+	select {
+	case ack := <-f.Ok():
+		return ack.Sequence, nil
+	case err := <-f.Err():
+		return 0, journalError(m.Subject, err)
+	case <-ctx.Done():
+		return 0, fmt.Errorf("kv: journal write %s: %w", m.Subject, ctx.Err())
+	}
+}
+
+func journalError(subject string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == 10164) {
+		return fmt.Errorf("%w: %s", ErrJournalConflict, subject)
+	}
+	return fmt.Errorf("kv: journal write %s: %w", subject, err)
+}
