@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,46 +71,63 @@ func gate(job string, chunk int) chan struct{} {
 	return g.(chan struct{})
 }
 
+// failedOnce remembers the idempotency keys modeFailOnce already failed.
+var failedOnce sync.Map
+
+type toolInput struct {
+	Mode  string `json:"mode"`
+	Stage int    `json:"stage"`
+}
+
 func testPipeline(inChild bool) *recovery.Pipeline {
+	tool := recovery.Tool{Name: "tool", System: "test", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+		var in toolInput
+		if err := json.Unmarshal(c.Input, &in); err != nil {
+			return recovery.ToolResult{}, recovery.Permanent(400, err)
+		}
+		job, chunk := jobChunk(ctx)
+		cnt, _ := calls.LoadOrStore(fmt.Sprintf("%s/%d/%d", job, chunk, in.Stage), new(atomic.Int64))
+		cnt.(*atomic.Int64).Add(1)
+		ok := recovery.ToolResult{Output: json.RawMessage(`"ok"`)}
+		if in.Stage != 2 {
+			return ok, nil
+		}
+		switch in.Mode {
+		case modePermanent:
+			return ok, recovery.Permanent(400, errors.New("bad request"))
+		case modeAlwaysFails:
+			return ok, recovery.Transient(503, errors.New("unavailable"))
+		case modeFailOnce:
+			if _, failed := failedOnce.LoadOrStore(c.IdempotencyKey, true); !failed {
+				return ok, recovery.RateLimited(time.Millisecond, errors.New("slow down"))
+			}
+		case modeWaitCancel:
+			<-ctx.Done()
+			return ok, ctx.Err()
+		case modeBlockInChild:
+			if inChild {
+				select {}
+			}
+		case modeGate:
+			select {
+			case <-gate(job, chunk):
+			case <-ctx.Done():
+				return ok, ctx.Err()
+			}
+		}
+		return ok, nil
+	}}
+	tools, err := recovery.NewTools(tool)
+	if err != nil {
+		panic(err)
+	}
 	agent := func(stage int) recovery.Agent {
 		return recovery.Agent{Name: fmt.Sprintf("agent%d", stage), Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
 			var mode string
 			if err := json.Unmarshal(t.Input, &mode); err != nil {
 				return nil, recovery.Permanent(400, err)
 			}
-			failed := false
-			err := t.Call(ctx, "tool", func(ctx context.Context) error {
-				c, _ := calls.LoadOrStore(fmt.Sprintf("%s/%d/%d", t.Job, t.Chunk, stage), new(atomic.Int64))
-				c.(*atomic.Int64).Add(1)
-				if stage != 2 {
-					return nil
-				}
-				switch mode {
-				case modePermanent:
-					return recovery.Permanent(400, errors.New("bad request"))
-				case modeAlwaysFails:
-					return recovery.Transient(503, errors.New("unavailable"))
-				case modeFailOnce:
-					if !failed {
-						failed = true
-						return recovery.RateLimited(time.Millisecond, errors.New("slow down"))
-					}
-				case modeWaitCancel:
-					<-ctx.Done()
-					return ctx.Err()
-				case modeBlockInChild:
-					if inChild {
-						select {}
-					}
-				case modeGate:
-					select {
-					case <-gate(t.Job, t.Chunk):
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				}
-				return nil
-			})
+			_, err := t.Tool(withJobChunk(ctx, t.Job, t.Chunk), "tool", toolInput{Mode: mode, Stage: stage})
 			return map[string]any{"stage": stage, "mode": mode}, err
 		}}
 	}
@@ -123,6 +142,7 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 			}
 			return v.Chunks, nil
 		},
+		Tools: tools,
 		Stages: []recovery.Stage{
 			{Name: "one", Agents: []recovery.Agent{agent(1)}},
 			{Name: "two", Agents: []recovery.Agent{agent(2)}},
@@ -316,4 +336,22 @@ func (b *bundle) subscribe(t *testing.T, subject string) func() []*nats.Msg {
 		t.Fatal(err)
 	}
 	return func() []*nats.Msg { mu.Lock(); defer mu.Unlock(); return append([]*nats.Msg(nil), got...) }
+}
+
+type jobChunkKey struct{}
+
+// withJobChunk tells the test tool which chunk calls it, for its counters.
+func withJobChunk(ctx context.Context, job string, chunk int) context.Context {
+	return context.WithValue(ctx, jobChunkKey{}, fmt.Sprintf("%s/%d", job, chunk))
+}
+
+func jobChunk(ctx context.Context) (string, int) {
+	v, _ := ctx.Value(jobChunkKey{}).(string)
+	var job string
+	var chunk int
+	if i := strings.LastIndexByte(v, '/'); i > 0 {
+		job = v[:i]
+		chunk, _ = strconv.Atoi(v[i+1:])
+	}
+	return job, chunk
 }

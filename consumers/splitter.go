@@ -157,23 +157,8 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	} else if s.afterCreate != nil {
 		s.afterCreate()
 	}
-	for i, input := range p.chunks {
-		n := i + 1
-		if err := s.stores.Checkpoints.Init(ctx, p.jobID, n); err != nil {
-			return err
-		}
-		data, err := json.Marshal(streams.ChunkMsg{Job: p.jobID, Chunk: n, Pipeline: p.pipeline.Name, TraceID: p.traceID, Input: input})
-		if err != nil {
-			return err
-		}
-		h := nats.Header{}
-		h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.split", p.jobID, n))
-		h.Set(streams.HeaderJob, p.jobID)
-		h.Set(streams.HeaderChunk, strconv.Itoa(n))
-		h.Set(streams.HeaderTraceParent, streams.TraceParent(p.traceID, streams.DeriveSpanID(fmt.Sprintf("%s.%d", p.jobID, n))))
-		if _, err := publish(ctx, s.js, &nats.Msg{Subject: streams.ChunkSubject(p.pipeline.Name, p.jobID, n), Data: data, Header: h}); err != nil {
-			return err
-		}
+	if err := s.publishChunks(ctx, m, p); err != nil {
+		return err
 	}
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, p.jobID+".accepted")
@@ -186,6 +171,52 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	log.Info().Int("chunks", len(p.chunks)).Msg("job accepted")
 	return nil
+}
+
+// publishChunks publishes every chunk of the job, pipelined: a split costs
+// about one round trip, not one per chunk. Dedup ids make a repeat after a
+// crash harmless. The job message is kept in progress meanwhile.
+func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed) error {
+	const window = 256
+	futures := make([]jetstream.PubAckFuture, 0, window)
+	wait := func() error {
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("consumers: publish %s: %w", f.Msg().Subject, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		futures = futures[:0]
+		return nil
+	}
+	for i, input := range p.chunks {
+		n := i + 1
+		data, err := json.Marshal(streams.ChunkMsg{Job: p.jobID, Chunk: n, Pipeline: p.pipeline.Name, TraceID: p.traceID, Input: input})
+		if err != nil {
+			return err
+		}
+		cm := nats.NewMsg(streams.ChunkSubject(p.pipeline.Name, p.jobID, n))
+		cm.Data = data
+		cm.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.split", p.jobID, n))
+		cm.Header.Set(streams.HeaderJob, p.jobID)
+		cm.Header.Set(streams.HeaderChunk, strconv.Itoa(n))
+		cm.Header.Set(streams.HeaderTraceParent, streams.TraceParent(p.traceID, streams.DeriveSpanID(fmt.Sprintf("%s.%d", p.jobID, n))))
+		f, err := s.js.PublishMsgAsync(cm)
+		if err != nil {
+			return fmt.Errorf("consumers: publish %s: %w", cm.Subject, err)
+		}
+		futures = append(futures, f)
+		if len(futures) == window {
+			if err := wait(); err != nil {
+				return err
+			}
+			_ = m.InProgress()
+		}
+	}
+	return wait()
 }
 
 func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, error) {

@@ -28,6 +28,8 @@ type run struct {
 
 	mu    sync.Mutex
 	lease kv.Lease
+	// replay is the chunk epoch's journal, loaded once at take.
+	replay *recovery.Replay
 }
 
 // handle runs one delivered chunk to one of: ack (done, cancelled, already
@@ -133,6 +135,11 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
+	rows, err := w.stores.Journal.Load(ctx, r.chunk.Job, r.chunk.Chunk, cp.Epoch)
+	if err != nil {
+		return err
+	}
+	r.replay = recovery.NewReplay(w.stores.Journal, rows)
 
 	chunkCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -153,6 +160,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 	flushStats := func(cp *kv.Checkpoint) {
 		cp.Calls += int(stats.Calls.Swap(0))
 		cp.Tier1Retries += int(stats.Retries.Swap(0))
+		cp.CachedCalls += int(stats.Cached.Swap(0))
 	}
 	for s := cp.Stage; s <= len(p.Stages); s++ {
 		st := p.Stages[s-1]
@@ -166,6 +174,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		outs, err := recovery.RunStage(chunkCtx, st, recovery.StageRun{
 			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,
 			Stage: s, Epoch: cp.Epoch, Input: r.chunk.Input, Prior: cp.Outputs, Exec: w.exec, Stats: &stats,
+			Tools: p.Tools, Replay: r.replay,
 		})
 		flushStats(&cp)
 		if err != nil {

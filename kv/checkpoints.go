@@ -58,8 +58,10 @@ type Checkpoint struct {
 	Deliveries    uint64   `json:"deliveries"`
 	Tier1Retries  int      `json:"tier1_retries"`
 	Calls         int      `json:"calls"`
-	Envelope      string   `json:"envelope,omitempty"`
-	Reason        string   `json:"reason,omitempty"`
+	// CachedCalls counts calls answered from the journal on resume.
+	CachedCalls int    `json:"cached_calls,omitempty"`
+	Envelope    string `json:"envelope,omitempty"`
+	Reason      string `json:"reason,omitempty"`
 	// LastError and LastErrorClass describe the failure that sent the
 	// chunk back to tier 2, so the dead-letterer can classify it.
 	LastError      string        `json:"last_error,omitempty"`
@@ -123,18 +125,6 @@ func (s *Checkpoints) batchForJob(ctx context.Context, job string, out []Checkpo
 // Get returns a chunk's checkpoint and its revision, or ErrNotFound.
 func (s *Checkpoints) Get(ctx context.Context, job string, chunk int) (Checkpoint, uint64, error) {
 	return getJSON[Checkpoint](ctx, s.b, ChunkKey(job, chunk))
-}
-
-// Init writes a pending checkpoint for a chunk that has none yet, so status
-// views list every chunk from the moment its job is accepted. An existing
-// checkpoint is left alone.
-func (s *Checkpoints) Init(ctx context.Context, job string, chunk int) error {
-	cp := Checkpoint{Job: job, Chunk: chunk, Stage: 1, Status: StatusPending, UpdatedAt: s.now()}
-	_, err := createJSON(ctx, s.b, ChunkKey(job, chunk), cp)
-	if err != nil && !isConflict(err) {
-		return fmt.Errorf("kv: init checkpoint %s: %w", ChunkKey(job, chunk), err)
-	}
-	return nil
 }
 
 // Take fences a chunk for worker, which must hold its claim at

@@ -13,8 +13,15 @@ import (
 // Stats counts one chunk run's calls and tier-1 retries. It is safe for
 // concurrent use by the agents of a stage.
 type Stats struct {
-	Calls   atomic.Int64
+	// Calls counts attempts that reached a tool, retries included.
+	Calls atomic.Int64
+	// Retries counts tier-1 retries.
 	Retries atomic.Int64
+	// Cached counts calls answered from the journal without running.
+	Cached atomic.Int64
+	// Verified counts unknown outcomes settled by asking the external
+	// system.
+	Verified atomic.Int64
 }
 
 // Executor applies tier 1 to every call an agent makes: it retries

@@ -22,6 +22,8 @@ type Pipeline struct {
 	Split func(input json.RawMessage) ([]json.RawMessage, error)
 	// Stages run in order; stage numbers are 1-based.
 	Stages []Stage
+	// Tools are the calls the pipeline's agents may make.
+	Tools *Tools
 	// Result builds the findings published for a finished chunk from every
 	// stage's outputs. Nil publishes the outputs as they are.
 	Result func(chunk json.RawMessage, outputs []kv.StageOutput) (json.RawMessage, error)
@@ -44,8 +46,10 @@ type Agent struct {
 }
 
 // Turn is one agent's run in one stage of one chunk. Every external call
-// the agent makes goes through Call, so tier 1 applies to it and it gets a
-// stable per-agent sequence number.
+// the agent makes goes through Tool, so it is journaled, tier 1 applies to
+// it, and it gets a stable per-agent sequence number. A Turn is not safe
+// for concurrent use: an agent's calls are a sequence, which keeps their
+// numbering, and so their idempotency keys, stable.
 type Turn struct {
 	Job      string
 	Pipeline string
@@ -59,21 +63,15 @@ type Turn struct {
 	// Prior holds the outputs of earlier stages.
 	Prior []kv.StageOutput
 
-	exec  *Executor
-	stats *Stats
-	seq   int
+	exec   *Executor
+	stats  *Stats
+	tools  *Tools
+	replay *Replay
+	seq    int
 }
 
 // Seq is the number of calls the agent has made so far in this turn.
 func (t *Turn) Seq() int { return t.seq }
-
-// Call runs fn through the executor (tier-1 retries). op names the call in
-// logs and errors. Call is not safe for concurrent use within one Turn: an
-// agent's calls are a sequence, which keeps their numbering stable.
-func (t *Turn) Call(ctx context.Context, op string, fn func(ctx context.Context) error) error {
-	t.seq++
-	return t.exec.Do(ctx, t.stats, op, fn)
-}
 
 // StageRun is what RunStage needs besides the stage.
 type StageRun struct {
@@ -83,12 +81,19 @@ type StageRun struct {
 	Prior                  []kv.StageOutput
 	Exec                   *Executor
 	Stats                  *Stats
+	Tools                  *Tools
+	// Replay is the chunk epoch's journal; nil starts an empty one that
+	// is not stored anywhere (tests of agents alone).
+	Replay *Replay
 }
 
 // RunStage runs a stage's agents in parallel and returns their outputs in
 // agent order. The first agent error cancels its siblings; the error
 // returned is the one that decides the chunk's fate (see severity).
 func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, error) {
+	if r.Replay == nil {
+		r.Replay = NewReplay(discardJournal{}, nil)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	outs := make([]kv.StageOutput, len(st.Agents))
@@ -101,7 +106,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 			t := &Turn{
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
-				exec: r.Exec, stats: r.Stats,
+				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
 			}
 			out, err := a.Run(ctx, t)
 			if err == nil {
@@ -147,6 +152,14 @@ func NewRegistry(ps ...*Pipeline) (*Registry, error) {
 		if p.Split == nil || len(p.Stages) == 0 {
 			return nil, fmt.Errorf("recovery: pipeline %s needs Split and at least one stage", p.Name)
 		}
+		for _, st := range p.Stages {
+			for _, a := range st.Agents {
+				// Agent names are journal key tokens.
+				if err := streams.ValidateToken("agent name", a.Name); err != nil {
+					return nil, fmt.Errorf("recovery: pipeline %s stage %s: %w", p.Name, st.Name, err)
+				}
+			}
+		}
 		if _, dup := r.m[p.Name]; dup {
 			return nil, fmt.Errorf("recovery: pipeline %s registered twice", p.Name)
 		}
@@ -172,4 +185,11 @@ func (r *Registry) Names() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// discardJournal keeps rows only in the Replay's memory.
+type discardJournal struct{}
+
+func (discardJournal) Put(_ context.Context, _ kv.JournalRow, expect uint64) (uint64, error) {
+	return expect + 1, nil
 }

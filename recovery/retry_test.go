@@ -131,35 +131,41 @@ func TestExecutor(t *testing.T) {
 func TestRunStageParallelAndSeverity(t *testing.T) {
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
 	var running, peak atomic.Int32
+	failures := map[string]error{"flaky": recovery.Transient(503, nil), "broken": recovery.Permanent(400, nil)}
+	tools, terr := recovery.NewTools(recovery.Tool{Name: "op", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+		if string(c.Input) == "true" {
+			return recovery.ToolResult{}, failures[agentOf(ctx)]
+		}
+		select {
+		case <-ctx.Done():
+			return recovery.ToolResult{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			return recovery.ToolResult{Output: json.RawMessage(`1`)}, nil
+		}
+	}})
+	if terr != nil {
+		t.Fatal(terr)
+	}
 	agent := func(name string, fail error) recovery.Agent {
 		return recovery.Agent{Name: name, Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+			ctx = context.WithValue(ctx, agentKey{}, name)
 			if n := running.Add(1); n > peak.Load() {
 				peak.Store(n)
 			}
 			defer running.Add(-1)
-			err := tr.Call(ctx, "op", func(ctx context.Context) error {
-				if fail != nil {
-					return fail
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(50 * time.Millisecond):
-					return nil
-				}
-			})
+			_, err := tr.Tool(ctx, "op", fail != nil)
 			return name, err
 		}}
 	}
 	var stats recovery.Stats
 	outs, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("a", nil), agent("b", nil), agent("c", nil)}},
-		recovery.StageRun{Stage: 1, Exec: exec, Stats: &stats})
+		recovery.StageRun{Stage: 1, Exec: exec, Stats: &stats, Tools: tools})
 	if err != nil || len(outs) != 3 || string(outs[1].Output) != `"b"` || peak.Load() < 2 {
 		t.Fatalf("outs %v, err %v, peak parallelism %d", outs, err, peak.Load())
 	}
 	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{
 		agent("slow", nil), agent("flaky", recovery.Transient(503, nil)), agent("broken", recovery.Permanent(400, nil)),
-	}}, recovery.StageRun{Stage: 2, Exec: exec, Stats: &stats})
+	}}, recovery.StageRun{Stage: 2, Exec: exec, Stats: &stats, Tools: tools})
 	if !errors.Is(err, recovery.ErrPermanent) {
 		t.Fatalf("stage error = %v, want the permanent one to decide", err)
 	}
@@ -201,3 +207,7 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("Get(q) = %v", err)
 	}
 }
+
+type agentKey struct{}
+
+func agentOf(ctx context.Context) string { s, _ := ctx.Value(agentKey{}).(string); return s }

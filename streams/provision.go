@@ -23,7 +23,7 @@ const (
 	// DuplicateWindowDefault is the Nats-Msg-Id dedup window.
 	DuplicateWindowDefault = 2 * time.Minute
 	// SplitterAckWaitDefault is the splitter consumer's AckWait.
-	SplitterAckWaitDefault = 30 * time.Second
+	SplitterAckWaitDefault = 10 * time.Second
 	// MaxAckPendingDefault bounds chunks in flight across all workers.
 	MaxAckPendingDefault = 1000
 )

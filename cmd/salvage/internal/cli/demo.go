@@ -206,6 +206,15 @@ func (e *env) runDemo(ctx context.Context, o demoOpts, log zerolog.Logger) (demo
 		return rep, err
 	}
 
+	// Kill a worker mid-chunk, not mid-split: wait for every job to be
+	// accepted (all its chunks published) before choosing the victim.
+	accepted := make(chan *nats.Msg, o.jobs)
+	sub, err := nc.ChanSubscribe(streams.EventSubject("*", streams.EventAccepted), accepted)
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
 	start := time.Now()
 	jobs := make([]string, 0, o.jobs)
 	for i := range o.jobs {
@@ -227,6 +236,13 @@ func (e *env) runDemo(ctx context.Context, o demoOpts, log zerolog.Logger) (demo
 
 	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	for range jobs {
+		select {
+		case <-accepted:
+		case <-waitCtx.Done():
+			return rep, fmt.Errorf("jobs not accepted: %w", waitCtx.Err())
+		}
+	}
 	if o.kill {
 		k, err := killMidChunk(waitCtx, stores, jobs, o.chunks, workers)
 		if err != nil {
@@ -251,7 +267,7 @@ func (e *env) startWorkers(ctx context.Context, o demoOpts, url string) ([]*work
 	for i := range o.workers {
 		id := fmt.Sprintf("demo-w%d", i+1)
 		args := append([]string{"up", "--role", app.RoleWorker, "--server", url, "--worker-id", id,
-			"--log-level", "warn", "--log-format", e.logFormat}, o.run.args()...)
+			"--log-level", e.logLevel, "--log-format", e.logFormat}, o.run.args()...)
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Stderr = e.stderr
 		stdout, err := cmd.StdoutPipe()

@@ -84,33 +84,65 @@ type Finding struct {
 	Summary      string         `json:"summary"`
 }
 
+// ModelTool is the model as a tool: a pure read, journaled like every
+// call so a resumed chunk never pays for a completion twice.
+func ModelTool(model Model) recovery.Tool {
+	return recovery.Tool{Name: "model", System: "model", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+		var in modelInput
+		if err := json.Unmarshal(c.Input, &in); err != nil {
+			return recovery.ToolResult{}, recovery.Permanent(400, err)
+		}
+		s, err := model.Score(ctx, c.IdempotencyKey, in.Prompt)
+		if err != nil {
+			return recovery.ToolResult{}, err
+		}
+		out, err := json.Marshal(modelOutput{Score: s})
+		return recovery.ToolResult{Output: out}, err
+	}}
+}
+
+type modelInput struct {
+	Prompt string `json:"prompt"`
+}
+
+type modelOutput struct {
+	Score int `json:"score"`
+}
+
 // New returns the pipeline calling model.
 func New(model Model) *recovery.Pipeline {
+	tools, err := recovery.NewTools(ModelTool(model))
+	if err != nil {
+		panic(err) // a static registration: only a programming error fails it
+	}
 	analysts := make([]recovery.Agent, len(Analysts))
 	for i, name := range Analysts {
-		analysts[i] = analyst(model, name, coverage(i))
+		analysts[i] = analyst(name, coverage(i))
 	}
 	return &recovery.Pipeline{
 		Name:  Name,
 		Split: Split,
 		Stages: []recovery.Stage{
-			{Name: "classify", Agents: []recovery.Agent{classifier(model)}},
+			{Name: "classify", Agents: []recovery.Agent{classifier()}},
 			{Name: "analyze", Agents: analysts},
-			{Name: "synthesize", Agents: []recovery.Agent{synthesizer(model)}},
+			{Name: "synthesize", Agents: []recovery.Agent{synthesizer()}},
 		},
+		Tools:  tools,
 		Result: result,
 	}
 }
 
-// score makes one model call through the turn, so tier 1 applies.
-func score(ctx context.Context, t *recovery.Turn, model Model, prompt string) (int, error) {
-	var s int
-	err := t.Call(ctx, "model", func(ctx context.Context) error {
-		var err error
-		s, err = model.Score(ctx, fmt.Sprintf("%s/%d/%s/%d/%d", t.Job, t.Chunk, t.Agent, t.Stage, t.Seq()), prompt)
-		return err
-	})
-	return s, err
+// score makes one journaled model call through the turn.
+func score(ctx context.Context, t *recovery.Turn, prompt string) (int, error) {
+	out, err := t.Tool(ctx, "model", modelInput{Prompt: prompt})
+	if err != nil {
+		return 0, err
+	}
+	var o modelOutput
+	if err := json.Unmarshal(out, &o); err != nil {
+		return 0, recovery.Permanent(0, fmt.Errorf("model output: %w", err))
+	}
+	return o.Score, nil
 }
 
 func clauseOf(t *recovery.Turn) (Clause, error) {
@@ -123,13 +155,13 @@ func clauseOf(t *recovery.Turn) (Clause, error) {
 
 var clauseTypes = []string{"obligation", "right", "definition", "condition", "remedy", "boilerplate"}
 
-func classifier(model Model) recovery.Agent {
+func classifier() recovery.Agent {
 	return recovery.Agent{Name: "clause-classifier", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
 			return nil, err
 		}
-		s, err := score(ctx, t, model, "classify: "+c.Text)
+		s, err := score(ctx, t, "classify: "+c.Text)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +169,7 @@ func classifier(model Model) recovery.Agent {
 	}}
 }
 
-func analyst(model Model, name string, categories []string) recovery.Agent {
+func analyst(name string, categories []string) recovery.Agent {
 	return recovery.Agent{Name: name, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
@@ -145,21 +177,21 @@ func analyst(model Model, name string, categories []string) recovery.Agent {
 		}
 		scores := make([]Score, 0, len(categories))
 		for _, cat := range categories {
-			s, err := score(ctx, t, model, fmt.Sprintf("%s analyst, %s risk: %s", name, cat, c.Text))
+			s, err := score(ctx, t, fmt.Sprintf("%s analyst, %s risk: %s", name, cat, c.Text))
 			if err != nil {
 				return nil, err
 			}
 			scores = append(scores, Score{Analyst: name, Category: cat, Score: s})
 		}
 		// A reflection pass: the analyst reviews its own scores once.
-		if _, err := score(ctx, t, model, fmt.Sprintf("%s analyst, reflect on %v", name, scores)); err != nil {
+		if _, err := score(ctx, t, fmt.Sprintf("%s analyst, reflect on %v", name, scores)); err != nil {
 			return nil, err
 		}
 		return scores, nil
 	}}
 }
 
-func synthesizer(model Model) recovery.Agent {
+func synthesizer() recovery.Agent {
 	return recovery.Agent{Name: "synthesizer", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
@@ -167,7 +199,7 @@ func synthesizer(model Model) recovery.Agent {
 		}
 		var total int
 		for _, step := range []string{"merge", "rank", "summarize"} {
-			s, err := score(ctx, t, model, step+": "+c.Text)
+			s, err := score(ctx, t, step+": "+c.Text)
 			if err != nil {
 				return nil, err
 			}

@@ -53,7 +53,7 @@ func TestChunkMakes116Calls(t *testing.T) {
 	var outs []kv.StageOutput
 	var stats recovery.Stats
 	for i, st := range p.Stages {
-		o, err := recovery.RunStage(context.Background(), st, recovery.StageRun{Job: "J", Chunk: 1, Stage: i + 1, Input: in, Prior: outs, Exec: exec, Stats: &stats})
+		o, err := recovery.RunStage(context.Background(), st, recovery.StageRun{Job: "J", Chunk: 1, Stage: i + 1, Input: in, Prior: outs, Exec: exec, Stats: &stats, Tools: p.Tools})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,182 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// JournalStore is where journal rows are written; kv.Journal implements it.
+type JournalStore interface {
+	// Put stores row if its key's last sequence is still expect (0: new)
+	// and returns the new sequence.
+	Put(ctx context.Context, row kv.JournalRow, expect uint64) (uint64, error)
+}
+
+// Replay is one chunk epoch's journal, loaded once when a worker takes the
+// chunk. A call whose row already SUCCEEDED returns the recorded output
+// without running: resume and redelivery replay an agent against its
+// journal at no cost per call. It is safe for concurrent use by the agents
+// of a stage.
+type Replay struct {
+	store JournalStore
+	mu    sync.Mutex
+	rows  map[string]kv.StoredRow
+}
+
+// NewReplay wraps rows (from kv.Journal.Load) for a chunk run.
+func NewReplay(store JournalStore, rows map[string]kv.StoredRow) *Replay {
+	if rows == nil {
+		rows = map[string]kv.StoredRow{}
+	}
+	return &Replay{store: store, rows: rows}
+}
+
+func (r *Replay) get(key string) (kv.StoredRow, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	row, ok := r.rows[key]
+	return row, ok
+}
+
+// put writes row expecting the sequence last seen for its key.
+func (r *Replay) put(ctx context.Context, row kv.JournalRow) (kv.StoredRow, error) {
+	r.mu.Lock()
+	expect := r.rows[row.Key].Seq
+	r.mu.Unlock()
+	seq, err := r.store.Put(ctx, row, expect)
+	if err != nil {
+		return kv.StoredRow{}, err
+	}
+	stored := kv.StoredRow{JournalRow: row, Seq: seq}
+	r.mu.Lock()
+	r.rows[row.Key] = stored
+	r.mu.Unlock()
+	return stored, nil
+}
+
+// Tool calls a registered tool through the journal: the row is written
+// INITIATED before the call and SUCCEEDED or FAILED after it, under the
+// deterministic key of invariant 2. A row that already SUCCEEDED returns
+// its output without a call; a row left INITIATED by a crash is an unknown
+// outcome, settled by the tool's Verify before anything else runs. input
+// must marshal to JSON. It blocks for the call and its two durable writes.
+func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
+	tool, err := t.tools.Get(name)
+	if err != nil {
+		return nil, Permanent(0, err)
+	}
+	in, err := json.Marshal(input)
+	if err != nil {
+		return nil, Permanent(0, fmt.Errorf("tool %s input: %w", name, err))
+	}
+	t.seq++
+	key := kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq)
+	row := kv.JournalRow{
+		Key: key, Job: t.Job, Chunk: t.Chunk, Epoch: t.Epoch, Stage: t.Stage, Agent: t.Agent, Seq: t.seq,
+		Tool: name, System: tool.System, InputHash: kv.HashInput(in), Status: kv.CallInitiated,
+		IdempotencyKey: kv.IdempotencyKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq),
+		TraceID:        t.TraceID,
+	}
+	prev, seen := t.replay.get(key)
+	if seen {
+		if prev.Tool != row.Tool || prev.InputHash != row.InputHash {
+			return nil, Permanent(0, fmt.Errorf("%w: %s holds %s(%s), now %s(%s)", ErrDiverged, key, prev.Tool, prev.InputHash, name, row.InputHash))
+		}
+		switch prev.Status {
+		case kv.CallCompensated:
+			return nil, Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", key))
+		case kv.CallSucceeded:
+			t.stats.Cached.Add(1)
+			return prev.Output, nil
+		case kv.CallInitiated, kv.CallUnknown:
+			if out, done, err := t.settle(ctx, tool, prev); err != nil || done {
+				return out, err
+			}
+		}
+		row.Attempts = prev.Attempts
+	}
+	row.StartedAt = time.Now().UTC()
+	if !seen || prev.Status != kv.CallInitiated {
+		if _, err := t.replay.put(ctx, row); err != nil {
+			return nil, fmt.Errorf("journal %s: %w", key, err)
+		}
+	}
+	var res ToolResult
+	calls := t.stats.Calls.Load()
+	err = t.exec.Do(ctx, t.stats, name, func(ctx context.Context) error {
+		var err error
+		res, err = tool.Call(ctx, ToolCall{IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
+		return err
+	})
+	row.Attempts += int(t.stats.Calls.Load() - calls)
+	row.FinishedAt = time.Now().UTC()
+	row.LatencyMS = float64(row.FinishedAt.Sub(row.StartedAt).Microseconds()) / 1000
+	if err != nil {
+		if ClassOf(err) == ClassCancelled {
+			// Stopped by us, outcome unknown: leave the row INITIATED so
+			// the next run verifies it.
+			return nil, err
+		}
+		row.Status, row.Error, row.ErrorClass = kv.CallFailed, err.Error(), ClassOf(err).String()
+	} else {
+		row.Status, row.Output = kv.CallSucceeded, res.Output
+		row.Fingerprint = fingerprint(tool, row.IdempotencyKey, res.ResourceID)
+	}
+	if _, werr := t.replay.put(ctx, row); werr != nil {
+		return nil, errors.Join(err, fmt.Errorf("journal %s: %w", key, werr))
+	}
+	return res.Output, err
+}
+
+// settle decides an unknown outcome: a side effect is verified with the
+// external system; if it took effect the row becomes SUCCEEDED (verified)
+// and done is true. A pure read is simply called again.
+func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.RawMessage, bool, error) {
+	if tool.Effect == nil {
+		return nil, false, nil
+	}
+	var v Verification
+	err := t.exec.Do(ctx, t.stats, tool.Name+".verify", func(ctx context.Context) error {
+		var err error
+		v, err = tool.Effect.Verify(ctx, prev.IdempotencyKey)
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("verify %s: %w", prev.Key, err)
+	}
+	if !v.Applied {
+		return nil, false, nil
+	}
+	row := prev.JournalRow
+	row.Status, row.Output, row.Verified = kv.CallSucceeded, v.Output, true
+	row.Fingerprint = fingerprint(tool, row.IdempotencyKey, v.ResourceID)
+	row.FinishedAt = time.Now().UTC()
+	if _, err := t.replay.put(ctx, row); err != nil {
+		return nil, false, fmt.Errorf("journal %s: %w", prev.Key, err)
+	}
+	t.stats.Verified.Add(1)
+	return v.Output, true, nil
+}
+
+func fingerprint(tool *Tool, key, resourceID string) *kv.Fingerprint {
+	if tool.Effect == nil {
+		return nil
+	}
+	fp := &kv.Fingerprint{System: tool.System, ResourceID: resourceID, Reversible: tool.Effect.Reversible}
+	if tool.Effect.Reversible {
+		fp.Compensation = tool.Effect.Compensation
+		fp.CompensationKey = CompensationKey(key)
+	}
+	return fp
+}
+
+// CompensationKey is the deterministic idempotency key of the call that
+// undoes the effect made under key, so a repeated compensation never
+// refunds twice.
+func CompensationKey(key string) string { return kv.HashInput([]byte("compensate:" + key)) }

@@ -1,0 +1,177 @@
+package recovery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+// memJournal keeps rows in memory with the store's CAS rule; the kv
+// package tests the real one on a server.
+type memJournal struct {
+	mu   sync.Mutex
+	seq  uint64
+	rows map[string]kv.StoredRow
+	puts int
+}
+
+func (m *memJournal) Put(_ context.Context, r kv.JournalRow, expect uint64) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rows[r.Key].Seq != expect {
+		return 0, kv.ErrJournalConflict
+	}
+	m.seq++
+	m.rows[r.Key] = kv.StoredRow{JournalRow: r, Seq: m.seq}
+	m.puts++
+	return m.seq, nil
+}
+
+type charger struct {
+	calls    atomic.Int32
+	applied  map[string]bool
+	verifies atomic.Int32
+}
+
+func (c *charger) tools(t *testing.T) *recovery.Tools {
+	t.Helper()
+	tools, err := recovery.NewTools(
+		recovery.Tool{Name: "charge", System: "payments", Effect: &recovery.SideEffect{
+			Reversible: true, Compensation: "refund",
+			Verify: func(_ context.Context, key string) (recovery.Verification, error) {
+				c.verifies.Add(1)
+				return recovery.Verification{Applied: c.applied[key], ResourceID: "ch_1", Output: json.RawMessage(`{"charge":"ch_1"}`)}, nil
+			},
+		}, Call: func(_ context.Context, call recovery.ToolCall) (recovery.ToolResult, error) {
+			c.calls.Add(1)
+			c.applied[call.IdempotencyKey] = true
+			return recovery.ToolResult{Output: json.RawMessage(`{"charge":"ch_1"}`), ResourceID: "ch_1"}, nil
+		}},
+		recovery.Tool{Name: "refund", System: "payments", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+			return recovery.ToolResult{}, nil
+		}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tools
+}
+
+func runCharge(t *testing.T, tools *recovery.Tools, j *memJournal, input string) (json.RawMessage, *recovery.Stats, error) {
+	t.Helper()
+	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
+	var stats recovery.Stats
+	var out json.RawMessage
+	rows := map[string]kv.StoredRow{}
+	for k, v := range j.rows {
+		rows[k] = v
+	}
+	_, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "payer", Run: func(ctx context.Context, turn *recovery.Turn) (any, error) {
+		var err error
+		out, err = turn.Tool(ctx, "charge", map[string]string{"order": input})
+		return out, err
+	}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, rows)})
+	return out, &stats, err
+}
+
+func TestJournaledCallRunsOnceAndReplays(t *testing.T) {
+	c := &charger{applied: map[string]bool{}}
+	tools := c.tools(t)
+	j := &memJournal{rows: map[string]kv.StoredRow{}}
+	if _, _, err := runCharge(t, tools, j, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
+	row := j.rows[key]
+	if row.Status != kv.CallSucceeded || j.puts != 2 || row.Fingerprint == nil || row.Fingerprint.ResourceID != "ch_1" ||
+		row.Fingerprint.Compensation != "refund" || row.Fingerprint.CompensationKey == "" || row.IdempotencyKey != kv.IdempotencyKey("J", 1, 0, 1, "payer", 1) {
+		t.Fatalf("row = %+v after %d writes", row, j.puts)
+	}
+	// A resume replays the agent: the cached output, no call, no write.
+	out, stats, err := runCharge(t, tools, j, "o1")
+	if err != nil || c.calls.Load() != 1 || stats.Cached.Load() != 1 || j.puts != 2 || string(out) != `{"charge":"ch_1"}` {
+		t.Fatalf("replay: err %v, calls %d, cached %d, writes %d, out %s", err, c.calls.Load(), stats.Cached.Load(), j.puts, out)
+	}
+}
+
+func TestUnknownOutcomeIsVerifiedFirst(t *testing.T) {
+	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
+	for _, applied := range []bool{true, false} {
+		c := &charger{applied: map[string]bool{}}
+		tools := c.tools(t)
+		j := &memJournal{rows: map[string]kv.StoredRow{}}
+		// A crash left the row INITIATED; the charge did or did not land.
+		in, _ := json.Marshal(map[string]string{"order": "o1"})
+		row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: kv.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
+		if _, err := j.Put(context.Background(), row, 0); err != nil {
+			t.Fatal(err)
+		}
+		c.applied[row.IdempotencyKey] = applied
+		_, stats, err := runCharge(t, tools, j, "o1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCalls := int32(0)
+		if !applied {
+			wantCalls = 1
+		}
+		got := j.rows[key]
+		if c.verifies.Load() != 1 || c.calls.Load() != wantCalls || got.Status != kv.CallSucceeded || got.Verified != applied {
+			t.Errorf("applied=%v: verifies %d, calls %d, row %+v, stats verified %d", applied, c.verifies.Load(), c.calls.Load(), got, stats.Verified.Load())
+		}
+	}
+}
+
+func TestDivergedAgentNeverOverwrites(t *testing.T) {
+	c := &charger{applied: map[string]bool{}}
+	tools := c.tools(t)
+	j := &memJournal{rows: map[string]kv.StoredRow{}}
+	if _, _, err := runCharge(t, tools, j, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	before := j.rows[kv.JournalKey("J", 1, 0, 1, "payer", 1)]
+	_, _, err := runCharge(t, tools, j, "another order")
+	if !errors.Is(err, recovery.ErrDiverged) || recovery.ClassOf(err) != recovery.ClassPermanent {
+		t.Fatalf("err = %v, want a permanent ErrDiverged", err)
+	}
+	if after := j.rows[before.Key]; after.Seq != before.Seq || c.calls.Load() != 1 {
+		t.Fatalf("old row overwritten or call repeated: %+v", after)
+	}
+}
+
+func TestToolRegistration(t *testing.T) {
+	call := func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+		return recovery.ToolResult{}, nil
+	}
+	verify := func(context.Context, string) (recovery.Verification, error) { return recovery.Verification{}, nil }
+	tests := []struct {
+		name  string
+		tools []recovery.Tool
+	}{
+		{"reversible without compensation", []recovery.Tool{{Name: "reserve", Call: call, Effect: &recovery.SideEffect{Reversible: true, Verify: verify}}}},
+		{"compensation not registered", []recovery.Tool{{Name: "reserve", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "release", Verify: verify}}}},
+		{"side effect without verify", []recovery.Tool{{Name: "email", Call: call, Effect: &recovery.SideEffect{}}}},
+		{"no call", []recovery.Tool{{Name: "x"}}},
+		{"duplicate", []recovery.Tool{{Name: "x", Call: call}, {Name: "x", Call: call}}},
+	}
+	for _, tt := range tests {
+		if _, err := recovery.NewTools(tt.tools...); !errors.Is(err, recovery.ErrInvalidTool) {
+			t.Errorf("%s: err = %v, want ErrInvalidTool", tt.name, err)
+		}
+	}
+	if _, err := recovery.NewTools(
+		recovery.Tool{Name: "reserve", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "release", Verify: verify}},
+		recovery.Tool{Name: "release", Call: call},
+		recovery.Tool{Name: "lookup", Call: call},
+	); err != nil {
+		t.Fatalf("valid registry rejected: %v", err)
+	}
+}

@@ -1,0 +1,138 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// ErrInvalidTool is returned by NewTools for a tool that cannot be
+// registered: no name, no call, a reversible effect without a compensation
+// tool, a side effect without a way to verify it.
+var ErrInvalidTool = errors.New("invalid tool")
+
+// ErrUnknownTool is returned when an agent calls a tool its pipeline did
+// not register.
+var ErrUnknownTool = errors.New("unknown tool")
+
+// ErrDiverged is returned when an agent makes a different call (another
+// tool or another input) at a journal key that already holds a row: the
+// old row is kept, never overwritten.
+var ErrDiverged = errors.New("agent diverged from its journal")
+
+// SideEffect declares what a tool changes in an external system. A pure
+// read has none.
+type SideEffect struct {
+	// Reversible effects can be undone by the Compensation tool.
+	Reversible bool
+	// Compensation names the registered tool that undoes this effect; it
+	// receives the original call's output as input.
+	Compensation string
+	// Verify asks the external system whether a call with this
+	// idempotency key took effect. Salvage calls it before anything else
+	// when a call's outcome is unknown (a crash or a timeout mid-call).
+	Verify func(ctx context.Context, idempotencyKey string) (Verification, error)
+}
+
+// Verification is the external system's answer about one idempotency key.
+type Verification struct {
+	Applied    bool
+	ResourceID string
+	// Output, when Applied, stands in for the call's output.
+	Output json.RawMessage
+}
+
+// ToolCall is what a tool receives.
+type ToolCall struct {
+	// IdempotencyKey is stable across retries, redeliveries and resumes;
+	// tools pass it to the external system.
+	IdempotencyKey string
+	Input          json.RawMessage
+	TraceID        string
+}
+
+// ToolResult is what a tool returns.
+type ToolResult struct {
+	Output json.RawMessage
+	// ResourceID is the id the external system gave the effect (a charge,
+	// an invoice); it is recorded in the journal's fingerprint.
+	ResourceID string
+}
+
+// Tool is an external call an agent can make.
+type Tool struct {
+	Name string
+	// System is the external system the tool touches (its breaker's name).
+	System string
+	// Effect is nil for pure reads.
+	Effect *SideEffect
+	// RetryableAfterCompensation marks a failing step whose chunk may run
+	// again once its earlier effects are compensated.
+	RetryableAfterCompensation bool
+	// Call performs the call. It returns a *CallError (Transient,
+	// RateLimited, Timeout, Permanent) so retries and the DLQ router can
+	// decide without reading text.
+	Call func(ctx context.Context, c ToolCall) (ToolResult, error)
+}
+
+// Tools is a pipeline's tool registry.
+type Tools struct {
+	m map[string]*Tool
+}
+
+// NewTools registers ts. It returns an error wrapping ErrInvalidTool for a
+// tool without a name or call, a duplicate, a reversible side effect
+// without a registered compensation tool, or a side effect without Verify.
+func NewTools(ts ...Tool) (*Tools, error) {
+	r := &Tools{m: map[string]*Tool{}}
+	for i := range ts {
+		t := ts[i]
+		if t.Name == "" || t.Call == nil {
+			return nil, fmt.Errorf("%w: tool %d needs a Name and a Call", ErrInvalidTool, i)
+		}
+		if _, dup := r.m[t.Name]; dup {
+			return nil, fmt.Errorf("%w: %s registered twice", ErrInvalidTool, t.Name)
+		}
+		r.m[t.Name] = &t
+	}
+	for _, t := range r.m {
+		if t.Effect == nil {
+			continue
+		}
+		if t.Effect.Verify == nil {
+			return nil, fmt.Errorf("%w: %s has a side effect but no Verify", ErrInvalidTool, t.Name)
+		}
+		if !t.Effect.Reversible {
+			continue
+		}
+		if t.Effect.Compensation == "" {
+			return nil, fmt.Errorf("%w: %s is reversible but names no compensation tool", ErrInvalidTool, t.Name)
+		}
+		if _, ok := r.m[t.Effect.Compensation]; !ok {
+			return nil, fmt.Errorf("%w: %s's compensation tool %s is not registered", ErrInvalidTool, t.Name, t.Effect.Compensation)
+		}
+	}
+	return r, nil
+}
+
+// Get returns a tool, or an error wrapping ErrUnknownTool.
+func (r *Tools) Get(name string) (*Tool, error) {
+	if r != nil {
+		if t, ok := r.m[name]; ok {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownTool, name)
+}
+
+// Names lists the registered tools, sorted.
+func (r *Tools) Names() []string {
+	out := make([]string, 0, len(r.m))
+	for n := range r.m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
