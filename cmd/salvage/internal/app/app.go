@@ -32,6 +32,25 @@ const (
 	RoleAll = "all"
 )
 
+// Journal write modes.
+const (
+	// JournalAtomic group-commits concurrent rows as atomic batches: the
+	// right choice when the server fsyncs every write.
+	JournalAtomic = "atomic"
+	// JournalPipelined writes each row as its own asynchronous publish:
+	// faster when the server acks before fsync.
+	JournalPipelined = "pipelined"
+)
+
+// JournalMode picks the journal write mode for a server's sync_interval:
+// atomic under "always", pipelined otherwise.
+func JournalMode(syncAlways bool) string {
+	if syncAlways {
+		return JournalAtomic
+	}
+	return JournalPipelined
+}
+
 // futureRoles are part of the design but not built yet.
 var futureRoles = []string{"recovery", "api", "dashboard"}
 
@@ -59,6 +78,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// DrainTimeout bounds the drain on shutdown.
 	DrainTimeout time.Duration
+	// JournalWrites is JournalAtomic or JournalPipelined (see
+	// kv.JournalConfig.Atomic). Default JournalAtomic.
+	JournalWrites string
 	// Logger receives every role's logs.
 	Logger zerolog.Logger
 }
@@ -94,7 +116,19 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*kv.Sto
 	if err := streams.Provision(ctx, js, opts); err != nil {
 		return nil, err
 	}
-	return kv.Provision(ctx, js, kv.Options{Replicas: cfg.Replicas})
+	st, err := kv.Provision(ctx, js, kv.Options{Replicas: cfg.Replicas})
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.JournalWrites {
+	case "", JournalAtomic:
+	case JournalPipelined:
+		atomic := false
+		st.Journal.Configure(kv.JournalConfig{Atomic: &atomic})
+	default:
+		return nil, fmt.Errorf("journal writes %q: want %s or %s", cfg.JournalWrites, JournalAtomic, JournalPipelined)
+	}
+	return st, nil
 }
 
 // Registry returns the built-in pipelines, calling a simulated model.

@@ -35,7 +35,8 @@ func benchWorkers(b *testing.B, si time.Duration, chunks int) {
 	nb := natstest.Start(b, natstest.WithSyncInterval(si))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := app.Config{Concurrency: 16, Logger: zerolog.Nop(), Retry: recovery.RetryPolicy{MaxRetries: -1}}
+	cfg := app.Config{Concurrency: 16, Logger: zerolog.Nop(), Retry: recovery.RetryPolicy{MaxRetries: -1},
+		JournalWrites: app.JournalMode(si == natsconf.SyncAlways)}
 	stores, err := app.Provision(ctx, nb.JS, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -79,6 +80,8 @@ func benchWorkers(b *testing.B, si time.Duration, chunks int) {
 	secs := time.Since(start).Seconds()
 	b.ReportMetric(float64(chunks*b.N)/secs, "chunks/s")
 	b.ReportMetric(float64(calls)/secs, "calls/s")
+	batches, rows := stores.Journal.Stats()
+	b.ReportMetric(float64(rows)/float64(max(batches, 1)), "rows/flush")
 	b.ReportMetric(0, "ns/op")
 	if calls != chunks*b.N*contractreview.CallsPerChunk {
 		b.Fatalf("%d calls, want %d", calls, chunks*b.N*contractreview.CallsPerChunk)

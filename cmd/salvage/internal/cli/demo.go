@@ -113,6 +113,7 @@ type demoReport struct {
 	KilledChunk        int     `json:"killed_chunk,omitempty"`
 	KilledAtStage      int     `json:"killed_at_stage,omitempty"`
 	SyncInterval       string  `json:"sync_interval"`
+	JournalWrites      string  `json:"journal_writes"`
 	ModelLatencyMS     float64 `json:"model_latency_ms"`
 	ModelFailureRate   float64 `json:"model_failure_rate"`
 	Seed               int64   `json:"seed"`
@@ -163,6 +164,8 @@ func (e *env) runDemo(ctx context.Context, o demoOpts, log zerolog.Logger) (demo
 		return rep, err
 	}
 	rep.SyncInterval = natsconf.SyncIntervalString(syncInterval)
+	o.run.resolveJournal(true, syncInterval)
+	rep.JournalWrites = o.run.journalWrites
 	dir, err := os.MkdirTemp("", "salvage-demo-")
 	if err != nil {
 		return rep, err

@@ -32,6 +32,7 @@ type runFlags struct {
 	retryTotal    time.Duration
 	sweepInterval time.Duration
 	drainTimeout  time.Duration
+	journalWrites string
 	model         simmodel.Config
 }
 
@@ -47,6 +48,7 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.retryTotal, "retry-total", recovery.TotalCapDefault, "tier 1: time cap for one call, waits included")
 	f.DurationVar(&r.sweepInterval, "sweep-interval", consumers.SweepIntervalDefault, "how often the sweeper looks for exhausted chunks")
 	f.DurationVar(&r.drainTimeout, "drain-timeout", consumers.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
+	f.StringVar(&r.journalWrites, "journal-writes", "auto", "journal rows as atomic group-commit batches (atomic) or pipelined publishes (pipelined); auto: atomic unless an embedded server acks before fsync")
 	f.Int64Var(&r.model.Seed, "model-seed", defaults.Seed, "simulated model: seed")
 	f.DurationVar(&r.model.Latency, "model-latency", defaults.Latency, "simulated model: median call latency")
 	f.Float64Var(&r.model.FailureRate, "model-failure-rate", defaults.FailureRate, "simulated model: fraction of calls failing transiently (429, 5xx, timeout)")
@@ -59,7 +61,7 @@ func (r *runFlags) args() []string {
 		"--ack-wait", r.ackWait.String(), "--max-deliver", strconv.Itoa(r.maxDeliver),
 		"--concurrency", strconv.Itoa(r.concurrency), "--retries", strconv.Itoa(r.retries),
 		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
-		"--drain-timeout", r.drainTimeout.String(),
+		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites,
 		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
 		"--model-permanent-rate", strconv.FormatFloat(r.model.PermanentRate, 'g', -1, 64),
@@ -77,6 +79,19 @@ func (r *runFlags) config(roles []string) app.Config {
 		Retry:         recovery.RetryPolicy{MaxRetries: retries, BaseDelay: r.retryBase, MaxDelay: r.retryMax, TotalCap: r.retryTotal},
 		Model:         r.model,
 		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout,
+		JournalWrites: r.journalWrites,
+	}
+}
+
+// resolveJournal settles --journal-writes auto for a server whose
+// sync_interval is known (embedded) or not (an existing deployment).
+func (r *runFlags) resolveJournal(embedded bool, sync time.Duration) {
+	if r.journalWrites != "auto" {
+		return
+	}
+	r.journalWrites = app.JournalAtomic
+	if embedded {
+		r.journalWrites = app.JournalMode(sync == natsconf.SyncAlways)
 	}
 }
 
@@ -101,18 +116,19 @@ in-flight chunks finish or are released, then the process exits.`,
 			if err != nil {
 				return err
 			}
-			cfg := run.config(roles)
-			cfg.Logger = log
-			if _, err := app.ResolveRoles(cfg.Roles); err != nil {
+			if _, err := app.ResolveRoles(roles); err != nil {
 				return err
 			}
+			sync, err := natsconf.ParseSyncInterval(syncStr)
+			if err != nil {
+				return err
+			}
+			run.resolveJournal(e.conn.URL == "", sync)
+			cfg := run.config(roles)
+			cfg.Logger = log
 			ctx := cmd.Context()
 			url := e.conn.ResolveURL()
 			if e.conn.URL == "" {
-				sync, err := natsconf.ParseSyncInterval(syncStr)
-				if err != nil {
-					return err
-				}
 				host, portStr, err := net.SplitHostPort(listen)
 				if err != nil {
 					return fmt.Errorf("--listen %q: %w", listen, err)
