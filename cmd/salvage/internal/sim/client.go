@@ -1,0 +1,159 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+// CallTimeoutDefault is how long a client waits for one sim request.
+const CallTimeoutDefault = time.Second
+
+// Client calls a running sim. Failures come back as *recovery.CallError
+// classified by HTTP status, never by message text.
+type Client struct {
+	// BaseURL is the sim's http://host:port.
+	BaseURL string
+	// Timeout bounds one request. Default CallTimeoutDefault.
+	Timeout time.Duration
+	// HTTP is the transport. Default http.DefaultClient.
+	HTTP *http.Client
+}
+
+// Effect applies system's effect under key (POST /v1/<system>/<op>).
+func (c *Client) Effect(ctx context.Context, system, op, key string, body any) (EffectResponse, error) {
+	var out EffectResponse
+	err := c.do(ctx, http.MethodPost, "/v1/"+system+"/"+op, key, body, &out)
+	return out, err
+}
+
+// Verify asks whether an effect with key took place.
+func (c *Client) Verify(ctx context.Context, system, key string) (EffectResponse, error) {
+	var out EffectResponse
+	err := c.do(ctx, http.MethodGet, "/v1/"+system+"/effects/"+key, "", nil, &out)
+	return out, err
+}
+
+// Compensate undoes the effect made under origKey, itself idempotent
+// under compensationKey.
+func (c *Client) Compensate(ctx context.Context, system, undo, compensationKey, origKey string) (EffectResponse, error) {
+	var out EffectResponse
+	err := c.do(ctx, http.MethodPost, "/v1/"+system+"/"+undo, compensationKey, CompensateRequest{Key: origKey}, &out)
+	return out, err
+}
+
+// Complete asks the sim's model.
+func (c *Client) Complete(ctx context.Context, key, prompt string) (simmodel.Response, error) {
+	var out simmodel.Response
+	err := c.do(ctx, http.MethodPost, "/v1/model/complete", "", ModelRequest{Key: key, Prompt: prompt}, &out)
+	return out, err
+}
+
+// Score is Complete reduced to its score, the shape contract-review uses.
+func (c *Client) Score(ctx context.Context, key, prompt string) (int, error) {
+	r, err := c.Complete(ctx, key, prompt)
+	return r.Score, err
+}
+
+// Ledger returns every effect the sim has seen.
+func (c *Client) Ledger(ctx context.Context) (Ledger, error) {
+	var out Ledger
+	err := c.do(ctx, http.MethodGet, "/ledger", "", nil, &out)
+	return out, err
+}
+
+// SetFaults replaces the sim's fault configuration.
+func (c *Client) SetFaults(ctx context.Context, cfg Config) error {
+	return c.do(ctx, http.MethodPost, "/admin/faults", "", cfg, nil)
+}
+
+func (c *Client) do(ctx context.Context, method, path, key string, body, out any) error {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = CallTimeoutDefault
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return recovery.Permanent(0, err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	if err != nil {
+		return recovery.Permanent(0, err)
+	}
+	if key != "" {
+		req.Header.Set(HeaderIdempotencyKey, key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return recovery.Timeout(fmt.Errorf("%s %s: no answer in %s", method, path, timeout))
+		}
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		return recovery.Transient(0, fmt.Errorf("%s %s: %w", method, path, err))
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return recovery.Timeout(fmt.Errorf("%s %s: no answer in %s", method, path, timeout))
+		}
+		return recovery.Transient(resp.StatusCode, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return statusError(resp, method, path, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return recovery.Permanent(resp.StatusCode, fmt.Errorf("%s %s: bad answer: %w", method, path, err))
+	}
+	return nil
+}
+
+// statusError classifies a non-200 answer by its status code.
+func statusError(resp *http.Response, method, path string, data []byte) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(data, &e)
+	err := fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, e.Error)
+	switch code := resp.StatusCode; {
+	case code == http.StatusTooManyRequests:
+		after := time.Second
+		if ms, perr := strconv.Atoi(resp.Header.Get(HeaderRetryAfterMS)); perr == nil {
+			after = time.Duration(ms) * time.Millisecond
+		} else if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil {
+			after = time.Duration(s) * time.Second
+		}
+		return recovery.RateLimited(after, err)
+	case code == http.StatusGatewayTimeout || code == http.StatusRequestTimeout:
+		return recovery.Timeout(err)
+	case code >= 500:
+		return recovery.Transient(code, err)
+	default:
+		return recovery.Permanent(code, err)
+	}
+}

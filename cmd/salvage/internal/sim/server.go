@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+// Headers the sim reads and writes.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderRetryAfterMS carries a sub-second Retry-After.
+	HeaderRetryAfterMS = "Retry-After-Ms"
+	// HeaderReplayed is set on a repeat of an idempotency key.
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// maxBody bounds a request body.
+const maxBody = 64 << 10
+
+// EffectResponse is the answer to an effect or a verify request.
+type EffectResponse struct {
+	Applied    bool   `json:"applied"`
+	System     string `json:"system"`
+	Op         string `json:"op"`
+	Key        string `json:"idempotency_key"`
+	Order      string `json:"order,omitempty"`
+	ResourceID string `json:"resource_id,omitempty"`
+	Replayed   bool   `json:"replayed,omitempty"`
+}
+
+// CompensateRequest names the effect to undo.
+type CompensateRequest struct {
+	Key string `json:"idempotency_key"`
+}
+
+// ModelRequest is a model completion request.
+type ModelRequest struct {
+	Key    string `json:"key"`
+	Prompt string `json:"prompt"`
+}
+
+// Handler serves the sim's HTTP API over state, with model answering
+// /v1/model/complete.
+func Handler(state *State, model *simmodel.Model) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /ledger", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Ledger()) })
+	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, _ *http.Request) {
+		state.mu.Lock()
+		cfg := state.cfg
+		state.mu.Unlock()
+		writeJSON(w, 200, cfg)
+	})
+	mux.HandleFunc("POST /admin/faults", func(w http.ResponseWriter, r *http.Request) {
+		var cfg Config
+		if err := decode(r, &cfg); err != nil {
+			httpError(w, 400, err)
+			return
+		}
+		state.mu.Lock()
+		state.setConfig(cfg)
+		state.mu.Unlock()
+		writeJSON(w, 200, cfg)
+	})
+	mux.HandleFunc("POST /v1/model/complete", func(w http.ResponseWriter, r *http.Request) {
+		var req ModelRequest
+		if err := decode(r, &req); err != nil {
+			httpError(w, 400, err)
+			return
+		}
+		resp, err := model.Complete(r.Context(), simmodel.Request{Key: req.Key, Prompt: req.Prompt})
+		if err != nil {
+			callError(w, err)
+			return
+		}
+		writeJSON(w, 200, resp)
+	})
+	mux.HandleFunc("GET /v1/{system}/effects/{key}", func(w http.ResponseWriter, r *http.Request) {
+		sys, ok := systemByName(r.PathValue("system"))
+		if !ok {
+			httpError(w, 404, errors.New("no such system"))
+			return
+		}
+		state.mu.Lock()
+		e, found := state.effects[sys.Name+"/"+r.PathValue("key")]
+		resp := EffectResponse{System: sys.Name, Op: sys.Op, Key: r.PathValue("key")}
+		if found {
+			resp = effectResponse(e, false)
+		}
+		state.mu.Unlock()
+		writeJSON(w, 200, resp)
+	})
+	mux.HandleFunc("POST /v1/{system}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		sys, ok := systemByName(r.PathValue("system"))
+		if !ok {
+			httpError(w, 404, errors.New("no such system"))
+			return
+		}
+		key := r.Header.Get(HeaderIdempotencyKey)
+		if key == "" {
+			httpError(w, 400, errors.New("Idempotency-Key header required"))
+			return
+		}
+		switch op := r.PathValue("op"); {
+		case op == sys.Op:
+			serveEffect(w, r, state, sys, key)
+		case sys.Undo != "" && op == sys.Undo:
+			serveUndo(w, r, state, sys, key)
+		default:
+			httpError(w, 404, errors.New("no such operation"))
+		}
+	})
+	return mux
+}
+
+func serveEffect(w http.ResponseWriter, r *http.Request, state *State, sys System, key string) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		httpError(w, 400, err)
+		return
+	}
+	var in struct {
+		Order string `json:"order"`
+	}
+	if len(body) > 0 && json.Unmarshal(body, &in) != nil {
+		httpError(w, 400, errors.New("body must be JSON"))
+		return
+	}
+	state.mu.Lock()
+	_, seen := state.effects[sys.Name+"/"+key]
+	var d decision
+	if !seen {
+		// A repeat of a committed key always answers; faults hit new work.
+		d = state.decide(sys.Name, in.Order, false)
+	}
+	hang := state.cfg.Hang
+	if d.status != 0 || d.hangBefore {
+		state.mu.Unlock()
+		if d.hangBefore {
+			sleep(r.Context(), hang)
+			httpError(w, 504, errors.New("timed out"))
+			return
+		}
+		if d.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int((d.retryAfter+time.Second-1)/time.Second)))
+			w.Header().Set(HeaderRetryAfterMS, strconv.FormatInt(d.retryAfter.Milliseconds(), 10))
+		}
+		httpError(w, d.status, errors.New(http.StatusText(d.status)))
+		return
+	}
+	e := state.apply(sys, key, in.Order, body)
+	resp := effectResponse(e, seen)
+	state.mu.Unlock()
+	if d.hangAfter {
+		// Committed, but the caller will give up before it hears so.
+		sleep(r.Context(), hang)
+	}
+	if seen {
+		w.Header().Set(HeaderReplayed, "true")
+	}
+	writeJSON(w, 200, resp)
+}
+
+func serveUndo(w http.ResponseWriter, r *http.Request, state *State, sys System, key string) {
+	var req CompensateRequest
+	if err := decode(r, &req); err != nil || req.Key == "" {
+		httpError(w, 400, errors.New(`body must be {"idempotency_key": "<key of the effect to undo>"}`))
+		return
+	}
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	e, ok := state.effects[sys.Name+"/"+req.Key]
+	if !ok {
+		// Nothing happened under that key: nothing to undo.
+		writeJSON(w, 200, EffectResponse{System: sys.Name, Op: sys.Undo, Key: req.Key})
+		return
+	}
+	if e.Compensated {
+		w.Header().Set(HeaderReplayed, "true")
+		writeJSON(w, 200, effectResponse(e, true))
+		return
+	}
+	if d := state.decide(sys.Name, e.Order, true); d.undoFails {
+		httpError(w, 409, errors.New(sys.Undo+" refused by "+sys.Name))
+		return
+	}
+	e.Compensated, e.CompensationKey = true, key
+	writeJSON(w, 200, effectResponse(e, false))
+}
+
+func effectResponse(e *Effect, replayed bool) EffectResponse {
+	return EffectResponse{Applied: !e.Compensated, System: e.System, Op: e.Op, Key: e.Key, Order: e.Order, ResourceID: e.ResourceID, Replayed: replayed}
+}
+
+// callError answers a model failure with the HTTP status of its class.
+func callError(w http.ResponseWriter, err error) {
+	var ce *recovery.CallError
+	if !errors.As(err, &ce) {
+		httpError(w, 500, err)
+		return
+	}
+	switch ce.Class {
+	case recovery.ClassRateLimited:
+		w.Header().Set("Retry-After", strconv.Itoa(int((ce.RetryAfter+time.Second-1)/time.Second)))
+		w.Header().Set(HeaderRetryAfterMS, strconv.FormatInt(ce.RetryAfter.Milliseconds(), 10))
+		httpError(w, 429, err)
+	case recovery.ClassPermanent:
+		httpError(w, 400, err)
+	case recovery.ClassTimeout:
+		httpError(w, 504, err)
+	default:
+		httpError(w, 503, err)
+	}
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	return dec.Decode(v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func httpError(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,122 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+func start(t *testing.T, cfg sim.Config) *sim.Client {
+	t.Helper()
+	m, _ := simmodel.New(simmodel.Config{})
+	srv := httptest.NewServer(sim.Handler(sim.NewState(cfg), m))
+	t.Cleanup(srv.Close)
+	return &sim.Client{BaseURL: srv.URL, Timeout: 300 * time.Millisecond}
+}
+
+func TestIdempotencyKeyRepeatsTheFirstResult(t *testing.T) {
+	c := start(t, sim.Config{})
+	ctx := context.Background()
+	a, err := c.Effect(ctx, "payments", "charge", "k1", map[string]any{"order": "o1", "amount": 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Effect(ctx, "payments", "charge", "k1", map[string]any{"order": "o1", "amount": 10})
+	if err != nil || b.ResourceID != a.ResourceID || !b.Replayed {
+		t.Fatalf("repeat = %+v, %v; first %+v", b, err, a)
+	}
+	l, _ := c.Ledger(ctx)
+	if l.Summary.Effects != 1 || l.Effects[0].Requests != 2 || l.Effects[0].Applied != 1 || l.Summary.DuplicateKeys != 0 {
+		t.Fatalf("ledger = %+v", l)
+	}
+	// Another key for the same order is a second charge: the ledger says so.
+	if _, err := c.Effect(ctx, "payments", "charge", "k2", map[string]any{"order": "o1"}); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := c.Ledger(ctx); l.Summary.DuplicateOrders != 1 {
+		t.Fatalf("duplicate charge not counted: %+v", l.Summary)
+	}
+}
+
+func TestVerifyAndCompensate(t *testing.T) {
+	c := start(t, sim.Config{})
+	ctx := context.Background()
+	if v, err := c.Verify(ctx, "erp", "nothing"); err != nil || v.Applied {
+		t.Fatalf("verify of an unknown key = %+v, %v", v, err)
+	}
+	e, _ := c.Effect(ctx, "erp", "invoice", "inv-key", map[string]any{"order": "o1"})
+	if v, _ := c.Verify(ctx, "erp", "inv-key"); !v.Applied || v.ResourceID != e.ResourceID {
+		t.Fatalf("verify = %+v", v)
+	}
+	for range 2 { // compensation is idempotent too
+		if _, err := c.Compensate(ctx, "erp", "void", "void-key", "inv-key"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, _ := c.Ledger(ctx)
+	if l.Summary.Standing != 0 || l.Summary.Compensated != 1 {
+		t.Fatalf("ledger after void = %+v", l.Summary)
+	}
+	if _, err := c.Effect(ctx, "email", "unsend", "k", nil); recovery.ClassOf(err) != recovery.ClassPermanent {
+		t.Fatalf("undo of an irreversible effect: %v", err)
+	}
+}
+
+func TestInjectedFaults(t *testing.T) {
+	c := start(t, sim.Config{Hang: time.Second, Rules: []sim.Rule{
+		{System: "payments", Order: "after", Mode: "timeout-after", Times: 1},
+		{System: "payments", Order: "before", Mode: "timeout-before", Times: 1},
+		{System: "email", Order: "bad", Mode: "permanent"},
+		{System: "payments", Order: "stuck", Mode: "compensation-fails"},
+	}, Systems: map[string]sim.Faults{"crm": {OutageUntil: time.Now().Add(time.Hour)}}})
+	ctx := context.Background()
+
+	_, err := c.Effect(ctx, "payments", "charge", "ka", map[string]any{"order": "after"})
+	if !errors.Is(err, recovery.ErrTimeout) {
+		t.Fatalf("timeout after commit: %v", err)
+	}
+	if v, _ := c.Verify(ctx, "payments", "ka"); !v.Applied {
+		t.Fatal("a timeout after commit must leave the effect applied")
+	}
+	_, err = c.Effect(ctx, "payments", "charge", "kb", map[string]any{"order": "before"})
+	if !errors.Is(err, recovery.ErrTimeout) {
+		t.Fatalf("timeout before commit: %v", err)
+	}
+	if v, _ := c.Verify(ctx, "payments", "kb"); v.Applied {
+		t.Fatal("a timeout before commit must not apply the effect")
+	}
+	if _, err := c.Effect(ctx, "payments", "charge", "kb", map[string]any{"order": "before"}); err != nil {
+		t.Fatalf("retry after a timeout before commit: %v", err)
+	}
+	if _, err := c.Effect(ctx, "email", "send", "ke", map[string]any{"order": "bad"}); !errors.Is(err, recovery.ErrPermanent) {
+		t.Fatalf("permanent rule: %v", err)
+	}
+	if _, err := c.Effect(ctx, "crm", "update", "kc", map[string]any{"order": "x"}); !errors.Is(err, recovery.ErrTransient) {
+		t.Fatalf("outage: %v", err)
+	}
+	if _, err := c.Effect(ctx, "payments", "charge", "ks", map[string]any{"order": "stuck"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compensate(ctx, "payments", "refund", "rk", "ks"); !errors.Is(err, recovery.ErrPermanent) {
+		t.Fatalf("failing refund: %v", err)
+	}
+	l, _ := c.Ledger(ctx)
+	if l.Summary.Effects != 3 || l.Summary.Standing != 3 {
+		t.Fatalf("ledger = %+v", l.Summary)
+	}
+}
+
+func TestRateLimitCarriesRetryAfter(t *testing.T) {
+	c := start(t, sim.Config{Systems: map[string]sim.Faults{"wms": {RateLimitRate: 1}}})
+	_, err := c.Effect(context.Background(), "wms", "reserve", "k", map[string]any{"order": "o"})
+	var ce *recovery.CallError
+	if !errors.As(err, &ce) || ce.Class != recovery.ClassRateLimited || ce.RetryAfter <= 0 || ce.RetryAfter > time.Second {
+		t.Fatalf("err = %v", err)
+	}
+}
