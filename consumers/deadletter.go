@@ -164,7 +164,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 			Msg("exhausted chunk still held by a live worker; not dead-lettered")
 		return nil
 	}
-	l.Failure = recovery.Failure{Class: classFromCheckpoint(cp), Exhausted: true, InFlight: cp.LastError == ""}
+	l.Failure = recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, InFlight: cp.LastError == ""}
 	l.Err = cp.LastError
 	if l.Err == "" {
 		l.Err = fmt.Sprintf("worker stopped without a result on each of %d deliveries", deliveries)

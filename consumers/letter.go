@@ -69,13 +69,24 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return "", err
 	}
-	category, strategy := recovery.Classify(l.Failure)
+	rows, err := d.stores.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch)
+	if err != nil {
+		return "", err
+	}
+	f := l.Failure
+	f.FromJournal(rows)
+	f.Recoveries = cp.Recoveries
+	category, strategy := recovery.Classify(f)
+	completed, inFlight, pending, failedTool := journalEntries(rows)
+	if l.FailedTool == "" {
+		l.FailedTool = failedTool
+	}
 	env := recovery.Envelope{
 		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
 		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
 		Error: l.Err, FailedTool: l.FailedTool, FailedStage: max(cp.Stage, 1),
 		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
-		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
+		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending,
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
 		Original:   recovery.Original{Stream: streams.Chunks, Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
 		CreatedAt:  time.Now().UTC(),
@@ -153,4 +164,25 @@ func rawJSON(data []byte) json.RawMessage {
 	}
 	s, _ := json.Marshal(string(data))
 	return s
+}
+
+// journalEntries lists an epoch's journal keys for an envelope: completed
+// calls, calls in flight, and the reversible effects to undo, newest first
+// (the order compensation runs in). It also names the last failed tool.
+func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending []string, failedTool string) {
+	completed, inFlight, pending = []string{}, []string{}, []string{}
+	for _, r := range recovery.SortedRows(rows) {
+		switch r.Status {
+		case kv.CallSucceeded:
+			completed = append(completed, r.Key)
+			if r.Fingerprint != nil && r.Fingerprint.Reversible {
+				pending = append([]string{r.Key}, pending...)
+			}
+		case kv.CallInitiated:
+			inFlight = append(inFlight, r.Key)
+		case kv.CallFailed:
+			failedTool = r.Tool
+		}
+	}
+	return completed, inFlight, pending, failedTool
 }

@@ -302,6 +302,7 @@ func (r *run) cancelUnclaimed(ctx context.Context, stage int) error {
 func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, cause error) error {
 	cp.LastError = cause.Error()
 	cp.LastErrorClass = recovery.ClassOf(cause).String()
+	cp.LastErrorStatus = recovery.StatusOf(cause)
 	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
@@ -334,8 +335,9 @@ func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, wh
 func (r *run) permanent(ctx context.Context, stage int, cause error) error {
 	l := letter{
 		Seq: r.meta.Sequence.Stream, Subject: r.m.Subject(), Data: r.m.Data(), Chunk: r.chunk,
-		Deliveries: r.meta.NumDelivered, Failure: recovery.Failure{Class: recovery.ClassPermanent},
-		Err: cause.Error(),
+		Deliveries: r.meta.NumDelivered,
+		Failure:    recovery.Failure{Class: recovery.ClassPermanent, Status: recovery.StatusOf(cause)},
+		Err:        cause.Error(),
 	}
 	id, err := r.w.letter.send(ctx, l)
 	if err != nil {

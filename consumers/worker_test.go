@@ -105,7 +105,7 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 		t.Fatalf("%d envelopes, want exactly 1", len(envs))
 	}
 	e := envs[0]
-	if e.Category != recovery.CategoryTransientNetwork || e.Strategy != recovery.StrategyResume {
+	if e.Category != recovery.CategoryExternalSystemDown || e.Strategy != recovery.StrategyResume {
 		t.Errorf("category/strategy = %s/%s", e.Category, e.Strategy)
 	}
 	if e.Deliveries != 3 {

@@ -64,10 +64,11 @@ type Checkpoint struct {
 	Reason      string `json:"reason,omitempty"`
 	// LastError and LastErrorClass describe the failure that sent the
 	// chunk back to tier 2, so the dead-letterer can classify it.
-	LastError      string        `json:"last_error,omitempty"`
-	LastErrorClass string        `json:"last_error_class,omitempty"`
-	Outputs        []StageOutput `json:"outputs,omitempty"`
-	UpdatedAt      time.Time     `json:"updated_at"`
+	LastError       string        `json:"last_error,omitempty"`
+	LastErrorClass  string        `json:"last_error_class,omitempty"`
+	LastErrorStatus int           `json:"last_error_status,omitempty"`
+	Outputs         []StageOutput `json:"outputs,omitempty"`
+	UpdatedAt       time.Time     `json:"updated_at"`
 }
 
 // Terminal reports whether the chunk has reached an outcome that no worker

@@ -56,10 +56,14 @@ type JournalRow struct {
 	LatencyMS      float64         `json:"latency_ms"`
 	Error          string          `json:"error,omitempty"`
 	ErrorClass     string          `json:"error_class,omitempty"`
-	Verified       bool            `json:"verified,omitempty"`
-	TraceID        string          `json:"trace_id,omitempty"`
-	StartedAt      time.Time       `json:"started_at"`
-	FinishedAt     time.Time       `json:"finished_at,omitzero"`
+	// ErrorStatus is the status code of the failure (503: system down).
+	ErrorStatus int `json:"error_status,omitempty"`
+	// RetryableAfterCompensation copies the failing tool's declaration.
+	RetryableAfterCompensation bool      `json:"retryable_after_compensation,omitempty"`
+	Verified                   bool      `json:"verified,omitempty"`
+	TraceID                    string    `json:"trace_id,omitempty"`
+	StartedAt                  time.Time `json:"started_at"`
+	FinishedAt                 time.Time `json:"finished_at,omitzero"`
 }
 
 // StoredRow is a row with the stream sequence it was stored at; the next

@@ -66,27 +66,3 @@ type Original struct {
 	Subject string          `json:"subject"`
 	Data    json.RawMessage `json:"data"`
 }
-
-// Failure is what the classifier knows about a chunk that could not finish.
-type Failure struct {
-	// Class of the last error, from the worker's checkpoint or the error.
-	Class Class
-	// Exhausted is true when the chunk used up its deliveries.
-	Exhausted bool
-	// InFlight is true when a call was running when the chunk failed.
-	InFlight bool
-}
-
-// Classify picks a category and a strategy. This is the coarse table of the
-// core: without a journal, no side effects are known, so a permanent error
-// is UNRECOVERABLE and everything retryable resumes from its checkpoint.
-func Classify(f Failure) (category, strategy string) {
-	switch {
-	case f.Class == ClassPermanent:
-		return CategoryUnrecoverable, StrategyDeadEnd
-	case f.InFlight || f.Class == ClassTimeout:
-		return CategoryToolTimeout, StrategyVerify
-	default:
-		return CategoryTransientNetwork, StrategyResume
-	}
-}

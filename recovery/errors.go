@@ -153,3 +153,12 @@ func retryAfter(err error) time.Duration {
 	}
 	return 0
 }
+
+// StatusOf returns the status code a *CallError carries, or 0.
+func StatusOf(err error) int {
+	var ce *CallError
+	if errors.As(err, &ce) {
+		return ce.Status
+	}
+	return 0
+}

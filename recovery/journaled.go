@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -124,6 +125,8 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 			return nil, err
 		}
 		row.Status, row.Error, row.ErrorClass = kv.CallFailed, err.Error(), ClassOf(err).String()
+		row.ErrorStatus = StatusOf(err)
+		row.RetryableAfterCompensation = tool.RetryableAfterCompensation
 	} else {
 		row.Status, row.Output = kv.CallSucceeded, res.Output
 		row.Fingerprint = fingerprint(tool, row.IdempotencyKey, res.ResourceID)
@@ -180,3 +183,20 @@ func fingerprint(tool *Tool, key, resourceID string) *kv.Fingerprint {
 // undoes the effect made under key, so a repeated compensation never
 // refunds twice.
 func CompensationKey(key string) string { return kv.HashInput([]byte("compensate:" + key)) }
+
+// SortedRows returns rows in the order they were first written (stream
+// sequence of their latest write breaks ties the same way for all).
+func SortedRows(rows map[string]kv.StoredRow) []kv.StoredRow {
+	out := make([]kv.StoredRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.StartedAt.Equal(b.StartedAt) {
+			return a.StartedAt.Before(b.StartedAt)
+		}
+		return a.Seq < b.Seq
+	})
+	return out
+}

@@ -171,26 +171,6 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
-	tests := []struct {
-		f        recovery.Failure
-		category string
-		strategy string
-	}{
-		{recovery.Failure{Class: recovery.ClassPermanent}, recovery.CategoryUnrecoverable, recovery.StrategyDeadEnd},
-		{recovery.Failure{Class: recovery.ClassTransient, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
-		{recovery.Failure{Class: recovery.ClassRateLimited, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
-		{recovery.Failure{Class: recovery.ClassTimeout, Exhausted: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
-		{recovery.Failure{Exhausted: true, InFlight: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
-	}
-	for _, tt := range tests {
-		c, s := recovery.Classify(tt.f)
-		if c != tt.category || s != tt.strategy {
-			t.Errorf("Classify(%+v) = %s/%s, want %s/%s", tt.f, c, s, tt.category, tt.strategy)
-		}
-	}
-}
-
 func TestRegistry(t *testing.T) {
 	p := &recovery.Pipeline{Name: "p", Split: func(json.RawMessage) ([]json.RawMessage, error) { return nil, nil }, Stages: []recovery.Stage{{Name: "s"}}}
 	if _, err := recovery.NewRegistry(p, p); err == nil {

@@ -136,3 +136,10 @@ func (r *Tools) Names() []string {
 	sort.Strings(out)
 	return out
 }
+
+// CompensationInput is what a compensation tool receives: the key and the
+// output of the call it undoes.
+type CompensationInput struct {
+	Key    string          `json:"idempotency_key"`
+	Output json.RawMessage `json:"output,omitempty"`
+}

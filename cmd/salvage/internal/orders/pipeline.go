@@ -1,0 +1,239 @@
+// Package orders is the order-fulfillment demo pipeline: each order is a
+// chunk that reserves inventory (WMS), creates an invoice (ERP), charges
+// the payment, sends a confirmation email and updates the CRM — five side
+// effects in four external systems, every one of them journaled, verified
+// when its outcome is unknown, and (except the email) compensable.
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Name is the pipeline's name: jobs go to salvage.jobs.order-fulfillment.
+const Name = "order-fulfillment"
+
+// Item is one order line.
+type Item struct {
+	SKU   string  `json:"sku"`
+	Qty   int     `json:"qty"`
+	Price float64 `json:"price"`
+}
+
+// Order is one chunk's input.
+type Order struct {
+	ID            string  `json:"order_id"`
+	Customer      string  `json:"customer"`
+	Email         string  `json:"email"`
+	Items         []Item  `json:"items"`
+	Amount        float64 `json:"amount"`
+	PaymentMethod string  `json:"payment_method"`
+}
+
+// Input is the job input: one order, or {"orders": [...]}.
+type Input struct {
+	Orders []Order `json:"orders"`
+}
+
+// Effect is what a tool returns: the sim's answer.
+type Effect = sim.EffectResponse
+
+// Split makes one chunk per order.
+func Split(raw json.RawMessage) ([]json.RawMessage, error) {
+	var in Input
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fmt.Errorf("%w: order-fulfillment takes an order or {\"orders\": [...]}: %w", recovery.ErrBadInput, err)
+	}
+	if len(in.Orders) == 0 {
+		var one Order
+		if err := json.Unmarshal(raw, &one); err != nil || one.ID == "" {
+			return nil, fmt.Errorf("%w: no orders", recovery.ErrBadInput)
+		}
+		in.Orders = []Order{one}
+	}
+	seen := map[string]bool{}
+	out := make([]json.RawMessage, 0, len(in.Orders))
+	for i, o := range in.Orders {
+		if err := streams.ValidateToken("order_id", o.ID); err != nil {
+			return nil, fmt.Errorf("%w: order %d: %w", recovery.ErrBadInput, i+1, err)
+		}
+		if seen[o.ID] {
+			return nil, fmt.Errorf("%w: order %s appears twice", recovery.ErrBadInput, o.ID)
+		}
+		seen[o.ID] = true
+		if o.Amount <= 0 || len(o.Items) == 0 {
+			return nil, fmt.Errorf("%w: order %s needs items and a positive amount", recovery.ErrBadInput, o.ID)
+		}
+		data, err := json.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data)
+	}
+	return out, nil
+}
+
+// Tool names.
+const (
+	ToolReserve = "reserve-inventory"
+	ToolRelease = "release-inventory"
+	ToolInvoice = "create-invoice"
+	ToolVoid    = "void-invoice"
+	ToolCharge  = "charge-payment"
+	ToolRefund  = "refund-payment"
+	ToolEmail   = "send-email"
+	ToolCRM     = "update-crm"
+	ToolRevert  = "revert-crm"
+	systemWMS   = "wms"
+	systemERP   = "erp"
+	systemPay   = "payments"
+	systemEmail = "email"
+	systemCRM   = "crm"
+	opReserve   = "reserve"
+	opInvoice   = "invoice"
+	opCharge    = "charge"
+	opSend      = "send"
+	opUpdate    = "update"
+	undoRelease = "release"
+	undoVoid    = "void"
+	undoRefund  = "refund"
+	undoRevert  = "revert"
+)
+
+// Tools returns the order tools calling the sim through c.
+func Tools(c *sim.Client) (*recovery.Tools, error) {
+	effect := func(name, system, op, undo, compensation string) recovery.Tool {
+		t := recovery.Tool{Name: name, System: system, Call: func(ctx context.Context, call recovery.ToolCall) (recovery.ToolResult, error) {
+			resp, err := c.Effect(ctx, system, op, call.IdempotencyKey, json.RawMessage(call.Input))
+			if err != nil {
+				return recovery.ToolResult{}, err
+			}
+			out, err := json.Marshal(resp)
+			return recovery.ToolResult{Output: out, ResourceID: resp.ResourceID}, err
+		}}
+		t.Effect = &recovery.SideEffect{
+			Reversible: undo != "", Compensation: compensation,
+			Verify: func(ctx context.Context, key string) (recovery.Verification, error) {
+				resp, err := c.Verify(ctx, system, key)
+				if err != nil {
+					return recovery.Verification{}, err
+				}
+				out, _ := json.Marshal(resp)
+				return recovery.Verification{Applied: resp.Applied, ResourceID: resp.ResourceID, Output: out}, nil
+			},
+		}
+		return t
+	}
+	undo := func(name, system, op string) recovery.Tool {
+		return recovery.Tool{Name: name, System: system, Call: func(ctx context.Context, call recovery.ToolCall) (recovery.ToolResult, error) {
+			var in recovery.CompensationInput
+			if err := json.Unmarshal(call.Input, &in); err != nil {
+				return recovery.ToolResult{}, recovery.Permanent(400, err)
+			}
+			resp, err := c.Compensate(ctx, system, op, call.IdempotencyKey, in.Key)
+			if err != nil {
+				return recovery.ToolResult{}, err
+			}
+			out, err := json.Marshal(resp)
+			return recovery.ToolResult{Output: out, ResourceID: resp.ResourceID}, err
+		}}
+	}
+	return recovery.NewTools(
+		effect(ToolReserve, systemWMS, opReserve, undoRelease, ToolRelease),
+		undo(ToolRelease, systemWMS, undoRelease),
+		effect(ToolInvoice, systemERP, opInvoice, undoVoid, ToolVoid),
+		undo(ToolVoid, systemERP, undoVoid),
+		effect(ToolCharge, systemPay, opCharge, undoRefund, ToolRefund),
+		undo(ToolRefund, systemPay, undoRefund),
+		effect(ToolEmail, systemEmail, opSend, "", ""),
+		effect(ToolCRM, systemCRM, opUpdate, undoRevert, ToolRevert),
+		undo(ToolRevert, systemCRM, undoRevert),
+	)
+}
+
+// New returns the pipeline calling the sim through c.
+func New(c *sim.Client) (*recovery.Pipeline, error) {
+	tools, err := Tools(c)
+	if err != nil {
+		return nil, err
+	}
+	step := func(agent string, calls ...string) recovery.Agent {
+		return recovery.Agent{Name: agent, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+			var o Order
+			if err := json.Unmarshal(t.Input, &o); err != nil {
+				return nil, recovery.Permanent(400, err)
+			}
+			out := map[string]Effect{}
+			for _, name := range calls {
+				raw, err := t.Tool(ctx, name, request(name, o))
+				if err != nil {
+					return nil, err
+				}
+				var e Effect
+				if err := json.Unmarshal(raw, &e); err != nil {
+					return nil, recovery.Permanent(0, fmt.Errorf("%s output: %w", name, err))
+				}
+				out[name] = e
+			}
+			return out, nil
+		}}
+	}
+	return &recovery.Pipeline{
+		Name:  Name,
+		Split: Split,
+		Tools: tools,
+		Stages: []recovery.Stage{
+			{Name: "reserve", Agents: []recovery.Agent{step("inventory", ToolReserve)}},
+			{Name: "bill", Agents: []recovery.Agent{step("billing", ToolInvoice, ToolCharge)}},
+			{Name: "notify", Agents: []recovery.Agent{step("notifier", ToolEmail)}},
+			{Name: "record", Agents: []recovery.Agent{step("crm", ToolCRM)}},
+		},
+		Result: result,
+	}, nil
+}
+
+// request is the body a tool sends for an order.
+func request(tool string, o Order) map[string]any {
+	r := map[string]any{"order": o.ID}
+	switch tool {
+	case ToolReserve:
+		r["items"] = o.Items
+	case ToolInvoice, ToolCharge:
+		r["amount"], r["customer"], r["payment_method"] = o.Amount, o.Customer, o.PaymentMethod
+	case ToolEmail:
+		r["to"], r["template"] = o.Email, "order-confirmation"
+	case ToolCRM:
+		r["customer"], r["status"] = o.Customer, "fulfilled"
+	}
+	return r
+}
+
+// Fulfilment is what a finished order publishes.
+type Fulfilment struct {
+	Order   string            `json:"order_id"`
+	Effects map[string]string `json:"effects"`
+}
+
+func result(input json.RawMessage, outs []kv.StageOutput) (json.RawMessage, error) {
+	var o Order
+	if err := json.Unmarshal(input, &o); err != nil {
+		return nil, err
+	}
+	f := Fulfilment{Order: o.ID, Effects: map[string]string{}}
+	for _, so := range outs {
+		var m map[string]Effect
+		if err := json.Unmarshal(so.Output, &m); err != nil {
+			return nil, fmt.Errorf("stage %d output: %w", so.Stage, err)
+		}
+		for tool, e := range m {
+			f.Effects[tool] = e.ResourceID
+		}
+	}
+	return json.Marshal(f)
+}

@@ -1,0 +1,95 @@
+package recovery
+
+import (
+	"net/http"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// Recovery limits (DESIGN.md defaults).
+const (
+	// MaxRecoveriesDefault is how many recoveries a chunk gets across all
+	// its envelopes before the next envelope escalates (invariant 7).
+	MaxRecoveriesDefault = 3
+	// MaxStrategyAttemptsDefault is how often a failing strategy is tried
+	// before the envelope escalates.
+	MaxStrategyAttemptsDefault = 3
+)
+
+// Failure is what the classifier knows about a chunk that could not
+// finish: its last error, from typed errors only, and its journal.
+type Failure struct {
+	// Class and Status of the last error (Status is the HTTP-like code).
+	Class  Class
+	Status int
+	// Exhausted is true when the chunk used up its deliveries.
+	Exhausted bool
+	// InFlight is true when a call was running when the chunk failed: a
+	// journal row left INITIATED, or a worker that died without a result.
+	InFlight bool
+	// Completed are the side effects that took place in this epoch, in
+	// the order they happened.
+	Completed []kv.JournalRow
+	// FailingRetryableAfterCompensation marks a failing step that may run
+	// again once the chunk's effects are undone.
+	FailingRetryableAfterCompensation bool
+	// BudgetExceeded is set when the job ran out of budget.
+	BudgetExceeded bool
+	// Recoveries the chunk already had; StrategyFailures of this envelope.
+	Recoveries       int
+	StrategyFailures int
+}
+
+// FromJournal fills the journal facts of f from one chunk epoch's rows.
+func (f *Failure) FromJournal(rows map[string]kv.StoredRow) {
+	for _, r := range SortedRows(rows) {
+		switch {
+		case r.Status == kv.CallInitiated:
+			f.InFlight = true
+		case r.Status == kv.CallSucceeded && r.Fingerprint != nil:
+			f.Completed = append(f.Completed, r.JournalRow)
+		case r.Status == kv.CallFailed && r.RetryableAfterCompensation:
+			f.FailingRetryableAfterCompensation = true
+		}
+	}
+}
+
+// Classify picks a category and a strategy by the design's table, from
+// typed errors and the journal — never from error text.
+func Classify(f Failure) (category, strategy string) {
+	category, strategy = classify(f)
+	if f.Recoveries >= MaxRecoveriesDefault || f.StrategyFailures >= MaxStrategyAttemptsDefault {
+		return category, StrategyEscalate
+	}
+	return category, strategy
+}
+
+func classify(f Failure) (string, string) {
+	reversible, irreversible := 0, 0
+	for _, r := range f.Completed {
+		if r.Fingerprint.Reversible {
+			reversible++
+		} else {
+			irreversible++
+		}
+	}
+	switch {
+	case f.BudgetExceeded:
+		return CategoryBudgetExceeded, StrategyEscalate
+	case f.Class == ClassPermanent && irreversible > 0:
+		// Compensate what is reversible, escalate the rest.
+		return CategoryCompensationNeeded, StrategyEscalate
+	case f.Class == ClassPermanent && reversible > 0 && f.FailingRetryableAfterCompensation:
+		return CategoryPartialExecution, StrategyCompensateAndRetry
+	case f.Class == ClassPermanent && reversible > 0:
+		return CategoryPartialExecution, StrategyCompensateAndAbandon
+	case f.Class == ClassPermanent:
+		return CategoryUnrecoverable, StrategyDeadEnd
+	case f.InFlight || f.Class == ClassTimeout:
+		return CategoryToolTimeout, StrategyVerify
+	case f.Status == http.StatusServiceUnavailable:
+		return CategoryExternalSystemDown, StrategyResume
+	default:
+		return CategoryTransientNetwork, StrategyResume
+	}
+}

@@ -1,0 +1,70 @@
+package recovery_test
+
+import (
+	"testing"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+func effect(tool string, reversible bool) kv.JournalRow {
+	return kv.JournalRow{Tool: tool, Status: kv.CallSucceeded, Fingerprint: &kv.Fingerprint{Reversible: reversible}}
+}
+
+// TestClassifierTable covers every row of DESIGN.md's classifier table.
+func TestClassifierTable(t *testing.T) {
+	reserve, charge, email := effect("reserve", true), effect("charge", true), effect("email", false)
+	tests := []struct {
+		name     string
+		f        recovery.Failure
+		category string
+		strategy string
+	}{
+		{"transient exhausted both tiers, nothing in flight",
+			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
+		{"rate limited to exhaustion",
+			recovery.Failure{Class: recovery.ClassRateLimited, Status: 429, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
+		{"external system down (503)",
+			recovery.Failure{Class: recovery.ClassTransient, Status: 503, Exhausted: true}, recovery.CategoryExternalSystemDown, recovery.StrategyResume},
+		{"call in flight when the worker died",
+			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, InFlight: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+		{"call timed out",
+			recovery.Failure{Class: recovery.ClassTimeout, Exhausted: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+		{"permanent after reversible effects only",
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, charge}}, recovery.CategoryPartialExecution, recovery.StrategyCompensateAndAbandon},
+		{"permanent after reversible effects, failing step retryable after compensation",
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, FailingRetryableAfterCompensation: true}, recovery.CategoryPartialExecution, recovery.StrategyCompensateAndRetry},
+		{"permanent after an irreversible effect",
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, email}}, recovery.CategoryCompensationNeeded, recovery.StrategyEscalate},
+		{"budget exceeded",
+			recovery.Failure{Class: recovery.ClassPermanent, BudgetExceeded: true, Completed: []kv.JournalRow{reserve}}, recovery.CategoryBudgetExceeded, recovery.StrategyEscalate},
+		{"permanent, no effects",
+			recovery.Failure{Class: recovery.ClassPermanent}, recovery.CategoryUnrecoverable, recovery.StrategyDeadEnd},
+		{"strategy failed 3 times",
+			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, StrategyFailures: 3}, recovery.CategoryTransientNetwork, recovery.StrategyEscalate},
+		{"recoveries past the maximum",
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, Recoveries: 3}, recovery.CategoryPartialExecution, recovery.StrategyEscalate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, s := recovery.Classify(tt.f)
+			if c != tt.category || s != tt.strategy {
+				t.Fatalf("Classify = %s/%s, want %s/%s", c, s, tt.category, tt.strategy)
+			}
+		})
+	}
+}
+
+func TestFailureFromJournal(t *testing.T) {
+	rows := map[string]kv.StoredRow{
+		"a": {JournalRow: effect("reserve", true), Seq: 1},
+		"b": {JournalRow: kv.JournalRow{Tool: "model", Status: kv.CallSucceeded}, Seq: 2},
+		"c": {JournalRow: kv.JournalRow{Tool: "email", Status: kv.CallFailed, RetryableAfterCompensation: true}, Seq: 3},
+		"d": {JournalRow: kv.JournalRow{Tool: "crm", Status: kv.CallInitiated}, Seq: 4},
+	}
+	var f recovery.Failure
+	f.FromJournal(rows)
+	if len(f.Completed) != 1 || f.Completed[0].Tool != "reserve" || !f.InFlight || !f.FailingRetryableAfterCompensation {
+		t.Fatalf("facts = %+v", f)
+	}
+}
