@@ -57,9 +57,9 @@ type Effect struct {
 	Requests int `json:"requests"`
 	Applied  int `json:"applied"`
 	// Compensated is set when the effect was undone, with the key used.
-	Compensated     bool      `json:"compensated"`
-	CompensationKey string    `json:"compensation_key,omitempty"`
-	At              time.Time `json:"at"`
+	Compensated     bool            `json:"compensated"`
+	CompensationKey string          `json:"compensation_key,omitempty"`
+	At              time.Time       `json:"at"`
 	Body            json.RawMessage `json:"body,omitempty"`
 }
 
