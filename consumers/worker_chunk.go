@@ -243,9 +243,30 @@ func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint
 		r.log.Warn().Err(err).Msg("ack after done")
 	}
 	r.releaseClaim(ctx)
+	if cp.Envelope != "" {
+		r.resolveEnvelope(ctx, cp.Envelope)
+	}
 	r.log.Info().Int("calls", cp.Calls).Int("tier1_retries", cp.Tier1Retries).Msg("chunk done")
 	_, err = w.tracker.refresh(ctx, r.chunk.Job)
 	return err
+}
+
+// resolveEnvelope marks the envelope a recovered chunk came from resolved:
+// the chunk it stood for has finished.
+func (r *run) resolveEnvelope(ctx context.Context, id string) {
+	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
+		if rec.Final() {
+			return kv.ErrNoChange
+		}
+		rec.Status, rec.Requeued = kv.EnvelopeResolved, false
+		rec.Notes = append(rec.Notes, "chunk finished by "+r.w.cfg.ID)
+		return nil
+	})
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		r.log.Warn().Err(err).Str("envelope_id", id).Msg("resolve envelope")
+		return
+	}
+	r.log.Info().Str("envelope_id", id).Msg("envelope resolved")
 }
 
 // fencedOr turns a lost fence into a silent stop (no ack, no nak): the

@@ -23,20 +23,39 @@ const (
 // EnvelopeRecord is the mutable state of one failure envelope; the envelope
 // itself is immutable in SALVAGE_DLQ.
 type EnvelopeRecord struct {
-	ID        string    `json:"envelope_id"`
-	Job       string    `json:"job_id"`
-	Chunk     int       `json:"chunk"`
-	Category  string    `json:"category"`
-	Strategy  string    `json:"strategy"`
-	Status    string    `json:"status"`
-	Attempts  int       `json:"attempts"`
-	Notes     []string  `json:"notes,omitempty"`
-	StreamSeq uint64    `json:"stream_seq"`
-	Subject   string    `json:"subject"`
+	ID        string   `json:"envelope_id"`
+	Job       string   `json:"job_id"`
+	Chunk     int      `json:"chunk"`
+	Category  string   `json:"category"`
+	Strategy  string   `json:"strategy"`
+	Status    string   `json:"status"`
+	Attempts  int      `json:"attempts"`
+	Notes     []string `json:"notes,omitempty"`
+	StreamSeq uint64   `json:"stream_seq"`
+	Subject   string   `json:"subject"`
+	// RecoveringBy and LeaseUntil say which orchestrator runs the
+	// strategy; another may take the envelope over once the lease passed.
+	RecoveringBy string    `json:"recovering_by,omitempty"`
+	LeaseUntil   time.Time `json:"lease_until,omitzero"`
+	// Requeued is set while a requeued chunk runs; the worker resolves
+	// the envelope when the chunk finishes.
+	Requeued bool `json:"requeued,omitempty"`
+	// Left names the effects nobody could undo, for the human who must.
+	Left      []string  `json:"left,omitempty"`
 	AckedBy   string    `json:"acked_by,omitempty"`
 	AckedAt   time.Time `json:"acked_at,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Final reports whether the envelope reached an outcome no strategy
+// changes: resolved, escalated, dead-end or abandoned.
+func (r EnvelopeRecord) Final() bool {
+	switch r.Status {
+	case EnvelopeResolved, EnvelopeEscalated, EnvelopeDeadEnd, EnvelopeAbandoned:
+		return true
+	}
+	return false
 }
 
 // Guard is the value of a chunkmsg.<stream_seq> key: the one envelope a

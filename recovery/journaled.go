@@ -167,6 +167,12 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 	return v.Output, true, nil
 }
 
+// Fingerprint describes the effect a call of t made under key: nil for a
+// pure read.
+func (t *Tool) Fingerprint(key, resourceID string) *kv.Fingerprint {
+	return fingerprint(t, key, resourceID)
+}
+
 func fingerprint(tool *Tool, key, resourceID string) *kv.Fingerprint {
 	if tool.Effect == nil {
 		return nil

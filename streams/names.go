@@ -20,6 +20,8 @@ const (
 	SplitterConsumer = "splitter"
 	// DeadLetterConsumer turns max-deliveries advisories into envelopes.
 	DeadLetterConsumer = "dead-letter"
+	// RecoveryConsumer is the recovery orchestrators' consumer on the DLQ.
+	RecoveryConsumer = "recovery"
 )
 
 // Header names carried on Salvage messages.
@@ -31,6 +33,8 @@ const (
 	HeaderRecoveryOf  = "Salvage-Recovery-Of"
 	HeaderReplayOf    = "Salvage-Replay-Of"
 	HeaderReason      = "Salvage-Reason"
+	// HeaderEnvelope names the envelope an escalation is about.
+	HeaderEnvelope = "Salvage-Envelope"
 )
 
 // Event kinds published on salvage.events.<job>.<kind>.

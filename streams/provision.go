@@ -146,6 +146,24 @@ func DeadLetterConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// RecoveryConfig is the durable consumer the recovery orchestrators share
+// on SALVAGE_DLQ. Its AckWait is the time one orchestrator may spend on an
+// envelope before another may take it over.
+func RecoveryConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       RecoveryConsumer,
+		Description:   "Recovery orchestrators: one strategy run per envelope at a time.",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: DLQAll,
+	}
+}
+
+// EscalationSubject is where an envelope that needs a human is announced.
+func EscalationSubject(category string) string { return "salvage.escalations." + category }
+
 // Provision creates or updates every stream and durable consumer. It is
 // idempotent: running it on every start, from any number of processes at
 // once, converges on the same configuration.
@@ -165,6 +183,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		{Chunks, WorkersConfig(o)},
 		{Jobs, SplitterConfig(o)},
 		{Advisories, DeadLetterConfig()},
+		{DLQ, RecoveryConfig()},
 	}
 	for _, c := range consumers {
 		if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {

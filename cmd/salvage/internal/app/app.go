@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
@@ -28,6 +30,8 @@ const (
 	RoleWorker = "worker"
 	// RoleDeadLetter runs the dead-letterer and the sweeper.
 	RoleDeadLetter = "dead-letter"
+	// RoleRecovery runs the recovery orchestrator.
+	RoleRecovery = "recovery"
 	// RoleAll runs every role.
 	RoleAll = "all"
 )
@@ -52,7 +56,7 @@ func JournalMode(syncAlways bool) string {
 }
 
 // futureRoles are part of the design but not built yet.
-var futureRoles = []string{"recovery", "api", "dashboard"}
+var futureRoles = []string{"api", "dashboard"}
 
 // ErrUnknownRole is returned for a role name Salvage does not have.
 var ErrUnknownRole = errors.New("unknown role")
@@ -78,6 +82,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// DrainTimeout bounds the drain on shutdown.
 	DrainTimeout time.Duration
+	// CoolDown delays resuming chunks whose external system was down.
+	CoolDown time.Duration
+	// SimTimeout bounds one call to the sim.
+	SimTimeout time.Duration
+	// SimURL is a running `salvage sim`; empty uses the in-process model
+	// and leaves order-fulfillment out.
+	SimURL string
 	// JournalWrites is JournalAtomic or JournalPipelined (see
 	// kv.JournalConfig.Atomic). Default JournalAtomic.
 	JournalWrites string
@@ -96,13 +107,13 @@ func ResolveRoles(roles []string) ([]string, error) {
 			r = strings.TrimSpace(r)
 			switch {
 			case r == RoleAll:
-				out = append(out, RoleWorker, RoleDeadLetter)
-			case r == RoleWorker || r == RoleDeadLetter:
+				out = append(out, RoleWorker, RoleDeadLetter, RoleRecovery)
+			case r == RoleWorker || r == RoleDeadLetter || r == RoleRecovery:
 				out = append(out, r)
 			case slices.Contains(futureRoles, r):
-				return nil, fmt.Errorf("%w: %q is not in this version of salvage yet (have %s, %s, %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleAll)
+				return nil, fmt.Errorf("%w: %q is not in this version of salvage yet (have %s, %s, %s, %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAll)
 			default:
-				return nil, fmt.Errorf("%w: %q (want %s, %s or %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleAll)
+				return nil, fmt.Errorf("%w: %q (want %s, %s, %s or %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAll)
 			}
 		}
 	}
@@ -131,13 +142,24 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*kv.Sto
 	return st, nil
 }
 
-// Registry returns the built-in pipelines, calling a simulated model.
-func Registry(model simmodel.Config) (*recovery.Registry, error) {
-	m, err := simmodel.New(model)
+// Registry returns the built-in pipelines. Without a sim URL,
+// contract-review calls an in-process simulated model and
+// order-fulfillment is not available; with one, both call the `salvage
+// sim` process there.
+func Registry(model simmodel.Config, simURL string, simTimeout time.Duration) (*recovery.Registry, error) {
+	if simURL == "" {
+		m, err := simmodel.New(model)
+		if err != nil {
+			return nil, err
+		}
+		return recovery.NewRegistry(contractreview.New(m))
+	}
+	c := &sim.Client{BaseURL: simURL, Timeout: simTimeout}
+	of, err := orders.New(c)
 	if err != nil {
 		return nil, err
 	}
-	return recovery.NewRegistry(contractreview.New(m))
+	return recovery.NewRegistry(contractreview.New(c), of)
 }
 
 // Run runs cfg's roles until ctx ends, then drains them. It blocks and
@@ -147,7 +169,7 @@ func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Con
 	if err != nil {
 		return err
 	}
-	reg, err := Registry(cfg.Model)
+	reg, err := Registry(cfg.Model, cfg.SimURL, cfg.SimTimeout)
 	if err != nil {
 		return err
 	}
@@ -173,6 +195,15 @@ func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Con
 			return err
 		}
 		runs = append(runs, dl.Run)
+	}
+	if slices.Contains(roles, RoleRecovery) {
+		or, err := consumers.NewOrchestrator(js, stores, consumers.OrchestratorConfig{
+			Registry: reg, Retry: cfg.Retry, CoolDown: cfg.CoolDown, Logger: &log,
+		})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, or.Run)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/app"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
@@ -33,6 +34,9 @@ type runFlags struct {
 	sweepInterval time.Duration
 	drainTimeout  time.Duration
 	journalWrites string
+	simURL        string
+	simTimeout    time.Duration
+	coolDown      time.Duration
 	model         simmodel.Config
 }
 
@@ -48,6 +52,9 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.retryTotal, "retry-total", recovery.TotalCapDefault, "tier 1: time cap for one call, waits included")
 	f.DurationVar(&r.sweepInterval, "sweep-interval", consumers.SweepIntervalDefault, "how often the sweeper looks for exhausted chunks")
 	f.DurationVar(&r.drainTimeout, "drain-timeout", consumers.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
+	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
+	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
+	f.DurationVar(&r.coolDown, "cool-down", consumers.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
 	f.StringVar(&r.journalWrites, "journal-writes", "auto", "journal rows as atomic group-commit batches (atomic) or pipelined publishes (pipelined); auto: atomic unless an embedded server acks before fsync")
 	f.Int64Var(&r.model.Seed, "model-seed", defaults.Seed, "simulated model: seed")
 	f.DurationVar(&r.model.Latency, "model-latency", defaults.Latency, "simulated model: median call latency")
@@ -61,7 +68,8 @@ func (r *runFlags) args() []string {
 		"--ack-wait", r.ackWait.String(), "--max-deliver", strconv.Itoa(r.maxDeliver),
 		"--concurrency", strconv.Itoa(r.concurrency), "--retries", strconv.Itoa(r.retries),
 		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
-		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites,
+		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites, "--sim", r.simURL,
+		"--sim-timeout", r.simTimeout.String(), "--cool-down", r.coolDown.String(),
 		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
 		"--model-permanent-rate", strconv.FormatFloat(r.model.PermanentRate, 'g', -1, 64),
@@ -79,7 +87,7 @@ func (r *runFlags) config(roles []string) app.Config {
 		Retry:         recovery.RetryPolicy{MaxRetries: retries, BaseDelay: r.retryBase, MaxDelay: r.retryMax, TotalCap: r.retryTotal},
 		Model:         r.model,
 		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout,
-		JournalWrites: r.journalWrites,
+		JournalWrites: r.journalWrites, SimURL: r.simURL, SimTimeout: r.simTimeout, CoolDown: r.coolDown,
 	}
 }
 
@@ -173,7 +181,7 @@ in-flight chunks finish or are released, then the process exits.`,
 	}
 	f := cmd.Flags()
 	run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
-	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter or all (comma-separated or repeated)")
+	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter, recovery or all (comma-separated or repeated)")
 	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address")
 	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
 	f.StringVar(&syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")

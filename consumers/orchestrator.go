@@ -1,0 +1,308 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Orchestrator defaults.
+const (
+	// RecoveryLeaseDefault is how long one orchestrator owns an envelope.
+	RecoveryLeaseDefault = time.Minute
+	// CoolDownDefault is how long an EXTERNAL_SYSTEM_DOWN envelope waits
+	// before its chunk resumes (until breakers decide it).
+	CoolDownDefault = 30 * time.Second
+	// retryStrategyDelay spaces the attempts of a failing strategy.
+	retryStrategyDelay = 2 * time.Second
+)
+
+// OrchestratorConfig configures an Orchestrator.
+type OrchestratorConfig struct {
+	// ID names this orchestrator in envelope records. Default host-pid-ULID.
+	ID string
+	// Registry knows the pipelines and their tools. Required.
+	Registry *recovery.Registry
+	// Lease is how long a taken envelope is this orchestrator's. Default
+	// RecoveryLeaseDefault.
+	Lease time.Duration
+	// CoolDown delays the resume of EXTERNAL_SYSTEM_DOWN envelopes.
+	// Default CoolDownDefault.
+	CoolDown time.Duration
+	// Retry is the tier-1 policy for verify and compensation calls.
+	Retry recovery.RetryPolicy
+	// Logger receives recovery logs. Default zerolog.Nop().
+	Logger *zerolog.Logger
+}
+
+// Orchestrator runs recovery strategies on envelopes from SALVAGE_DLQ:
+// verify unknown outcomes, resume from the checkpoint, compensate in
+// reverse order, escalate, or mark a dead end. Any number may run: each
+// envelope is taken by CAS on its salvage_envelopes record, and recoveries
+// are counted per chunk across envelopes so nothing loops (invariant 7).
+type Orchestrator struct {
+	js      jetstream.JetStream
+	stores  *kv.Stores
+	cfg     OrchestratorConfig
+	log     zerolog.Logger
+	exec    *recovery.Executor
+	tracker tracker
+}
+
+// NewOrchestrator returns an orchestrator; it does not start it.
+func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg OrchestratorConfig) (*Orchestrator, error) {
+	if cfg.Registry == nil {
+		return nil, fmt.Errorf("%w: OrchestratorConfig.Registry is nil", ErrInvalidConfig)
+	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), ulid.Make().String()[20:])
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = RecoveryLeaseDefault
+	}
+	if cfg.CoolDown <= 0 {
+		cfg.CoolDown = CoolDownDefault
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	log = log.With().Str("role", "recovery").Str("orchestrator", cfg.ID).Logger()
+	exec, err := recovery.NewExecutor(cfg.Retry, log)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Orchestrator{js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tracker{js: js, stores: stores}}, nil
+}
+
+// Run consumes envelopes until ctx ends. It blocks and returns nil on
+// cancellation.
+func (o *Orchestrator) Run(ctx context.Context) error {
+	var cons jetstream.Consumer
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = o.js.Consumer(ctx, streams.DLQ, streams.RecoveryConsumer)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("consumers: bind recovery consumer: %w", err)
+	}
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(8, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			sleepCtx(ctx, 500*time.Millisecond)
+			continue
+		}
+		for m := range batch.Messages() {
+			o.handle(ctx, m)
+		}
+	}
+	return nil
+}
+
+// outcome is what to do with the DLQ message after a strategy step.
+type outcome struct {
+	ack   bool
+	delay time.Duration
+}
+
+func (o *Orchestrator) handle(ctx context.Context, m jetstream.Msg) {
+	var env recovery.Envelope
+	if err := json.Unmarshal(m.Data(), &env); err != nil || env.ID == "" {
+		o.log.Error().Err(err).Str("subject", m.Subject()).Msg("unreadable envelope; left for an operator")
+		_ = m.Term()
+		return
+	}
+	log := o.log.With().Str("envelope_id", env.ID).Str("job_id", env.Job).Int("chunk", env.Chunk).
+		Str("trace_id", env.TraceID).Str("category", env.Category).Logger()
+	out, err := o.recover(ctx, env, log)
+	if err != nil {
+		log.Warn().Err(err).Msg("recovery step failed; will retry")
+	}
+	if out.ack {
+		if err := m.Ack(); err != nil {
+			log.Debug().Err(err).Msg("ack envelope")
+		}
+		return
+	}
+	_ = m.NakWithDelay(max(out.delay, 100*time.Millisecond))
+}
+
+// take claims the envelope's record by CAS. It reports false when the
+// envelope is final, waiting on a requeued chunk, or leased to another
+// orchestrator (with how long that lease still runs).
+func (o *Orchestrator) take(ctx context.Context, id string) (kv.EnvelopeRecord, bool, time.Duration, error) {
+	var wait time.Duration
+	var taken bool
+	rec, err := o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
+		taken, wait = false, 0
+		now := time.Now()
+		switch {
+		case r.Final() || r.Requeued:
+			return kv.ErrNoChange
+		case r.Status == kv.EnvelopeRecovering && r.RecoveringBy != o.cfg.ID && now.Before(r.LeaseUntil):
+			wait = r.LeaseUntil.Sub(now)
+			return kv.ErrNoChange
+		}
+		taken = true
+		r.Status, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeRecovering, o.cfg.ID, now.Add(o.cfg.Lease)
+		return nil
+	})
+	return rec, taken, wait, err
+}
+
+// recover runs one step of the envelope's strategy.
+func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log zerolog.Logger) (outcome, error) {
+	rec, taken, wait, err := o.take(ctx, env.ID)
+	if errors.Is(err, kv.ErrNotFound) {
+		// Published, record not written yet (or its writer died): the
+		// dead-letterer finishes it; look again shortly.
+		return outcome{delay: time.Second}, nil
+	}
+	if err != nil {
+		return outcome{delay: retryStrategyDelay}, err
+	}
+	if !taken {
+		if wait > 0 {
+			return outcome{delay: wait}, nil
+		}
+		return outcome{ack: true}, nil
+	}
+	p, err := o.cfg.Registry.Get(env.Pipeline)
+	if err != nil {
+		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "pipeline not known to this orchestrator: "+err.Error(), nil, log)
+	}
+	cp, _, err := o.stores.Checkpoints.Get(ctx, env.Job, env.Chunk)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return o.failed(ctx, env, rec, err, log)
+	}
+	if cp.Status == kv.StatusDone {
+		return o.finish(ctx, env, rec, kv.EnvelopeResolved, "chunk already done", nil, log)
+	}
+	strategy := rec.Strategy
+	if rec.Attempts >= recovery.MaxStrategyAttemptsDefault {
+		strategy = recovery.StrategyEscalate
+	}
+	if strategy == recovery.StrategyVerify {
+		category, s, err := o.verify(ctx, env, p, cp, log)
+		if err != nil {
+			return o.failed(ctx, env, rec, err, log)
+		}
+		strategy = s
+		if rec, err = o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+			r.Category, r.Strategy = category, s
+			r.Notes = append(r.Notes, fmt.Sprintf("verified calls in flight; reclassified %s/%s", category, s))
+			return nil
+		}); err != nil {
+			return o.failed(ctx, env, rec, err, log)
+		}
+	}
+	needsResume := strategy == recovery.StrategyResume || strategy == recovery.StrategyCompensateAndRetry
+	if needsResume && cp.Recoveries >= recovery.MaxRecoveriesDefault {
+		strategy = recovery.StrategyEscalate
+		log.Warn().Int("recoveries", cp.Recoveries).Msg("chunk past its recoveries; escalating")
+	}
+	switch strategy {
+	case recovery.StrategyResume:
+		if rec.Category == recovery.CategoryExternalSystemDown {
+			if left := time.Until(env.CreatedAt.Add(o.cfg.CoolDown)); left > 0 {
+				return o.release(ctx, env, rec, left)
+			}
+		}
+		return o.requeue(ctx, env, rec, false, log)
+	case recovery.StrategyCompensateAndRetry, recovery.StrategyCompensateAndAbandon:
+		left, permanent, err := o.compensate(ctx, env, p, log)
+		if err != nil && !permanent {
+			return o.failed(ctx, env, rec, err, log)
+		}
+		if err != nil {
+			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "compensation failed: "+err.Error(), left, log)
+		}
+		if strategy == recovery.StrategyCompensateAndRetry {
+			return o.requeue(ctx, env, rec, true, log)
+		}
+		return o.finish(ctx, env, rec, kv.EnvelopeAbandoned, "every effect compensated; order abandoned", nil, log)
+	case recovery.StrategyEscalate:
+		var left []string
+		if rec.Category == recovery.CategoryCompensationNeeded {
+			var err error
+			var permanent bool
+			left, permanent, err = o.compensate(ctx, env, p, log)
+			if err != nil && !permanent {
+				return o.failed(ctx, env, rec, err, log)
+			}
+		}
+		left = append(left, o.irreversible(ctx, env)...)
+		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "needs a human", left, log)
+	default: // DEAD_END
+		return o.finish(ctx, env, rec, kv.EnvelopeDeadEnd, "permanent failure with no effects to undo", nil, log)
+	}
+}
+
+// release gives the envelope back for a later step.
+func (o *Orchestrator) release(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, after time.Duration) (outcome, error) {
+	_, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+		r.Status, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeOpen, "", time.Time{}
+		return nil
+	})
+	return outcome{delay: after}, err
+}
+
+// failed counts a failed strategy attempt; past the maximum the next step
+// escalates.
+func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, cause error, log zerolog.Logger) (outcome, error) {
+	_, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+		r.Attempts++
+		r.Status, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeOpen, "", time.Time{}
+		r.Notes = append(r.Notes, fmt.Sprintf("attempt %d of %s failed: %v", r.Attempts, r.Strategy, cause))
+		return nil
+	})
+	log.Warn().Err(cause).Int("attempt", rec.Attempts+1).Msg("recovery strategy failed")
+	return outcome{delay: retryStrategyDelay}, errors.Join(cause, err)
+}
+
+// finish records a final status, and announces an escalation.
+func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status, note string, left []string, log zerolog.Logger) (outcome, error) {
+	rec, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+		r.Status, r.RecoveringBy, r.LeaseUntil = status, "", time.Time{}
+		r.Left = left
+		r.Notes = append(r.Notes, note)
+		return nil
+	})
+	if err != nil {
+		return outcome{delay: retryStrategyDelay}, err
+	}
+	if status == kv.EnvelopeEscalated {
+		h := nats.Header{}
+		h.Set(streams.HeaderMsgID, env.ID+".escalated")
+		h.Set(streams.HeaderEnvelope, env.ID)
+		h.Set(streams.HeaderJob, env.Job)
+		ev := map[string]any{"envelope_id": env.ID, "job_id": env.Job, "chunk": env.Chunk, "category": rec.Category,
+			"reason": note, "left": left, "trace_id": env.TraceID, "at": time.Now().UTC()}
+		if err := publishJSON(ctx, o.js, streams.EscalationSubject(rec.Category), ev, h); err != nil {
+			return outcome{delay: retryStrategyDelay}, err
+		}
+	}
+	log.Info().Str("status", status).Strs("left", left).Msg(note)
+	if _, err := o.tracker.refresh(ctx, env.Job); err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return outcome{ack: true}, err
+	}
+	return outcome{ack: true}, nil
+}
