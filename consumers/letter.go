@@ -178,7 +178,7 @@ func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending 
 			if r.Fingerprint != nil && r.Fingerprint.Reversible {
 				pending = append([]string{r.Key}, pending...)
 			}
-		case kv.CallInitiated:
+		case kv.CallInitiated, kv.CallUnknown:
 			inFlight = append(inFlight, r.Key)
 		case kv.CallFailed:
 			failedTool = r.Tool

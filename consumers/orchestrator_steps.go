@@ -25,7 +25,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *rec
 	}
 	var stats recovery.Stats
 	for key, row := range rows {
-		if row.Status != kv.CallInitiated {
+		if row.Status != kv.CallInitiated && row.Status != kv.CallUnknown {
 			continue
 		}
 		tool, err := p.Tools.Get(row.Tool)

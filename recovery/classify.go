@@ -44,7 +44,7 @@ type Failure struct {
 func (f *Failure) FromJournal(rows map[string]kv.StoredRow) {
 	for _, r := range SortedRows(rows) {
 		switch {
-		case r.Status == kv.CallInitiated:
+		case r.Status == kv.CallInitiated || r.Status == kv.CallUnknown:
 			f.InFlight = true
 		case r.Status == kv.CallSucceeded && r.Fingerprint != nil:
 			f.Completed = append(f.Completed, r.JournalRow)

@@ -110,9 +110,24 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 	}
 	var res ToolResult
 	calls := t.stats.Calls.Load()
+	timedOut := false
 	err = t.exec.Do(ctx, t.stats, name, func(ctx context.Context) error {
+		if timedOut && tool.Effect != nil {
+			// The last attempt's outcome is unknown: ask before repeating.
+			v, err := tool.Effect.Verify(ctx, row.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			if v.Applied {
+				t.stats.Verified.Add(1)
+				row.Verified = true
+				res = ToolResult{Output: v.Output, ResourceID: v.ResourceID}
+				return nil
+			}
+		}
 		var err error
 		res, err = tool.Call(ctx, ToolCall{IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
+		timedOut = ClassOf(err) == ClassTimeout
 		return err
 	})
 	row.Attempts += int(t.stats.Calls.Load() - calls)
@@ -125,6 +140,10 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 			return nil, err
 		}
 		row.Status, row.Error, row.ErrorClass = kv.CallFailed, err.Error(), ClassOf(err).String()
+		if timedOut && tool.Effect != nil {
+			// It may have taken effect: the next run verifies first.
+			row.Status = kv.CallUnknown
+		}
 		row.ErrorStatus = StatusOf(err)
 		row.RetryableAfterCompensation = tool.RetryableAfterCompensation
 	} else {

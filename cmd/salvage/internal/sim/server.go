@@ -183,6 +183,7 @@ func serveUndo(w http.ResponseWriter, r *http.Request, state *State, sys System,
 		writeJSON(w, 200, EffectResponse{System: sys.Name, Op: sys.Undo, Key: req.Key})
 		return
 	}
+	e.CompensationRequests++
 	if e.Compensated {
 		w.Header().Set(HeaderReplayed, "true")
 		writeJSON(w, 200, effectResponse(e, true))
@@ -192,7 +193,7 @@ func serveUndo(w http.ResponseWriter, r *http.Request, state *State, sys System,
 		httpError(w, 409, errors.New(sys.Undo+" refused by "+sys.Name))
 		return
 	}
-	e.Compensated, e.CompensationKey = true, key
+	e.Compensated, e.CompensationKey, e.CompensatedAt = true, key, time.Now().UTC()
 	writeJSON(w, 200, effectResponse(e, false))
 }
 

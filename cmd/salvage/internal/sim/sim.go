@@ -57,10 +57,14 @@ type Effect struct {
 	Requests int `json:"requests"`
 	Applied  int `json:"applied"`
 	// Compensated is set when the effect was undone, with the key used.
-	Compensated     bool            `json:"compensated"`
-	CompensationKey string          `json:"compensation_key,omitempty"`
-	At              time.Time       `json:"at"`
-	Body            json.RawMessage `json:"body,omitempty"`
+	Compensated     bool   `json:"compensated"`
+	CompensationKey string `json:"compensation_key,omitempty"`
+	// CompensationRequests counts undo requests; CompensatedAt is when
+	// the first one succeeded.
+	CompensationRequests int             `json:"compensation_requests,omitempty"`
+	CompensatedAt        time.Time       `json:"compensated_at,omitzero"`
+	At                   time.Time       `json:"at"`
+	Body                 json.RawMessage `json:"body,omitempty"`
 }
 
 // Summary counts the ledger.

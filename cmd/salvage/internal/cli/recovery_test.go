@@ -1,0 +1,330 @@
+package cli_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// startSim runs `salvage sim` as a process and returns a client for it.
+func startSim(t *testing.T) *sim.Client {
+	t.Helper()
+	cmd := exec.Command(binary, "sim", "--listen", "127.0.0.1:0", "--model-latency", "1ms")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "SIM_URL="); ok {
+			return &sim.Client{BaseURL: u, Timeout: 5 * time.Second}
+		}
+	}
+	t.Fatal("salvage sim printed no SIM_URL")
+	return nil
+}
+
+type cluster struct {
+	url    string
+	sim    *sim.Client
+	js     jetstream.JetStream
+	stores *kv.Stores
+}
+
+var fastTiers = []string{"--ack-wait", "2s", "--retry-base", "10ms", "--retry-max", "40ms", "--sweep-interval", "1s", "--cool-down", "1s"}
+
+func startCluster(t *testing.T, faults sim.Config) *cluster {
+	t.Helper()
+	s := startSim(t)
+	if err := s.SetFaults(context.Background(), faults); err != nil {
+		t.Fatal(err)
+	}
+	url, _ := up(t, append([]string{"--role", "dead-letter,recovery", "--sim", s.BaseURL}, fastTiers...)...)
+	// A second orchestrator on the same DLQ.
+	up(t, append([]string{"--server", url, "--role", "recovery", "--sim", s.BaseURL}, fastTiers...)...)
+	nc := natstest.Connect(t, url)
+	js, _ := jetstream.New(nc)
+	stores, err := kv.Open(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{url: url, sim: s, js: js, stores: stores}
+}
+
+func (c *cluster) worker(t *testing.T, id string, extra ...string) *exec.Cmd {
+	t.Helper()
+	args := append([]string{"--server", c.url, "--role", "worker", "--worker-id", id, "--sim", c.sim.BaseURL}, fastTiers...)
+	_, cmd := up(t, append(args, extra...)...)
+	return cmd
+}
+
+func order(id string) orders.Order {
+	return orders.Order{ID: id, Customer: "c-" + id, Email: id + "@example.test", Amount: 42.5, PaymentMethod: "card",
+		Items: []orders.Item{{SKU: "sku-1", Qty: 2, Price: 21.25}}}
+}
+
+func (c *cluster) submit(t *testing.T, ids ...string) string {
+	t.Helper()
+	var list []orders.Order
+	for _, id := range ids {
+		list = append(list, order(id))
+	}
+	job := ulid.Make().String()
+	body, _ := json.Marshal(map[string]any{"job_id": job, "input": orders.Input{Orders: list}})
+	if _, err := c.js.Publish(context.Background(), streams.JobSubject(orders.Name), body); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+func (c *cluster) waitJob(t *testing.T, job string, statuses ...string) kv.Job {
+	t.Helper()
+	var j kv.Job
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		var err error
+		j, err = c.stores.Jobs.Get(context.Background(), job)
+		for _, s := range statuses {
+			if err == nil && j.Status == s {
+				return true
+			}
+		}
+		return false
+	}, "job %s to be %v (last %+v)", job, statuses, &j)
+	return j
+}
+
+// effects returns the ledger's effects of one order, by system.
+func (c *cluster) effects(t *testing.T, orderID string) map[string][]sim.Effect {
+	t.Helper()
+	l, err := c.sim.Ledger(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]sim.Effect{}
+	for _, e := range l.Effects {
+		if e.Order == orderID {
+			out[e.System] = append(out[e.System], e)
+		}
+	}
+	return out
+}
+
+func (c *cluster) envelopeOf(t *testing.T, job string, chunk int) kv.EnvelopeRecord {
+	t.Helper()
+	var rec kv.EnvelopeRecord
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		cp, _, err := c.stores.Checkpoints.Get(context.Background(), job, chunk)
+		if err != nil || cp.Envelope == "" {
+			return false
+		}
+		rec, _, err = c.stores.Envelopes.Get(context.Background(), cp.Envelope)
+		return err == nil && rec.Final()
+	}, "a final envelope for %s.%d", job, chunk)
+	return rec
+}
+
+// TestOrderRecovery runs the journal and recovery scenarios against a real
+// `salvage sim` process, a `salvage up` with two orchestrators, and worker
+// processes, one of them SIGKILLed after a charge took effect.
+func TestOrderRecovery(t *testing.T) {
+	c := startCluster(t, sim.Config{Hang: 30 * time.Second, Rules: []sim.Rule{
+		{System: "payments", Order: "o-crash", Mode: "timeout-after", Times: 1},
+		{System: "email", Order: "o-comp", Mode: "permanent"},
+		{System: "email", Order: "o-stuck", Mode: "permanent"},
+		{System: "payments", Order: "o-stuck", Mode: "compensation-fails"},
+		{System: "crm", Order: "o-res", Mode: "error", Times: 12},
+		{System: "payments", Order: "o-after", Mode: "timeout-after", Times: 1},
+		{System: "payments", Order: "o-before", Mode: "timeout-before", Times: 1},
+		{System: "email", Order: "o-many-1", Mode: "permanent"},
+		{System: "email", Order: "o-many-2", Mode: "permanent"},
+		{System: "email", Order: "o-many-3", Mode: "permanent"},
+		{System: "email", Order: "o-many-4", Mode: "permanent"},
+	}})
+
+	// A worker whose sim calls wait long enough to be killed mid-charge.
+	victim := c.worker(t, "victim", "--sim-timeout", "25s")
+	crashJob := c.submit(t, "o-crash")
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(c.effects(t, "o-crash")["payments"]) == 1 }, "the charge to take effect")
+	row := chargeRow(t, c, crashJob, 1)
+	if row.Status != kv.CallInitiated {
+		t.Fatalf("charge row is %s before the kill, want INITIATED", row.Status)
+	}
+	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	c.worker(t, "w1")
+	c.worker(t, "w2")
+	compJob := c.submit(t, "o-comp")
+	stuckJob := c.submit(t, "o-stuck")
+	resJob := c.submit(t, "o-res")
+	timeoutJob := c.submit(t, "o-after", "o-before")
+	manyJob := c.submit(t, "o-many-1", "o-many-2", "o-many-3", "o-many-4")
+
+	t.Run("killed after the charge: one charge, order completes", func(t *testing.T) {
+		c.waitJob(t, crashJob, kv.JobDone)
+		e := c.effects(t, "o-crash")
+		for _, sys := range []string{"wms", "erp", "payments", "email", "crm"} {
+			if len(e[sys]) != 1 || e[sys][0].Applied != 1 || e[sys][0].Compensated {
+				t.Errorf("%s effects for o-crash = %+v, want exactly one standing", sys, e[sys])
+			}
+		}
+		if e["payments"][0].Requests != 1 {
+			t.Errorf("the charge was requested %d times: the resume should verify, not repeat", e["payments"][0].Requests)
+		}
+		if row := chargeRow(t, c, crashJob, 1); row.Status != kv.CallSucceeded || !row.Verified {
+			t.Errorf("charge row after resume = %+v, want SUCCEEDED and verified", row)
+		}
+	})
+
+	t.Run("permanent failure at email: refund, void, release in that order", func(t *testing.T) {
+		c.waitJob(t, compJob, kv.JobIncomplete)
+		rec := c.envelopeOf(t, compJob, 1)
+		if rec.Status != kv.EnvelopeAbandoned || rec.Category != recovery.CategoryPartialExecution {
+			t.Fatalf("envelope = %+v", rec)
+		}
+		e := c.effects(t, "o-comp")
+		var undone []sim.Effect
+		for _, sys := range []string{"wms", "erp", "payments"} {
+			if len(e[sys]) != 1 || !e[sys][0].Compensated || e[sys][0].CompensationRequests != 1 {
+				t.Fatalf("%s for o-comp = %+v, want compensated once", sys, e[sys])
+			}
+			undone = append(undone, e[sys][0])
+		}
+		if len(e["email"])+len(e["crm"]) != 0 {
+			t.Fatalf("email/crm effects for o-comp: %+v", e)
+		}
+		sort.Slice(undone, func(i, j int) bool { return undone[i].CompensatedAt.Before(undone[j].CompensatedAt) })
+		if got := []string{undone[0].System, undone[1].System, undone[2].System}; strings.Join(got, ",") != "payments,erp,wms" {
+			t.Fatalf("compensation order %v, want refund, void, release", got)
+		}
+		if n := countNotes(rec.Notes, "compensated "); n != 3 {
+			t.Fatalf("envelope notes record %d compensations, want 3: %v", n, rec.Notes)
+		}
+	})
+
+	t.Run("a compensation that fails escalates and names what is left", func(t *testing.T) {
+		c.waitJob(t, stuckJob, kv.JobIncomplete)
+		rec := c.envelopeOf(t, stuckJob, 1)
+		if rec.Status != kv.EnvelopeEscalated || len(rec.Left) != 3 || !strings.HasPrefix(rec.Left[0], orders.ToolCharge) {
+			t.Fatalf("envelope = %+v, want escalated with charge, invoice, reservation left", rec)
+		}
+		if row := chargeRow(t, c, stuckJob, 1); row.Status != kv.CallSucceeded {
+			t.Fatalf("charge row = %s, want SUCCEEDED: it was not refunded", row.Status)
+		}
+		if e := c.effects(t, "o-stuck"); len(e["payments"]) != 1 || e["payments"][0].Compensated {
+			t.Fatalf("ledger for o-stuck = %+v", e)
+		}
+		s, _ := c.js.Stream(context.Background(), streams.Events)
+		m, err := s.GetLastMsgForSubject(context.Background(), streams.EscalationSubject(recovery.CategoryPartialExecution))
+		if err != nil || !strings.Contains(string(m.Data), rec.ID) {
+			t.Fatalf("no escalation event for %s: %v", rec.ID, err)
+		}
+	})
+
+	t.Run("resume after an outage skips every call that already succeeded", func(t *testing.T) {
+		c.waitJob(t, resJob, kv.JobDone)
+		e := c.effects(t, "o-res")
+		for _, sys := range []string{"wms", "erp", "payments", "email", "crm"} {
+			if len(e[sys]) != 1 || e[sys][0].Requests != 1 {
+				t.Errorf("%s for o-res = %+v, want one effect requested once", sys, e[sys])
+			}
+		}
+		rec := c.envelopeOf(t, resJob, 1)
+		if rec.Status != kv.EnvelopeResolved || rec.Category != recovery.CategoryExternalSystemDown {
+			t.Errorf("envelope = %+v, want a resolved EXTERNAL_SYSTEM_DOWN", rec)
+		}
+	})
+
+	t.Run("timeouts: after the commit verified done, before it verified not done and retried once", func(t *testing.T) {
+		c.waitJob(t, timeoutJob, kv.JobDone)
+		after, before := c.effects(t, "o-after")["payments"], c.effects(t, "o-before")["payments"]
+		if len(after) != 1 || after[0].Requests != 1 {
+			t.Errorf("o-after charges = %+v, want one, requested once (verified, not repeated)", after)
+		}
+		if row := chargeRow(t, c, timeoutJob, 1); !row.Verified || row.Status != kv.CallSucceeded {
+			t.Errorf("o-after charge row = %+v, want SUCCEEDED by verification", row)
+		}
+		if len(before) != 1 || before[0].Requests != 1 {
+			t.Errorf("o-before charges = %+v, want one (the retry), the hung request applied nothing", before)
+		}
+		if row := chargeRow(t, c, timeoutJob, 2); row.Verified || row.Attempts != 2 || row.Status != kv.CallSucceeded {
+			t.Errorf("o-before charge row = %+v, want SUCCEEDED on its second attempt", row)
+		}
+	})
+
+	t.Run("two orchestrators never run one envelope twice", func(t *testing.T) {
+		c.waitJob(t, manyJob, kv.JobIncomplete)
+		for chunk := 1; chunk <= 4; chunk++ {
+			rec := c.envelopeOf(t, manyJob, chunk)
+			if rec.Status != kv.EnvelopeAbandoned || countNotes(rec.Notes, "compensated ") != 3 {
+				t.Errorf("envelope of chunk %d = %s, notes %v", chunk, rec.Status, rec.Notes)
+			}
+			for sys, es := range c.effects(t, fmt.Sprintf("o-many-%d", chunk)) {
+				for _, e := range es {
+					if e.CompensationRequests != 1 {
+						t.Errorf("o-many-%d %s compensation requested %d times", chunk, sys, e.CompensationRequests)
+					}
+				}
+			}
+		}
+	})
+
+	t.Run("no side effect twice anywhere", func(t *testing.T) {
+		l, err := c.sim.Ledger(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Summary.DuplicateKeys != 0 || l.Summary.DuplicateOrders != 0 {
+			t.Fatalf("ledger duplicates: %+v", l.Summary)
+		}
+	})
+}
+
+func chargeRow(t *testing.T, c *cluster, job string, chunk int) kv.StoredRow {
+	t.Helper()
+	rows, err := c.stores.Journal.Load(context.Background(), job, chunk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Tool == orders.ToolCharge {
+			return r
+		}
+	}
+	t.Fatalf("no charge row for %s.%d", job, chunk)
+	return kv.StoredRow{}
+}
+
+func countNotes(notes []string, prefix string) int {
+	n := 0
+	for _, s := range notes {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
