@@ -273,3 +273,38 @@ func TestDemoReportJSON(t *testing.T) {
 		t.Errorf("no tier-1 retries at 5%% failures: %v", r)
 	}
 }
+
+func TestOrdersDemoReportJSON(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "demo", "--pipeline", "order-fulfillment", "--orders", "60", "--report", "json",
+		"--ack-wait", "2s", "--log-level", "error")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	var r map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("demo stdout is not one JSON object: %v\n%s", err, stdout.String())
+	}
+	for _, k := range []string{"orders", "orders_completed", "orders_compensated", "orders_escalated", "duplicate_side_effects", "leftover_side_effects", "auto_recovery_rate"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("report lacks %q", k)
+		}
+	}
+	if r["orders"] != 60.0 || r["duplicate_side_effects"] != 0.0 || r["leftover_side_effects"] != 0.0 || r["orders_missing"] != 0.0 {
+		t.Errorf("report = %v", r)
+	}
+	// The fault plan fails orders 7 and 36 at email (compensated) and
+	// order 50's refund (escalated).
+	if r["orders_compensated"].(float64) < 2 || r["orders_escalated"].(float64) < 1 {
+		t.Errorf("compensated %v, escalated %v", r["orders_compensated"], r["orders_escalated"])
+	}
+	if rate := r["auto_recovery_rate"].(float64); rate <= 0 || rate >= 1 {
+		t.Errorf("auto_recovery_rate = %v, want a fraction with one escalation in it", rate)
+	}
+	if r["orders_completed"].(float64)+r["orders_compensated"].(float64)+r["orders_escalated"].(float64)+r["orders_dead_end"].(float64) != 60 {
+		t.Errorf("orders do not add up: %v", r)
+	}
+}

@@ -237,3 +237,20 @@ func result(input json.RawMessage, outs []kv.StageOutput) (json.RawMessage, erro
 	}
 	return json.Marshal(f)
 }
+
+// Generate makes n plausible orders, o-0001 on, deterministic for seed.
+func Generate(n int, seed int64) []Order {
+	out := make([]Order, n)
+	for i := range out {
+		id := fmt.Sprintf("o-%04d", i+1)
+		qty := 1 + int((seed+int64(i)*7)%4)
+		price := float64(5+(seed+int64(i)*13)%95) + 0.99
+		out[i] = Order{
+			ID: id, Customer: fmt.Sprintf("customer-%03d", (seed+int64(i)*31)%500), Email: id + "@example.test",
+			Items:         []Item{{SKU: fmt.Sprintf("sku-%03d", (seed+int64(i)*17)%300), Qty: qty, Price: price}},
+			Amount:        float64(qty) * price,
+			PaymentMethod: []string{"card", "sepa", "invoice"}[i%3],
+		}
+	}
+	return out
+}

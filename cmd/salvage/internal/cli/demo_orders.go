@@ -1,0 +1,270 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/kv"
+)
+
+// ordersReport is the order-fulfillment demo's outcome; the JSON names
+// are a contract.
+type ordersReport struct {
+	Orders               int            `json:"orders"`
+	OrdersCompleted      int            `json:"orders_completed"`
+	OrdersCompensated    int            `json:"orders_compensated"`
+	OrdersEscalated      int            `json:"orders_escalated"`
+	OrdersDeadEnd        int            `json:"orders_dead_end"`
+	OrdersMissing        int            `json:"orders_missing"`
+	DuplicateSideEffects int            `json:"duplicate_side_effects"`
+	LeftoverSideEffects  int            `json:"leftover_side_effects"`
+	AutoRecoveryRate     float64        `json:"auto_recovery_rate"`
+	Envelopes            int            `json:"envelopes"`
+	EnvelopesByStatus    map[string]int `json:"envelopes_by_status"`
+	EnvelopesByCategory  map[string]int `json:"envelopes_by_category"`
+	SideEffects          int            `json:"side_effects"`
+	Compensations        int            `json:"compensations"`
+	Tier1Retries         int            `json:"tier1_retries"`
+	Redeliveries         int            `json:"redeliveries"`
+	Recoveries           int            `json:"recoveries"`
+	Workers              int            `json:"workers"`
+	KilledWorker         string         `json:"killed_worker,omitempty"`
+	KilledChunk          int            `json:"killed_chunk,omitempty"`
+	KilledAtStage        int            `json:"killed_at_stage,omitempty"`
+	Outage               string         `json:"outage,omitempty"`
+	Escalations          []string       `json:"escalations,omitempty"`
+	SyncInterval         string         `json:"sync_interval"`
+	JournalWrites        string         `json:"journal_writes"`
+	WallSeconds          float64        `json:"wall_seconds"`
+	TimedOut             bool           `json:"timed_out"`
+}
+
+func (r *ordersReport) ok() bool {
+	return r.DuplicateSideEffects == 0 && r.LeftoverSideEffects == 0 && r.OrdersMissing == 0 && !r.TimedOut
+}
+
+func (r *ordersReport) print(w io.Writer) {
+	tw := table(w)
+	fmt.Fprintf(tw, "Salvage demo: %d orders through salvage sim, %d worker processes, sync_interval %s\n\n", r.Orders, r.Workers, r.SyncInterval)
+	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
+	row("orders completed", r.OrdersCompleted)
+	row("orders compensated (abandoned)", r.OrdersCompensated)
+	row("orders escalated to a human", r.OrdersEscalated)
+	row("orders at a dead end", r.OrdersDeadEnd)
+	row("orders missing", r.OrdersMissing)
+	row("side effects in the ledger", r.SideEffects)
+	row("compensations", r.Compensations)
+	row("duplicate side effects", r.DuplicateSideEffects)
+	row("leftover side effects", r.LeftoverSideEffects)
+	row("envelopes", fmt.Sprintf("%d %v", r.Envelopes, r.EnvelopesByCategory))
+	row("envelope outcomes", r.EnvelopesByStatus)
+	row("automatic recovery rate", fmt.Sprintf("%.2f", r.AutoRecoveryRate))
+	row("tier-1 retries / redeliveries / recoveries", fmt.Sprintf("%d / %d / %d", r.Tier1Retries, r.Redeliveries, r.Recoveries))
+	if r.KilledWorker != "" {
+		row("killed", fmt.Sprintf("%s with SIGKILL in stage %d of order %d", r.KilledWorker, r.KilledAtStage, r.KilledChunk))
+	}
+	if r.Outage != "" {
+		row("outage", r.Outage)
+	}
+	for _, e := range r.Escalations {
+		row("escalated", e)
+	}
+	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
+	verdict := "no side effect repeated, none left standing"
+	if !r.ok() {
+		verdict = "CHECKS FAILED"
+	}
+	row("verdict", verdict)
+	_ = tw.Flush()
+}
+
+// outageFor is how long the demo takes the CRM down.
+const outageFor = 12 * time.Second
+
+// orderFaults is the demo's fault plan: error, rate-limit and timeout
+// rates on every system, and per-order rules — permanent email failures
+// (compensate and abandon), a refund that cannot be made (escalate), a
+// reservation refused (dead end) and a CRM failure after the email went
+// out (compensate, then escalate the irreversible email).
+func orderFaults(n int, seed int64) sim.Config {
+	rates := sim.Faults{ErrorRate: 0.02, RateLimitRate: 0.02, TimeoutBeforeRate: 0.005, TimeoutAfterRate: 0.005}
+	cfg := sim.Config{Systems: map[string]sim.Faults{}, Hang: 2 * time.Second, Seed: uint64(seed)}
+	for _, s := range sim.Systems {
+		cfg.Systems[s.Name] = rates
+	}
+	id := func(i int) string { return fmt.Sprintf("o-%04d", i) }
+	for i := 7; i <= n; i += 29 {
+		cfg.Rules = append(cfg.Rules, sim.Rule{System: "email", Order: id(i), Mode: "permanent"})
+	}
+	if n >= 50 {
+		cfg.Rules = append(cfg.Rules, sim.Rule{System: "email", Order: id(50), Mode: "permanent"},
+			sim.Rule{System: "payments", Order: id(50), Mode: "compensation-fails"})
+	}
+	if n >= 80 {
+		cfg.Rules = append(cfg.Rules, sim.Rule{System: "wms", Order: id(80), Mode: "permanent"})
+	}
+	if n >= 120 {
+		cfg.Rules = append(cfg.Rules, sim.Rule{System: "crm", Order: id(120), Mode: "permanent"})
+	}
+	return cfg
+}
+
+func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger) (*ordersReport, error) {
+	rep := &ordersReport{Orders: o.orders, Workers: o.workers, EnvelopesByStatus: map[string]int{}, EnvelopesByCategory: map[string]int{}}
+	simURL, simCmd, err := e.startSim(ctx, "--seed", fmt.Sprint(o.run.model.Seed), "--model-latency", "1ms")
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = simCmd.Process.Signal(syscall.SIGTERM); _ = simCmd.Wait() }()
+	client := &sim.Client{BaseURL: simURL, Timeout: 5 * time.Second}
+	faults := orderFaults(o.orders, o.run.model.Seed)
+	if err := client.SetFaults(ctx, faults); err != nil {
+		return rep, err
+	}
+	o.run.simURL = simURL
+	d, err := e.startDemoEnv(ctx, &o, log)
+	defer d.close()
+	rep.SyncInterval, rep.JournalWrites = d.syncInterval, o.run.journalWrites
+	if err != nil {
+		return rep, err
+	}
+	id := ulid.Make().String()
+	body, err := json.Marshal(map[string]any{"job_id": id, "input": orders.Input{Orders: orders.Generate(o.orders, o.run.model.Seed)}})
+	if err != nil {
+		return rep, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	start := time.Now()
+	_, k, err := d.submit(waitCtx, o, orders.Name, map[string][]byte{id: body}, o.orders)
+	if err != nil {
+		return rep, err
+	}
+	if k != nil {
+		rep.KilledWorker, rep.KilledChunk, rep.KilledAtStage = k.worker, k.chunk, k.stage
+	}
+	outageDone := !o.outage
+	for {
+		j, err := d.stores.Jobs.Get(waitCtx, id)
+		if err == nil && !outageDone && j.Summary.Done >= o.orders/4 {
+			// Take the CRM down for longer than tiers 1 and 2 can ride out.
+			f := faults.Systems["crm"]
+			f.OutageUntil = time.Now().Add(outageFor)
+			faults.Systems["crm"] = f
+			if err := client.SetFaults(waitCtx, faults); err != nil {
+				return rep, err
+			}
+			rep.Outage = fmt.Sprintf("crm down for %s after %d orders completed", outageFor, j.Summary.Done)
+			log.Warn().Msg(rep.Outage)
+			outageDone = true
+		}
+		if err == nil && j.Finished() {
+			if settled, err := envelopesSettled(waitCtx, d.stores, id); err == nil && settled {
+				break
+			}
+		}
+		select {
+		case <-waitCtx.Done():
+			rep.TimedOut = true
+		case <-time.After(250 * time.Millisecond):
+			if err == nil {
+				log.Debug().Int("done", j.Summary.Done).Int("dead_lettered", j.Summary.DeadLettered).Msg("progress")
+			}
+			continue
+		}
+		break
+	}
+	rep.WallSeconds = time.Since(start).Seconds()
+	return rep, collectOrders(ctx, d.stores, client, id, rep)
+}
+
+// envelopesSettled reports whether every envelope of job is final.
+func envelopesSettled(ctx context.Context, st *kv.Stores, job string) (bool, error) {
+	recs, err := st.Envelopes.List(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range recs {
+		if r.Job == job && !r.Final() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// collectOrders fills the report from checkpoints, envelope records and the
+// sim's ledger.
+func collectOrders(ctx context.Context, st *kv.Stores, client *sim.Client, job string, r *ordersReport) error {
+	cps, err := st.Checkpoints.ForJob(ctx, job, r.Orders)
+	if err != nil {
+		return err
+	}
+	recs, err := st.Envelopes.List(ctx)
+	if err != nil {
+		return err
+	}
+	byID := map[string]kv.EnvelopeRecord{}
+	auto := 0
+	for _, rec := range recs {
+		if rec.Job != job {
+			continue
+		}
+		byID[rec.ID] = rec
+		r.Envelopes++
+		r.EnvelopesByStatus[rec.Status]++
+		r.EnvelopesByCategory[rec.Category]++
+		switch rec.Status {
+		case kv.EnvelopeResolved, kv.EnvelopeAbandoned, kv.EnvelopeDeadEnd:
+			auto++
+		}
+	}
+	r.AutoRecoveryRate = 1
+	if r.Envelopes > 0 {
+		r.AutoRecoveryRate = float64(auto) / float64(r.Envelopes)
+	}
+	settledOrders := map[string]bool{} // completed or escalated: effects may stand
+	for i, cp := range cps {
+		orderID := fmt.Sprintf("o-%04d", i+1)
+		r.Tier1Retries += cp.Tier1Retries
+		r.Redeliveries += int(max(cp.Deliveries, 1) - 1)
+		r.Recoveries += cp.Recoveries
+		rec := byID[cp.Envelope]
+		switch {
+		case cp.Status == kv.StatusDone:
+			r.OrdersCompleted++
+			settledOrders[orderID] = true
+		case cp.Status == kv.StatusDeadLettered && rec.Status == kv.EnvelopeAbandoned:
+			r.OrdersCompensated++
+		case cp.Status == kv.StatusDeadLettered && rec.Status == kv.EnvelopeEscalated:
+			r.OrdersEscalated++
+			settledOrders[orderID] = true
+			r.Escalations = append(r.Escalations, fmt.Sprintf("%s (%s): left %v", orderID, rec.Category, rec.Left))
+		case cp.Status == kv.StatusDeadLettered && rec.Status == kv.EnvelopeDeadEnd:
+			r.OrdersDeadEnd++
+		default:
+			r.OrdersMissing++
+		}
+	}
+	l, err := client.Ledger(ctx)
+	if err != nil {
+		return err
+	}
+	r.SideEffects = l.Summary.Effects
+	r.Compensations = l.Summary.Compensated
+	r.DuplicateSideEffects = l.Summary.DuplicateKeys + l.Summary.DuplicateOrders
+	for _, e := range l.Effects {
+		if !e.Compensated && !settledOrders[e.Order] {
+			r.LeftoverSideEffects++
+		}
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// demoReport is the demo's outcome; the JSON names are a contract.
+type demoReport struct {
+	Jobs               int     `json:"jobs"`
+	JobsDone           int     `json:"jobs_done"`
+	Chunks             int     `json:"chunks"`
+	ChunksDone         int     `json:"chunks_done"`
+	ChunksDeadLettered int     `json:"chunks_dead_lettered"`
+	ChunksCancelled    int     `json:"chunks_cancelled"`
+	ChunksMissing      int     `json:"chunks_missing"`
+	Results            int     `json:"results"`
+	CallsPerChunk      int     `json:"calls_per_chunk"`
+	Calls              int     `json:"calls"`
+	Tier1Retries       int     `json:"tier1_retries"`
+	Redeliveries       int     `json:"redeliveries"`
+	Envelopes          int     `json:"envelopes"`
+	WallSeconds        float64 `json:"wall_seconds"`
+	Workers            int     `json:"workers"`
+	KilledWorker       string  `json:"killed_worker,omitempty"`
+	KilledJob          string  `json:"killed_job,omitempty"`
+	KilledChunk        int     `json:"killed_chunk,omitempty"`
+	KilledAtStage      int     `json:"killed_at_stage,omitempty"`
+	SyncInterval       string  `json:"sync_interval"`
+	JournalWrites      string  `json:"journal_writes"`
+	ModelLatencyMS     float64 `json:"model_latency_ms"`
+	ModelFailureRate   float64 `json:"model_failure_rate"`
+	Seed               int64   `json:"seed"`
+	TimedOut           bool    `json:"timed_out"`
+}
+
+func (r *demoReport) ok() bool {
+	return r.ChunksMissing == 0 && r.Results == r.ChunksDone && !r.TimedOut
+}
+
+func (r *demoReport) print(w io.Writer) {
+	tw := table(w)
+	fmt.Fprintf(tw, "Salvage demo: %d job(s) of %d chunks x %d model calls, %d worker processes, sync_interval %s\n",
+		r.Jobs, r.Chunks/max(r.Jobs, 1), r.CallsPerChunk, r.Workers, r.SyncInterval)
+	fmt.Fprintf(tw, "model: median latency %.0fms, %.1f%% of calls failing transiently, seed %d\n\n", r.ModelLatencyMS, 100*r.ModelFailureRate, r.Seed)
+	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
+	row("chunks done", fmt.Sprintf("%d / %d", r.ChunksDone, r.Chunks))
+	row("chunks dead-lettered", r.ChunksDeadLettered)
+	row("chunks missing", r.ChunksMissing)
+	row("results published", r.Results)
+	row("model calls (recorded)", r.Calls)
+	row("tier-1 retries (in worker)", r.Tier1Retries)
+	row("tier-2 redeliveries (JetStream)", r.Redeliveries)
+	row("envelopes in DLQ", r.Envelopes)
+	if r.KilledWorker != "" {
+		row("killed", fmt.Sprintf("%s with SIGKILL in stage %d of chunk %d", r.KilledWorker, r.KilledAtStage, r.KilledChunk))
+	}
+	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
+	verdict := "every chunk accounted for"
+	if !r.ok() {
+		verdict = "CHECKS FAILED"
+	}
+	row("verdict", verdict)
+	_ = tw.Flush()
+}
+
+func (e *env) runReviewDemo(ctx context.Context, o demoOpts, log zerolog.Logger) (*demoReport, error) {
+	rep := &demoReport{Jobs: o.jobs, Workers: o.workers, CallsPerChunk: contractreview.CallsPerChunk, Seed: o.run.model.Seed,
+		ModelLatencyMS: float64(o.run.model.Latency) / float64(time.Millisecond), ModelFailureRate: o.run.model.FailureRate}
+	d, err := e.startDemoEnv(ctx, &o, log)
+	defer d.close()
+	rep.SyncInterval, rep.JournalWrites = d.syncInterval, o.run.journalWrites
+	if err != nil {
+		return rep, err
+	}
+	bodies := map[string][]byte{}
+	for i := range o.jobs {
+		id, body, err := jobMessage(contractreview.Name, []byte(contractreview.Contract(o.chunks, o.run.model.Seed+int64(i))))
+		if err != nil {
+			return rep, err
+		}
+		bodies[id] = body
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	start := time.Now()
+	jobs, k, err := d.submit(waitCtx, o, contractreview.Name, bodies, o.chunks)
+	if err != nil {
+		return rep, err
+	}
+	if k != nil {
+		rep.KilledWorker, rep.KilledJob, rep.KilledChunk, rep.KilledAtStage = k.worker, k.job, k.chunk, k.stage
+	}
+	rep.TimedOut = waitJobs(waitCtx, d.stores, jobs, log) != nil
+	rep.WallSeconds = time.Since(start).Seconds()
+	return rep, collect(ctx, d.js, d.stores, jobs, rep)
+}
+
+// collect fills the report from the checkpoints and streams.
+func collect(ctx context.Context, js jetstream.JetStream, st *kv.Stores, jobs []string, r *demoReport) error {
+	for _, id := range jobs {
+		j, err := st.Jobs.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if j.Status == kv.JobDone {
+			r.JobsDone++
+		}
+		cps, err := st.Checkpoints.ForJob(ctx, id, j.Chunks)
+		if err != nil {
+			return err
+		}
+		r.Chunks += j.Chunks
+		for _, cp := range cps {
+			switch {
+			case cp.Status == kv.StatusDone:
+				r.ChunksDone++
+			case cp.Status == kv.StatusDeadLettered:
+				r.ChunksDeadLettered++
+			case kv.IsCancelled(cp.Status):
+				r.ChunksCancelled++
+			}
+			r.Calls += cp.Calls
+			r.Tier1Retries += cp.Tier1Retries
+			r.Redeliveries += int(max(cp.Deliveries, 1) - 1)
+		}
+		res, err := readResults(ctx, js, id)
+		if err != nil {
+			return err
+		}
+		r.Results += len(res)
+	}
+	r.ChunksMissing = r.Chunks - r.ChunksDone - r.ChunksDeadLettered - r.ChunksCancelled
+	s, err := js.Stream(ctx, streams.DLQ)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	r.Envelopes = int(info.State.Msgs)
+	return nil
+}
