@@ -80,7 +80,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 		cp.LastError, cp.LastErrorClass, cp.LastErrorStatus = "", "", 0
 		if freshEpoch {
 			cp.Epoch++
-			cp.Stage, cp.Outputs, cp.Gaps = 1, nil, nil
+			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil
 		}
 		return nil
 	})

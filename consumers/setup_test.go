@@ -121,11 +121,26 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 	if err != nil {
 		panic(err)
 	}
+	// Stage 3's agent is stage 1's agent again: it needs the memory it
+	// wrote in stage 1, which only its snapshot carries across a crash.
 	agent := func(stage int) recovery.Agent {
-		return recovery.Agent{Name: fmt.Sprintf("agent%d", stage), Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+		name := fmt.Sprintf("agent%d", stage)
+		if stage == 3 {
+			name = "agent1"
+		}
+		return recovery.Agent{Name: name, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
 			var mode string
 			if err := json.Unmarshal(t.Input, &mode); err != nil {
 				return nil, recovery.Permanent(400, err)
+			}
+			st := t.State()
+			switch stage {
+			case 1:
+				st.Memory = map[string]json.RawMessage{"mode": json.RawMessage(strconv.Quote(mode))}
+			case 3:
+				if string(st.Memory["mode"]) != strconv.Quote(mode) {
+					return nil, recovery.Permanent(0, fmt.Errorf("agent1 lost its stage-1 memory: %v", st.Memory))
+				}
 			}
 			_, err := t.Tool(withJobChunk(ctx, t.Job, t.Chunk), "tool", toolInput{Mode: mode, Stage: stage})
 			return map[string]any{"stage": stage, "mode": mode}, err

@@ -30,6 +30,8 @@ type run struct {
 	lease kv.Lease
 	// replay is the chunk epoch's journal, loaded once at take.
 	replay *recovery.Replay
+	// states are the agents' states, from their latest stage snapshots.
+	states map[string]*recovery.AgentState
 }
 
 // handle runs one delivered chunk to one of: ack (done, cancelled, already
@@ -140,6 +142,19 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.replay = recovery.NewReplay(w.stores.Journal, rows)
+	r.states = map[string]*recovery.AgentState{}
+	for agent, ref := range cp.Snapshots {
+		st, err := recovery.LoadSnapshot(ctx, w.stores.Snapshots, ref)
+		if errors.Is(err, kv.ErrNotFound) {
+			// Expired or never stored: the agent replays from scratch.
+			r.log.Warn().Str("agent", agent).Str("snapshot", ref.Object).Msg("agent snapshot missing")
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r.states[agent] = st
+	}
 
 	chunkCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -174,7 +189,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		outs, err := recovery.RunStage(chunkCtx, st, recovery.StageRun{
 			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,
 			Stage: s, Epoch: cp.Epoch, Input: r.chunk.Input, Prior: cp.Outputs, Exec: w.exec, Stats: &stats,
-			Tools: p.Tools, Replay: r.replay,
+			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots,
 		})
 		flushStats(&cp)
 		if err != nil {
@@ -201,6 +216,9 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 			}
 		}
 		cp.Outputs = append(cp.Outputs, outs...)
+		if err := r.snapshot(ctx, st, &cp); err != nil {
+			return err
+		}
 		cp.Stage = s + 1
 		if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 			return r.fencedOr(err)
@@ -208,6 +226,26 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		log.Debug().Msg("stage done")
 	}
 	return r.finish(ctx, p, cp, fence)
+}
+
+// snapshot saves each agent of a finished stage; the names go into the
+// stage's checkpoint write, so a resume starts every agent from here.
+func (r *run) snapshot(ctx context.Context, st recovery.Stage, cp *kv.Checkpoint) error {
+	if cp.Snapshots == nil {
+		cp.Snapshots = map[string]kv.SnapshotRef{}
+	}
+	for _, a := range st.Agents {
+		state := r.states[a.Name]
+		if state == nil {
+			continue
+		}
+		ref, err := recovery.SaveSnapshot(ctx, r.w.stores.Snapshots, r.chunk.Job, r.chunk.Chunk, cp.Epoch, a.Name, state)
+		if err != nil {
+			return err
+		}
+		cp.Snapshots[a.Name] = ref
+	}
+	return nil
 }
 
 // finish publishes the findings, marks the checkpoint done, acks, releases.

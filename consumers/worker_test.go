@@ -238,6 +238,15 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	if n := callCount(job, 1, 2); n != 1 {
 		t.Errorf("survivor ran stage 2 %d times, want 1", n)
 	}
+	// Stage 3 passed only if agent1's stage-1 snapshot, written by the
+	// killed process, was loaded; the checkpoint names the snapshots.
+	if ref := cp.Snapshots["agent1"]; ref.Seq != 2 || len(ref.Inline) == 0 {
+		t.Errorf("agent1 snapshot = %+v, want its second, inline", ref)
+	}
+	st, err := recovery.LoadSnapshot(b.ctx, b.stores.Snapshots, cp.Snapshots["agent1"])
+	if err != nil || len(st.Completed) != 2 || st.Memory["mode"] == nil {
+		t.Errorf("agent1 state = %+v, %v", st, err)
+	}
 }
 
 // TestStaleWorkerIsFencedOut: a worker whose claim was stolen finishes its

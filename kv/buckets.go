@@ -26,6 +26,7 @@ type Stores struct {
 	Checkpoints *Checkpoints
 	Envelopes   *Envelopes
 	Journal     *Journal
+	Snapshots   *Snapshots
 }
 
 // Options tunes provisioning; zero fields take defaults.
@@ -58,6 +59,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 	replicas := max(o.Replicas, 1)
 	if _, err := js.CreateOrUpdateStream(ctx, journalStreamConfig(replicas)); err != nil {
 		return nil, fmt.Errorf("kv: provision %s: %w", BucketJournal, err)
+	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: BucketSnapshots, Description: "Agent state snapshots, gzip.", TTL: RetentionDefault, Replicas: replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("kv: provision %s: %w", BucketSnapshots, err)
 	}
 	return Open(ctx, js)
 }
@@ -92,6 +98,10 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
+	snaps, err := js.ObjectStore(ctx, BucketSnapshots)
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", BucketSnapshots, err)
+	}
 	jr := &Journal{js: js, b: journal}
 	jr.Configure(JournalConfig{})
 	return &Stores{
@@ -100,5 +110,6 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now},
 		Envelopes:   &Envelopes{b: envs, now: time.Now},
 		Journal:     jr,
+		Snapshots:   &Snapshots{os: snaps},
 	}, nil
 }

@@ -54,10 +54,11 @@ type Checkpoint struct {
 	Epoch         int      `json:"epoch"`
 	Recoveries    int      `json:"recoveries"`
 	Gaps          []string `json:"gaps,omitempty"`
-	SnapshotRef   string   `json:"snapshot_ref,omitempty"`
-	Deliveries    uint64   `json:"deliveries"`
-	Tier1Retries  int      `json:"tier1_retries"`
-	Calls         int      `json:"calls"`
+	// Snapshots names each agent's latest stage-boundary snapshot.
+	Snapshots    map[string]SnapshotRef `json:"snapshots,omitempty"`
+	Deliveries   uint64                 `json:"deliveries"`
+	Tier1Retries int                    `json:"tier1_retries"`
+	Calls        int                    `json:"calls"`
 	// CachedCalls counts calls answered from the journal on resume.
 	CachedCalls int    `json:"cached_calls,omitempty"`
 	Envelope    string `json:"envelope,omitempty"`

@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -197,5 +198,33 @@ func TestForJobReadsEveryChunkInOneBatch(t *testing.T) {
 		case i+1 != 7 && (cp.Status != kv.StatusDone || cp.Calls != i+1 || cp.Chunk != i+1):
 			t.Errorf("chunk %d = %+v", i+1, cp)
 		}
+	}
+}
+
+func TestSnapshotsInlineSmallObjectLarge(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	small := []byte(`{"goal":"x"}`)
+	ref, err := st.Snapshots.Save(ctx, kv.SnapshotName("J", 1, 0, "a", 1), 1, small)
+	if err != nil || ref.Object != "" || len(ref.Inline) == 0 {
+		t.Fatalf("small snapshot = %+v, %v; want inline", ref, err)
+	}
+	large := make([]byte, 64<<10)
+	_, _ = rand.Read(large) // incompressible
+	ref2, err := st.Snapshots.Save(ctx, kv.SnapshotName("J", 1, 0, "a", 2), 2, large)
+	if err != nil || ref2.Object == "" || ref2.Inline != nil {
+		t.Fatalf("large snapshot = %+v, %v; want the object store", ref2.Object, err)
+	}
+	for _, tc := range []struct {
+		ref  kv.SnapshotRef
+		want []byte
+	}{{ref, small}, {ref2, large}} {
+		got, err := st.Snapshots.Load(ctx, tc.ref)
+		if err != nil || string(got) != string(tc.want) {
+			t.Fatalf("load %d: %d bytes, %v", tc.ref.Seq, len(got), err)
+		}
+	}
+	if _, err := st.Snapshots.Load(ctx, kv.SnapshotRef{Object: "nope"}); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("missing object: %v", err)
 	}
 }

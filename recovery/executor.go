@@ -22,6 +22,8 @@ type Stats struct {
 	// Verified counts unknown outcomes settled by asking the external
 	// system.
 	Verified atomic.Int64
+	// Snapshots counts agent snapshots taken before irreversible calls.
+	Snapshots atomic.Int64
 }
 
 // Executor applies tier 1 to every call an agent makes: it retries

@@ -94,6 +94,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 			return nil, Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", key))
 		case kv.CallSucceeded:
 			t.stats.Cached.Add(1)
+			t.state.Completed = appendOnce(t.state.Completed, key)
 			return prev.Output, nil
 		case kv.CallInitiated, kv.CallUnknown:
 			if out, done, err := t.settle(ctx, tool, prev); err != nil || done {
@@ -103,6 +104,13 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 		row.Attempts = prev.Attempts
 	}
 	row.StartedAt = time.Now().UTC()
+	if tool.Effect != nil && !tool.Effect.Reversible && t.snaps != nil {
+		// Nothing undoes what comes next: keep what the agent knew.
+		if err := putSnapshot(ctx, t.snaps, t.Job, t.Chunk, t.Epoch, t.Agent, t.state); err != nil {
+			return nil, err
+		}
+		t.stats.Snapshots.Add(1)
+	}
 	if !seen || prev.Status != kv.CallInitiated {
 		if _, err := t.replay.put(ctx, row); err != nil {
 			return nil, fmt.Errorf("journal %s: %w", key, err)
@@ -153,6 +161,9 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 	if _, werr := t.replay.put(ctx, row); werr != nil {
 		return nil, errors.Join(err, fmt.Errorf("journal %s: %w", key, werr))
 	}
+	if err == nil {
+		t.state.Completed = append(t.state.Completed, key)
+	}
 	return res.Output, err
 }
 
@@ -183,6 +194,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 		return nil, false, fmt.Errorf("journal %s: %w", prev.Key, err)
 	}
 	t.stats.Verified.Add(1)
+	t.state.Completed = appendOnce(t.state.Completed, prev.Key)
 	return v.Output, true, nil
 }
 
@@ -224,4 +236,13 @@ func SortedRows(rows map[string]kv.StoredRow) []kv.StoredRow {
 		return a.Seq < b.Seq
 	})
 	return out
+}
+
+func appendOnce(keys []string, key string) []string {
+	for _, k := range keys {
+		if k == key {
+			return keys
+		}
+	}
+	return append(keys, key)
 }

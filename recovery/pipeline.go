@@ -67,6 +67,8 @@ type Turn struct {
 	stats  *Stats
 	tools  *Tools
 	replay *Replay
+	state  *AgentState
+	snaps  SnapshotStore
 	seq    int
 }
 
@@ -85,6 +87,13 @@ type StageRun struct {
 	// Replay is the chunk epoch's journal; nil starts an empty one that
 	// is not stored anywhere (tests of agents alone).
 	Replay *Replay
+	// States holds each agent's state by name; RunStage adds missing ones
+	// and agents update theirs in place. Nil keeps states for this stage
+	// only.
+	States map[string]*AgentState
+	// Snapshots, when set, receives a snapshot before every call to an
+	// irreversible tool.
+	Snapshots SnapshotStore
 }
 
 // RunStage runs a stage's agents in parallel and returns their outputs in
@@ -93,6 +102,14 @@ type StageRun struct {
 func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, error) {
 	if r.Replay == nil {
 		r.Replay = NewReplay(discardJournal{}, nil)
+	}
+	if r.States == nil {
+		r.States = map[string]*AgentState{}
+	}
+	for _, a := range st.Agents {
+		if r.States[a.Name] == nil {
+			r.States[a.Name] = &AgentState{}
+		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -107,6 +124,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
+				state: r.States[a.Name], snaps: r.Snapshots,
 			}
 			out, err := a.Run(ctx, t)
 			if err == nil {

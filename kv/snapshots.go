@@ -1,0 +1,101 @@
+package kv
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketSnapshots is the object store that holds large agent snapshots.
+const BucketSnapshots = "salvage_snapshots"
+
+// SnapshotInlineMax is the largest compressed snapshot kept inline in its
+// chunk's checkpoint; larger ones go to the object store.
+const SnapshotInlineMax = 4 << 10
+
+// SnapshotRef is where an agent snapshot lives: inline (gzip) in the
+// checkpoint that names it, or in the salvage_snapshots object store.
+type SnapshotRef struct {
+	Seq    int    `json:"seq"`
+	Object string `json:"object,omitempty"`
+	Inline []byte `json:"inline,omitempty"`
+}
+
+// Snapshots stores agent state snapshots, gzip-compressed.
+type Snapshots struct {
+	os jetstream.ObjectStore
+}
+
+// SnapshotName is an agent snapshot's object name:
+// <job>.<chunk>.<epoch>.<agent>.<seq>.
+func SnapshotName(job string, chunk, epoch int, agent string, seq int) string {
+	return job + "." + strconv.Itoa(chunk) + "." + strconv.Itoa(epoch) + "." + agent + "." + strconv.Itoa(seq)
+}
+
+// Save compresses data and returns a reference: inline when it is small,
+// so a stage-boundary snapshot rides in the checkpoint write the stage
+// pays anyway, else stored under name in the object store.
+func (s *Snapshots) Save(ctx context.Context, name string, seq int, data []byte) (SnapshotRef, error) {
+	z, err := compress(data)
+	if err != nil {
+		return SnapshotRef{}, fmt.Errorf("kv: compress snapshot %s: %w", name, err)
+	}
+	if len(z) <= SnapshotInlineMax {
+		return SnapshotRef{Seq: seq, Inline: z}, nil
+	}
+	if _, err := s.os.PutBytes(ctx, name, z); err != nil {
+		return SnapshotRef{}, fmt.Errorf("kv: put snapshot %s: %w", name, err)
+	}
+	return SnapshotRef{Seq: seq, Object: name}, nil
+}
+
+// Put stores data, compressed, in the object store under name whatever its
+// size: for snapshots no checkpoint write will carry.
+func (s *Snapshots) Put(ctx context.Context, name string, data []byte) error {
+	z, err := compress(data)
+	if err != nil {
+		return fmt.Errorf("kv: compress snapshot %s: %w", name, err)
+	}
+	if _, err := s.os.PutBytes(ctx, name, z); err != nil {
+		return fmt.Errorf("kv: put snapshot %s: %w", name, err)
+	}
+	return nil
+}
+
+// Load returns a snapshot's data, or ErrNotFound.
+func (s *Snapshots) Load(ctx context.Context, ref SnapshotRef) ([]byte, error) {
+	z := ref.Inline
+	if ref.Object != "" {
+		var err error
+		z, err = s.os.GetBytes(ctx, ref.Object)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, fmt.Errorf("%w: snapshot %s", ErrNotFound, ref.Object)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kv: get snapshot %s: %w", ref.Object, err)
+		}
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(z))
+	if err != nil {
+		return nil, fmt.Errorf("kv: snapshot %d: %w", ref.Seq, err)
+	}
+	return io.ReadAll(zr)
+}
+
+func compress(data []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(data); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,81 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// Message is one turn of an agent's conversation.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// AgentState is what an agent knows: its conversation, goal and
+// sub-goals, the journal entries it completed, and its working memory.
+// Salvage snapshots it at stage boundaries and before any call to an
+// irreversible tool; a resumed chunk starts each agent from its latest
+// stage-boundary snapshot and replays it against its journal.
+type AgentState struct {
+	Goal      string                     `json:"goal,omitempty"`
+	SubGoals  []string                   `json:"sub_goals,omitempty"`
+	Messages  []Message                  `json:"messages,omitempty"`
+	Completed []string                   `json:"completed_entries,omitempty"`
+	Memory    map[string]json.RawMessage `json:"memory,omitempty"`
+	// Seq numbers the agent's snapshots; it only grows.
+	Seq int `json:"seq"`
+}
+
+// SnapshotStore keeps snapshots; kv.Snapshots implements it.
+type SnapshotStore interface {
+	// Save returns a reference, inline when small.
+	Save(ctx context.Context, name string, seq int, data []byte) (kv.SnapshotRef, error)
+	// Put stores a snapshot under name in the object store.
+	Put(ctx context.Context, name string, data []byte) error
+	// Load reads a snapshot by reference.
+	Load(ctx context.Context, ref kv.SnapshotRef) ([]byte, error)
+}
+
+// SaveSnapshot takes the agent's next snapshot at a stage boundary and
+// returns its reference, for the stage's checkpoint write.
+func SaveSnapshot(ctx context.Context, store SnapshotStore, job string, chunk, epoch int, agent string, st *AgentState) (kv.SnapshotRef, error) {
+	st.Seq++
+	name := kv.SnapshotName(job, chunk, epoch, agent, st.Seq)
+	data, err := json.Marshal(st)
+	if err != nil {
+		return kv.SnapshotRef{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	return store.Save(ctx, name, st.Seq, data)
+}
+
+// putSnapshot stores the agent's next snapshot in the object store, for a
+// point no checkpoint write marks (before an irreversible call).
+func putSnapshot(ctx context.Context, store SnapshotStore, job string, chunk, epoch int, agent string, st *AgentState) error {
+	st.Seq++
+	name := kv.SnapshotName(job, chunk, epoch, agent, st.Seq)
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	return store.Put(ctx, name, data)
+}
+
+// LoadSnapshot reads a snapshot.
+func LoadSnapshot(ctx context.Context, store SnapshotStore, ref kv.SnapshotRef) (*AgentState, error) {
+	data, err := store.Load(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	var st AgentState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("snapshot %d: %w", ref.Seq, err)
+	}
+	return &st, nil
+}
+
+// State is the agent's state for this turn, loaded from its latest
+// snapshot on resume. Agents keep their conversation and memory here.
+func (t *Turn) State() *AgentState { return t.state }

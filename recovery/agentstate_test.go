@@ -1,0 +1,90 @@
+package recovery_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+type memSnapshots struct {
+	mu      sync.Mutex
+	objects map[string][]byte
+}
+
+func (m *memSnapshots) Save(_ context.Context, name string, seq int, data []byte) (kv.SnapshotRef, error) {
+	return kv.SnapshotRef{Seq: seq, Inline: data}, nil
+}
+
+func (m *memSnapshots) Put(_ context.Context, name string, data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.objects[name] = data
+	return nil
+}
+
+func (m *memSnapshots) Load(_ context.Context, ref kv.SnapshotRef) ([]byte, error) { return ref.Inline, nil }
+
+// TestSnapshotBeforeIrreversibleCallsOnly: a snapshot is paid before a call
+// nothing can undo, not per call.
+func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
+	call := func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+		return recovery.ToolResult{Output: json.RawMessage(`{}`)}, nil
+	}
+	verify := func(context.Context, string) (recovery.Verification, error) { return recovery.Verification{}, nil }
+	tools, err := recovery.NewTools(
+		recovery.Tool{Name: "lookup", Call: call},
+		recovery.Tool{Name: "charge", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "refund", Verify: verify}},
+		recovery.Tool{Name: "refund", Call: call},
+		recovery.Tool{Name: "email", Call: call, Effect: &recovery.SideEffect{Verify: verify}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{}, zerolog.Nop())
+	snaps := &memSnapshots{objects: map[string][]byte{}}
+	states := map[string]*recovery.AgentState{}
+	var stats recovery.Stats
+	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "clerk", Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+		tr.State().Goal = "fulfil order o-1"
+		for _, tool := range []string{"lookup", "charge", "email", "lookup"} {
+			if _, err := tr.Tool(ctx, tool, tool); err != nil {
+				return nil, err
+			}
+			tr.State().Messages = append(tr.State().Messages, recovery.Message{Role: "tool", Content: tool})
+		}
+		return nil, nil
+	}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &stats, Tools: tools, States: states, Snapshots: snaps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps.objects) != 1 || stats.Snapshots.Load() != 1 {
+		t.Fatalf("%d snapshots for 4 calls, want 1 (before the email)", len(snaps.objects))
+	}
+	data := snaps.objects[kv.SnapshotName("J", 1, 0, "clerk", 1)]
+	var before recovery.AgentState
+	if err := json.Unmarshal(data, &before); err != nil {
+		t.Fatal(err)
+	}
+	if before.Goal != "fulfil order o-1" || len(before.Completed) != 2 || len(before.Messages) != 2 {
+		t.Fatalf("snapshot before the email = %+v, want the goal and the two calls before it", before)
+	}
+	st := states["clerk"]
+	if len(st.Completed) != 4 || st.Seq != 1 {
+		t.Fatalf("state after the stage = %+v", st)
+	}
+	// The stage-boundary snapshot round-trips and keeps counting up.
+	ref, err := recovery.SaveSnapshot(context.Background(), snaps, "J", 1, 0, "clerk", st)
+	if err != nil || ref.Seq != 2 {
+		t.Fatalf("stage snapshot = %+v, %v", ref, err)
+	}
+	back, err := recovery.LoadSnapshot(context.Background(), snaps, ref)
+	if err != nil || len(back.Completed) != 4 || back.Goal != st.Goal {
+		t.Fatalf("loaded %+v, %v", back, err)
+	}
+}
