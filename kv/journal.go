@@ -59,11 +59,14 @@ type JournalRow struct {
 	// ErrorStatus is the status code of the failure (503: system down).
 	ErrorStatus int `json:"error_status,omitempty"`
 	// RetryableAfterCompensation copies the failing tool's declaration.
-	RetryableAfterCompensation bool      `json:"retryable_after_compensation,omitempty"`
-	Verified                   bool      `json:"verified,omitempty"`
-	TraceID                    string    `json:"trace_id,omitempty"`
-	StartedAt                  time.Time `json:"started_at"`
-	FinishedAt                 time.Time `json:"finished_at,omitzero"`
+	RetryableAfterCompensation bool `json:"retryable_after_compensation,omitempty"`
+	Verified                   bool `json:"verified,omitempty"`
+	// Orphan marks a call its agent no longer makes (it diverged); a
+	// verified effect of it is left to compensation or a human.
+	Orphan     bool      `json:"orphan,omitempty"`
+	TraceID    string    `json:"trace_id,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
 }
 
 // StoredRow is a row with the stream sequence it was stored at; the next

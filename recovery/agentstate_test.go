@@ -28,7 +28,9 @@ func (m *memSnapshots) Put(_ context.Context, name string, data []byte) error {
 	return nil
 }
 
-func (m *memSnapshots) Load(_ context.Context, ref kv.SnapshotRef) ([]byte, error) { return ref.Inline, nil }
+func (m *memSnapshots) Load(_ context.Context, ref kv.SnapshotRef) ([]byte, error) {
+	return ref.Inline, nil
+}
 
 // TestSnapshotBeforeIrreversibleCallsOnly: a snapshot is paid before a call
 // nothing can undo, not per call.

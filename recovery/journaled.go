@@ -87,7 +87,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 	prev, seen := t.replay.get(key)
 	if seen {
 		if prev.Tool != row.Tool || prev.InputHash != row.InputHash {
-			return nil, Permanent(0, fmt.Errorf("%w: %s holds %s(%s), now %s(%s)", ErrDiverged, key, prev.Tool, prev.InputHash, name, row.InputHash))
+			return nil, t.diverged(ctx, prev, name, row.InputHash)
 		}
 		switch prev.Status {
 		case kv.CallCompensated:
@@ -165,6 +165,38 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 		t.state.Completed = append(t.state.Completed, key)
 	}
 	return res.Output, err
+}
+
+// diverged handles an agent that makes another call at a key whose row
+// records a different one. The old row is never overwritten: if its call
+// may have taken effect it is verified now and recorded — SUCCEEDED and
+// marked orphan, so the envelope lists it for compensation or escalation
+// — and the agent fails permanently.
+func (t *Turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash string) error {
+	err := Permanent(0, fmt.Errorf("%w: %s holds %s(%s), now %s(%s)", ErrDiverged, prev.Key, prev.Tool, prev.InputHash, name, inputHash))
+	old, terr := t.tools.Get(prev.Tool)
+	if terr != nil || old.Effect == nil {
+		return err
+	}
+	row := prev.JournalRow
+	row.Orphan = true
+	if prev.Status == kv.CallInitiated || prev.Status == kv.CallUnknown {
+		v, verr := old.Effect.Verify(ctx, prev.IdempotencyKey)
+		if verr != nil {
+			return errors.Join(err, fmt.Errorf("verify orphan %s: %w", prev.Key, verr))
+		}
+		row.Verified, row.FinishedAt = true, time.Now().UTC()
+		if v.Applied {
+			row.Status, row.Output = kv.CallSucceeded, v.Output
+			row.Fingerprint = old.Fingerprint(prev.IdempotencyKey, v.ResourceID)
+		} else {
+			row.Status, row.Error = kv.CallFailed, "verified: the call did not take effect"
+		}
+	}
+	if _, werr := t.replay.put(ctx, row); werr != nil {
+		return errors.Join(err, fmt.Errorf("record orphan %s: %w", prev.Key, werr))
+	}
+	return err
 }
 
 // settle decides an unknown outcome: a side effect is verified with the

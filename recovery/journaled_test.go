@@ -142,7 +142,9 @@ func TestDivergedAgentNeverOverwrites(t *testing.T) {
 	if !errors.Is(err, recovery.ErrDiverged) || recovery.ClassOf(err) != recovery.ClassPermanent {
 		t.Fatalf("err = %v, want a permanent ErrDiverged", err)
 	}
-	if after := j.rows[before.Key]; after.Seq != before.Seq || c.calls.Load() != 1 {
+	after := j.rows[before.Key]
+	if after.Tool != before.Tool || after.InputHash != before.InputHash || string(after.Output) != string(before.Output) ||
+		after.Status != kv.CallSucceeded || !after.Orphan || c.calls.Load() != 1 {
 		t.Fatalf("old row overwritten or call repeated: %+v", after)
 	}
 }
@@ -173,5 +175,33 @@ func TestToolRegistration(t *testing.T) {
 		recovery.Tool{Name: "lookup", Call: call},
 	); err != nil {
 		t.Fatalf("valid registry rejected: %v", err)
+	}
+}
+
+func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
+	c := &charger{applied: map[string]bool{}}
+	tools := c.tools(t)
+	j := &memJournal{rows: map[string]kv.StoredRow{}}
+	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
+	in, _ := json.Marshal(map[string]string{"order": "o1"})
+	// A crash left the charge in flight; it did take effect.
+	row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: kv.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
+	if _, err := j.Put(context.Background(), row, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.applied[row.IdempotencyKey] = true
+	_, _, err := runCharge(t, tools, j, "another order")
+	if !errors.Is(err, recovery.ErrDiverged) {
+		t.Fatalf("err = %v", err)
+	}
+	got := j.rows[key]
+	if !got.Orphan || got.Status != kv.CallSucceeded || !got.Verified || got.Tool != "charge" || got.Fingerprint == nil || c.calls.Load() != 0 {
+		t.Fatalf("orphan row = %+v, calls %d", got, c.calls.Load())
+	}
+	var f recovery.Failure
+	f.Class = recovery.ClassPermanent
+	f.FromJournal(j.rows)
+	if cat, _ := recovery.Classify(f); cat != recovery.CategoryPartialExecution {
+		t.Fatalf("the orphaned charge should make the envelope compensate it: %s", cat)
 	}
 }
