@@ -87,16 +87,27 @@ func (j *Journal) Configure(cfg JournalConfig) {
 // blocks until the row is durable. A lost race returns ErrJournalConflict:
 // a row is never overwritten by a writer that did not see it.
 func (j *Journal) Put(ctx context.Context, row JournalRow, expect uint64) (uint64, error) {
+	wait, err := j.PutAsync(row, expect)
+	if err != nil {
+		return 0, err
+	}
+	return wait(ctx)
+}
+
+// PutAsync queues row like Put and returns at once with a function that
+// waits for the write's result. A call's SUCCEEDED or FAILED row need not
+// hold the call up: it is waited for before the stage's checkpoint write.
+func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
 	data, err := json.Marshal(row)
 	if err != nil {
-		return 0, fmt.Errorf("kv: encode journal row %s: %w", row.Key, err)
+		return nil, fmt.Errorf("kv: encode journal row %s: %w", row.Key, err)
 	}
 	m := nats.NewMsg("$KV." + BucketJournal + "." + row.Key)
 	m.Data = data
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 	if !j.atomic {
 		// Asynchronous publishes pipeline by themselves: no need to queue.
-		return j.putAsync(ctx, m)
+		return j.publishAsync(m)
 	}
 	w := &journalWrite{msg: m, expect: expect, done: make(chan struct{})}
 	j.mu.Lock()
@@ -106,12 +117,14 @@ func (j *Journal) Put(ctx context.Context, row JournalRow, expect uint64) (uint6
 		go j.flushLoop()
 	}
 	j.mu.Unlock()
-	select {
-	case <-w.done:
-		return w.seq, w.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("kv: journal write %s: %w", row.Key, ctx.Err())
-	}
+	return func(ctx context.Context) (uint64, error) {
+		select {
+		case <-w.done:
+			return w.seq, w.err
+		case <-ctx.Done():
+			return 0, fmt.Errorf("kv: journal write %s: %w", row.Key, ctx.Err())
+		}
+	}, nil
 }
 
 // Stats reports how many flushes wrote how many rows, to show the
@@ -187,21 +200,23 @@ func (j *Journal) flush(batch []*journalWrite) {
 	}
 }
 
-func (j *Journal) putAsync(ctx context.Context, m *nats.Msg) (uint64, error) {
+func (j *Journal) publishAsync(m *nats.Msg) (func(context.Context) (uint64, error), error) {
 	j.batches.Add(1)
 	j.rows.Add(1)
 	f, err := j.js.PublishMsgAsync(m)
 	if err != nil {
-		return 0, fmt.Errorf("kv: journal write %s: %w", m.Subject, err)
+		return nil, fmt.Errorf("kv: journal write %s: %w", m.Subject, err)
 	}
-	select {
-	case ack := <-f.Ok():
-		return ack.Sequence, nil
-	case err := <-f.Err():
-		return 0, journalError(m.Subject, err)
-	case <-ctx.Done():
-		return 0, fmt.Errorf("kv: journal write %s: %w", m.Subject, ctx.Err())
-	}
+	return func(ctx context.Context) (uint64, error) {
+		select {
+		case ack := <-f.Ok():
+			return ack.Sequence, nil
+		case err := <-f.Err():
+			return 0, journalError(m.Subject, err)
+		case <-ctx.Done():
+			return 0, fmt.Errorf("kv: journal write %s: %w", m.Subject, ctx.Err())
+		}
+	}, nil
 }
 
 func journalError(subject string, err error) error {

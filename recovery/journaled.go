@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,9 @@ type JournalStore interface {
 	// Put stores row if its key's last sequence is still expect (0: new)
 	// and returns the new sequence.
 	Put(ctx context.Context, row kv.JournalRow, expect uint64) (uint64, error)
+	// PutAsync queues the same write and returns a function that waits
+	// for its result.
+	PutAsync(row kv.JournalRow, expect uint64) (func(context.Context) (uint64, error), error)
 }
 
 // Replay is one chunk epoch's journal, loaded once when a worker takes the
@@ -25,9 +29,16 @@ type JournalStore interface {
 // journal at no cost per call. It is safe for concurrent use by the agents
 // of a stage.
 type Replay struct {
-	store JournalStore
-	mu    sync.Mutex
-	rows  map[string]kv.StoredRow
+	store   JournalStore
+	mu      sync.Mutex
+	rows    map[string]kv.StoredRow
+	pending []pendingRow
+}
+
+// pendingRow is a row written without waiting.
+type pendingRow struct {
+	row  kv.JournalRow
+	wait func(context.Context) (uint64, error)
 }
 
 // NewReplay wraps rows (from kv.Journal.Load) for a chunk run.
@@ -61,12 +72,53 @@ func (r *Replay) put(ctx context.Context, row kv.JournalRow) (kv.StoredRow, erro
 	return stored, nil
 }
 
+// putLater queues row's write and returns without waiting; Flush waits.
+func (r *Replay) putLater(row kv.JournalRow) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wait, err := r.store.PutAsync(row, r.rows[row.Key].Seq)
+	if err != nil {
+		return err
+	}
+	r.pending = append(r.pending, pendingRow{row: row, wait: wait})
+	// Later reads of the key in this run see the row it will hold.
+	r.rows[row.Key] = kv.StoredRow{JournalRow: row, Seq: r.rows[row.Key].Seq}
+	return nil
+}
+
+// Flush waits for every row written without waiting and returns the first
+// error (kv.ErrJournalConflict when another writer got there: the caller
+// is stale). RunStage flushes before it returns, so a stage's rows are
+// durable before its checkpoint is written.
+func (r *Replay) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	pending := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	var first error
+	for _, p := range pending {
+		seq, err := p.wait(ctx)
+		if err != nil {
+			first = cmp.Or(first, fmt.Errorf("journal %s: %w", p.row.Key, err))
+			continue
+		}
+		r.mu.Lock()
+		if r.rows[p.row.Key].Status == p.row.Status {
+			r.rows[p.row.Key] = kv.StoredRow{JournalRow: p.row, Seq: seq}
+		}
+		r.mu.Unlock()
+	}
+	return first
+}
+
 // Tool calls a registered tool through the journal: the row is written
 // INITIATED before the call and SUCCEEDED or FAILED after it, under the
 // deterministic key of invariant 2. A row that already SUCCEEDED returns
 // its output without a call; a row left INITIATED by a crash is an unknown
 // outcome, settled by the tool's Verify before anything else runs. input
-// must marshal to JSON. It blocks for the call and its two durable writes.
+// must marshal to JSON. It blocks for the INITIATED row and the call; the
+// row recording the result is written without holding the agent up and is
+// durable before the stage's checkpoint (Replay.Flush).
 func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
 	tool, err := t.tools.Get(name)
 	if err != nil {
@@ -158,7 +210,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 		row.Status, row.Output = kv.CallSucceeded, res.Output
 		row.Fingerprint = fingerprint(tool, row.IdempotencyKey, res.ResourceID)
 	}
-	if _, werr := t.replay.put(ctx, row); werr != nil {
+	if werr := t.replay.putLater(row); werr != nil {
 		return nil, errors.Join(err, fmt.Errorf("journal %s: %w", key, werr))
 	}
 	if err == nil {

@@ -35,6 +35,11 @@ func (m *memJournal) Put(_ context.Context, r kv.JournalRow, expect uint64) (uin
 	return m.seq, nil
 }
 
+func (m *memJournal) PutAsync(r kv.JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
+	seq, err := m.Put(context.Background(), r, expect)
+	return func(context.Context) (uint64, error) { return seq, err }, nil
+}
+
 type charger struct {
 	calls    atomic.Int32
 	applied  map[string]bool

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -141,14 +142,17 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 		}()
 	}
 	wg.Wait()
+	// The stage's result rows must be durable before anyone checkpoints
+	// past it, even when the stage was cancelled.
+	flushErr := r.Replay.Flush(context.WithoutCancel(ctx))
 	var worst error
 	for _, err := range errs {
 		if severity(err) > severity(worst) {
 			worst = err
 		}
 	}
-	if worst != nil {
-		return nil, worst
+	if worst != nil || flushErr != nil {
+		return nil, errors.Join(worst, flushErr)
 	}
 	return outs, nil
 }
@@ -210,4 +214,8 @@ type discardJournal struct{}
 
 func (discardJournal) Put(_ context.Context, _ kv.JournalRow, expect uint64) (uint64, error) {
 	return expect + 1, nil
+}
+
+func (discardJournal) PutAsync(_ kv.JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
+	return func(context.Context) (uint64, error) { return expect + 1, nil }, nil
 }
