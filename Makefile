@@ -18,7 +18,7 @@ run: build ## the main job: the demo on an embedded server
 build: ## build ./bin/salvage
 	$(GO) build -o $(BIN)/salvage ./cmd/salvage
 
-test: ## the whole suite, on real embedded NATS servers
+test: $(BIN)/nats ## the whole suite, on real embedded NATS servers (and the pinned nats CLI)
 	$(GO) test $(TEST_FLAGS) ./...
 
 lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck

@@ -98,12 +98,18 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	if env.TraceID != "" {
 		h.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(id)))
 	}
-	if err := publishJSON(ctx, d.js, streams.DLQSubject(category, env.Job, env.Chunk), env, h); err != nil {
+	data, err := json.Marshal(env)
+	if err != nil {
+		return "", err
+	}
+	ack, err := publish(ctx, d.js, &nats.Msg{Subject: streams.DLQSubject(category, env.Job, env.Chunk), Data: data, Header: h})
+	if err != nil {
 		return "", err
 	}
 	rec := kv.EnvelopeRecord{
 		ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy,
-		Status: kv.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject,
+		Status: kv.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence,
+		TraceID: env.TraceID,
 	}
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
 		return "", err

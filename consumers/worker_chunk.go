@@ -281,8 +281,13 @@ func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint
 		r.log.Warn().Err(err).Msg("ack after done")
 	}
 	r.releaseClaim(ctx)
+	// The envelope this run came from: the checkpoint's (recovery,
+	// replay) and a hand replay's Salvage-Replay-Of.
 	if cp.Envelope != "" {
 		r.resolveEnvelope(ctx, cp.Envelope)
+	}
+	if id := r.m.Headers().Get(streams.HeaderReplayOf); id != "" && id != cp.Envelope && streams.ValidateToken("envelope", id) == nil {
+		r.resolveEnvelope(ctx, id)
 	}
 	r.log.Info().Int("calls", cp.Calls).Int("tier1_retries", cp.Tier1Retries).Msg("chunk done")
 	_, err = w.tracker.refresh(ctx, r.chunk.Job)
@@ -293,7 +298,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint
 // the chunk it stood for has finished.
 func (r *run) resolveEnvelope(ctx context.Context, id string) {
 	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
-		if rec.Final() {
+		if rec.Status == kv.EnvelopeResolved {
 			return kv.ErrNoChange
 		}
 		rec.Status, rec.Requeued = kv.EnvelopeResolved, false

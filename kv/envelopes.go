@@ -33,6 +33,12 @@ type EnvelopeRecord struct {
 	Notes     []string `json:"notes,omitempty"`
 	StreamSeq uint64   `json:"stream_seq"`
 	Subject   string   `json:"subject"`
+	// DLQSeq is the envelope's sequence in SALVAGE_DLQ
+	// (`nats stream get SALVAGE_DLQ <seq>`).
+	DLQSeq  uint64 `json:"dlq_seq"`
+	TraceID string `json:"trace_id,omitempty"`
+	// Replays counts operator replays.
+	Replays int `json:"replays,omitempty"`
 	// RecoveringBy and LeaseUntil say which orchestrator runs the
 	// strategy; another may take the envelope over once the lease passed.
 	RecoveringBy string    `json:"recovering_by,omitempty"`

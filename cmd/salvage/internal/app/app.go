@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/salvagehq/salvage/cmd/salvage/internal/api"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
@@ -32,6 +33,8 @@ const (
 	RoleDeadLetter = "dead-letter"
 	// RoleRecovery runs the recovery orchestrator.
 	RoleRecovery = "recovery"
+	// RoleAPI runs the `salvage` NATS micro service.
+	RoleAPI = "api"
 	// RoleAll runs every role.
 	RoleAll = "all"
 )
@@ -56,7 +59,7 @@ func JournalMode(syncAlways bool) string {
 }
 
 // futureRoles are part of the design but not built yet.
-var futureRoles = []string{"api", "dashboard"}
+var futureRoles = []string{"dashboard"}
 
 // ErrUnknownRole is returned for a role name Salvage does not have.
 var ErrUnknownRole = errors.New("unknown role")
@@ -107,13 +110,13 @@ func ResolveRoles(roles []string) ([]string, error) {
 			r = strings.TrimSpace(r)
 			switch {
 			case r == RoleAll:
-				out = append(out, RoleWorker, RoleDeadLetter, RoleRecovery)
-			case r == RoleWorker || r == RoleDeadLetter || r == RoleRecovery:
+				out = append(out, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI)
+			case r == RoleWorker || r == RoleDeadLetter || r == RoleRecovery || r == RoleAPI:
 				out = append(out, r)
 			case slices.Contains(futureRoles, r):
-				return nil, fmt.Errorf("%w: %q is not in this version of salvage yet (have %s, %s, %s, %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAll)
+				return nil, fmt.Errorf("%w: %q is not in this version of salvage yet (have %s, %s, %s, %s, %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI, RoleAll)
 			default:
-				return nil, fmt.Errorf("%w: %q (want %s, %s, %s or %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAll)
+				return nil, fmt.Errorf("%w: %q (want %s, %s, %s, %s or %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI, RoleAll)
 			}
 		}
 	}
@@ -204,6 +207,16 @@ func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Con
 			return err
 		}
 		runs = append(runs, or.Run)
+	}
+	if slices.Contains(roles, RoleAPI) {
+		runs = append(runs, func(ctx context.Context) error {
+			svc, err := api.Start(js.Conn(), js, stores, log)
+			if err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return svc.Stop()
+		})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -181,7 +181,7 @@ in-flight chunks finish or are released, then the process exits.`,
 	}
 	f := cmd.Flags()
 	run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
-	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter, recovery or all (comma-separated or repeated)")
+	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter, recovery, api or all (comma-separated or repeated)")
 	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address")
 	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
 	f.StringVar(&syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")

@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/api"
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+)
+
+// request calls a salvage.api endpoint and decodes its JSON answer into
+// out. A service error comes back as an error naming its code.
+func (e *env) request(endpoint string, body, out any) error {
+	nc, _, err := e.connect("salvage " + endpoint)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	resp, err := nc.Request(api.Prefix+"."+endpoint, data, 30*time.Second)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("no salvage api is listening on %s.%s: run salvage up (role api) against this server", api.Prefix, endpoint)
+	}
+	if err != nil {
+		return err
+	}
+	if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return fmt.Errorf("%s (%s)", resp.Header.Get(micro.ErrorHeader), code)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(resp.Data, out)
+}
+
+func (e *env) dlqCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "dlq", Short: "List, show, replay, resolve and acknowledge failure envelopes"}
+	var (
+		asJSON bool
+		filter struct {
+			Category string `json:"category,omitempty"`
+			Status   string `json:"status,omitempty"`
+			Job      string `json:"job_id,omitempty"`
+			MinAge   string `json:"min_age,omitempty"`
+		}
+		note string
+	)
+	by := os.Getenv("USER")
+	if by == "" {
+		by = "cli"
+	}
+	ls := &cobra.Command{
+		Use: "ls", Short: "List envelopes, oldest first", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			var recs []kv.EnvelopeRecord
+			if err := e.request("dlq.list", filter, &recs); err != nil {
+				return err
+			}
+			if asJSON {
+				return e.writeJSON(recs)
+			}
+			tw := table(e.stdout)
+			fmt.Fprintln(tw, "ENVELOPE\tJOB\tCHUNK\tCATEGORY\tSTRATEGY\tSTATUS\tAGE\tACKED")
+			for _, r := range recs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Job, r.Chunk, r.Category, r.Strategy, r.Status,
+					time.Since(r.CreatedAt).Round(time.Second), r.AckedBy)
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().StringVar(&filter.Category, "category", "", "only this category")
+	ls.Flags().StringVar(&filter.Status, "status", "", "only this status (open, recovering, resolved, escalated, dead-end, abandoned)")
+	ls.Flags().StringVar(&filter.Job, "job", "", "only this job")
+	ls.Flags().StringVar(&filter.MinAge, "min-age", "", "only envelopes at least this old (e.g. 30m)")
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	show := &cobra.Command{
+		Use: "show ENVELOPE", Short: "Show an envelope: record, journal, checkpoint, original chunk", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			var d consumers.Detail
+			if err := e.request("dlq.show", map[string]string{"envelope_id": args[0]}, &d); err != nil {
+				return err
+			}
+			if asJSON {
+				return e.writeJSON(d)
+			}
+			r, env := d.Record, d.Envelope
+			fmt.Fprintf(e.stdout, "envelope %s  %s/%s  status %s  attempts %d\n", r.ID, r.Category, r.Strategy, r.Status, r.Attempts)
+			fmt.Fprintf(e.stdout, "job %s chunk %d  pipeline %s  trace %s\n", env.Job, env.Chunk, env.Pipeline, env.TraceID)
+			fmt.Fprintf(e.stdout, "error: %s\nfailed at stage %d (tool %s) after %d deliveries, %d tier-1 retries, %d recoveries\n",
+				env.Error, env.FailedStage, env.FailedTool, env.Deliveries, env.Tier1Attempts, env.Recoveries)
+			fmt.Fprintf(e.stdout, "original: %s (SALVAGE_CHUNKS %d); envelope at SALVAGE_DLQ %d\n", env.Original.Subject, env.Original.Seq, r.DLQSeq)
+			for _, n := range r.Notes {
+				fmt.Fprintln(e.stdout, "  note:", n)
+			}
+			for _, l := range r.Left {
+				fmt.Fprintln(e.stdout, "  left:", l)
+			}
+			tw := table(e.stdout)
+			fmt.Fprintln(tw, "JOURNAL KEY\tTOOL\tSTATUS\tRESOURCE\tATTEMPTS\tERROR")
+			for _, j := range d.Journal {
+				res := ""
+				if j.Fingerprint != nil {
+					res = j.Fingerprint.ResourceID
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", j.Key, j.Tool, j.Status, res, j.Attempts, truncate(j.Error, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	action := func(use, endpoint, short string) *cobra.Command {
+		c := &cobra.Command{
+			Use: use + " ENVELOPE", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(_ *cobra.Command, args []string) error {
+				var rec kv.EnvelopeRecord
+				if err := e.request(endpoint, map[string]string{"envelope_id": args[0], "by": by, "note": note}, &rec); err != nil {
+					return err
+				}
+				if asJSON {
+					return e.writeJSON(rec)
+				}
+				acked := ""
+				if rec.AckedBy != "" {
+					acked = " (acknowledged by " + rec.AckedBy + ")"
+				}
+				fmt.Fprintf(e.stdout, "envelope %s: %s%s\n", rec.ID, rec.Status, acked)
+				return nil
+			},
+		}
+		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+		return c
+	}
+	resolve := action("resolve", "dlq.resolve", "Mark an envelope resolved by hand")
+	resolve.Flags().StringVar(&note, "note", "", "why it is resolved")
+	cmd.AddCommand(ls, show, action("replay", "dlq.replay", "Replay an envelope's chunk; it resumes from its journal"),
+		resolve, action("ack", "dlq.ack", "Acknowledge an envelope (stops its escalation alert)"))
+	return cmd
+}

@@ -1,0 +1,165 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// natsBinary is the pinned natscli v0.5.0 that `make tools` installs.
+func natsBinary(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "bin", "nats")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the nats CLI is not at %s: run `make tools` (make test does)", bin)
+	}
+	return bin
+}
+
+func natsCmd(t *testing.T, url string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(natsBinary(t), append([]string{"--server", url}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("nats %v: %v\n%s%s", args, err, out, stderr.String())
+	}
+	return out
+}
+
+// TestReplayWithTheNatsCLI: a job submitted with `nats pub` leaves two
+// chunks in the DLQ (no orchestrator runs); they are found with `nats sub
+// --stream SALVAGE_DLQ --all -T --raw` and replayed both ways — `nats req
+// salvage.api.dlq.replay` and a hand `nats pub` with Salvage-Replay-Of —
+// and the job completes with no side effect repeated.
+func TestReplayWithTheNatsCLI(t *testing.T) {
+	s := startSim(t)
+	if err := s.SetFaults(context.Background(), sim.Config{Rules: []sim.Rule{
+		// CRM fails through both tiers (4 attempts x 3 deliveries), then works.
+		{System: "crm", Order: "o-r1", Mode: "error", Times: 12},
+		{System: "crm", Order: "o-r2", Mode: "error", Times: 12},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	url, _ := up(t, append([]string{"--role", "worker,dead-letter,api", "--sim", s.BaseURL}, fastTiers...)...)
+
+	job := "01JREPLAYTEST0000000000000"
+	body, _ := json.Marshal(map[string]any{"job_id": job, "input": orders.Input{Orders: []orders.Order{order("o-r1"), order("o-r2")}}})
+	natsCmd(t, url, "pub", streams.JobSubject(orders.Name), string(body))
+
+	// Both chunks end in the DLQ; find them the way an operator would.
+	var envs []recovery.Envelope
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		out := natsCmdQuiet(t, url, "sub", "--stream", streams.DLQ, "--all", "-T", "--raw", "salvage.dlq.>")
+		envs = envs[:0]
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var e recovery.Envelope
+			if json.Unmarshal(sc.Bytes(), &e) == nil && e.ID != "" {
+				envs = append(envs, e)
+			}
+		}
+		return len(envs) == 2
+	}, "two envelopes in SALVAGE_DLQ")
+	for _, e := range envs {
+		if e.Category != recovery.CategoryExternalSystemDown || e.Job != job {
+			t.Fatalf("envelope = %+v", e)
+		}
+	}
+
+	// Way 1: the API, through `nats req`.
+	out := natsCmd(t, url, "req", "--raw", "salvage.api.dlq.replay", `{"envelope_id":"`+envs[0].ID+`"}`)
+	var rec kv.EnvelopeRecord
+	if err := json.Unmarshal(out, &rec); err != nil || rec.Status != kv.EnvelopeRecovering {
+		t.Fatalf("replay reply %s: %v", out, err)
+	}
+	// Way 2: by hand, the original subject and data with Salvage-Replay-Of.
+	natsCmd(t, url, "pub", envs[1].Original.Subject, string(envs[1].Original.Data), "-H", streams.HeaderReplayOf+":"+envs[1].ID)
+
+	nc := natstest.Connect(t, url)
+	js, _ := jetstream.New(nc)
+	stores, err := kv.Open(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		j, err := stores.Jobs.Get(context.Background(), job)
+		return err == nil && j.Status == kv.JobDone
+	}, "the job to complete after the replays")
+	for _, e := range envs {
+		rec, _, err := stores.Envelopes.Get(context.Background(), e.ID)
+		if err != nil || rec.Status != kv.EnvelopeResolved {
+			t.Errorf("envelope %s = %+v, %v; want resolved", e.ID, rec, err)
+		}
+	}
+	// Replaying a resolved envelope again does no harm: a clear error.
+	cmd := exec.Command(natsBinary(t), "--server", url, "req", "salvage.api.dlq.replay", `{"envelope_id":"`+envs[0].ID+`"}`)
+	again, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(again), "409") {
+		t.Errorf("second replay answered %s, want a 409 already resolved", again)
+	}
+	if _, err := stores.Jobs.Get(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Ledger(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l.Effects {
+		if e.Requests != 1 || e.Applied != 1 {
+			t.Errorf("effect %s/%s for %s requested %d times: the replay repeated it", e.System, e.Op, e.Order, e.Requests)
+		}
+	}
+	if l.Summary.Effects != 10 || l.Summary.DuplicateOrders != 0 {
+		t.Errorf("ledger = %+v, want 5 effects per order and no duplicates", l.Summary)
+	}
+
+	// The micro service is visible to the stock CLI, with its endpoints.
+	info := natsCmd(t, url, "micro", "info", "salvage")
+	for _, ep := range []string{"salvage.api.jobs.submit", "salvage.api.dlq.replay", "salvage.api.dlq.ack"} {
+		if !strings.Contains(string(info), ep) {
+			t.Errorf("nats micro info lacks %s:\n%s", ep, info)
+		}
+	}
+	// Unknown envelopes and malformed requests get their codes.
+	for req, code := range map[string]string{`{"envelope_id":"NOPE"}`: "404", `{"envelope_id":`: "400", `{"envelope_id":"a.b"}`: "400"} {
+		out, _ := exec.Command(natsBinary(t), "--server", url, "req", "salvage.api.dlq.show", req).CombinedOutput()
+		if !strings.Contains(string(out), code) {
+			t.Errorf("dlq.show %s answered %s, want %s", req, out, code)
+		}
+	}
+	// The salvage CLI lists the same envelopes.
+	code, stdout, errOut := run(t, "", "dlq", "ls", "--json", "--server", url)
+	var recs []kv.EnvelopeRecord
+	if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) != 2 {
+		t.Errorf("salvage dlq ls: %d %s %s", code, stdout, errOut)
+	}
+}
+
+// natsCmdQuiet runs the nats CLI and returns its stdout, errors or not.
+func natsCmdQuiet(t *testing.T, url string, args ...string) []byte {
+	out, _ := exec.Command(natsBinary(t), append([]string{"--server", url}, args...)...).Output()
+	return out
+}

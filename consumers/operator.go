@@ -1,0 +1,252 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+var (
+	// ErrUnknownEnvelope is returned for an envelope id no record has.
+	ErrUnknownEnvelope = errors.New("unknown envelope")
+	// ErrAlreadyResolved is returned when replaying or resolving an
+	// envelope that is already resolved.
+	ErrAlreadyResolved = errors.New("envelope already resolved")
+)
+
+// Operator holds what an operator can do to the DLQ: list, show, replay,
+// resolve and acknowledge envelopes. Every change is a CAS on the
+// envelope's record, so concurrent operators and orchestrators agree.
+type Operator struct {
+	js     jetstream.JetStream
+	stores *kv.Stores
+}
+
+// NewOperator returns the operator actions over a deployment.
+func NewOperator(js jetstream.JetStream, stores *kv.Stores) *Operator {
+	return &Operator{js: js, stores: stores}
+}
+
+// EnvelopeFilter narrows a listing; zero fields match everything.
+type EnvelopeFilter struct {
+	Category string `json:"category,omitempty"`
+	Status   string `json:"status,omitempty"`
+	Job      string `json:"job_id,omitempty"`
+	// MinAge keeps envelopes at least this old.
+	MinAge time.Duration `json:"-"`
+}
+
+// List returns the matching envelope records, oldest first.
+func (o *Operator) List(ctx context.Context, f EnvelopeFilter) ([]kv.EnvelopeRecord, error) {
+	recs, err := o.stores.Envelopes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	now := time.Now()
+	for _, r := range recs {
+		if (f.Category != "" && r.Category != f.Category) || (f.Status != "" && r.Status != f.Status) ||
+			(f.Job != "" && r.Job != f.Job) || (f.MinAge > 0 && now.Sub(r.CreatedAt) < f.MinAge) {
+			continue
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Detail is everything about one envelope: its record, the envelope as
+// published, the chunk's checkpoint and the journal rows of its epoch.
+type Detail struct {
+	Record     kv.EnvelopeRecord `json:"record"`
+	Envelope   recovery.Envelope `json:"envelope"`
+	Checkpoint *kv.Checkpoint    `json:"checkpoint,omitempty"`
+	Journal    []kv.JournalRow   `json:"journal"`
+}
+
+// Show returns an envelope's detail, or ErrUnknownEnvelope.
+func (o *Operator) Show(ctx context.Context, id string) (Detail, error) {
+	var d Detail
+	rec, err := o.record(ctx, id)
+	if err != nil {
+		return d, err
+	}
+	d.Record = rec
+	if d.Envelope, err = o.envelope(ctx, rec); err != nil {
+		return d, err
+	}
+	if cp, _, err := o.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk); err == nil {
+		cp.Outputs, cp.Snapshots = nil, nil
+		d.Checkpoint = &cp
+	}
+	rows, err := o.stores.Journal.Load(ctx, rec.Job, rec.Chunk, d.Envelope.Checkpoint.Epoch)
+	if err != nil {
+		return d, err
+	}
+	d.Journal = []kv.JournalRow{}
+	for _, r := range recovery.SortedRows(rows) {
+		d.Journal = append(d.Journal, r.JournalRow)
+	}
+	return d, nil
+}
+
+func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, error) {
+	if err := streams.ValidateToken("envelope_id", id); err != nil {
+		return kv.EnvelopeRecord{}, err
+	}
+	rec, _, err := o.stores.Envelopes.Get(ctx, id)
+	if errors.Is(err, kv.ErrNotFound) {
+		return rec, fmt.Errorf("%w: %s", ErrUnknownEnvelope, id)
+	}
+	return rec, err
+}
+
+// envelope reads the envelope as published in SALVAGE_DLQ.
+func (o *Operator) envelope(ctx context.Context, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
+	var env recovery.Envelope
+	s, err := o.js.Stream(ctx, streams.DLQ)
+	if err != nil {
+		return env, err
+	}
+	m, err := s.GetMsg(ctx, rec.DLQSeq)
+	if err != nil {
+		return env, fmt.Errorf("envelope %s at SALVAGE_DLQ %d: %w", rec.ID, rec.DLQSeq, err)
+	}
+	if err := json.Unmarshal(m.Data, &env); err != nil {
+		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)
+	}
+	return env, nil
+}
+
+// Replay puts an envelope's chunk back on SALVAGE_CHUNKS, as an operator
+// would by hand (`nats pub <original.subject> '<original.data>' -H
+// Salvage-Replay-Of:<id>`). The chunk resumes from its journal, so no side
+// effect repeats; the envelope is resolved when the chunk finishes. A
+// replay already in flight is not published again. An abandoned envelope's
+// effects were compensated, so its chunk runs fresh in a new epoch.
+func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord, error) {
+	rec, err := o.record(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	switch {
+	case rec.Status == kv.EnvelopeResolved:
+		return rec, fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
+	case rec.Requeued:
+		return rec, nil
+	}
+	env, err := o.envelope(ctx, rec)
+	if err != nil {
+		return rec, err
+	}
+	var chunk streams.ChunkMsg
+	if err := json.Unmarshal(env.Original.Data, &chunk); err != nil {
+		return rec, fmt.Errorf("envelope %s: original chunk unreadable: %w", id, err)
+	}
+	rec, err = o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
+		if r.Status == kv.EnvelopeResolved {
+			return fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
+		}
+		if r.Requeued {
+			return kv.ErrNoChange
+		}
+		r.Replays++
+		r.Status, r.Requeued = kv.EnvelopeRecovering, true
+		r.Notes = append(r.Notes, fmt.Sprintf("replayed by %s (replay %d)", by, r.Replays))
+		return nil
+	})
+	if err != nil {
+		return rec, err
+	}
+	fresh := env.Checkpoint.Status == kv.StatusDeadLettered && rec.Category != "" && hasCompensated(ctx, o.stores, env)
+	cp, err := o.stores.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", id
+		cp.LastError, cp.LastErrorClass, cp.LastErrorStatus = "", "", 0
+		if fresh {
+			cp.Epoch++
+			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil
+		}
+		return nil
+	})
+	if err != nil {
+		return rec, err
+	}
+	chunk.Epoch = cp.Epoch
+	data, err := json.Marshal(chunk)
+	if err != nil {
+		return rec, err
+	}
+	m := nats.NewMsg(env.Original.Subject)
+	m.Data = data
+	m.Header.Set(streams.HeaderMsgID, id+".replay."+strconv.Itoa(rec.Replays))
+	m.Header.Set(streams.HeaderReplayOf, id)
+	m.Header.Set(streams.HeaderJob, rec.Job)
+	m.Header.Set(streams.HeaderChunk, strconv.Itoa(rec.Chunk))
+	if rec.TraceID != "" {
+		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(rec.TraceID, streams.DeriveSpanID(m.Header.Get(streams.HeaderMsgID))))
+	}
+	if _, err := publish(ctx, o.js, m); err != nil {
+		return rec, err
+	}
+	_, err = tracker{js: o.js, stores: o.stores}.refresh(ctx, rec.Job)
+	if errors.Is(err, kv.ErrNotFound) {
+		err = nil
+	}
+	return rec, err
+}
+
+// hasCompensated reports whether any effect of the envelope's epoch was
+// compensated: such a chunk cannot resume, only run fresh.
+func hasCompensated(ctx context.Context, st *kv.Stores, env recovery.Envelope) bool {
+	rows, err := st.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	if err != nil {
+		return false
+	}
+	for _, r := range rows {
+		if r.Status == kv.CallCompensated {
+			return true
+		}
+	}
+	return false
+}
+
+// Resolve marks an envelope resolved by hand: an operator settled it.
+func (o *Operator) Resolve(ctx context.Context, id, by, note string) (kv.EnvelopeRecord, error) {
+	if _, err := o.record(ctx, id); err != nil {
+		return kv.EnvelopeRecord{}, err
+	}
+	return o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
+		if r.Status == kv.EnvelopeResolved {
+			return fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
+		}
+		r.Status, r.Requeued = kv.EnvelopeResolved, false
+		r.Notes = append(r.Notes, fmt.Sprintf("resolved by %s: %s", by, note))
+		return nil
+	})
+}
+
+// Ack records that a human has seen an envelope (it stops the
+// unacknowledged-escalation alert). Acknowledging twice keeps the first.
+func (o *Operator) Ack(ctx context.Context, id, by string) (kv.EnvelopeRecord, error) {
+	if _, err := o.record(ctx, id); err != nil {
+		return kv.EnvelopeRecord{}, err
+	}
+	return o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
+		if r.AckedBy != "" {
+			return kv.ErrNoChange
+		}
+		r.AckedBy, r.AckedAt = by, time.Now().UTC()
+		return nil
+	})
+}
