@@ -240,7 +240,7 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 		return o.finish(ctx, env, rec, kv.EnvelopeAbandoned, "every effect compensated; order abandoned", nil, log)
 	case recovery.StrategyEscalate:
-		var left []string
+		var left []kv.LeftEffect
 		if rec.Category == recovery.CategoryCompensationNeeded {
 			var err error
 			var permanent bool
@@ -279,7 +279,7 @@ func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv
 }
 
 // finish records a final status, and announces an escalation.
-func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status, note string, left []string, log zerolog.Logger) (outcome, error) {
+func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
 	rec, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Status, r.RecoveringBy, r.LeaseUntil = status, "", time.Time{}
 		r.Left = left
@@ -300,7 +300,7 @@ func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv
 			return outcome{delay: retryStrategyDelay}, err
 		}
 	}
-	log.Info().Str("status", status).Strs("left", left).Msg(note)
+	log.Info().Str("status", status).Int("left", len(left)).Msg(note)
 	if _, err := o.tracker.refresh(ctx, env.Job); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return outcome{ack: true}, err
 	}

@@ -131,7 +131,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 // under its deterministic compensation key, marking each journal row
 // COMPENSATED. It stops at the first failure and returns the effects still
 // standing; permanent says the failure will not go away by retrying.
-func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline, log zerolog.Logger) ([]string, bool, error) {
+func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline, log zerolog.Logger) ([]kv.LeftEffect, bool, error) {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
 		return nil, false, err
@@ -179,10 +179,10 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 }
 
 // irreversible lists the effects of the envelope's epoch nobody can undo.
-func (o *Orchestrator) irreversible(ctx context.Context, env recovery.Envelope) []string {
+func (o *Orchestrator) irreversible(ctx context.Context, env recovery.Envelope) []kv.LeftEffect {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
-		return []string{"journal unreadable: " + err.Error()}
+		return []kv.LeftEffect{{Tool: "journal unreadable: " + err.Error()}}
 	}
 	var keys []string
 	for _, r := range recovery.SortedRows(rows) {
@@ -193,16 +193,16 @@ func (o *Orchestrator) irreversible(ctx context.Context, env recovery.Envelope) 
 	return describe(rows, keys)
 }
 
-// describe names effects for a human: tool, resource and journal key.
-func describe(rows map[string]kv.StoredRow, keys []string) []string {
-	out := make([]string, 0, len(keys))
+// describe names effects for a human: tool, system, resource, journal key.
+func describe(rows map[string]kv.StoredRow, keys []string) []kv.LeftEffect {
+	out := make([]kv.LeftEffect, 0, len(keys))
 	for _, k := range keys {
 		r := rows[k]
-		res := ""
+		l := kv.LeftEffect{Tool: r.Tool, System: r.System, JournalKey: k}
 		if r.Fingerprint != nil {
-			res = r.Fingerprint.ResourceID
+			l.ResourceID = r.Fingerprint.ResourceID
 		}
-		out = append(out, fmt.Sprintf("%s %s (journal %s)", r.Tool, res, k))
+		out = append(out, l)
 	}
 	return out
 }

@@ -47,11 +47,35 @@ type EnvelopeRecord struct {
 	// the envelope when the chunk finishes.
 	Requeued bool `json:"requeued,omitempty"`
 	// Left names the effects nobody could undo, for the human who must.
-	Left      []string  `json:"left,omitempty"`
+	Left []LeftEffect `json:"left,omitempty"`
+	// Alerts lists the per-envelope alert kinds already raised.
+	Alerts    []string  `json:"alerts,omitempty"`
 	AckedBy   string    `json:"acked_by,omitempty"`
 	AckedAt   time.Time `json:"acked_at,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// LeftEffect is an effect nobody could undo, named for the human who must.
+type LeftEffect struct {
+	Tool       string `json:"tool"`
+	System     string `json:"system,omitempty"`
+	ResourceID string `json:"resource_id,omitempty"`
+	JournalKey string `json:"journal_key"`
+}
+
+func (l LeftEffect) String() string {
+	return l.Tool + " " + l.ResourceID + " (journal " + l.JournalKey + ")"
+}
+
+// Alerted reports whether alert kind already fired for this envelope.
+func (r EnvelopeRecord) Alerted(kind string) bool {
+	for _, k := range r.Alerts {
+		if k == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // Final reports whether the envelope reached an outcome no strategy

@@ -161,6 +161,9 @@ func RecoveryConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// AlertSubject is where an alert of kind is raised.
+func AlertSubject(kind string) string { return "salvage.alerts." + kind }
+
 // EscalationSubject is where an envelope that needs a human is announced.
 func EscalationSubject(category string) string { return "salvage.escalations." + category }
 

@@ -29,7 +29,7 @@ import (
 const (
 	// RoleWorker runs the splitter and the chunk workers.
 	RoleWorker = "worker"
-	// RoleDeadLetter runs the dead-letterer and the sweeper.
+	// RoleDeadLetter runs the dead-letterer, the sweeper and the alerts.
 	RoleDeadLetter = "dead-letter"
 	// RoleRecovery runs the recovery orchestrator.
 	RoleRecovery = "recovery"
@@ -85,6 +85,10 @@ type Config struct {
 	SweepInterval time.Duration
 	// DrainTimeout bounds the drain on shutdown.
 	DrainTimeout time.Duration
+	// Alerts are the DLQ alert thresholds; AlertInterval how often they
+	// are evaluated (the dead-letter role raises them).
+	Alerts        recovery.AlertRules
+	AlertInterval time.Duration
 	// CoolDown delays resuming chunks whose external system was down.
 	CoolDown time.Duration
 	// SimTimeout bounds one call to the sim.
@@ -197,7 +201,8 @@ func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Con
 		if err != nil {
 			return err
 		}
-		runs = append(runs, dl.Run)
+		al := consumers.NewAlerter(js, stores, consumers.AlerterConfig{Rules: cfg.Alerts, Interval: cfg.AlertInterval, Logger: &log})
+		runs = append(runs, dl.Run, al.Run)
 	}
 	if slices.Contains(roles, RoleRecovery) {
 		or, err := consumers.NewOrchestrator(js, stores, consumers.OrchestratorConfig{

@@ -229,7 +229,7 @@ func TestOrderRecovery(t *testing.T) {
 	t.Run("a compensation that fails escalates and names what is left", func(t *testing.T) {
 		c.waitJob(t, stuckJob, kv.JobIncomplete)
 		rec := c.envelopeOf(t, stuckJob, 1)
-		if rec.Status != kv.EnvelopeEscalated || len(rec.Left) != 3 || !strings.HasPrefix(rec.Left[0], orders.ToolCharge) {
+		if rec.Status != kv.EnvelopeEscalated || len(rec.Left) != 3 || rec.Left[0].Tool != orders.ToolCharge || rec.Left[0].System != "payments" || rec.Left[0].ResourceID == "" {
 			t.Fatalf("envelope = %+v, want escalated with charge, invoice, reservation left", rec)
 		}
 		if row := chargeRow(t, c, stuckJob, 1); row.Status != kv.CallSucceeded {

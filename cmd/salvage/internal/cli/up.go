@@ -36,6 +36,8 @@ type runFlags struct {
 	journalWrites string
 	simURL        string
 	simTimeout    time.Duration
+	alerts        recovery.AlertRules
+	alertInterval time.Duration
 	coolDown      time.Duration
 	model         simmodel.Config
 }
@@ -55,6 +57,11 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
 	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
 	f.DurationVar(&r.coolDown, "cool-down", consumers.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
+	f.IntVar(&r.alerts.BurstCount, "alert-burst", recovery.BurstCountDefault, "alert when this many envelopes arrive within --alert-burst-window")
+	f.DurationVar(&r.alerts.BurstWindow, "alert-burst-window", recovery.BurstWindowDefault, "window of the envelope burst alert")
+	f.DurationVar(&r.alerts.UnresolvedAfter, "alert-unresolved", recovery.UnresolvedAfterDefault, "alert when an envelope stays unresolved this long")
+	f.DurationVar(&r.alerts.UnackedAfter, "alert-unacked", recovery.UnackedAfterDefault, "alert when an escalation involving money, or any COMPENSATION_NEEDED envelope, is not acknowledged this long")
+	f.DurationVar(&r.alertInterval, "alert-interval", consumers.AlertIntervalDefault, "how often the alert rules are evaluated")
 	f.StringVar(&r.journalWrites, "journal-writes", "auto", "journal rows as atomic group-commit batches (atomic) or pipelined publishes (pipelined); auto: atomic unless an embedded server acks before fsync")
 	f.Int64Var(&r.model.Seed, "model-seed", defaults.Seed, "simulated model: seed")
 	f.DurationVar(&r.model.Latency, "model-latency", defaults.Latency, "simulated model: median call latency")
@@ -88,6 +95,7 @@ func (r *runFlags) config(roles []string) app.Config {
 		Model:         r.model,
 		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout,
 		JournalWrites: r.journalWrites, SimURL: r.simURL, SimTimeout: r.simTimeout, CoolDown: r.coolDown,
+		Alerts: r.alerts, AlertInterval: r.alertInterval,
 	}
 }
 

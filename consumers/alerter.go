@@ -1,0 +1,123 @@
+package consumers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// AlertIntervalDefault is how often the alert rules are evaluated.
+const AlertIntervalDefault = 30 * time.Second
+
+// AlerterConfig configures an Alerter.
+type AlerterConfig struct {
+	// Rules are the thresholds; zero fields take recovery's defaults.
+	Rules recovery.AlertRules
+	// Interval between evaluations. Default AlertIntervalDefault.
+	Interval time.Duration
+	// Now is the clock. Default time.Now; tests inject one.
+	Now func() time.Time
+	// Logger receives a line per alert. Default zerolog.Nop().
+	Logger *zerolog.Logger
+}
+
+// Alerter raises the DLQ alerts: a burst of envelopes, an envelope left
+// unresolved, an escalation involving money (or any COMPENSATION_NEEDED
+// envelope) left unacknowledged. Each alert is an event on
+// salvage.alerts.<kind> and a log line, raised once: the envelope's
+// record remembers it (by CAS, so several alerters agree).
+type Alerter struct {
+	js     jetstream.JetStream
+	stores *kv.Stores
+	cfg    AlerterConfig
+	log    zerolog.Logger
+}
+
+// NewAlerter returns an alerter; it does not start it.
+func NewAlerter(js jetstream.JetStream, stores *kv.Stores, cfg AlerterConfig) *Alerter {
+	if cfg.Interval <= 0 {
+		cfg.Interval = AlertIntervalDefault
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	return &Alerter{js: js, stores: stores, cfg: cfg, log: log.With().Str("role", "alerts").Logger()}
+}
+
+// Run evaluates the rules every Interval until ctx ends. It blocks.
+func (a *Alerter) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := a.Check(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("evaluate alerts")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Check evaluates the rules once and raises the alerts not raised before.
+// It returns the alerts it raised.
+func (a *Alerter) Check(ctx context.Context) ([]recovery.Alert, error) {
+	recs, err := a.stores.Envelopes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	subjects := make([]recovery.AlertSubject, 0, len(recs))
+	byID := map[string]kv.EnvelopeRecord{}
+	for _, r := range recs {
+		byID[r.ID] = r
+		s := recovery.AlertSubject{ID: r.ID, Category: r.Category, Status: r.Status, CreatedAt: r.CreatedAt, Acked: r.AckedBy != ""}
+		for _, l := range r.Left {
+			s.LeftSystems = append(s.LeftSystems, l.System)
+		}
+		subjects = append(subjects, s)
+	}
+	var raised []recovery.Alert
+	for _, al := range recovery.EvaluateAlerts(a.cfg.Now(), subjects, a.cfg.Rules) {
+		// A burst is remembered on its first envelope.
+		anchor := al.Envelope
+		if anchor == "" {
+			anchor = al.Key[len(al.Kind)+1:]
+		}
+		if byID[anchor].Alerted(al.Kind) {
+			continue
+		}
+		h := nats.Header{}
+		h.Set(streams.HeaderMsgID, "alert."+al.Key)
+		if al.Envelope != "" {
+			h.Set(streams.HeaderEnvelope, al.Envelope)
+		}
+		if err := publishJSON(ctx, a.js, streams.AlertSubject(al.Kind), al, h); err != nil {
+			return raised, err
+		}
+		if _, err := a.stores.Envelopes.Mutate(ctx, anchor, func(r *kv.EnvelopeRecord) error {
+			if r.Alerted(al.Kind) {
+				return kv.ErrNoChange
+			}
+			r.Alerts = append(r.Alerts, al.Kind)
+			return nil
+		}); err != nil {
+			return raised, fmt.Errorf("remember alert %s: %w", al.Key, err)
+		}
+		a.log.Warn().Str("alert", al.Kind).Str("envelope_id", al.Envelope).Msg(al.Message)
+		raised = append(raised, al)
+	}
+	return raised, nil
+}

@@ -1,0 +1,100 @@
+package consumers_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// TestAlertsFireOnceAtTheirThresholds drives the alerter with an injected
+// clock over real envelope records on a real server.
+func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
+	b := setup(t, setupOpts{noDeadLetter: true})
+	alerts := b.subscribe(t, "salvage.alerts.>")
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	put := func(id string, at time.Duration, status string, acked bool, left ...string) {
+		r := kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Category: recovery.CategoryPartialExecution, Status: status, CreatedAt: t0.Add(at)}
+		if acked {
+			r.AckedBy = "ops"
+		}
+		for _, sys := range left {
+			r.Left = append(r.Left, kv.LeftEffect{Tool: "charge-payment", System: sys, JournalKey: "k"})
+		}
+		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("E1", 0, kv.EnvelopeResolved, false)
+	put("E2", time.Minute, kv.EnvelopeAbandoned, false)
+	put("E3", 2*time.Minute, kv.EnvelopeDeadEnd, false)
+	put("E4", 2*time.Minute, kv.EnvelopeOpen, false)
+	put("E5", 2*time.Minute, kv.EnvelopeEscalated, false, "payments")
+	put("E6", 2*time.Minute, kv.EnvelopeEscalated, true, "payments")
+	put("E7", 2*time.Minute, kv.EnvelopeEscalated, false, "wms")
+
+	var mu sync.Mutex
+	now := t0.Add(3 * time.Minute)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	set := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
+	a := consumers.NewAlerter(b.JS, b.stores, consumers.AlerterConfig{Now: clock})
+
+	check := func(want map[string]int) {
+		t.Helper()
+		raised, err := a.Check(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, al := range raised {
+			got[al.Kind]++
+		}
+		for k, n := range want {
+			if got[k] != n {
+				t.Fatalf("raised %v, want %v", got, want)
+			}
+		}
+		if len(raised) != sum(want) {
+			t.Fatalf("raised %v, want %v", got, want)
+		}
+	}
+	// 3 minutes in: five envelopes within five minutes is a burst; nothing
+	// has been open 30 minutes or unacknowledged 15.
+	check(map[string]int{recovery.AlertBurst: 1})
+	// 14 minutes after the escalations: still quiet below the thresholds.
+	set(16 * time.Minute)
+	check(map[string]int{})
+	// 17 minutes: the unacknowledged escalation with a charge left (E5);
+	// E6 was acknowledged, E7 involves no money.
+	set(17 * time.Minute)
+	check(map[string]int{recovery.AlertUnacknowledged: 1})
+	// 32 minutes: E4 open for 30 minutes.
+	set(32 * time.Minute)
+	check(map[string]int{recovery.AlertUnresolved: 1})
+	// Nothing fires twice.
+	set(2 * time.Hour)
+	check(map[string]int{})
+
+	natstest.Eventually(t, 5*time.Second, func() bool { return len(alerts()) == 3 }, "three alert events")
+	for _, m := range alerts() {
+		if m.Header.Get(streams.HeaderMsgID) == "" {
+			t.Errorf("alert %s without a dedup id", m.Subject)
+		}
+	}
+	if rec, _, _ := b.stores.Envelopes.Get(b.ctx, "E5"); !rec.Alerted(recovery.AlertUnacknowledged) {
+		t.Errorf("E5 does not remember its alert: %+v", rec)
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,126 @@
+package recovery
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Alert kinds: the last token of salvage.alerts.<kind>.
+const (
+	AlertBurst          = "dlq-burst"
+	AlertUnresolved     = "unresolved"
+	AlertUnacknowledged = "unacknowledged-escalation"
+)
+
+// Alert rule defaults (DESIGN.md).
+const (
+	BurstCountDefault      = 3
+	BurstWindowDefault     = 5 * time.Minute
+	UnresolvedAfterDefault = 30 * time.Minute
+	UnackedAfterDefault    = 15 * time.Minute
+)
+
+// AlertRules are the thresholds; zero fields take the defaults.
+type AlertRules struct {
+	// BurstCount envelopes arriving within BurstWindow raise a burst alert.
+	BurstCount  int
+	BurstWindow time.Duration
+	// UnresolvedAfter is how long an envelope may stay open or recovering.
+	UnresolvedAfter time.Duration
+	// UnackedAfter is how long an escalation involving money, or any
+	// COMPENSATION_NEEDED envelope, may go unacknowledged.
+	UnackedAfter time.Duration
+	// MoneySystems are the systems whose effects count as money.
+	// Default: payments.
+	MoneySystems []string
+}
+
+func (r AlertRules) withDefaults() AlertRules {
+	if r.BurstCount <= 0 {
+		r.BurstCount = BurstCountDefault
+	}
+	if r.BurstWindow <= 0 {
+		r.BurstWindow = BurstWindowDefault
+	}
+	if r.UnresolvedAfter <= 0 {
+		r.UnresolvedAfter = UnresolvedAfterDefault
+	}
+	if r.UnackedAfter <= 0 {
+		r.UnackedAfter = UnackedAfterDefault
+	}
+	if len(r.MoneySystems) == 0 {
+		r.MoneySystems = []string{"payments"}
+	}
+	return r
+}
+
+// AlertSubject is the envelope fields the alert rules read.
+type AlertSubject struct {
+	ID          string
+	Category    string
+	Status      string
+	CreatedAt   time.Time
+	Acked       bool
+	LeftSystems []string
+}
+
+// Alert is one raised alert. Key identifies it so it fires once.
+type Alert struct {
+	Kind     string    `json:"kind"`
+	Key      string    `json:"key"`
+	Message  string    `json:"message"`
+	Envelope string    `json:"envelope_id,omitempty"`
+	Count    int       `json:"count,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// EvaluateAlerts returns the alerts the rules raise at now over envs. It is
+// pure: the caller remembers which keys already fired.
+func EvaluateAlerts(now time.Time, envs []AlertSubject, rules AlertRules) []Alert {
+	rules = rules.withDefaults()
+	var out []Alert
+	// Burst: BurstCount envelopes whose arrivals fit in one window. The
+	// alert is keyed by the first of them and covers every envelope of
+	// its window, so one burst fires once.
+	sorted := slices.Clone(envs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].CreatedAt.Before(sorted[j].CreatedAt) })
+	for i := 0; i+rules.BurstCount-1 < len(sorted); i++ {
+		first, last := sorted[i], sorted[i+rules.BurstCount-1]
+		if last.CreatedAt.Sub(first.CreatedAt) > rules.BurstWindow {
+			continue
+		}
+		n := rules.BurstCount
+		for i+n < len(sorted) && sorted[i+n].CreatedAt.Sub(first.CreatedAt) <= rules.BurstWindow {
+			n++
+		}
+		if now.Sub(last.CreatedAt) <= rules.BurstWindow {
+			out = append(out, Alert{Kind: AlertBurst, Key: AlertBurst + "." + first.ID, Count: n, At: now,
+				Message: fmt.Sprintf("%d envelopes within %s (first %s)", n, rules.BurstWindow, first.ID)})
+		}
+		i += n - 1
+	}
+	for _, e := range envs {
+		open := e.Status == "open" || e.Status == "recovering"
+		if open && now.Sub(e.CreatedAt) >= rules.UnresolvedAfter {
+			out = append(out, Alert{Kind: AlertUnresolved, Key: AlertUnresolved + "." + e.ID, Envelope: e.ID, At: now,
+				Message: fmt.Sprintf("envelope %s (%s) unresolved for %s", e.ID, e.Category, now.Sub(e.CreatedAt).Round(time.Second))})
+		}
+		money := e.Status == "escalated" && anyIn(e.LeftSystems, rules.MoneySystems)
+		if (money || e.Category == CategoryCompensationNeeded) && !e.Acked && now.Sub(e.CreatedAt) >= rules.UnackedAfter {
+			out = append(out, Alert{Kind: AlertUnacknowledged, Key: AlertUnacknowledged + "." + e.ID, Envelope: e.ID, At: now,
+				Message: fmt.Sprintf("envelope %s (%s, %v left) not acknowledged for %s", e.ID, e.Category, e.LeftSystems, now.Sub(e.CreatedAt).Round(time.Second))})
+		}
+	}
+	return out
+}
+
+func anyIn(have, want []string) bool {
+	for _, h := range have {
+		if slices.Contains(want, h) {
+			return true
+		}
+	}
+	return false
+}
