@@ -16,6 +16,7 @@ import (
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/api"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
@@ -35,6 +36,8 @@ const (
 	RoleRecovery = "recovery"
 	// RoleAPI runs the `salvage` NATS micro service.
 	RoleAPI = "api"
+	// RoleDashboard serves the dashboard, /api, /metrics and /healthz.
+	RoleDashboard = "dashboard"
 	// RoleAll runs every role.
 	RoleAll = "all"
 )
@@ -58,8 +61,7 @@ func JournalMode(syncAlways bool) string {
 	return JournalPipelined
 }
 
-// futureRoles are part of the design but not built yet.
-var futureRoles = []string{"dashboard"}
+var allRoles = []string{RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI, RoleDashboard}
 
 // ErrUnknownRole is returned for a role name Salvage does not have.
 var ErrUnknownRole = errors.New("unknown role")
@@ -89,6 +91,9 @@ type Config struct {
 	// are evaluated (the dead-letter role raises them).
 	Alerts        recovery.AlertRules
 	AlertInterval time.Duration
+	// HTTPAddr and HTTPToken configure the dashboard role.
+	HTTPAddr  string
+	HTTPToken string
 	// CoolDown delays resuming chunks whose external system was down.
 	CoolDown time.Duration
 	// SimTimeout bounds one call to the sim.
@@ -114,13 +119,11 @@ func ResolveRoles(roles []string) ([]string, error) {
 			r = strings.TrimSpace(r)
 			switch {
 			case r == RoleAll:
-				out = append(out, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI)
-			case r == RoleWorker || r == RoleDeadLetter || r == RoleRecovery || r == RoleAPI:
+				out = append(out, allRoles...)
+			case slices.Contains(allRoles, r):
 				out = append(out, r)
-			case slices.Contains(futureRoles, r):
-				return nil, fmt.Errorf("%w: %q is not in this version of salvage yet (have %s, %s, %s, %s, %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI, RoleAll)
 			default:
-				return nil, fmt.Errorf("%w: %q (want %s, %s, %s, %s or %s)", ErrUnknownRole, r, RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI, RoleAll)
+				return nil, fmt.Errorf("%w: %q (want %s or %s)", ErrUnknownRole, r, strings.Join(allRoles, ", "), RoleAll)
 			}
 		}
 	}
@@ -169,9 +172,10 @@ func Registry(model simmodel.Config, simURL string, simTimeout time.Duration) (*
 	return recovery.NewRegistry(contractreview.New(c), of)
 }
 
-// Run runs cfg's roles until ctx ends, then drains them. It blocks and
-// returns the first role's error, if any.
-func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Config) error {
+// Run runs cfg's roles until ctx ends, then drains them. ready, if set, is
+// called once every role is built and the dashboard's address is bound. It
+// blocks and returns the first role's error, if any.
+func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Config, ready func()) error {
 	roles, err := ResolveRoles(cfg.Roles)
 	if err != nil {
 		return err
@@ -222,6 +226,17 @@ func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Con
 			<-ctx.Done()
 			return svc.Stop()
 		})
+	}
+	if slices.Contains(roles, RoleDashboard) {
+		srv, err := dashboard.Listen(js, stores, dashboard.Config{Addr: cfg.HTTPAddr, Token: cfg.HTTPToken, Logger: &log})
+		if err != nil {
+			return err
+		}
+		log.Info().Str("url", srv.URL()).Bool("token_configured", cfg.HTTPToken != "").Msg("dashboard ready")
+		runs = append(runs, srv.Run)
+	}
+	if ready != nil {
+		ready()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -35,7 +35,7 @@ func benchWorkers(b *testing.B, si time.Duration, chunks int) {
 	nb := natstest.Start(b, natstest.WithSyncInterval(si))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := app.Config{Concurrency: 16, Logger: zerolog.Nop(), Retry: recovery.RetryPolicy{MaxRetries: -1},
+	cfg := app.Config{Roles: []string{app.RoleWorker, app.RoleDeadLetter}, Concurrency: 16, Logger: zerolog.Nop(), Retry: recovery.RetryPolicy{MaxRetries: -1},
 		JournalWrites: app.JournalMode(si == natsconf.SyncAlways)}
 	stores, err := app.Provision(ctx, nb.JS, cfg)
 	if err != nil {
@@ -43,7 +43,7 @@ func benchWorkers(b *testing.B, si time.Duration, chunks int) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = app.Run(ctx, nb.JS, stores, cfg) }()
+	go func() { defer wg.Done(); _ = app.Run(ctx, nb.JS, stores, cfg, nil) }()
 	defer func() { cancel(); wg.Wait() }()
 
 	text := contractreview.Contract(chunks, 1)

@@ -51,7 +51,7 @@ func run(t *testing.T, stdin string, args ...string) (int, string, string) {
 // up starts `salvage up` as a process and returns its NATS_URL.
 func up(t *testing.T, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"up", "--listen", "127.0.0.1:-1", "--store", t.TempDir(), "--log-format", "json", "--log-level", "warn"}, args...)...)
+	cmd := exec.Command(binary, append([]string{"up", "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--store", t.TempDir(), "--log-format", "json", "--log-level", "warn"}, args...)...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

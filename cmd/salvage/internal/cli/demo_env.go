@@ -78,7 +78,7 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 	roleCtx, stopRoles := context.WithCancel(ctx)
 	var roles sync.WaitGroup
 	roles.Add(1)
-	go func() { defer roles.Done(); _ = app.Run(roleCtx, d.js, d.stores, cfg) }()
+	go func() { defer roles.Done(); _ = app.Run(roleCtx, d.js, d.stores, cfg, nil) }()
 	d.closers = append(d.closers, func() { stopRoles(); roles.Wait() })
 	d.workers, err = e.startWorkers(ctx, *o, d.url)
 	d.closers = append(d.closers, func() { stopWorkers(d.workers) })

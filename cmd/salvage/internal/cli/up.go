@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/app"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/consumers"
@@ -113,11 +115,13 @@ func (r *runFlags) resolveJournal(embedded bool, sync time.Duration) {
 
 func (e *env) upCmd() *cobra.Command {
 	var (
-		run      runFlags
-		roles    []string
-		listen   string
-		storeDir string
-		syncStr  string
+		run       runFlags
+		httpAddr  string
+		httpToken string
+		roles     []string
+		listen    string
+		storeDir  string
+		syncStr   string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -183,15 +187,20 @@ in-flight chunks finish or are released, then the process exits.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "NATS_URL=%s\n", url)
-			return app.Run(ctx, js, stores, cfg)
+			cfg.HTTPAddr, cfg.HTTPToken = httpAddr, httpToken
+			if cfg.HTTPToken == "" {
+				cfg.HTTPToken = os.Getenv(dashboard.TokenEnv)
+			}
+			return app.Run(ctx, js, stores, cfg, func() { fmt.Fprintf(e.stdout, "NATS_URL=%s\n", url) })
 		},
 	}
 	f := cmd.Flags()
 	run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
-	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter, recovery, api or all (comma-separated or repeated)")
+	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter, recovery, api, dashboard or all (comma-separated or repeated)")
 	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address")
 	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
+	f.StringVar(&httpAddr, "http", dashboard.AddrDefault, "dashboard, /api, /metrics and /healthz address (a non-loopback one needs a token)")
+	f.StringVar(&httpToken, "http-token", "", "token the dashboard requires for replay, resolve and ack (default $"+dashboard.TokenEnv+"; on loopback without one, a random token per process)")
 	f.StringVar(&syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
 	return cmd
 }

@@ -1,0 +1,235 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+type fixture struct {
+	b      *natstest.Bundle
+	stores *kv.Stores
+	url    string
+	envID  string
+}
+
+// setup provisions a server with one job of three chunks (two done, one
+// dead-lettered), its envelope in SALVAGE_DLQ, and journal rows, and starts
+// the dashboard on a free loopback port.
+func setup(t *testing.T, token string) *fixture {
+	t.Helper()
+	b := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := streams.Provision(ctx, b.JS, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	stores, err := kv.Provision(ctx, b.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := "01JDASHBOARD00000000000000"
+	if err := stores.Jobs.Create(ctx, kv.Job{ID: job, Pipeline: "order-fulfillment", Chunks: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i, status := range []string{kv.StatusDone, kv.StatusDone, kv.StatusDeadLettered} {
+		if _, err := stores.Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
+			cp.Status, cp.Tier1Retries, cp.Deliveries = status, 2, uint64(i+1)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, st := range []string{kv.CallSucceeded, kv.CallSucceeded, kv.CallFailed} {
+		row := kv.JournalRow{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Tool: "charge-payment", Status: st, LatencyMS: 12}
+		if _, err := stores.Journal.Put(ctx, row, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := recovery.Envelope{ID: "01JENVELOPE000000000000000", Job: job, Chunk: 3, Pipeline: "order-fulfillment",
+		Category: recovery.CategoryTransientNetwork, Strategy: recovery.StrategyResume, CreatedAt: time.Now().Add(-time.Minute),
+		Original: recovery.Original{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject("order-fulfillment", job, 3),
+			Data: json.RawMessage(`{"job_id":"` + job + `","chunk":3,"pipeline":"order-fulfillment","epoch":0,"input":{}}`)}}
+	data, _ := json.Marshal(env)
+	ack, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, job, 3), Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: env.ID, Job: job, Chunk: 3, Category: env.Category, Strategy: env.Strategy,
+		Status: kv.EnvelopeOpen, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := dashboard.Listen(b.JS, stores, dashboard.Config{Addr: "127.0.0.1:0", Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &fixture{b: b, stores: stores, url: srv.URL(), envID: env.ID}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestMetricsParseAndMatchTheStreams(t *testing.T) {
+	f := setup(t, "")
+	var values map[string]float64
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		code, body := get(t, f.url+"/metrics")
+		if code != 200 {
+			return false
+		}
+		parser := expfmt.NewTextParser(model.LegacyValidation)
+		families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("/metrics does not parse: %v", err)
+		}
+		values = map[string]float64{}
+		for name, fam := range families {
+			for _, m := range fam.GetMetric() {
+				key := name
+				for _, l := range m.GetLabel() {
+					key += "," + l.GetName() + "=" + l.GetValue()
+				}
+				switch {
+				case m.GetGauge() != nil:
+					values[key] = m.GetGauge().GetValue()
+				case m.GetCounter() != nil:
+					values[key] = m.GetCounter().GetValue()
+				case m.GetHistogram() != nil:
+					values[key+",count"] = float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		// The journal watcher catches up asynchronously, and one scrape
+		// collects the histogram and the counts concurrently.
+		return values["salvage_calls_total,status=SUCCEEDED,tool=charge-payment"] == 2 && values["salvage_call_duration_seconds,count"] == 3
+	}, "call metrics from the journal")
+	s, _ := f.b.JS.Stream(context.Background(), streams.DLQ)
+	info, _ := s.Info(context.Background())
+	want := map[string]float64{
+		"salvage_dlq_depth": float64(info.State.Msgs),
+		"salvage_envelopes_total,category=TRANSIENT_NETWORK":                    1,
+		"salvage_recoveries_total,outcome=open,strategy=RESUME_FROM_CHECKPOINT": 1,
+		"salvage_chunks_total,status=done":                                      2,
+		"salvage_chunks_total,status=dead-lettered":                             1,
+		"salvage_tier1_retries_total":                                           6,
+		"salvage_redeliveries_total":                                            3, // deliveries 1, 2, 3
+		"salvage_calls_total,status=FAILED,tool=charge-payment":                 1,
+		"salvage_call_duration_seconds,count":                                   3,
+	}
+	for k, v := range want {
+		if values[k] != v {
+			t.Errorf("%s = %v, want %v", k, values[k], v)
+		}
+	}
+	if values["salvage_dlq_oldest_unresolved_seconds"] < 59 {
+		t.Errorf("oldest unresolved = %v s, want about 60", values["salvage_dlq_oldest_unresolved_seconds"])
+	}
+}
+
+func post(t *testing.T, url string, headers map[string]string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestMutationsNeedTheTokenAndTheSameOrigin(t *testing.T) {
+	f := setup(t, "s3cret")
+	replay := f.url + "/api/envelopes/" + f.envID + "/replay"
+	unchanged := func() {
+		t.Helper()
+		rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID)
+		if err != nil || rec.Replays != 0 || rec.Status != kv.EnvelopeOpen {
+			t.Fatalf("a refused request changed the envelope: %+v %v", rec, err)
+		}
+	}
+	host := strings.TrimPrefix(f.url, "http://")
+	for name, h := range map[string]map[string]string{
+		"no token":             {"Origin": f.url},
+		"wrong token":          {dashboard.TokenHeader: "guess", "Origin": f.url},
+		"cross-origin":         {dashboard.TokenHeader: "s3cret", "Origin": "http://evil.example"},
+		"cross-site fetch":     {dashboard.TokenHeader: "s3cret", "Sec-Fetch-Site": "cross-site"},
+		"other port same host": {dashboard.TokenHeader: "s3cret", "Origin": "http://" + strings.Split(host, ":")[0] + ":1"},
+	} {
+		if code, body := post(t, replay, h); code != http.StatusForbidden {
+			t.Errorf("%s: %d %s, want 403", name, code, body)
+		}
+		unchanged()
+	}
+	if code, _ := get(t, replay); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET on a mutation: %d, want 405", code)
+	}
+	unchanged()
+	code, body := post(t, replay, map[string]string{dashboard.TokenHeader: "s3cret", "Origin": f.url})
+	if code != http.StatusOK {
+		t.Fatalf("authorized replay: %d %s", code, body)
+	}
+	if rec, _, _ := f.stores.Envelopes.Get(context.Background(), f.envID); rec.Replays != 1 || !rec.Requeued {
+		t.Fatalf("replay not recorded: %+v", rec)
+	}
+	if code, _ := post(t, f.url+"/api/envelopes/NOPE/ack", map[string]string{dashboard.TokenHeader: "s3cret"}); code != http.StatusNotFound {
+		t.Errorf("unknown envelope: %d, want 404", code)
+	}
+}
+
+func TestReadViewsAndHealth(t *testing.T) {
+	f := setup(t, "")
+	if code, _ := get(t, f.url+"/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	code, page := get(t, f.url+"/")
+	if code != 200 || !regexp.MustCompile(`name="salvage-token" content="[0-9a-f]{32}"`).MatchString(page) || !strings.Contains(page, `data-testid="dlq-depth"`) {
+		t.Fatalf("page %d lacks its token or views", code)
+	}
+	var sum dashboard.Summary
+	_, body := get(t, f.url+"/api/summary")
+	if err := json.Unmarshal([]byte(body), &sum); err != nil || sum.DLQDepth != 1 || sum.ByCategory[recovery.CategoryTransientNetwork] != 1 || len(sum.Jobs) != 1 {
+		t.Fatalf("summary = %+v, %v", sum, err)
+	}
+	_, body = get(t, f.url+"/api/envelopes/"+f.envID)
+	if !strings.Contains(body, `"journal"`) || !strings.Contains(body, `"original"`) {
+		t.Fatalf("envelope detail = %s", body)
+	}
+}
+
+func TestNonLoopbackNeedsAToken(t *testing.T) {
+	b := natstest.Start(t)
+	if _, err := dashboard.Listen(b.JS, nil, dashboard.Config{Addr: "0.0.0.0:0"}); !errors.Is(err, dashboard.ErrNeedsToken) {
+		t.Fatalf("err = %v, want ErrNeedsToken", err)
+	}
+}

@@ -1,0 +1,275 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Defaults.
+const (
+	// AddrDefault is where the dashboard listens.
+	AddrDefault = "127.0.0.1:7070"
+	// TokenEnv names the environment variable holding the token.
+	TokenEnv = "SALVAGE_HTTP_TOKEN"
+	// TokenHeader carries the token on a mutation.
+	TokenHeader = "X-Salvage-Token"
+)
+
+// ErrNeedsToken is returned by Listen for a non-loopback address without a
+// token: the page can replay and resolve envelopes.
+var ErrNeedsToken = errors.New("dashboard: a non-loopback address needs --http-token or " + TokenEnv)
+
+//go:embed static
+var static embed.FS
+
+var page = template.Must(template.ParseFS(static, "static/index.html"))
+
+// Config configures the dashboard.
+type Config struct {
+	// Addr is the listen address. Default AddrDefault.
+	Addr string
+	// Token authorizes mutations. Empty on loopback mints a random one
+	// for this process, which the page carries; required elsewhere.
+	Token string
+	// Logger receives request errors. Default zerolog.Nop().
+	Logger *zerolog.Logger
+}
+
+// Server is the dashboard's HTTP server.
+type Server struct {
+	cfg   Config
+	l     net.Listener
+	srv   *http.Server
+	sum   *summarizer
+	op    *consumers.Operator
+	log   zerolog.Logger
+	token string
+}
+
+// Listen binds the dashboard's address. It refuses a non-loopback address
+// without a token (ErrNeedsToken).
+func Listen(js jetstream.JetStream, stores *kv.Stores, cfg Config) (*Server, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = AddrDefault
+	}
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: address %q: %w", cfg.Addr, err)
+	}
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		loopback = true
+	}
+	if !loopback && cfg.Token == "" {
+		return nil, ErrNeedsToken
+	}
+	token := cfg.Token
+	if token == "" {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		token = hex.EncodeToString(b)
+	}
+	l, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: listen %s: %w", cfg.Addr, err)
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	s := &Server{cfg: cfg, l: l, sum: &summarizer{js: js, stores: stores, calls: newCallStats()},
+		op: consumers.NewOperator(js, stores), log: log.With().Str("role", "dashboard").Logger(), token: token}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.index)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.sum.summary(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/summary", s.apiSummary)
+	mux.HandleFunc("GET /api/envelopes", s.apiEnvelopes)
+	mux.HandleFunc("GET /api/envelopes/{id}", s.apiEnvelope)
+	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
+	s.srv = &http.Server{Handler: securityHeaders(mux), ReadHeaderTimeout: 5 * time.Second}
+	return s, nil
+}
+
+// URL is the dashboard's base URL.
+func (s *Server) URL() string { return "http://" + s.l.Addr().String() }
+
+// Run serves until ctx ends, following the journal for call metrics. It
+// blocks.
+func (s *Server) Run(ctx context.Context) error {
+	go s.sum.calls.follow(ctx, s.sum.js, s.log)
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	// The page is served only to this origin's documents (same-origin
+	// policy keeps other sites from reading the token it carries).
+	_ = page.Execute(w, map[string]string{"Token": s.token})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+func (s *Server) apiSummary(w http.ResponseWriter, r *http.Request) {
+	sum, err := s.sum.summary(r.Context())
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sum)
+}
+
+func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := consumers.EnvelopeFilter{Category: q.Get("category"), Status: q.Get("status"), Job: q.Get("job")}
+	if a := q.Get("min_age"); a != "" {
+		d, err := time.ParseDuration(a)
+		if err != nil {
+			fail(w, http.StatusBadRequest, fmt.Errorf("min_age: %w", err))
+			return
+		}
+		f.MinAge = d
+	}
+	recs, err := s.op.List(r.Context(), f)
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, err)
+		return
+	}
+	if recs == nil {
+		recs = []kv.EnvelopeRecord{}
+	}
+	writeJSON(w, http.StatusOK, recs)
+}
+
+func (s *Server) apiEnvelope(w http.ResponseWriter, r *http.Request) {
+	d, err := s.op.Show(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// apiMutate replays, resolves or acknowledges an envelope: POST only, with
+// the token, from this origin.
+func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r); err != nil {
+		fail(w, http.StatusForbidden, err)
+		return
+	}
+	id, by := r.PathValue("id"), "dashboard"
+	var note struct {
+		Note string `json:"note"`
+	}
+	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&note)
+	var rec kv.EnvelopeRecord
+	var err error
+	switch r.PathValue("action") {
+	case "replay":
+		rec, err = s.op.Replay(r.Context(), id, by)
+	case "resolve":
+		rec, err = s.op.Resolve(r.Context(), id, by, note.Note)
+	case "ack":
+		rec, err = s.op.Ack(r.Context(), id, by)
+	default:
+		fail(w, http.StatusNotFound, errors.New("unknown action: want replay, resolve or ack"))
+		return
+	}
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+var (
+	errNoToken     = errors.New("missing or wrong " + TokenHeader)
+	errCrossOrigin = errors.New("cross-origin request refused")
+)
+
+// authorize checks the token and that a browser request comes from this
+// origin (Origin, else Sec-Fetch-Site).
+func (s *Server) authorize(r *http.Request) error {
+	got := r.Header.Get(TokenHeader)
+	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+		return errNoToken
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		if !strings.EqualFold(origin, "http://"+r.Host) {
+			return errCrossOrigin
+		}
+	} else if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return errCrossOrigin
+	}
+	return nil
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, consumers.ErrUnknownEnvelope), errors.Is(err, kv.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, consumers.ErrAlreadyResolved):
+		return http.StatusConflict
+	case errors.Is(err, streams.ErrBadToken):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
