@@ -149,3 +149,28 @@ func (j *Journal) Get(ctx context.Context, key string) (StoredRow, error) {
 	r, rev, err := getJSON[JournalRow](ctx, j.b, key)
 	return StoredRow{JournalRow: r, Seq: rev}, err
 }
+
+// LoadJob returns every row of a job, all chunks and epochs, keyed by
+// journal key, in one direct-get batch.
+func (j *Journal) LoadJob(ctx context.Context, job string) (map[string]StoredRow, error) {
+	prefix := "$KV." + BucketJournal + "."
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, j.js, "KV_"+BucketJournal, []string{prefix + job + ".>"})
+	if err != nil {
+		return nil, fmt.Errorf("kv: load journal of %s: %w", job, err)
+	}
+	out := map[string]StoredRow{}
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kv: load journal of %s: %w", job, err)
+		}
+		var r JournalRow
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return nil, fmt.Errorf("kv: decode %s: %w", m.Subject, err)
+		}
+		out[m.Subject[len(prefix):]] = StoredRow{JournalRow: r, Seq: m.Sequence}
+	}
+	return out, nil
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
@@ -136,6 +137,24 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		t.Errorf("ledger = %+v, want 5 effects per order and no duplicates", l.Summary)
 	}
 
+	// The job's timeline shows each chunk's calls and where it broke.
+	code, stdout, errOut := run(t, "", "trace", job, "--json", "--server", url)
+	var tr cli.Trace
+	if code != 0 || json.Unmarshal([]byte(stdout), &tr) != nil || len(tr.Chunks) != 2 {
+		t.Fatalf("salvage trace: %d %s %s", code, stdout, errOut)
+	}
+	for _, c := range tr.Chunks {
+		if len(c.Calls) != 5 || c.Envelope == "" || c.Error == "" || tr.TraceID == "" {
+			t.Errorf("trace of chunk %d: %d calls, envelope %q, broke %q, trace %q", c.Chunk, len(c.Calls), c.Envelope, c.Error, tr.TraceID)
+		}
+		if crm := c.Calls[4]; crm.Tool != orders.ToolCRM || crm.Status != kv.CallSucceeded || crm.TraceID != tr.TraceID {
+			t.Errorf("chunk %d's CRM call = %+v, want it to succeed after the replay, under the job's trace", c.Chunk, crm)
+		}
+	}
+	if code, stdout, _ = run(t, "", "trace", job, "--server", url); code != 0 || !strings.Contains(stdout, "stage 4") {
+		t.Errorf("salvage trace text:\n%s", stdout)
+	}
+
 	// The micro service is visible to the stock CLI, with its endpoints.
 	info := natsCmd(t, url, "micro", "info", "salvage")
 	for _, ep := range []string{"salvage.api.jobs.submit", "salvage.api.dlq.replay", "salvage.api.dlq.ack"} {
@@ -151,7 +170,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		}
 	}
 	// The salvage CLI lists the same envelopes.
-	code, stdout, errOut := run(t, "", "dlq", "ls", "--json", "--server", url)
+	code, stdout, errOut = run(t, "", "dlq", "ls", "--json", "--server", url)
 	var recs []kv.EnvelopeRecord
 	if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) != 2 {
 		t.Errorf("salvage dlq ls: %d %s %s", code, stdout, errOut)
