@@ -1,0 +1,117 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
+	"github.com/salvagehq/salvage/kv"
+)
+
+// chromium finds Debian's chromium (installed by .ci/run). Outside CI a
+// machine without it skips the browser test; in CI its absence fails.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not installed: .ci/run installs Debian's chromium")
+	}
+	t.Skip("chromium not installed (apt-get install chromium); CI installs it")
+	return ""
+}
+
+// TestDashboardInABrowser loads the page in a real headless Chromium, sees
+// the DLQ depth and categories match the API, opens an envelope and
+// replays it from the page.
+func TestDashboardInABrowser(t *testing.T) {
+	exe := chromium(t)
+	f := setup(t, "")
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-quic", true),
+		chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	// The first action starts the browser; it must not carry a timeout.
+	if err := chromedp.Do(ctx, chromedp.Navigate(f.url+"/")); err != nil {
+		t.Fatal(err)
+	}
+	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelStep()
+
+	var sum dashboard.Summary
+	_, body := get(t, f.url+"/api/summary")
+	if err := json.Unmarshal([]byte(body), &sum); err != nil {
+		t.Fatal(err)
+	}
+	row := `tr[data-envelope="` + f.envID + `"]`
+	if err := chromedp.Do(step, chromedp.WaitVisible(row)); err != nil {
+		t.Fatal(err)
+	}
+	depth, err := chromedp.Run(step, chromedp.Text(`#dlq-depth`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	categories, err := chromedp.Run(step, chromedp.Text(`#categories`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(depth) != "1" || sum.DLQDepth != 1 {
+		t.Fatalf("page DLQ depth %q, API %d", depth, sum.DLQDepth)
+	}
+	for cat, n := range sum.ByCategory {
+		if !strings.Contains(categories, cat) || !strings.Contains(categories, itoa(n)) {
+			t.Fatalf("page categories %q lack %s %d from the API", categories, cat, n)
+		}
+	}
+	if err := chromedp.Do(step,
+		chromedp.Click(row),
+		chromedp.WaitVisible(`[data-testid="detail"]`),
+		chromedp.WaitVisible(`#d-journal tr`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	detail, err := chromedp.Run(step, chromedp.Text(`#d-summary`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(detail, "TRANSIENT_NETWORK") {
+		t.Errorf("detail %q", detail)
+	}
+	if err := chromedp.Do(step, chromedp.Click(`[data-testid="replay"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('d-result').textContent.length > 0`)); err != nil {
+		t.Fatal(err)
+	}
+	result, err := chromedp.Run(step, chromedp.Text(`#d-result`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result != "replay: recovering" {
+		t.Fatalf("replay from the page answered %q", result)
+	}
+	rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID)
+	if err != nil || rec.Replays != 1 || rec.Status != kv.EnvelopeRecovering {
+		t.Fatalf("envelope after the page's replay = %+v, %v", rec, err)
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
