@@ -169,7 +169,41 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 			t.Errorf("dlq.show %s answered %s, want %s", req, out, code)
 		}
 	}
-	// The salvage CLI lists the same envelopes.
+	// Jobs through the API: submit replies with the job id, status and
+	// cancel answer for it, an unknown one is a 404.
+	out = natsCmd(t, url, "req", "--raw", "salvage.api.jobs.submit",
+		`{"pipeline":"order-fulfillment","input":{"order_id":"o-api","customer":"c","items":[{"sku":"s","qty":1,"price":3}],"amount":3,"payment_method":"card"}}`)
+	var sub struct {
+		JobID string `json:"job_id"`
+	}
+	if err := json.Unmarshal(out, &sub); err != nil || sub.JobID == "" {
+		t.Fatalf("jobs.submit answered %s", out)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		out := natsCmdQuiet(t, url, "req", "--raw", "salvage.api.jobs.status", `{"job_id":"`+sub.JobID+`"}`)
+		var st struct {
+			Job kv.Job `json:"job"`
+		}
+		return json.Unmarshal(out, &st) == nil && st.Job.Status == kv.JobDone
+	}, "the API-submitted job to finish")
+	if out, _ := exec.Command(natsBinary(t), "--server", url, "req", "salvage.api.jobs.status", `{"job_id":"01JNOSUCHJOB0000000000000"}`).CombinedOutput(); !strings.Contains(string(out), "404") {
+		t.Errorf("status of an unknown job answered %s", out)
+	}
+
+	// The salvage CLI lists the same envelopes, and filters them.
+	for args, want := range map[string]int{"--status resolved": 2, "--status open": 0, "--category EXTERNAL_SYSTEM_DOWN": 2, "--job nope": 0, "--min-age 1h": 0} {
+		code, stdout, errOut := run(t, "", append([]string{"dlq", "ls", "--json", "--server", url}, strings.Fields(args)...)...)
+		var recs []kv.EnvelopeRecord
+		if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) != want {
+			t.Errorf("dlq ls %s: %d %d envelopes %s, want %d", args, code, len(recs), errOut, want)
+		}
+	}
+	if code, stdout, _ := run(t, "", "dlq", "show", envs[0].ID, "--server", url); code != 0 || !strings.Contains(stdout, "update-crm") {
+		t.Errorf("dlq show:\n%s", stdout)
+	}
+	if code, _, errOut := run(t, "", "dlq", "replay", envs[0].ID, "--server", url); code != 1 || !strings.Contains(errOut, "409") {
+		t.Errorf("dlq replay of a resolved envelope: %d %s", code, errOut)
+	}
 	code, stdout, errOut = run(t, "", "dlq", "ls", "--json", "--server", url)
 	var recs []kv.EnvelopeRecord
 	if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) != 2 {
