@@ -62,17 +62,9 @@ func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterCo
 // Run consumes advisories and sweeps until ctx ends. It blocks; it returns
 // nil on cancellation and an error only if the consumer cannot be bound.
 func (d *DeadLetterer) Run(ctx context.Context) error {
-	var cons jetstream.Consumer
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		cons, err = d.js.Consumer(ctx, streams.Advisories, streams.DeadLetterConsumer)
+	cons, err := bindConsumer(ctx, d.js, streams.Advisories, streams.DeadLetterConsumer)
+	if err != nil || cons == nil {
 		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("consumers: bind dead-letter consumer: %w", err)
 	}
 	if d.cfg.SweepInterval > 0 {
 		go d.sweepLoop(ctx)

@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -92,17 +91,9 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 // Run consumes envelopes until ctx ends. It blocks and returns nil on
 // cancellation.
 func (o *Orchestrator) Run(ctx context.Context) error {
-	var cons jetstream.Consumer
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		cons, err = o.js.Consumer(ctx, streams.DLQ, streams.RecoveryConsumer)
+	cons, err := bindConsumer(ctx, o.js, streams.DLQ, streams.RecoveryConsumer)
+	if err != nil || cons == nil {
 		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("consumers: bind recovery consumer: %w", err)
 	}
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(8, jetstream.FetchMaxWait(time.Second))

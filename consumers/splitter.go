@@ -16,7 +16,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -68,17 +67,9 @@ func NewSplitter(js jetstream.JetStream, stores *kv.Stores, cfg SplitterConfig) 
 // Run consumes SALVAGE_JOBS until ctx ends. It blocks and returns nil on
 // cancellation.
 func (s *Splitter) Run(ctx context.Context) error {
-	var cons jetstream.Consumer
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		cons, err = s.js.Consumer(ctx, streams.Jobs, streams.SplitterConsumer)
+	cons, err := bindConsumer(ctx, s.js, streams.Jobs, streams.SplitterConsumer)
+	if err != nil || cons == nil {
 		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("consumers: bind splitter consumer: %w", err)
 	}
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(8, jetstream.FetchMaxWait(time.Second))

@@ -80,3 +80,21 @@ func publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 	}
 	return ack, nil
 }
+
+// bindConsumer binds a durable consumer, waiting out infrastructure
+// errors. It returns a nil consumer and no error when ctx ends first.
+func bindConsumer(ctx context.Context, js jetstream.JetStream, stream, name string) (jetstream.Consumer, error) {
+	var cons jetstream.Consumer
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = js.Consumer(ctx, stream, name)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("consumers: bind consumer %s on %s: %w", name, stream, err)
+	}
+	return cons, nil
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -140,17 +139,9 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // releases the rest for another worker. It blocks until the drain is over
 // and returns nil, or an error if the consumer cannot be bound.
 func (w *Worker) Run(ctx context.Context) error {
-	var cons jetstream.Consumer
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		cons, err = w.js.Consumer(ctx, streams.Chunks, streams.WorkersConsumer)
+	cons, err := bindConsumer(ctx, w.js, streams.Chunks, streams.WorkersConsumer)
+	if err != nil || cons == nil {
 		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("consumers: bind workers consumer: %w", err)
 	}
 	// Chunks outlive ctx so a drain can finish them.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
