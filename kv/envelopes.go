@@ -64,6 +64,7 @@ type LeftEffect struct {
 	JournalKey string `json:"journal_key"`
 }
 
+// String names the effect as "tool resource (journal key)".
 func (l LeftEffect) String() string {
 	return l.Tool + " " + l.ResourceID + " (journal " + l.JournalKey + ")"
 }

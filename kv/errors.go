@@ -41,6 +41,7 @@ type HeldError struct {
 	Holder Lease
 }
 
+// Error names the holder and when its lease ends.
 func (e *HeldError) Error() string {
 	return "kv: claim " + e.Holder.Key + " held by " + e.Holder.ClaimedBy + " until " + e.Holder.ExpiresAt.Format("15:04:05.000")
 }

@@ -29,6 +29,7 @@ const (
 	ClassCancelled
 )
 
+// String is the class name used in journal rows and checkpoints.
 func (c Class) String() string {
 	switch c {
 	case ClassTransient:
@@ -80,6 +81,7 @@ type CallError struct {
 	Err error
 }
 
+// Error describes the class, status, wait and cause.
 func (e *CallError) Error() string {
 	msg := e.Class.String()
 	if e.Status != 0 {
@@ -94,6 +96,7 @@ func (e *CallError) Error() string {
 	return msg
 }
 
+// Unwrap returns the underlying error.
 func (e *CallError) Unwrap() error { return e.Err }
 
 // Is matches the class sentinels.
