@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -118,28 +119,53 @@ func journalStreamConfig(replicas int) jetstream.StreamConfig {
 	}
 }
 
-// Load returns the rows of one chunk epoch keyed by journal key, read in
-// one direct-get batch. Resume uses it to replay an agent without calls.
+// Load returns the rows of one chunk epoch keyed by journal key. Resume
+// uses it to replay an agent without calls.
 func (j *Journal) Load(ctx context.Context, job string, chunk, epoch int) (map[string]StoredRow, error) {
+	return j.load(ctx, job+"."+strconv.Itoa(chunk)+"."+strconv.Itoa(epoch)+".>")
+}
+
+// load reads the latest row of every key matching filter: in one
+// direct-get batch when the server allows as many keys, else key by key.
+func (j *Journal) load(ctx context.Context, filter string) (map[string]StoredRow, error) {
 	prefix := "$KV." + BucketJournal + "."
-	filter := prefix + job + "." + strconv.Itoa(chunk) + "." + strconv.Itoa(epoch) + ".>"
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, j.js, "KV_"+BucketJournal, []string{filter})
-	if err != nil {
-		return nil, fmt.Errorf("kv: load journal %s: %w", filter, err)
-	}
 	out := map[string]StoredRow{}
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, j.js, "KV_"+BucketJournal, []string{prefix + filter})
+	if err == nil {
+		for m, merr := range msgs {
+			if errors.Is(merr, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if merr != nil {
+				err = merr
+				break
+			}
+			var r JournalRow
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				return nil, fmt.Errorf("kv: decode %s: %w", m.Subject, err)
+			}
+			out[m.Subject[len(prefix):]] = StoredRow{JournalRow: r, Seq: m.Sequence}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("kv: load journal %s: %w", filter, err)
+	}
+	if err == nil {
+		return out, nil
+	}
+	// Too many keys for one batch (the server caps it): list, then read.
+	lister, lerr := j.b.ListKeysFiltered(ctx, filter)
+	if lerr != nil {
+		return nil, fmt.Errorf("kv: load journal %s: %w", filter, errors.Join(err, lerr))
+	}
+	defer func() { _ = lister.Stop() }()
+	out = map[string]StoredRow{}
+	for key := range lister.Keys() {
+		row, gerr := j.Get(ctx, key)
+		if errors.Is(gerr, ErrNotFound) {
+			continue
 		}
-		var r JournalRow
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			return nil, fmt.Errorf("kv: decode %s: %w", m.Subject, err)
+		if gerr != nil {
+			return nil, gerr
 		}
-		out[m.Subject[len(prefix):]] = StoredRow{JournalRow: r, Seq: m.Sequence}
+		out[key] = row
 	}
 	return out, nil
 }
@@ -150,27 +176,16 @@ func (j *Journal) Get(ctx context.Context, key string) (StoredRow, error) {
 	return StoredRow{JournalRow: r, Seq: rev}, err
 }
 
-// LoadJob returns every row of a job, all chunks and epochs, keyed by
-// journal key, in one direct-get batch.
-func (j *Journal) LoadJob(ctx context.Context, job string) (map[string]StoredRow, error) {
-	prefix := "$KV." + BucketJournal + "."
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, j.js, "KV_"+BucketJournal, []string{prefix + job + ".>"})
-	if err != nil {
-		return nil, fmt.Errorf("kv: load journal of %s: %w", job, err)
-	}
+// LoadJob returns every row of a job's chunks 1..chunks, all epochs,
+// keyed by journal key, a chunk at a time.
+func (j *Journal) LoadJob(ctx context.Context, job string, chunks int) (map[string]StoredRow, error) {
 	out := map[string]StoredRow{}
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
+	for c := 1; c <= chunks; c++ {
+		rows, err := j.load(ctx, job+"."+strconv.Itoa(c)+".>")
 		if err != nil {
-			return nil, fmt.Errorf("kv: load journal of %s: %w", job, err)
+			return nil, err
 		}
-		var r JournalRow
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			return nil, fmt.Errorf("kv: decode %s: %w", m.Subject, err)
-		}
-		out[m.Subject[len(prefix):]] = StoredRow{JournalRow: r, Seq: m.Sequence}
+		maps.Copy(out, rows)
 	}
 	return out, nil
 }

@@ -91,3 +91,39 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalLoadBeyondOneBatch: more keys than the server serves in one
+// multi-last direct get still load, key by key.
+func TestJournalLoadBeyondOneBatch(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	const n = 1500
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.Journal.Put(ctx, row("BIG", 1, i+1, kv.CallSucceeded), 0)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Journal.Put(ctx, row("BIG", 2, 1, kv.CallSucceeded), 0); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.Journal.Load(ctx, "BIG", 1, 0)
+	if err != nil || len(rows) != n {
+		t.Fatalf("Load: %d rows, %v; want %d", len(rows), err, n)
+	}
+	all, err := st.Journal.LoadJob(ctx, "BIG", 2)
+	if err != nil || len(all) != n+1 {
+		t.Fatalf("LoadJob: %d rows, %v; want %d", len(all), err, n+1)
+	}
+}

@@ -169,9 +169,11 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 		}
 	}
 	var res ToolResult
-	calls := t.stats.Calls.Load()
+	// Attempts are counted here: Stats is shared by the stage's agents.
+	attempts := 0
 	timedOut := false
 	err = t.exec.Do(ctx, t.stats, name, func(ctx context.Context) error {
+		attempts++
 		if timedOut && tool.Effect != nil {
 			// The last attempt's outcome is unknown: ask before repeating.
 			v, err := tool.Effect.Verify(ctx, row.IdempotencyKey)
@@ -190,7 +192,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 		timedOut = ClassOf(err) == ClassTimeout
 		return err
 	})
-	row.Attempts += int(t.stats.Calls.Load() - calls)
+	row.Attempts += attempts
 	row.FinishedAt = time.Now().UTC()
 	row.LatencyMS = float64(row.FinishedAt.Sub(row.StartedAt).Microseconds()) / 1000
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -208,5 +209,55 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 	f.FromJournal(j.rows)
 	if cat, _ := recovery.Classify(f); cat != recovery.CategoryPartialExecution {
 		t.Fatalf("the orphaned charge should make the envelope compensate it: %s", cat)
+	}
+}
+
+// TestAttemptsArePerCall: agents of one stage share Stats, but each row
+// counts only its own call's attempts.
+func TestAttemptsArePerCall(t *testing.T) {
+	var mu sync.Mutex
+	failures := map[string]int{"flaky": 2}
+	tools, err := recovery.NewTools(recovery.Tool{Name: "op", Call: func(_ context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+		var who string
+		_ = json.Unmarshal(c.Input, &who)
+		mu.Lock()
+		defer mu.Unlock()
+		if failures[who] > 0 {
+			failures[who]--
+			return recovery.ToolResult{}, recovery.Transient(503, nil)
+		}
+		return recovery.ToolResult{Output: json.RawMessage(`1`)}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, zerolog.Nop())
+	j := &memJournal{rows: map[string]kv.StoredRow{}}
+	agent := func(name string) recovery.Agent {
+		return recovery.Agent{Name: name, Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+			for range 3 {
+				if _, err := tr.Tool(ctx, "op", name); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}}
+	}
+	var stats recovery.Stats
+	if _, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("flaky"), agent("steady")}},
+		recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{
+		kv.JournalKey("J", 1, 0, 1, "flaky", 1): 3, kv.JournalKey("J", 1, 0, 1, "flaky", 2): 1, kv.JournalKey("J", 1, 0, 1, "flaky", 3): 1,
+		kv.JournalKey("J", 1, 0, 1, "steady", 1): 1, kv.JournalKey("J", 1, 0, 1, "steady", 2): 1, kv.JournalKey("J", 1, 0, 1, "steady", 3): 1,
+	}
+	for key, n := range want {
+		if got := j.rows[key].Attempts; got != n {
+			t.Errorf("%s attempts = %d, want %d", key, got, n)
+		}
+	}
+	if stats.Calls.Load() != 8 || stats.Retries.Load() != 2 {
+		t.Errorf("stats calls %d retries %d, want 8 and 2", stats.Calls.Load(), stats.Retries.Load())
 	}
 }

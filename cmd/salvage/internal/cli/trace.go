@@ -76,7 +76,7 @@ func buildTrace(ctx context.Context, st *kv.Stores, id string) (Trace, error) {
 	if err != nil {
 		return Trace{}, err
 	}
-	rows, err := st.Journal.LoadJob(ctx, id)
+	rows, err := st.Journal.LoadJob(ctx, id, j.Chunks)
 	if err != nil {
 		return Trace{}, err
 	}
