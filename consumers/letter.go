@@ -122,9 +122,14 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 
 // finish marks the checkpoint, removes the original and refreshes the job.
 func (d letterer) finish(ctx context.Context, l letter, id string) error {
+	var previous string
 	_, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
+		previous = ""
 		if cp.Status == kv.StatusDone || cp.Envelope == id && cp.Status == kv.StatusDeadLettered {
 			return kv.ErrNoChange
+		}
+		if cp.Envelope != id {
+			previous = cp.Envelope
 		}
 		cp.Status, cp.Envelope, cp.ClaimedBy = kv.StatusDeadLettered, id, ""
 		cp.Reason = l.Err
@@ -135,6 +140,20 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if previous != "" {
+		// The chunk a recovery or replay requeued failed again: its new
+		// envelope carries the chunk's fate, the old one is settled.
+		if _, err := d.stores.Envelopes.Mutate(ctx, previous, func(r *kv.EnvelopeRecord) error {
+			if r.Final() {
+				return kv.ErrNoChange
+			}
+			r.Status, r.Requeued = kv.EnvelopeResolved, false
+			r.Notes = append(r.Notes, "superseded by envelope "+id+": the requeued chunk failed again")
+			return nil
+		}); err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return err
+		}
 	}
 	if l.DeleteOriginal {
 		if err := deleteChunkMsg(ctx, d.js, l.Seq); err != nil {

@@ -156,6 +156,7 @@ func TestOrderRecovery(t *testing.T) {
 		{System: "email", Order: "o-stuck", Mode: "permanent"},
 		{System: "payments", Order: "o-stuck", Mode: "compensation-fails"},
 		{System: "crm", Order: "o-res", Mode: "error", Times: 12},
+		{System: "crm", Order: "o-twice", Mode: "error", Times: 24},
 		{System: "payments", Order: "o-after", Mode: "timeout-after", Times: 1},
 		{System: "payments", Order: "o-before", Mode: "timeout-before", Times: 1},
 		{System: "email", Order: "o-many-1", Mode: "permanent"},
@@ -181,6 +182,7 @@ func TestOrderRecovery(t *testing.T) {
 	compJob := c.submit(t, "o-comp")
 	stuckJob := c.submit(t, "o-stuck")
 	resJob := c.submit(t, "o-res")
+	twiceJob := c.submit(t, "o-twice")
 	timeoutJob := c.submit(t, "o-after", "o-before")
 	manyJob := c.submit(t, "o-many-1", "o-many-2", "o-many-3", "o-many-4")
 
@@ -256,6 +258,39 @@ func TestOrderRecovery(t *testing.T) {
 		rec := c.envelopeOf(t, resJob, 1)
 		if rec.Status != kv.EnvelopeResolved || rec.Category != recovery.CategoryExternalSystemDown {
 			t.Errorf("envelope = %+v, want a resolved EXTERNAL_SYSTEM_DOWN", rec)
+		}
+	})
+
+	t.Run("a recovery that fails again: the first envelope is superseded, the chunk still completes", func(t *testing.T) {
+		c.waitJob(t, twiceJob, kv.JobDone)
+		cp, _, err := c.stores.Checkpoints.Get(context.Background(), twiceJob, 1)
+		if err != nil || cp.Recoveries != 2 {
+			t.Fatalf("checkpoint = %+v, %v; want two recoveries", cp, err)
+		}
+		recs, _ := c.stores.Envelopes.List(context.Background())
+		var mine []kv.EnvelopeRecord
+		for _, r := range recs {
+			if r.Job == twiceJob {
+				mine = append(mine, r)
+			}
+		}
+		if len(mine) != 2 {
+			t.Fatalf("%d envelopes for o-twice, want 2", len(mine))
+		}
+		superseded := 0
+		for _, r := range mine {
+			if r.Status != kv.EnvelopeResolved {
+				t.Errorf("envelope %s is %s, want resolved", r.ID, r.Status)
+			}
+			superseded += countNotes(r.Notes, "superseded by envelope ")
+		}
+		if superseded != 1 {
+			t.Errorf("%d superseded envelopes, want 1", superseded)
+		}
+		for sys, es := range c.effects(t, "o-twice") {
+			if len(es) != 1 || (sys != "crm" && es[0].Requests != 1) {
+				t.Errorf("%s for o-twice = %+v", sys, es)
+			}
 		}
 	})
 
