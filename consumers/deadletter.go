@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -69,28 +68,8 @@ func (d *DeadLetterer) Run(ctx context.Context) error {
 	if d.cfg.SweepInterval > 0 {
 		go d.sweepLoop(ctx)
 	}
-	for ctx.Err() == nil {
-		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			d.pause(ctx, err)
-			continue
-		}
-		for m := range batch.Messages() {
-			d.handleAdvisory(ctx, m)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
-			d.pause(ctx, err)
-		}
-	}
+	fetchLoop(ctx, cons, 16, d.log, func(m jetstream.Msg) { d.handleAdvisory(ctx, m) })
 	return nil
-}
-
-func (d *DeadLetterer) pause(ctx context.Context, err error) {
-	d.log.Debug().Err(err).Msg("fetch advisories")
-	select {
-	case <-ctx.Done():
-	case <-time.After(500 * time.Millisecond):
-	}
 }
 
 func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {

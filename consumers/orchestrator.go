@@ -95,16 +95,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 	if err != nil || cons == nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		batch, err := cons.Fetch(8, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			sleepCtx(ctx, 500*time.Millisecond)
-			continue
-		}
-		for m := range batch.Messages() {
-			o.handle(ctx, m)
-		}
-	}
+	fetchLoop(ctx, cons, 8, o.log, func(m jetstream.Msg) { o.handle(ctx, m) })
 	return nil
 }
 

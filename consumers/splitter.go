@@ -71,21 +71,14 @@ func (s *Splitter) Run(ctx context.Context) error {
 	if err != nil || cons == nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		batch, err := cons.Fetch(8, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			sleepCtx(ctx, 500*time.Millisecond)
-			continue
+	fetchLoop(ctx, cons, 8, s.log, func(m jetstream.Msg) {
+		if err := s.handle(ctx, m); err != nil {
+			// Infrastructure trouble: let JetStream redeliver; the job id
+			// is stable, so nothing is created twice.
+			s.log.Error().Err(err).Str("subject", m.Subject()).Msg("split failed; will retry")
+			_ = m.NakWithDelay(time.Second)
 		}
-		for m := range batch.Messages() {
-			if err := s.handle(ctx, m); err != nil {
-				// Infrastructure trouble: let JetStream redeliver; the
-				// job id is stable, so nothing is created twice.
-				s.log.Error().Err(err).Str("subject", m.Subject()).Msg("split failed; will retry")
-				_ = m.NakWithDelay(time.Second)
-			}
-		}
-	}
+	})
 	return nil
 }
 

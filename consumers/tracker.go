@@ -3,11 +3,13 @@ package consumers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
@@ -97,4 +99,23 @@ func bindConsumer(ctx context.Context, js jetstream.JetStream, stream, name stri
 		return nil, fmt.Errorf("consumers: bind consumer %s on %s: %w", name, stream, err)
 	}
 	return cons, nil
+}
+
+// fetchLoop fetches up to n messages at a time from cons and hands each to
+// handle, in order, until ctx ends. Fetch errors (a server restarting, a
+// leader moving) are waited out, never returned.
+func fetchLoop(ctx context.Context, cons jetstream.Consumer, n int, log zerolog.Logger, handle func(jetstream.Msg)) {
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				handle(m)
+			}
+			err = batch.Error()
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			log.Debug().Err(err).Msg("fetch")
+			sleepCtx(ctx, 500*time.Millisecond)
+		}
+	}
 }
