@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -307,4 +308,41 @@ func TestOrdersDemoReportJSON(t *testing.T) {
 	if r["orders_completed"].(float64)+r["orders_compensated"].(float64)+r["orders_escalated"].(float64)+r["orders_dead_end"].(float64) != 60 {
 		t.Errorf("orders do not add up: %v", r)
 	}
+}
+
+// TestSubmitExitCodes: --wait exits 4 for an incomplete job and 5 for a
+// cancelled one.
+func TestSubmitExitCodes(t *testing.T) {
+	t.Run("incomplete", func(t *testing.T) {
+		url, _ := up(t, "--model-permanent-rate", "1", "--model-latency", "1ms")
+		code, _, errOut := run(t, contractreview.Contract(2, 1), "submit", "contract-review", "-", "--wait", "--server", url)
+		if code != cli.ExitIncomplete || !strings.Contains(errOut, "incomplete") {
+			t.Fatalf("exit %d, want %d: %s", code, cli.ExitIncomplete, errOut)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		url, _ := up(t, "--model-latency", "50ms", "--concurrency", "1")
+		cmd := exec.Command(binary, "submit", "contract-review", "-", "--wait", "--server", url)
+		cmd.Stdin = strings.NewReader(contractreview.Contract(12, 2))
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() {
+			t.Fatal("submit printed no job id")
+		}
+		job := strings.TrimSpace(sc.Text())
+		if code, _, errOut := run(t, "", "cancel", job, "--server", url); code != 0 {
+			t.Fatalf("cancel: %s", errOut)
+		}
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != cli.ExitCancelled {
+			t.Fatalf("submit --wait ended %v, want exit %d", err, cli.ExitCancelled)
+		}
+	})
 }
