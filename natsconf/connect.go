@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/jsm.go/natscontext"
 	"github.com/nats-io/nats.go"
 )
 
@@ -30,15 +31,34 @@ type ConnectConfig struct {
 	// TLSCert, TLSKey and TLSCA configure TLS client authentication and the
 	// trusted roots.
 	TLSCert, TLSKey, TLSCA string
+	// Context names a `nats` CLI context (~/.config/nats/context/<name>.json)
+	// to connect with; empty means $NATS_CONTEXT, else none. Explicit
+	// fields above override what the context says.
+	Context string
 	// Wait keeps retrying the first connection until the server is there,
 	// instead of failing at once. Long-running roles set it.
 	Wait bool
 }
 
-// ResolveURL applies the precedence --server, then NATS_URL, then URLDefault.
+// ContextName is the nats CLI context in force: Context, else
+// $NATS_CONTEXT, else none.
+func (c ConnectConfig) ContextName() string {
+	if c.Context != "" {
+		return c.Context
+	}
+	return os.Getenv("NATS_CONTEXT")
+}
+
+// ResolveURL applies the precedence --server, then the nats CLI context's
+// servers, then NATS_URL, then URLDefault.
 func (c ConnectConfig) ResolveURL() string {
 	if c.URL != "" {
 		return c.URL
+	}
+	if name := c.ContextName(); name != "" {
+		if nctx, err := natscontext.New(name, true); err == nil {
+			return nctx.ServerURL()
+		}
 	}
 	if u := os.Getenv("NATS_URL"); u != "" {
 		return u
@@ -50,16 +70,28 @@ func (c ConnectConfig) ResolveURL() string {
 // server is an infrastructure error to wait out, never a reason to exit.
 // It fails at once when the server cannot be reached and Wait is false.
 func Connect(c ConnectConfig) (*nats.Conn, error) {
-	opts := []nats.Option{
+	var opts []nats.Option
+	if name := c.ContextName(); name != "" {
+		nctx, err := natscontext.New(name, true)
+		if err != nil {
+			return nil, fmt.Errorf("natsconf: nats context %q: %w", name, err)
+		}
+		// The context's credentials, TLS and inbox prefix first: the
+		// explicit settings below come later and win.
+		if opts, err = nctx.NATSOptions(); err != nil {
+			return nil, fmt.Errorf("natsconf: nats context %q: %w", name, err)
+		}
+	}
+	opts = append(opts,
 		nats.Name(c.Name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectWait(250*time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.Timeout(5 * time.Second),
+		nats.Timeout(5*time.Second),
 		// Async errors (slow consumer, permission) are reported by the
 		// callers that care; the default handler prints to stderr.
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
-	}
+	)
 	if c.Wait {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}

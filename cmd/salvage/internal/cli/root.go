@@ -88,6 +88,7 @@ func (e *env) rootCmd() *cobra.Command {
 	}
 	f := root.PersistentFlags()
 	f.StringVarP(&e.conn.URL, "server", "s", "", "NATS server URLs (default $NATS_URL, else "+natsconf.URLDefault+"); for up, use an existing deployment instead of embedding one")
+	f.StringVar(&e.conn.Context, "context", "", "nats CLI context to connect with (default $NATS_CONTEXT); for up, use that deployment instead of embedding one")
 	f.StringVar(&e.conn.Creds, "creds", "", "user credentials file")
 	f.StringVar(&e.conn.NKey, "nkey", "", "user nkey seed file")
 	f.StringVar(&e.conn.User, "user", "", "user name or token")

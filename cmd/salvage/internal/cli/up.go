@@ -143,12 +143,13 @@ in-flight chunks finish or are released, then the process exits.`,
 			if err != nil {
 				return err
 			}
-			run.resolveJournal(e.conn.URL == "", sync)
+			embedded := e.conn.URL == "" && e.conn.ContextName() == ""
+			run.resolveJournal(embedded, sync)
 			cfg := run.config(roles)
 			cfg.Logger = log
 			ctx := cmd.Context()
 			url := e.conn.ResolveURL()
-			if e.conn.URL == "" {
+			if embedded {
 				host, portStr, err := net.SplitHostPort(listen)
 				if err != nil {
 					return fmt.Errorf("--listen %q: %w", listen, err)
