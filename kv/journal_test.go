@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/streams"
 )
 
 func row(job string, chunk, seq int, status string) kv.JournalRow {
@@ -125,5 +127,30 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 	all, err := st.Journal.LoadJob(ctx, "BIG", 2)
 	if err != nil || len(all) != n+1 {
 		t.Fatalf("LoadJob: %d rows, %v; want %d", len(all), err, n+1)
+	}
+}
+
+// TestJournalRowsCarryTheTrace: a row's message carries the W3C
+// traceparent of its job's trace.
+func TestJournalRowsCarryTheTrace(t *testing.T) {
+	b := natstest.Start(t)
+	ctx := context.Background()
+	st, err := kv.Provision(ctx, b.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := row("T", 1, 1, kv.CallInitiated)
+	r.TraceID = streams.DeriveTraceID("T")
+	seq, err := st.Journal.Put(ctx, r, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := b.JS.Stream(ctx, "KV_"+kv.BucketJournal)
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := streams.ParseTraceParent(m.Header.Get(streams.HeaderTraceParent)); !ok || id != r.TraceID {
+		t.Fatalf("traceparent %q, want trace %s", m.Header.Get(streams.HeaderTraceParent), r.TraceID)
 	}
 }

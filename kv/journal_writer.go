@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Journal group-commit defaults.
@@ -105,6 +107,9 @@ func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context)
 	m := nats.NewMsg("$KV." + BucketJournal + "." + row.Key)
 	m.Data = data
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+	if row.TraceID != "" {
+		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(row.Key)))
+	}
 	if !j.atomic {
 		// Asynchronous publishes pipeline by themselves: no need to queue.
 		return j.publishAsync(m)
