@@ -59,6 +59,10 @@ type Summary struct {
 	Pending      int `json:"pending"`
 	Parked       int `json:"parked"`
 	Degraded     int `json:"degraded"`
+	// Tier1Retries and Redeliveries add up the chunks' counts, so a
+	// finished job's record answers for them without its checkpoints.
+	Tier1Retries int `json:"tier1_retries"`
+	Redeliveries int `json:"redeliveries"`
 }
 
 // Derive computes a job's status from its chunks' checkpoints: running while
@@ -71,6 +75,8 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 	var s Summary
 	var why []string
 	for _, cp := range cps {
+		s.Tier1Retries += cp.Tier1Retries
+		s.Redeliveries += int(max(cp.Deliveries, 1) - 1)
 		switch {
 		case cp.Status == StatusDone:
 			s.Done++

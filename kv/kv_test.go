@@ -228,3 +228,14 @@ func TestSnapshotsInlineSmallObjectLarge(t *testing.T) {
 		t.Fatalf("missing object: %v", err)
 	}
 }
+
+func TestDeriveSumsRetries(t *testing.T) {
+	_, s, _ := kv.Derive(false, []kv.Checkpoint{
+		{Status: kv.StatusDone, Tier1Retries: 2, Deliveries: 1},
+		{Status: kv.StatusDone, Tier1Retries: 3, Deliveries: 3},
+		{Status: kv.StatusPending},
+	})
+	if s.Tier1Retries != 5 || s.Redeliveries != 2 {
+		t.Fatalf("summary = %+v, want 5 tier-1 retries and 2 redeliveries", s)
+	}
+}

@@ -48,6 +48,11 @@ func setup(t *testing.T, token string) *fixture {
 	if err := stores.Jobs.Create(ctx, kv.Job{ID: job, Pipeline: "order-fulfillment", Chunks: 3}); err != nil {
 		t.Fatal(err)
 	}
+	// A finished job answers from its record alone: no checkpoints needed.
+	if err := stores.Jobs.Create(ctx, kv.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: kv.JobDone,
+		Summary: kv.Summary{Done: 4, Tier1Retries: 1, Redeliveries: 2}}); err != nil {
+		t.Fatal(err)
+	}
 	for i, status := range []string{kv.StatusDone, kv.StatusDone, kv.StatusDeadLettered} {
 		if _, err := stores.Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Tier1Retries, cp.Deliveries = status, 2, uint64(i+1)
@@ -136,10 +141,10 @@ func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 		"salvage_dlq_depth": float64(info.State.Msgs),
 		"salvage_envelopes_total,category=TRANSIENT_NETWORK":                    1,
 		"salvage_recoveries_total,outcome=open,strategy=RESUME_FROM_CHECKPOINT": 1,
-		"salvage_chunks_total,status=done":                                      2,
+		"salvage_chunks_total,status=done":                                      6, // 2 running + 4 finished
 		"salvage_chunks_total,status=dead-lettered":                             1,
-		"salvage_tier1_retries_total":                                           6,
-		"salvage_redeliveries_total":                                            3, // deliveries 1, 2, 3
+		"salvage_tier1_retries_total":                                           7, // 6 running + 1 finished
+		"salvage_redeliveries_total":                                            5, // deliveries 1, 2, 3; 2 finished
 		"salvage_calls_total,status=FAILED,tool=charge-payment":                 1,
 		"salvage_call_duration_seconds,count":                                   3,
 	}

@@ -97,7 +97,7 @@ func Listen(js jetstream.JetStream, stores *kv.Stores, cfg Config) (*Server, err
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	s := &Server{cfg: cfg, l: l, sum: &summarizer{js: js, stores: stores, calls: newCallStats()},
+	s := &Server{cfg: cfg, l: l, sum: &summarizer{js: js, stores: stores, calls: newCallStats(), jobs: newJobIndex()},
 		op: consumers.NewOperator(js, stores), log: log.With().Str("role", "dashboard").Logger(), token: token}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency)
@@ -126,6 +126,7 @@ func (s *Server) URL() string { return "http://" + s.l.Addr().String() }
 // blocks.
 func (s *Server) Run(ctx context.Context) error {
 	go s.sum.calls.follow(ctx, s.sum.js, s.log)
+	go s.sum.jobs.follow(ctx, s.sum.js, s.log)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {

@@ -51,6 +51,19 @@ type summarizer struct {
 	mu     sync.Mutex
 	cached Summary
 	calls  *callStats
+	jobs   *jobIndex
+}
+
+// addSummary adds a job's chunk counts under their status names.
+func addSummary(chunks map[string]int, s kv.Summary) {
+	for status, n := range map[string]int{
+		kv.StatusDone: s.Done, "cancelled": s.Cancelled, kv.StatusDeadLettered: s.DeadLettered,
+		kv.StatusRunning: s.Running, kv.StatusPending: s.Pending, "parked": s.Parked,
+	} {
+		if n > 0 {
+			chunks[status] += n
+		}
+	}
 }
 
 const summaryTTL = time.Second
@@ -102,28 +115,25 @@ func (s *summarizer) summary(ctx context.Context) (Summary, error) {
 	if final > 0 {
 		sum.AutoRecoveryRate = float64(auto) / float64(final)
 	}
-	jobs, err := s.stores.Jobs.List(ctx)
-	if err != nil {
-		return sum, err
-	}
-	for _, j := range jobs {
+	// Finished jobs answer from their records (kept current by a watch);
+	// only running ones are read chunk by chunk.
+	for _, j := range s.jobs.snapshot() {
+		if j.Status != kv.JobRunning {
+			addSummary(sum.Chunks, j.Summary)
+			sum.Tier1Retries += j.Summary.Tier1Retries
+			sum.Redeliveries += j.Summary.Redeliveries
+			continue
+		}
 		cps, err := s.stores.Checkpoints.ForJob(ctx, j.ID, j.Chunks)
 		if err != nil {
 			return sum, err
 		}
-		for _, cp := range cps {
-			status := cp.Status
-			if kv.IsCancelled(status) {
-				status = "cancelled"
-			}
-			sum.Chunks[status]++
-			sum.Tier1Retries += cp.Tier1Retries
-			sum.Redeliveries += int(max(cp.Deliveries, 1) - 1)
-		}
-		if j.Status == kv.JobRunning {
-			sum.Jobs = append(sum.Jobs, JobProgress{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks,
-				Done: j.Summary.Done, Failed: j.Summary.DeadLettered})
-		}
+		_, live, _ := kv.Derive(false, cps)
+		addSummary(sum.Chunks, live)
+		sum.Tier1Retries += live.Tier1Retries
+		sum.Redeliveries += live.Redeliveries
+		sum.Jobs = append(sum.Jobs, JobProgress{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks,
+			Done: live.Done, Failed: live.DeadLettered})
 	}
 	sort.Slice(sum.Jobs, func(i, k int) bool { return sum.Jobs[i].ID > sum.Jobs[k].ID })
 	sum.Calls = s.calls.counts()
