@@ -64,11 +64,10 @@ type Journal struct {
 }
 
 type journalWrite struct {
-	msg    *nats.Msg
-	expect uint64
-	seq    uint64
-	err    error
-	done   chan struct{}
+	msg  *nats.Msg
+	seq  uint64
+	err  error
+	done chan struct{}
 }
 
 // Configure applies cfg; call it before the first write.
@@ -114,7 +113,7 @@ func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context)
 		// Asynchronous publishes pipeline by themselves: no need to queue.
 		return j.publishAsync(m)
 	}
-	w := &journalWrite{msg: m, expect: expect, done: make(chan struct{})}
+	w := &journalWrite{msg: m, done: make(chan struct{})}
 	j.mu.Lock()
 	j.pending = append(j.pending, w)
 	if j.flushing < j.flushers {

@@ -1,15 +1,12 @@
 package dashboard
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
 )
@@ -33,42 +30,11 @@ func newCallStats() *callStats {
 	}
 }
 
-// follow watches the journal until ctx ends, starting over after an
-// interruption. It blocks.
-func (c *callStats) follow(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) {
-	for ctx.Err() == nil {
-		b, err := js.KeyValue(ctx, kv.BucketJournal)
-		if err == nil {
-			err = c.watch(ctx, b)
-		}
-		if ctx.Err() == nil {
-			log.Debug().Err(err).Msg("journal watch ended; restarting")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
-}
-
-func (c *callStats) watch(ctx context.Context, b jetstream.KeyValue) error {
-	w, err := b.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			if e != nil {
-				c.observe(e.Key(), e.Value())
-			}
-		}
+// update applies one journal entry (deletes and the end-of-initial-values
+// marker carry no row).
+func (c *callStats) update(e jetstream.KeyValueEntry) {
+	if e != nil && e.Operation() == jetstream.KeyValuePut {
+		c.observe(e.Key(), e.Value())
 	}
 }
 

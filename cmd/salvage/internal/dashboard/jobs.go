@@ -1,13 +1,11 @@
 package dashboard
 
 import (
-	"context"
 	"encoding/json"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
 )
@@ -25,52 +23,20 @@ func newJobIndex() *jobIndex {
 	return &jobIndex{jobs: map[string]kv.Job{}, ready: make(chan struct{})}
 }
 
-// follow watches salvage_jobs until ctx ends, starting over after an
-// interruption. It blocks.
-func (x *jobIndex) follow(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) {
-	for ctx.Err() == nil {
-		b, err := js.KeyValue(ctx, kv.BucketJobs)
-		if err == nil {
-			err = x.watch(ctx, b)
-		}
-		if ctx.Err() == nil {
-			log.Debug().Err(err).Msg("job watch ended; restarting")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
+// update applies one salvage_jobs entry; the nil marker means every
+// existing record has been delivered.
+func (x *jobIndex) update(e jetstream.KeyValueEntry) {
+	if e == nil {
+		x.once.Do(func() { close(x.ready) })
+		return
 	}
-}
-
-func (x *jobIndex) watch(ctx context.Context, b jetstream.KeyValue) error {
-	w, err := b.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			if e == nil {
-				// Every existing record has been delivered.
-				x.once.Do(func() { close(x.ready) })
-				continue
-			}
-			x.mu.Lock()
-			var j kv.Job
-			if e.Operation() != jetstream.KeyValuePut {
-				delete(x.jobs, e.Key())
-			} else if json.Unmarshal(e.Value(), &j) == nil {
-				x.jobs[e.Key()] = j
-			}
-			x.mu.Unlock()
-		}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var j kv.Job
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(x.jobs, e.Key())
+	} else if json.Unmarshal(e.Value(), &j) == nil {
+		x.jobs[e.Key()] = j
 	}
 }
 

@@ -125,8 +125,8 @@ func (s *Server) URL() string { return "http://" + s.l.Addr().String() }
 // Run serves until ctx ends, following the journal for call metrics. It
 // blocks.
 func (s *Server) Run(ctx context.Context) error {
-	go s.sum.calls.follow(ctx, s.sum.js, s.log)
-	go s.sum.jobs.follow(ctx, s.sum.js, s.log)
+	go followBucket(ctx, s.sum.js, kv.BucketJournal, s.log, s.sum.calls.update)
+	go followBucket(ctx, s.sum.js, kv.BucketJobs, s.log, s.sum.jobs.update)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {
