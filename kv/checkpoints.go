@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Chunk statuses kept in checkpoints. CancelledAtStage builds the fourth,
@@ -96,32 +95,17 @@ type Checkpoints struct {
 const maxBatchKeys = 1000
 
 func (s *Checkpoints) batchForJob(ctx context.Context, job string, out []Checkpoint, found []bool) error {
-	prefix := "$KV." + BucketCheckpoints + "."
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, "KV_"+BucketCheckpoints, []string{prefix + job + ".*"})
-	if err != nil {
-		return err
-	}
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			continue
-		}
+	return lastValues(ctx, s.js, BucketCheckpoints, job+".*", func(key string, value []byte, _ uint64) error {
 		var cp Checkpoint
-		if err := json.Unmarshal(m.Data, &cp); err != nil {
-			return fmt.Errorf("kv: decode %s: %w", m.Subject, err)
+		if err := json.Unmarshal(value, &cp); err != nil {
+			return fmt.Errorf("kv: decode checkpoint %s: %w", key, err)
 		}
-		i, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
-		if err != nil || i < 1 || i > len(out) {
-			continue
+		i, err := strconv.Atoi(key[strings.LastIndexByte(key, '.')+1:])
+		if err == nil && i >= 1 && i <= len(out) {
+			out[i-1], found[i-1] = cp, true
 		}
-		out[i-1], found[i-1] = cp, true
-	}
-	return nil
+		return nil
+	})
 }
 
 // Get returns a chunk's checkpoint and its revision, or ErrNotFound.

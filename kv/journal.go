@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // BucketJournal is the execution journal's bucket.
@@ -128,25 +127,15 @@ func (j *Journal) Load(ctx context.Context, job string, chunk, epoch int) (map[s
 // load reads the latest row of every key matching filter: in one
 // direct-get batch when the server allows as many keys, else key by key.
 func (j *Journal) load(ctx context.Context, filter string) (map[string]StoredRow, error) {
-	prefix := "$KV." + BucketJournal + "."
 	out := map[string]StoredRow{}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, j.js, "KV_"+BucketJournal, []string{prefix + filter})
-	if err == nil {
-		for m, merr := range msgs {
-			if errors.Is(merr, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if merr != nil {
-				err = merr
-				break
-			}
-			var r JournalRow
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				return nil, fmt.Errorf("kv: decode %s: %w", m.Subject, err)
-			}
-			out[m.Subject[len(prefix):]] = StoredRow{JournalRow: r, Seq: m.Sequence}
+	err := lastValues(ctx, j.js, BucketJournal, filter, func(key string, value []byte, seq uint64) error {
+		var r JournalRow
+		if err := json.Unmarshal(value, &r); err != nil {
+			return fmt.Errorf("kv: decode journal row %s: %w", key, err)
 		}
-	}
+		out[key] = StoredRow{JournalRow: r, Seq: seq}
+		return nil
+	})
 	if err == nil {
 		return out, nil
 	}

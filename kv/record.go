@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/salvagehq/salvage/natsconf"
 )
@@ -102,4 +103,31 @@ func mutateJSON[T any](ctx context.Context, b jetstream.KeyValue, key string, fn
 	}
 	var zero T
 	return zero, 0, fmt.Errorf("%w: %s/%s after %d attempts", ErrContention, b.Bucket(), key, casAttempts)
+}
+
+// lastValues reads the latest value of every key of bucket that matches
+// filter, in one multi-last direct get, and hands each to fn; delete and
+// purge markers are skipped. It returns an error, after fn may have seen
+// some keys, when the server refuses the batch (it caps the keys of one).
+func lastValues(ctx context.Context, js jetstream.JetStream, bucket, filter string, fn func(key string, value []byte, seq uint64) error) error {
+	prefix := "$KV." + bucket + "."
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, js, "KV_"+bucket, []string{prefix + filter})
+	if err != nil {
+		return err
+	}
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			continue
+		}
+		if err := fn(m.Subject[len(prefix):], m.Data, m.Sequence); err != nil {
+			return err
+		}
+	}
+	return nil
 }
