@@ -6,6 +6,9 @@ var (
 	// ErrBadToken is returned when a user-supplied subject token is empty,
 	// too long, or contains '.', '*', '>' or whitespace.
 	ErrBadToken = errors.New("bad subject token")
+	// ErrBadJob is returned when a job message cannot be submitted: no
+	// input, or a job_id that is not a string.
+	ErrBadJob = errors.New("bad job message")
 	// ErrBadSubject is returned when a subject does not have the shape its
 	// stream expects.
 	ErrBadSubject = errors.New("bad subject")

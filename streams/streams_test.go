@@ -2,7 +2,9 @@ package streams_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/salvagehq/salvage/natsconf/natstest"
@@ -94,5 +96,37 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	info, _ = c.Info(ctx)
 	if info.Config.MaxDeliver != 5 {
 		t.Errorf("MaxDeliver after update = %d", info.Config.MaxDeliver)
+	}
+}
+
+func TestPrepareJobAndJobMessage(t *testing.T) {
+	id, body, err := streams.PrepareJob(map[string]json.RawMessage{"input": json.RawMessage(`{}`)})
+	if err != nil || len(id) != 26 || !strings.Contains(string(body), id) {
+		t.Fatalf("minted id %q, body %s, %v", id, body, err)
+	}
+	m := streams.JobMessage("p", id, body, "")
+	if m.Subject != "salvage.jobs.p" || m.Header.Get(streams.HeaderMsgID) != id {
+		t.Fatalf("message %s %v", m.Subject, m.Header)
+	}
+	if _, ok := streams.ParseTraceParent(m.Header.Get(streams.HeaderTraceParent)); !ok {
+		t.Fatalf("no traceparent minted: %v", m.Header)
+	}
+	tp := streams.TraceParent(streams.DeriveTraceID("x"), streams.DeriveSpanID("x"))
+	if got := streams.JobMessage("p", "mine", body, tp); got.Header.Get(streams.HeaderTraceParent) != tp || got.Header.Get(streams.HeaderMsgID) != "" {
+		t.Fatalf("a given traceparent kept, a non-ULID id not used as Nats-Msg-Id: %v", got.Header)
+	}
+	for _, tc := range []struct {
+		msg  string
+		want error
+	}{
+		{`{"metadata": {}}`, streams.ErrBadJob},
+		{`{"input": 1, "job_id": 5}`, streams.ErrBadJob},
+		{`{"input": 1, "job_id": "a.b"}`, streams.ErrBadToken},
+	} {
+		var msg map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(tc.msg), &msg)
+		if _, _, err := streams.PrepareJob(msg); !errors.Is(err, tc.want) {
+			t.Errorf("PrepareJob(%s) = %v, want %v", tc.msg, err, tc.want)
+		}
 	}
 }

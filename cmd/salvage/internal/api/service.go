@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/consumers"
@@ -87,7 +86,7 @@ func (h *handlers) wrap(fn func(context.Context, micro.Request) (any, error)) mi
 		}
 		code := CodeInternal
 		switch {
-		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken):
+		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob):
 			code = CodeMalformed
 		case errors.Is(err, consumers.ErrUnknownEnvelope), errors.Is(err, kv.ErrNotFound):
 			code = CodeUnknown
@@ -261,30 +260,11 @@ func (h *handlers) submit(ctx context.Context, req micro.Request) (any, error) {
 		return nil, err
 	}
 	delete(msg, "pipeline")
-	var id string
-	if raw, ok := msg["job_id"]; ok {
-		if err := json.Unmarshal(raw, &id); err != nil {
-			return nil, fmt.Errorf("%w: job_id: %v", errMalformed, err)
-		}
-		if err := streams.ValidateToken("job_id", id); err != nil {
-			return nil, err
-		}
-	} else {
-		id = ulid.Make().String()
-		msg["job_id"], _ = json.Marshal(id)
-	}
-	body, err := json.Marshal(msg)
+	id, body, err := streams.PrepareJob(msg)
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(streams.JobSubject(pipeline))
-	m.Data = body
-	if _, err := ulid.ParseStrict(id); err == nil {
-		m.Header.Set(streams.HeaderMsgID, id)
-	}
-	if tp := req.Headers().Get(streams.HeaderTraceParent); tp != "" {
-		m.Header.Set(streams.HeaderTraceParent, tp)
-	}
+	m := streams.JobMessage(pipeline, id, body, req.Headers().Get(streams.HeaderTraceParent))
 	ack, err := h.js.PublishMsg(ctx, m)
 	if err != nil {
 		return nil, err

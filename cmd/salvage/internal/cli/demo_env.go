@@ -97,11 +97,7 @@ func (d *demoEnv) submit(ctx context.Context, o demoOpts, pipeline string, bodie
 	defer func() { _ = sub.Unsubscribe() }()
 	jobs := make([]string, 0, len(bodies))
 	for id, body := range bodies {
-		m := nats.NewMsg(streams.JobSubject(pipeline))
-		m.Data = body
-		m.Header.Set(streams.HeaderMsgID, id)
-		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(randomHex(16), randomHex(8)))
-		if _, err := d.js.PublishMsg(ctx, m); err != nil {
+		if _, err := d.js.PublishMsg(ctx, streams.JobMessage(pipeline, id, body, "")); err != nil {
 			return nil, nil, err
 		}
 		jobs = append(jobs, id)

@@ -3,8 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
@@ -66,13 +63,7 @@ contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomple
 			}
 			defer func() { _ = sub.Unsubscribe() }()
 
-			m := nats.NewMsg(streams.JobSubject(pipeline))
-			m.Data = body
-			if _, err := ulid.ParseStrict(id); err == nil {
-				m.Header.Set(streams.HeaderMsgID, id)
-			}
-			m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(randomHex(16), randomHex(8)))
-			ack, err := js.PublishMsg(ctx, m)
+			ack, err := js.PublishMsg(ctx, streams.JobMessage(pipeline, id, body, ""))
 			if err != nil {
 				return fmt.Errorf("publish job: %w", err)
 			}
@@ -127,22 +118,7 @@ func jobMessage(pipeline string, data []byte) (string, []byte, error) {
 	} else if err := json.Unmarshal(trimmed, &msg); err != nil {
 		return "", nil, fmt.Errorf("job message is not valid JSON: %w", err)
 	}
-	if _, ok := msg["input"]; !ok {
-		return "", nil, errors.New(`job message has no "input"`)
-	}
-	var id string
-	if raw, ok := msg["job_id"]; ok {
-		if err := json.Unmarshal(raw, &id); err != nil {
-			return "", nil, fmt.Errorf("job_id: %w", err)
-		}
-		if err := streams.ValidateToken("job_id", id); err != nil {
-			return "", nil, err
-		}
-	} else {
-		id = ulid.Make().String()
-		msg["job_id"], _ = json.Marshal(id)
-	}
-	body, err := json.Marshal(msg)
+	id, body, err := streams.PrepareJob(msg)
 	if err != nil {
 		return "", nil, err
 	}
@@ -245,10 +221,4 @@ func (p *progress) done() {
 	if p.tty && p.last != "" {
 		fmt.Fprintln(p.w)
 	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -1,0 +1,62 @@
+package streams
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+)
+
+// PrepareJob gives a job message (its top-level fields) an identity: the
+// job_id it names, checked as a subject token, else a new ULID written into
+// it. It returns the id and the encoded message, or an error wrapping
+// ErrBadJob (no input, job_id not a string) or ErrBadToken.
+func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
+	if _, ok := msg["input"]; !ok {
+		return "", nil, fmt.Errorf(`%w: job message has no "input"`, ErrBadJob)
+	}
+	var id string
+	if raw, ok := msg["job_id"]; ok {
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return "", nil, fmt.Errorf("%w: job_id: %v", ErrBadJob, err)
+		}
+		if err := ValidateToken("job_id", id); err != nil {
+			return "", nil, err
+		}
+	} else {
+		id = ulid.Make().String()
+		msg["job_id"], _ = json.Marshal(id)
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %v", ErrBadJob, err)
+	}
+	return id, body, nil
+}
+
+// JobMessage is the message submitting body as job id to pipeline: with
+// Nats-Msg-Id when the id is a ULID (the splitter then takes it as the job
+// id even if the body is replaced) and a traceparent, minted when tp is
+// empty.
+func JobMessage(pipeline, id string, body []byte, tp string) *nats.Msg {
+	m := nats.NewMsg(JobSubject(pipeline))
+	m.Data = body
+	if _, err := ulid.ParseStrict(id); err == nil {
+		m.Header.Set(HeaderMsgID, id)
+	}
+	if _, ok := ParseTraceParent(tp); !ok {
+		tp = NewTraceParent()
+	}
+	m.Header.Set(HeaderTraceParent, tp)
+	return m
+}
+
+// NewTraceParent mints a W3C traceparent with random trace and span ids.
+func NewTraceParent() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return TraceParent(hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:]))
+}
