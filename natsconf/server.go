@@ -108,8 +108,7 @@ func ParseSyncInterval(s string) (time.Duration, error) {
 
 // Server is a running embedded NATS server with JetStream.
 type Server struct {
-	ns  *server.Server
-	cfg ServerConfig
+	ns *server.Server
 }
 
 // StartServer starts an embedded JetStream server and blocks until it accepts
@@ -163,14 +162,11 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("%w after %s (store %s)", ErrServerNotReady, cfg.ReadyTimeout, cfg.StoreDir)
 	}
-	return &Server{ns: ns, cfg: cfg}, nil
+	return &Server{ns: ns}, nil
 }
 
 // ClientURL is the nats:// URL clients use to reach the server.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
-
-// Config returns the configuration the server was started with.
-func (s *Server) Config() ServerConfig { return s.cfg }
 
 // NATS exposes the underlying server for tests and diagnostics.
 func (s *Server) NATS() *server.Server { return s.ns }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 )
 
 // ErrInvalidTool is returned by NewTools for a tool that cannot be
@@ -125,16 +124,6 @@ func (r *Tools) Get(name string) (*Tool, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownTool, name)
-}
-
-// Names lists the registered tools, sorted.
-func (r *Tools) Names() []string {
-	out := make([]string, 0, len(r.m))
-	for n := range r.m {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // CompensationInput is what a compensation tool receives: the key and the

@@ -46,17 +46,9 @@ func DLQSubject(category, job string, chunk int) string {
 	return "salvage.dlq." + category + "." + job + "." + strconv.Itoa(chunk)
 }
 
-// HoldSubject parks a chunk while system's breaker is open.
-func HoldSubject(system, job string, chunk int) string {
-	return "salvage.hold." + system + "." + job + "." + strconv.Itoa(chunk)
-}
-
 // EventSubject is a job lifecycle event (EventAccepted, EventProgress,
 // EventFinished).
 func EventSubject(job, kind string) string { return "salvage.events." + job + "." + kind }
-
-// JobEvents filters every event of one job.
-func JobEvents(job string) string { return "salvage.events." + job + ".*" }
 
 // RejectedSubject is where a rejected input is reported.
 func RejectedSubject(reason string) string { return rejectedRoot + reason }
