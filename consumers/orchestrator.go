@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
@@ -67,8 +65,7 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 		return nil, fmt.Errorf("%w: OrchestratorConfig.Registry is nil", ErrInvalidConfig)
 	}
 	if cfg.ID == "" {
-		host, _ := os.Hostname()
-		cfg.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), ulid.Make().String()[20:])
+		cfg.ID = processID()
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = RecoveryLeaseDefault

@@ -230,11 +230,11 @@ func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, 
 		return p, reject(streams.RejectBadInput, errors.New(`job message has no "input"`))
 	}
 	switch {
-	case p.msg.JobID != "":
-		if err := streams.ValidateToken("job_id", p.msg.JobID); err != nil {
+	case p.msg.JobID != nil:
+		if err := streams.ValidateJobID(*p.msg.JobID); err != nil {
 			return p, reject(streams.RejectBadToken, err)
 		}
-		p.jobID = p.msg.JobID
+		p.jobID = *p.msg.JobID
 	default:
 		p.jobID = jobIDFor(m.Headers().Get(streams.HeaderMsgID), meta)
 	}

@@ -32,6 +32,13 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 		{"salvage.jobs.test", `{"input": {"chunks": ["` + strings.Repeat("x", 5000) + `"]}}`, streams.RejectOversized},
 		{"salvage.jobs.test", `{"job_id": "a.b", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
 		{"salvage.jobs.test", `{"job_id": "a*", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		// Valid subject tokens but not KV keys: they used to loop forever
+		// on "nats: invalid key".
+		{"salvage.jobs.test", `{"job_id": "job#1", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "jöb", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "a:b", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "rejected", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
 		{"salvage.jobs.test.extra", `{"input": {"chunks": ["ok"]}}`, streams.RejectBadSubject},
 		{"salvage.jobs.test", `{"input": {"chunks": []}}`, streams.RejectBadInput},
 		{"salvage.jobs.test", `{"metadata": {}}`, streams.RejectBadInput},

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
@@ -64,8 +62,7 @@ func (c *WorkerConfig) setDefaults() error {
 		return fmt.Errorf("%w: WorkerConfig.Registry is nil", ErrInvalidConfig)
 	}
 	if c.ID == "" {
-		host, _ := os.Hostname()
-		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), ulid.Make().String()[20:])
+		c.ID = processID()
 	}
 	if err := streams.ValidateToken("worker id", c.ID); err != nil {
 		return fmt.Errorf("%w: WorkerConfig.ID: %w", ErrInvalidConfig, err)

@@ -7,9 +7,10 @@ import (
 
 // JobMsg is the body of a job submitted on salvage.jobs.<pipeline>.
 type JobMsg struct {
-	// JobID is optional; when absent the job id comes from Nats-Msg-Id or
-	// the stream sequence (see the design's identity rule).
-	JobID    string          `json:"job_id,omitempty"`
+	// JobID is optional (nil when absent); when absent the job id comes
+	// from Nats-Msg-Id or the stream sequence (see the design's identity
+	// rule). Present, it must pass ValidateJobID: an empty one is refused.
+	JobID    *string         `json:"job_id,omitempty"`
 	Input    json.RawMessage `json:"input"`
 	Budget   *JobBudget      `json:"budget,omitempty"`
 	Metadata map[string]any  `json:"metadata,omitempty"`

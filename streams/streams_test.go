@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,14 +19,35 @@ func TestValidateToken(t *testing.T) {
 	}{
 		{"contract-review", false},
 		{"01JABCDEFGHJKMNPQRSTVWXYZ0", false},
+		{"a_b=c-D9", false},
+		{strings.Repeat("x", streams.MaxTokenLen), false},
 		{"", true}, {"a.b", true}, {"a*", true}, {">", true}, {"a b", true}, {"a\tb", true}, {"a\nb", true},
-		{string(make([]byte, streams.MaxTokenLen+1)), true},
+		// Valid subject tokens that are not valid KV keys.
+		{"job#1", true}, {"jöb", true}, {"a:b", true}, {"a/b", true}, {"a+b", true}, {"a$", true},
+		{strings.Repeat("x", streams.MaxTokenLen+1), true},
 	}
 	for _, tt := range tests {
 		err := streams.ValidateToken("pipeline", tt.tok)
 		if (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, streams.ErrBadToken)) {
 			t.Errorf("ValidateToken(%q) = %v, wantErr %v", tt.tok, err, tt.wantErr)
 		}
+	}
+	// Every token that passes is a valid KV key and subject token.
+	for _, tt := range tests {
+		if !tt.wantErr && !regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`).MatchString(tt.tok) {
+			t.Errorf("%q passed but is not a KV key", tt.tok)
+		}
+	}
+	if err := streams.ValidateToken("job_id", "jöb"); err == nil || !strings.Contains(err.Error(), `"ö"`) {
+		t.Errorf("the error should name the whole offending rune: %v", err)
+	}
+	for _, id := range streams.ReservedJobIDs {
+		if err := streams.ValidateJobID(id); !errors.Is(err, streams.ErrBadToken) {
+			t.Errorf("ValidateJobID(%q) = %v, want a reserved-word refusal", id, err)
+		}
+	}
+	if err := streams.ValidateJobID("01JABCDEFGHJKMNPQRSTVWXYZ0"); err != nil {
+		t.Errorf("a ULID job id refused: %v", err)
 	}
 }
 
@@ -122,6 +144,9 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		{`{"metadata": {}}`, streams.ErrBadJob},
 		{`{"input": 1, "job_id": 5}`, streams.ErrBadJob},
 		{`{"input": 1, "job_id": "a.b"}`, streams.ErrBadToken},
+		{`{"input": 1, "job_id": "job#1"}`, streams.ErrBadToken},
+		{`{"input": 1, "job_id": ""}`, streams.ErrBadToken},
+		{`{"input": 1, "job_id": "rejected"}`, streams.ErrBadToken},
 	} {
 		var msg map[string]json.RawMessage
 		_ = json.Unmarshal([]byte(tc.msg), &msg)

@@ -23,7 +23,7 @@ func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 		if err := json.Unmarshal(raw, &id); err != nil {
 			return "", nil, fmt.Errorf("%w: job_id: %v", ErrBadJob, err)
 		}
-		if err := ValidateToken("job_id", id); err != nil {
+		if err := ValidateJobID(id); err != nil {
 			return "", nil, err
 		}
 	} else {

@@ -195,7 +195,7 @@ func (r *jobReq) read(req micro.Request) error {
 	if err := decode(req, r); err != nil {
 		return err
 	}
-	return streams.ValidateToken("job_id", r.JobID)
+	return streams.ValidateJobID(r.JobID)
 }
 
 // JobStatus is the answer to jobs.status.

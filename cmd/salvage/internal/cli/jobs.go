@@ -44,7 +44,7 @@ func (e *env) writeJSON(v any) error {
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
 func jobArg(args []string) (string, error) {
-	if err := streams.ValidateToken("job id", args[0]); err != nil {
+	if err := streams.ValidateJobID(args[0]); err != nil {
 		return "", err
 	}
 	return args[0], nil

@@ -163,11 +163,26 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		}
 	}
 	// Unknown envelopes and malformed requests get their codes.
-	for req, code := range map[string]string{`{"envelope_id":"NOPE"}`: "404", `{"envelope_id":`: "400", `{"envelope_id":"a.b"}`: "400"} {
+	for req, code := range map[string]string{`{"envelope_id":"NOPE"}`: "404", `{"envelope_id":`: "400", `{"envelope_id":"a.b"}`: "400", `{"envelope_id":"a:b"}`: "400"} {
 		out, _ := exec.Command(natsBinary(t), "--server", url, "req", "salvage.api.dlq.show", req).CombinedOutput()
 		if !strings.Contains(string(out), code) {
 			t.Errorf("dlq.show %s answered %s, want %s", req, out, code)
 		}
+	}
+	// Ids that are subject tokens but not KV keys, or reserved, are a 400
+	// everywhere (they used to be accepted, then loop on "invalid key").
+	for subject, req := range map[string]string{
+		"salvage.api.jobs.submit": `{"pipeline":"order-fulfillment","job_id":"job#1","input":{}}`,
+		"salvage.api.jobs.status": `{"job_id":"a:b"}`,
+		"salvage.api.jobs.cancel": `{"job_id":"jöb"}`,
+	} {
+		out, _ := exec.Command(natsBinary(t), "--server", url, "req", subject, req).CombinedOutput()
+		if !strings.Contains(string(out), "400") {
+			t.Errorf("%s %s answered %s, want 400", subject, req, out)
+		}
+	}
+	if out, _ := exec.Command(natsBinary(t), "--server", url, "req", "salvage.api.jobs.submit", `{"pipeline":"order-fulfillment","job_id":"rejected","input":{}}`).CombinedOutput(); !strings.Contains(string(out), "reserved") {
+		t.Errorf("a reserved job id was accepted: %s", out)
 	}
 	// Jobs through the API: submit replies with the job id, status and
 	// cancel answer for it, an unknown one is a 404.
