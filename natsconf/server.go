@@ -23,6 +23,10 @@ const (
 	ReadyTimeoutDefault = 10 * time.Second
 )
 
+// LockFileName is the file in the store directory whose flock marks the
+// store as taken by a running embedded server.
+const LockFileName = "salvage.lock"
+
 // SyncAlways is the SyncInterval value that makes the server fsync every
 // write before acknowledging it. It is the embedded default: a single node
 // has no replica to fall back on.
@@ -108,16 +112,28 @@ func ParseSyncInterval(s string) (time.Duration, error) {
 
 // Server is a running embedded NATS server with JetStream.
 type Server struct {
-	ns *server.Server
+	ns   *server.Server
+	lock *storeLock
 }
 
 // StartServer starts an embedded JetStream server and blocks until it accepts
-// connections or cfg.ReadyTimeout passes. It returns ErrServerNotReady when
-// the server did not come up, and the listen error when the port is taken.
-func StartServer(cfg ServerConfig) (*Server, error) {
+// connections or cfg.ReadyTimeout passes. It holds an exclusive lock on the
+// store directory until Shutdown and returns ErrStoreLocked when another
+// process holds it, ErrServerNotReady when the server did not come up, and
+// the listen error when the port is taken.
+func StartServer(cfg ServerConfig) (srv *Server, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	lock, err := lockStore(cfg.StoreDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = ReadyTimeoutDefault
 	}
@@ -162,7 +178,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("%w after %s (store %s)", ErrServerNotReady, cfg.ReadyTimeout, cfg.StoreDir)
 	}
-	return &Server{ns: ns}, nil
+	return &Server{ns: ns, lock: lock}, nil
 }
 
 // ClientURL is the nats:// URL clients use to reach the server.
@@ -180,4 +196,5 @@ func (s *Server) Shutdown() {
 	}
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.lock.release()
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +94,26 @@ func TestParseSyncInterval(t *testing.T) {
 			t.Errorf("SyncIntervalString(%v) round trip failed", got)
 		}
 	}
+}
+
+// TestStoreIsLocked: nats-server does not lock its store, so two servers
+// on one directory would both write it. The second start is refused with
+// the store and the holder's pid; after a shutdown the store is free.
+func TestStoreIsLocked(t *testing.T) {
+	cfg := natsconf.DefaultServerConfig()
+	cfg.Port, cfg.StoreDir = -1, t.TempDir()
+	srv, err := natsconf.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = natsconf.StartServer(cfg)
+	if !errors.Is(err, natsconf.ErrStoreLocked) || !strings.Contains(err.Error(), cfg.StoreDir) || !strings.Contains(err.Error(), strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second server on one store: %v; want ErrStoreLocked naming %s and pid %d", err, cfg.StoreDir, os.Getpid())
+	}
+	srv.Shutdown()
+	srv2, err := natsconf.StartServer(cfg)
+	if err != nil {
+		t.Fatalf("restart after shutdown: %v", err)
+	}
+	srv2.Shutdown()
 }
