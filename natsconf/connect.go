@@ -1,8 +1,14 @@
 package natsconf
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/jsm.go/natscontext"
@@ -38,6 +44,10 @@ type ConnectConfig struct {
 	// Wait keeps retrying the first connection until the server is there,
 	// instead of failing at once. Long-running roles set it.
 	Wait bool
+	// OnConnectError, when set, hears every failed connection attempt
+	// (the first ones under Wait, and reconnects), for messages that say
+	// why a server cannot be reached.
+	OnConnectError func(error)
 }
 
 // ContextName is the nats CLI context in force: Context, else
@@ -95,6 +105,9 @@ func Connect(c ConnectConfig) (*nats.Conn, error) {
 	if c.Wait {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
+	if c.OnConnectError != nil {
+		opts = append(opts, nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { c.OnConnectError(err) }))
+	}
 	if c.Creds != "" {
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	}
@@ -119,8 +132,90 @@ func Connect(c ConnectConfig) (*nats.Conn, error) {
 	}
 	url := c.ResolveURL()
 	nc, err := nats.Connect(url, opts...)
+	if errors.Is(err, nats.ErrNoServers) {
+		// nats.go hides why: say what a plain dial of each server says.
+		return nil, fmt.Errorf("natsconf: connect %s: %w (%s)", url, err, dialProbe(url))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("natsconf: connect %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// dialProbe dials each server of a comma-separated URL list and reports
+// why none answered, for an error message.
+func dialProbe(urls string) string {
+	var out []string
+	for _, u := range strings.Split(urls, ",") {
+		pu, err := neturl.Parse(strings.TrimSpace(u))
+		if err != nil || pu.Host == "" {
+			out = append(out, fmt.Sprintf("%q is not a server URL", u))
+			continue
+		}
+		host := pu.Host
+		if pu.Port() == "" {
+			host = net.JoinHostPort(pu.Hostname(), "4222")
+		}
+		conn, err := net.DialTimeout("tcp", host, 2*time.Second)
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		_ = conn.Close()
+		out = append(out, host+" accepts TCP but the NATS handshake failed (TLS or authentication?)")
+	}
+	return strings.Join(out, "; ")
+}
+
+// ConnectTimeoutDefault is how long `salvage up` waits for a deployment it
+// joins to become reachable before giving up.
+const ConnectTimeoutDefault = time.Minute
+
+// LastConnError keeps the latest failed connection attempt; its Record is
+// a ConnectConfig.OnConnectError. It is safe for concurrent use.
+type LastConnError struct {
+	mu  sync.Mutex
+	err error
+}
+
+// Record remembers err.
+func (l *LastConnError) Record(err error) {
+	l.mu.Lock()
+	l.err = err
+	l.mu.Unlock()
+}
+
+// Err returns the latest error recorded, or nil.
+func (l *LastConnError) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// AwaitConnected blocks until nc (made with Wait) is connected, ctx ends or
+// timeout passes. While it waits, notify is called about every two seconds
+// with the time waited and the last connection error from last (which may
+// be nil), so a caller can say at once that the server is not there. It
+// returns an error wrapping ErrUnreachable that names url and that error.
+func AwaitConnected(ctx context.Context, nc *nats.Conn, url string, timeout time.Duration, last *LastConnError, notify func(waited time.Duration, lastErr error)) error {
+	start := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastNotify := start
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s: %w", ErrUnreachable, url, ctx.Err())
+		case <-tick.C:
+		}
+		waited := time.Since(start)
+		if waited >= timeout {
+			return fmt.Errorf("%w: %s after %s: %v", ErrUnreachable, url, timeout, last.Err())
+		}
+		if notify != nil && time.Since(lastNotify) >= 2*time.Second {
+			lastNotify = time.Now()
+			notify(waited.Round(time.Second), last.Err())
+		}
+	}
+	return nil
 }

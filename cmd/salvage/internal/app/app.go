@@ -91,9 +91,11 @@ type Config struct {
 	// are evaluated (the dead-letter role raises them).
 	Alerts        recovery.AlertRules
 	AlertInterval time.Duration
-	// HTTPAddr and HTTPToken configure the dashboard role.
-	HTTPAddr  string
-	HTTPToken string
+	// HTTPAddr, HTTPToken and HTTPAllowedHosts configure the dashboard
+	// role (see dashboard.Config).
+	HTTPAddr         string
+	HTTPToken        string
+	HTTPAllowedHosts []string
 	// CoolDown delays resuming chunks whose external system was down.
 	CoolDown time.Duration
 	// SimTimeout bounds one call to the sim.
@@ -228,7 +230,7 @@ func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Con
 		})
 	}
 	if slices.Contains(roles, RoleDashboard) {
-		srv, err := dashboard.Listen(js, stores, dashboard.Config{Addr: cfg.HTTPAddr, Token: cfg.HTTPToken, Logger: &log})
+		srv, err := dashboard.Listen(js, stores, dashboard.Config{Addr: cfg.HTTPAddr, Token: cfg.HTTPToken, AllowedHosts: cfg.HTTPAllowedHosts, Logger: &log})
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -345,4 +346,75 @@ func TestSubmitExitCodes(t *testing.T) {
 			t.Fatalf("submit --wait ended %v, want exit %d", err, cli.ExitCancelled)
 		}
 	})
+}
+
+// TestTwoServersOneStore: a second `salvage up` on a store another one
+// uses exits at once, naming the store and the holder's pid; once the
+// holder is SIGKILLed the store starts again (no stale lock).
+func TestTwoServersOneStore(t *testing.T) {
+	store := t.TempDir()
+	_, first := up(t, "--store", store, "--role", "api")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	second := exec.CommandContext(ctx, binary, "up", "--store", store, "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--role", "api")
+	var stderr bytes.Buffer
+	second.Stderr = &stderr
+	err := second.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 || ctx.Err() != nil {
+		t.Fatalf("second salvage up on one store: %v (stderr %s); want a prompt non-zero exit", err, stderr.String())
+	}
+	if msg := stderr.String(); !strings.Contains(msg, store) || !strings.Contains(msg, strconv.Itoa(first.Process.Pid)) {
+		t.Fatalf("the refusal should name the store and pid %d: %s", first.Process.Pid, msg)
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	if url, _ := up(t, "--store", store, "--role", "api"); url == "" {
+		t.Fatal("no restart on the store after the holder was killed")
+	}
+}
+
+// TestUpJoinsNATSURL: with NATS_URL exported (as the README's steps do),
+// `salvage up --role worker` joins that server instead of embedding one;
+// pointed at nothing, every command says so within seconds, naming the URL.
+func TestUpJoinsNATSURL(t *testing.T) {
+	url, _ := up(t, "--role", "api")
+	cmd := exec.Command(binary, "up", "--role", "worker", "--store", t.TempDir(), "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "NATS_URL="+url)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() || sc.Text() != "NATS_URL="+url {
+		t.Fatalf("up with NATS_URL=%s printed %q: it did not join", url, sc.Text())
+	}
+
+	dead := "nats://127.0.0.1:1"
+	for _, args := range [][]string{
+		{"up", "--server", dead, "--role", "worker", "--connect-timeout", "3s"},
+		{"up", "--role", "worker", "--connect-timeout", "3s"}, // through NATS_URL
+		{"status", "01JNOSUCHJOB0000000000000", "--server", dead},
+		{"dlq", "ls", "--server", dead},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		c := exec.CommandContext(ctx, binary, args...)
+		c.Env = append(os.Environ(), "NATS_URL="+dead)
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		start := time.Now()
+		err := c.Run()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if err == nil || timedOut || !strings.Contains(stderr.String(), "127.0.0.1:1") || !strings.Contains(stderr.String(), "refused") {
+			t.Errorf("salvage %v against nothing: %v after %s; stderr %q", args, err, time.Since(start).Round(time.Millisecond), stderr.String())
+		}
+	}
 }

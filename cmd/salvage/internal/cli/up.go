@@ -118,18 +118,22 @@ func (e *env) upCmd() *cobra.Command {
 		run       runFlags
 		httpAddr  string
 		httpToken string
+		httpHosts []string
 		roles     []string
 		listen    string
 		storeDir  string
 		syncStr   string
+		connWait  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run Salvage: an embedded NATS server (unless --server) and every role",
-		Long: `Run Salvage. Without --server it embeds a NATS server listening on --listen with its
-store in --store; with --server it joins an existing deployment. Once streams, buckets
-and roles are ready it prints NATS_URL=... on stdout. SIGTERM drains: fetching stops,
-in-flight chunks finish or are released, then the process exits.`,
+		Long: `Run Salvage. With --server, $NATS_URL, --context or $NATS_CONTEXT it joins that
+deployment (and says within seconds when it cannot reach it); with none of them it
+embeds a NATS server listening on --listen with its store in --store, which it locks:
+a second process on the same store exits at once. Once streams, buckets and roles are
+ready it prints NATS_URL=... on stdout. SIGTERM drains: fetching stops, in-flight
+chunks finish or are released, then the process exits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := e.logger()
@@ -143,7 +147,8 @@ in-flight chunks finish or are released, then the process exits.`,
 			if err != nil {
 				return err
 			}
-			embedded := e.conn.URL == "" && e.conn.ContextName() == ""
+			// Embed only when nothing names a deployment to join.
+			embedded := e.conn.URL == "" && e.conn.ContextName() == "" && os.Getenv("NATS_URL") == ""
 			run.resolveJournal(embedded, sync)
 			cfg := run.config(roles)
 			cfg.Logger = log
@@ -170,14 +175,21 @@ in-flight chunks finish or are released, then the process exits.`,
 			}
 			e.conn.URL = url
 			e.conn.Wait = true
+			var lastErr natsconf.LastConnError
+			e.conn.OnConnectError = lastErr.Record
 			nc, js, err := e.connect("salvage up")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			if err := natsconf.AwaitConnected(ctx, nc, url, connWait, &lastErr, func(waited time.Duration, lastErr error) {
+				log.Warn().Str("url", url).Dur("waited", waited).AnErr("last_error", lastErr).Msg("NATS server not reachable yet; still trying")
+			}); err != nil {
+				return err
+			}
 			// An existing deployment may still be electing leaders or
 			// reconnecting: provisioning waits that out (invariant 8).
-			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			pctx, cancel := context.WithTimeout(ctx, connWait)
 			var stores *kv.Stores
 			err = natsconf.Retry(pctx, func(ctx context.Context) error {
 				var err error
@@ -186,9 +198,9 @@ in-flight chunks finish or are released, then the process exits.`,
 			})
 			cancel()
 			if err != nil {
-				return err
+				return fmt.Errorf("provision streams and buckets on %s: %w", url, err)
 			}
-			cfg.HTTPAddr, cfg.HTTPToken = httpAddr, httpToken
+			cfg.HTTPAddr, cfg.HTTPToken, cfg.HTTPAllowedHosts = httpAddr, httpToken, httpHosts
 			if cfg.HTTPToken == "" {
 				cfg.HTTPToken = os.Getenv(dashboard.TokenEnv)
 			}
@@ -202,6 +214,8 @@ in-flight chunks finish or are released, then the process exits.`,
 	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
 	f.StringVar(&httpAddr, "http", dashboard.AddrDefault, "dashboard, /api, /metrics and /healthz address (a non-loopback one needs a token)")
 	f.StringVar(&httpToken, "http-token", "", "token the dashboard requires for replay, resolve and ack (default $"+dashboard.TokenEnv+"; on loopback without one, a random token per process)")
+	f.StringSliceVar(&httpHosts, "http-allowed-hosts", nil, "host names the dashboard answers to besides the --http address, localhost, 127.0.0.1 and ::1 (others get 421: DNS rebinding)")
 	f.StringVar(&syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
+	f.DurationVar(&connWait, "connect-timeout", natsconf.ConnectTimeoutDefault, "when joining a deployment, how long to wait for it to be reachable before giving up")
 	return cmd
 }

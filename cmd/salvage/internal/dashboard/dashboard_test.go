@@ -230,11 +230,91 @@ func TestReadViewsAndHealth(t *testing.T) {
 	if !strings.Contains(body, `"journal"`) || !strings.Contains(body, `"original"`) {
 		t.Fatalf("envelope detail = %s", body)
 	}
+	// Ids that cannot be keys are a 400, unknown ones a 404: never a 500.
+	for id, want := range map[string]int{"NOPE": 404, "a:b": 400, "j%C3%B6b": 400, "job%231": 400} {
+		if code, body := get(t, f.url+"/api/envelopes/"+id); code != want {
+			t.Errorf("/api/envelopes/%s: %d %s, want %d", id, code, body, want)
+		}
+	}
 }
 
 func TestNonLoopbackNeedsAToken(t *testing.T) {
 	b := natstest.Start(t)
 	if _, err := dashboard.Listen(b.JS, nil, dashboard.Config{Addr: "0.0.0.0:0"}); !errors.Is(err, dashboard.ErrNeedsToken) {
 		t.Fatalf("err = %v, want ErrNeedsToken", err)
+	}
+}
+
+// TestDNSRebindingRefused: a page on evil.example whose name now resolves
+// to 127.0.0.1 sends Host: evil.example. Nothing is served to it — not the
+// page with its token, not the JSON, not a mutation, even one carrying the
+// token and a matching Origin.
+func TestDNSRebindingRefused(t *testing.T) {
+	f := setup(t, "s3cret")
+	port := f.url[strings.LastIndexByte(f.url, ':')+1:]
+	do := func(method, path, host string, h map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, f.url+path, strings.NewReader("{}"))
+		req.Host = host
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	evil := "evil.example:" + port
+	for _, path := range []string{"/", "/api/summary", "/api/envelopes", "/api/envelopes/" + f.envID, "/metrics", "/healthz"} {
+		if code, body := do(http.MethodGet, path, evil, nil); code != http.StatusMisdirectedRequest || strings.Contains(body, "salvage-token") {
+			t.Errorf("GET %s with Host %s: %d, want 421", path, evil, code)
+		}
+	}
+	if code, _ := do(http.MethodPost, "/api/envelopes/"+f.envID+"/replay", evil, map[string]string{dashboard.TokenHeader: "s3cret", "Origin": "http://" + evil}); code != http.StatusMisdirectedRequest {
+		t.Errorf("rebound replay: %d, want 421", code)
+	}
+	if rec, _, _ := f.stores.Envelopes.Get(context.Background(), f.envID); rec.Replays != 0 {
+		t.Fatalf("a rebound request replayed the envelope: %+v", rec)
+	}
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "LOCALHOST:" + port} {
+		if code, _ := do(http.MethodGet, "/api/summary", host, nil); code != http.StatusOK {
+			t.Errorf("Host %s: %d, want 200", host, code)
+		}
+	}
+	// An origin that is not an allowed host is refused even when the Host is.
+	if code, _ := do(http.MethodPost, "/api/envelopes/"+f.envID+"/ack", "127.0.0.1:"+port, map[string]string{dashboard.TokenHeader: "s3cret", "Origin": "http://evil.example:" + port}); code != http.StatusForbidden {
+		t.Errorf("cross-origin ack: %d, want 403", code)
+	}
+}
+
+// TestAllowedHosts: --http-allowed-hosts adds names the dashboard answers to.
+func TestAllowedHosts(t *testing.T) {
+	b := natstest.Start(t)
+	stores, err := kv.Provision(context.Background(), b.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := dashboard.Listen(b.JS, stores, dashboard.Config{Addr: "127.0.0.1:0", AllowedHosts: []string{"salvage.internal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for host, want := range map[string]int{"salvage.internal:7070": 200, "salvage.internal": 200, "other.internal": 421} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL()+"/", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"html/template"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -51,6 +52,10 @@ type Config struct {
 	// Token authorizes mutations. Empty on loopback mints a random one
 	// for this process, which the page carries; required elsewhere.
 	Token string
+	// AllowedHosts are host names (or IPs) served besides the listen
+	// address, localhost, 127.0.0.1 and ::1; a request with any other
+	// Host header gets 421 (DNS rebinding). Default none.
+	AllowedHosts []string
 	// Logger receives request errors. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -64,6 +69,7 @@ type Server struct {
 	op    *consumers.Operator
 	log   zerolog.Logger
 	token string
+	hosts *hostGuard
 }
 
 // Listen binds the dashboard's address. It refuses a non-loopback address
@@ -115,7 +121,8 @@ func Listen(js jetstream.JetStream, stores *kv.Stores, cfg Config) (*Server, err
 	mux.HandleFunc("GET /api/envelopes", s.apiEnvelopes)
 	mux.HandleFunc("GET /api/envelopes/{id}", s.apiEnvelope)
 	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
-	s.srv = &http.Server{Handler: securityHeaders(mux), ReadHeaderTimeout: 5 * time.Second}
+	s.hosts = newHostGuard(cfg.Addr, cfg.AllowedHosts, securityHeaders(mux))
+	s.srv = &http.Server{Handler: s.hosts, ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }
 
@@ -247,14 +254,16 @@ var (
 )
 
 // authorize checks the token and that a browser request comes from this
-// origin (Origin, else Sec-Fetch-Site).
+// origin (Origin, else Sec-Fetch-Site). The Host was checked against the
+// allowed names before; the Origin must be that same allowed host.
 func (s *Server) authorize(r *http.Request) error {
 	got := r.Header.Get(TokenHeader)
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
 		return errNoToken
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
-		if !strings.EqualFold(origin, "http://"+r.Host) {
+		u, err := url.Parse(origin)
+		if err != nil || u.Scheme != "http" || !strings.EqualFold(u.Host, r.Host) || !s.hosts.ok(u.Host) {
 			return errCrossOrigin
 		}
 	} else if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
