@@ -137,6 +137,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 	}
 	l.Failure = recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, InFlight: cp.LastError == ""}
 	l.Err = cp.LastError
+	l.FailedAgent, l.FailedTool, l.FailedCall = cp.LastErrorAgent, cp.LastErrorTool, cp.LastErrorCall
 	if l.Err == "" {
 		l.Err = fmt.Sprintf("worker stopped without a result on each of %d deliveries", deliveries)
 	}

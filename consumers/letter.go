@@ -31,7 +31,9 @@ type letter struct {
 	Deliveries uint64
 	Failure    recovery.Failure
 	Err        string
-	FailedTool string
+	// FailedAgent, FailedTool and FailedCall name the failing agent and
+	// call; empty ones are taken from the journal's last FAILED row.
+	FailedAgent, FailedTool, FailedCall string
 	// DeleteOriginal removes the original from SALVAGE_CHUNKS once the
 	// envelope is stored; the worker's permanent path terms it instead.
 	DeleteOriginal bool
@@ -77,14 +79,14 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	f.FromJournal(rows)
 	f.Recoveries = cp.Recoveries
 	category, strategy := recovery.Classify(f)
-	completed, inFlight, pending, failedTool := journalEntries(rows)
-	if l.FailedTool == "" {
-		l.FailedTool = failedTool
+	completed, inFlight, pending, failed := journalEntries(rows)
+	if l.FailedTool == "" && l.FailedCall == "" {
+		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
 	}
 	env := recovery.Envelope{
 		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
 		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
-		Error: l.Err, FailedTool: l.FailedTool, FailedStage: max(cp.Stage, 1),
+		Error: l.Err, FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
 		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
 		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending,
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
@@ -193,8 +195,8 @@ func rawJSON(data []byte) json.RawMessage {
 
 // journalEntries lists an epoch's journal keys for an envelope: completed
 // calls, calls in flight, and the reversible effects to undo, newest first
-// (the order compensation runs in). It also names the last failed tool.
-func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending []string, failedTool string) {
+// (the order compensation runs in). It also returns the last failed call.
+func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending []string, failed kv.JournalRow) {
 	completed, inFlight, pending = []string{}, []string{}, []string{}
 	for _, r := range recovery.SortedRows(rows) {
 		switch r.Status {
@@ -206,8 +208,8 @@ func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending 
 		case kv.CallInitiated, kv.CallUnknown:
 			inFlight = append(inFlight, r.Key)
 		case kv.CallFailed:
-			failedTool = r.Tool
+			failed = r.JournalRow
 		}
 	}
-	return completed, inFlight, pending, failedTool
+	return completed, inFlight, pending, failed
 }

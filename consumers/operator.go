@@ -172,7 +172,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	fresh := env.Checkpoint.Status == kv.StatusDeadLettered && rec.Category != "" && hasCompensated(ctx, o.stores, env)
 	cp, err := o.stores.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", id
-		cp.LastError, cp.LastErrorClass, cp.LastErrorStatus = "", "", 0
+		cp.ClearLastError()
 		if fresh {
 			cp.Epoch++
 			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil

@@ -77,7 +77,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 	cp, err := o.stores.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Recoveries++
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
-		cp.LastError, cp.LastErrorClass, cp.LastErrorStatus = "", "", 0
+		cp.ClearLastError()
 		if freshEpoch {
 			cp.Epoch++
 			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil

@@ -50,6 +50,9 @@ const (
 	modeWaitCancel   = "wait-cancel"    // stage 2 blocks until its context ends
 	modeBlockInChild = "block-in-child" // stage 2 blocks forever in a child worker process
 	modeGate         = "gate"           // stage 2 waits for the test to open the gate
+	// modeSiblingFails: in stage 2, agent2b fails with a 400 while agent2
+	// is mid-call; agent2 must be recorded cancelled, not failed.
+	modeSiblingFails = "sibling-fails"
 )
 
 // calls counts agent calls per "job/chunk/stage".
@@ -114,6 +117,13 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 			case <-ctx.Done():
 				return ok, ctx.Err()
 			}
+		case modeSiblingFails:
+			close(gate(job, chunk)) // agent2 is mid-call: let agent2b fail
+			<-ctx.Done()
+			return ok, ctx.Err()
+		case modeSiblingFails + "-b":
+			<-gate(job, chunk)
+			return ok, recovery.Permanent(400, errors.New("clause too long for the model"))
 		}
 		return ok, nil
 	}}
@@ -160,7 +170,15 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 		Tools: tools,
 		Stages: []recovery.Stage{
 			{Name: "one", Agents: []recovery.Agent{agent(1)}},
-			{Name: "two", Agents: []recovery.Agent{agent(2)}},
+			{Name: "two", Agents: []recovery.Agent{agent(2), {Name: "agent2b", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+				// Only modeSiblingFails gives stage 2 a second, failing agent.
+				var mode string
+				if err := json.Unmarshal(t.Input, &mode); err != nil || mode != modeSiblingFails {
+					return nil, err
+				}
+				_, err := t.Tool(withJobChunk(ctx, t.Job, t.Chunk), "tool", toolInput{Mode: modeSiblingFails + "-b", Stage: 2})
+				return nil, err
+			}}}},
 			{Name: "three", Agents: []recovery.Agent{agent(3)}},
 		},
 	}

@@ -116,7 +116,7 @@ func (r *run) run(ctx context.Context) error {
 	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		cp.Status = kv.StatusRunning
 		cp.Deliveries = r.meta.NumDelivered
-		cp.LastError, cp.LastErrorClass = "", ""
+		cp.ClearLastError()
 		if r.chunk.Epoch > cp.Epoch {
 			cp.Epoch = r.chunk.Epoch
 		}
@@ -206,7 +206,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 				log.Warn().Err(err).Msg("optional stage failed; continuing without it")
 				cp.Gaps = append(cp.Gaps, st.Name)
 			case recovery.ClassOf(err) == recovery.ClassPermanent:
-				cp.LastError, cp.LastErrorClass = err.Error(), recovery.ClassPermanent.String()
+				recordError(&cp, err)
 				if werr := w.stores.Checkpoints.Write(ctx, fence, cp); werr != nil {
 					return r.fencedOr(werr)
 				}
@@ -364,9 +364,7 @@ func (r *run) cancelUnclaimed(ctx context.Context, stage int) error {
 // so the redelivery need not wait for the lease, and naks with a jittered
 // delay — or at once on the last delivery, so the advisory comes promptly.
 func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, cause error) error {
-	cp.LastError = cause.Error()
-	cp.LastErrorClass = recovery.ClassOf(cause).String()
-	cp.LastErrorStatus = recovery.StatusOf(cause)
+	recordError(&cp, cause)
 	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
@@ -382,9 +380,23 @@ func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence,
 	return r.m.NakWithDelay(delay)
 }
 
+// recordError keeps in the checkpoint why the chunk failed and who failed,
+// for the envelope the dead-letterer may write later.
+func recordError(cp *kv.Checkpoint, cause error) {
+	cp.ClearLastError()
+	cp.LastError = cause.Error()
+	cp.LastErrorClass = recovery.ClassOf(cause).String()
+	cp.LastErrorStatus = recovery.StatusOf(cause)
+	var ae *recovery.AgentError
+	if errors.As(cause, &ae) {
+		cp.LastErrorAgent, cp.LastErrorTool, cp.LastErrorCall = ae.Agent, ae.Tool, ae.Call
+	}
+}
+
 // release gives a chunk back during a drain: the claim is released and the
 // message naked so another worker resumes it from its checkpoint.
 func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, why string) error {
+	cp.ClearLastError()
 	cp.LastError, cp.LastErrorClass = why, recovery.ClassTransient.String()
 	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
@@ -402,6 +414,10 @@ func (r *run) permanent(ctx context.Context, stage int, cause error) error {
 		Deliveries: r.meta.NumDelivered,
 		Failure:    recovery.Failure{Class: recovery.ClassPermanent, Status: recovery.StatusOf(cause)},
 		Err:        cause.Error(),
+	}
+	var ae *recovery.AgentError
+	if errors.As(cause, &ae) {
+		l.FailedAgent, l.FailedTool, l.FailedCall = ae.Agent, ae.Tool, ae.Call
 	}
 	id, err := r.w.letter.send(ctx, l)
 	if err != nil {

@@ -91,6 +91,33 @@ func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
 	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "the original removed from SALVAGE_CHUNKS")
 }
 
+// TestEnvelopeNamesTheFailingAgent: agent2b's call fails with a 400 while
+// its sibling agent2 is mid-call. The envelope names agent2b and its call;
+// agent2's row says CANCELLED (it used to be written FAILED with agent2b's
+// error, and the envelope could blame agent2).
+func TestEnvelopeNamesTheFailingAgent(t *testing.T) {
+	b := setup(t, setupOpts{})
+	b.startWorker(t, "w1")
+	job := b.submit(t, modeSiblingFails)
+	b.waitJob(t, job, kv.JobIncomplete)
+	envs := b.dlq(t)
+	if len(envs) != 1 {
+		t.Fatalf("%d envelopes, want 1", len(envs))
+	}
+	e := envs[0]
+	if e.FailedAgent != "agent2b" || e.FailedCall != kv.JournalKey(job, 1, 0, 2, "agent2b", 1) || e.FailedTool != "tool" || e.FailedStage != 2 {
+		t.Errorf("envelope blames agent %q call %q tool %q stage %d; want agent2b's first call in stage 2", e.FailedAgent, e.FailedCall, e.FailedTool, e.FailedStage)
+	}
+	sibling, err := b.stores.Journal.Get(b.ctx, kv.JournalKey(job, 1, 0, 2, "agent2", 1))
+	if err != nil || sibling.Status != kv.CallCancelled || sibling.ErrorStatus != 0 || strings.Contains(sibling.Error, "too long") {
+		t.Errorf("agent2's row = %+v (%v), want CANCELLED without agent2b's error", sibling.JournalRow, err)
+	}
+	failed, err := b.stores.Journal.Get(b.ctx, e.FailedCall)
+	if err != nil || failed.Status != kv.CallFailed || failed.ErrorStatus != 400 {
+		t.Errorf("agent2b's row = %+v (%v), want FAILED 400", failed.JournalRow, err)
+	}
+}
+
 func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")

@@ -67,6 +67,11 @@ type Checkpoint struct {
 	LastError       string        `json:"last_error,omitempty"`
 	LastErrorClass  string        `json:"last_error_class,omitempty"`
 	LastErrorStatus int           `json:"last_error_status,omitempty"`
+	// LastErrorAgent, LastErrorTool and LastErrorCall (a journal key) name
+	// who failed, for the envelope.
+	LastErrorAgent string `json:"last_error_agent,omitempty"`
+	LastErrorTool  string `json:"last_error_tool,omitempty"`
+	LastErrorCall  string `json:"last_error_call,omitempty"`
 	Outputs         []StageOutput `json:"outputs,omitempty"`
 	UpdatedAt       time.Time     `json:"updated_at"`
 }
@@ -75,6 +80,13 @@ type Checkpoint struct {
 // will change by itself: done, cancelled, or dead-lettered.
 func (c Checkpoint) Terminal() bool {
 	return c.Status == StatusDone || IsCancelled(c.Status) || c.Status == StatusDeadLettered
+}
+
+// ClearLastError forgets the failure that sent the chunk back, when it
+// runs again.
+func (c *Checkpoint) ClearLastError() {
+	c.LastError, c.LastErrorClass, c.LastErrorStatus = "", "", 0
+	c.LastErrorAgent, c.LastErrorTool, c.LastErrorCall = "", "", ""
 }
 
 // Fence is the revision of the checkpoint its holder last wrote.

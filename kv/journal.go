@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,6 +25,10 @@ const (
 	CallFailed      = "FAILED"
 	CallCompensated = "COMPENSATED"
 	CallUnknown     = "UNKNOWN"
+	// CallCancelled is a call Salvage stopped before it was made, or a
+	// pure call it stopped mid-flight: its job was cancelled or a sibling
+	// agent failed. A later run makes it again.
+	CallCancelled = "CANCELLED"
 )
 
 // Fingerprint describes the external state a call changed.
@@ -67,6 +72,44 @@ type JournalRow struct {
 	TraceID    string    `json:"trace_id,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// History holds the earlier outcomes of this call that a later run
+	// replaced (a failure before a replay or a resume), oldest first, at
+	// most HistoryMax of them: a replay never erases why a call failed.
+	History []PastAttempt `json:"history,omitempty"`
+	// HistoryDropped counts earlier outcomes beyond HistoryMax.
+	HistoryDropped int `json:"history_dropped,omitempty"`
+}
+
+// HistoryMax bounds JournalRow.History.
+const HistoryMax = 8
+
+// PastAttempt is an earlier outcome of a call, kept when a later run of
+// the same call replaced its row.
+type PastAttempt struct {
+	Status      string    `json:"status"`
+	Error       string    `json:"error,omitempty"`
+	ErrorClass  string    `json:"error_class,omitempty"`
+	ErrorStatus int       `json:"error_status,omitempty"`
+	Attempts    int       `json:"attempts"`
+	StartedAt   time.Time `json:"started_at"`
+	FinishedAt  time.Time `json:"finished_at,omitzero"`
+}
+
+// CarryHistory makes row, about to replace prev under the same key,
+// remember prev's outcome when it was not a success.
+func (row *JournalRow) CarryHistory(prev JournalRow) {
+	row.History, row.HistoryDropped = prev.History, prev.HistoryDropped
+	if prev.Status == CallSucceeded || prev.Status == CallCompensated || prev.Status == "" {
+		return
+	}
+	row.History = append(slices.Clone(row.History), PastAttempt{
+		Status: prev.Status, Error: prev.Error, ErrorClass: prev.ErrorClass, ErrorStatus: prev.ErrorStatus,
+		Attempts: prev.Attempts, StartedAt: prev.StartedAt, FinishedAt: prev.FinishedAt,
+	})
+	if n := len(row.History) - HistoryMax; n > 0 {
+		row.History = row.History[n:]
+		row.HistoryDropped += n
+	}
 }
 
 // StoredRow is a row with the stream sequence it was stored at; the next

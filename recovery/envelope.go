@@ -39,6 +39,10 @@ type Envelope struct {
 	Strategy             string             `json:"strategy"`
 	Error                string             `json:"error"`
 	FailedTool           string             `json:"failed_tool,omitempty"`
+	// FailedAgent and FailedCall (a journal key) name the agent and call
+	// whose failure sent the chunk here, never a sibling it stopped.
+	FailedAgent string `json:"failed_agent,omitempty"`
+	FailedCall  string `json:"failed_call,omitempty"`
 	FailedStage          int                `json:"failed_stage"`
 	Deliveries           uint64             `json:"deliveries"`
 	Tier1Attempts        int                `json:"tier1_attempts"`

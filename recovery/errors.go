@@ -66,7 +66,45 @@ var (
 	ErrUnknownPipeline = errors.New("unknown pipeline")
 	// ErrBadInput is returned when a pipeline cannot use a job's input.
 	ErrBadInput = errors.New("bad job input")
+	// ErrSiblingFailed matches the cancellation of an agent whose sibling
+	// in the same stage failed (see SiblingFailedError).
+	ErrSiblingFailed = errors.New("sibling agent failed")
 )
+
+// SiblingFailedError is the cause an agent's context is cancelled with
+// when another agent of its stage failed. Its calls stop and are recorded
+// CANCELLED under their own keys, never FAILED with the sibling's error.
+// It deliberately does not wrap that error: the class of a stopped call
+// is ClassCancelled, whatever stopped it.
+type SiblingFailedError struct {
+	// Agent is the sibling that failed.
+	Agent string
+}
+
+// Error names the sibling.
+func (e *SiblingFailedError) Error() string {
+	return "stopped: agent " + e.Agent + " failed in the same stage"
+}
+
+// Is makes errors.Is(err, ErrSiblingFailed) true.
+func (e *SiblingFailedError) Is(target error) bool { return target == ErrSiblingFailed }
+
+// AgentError is a stage's failure attributed to the agent that failed and,
+// when one of its calls failed, to that call. RunStage returns it, so the
+// envelope names the agent and call that broke, not a sibling.
+type AgentError struct {
+	Agent string
+	// Tool and Call are the failing call's tool and journal key; empty
+	// when the agent failed outside a call.
+	Tool, Call string
+	Err        error
+}
+
+// Error reads "agent <name>: <cause>".
+func (e *AgentError) Error() string { return "agent " + e.Agent + ": " + e.Err.Error() }
+
+// Unwrap returns the cause, so ClassOf and errors.Is see through it.
+func (e *AgentError) Unwrap() error { return e.Err }
 
 // CallError is a failed external call with its class. Tools and models
 // return it (through the constructors below) so retries and the DLQ router
@@ -132,12 +170,15 @@ func Permanent(status int, err error) error {
 	return &CallError{Class: ClassPermanent, Status: status, Err: err}
 }
 
-// ClassOf classifies err. A *CallError carries its class; a cancelled
-// context is ClassCancelled; an expired context deadline is ClassTimeout;
-// anything else is transient.
+// ClassOf classifies err. A call stopped because a sibling agent failed
+// is ClassCancelled; a *CallError carries its class; a cancelled context
+// is ClassCancelled; an expired context deadline is ClassTimeout; anything
+// else is transient.
 func ClassOf(err error) Class {
 	var ce *CallError
 	switch {
+	case errors.Is(err, ErrSiblingFailed):
+		return ClassCancelled
 	case errors.As(err, &ce):
 		return ce.Class
 	case errors.Is(err, ErrJobCancelled), errors.Is(err, context.Canceled):

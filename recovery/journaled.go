@@ -120,6 +120,20 @@ func (r *Replay) Flush(ctx context.Context) error {
 // row recording the result is written without holding the agent up and is
 // durable before the stage's checkpoint (Replay.Flush).
 func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
+	before := t.seq
+	out, err := t.call(ctx, name, input)
+	if err != nil && ClassOf(err) != ClassCancelled {
+		// The call the agent's failure is about, for AgentError (no key
+		// when the call never got one: an unknown tool, bad input).
+		t.failedTool, t.failedKey = name, ""
+		if t.seq > before {
+			t.failedKey = kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq)
+		}
+	}
+	return out, err
+}
+
+func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessage, error) {
 	tool, err := t.tools.Get(name)
 	if err != nil {
 		return nil, Permanent(0, err)
@@ -130,6 +144,10 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 	}
 	t.seq++
 	key := kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq)
+	if ctx.Err() != nil {
+		// Stopped before the call began: nothing ran, nothing to record.
+		return nil, fmt.Errorf("%s: %w", name, context.Cause(ctx))
+	}
 	row := kv.JournalRow{
 		Key: key, Job: t.Job, Chunk: t.Chunk, Epoch: t.Epoch, Stage: t.Stage, Agent: t.Agent, Seq: t.seq,
 		Tool: name, System: tool.System, InputHash: kv.HashInput(in), Status: kv.CallInitiated,
@@ -154,6 +172,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 			}
 		}
 		row.Attempts = prev.Attempts
+		row.CarryHistory(prev.JournalRow)
 	}
 	row.StartedAt = time.Now().UTC()
 	if tool.Effect != nil && !tool.Effect.Reversible && t.snaps != nil {
@@ -195,12 +214,10 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 	row.Attempts += attempts
 	row.FinishedAt = time.Now().UTC()
 	row.LatencyMS = float64(row.FinishedAt.Sub(row.StartedAt).Microseconds()) / 1000
+	if err != nil && ClassOf(err) == ClassCancelled {
+		return nil, t.stopped(row, attempts, tool, err)
+	}
 	if err != nil {
-		if ClassOf(err) == ClassCancelled {
-			// Stopped by us, outcome unknown: leave the row INITIATED so
-			// the next run verifies it.
-			return nil, err
-		}
 		row.Status, row.Error, row.ErrorClass = kv.CallFailed, err.Error(), ClassOf(err).String()
 		if timedOut && tool.Effect != nil {
 			// It may have taken effect: the next run verifies first.
@@ -219,6 +236,27 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 		t.state.Completed = append(t.state.Completed, key)
 	}
 	return res.Output, err
+}
+
+// stopped records a call Salvage stopped. Stopped because the job was
+// cancelled or a sibling agent failed, the row says CANCELLED under the
+// call's own key and cause — or UNKNOWN when a side effect was already
+// under way, so the next run verifies it. Any other stop (a stale or
+// draining worker) writes nothing: a stale worker must not touch rows
+// another worker may own, and the INITIATED row already tells the next
+// run to verify or repeat the call.
+func (t *Turn) stopped(row kv.JournalRow, attempts int, tool *Tool, err error) error {
+	if !errors.Is(err, ErrSiblingFailed) && !errors.Is(err, ErrJobCancelled) {
+		return err
+	}
+	row.Status, row.Error, row.ErrorClass = kv.CallCancelled, err.Error(), ClassCancelled.String()
+	if attempts > 0 && tool.Effect != nil {
+		row.Status = kv.CallUnknown
+	}
+	if werr := t.replay.putLater(row); werr != nil {
+		return errors.Join(err, fmt.Errorf("journal %s: %w", row.Key, werr))
+	}
+	return err
 }
 
 // diverged handles an agent that makes another call at a key whose row

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -259,5 +260,97 @@ func TestAttemptsArePerCall(t *testing.T) {
 	}
 	if stats.Calls.Load() != 8 || stats.Retries.Load() != 2 {
 		t.Errorf("stats calls %d retries %d, want 8 and 2", stats.Calls.Load(), stats.Retries.Load())
+	}
+}
+
+// TestSiblingsOfAFailingAgentAreCancelled: when employment's call fails
+// with a 400, commercial (still mid-call) is stopped and its row says
+// CANCELLED under its own key — it used to be written FAILED with
+// employment's error, so the envelope blamed the wrong agent. The stage's
+// error names the agent and the call that failed.
+func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
+	started := make(chan struct{})
+	tools, err := recovery.NewTools(recovery.Tool{Name: "classify", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+		var who string
+		_ = json.Unmarshal(c.Input, &who)
+		if who == "employment" {
+			<-started
+			return recovery.ToolResult{}, recovery.Permanent(400, errors.New("prompt too long"))
+		}
+		close(started)
+		<-ctx.Done()
+		return recovery.ToolResult{}, ctx.Err()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
+	j := &memJournal{rows: map[string]kv.StoredRow{}}
+	agent := func(name string) recovery.Agent {
+		return recovery.Agent{Name: name, Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+			_, err := tr.Tool(ctx, "classify", name)
+			return nil, err
+		}}
+	}
+	var stats recovery.Stats
+	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("commercial"), agent("employment")}},
+		recovery.StageRun{Job: "J", Chunk: 1, Stage: 2, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, nil)})
+	var ae *recovery.AgentError
+	if !errors.As(err, &ae) || ae.Agent != "employment" || ae.Tool != "classify" || ae.Call != kv.JournalKey("J", 1, 0, 2, "employment", 1) || !errors.Is(err, recovery.ErrPermanent) {
+		t.Fatalf("stage error = %#v, want employment's permanent failure of its first call", err)
+	}
+	failed, stopped := j.rows[kv.JournalKey("J", 1, 0, 2, "employment", 1)], j.rows[kv.JournalKey("J", 1, 0, 2, "commercial", 1)]
+	if failed.Status != kv.CallFailed || failed.ErrorStatus != 400 {
+		t.Errorf("employment's row = %+v, want FAILED 400", failed.JournalRow)
+	}
+	if stopped.Status != kv.CallCancelled || stopped.ErrorStatus != 0 || !strings.Contains(stopped.Error, "employment") || strings.Contains(stopped.Error, "prompt too long") {
+		t.Errorf("commercial's row = %+v, want CANCELLED because employment failed, without employment's error", stopped.JournalRow)
+	}
+}
+
+// TestFailureHistorySurvivesARerun: a call that FAILED and succeeds when
+// its chunk runs again keeps the failure in its row's history (a replay
+// used to overwrite it, and `dlq show` then listed only successes).
+func TestFailureHistorySurvivesARerun(t *testing.T) {
+	fail := true
+	tools, err := recovery.NewTools(recovery.Tool{Name: "crm", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+		if fail {
+			return recovery.ToolResult{}, recovery.Transient(503, errors.New("crm down"))
+		}
+		return recovery.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
+	j := &memJournal{rows: map[string]kv.StoredRow{}}
+	run := func() error {
+		rows := map[string]kv.StoredRow{}
+		for k, v := range j.rows {
+			rows[k] = v
+		}
+		var stats recovery.Stats
+		_, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "updater", Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+			return tr.Tool(ctx, "crm", "o1")
+		}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 5, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, rows)})
+		return err
+	}
+	for range 2 {
+		if err := run(); err == nil {
+			t.Fatal("the CRM call should fail while fail is set")
+		}
+	}
+	fail = false
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	row := j.rows[kv.JournalKey("J", 1, 0, 5, "updater", 1)]
+	if row.Status != kv.CallSucceeded || len(row.History) != 2 || row.Attempts != 3 {
+		t.Fatalf("row = %+v, want SUCCEEDED after 3 attempts with 2 failures in its history", row.JournalRow)
+	}
+	for _, h := range row.History {
+		if h.Status != kv.CallFailed || h.ErrorStatus != 503 || !strings.Contains(h.Error, "crm down") || h.Attempts == 0 {
+			t.Errorf("history entry = %+v, want the FAILED 503", h)
+		}
 	}
 }

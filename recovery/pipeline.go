@@ -71,6 +71,9 @@ type Turn struct {
 	state  *AgentState
 	snaps  SnapshotStore
 	seq    int
+	// failedTool and failedKey name the call whose failure the agent
+	// returned, for AgentError.
+	failedTool, failedKey string
 }
 
 // Seq is the number of calls the agent has made so far in this turn.
@@ -98,8 +101,10 @@ type StageRun struct {
 }
 
 // RunStage runs a stage's agents in parallel and returns their outputs in
-// agent order. The first agent error cancels its siblings; the error
-// returned is the one that decides the chunk's fate (see severity).
+// agent order. The first agent error cancels its siblings with a
+// SiblingFailedError (their calls are recorded CANCELLED); the error
+// returned is an *AgentError for the failure that decides the chunk's fate
+// (see severity), naming that agent and its failing call.
 func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, error) {
 	if r.Replay == nil {
 		r.Replay = NewReplay(discardJournal{}, nil)
@@ -134,10 +139,12 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				outs[i] = kv.StageOutput{Stage: r.Stage, Agent: a.Name, Output: data}
 			}
 			if err != nil {
-				errs[i] = fmt.Errorf("agent %s: %w", a.Name, err)
-				// Siblings stop, but keep their own cause: a cancelled job
-				// must still read as cancelled.
-				cancel(errs[i])
+				errs[i] = &AgentError{Agent: a.Name, Tool: t.failedTool, Call: t.failedKey, Err: err}
+				// Siblings stop as cancelled, not failed. A context
+				// already cancelled (the job was) keeps its own cause.
+				if !errors.Is(err, ErrSiblingFailed) {
+					cancel(&SiblingFailedError{Agent: a.Name})
+				}
 			}
 		}()
 	}

@@ -19,6 +19,7 @@ const (
 // worker. The zero value uses the defaults above.
 type RetryPolicy struct {
 	// MaxRetries is how many times a call is retried (attempts = 1 + this).
+	// Zero means MaxRetriesDefault; a negative value means no retries.
 	MaxRetries int
 	// BaseDelay is the upper bound of the first wait.
 	BaseDelay time.Duration
@@ -38,9 +39,9 @@ func DefaultRetryPolicy() RetryPolicy {
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	d := DefaultRetryPolicy()
-	if p.MaxRetries < 0 {
-		p.MaxRetries = 0
-	} else if p.MaxRetries == 0 {
+	// A negative MaxRetries (none) stays negative, so applying the
+	// defaults twice cannot turn "no retries" into the default 3.
+	if p.MaxRetries == 0 {
 		p.MaxRetries = d.MaxRetries
 	}
 	if p.BaseDelay <= 0 {
@@ -92,7 +93,7 @@ func (p RetryPolicy) NextWait(err error, retry int, elapsed time.Duration) (time
 	case ClassPermanent, ClassCancelled:
 		return 0, false
 	}
-	if retry >= p.MaxRetries {
+	if retry >= max(p.MaxRetries, 0) {
 		return 0, false
 	}
 	wait := p.Backoff(retry)

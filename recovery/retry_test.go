@@ -132,8 +132,15 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
 	var running, peak atomic.Int32
 	failures := map[string]error{"flaky": recovery.Transient(503, nil), "broken": recovery.Permanent(400, nil)}
+	brokenFailed := make(chan struct{})
 	tools, terr := recovery.NewTools(recovery.Tool{Name: "op", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 		if string(c.Input) == "true" {
+			if agentOf(ctx) == "flaky" {
+				// Fail after broken: the first failure stops the rest.
+				<-brokenFailed
+			} else {
+				defer close(brokenFailed)
+			}
 			return recovery.ToolResult{}, failures[agentOf(ctx)]
 		}
 		select {
@@ -166,8 +173,9 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{
 		agent("slow", nil), agent("flaky", recovery.Transient(503, nil)), agent("broken", recovery.Permanent(400, nil)),
 	}}, recovery.StageRun{Stage: 2, Exec: exec, Stats: &stats, Tools: tools})
-	if !errors.Is(err, recovery.ErrPermanent) {
-		t.Fatalf("stage error = %v, want the permanent one to decide", err)
+	var ae *recovery.AgentError
+	if !errors.Is(err, recovery.ErrPermanent) || !errors.As(err, &ae) || ae.Agent != "broken" {
+		t.Fatalf("stage error = %v, want broken's permanent error to decide", err)
 	}
 }
 
@@ -191,3 +199,18 @@ func TestRegistry(t *testing.T) {
 type agentKey struct{}
 
 func agentOf(ctx context.Context) string { s, _ := ctx.Value(agentKey{}).(string); return s }
+
+// TestNoRetriesMeansNone: MaxRetries < 0 (`--retries 0`) used to become the
+// default 3 because the executor applied the defaults twice.
+func TestNoRetriesMeansNone(t *testing.T) {
+	exec, err := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1, BaseDelay: time.Millisecond}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats recovery.Stats
+	calls := 0
+	err = exec.Do(context.Background(), &stats, "op", func(context.Context) error { calls++; return recovery.Transient(503, nil) })
+	if !errors.Is(err, recovery.ErrRetriesExhausted) || calls != 1 || stats.Retries.Load() != 0 {
+		t.Fatalf("calls %d, retries %d, err %v; want one attempt and no retry", calls, stats.Retries.Load(), err)
+	}
+}

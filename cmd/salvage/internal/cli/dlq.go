@@ -98,8 +98,8 @@ func (e *env) dlqCmd() *cobra.Command {
 			r, env := d.Record, d.Envelope
 			fmt.Fprintf(e.stdout, "envelope %s  %s/%s  status %s  attempts %d\n", r.ID, r.Category, r.Strategy, r.Status, r.Attempts)
 			fmt.Fprintf(e.stdout, "job %s chunk %d  pipeline %s  trace %s\n", env.Job, env.Chunk, env.Pipeline, env.TraceID)
-			fmt.Fprintf(e.stdout, "error: %s\nfailed at stage %d (tool %s) after %d deliveries, %d tier-1 retries, %d recoveries\n",
-				env.Error, env.FailedStage, env.FailedTool, env.Deliveries, env.Tier1Attempts, env.Recoveries)
+			fmt.Fprintf(e.stdout, "error: %s\nfailed at stage %d: agent %s, call %s (tool %s), after %d deliveries, %d tier-1 retries, %d recoveries\n",
+				env.Error, env.FailedStage, env.FailedAgent, env.FailedCall, env.FailedTool, env.Deliveries, env.Tier1Attempts, env.Recoveries)
 			fmt.Fprintf(e.stdout, "original: %s (SALVAGE_CHUNKS %d); envelope at SALVAGE_DLQ %d\n", env.Original.Subject, env.Original.Seq, r.DLQSeq)
 			for _, n := range r.Notes {
 				fmt.Fprintln(e.stdout, "  note:", n)
@@ -115,6 +115,9 @@ func (e *env) dlqCmd() *cobra.Command {
 					res = j.Fingerprint.ResourceID
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", j.Key, j.Tool, j.Status, res, j.Attempts, truncate(j.Error, 60))
+				for _, h := range j.History {
+					fmt.Fprintf(tw, "  earlier\t\t%s\t\t%d\t%s\n", h.Status, h.Attempts, truncate(h.Error, 60))
+				}
 			}
 			return tw.Flush()
 		},

@@ -150,6 +150,10 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		if crm := c.Calls[4]; crm.Tool != orders.ToolCRM || crm.Status != kv.CallSucceeded || crm.TraceID != tr.TraceID {
 			t.Errorf("chunk %d's CRM call = %+v, want it to succeed after the replay, under the job's trace", c.Chunk, crm)
 		}
+		// The failures before the replay are still there.
+		if crm := c.Calls[4]; len(crm.History) == 0 || crm.History[0].Status != kv.CallFailed || crm.History[0].ErrorStatus == 0 {
+			t.Errorf("chunk %d's CRM call lost its failures to the replay: history %+v", c.Chunk, crm.History)
+		}
 	}
 	if code, stdout, _ = run(t, "", "trace", job, "--server", url); code != 0 || !strings.Contains(stdout, "stage 4") {
 		t.Errorf("salvage trace text:\n%s", stdout)
@@ -213,8 +217,8 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 			t.Errorf("dlq ls %s: %d %d envelopes %s, want %d", args, code, len(recs), errOut, want)
 		}
 	}
-	if code, stdout, _ := run(t, "", "dlq", "show", envs[0].ID, "--server", url); code != 0 || !strings.Contains(stdout, "update-crm") {
-		t.Errorf("dlq show:\n%s", stdout)
+	if code, stdout, _ := run(t, "", "dlq", "show", envs[0].ID, "--server", url); code != 0 || !strings.Contains(stdout, "update-crm") || !strings.Contains(stdout, "earlier") || !strings.Contains(stdout, "FAILED") {
+		t.Errorf("dlq show of a replayed envelope should still show the failure:\n%s", stdout)
 	}
 	if code, _, errOut := run(t, "", "dlq", "replay", envs[0].ID, "--server", url); code != 1 || !strings.Contains(errOut, "409") {
 		t.Errorf("dlq replay of a resolved envelope: %d %s", code, errOut)

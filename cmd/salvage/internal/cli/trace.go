@@ -123,7 +123,7 @@ func (e *env) printTrace(tr Trace) {
 			}
 			mark := ""
 			switch {
-			case r.Status == kv.CallFailed || r.Status == kv.CallUnknown || r.Status == kv.CallInitiated:
+			case r.Status == kv.CallFailed || r.Status == kv.CallUnknown || r.Status == kv.CallInitiated || r.Status == kv.CallCancelled:
 				mark = "  <- " + strings.ToLower(r.Status)
 				if r.Error != "" {
 					mark += ": " + truncate(r.Error, 70)
@@ -133,6 +133,9 @@ func (e *env) printTrace(tr Trace) {
 			}
 			fmt.Fprintf(e.stdout, "    +%7.1fms %-18s %-16s %-11s %6.1fms  attempts %d%s\n",
 				float64(r.StartedAt.Sub(first).Microseconds())/1000, r.Agent, r.Tool, r.Status, r.LatencyMS, r.Attempts, mark)
+			for _, h := range r.History {
+				fmt.Fprintf(e.stdout, "      earlier run: %s after %d attempts: %s\n", h.Status, h.Attempts, truncate(h.Error, 70))
+			}
 		}
 	}
 }
