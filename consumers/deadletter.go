@@ -32,14 +32,18 @@ type DeadLetterConfig struct {
 // DeadLetterer turns exhausted chunks into failure envelopes. It reads the
 // max-deliveries advisories captured in SALVAGE_ADVISORIES and, because an
 // advisory is sent only to whoever listens at that instant, also sweeps
-// SALVAGE_CHUNKS for messages at or below the workers' ack floor. Several
-// copies may run at once: the guard key makes each envelope happen once.
+// SALVAGE_CHUNKS for messages at or below the workers' ack floor. Each
+// sweep also repairs what a killed process left half-written: a job or an
+// envelope whose chunks all ended settles within one sweep interval of
+// going quiet. Several copies may run at once: the guard key makes each
+// envelope happen once, and every repair is repeat-safe.
 type DeadLetterer struct {
 	js     jetstream.JetStream
 	stores *kv.Stores
 	cfg    DeadLetterConfig
 	log    zerolog.Logger
 	letter letterer
+	repair *repairer
 }
 
 // NewDeadLetterer returns a dead-letterer; it does not start it.
@@ -55,6 +59,7 @@ func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterCo
 	return &DeadLetterer{
 		js: js, stores: stores, cfg: cfg, log: log,
 		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log},
+		repair: newRepairer(js, stores, max(cfg.SweepInterval, time.Second), log),
 	}, nil
 }
 
@@ -66,6 +71,7 @@ func (d *DeadLetterer) Run(ctx context.Context) error {
 		return err
 	}
 	if d.cfg.SweepInterval > 0 {
+		go d.repair.follow(ctx)
 		go d.sweepLoop(ctx)
 	}
 	fetchLoop(ctx, cons, 16, d.log, func(m jetstream.Msg) { d.handleAdvisory(ctx, m) })
@@ -80,8 +86,15 @@ func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if err := d.exhausted(ctx, adv.StreamSeq, adv.Deliveries); err != nil {
+		meta, _ := m.Metadata()
+		if meta != nil && meta.NumDelivered >= streams.DeadLetterMaxDeliverDefault {
+			// The sweeper finds the exhausted chunk without its advisory.
+			d.log.Error().Err(err).Uint64("stream_seq", adv.StreamSeq).Msg("dead-letter failed on every delivery of its advisory; left to the sweeper")
+			_ = m.Term()
+			return
+		}
 		d.log.Error().Err(err).Uint64("stream_seq", adv.StreamSeq).Msg("dead-letter failed; will retry")
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(retryDelay(meta))
 		return
 	}
 	if err := m.Ack(); err != nil {
@@ -127,8 +140,13 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 		return err
 	}
 	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
-		// Finished, only its ack was lost: remove it, no envelope.
-		return deleteChunkMsg(ctx, d.js, seq)
+		// Finished, only its ack was lost — its worker died right after
+		// the checkpoint: remove it, no envelope, and settle what that
+		// worker did not.
+		if err := deleteMsg(ctx, d.js, streams.Chunks, seq); err != nil {
+			return err
+		}
+		return finishedAgain(ctx, d.js, d.letter.tracker, cp, "dead-letterer")
 	}
 	if lease, err := d.stores.Claims.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err == nil && lease.Live(time.Now()) {
 		d.log.Info().Str("job_id", l.Chunk.Job).Int("chunk", l.Chunk.Chunk).Str("holder", lease.ClaimedBy).
@@ -162,6 +180,9 @@ func (d *DeadLetterer) sweepLoop(ctx context.Context) {
 			d.log.Warn().Err(err).Msg("sweep")
 		} else if n > 0 {
 			d.log.Info().Int("dead_lettered", n).Msg("sweep found exhausted chunks")
+		}
+		if n, err := d.repair.repair(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn().Err(err).Int("repaired", n).Msg("repair")
 		}
 		select {
 		case <-ctx.Done():

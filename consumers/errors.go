@@ -12,4 +12,7 @@ var (
 	// errDraining is the cancellation cause of chunks still running when a
 	// drain ran out of time: they are released for another worker.
 	errDraining = errors.New("consumers: worker draining")
+	// errNoRecord is an envelope in SALVAGE_DLQ whose record the
+	// dead-letterer has not written (yet).
+	errNoRecord = errors.New("consumers: envelope has no record yet")
 )

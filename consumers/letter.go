@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -61,7 +59,8 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		return "", err
 	}
 	if _, _, err := d.stores.Envelopes.Get(ctx, id); err == nil {
-		// Published and recorded by an earlier attempt.
+		// Published and recorded by an earlier attempt, which may have
+		// died before finishing.
 		return id, d.finish(ctx, l, id)
 	} else if !errors.Is(err, kv.ErrNotFound) {
 		return "", err
@@ -122,63 +121,54 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	return id, d.finish(ctx, l, id)
 }
 
-// finish marks the checkpoint, removes the original and refreshes the job.
+// finish marks the checkpoint dead-lettered (counting it in its job),
+// supersedes the chunk's earlier envelope, and removes the original. When
+// the checkpoint was marked already, an earlier attempt died part-way:
+// the job is settled against its checkpoints in case its count was lost.
 func (d letterer) finish(ctx context.Context, l letter, id string) error {
 	var previous string
-	_, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
-		previous = ""
+	var delta kv.Delta
+	marked := false
+	cp, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
+		previous, delta, marked = "", kv.Delta{}, false
 		if cp.Status == kv.StatusDone || cp.Envelope == id && cp.Status == kv.StatusDeadLettered {
+			marked = true
 			return kv.ErrNoChange
 		}
 		if cp.Envelope != id {
 			previous = cp.Envelope
 		}
 		cp.Status, cp.Envelope, cp.ClaimedBy = kv.StatusDeadLettered, id, ""
-		cp.Reason = l.Err
+		cp.Reason = streams.Clip(l.Err, streams.ErrorTextMax)
 		if l.Deliveries > cp.Deliveries {
+			cp.Redeliveries += int(l.Deliveries - max(cp.Deliveries, 1))
 			cp.Deliveries = l.Deliveries
 		}
+		delta = cp.Recount()
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	if previous != "" {
-		// The chunk a recovery or replay requeued failed again: its new
-		// envelope carries the chunk's fate, the old one is settled.
-		if _, err := d.stores.Envelopes.Mutate(ctx, previous, func(r *kv.EnvelopeRecord) error {
-			if r.Final() {
-				return kv.ErrNoChange
-			}
-			r.Status, r.Requeued = kv.EnvelopeResolved, false
-			r.Notes = append(r.Notes, "superseded by envelope "+id+": the requeued chunk failed again")
-			return nil
-		}); err != nil && !errors.Is(err, kv.ErrNotFound) {
+		// The chunk a recovery or replay requeued failed again: the new
+		// envelope carries its fate.
+		if err := supersede(ctx, d.stores, previous, id); err != nil {
 			return err
 		}
 	}
 	if l.DeleteOriginal {
-		if err := deleteChunkMsg(ctx, d.js, l.Seq); err != nil {
+		if err := deleteMsg(ctx, d.js, streams.Chunks, l.Seq); err != nil {
 			return err
 		}
 	}
-	if _, err := d.tracker.refresh(ctx, l.Chunk.Job); err != nil && !errors.Is(err, kv.ErrNotFound) {
+	if marked {
+		_, err = d.tracker.settle(ctx, l.Chunk.Job)
+	} else {
+		_, err = d.tracker.apply(ctx, l.Chunk.Job, l.Chunk.Chunk, cp.Status, delta)
+	}
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
-	}
-	return nil
-}
-
-// deleteChunkMsg removes a chunk message; one already gone is not an error.
-func deleteChunkMsg(ctx context.Context, js jetstream.JetStream, seq uint64) error {
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, streams.Chunks)
-		if err != nil {
-			return err
-		}
-		return s.DeleteMsg(ctx, seq)
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("consumers: delete chunk message %d: %w", seq, err)
 	}
 	return nil
 }

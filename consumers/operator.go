@@ -23,6 +23,9 @@ var (
 	// ErrAlreadyResolved is returned when replaying or resolving an
 	// envelope that is already resolved.
 	ErrAlreadyResolved = errors.New("envelope already resolved")
+	// ErrSuperseded is returned when replaying or resolving an envelope a
+	// later envelope of the same chunk replaced; act on that one.
+	ErrSuperseded = errors.New("envelope superseded")
 )
 
 // Operator holds what an operator can do to the DLQ: list, show, replay,
@@ -143,6 +146,8 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	switch {
 	case rec.Status == kv.EnvelopeResolved:
 		return rec, fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
+	case rec.Status == kv.EnvelopeSuperseded:
+		return rec, fmt.Errorf("%w: %s by %s", ErrSuperseded, id, rec.SupersededBy)
 	case rec.Requeued:
 		return rec, nil
 	}
@@ -158,11 +163,14 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 		if r.Status == kv.EnvelopeResolved {
 			return fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
 		}
+		if r.Status == kv.EnvelopeSuperseded {
+			return fmt.Errorf("%w: %s by %s", ErrSuperseded, id, r.SupersededBy)
+		}
 		if r.Requeued {
 			return kv.ErrNoChange
 		}
 		r.Replays++
-		r.Status, r.Requeued = kv.EnvelopeRecovering, true
+		r.Status, r.Requeued, r.Human = kv.EnvelopeRecovering, true, true
 		r.Notes = append(r.Notes, fmt.Sprintf("replayed by %s (replay %d)", by, r.Replays))
 		return nil
 	})
@@ -170,6 +178,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 		return rec, err
 	}
 	fresh := env.Checkpoint.Status == kv.StatusDeadLettered && rec.Category != "" && hasCompensated(ctx, o.stores, env)
+	var delta kv.Delta
 	cp, err := o.stores.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", id
 		cp.ClearLastError()
@@ -177,9 +186,14 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 			cp.Epoch++
 			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil
 		}
+		delta = cp.Recount()
 		return nil
 	})
 	if err != nil {
+		return rec, err
+	}
+	t := tracker{js: o.js, stores: o.stores}
+	if _, err := t.apply(ctx, rec.Job, rec.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return rec, err
 	}
 	chunk.Epoch = cp.Epoch
@@ -199,11 +213,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	if _, err := publish(ctx, o.js, m); err != nil {
 		return rec, err
 	}
-	_, err = tracker{js: o.js, stores: o.stores}.refresh(ctx, rec.Job)
-	if errors.Is(err, kv.ErrNotFound) {
-		err = nil
-	}
-	return rec, err
+	return rec, nil
 }
 
 // hasCompensated reports whether any effect of the envelope's epoch was
@@ -230,8 +240,11 @@ func (o *Operator) Resolve(ctx context.Context, id, by, note string) (kv.Envelop
 		if r.Status == kv.EnvelopeResolved {
 			return fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
 		}
-		r.Status, r.Requeued = kv.EnvelopeResolved, false
-		r.Notes = append(r.Notes, fmt.Sprintf("resolved by %s: %s", by, note))
+		if r.Status == kv.EnvelopeSuperseded {
+			return fmt.Errorf("%w: %s by %s", ErrSuperseded, id, r.SupersededBy)
+		}
+		r.Status, r.Requeued, r.ResolvedBy, r.Human = kv.EnvelopeResolved, false, by, true
+		r.Notes = append(r.Notes, fmt.Sprintf("resolved by %s: %s", by, streams.Clip(note, 1024)))
 		return nil
 	})
 }

@@ -41,6 +41,10 @@ type OrchestratorConfig struct {
 	CoolDown time.Duration
 	// Retry is the tier-1 policy for verify and compensation calls.
 	Retry recovery.RetryPolicy
+	// MaxDeliver must match the recovery consumer's MaxDeliver: a step
+	// still failing on the last delivery escalates the envelope. Default
+	// streams.RecoveryMaxDeliverDefault.
+	MaxDeliver uint64
 	// Logger receives recovery logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -72,6 +76,9 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 	}
 	if cfg.CoolDown <= 0 {
 		cfg.CoolDown = CoolDownDefault
+	}
+	if cfg.MaxDeliver == 0 {
+		cfg.MaxDeliver = streams.RecoveryMaxDeliverDefault
 	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
@@ -112,8 +119,21 @@ func (o *Orchestrator) handle(ctx context.Context, m jetstream.Msg) {
 	log := o.log.With().Str("envelope_id", env.ID).Str("job_id", env.Job).Int("chunk", env.Chunk).
 		Str("trace_id", env.TraceID).Str("category", env.Category).Logger()
 	out, err := o.recover(ctx, env, log)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNoRecord):
+		// The dead-letterer publishes an envelope, then records it.
+		log.Debug().Err(err).Msg("envelope not recorded yet; looking again later")
+		meta, _ := m.Metadata()
+		out.delay = retryDelay(meta)
+	case err != nil:
 		log.Warn().Err(err).Msg("recovery step failed; will retry")
+	}
+	if !out.ack {
+		if meta, merr := m.Metadata(); merr == nil && meta.NumDelivered >= o.cfg.MaxDeliver {
+			// No envelope is retried forever: the last delivery hands it
+			// to a person.
+			out = o.giveUp(ctx, env, meta.NumDelivered, err, log)
+		}
 	}
 	if out.ack {
 		if err := m.Ack(); err != nil {
@@ -122,6 +142,29 @@ func (o *Orchestrator) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	_ = m.NakWithDelay(max(out.delay, 100*time.Millisecond))
+}
+
+// giveUp escalates an envelope whose recovery used up its deliveries. An
+// envelope with no record yet is left to the dead-letterer, which writes
+// the record and publishes the envelope again.
+func (o *Orchestrator) giveUp(ctx context.Context, env recovery.Envelope, deliveries uint64, cause error, log zerolog.Logger) outcome {
+	rec, _, err := o.stores.Envelopes.Get(ctx, env.ID)
+	if errors.Is(err, kv.ErrNotFound) {
+		log.Error().Uint64("deliveries", deliveries).Msg("envelope has no record after every delivery; left to the dead-letterer")
+		return outcome{ack: true}
+	}
+	if err != nil || rec.Final() {
+		return outcome{ack: err == nil, delay: retryStrategyDelay}
+	}
+	note := fmt.Sprintf("recovery gave up after %d deliveries", deliveries)
+	if cause != nil {
+		note += ": " + streams.Clip(cause.Error(), streams.ErrorTextMax)
+	}
+	out, err := o.finish(ctx, env, rec, kv.EnvelopeEscalated, note, nil, log)
+	if err != nil {
+		log.Error().Err(err).Msg("escalate an envelope whose recovery gave up")
+	}
+	return out
 }
 
 // take claims the envelope's record by CAS. It reports false when the
@@ -152,8 +195,8 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 	rec, taken, wait, err := o.take(ctx, env.ID)
 	if errors.Is(err, kv.ErrNotFound) {
 		// Published, record not written yet (or its writer died): the
-		// dead-letterer finishes it; look again shortly.
-		return outcome{delay: time.Second}, nil
+		// dead-letterer finishes it; look again, less and less often.
+		return outcome{}, fmt.Errorf("%w: %s", errNoRecord, env.ID)
 	}
 	if err != nil {
 		return outcome{delay: retryStrategyDelay}, err
@@ -280,8 +323,5 @@ func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv
 		}
 	}
 	log.Info().Str("status", status).Int("left", len(left)).Msg(note)
-	if _, err := o.tracker.refresh(ctx, env.Job); err != nil && !errors.Is(err, kv.ErrNotFound) {
-		return outcome{ack: true}, err
-	}
 	return outcome{ack: true}, nil
 }

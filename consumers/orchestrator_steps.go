@@ -74,6 +74,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 	if err := json.Unmarshal(env.Original.Data, &chunk); err != nil {
 		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
 	}
+	var delta kv.Delta
 	cp, err := o.stores.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Recoveries++
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
@@ -82,9 +83,14 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 			cp.Epoch++
 			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil
 		}
+		delta = cp.Recount()
 		return nil
 	})
 	if err != nil {
+		return o.failed(ctx, env, rec, err, log)
+	}
+	// The chunk is unfinished again: its job is running until it ends.
+	if _, err := o.tracker.apply(ctx, env.Job, env.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return o.failed(ctx, env, rec, err, log)
 	}
 	chunk.Epoch = cp.Epoch
@@ -121,9 +127,6 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 		return outcome{delay: retryStrategyDelay}, err
 	}
 	log.Info().Int("recoveries", cp.Recoveries).Int("epoch", cp.Epoch).Bool("fresh_epoch", freshEpoch).Msg("chunk requeued")
-	if _, err := o.tracker.refresh(ctx, env.Job); err != nil && !errors.Is(err, kv.ErrNotFound) {
-		return outcome{ack: true}, err
-	}
 	return outcome{ack: true}, nil
 }
 

@@ -53,6 +53,9 @@ const (
 	// modeSiblingFails: in stage 2, agent2b fails with a 400 while agent2
 	// is mid-call; agent2 must be recorded cancelled, not failed.
 	modeSiblingFails = "sibling-fails"
+	// modeFailsInParent: stage 2 fails with a 400 in this process and
+	// works in a child worker process, as if fixed between runs.
+	modeFailsInParent = "fails-in-parent"
 )
 
 // calls counts agent calls per "job/chunk/stage".
@@ -110,6 +113,10 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 		case modeBlockInChild:
 			if inChild {
 				select {}
+			}
+		case modeFailsInParent:
+			if !inChild {
+				return ok, recovery.Permanent(400, errors.New("bad request until fixed"))
 			}
 		case modeGate:
 			select {
@@ -208,6 +215,11 @@ type bundle struct {
 type setupOpts struct {
 	ackWait      time.Duration
 	noDeadLetter bool
+	// maxPayload is the splitter's limit (4096 unless set, so oversized
+	// input is cheap to make).
+	maxPayload int
+	// splitterMaxDeliver bounds a job message's deliveries (default).
+	splitterMaxDeliver int
 }
 
 func setup(t *testing.T, so setupOpts) *bundle {
@@ -216,7 +228,7 @@ func setup(t *testing.T, so setupOpts) *bundle {
 	if so.ackWait == 0 {
 		so.ackWait = 2 * time.Second
 	}
-	opts := streams.Options{AckWait: so.ackWait, MaxDeliver: 3, SplitterAckWait: time.Second}
+	opts := streams.Options{AckWait: so.ackWait, MaxDeliver: 3, SplitterAckWait: time.Second, SplitterMaxDeliver: so.splitterMaxDeliver}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := streams.Provision(ctx, nb.JS, opts); err != nil {
 		t.Fatal(err)
@@ -228,7 +240,10 @@ func setup(t *testing.T, so setupOpts) *bundle {
 	reg := mustRegistry(t)
 	b := &bundle{Bundle: nb, stores: stores, reg: reg, opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
-	sp, err := consumers.NewSplitter(nb.JS, stores, consumers.SplitterConfig{Registry: reg, MaxPayload: 4096})
+	if so.maxPayload == 0 {
+		so.maxPayload = 4096
+	}
+	sp, err := consumers.NewSplitter(nb.JS, stores, consumers.SplitterConfig{Registry: reg, MaxPayload: so.maxPayload, MaxDeliver: opts.SplitterMaxDeliver})
 	if err != nil {
 		t.Fatal(err)
 	}

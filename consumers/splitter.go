@@ -20,33 +20,59 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// MaxPayloadDefault is the largest job message Salvage accepts (512 KiB),
-// below the server's 1 MiB max_payload.
-const MaxPayloadDefault = 512 << 10
+// Splitter defaults.
+const (
+	// MaxPayloadDefault is the largest job message Salvage accepts (512
+	// KiB), below the server's 1 MiB max_payload. It also bounds each
+	// chunk message, so an envelope carrying one fits a message too.
+	MaxPayloadDefault = 512 << 10
+	// MaxChunksDefault is how many chunks one job may split into, unless
+	// its pipeline says otherwise (recovery.Pipeline.MaxChunks).
+	MaxChunksDefault = 10_000
+	// ChunkWindowDefault is how many chunks of one job wait in
+	// SALVAGE_CHUNKS at once; the rest wait in SALVAGE_BACKLOG and each
+	// chunk a worker starts admits the next. A job submitted behind a
+	// large one therefore waits behind at most this many of its chunks.
+	ChunkWindowDefault = 16
+)
 
 // SplitterConfig configures a Splitter.
 type SplitterConfig struct {
 	// Registry knows the pipelines. Required.
 	Registry *recovery.Registry
-	// MaxPayload bounds a job message, checked before parsing. Default
-	// MaxPayloadDefault.
+	// MaxPayload bounds a job message, checked before parsing, and each
+	// chunk message built from it. Default MaxPayloadDefault.
 	MaxPayload int
+	// MaxChunks bounds the chunks of one job for pipelines that set no
+	// MaxChunks of their own. Default MaxChunksDefault.
+	MaxChunks int
+	// ChunkWindow is how many chunks of a job are queued at once (see
+	// ChunkWindowDefault). Default ChunkWindowDefault.
+	ChunkWindow int
+	// MaxDeliver must match the splitter consumer's MaxDeliver: on the
+	// last delivery a job message that still cannot be split is reported
+	// as split-failed. Default streams.SplitterMaxDeliverDefault.
+	MaxDeliver int
 	// Logger receives splitter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
 
-// Splitter validates submitted jobs, creates their records and publishes
-// their chunks. Bad input is rejected with an event on
-// salvage.events.rejected.<reason> and removed; nothing else happens.
+// Splitter validates submitted jobs, publishes their chunks and then
+// creates their records. A job is split all or nothing: every chunk
+// message is built and size-checked first, and a job record exists only
+// once all its chunks are published. Bad input is rejected with a bounded
+// event on salvage.events.rejected.<reason> and removed; nothing else
+// happens.
 type Splitter struct {
 	js      jetstream.JetStream
 	stores  *kv.Stores
 	cfg     SplitterConfig
 	log     zerolog.Logger
 	tracker tracker
-	// afterCreate, when set by tests, runs right after a job record is
-	// created: the place where a crash hurts most.
-	afterCreate func()
+	// afterPublish, when set by tests, runs right after a job's chunks
+	// are published and before its record exists: the place where a
+	// crash hurts most.
+	afterPublish func()
 }
 
 // NewSplitter returns a splitter; it does not start it.
@@ -56,6 +82,15 @@ func NewSplitter(js jetstream.JetStream, stores *kv.Stores, cfg SplitterConfig) 
 	}
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = MaxPayloadDefault
+	}
+	if cfg.MaxChunks <= 0 {
+		cfg.MaxChunks = MaxChunksDefault
+	}
+	if cfg.ChunkWindow <= 0 {
+		cfg.ChunkWindow = ChunkWindowDefault
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = streams.SplitterMaxDeliverDefault
 	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
@@ -71,15 +106,46 @@ func (s *Splitter) Run(ctx context.Context) error {
 	if err != nil || cons == nil {
 		return err
 	}
+	// One job message gets a bounded time: infrastructure errors are
+	// retried inside it, but a message that cannot be handled in time
+	// counts a delivery, so it cannot hold the splitter forever.
+	timeout := 3 * streams.SplitterAckWaitDefault
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		timeout = 3 * info.Config.AckWait
+	}
 	fetchLoop(ctx, cons, 8, s.log, func(m jetstream.Msg) {
-		if err := s.handle(ctx, m); err != nil {
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		err := s.handle(hctx, m)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		meta, merr := m.Metadata()
+		if merr != nil || meta.NumDelivered < uint64(s.cfg.MaxDeliver) {
 			// Infrastructure trouble: let JetStream redeliver; the job id
 			// is stable, so nothing is created twice.
 			s.log.Error().Err(err).Str("subject", m.Subject()).Msg("split failed; will retry")
-			_ = m.NakWithDelay(time.Second)
+			_ = m.NakWithDelay(retryDelay(meta))
+			return
+		}
+		// The last delivery: report it. The message stays in SALVAGE_JOBS
+		// (the consumer will not deliver it again), so nothing is lost.
+		rej := &rejectError{streams.RejectSplitFailed, fmt.Errorf("after %d deliveries: %w", meta.NumDelivered, err)}
+		if rerr := s.publishRejection(ctx, m, meta.Sequence.Stream, rej); rerr != nil {
+			s.log.Error().Err(errors.Join(err, rerr)).Uint64("stream_seq", meta.Sequence.Stream).Msg("split failed for good and could not be reported")
 		}
 	})
 	return nil
+}
+
+// retryDelay spaces the deliveries of a message that failed on an
+// infrastructure error: 1s, 2s, 4s … up to a minute.
+func retryDelay(meta *jetstream.MsgMetadata) time.Duration {
+	n := uint64(1)
+	if meta != nil {
+		n = max(meta.NumDelivered, 1)
+	}
+	return min(time.Second<<min(n-1, 6), time.Minute)
 }
 
 // rejectError carries a rejection reason.
@@ -93,13 +159,14 @@ func (e *rejectError) Unwrap() error { return e.err }
 
 func reject(reason string, err error) error { return &rejectError{reason: reason, err: err} }
 
-// parsed is a validated job message.
+// parsed is a validated job message with every chunk message built.
 type parsed struct {
 	pipeline *recovery.Pipeline
 	msg      streams.JobMsg
-	chunks   []json.RawMessage
+	chunks   []*nats.Msg
 	jobID    string
 	traceID  string
+	window   int
 }
 
 func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
@@ -116,8 +183,27 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	log := s.log.With().Str("job_id", p.jobID).Str("trace_id", p.traceID).Str("pipeline", p.pipeline.Name).Logger()
+	old, err := s.stores.Jobs.Get(ctx, p.jobID)
+	switch {
+	case err == nil && old.SourceSeq != meta.Sequence.Stream:
+		return s.reject(ctx, m, meta.Sequence.Stream, &rejectError{streams.RejectDuplicateJob,
+			fmt.Errorf("job %s already exists (submitted as message %d)", p.jobID, old.SourceSeq)})
+	case err == nil:
+		// The record exists, so every chunk was published: a splitter
+		// died before it acked. Only the accepted event may be missing.
+		log.Info().Msg("job message redelivered after its job was created")
+		return s.accepted(ctx, m, p, log)
+	case !errors.Is(err, kv.ErrNotFound):
+		return err
+	}
+	if err := s.publishChunks(ctx, m, p); err != nil {
+		return err
+	}
+	if s.afterPublish != nil {
+		s.afterPublish()
+	}
 	job := kv.Job{
-		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.chunks),
+		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.chunks), Window: p.window,
 		TraceID: p.traceID, Metadata: p.msg.Metadata, SourceSeq: meta.Sequence.Stream,
 	}
 	if b := p.msg.Budget; b != nil {
@@ -130,20 +216,20 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 			return gerr
 		}
 		if old.SourceSeq != meta.Sequence.Stream {
+			// Another message with this id won a race to create it: its
+			// record names its own source, and workers drop this
+			// message's chunks, which name ours.
 			return s.reject(ctx, m, meta.Sequence.Stream, &rejectError{streams.RejectDuplicateJob,
-				fmt.Errorf("job %s already exists (submitted as message %d)", p.jobID, old.SourceSeq)})
+				fmt.Errorf("job %s was created from message %d meanwhile", p.jobID, old.SourceSeq)})
 		}
-		// The same message again: a splitter died after creating the
-		// record. Finish publishing; dedup ids make the repeats harmless.
-		log.Info().Msg("job message redelivered; resuming the split")
 	} else if err != nil {
 		return err
-	} else if s.afterCreate != nil {
-		s.afterCreate()
 	}
-	if err := s.publishChunks(ctx, m, p); err != nil {
-		return err
-	}
+	return s.accepted(ctx, m, p, log)
+}
+
+// accepted announces the job and acks its message.
+func (s *Splitter) accepted(ctx context.Context, m jetstream.Msg, p parsed, log zerolog.Logger) error {
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, p.jobID+".accepted")
 	ev := streams.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.chunks), TraceID: p.traceID, At: time.Now().UTC()}
@@ -153,13 +239,15 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	if err := m.DoubleAck(ctx); err != nil {
 		log.Warn().Err(err).Msg("ack job message")
 	}
-	log.Info().Int("chunks", len(p.chunks)).Msg("job accepted")
+	log.Info().Int("chunks", len(p.chunks)).Int("window", p.window).Msg("job accepted")
 	return nil
 }
 
 // publishChunks publishes every chunk of the job, pipelined: a split costs
-// about one round trip, not one per chunk. Dedup ids make a repeat after a
-// crash harmless. The job message is kept in progress meanwhile.
+// about one round trip per window of 256, not one per chunk. The first
+// p.window go to SALVAGE_CHUNKS, the rest to SALVAGE_BACKLOG. Dedup ids
+// make a repeat after a crash harmless. The job message is kept in
+// progress meanwhile.
 func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed) error {
 	const window = 256
 	futures := make([]jetstream.PubAckFuture, 0, window)
@@ -176,18 +264,7 @@ func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed)
 		futures = futures[:0]
 		return nil
 	}
-	for i, input := range p.chunks {
-		n := i + 1
-		data, err := json.Marshal(streams.ChunkMsg{Job: p.jobID, Chunk: n, Pipeline: p.pipeline.Name, TraceID: p.traceID, Input: input})
-		if err != nil {
-			return err
-		}
-		cm := nats.NewMsg(streams.ChunkSubject(p.pipeline.Name, p.jobID, n))
-		cm.Data = data
-		cm.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.split", p.jobID, n))
-		cm.Header.Set(streams.HeaderJob, p.jobID)
-		cm.Header.Set(streams.HeaderChunk, strconv.Itoa(n))
-		cm.Header.Set(streams.HeaderTraceParent, streams.TraceParent(p.traceID, streams.DeriveSpanID(fmt.Sprintf("%s.%d", p.jobID, n))))
+	for _, cm := range p.chunks {
 		f, err := s.js.PublishMsgAsync(cm)
 		if err != nil {
 			return fmt.Errorf("consumers: publish %s: %w", cm.Subject, err)
@@ -238,17 +315,73 @@ func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, 
 	default:
 		p.jobID = jobIDFor(m.Headers().Get(streams.HeaderMsgID), meta)
 	}
-	if p.chunks, err = p.pipeline.Split(p.msg.Input); err != nil {
+	inputs, err := p.pipeline.Split(p.msg.Input)
+	if err != nil {
 		return p, reject(streams.RejectBadInput, err)
 	}
-	if len(p.chunks) == 0 {
+	if len(inputs) == 0 {
 		return p, reject(streams.RejectBadInput, errors.New("input split into no chunks"))
+	}
+	limit := s.cfg.MaxChunks
+	if p.pipeline.MaxChunks > 0 {
+		limit = p.pipeline.MaxChunks
+	}
+	if len(inputs) > limit {
+		return p, reject(streams.RejectTooManyChunks, fmt.Errorf("input split into %d chunks; %s allows %d", len(inputs), p.pipeline.Name, limit))
 	}
 	p.traceID, _ = streams.ParseTraceParent(m.Headers().Get(streams.HeaderTraceParent))
 	if p.traceID == "" {
 		p.traceID = streams.DeriveTraceID(p.jobID)
 	}
+	p.window = 0
+	if len(inputs) > s.cfg.ChunkWindow {
+		p.window = s.cfg.ChunkWindow
+	}
+	// Every chunk message is built and measured before anything is
+	// written: a job that cannot be split leaves no trace.
+	p.chunks = make([]*nats.Msg, len(inputs))
+	for i, input := range inputs {
+		cm, err := chunkMessage(streams.ChunkMsg{Job: p.jobID, Chunk: i + 1, Pipeline: p.pipeline.Name, TraceID: p.traceID,
+			SourceSeq: meta.Sequence.Stream, Input: input}, p.window)
+		if err != nil {
+			return p, reject(streams.RejectBadInput, fmt.Errorf("chunk %d: %w", i+1, err))
+		}
+		if n := len(cm.Data); n > s.cfg.MaxPayload {
+			return p, reject(streams.RejectOversizedChunk, fmt.Errorf("chunk %d is %d bytes as a message (JSON escaping included), the limit is %d", i+1, n, s.cfg.MaxPayload))
+		}
+		p.chunks[i] = cm
+	}
 	return p, nil
+}
+
+// chunkMessage is the message of one chunk: on SALVAGE_CHUNKS when it is
+// within the job's window (or the job has none), else on SALVAGE_BACKLOG.
+// Its Nats-Msg-Id names the job, chunk and source message, so a repeat is
+// dropped and admitting it from the backlog later is one more repeat-safe
+// publish.
+func chunkMessage(c streams.ChunkMsg, window int) (*nats.Msg, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(c); err != nil {
+		return nil, err
+	}
+	subject := streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk)
+	if window > 0 && c.Chunk > window {
+		subject = streams.BacklogSubject(c.Pipeline, c.Job, c.Chunk)
+	}
+	cm := nats.NewMsg(subject)
+	cm.Data = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	cm.Header.Set(streams.HeaderMsgID, chunkMsgID(c))
+	cm.Header.Set(streams.HeaderJob, c.Job)
+	cm.Header.Set(streams.HeaderChunk, strconv.Itoa(c.Chunk))
+	cm.Header.Set(streams.HeaderTraceParent, streams.TraceParent(c.TraceID, streams.DeriveSpanID(fmt.Sprintf("%s.%d", c.Job, c.Chunk))))
+	return cm, nil
+}
+
+// chunkMsgID is the dedup id of a chunk's first message.
+func chunkMsgID(c streams.ChunkMsg) string {
+	return fmt.Sprintf("%s.%d.split.%d", c.Job, c.Chunk, c.SourceSeq)
 }
 
 // jobIDFor applies the identity rule: a valid ULID in Nats-Msg-Id, else a
@@ -265,15 +398,9 @@ func jobIDFor(msgID string, meta *jetstream.MsgMetadata) string {
 	return id.String()
 }
 
+// reject reports a refused job message and terminates it.
 func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, rej *rejectError) error {
-	ev := streams.Rejection{Reason: rej.reason, Error: rej.err.Error(), Subject: m.Subject(), StreamSeq: seq, Size: len(m.Data()), At: time.Now().UTC()}
-	if rej.reason != streams.RejectOversized {
-		ev.Data = string(m.Data())
-	}
-	h := nats.Header{}
-	h.Set(streams.HeaderReason, rej.reason)
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d", seq))
-	if err := publishJSON(ctx, s.js, streams.RejectedSubject(rej.reason), ev, h); err != nil {
+	if err := s.publishRejection(ctx, m, seq, rej); err != nil {
 		return err
 	}
 	s.log.Warn().Str("reason", rej.reason).Str("subject", m.Subject()).Uint64("stream_seq", seq).Err(rej.err).Msg("job rejected")
@@ -281,6 +408,15 @@ func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, rej 
 		s.log.Warn().Err(err).Msg("term rejected job message")
 	}
 	return nil
+}
+
+// publishRejection publishes the bounded rejection event of a job message.
+func (s *Splitter) publishRejection(ctx context.Context, m jetstream.Msg, seq uint64, rej *rejectError) error {
+	ev := streams.NewRejection(rej.reason, rej.err, m.Subject(), seq, m.Data())
+	h := nats.Header{}
+	h.Set(streams.HeaderReason, rej.reason)
+	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d", seq))
+	return publishJSON(ctx, s.js, streams.RejectedSubject(rej.reason), ev, h)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -75,22 +75,24 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 }
 
 // TestSplitterCrashRedeliveryMakesOneJob: the splitter dies right after
-// creating the job record; the redelivered job message (no job_id, no
-// Nats-Msg-Id: the id derives from the stream sequence) finds the same job
-// and finishes the split instead of creating a second job.
+// publishing the job's chunks, before its record exists. No record
+// promises chunks that were never published; a worker holds the chunks
+// until the redelivered job message (no job_id, no Nats-Msg-Id: the id
+// derives from the stream sequence) creates the one record, and the
+// republished chunks are dropped as duplicates.
 func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	b2 := setupNoSplitter(t)
 	reg := b2.reg
 	crashed := make(chan struct{})
-	var creates atomic.Int32
+	var publishes atomic.Int32
 	sp, err := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumers.SetAfterCreate(sp, func() {
-		if creates.Add(1) == 1 {
+	consumers.SetAfterPublish(sp, func() {
+		if publishes.Add(1) == 1 {
 			close(crashed)
-			runtime.Goexit() // the splitter dies here: no chunks, no ack
+			runtime.Goexit() // the splitter dies here: no record, no ack
 		}
 	})
 	go func() { _ = sp.Run(b2.ctx) }()
@@ -100,22 +102,35 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-crashed
-	jobs, err := b2.stores.Jobs.List(b2.ctx)
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("after the crash: %d jobs (%v)", len(jobs), err)
+	if jobs, err := b2.stores.Jobs.List(b2.ctx); err != nil || len(jobs) != 0 {
+		t.Fatalf("after the crash: %d job records (%v), want none yet", len(jobs), err)
 	}
+	if n := b2.streamMsgs(t, streams.Chunks); n != 2 {
+		t.Fatalf("%d chunk messages after the crash, want both", n)
+	}
+	// A worker meets the chunks before any record exists: it waits.
+	b2.startWorker(t, "w1")
 	sp2, _ := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
 	b2.goRun(sp2.Run)
-	b2.startWorker(t, "w1")
-	b2.waitJob(t, jobs[0].ID, kv.JobDone)
-	if all, _ := b2.stores.Jobs.List(b2.ctx); len(all) != 1 {
-		t.Fatalf("%d jobs after redelivery, want 1", len(all))
+	var jobs []kv.Job
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		jobs, _ = b2.stores.Jobs.List(b2.ctx)
+		return len(jobs) == 1
+	}, "the redelivered job message to create the job")
+	j := b2.waitJob(t, jobs[0].ID, kv.JobDone)
+	if all, _ := b2.stores.Jobs.List(b2.ctx); len(all) != 1 || j.Summary.Done != 2 || len(b2.dlq(t)) != 0 {
+		t.Fatalf("%d jobs after redelivery (want 1), summary %+v, %d envelopes", len(all), j.Summary, len(b2.dlq(t)))
 	}
 	natstest.Eventually(t, 5*time.Second, func() bool { return len(accepted()) == 1 }, "one accepted event")
 	var ev streams.JobEvent
 	_ = json.Unmarshal(accepted()[0].Data, &ev)
 	if ev.Job != jobs[0].ID {
 		t.Fatalf("accepted event names job %s, want %s", ev.Job, jobs[0].ID)
+	}
+	for c := 1; c <= 2; c++ {
+		if n := callCount(ev.Job, c, 1); n != 1 {
+			t.Errorf("chunk %d ran stage 1 %d times: a republished chunk ran again", c, n)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package consumers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,16 +17,41 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// tracker derives a job's status from its chunks after each chunk outcome
+// tracker keeps each job's record current as its chunks reach outcomes,
 // and publishes progress and finished events.
 type tracker struct {
 	js     jetstream.JetStream
 	stores *kv.Stores
 }
 
-// refresh re-derives job's status; it publishes a progress event and, from
-// the one caller that moved the job to a finished status, a finished event.
-func (t tracker) refresh(ctx context.Context, jobID string) (kv.Job, error) {
+// apply records one chunk's transition in its job's counts — one CAS on
+// the job record, no checkpoint read — and publishes a progress event.
+// When the counts say every chunk is over, it settles the job against its
+// checkpoints: once per job, not per chunk. An empty delta does nothing.
+func (t tracker) apply(ctx context.Context, jobID string, chunk int, status string, d kv.Delta) (kv.Job, error) {
+	job, settle, err := t.stores.Jobs.Apply(ctx, jobID, d)
+	if err != nil {
+		return job, err
+	}
+	if d.From == d.To {
+		// Only retry counts moved: no outcome to announce.
+		return job, nil
+	}
+	if err := t.publishProgress(ctx, job, chunk, status); err != nil {
+		return job, err
+	}
+	if settle {
+		return t.settle(ctx, jobID)
+	}
+	return job, nil
+}
+
+// settle rewrites a job's counts and status from every checkpoint: the
+// repair path, for a job whose counts say it is over and for any place
+// that sees signs of a crash between a chunk's checkpoint and its count.
+// It publishes the finished event from the one call that finished the job,
+// and clears what is left of a finished job's backlog.
+func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 	job, err := t.stores.Jobs.Get(ctx, jobID)
 	if err != nil {
 		return job, err
@@ -34,37 +60,61 @@ func (t tracker) refresh(ctx context.Context, jobID string) (kv.Job, error) {
 	if err != nil {
 		return job, err
 	}
-	job, finished, err := t.stores.Jobs.Refresh(ctx, jobID, cps)
-	if err != nil {
+	job, finished, err := t.stores.Jobs.Settle(ctx, jobID, cps)
+	if err != nil || !finished {
 		return job, err
 	}
-	ev := streams.JobEvent{
-		Job: job.ID, Kind: streams.EventProgress, Pipeline: job.Pipeline, Status: job.Status,
-		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered,
-		TraceID: job.TraceID, At: time.Now().UTC(),
-	}
-	if err := publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, nil); err != nil {
-		return job, err
-	}
-	if finished {
-		ev.Kind = streams.EventFinished
-		h := nats.Header{}
-		h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.finished.%d.%d", job.ID, job.Summary.Done, job.Summary.DeadLettered))
-		if err := publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, h); err != nil {
+	if job.Window > 0 {
+		if err := purgeSubject(ctx, t.js, streams.Backlog, streams.BacklogForJob(job.Pipeline, job.ID)); err != nil {
 			return job, err
 		}
 	}
-	return job, nil
+	ev := streams.JobEvent{
+		Job: job.ID, Kind: streams.EventFinished, Pipeline: job.Pipeline, Status: job.Status,
+		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,
+		TraceID: job.TraceID, At: time.Now().UTC(),
+	}
+	h := nats.Header{}
+	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.finished.%d.%d.%d", job.ID, job.Summary.Done, job.Summary.DeadLettered, job.Summary.Cancelled))
+	return job, publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, h)
+}
+
+// publishProgress announces one chunk's new outcome with its job's counts.
+func (t tracker) publishProgress(ctx context.Context, job kv.Job, chunk int, status string) error {
+	ev := streams.JobEvent{
+		Job: job.ID, Kind: streams.EventProgress, Pipeline: job.Pipeline, Status: job.Status,
+		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,
+		Chunk: chunk, ChunkStatus: status, TraceID: job.TraceID, At: time.Now().UTC(),
+	}
+	return publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, nil)
+}
+
+// purgeSubject removes every message on subject from stream.
+func purgeSubject(ctx context.Context, js jetstream.JetStream, stream, subject string) error {
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		return s.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	})
+	if err != nil {
+		return fmt.Errorf("consumers: purge %s from %s: %w", subject, stream, err)
+	}
+	return nil
 }
 
 // publishJSON publishes v to subject and waits for the stream's ack,
-// retrying infrastructure errors.
+// retrying infrastructure errors. HTML characters are not escaped: an
+// event quoting input full of '<' stays the size of that input.
 func publishJSON(ctx context.Context, js jetstream.JetStream, subject string, v any, h nats.Header) error {
-	data, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("consumers: encode %s: %w", subject, err)
 	}
-	_, err = publish(ctx, js, &nats.Msg{Subject: subject, Data: data, Header: h})
+	_, err := publish(ctx, js, &nats.Msg{Subject: subject, Data: bytes.TrimSuffix(buf.Bytes(), []byte("\n")), Header: h})
 	return err
 }
 

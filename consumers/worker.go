@@ -27,6 +27,10 @@ const (
 	// NakDelayDefault is the upper bound of the jittered delay before a
 	// chunk whose tier-1 retries ran out is redelivered.
 	NakDelayDefault = 2 * time.Second
+	// JobWaitDefault covers a splitter that died between publishing a
+	// job's chunks and creating its record: its job message comes back
+	// after the splitter consumer's AckWait (10s).
+	JobWaitDefault = 30 * time.Second
 )
 
 // WorkerConfig configures a Worker.
@@ -53,6 +57,10 @@ type WorkerConfig struct {
 	NakDelay time.Duration
 	// DrainTimeout bounds the drain on shutdown. Default DrainTimeoutDefault.
 	DrainTimeout time.Duration
+	// JobWait is how long a chunk whose job has no record yet is held
+	// (in progress) waiting for it: the splitter creates the record after
+	// publishing every chunk. Default JobWaitDefault.
+	JobWait time.Duration
 	// Logger receives worker logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -88,6 +96,9 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DrainTimeoutDefault
 	}
+	if c.JobWait <= 0 {
+		c.JobWait = JobWaitDefault
+	}
 	return nil
 }
 
@@ -103,6 +114,10 @@ type Worker struct {
 	tracker tracker
 	letter  letterer
 	cancels *cancelRegistry
+	// afterDone, when set by tests, runs right after a chunk's done
+	// checkpoint is written and before anything else: the place where a
+	// crash leaves a job and an envelope for the repair paths to settle.
+	afterDone func()
 }
 
 // NewWorker returns a worker; it does not start it. It fails on a setting

@@ -83,12 +83,25 @@ func (r *run) run(ctx context.Context) error {
 	if err != nil {
 		return r.permanent(ctx, 1, err)
 	}
-	job, err := w.stores.Jobs.Get(ctx, r.chunk.Job)
+	job, err := r.job(ctx)
+	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= w.cfg.MaxDeliver {
+		// Still no record: an envelope that resumes the chunk later, once
+		// a splitter has created it, or shows an operator a stray chunk.
+		return r.deadLetter(ctx, 1, recovery.Failure{Class: recovery.ClassTransient, Exhausted: true},
+			fmt.Errorf("no record of job %s after %d deliveries", r.chunk.Job, r.meta.NumDelivered))
+	}
 	if errors.Is(err, kv.ErrNotFound) {
-		return r.permanent(ctx, 1, fmt.Errorf("%w: chunk of unknown job %s", recovery.ErrBadInput, r.chunk.Job))
+		r.log.Warn().Dur("waited", w.cfg.JobWait).Msg("chunk of a job with no record yet; trying again later")
+		return r.m.NakWithDelay(w.nakDelay())
 	}
 	if err != nil {
 		return err
+	}
+	if r.chunk.SourceSeq != 0 && job.SourceSeq != 0 && r.chunk.SourceSeq != job.SourceSeq {
+		// Split from a second message with this job id, which lost the
+		// race to create the job: not this job's chunk.
+		r.log.Warn().Uint64("source_seq", r.chunk.SourceSeq).Uint64("job_source_seq", job.SourceSeq).Msg("chunk of a duplicate job message; dropped")
+		return r.ack(ctx)
 	}
 	cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
@@ -96,7 +109,11 @@ func (r *run) run(ctx context.Context) error {
 	}
 	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
 		r.log.Info().Str("status", cp.Status).Msg("chunk already finished; acked without re-running")
-		return r.ack(ctx)
+		if err := r.ack(ctx); err != nil {
+			r.log.Warn().Err(err).Msg("ack finished chunk")
+		}
+		// Its worker may have died before counting it or acking it.
+		return finishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
 	}
 	if job.CancelledAt != nil {
 		return r.cancelUnclaimed(ctx, max(cp.Stage, 1))
@@ -113,9 +130,11 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.lease = lease
+	linked, byHand := r.linkedEnvelope()
+	var taken kv.Delta
 	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		cp.Status = kv.StatusRunning
-		cp.Deliveries = r.meta.NumDelivered
+		countRedeliveries(cp, r.meta)
 		cp.ClearLastError()
 		if r.chunk.Epoch > cp.Epoch {
 			cp.Epoch = r.chunk.Epoch
@@ -123,6 +142,12 @@ func (r *run) run(ctx context.Context) error {
 		if cp.Stage < 1 {
 			cp.Stage = 1
 		}
+		if linked != "" && (cp.Envelope == "" || cp.Envelope == linked) {
+			cp.Envelope = linked
+		}
+		// A dead-lettered chunk running again (a replay) is unfinished
+		// again; redeliveries are counted as they happen.
+		taken = cp.Recount()
 	})
 	if errors.Is(err, kv.ErrFenced) {
 		r.log.Warn().Msg("another worker took the chunk while we claimed it; standing down")
@@ -137,6 +162,16 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
+	if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, cp.Status, taken); err != nil {
+		r.log.Warn().Err(err).Msg("count the chunk's start in its job")
+	}
+	if byHand && cp.Envelope == linked {
+		r.replayedByHand(ctx, linked)
+	}
+	if err := admitAfter(ctx, w.js, job, r.chunk.Chunk); err != nil {
+		// The next take of this chunk, or the sweeper, admits it.
+		r.log.Warn().Err(err).Msg("admit the next chunk of the job")
+	}
 	rows, err := w.stores.Journal.Load(ctx, r.chunk.Job, r.chunk.Chunk, cp.Epoch)
 	if err != nil {
 		return err
@@ -166,6 +201,78 @@ func (r *run) run(ctx context.Context) error {
 	defer func() { close(hbDone); <-hbStopped }()
 
 	return r.stages(ctx, chunkCtx, p, cp, &fence)
+}
+
+// job reads the chunk's job record. A chunk can reach a worker before its
+// record exists — the splitter publishes every chunk first and creates the
+// record last, and may have died in between; its redelivered job message
+// then creates it — so a missing record is waited for, up to JobWait,
+// with the message kept in progress. It returns kv.ErrNotFound after that.
+func (r *run) job(ctx context.Context) (kv.Job, error) {
+	deadline := time.Now().Add(r.w.cfg.JobWait)
+	lastBeat := time.Now()
+	for {
+		job, err := r.w.stores.Jobs.Get(ctx, r.chunk.Job)
+		if !errors.Is(err, kv.ErrNotFound) || time.Now().After(deadline) {
+			return job, err
+		}
+		if time.Since(lastBeat) >= r.w.cfg.Heartbeat {
+			_ = r.m.InProgress()
+			lastBeat = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return job, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// countRedeliveries adds the deliveries of the message being taken that
+// no earlier take counted, so Checkpoint.Redeliveries only grows while
+// Deliveries follows the current message (a requeue starts again at 1).
+func countRedeliveries(cp *kv.Checkpoint, meta *jetstream.MsgMetadata) {
+	d := max(meta.NumDelivered, 1)
+	switch {
+	case meta.Sequence.Stream != cp.MsgSeq:
+		cp.Redeliveries += int(d - 1)
+	case d > cp.Deliveries:
+		cp.Redeliveries += int(d - cp.Deliveries)
+	}
+	cp.MsgSeq, cp.Deliveries = meta.Sequence.Stream, d
+}
+
+// linkedEnvelope is the envelope this message re-runs the chunk for: its
+// Salvage-Replay-Of (byHand: an operator published it) or its
+// Salvage-Recovery-Of header.
+func (r *run) linkedEnvelope() (id string, byHand bool) {
+	h := r.m.Headers()
+	if id := h.Get(streams.HeaderReplayOf); streams.ValidateToken("envelope", id) == nil {
+		return id, true
+	}
+	if id := h.Get(streams.HeaderRecoveryOf); streams.ValidateToken("envelope", id) == nil {
+		return id, false
+	}
+	return "", false
+}
+
+// replayedByHand records on its envelope that an operator re-ran the
+// chunk by publishing it with Salvage-Replay-Of: the envelope is
+// recovering until the chunk ends, which resolves or supersedes it. A
+// replay through the API was recorded already.
+func (r *run) replayedByHand(ctx context.Context, id string) {
+	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
+		if rec.Requeued || rec.Status == kv.EnvelopeResolved || rec.Status == kv.EnvelopeSuperseded {
+			return kv.ErrNoChange
+		}
+		rec.Replays++
+		rec.Status, rec.Requeued, rec.Human, rec.RecoveringBy, rec.LeaseUntil = kv.EnvelopeRecovering, true, true, "", time.Time{}
+		rec.Notes = append(rec.Notes, fmt.Sprintf("replayed by hand (%s on %s message %d)", streams.HeaderReplayOf, streams.Chunks, r.meta.Sequence.Stream))
+		return nil
+	})
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		r.log.Warn().Err(err).Str("envelope_id", id).Msg("record the replay on its envelope")
+	}
 }
 
 // stages runs the pipeline from the checkpoint's stage to the end.
@@ -273,43 +380,31 @@ func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint
 	}
 	cp.Status = kv.StatusDone
 	cp.Stage = len(p.Stages)
+	d := cp.Recount()
 	if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
+	}
+	if w.afterDone != nil {
+		w.afterDone()
 	}
 	if err := r.ack(ctx); err != nil {
 		// Done is recorded: a redelivery acks without re-running.
 		r.log.Warn().Err(err).Msg("ack after done")
 	}
 	r.releaseClaim(ctx)
-	// The envelope this run came from: the checkpoint's (recovery,
-	// replay) and a hand replay's Salvage-Replay-Of.
-	if cp.Envelope != "" {
-		r.resolveEnvelope(ctx, cp.Envelope)
-	}
-	if id := r.m.Headers().Get(streams.HeaderReplayOf); id != "" && id != cp.Envelope && streams.ValidateToken("envelope", id) == nil {
-		r.resolveEnvelope(ctx, id)
-	}
 	r.log.Info().Int("calls", cp.Calls).Int("tier1_retries", cp.Tier1Retries).Msg("chunk done")
-	_, err = w.tracker.refresh(ctx, r.chunk.Job)
-	return err
+	return r.ended(ctx, cp, d)
 }
 
-// resolveEnvelope marks the envelope a recovered chunk came from resolved:
-// the chunk it stood for has finished.
-func (r *run) resolveEnvelope(ctx context.Context, id string) {
-	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
-		if rec.Status == kv.EnvelopeResolved {
-			return kv.ErrNoChange
-		}
-		rec.Status, rec.Requeued = kv.EnvelopeResolved, false
-		rec.Notes = append(rec.Notes, "chunk finished by "+r.w.cfg.ID)
-		return nil
-	})
-	if err != nil && !errors.Is(err, kv.ErrNotFound) {
-		r.log.Warn().Err(err).Str("envelope_id", id).Msg("resolve envelope")
-		return
+// ended counts a chunk's outcome in its job and settles the envelope the
+// chunk ran for (a recovery's or a replay's). A crash before it is
+// repaired by whoever sees the finished chunk next.
+func (r *run) ended(ctx context.Context, cp kv.Checkpoint, d kv.Delta) error {
+	if err := settleEnvelope(ctx, r.w.stores, cp, r.w.cfg.ID); err != nil {
+		r.log.Warn().Err(err).Str("envelope_id", cp.Envelope).Msg("settle the chunk's envelope")
 	}
-	r.log.Info().Str("envelope_id", id).Msg("envelope resolved")
+	_, err := r.w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, cp.Status, d)
+	return err
 }
 
 // fencedOr turns a lost fence into a silent stop (no ack, no nak): the
@@ -328,6 +423,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 	cp.Status = kv.CancelledAtStage(stage)
 	cp.Stage = stage
 	cp.Reason = "job cancelled"
+	d := cp.Recount()
 	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
@@ -336,17 +432,19 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 		r.log.Warn().Err(err).Msg("ack cancelled chunk")
 	}
 	r.releaseClaim(ctx)
-	_, err := r.w.tracker.refresh(ctx, r.chunk.Job)
-	return err
+	return r.ended(ctx, cp, d)
 }
 
 // cancelUnclaimed records the cancellation of a chunk nobody runs.
 func (r *run) cancelUnclaimed(ctx context.Context, stage int) error {
-	_, err := r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
+	var d kv.Delta
+	cp, err := r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
+		d = kv.Delta{}
 		if cp.Terminal() && cp.Status != kv.StatusDeadLettered {
 			return kv.ErrNoChange
 		}
 		cp.Status, cp.Stage, cp.Reason = kv.CancelledAtStage(stage), stage, "job cancelled"
+		d = cp.Recount()
 		return nil
 	})
 	if err != nil {
@@ -356,8 +454,7 @@ func (r *run) cancelUnclaimed(ctx context.Context, stage int) error {
 	if err := r.ack(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("ack cancelled chunk")
 	}
-	_, err = r.w.tracker.refresh(ctx, r.chunk.Job)
-	return err
+	return r.ended(ctx, cp, d)
 }
 
 // retryLater hands the chunk to tier 2: it records why, releases the claim
@@ -406,14 +503,17 @@ func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, wh
 	return r.m.Nak()
 }
 
-// permanent stores the chunk's envelope, then terms the message: a termed
-// message leaves the work queue at once, so the envelope must exist first.
+// permanent dead-letters the chunk for a failure retrying cannot fix.
 func (r *run) permanent(ctx context.Context, stage int, cause error) error {
+	return r.deadLetter(ctx, stage, recovery.Failure{Class: recovery.ClassPermanent, Status: recovery.StatusOf(cause)}, cause)
+}
+
+// deadLetter stores the chunk's envelope, then terms the message: a termed
+// message leaves the work queue at once, so the envelope must exist first.
+func (r *run) deadLetter(ctx context.Context, stage int, f recovery.Failure, cause error) error {
 	l := letter{
 		Seq: r.meta.Sequence.Stream, Subject: r.m.Subject(), Data: r.m.Data(), Chunk: r.chunk,
-		Deliveries: r.meta.NumDelivered,
-		Failure:    recovery.Failure{Class: recovery.ClassPermanent, Status: recovery.StatusOf(cause)},
-		Err:        cause.Error(),
+		Deliveries: r.meta.NumDelivered, Failure: f, Err: cause.Error(),
 	}
 	var ae *recovery.AgentError
 	if errors.As(cause, &ae) {
@@ -425,8 +525,8 @@ func (r *run) permanent(ctx context.Context, stage int, cause error) error {
 		return errors.Join(cause, err)
 	}
 	r.releaseClaim(ctx)
-	r.log.Warn().Err(cause).Int("stage", stage).Str("envelope_id", id).Msg("permanent failure; chunk dead-lettered")
-	return r.m.TermWithReason("permanent failure: envelope " + id)
+	r.log.Warn().Err(cause).Int("stage", stage).Str("envelope_id", id).Msg("chunk dead-lettered")
+	return r.m.TermWithReason("dead-lettered: envelope " + id)
 }
 
 func (r *run) ack(ctx context.Context) error {

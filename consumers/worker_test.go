@@ -43,8 +43,26 @@ func runChildWorker(url string) int {
 	if err != nil {
 		return 2
 	}
+	if os.Getenv("SALVAGE_TEST_KILL_AFTER_DONE") != "" {
+		consumers.SetAfterDone(w, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+	}
 	_ = w.Run(ctx)
 	return 0
+}
+
+// startChild starts a real worker process (this test binary re-executed),
+// killed in t.Cleanup; env adds settings such as SALVAGE_TEST_KILL_AFTER_DONE.
+func (b *bundle) startChild(t *testing.T, id string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childWorkerEnv+"="+b.Server.ClientURL(),
+		"SALVAGE_TEST_ACK_WAIT="+b.opts.AckWait.String(), "SALVAGE_TEST_WORKER_ID="+id), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
 }
 
 func TestJobRunsToDone(t *testing.T) {
@@ -183,7 +201,8 @@ func TestCancellationAtStage(t *testing.T) {
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeWaitCancel, modeOK)
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		return callCount(job, 1, 2) == 1 && b.checkpoint(t, job, 2).Status == kv.StatusDone
+		cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, 2)
+		return callCount(job, 1, 2) == 1 && err == nil && cp.Status == kv.StatusDone
 	}, "chunk 1 blocked in stage 2 and chunk 2 done")
 	if _, err := b.stores.Jobs.Cancel(b.ctx, job); err != nil {
 		t.Fatal(err)
@@ -229,14 +248,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	b := setup(t, setupOpts{ackWait: 1500 * time.Millisecond})
 	job := b.submit(t, modeBlockInChild)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childWorkerEnv+"="+b.Server.ClientURL(),
-		"SALVAGE_TEST_ACK_WAIT="+b.opts.AckWait.String(), "SALVAGE_TEST_WORKER_ID=child")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd := b.startChild(t, "child")
 
 	var first kv.Lease
 	natstest.Eventually(t, 15*time.Second, func() bool {

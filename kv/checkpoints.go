@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/natsconf"
 )
 
 // Chunk statuses kept in checkpoints. CancelledAtStage builds the fourth,
@@ -54,26 +56,38 @@ type Checkpoint struct {
 	Recoveries    int      `json:"recoveries"`
 	Gaps          []string `json:"gaps,omitempty"`
 	// Snapshots names each agent's latest stage-boundary snapshot.
-	Snapshots    map[string]SnapshotRef `json:"snapshots,omitempty"`
-	Deliveries   uint64                 `json:"deliveries"`
-	Tier1Retries int                    `json:"tier1_retries"`
-	Calls        int                    `json:"calls"`
+	Snapshots map[string]SnapshotRef `json:"snapshots,omitempty"`
+	// Deliveries is the delivery count of the chunk message last taken
+	// (MsgSeq in SALVAGE_CHUNKS); Redeliveries adds up the redeliveries of
+	// every message of the chunk, so it only grows.
+	Deliveries   uint64 `json:"deliveries"`
+	MsgSeq       uint64 `json:"msg_seq,omitempty"`
+	Redeliveries int    `json:"redeliveries,omitempty"`
+	Tier1Retries int    `json:"tier1_retries"`
+	Calls        int    `json:"calls"`
+	// DeadLetters counts the chunk's envelopes.
+	DeadLetters int `json:"dead_letters,omitempty"`
+	// Counted, CountedTier1 and CountedRedeliveries are what the job
+	// record counts of this chunk (see Recount).
+	Counted             string `json:"counted,omitempty"`
+	CountedTier1        int    `json:"counted_tier1,omitempty"`
+	CountedRedeliveries int    `json:"counted_redeliveries,omitempty"`
 	// CachedCalls counts calls answered from the journal on resume.
 	CachedCalls int    `json:"cached_calls,omitempty"`
 	Envelope    string `json:"envelope,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 	// LastError and LastErrorClass describe the failure that sent the
 	// chunk back to tier 2, so the dead-letterer can classify it.
-	LastError       string        `json:"last_error,omitempty"`
-	LastErrorClass  string        `json:"last_error_class,omitempty"`
-	LastErrorStatus int           `json:"last_error_status,omitempty"`
+	LastError       string `json:"last_error,omitempty"`
+	LastErrorClass  string `json:"last_error_class,omitempty"`
+	LastErrorStatus int    `json:"last_error_status,omitempty"`
 	// LastErrorAgent, LastErrorTool and LastErrorCall (a journal key) name
 	// who failed, for the envelope.
-	LastErrorAgent string `json:"last_error_agent,omitempty"`
-	LastErrorTool  string `json:"last_error_tool,omitempty"`
-	LastErrorCall  string `json:"last_error_call,omitempty"`
-	Outputs         []StageOutput `json:"outputs,omitempty"`
-	UpdatedAt       time.Time     `json:"updated_at"`
+	LastErrorAgent string        `json:"last_error_agent,omitempty"`
+	LastErrorTool  string        `json:"last_error_tool,omitempty"`
+	LastErrorCall  string        `json:"last_error_call,omitempty"`
+	Outputs        []StageOutput `json:"outputs,omitempty"`
+	UpdatedAt      time.Time     `json:"updated_at"`
 }
 
 // Terminal reports whether the chunk has reached an outcome that no worker
@@ -102,23 +116,9 @@ type Checkpoints struct {
 	now func() time.Time
 }
 
-// maxBatchKeys stays under the server's cap on keys in one multi-last
-// direct get.
+// maxBatchKeys stays under the server's cap (1024) on keys in one
+// multi-last direct get.
 const maxBatchKeys = 1000
-
-func (s *Checkpoints) batchForJob(ctx context.Context, job string, out []Checkpoint, found []bool) error {
-	return lastValues(ctx, s.js, BucketCheckpoints, job+".*", func(key string, value []byte, _ uint64) error {
-		var cp Checkpoint
-		if err := json.Unmarshal(value, &cp); err != nil {
-			return fmt.Errorf("kv: decode checkpoint %s: %w", key, err)
-		}
-		i, err := strconv.Atoi(key[strings.LastIndexByte(key, '.')+1:])
-		if err == nil && i >= 1 && i <= len(out) {
-			out[i-1], found[i-1] = cp, true
-		}
-		return nil
-	})
-}
 
 // Get returns a chunk's checkpoint and its revision, or ErrNotFound.
 func (s *Checkpoints) Get(ctx context.Context, job string, chunk int) (Checkpoint, uint64, error) {
@@ -194,33 +194,46 @@ func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func
 	return cp, err
 }
 
-// ForJob returns the checkpoints of chunks 1..n of job; a missing one is
-// returned as a pending checkpoint. It reads them all in one direct-get
-// batch (the last message of each key), so deriving a job's status after
-// every chunk costs one round trip, not one per chunk; it falls back to
-// one read per chunk if the batch fails.
+// ForJob returns the checkpoints of chunks 1..n of job; see ForJobRange.
 func (s *Checkpoints) ForJob(ctx context.Context, job string, n int) ([]Checkpoint, error) {
-	out := make([]Checkpoint, n)
-	found := make([]bool, n)
-	if s.js != nil && n <= maxBatchKeys {
-		if err := s.batchForJob(ctx, job, out, found); err == nil {
-			for i := range out {
-				if !found[i] {
-					out[i] = Checkpoint{Job: job, Chunk: i + 1, Stage: 1, Status: StatusPending}
-				}
-			}
-			return out, nil
-		}
+	return s.ForJobRange(ctx, job, 1, n)
+}
+
+// ForJobRange returns the checkpoints of chunks from..to of job, in chunk
+// order; a missing one is returned as a pending checkpoint. It reads them
+// with direct-get batches of up to 1000 named keys (the last message of
+// each), so a 10,000-chunk job costs ten round trips, not one per chunk.
+func (s *Checkpoints) ForJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, error) {
+	from = max(from, 1)
+	if to < from {
+		return []Checkpoint{}, nil
 	}
-	out = out[:0]
-	for i := 1; i <= n; i++ {
-		cp, _, err := s.Get(ctx, job, i)
-		if errors.Is(err, ErrNotFound) {
-			cp = Checkpoint{Job: job, Chunk: i, Stage: 1, Status: StatusPending}
-		} else if err != nil {
-			return nil, err
+	out := make([]Checkpoint, to-from+1)
+	for i := range out {
+		out[i] = Checkpoint{Job: job, Chunk: from + i, Stage: 1, Status: StatusPending}
+	}
+	for lo := from; lo <= to; lo += maxBatchKeys {
+		hi := min(lo+maxBatchKeys-1, to)
+		keys := make([]string, 0, hi-lo+1)
+		for c := lo; c <= hi; c++ {
+			keys = append(keys, ChunkKey(job, c))
 		}
-		out = append(out, cp)
+		err := natsconf.Retry(ctx, func(ctx context.Context) error {
+			return lastValuesOf(ctx, s.js, BucketCheckpoints, keys, func(key string, value []byte, _ uint64) error {
+				var cp Checkpoint
+				if err := json.Unmarshal(value, &cp); err != nil {
+					return fmt.Errorf("kv: decode checkpoint %s: %w", key, err)
+				}
+				i, err := strconv.Atoi(key[strings.LastIndexByte(key, '.')+1:])
+				if err == nil && i >= from && i <= to {
+					out[i-from] = cp
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kv: checkpoints of %s %d-%d: %w", job, lo, hi, err)
+		}
 	}
 	return out, nil
 }

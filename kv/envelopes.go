@@ -10,14 +10,27 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Envelope record statuses.
+// Envelope record statuses. Each means one thing.
 const (
-	EnvelopeOpen       = "open"
+	// EnvelopeOpen: waiting for the recovery orchestrator.
+	EnvelopeOpen = "open"
+	// EnvelopeRecovering: a strategy runs, or the chunk was requeued
+	// (recovery or replay) and has not ended yet.
 	EnvelopeRecovering = "recovering"
-	EnvelopeResolved   = "resolved"
-	EnvelopeEscalated  = "escalated"
-	EnvelopeDeadEnd    = "dead-end"
-	EnvelopeAbandoned  = "abandoned"
+	// EnvelopeResolved: the chunk finished (done, or cancelled with its
+	// job), or a human resolved the envelope by hand.
+	EnvelopeResolved = "resolved"
+	// EnvelopeSuperseded: the requeued chunk failed again; the later
+	// envelope named in SupersededBy carries its fate.
+	EnvelopeSuperseded = "superseded"
+	// EnvelopeEscalated: a human must act (effects left standing, or
+	// recovery gave up); it stays open until someone resolves it.
+	EnvelopeEscalated = "escalated"
+	// EnvelopeDeadEnd: a permanent failure with no effects to undo.
+	EnvelopeDeadEnd = "dead-end"
+	// EnvelopeAbandoned: every effect was compensated; the chunk was
+	// given up with nothing left standing.
+	EnvelopeAbandoned = "abandoned"
 )
 
 // EnvelopeRecord is the mutable state of one failure envelope; the envelope
@@ -48,6 +61,15 @@ type EnvelopeRecord struct {
 	Requeued bool `json:"requeued,omitempty"`
 	// Left names the effects nobody could undo, for the human who must.
 	Left []LeftEffect `json:"left,omitempty"`
+	// SupersededBy names the later envelope of the same chunk.
+	SupersededBy string `json:"superseded_by,omitempty"`
+	// Human is set once a person acted on the envelope or its chunk
+	// (replay, resolve by hand, cancelling the job): its outcome then
+	// does not count as an automatic recovery.
+	Human bool `json:"human,omitempty"`
+	// ResolvedBy says who resolved it: "chunk" when its chunk finished,
+	// else the person (or "cancel" when its job was cancelled).
+	ResolvedBy string `json:"resolved_by,omitempty"`
 	// Alerts lists the per-envelope alert kinds already raised.
 	Alerts    []string  `json:"alerts,omitempty"`
 	AckedBy   string    `json:"acked_by,omitempty"`
@@ -80,13 +102,20 @@ func (r EnvelopeRecord) Alerted(kind string) bool {
 }
 
 // Final reports whether the envelope reached an outcome no strategy
-// changes: resolved, escalated, dead-end or abandoned.
+// changes: resolved, superseded, escalated, dead-end or abandoned.
 func (r EnvelopeRecord) Final() bool {
 	switch r.Status {
-	case EnvelopeResolved, EnvelopeEscalated, EnvelopeDeadEnd, EnvelopeAbandoned:
+	case EnvelopeResolved, EnvelopeSuperseded, EnvelopeEscalated, EnvelopeDeadEnd, EnvelopeAbandoned:
 		return true
 	}
 	return false
+}
+
+// Open reports whether the envelope still needs Salvage or a person: open,
+// recovering, or escalated and not yet resolved. The DLQ depth counts
+// these.
+func (r EnvelopeRecord) Open() bool {
+	return r.Status == EnvelopeOpen || r.Status == EnvelopeRecovering || r.Status == EnvelopeEscalated
 }
 
 // Guard is the value of a chunkmsg.<stream_seq> key: the one envelope a

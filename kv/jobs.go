@@ -27,7 +27,9 @@ type Budget struct {
 	Cost   float64 `json:"cost,omitempty"`
 }
 
-// Job is the value of a salvage_jobs key.
+// Job is the value of a salvage_jobs key. It exists only once every chunk
+// of the job is published (to SALVAGE_CHUNKS, or SALVAGE_BACKLOG beyond
+// the job's window).
 type Job struct {
 	ID       string         `json:"job_id"`
 	Pipeline string         `json:"pipeline"`
@@ -38,8 +40,15 @@ type Job struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// SourceSeq is the SALVAGE_JOBS sequence of the message that created
 	// the job; a redelivery of that message finds its own job.
-	SourceSeq   uint64     `json:"source_seq,omitempty"`
-	Summary     Summary    `json:"summary"`
+	SourceSeq uint64 `json:"source_seq,omitempty"`
+	// Window is how many of the job's chunks were queued at once: chunks
+	// 1..Window went to SALVAGE_CHUNKS, the rest to SALVAGE_BACKLOG, and
+	// starting chunk k admits chunk k+Window. Zero: all were queued.
+	Window int `json:"window,omitempty"`
+	// Summary counts chunk outcomes; every outcome updates it in O(1).
+	Summary Summary `json:"summary"`
+	// Explanation names the chunks, stages and envelopes behind a status
+	// other than done, at most ExplanationMax lines.
 	Explanation []string   `json:"explanation,omitempty"`
 	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
@@ -50,55 +59,111 @@ type Job struct {
 // Finished reports whether every chunk reached a terminal state.
 func (j Job) Finished() bool { return j.Status != JobRunning }
 
-// Summary counts a job's chunks by outcome.
+// View returns cps (the job's checkpoints) as operators see them: without
+// agent outputs and snapshots, and, when the job was cancelled, its
+// pending chunks (never started; their messages were purged) reading
+// cancelled-at-stage-0.
+func (j Job) View(cps []Checkpoint) []Checkpoint {
+	for i := range cps {
+		cps[i].Outputs, cps[i].Snapshots = nil, nil
+		if j.CancelledAt != nil && cps[i].Status == StatusPending {
+			cps[i].Status = CancelledAtStage(0)
+		}
+	}
+	return cps
+}
+
+// ExplanationMax bounds Job.Explanation.
+const ExplanationMax = 20
+
+// Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
+// and Degraded are current counts (a recovered chunk moves from
+// DeadLettered to Done); DeadLetters, Tier1Retries and Redeliveries count
+// events and only grow.
 type Summary struct {
 	Done         int `json:"done"`
 	Cancelled    int `json:"cancelled"`
 	DeadLettered int `json:"dead_lettered"`
-	Running      int `json:"running"`
-	Pending      int `json:"pending"`
-	Parked       int `json:"parked"`
-	Degraded     int `json:"degraded"`
-	// Tier1Retries and Redeliveries add up the chunks' counts, so a
-	// finished job's record answers for them without its checkpoints.
+	// Degraded counts done chunks that skipped optional stages.
+	Degraded int `json:"degraded"`
+	// DeadLetters counts every time a chunk of the job was dead-lettered.
+	DeadLetters  int `json:"dead_letters"`
 	Tier1Retries int `json:"tier1_retries"`
 	Redeliveries int `json:"redeliveries"`
 }
 
-// Derive computes a job's status from its chunks' checkpoints: running while
-// any chunk is not terminal; then cancelled if the job was cancelled, done
-// if every chunk is done with no gaps, partial if every chunk is done but
+// Terminal is how many chunks reached an outcome.
+func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
+
+// apply adds one chunk's transition. Counts never go below zero: a
+// transition whose earlier half a crash lost is repaired by Derive.
+func (s *Summary) apply(d Delta) {
+	s.count(d.From, -1)
+	s.count(d.To, 1)
+	s.Degraded = max(s.Degraded+d.Degraded, 0)
+	s.DeadLetters += d.DeadLetters
+	s.Tier1Retries += d.Tier1
+	s.Redeliveries += d.Redeliveries
+}
+
+func (s *Summary) count(outcome string, n int) {
+	switch outcome {
+	case StatusDone:
+		s.Done = max(s.Done+n, 0)
+	case OutcomeCancelled:
+		s.Cancelled = max(s.Cancelled+n, 0)
+	case StatusDeadLettered:
+		s.DeadLettered = max(s.DeadLettered+n, 0)
+	}
+}
+
+// Derive computes a job's status and counts from every chunk's checkpoint
+// (chunk i at cps[i-1]; a missing one is StatusPending): running while any
+// chunk is not terminal; then cancelled if the job was cancelled, done if
+// every chunk is done with no gaps, partial if every chunk is done but
 // some skipped optional steps, and incomplete if any chunk ended in an
-// envelope. The explanation names the chunks, stages and envelopes behind
-// a status other than done.
+// envelope. A cancelled job's pending chunks count as cancelled at stage
+// 0: their messages were purged. The explanation (at most ExplanationMax
+// lines) names the chunks, stages and envelopes behind a status other than
+// done. It reads no store: it is the repair path's arithmetic, run once
+// per job and when a crash may have lost an update, never per chunk.
 func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 	var s Summary
 	var why []string
+	explain := func(format string, args ...any) {
+		if len(why) < ExplanationMax {
+			why = append(why, fmt.Sprintf(format, args...))
+		}
+	}
+	unfinished := 0
 	for _, cp := range cps {
 		s.Tier1Retries += cp.Tier1Retries
-		s.Redeliveries += int(max(cp.Deliveries, 1) - 1)
-		switch {
-		case cp.Status == StatusDone:
+		s.Redeliveries += cp.Redeliveries
+		s.DeadLetters += cp.DeadLetters
+		if cancelled && cp.Status == StatusPending {
+			cp.Status = CancelledAtStage(0)
+		}
+		switch Outcome(cp.Status) {
+		case StatusDone:
 			s.Done++
 			if len(cp.Gaps) > 0 {
 				s.Degraded++
-				why = append(why, fmt.Sprintf("chunk %d done without %v", cp.Chunk, cp.Gaps))
+				explain("chunk %d done without %v", cp.Chunk, cp.Gaps)
 			}
-		case IsCancelled(cp.Status):
+		case OutcomeCancelled:
 			s.Cancelled++
-		case cp.Status == StatusDeadLettered:
+		case StatusDeadLettered:
 			s.DeadLettered++
-			why = append(why, fmt.Sprintf("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope))
-		case cp.Status == StatusHeld || cp.Status == StatusAwaitingApproval:
-			s.Parked++
-		case cp.Status == StatusRunning:
-			s.Running++
+			explain("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)
 		default:
-			s.Pending++
+			unfinished++
 		}
 	}
+	if n := s.DeadLettered + s.Degraded - len(why); n > 0 {
+		why = append(why, fmt.Sprintf("and %d more", n))
+	}
 	switch {
-	case s.Running+s.Pending+s.Parked > 0:
+	case unfinished > 0:
 		return JobRunning, s, nil
 	case cancelled:
 		return JobCancelled, s, nil
@@ -159,10 +224,43 @@ func (s *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	return j, err
 }
 
-// Refresh re-derives a job's status from cps and stores it when it
-// changed. It returns the job and whether this call moved it to a finished
-// status (so exactly one caller publishes the finished event).
-func (s *Jobs) Refresh(ctx context.Context, id string, cps []Checkpoint) (Job, bool, error) {
+// Apply adds one chunk's transition to the job's counts by CAS: O(1), no
+// checkpoint read. A job that was finished and now has a chunk running
+// again (a replay, a recovery) is running again. It returns the job and
+// whether the caller must settle it with Settle, which checks the counts
+// against the checkpoints: when they say every chunk is terminal, and
+// when an outcome arrives for a job already finished (a count that raced
+// a Settle and may now be counted twice).
+func (s *Jobs) Apply(ctx context.Context, id string, d Delta) (Job, bool, error) {
+	var wasFinished bool
+	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+		if !exists {
+			return fmt.Errorf("%w: job %s", ErrNotFound, id)
+		}
+		if d.empty() {
+			return ErrNoChange
+		}
+		wasFinished = j.Status != JobRunning
+		j.Summary.apply(d)
+		j.UpdatedAt = s.now()
+		if j.Summary.Terminal() < j.Chunks && j.Status != JobRunning {
+			j.Status, j.FinishedAt, j.Explanation = JobRunning, nil, nil
+		}
+		return nil
+	})
+	if err != nil {
+		return j, false, err
+	}
+	settle := j.Summary.Terminal() >= j.Chunks && (j.Status == JobRunning || (wasFinished && d.From != d.To))
+	return j, settle, nil
+}
+
+// Settle rewrites a job's counts and status from every chunk's checkpoint
+// (see Derive) and returns the job and whether this call moved it to a
+// finished status, so exactly one caller publishes the finished event. It
+// is the repair path: called once when the counts say the job is over,
+// and whenever a crash may have lost a count.
+func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bool, error) {
 	var finishedNow bool
 	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
 		finishedNow = false
@@ -170,6 +268,10 @@ func (s *Jobs) Refresh(ctx context.Context, id string, cps []Checkpoint) (Job, b
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
 		status, sum, why := Derive(j.CancelledAt != nil, cps)
+		// Event counts only grow, whatever the checkpoints say now.
+		sum.DeadLetters = max(sum.DeadLetters, j.Summary.DeadLetters)
+		sum.Tier1Retries = max(sum.Tier1Retries, j.Summary.Tier1Retries)
+		sum.Redeliveries = max(sum.Redeliveries, j.Summary.Redeliveries)
 		if status == j.Status && sum == j.Summary && slices.Equal(why, j.Explanation) {
 			return ErrNoChange
 		}
@@ -177,6 +279,9 @@ func (s *Jobs) Refresh(ctx context.Context, id string, cps []Checkpoint) (Job, b
 		if j.Status == JobRunning && status != JobRunning {
 			finishedNow = true
 			j.FinishedAt = &now
+		}
+		if status == JobRunning {
+			j.FinishedAt = nil
 		}
 		j.Status, j.Summary, j.Explanation, j.UpdatedAt = status, sum, why, now
 		return nil

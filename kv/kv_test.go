@@ -174,10 +174,14 @@ func TestEnvelopeGuardOnce(t *testing.T) {
 	}
 }
 
-func TestForJobReadsEveryChunkInOneBatch(t *testing.T) {
+// TestForJobReadsEveryChunkInBatches: 2,500 chunks come back in chunk order
+// from three direct-get batches (the server caps one at 1,024 keys; past
+// 1,000 ForJob used to fall back to one read per chunk).
+func TestForJobReadsEveryChunkInBatches(t *testing.T) {
 	st := setup(t)
 	ctx := context.Background()
-	for i := 1; i <= 30; i++ {
+	const n = 2500
+	for i := 1; i <= n; i++ {
 		if i == 7 {
 			continue // never written: reported pending
 		}
@@ -187,9 +191,13 @@ func TestForJobReadsEveryChunkInOneBatch(t *testing.T) {
 	}
 	// Another job's chunk 1 and a longer job id sharing the prefix.
 	_, _ = st.Checkpoints.Mutate(ctx, "JX", 1, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusRunning; return nil })
-	cps, err := st.Checkpoints.ForJob(ctx, "J", 30)
-	if err != nil {
-		t.Fatal(err)
+	cps, err := st.Checkpoints.ForJob(ctx, "J", n)
+	if err != nil || len(cps) != n {
+		t.Fatalf("%d checkpoints, %v", len(cps), err)
+	}
+	page, err := st.Checkpoints.ForJobRange(ctx, "J", 1999, 2002)
+	if err != nil || len(page) != 4 || page[0].Chunk != 1999 || page[3].Calls != 2002 {
+		t.Fatalf("range 1999-2002 = %+v, %v", page, err)
 	}
 	for i, cp := range cps {
 		switch {
@@ -232,10 +240,83 @@ func TestSnapshotsInlineSmallObjectLarge(t *testing.T) {
 func TestDeriveSumsRetries(t *testing.T) {
 	_, s, _ := kv.Derive(false, []kv.Checkpoint{
 		{Status: kv.StatusDone, Tier1Retries: 2, Deliveries: 1},
-		{Status: kv.StatusDone, Tier1Retries: 3, Deliveries: 3},
+		{Status: kv.StatusDone, Tier1Retries: 3, Deliveries: 1, Redeliveries: 2},
 		{Status: kv.StatusPending},
 	})
 	if s.Tier1Retries != 5 || s.Redeliveries != 2 {
 		t.Fatalf("summary = %+v, want 5 tier-1 retries and 2 redeliveries", s)
+	}
+}
+
+// TestJobCountsStayO1AndSettle: each chunk outcome changes the job record
+// by one CAS with the chunk's delta; a count lost to a crash is repaired by
+// Settle from the checkpoints, and event counts never go back.
+func TestJobCountsStayO1AndSettle(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	if err := st.Jobs.Create(ctx, kv.Job{ID: "J", Pipeline: "p", Chunks: 3}); err != nil {
+		t.Fatal(err)
+	}
+	outcome := func(chunk int, status string, apply bool) kv.Job {
+		t.Helper()
+		var d kv.Delta
+		if _, err := st.Checkpoints.Mutate(ctx, "J", chunk, func(cp *kv.Checkpoint) error {
+			cp.Status, cp.Tier1Retries = status, cp.Tier1Retries+1
+			d = cp.Recount()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !apply {
+			j, _ := st.Jobs.Get(ctx, "J")
+			return j
+		}
+		j, _, err := st.Jobs.Apply(ctx, "J", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	j := outcome(1, kv.StatusDeadLettered, true)
+	if j.Summary.DeadLettered != 1 || j.Summary.DeadLetters != 1 || j.Status != kv.JobRunning {
+		t.Fatalf("after a dead letter: %+v", j)
+	}
+	// Recovered: dead-lettered -> pending -> done.
+	outcome(1, kv.StatusPending, true)
+	j = outcome(1, kv.StatusDone, true)
+	if j.Summary.DeadLettered != 0 || j.Summary.Done != 1 || j.Summary.DeadLetters != 1 || j.Summary.Tier1Retries != 3 {
+		t.Fatalf("after the recovery: %+v", j.Summary)
+	}
+	outcome(2, kv.StatusDone, true)
+	// A crash between chunk 3's checkpoint and its count.
+	j = outcome(3, kv.StatusDone, false)
+	if j.Summary.Done != 2 || j.Status != kv.JobRunning {
+		t.Fatalf("before repair: %+v", j)
+	}
+	cps, err := st.Checkpoints.ForJob(ctx, "J", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, finished, err := st.Jobs.Settle(ctx, "J", cps)
+	if err != nil || !finished || j.Status != kv.JobDone || j.Summary.Done != 3 || j.Summary.DeadLetters != 1 || j.Summary.Tier1Retries != 5 {
+		t.Fatalf("settled: %+v finished %v, %v", j, finished, err)
+	}
+	if _, again, _ := st.Jobs.Settle(ctx, "J", cps); again {
+		t.Fatal("a second Settle finished the job again")
+	}
+}
+
+// TestDeriveCancelledJob: a cancelled job's chunks that never started
+// (no checkpoint: their messages were purged) count as cancelled.
+func TestDeriveCancelledJob(t *testing.T) {
+	status, s, _ := kv.Derive(true, []kv.Checkpoint{{Status: kv.StatusDone}, {Status: kv.StatusPending}, {Status: kv.CancelledAtStage(2)}})
+	if status != kv.JobCancelled || s.Cancelled != 2 || s.Done != 1 {
+		t.Fatalf("Derive = %s %+v", status, s)
+	}
+	var j kv.Job
+	now := time.Now()
+	j.CancelledAt = &now
+	if v := j.View([]kv.Checkpoint{{Status: kv.StatusPending}}); v[0].Status != kv.CancelledAtStage(0) {
+		t.Fatalf("view of a purged chunk = %s", v[0].Status)
 	}
 }

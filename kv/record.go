@@ -110,8 +110,17 @@ func mutateJSON[T any](ctx context.Context, b jetstream.KeyValue, key string, fn
 // purge markers are skipped. It returns an error, after fn may have seen
 // some keys, when the server refuses the batch (it caps the keys of one).
 func lastValues(ctx context.Context, js jetstream.JetStream, bucket, filter string, fn func(key string, value []byte, seq uint64) error) error {
+	return lastValuesOf(ctx, js, bucket, []string{filter}, fn)
+}
+
+// lastValuesOf is lastValues for several keys or filters at once.
+func lastValuesOf(ctx context.Context, js jetstream.JetStream, bucket string, filters []string, fn func(key string, value []byte, seq uint64) error) error {
 	prefix := "$KV." + bucket + "."
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, js, "KV_"+bucket, []string{prefix + filter})
+	subjects := make([]string, len(filters))
+	for i, f := range filters {
+		subjects[i] = prefix + f
+	}
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, js, "KV_"+bucket, subjects)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package recovery_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -66,5 +67,36 @@ func TestFailureFromJournal(t *testing.T) {
 	f.FromJournal(rows)
 	if len(f.Completed) != 1 || f.Completed[0].Tool != "reserve" || !f.InFlight || !f.FailingRetryableAfterCompensation {
 		t.Fatalf("facts = %+v", f)
+	}
+}
+
+// TestAutoRecoveryRate: per chunk, by its latest envelope; a superseded
+// envelope is not counted twice; dead ends, escalations and anything a
+// person touched count against it.
+func TestAutoRecoveryRate(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1_700_000_000+int64(s), 0) }
+	recs := []kv.EnvelopeRecord{
+		// chunk 1: failed, recovery requeued, failed again, then finished.
+		{ID: "A", Job: "J", Chunk: 1, Status: kv.EnvelopeSuperseded, CreatedAt: at(1)},
+		{ID: "B", Job: "J", Chunk: 1, Status: kv.EnvelopeResolved, ResolvedBy: "chunk", CreatedAt: at(2)},
+		// chunk 2: compensated, nothing left.
+		{ID: "C", Job: "J", Chunk: 2, Status: kv.EnvelopeAbandoned, CreatedAt: at(1)},
+		// chunk 3: a dead end nobody touched.
+		{ID: "D", Job: "J", Chunk: 3, Status: kv.EnvelopeDeadEnd, CreatedAt: at(1)},
+		// chunk 4: escalated.
+		{ID: "E", Job: "J", Chunk: 4, Status: kv.EnvelopeEscalated, CreatedAt: at(1)},
+		// chunk 5: finished, but only after an operator replayed it.
+		{ID: "F", Job: "J", Chunk: 5, Status: kv.EnvelopeResolved, ResolvedBy: "chunk", Replays: 1, Human: true, CreatedAt: at(1)},
+		// chunk 6: resolved by hand.
+		{ID: "G", Job: "J", Chunk: 6, Status: kv.EnvelopeResolved, ResolvedBy: "alice", Human: true, CreatedAt: at(1)},
+		// chunk 7: still recovering.
+		{ID: "H", Job: "J", Chunk: 7, Status: kv.EnvelopeRecovering, CreatedAt: at(1)},
+	}
+	got := recovery.AutoRecoveryRate(recs)
+	if got.DeadLettered != 7 || got.Recovered != 2 || got.Rate != 2.0/7 {
+		t.Fatalf("AutoRecoveryRate = %+v, want 2 of 7 chunks", got)
+	}
+	if r := recovery.AutoRecoveryRate(nil); r.Rate != 1 || r.DeadLettered != 0 {
+		t.Fatalf("no envelopes: %+v, want rate 1", r)
 	}
 }

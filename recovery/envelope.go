@@ -30,19 +30,19 @@ const (
 // Envelope is the failure envelope published on SALVAGE_DLQ. It is
 // immutable; its mutable status lives in the salvage_envelopes record.
 type Envelope struct {
-	ID                   string             `json:"envelope_id"`
-	Job                  string             `json:"job_id"`
-	Chunk                int                `json:"chunk"`
-	Pipeline             string             `json:"pipeline"`
-	TraceID              string             `json:"trace_id"`
-	Category             string             `json:"category"`
-	Strategy             string             `json:"strategy"`
-	Error                string             `json:"error"`
-	FailedTool           string             `json:"failed_tool,omitempty"`
+	ID         string `json:"envelope_id"`
+	Job        string `json:"job_id"`
+	Chunk      int    `json:"chunk"`
+	Pipeline   string `json:"pipeline"`
+	TraceID    string `json:"trace_id"`
+	Category   string `json:"category"`
+	Strategy   string `json:"strategy"`
+	Error      string `json:"error"`
+	FailedTool string `json:"failed_tool,omitempty"`
 	// FailedAgent and FailedCall (a journal key) name the agent and call
 	// whose failure sent the chunk here, never a sibling it stopped.
-	FailedAgent string `json:"failed_agent,omitempty"`
-	FailedCall  string `json:"failed_call,omitempty"`
+	FailedAgent          string             `json:"failed_agent,omitempty"`
+	FailedCall           string             `json:"failed_call,omitempty"`
 	FailedStage          int                `json:"failed_stage"`
 	Deliveries           uint64             `json:"deliveries"`
 	Tier1Attempts        int                `json:"tier1_attempts"`

@@ -25,6 +25,10 @@ type Pipeline struct {
 	Stages []Stage
 	// Tools are the calls the pipeline's agents may make.
 	Tools *Tools
+	// MaxChunks bounds how many chunks one job may split into; a job past
+	// it is rejected (too-many-chunks). Zero takes the splitter's limit
+	// (10,000 unless configured).
+	MaxChunks int
 	// Result builds the findings published for a finished chunk from every
 	// stage's outputs. Nil publishes the outputs as they are.
 	Result func(chunk json.RawMessage, outputs []kv.StageOutput) (json.RawMessage, error)

@@ -1,8 +1,11 @@
 package streams
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 )
 
 // JobMsg is the body of a job submitted on salvage.jobs.<pipeline>.
@@ -22,28 +25,71 @@ type JobBudget struct {
 	Cost   float64 `json:"cost,omitempty"`
 }
 
-// ChunkMsg is a chunk on SALVAGE_CHUNKS. It is self-contained so a hand
-// replay without headers still works.
+// ChunkMsg is a chunk on SALVAGE_CHUNKS (or, not yet admitted, on
+// SALVAGE_BACKLOG). It is self-contained so a hand replay without headers
+// still works.
 type ChunkMsg struct {
-	Job      string          `json:"job_id"`
-	Chunk    int             `json:"chunk"`
-	Pipeline string          `json:"pipeline"`
-	Epoch    int             `json:"epoch"`
-	TraceID  string          `json:"trace_id"`
-	Input    json.RawMessage `json:"input"`
+	Job      string `json:"job_id"`
+	Chunk    int    `json:"chunk"`
+	Pipeline string `json:"pipeline"`
+	Epoch    int    `json:"epoch"`
+	TraceID  string `json:"trace_id"`
+	// SourceSeq is the SALVAGE_JOBS sequence of the job message the chunk
+	// was split from. A worker drops a chunk whose job record names
+	// another source: it came from a second message that lost the race
+	// for the same job id. Zero (hand-made chunks) is always accepted.
+	SourceSeq uint64          `json:"source_seq,omitempty"`
+	Input     json.RawMessage `json:"input"`
 }
 
 // Rejection is published on salvage.events.rejected.<reason> for input that
-// was refused. Data carries the refused payload (unless it was oversized)
-// so nothing is lost.
+// was refused or could not be split. It is bounded: Data holds the refused
+// payload when it is at most RejectionDataMax bytes, else its first bytes
+// with DataTruncated set; Size and SHA256 identify the whole of it, and
+// StreamSeq finds it in SALVAGE_JOBS while it is still there.
 type Rejection struct {
-	Reason    string    `json:"reason"`
-	Error     string    `json:"error"`
-	Subject   string    `json:"subject"`
-	StreamSeq uint64    `json:"stream_seq,omitempty"`
-	Size      int       `json:"size"`
-	Data      string    `json:"data,omitempty"`
-	At        time.Time `json:"at"`
+	Reason        string    `json:"reason"`
+	Error         string    `json:"error"`
+	Subject       string    `json:"subject"`
+	StreamSeq     uint64    `json:"stream_seq,omitempty"`
+	Size          int       `json:"size"`
+	SHA256        string    `json:"sha256"`
+	Data          string    `json:"data,omitempty"`
+	DataTruncated bool      `json:"data_truncated,omitempty"`
+	At            time.Time `json:"at"`
+}
+
+// Bounds of what one event carries.
+const (
+	// RejectionDataMax is the most of a refused payload a rejection
+	// event copies.
+	RejectionDataMax = 4 << 10
+	// ErrorTextMax is the longest error text an event, envelope or
+	// checkpoint keeps.
+	ErrorTextMax = 2 << 10
+)
+
+// NewRejection describes refused data, bounded (see Rejection).
+func NewRejection(reason string, err error, subject string, seq uint64, data []byte) Rejection {
+	sum := sha256.Sum256(data)
+	r := Rejection{
+		Reason: reason, Error: Clip(err.Error(), ErrorTextMax), Subject: Clip(subject, 1024), StreamSeq: seq,
+		Size: len(data), SHA256: hex.EncodeToString(sum[:]), At: time.Now().UTC(),
+	}
+	r.Data = Clip(string(data), RejectionDataMax)
+	r.DataTruncated = len(r.Data) < len(data)
+	return r
+}
+
+// Clip cuts s to at most n bytes without splitting a UTF-8 character.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Rejection reasons, the last token of salvage.events.rejected.<reason>.
@@ -55,19 +101,34 @@ const (
 	RejectBadSubject      = "bad-subject"
 	RejectBadInput        = "bad-input"
 	RejectDuplicateJob    = "duplicate-job"
+	// RejectOversizedChunk: a chunk message built from the job would
+	// exceed the payload limit (JSON escaping can multiply its size).
+	RejectOversizedChunk = "oversized-chunk"
+	// RejectTooManyChunks: the job splits into more chunks than its
+	// pipeline allows.
+	RejectTooManyChunks = "too-many-chunks"
+	// RejectSplitFailed: the job message could not be split after every
+	// delivery the splitter consumer allows; it stays in SALVAGE_JOBS at
+	// stream_seq.
+	RejectSplitFailed = "split-failed"
 )
 
-// JobEvent is published on salvage.events.<job>.<kind>.
+// JobEvent is published on salvage.events.<job>.<kind>. A progress event
+// names the chunk whose outcome changed (Chunk, ChunkStatus) and carries
+// the job's counts after it.
 type JobEvent struct {
-	Job      string    `json:"job_id"`
-	Kind     string    `json:"kind"`
-	Pipeline string    `json:"pipeline,omitempty"`
-	Status   string    `json:"status,omitempty"`
-	Chunks   int       `json:"chunks"`
-	Done     int       `json:"done"`
-	Failed   int       `json:"failed"`
-	TraceID  string    `json:"trace_id,omitempty"`
-	At       time.Time `json:"at"`
+	Job         string    `json:"job_id"`
+	Kind        string    `json:"kind"`
+	Pipeline    string    `json:"pipeline,omitempty"`
+	Status      string    `json:"status,omitempty"`
+	Chunks      int       `json:"chunks"`
+	Done        int       `json:"done"`
+	Failed      int       `json:"failed"`
+	Cancelled   int       `json:"cancelled"`
+	Chunk       int       `json:"chunk,omitempty"`
+	ChunkStatus string    `json:"chunk_status,omitempty"`
+	TraceID     string    `json:"trace_id,omitempty"`
+	At          time.Time `json:"at"`
 }
 
 // Advisory is the part of a JetStream consumer advisory Salvage reads.

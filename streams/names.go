@@ -3,8 +3,12 @@ package streams
 // Stream names. They are part of the contract: operators use them with the
 // stock `nats` CLI.
 const (
-	Jobs       = "SALVAGE_JOBS"
-	Chunks     = "SALVAGE_CHUNKS"
+	Jobs   = "SALVAGE_JOBS"
+	Chunks = "SALVAGE_CHUNKS"
+	// Backlog holds the chunks of a large job not yet admitted to
+	// SALVAGE_CHUNKS: a job keeps at most its window of chunks queued
+	// ahead of other jobs' work (see Options.ChunkWindow).
+	Backlog    = "SALVAGE_BACKLOG"
 	Hold       = "SALVAGE_HOLD"
 	Results    = "SALVAGE_RESULTS"
 	DLQ        = "SALVAGE_DLQ"

@@ -26,6 +26,17 @@ const (
 	SplitterAckWaitDefault = 10 * time.Second
 	// MaxAckPendingDefault bounds chunks in flight across all workers.
 	MaxAckPendingDefault = 1000
+	// SplitterMaxDeliverDefault bounds the deliveries of one job message:
+	// after them the splitter reports it (salvage.events.rejected.split-failed)
+	// and it stays in SALVAGE_JOBS for an operator.
+	SplitterMaxDeliverDefault = 10
+	// DeadLetterMaxDeliverDefault bounds the deliveries of one advisory;
+	// the sweeper covers an advisory given up on.
+	DeadLetterMaxDeliverDefault = 10
+	// RecoveryMaxDeliverDefault bounds the deliveries of one envelope to
+	// the orchestrators: on the last one a step that fails again
+	// escalates the envelope instead of trying later.
+	RecoveryMaxDeliverDefault = 25
 )
 
 // Options tunes provisioning. Zero fields take their defaults.
@@ -41,6 +52,9 @@ type Options struct {
 	// SplitterAckWait is how long a splitter may hold a job message before
 	// JetStream redelivers it. Default SplitterAckWaitDefault.
 	SplitterAckWait time.Duration
+	// SplitterMaxDeliver bounds the deliveries of one job message.
+	// Default SplitterMaxDeliverDefault.
+	SplitterMaxDeliver int
 }
 
 func (o Options) withDefaults() Options {
@@ -59,6 +73,9 @@ func (o Options) withDefaults() Options {
 	if o.SplitterAckWait <= 0 {
 		o.SplitterAckWait = SplitterAckWaitDefault
 	}
+	if o.SplitterMaxDeliver <= 0 {
+		o.SplitterMaxDeliver = SplitterMaxDeliverDefault
+	}
 	return o
 }
 
@@ -75,6 +92,11 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 		{
 			Name: Chunks, Description: "Chunk work queue, consumed by the workers consumer.",
 			Subjects: []string{ChunksAll}, Retention: jetstream.WorkQueuePolicy,
+			Duplicates: DuplicateWindowDefault,
+		},
+		{
+			Name: Backlog, Description: "Chunks of large jobs waiting for admission to SALVAGE_CHUNKS (a job keeps at most its window queued there).",
+			Subjects: []string{BacklogAll}, Retention: jetstream.LimitsPolicy,
 			Duplicates: DuplicateWindowDefault,
 		},
 		{
@@ -127,7 +149,7 @@ func SplitterConfig(o Options) jetstream.ConsumerConfig {
 		Description:   "Splitters: validate jobs and publish their chunks.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.SplitterAckWait,
-		MaxDeliver:    -1,
+		MaxDeliver:    o.SplitterMaxDeliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 }
@@ -140,7 +162,7 @@ func DeadLetterConfig() jetstream.ConsumerConfig {
 		Description:   "Dead-letterer: one failure envelope per exhausted chunk.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
-		MaxDeliver:    -1,
+		MaxDeliver:    DeadLetterMaxDeliverDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: AdvisoryMaxDeliveries,
 	}
@@ -155,7 +177,7 @@ func RecoveryConfig() jetstream.ConsumerConfig {
 		Description:   "Recovery orchestrators: one strategy run per envelope at a time.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
-		MaxDeliver:    -1,
+		MaxDeliver:    RecoveryMaxDeliverDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: DLQAll,
 	}

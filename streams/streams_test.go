@@ -98,7 +98,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{streams.Jobs, streams.Chunks, streams.Hold, streams.Results, streams.DLQ, streams.Advisories, streams.Events} {
+	for _, name := range []string{streams.Jobs, streams.Chunks, streams.Backlog, streams.Hold, streams.Results, streams.DLQ, streams.Advisories, streams.Events} {
 		if _, err := b.JS.Stream(ctx, name); err != nil {
 			t.Errorf("stream %s: %v", name, err)
 		}

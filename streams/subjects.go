@@ -10,6 +10,7 @@ const (
 	JobsPrefix   = "salvage.jobs."
 	JobsAll      = "salvage.jobs.>"
 	ChunksAll    = "salvage.chunks.>"
+	BacklogAll   = "salvage.backlog.>"
 	HoldAll      = "salvage.hold.>"
 	ResultsAll   = "salvage.results.>"
 	DLQAll       = "salvage.dlq.>"
@@ -31,6 +32,21 @@ func JobSubject(pipeline string) string { return JobsPrefix + pipeline }
 // ChunkSubject is the work-queue subject of one chunk.
 func ChunkSubject(pipeline, job string, chunk int) string {
 	return "salvage.chunks." + pipeline + "." + job + "." + strconv.Itoa(chunk)
+}
+
+// ChunksForJob filters one job's chunk messages in SALVAGE_CHUNKS.
+func ChunksForJob(pipeline, job string) string {
+	return "salvage.chunks." + pipeline + "." + job + ".*"
+}
+
+// BacklogSubject is where a chunk waits for admission to SALVAGE_CHUNKS.
+func BacklogSubject(pipeline, job string, chunk int) string {
+	return "salvage.backlog." + pipeline + "." + job + "." + strconv.Itoa(chunk)
+}
+
+// BacklogForJob filters one job's backlog.
+func BacklogForJob(pipeline, job string) string {
+	return "salvage.backlog." + pipeline + "." + job + ".*"
 }
 
 // ResultSubject carries the findings of one finished chunk.

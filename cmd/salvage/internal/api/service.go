@@ -40,6 +40,18 @@ const (
 // requestTimeout bounds the work behind one request.
 const requestTimeout = 30 * time.Second
 
+// Reply bounds.
+const (
+	// MaxReply is the largest reply the service sends; a larger answer is
+	// refused with CodeTooLarge and a hint to page (the server's
+	// max_payload is 1 MiB).
+	MaxReply = 768 << 10
+	// PageDefault and PageMax bound the chunks of a jobs.status reply and
+	// the envelopes of a dlq.list reply.
+	PageDefault = 100
+	PageMax     = 1000
+)
+
 // Start registers the service on nc. It returns the service, which the
 // caller stops.
 func Start(nc *nats.Conn, js jetstream.JetStream, stores *kv.Stores, log zerolog.Logger) (micro.Service, error) {
@@ -81,24 +93,45 @@ func (h *handlers) wrap(fn func(context.Context, micro.Request) (any, error)) mi
 		defer cancel()
 		out, err := fn(ctx, req)
 		if err == nil {
-			_ = req.RespondJSON(out)
+			err = h.respond(req, out)
+		}
+		if err == nil {
 			return
 		}
 		code := CodeInternal
 		switch {
 		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob):
 			code = CodeMalformed
-		case errors.Is(err, consumers.ErrUnknownEnvelope), errors.Is(err, kv.ErrNotFound):
+		case errors.Is(err, consumers.ErrUnknownEnvelope), errors.Is(err, consumers.ErrUnknownJob), errors.Is(err, kv.ErrNotFound):
 			code = CodeUnknown
-		case errors.Is(err, consumers.ErrAlreadyResolved):
+		case errors.Is(err, consumers.ErrAlreadyResolved), errors.Is(err, consumers.ErrSuperseded):
 			code = CodeAlreadyResolved
 		case errors.Is(err, errTooLarge):
 			code = CodeTooLarge
 		default:
 			h.log.Error().Err(err).Str("subject", req.Subject()).Msg("request failed")
 		}
-		_ = req.Error(code, err.Error(), nil)
+		if rerr := req.Error(code, streams.Clip(err.Error(), streams.ErrorTextMax), nil); rerr != nil {
+			h.log.Error().Err(rerr).Str("subject", req.Subject()).Msg("send error reply")
+		}
 	}
+}
+
+// respond sends out as JSON, or returns an error (answered as such) when
+// it is too large to send or the send fails: a request always gets an
+// answer.
+func (h *handlers) respond(req micro.Request, out any) error {
+	data, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxReply {
+		return fmt.Errorf("%w: the reply would be %d bytes, the limit is %d; ask for a page (offset, limit)", errTooLarge, len(data), MaxReply)
+	}
+	if err := req.Respond(data); err != nil {
+		return fmt.Errorf("send reply: %w", err)
+	}
+	return nil
 }
 
 // decode reads a JSON request body into v.
@@ -132,6 +165,34 @@ type listReq struct {
 	consumers.EnvelopeFilter
 	// MinAge is a Go duration ("30m").
 	MinAge string `json:"min_age,omitempty"`
+	page
+}
+
+// page selects part of a long answer.
+type page struct {
+	Offset int `json:"offset,omitempty"`
+	// Limit defaults to PageDefault and is capped at PageMax.
+	Limit int `json:"limit,omitempty"`
+}
+
+func (p page) bounds(n int) (from, to int) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = PageDefault
+	}
+	limit = min(limit, PageMax)
+	from = min(max(p.Offset, 0), n)
+	return from, min(from+limit, n)
+}
+
+// EnvelopeList is the answer to dlq.list: a page of the matching envelope
+// records, oldest first, and how many match in all.
+type EnvelopeList struct {
+	Envelopes []kv.EnvelopeRecord `json:"envelopes"`
+	Total     int                 `json:"total"`
+	Offset    int                 `json:"offset"`
+	// NextOffset is where the next page starts; absent on the last one.
+	NextOffset int `json:"next_offset,omitempty"`
 }
 
 func (h *handlers) list(ctx context.Context, req micro.Request) (any, error) {
@@ -149,10 +210,15 @@ func (h *handlers) list(ctx context.Context, req micro.Request) (any, error) {
 		r.EnvelopeFilter.MinAge = d
 	}
 	recs, err := h.op.List(ctx, r.EnvelopeFilter)
-	if recs == nil {
-		recs = []kv.EnvelopeRecord{}
+	if err != nil {
+		return nil, err
 	}
-	return recs, err
+	from, to := r.page.bounds(len(recs))
+	out := EnvelopeList{Envelopes: append([]kv.EnvelopeRecord{}, recs[from:to]...), Total: len(recs), Offset: from}
+	if to < len(recs) {
+		out.NextOffset = to
+	}
+	return out, nil
 }
 
 func (h *handlers) show(ctx context.Context, req micro.Request) (any, error) {
@@ -189,6 +255,7 @@ func (h *handlers) ack(ctx context.Context, req micro.Request) (any, error) {
 
 type jobReq struct {
 	JobID string `json:"job_id"`
+	page
 }
 
 func (r *jobReq) read(req micro.Request) error {
@@ -198,10 +265,15 @@ func (r *jobReq) read(req micro.Request) error {
 	return streams.ValidateJobID(r.JobID)
 }
 
-// JobStatus is the answer to jobs.status.
+// JobStatus is the answer to jobs.status: the job record (its counts
+// cover every chunk) and one page of its chunks' checkpoints, chunk
+// Offset+1 onward.
 type JobStatus struct {
 	Job    kv.Job          `json:"job"`
 	Chunks []kv.Checkpoint `json:"chunks"`
+	Offset int             `json:"offset"`
+	// NextOffset is where the next page starts; absent on the last one.
+	NextOffset int `json:"next_offset,omitempty"`
 }
 
 func (h *handlers) status(ctx context.Context, req micro.Request) (any, error) {
@@ -213,14 +285,16 @@ func (h *handlers) status(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cps, err := h.stores.Checkpoints.ForJob(ctx, r.JobID, j.Chunks)
+	from, to := r.page.bounds(j.Chunks)
+	cps, err := h.stores.Checkpoints.ForJobRange(ctx, r.JobID, from+1, to)
 	if err != nil {
 		return nil, err
 	}
-	for i := range cps {
-		cps[i].Outputs, cps[i].Snapshots = nil, nil
+	out := JobStatus{Job: j, Chunks: j.View(cps), Offset: from}
+	if to < j.Chunks {
+		out.NextOffset = to
 	}
-	return JobStatus{Job: j, Chunks: cps}, nil
+	return out, nil
 }
 
 func (h *handlers) cancel(ctx context.Context, req micro.Request) (any, error) {
@@ -228,10 +302,11 @@ func (h *handlers) cancel(ctx context.Context, req micro.Request) (any, error) {
 	if err := r.read(req); err != nil {
 		return nil, err
 	}
-	return h.stores.Jobs.Cancel(ctx, r.JobID)
+	return h.op.Cancel(ctx, r.JobID, "api")
 }
 
-var errTooLarge = errors.New("job message too large")
+// errTooLarge is a request or a reply past its size limit.
+var errTooLarge = errors.New("too large")
 
 // SubmitReply is the answer to jobs.submit.
 type SubmitReply struct {

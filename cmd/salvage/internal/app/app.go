@@ -77,6 +77,10 @@ type Config struct {
 	MaxDeliver int
 	// Concurrency is chunks in flight per worker process.
 	Concurrency int
+	// MaxChunks bounds the chunks of one job (pipelines may set their
+	// own); ChunkWindow is how many of a job's chunks are queued at once.
+	// Zero takes consumers.MaxChunksDefault and ChunkWindowDefault.
+	MaxChunks, ChunkWindow int
 	// WorkerID names this process's worker; empty derives one.
 	WorkerID string
 	// Retry is the tier-1 policy.
@@ -189,7 +193,7 @@ func Run(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, cfg Con
 	log := cfg.Logger
 	var runs []func(context.Context) error
 	if slices.Contains(roles, RoleWorker) {
-		sp, err := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: reg, Logger: &log})
+		sp, err := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: reg, MaxChunks: cfg.MaxChunks, ChunkWindow: cfg.ChunkWindow, Logger: &log})
 		if err != nil {
 			return err
 		}

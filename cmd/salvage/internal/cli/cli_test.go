@@ -418,3 +418,29 @@ func TestUpJoinsNATSURL(t *testing.T) {
 		}
 	}
 }
+
+// TestChaos: order jobs published with the real nats CLI while worker
+// processes are SIGKILLed every second and the server restarts once; the
+// run's own checks (every job and envelope settled, nothing lost, the
+// sim's ledger free of repeated and orphaned effects) must hold.
+func TestChaos(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "chaos", "--jobs", "40", "--kill-every", "1s", "--report", "json",
+		"--log-level", "error", "--nats", natsBinary(t))
+	cmd.Dir = t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var r map[string]any
+	if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil {
+		t.Fatalf("chaos: %v, stdout is not one JSON object: %v\n%s\n%s", err, jerr, stdout.String(), stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("chaos checks failed: %v\n%v", err, r)
+	}
+	if r["jobs_settled"] != 40.0 || r["duplicate_side_effects"] != 0.0 || r["leftover_side_effects"] != 0.0 ||
+		r["server_restarts"] != 1.0 || r["kills"].(float64) < 1 || r["published_with"] != "nats CLI" {
+		t.Errorf("report = %v", r)
+	}
+}

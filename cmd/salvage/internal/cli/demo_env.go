@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -21,6 +22,8 @@ import (
 // processes.
 type demoEnv struct {
 	url          string
+	srv          *natsconf.Server
+	srvCfg       natsconf.ServerConfig
 	nc           *nats.Conn
 	js           jetstream.JetStream
 	stores       *kv.Stores
@@ -59,8 +62,12 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 	if err != nil {
 		return d, err
 	}
-	d.closers = append(d.closers, srv.Shutdown)
+	d.srv = srv
+	d.closers = append(d.closers, func() { d.srv.Shutdown() })
 	d.url = srv.ClientURL()
+	// A restart comes back on the same port, so clients reconnect.
+	sc.Port = srv.NATS().Addr().(*net.TCPAddr).Port
+	d.srvCfg = sc
 	if d.nc, err = natsconf.Connect(natsconf.ConnectConfig{URL: d.url, Name: "salvage demo"}); err != nil {
 		return d, err
 	}
@@ -83,6 +90,18 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 	d.workers, err = e.startWorkers(ctx, *o, d.url)
 	d.closers = append(d.closers, func() { stopWorkers(d.workers) })
 	return d, err
+}
+
+// restartServer shuts the embedded server down and starts it again on its
+// store and port; every client reconnects by itself.
+func (d *demoEnv) restartServer() error {
+	d.srv.Shutdown()
+	srv, err := natsconf.StartServer(d.srvCfg)
+	if err != nil {
+		return err
+	}
+	d.srv = srv
+	return nil
 }
 
 // submit publishes job messages, waits until every job is accepted (all

@@ -14,6 +14,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 )
 
 // ordersReport is the order-fulfillment demo's outcome; the JSON names
@@ -213,29 +214,23 @@ func collectOrders(ctx context.Context, st *kv.Stores, client *sim.Client, job s
 		return err
 	}
 	byID := map[string]kv.EnvelopeRecord{}
-	auto := 0
+	var mine []kv.EnvelopeRecord
 	for _, rec := range recs {
 		if rec.Job != job {
 			continue
 		}
 		byID[rec.ID] = rec
+		mine = append(mine, rec)
 		r.Envelopes++
 		r.EnvelopesByStatus[rec.Status]++
 		r.EnvelopesByCategory[rec.Category]++
-		switch rec.Status {
-		case kv.EnvelopeResolved, kv.EnvelopeAbandoned, kv.EnvelopeDeadEnd:
-			auto++
-		}
 	}
-	r.AutoRecoveryRate = 1
-	if r.Envelopes > 0 {
-		r.AutoRecoveryRate = float64(auto) / float64(r.Envelopes)
-	}
+	r.AutoRecoveryRate = recovery.AutoRecoveryRate(mine).Rate
 	settledOrders := map[string]bool{} // completed or escalated: effects may stand
 	for i, cp := range cps {
 		orderID := fmt.Sprintf("o-%04d", i+1)
 		r.Tier1Retries += cp.Tier1Retries
-		r.Redeliveries += int(max(cp.Deliveries, 1) - 1)
+		r.Redeliveries += cp.Redeliveries
 		r.Recoveries += cp.Recoveries
 		rec := byID[cp.Envelope]
 		switch {

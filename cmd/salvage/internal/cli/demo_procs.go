@@ -25,45 +25,57 @@ type worker struct {
 // startWorkers starts o.workers child worker processes and waits until each
 // has printed its NATS_URL line (roles ready).
 func (e *env) startWorkers(ctx context.Context, o demoOpts, url string) ([]*worker, error) {
+	var out []*worker
+	for i := range o.workers {
+		w, err := e.startWorker(ctx, o, url, fmt.Sprintf("demo-w%d", i+1))
+		if w != nil {
+			out = append(out, w)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// startWorker starts one `salvage up --role worker` child process and
+// waits until it is ready.
+func (e *env) startWorker(ctx context.Context, o demoOpts, url, id string) (*worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	var out []*worker
-	for i := range o.workers {
-		id := fmt.Sprintf("demo-w%d", i+1)
-		args := append([]string{"up", "--role", app.RoleWorker, "--server", url, "--worker-id", id,
-			"--log-level", e.logLevel, "--log-format", e.logFormat}, o.run.args()...)
-		cmd := exec.CommandContext(ctx, exe, args...)
-		cmd.Stderr = e.stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return out, err
-		}
-		if err := cmd.Start(); err != nil {
-			return out, fmt.Errorf("start worker %s: %w", id, err)
-		}
-		out = append(out, &worker{id: id, cmd: cmd})
-		ready := make(chan bool, 1)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				if strings.HasPrefix(sc.Text(), "NATS_URL=") {
-					ready <- true
-				}
-			}
-			ready <- false
-		}()
-		select {
-		case ok := <-ready:
-			if !ok {
-				return out, fmt.Errorf("worker %s exited before it was ready", id)
-			}
-		case <-time.After(30 * time.Second):
-			return out, fmt.Errorf("worker %s not ready after 30s", id)
-		}
+	args := append([]string{"up", "--role", app.RoleWorker, "--server", url, "--worker-id", id,
+		"--log-level", e.logLevel, "--log-format", e.logFormat}, o.run.args()...)
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Stderr = e.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start worker %s: %w", id, err)
+	}
+	w := &worker{id: id, cmd: cmd}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "NATS_URL=") {
+				ready <- true
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			return w, fmt.Errorf("worker %s exited before it was ready", id)
+		}
+	case <-time.After(time.Minute):
+		return w, fmt.Errorf("worker %s not ready after a minute", id)
+	}
+	return w, nil
 }
 
 // stopWorkers drains the workers with SIGTERM, then kills what is left.

@@ -131,7 +131,7 @@ func collect(ctx context.Context, js jetstream.JetStream, st *kv.Stores, jobs []
 			}
 			r.Calls += cp.Calls
 			r.Tier1Retries += cp.Tier1Retries
-			r.Redeliveries += int(max(cp.Deliveries, 1) - 1)
+			r.Redeliveries += cp.Redeliveries
 		}
 		res, err := readResults(ctx, js, id)
 		if err != nil {

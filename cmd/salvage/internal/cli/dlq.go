@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,19 +52,27 @@ func (e *env) dlqCmd() *cobra.Command {
 			Status   string `json:"status,omitempty"`
 			Job      string `json:"job_id,omitempty"`
 			MinAge   string `json:"min_age,omitempty"`
+			Offset   int    `json:"offset,omitempty"`
+			Limit    int    `json:"limit,omitempty"`
 		}
 		note string
 	)
-	by := os.Getenv("USER")
-	if by == "" {
-		by = "cli"
-	}
+	by := operatorName()
 	ls := &cobra.Command{
 		Use: "ls", Short: "List envelopes, oldest first", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			var recs []kv.EnvelopeRecord
-			if err := e.request("dlq.list", filter, &recs); err != nil {
-				return err
+			recs := []kv.EnvelopeRecord{}
+			filter.Limit = api.PageMax
+			for {
+				var page api.EnvelopeList
+				if err := e.request("dlq.list", filter, &page); err != nil {
+					return err
+				}
+				recs = append(recs, page.Envelopes...)
+				if page.NextOffset == 0 {
+					break
+				}
+				filter.Offset = page.NextOffset
 			}
 			if asJSON {
 				return e.writeJSON(recs)
@@ -80,7 +87,7 @@ func (e *env) dlqCmd() *cobra.Command {
 		},
 	}
 	ls.Flags().StringVar(&filter.Category, "category", "", "only this category")
-	ls.Flags().StringVar(&filter.Status, "status", "", "only this status (open, recovering, resolved, escalated, dead-end, abandoned)")
+	ls.Flags().StringVar(&filter.Status, "status", "", "only this status (open, recovering, resolved, superseded, escalated, dead-end, abandoned)")
 	ls.Flags().StringVar(&filter.Job, "job", "", "only this job")
 	ls.Flags().StringVar(&filter.MinAge, "min-age", "", "only envelopes at least this old (e.g. 30m)")
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -74,15 +76,22 @@ func (e *env) statusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			cps = j.View(cps)
 			if asJSON {
-				for i := range cps {
-					cps[i].Outputs = nil
-				}
 				return e.writeJSON(map[string]any{"job": j, "chunks": cps})
+			}
+			running, pending := 0, 0
+			for _, c := range cps {
+				switch c.Status {
+				case kv.StatusRunning:
+					running++
+				case kv.StatusPending:
+					pending++
+				}
 			}
 			fmt.Fprintf(e.stdout, "job %s  pipeline %s  status %s  trace %s\n", j.ID, j.Pipeline, j.Status, j.TraceID)
 			fmt.Fprintf(e.stdout, "chunks %d: %d done, %d dead-lettered, %d cancelled, %d running, %d pending\n",
-				j.Chunks, j.Summary.Done, j.Summary.DeadLettered, j.Summary.Cancelled, j.Summary.Running, j.Summary.Pending)
+				j.Chunks, j.Summary.Done, j.Summary.DeadLettered, j.Summary.Cancelled, running, pending)
 			for _, why := range j.Explanation {
 				fmt.Fprintln(e.stdout, "  "+why)
 			}
@@ -97,6 +106,15 @@ func (e *env) statusCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// operatorName is who an operator action is recorded as: $USER, else
+// "cli".
+func operatorName() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "cli"
 }
 
 func truncate(s string, n int) string {
@@ -142,15 +160,16 @@ func (e *env) cancelCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return e.withStores("salvage cancel", func(ctx context.Context, _ jetstream.JetStream, st *kv.Stores) error {
-				j, err := st.Jobs.Cancel(ctx, id)
-				if errors.Is(err, kv.ErrNotFound) {
+			return e.withStores("salvage cancel", func(ctx context.Context, js jetstream.JetStream, st *kv.Stores) error {
+				j, err := consumers.NewOperator(js, st).Cancel(ctx, id, operatorName())
+				if errors.Is(err, consumers.ErrUnknownJob) {
 					return fmt.Errorf("no job %s", id)
 				}
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.stdout, "job %s cancelled (was %s; chunks stop at their next stage)\n", id, j.Status)
+				fmt.Fprintf(e.stdout, "job %s cancelled: %s, %d done, %d cancelled, %d dead-lettered of %d chunks (running ones stop at their next stage)\n",
+					id, j.Status, j.Summary.Done, j.Summary.Cancelled, j.Summary.DeadLettered, j.Chunks)
 				return nil
 			})(cmd, args)
 		},

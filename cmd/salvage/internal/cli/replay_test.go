@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
@@ -234,4 +236,112 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 func natsCmdQuiet(t *testing.T, url string, args ...string) []byte {
 	out, _ := exec.Command(natsBinary(t), append([]string{"--server", url}, args...)...).Output()
 	return out
+}
+
+// natsPubStdin publishes body (too long for an argument) with `nats pub
+// --force-stdin`.
+func natsPubStdin(t *testing.T, url, subject string, body []byte) {
+	t.Helper()
+	cmd := exec.Command(natsBinary(t), "--server", url, "pub", subject, "--force-stdin")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nats pub %s: %v\n%s", subject, err, out)
+	}
+}
+
+// TestHostileInputWithTheNatsCLI replays the reports: jobs published with
+// the stock nats CLI that used to leave half-made jobs, unsendable
+// rejections retried forever, unbounded jobs and unanswerable status
+// requests.
+func TestHostileInputWithTheNatsCLI(t *testing.T) {
+	url, _ := up(t, "--max-chunks", "300", "--model-latency", "20ms")
+	nc := natstest.Connect(t, url)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	rejections := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe("salvage.events.rejected.>", rejections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+	expect := func(reason string) streams.Rejection {
+		t.Helper()
+		select {
+		case m := <-rejections:
+			var r streams.Rejection
+			if err := json.Unmarshal(m.Data, &r); err != nil || r.Reason != reason || len(m.Data) > 16<<10 {
+				t.Fatalf("rejection on %s (%d bytes): %+v %v; want a bounded %s", m.Subject, len(m.Data), r, err, reason)
+			}
+			return r
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no %s rejection", reason)
+		}
+		return streams.Rejection{}
+	}
+	lt := strings.Repeat("<", 200_000)
+
+	// One paragraph of 200,000 '<': valid, but its chunk is 1.2 MB once
+	// JSON-escaped. Rejected whole: no record, no chunk.
+	body := []byte(`{"input": {"text": "Clause 1\n\n` + lt + `"}}`)
+	natsPubStdin(t, url, "salvage.jobs.contract-review", body)
+	expect(streams.RejectOversizedChunk)
+	// A malformed body of the same: its rejection is a prefix and a hash.
+	natsPubStdin(t, url, "salvage.jobs.contract-review", []byte(lt))
+	if r := expect(streams.RejectMalformedJSON); r.Size != len(lt) || !r.DataTruncated {
+		t.Errorf("malformed rejection = size %d truncated %v", r.Size, r.DataTruncated)
+	}
+	// More chunks than the pipeline allows.
+	body, _ = json.Marshal(map[string]any{"input": contractreview.Input{Text: contractreview.Contract(301, 1)}})
+	natsPubStdin(t, url, "salvage.jobs.contract-review", body)
+	expect(streams.RejectTooManyChunks)
+	stores, err := kv.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jobs, _ := stores.Jobs.List(ctx); len(jobs) != 0 {
+		t.Fatalf("rejected jobs left %d records", len(jobs))
+	}
+	for _, name := range []string{streams.Jobs, streams.Chunks, streams.Backlog} {
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return false
+			}
+			info, err := s.Info(ctx)
+			return err == nil && info.State.Msgs == 0
+		}, "%s empty after the rejections", name)
+	}
+
+	// A 300-chunk job: its status comes in pages, and cancelling it ends
+	// it at once.
+	job := "01JHOSTILE0000000000000000"
+	body, _ = json.Marshal(map[string]any{"job_id": job, "input": contractreview.Input{Text: contractreview.Contract(300, 2)}})
+	natsPubStdin(t, url, "salvage.jobs.contract-review", body)
+	var st struct {
+		Job        kv.Job          `json:"job"`
+		Chunks     []kv.Checkpoint `json:"chunks"`
+		NextOffset int             `json:"next_offset"`
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		out := natsCmdQuiet(t, url, "req", "--raw", "salvage.api.jobs.status", `{"job_id":"`+job+`","offset":100}`)
+		return json.Unmarshal(out, &st) == nil && st.Job.Chunks == 300
+	}, "the big job's status")
+	if len(st.Chunks) != 100 || st.Chunks[0].Chunk != 101 || st.NextOffset != 200 || st.Job.Window != 16 {
+		t.Errorf("status page: %d chunks from %d, next %d, window %d", len(st.Chunks), st.Chunks[0].Chunk, st.NextOffset, st.Job.Window)
+	}
+	if code, out, errOut := run(t, "", "cancel", job, "--server", url); code != 0 {
+		t.Fatalf("cancel: %s %s", out, errOut)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		j, err := stores.Jobs.Get(ctx, job)
+		return err == nil && j.Status == kv.JobCancelled
+	}, "the cancelled job to settle")
+	j, _ := stores.Jobs.Get(ctx, job)
+	if j.Summary.Done+j.Summary.Cancelled != 300 || j.Summary.Cancelled < 250 {
+		t.Errorf("cancelled job summary = %+v", j.Summary)
+	}
+	if code, out, _ := run(t, "", "status", job, "--server", url); code != 0 || !strings.Contains(out, "cancelled-at-stage-0") {
+		t.Errorf("status of the cancelled job:\n%.2000s", out)
+	}
 }

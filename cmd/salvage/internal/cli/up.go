@@ -28,6 +28,8 @@ type runFlags struct {
 	ackWait       time.Duration
 	maxDeliver    int
 	concurrency   int
+	maxChunks     int
+	chunkWindow   int
 	workerID      string
 	retries       int
 	retryBase     time.Duration
@@ -49,6 +51,8 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.ackWait, "ack-wait", streams.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; also the claim lease")
 	f.IntVar(&r.maxDeliver, "max-deliver", streams.MaxDeliverDefault, "tier 2: deliveries before a chunk is dead-lettered")
 	f.IntVar(&r.concurrency, "concurrency", consumers.ConcurrencyDefault, "chunks in flight per worker process")
+	f.IntVar(&r.maxChunks, "max-chunks", consumers.MaxChunksDefault, "most chunks one job may split into (a pipeline may set its own); more is rejected as too-many-chunks")
+	f.IntVar(&r.chunkWindow, "chunk-window", consumers.ChunkWindowDefault, "chunks of one job queued at once; the rest wait in SALVAGE_BACKLOG, so a job behind a large one waits for at most this many of its chunks")
 	f.StringVar(&r.workerID, "worker-id", "", "worker id in claims and checkpoints (default host-pid-random)")
 	f.IntVar(&r.retries, "retries", recovery.MaxRetriesDefault, "tier 1: retries per call (attempts = retries+1)")
 	f.DurationVar(&r.retryBase, "retry-base", recovery.BaseDelayDefault, "tier 1: upper bound of the first full-jitter wait")
@@ -76,6 +80,7 @@ func (r *runFlags) args() []string {
 	return []string{
 		"--ack-wait", r.ackWait.String(), "--max-deliver", strconv.Itoa(r.maxDeliver),
 		"--concurrency", strconv.Itoa(r.concurrency), "--retries", strconv.Itoa(r.retries),
+		"--max-chunks", strconv.Itoa(r.maxChunks), "--chunk-window", strconv.Itoa(r.chunkWindow),
 		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
 		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites, "--sim", r.simURL,
 		"--sim-timeout", r.simTimeout.String(), "--cool-down", r.coolDown.String(),
@@ -92,7 +97,7 @@ func (r *runFlags) config(roles []string) app.Config {
 	}
 	return app.Config{
 		Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
-		Concurrency: r.concurrency, WorkerID: r.workerID,
+		Concurrency: r.concurrency, WorkerID: r.workerID, MaxChunks: r.maxChunks, ChunkWindow: r.chunkWindow,
 		Retry:         recovery.RetryPolicy{MaxRetries: retries, BaseDelay: r.retryBase, MaxDelay: r.retryMax, TotalCap: r.retryTotal},
 		Model:         r.model,
 		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout,

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/json"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,18 +10,22 @@ import (
 	"github.com/salvagehq/salvage/kv"
 )
 
-// callStats follows salvage_journal: calls by tool and status, and the
-// latency of every call that finished while it watched.
+// callStats follows salvage_journal and counts row writes by tool and
+// status: each write is an event (a call began, succeeded, failed, was
+// cancelled or compensated), so a replay that rewrites a FAILED row as
+// SUCCEEDED adds a success and takes nothing away. It also observes the
+// latency of every call that finished while it watched. A watch restart
+// delivers every key's latest row again; those are not counted twice.
 type callStats struct {
 	mu       sync.Mutex
-	status   map[string]string // journal key -> tool + "\x00" + status
+	seen     map[string]uint64 // journal key -> revision last counted
 	byStatus map[string]map[string]int
 	latency  prometheus.Histogram
 }
 
 func newCallStats() *callStats {
 	return &callStats{
-		status: map[string]string{}, byStatus: map[string]map[string]int{},
+		seen: map[string]uint64{}, byStatus: map[string]map[string]int{},
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "salvage_call_duration_seconds", Help: "Latency of journaled calls, retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
@@ -33,23 +36,19 @@ func newCallStats() *callStats {
 // update applies one journal entry (deletes and the end-of-initial-values
 // marker carry no row).
 func (c *callStats) update(e jetstream.KeyValueEntry) {
-	if e != nil && e.Operation() == jetstream.KeyValuePut {
-		c.observe(e.Key(), e.Value())
+	if e == nil || e.Operation() != jetstream.KeyValuePut {
+		return
 	}
-}
-
-func (c *callStats) observe(key string, value []byte) {
 	var r kv.JournalRow
-	if json.Unmarshal(value, &r) != nil {
+	if json.Unmarshal(e.Value(), &r) != nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if prev, ok := c.status[key]; ok {
-		tool, status, _ := strings.Cut(prev, "\x00")
-		c.byStatus[tool][status]--
+	if c.seen[e.Key()] >= e.Revision() {
+		return
 	}
-	c.status[key] = r.Tool + "\x00" + r.Status
+	c.seen[e.Key()] = e.Revision()
 	if c.byStatus[r.Tool] == nil {
 		c.byStatus[r.Tool] = map[string]int{}
 	}
@@ -66,9 +65,7 @@ func (c *callStats) counts() map[string]map[string]int {
 	for tool, m := range c.byStatus {
 		out[tool] = map[string]int{}
 		for s, n := range m {
-			if n > 0 {
-				out[tool][s] = n
-			}
+			out[tool][s] = n
 		}
 	}
 	return out

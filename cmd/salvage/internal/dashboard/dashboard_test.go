@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -54,10 +55,15 @@ func setup(t *testing.T, token string) *fixture {
 		t.Fatal(err)
 	}
 	for i, status := range []string{kv.StatusDone, kv.StatusDone, kv.StatusDeadLettered} {
+		var d kv.Delta
 		if _, err := stores.Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
-			cp.Status, cp.Tier1Retries, cp.Deliveries = status, 2, uint64(i+1)
+			cp.Status, cp.Tier1Retries, cp.Deliveries, cp.Redeliveries = status, 2, uint64(i+1), i
+			d = cp.Recount()
 			return nil
 		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := stores.Jobs.Apply(ctx, job, d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,52 +107,59 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// scrape reads /metrics into "name,label=value,..." keys (labels sorted by
+// name, as the exposition format has them).
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	code, body := get(t, url+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	values := map[string]float64{}
+	for name, fam := range families {
+		for _, m := range fam.GetMetric() {
+			key := name
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.GetGauge() != nil:
+				values[key] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				values[key] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				values[key+",count"] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return values
+}
+
 func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 	f := setup(t, "")
 	var values map[string]float64
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		code, body := get(t, f.url+"/metrics")
-		if code != 200 {
-			return false
-		}
-		parser := expfmt.NewTextParser(model.LegacyValidation)
-		families, err := parser.TextToMetricFamilies(strings.NewReader(body))
-		if err != nil {
-			t.Fatalf("/metrics does not parse: %v", err)
-		}
-		values = map[string]float64{}
-		for name, fam := range families {
-			for _, m := range fam.GetMetric() {
-				key := name
-				for _, l := range m.GetLabel() {
-					key += "," + l.GetName() + "=" + l.GetValue()
-				}
-				switch {
-				case m.GetGauge() != nil:
-					values[key] = m.GetGauge().GetValue()
-				case m.GetCounter() != nil:
-					values[key] = m.GetCounter().GetValue()
-				case m.GetHistogram() != nil:
-					values[key+",count"] = float64(m.GetHistogram().GetSampleCount())
-				}
-			}
-		}
+		values = scrape(t, f.url)
 		// The journal watcher catches up asynchronously, and one scrape
 		// collects the histogram and the counts concurrently.
 		return values["salvage_calls_total,status=SUCCEEDED,tool=charge-payment"] == 2 && values["salvage_call_duration_seconds,count"] == 3
 	}, "call metrics from the journal")
-	s, _ := f.b.JS.Stream(context.Background(), streams.DLQ)
-	info, _ := s.Info(context.Background())
 	want := map[string]float64{
-		"salvage_dlq_depth": float64(info.State.Msgs),
-		"salvage_envelopes_total,category=TRANSIENT_NETWORK":                    1,
-		"salvage_recoveries_total,outcome=open,strategy=RESUME_FROM_CHECKPOINT": 1,
-		"salvage_chunks_total,status=done":                                      6, // 2 running + 4 finished
-		"salvage_chunks_total,status=dead-lettered":                             1,
-		"salvage_tier1_retries_total":                                           7, // 6 running + 1 finished
-		"salvage_redeliveries_total":                                            5, // deliveries 1, 2, 3; 2 finished
-		"salvage_calls_total,status=FAILED,tool=charge-payment":                 1,
-		"salvage_call_duration_seconds,count":                                   3,
+		"salvage_dlq_depth":                                     1, // the one open envelope
+		"salvage_dlq_unacknowledged":                            0,
+		"salvage_auto_recovery_rate":                            0, // its chunk is not recovered yet
+		"salvage_envelopes_total,category=TRANSIENT_NETWORK":    1,
+		"salvage_chunks_total,status=done":                      6, // 2 running + 4 finished
+		"salvage_chunks_total,status=dead-lettered":             1,
+		"salvage_tier1_retries_total":                           7, // 6 running + 1 finished
+		"salvage_redeliveries_total":                            5, // 0, 1, 2 running; 2 finished
+		"salvage_calls_total,status=FAILED,tool=charge-payment": 1,
+		"salvage_call_duration_seconds,count":                   3,
 	}
 	for k, v := range want {
 		if values[k] != v {
@@ -316,5 +329,82 @@ func TestAllowedHosts(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
 		}
+	}
+}
+
+// TestCountersNeverGoBack: a replay turns the dead-lettered chunk done and
+// rewrites its FAILED row as SUCCEEDED. Counters count events, so neither
+// salvage_chunks_total{status="dead-lettered"} nor the FAILED calls drop
+// (they used to, breaking rate()); the depth gauge follows the open
+// envelopes down, and an escalation waiting for a person keeps the
+// oldest-unresolved gauge up.
+func TestCountersNeverGoBack(t *testing.T) {
+	f := setup(t, "")
+	ctx := context.Background()
+	job := "01JDASHBOARD00000000000000"
+	failedRow := kv.JournalKey(job, 3, 0, 1, "billing", 3)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		v := scrape(t, f.url)
+		return v["salvage_calls_total,status=FAILED,tool=charge-payment"] == 1 && v["salvage_chunks_total,status=dead-lettered"] == 1
+	}, "the first counts")
+
+	// The replay: chunk 3 runs again and finishes; its call succeeds.
+	var d kv.Delta
+	if _, err := f.stores.Checkpoints.Mutate(ctx, job, 3, func(cp *kv.Checkpoint) error {
+		cp.Status = kv.StatusDone
+		d = cp.Recount()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.stores.Jobs.Apply(ctx, job, d); err != nil {
+		t.Fatal(err)
+	}
+	row, err := f.stores.Journal.Get(ctx, failedRow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := row.JournalRow
+	next.CarryHistory(row.JournalRow)
+	next.Status, next.Error = kv.CallSucceeded, ""
+	if _, err := f.stores.Journal.Put(ctx, next, row.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.stores.Envelopes.Mutate(ctx, f.envID, func(r *kv.EnvelopeRecord) error {
+		r.Status, r.ResolvedBy = kv.EnvelopeResolved, "chunk"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]float64
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		v = scrape(t, f.url)
+		return v["salvage_calls_total,status=SUCCEEDED,tool=charge-payment"] == 3 && v["salvage_chunks_total,status=done"] == 7 && v["salvage_dlq_depth"] == 0
+	}, "the replay's counts (last: %v)", v)
+	for k, want := range map[string]float64{
+		"salvage_calls_total,status=FAILED,tool=charge-payment":                     1,
+		"salvage_chunks_total,status=dead-lettered":                                 1,
+		"salvage_recoveries_total,outcome=resolved,strategy=RESUME_FROM_CHECKPOINT": 1,
+		"salvage_auto_recovery_rate":                                                1,
+	} {
+		if v[k] != want {
+			t.Errorf("after the replay %s = %v, want %v", k, v[k], want)
+		}
+	}
+
+	// Seven escalations wait for a person, the oldest for ten minutes.
+	for i := range 7 {
+		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: fmt.Sprintf("01JESCALATED%014d", i), Job: job, Chunk: 10 + i,
+			Category: recovery.CategoryCompensationNeeded, Strategy: recovery.StrategyEscalate, Status: kv.EnvelopeEscalated,
+			CreatedAt: time.Now().Add(-time.Duration(10-i) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		v = scrape(t, f.url)
+		return v["salvage_dlq_depth"] == 7
+	}, "seven open escalations (last: %v)", v)
+	if v["salvage_dlq_oldest_unresolved_seconds"] < 590 || v["salvage_dlq_unacknowledged"] != 7 {
+		t.Errorf("oldest unresolved %v s (want about 600), unacknowledged %v (want 7)", v["salvage_dlq_oldest_unresolved_seconds"], v["salvage_dlq_unacknowledged"])
 	}
 }

@@ -103,15 +103,15 @@ func Listen(js jetstream.JetStream, stores *kv.Stores, cfg Config) (*Server, err
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	s := &Server{cfg: cfg, l: l, sum: &summarizer{js: js, stores: stores, calls: newCallStats(), jobs: newJobIndex()},
+	s := &Server{cfg: cfg, l: l, sum: &summarizer{js: js, calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex()},
 		op: consumers.NewOperator(js, stores), log: log.With().Str("role", "dashboard").Logger(), token: token}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.sum.summary(r.Context()); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		if !js.Conn().IsConnected() {
+			http.Error(w, "not connected to NATS", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
@@ -132,8 +132,12 @@ func (s *Server) URL() string { return "http://" + s.l.Addr().String() }
 // Run serves until ctx ends, following the journal for call metrics. It
 // blocks.
 func (s *Server) Run(ctx context.Context) error {
-	go followBucket(ctx, s.sum.js, kv.BucketJournal, s.log, s.sum.calls.update)
-	go followBucket(ctx, s.sum.js, kv.BucketJobs, s.log, s.sum.jobs.update)
+	restart := func(bucket string) func(error) {
+		return func(err error) { s.log.Debug().Err(err).Str("bucket", bucket).Msg("watch ended; restarting") }
+	}
+	go kv.Follow(ctx, s.sum.js, kv.BucketJournal, s.sum.calls.update, restart(kv.BucketJournal))
+	go kv.Follow(ctx, s.sum.js, kv.BucketJobs, s.sum.jobs.update, restart(kv.BucketJobs))
+	go kv.Follow(ctx, s.sum.js, kv.BucketEnvelopes, s.sum.envs.update, restart(kv.BucketEnvelopes))
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {
@@ -176,13 +180,8 @@ func fail(w http.ResponseWriter, status int, err error) {
 	writeJSON(w, status, map[string]string{"error": err.Error()})
 }
 
-func (s *Server) apiSummary(w http.ResponseWriter, r *http.Request) {
-	sum, err := s.sum.summary(r.Context())
-	if err != nil {
-		fail(w, http.StatusServiceUnavailable, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, sum)
+func (s *Server) apiSummary(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.sum.summary())
 }
 
 func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
@@ -276,7 +275,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, consumers.ErrUnknownEnvelope), errors.Is(err, kv.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, consumers.ErrAlreadyResolved):
+	case errors.Is(err, consumers.ErrAlreadyResolved), errors.Is(err, consumers.ErrSuperseded):
 		return http.StatusConflict
 	case errors.Is(err, streams.ErrBadToken):
 		return http.StatusBadRequest

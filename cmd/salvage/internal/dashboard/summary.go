@@ -4,7 +4,6 @@
 package dashboard
 
 import (
-	"context"
 	"sort"
 	"sync"
 	"time"
@@ -12,24 +11,40 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/streams"
+	"github.com/salvagehq/salvage/recovery"
 )
 
 // Summary is the state of a deployment at one moment (GET /api/summary).
 type Summary struct {
-	At                      time.Time                 `json:"at"`
-	DLQDepth                uint64                    `json:"dlq_depth"`
-	Envelopes               int                       `json:"envelopes"`
-	ByCategory              map[string]int            `json:"by_category"`
-	ByStatus                map[string]int            `json:"by_status"`
+	At time.Time `json:"at"`
+	// DLQDepth counts open envelopes: open, recovering, or escalated and
+	// waiting for a person.
+	DLQDepth uint64 `json:"dlq_depth"`
+	// Unacknowledged counts open envelopes that need a person's
+	// acknowledgement (escalations, COMPENSATION_NEEDED) and have none.
+	Unacknowledged int `json:"unacknowledged"`
+	// Envelopes counts envelope records, whatever their status.
+	Envelopes int `json:"envelopes"`
+	// ByCategory and ByStatus count the records as they stand.
+	ByCategory map[string]int `json:"by_category"`
+	ByStatus   map[string]int `json:"by_status"`
+	// CategoryEvents counts envelopes by the category they arrived with;
+	// Recoveries counts moves into a final status by strategy. Both only
+	// grow.
+	CategoryEvents          map[string]int            `json:"category_events"`
 	Recoveries              map[string]map[string]int `json:"recoveries"` // strategy -> outcome -> n
 	OldestUnresolvedSeconds float64                   `json:"oldest_unresolved_seconds"`
-	AutoRecoveryRate        float64                   `json:"auto_recovery_rate"`
-	Tier1Retries            int                       `json:"tier1_retries"`
-	Redeliveries            int                       `json:"redeliveries"`
-	Chunks                  map[string]int            `json:"chunks"`
-	Jobs                    []JobProgress             `json:"jobs"`
-	Calls                   map[string]map[string]int `json:"calls"` // tool -> status -> n
+	recovery.RecoveryStats
+	Tier1Retries int `json:"tier1_retries"`
+	Redeliveries int `json:"redeliveries"`
+	// Chunks counts chunks as they stand: done, cancelled, dead-lettered,
+	// unfinished.
+	Chunks map[string]int `json:"chunks"`
+	// ChunkEvents counts chunk outcomes as events (dead-lettered counts
+	// every time): they only grow.
+	ChunkEvents map[string]int            `json:"chunk_events"`
+	Jobs        []JobProgress             `json:"jobs"`
+	Calls       map[string]map[string]int `json:"calls"` // tool -> status -> n
 }
 
 // JobProgress is one job on the page.
@@ -42,101 +57,68 @@ type JobProgress struct {
 	Failed   int    `json:"failed"`
 }
 
-// summarizer computes summaries from the streams and buckets, at most once
-// per second, and follows the journal for call counts and latencies.
+// summarizer computes summaries from in-memory indexes of the job and
+// envelope buckets and the journal, each kept current by a watch, at most
+// once per second: a summary reads no store.
 type summarizer struct {
-	js     jetstream.JetStream
-	stores *kv.Stores
+	js    jetstream.JetStream
+	jobs  *jobIndex
+	envs  *envelopeIndex
+	calls *callStats
 
 	mu     sync.Mutex
 	cached Summary
-	calls  *callStats
-	jobs   *jobIndex
-}
-
-// addSummary adds a job's chunk counts under their status names.
-func addSummary(chunks map[string]int, s kv.Summary) {
-	for status, n := range map[string]int{
-		kv.StatusDone: s.Done, "cancelled": s.Cancelled, kv.StatusDeadLettered: s.DeadLettered,
-		kv.StatusRunning: s.Running, kv.StatusPending: s.Pending, "parked": s.Parked,
-	} {
-		if n > 0 {
-			chunks[status] += n
-		}
-	}
 }
 
 const summaryTTL = time.Second
 
-func (s *summarizer) summary(ctx context.Context) (Summary, error) {
+func (s *summarizer) summary() Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if time.Since(s.cached.At) < summaryTTL {
-		return s.cached, nil
+		return s.cached
 	}
 	sum := Summary{At: time.Now().UTC(), ByCategory: map[string]int{}, ByStatus: map[string]int{},
-		Recoveries: map[string]map[string]int{}, Chunks: map[string]int{}, Jobs: []JobProgress{}}
-	st, err := s.js.Stream(ctx, streams.DLQ)
-	if err != nil {
-		return sum, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return sum, err
-	}
-	sum.DLQDepth = info.State.Msgs
-	recs, err := s.stores.Envelopes.List(ctx)
-	if err != nil {
-		return sum, err
-	}
-	auto, final := 0, 0
+		Chunks: map[string]int{}, ChunkEvents: map[string]int{}, Jobs: []JobProgress{}}
+	recs, cats, outcomes := s.envs.snapshot()
+	sum.CategoryEvents, sum.Recoveries = cats, outcomes
 	var oldest time.Time
 	for _, r := range recs {
 		sum.Envelopes++
 		sum.ByCategory[r.Category]++
 		sum.ByStatus[r.Status]++
-		if sum.Recoveries[r.Strategy] == nil {
-			sum.Recoveries[r.Strategy] = map[string]int{}
+		if !r.Open() {
+			continue
 		}
-		sum.Recoveries[r.Strategy][r.Status]++
-		if r.Final() {
-			final++
-			if r.Status != kv.EnvelopeEscalated {
-				auto++
-			}
-		} else if oldest.IsZero() || r.CreatedAt.Before(oldest) {
+		sum.DLQDepth++
+		if oldest.IsZero() || r.CreatedAt.Before(oldest) {
 			oldest = r.CreatedAt
+		}
+		if r.AckedBy == "" && (r.Status == kv.EnvelopeEscalated || r.Category == recovery.CategoryCompensationNeeded) {
+			sum.Unacknowledged++
 		}
 	}
 	if !oldest.IsZero() {
 		sum.OldestUnresolvedSeconds = time.Since(oldest).Seconds()
 	}
-	sum.AutoRecoveryRate = 1
-	if final > 0 {
-		sum.AutoRecoveryRate = float64(auto) / float64(final)
-	}
-	// Finished jobs answer from their records (kept current by a watch);
-	// only running ones are read chunk by chunk.
-	for _, j := range s.jobs.snapshot() {
-		if j.Status != kv.JobRunning {
-			addSummary(sum.Chunks, j.Summary)
-			sum.Tier1Retries += j.Summary.Tier1Retries
-			sum.Redeliveries += j.Summary.Redeliveries
-			continue
+	sum.RecoveryStats = recovery.AutoRecoveryRate(recs)
+	jobs, events := s.jobs.snapshot()
+	sum.Tier1Retries, sum.Redeliveries = events.Tier1Retries, events.Redeliveries
+	sum.ChunkEvents[kv.StatusDone] = events.Done
+	sum.ChunkEvents[kv.OutcomeCancelled] = events.Cancelled
+	sum.ChunkEvents[kv.StatusDeadLettered] = events.DeadLetters
+	for _, j := range jobs {
+		sum.Chunks[kv.StatusDone] += j.Summary.Done
+		sum.Chunks[kv.OutcomeCancelled] += j.Summary.Cancelled
+		sum.Chunks[kv.StatusDeadLettered] += j.Summary.DeadLettered
+		sum.Chunks["unfinished"] += max(j.Chunks-j.Summary.Terminal(), 0)
+		if j.Status == kv.JobRunning {
+			sum.Jobs = append(sum.Jobs, JobProgress{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks,
+				Done: j.Summary.Done, Failed: j.Summary.DeadLettered})
 		}
-		cps, err := s.stores.Checkpoints.ForJob(ctx, j.ID, j.Chunks)
-		if err != nil {
-			return sum, err
-		}
-		_, live, _ := kv.Derive(false, cps)
-		addSummary(sum.Chunks, live)
-		sum.Tier1Retries += live.Tier1Retries
-		sum.Redeliveries += live.Redeliveries
-		sum.Jobs = append(sum.Jobs, JobProgress{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks,
-			Done: live.Done, Failed: live.DeadLettered})
 	}
 	sort.Slice(sum.Jobs, func(i, k int) bool { return sum.Jobs[i].ID > sum.Jobs[k].ID })
 	sum.Calls = s.calls.counts()
 	s.cached = sum
-	return sum, nil
+	return sum
 }

@@ -1,0 +1,363 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// chaosReport is what `salvage chaos` reports; the JSON names are a
+// contract.
+type chaosReport struct {
+	Jobs                 int            `json:"jobs"`
+	JobsSettled          int            `json:"jobs_settled"`
+	JobsByStatus         map[string]int `json:"jobs_by_status"`
+	ChunksMissing        int            `json:"chunks_missing"`
+	EnvelopesUnsettled   int            `json:"envelopes_unsettled"`
+	EnvelopesByStatus    map[string]int `json:"envelopes_by_status"`
+	DuplicateSideEffects int            `json:"duplicate_side_effects"`
+	LeftoverSideEffects  int            `json:"leftover_side_effects"`
+	SideEffects          int            `json:"side_effects"`
+	AutoRecoveryRate     float64        `json:"auto_recovery_rate"`
+	Kills                int            `json:"kills"`
+	ServerRestarts       int            `json:"server_restarts"`
+	PublishedWith        string         `json:"published_with"`
+	Redeliveries         int            `json:"redeliveries"`
+	Tier1Retries         int            `json:"tier1_retries"`
+	SyncInterval         string         `json:"sync_interval"`
+	WallSeconds          float64        `json:"wall_seconds"`
+	TimedOut             bool           `json:"timed_out"`
+}
+
+// ok is the run's own check: every job settled, nothing lost, nothing
+// repeated, nothing left standing that nobody owns.
+func (r *chaosReport) ok() bool {
+	return !r.TimedOut && r.JobsSettled == r.Jobs && r.ChunksMissing == 0 && r.EnvelopesUnsettled == 0 &&
+		r.DuplicateSideEffects == 0 && r.LeftoverSideEffects == 0
+}
+
+func (r *chaosReport) print(w io.Writer) {
+	tw := table(w)
+	fmt.Fprintf(tw, "Salvage chaos: %d order jobs published with %s, workers SIGKILLed %d times, server restarted %d times, sync_interval %s\n\n",
+		r.Jobs, r.PublishedWith, r.Kills, r.ServerRestarts, r.SyncInterval)
+	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
+	row("jobs settled", fmt.Sprintf("%d / %d %v", r.JobsSettled, r.Jobs, r.JobsByStatus))
+	row("chunks missing", r.ChunksMissing)
+	row("envelopes", r.EnvelopesByStatus)
+	row("envelopes unsettled", r.EnvelopesUnsettled)
+	row("side effects in the ledger", r.SideEffects)
+	row("duplicate side effects", r.DuplicateSideEffects)
+	row("leftover side effects", r.LeftoverSideEffects)
+	row("automatic recovery rate", fmt.Sprintf("%.2f", r.AutoRecoveryRate))
+	row("tier-1 retries / redeliveries", fmt.Sprintf("%d / %d", r.Tier1Retries, r.Redeliveries))
+	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
+	verdict := "every job settled; nothing lost, nothing repeated"
+	if !r.ok() {
+		verdict = "CHECKS FAILED"
+	}
+	row("verdict", verdict)
+	_ = tw.Flush()
+}
+
+type chaosOpts struct {
+	demoOpts
+	killEvery time.Duration
+	restart   bool
+	natsCLI   string
+}
+
+func (e *env) chaosCmd() *cobra.Command {
+	var o chaosOpts
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Publish order jobs with the nats CLI while workers are SIGKILLed and the server restarts; check everything settles",
+		Long: `Start an embedded NATS server, 'salvage sim' with faults on every external system,
+the dead-letter and recovery roles, and worker processes. Publish --jobs one-order jobs
+with the nats CLI (--nats, else 'nats' on PATH or ./bin/nats; else the Go client),
+SIGKILL a worker every --kill-every and start another, restart the server once, and wait
+until everything has settled. It exits 0 when every job settled, no chunk was lost, no
+envelope is left open or recovering, and the sim's ledger shows no repeated and no
+orphaned side effect; 1 otherwise. --report json prints one JSON object.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.report != "text" && o.report != "json" {
+				return fmt.Errorf("--report %q: want text or json", o.report)
+			}
+			if o.workers < 2 || o.jobs < 1 {
+				return errors.New("--workers must be at least 2 (one is always being killed) and --jobs at least 1")
+			}
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			r, err := e.runChaos(cmd.Context(), o, log)
+			if err != nil {
+				return err
+			}
+			if o.report == "json" {
+				if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
+					return err
+				}
+			} else {
+				r.print(e.stdout)
+			}
+			if !r.ok() {
+				return &exitError{code: ExitError, err: errors.New("chaos checks failed: a job did not settle, or something was lost or repeated")}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	o.run.register(f, simmodel.Config{Seed: 1, Latency: time.Millisecond})
+	for name, v := range map[string]string{"cool-down": "3s", "sim-timeout": "500ms", "ack-wait": "4s"} {
+		_ = f.Set(name, v)
+		f.Lookup(name).DefValue = v
+	}
+	f.IntVar(&o.jobs, "jobs", 150, "one-order jobs to publish")
+	f.IntVar(&o.workers, "workers", 3, "worker processes alive at a time")
+	f.DurationVar(&o.killEvery, "kill-every", 3*time.Second, "SIGKILL a random worker process this often, and start another")
+	f.BoolVar(&o.restart, "restart", true, "restart the embedded server once, mid-run")
+	f.StringVar(&o.natsCLI, "nats", "", "the nats CLI to publish with (default: nats on PATH, else ./bin/nats, else the Go client)")
+	f.StringVar(&o.report, "report", "text", "report format: text or json")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
+	f.StringVar(&o.sync, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
+	return cmd
+}
+
+func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*chaosReport, error) {
+	rep := &chaosReport{Jobs: o.jobs, JobsByStatus: map[string]int{}, EnvelopesByStatus: map[string]int{}}
+	simURL, simCmd, err := e.startSim(ctx, "--seed", fmt.Sprint(o.run.model.Seed), "--model-latency", "1ms")
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = simCmd.Process.Signal(syscall.SIGTERM); _ = simCmd.Wait() }()
+	client := &sim.Client{BaseURL: simURL, Timeout: 5 * time.Second}
+	if err := client.SetFaults(ctx, orderFaults(o.jobs, o.run.model.Seed)); err != nil {
+		return rep, err
+	}
+	o.run.simURL = simURL
+	d, err := e.startDemoEnv(ctx, &o.demoOpts, log)
+	defer d.close()
+	rep.SyncInterval = d.syncInterval
+	if err != nil {
+		return rep, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	start := time.Now()
+
+	// The killer: one worker SIGKILLed, another started, every killEvery.
+	killCtx, stopKilling := context.WithCancel(waitCtx)
+	killed := make(chan int, 1)
+	go func() {
+		n, spawned := 0, len(d.workers)
+		defer func() { killed <- n }()
+		for {
+			select {
+			case <-killCtx.Done():
+				return
+			case <-time.After(o.killEvery):
+			}
+			i := rand.IntN(len(d.workers))
+			w := d.workers[i]
+			_ = w.cmd.Process.Signal(syscall.SIGKILL)
+			_ = w.cmd.Wait()
+			n++
+			spawned++
+			nw, err := e.startWorker(ctx, o.demoOpts, d.url, fmt.Sprintf("chaos-w%d", spawned))
+			if err != nil {
+				log.Error().Err(err).Msg("start a replacement worker")
+				if nw == nil {
+					continue
+				}
+			}
+			d.workers[i] = nw
+			log.Warn().Str("killed", w.id).Str("started", nw.id).Msg("worker SIGKILLed and replaced")
+		}
+	}()
+
+	jobs := make([]string, o.jobs)
+	for i := range jobs {
+		jobs[i] = ulid.Make().String()
+	}
+	published, err := e.publishChaosJobs(waitCtx, o, d, jobs)
+	rep.PublishedWith = published
+	if err != nil {
+		stopKilling()
+		<-killed
+		return rep, err
+	}
+	restarted := !o.restart
+	for {
+		settled, done := chaosProgress(waitCtx, d.stores, jobs)
+		if !restarted && done >= len(jobs)/3 {
+			log.Warn().Int("jobs_settled", done).Msg("restarting the NATS server")
+			if err := d.restartServer(); err != nil {
+				stopKilling()
+				<-killed
+				return rep, fmt.Errorf("restart the server: %w", err)
+			}
+			rep.ServerRestarts++
+			restarted = true
+		}
+		if settled {
+			break
+		}
+		select {
+		case <-waitCtx.Done():
+			rep.TimedOut = true
+		case <-time.After(500 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	stopKilling()
+	rep.Kills = <-killed
+	rep.WallSeconds = time.Since(start).Seconds()
+	return rep, collectChaos(ctx, d, client, jobs, rep)
+}
+
+// publishChaosJobs publishes one order per job with the nats CLI when
+// there is one, else with the client; it says which.
+func (e *env) publishChaosJobs(ctx context.Context, o chaosOpts, d *demoEnv, jobs []string) (string, error) {
+	all := orders.Generate(len(jobs), o.run.model.Seed)
+	cli := o.natsCLI
+	if cli == "" {
+		if p, err := exec.LookPath("nats"); err == nil {
+			cli = p
+		} else if p, err := filepath.Abs(filepath.Join("bin", "nats")); err == nil {
+			if _, err := os.Stat(p); err == nil {
+				cli = p
+			}
+		}
+	}
+	for i, id := range jobs {
+		body, err := json.Marshal(map[string]any{"job_id": id, "input": all[i]})
+		if err != nil {
+			return "", err
+		}
+		if cli == "" {
+			if _, err := d.js.PublishMsg(ctx, streams.JobMessage(orders.Name, id, body, "")); err != nil {
+				return "client", err
+			}
+			continue
+		}
+		// The server may be restarting: the CLI gets a few tries.
+		var out []byte
+		for try := 0; try < 5; try++ {
+			out, err = exec.CommandContext(ctx, cli, "--server", d.url, "pub", streams.JobSubject(orders.Name), string(body)).CombinedOutput()
+			if err == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if err != nil {
+			return "nats CLI", fmt.Errorf("nats pub: %v: %s", err, out)
+		}
+	}
+	if cli == "" {
+		return "client", nil
+	}
+	return "nats CLI", nil
+}
+
+// chaosProgress reports whether every job and envelope has settled, and
+// how many jobs have.
+func chaosProgress(ctx context.Context, st *kv.Stores, jobs []string) (bool, int) {
+	done := 0
+	for _, id := range jobs {
+		if j, err := st.Jobs.Get(ctx, id); err == nil && j.Finished() {
+			done++
+		}
+	}
+	if done < len(jobs) {
+		return false, done
+	}
+	recs, err := st.Envelopes.List(ctx)
+	if err != nil {
+		return false, done
+	}
+	for _, r := range recs {
+		if r.Status == kv.EnvelopeOpen || r.Status == kv.EnvelopeRecovering {
+			return false, done
+		}
+	}
+	return true, done
+}
+
+// collectChaos fills the report from the job records, checkpoints,
+// envelope records and the sim's ledger.
+func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []string, r *chaosReport) error {
+	order := map[string]string{}  // job -> its one order
+	standing := map[string]bool{} // orders whose effects may stand: done or escalated
+	for i, id := range jobs {
+		order[id] = fmt.Sprintf("o-%04d", i+1)
+		j, err := d.stores.Jobs.Get(ctx, id)
+		if err != nil {
+			r.JobsByStatus["missing"]++
+			r.ChunksMissing++
+			continue
+		}
+		r.JobsByStatus[j.Status]++
+		if j.Finished() {
+			r.JobsSettled++
+		}
+		r.ChunksMissing += j.Chunks - j.Summary.Terminal()
+		r.Tier1Retries += j.Summary.Tier1Retries
+		r.Redeliveries += j.Summary.Redeliveries
+		if j.Status == kv.JobDone {
+			standing[order[id]] = true
+		}
+	}
+	recs, err := d.stores.Envelopes.List(ctx)
+	if err != nil {
+		return err
+	}
+	var ours []kv.EnvelopeRecord
+	for _, rec := range recs {
+		if order[rec.Job] == "" {
+			continue
+		}
+		ours = append(ours, rec)
+		r.EnvelopesByStatus[rec.Status]++
+		switch rec.Status {
+		case kv.EnvelopeOpen, kv.EnvelopeRecovering:
+			r.EnvelopesUnsettled++
+		case kv.EnvelopeEscalated:
+			// Left to a person, effects and all.
+			standing[order[rec.Job]] = true
+		}
+	}
+	r.AutoRecoveryRate = recovery.AutoRecoveryRate(ours).Rate
+	l, err := client.Ledger(ctx)
+	if err != nil {
+		return err
+	}
+	r.SideEffects = l.Summary.Effects
+	r.DuplicateSideEffects = l.Summary.DuplicateKeys + l.Summary.DuplicateOrders
+	for _, e := range l.Effects {
+		if !e.Compensated && !standing[e.Order] {
+			r.LeftoverSideEffects++
+		}
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// repairer settles, once per sweep, what a process killed between two
+// writes left behind. Every path that sees a finished chunk settles it
+// already; the repairer covers the chunks nobody will see again. It keeps
+// the running jobs and the unfinished envelopes in memory, current through
+// watches, so a sweep reads only what looks stuck.
+type repairer struct {
+	js      jetstream.JetStream
+	stores  *kv.Stores
+	tracker tracker
+	log     zerolog.Logger
+	idle    time.Duration
+
+	mu   sync.Mutex
+	jobs map[string]kv.Job
+	envs map[string]kv.EnvelopeRecord
+}
+
+func newRepairer(js jetstream.JetStream, stores *kv.Stores, idle time.Duration, log zerolog.Logger) *repairer {
+	return &repairer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log, idle: idle,
+		jobs: map[string]kv.Job{}, envs: map[string]kv.EnvelopeRecord{}}
+}
+
+// follow keeps the indexes current until ctx ends. It blocks.
+func (r *repairer) follow(ctx context.Context) {
+	restart := func(bucket string) func(error) {
+		return func(err error) { r.log.Debug().Err(err).Str("bucket", bucket).Msg("watch ended; restarting") }
+	}
+	go kv.Follow(ctx, r.js, kv.BucketJobs, r.updateJob, restart(kv.BucketJobs))
+	kv.Follow(ctx, r.js, kv.BucketEnvelopes, r.updateEnvelope, restart(kv.BucketEnvelopes))
+}
+
+func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
+	if e == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var j kv.Job
+	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil && j.Status == kv.JobRunning {
+		r.jobs[e.Key()] = j
+		return
+	}
+	delete(r.jobs, e.Key())
+}
+
+func (r *repairer) updateEnvelope(e jetstream.KeyValueEntry) {
+	if e == nil || strings.HasPrefix(e.Key(), "chunkmsg.") {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var rec kv.EnvelopeRecord
+	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &rec) == nil && !rec.Final() {
+		r.envs[e.Key()] = rec
+		return
+	}
+	delete(r.envs, e.Key())
+}
+
+// stuck returns the running jobs and unfinished envelopes nobody has
+// touched for the idle time.
+func (r *repairer) stuck(now time.Time) ([]kv.Job, []kv.EnvelopeRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var jobs []kv.Job
+	for _, j := range r.jobs {
+		if now.Sub(j.UpdatedAt) >= r.idle {
+			jobs = append(jobs, j)
+		}
+	}
+	var envs []kv.EnvelopeRecord
+	for _, e := range r.envs {
+		if now.Sub(e.UpdatedAt) >= r.idle {
+			envs = append(envs, e)
+		}
+	}
+	return jobs, envs
+}
+
+// repair runs one pass and returns how many jobs and envelopes it changed.
+func (r *repairer) repair(ctx context.Context) (int, error) {
+	jobs, envs := r.stuck(time.Now())
+	n := 0
+	var errs []error
+	for _, j := range jobs {
+		changed, err := r.repairJob(ctx, j)
+		if changed {
+			n++
+		}
+		errs = append(errs, err)
+	}
+	for _, e := range envs {
+		changed, err := r.repairEnvelope(ctx, e)
+		if changed {
+			n++
+		}
+		errs = append(errs, err)
+	}
+	return n, errors.Join(errs...)
+}
+
+// repairJob settles a running job nobody updated for a while: its counts
+// against its checkpoints, a cancel that stopped part-way, a backlog
+// whose admissions a crash lost.
+func (r *repairer) repairJob(ctx context.Context, j kv.Job) (bool, error) {
+	var after kv.Job
+	var err error
+	if j.CancelledAt != nil {
+		after, err = cancelRest(ctx, r.tracker, j, "cancel")
+	} else {
+		after, err = r.tracker.settle(ctx, j.ID)
+	}
+	if errors.Is(err, kv.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	changed := after.Status != j.Status || after.Summary != j.Summary
+	if after.Status == kv.JobRunning && after.Window > 0 && after.CancelledAt == nil {
+		admitted, err := r.restartBacklog(ctx, after)
+		if err != nil {
+			return changed, err
+		}
+		changed = changed || admitted > 0
+	}
+	if changed {
+		r.log.Info().Str("job_id", j.ID).Str("status", after.Status).Int("done", after.Summary.Done).Msg("repaired a stuck job")
+	}
+	return changed, nil
+}
+
+// restartBacklog admits up to a window of a job's backlog when none of its
+// chunks is left in SALVAGE_CHUNKS: the admissions that should have let
+// them in were lost.
+func (r *repairer) restartBacklog(ctx context.Context, j kv.Job) (int, error) {
+	s, err := r.js.Stream(ctx, streams.Chunks)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.ChunksForJob(j.Pipeline, j.ID))); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, err // queued chunks will admit the rest, or an error
+	}
+	n := 0
+	for range j.Window {
+		ok, err := admit(ctx, r.js, j, streams.BacklogForJob(j.Pipeline, j.ID))
+		if err != nil || !ok {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// repairEnvelope settles an open or recovering envelope nobody updated for
+// a while whose chunk ended: resolved when it finished, superseded when it
+// failed again under a newer envelope.
+func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (bool, error) {
+	cp, _, err := r.stores.Checkpoints.Get(ctx, e.Job, e.Chunk)
+	if errors.Is(err, kv.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case cp.Envelope != "" && cp.Envelope != e.ID && cp.Status == kv.StatusDeadLettered:
+		newer, _, err := r.stores.Envelopes.Get(ctx, cp.Envelope)
+		if err != nil || !newer.CreatedAt.After(e.CreatedAt) {
+			return false, nil
+		}
+		return true, supersede(ctx, r.stores, e.ID, cp.Envelope)
+	case cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status):
+		cp.Envelope = e.ID
+		return true, settleEnvelope(ctx, r.stores, cp, "sweeper")
+	}
+	return false, nil
+}

@@ -1,0 +1,159 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// settleEnvelope brings the envelope a chunk last ran for in line with how
+// the chunk ended: resolved when it is done, resolved (a person's doing)
+// when its job was cancelled. A final envelope, or a chunk still running,
+// is left alone. A missing envelope is not an error.
+func settleEnvelope(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, by string) error {
+	if cp.Envelope == "" || (cp.Status != kv.StatusDone && !kv.IsCancelled(cp.Status)) {
+		return nil
+	}
+	_, err := st.Envelopes.Mutate(ctx, cp.Envelope, func(r *kv.EnvelopeRecord) error {
+		if r.Final() && r.Status != kv.EnvelopeEscalated {
+			return kv.ErrNoChange
+		}
+		if r.Status == kv.EnvelopeEscalated && cp.Status != kv.StatusDone {
+			// A cancelled job leaves what was escalated to a person.
+			return kv.ErrNoChange
+		}
+		r.Status, r.Requeued, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeResolved, false, "", time.Time{}
+		if cp.Status == kv.StatusDone {
+			r.ResolvedBy = "chunk"
+			r.Notes = append(r.Notes, "chunk finished ("+by+")")
+		} else {
+			r.ResolvedBy, r.Human = "cancel", true
+			r.Notes = append(r.Notes, "job cancelled; chunk "+cp.Status)
+		}
+		return nil
+	})
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// supersede marks old, an earlier envelope of the chunk whose new failure
+// is envelope id, as superseded by it. A resolved or already superseded
+// envelope keeps its status.
+func supersede(ctx context.Context, st *kv.Stores, old, id string) error {
+	_, err := st.Envelopes.Mutate(ctx, old, func(r *kv.EnvelopeRecord) error {
+		if r.Status == kv.EnvelopeResolved || r.Status == kv.EnvelopeSuperseded {
+			return kv.ErrNoChange
+		}
+		r.Status, r.SupersededBy, r.Requeued, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeSuperseded, id, false, "", time.Time{}
+		r.Notes = append(r.Notes, "superseded by envelope "+id+": the chunk failed again")
+		return nil
+	})
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// admitAfter admits the chunk that starting chunk lets in: chunk+Window of
+// a job with a backlog. It is repeat-safe and cheap when there is nothing
+// to admit.
+func admitAfter(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int) error {
+	if job.Window <= 0 || chunk+job.Window > job.Chunks {
+		return nil
+	}
+	_, err := admit(ctx, js, job, streams.BacklogSubject(job.Pipeline, job.ID, chunk+job.Window))
+	return err
+}
+
+// admit moves the oldest message on subject (one chunk's, or a job's
+// whole backlog filter) from SALVAGE_BACKLOG to SALVAGE_CHUNKS under the
+// same Nats-Msg-Id, then deletes it from the backlog: a crash between the
+// two makes the next admission publish a duplicate the stream drops. A
+// message from a job message that lost the race for the job id is only
+// deleted. It reports whether it admitted one.
+func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject string) (bool, error) {
+	for range 4 {
+		var raw *jetstream.RawStreamMsg
+		err := natsconf.Retry(ctx, func(ctx context.Context) error {
+			s, err := js.Stream(ctx, streams.Backlog)
+			if err != nil {
+				return err
+			}
+			raw, err = s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+			return err
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("consumers: read backlog %s: %w", subject, err)
+		}
+		var c streams.ChunkMsg
+		stray := json.Unmarshal(raw.Data, &c) == nil && c.SourceSeq != 0 && job.SourceSeq != 0 && c.SourceSeq != job.SourceSeq
+		n, perr := strconv.Atoi(raw.Subject[strings.LastIndexByte(raw.Subject, '.')+1:])
+		if perr != nil || n < 1 {
+			stray = true
+		}
+		if !stray {
+			m := nats.NewMsg(streams.ChunkSubject(job.Pipeline, job.ID, n))
+			m.Data = raw.Data
+			for k, v := range raw.Header {
+				m.Header[k] = v
+			}
+			if _, err := publish(ctx, js, m); err != nil {
+				return false, err
+			}
+		}
+		if err := deleteMsg(ctx, js, streams.Backlog, raw.Sequence); err != nil {
+			return false, err
+		}
+		if !stray {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// deleteMsg removes a message; one already gone is not an error.
+func deleteMsg(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) error {
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		return s.DeleteMsg(ctx, seq)
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("consumers: delete %s message %d: %w", stream, seq, err)
+	}
+	return nil
+}
+
+// finishedAgain repairs what a crash may have left behind when a chunk
+// that already finished turns up again (a redelivered message, an
+// exhausted one the dead-letterer finds): the job's counts are settled
+// against its checkpoints, the chunk's envelope follows its outcome, and
+// the chunk after its window is admitted.
+func finishedAgain(ctx context.Context, js jetstream.JetStream, t tracker, cp kv.Checkpoint, by string) error {
+	job, err := t.settle(ctx, cp.Job)
+	if err != nil {
+		return err
+	}
+	if err := settleEnvelope(ctx, t.stores, cp, by); err != nil {
+		return err
+	}
+	return admitAfter(ctx, js, job, cp.Chunk)
+}

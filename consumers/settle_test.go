@@ -1,0 +1,270 @@
+package consumers_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// TestKilledRightAfterDoneSettles: a worker process is SIGKILLed right
+// after writing a replayed chunk's done checkpoint — before it acks,
+// counts the chunk in its job, or resolves the envelope it ran for. With
+// no worker left to see the chunk again, the sweeper settles both within
+// a sweep interval of them going quiet (they used to stay incomplete and
+// recovering forever).
+func TestKilledRightAfterDoneSettles(t *testing.T) {
+	b := setup(t, setupOpts{ackWait: time.Minute})
+	stop := b.startWorker(t, "parent")
+	job := b.submit(t, modeFailsInParent)
+	b.waitJob(t, job, kv.JobIncomplete)
+	stop()
+	env := b.dlq(t)[0]
+	op := consumers.NewOperator(b.JS, b.stores)
+	if _, err := op.Replay(b.ctx, env.ID, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	child := b.startChild(t, "child", "SALVAGE_TEST_KILL_AFTER_DONE=1")
+	if err := child.Wait(); err == nil {
+		t.Fatal("the child worker exited cleanly; it should have been killed after the done checkpoint")
+	} else if ee, ok := err.(*exec.ExitError); !ok || ee.Sys() == nil {
+		t.Fatalf("child: %v", err)
+	}
+	if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusDone {
+		t.Fatalf("checkpoint after the kill = %s, want done", cp.Status)
+	}
+	j := b.waitJob(t, job, kv.JobDone)
+	if j.Summary.Done != 1 || j.Summary.DeadLettered != 0 || j.Summary.DeadLetters != 1 {
+		t.Errorf("settled summary = %+v", j.Summary)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
+		return err == nil && rec.Status == kv.EnvelopeResolved && rec.ResolvedBy == "chunk"
+	}, "the replayed envelope to be resolved")
+}
+
+// TestHandReplayIsLinked: an operator republishes a dead-lettered chunk by
+// hand (nats pub <original.subject> <original.data> -H
+// Salvage-Replay-Of:<id>) and it fails again. The old envelope is
+// superseded by the new one — never left open beside it, never called
+// resolved — and marked as a person's doing.
+func TestHandReplayIsLinked(t *testing.T) {
+	b := setup(t, setupOpts{})
+	b.startWorker(t, "w1")
+	job := b.submit(t, modePermanent)
+	b.waitJob(t, job, kv.JobIncomplete)
+	first := b.dlq(t)[0]
+	m := nats.NewMsg(first.Original.Subject)
+	m.Data = first.Original.Data
+	m.Header.Set(streams.HeaderReplayOf, first.ID)
+	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(b.dlq(t)) == 2 }, "the replay's own envelope")
+	second := b.dlq(t)[1]
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		old, _, err := b.stores.Envelopes.Get(b.ctx, first.ID)
+		return err == nil && old.Status == kv.EnvelopeSuperseded
+	}, "the first envelope superseded")
+	old, _, _ := b.stores.Envelopes.Get(b.ctx, first.ID)
+	cur, _, _ := b.stores.Envelopes.Get(b.ctx, second.ID)
+	if old.SupersededBy != second.ID || !old.Human || old.Replays != 1 || cur.Status != kv.EnvelopeOpen {
+		t.Errorf("first = %+v\nsecond = %+v", old, cur)
+	}
+	if cp := b.checkpoint(t, job, 1); cp.Envelope != second.ID || cp.DeadLetters != 2 {
+		t.Errorf("checkpoint names envelope %s after %d dead letters, want %s after 2", cp.Envelope, cp.DeadLetters, second.ID)
+	}
+	j := b.waitJob(t, job, kv.JobIncomplete)
+	if j.Summary.DeadLettered != 1 || j.Summary.DeadLetters != 2 {
+		t.Errorf("summary = %+v, want 1 chunk dead-lettered twice", j.Summary)
+	}
+	recs, _ := b.stores.Envelopes.List(b.ctx)
+	if r := recovery.AutoRecoveryRate(recs); r.DeadLettered != 1 || r.Recovered != 0 {
+		t.Errorf("rate = %+v, want one chunk, not recovered (a person replayed it, and it is open)", r)
+	}
+	if _, err := consumers.NewOperator(b.JS, b.stores).Replay(b.ctx, first.ID, "x"); err == nil {
+		t.Error("replaying a superseded envelope should be refused: replay the newer one")
+	}
+}
+
+// TestBigJobIsFairCheapAndCancellable: a 5,000-chunk job is split with only
+// a window of it queued; a 1-chunk job submitted right behind it finishes
+// while most of the big one still waits (it used to wait behind all 5,000).
+// Each chunk outcome costs the server O(1) messages, not a read of every
+// checkpoint; cancelling removes the queued chunks at once and records them
+// cancelled at stage 0.
+func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
+	b := setup(t, setupOpts{maxPayload: 1 << 20})
+	b.startWorker(t, "w1")
+	const n = 5000
+	modes := make([]string, n)
+	for i := range modes {
+		modes[i] = modeOK
+	}
+	before := outMsgs(t, b)
+	big := b.submit(t, modes...)
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		j, err := b.stores.Jobs.Get(b.ctx, big)
+		return err == nil && j.Summary.Done > 0
+	}, "the big job to start")
+	small := b.submit(t, modeOK)
+	b.waitJob(t, small, kv.JobDone)
+	j, _ := b.stores.Jobs.Get(b.ctx, big)
+	if j.Summary.Done > n/2 || j.Window != consumers.ChunkWindowDefault {
+		t.Fatalf("the small job finished only after %d of the big job's chunks (window %d): no fairness", j.Summary.Done, j.Window)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		j, _ = b.stores.Jobs.Get(b.ctx, big)
+		return j.Summary.Done >= 500
+	}, "500 chunks of the big job done")
+	// Every message the server sent a client, over the chunks done: a
+	// status derived from every checkpoint after each chunk would be
+	// thousands per chunk.
+	per := float64(outMsgs(t, b)-before) / float64(j.Summary.Done)
+	t.Logf("%.1f messages from the server per chunk done (%d chunks)", per, j.Summary.Done)
+	if per > 150 {
+		t.Errorf("%.0f messages from the server per chunk done: not O(1) per chunk", per)
+	}
+	j, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, big, "tester")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = b.waitJob(t, big, kv.JobCancelled)
+	if j.Summary.Done+j.Summary.Cancelled != n || j.Summary.Cancelled < n/2 {
+		t.Fatalf("cancelled summary = %+v", j.Summary)
+	}
+	for _, s := range []string{streams.Chunks, streams.Backlog} {
+		if m := b.streamMsgs(t, s); m != 0 {
+			t.Errorf("%d messages left in %s after the cancel", m, s)
+		}
+	}
+	cps, err := b.stores.Checkpoints.ForJobRange(b.ctx, big, n-1, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := j.View(cps); v[1].Status != kv.CancelledAtStage(0) {
+		t.Errorf("an unstarted chunk reads %q, want cancelled-at-stage-0", v[1].Status)
+	}
+}
+
+// TestSplitIsAllOrNothing: a job one of whose chunks would not fit in a
+// message (the chunk's own JSON fields push it past the limit) is rejected
+// whole: no record, no chunk published, the job message removed. It used
+// to leave a running record whose last chunk was retried forever.
+func TestSplitIsAllOrNothing(t *testing.T) {
+	b := setup(t, setupOpts{})
+	rejected := b.subscribe(t, "salvage.events.rejected.>")
+	b.startWorker(t, "w1")
+	big := make([]byte, 4000)
+	for i := range big {
+		big[i] = 'x'
+	}
+	body, _ := json.Marshal(map[string]any{"input": map[string]any{"chunks": []string{modeOK, modeOK, string(big)}}})
+	if len(body) > 4096 {
+		t.Fatalf("the job itself is %d bytes: over the limit", len(body))
+	}
+	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "one rejection")
+	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectOversizedChunk) {
+		t.Fatalf("rejected on %s", m.Subject)
+	}
+	if jobs, _ := b.stores.Jobs.List(b.ctx); len(jobs) != 0 {
+		t.Errorf("%d job records for a job that could not be split", len(jobs))
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
+	if n := b.streamMsgs(t, streams.Chunks); n != 0 {
+		t.Errorf("%d chunks published for a rejected job", n)
+	}
+	// Past the chunk limit: rejected too.
+	b2 := setup(t, setupOpts{maxPayload: 1 << 20})
+	rejected2 := b2.subscribe(t, "salvage.events.rejected.>")
+	modes := make([]string, consumers.MaxChunksDefault+1)
+	for i := range modes {
+		modes[i] = modeOK
+	}
+	b2.submit(t, modes...)
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected2()) == 1 }, "a too-many-chunks rejection")
+	if m := rejected2()[0]; m.Subject != streams.RejectedSubject(streams.RejectTooManyChunks) {
+		t.Fatalf("rejected on %s", m.Subject)
+	}
+}
+
+// TestRejectionsAreBounded: the rejection of a malformed 200 KB body of '<'
+// used to copy it whole (1.2 MB once JSON-escaped), fail to publish, and
+// leave the job message retried forever. It is now a prefix, the length
+// and a hash.
+func TestRejectionsAreBounded(t *testing.T) {
+	b := setup(t, setupOpts{maxPayload: 512 << 10})
+	rejected := b.subscribe(t, "salvage.events.rejected.>")
+	body := make([]byte, 200_000)
+	for i := range body {
+		body[i] = '<'
+	}
+	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the rejection")
+	m := rejected()[0]
+	var r streams.Rejection
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) > 2*streams.RejectionDataMax || r.Size != len(body) || !r.DataTruncated || len(r.SHA256) != 64 || r.Reason != streams.RejectMalformedJSON {
+		t.Errorf("rejection of %d bytes: size %d, truncated %v, sha %q, reason %s", len(m.Data), r.Size, r.DataTruncated, r.SHA256, r.Reason)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
+}
+
+// TestSplitFailedAfterBoundedDeliveries: a job message the splitter cannot
+// handle (its bucket is gone) is delivered MaxDeliver times, then reported
+// as split-failed and left in SALVAGE_JOBS for an operator: never retried
+// forever, never lost.
+func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
+	b := setup(t, setupOpts{splitterMaxDeliver: 2})
+	rejected := b.subscribe(t, "salvage.events.rejected.>")
+	if err := b.JS.DeleteKeyValue(b.ctx, kv.BucketJobs); err != nil {
+		t.Fatal(err)
+	}
+	b.submit(t, modeOK)
+	natstest.Eventually(t, 20*time.Second, func() bool { return len(rejected()) == 1 }, "the split-failed report")
+	m := rejected()[0]
+	var r streams.Rejection
+	_ = json.Unmarshal(m.Data, &r)
+	if m.Subject != streams.RejectedSubject(streams.RejectSplitFailed) || r.StreamSeq == 0 {
+		t.Fatalf("report on %s: %+v", m.Subject, r)
+	}
+	cons, err := b.JS.Consumer(b.ctx, streams.Jobs, streams.SplitterConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := cons.Info(b.ctx)
+	if b.streamMsgs(t, streams.Jobs) != 1 || info.NumAckPending != 0 || info.Delivered.Consumer != 2 {
+		t.Errorf("job message kept %d, ack pending %d, deliveries %d; want kept, none pending, 2 deliveries",
+			b.streamMsgs(t, streams.Jobs), info.NumAckPending, info.Delivered.Consumer)
+	}
+	s, _ := b.JS.Stream(b.ctx, streams.Jobs)
+	if raw, err := s.GetMsg(b.ctx, r.StreamSeq); err != nil || len(raw.Data) == 0 {
+		t.Errorf("the job message at %s is not readable: %v", strconv.FormatUint(r.StreamSeq, 10), err)
+	}
+}
+
+// outMsgs is how many messages the server has sent its clients.
+func outMsgs(t *testing.T, b *bundle) int64 {
+	t.Helper()
+	v, err := b.Server.NATS().Varz(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.OutMsgs
+}

@@ -1,0 +1,52 @@
+package kv
+
+// OutcomeCancelled is the outcome of every cancelled-at-stage-N status.
+const OutcomeCancelled = "cancelled"
+
+// Outcome is how a job counts a chunk with checkpoint status: done,
+// OutcomeCancelled or dead-lettered, or "" while the chunk may still run
+// (pending, running, held, awaiting approval).
+func Outcome(status string) string {
+	switch {
+	case status == StatusDone, status == StatusDeadLettered:
+		return status
+	case IsCancelled(status):
+		return OutcomeCancelled
+	}
+	return ""
+}
+
+// Delta is one chunk's change as its job counts it: from one outcome to
+// another, and the events that came with it.
+type Delta struct {
+	From, To string
+	// Degraded is +1 when the chunk ends done without optional stages.
+	Degraded int
+	// DeadLetters is 1 when the chunk was just dead-lettered.
+	DeadLetters int
+	// Tier1 and Redeliveries are the chunk's retries since they were
+	// last counted.
+	Tier1, Redeliveries int
+}
+
+func (d Delta) empty() bool {
+	return d.From == d.To && d.Degraded == 0 && d.DeadLetters == 0 && d.Tier1 == 0 && d.Redeliveries == 0
+}
+
+// Recount is called on a checkpoint about to be written: it returns how
+// the job's counts must change for the chunk's new status and marks them
+// counted, so the change rides in the same compare-and-swap as the status
+// (and is applied to the job right after it, with Jobs.Apply). A crash
+// between the two loses at most one update, which Jobs.Settle repairs.
+func (c *Checkpoint) Recount() Delta {
+	d := Delta{From: c.Counted, To: Outcome(c.Status), Tier1: c.Tier1Retries - c.CountedTier1, Redeliveries: c.Redeliveries - c.CountedRedeliveries}
+	if d.To == StatusDone && len(c.Gaps) > 0 && d.From != StatusDone {
+		d.Degraded = 1
+	}
+	if d.To == StatusDeadLettered && d.From != StatusDeadLettered {
+		d.DeadLetters = 1
+		c.DeadLetters++
+	}
+	c.Counted, c.CountedTier1, c.CountedRedeliveries = d.To, c.Tier1Retries, c.Redeliveries
+	return d
+}

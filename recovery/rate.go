@@ -1,0 +1,64 @@
+package recovery
+
+import (
+	"github.com/salvagehq/salvage/kv"
+)
+
+// RecoveryStats is the automatic recovery rate and what it is made of.
+type RecoveryStats struct {
+	// Rate is Recovered over DeadLettered, 1 when nothing was
+	// dead-lettered.
+	Rate float64 `json:"auto_recovery_rate"`
+	// DeadLettered counts chunks that were dead-lettered at least once.
+	DeadLettered int `json:"chunks_dead_lettered"`
+	// Recovered counts those whose latest envelope is resolved because
+	// the chunk finished, or abandoned with every effect compensated,
+	// with no person acting on any envelope of the chunk.
+	Recovered int `json:"chunks_recovered"`
+}
+
+// AutoRecoveryRate computes the automatic recovery rate per chunk, from
+// envelope records: of the chunks that were dead-lettered, the share that
+// then finished, or was compensated with nothing left standing, without a
+// person (no replay, no resolve by hand, no cancelled job). Dead ends,
+// escalations and chunks still recovering count against it; a chunk
+// dead-lettered several times (its older envelopes superseded) counts
+// once, by its latest envelope.
+func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
+	type chunkKey struct {
+		job   string
+		chunk int
+	}
+	type chunkFate struct {
+		latest kv.EnvelopeRecord
+		human  bool
+	}
+	fates := map[chunkKey]*chunkFate{}
+	for _, r := range recs {
+		k := chunkKey{r.Job, r.Chunk}
+		f := fates[k]
+		if f == nil {
+			f = &chunkFate{latest: r}
+			fates[k] = f
+		} else if r.CreatedAt.After(f.latest.CreatedAt) || (r.CreatedAt.Equal(f.latest.CreatedAt) && r.ID > f.latest.ID) {
+			f.latest = r
+		}
+		f.human = f.human || r.Human || r.Replays > 0
+	}
+	s := RecoveryStats{DeadLettered: len(fates), Rate: 1}
+	for _, f := range fates {
+		if f.human {
+			continue
+		}
+		switch l := f.latest; {
+		case l.Status == kv.EnvelopeResolved && l.ResolvedBy == "chunk":
+			s.Recovered++
+		case l.Status == kv.EnvelopeAbandoned && len(l.Left) == 0:
+			s.Recovered++
+		}
+	}
+	if s.DeadLettered > 0 {
+		s.Rate = float64(s.Recovered) / float64(s.DeadLettered)
+	}
+	return s
+}
