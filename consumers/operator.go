@@ -50,14 +50,9 @@ type EnvelopeFilter struct {
 	MinAge time.Duration `json:"-"`
 }
 
-// List returns the matching envelope records, oldest first.
-func (o *Operator) List(ctx context.Context, f EnvelopeFilter) ([]kv.EnvelopeRecord, error) {
-	recs, err := o.stores.Envelopes.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := recs[:0]
-	now := time.Now()
+// Select returns the records of recs that f matches at now, oldest first.
+func (f EnvelopeFilter) Select(recs []kv.EnvelopeRecord, now time.Time) []kv.EnvelopeRecord {
+	out := make([]kv.EnvelopeRecord, 0, len(recs))
 	for _, r := range recs {
 		if (f.Category != "" && r.Category != f.Category) || (f.Status != "" && r.Status != f.Status) ||
 			(f.Job != "" && r.Job != f.Job) || (f.MinAge > 0 && now.Sub(r.CreatedAt) < f.MinAge) {
@@ -66,7 +61,16 @@ func (o *Operator) List(ctx context.Context, f EnvelopeFilter) ([]kv.EnvelopeRec
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+	return out
+}
+
+// List returns the matching envelope records, oldest first.
+func (o *Operator) List(ctx context.Context, f EnvelopeFilter) ([]kv.EnvelopeRecord, error) {
+	recs, err := o.stores.Envelopes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return f.Select(recs, time.Now()), nil
 }
 
 // Detail is everything about one envelope: its record, the envelope as

@@ -2,6 +2,7 @@ package consumers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -214,15 +215,12 @@ func (w *Worker) Run(ctx context.Context) error {
 // watchCancellations cancels the running chunks of a job the moment its
 // record says cancelled, so in-flight calls stop through their context.
 func (w *Worker) watchCancellations(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := w.stores.Jobs.WatchCancelled(ctx, func(job string) {
-			w.cancels.cancelJob(job)
-		})
-		if ctx.Err() == nil {
-			w.log.Debug().Err(err).Msg("job watch ended; restarting")
-			sleepCtx(ctx, time.Second)
+	kv.Follow(ctx, w.js, kv.BucketJobs, func(e jetstream.KeyValueEntry) {
+		var j kv.Job
+		if e != nil && e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil && j.CancelledAt != nil {
+			w.cancels.cancelJob(e.Key())
 		}
-	}
+	}, func(err error) { w.log.Debug().Err(err).Msg("job watch ended; restarting") })
 }
 
 // nakDelay draws the tier-2 redelivery delay with full jitter.

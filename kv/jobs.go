@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -312,31 +311,4 @@ func (s *Jobs) List(ctx context.Context) ([]Job, error) {
 		out = append(out, j)
 	}
 	return out, nil
-}
-
-// WatchCancelled calls fn with the id of every job that is or becomes
-// cancelled, until ctx ends or the watch fails. It blocks.
-func (s *Jobs) WatchCancelled(ctx context.Context, fn func(job string)) error {
-	w, err := s.b.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("kv: watch jobs: %w", err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("kv: job watch closed")
-			}
-			if e == nil {
-				continue
-			}
-			var j Job
-			if json.Unmarshal(e.Value(), &j) == nil && j.CancelledAt != nil {
-				fn(e.Key())
-			}
-		}
-	}
 }

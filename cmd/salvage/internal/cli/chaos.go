@@ -113,17 +113,7 @@ orphaned side effect; 1 otherwise. --report json prints one JSON object.`,
 			if err != nil {
 				return err
 			}
-			if o.report == "json" {
-				if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
-					return err
-				}
-			} else {
-				r.print(e.stdout)
-			}
-			if !r.ok() {
-				return &exitError{code: ExitError, err: errors.New("chaos checks failed: a job did not settle, or something was lost or repeated")}
-			}
-			return nil
+			return e.writeReport(o.report, r, "chaos checks failed: a job did not settle, or something was lost or repeated")
 		},
 	}
 	f := cmd.Flags()

@@ -54,6 +54,13 @@ func run(t *testing.T, stdin string, args ...string) (int, string, string) {
 func up(t *testing.T, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"up", "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--store", t.TempDir(), "--log-format", "json", "--log-level", "warn"}, args...)...)
+	return startPrinting(t, cmd, "NATS_URL="), cmd
+}
+
+// startPrinting starts cmd, killed in t.Cleanup, and returns what follows
+// prefix on the first stdout line that starts with it.
+func startPrinting(t *testing.T, cmd *exec.Cmd, prefix string) string {
+	t.Helper()
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -63,23 +70,23 @@ func up(t *testing.T, args ...string) (string, *exec.Cmd) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	urls := make(chan string, 1)
+	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "NATS_URL="); ok {
-				urls <- u
+			if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+				lines <- v
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	select {
-	case u := <-urls:
-		return u, cmd
+	case v := <-lines:
+		return v
 	case <-time.After(30 * time.Second):
-		t.Fatal("salvage up printed no NATS_URL")
+		t.Fatalf("%s printed no %s", cmd.Args, prefix)
 	}
-	return "", nil
+	return ""
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -383,18 +390,8 @@ func TestUpJoinsNATSURL(t *testing.T) {
 	url, _ := up(t, "--role", "api")
 	cmd := exec.Command(binary, "up", "--role", "worker", "--store", t.TempDir(), "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "NATS_URL="+url)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() || sc.Text() != "NATS_URL="+url {
-		t.Fatalf("up with NATS_URL=%s printed %q: it did not join", url, sc.Text())
+	if got := startPrinting(t, cmd, "NATS_URL="); got != url {
+		t.Fatalf("up with NATS_URL=%s printed NATS_URL=%s: it did not join", url, got)
 	}
 
 	dead := "nats://127.0.0.1:1"

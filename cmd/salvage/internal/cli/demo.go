@@ -28,10 +28,26 @@ type demoOpts struct {
 	sync     string
 }
 
-// demoResult is what a demo run reports.
+// demoResult is what a run that ends in a report (demo, chaos) reports.
 type demoResult interface {
 	ok() bool
 	print(w io.Writer)
+}
+
+// writeReport prints r as text or as one JSON object, and turns failed
+// checks into exit code 1 with failed as the message.
+func (e *env) writeReport(format string, r demoResult, failed string) error {
+	if format == "json" {
+		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
+			return err
+		}
+	} else {
+		r.print(e.stdout)
+	}
+	if !r.ok() {
+		return &exitError{code: ExitError, err: errors.New(failed)}
+	}
+	return nil
 }
 
 func (e *env) demoCmd() *cobra.Command {
@@ -77,17 +93,7 @@ and escalated, duplicate and leftover side effects, and the automatic recovery r
 			if err != nil {
 				return err
 			}
-			if o.report == "json" {
-				if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
-					return err
-				}
-			} else {
-				r.print(e.stdout)
-			}
-			if !r.ok() {
-				return &exitError{code: ExitError, err: errors.New("demo checks failed: something was lost or repeated")}
-			}
-			return nil
+			return e.writeReport(o.report, r, "demo checks failed: something was lost or repeated")
 		},
 	}
 	f := cmd.Flags()

@@ -1,11 +1,9 @@
 package cli_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -28,23 +26,7 @@ import (
 func startSim(t *testing.T) *sim.Client {
 	t.Helper()
 	cmd := exec.Command(binary, "sim", "--listen", "127.0.0.1:0", "--model-latency", "1ms")
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if u, ok := strings.CutPrefix(sc.Text(), "SIM_URL="); ok {
-			return &sim.Client{BaseURL: u, Timeout: 5 * time.Second}
-		}
-	}
-	t.Fatal("salvage sim printed no SIM_URL")
-	return nil
+	return &sim.Client{BaseURL: startPrinting(t, cmd, "SIM_URL="), Timeout: 5 * time.Second}
 }
 
 type cluster struct {

@@ -173,7 +173,17 @@ func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 
 func post(t *testing.T, url string, headers map[string]string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
+	return request(t, http.MethodPost, url, "", headers)
+}
+
+// request sends method to url with headers and, when host is set, that
+// Host header; it returns the status and body.
+func request(t *testing.T, method, url, host string, headers map[string]string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader("{}"))
+	if host != "" {
+		req.Host = host
+	}
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
@@ -267,18 +277,7 @@ func TestDNSRebindingRefused(t *testing.T) {
 	port := f.url[strings.LastIndexByte(f.url, ':')+1:]
 	do := func(method, path, host string, h map[string]string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, f.url+path, strings.NewReader("{}"))
-		req.Host = host
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		return request(t, method, f.url+path, host, h)
 	}
 	evil := "evil.example:" + port
 	for _, path := range []string{"/", "/api/summary", "/api/envelopes", "/api/envelopes/" + f.envID, "/metrics", "/healthz"} {
