@@ -13,19 +13,35 @@ import (
 // ErrUnknownJob is returned for a job id no record has.
 var ErrUnknownJob = errors.New("unknown job")
 
+// CancelWaitDefault is how long Cancel waits for the record of a job that
+// has none yet: a job is recorded once its chunks are published, a moment
+// after it was submitted.
+const CancelWaitDefault = 5 * time.Second
+
 // Cancel cancels a job: its record says so at once, so running chunks stop
 // at their next stage (workers watch for it) as cancelled-at-stage-N; its
 // queued chunks leave the work queue and the backlog in one purge each and
 // count as cancelled at stage 0; chunks that started but that no live
 // worker holds are recorded cancelled at their stage; envelopes of its
 // chunks that were still being recovered are resolved, as a person's
-// doing. Cancelling twice is harmless, and the sweeper finishes a cancel
-// whose caller died part-way. It returns the job as it then stands.
+// doing. A job submitted a moment ago and not yet recorded is waited for,
+// up to CancelWaitDefault. Cancelling twice is harmless, and the sweeper
+// finishes a cancel whose caller died part-way. It returns the job as it
+// then stands, or ErrUnknownJob.
 func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 	if err := streams.ValidateJobID(id); err != nil {
 		return kv.Job{}, err
 	}
+	deadline := time.Now().Add(CancelWaitDefault)
 	job, err := o.stores.Jobs.Cancel(ctx, id)
+	for errors.Is(err, kv.ErrNotFound) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return job, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		job, err = o.stores.Jobs.Cancel(ctx, id)
+	}
 	if errors.Is(err, kv.ErrNotFound) {
 		return job, fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}

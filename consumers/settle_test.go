@@ -119,6 +119,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 	small := b.submit(t, modeOK)
 	b.waitJob(t, small, kv.JobDone)
 	j, _ := b.stores.Jobs.Get(b.ctx, big)
+	t.Logf("the 1-chunk job finished when %d of the big job's %d chunks had", j.Summary.Done, n)
 	if j.Summary.Done > n/2 || j.Window != consumers.ChunkWindowDefault {
 		t.Fatalf("the small job finished only after %d of the big job's chunks (window %d): no fairness", j.Summary.Done, j.Window)
 	}
@@ -134,11 +135,13 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 	if per > 150 {
 		t.Errorf("%.0f messages from the server per chunk done: not O(1) per chunk", per)
 	}
+	cancelled := time.Now()
 	j, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, big, "tester")
 	if err != nil {
 		t.Fatal(err)
 	}
 	j = b.waitJob(t, big, kv.JobCancelled)
+	t.Logf("cancelled with %d chunks done; settled %s after the cancel", j.Summary.Done, time.Since(cancelled).Round(time.Millisecond))
 	if j.Summary.Done+j.Summary.Cancelled != n || j.Summary.Cancelled < n/2 {
 		t.Fatalf("cancelled summary = %+v", j.Summary)
 	}
