@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
@@ -90,7 +89,7 @@ func (o *Operator) Show(ctx context.Context, id string) (Detail, error) {
 		return d, err
 	}
 	d.Record = rec
-	if d.Envelope, err = o.envelope(ctx, rec); err != nil {
+	if d.Envelope, err = readEnvelope(ctx, o.js, rec); err != nil {
 		return d, err
 	}
 	if cp, _, err := o.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk); err == nil {
@@ -119,10 +118,10 @@ func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, er
 	return rec, err
 }
 
-// envelope reads the envelope as published in SALVAGE_DLQ.
-func (o *Operator) envelope(ctx context.Context, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
+// readEnvelope reads the envelope as published in SALVAGE_DLQ.
+func readEnvelope(ctx context.Context, js jetstream.JetStream, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
 	var env recovery.Envelope
-	s, err := o.js.Stream(ctx, streams.DLQ)
+	s, err := js.Stream(ctx, streams.DLQ)
 	if err != nil {
 		return env, err
 	}
@@ -155,12 +154,11 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	case rec.Requeued:
 		return rec, nil
 	}
-	env, err := o.envelope(ctx, rec)
+	env, err := readEnvelope(ctx, o.js, rec)
 	if err != nil {
 		return rec, err
 	}
-	var chunk streams.ChunkMsg
-	if err := json.Unmarshal(env.Original.Data, &chunk); err != nil {
+	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
 		return rec, fmt.Errorf("envelope %s: original chunk unreadable: %w", id, err)
 	}
 	rec, err = o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
@@ -200,24 +198,10 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	if _, err := t.apply(ctx, rec.Job, rec.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return rec, err
 	}
-	chunk.Epoch = cp.Epoch
-	data, err := json.Marshal(chunk)
-	if err != nil {
-		return rec, err
-	}
-	m := nats.NewMsg(env.Original.Subject)
-	m.Data = data
-	m.Header.Set(streams.HeaderMsgID, id+".replay."+strconv.Itoa(rec.Replays))
-	m.Header.Set(streams.HeaderReplayOf, id)
-	m.Header.Set(streams.HeaderJob, rec.Job)
-	m.Header.Set(streams.HeaderChunk, strconv.Itoa(rec.Chunk))
-	if rec.TraceID != "" {
-		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(rec.TraceID, streams.DeriveSpanID(m.Header.Get(streams.HeaderMsgID))))
-	}
-	if _, err := publish(ctx, o.js, m); err != nil {
-		return rec, err
-	}
-	return rec, nil
+	// A crash before this publish leaves the envelope recovering with
+	// nothing queued: the sweeper publishes it then.
+	_, err = requeue(ctx, o.js, env, cp.Epoch, id+".replay."+strconv.Itoa(rec.Replays), streams.HeaderReplayOf)
+	return rec, err
 }
 
 // hasCompensated reports whether any effect of the envelope's epoch was

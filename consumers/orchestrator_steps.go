@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
@@ -70,8 +69,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *rec
 // checkpoint (or, after compensation, runs it fresh in a new epoch). The
 // envelope stays recovering until the chunk finishes.
 func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, freshEpoch bool, log zerolog.Logger) (outcome, error) {
-	var chunk streams.ChunkMsg
-	if err := json.Unmarshal(env.Original.Data, &chunk); err != nil {
+	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
 		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
 	}
 	var delta kv.Delta
@@ -93,21 +91,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 	if _, err := o.tracker.apply(ctx, env.Job, env.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return o.failed(ctx, env, rec, err, log)
 	}
-	chunk.Epoch = cp.Epoch
-	data, err := json.Marshal(chunk)
-	if err != nil {
-		return o.failed(ctx, env, rec, err, log)
-	}
-	m := nats.NewMsg(env.Original.Subject)
-	m.Data = data
-	m.Header.Set(streams.HeaderMsgID, env.ID+".recovery."+strconv.Itoa(cp.Recoveries))
-	m.Header.Set(streams.HeaderRecoveryOf, env.ID)
-	m.Header.Set(streams.HeaderJob, env.Job)
-	m.Header.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
-	if env.TraceID != "" {
-		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(m.Header.Get(streams.HeaderMsgID))))
-	}
-	ack, err := publish(ctx, o.js, m)
+	ack, err := requeue(ctx, o.js, env, cp.Epoch, env.ID+".recovery."+strconv.Itoa(cp.Recoveries), streams.HeaderRecoveryOf)
 	if err != nil {
 		return o.failed(ctx, env, rec, err, log)
 	}

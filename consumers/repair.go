@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -171,7 +172,9 @@ func (r *repairer) restartBacklog(ctx context.Context, j kv.Job) (int, error) {
 
 // repairEnvelope settles an open or recovering envelope nobody updated for
 // a while whose chunk ended: resolved when it finished, superseded when it
-// failed again under a newer envelope.
+// failed again under a newer envelope. A requeued envelope whose chunk is
+// pending with no message queued lost its requeue to a crash between
+// marking it and publishing it: the chunk is published again.
 func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (bool, error) {
 	cp, _, err := r.stores.Checkpoints.Get(ctx, e.Job, e.Chunk)
 	if errors.Is(err, kv.ErrNotFound) {
@@ -190,6 +193,31 @@ func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (boo
 	case cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status):
 		cp.Envelope = e.ID
 		return true, settleEnvelope(ctx, r.stores, cp, "sweeper")
+	case e.Requeued && cp.Status == kv.StatusPending && cp.Envelope == e.ID:
+		return r.requeueLost(ctx, e, cp)
 	}
 	return false, nil
+}
+
+// requeueLost publishes the chunk of a requeued envelope again when no
+// message of it is queued. Its id is derived from the envelope's state,
+// so two sweepers repairing at once publish one message.
+func (r *repairer) requeueLost(ctx context.Context, e kv.EnvelopeRecord, cp kv.Checkpoint) (bool, error) {
+	s, err := r.js.Stream(ctx, streams.Chunks)
+	if err != nil {
+		return false, err
+	}
+	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.Subject)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, err // queued (or an error): nothing lost
+	}
+	env, err := readEnvelope(ctx, r.js, e)
+	if err != nil {
+		return false, err
+	}
+	id := fmt.Sprintf("%s.repair.%d.%d.%d", e.ID, e.Replays, cp.Recoveries, cp.Epoch)
+	if _, err := requeue(ctx, r.js, env, cp.Epoch, id, streams.HeaderRecoveryOf); err != nil {
+		return false, err
+	}
+	r.log.Info().Str("envelope_id", e.ID).Str("job_id", e.Job).Int("chunk", e.Chunk).Msg("requeued a chunk whose requeue was lost")
+	return true, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -65,6 +66,32 @@ func supersede(ctx context.Context, st *kv.Stores, old, id string) error {
 		return nil
 	}
 	return err
+}
+
+// requeue publishes the chunk of env again as its chunk message, at
+// epoch, under msgID, with link (Salvage-Recovery-Of or Salvage-Replay-Of)
+// naming the envelope: the message of every recovery, replay and repair.
+// It returns the stream's ack (Duplicate when msgID was published before).
+func requeue(ctx context.Context, js jetstream.JetStream, env recovery.Envelope, epoch int, msgID, link string) (*jetstream.PubAck, error) {
+	var chunk streams.ChunkMsg
+	if err := json.Unmarshal(env.Original.Data, &chunk); err != nil {
+		return nil, fmt.Errorf("envelope %s: original chunk unreadable: %w", env.ID, err)
+	}
+	chunk.Epoch = epoch
+	data, err := json.Marshal(chunk)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(env.Original.Subject)
+	m.Data = data
+	m.Header.Set(streams.HeaderMsgID, msgID)
+	m.Header.Set(link, env.ID)
+	m.Header.Set(streams.HeaderJob, env.Job)
+	m.Header.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
+	if env.TraceID != "" {
+		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(msgID)))
+	}
+	return publish(ctx, js, m)
 }
 
 // admitAfter admits the chunk that starting chunk lets in: chunk+Window of

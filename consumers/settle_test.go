@@ -271,3 +271,40 @@ func outMsgs(t *testing.T, b *bundle) int64 {
 	}
 	return v.OutMsgs
 }
+
+// TestLostReplayIsRepublished: a replay that marked its envelope and reset
+// the checkpoint, then died before publishing the chunk, used to leave
+// the envelope recovering forever with nothing queued. The sweeper
+// publishes the chunk; it runs, and the envelope resolves.
+func TestLostReplayIsRepublished(t *testing.T) {
+	b := setup(t, setupOpts{})
+	stop := b.startWorker(t, "parent")
+	job := b.submit(t, modeFailsInParent)
+	b.waitJob(t, job, kv.JobIncomplete)
+	stop()
+	env := b.dlq(t)[0]
+	// What Operator.Replay writes before it publishes.
+	if _, err := b.stores.Envelopes.Mutate(b.ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+		r.Replays, r.Status, r.Requeued, r.Human = 1, kv.EnvelopeRecovering, true, true
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var d kv.Delta
+	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
+		d = cp.Recount()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.stores.Jobs.Apply(b.ctx, job, d); err != nil {
+		t.Fatal(err)
+	}
+	b.startChild(t, "child")
+	b.waitJob(t, job, kv.JobDone)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
+		return err == nil && rec.Status == kv.EnvelopeResolved
+	}, "the replayed envelope to resolve")
+}
