@@ -164,7 +164,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 }
 
 func classFromCheckpoint(cp kv.Checkpoint) recovery.Class {
-	for c := recovery.ClassTransient; c <= recovery.ClassCancelled; c++ {
+	for c := recovery.ClassTransient; c <= recovery.ClassPanic; c++ {
 		if c.String() == cp.LastErrorClass {
 			return c
 		}

@@ -85,7 +85,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	env := recovery.Envelope{
 		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
 		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
-		Error: l.Err, FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
+		Error: streams.Clip(l.Err, streams.ErrorTextMax), ErrorClass: f.Class.String(), FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
 		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
 		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending,
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},

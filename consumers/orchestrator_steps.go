@@ -35,7 +35,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *rec
 		var v recovery.Verification
 		if err := o.exec.Do(ctx, &stats, tool.Name+".verify", func(ctx context.Context) error {
 			var err error
-			v, err = tool.Effect.Verify(ctx, row.IdempotencyKey)
+			v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
 			return err
 		}); err != nil {
 			return "", "", fmt.Errorf("verify %s: %w", key, err)
@@ -142,12 +142,13 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 		}
 		in, _ := json.Marshal(recovery.CompensationInput{Key: row.IdempotencyKey, Output: row.Output})
 		err = o.exec.Do(ctx, &stats, undo.Name, func(ctx context.Context) error {
-			_, err := undo.Call(ctx, recovery.ToolCall{IdempotencyKey: row.Fingerprint.CompensationKey, Input: in, TraceID: env.TraceID})
+			_, err := undo.Invoke(ctx, recovery.ToolCall{Job: row.Job, Chunk: row.Chunk, Stage: row.Stage, Epoch: row.Epoch, Agent: row.Agent, Seq: row.JournalRow.Seq,
+				IdempotencyKey: row.Fingerprint.CompensationKey, Input: in, TraceID: env.TraceID})
 			return err
 		})
 		if err != nil {
 			log.Warn().Err(err).Str("journal_key", key).Str("tool", undo.Name).Msg("compensation failed")
-			return describe(rows, env.PendingCompensations[i:]), recovery.ClassOf(err) == recovery.ClassPermanent, fmt.Errorf("%s of %s: %w", undo.Name, key, err)
+			return describe(rows, env.PendingCompensations[i:]), recovery.ClassOf(err).Permanent(), fmt.Errorf("%s of %s: %w", undo.Name, key, err)
 		}
 		next := row.JournalRow
 		next.Status = kv.CallCompensated

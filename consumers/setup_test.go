@@ -56,6 +56,10 @@ const (
 	// modeFailsInParent: stage 2 fails with a 400 in this process and
 	// works in a child worker process, as if fixed between runs.
 	modeFailsInParent = "fails-in-parent"
+	// modeAgentPanics and modeToolPanics panic in stage 2, in the agent
+	// and in the tool it calls.
+	modeAgentPanics = "agent-panics"
+	modeToolPanics  = "tool-panics"
 )
 
 // calls counts agent calls per "job/chunk/stage".
@@ -114,6 +118,8 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 			if inChild {
 				select {}
 			}
+		case modeToolPanics:
+			panic("the tool fell over")
 		case modeFailsInParent:
 			if !inChild {
 				return ok, recovery.Permanent(400, errors.New("bad request until fixed"))
@@ -150,6 +156,10 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 			if err := json.Unmarshal(t.Input, &mode); err != nil {
 				return nil, recovery.Permanent(400, err)
 			}
+			if stage == 2 && mode == modeAgentPanics {
+				var agents []string
+				_ = agents[len(mode)] // out of range: the agent panics
+			}
 			st := t.State()
 			switch stage {
 			case 1:
@@ -168,9 +178,13 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var v struct {
 				Chunks []json.RawMessage `json:"chunks"`
+				Panic  bool              `json:"panic"`
 			}
 			if err := json.Unmarshal(in, &v); err != nil {
 				return nil, fmt.Errorf("%w: %w", recovery.ErrBadInput, err)
+			}
+			if v.Panic {
+				panic("split cannot cope")
 			}
 			return v.Chunks, nil
 		},

@@ -315,7 +315,10 @@ func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, 
 	default:
 		p.jobID = jobIDFor(m.Headers().Get(streams.HeaderMsgID), meta)
 	}
-	inputs, err := p.pipeline.Split(p.msg.Input)
+	inputs, err := p.pipeline.SplitInput(p.msg.Input)
+	if errors.Is(err, recovery.ErrPanic) {
+		return p, reject(streams.RejectPanic, err)
+	}
 	if err != nil {
 		return p, reject(streams.RejectBadInput, err)
 	}

@@ -312,7 +312,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 			case st.Optional:
 				log.Warn().Err(err).Msg("optional stage failed; continuing without it")
 				cp.Gaps = append(cp.Gaps, st.Name)
-			case recovery.ClassOf(err) == recovery.ClassPermanent:
+			case recovery.ClassOf(err).Permanent():
 				recordError(&cp, err)
 				if werr := w.stores.Checkpoints.Write(ctx, fence, cp); werr != nil {
 					return r.fencedOr(werr)
@@ -358,13 +358,7 @@ func (r *run) snapshot(ctx context.Context, st recovery.Stage, cp *kv.Checkpoint
 // finish publishes the findings, marks the checkpoint done, acks, releases.
 func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint, fence *kv.Fence) error {
 	w := r.w
-	var result json.RawMessage
-	var err error
-	if p.Result != nil {
-		result, err = p.Result(r.chunk.Input, cp.Outputs)
-	} else {
-		result, err = json.Marshal(cp.Outputs)
-	}
+	result, err := p.BuildResult(r.chunk.Input, cp.Outputs)
 	if err != nil {
 		return r.permanent(ctx, len(p.Stages), fmt.Errorf("build result: %w", err))
 	}
@@ -481,7 +475,7 @@ func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence,
 // for the envelope the dead-letterer may write later.
 func recordError(cp *kv.Checkpoint, cause error) {
 	cp.ClearLastError()
-	cp.LastError = cause.Error()
+	cp.LastError = streams.Clip(cause.Error(), streams.ErrorTextMax)
 	cp.LastErrorClass = recovery.ClassOf(cause).String()
 	cp.LastErrorStatus = recovery.StatusOf(cause)
 	var ae *recovery.AgentError
@@ -505,7 +499,11 @@ func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, wh
 
 // permanent dead-letters the chunk for a failure retrying cannot fix.
 func (r *run) permanent(ctx context.Context, stage int, cause error) error {
-	return r.deadLetter(ctx, stage, recovery.Failure{Class: recovery.ClassPermanent, Status: recovery.StatusOf(cause)}, cause)
+	class := recovery.ClassOf(cause)
+	if !class.Permanent() {
+		class = recovery.ClassPermanent
+	}
+	return r.deadLetter(ctx, stage, recovery.Failure{Class: class, Status: recovery.StatusOf(cause)}, cause)
 }
 
 // deadLetter stores the chunk's envelope, then terms the message: a termed

@@ -390,3 +390,35 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		t.Fatalf("envelopes %d, calls %d", n, callCount(job, 1, 1))
 	}
 }
+
+// TestPanicsAreChunkFailures: an agent that panics and a tool that panics
+// each end their own chunk in an envelope of class panic carrying the
+// panic and its stack; the other chunks of the job, in the same worker
+// process, finish. A split that panics rejects its job.
+func TestPanicsAreChunkFailures(t *testing.T) {
+	b := setup(t, setupOpts{})
+	rejected := b.subscribe(t, "salvage.events.rejected.>")
+	b.startWorker(t, "w1")
+	job := b.submit(t, modeAgentPanics, modeOK, modeToolPanics, modeOK)
+	j := b.waitJob(t, job, kv.JobIncomplete)
+	if j.Summary.Done != 2 || j.Summary.DeadLettered != 2 {
+		t.Fatalf("summary = %+v, want the two other chunks done", j.Summary)
+	}
+	for _, e := range b.dlq(t) {
+		if e.ErrorClass != "panic" || !strings.Contains(e.Error, "panicked") || !strings.Contains(e.Error, "goroutine") ||
+			e.Category != recovery.CategoryUnrecoverable {
+			t.Errorf("envelope of chunk %d: class %q, category %s, error %.300q", e.Chunk, e.ErrorClass, e.Category, e.Error)
+		}
+	}
+	row, err := b.stores.Journal.Get(b.ctx, kv.JournalKey(job, 3, 0, 2, "agent2", 1))
+	if err != nil || row.Status != kv.CallFailed || row.ErrorClass != "panic" || !strings.Contains(row.Error, "the tool fell over") {
+		t.Errorf("the panicking tool's row = %+v, %v", row.JournalRow, err)
+	}
+	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), []byte(`{"input": {"chunks": ["ok"], "panic": true}}`)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the split panic's rejection")
+	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectPanic) || !strings.Contains(string(m.Data), "split cannot cope") {
+		t.Errorf("rejection on %s: %.300s", m.Subject, m.Data)
+	}
+}

@@ -76,14 +76,14 @@ func classify(f Failure) (string, string) {
 	switch {
 	case f.BudgetExceeded:
 		return CategoryBudgetExceeded, StrategyEscalate
-	case f.Class == ClassPermanent && irreversible > 0:
+	case f.Class.Permanent() && irreversible > 0:
 		// Compensate what is reversible, escalate the rest.
 		return CategoryCompensationNeeded, StrategyEscalate
-	case f.Class == ClassPermanent && reversible > 0 && f.FailingRetryableAfterCompensation:
+	case f.Class.Permanent() && reversible > 0 && f.FailingRetryableAfterCompensation:
 		return CategoryPartialExecution, StrategyCompensateAndRetry
-	case f.Class == ClassPermanent && reversible > 0:
+	case f.Class.Permanent() && reversible > 0:
 		return CategoryPartialExecution, StrategyCompensateAndAbandon
-	case f.Class == ClassPermanent:
+	case f.Class.Permanent():
 		return CategoryUnrecoverable, StrategyDeadEnd
 	case f.InFlight || f.Class == ClassTimeout:
 		return CategoryToolTimeout, StrategyVerify

@@ -30,14 +30,18 @@ const (
 // Envelope is the failure envelope published on SALVAGE_DLQ. It is
 // immutable; its mutable status lives in the salvage_envelopes record.
 type Envelope struct {
-	ID         string `json:"envelope_id"`
-	Job        string `json:"job_id"`
-	Chunk      int    `json:"chunk"`
-	Pipeline   string `json:"pipeline"`
-	TraceID    string `json:"trace_id"`
-	Category   string `json:"category"`
-	Strategy   string `json:"strategy"`
-	Error      string `json:"error"`
+	ID       string `json:"envelope_id"`
+	Job      string `json:"job_id"`
+	Chunk    int    `json:"chunk"`
+	Pipeline string `json:"pipeline"`
+	TraceID  string `json:"trace_id"`
+	Category string `json:"category"`
+	Strategy string `json:"strategy"`
+	Error    string `json:"error"`
+	// ErrorClass is the failure's class: transient, rate-limited,
+	// timeout, permanent, cancelled or panic (Error then holds the
+	// panic's value and stack).
+	ErrorClass string `json:"error_class,omitempty"`
 	FailedTool string `json:"failed_tool,omitempty"`
 	// FailedAgent and FailedCall (a journal key) name the agent and call
 	// whose failure sent the chunk here, never a sibling it stopped.

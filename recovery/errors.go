@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Class says how a failed call may be retried.
@@ -27,7 +30,15 @@ const (
 	// ClassCancelled is a call stopped because its job was cancelled or its
 	// worker is shutting down. It is never retried.
 	ClassCancelled
+	// ClassPanic is an agent, tool, split or result function that
+	// panicked. Like ClassPermanent it is never retried: the chunk goes to
+	// the DLQ with the panic's value and stack.
+	ClassPanic
 )
+
+// Permanent reports whether errors of class c end a chunk at once:
+// ClassPermanent and ClassPanic.
+func (c Class) Permanent() bool { return c == ClassPermanent || c == ClassPanic }
 
 // String is the class name used in journal rows and checkpoints.
 func (c Class) String() string {
@@ -42,6 +53,8 @@ func (c Class) String() string {
 		return "permanent"
 	case ClassCancelled:
 		return "cancelled"
+	case ClassPanic:
+		return "panic"
 	}
 	return fmt.Sprintf("class(%d)", int(c))
 }
@@ -54,8 +67,10 @@ var (
 	ErrRateLimited = errors.New("rate limited")
 	// ErrTimeout matches call timeouts.
 	ErrTimeout = errors.New("call timed out")
-	// ErrPermanent matches permanent call errors.
+	// ErrPermanent matches permanent call errors, panics included.
 	ErrPermanent = errors.New("permanent error")
+	// ErrPanic matches a recovered panic (see Recovered).
+	ErrPanic = errors.New("panic")
 	// ErrRetriesExhausted is returned by the executor when tier 1 gave up on
 	// a retryable error; the chunk goes to tier 2.
 	ErrRetriesExhausted = errors.New("tier-1 retries exhausted")
@@ -147,7 +162,9 @@ func (e *CallError) Is(target error) bool {
 	case ErrTimeout:
 		return e.Class == ClassTimeout
 	case ErrPermanent:
-		return e.Class == ClassPermanent
+		return e.Class.Permanent()
+	case ErrPanic:
+		return e.Class == ClassPanic
 	}
 	return false
 }
@@ -168,6 +185,14 @@ func Timeout(err error) error { return &CallError{Class: ClassTimeout, Err: err}
 // Permanent wraps err as a failure that must not be retried.
 func Permanent(status int, err error) error {
 	return &CallError{Class: ClassPermanent, Status: status, Err: err}
+}
+
+// Recovered turns a value recovered from a panic in where (an agent, a
+// tool, a split or result function) into a ClassPanic error carrying the
+// value and the stack, cut to streams.ErrorTextMax.
+func Recovered(where string, v any) error {
+	msg := fmt.Sprintf("%s panicked: %v\n%s", where, v, debug.Stack())
+	return &CallError{Class: ClassPanic, Err: errors.New(streams.Clip(msg, streams.ErrorTextMax))}
 }
 
 // ClassOf classifies err. A call stopped because a sibling agent failed

@@ -69,7 +69,7 @@ func (e *Executor) Do(ctx context.Context, stats *Stats, op string, fn func(ctx 
 		}
 		wait, ok := e.policy.NextWait(err, retry, e.now().Sub(start))
 		if !ok {
-			if c := ClassOf(err); c == ClassPermanent || c == ClassCancelled {
+			if c := ClassOf(err); c.Permanent() || c == ClassCancelled {
 				return fmt.Errorf("%s: %w", op, err)
 			}
 			return fmt.Errorf("%s: %w after %d attempts: %w", op, ErrRetriesExhausted, retry+1, err)
@@ -105,7 +105,7 @@ func severity(err error) int {
 		return 0
 	case errors.Is(err, ErrJobCancelled):
 		return 4
-	case ClassOf(err) == ClassPermanent:
+	case ClassOf(err).Permanent():
 		return 3
 	case errors.Is(err, ErrRetriesExhausted):
 		return 2

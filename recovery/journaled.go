@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // JournalStore is where journal rows are written; kv.Journal implements it.
@@ -195,7 +196,7 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 		attempts++
 		if timedOut && tool.Effect != nil {
 			// The last attempt's outcome is unknown: ask before repeating.
-			v, err := tool.Effect.Verify(ctx, row.IdempotencyKey)
+			v, err := tool.VerifyEffect(ctx, row.IdempotencyKey)
 			if err != nil {
 				return err
 			}
@@ -207,7 +208,8 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 			}
 		}
 		var err error
-		res, err = tool.Call(ctx, ToolCall{IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
+		res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
+			IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
 		timedOut = ClassOf(err) == ClassTimeout
 		return err
 	})
@@ -218,7 +220,7 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 		return nil, t.stopped(row, attempts, tool, err)
 	}
 	if err != nil {
-		row.Status, row.Error, row.ErrorClass = kv.CallFailed, err.Error(), ClassOf(err).String()
+		row.Status, row.Error, row.ErrorClass = kv.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), ClassOf(err).String()
 		if timedOut && tool.Effect != nil {
 			// It may have taken effect: the next run verifies first.
 			row.Status = kv.CallUnknown
@@ -249,7 +251,7 @@ func (t *Turn) stopped(row kv.JournalRow, attempts int, tool *Tool, err error) e
 	if !errors.Is(err, ErrSiblingFailed) && !errors.Is(err, ErrJobCancelled) {
 		return err
 	}
-	row.Status, row.Error, row.ErrorClass = kv.CallCancelled, err.Error(), ClassCancelled.String()
+	row.Status, row.Error, row.ErrorClass = kv.CallCancelled, streams.Clip(err.Error(), streams.ErrorTextMax), ClassCancelled.String()
 	if attempts > 0 && tool.Effect != nil {
 		row.Status = kv.CallUnknown
 	}
@@ -273,7 +275,7 @@ func (t *Turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash 
 	row := prev.JournalRow
 	row.Orphan = true
 	if prev.Status == kv.CallInitiated || prev.Status == kv.CallUnknown {
-		v, verr := old.Effect.Verify(ctx, prev.IdempotencyKey)
+		v, verr := old.VerifyEffect(ctx, prev.IdempotencyKey)
 		if verr != nil {
 			return errors.Join(err, fmt.Errorf("verify orphan %s: %w", prev.Key, verr))
 		}
@@ -301,7 +303,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 	var v Verification
 	err := t.exec.Do(ctx, t.stats, tool.Name+".verify", func(ctx context.Context) error {
 		var err error
-		v, err = tool.Effect.Verify(ctx, prev.IdempotencyKey)
+		v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
 		return err
 	})
 	if err != nil {

@@ -136,7 +136,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
 				state: r.States[a.Name], snaps: r.Snapshots,
 			}
-			out, err := a.Run(ctx, t)
+			out, err := runAgent(ctx, a, t)
 			if err == nil {
 				var data []byte
 				data, err = json.Marshal(out)

@@ -90,7 +90,7 @@ func (p RetryPolicy) Backoff(retry int) time.Duration {
 func (p RetryPolicy) NextWait(err error, retry int, elapsed time.Duration) (time.Duration, bool) {
 	p = p.withDefaults()
 	switch ClassOf(err) {
-	case ClassPermanent, ClassCancelled:
+	case ClassPermanent, ClassCancelled, ClassPanic:
 		return 0, false
 	}
 	if retry >= max(p.MaxRetries, 0) {

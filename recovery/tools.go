@@ -43,8 +43,15 @@ type Verification struct {
 	Output json.RawMessage
 }
 
-// ToolCall is what a tool receives.
+// ToolCall is what a tool receives: where the call runs and its input.
 type ToolCall struct {
+	// Job, Chunk, Stage, Epoch, Agent and Seq place the call: the Seq-th
+	// call of Agent in Stage of Chunk of Job. A compensation call carries
+	// the place of the call it undoes.
+	Job                 string
+	Chunk, Stage, Epoch int
+	Agent               string
+	Seq                 int
 	// IdempotencyKey is stable across retries, redeliveries and resumes;
 	// tools pass it to the external system.
 	IdempotencyKey string

@@ -64,9 +64,9 @@ const (
 	// RejectionDataMax is the most of a refused payload a rejection
 	// event copies.
 	RejectionDataMax = 4 << 10
-	// ErrorTextMax is the longest error text an event, envelope or
-	// checkpoint keeps.
-	ErrorTextMax = 2 << 10
+	// ErrorTextMax is the longest error text a journal row, checkpoint,
+	// envelope, event or reply keeps (room for a panic's stack).
+	ErrorTextMax = 8 << 10
 )
 
 // NewRejection describes refused data, bounded (see Rejection).
@@ -107,6 +107,9 @@ const (
 	// RejectTooManyChunks: the job splits into more chunks than its
 	// pipeline allows.
 	RejectTooManyChunks = "too-many-chunks"
+	// RejectPanic: the pipeline's split function panicked on the input;
+	// the event's error carries the panic and its stack.
+	RejectPanic = "panic"
 	// RejectSplitFailed: the job message could not be split after every
 	// delivery the splitter consumer allows; it stays in SALVAGE_JOBS at
 	// stream_seq.

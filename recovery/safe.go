@@ -1,0 +1,68 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// A panic in code a pipeline author wrote (an agent, a tool, a split or a
+// result function) never takes a worker down: these wrappers recover it as
+// a ClassPanic error, a permanent failure of the one chunk (or job) it
+// happened in.
+
+// Invoke makes the call c with t, recovering a panic as a ClassPanic error.
+func (t *Tool) Invoke(ctx context.Context, c ToolCall) (res ToolResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = Recovered("tool "+t.Name, v)
+		}
+	}()
+	return t.Call(ctx, c)
+}
+
+// VerifyEffect asks t's external system whether the call under key took
+// effect, recovering a panic as a ClassPanic error. t must have an Effect.
+func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Recovered("verify of tool "+t.Name, p)
+		}
+	}()
+	return t.Effect.Verify(ctx, key)
+}
+
+// SplitInput runs p.Split, recovering a panic as a ClassPanic error.
+func (p *Pipeline) SplitInput(input json.RawMessage) (chunks []json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = Recovered("split of pipeline "+p.Name, v)
+		}
+	}()
+	return p.Split(input)
+}
+
+// BuildResult builds a finished chunk's findings with p.Result (the outputs
+// as they are when it is nil), recovering a panic as a ClassPanic error.
+func (p *Pipeline) BuildResult(chunk json.RawMessage, outputs []kv.StageOutput) (out json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = Recovered("result of pipeline "+p.Name, v)
+		}
+	}()
+	if p.Result == nil {
+		return json.Marshal(outputs)
+	}
+	return p.Result(chunk, outputs)
+}
+
+// runAgent runs a's turn, recovering a panic as a ClassPanic error.
+func runAgent(ctx context.Context, a Agent, t *Turn) (out any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = Recovered("agent "+a.Name, v)
+		}
+	}()
+	return a.Run(ctx, t)
+}
