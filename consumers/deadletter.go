@@ -25,6 +25,9 @@ type DeadLetterConfig struct {
 	// SweepInterval is the sweeper's period. Default SweepIntervalDefault;
 	// negative disables the sweeper.
 	SweepInterval time.Duration
+	// Limits are the recovery limits an envelope is classified against;
+	// zero fields take recovery's defaults.
+	Limits recovery.Limits
 	// Logger receives dead-letter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -58,7 +61,7 @@ func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterCo
 	log = log.With().Str("role", "dead-letter").Logger()
 	return &DeadLetterer{
 		js: js, stores: stores, cfg: cfg, log: log,
-		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log},
+		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log, limits: cfg.Limits},
 		repair: newRepairer(js, stores, max(cfg.SweepInterval, time.Second), log),
 	}, nil
 }

@@ -44,6 +44,8 @@ type letterer struct {
 	stores  *kv.Stores
 	tracker tracker
 	log     zerolog.Logger
+	// limits escalate a chunk past its recoveries from the start.
+	limits recovery.Limits
 }
 
 // send dead-letters l and returns the envelope id. It is idempotent per
@@ -77,9 +79,9 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	f := l.Failure
 	f.FromJournal(rows)
 	f.Recoveries = cp.Recoveries
-	category, strategy := recovery.Classify(f)
+	category, strategy := recovery.Classify(f, d.limits)
 	completed, inFlight, pending, failed := journalEntries(rows)
-	if l.FailedTool == "" && l.FailedCall == "" {
+	if l.FailedAgent == "" && l.FailedTool == "" && l.FailedCall == "" {
 		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
 	}
 	env := recovery.Envelope{

@@ -41,6 +41,9 @@ type OrchestratorConfig struct {
 	CoolDown time.Duration
 	// Retry is the tier-1 policy for verify and compensation calls.
 	Retry recovery.RetryPolicy
+	// Limits bound recoveries per chunk and attempts per strategy;
+	// zero fields take recovery's defaults (3 and 3).
+	Limits recovery.Limits
 	// MaxDeliver must match the recovery consumer's MaxDeliver: a step
 	// still failing on the last delivery escalates the envelope. Default
 	// streams.RecoveryMaxDeliverDefault.
@@ -80,6 +83,7 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 	if cfg.MaxDeliver == 0 {
 		cfg.MaxDeliver = streams.RecoveryMaxDeliverDefault
 	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
 		log = *cfg.Logger
@@ -219,7 +223,7 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		return o.finish(ctx, env, rec, kv.EnvelopeResolved, "chunk already done", nil, log)
 	}
 	strategy := rec.Strategy
-	if rec.Attempts >= recovery.MaxStrategyAttemptsDefault {
+	if rec.Attempts >= o.cfg.Limits.MaxStrategyAttempts {
 		strategy = recovery.StrategyEscalate
 	}
 	if strategy == recovery.StrategyVerify {
@@ -237,7 +241,7 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 	}
 	needsResume := strategy == recovery.StrategyResume || strategy == recovery.StrategyCompensateAndRetry
-	if needsResume && cp.Recoveries >= recovery.MaxRecoveriesDefault {
+	if needsResume && cp.Recoveries >= o.cfg.Limits.MaxRecoveries {
 		strategy = recovery.StrategyEscalate
 		log.Warn().Int("recoveries", cp.Recoveries).Msg("chunk past its recoveries; escalating")
 	}

@@ -61,7 +61,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *rec
 	}
 	f.FromJournal(rows)
 	f.InFlight = false
-	category, strategy := recovery.Classify(f)
+	category, strategy := recovery.Classify(f, o.cfg.Limits)
 	return category, strategy, nil
 }
 

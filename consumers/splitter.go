@@ -131,7 +131,7 @@ func (s *Splitter) Run(ctx context.Context) error {
 		// The last delivery: report it. The message stays in SALVAGE_JOBS
 		// (the consumer will not deliver it again), so nothing is lost.
 		rej := &rejectError{streams.RejectSplitFailed, fmt.Errorf("after %d deliveries: %w", meta.NumDelivered, err)}
-		if rerr := s.publishRejection(ctx, m, meta.Sequence.Stream, rej); rerr != nil {
+		if rerr := s.publishRejection(ctx, m, meta.Sequence.Stream, "", rej); rerr != nil {
 			s.log.Error().Err(errors.Join(err, rerr)).Uint64("stream_seq", meta.Sequence.Stream).Msg("split failed for good and could not be reported")
 		}
 	})
@@ -177,7 +177,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	p, err := s.parse(m, meta)
 	var rej *rejectError
 	if errors.As(err, &rej) {
-		return s.reject(ctx, m, meta.Sequence.Stream, rej)
+		return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, rej)
 	}
 	if err != nil {
 		return err
@@ -186,7 +186,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	old, err := s.stores.Jobs.Get(ctx, p.jobID)
 	switch {
 	case err == nil && old.SourceSeq != meta.Sequence.Stream:
-		return s.reject(ctx, m, meta.Sequence.Stream, &rejectError{streams.RejectDuplicateJob,
+		return s.reject(ctx, m, meta.Sequence.Stream, "", &rejectError{streams.RejectDuplicateJob,
 			fmt.Errorf("job %s already exists (submitted as message %d)", p.jobID, old.SourceSeq)})
 	case err == nil:
 		// The record exists, so every chunk was published: a splitter
@@ -219,7 +219,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 			// Another message with this id won a race to create it: its
 			// record names its own source, and workers drop this
 			// message's chunks, which name ours.
-			return s.reject(ctx, m, meta.Sequence.Stream, &rejectError{streams.RejectDuplicateJob,
+			return s.reject(ctx, m, meta.Sequence.Stream, "", &rejectError{streams.RejectDuplicateJob,
 				fmt.Errorf("job %s was created from message %d meanwhile", p.jobID, old.SourceSeq)})
 		}
 	} else if err != nil {
@@ -293,9 +293,6 @@ func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, 
 	if err != nil {
 		return p, reject(streams.RejectBadSubject, err)
 	}
-	if p.pipeline, err = s.cfg.Registry.Get(name); err != nil {
-		return p, reject(streams.RejectUnknownPipeline, err)
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&p.msg); err != nil {
 		return p, reject(streams.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
@@ -314,6 +311,10 @@ func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, 
 		p.jobID = *p.msg.JobID
 	default:
 		p.jobID = jobIDFor(m.Headers().Get(streams.HeaderMsgID), meta)
+	}
+	// Looked up once the job id is known, so a waiter hears of it.
+	if p.pipeline, err = s.cfg.Registry.Get(name); err != nil {
+		return p, reject(streams.RejectUnknownPipeline, err)
 	}
 	inputs, err := p.pipeline.SplitInput(p.msg.Input)
 	if errors.Is(err, recovery.ErrPanic) {
@@ -401,9 +402,10 @@ func jobIDFor(msgID string, meta *jetstream.MsgMetadata) string {
 	return id.String()
 }
 
-// reject reports a refused job message and terminates it.
-func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, rej *rejectError) error {
-	if err := s.publishRejection(ctx, m, seq, rej); err != nil {
+// reject reports a refused job message and terminates it. job is the job
+// id when it is known and no job of that id exists.
+func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, job string, rej *rejectError) error {
+	if err := s.publishRejection(ctx, m, seq, job, rej); err != nil {
 		return err
 	}
 	s.log.Warn().Str("reason", rej.reason).Str("subject", m.Subject()).Uint64("stream_seq", seq).Err(rej.err).Msg("job rejected")
@@ -413,13 +415,25 @@ func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, rej 
 	return nil
 }
 
-// publishRejection publishes the bounded rejection event of a job message.
-func (s *Splitter) publishRejection(ctx context.Context, m jetstream.Msg, seq uint64, rej *rejectError) error {
+// publishRejection publishes the bounded rejection event of a job message
+// on salvage.events.rejected.<reason> and, when the job id is known, on
+// salvage.events.<job>.rejected too, where a waiter for that job finds it.
+func (s *Splitter) publishRejection(ctx context.Context, m jetstream.Msg, seq uint64, job string, rej *rejectError) error {
 	ev := streams.NewRejection(rej.reason, rej.err, m.Subject(), seq, m.Data())
+	ev.JobID = job
 	h := nats.Header{}
 	h.Set(streams.HeaderReason, rej.reason)
 	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d", seq))
-	return publishJSON(ctx, s.js, streams.RejectedSubject(rej.reason), ev, h)
+	if err := publishJSON(ctx, s.js, streams.RejectedSubject(rej.reason), ev, h); err != nil {
+		return err
+	}
+	if job == "" {
+		return nil
+	}
+	h = nats.Header{}
+	h.Set(streams.HeaderReason, rej.reason)
+	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d.job", seq))
+	return publishJSON(ctx, s.js, streams.EventSubject(job, streams.EventRejected), ev, h)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -32,12 +32,17 @@ const LockFileName = "salvage.lock"
 // has no replica to fall back on.
 const SyncAlways = time.Duration(-1)
 
-// ServerConfig configures an embedded server. The zero value is not valid;
-// start from DefaultServerConfig.
+// ServerConfig configures an embedded server. Zero fields take their
+// defaults; StoreDir is required. DefaultServerConfig is what `salvage up`
+// uses (it also sets SyncInterval to SyncAlways).
 type ServerConfig struct {
+	// Listen is the client address as host:port; port -1 picks a free
+	// one. When set it wins over Host and Port.
+	Listen string
 	// Host is the listen address. Default HostDefault.
 	Host string
-	// Port is the client port; -1 picks a free one (tests). Default PortDefault.
+	// Port is the client port; -1 picks a free one (tests). Default
+	// PortDefault.
 	Port int
 	// StoreDir holds JetStream data. Restarting on the same directory keeps
 	// every stream and bucket. Default StoreDirDefault.
@@ -67,6 +72,37 @@ func DefaultServerConfig() ServerConfig {
 		MaxPayload:   MaxPayloadDefault,
 		ReadyTimeout: ReadyTimeoutDefault,
 	}
+}
+
+// withDefaults resolves Listen and fills zero fields.
+func (c ServerConfig) withDefaults() (ServerConfig, error) {
+	if c.Listen != "" {
+		host, port, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return c, fmt.Errorf("%w: Listen %q: %v", ErrInvalidConfig, c.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return c, fmt.Errorf("%w: Listen %q: bad port", ErrInvalidConfig, c.Listen)
+		}
+		c.Host, c.Port = host, p
+	}
+	if c.Host == "" {
+		c.Host = HostDefault
+	}
+	if c.Port == 0 {
+		c.Port = PortDefault
+	}
+	if c.ServerName == "" {
+		c.ServerName = "salvage"
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = ReadyTimeoutDefault
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = MaxPayloadDefault
+	}
+	return c, c.validate()
 }
 
 func (c ServerConfig) validate() error {
@@ -122,7 +158,7 @@ type Server struct {
 // process holds it, ErrServerNotReady when the server did not come up, and
 // the listen error when the port is taken.
 func StartServer(cfg ServerConfig) (srv *Server, err error) {
-	if err := cfg.validate(); err != nil {
+	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
 	lock, err := lockStore(cfg.StoreDir)
@@ -134,12 +170,6 @@ func StartServer(cfg ServerConfig) (srv *Server, err error) {
 			lock.release()
 		}
 	}()
-	if cfg.ReadyTimeout <= 0 {
-		cfg.ReadyTimeout = ReadyTimeoutDefault
-	}
-	if cfg.MaxPayload == 0 {
-		cfg.MaxPayload = MaxPayloadDefault
-	}
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
 		Host:       cfg.Host,

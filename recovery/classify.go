@@ -54,11 +54,36 @@ func (f *Failure) FromJournal(rows map[string]kv.StoredRow) {
 	}
 }
 
+// Limits bound recovery so nothing loops (invariant 7). Zero fields take
+// the defaults.
+type Limits struct {
+	// MaxRecoveries is how many recoveries a chunk gets across all its
+	// envelopes before the next one escalates. Default
+	// MaxRecoveriesDefault.
+	MaxRecoveries int
+	// MaxStrategyAttempts is how often a failing strategy is tried before
+	// the envelope escalates. Default MaxStrategyAttemptsDefault.
+	MaxStrategyAttempts int
+}
+
+// WithDefaults returns l with zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxRecoveries <= 0 {
+		l.MaxRecoveries = MaxRecoveriesDefault
+	}
+	if l.MaxStrategyAttempts <= 0 {
+		l.MaxStrategyAttempts = MaxStrategyAttemptsDefault
+	}
+	return l
+}
+
 // Classify picks a category and a strategy by the design's table, from
-// typed errors and the journal — never from error text.
-func Classify(f Failure) (category, strategy string) {
+// typed errors and the journal — never from error text. A chunk past
+// l's limits escalates.
+func Classify(f Failure, l Limits) (category, strategy string) {
+	l = l.WithDefaults()
 	category, strategy = classify(f)
-	if f.Recoveries >= MaxRecoveriesDefault || f.StrategyFailures >= MaxStrategyAttemptsDefault {
+	if f.Recoveries >= l.MaxRecoveries || f.StrategyFailures >= l.MaxStrategyAttempts {
 		return category, StrategyEscalate
 	}
 	return category, strategy

@@ -48,7 +48,7 @@ func TestClassifierTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, s := recovery.Classify(tt.f)
+			c, s := recovery.Classify(tt.f, recovery.Limits{})
 			if c != tt.category || s != tt.strategy {
 				t.Fatalf("Classify = %s/%s, want %s/%s", c, s, tt.category, tt.strategy)
 			}
@@ -98,5 +98,20 @@ func TestAutoRecoveryRate(t *testing.T) {
 	}
 	if r := recovery.AutoRecoveryRate(nil); r.Rate != 1 || r.DeadLettered != 0 {
 		t.Fatalf("no envelopes: %+v, want rate 1", r)
+	}
+}
+
+// TestLimitsAreConfigurable: a chunk past its configured recoveries
+// escalates; the defaults are 3 and 3.
+func TestLimitsAreConfigurable(t *testing.T) {
+	f := recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, Recoveries: 1}
+	if _, s := recovery.Classify(f, recovery.Limits{}); s != recovery.StrategyResume {
+		t.Errorf("one recovery under the default limit: %s", s)
+	}
+	if _, s := recovery.Classify(f, recovery.Limits{MaxRecoveries: 1}); s != recovery.StrategyEscalate {
+		t.Errorf("one recovery with MaxRecoveries 1: %s, want escalate", s)
+	}
+	if l := (recovery.Limits{}).WithDefaults(); l.MaxRecoveries != 3 || l.MaxStrategyAttempts != 3 {
+		t.Errorf("defaults = %+v", l)
 	}
 }

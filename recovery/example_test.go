@@ -66,9 +66,9 @@ func Example() {
 // Classify decides what the recovery orchestrator does with an envelope,
 // from typed errors and the journal, never from error text.
 func ExampleClassify() {
-	category, strategy := recovery.Classify(recovery.Failure{Class: recovery.ClassTransient, Status: 503, Exhausted: true})
+	category, strategy := recovery.Classify(recovery.Failure{Class: recovery.ClassTransient, Status: 503, Exhausted: true}, recovery.Limits{})
 	fmt.Println(category, strategy)
-	category, strategy = recovery.Classify(recovery.Failure{Class: recovery.ClassPermanent})
+	category, strategy = recovery.Classify(recovery.Failure{Class: recovery.ClassPermanent}, recovery.Limits{})
 	fmt.Println(category, strategy)
 	// Output:
 	// EXTERNAL_SYSTEM_DOWN RESUME_FROM_CHECKPOINT

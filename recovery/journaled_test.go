@@ -208,7 +208,7 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 	var f recovery.Failure
 	f.Class = recovery.ClassPermanent
 	f.FromJournal(j.rows)
-	if cat, _ := recovery.Classify(f); cat != recovery.CategoryPartialExecution {
+	if cat, _ := recovery.Classify(f, recovery.Limits{}); cat != recovery.CategoryPartialExecution {
 		t.Fatalf("the orphaned charge should make the envelope compensate it: %s", cat)
 	}
 }

@@ -48,7 +48,10 @@ type ChunkMsg struct {
 // with DataTruncated set; Size and SHA256 identify the whole of it, and
 // StreamSeq finds it in SALVAGE_JOBS while it is still there.
 type Rejection struct {
-	Reason        string    `json:"reason"`
+	Reason string `json:"reason"`
+	// JobID is the job's id when the message named one (no job of that
+	// id exists); the event then also goes to salvage.events.<job>.rejected.
+	JobID         string    `json:"job_id,omitempty"`
 	Error         string    `json:"error"`
 	Subject       string    `json:"subject"`
 	StreamSeq     uint64    `json:"stream_seq,omitempty"`

@@ -46,4 +46,6 @@ const (
 	EventAccepted = "accepted"
 	EventProgress = "progress"
 	EventFinished = "finished"
+	// EventRejected is a job's own rejection (see Rejection.JobID).
+	EventRejected = "rejected"
 )

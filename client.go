@@ -1,0 +1,226 @@
+package salvage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Client is Salvage in a program: it runs the roles its Config names
+// (Start, Stop), submits and waits for jobs, and operates the DLQ. Its
+// methods are safe for concurrent use. Several clients, in any number of
+// processes, may share one deployment.
+type Client struct {
+	js       jetstream.JetStream
+	cfg      Config
+	registry *recovery.Registry
+	log      zerolog.Logger
+
+	storesMu sync.Mutex
+	stores   *kv.Stores
+
+	runMu   sync.Mutex
+	stop    context.CancelFunc
+	done    chan struct{}
+	runErrs []error
+}
+
+// NewClient returns a client on js with cfg (nil: every default). It
+// checks the config and every pipeline — names, stages, tools and their
+// compensations — and returns an error wrapping ErrInvalidConfig that
+// names what it refuses. It does not touch the server: Start does.
+func NewClient(js jetstream.JetStream, cfg *Config) (*Client, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: a nil JetStream", ErrInvalidConfig)
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	pipes := make([]*recovery.Pipeline, 0, len(c.Pipelines))
+	for _, p := range c.Pipelines {
+		mp, err := p.machinery()
+		if err != nil {
+			return nil, err
+		}
+		pipes = append(pipes, mp)
+	}
+	reg, err := recovery.NewRegistry(pipes...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Client{js: js, cfg: c, registry: reg, log: c.Logger}, nil
+}
+
+// Start provisions every stream, consumer and bucket (idempotently: any
+// number of processes may do it at once) and starts the roles the config
+// names. It returns once they run; it fails if provisioning fails or the
+// client was started already.
+func (c *Client) Start(ctx context.Context) error {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	if c.stop != nil {
+		return errors.New("salvage: client already started")
+	}
+	stores, err := c.provision(ctx)
+	if err != nil {
+		return err
+	}
+	runs, err := c.roles(stores)
+	if err != nil {
+		return err
+	}
+	// The roles outlive the ctx of Start; Stop ends them.
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	c.stop, c.done, c.runErrs = stop, make(chan struct{}), make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(runCtx); err != nil {
+				c.runErrs[i] = err
+				c.log.Error().Err(err).Msg("a role stopped")
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(c.done) }()
+	return nil
+}
+
+// Stop stops the roles and waits for them: the worker stops fetching,
+// lets in-flight chunks finish for up to DrainTimeout and releases the
+// rest for another worker. It returns when every role has stopped, or
+// ctx's error if ctx ends first, and ErrNotStarted for a client that was
+// not started.
+func (c *Client) Stop(ctx context.Context) error {
+	c.runMu.Lock()
+	stop, done := c.stop, c.done
+	c.runMu.Unlock()
+	if stop == nil {
+		return ErrNotStarted
+	}
+	stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	c.stop = nil
+	return errors.Join(c.runErrs...)
+}
+
+// provision creates or updates the streams and buckets, waiting out a
+// deployment that is still electing leaders, and keeps the stores.
+func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
+	var stores *kv.Stores
+	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		if err := streams.Provision(ctx, c.js, c.cfg.streamOptions()); err != nil {
+			return err
+		}
+		var err error
+		stores, err = kv.Provision(ctx, c.js, kv.Options{Replicas: c.cfg.Replicas})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("salvage: provision: %w", err)
+	}
+	c.configureJournal(stores)
+	c.storesMu.Lock()
+	c.stores = stores
+	c.storesMu.Unlock()
+	return stores, nil
+}
+
+// storesFor returns the stores, opening them (without provisioning) for a
+// client that was not started: one that only submits, waits or operates.
+func (c *Client) storesFor(ctx context.Context) (*kv.Stores, error) {
+	c.storesMu.Lock()
+	defer c.storesMu.Unlock()
+	if c.stores != nil {
+		return c.stores, nil
+	}
+	st, err := kv.Open(ctx, c.js)
+	if err != nil {
+		return nil, fmt.Errorf("salvage: open the buckets (is Salvage provisioned on this server?): %w", err)
+	}
+	c.configureJournal(st)
+	c.stores = st
+	return st, nil
+}
+
+func (c *Client) configureJournal(st *kv.Stores) {
+	atomic := c.cfg.JournalWrites == JournalAtomic
+	st.Journal.Configure(kv.JournalConfig{Atomic: &atomic})
+}
+
+// operator is the one implementation of the operator's actions.
+func (c *Client) operator(ctx context.Context) (*consumers.Operator, error) {
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return consumers.NewOperator(c.js, st), nil
+}
+
+// roles builds the runs of the configured roles.
+func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error) {
+	log := c.cfg.Logger
+	var runs []func(context.Context) error
+	if c.cfg.has(RoleWorker) {
+		sp, err := consumers.NewSplitter(c.js, stores, consumers.SplitterConfig{
+			Registry: c.registry, MaxPayload: c.cfg.MaxPayload, MaxChunks: c.cfg.MaxChunks,
+			ChunkWindow: c.cfg.ChunkWindow, Logger: &log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		w, err := consumers.NewWorker(c.js, stores, consumers.WorkerConfig{
+			ID: c.cfg.WorkerID, Registry: c.registry, Concurrency: c.cfg.Concurrency, AckWait: c.cfg.AckWait,
+			Heartbeat: c.cfg.Heartbeat, MaxDeliver: c.cfg.MaxDeliver, Retry: c.cfg.retryPolicy(),
+			DrainTimeout: c.cfg.DrainTimeout, JobWait: c.cfg.JobWait, Logger: &log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		runs = append(runs, sp.Run, w.Run)
+	}
+	if c.cfg.has(RoleDeadLetter) {
+		dl, err := consumers.NewDeadLetterer(c.js, stores, consumers.DeadLetterConfig{
+			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), Logger: &log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		al := consumers.NewAlerter(c.js, stores, consumers.AlerterConfig{Rules: c.cfg.Alerts, Interval: c.cfg.AlertInterval, Logger: &log})
+		runs = append(runs, dl.Run, al.Run)
+	}
+	if c.cfg.has(RoleRecovery) {
+		or, err := consumers.NewOrchestrator(c.js, stores, consumers.OrchestratorConfig{
+			Registry: c.registry, Retry: c.cfg.retryPolicy(), CoolDown: c.cfg.CoolDown, Limits: c.cfg.limits(), Logger: &log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, or.Run)
+	}
+	if c.cfg.has(RoleAPI) {
+		runs = append(runs, c.serveAPI)
+	}
+	return runs, nil
+}

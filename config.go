@@ -1,0 +1,279 @@
+package salvage
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Role is a part of Salvage a Client runs. Any number of processes may run
+// any roles against one deployment.
+type Role string
+
+// Roles.
+const (
+	// RoleWorker runs the splitter and the chunk workers.
+	RoleWorker Role = "worker"
+	// RoleDeadLetter runs the dead-letterer, the sweeper (which also
+	// repairs what crashes left half-written) and the DLQ alerts.
+	RoleDeadLetter Role = "dead-letter"
+	// RoleRecovery runs the recovery orchestrator.
+	RoleRecovery Role = "recovery"
+	// RoleAPI serves the NATS micro service `salvage` (salvage.api.*).
+	RoleAPI Role = "api"
+)
+
+// RolesAll is every role.
+var RolesAll = []Role{RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI}
+
+// RolesDefault are the roles a Config without Roles runs: everything a
+// job needs to finish and recover, without the micro service.
+var RolesDefault = []Role{RoleWorker, RoleDeadLetter, RoleRecovery}
+
+// JournalMode is how journal rows are written.
+type JournalMode string
+
+// Journal modes.
+const (
+	// JournalAtomic group-commits the rows of concurrent calls as atomic
+	// batches: one fsync for dozens of rows when the server fsyncs every
+	// write (sync_interval always).
+	JournalAtomic JournalMode = "atomic"
+	// JournalPipelined writes each row as its own asynchronous publish:
+	// faster when the server acks before fsync (its default).
+	JournalPipelined JournalMode = "pipelined"
+)
+
+// Defaults of Config; each field's comment names its own.
+const (
+	RetriesDefault             = recovery.MaxRetriesDefault
+	RetryBaseDefault           = recovery.BaseDelayDefault
+	RetryMaxDefault            = recovery.MaxDelayDefault
+	RetryTotalDefault          = recovery.TotalCapDefault
+	AckWaitDefault             = streams.AckWaitDefault
+	MaxDeliverDefault          = streams.MaxDeliverDefault
+	MaxRecoveriesDefault       = recovery.MaxRecoveriesDefault
+	MaxStrategyAttemptsDefault = recovery.MaxStrategyAttemptsDefault
+	CoolDownDefault            = consumers.CoolDownDefault
+	ConcurrencyDefault         = consumers.ConcurrencyDefault
+	MaxChunksDefault           = consumers.MaxChunksDefault
+	ChunkWindowDefault         = consumers.ChunkWindowDefault
+	MaxPayloadDefault          = consumers.MaxPayloadDefault
+	SweepIntervalDefault       = consumers.SweepIntervalDefault
+	DrainTimeoutDefault        = consumers.DrainTimeoutDefault
+	JobWaitDefault             = consumers.JobWaitDefault
+	AlertIntervalDefault       = consumers.AlertIntervalDefault
+	RetentionDefault           = kv.RetentionDefault
+)
+
+// Config is what a Client runs with. Every field has a default, stated in
+// its comment; a zero field takes it. NewClient validates the whole and
+// names the field it refuses.
+type Config struct {
+	// Pipelines this client's workers run. A client that only submits,
+	// waits and operates the DLQ needs none.
+	Pipelines []*Pipeline
+	// Roles to run on Start. Default RolesDefault (worker, dead-letter,
+	// recovery); RolesAll adds the micro service.
+	Roles []Role
+
+	// Retries is tier 1: how often one call is retried inside the worker
+	// (attempts = Retries+1). Default 3; negative means none.
+	Retries int
+	// RetryBase, RetryMax and RetryTotal shape tier 1's full-jitter
+	// backoff: the first wait is drawn from [0, RetryBase], each next
+	// one's ceiling doubles up to RetryMax, and one call gives up once
+	// RetryTotal has passed. Defaults 1s, 4s, 30s. A Retry-After is
+	// honoured as a floor.
+	RetryBase, RetryMax, RetryTotal time.Duration
+
+	// AckWait is tier 2: how long a chunk may go without an ack or a
+	// heartbeat before JetStream redelivers it, and the length of a
+	// chunk's claim lease. Set once, used by the consumer and the workers
+	// alike. Default 10s.
+	AckWait time.Duration
+	// MaxDeliver is how many deliveries a chunk gets before it is
+	// dead-lettered. Default 3.
+	MaxDeliver int
+	// Heartbeat is how often a running chunk tells JetStream it is in
+	// progress and renews its claim. Default AckWait/3.
+	Heartbeat time.Duration
+
+	// MaxRecoveries is how many recoveries one chunk gets, across all its
+	// envelopes, before the next escalates to a person. Default 3.
+	MaxRecoveries int
+	// MaxStrategyAttempts is how often a failing recovery strategy is
+	// tried before its envelope escalates. Default 3.
+	MaxStrategyAttempts int
+	// CoolDown is how long an EXTERNAL_SYSTEM_DOWN envelope waits before
+	// its chunk resumes. Default 30s.
+	CoolDown time.Duration
+
+	// Concurrency is how many chunks this client's worker runs at once.
+	// Default 4.
+	Concurrency int
+	// WorkerID names this client's worker in claims and checkpoints.
+	// Default host-pid-random.
+	WorkerID string
+	// MaxChunks bounds the chunks of one job (a Pipeline may set its
+	// own). Default 10,000.
+	MaxChunks int
+	// ChunkWindow is how many of one job's chunks wait in SALVAGE_CHUNKS
+	// at once; the rest wait in SALVAGE_BACKLOG, so a job behind a large
+	// one is not stuck behind it. Default 16.
+	ChunkWindow int
+	// MaxPayload bounds a job message and each chunk message. Default
+	// 512 KiB (the server's max_payload is 1 MiB).
+	MaxPayload int
+
+	// Replicas of every stream and bucket: 1 on one server, 3 on a
+	// cluster. Default 1.
+	Replicas int
+	// JournalWrites is how journal rows are written. Default
+	// JournalAtomic; JournalPipelined is faster on a server that acks
+	// before fsync.
+	JournalWrites JournalMode
+
+	// SweepInterval is how often the sweeper looks for exhausted chunks
+	// whose advisory was missed and repairs what crashes left
+	// half-written. Default 15s.
+	SweepInterval time.Duration
+	// DrainTimeout bounds Stop: in-flight chunks may finish this long,
+	// then are released for another worker. Default 20s.
+	DrainTimeout time.Duration
+	// JobWait is how long a worker holds a chunk whose job has no record
+	// yet (its splitter died between publishing and recording). Default
+	// 30s.
+	JobWait time.Duration
+	// Alerts are the DLQ alert thresholds (zero fields take their
+	// defaults: 3 envelopes in 5 minutes, 30 minutes unresolved, 15
+	// minutes unacknowledged); AlertInterval is how often they are
+	// checked. Default 30s.
+	Alerts        AlertRules
+	AlertInterval time.Duration
+
+	// Logger receives every role's logs, with trace_id, job_id, chunk and
+	// stage on lines about work. The zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// withDefaults returns a copy of c with every zero field set.
+func (c Config) withDefaults() Config {
+	if len(c.Roles) == 0 {
+		c.Roles = RolesDefault
+	}
+	if c.Retries == 0 {
+		c.Retries = RetriesDefault
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = RetryBaseDefault
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = RetryMaxDefault
+	}
+	if c.RetryTotal <= 0 {
+		c.RetryTotal = RetryTotalDefault
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = AckWaitDefault
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = MaxDeliverDefault
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = c.AckWait / 3
+	}
+	if c.MaxRecoveries <= 0 {
+		c.MaxRecoveries = MaxRecoveriesDefault
+	}
+	if c.MaxStrategyAttempts <= 0 {
+		c.MaxStrategyAttempts = MaxStrategyAttemptsDefault
+	}
+	if c.CoolDown <= 0 {
+		c.CoolDown = CoolDownDefault
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = ConcurrencyDefault
+	}
+	if c.MaxChunks <= 0 {
+		c.MaxChunks = MaxChunksDefault
+	}
+	if c.ChunkWindow <= 0 {
+		c.ChunkWindow = ChunkWindowDefault
+	}
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = MaxPayloadDefault
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.JournalWrites == "" {
+		c.JournalWrites = JournalAtomic
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = SweepIntervalDefault
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DrainTimeoutDefault
+	}
+	if c.JobWait <= 0 {
+		c.JobWait = JobWaitDefault
+	}
+	if c.AlertInterval <= 0 {
+		c.AlertInterval = AlertIntervalDefault
+	}
+	return c
+}
+
+// validate names the first field that cannot work.
+func (c Config) validate() error {
+	for _, r := range c.Roles {
+		if !slices.Contains(RolesAll, r) {
+			return fmt.Errorf("%w: Roles: unknown role %q (want %v)", ErrInvalidConfig, r, RolesAll)
+		}
+	}
+	switch {
+	case c.RetryBase > c.RetryMax:
+		return fmt.Errorf("%w: RetryBase %s exceeds RetryMax %s", ErrInvalidConfig, c.RetryBase, c.RetryMax)
+	case c.Heartbeat >= c.AckWait:
+		return fmt.Errorf("%w: Heartbeat %s must be shorter than AckWait %s", ErrInvalidConfig, c.Heartbeat, c.AckWait)
+	case c.MaxPayload > natsMaxPayload:
+		return fmt.Errorf("%w: MaxPayload %d is over the server's max_payload %d", ErrInvalidConfig, c.MaxPayload, natsMaxPayload)
+	case c.JournalWrites != JournalAtomic && c.JournalWrites != JournalPipelined:
+		return fmt.Errorf("%w: JournalWrites %q: want %q or %q", ErrInvalidConfig, c.JournalWrites, JournalAtomic, JournalPipelined)
+	case c.Replicas > 5:
+		return fmt.Errorf("%w: Replicas %d: JetStream allows at most 5", ErrInvalidConfig, c.Replicas)
+	}
+	return nil
+}
+
+// natsMaxPayload is the server's default max_payload.
+const natsMaxPayload = 1 << 20
+
+// has reports whether c runs role r.
+func (c Config) has(r Role) bool { return slices.Contains(c.Roles, r) }
+
+// retryPolicy is tier 1 as the executor takes it.
+func (c Config) retryPolicy() recovery.RetryPolicy {
+	return recovery.RetryPolicy{MaxRetries: c.Retries, BaseDelay: c.RetryBase, MaxDelay: c.RetryMax, TotalCap: c.RetryTotal}
+}
+
+// limits are the recovery limits.
+func (c Config) limits() recovery.Limits {
+	return recovery.Limits{MaxRecoveries: c.MaxRecoveries, MaxStrategyAttempts: c.MaxStrategyAttempts}
+}
+
+// streamOptions provision the streams and consumers with c's tier 2.
+func (c Config) streamOptions() streams.Options {
+	return streams.Options{Replicas: c.Replicas, AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
+}
+
+// AlertRules are the DLQ alert thresholds (Config.Alerts).
+type AlertRules = recovery.AlertRules

@@ -1,0 +1,248 @@
+package salvage
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/salvagehq/salvage/consumers"
+)
+
+// EnvelopeRecord is the state of one failure envelope: what became of it.
+// The envelope itself (Envelope) is immutable in SALVAGE_DLQ.
+type EnvelopeRecord struct {
+	ID       string         `json:"envelope_id"`
+	Job      string         `json:"job_id"`
+	Chunk    int            `json:"chunk"`
+	Category Category       `json:"category"`
+	Strategy Strategy       `json:"strategy"`
+	Status   EnvelopeStatus `json:"status"`
+	// Attempts counts failed attempts of the strategy.
+	Attempts int      `json:"attempts"`
+	Notes    []string `json:"notes,omitempty"`
+	// StreamSeq and Subject are the original chunk message's.
+	StreamSeq uint64 `json:"stream_seq"`
+	Subject   string `json:"subject"`
+	// DLQSeq is the envelope's sequence in SALVAGE_DLQ.
+	DLQSeq  uint64 `json:"dlq_seq"`
+	TraceID string `json:"trace_id,omitempty"`
+	// Replays counts operator replays.
+	Replays int `json:"replays,omitempty"`
+	// Requeued is set while a requeued chunk runs.
+	Requeued bool `json:"requeued,omitempty"`
+	// Left names the effects nobody could undo, for the person who must.
+	Left []LeftEffect `json:"left,omitempty"`
+	// SupersededBy names the later envelope of the same chunk.
+	SupersededBy string `json:"superseded_by,omitempty"`
+	// Human is set once a person acted on the envelope or its chunk.
+	Human bool `json:"human,omitempty"`
+	// ResolvedBy is "chunk" when the chunk finished, "cancel" when its
+	// job was cancelled, else the person who resolved it.
+	ResolvedBy string    `json:"resolved_by,omitempty"`
+	AckedBy    string    `json:"acked_by,omitempty"`
+	AckedAt    time.Time `json:"acked_at,omitzero"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// LeftEffect is an effect nobody could undo.
+type LeftEffect struct {
+	Tool       string `json:"tool"`
+	System     string `json:"system,omitempty"`
+	ResourceID string `json:"resource_id,omitempty"`
+	JournalKey string `json:"journal_key"`
+}
+
+// Envelope is a failure envelope as published on
+// salvage.dlq.<category>.<job>.<chunk>: what failed and what stands.
+type Envelope struct {
+	ID       string   `json:"envelope_id"`
+	Job      string   `json:"job_id"`
+	Chunk    int      `json:"chunk"`
+	Pipeline string   `json:"pipeline"`
+	TraceID  string   `json:"trace_id"`
+	Category Category `json:"category"`
+	Strategy Strategy `json:"strategy"`
+	Error    string   `json:"error"`
+	// ErrorClass is transient, rate-limited, timeout, permanent,
+	// cancelled or panic (Error then holds the panic and its stack).
+	ErrorClass string `json:"error_class,omitempty"`
+	// FailedAgent, FailedCall (a journal key) and FailedTool name what
+	// failed, never a sibling it stopped.
+	FailedAgent   string `json:"failed_agent,omitempty"`
+	FailedCall    string `json:"failed_call,omitempty"`
+	FailedTool    string `json:"failed_tool,omitempty"`
+	FailedStage   int    `json:"failed_stage"`
+	Deliveries    uint64 `json:"deliveries"`
+	Tier1Attempts int    `json:"tier1_attempts"`
+	Recoveries    int    `json:"recoveries"`
+	// CompletedEntries, InFlightEntries and PendingCompensations are
+	// journal keys: calls that succeeded, calls whose outcome is unknown,
+	// and reversible effects to undo, newest first.
+	CompletedEntries     []string `json:"completed_entries"`
+	InFlightEntries      []string `json:"in_flight_entries"`
+	PendingCompensations []string `json:"pending_compensations"`
+	Checkpoint           struct {
+		Stage  int         `json:"stage"`
+		Status ChunkStatus `json:"status"`
+		Epoch  int         `json:"epoch"`
+	} `json:"checkpoint"`
+	// Original is the chunk message verbatim: `nats pub <Subject> <Data>`
+	// replays it.
+	Original struct {
+		Stream  string          `json:"stream"`
+		Seq     uint64          `json:"seq"`
+		Subject string          `json:"subject"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"original"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Call is one journaled call.
+type Call struct {
+	Key            string          `json:"key"`
+	Job            string          `json:"job_id"`
+	Chunk          int             `json:"chunk"`
+	Epoch          int             `json:"epoch"`
+	Stage          int             `json:"stage"`
+	Agent          string          `json:"agent"`
+	Seq            int             `json:"seq"`
+	Tool           string          `json:"tool"`
+	System         string          `json:"system,omitempty"`
+	InputHash      string          `json:"input_hash"`
+	Output         json.RawMessage `json:"output,omitempty"`
+	Status         CallStatus      `json:"status"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Attempts       int             `json:"attempts"`
+	LatencyMS      float64         `json:"latency_ms"`
+	Error          string          `json:"error,omitempty"`
+	ErrorClass     string          `json:"error_class,omitempty"`
+	ErrorStatus    int             `json:"error_status,omitempty"`
+	// ResourceID is the id the external system gave a side effect.
+	Fingerprint *struct {
+		System       string `json:"system"`
+		ResourceID   string `json:"resource_id,omitempty"`
+		Reversible   bool   `json:"reversible"`
+		Compensation string `json:"compensation,omitempty"`
+	} `json:"fingerprint,omitempty"`
+	Verified bool `json:"verified,omitempty"`
+	Orphan   bool `json:"orphan,omitempty"`
+	// History holds the earlier outcomes of this call a re-run replaced.
+	History []struct {
+		Status      CallStatus `json:"status"`
+		Error       string     `json:"error,omitempty"`
+		ErrorClass  string     `json:"error_class,omitempty"`
+		ErrorStatus int        `json:"error_status,omitempty"`
+		Attempts    int        `json:"attempts"`
+	} `json:"history,omitempty"`
+	TraceID    string    `json:"trace_id,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+}
+
+// EnvelopeDetail is everything about one envelope: its record, the
+// envelope as published, its chunk's checkpoint and the journal of the
+// chunk's epoch.
+type EnvelopeDetail struct {
+	Record     EnvelopeRecord `json:"record"`
+	Envelope   Envelope       `json:"envelope"`
+	Checkpoint *Chunk         `json:"checkpoint,omitempty"`
+	Journal    []Call         `json:"journal"`
+}
+
+// EnvelopeFilter narrows a listing; zero fields match everything.
+type EnvelopeFilter struct {
+	Category Category       `json:"category,omitempty"`
+	Status   EnvelopeStatus `json:"status,omitempty"`
+	Job      string         `json:"job_id,omitempty"`
+	// MinAge keeps envelopes at least this old.
+	MinAge time.Duration `json:"-"`
+}
+
+// EnvelopeList is a page of envelope records, oldest first.
+type EnvelopeList struct {
+	Envelopes []EnvelopeRecord `json:"envelopes"`
+	// Total is how many match in all.
+	Total  int `json:"total"`
+	Offset int `json:"offset"`
+	// NextOffset is where the next page starts; absent on the last.
+	NextOffset int `json:"next_offset,omitempty"`
+}
+
+// ListEnvelopes returns one page (nil: the first PageDefault) of the
+// envelope records f matches, oldest first.
+func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page) (*EnvelopeList, error) {
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := op.List(ctx, consumers.EnvelopeFilter{Category: string(f.Category), Status: string(f.Status), Job: f.Job, MinAge: f.MinAge})
+	if err != nil {
+		return nil, err
+	}
+	from, to := page.bounds(len(recs))
+	out := &EnvelopeList{Total: len(recs), Offset: from}
+	if to < len(recs) {
+		out.NextOffset = to
+	}
+	if out.Envelopes, err = recast[[]EnvelopeRecord](recs[from:to]); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ShowEnvelope returns everything about envelope id, or an error wrapping
+// ErrUnknownEnvelope.
+func (c *Client) ShowEnvelope(ctx context.Context, id string) (*EnvelopeDetail, error) {
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d, err := op.Show(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out, err := recast[EnvelopeDetail](d)
+	return &out, err
+}
+
+// Replay puts envelope id's chunk back to work, as a person's doing
+// recorded as by: it resumes from its journal, so no side effect repeats
+// (after a compensation it runs fresh in a new epoch). The envelope is
+// recovering until the chunk ends, then resolved or superseded. A replay
+// in flight is not published again; a resolved or superseded envelope
+// returns ErrAlreadyResolved or ErrSuperseded.
+func (c *Client) Replay(ctx context.Context, id, by string) (*EnvelopeRecord, error) {
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return record(op.Replay(ctx, id, by))
+}
+
+// Resolve marks envelope id resolved by hand, by by, with a note.
+func (c *Client) Resolve(ctx context.Context, id, by, note string) (*EnvelopeRecord, error) {
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return record(op.Resolve(ctx, id, by, note))
+}
+
+// Ack records that by has seen envelope id (it stops the
+// unacknowledged-escalation alert); the first acknowledgement is kept.
+func (c *Client) Ack(ctx context.Context, id, by string) (*EnvelopeRecord, error) {
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return record(op.Ack(ctx, id, by))
+}
+
+func record(r any, err error) (*EnvelopeRecord, error) {
+	if err != nil {
+		return nil, err
+	}
+	out, err := recast[EnvelopeRecord](r)
+	return &out, err
+}

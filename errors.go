@@ -1,0 +1,74 @@
+package salvage
+
+import (
+	"errors"
+	"time"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+// Errors a tool or agent returns, built with the constructors below, say
+// how a failure may be retried. Salvage classifies them by type and status
+// code, never by the words in their messages.
+var (
+	// ErrTransient matches errors built with Transient: retried with
+	// backoff (tier 1), then redelivered (tier 2).
+	ErrTransient = recovery.ErrTransient
+	// ErrRateLimited matches errors built with RateLimited.
+	ErrRateLimited = recovery.ErrRateLimited
+	// ErrTimeout matches errors built with Timeout: the outcome is
+	// unknown, so a side effect is verified before it is repeated.
+	ErrTimeout = recovery.ErrTimeout
+	// ErrPermanent matches errors built with Permanent, and panics: never
+	// retried; the chunk goes to the DLQ.
+	ErrPermanent = recovery.ErrPermanent
+	// ErrPanic matches a panic Salvage recovered in an agent, tool, split
+	// or result function; the error carries the panic's value and stack.
+	ErrPanic = recovery.ErrPanic
+	// ErrBadInput is what a Split returns, wrapped, for input it cannot
+	// use; the job is rejected (bad-input).
+	ErrBadInput = recovery.ErrBadInput
+	// ErrRetriesExhausted is returned by Turn.Tool when tier 1 gave up on
+	// a retryable error; the chunk goes to tier 2.
+	ErrRetriesExhausted = recovery.ErrRetriesExhausted
+)
+
+// Errors the Client returns.
+var (
+	// ErrInvalidConfig is returned by NewClient for a Config or Pipeline
+	// that cannot run; the message names the field.
+	ErrInvalidConfig = errors.New("salvage: invalid config")
+	// ErrUnknownPipeline is returned by Submit for a pipeline this client
+	// does not know; the job would be rejected.
+	ErrUnknownPipeline = recovery.ErrUnknownPipeline
+	// ErrUnknownJob is returned for a job id no record has.
+	ErrUnknownJob = consumers.ErrUnknownJob
+	// ErrUnknownEnvelope is returned for an envelope id no record has.
+	ErrUnknownEnvelope = consumers.ErrUnknownEnvelope
+	// ErrAlreadyResolved is returned when replaying or resolving an
+	// envelope that is resolved.
+	ErrAlreadyResolved = consumers.ErrAlreadyResolved
+	// ErrSuperseded is returned when replaying or resolving an envelope a
+	// later one replaced; act on that one.
+	ErrSuperseded = consumers.ErrSuperseded
+	// ErrRejected is returned by Wait when the splitter rejected the job;
+	// the message gives the reason.
+	ErrRejected = errors.New("salvage: job rejected")
+	// ErrNotStarted is returned by Stop on a client that was not started.
+	ErrNotStarted = errors.New("salvage: client not started")
+)
+
+// Transient is a failure worth retrying soon (a 5xx, a reset connection),
+// with its status code if it has one.
+func Transient(status int, err error) error { return recovery.Transient(status, err) }
+
+// RateLimited is a 429: retried no sooner than after (a Retry-After).
+func RateLimited(after time.Duration, err error) error { return recovery.RateLimited(after, err) }
+
+// Timeout is a call that did not answer in time: its outcome is unknown.
+func Timeout(err error) error { return recovery.Timeout(err) }
+
+// Permanent is a failure retrying cannot fix (a 400, a refused card): the
+// chunk goes to the DLQ at once.
+func Permanent(status int, err error) error { return recovery.Permanent(status, err) }

@@ -1,0 +1,369 @@
+package salvage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Job is a job's record: its status and the counts of its chunks'
+// outcomes, kept current in O(1) per outcome.
+type Job struct {
+	ID       string         `json:"job_id"`
+	Pipeline string         `json:"pipeline"`
+	Status   JobStatus      `json:"status"`
+	Chunks   int            `json:"chunks"`
+	TraceID  string         `json:"trace_id"`
+	Budget   *Budget        `json:"budget,omitempty"`
+	Metadata map[string]any `json:"metadata,omitempty"`
+	// Window is how many of the job's chunks were queued at once (0: all).
+	Window  int     `json:"window,omitempty"`
+	Summary Summary `json:"summary"`
+	// Explanation names the chunks, stages and envelopes behind a status
+	// other than done (at most 20 lines).
+	Explanation []string   `json:"explanation,omitempty"`
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
+// and Degraded are current; DeadLetters, Tier1Retries and Redeliveries
+// count events and only grow.
+type Summary struct {
+	Done         int `json:"done"`
+	Cancelled    int `json:"cancelled"`
+	DeadLettered int `json:"dead_lettered"`
+	Degraded     int `json:"degraded"`
+	DeadLetters  int `json:"dead_letters"`
+	Tier1Retries int `json:"tier1_retries"`
+	Redeliveries int `json:"redeliveries"`
+}
+
+// Budget caps what a job may spend.
+type Budget struct {
+	Tokens int64   `json:"tokens,omitempty"`
+	Cost   float64 `json:"cost,omitempty"`
+}
+
+// Chunk is one chunk's checkpoint as an operator sees it.
+type Chunk struct {
+	Job          string      `json:"job_id"`
+	Chunk        int         `json:"chunk"`
+	Stage        int         `json:"stage"`
+	Status       ChunkStatus `json:"status"`
+	ClaimedBy    string      `json:"claimed_by,omitempty"`
+	Epoch        int         `json:"epoch"`
+	Recoveries   int         `json:"recoveries"`
+	Gaps         []string    `json:"gaps,omitempty"`
+	Deliveries   uint64      `json:"deliveries"`
+	Redeliveries int         `json:"redeliveries,omitempty"`
+	Tier1Retries int         `json:"tier1_retries"`
+	Calls        int         `json:"calls"`
+	CachedCalls  int         `json:"cached_calls,omitempty"`
+	DeadLetters  int         `json:"dead_letters,omitempty"`
+	// Envelope is the chunk's latest failure envelope.
+	Envelope string `json:"envelope,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// LastError and the fields after it describe the failure that sent
+	// the chunk back to tier 2, and the agent, tool and call it came from.
+	LastError       string    `json:"last_error,omitempty"`
+	LastErrorClass  string    `json:"last_error_class,omitempty"`
+	LastErrorStatus int       `json:"last_error_status,omitempty"`
+	LastErrorAgent  string    `json:"last_error_agent,omitempty"`
+	LastErrorTool   string    `json:"last_error_tool,omitempty"`
+	LastErrorCall   string    `json:"last_error_call,omitempty"`
+	UpdatedAt       time.Time `json:"updated_at"`
+}
+
+// JobState is a job and one page of its chunks.
+type JobState struct {
+	Job    Job     `json:"job"`
+	Chunks []Chunk `json:"chunks"`
+	// Offset is the page's first chunk less one; NextOffset the next
+	// page's, absent on the last.
+	Offset     int `json:"offset"`
+	NextOffset int `json:"next_offset,omitempty"`
+}
+
+// Page selects part of a long answer.
+type Page struct {
+	Offset int `json:"offset,omitempty"`
+	// Limit defaults to PageDefault and is capped at PageMax.
+	Limit int `json:"limit,omitempty"`
+}
+
+// Page bounds.
+const (
+	PageDefault = 100
+	PageMax     = 1000
+)
+
+// bounds is the slice [from, to) of n items p selects.
+func (p *Page) bounds(n int) (from, to int) {
+	var q Page
+	if p != nil {
+		q = *p
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = PageDefault
+	}
+	limit = min(limit, PageMax)
+	from = min(max(q.Offset, 0), n)
+	return from, min(from+limit, n)
+}
+
+// SubmitOpts are a submission's options; nil takes every default.
+type SubmitOpts struct {
+	// JobID names the job (a token, not rejected, accepted, progress or
+	// finished). Default a new ULID.
+	JobID string
+	// TraceParent is a W3C traceparent to carry; default a new one.
+	TraceParent string
+	// Budget caps what the job may spend.
+	Budget *Budget
+	// Metadata is kept in the job's record.
+	Metadata map[string]any
+}
+
+// Submit publishes a job for pipeline with input (anything that marshals
+// to JSON) and returns its id. The job is split by whichever worker's
+// splitter runs the pipeline; a job it cannot run is rejected, which Wait
+// reports. It fails at once on a bad pipeline name or job id, an input
+// that does not marshal, or a message past Config.MaxPayload.
+func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *SubmitOpts) (string, error) {
+	if err := streams.ValidateToken("pipeline", pipeline); err != nil {
+		return "", err
+	}
+	if opts == nil {
+		opts = &SubmitOpts{}
+	}
+	in, err := json.Marshal(input)
+	if err != nil {
+		return "", fmt.Errorf("%w: input: %v", streams.ErrBadJob, err)
+	}
+	msg := map[string]json.RawMessage{"input": in}
+	if opts.JobID != "" {
+		msg["job_id"], _ = json.Marshal(opts.JobID)
+	}
+	if opts.Budget != nil {
+		if msg["budget"], err = json.Marshal(opts.Budget); err != nil {
+			return "", err
+		}
+	}
+	if opts.Metadata != nil {
+		if msg["metadata"], err = json.Marshal(opts.Metadata); err != nil {
+			return "", fmt.Errorf("%w: metadata: %v", streams.ErrBadJob, err)
+		}
+	}
+	id, body, err := streams.PrepareJob(msg)
+	if err != nil {
+		return "", err
+	}
+	if len(body) > c.cfg.MaxPayload {
+		return "", fmt.Errorf("%w: the job message is %d bytes, the limit is %d", streams.ErrBadJob, len(body), c.cfg.MaxPayload)
+	}
+	if _, err := c.js.PublishMsg(ctx, streams.JobMessage(pipeline, id, body, opts.TraceParent)); err != nil {
+		return "", fmt.Errorf("salvage: submit %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// Wait blocks until job id has finished (done, partial, incomplete or
+// cancelled) and returns it. It returns an error wrapping ErrRejected when
+// the job was rejected instead, and ctx's error when ctx ends first. A job
+// not recorded yet (being split) is waited for.
+func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
+	if err := streams.ValidateJobID(id); err != nil {
+		return nil, err
+	}
+	b, err := c.js.KeyValue(ctx, kv.BucketJobs)
+	if err != nil {
+		return nil, fmt.Errorf("salvage: wait for %s: %w", id, err)
+	}
+	w, err := b.Watch(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("salvage: wait for %s: %w", id, err)
+	}
+	defer func() { _ = w.Stop() }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("salvage: wait for %s: %w", id, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("salvage: wait for %s: the watch ended", id)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var j Job
+			if err := json.Unmarshal(e.Value(), &j); err != nil {
+				return nil, fmt.Errorf("salvage: job %s: %w", id, err)
+			}
+			if j.Status.Finished() {
+				return &j, nil
+			}
+		case <-tick.C:
+			if err := c.rejected(ctx, id); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// rejected returns an error wrapping ErrRejected when job id was rejected.
+func (c *Client) rejected(ctx context.Context, id string) error {
+	s, err := c.js.Stream(ctx, streams.Events)
+	if err != nil {
+		return nil
+	}
+	m, err := s.GetLastMsgForSubject(ctx, streams.EventSubject(id, streams.EventRejected))
+	if err != nil {
+		return nil
+	}
+	var r streams.Rejection
+	_ = json.Unmarshal(m.Data, &r)
+	err = fmt.Errorf("%w (%s): %s", ErrRejected, r.Reason, r.Error)
+	if r.Reason == streams.RejectUnknownPipeline {
+		err = errors.Join(err, ErrUnknownPipeline)
+	}
+	return err
+}
+
+// Get returns job id's record, or an error wrapping ErrUnknownJob.
+func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+	if err := streams.ValidateJobID(id); err != nil {
+		return nil, err
+	}
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j, err := st.Jobs.Get(ctx, id)
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, err := recast[Job](j)
+	return &out, err
+}
+
+// Status returns job id and one page of its chunks (page nil: the first
+// PageDefault). A cancelled job's chunks that never started read
+// cancelled-at-stage-0. It costs one read per 1,000 chunks of the page.
+func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, error) {
+	if err := streams.ValidateJobID(id); err != nil {
+		return nil, err
+	}
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j, err := st.Jobs.Get(ctx, id)
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	from, to := page.bounds(j.Chunks)
+	cps, err := st.Checkpoints.ForJobRange(ctx, id, from+1, to)
+	if err != nil {
+		return nil, err
+	}
+	out := &JobState{Offset: from}
+	if to < j.Chunks {
+		out.NextOffset = to
+	}
+	if out.Job, err = recast[Job](j); err != nil {
+		return nil, err
+	}
+	if out.Chunks, err = recast[[]Chunk](j.View(cps)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Results returns the findings of job id's finished chunks, by chunk
+// number, read from SALVAGE_RESULTS (kept 7 days).
+func (c *Client) Results(ctx context.Context, id string) (map[int]json.RawMessage, error) {
+	if err := streams.ValidateJobID(id); err != nil {
+		return nil, err
+	}
+	cons, err := c.js.OrderedConsumer(ctx, streams.Results, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{streams.ResultsForJob(id)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("salvage: results of %s: %w", id, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("salvage: results of %s: %w", id, err)
+	}
+	out := map[int]json.RawMessage{}
+	for left := info.NumPending; left > 0; {
+		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("salvage: results of %s: %w", id, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if chunk, err := strconv.Atoi(m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]); err == nil {
+				out[chunk] = m.Data()
+			}
+		}
+		if n == 0 {
+			break
+		}
+		left -= uint64(n)
+	}
+	return out, nil
+}
+
+// Cancel cancels job id: its queued chunks leave the work queue at once
+// and count as cancelled at stage 0, running ones stop at their next
+// stage, envelopes of its chunks still being recovered are resolved. by
+// names who cancels it, for the envelopes' notes. A job submitted a moment
+// ago is waited for, up to 5s. It returns the job as it then stands, or an
+// error wrapping ErrUnknownJob.
+func (c *Client) Cancel(ctx context.Context, id, by string) (*Job, error) {
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j, err := op.Cancel(ctx, id, by)
+	if err != nil {
+		return nil, err
+	}
+	out, err := recast[Job](j)
+	return &out, err
+}
+
+// recast converts between a machinery type and its public mirror, which
+// share their JSON names (those names are the wire contract).
+func recast[T any](v any) (T, error) {
+	var out T
+	data, err := json.Marshal(v)
+	if err != nil {
+		return out, err
+	}
+	err = json.Unmarshal(data, &out)
+	return out, err
+}

@@ -1,0 +1,264 @@
+package salvage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+// Pipeline is what a pipeline author writes: how a job's input becomes
+// chunks, the stages each chunk runs, and the tools its agents may call.
+// Jobs for it are submitted under its Name (salvage.jobs.<Name>).
+type Pipeline struct {
+	// Name is the subject token jobs are submitted under: 1-128 bytes of
+	// A-Z a-z 0-9 - _ =. Required.
+	Name string
+	// Split turns a job's input into chunk inputs, at least one. It
+	// returns an error wrapping ErrBadInput for input it cannot use (the
+	// job is rejected as bad-input); a panic rejects the job as panic.
+	// Required.
+	Split func(input json.RawMessage) ([]json.RawMessage, error)
+	// Stages run in order, numbered from 1. At least one is required.
+	Stages []Stage
+	// Tools are the calls the pipeline's agents may make (Turn.Tool).
+	Tools []Tool
+	// MaxChunks bounds the chunks one job may split into; a job past it
+	// is rejected (too-many-chunks). Zero takes Config.MaxChunks.
+	MaxChunks int
+	// Result builds the findings published on SALVAGE_RESULTS for a
+	// finished chunk from its input and every stage's outputs. Nil
+	// publishes the outputs as a JSON array. An error or a panic fails
+	// the chunk permanently.
+	Result func(chunk json.RawMessage, outputs []StageOutput) (json.RawMessage, error)
+}
+
+// Stage runs its agents in parallel. When one fails, the others are
+// stopped (their calls are recorded cancelled) and the failure decides
+// the chunk's fate.
+type Stage struct {
+	// Name names the stage in logs and in a job's explanation.
+	Name string
+	// Agents run in parallel; each gets its own Turn.
+	Agents []Agent
+	// Optional stages degrade gracefully: when one fails, the chunk goes
+	// on without its output and its job ends partial.
+	Optional bool
+}
+
+// Agent is one actor of a stage: its Run makes calls through its Turn and
+// returns its output, which must marshal to JSON. Run is replayed on a
+// resume: calls that already succeeded return their recorded outputs
+// without running again, so Run must make the same calls in the same
+// order given the same results.
+type Agent struct {
+	// Name identifies the agent in journal keys: a token, unique within
+	// its stage.
+	Name string
+	// Run is the agent. A panic fails its chunk (class panic).
+	Run func(ctx context.Context, t *Turn) (any, error)
+}
+
+// StageOutput is what one agent produced in one stage; later stages read
+// it in Turn.Prior, and Pipeline.Result gets them all.
+type StageOutput struct {
+	Stage  int             `json:"stage"`
+	Agent  string          `json:"agent"`
+	Output json.RawMessage `json:"output"`
+}
+
+// Turn is one agent's run in one stage of one chunk. Every external call
+// the agent makes goes through Tool, so it is journaled, retried by tier 1
+// and numbered for a stable idempotency key. A Turn is not safe for
+// concurrent use: an agent's calls are a sequence.
+type Turn struct {
+	// Job, Pipeline and TraceID say which job this is.
+	Job, Pipeline, TraceID string
+	// Chunk and Stage are 1-based; Epoch changes only when a chunk's
+	// effects were compensated and it runs fresh.
+	Chunk, Stage, Epoch int
+	// Agent is the agent's name.
+	Agent string
+	// Input is the chunk's input, as Split made it.
+	Input json.RawMessage
+	// Prior holds the outputs of earlier stages.
+	Prior []StageOutput
+
+	t *recovery.Turn
+}
+
+// Tool calls the registered tool name with input (which must marshal to
+// JSON) and returns its output. The call is journaled before it runs
+// when the tool has a side effect, and after; a call that already
+// succeeded in an earlier run returns its recorded output without running
+// again; a side effect whose outcome is unknown is verified first. It
+// blocks for the call and its tier-1 retries. The error is the tool's own
+// (see Transient, Permanent, …) or one wrapping ErrRetriesExhausted.
+func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
+	return t.t.Tool(ctx, name, input)
+}
+
+// State is the agent's state: goal, messages, completed journal entries,
+// working memory. Salvage snapshots it at stage boundaries and before any
+// call to an irreversible tool, and a resumed chunk starts each agent from
+// its latest snapshot.
+func (t *Turn) State() *AgentState { return t.t.State() }
+
+// Seq is the number of calls the agent has made so far in this turn.
+func (t *Turn) Seq() int { return t.t.Seq() }
+
+// AgentState is what an agent knows (see Turn.State).
+type AgentState = recovery.AgentState
+
+// Message is one turn of an agent's conversation, in AgentState.
+type Message = recovery.Message
+
+// Tool is an external call an agent can make.
+type Tool struct {
+	// Name is what agents call it by. Required.
+	Name string
+	// System is the external system it touches (payments, crm, …).
+	System string
+	// Effect is nil for a pure call (a model call, a read): such a call
+	// is simply made again when its outcome is unknown.
+	Effect *SideEffect
+	// RetryableAfterCompensation marks a step whose chunk may run again,
+	// in a fresh epoch, once its earlier effects are compensated.
+	RetryableAfterCompensation bool
+	// Call performs the call. Return errors built with Transient,
+	// RateLimited, Timeout or Permanent so retries and recovery can
+	// decide without reading text; any other error counts as transient.
+	// A panic fails the chunk (class panic). Required.
+	Call func(ctx context.Context, c ToolCall) (ToolResult, error)
+}
+
+// SideEffect declares what a tool changes in an external system.
+type SideEffect struct {
+	// Reversible effects can be undone by the Compensation tool.
+	Reversible bool
+	// Compensation names the registered tool that undoes this effect; it
+	// receives a CompensationInput. Required when Reversible.
+	Compensation string
+	// Verify asks the external system whether a call with this
+	// idempotency key took effect. Salvage calls it before anything else
+	// when a call's outcome is unknown (a crash or a timeout mid-call).
+	// Required.
+	Verify func(ctx context.Context, idempotencyKey string) (Verification, error)
+}
+
+// Verification is the external system's answer about one idempotency key.
+type Verification struct {
+	// Applied says the call took effect.
+	Applied bool
+	// ResourceID is the id the system gave the effect.
+	ResourceID string
+	// Output, when Applied, stands in for the call's output.
+	Output json.RawMessage
+}
+
+// ToolCall is what a tool receives: where the call runs, its stable
+// idempotency key, and its input.
+type ToolCall struct {
+	// Job, Chunk, Stage, Epoch, Agent and Seq place the call: the Seq-th
+	// call of Agent in Stage of Chunk of Job. A compensation call carries
+	// the place of the call it undoes.
+	Job                 string
+	Chunk, Stage, Epoch int
+	Agent               string
+	Seq                 int
+	// IdempotencyKey is the same on every retry, redelivery and resume of
+	// this call: pass it to the external system.
+	IdempotencyKey string
+	// Input is the agent's input, as JSON.
+	Input json.RawMessage
+	// TraceID is the job's W3C trace id.
+	TraceID string
+}
+
+// ToolResult is what a tool returns.
+type ToolResult struct {
+	// Output is replayed to the agent on a resume.
+	Output json.RawMessage
+	// ResourceID is the id the external system gave the effect (a charge,
+	// an invoice); compensation and people see it.
+	ResourceID string
+}
+
+// CompensationInput is the input a compensation tool receives: the
+// idempotency key and the output of the call it undoes. The compensation
+// call itself runs under its own deterministic key, so it never undoes
+// twice.
+type CompensationInput = recovery.CompensationInput
+
+// machinery turns p into the pipeline the workers run.
+func (p *Pipeline) machinery() (*recovery.Pipeline, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: a nil Pipeline", ErrInvalidConfig)
+	}
+	tools := make([]recovery.Tool, len(p.Tools))
+	for i, t := range p.Tools {
+		tools[i] = t.machinery()
+	}
+	reg, err := recovery.NewTools(tools...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pipeline %s: %w", ErrInvalidConfig, p.Name, err)
+	}
+	out := &recovery.Pipeline{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks}
+	for _, st := range p.Stages {
+		ms := recovery.Stage{Name: st.Name, Optional: st.Optional}
+		for _, a := range st.Agents {
+			ms.Agents = append(ms.Agents, a.machinery())
+		}
+		out.Stages = append(out.Stages, ms)
+	}
+	if p.Result != nil {
+		result := p.Result
+		out.Result = func(chunk json.RawMessage, outs []kv.StageOutput) (json.RawMessage, error) {
+			return result(chunk, stageOutputs(outs))
+		}
+	}
+	return out, nil
+}
+
+func (a Agent) machinery() recovery.Agent {
+	run := a.Run
+	return recovery.Agent{Name: a.Name, Run: func(ctx context.Context, rt *recovery.Turn) (any, error) {
+		if run == nil {
+			return nil, Permanent(0, fmt.Errorf("agent %s has no Run", a.Name))
+		}
+		return run(ctx, &Turn{
+			Job: rt.Job, Pipeline: rt.Pipeline, TraceID: rt.TraceID, Chunk: rt.Chunk, Stage: rt.Stage, Epoch: rt.Epoch,
+			Agent: rt.Agent, Input: rt.Input, Prior: stageOutputs(rt.Prior), t: rt,
+		})
+	}}
+}
+
+func (t Tool) machinery() recovery.Tool {
+	out := recovery.Tool{Name: t.Name, System: t.System, RetryableAfterCompensation: t.RetryableAfterCompensation}
+	if call := t.Call; call != nil {
+		out.Call = func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+			r, err := call(ctx, ToolCall(c))
+			return recovery.ToolResult(r), err
+		}
+	}
+	if e := t.Effect; e != nil {
+		out.Effect = &recovery.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation}
+		if verify := e.Verify; verify != nil {
+			out.Effect.Verify = func(ctx context.Context, key string) (recovery.Verification, error) {
+				v, err := verify(ctx, key)
+				return recovery.Verification(v), err
+			}
+		}
+	}
+	return out
+}
+
+func stageOutputs(in []kv.StageOutput) []StageOutput {
+	out := make([]StageOutput, len(in))
+	for i, o := range in {
+		out[i] = StageOutput(o)
+	}
+	return out
+}

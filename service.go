@@ -1,0 +1,280 @@
+package salvage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// The NATS micro service `salvage` (RoleAPI): the Client's operations over
+// request-reply, for the stock nats CLI and for programs in any language.
+const (
+	// ServiceName is the micro service's name (`nats micro info salvage`).
+	ServiceName = "salvage"
+	// ServiceVersion is its version.
+	ServiceVersion = "0.4.0"
+	// ServicePrefix prefixes every endpoint's subject.
+	ServicePrefix = "salvage.api"
+)
+
+// Error codes in the Nats-Service-Error-Code header of a failed request.
+const (
+	CodeMalformed       = "400"
+	CodeUnknown         = "404"
+	CodeAlreadyResolved = "409"
+	CodeTooLarge        = "413"
+	CodeInternal        = "500"
+)
+
+// Service bounds.
+const (
+	// MaxReply is the largest reply the service sends; a larger answer is
+	// refused with CodeTooLarge and a hint to page.
+	MaxReply = 768 << 10
+	// requestTimeout bounds the work behind one request.
+	requestTimeout = 30 * time.Second
+)
+
+var (
+	// errMalformed marks a request the service cannot read.
+	errMalformed = errors.New("malformed request")
+	// errTooLarge is a request or a reply past its size limit.
+	errTooLarge = errors.New("too large")
+)
+
+// serveAPI runs the micro service until ctx ends.
+func (c *Client) serveAPI(ctx context.Context) error {
+	svc, err := micro.AddService(c.js.Conn(), micro.Config{
+		Name: ServiceName, Version: ServiceVersion,
+		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes",
+	})
+	if err != nil {
+		return fmt.Errorf("salvage: add service: %w", err)
+	}
+	g := svc.AddGroup(ServicePrefix)
+	for subject, fn := range map[string]func(context.Context, micro.Request) (any, error){
+		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.cancel": c.apiCancel,
+		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
+	} {
+		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("salvage: add endpoint %s: %w", subject, err)
+		}
+	}
+	<-ctx.Done()
+	return svc.Stop()
+}
+
+// handler answers fn's result as JSON, or its error with a code. Every
+// request gets an answer: one too large to send, or one that fails to
+// send, is answered with an error.
+func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) micro.HandlerFunc {
+	return func(req micro.Request) {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		out, err := fn(ctx, req)
+		if err == nil {
+			err = respond(req, out)
+		}
+		if err == nil {
+			return
+		}
+		code := CodeInternal
+		switch {
+		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob):
+			code = CodeMalformed
+		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob):
+			code = CodeUnknown
+		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+			code = CodeAlreadyResolved
+		case errors.Is(err, errTooLarge):
+			code = CodeTooLarge
+		default:
+			c.log.Error().Err(err).Str("subject", req.Subject()).Msg("request failed")
+		}
+		if rerr := req.Error(code, streams.Clip(err.Error(), streams.ErrorTextMax), nil); rerr != nil {
+			c.log.Error().Err(rerr).Str("subject", req.Subject()).Msg("send error reply")
+		}
+	}
+}
+
+func respond(req micro.Request, out any) error {
+	data, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxReply {
+		return fmt.Errorf("%w: the reply would be %d bytes, the limit is %d; ask for a page (offset, limit)", errTooLarge, len(data), MaxReply)
+	}
+	if err := req.Respond(data); err != nil {
+		return fmt.Errorf("send reply: %w", err)
+	}
+	return nil
+}
+
+// decode reads a JSON request body into v; an empty body leaves v as is
+// when empty is allowed.
+func decode(req micro.Request, v any, empty bool) error {
+	if empty && len(req.Data()) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(req.Data(), v); err != nil {
+		return fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return nil
+}
+
+// envelopeRequest is the body of dlq.show, dlq.replay, dlq.resolve and
+// dlq.ack.
+type envelopeRequest struct {
+	EnvelopeID string `json:"envelope_id"`
+	By         string `json:"by,omitempty"`
+	Note       string `json:"note,omitempty"`
+}
+
+func readEnvelopeRequest(req micro.Request) (envelopeRequest, error) {
+	var r envelopeRequest
+	if err := decode(req, &r, false); err != nil {
+		return r, err
+	}
+	if r.EnvelopeID == "" {
+		return r, fmt.Errorf("%w: envelope_id is required", errMalformed)
+	}
+	if r.By == "" {
+		r.By = "api"
+	}
+	return r, streams.ValidateToken("envelope_id", r.EnvelopeID)
+}
+
+func (c *Client) apiList(ctx context.Context, req micro.Request) (any, error) {
+	var r struct {
+		EnvelopeFilter
+		// MinAge is a Go duration ("30m").
+		MinAge string `json:"min_age,omitempty"`
+		Page
+	}
+	if err := decode(req, &r, true); err != nil {
+		return nil, err
+	}
+	if r.MinAge != "" {
+		d, err := time.ParseDuration(r.MinAge)
+		if err != nil {
+			return nil, fmt.Errorf("%w: min_age: %v", errMalformed, err)
+		}
+		r.EnvelopeFilter.MinAge = d
+	}
+	return c.ListEnvelopes(ctx, r.EnvelopeFilter, &r.Page)
+}
+
+func (c *Client) apiShow(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readEnvelopeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.ShowEnvelope(ctx, r.EnvelopeID)
+}
+
+func (c *Client) apiReplay(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readEnvelopeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.Replay(ctx, r.EnvelopeID, r.By)
+}
+
+func (c *Client) apiResolve(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readEnvelopeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.Resolve(ctx, r.EnvelopeID, r.By, r.Note)
+}
+
+func (c *Client) apiAck(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readEnvelopeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.Ack(ctx, r.EnvelopeID, r.By)
+}
+
+// jobRequest is the body of jobs.status and jobs.cancel.
+type jobRequest struct {
+	JobID string `json:"job_id"`
+	By    string `json:"by,omitempty"`
+	Page
+}
+
+func readJobRequest(req micro.Request) (jobRequest, error) {
+	var r jobRequest
+	if err := decode(req, &r, false); err != nil {
+		return r, err
+	}
+	if r.By == "" {
+		r.By = "api"
+	}
+	return r, streams.ValidateJobID(r.JobID)
+}
+
+func (c *Client) apiStatus(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readJobRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.Status(ctx, r.JobID, &r.Page)
+}
+
+func (c *Client) apiCancel(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readJobRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.Cancel(ctx, r.JobID, r.By)
+}
+
+// SubmitReply is the answer to jobs.submit.
+type SubmitReply struct {
+	JobID string `json:"job_id"`
+}
+
+// apiSubmit takes {"pipeline", "input", "job_id"?, "budget"?, "metadata"?}.
+func (c *Client) apiSubmit(ctx context.Context, req micro.Request) (any, error) {
+	if len(req.Data()) > c.cfg.MaxPayload {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", errTooLarge, len(req.Data()), c.cfg.MaxPayload)
+	}
+	var r struct {
+		Pipeline string          `json:"pipeline"`
+		Input    json.RawMessage `json:"input"`
+		JobID    *string         `json:"job_id"`
+		Budget   *Budget         `json:"budget"`
+		Metadata map[string]any  `json:"metadata"`
+	}
+	if err := decode(req, &r, false); err != nil {
+		return nil, err
+	}
+	if r.Pipeline == "" {
+		return nil, fmt.Errorf("%w: pipeline is required", errMalformed)
+	}
+	if len(r.Input) == 0 {
+		return nil, fmt.Errorf("%w: job message has no input", streams.ErrBadJob)
+	}
+	opts := &SubmitOpts{Budget: r.Budget, Metadata: r.Metadata, TraceParent: req.Headers().Get(streams.HeaderTraceParent)}
+	if r.JobID != nil {
+		if err := streams.ValidateJobID(*r.JobID); err != nil {
+			return nil, err
+		}
+		opts.JobID = *r.JobID
+	}
+	id, err := c.Submit(ctx, r.Pipeline, r.Input, opts)
+	if err != nil {
+		return nil, err
+	}
+	return SubmitReply{JobID: id}, nil
+}
