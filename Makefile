@@ -28,7 +28,7 @@ lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck
 	$(BIN)/staticcheck ./...
 
 bench: ## workers' chunks and calls per second, journaled calls vs the raw JetStream floor; per sync_interval
-	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/app/
+	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/contractreview/
 	$(GO) test -run '^$$' -bench BenchmarkJournal -benchtime 2x -count 1 ./kv/
 
 tools: $(BIN)/nats $(BIN)/staticcheck ## pinned natscli and staticcheck into ./bin

@@ -224,3 +224,16 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	}
 	return runs, nil
 }
+
+// JournalStats reports how many flushes this client's workers made to the
+// journal and how many rows they carried: rows over flushes is the group
+// commit at work.
+func (c *Client) JournalStats() (flushes, rows int64) {
+	c.storesMu.Lock()
+	st := c.stores
+	c.storesMu.Unlock()
+	if st == nil {
+		return 0, 0
+	}
+	return st.Journal.Stats()
+}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 )
 
 // EnvelopeRecord is the state of one failure envelope: what became of it.
@@ -245,4 +247,21 @@ func record(r any, err error) (*EnvelopeRecord, error) {
 	}
 	out, err := recast[EnvelopeRecord](r)
 	return &out, err
+}
+
+// RecoveryStats is the automatic recovery rate and what it is made of.
+type RecoveryStats = recovery.RecoveryStats
+
+// AutoRecoveryRate computes the automatic recovery rate per chunk over
+// envelope records: of the chunks dead-lettered at least once, the share
+// whose latest envelope is resolved because the chunk finished, or
+// abandoned with nothing left standing, with no person acting on any
+// envelope of the chunk. Dead ends, escalations and chunks still
+// recovering count against it; 1 when recs is empty.
+func AutoRecoveryRate(recs []EnvelopeRecord) RecoveryStats {
+	machine, err := recast[[]kv.EnvelopeRecord](recs)
+	if err != nil {
+		return RecoveryStats{Rate: 1}
+	}
+	return recovery.AutoRecoveryRate(machine)
 }

@@ -72,3 +72,9 @@ func Timeout(err error) error { return recovery.Timeout(err) }
 // Permanent is a failure retrying cannot fix (a 400, a refused card): the
 // chunk goes to the DLQ at once.
 func Permanent(status int, err error) error { return recovery.Permanent(status, err) }
+
+// CallError is the error the constructors above build: its Status is the
+// HTTP-like status code and RetryAfter the wait a rate limiter asked for.
+// Use errors.As to read them, errors.Is with ErrTransient and the others
+// to test the class.
+type CallError = recovery.CallError

@@ -50,6 +50,9 @@ type Summary struct {
 	Redeliveries int `json:"redeliveries"`
 }
 
+// Terminal is how many chunks reached an outcome.
+func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
+
 // Budget caps what a job may spend.
 type Budget struct {
 	Tokens int64   `json:"tokens,omitempty"`
@@ -366,4 +369,20 @@ func recast[T any](v any) (T, error) {
 	}
 	err = json.Unmarshal(data, &out)
 	return out, err
+}
+
+// ListJobs returns one page (nil: the first PageDefault) of the job
+// records, newest first (job ids are ULIDs unless named otherwise). It
+// reads every record: a listing for people, not for a loop.
+func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := st.Jobs.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	from, to := page.bounds(len(jobs))
+	return recast[[]Job](jobs[from:to])
 }

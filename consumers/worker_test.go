@@ -227,7 +227,10 @@ func TestCancellationAtStage(t *testing.T) {
 func TestCancelledJobChunksNeverStart(t *testing.T) {
 	b := setup(t, setupOpts{})
 	job := b.submit(t, modeOK, modeOK)
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 2 }, "chunks published")
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		_, err := b.stores.Jobs.Get(b.ctx, job)
+		return err == nil && b.streamMsgs(t, streams.Chunks) == 2
+	}, "chunks published and the job recorded")
 	if _, err := b.stores.Jobs.Cancel(b.ctx, job); err != nil {
 		t.Fatal(err)
 	}

@@ -231,8 +231,9 @@ func (s *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 // when an outcome arrives for a job already finished (a count that raced
 // a Settle and may now be counted twice).
 func (s *Jobs) Apply(ctx context.Context, id string, d Delta) (Job, bool, error) {
-	var wasFinished bool
+	var wasFinished, recounted bool
 	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+		wasFinished, recounted = false, false
 		if !exists {
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
@@ -240,7 +241,16 @@ func (s *Jobs) Apply(ctx context.Context, id string, d Delta) (Job, bool, error)
 			return ErrNoChange
 		}
 		wasFinished = j.Status != JobRunning
-		j.Summary.apply(d)
+		next := j.Summary
+		next.apply(d)
+		if wasFinished && next.Terminal() > j.Chunks {
+			// A Settle already counted this chunk from its checkpoint (a
+			// pending chunk of a cancelled job a worker then picked up):
+			// the counts stay whole and the caller settles again.
+			recounted = true
+			return ErrNoChange
+		}
+		j.Summary = next
 		j.UpdatedAt = s.now()
 		if j.Summary.Terminal() < j.Chunks && j.Status != JobRunning {
 			j.Status, j.FinishedAt, j.Explanation = JobRunning, nil, nil
@@ -250,7 +260,7 @@ func (s *Jobs) Apply(ctx context.Context, id string, d Delta) (Job, bool, error)
 	if err != nil {
 		return j, false, err
 	}
-	settle := j.Summary.Terminal() >= j.Chunks && (j.Status == JobRunning || (wasFinished && d.From != d.To))
+	settle := recounted || j.Summary.Terminal() >= j.Chunks && (j.Status == JobRunning || (wasFinished && d.From != d.To))
 	return j, settle, nil
 }
 

@@ -320,3 +320,38 @@ func TestDeriveCancelledJob(t *testing.T) {
 		t.Fatalf("view of a purged chunk = %s", v[0].Status)
 	}
 }
+
+// TestCancelledJobCountsStayWhole: a cancelled job settles with its
+// pending chunks counted cancelled at stage 0; a worker that then picks up
+// one of them (its message was in flight when the queue was purged) and
+// records the cancellation must not count it twice, even for a moment.
+func TestCancelledJobCountsStayWhole(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	if err := st.Jobs.Create(ctx, kv.Job{ID: "C", Pipeline: "p", Chunks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Jobs.Cancel(ctx, "C"); err != nil {
+		t.Fatal(err)
+	}
+	cps, err := st.Checkpoints.ForJob(ctx, "C", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, finished, err := st.Jobs.Settle(ctx, "C", cps)
+	if err != nil || !finished || j.Status != kv.JobCancelled || j.Summary.Cancelled != 2 {
+		t.Fatalf("settled: %+v finished %v, %v", j, finished, err)
+	}
+	var d kv.Delta
+	if _, err := st.Checkpoints.Mutate(ctx, "C", 1, func(cp *kv.Checkpoint) error {
+		cp.Status = kv.CancelledAtStage(0)
+		d = cp.Recount()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	j, settle, err := st.Jobs.Apply(ctx, "C", d)
+	if err != nil || !settle || j.Summary.Cancelled != 2 || j.Summary.Terminal() != 2 || j.Status != kv.JobCancelled {
+		t.Fatalf("late cancellation applied: %+v settle %v, %v; want the counts unchanged and a settle asked for", j.Summary, settle, err)
+	}
+}

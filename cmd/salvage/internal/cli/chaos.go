@@ -17,11 +17,10 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -198,7 +197,7 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 	}
 	restarted := !o.restart
 	for {
-		settled, done := chaosProgress(waitCtx, d.stores, jobs)
+		settled, done := chaosProgress(waitCtx, d.client, jobs)
 		if !restarted && done >= len(jobs)/3 {
 			log.Warn().Int("jobs_settled", done).Msg("restarting the NATS server")
 			if err := d.restartServer(); err != nil {
@@ -272,22 +271,18 @@ func (e *env) publishChaosJobs(ctx context.Context, o chaosOpts, d *demoEnv, job
 
 // chaosProgress reports whether every job and envelope has settled, and
 // how many jobs have.
-func chaosProgress(ctx context.Context, st *kv.Stores, jobs []string) (bool, int) {
+func chaosProgress(ctx context.Context, c *salvage.Client, jobs []string) (bool, int) {
 	done := 0
 	for _, id := range jobs {
-		if j, err := st.Jobs.Get(ctx, id); err == nil && j.Finished() {
+		if j, err := c.Get(ctx, id); err == nil && j.Status.Finished() {
 			done++
 		}
 	}
 	if done < len(jobs) {
 		return false, done
 	}
-	recs, err := st.Envelopes.List(ctx)
-	if err != nil {
-		return false, done
-	}
-	for _, r := range recs {
-		if r.Status == kv.EnvelopeOpen || r.Status == kv.EnvelopeRecovering {
+	for _, status := range []salvage.EnvelopeStatus{salvage.EnvelopeOpen, salvage.EnvelopeRecovering} {
+		if l, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Status: status}, nil); err != nil || l.Total > 0 {
 			return false, done
 		}
 	}
@@ -301,43 +296,43 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 	standing := map[string]bool{} // orders whose effects may stand: done or escalated
 	for i, id := range jobs {
 		order[id] = fmt.Sprintf("o-%04d", i+1)
-		j, err := d.stores.Jobs.Get(ctx, id)
+		j, err := d.client.Get(ctx, id)
 		if err != nil {
 			r.JobsByStatus["missing"]++
 			r.ChunksMissing++
 			continue
 		}
-		r.JobsByStatus[j.Status]++
-		if j.Finished() {
+		r.JobsByStatus[string(j.Status)]++
+		if j.Status.Finished() {
 			r.JobsSettled++
 		}
 		r.ChunksMissing += j.Chunks - j.Summary.Terminal()
 		r.Tier1Retries += j.Summary.Tier1Retries
 		r.Redeliveries += j.Summary.Redeliveries
-		if j.Status == kv.JobDone {
+		if j.Status == salvage.JobDone {
 			standing[order[id]] = true
 		}
 	}
-	recs, err := d.stores.Envelopes.List(ctx)
+	recs, err := allEnvelopes(ctx, d.client, salvage.EnvelopeFilter{})
 	if err != nil {
 		return err
 	}
-	var ours []kv.EnvelopeRecord
+	var ours []salvage.EnvelopeRecord
 	for _, rec := range recs {
 		if order[rec.Job] == "" {
 			continue
 		}
 		ours = append(ours, rec)
-		r.EnvelopesByStatus[rec.Status]++
+		r.EnvelopesByStatus[string(rec.Status)]++
 		switch rec.Status {
-		case kv.EnvelopeOpen, kv.EnvelopeRecovering:
+		case salvage.EnvelopeOpen, salvage.EnvelopeRecovering:
 			r.EnvelopesUnsettled++
-		case kv.EnvelopeEscalated:
+		case salvage.EnvelopeEscalated:
 			// Left to a person, effects and all.
 			standing[order[rec.Job]] = true
 		}
 	}
-	r.AutoRecoveryRate = recovery.AutoRecoveryRate(ours).Rate
+	r.AutoRecoveryRate = salvage.AutoRecoveryRate(ours).Rate
 	l, err := client.Ledger(ctx)
 	if err != nil {
 		return err

@@ -5,17 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/salvagehq/salvage/cmd/salvage/internal/app"
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/natsconf"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // demoEnv is a demo's embedded server, in-process roles and worker
@@ -26,7 +23,7 @@ type demoEnv struct {
 	srvCfg       natsconf.ServerConfig
 	nc           *nats.Conn
 	js           jetstream.JetStream
-	stores       *kv.Stores
+	client       *salvage.Client
 	workers      []*worker
 	syncInterval string
 	log          zerolog.Logger
@@ -75,18 +72,19 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 	if d.js, err = jetstream.New(d.nc); err != nil {
 		return d, err
 	}
-	cfg := o.run.config([]string{app.RoleDeadLetter, app.RoleRecovery})
-	cfg.SweepInterval = 2 * time.Second
-	cfg.Logger = log
-	if d.stores, err = app.Provision(ctx, d.js, cfg); err != nil {
+	cfg, err := o.run.config([]salvage.Role{salvage.RoleDeadLetter, salvage.RoleRecovery}, log)
+	if err != nil {
 		return d, err
 	}
+	cfg.SweepInterval = 2 * time.Second
+	if d.client, err = salvage.NewClient(d.js, cfg); err != nil {
+		return d, err
+	}
+	if err := d.client.Start(ctx); err != nil {
+		return d, err
+	}
+	d.closers = append(d.closers, func() { _ = d.client.Stop(context.WithoutCancel(ctx)) })
 	log.Info().Str("url", d.url).Str("sync_interval", d.syncInterval).Str("journal_writes", o.run.journalWrites).Msg("embedded server ready")
-	roleCtx, stopRoles := context.WithCancel(ctx)
-	var roles sync.WaitGroup
-	roles.Add(1)
-	go func() { defer roles.Done(); _ = app.Run(roleCtx, d.js, d.stores, cfg, nil) }()
-	d.closers = append(d.closers, func() { stopRoles(); roles.Wait() })
 	d.workers, err = e.startWorkers(ctx, *o, d.url)
 	d.closers = append(d.closers, func() { stopWorkers(d.workers) })
 	return d, err
@@ -104,35 +102,35 @@ func (d *demoEnv) restartServer() error {
 	return nil
 }
 
-// submit publishes job messages, waits until every job is accepted (all
-// its chunks published), then — with kill — SIGKILLs a worker process
-// holding a chunk mid-way, never one still splitting a job.
-func (d *demoEnv) submit(ctx context.Context, o demoOpts, pipeline string, bodies map[string][]byte, chunks int) ([]string, *kill, error) {
-	accepted := make(chan *nats.Msg, len(bodies))
-	sub, err := d.nc.ChanSubscribe(streams.EventSubject("*", streams.EventAccepted), accepted)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	jobs := make([]string, 0, len(bodies))
-	for id, body := range bodies {
-		if _, err := d.js.PublishMsg(ctx, streams.JobMessage(pipeline, id, body, "")); err != nil {
+// submit submits one job per input, waits until every job is recorded
+// (all its chunks published), then — with kill — SIGKILLs a worker
+// process holding a chunk mid-way, never one still splitting a job.
+func (d *demoEnv) submit(ctx context.Context, o demoOpts, pipeline string, inputs []any) ([]string, *kill, error) {
+	jobs := make([]string, 0, len(inputs))
+	for _, in := range inputs {
+		id, err := d.client.Submit(ctx, pipeline, in, nil)
+		if err != nil {
 			return nil, nil, err
 		}
 		jobs = append(jobs, id)
-		d.log.Info().Str("job_id", id).Str("pipeline", pipeline).Int("chunks", chunks).Msg("job submitted")
+		d.log.Info().Str("job_id", id).Str("pipeline", pipeline).Msg("job submitted")
 	}
-	for range jobs {
-		select {
-		case <-accepted:
-		case <-ctx.Done():
-			return jobs, nil, fmt.Errorf("jobs not accepted: %w", ctx.Err())
+	for _, id := range jobs {
+		for {
+			if _, err := d.client.Get(ctx, id); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return jobs, nil, fmt.Errorf("job %s not accepted: %w", id, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 	if !o.kill {
 		return jobs, nil, nil
 	}
-	k, err := killMidChunk(ctx, d.stores, jobs, chunks, d.workers)
+	k, err := killMidChunk(ctx, d.client, jobs, d.workers)
 	if err != nil {
 		return jobs, nil, err
 	}

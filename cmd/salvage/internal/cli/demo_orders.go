@@ -2,19 +2,16 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"syscall"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 )
 
 // ordersReport is the order-fulfillment demo's outcome; the JSON names
@@ -138,24 +135,20 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	if err != nil {
 		return rep, err
 	}
-	id := ulid.Make().String()
-	body, err := json.Marshal(map[string]any{"job_id": id, "input": orders.Input{Orders: orders.Generate(o.orders, o.run.model.Seed)}})
-	if err != nil {
-		return rep, err
-	}
 	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	start := time.Now()
-	_, k, err := d.submit(waitCtx, o, orders.Name, map[string][]byte{id: body}, o.orders)
+	jobs, k, err := d.submit(waitCtx, o, orders.Name, []any{orders.Input{Orders: orders.Generate(o.orders, o.run.model.Seed)}})
 	if err != nil {
 		return rep, err
 	}
+	id := jobs[0]
 	if k != nil {
 		rep.KilledWorker, rep.KilledChunk, rep.KilledAtStage = k.worker, k.chunk, k.stage
 	}
 	outageDone := !o.outage
 	for {
-		j, err := d.stores.Jobs.Get(waitCtx, id)
+		j, err := d.client.Get(waitCtx, id)
 		if err == nil && !outageDone && j.Summary.Done >= o.orders/4 {
 			// Take the CRM down for longer than tiers 1 and 2 can ride out.
 			f := faults.Systems["crm"]
@@ -168,8 +161,8 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 			log.Warn().Msg(rep.Outage)
 			outageDone = true
 		}
-		if err == nil && j.Finished() {
-			if settled, err := envelopesSettled(waitCtx, d.stores, id); err == nil && settled {
+		if err == nil && j.Status.Finished() {
+			if settled, err := envelopesSettled(waitCtx, d.client, id); err == nil && settled {
 				break
 			}
 		}
@@ -185,17 +178,17 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 		break
 	}
 	rep.WallSeconds = time.Since(start).Seconds()
-	return rep, collectOrders(ctx, d.stores, client, id, rep)
+	return rep, collectOrders(ctx, d.client, client, id, rep)
 }
 
 // envelopesSettled reports whether every envelope of job is final.
-func envelopesSettled(ctx context.Context, st *kv.Stores, job string) (bool, error) {
-	recs, err := st.Envelopes.List(ctx)
+func envelopesSettled(ctx context.Context, c *salvage.Client, job string) (bool, error) {
+	recs, err := allEnvelopes(ctx, c, salvage.EnvelopeFilter{Job: job})
 	if err != nil {
 		return false, err
 	}
 	for _, r := range recs {
-		if r.Job == job && !r.Final() {
+		if r.Status == salvage.EnvelopeOpen || r.Status == salvage.EnvelopeRecovering {
 			return false, nil
 		}
 	}
@@ -204,52 +197,47 @@ func envelopesSettled(ctx context.Context, st *kv.Stores, job string) (bool, err
 
 // collectOrders fills the report from checkpoints, envelope records and the
 // sim's ledger.
-func collectOrders(ctx context.Context, st *kv.Stores, client *sim.Client, job string, r *ordersReport) error {
-	cps, err := st.Checkpoints.ForJob(ctx, job, r.Orders)
+func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client, job string, r *ordersReport) error {
+	_, chunks, err := allChunks(ctx, c, job)
 	if err != nil {
 		return err
 	}
-	recs, err := st.Envelopes.List(ctx)
+	mine, err := allEnvelopes(ctx, c, salvage.EnvelopeFilter{Job: job})
 	if err != nil {
 		return err
 	}
-	byID := map[string]kv.EnvelopeRecord{}
-	var mine []kv.EnvelopeRecord
-	for _, rec := range recs {
-		if rec.Job != job {
-			continue
-		}
+	byID := map[string]salvage.EnvelopeRecord{}
+	for _, rec := range mine {
 		byID[rec.ID] = rec
-		mine = append(mine, rec)
 		r.Envelopes++
-		r.EnvelopesByStatus[rec.Status]++
-		r.EnvelopesByCategory[rec.Category]++
+		r.EnvelopesByStatus[string(rec.Status)]++
+		r.EnvelopesByCategory[string(rec.Category)]++
 	}
-	r.AutoRecoveryRate = recovery.AutoRecoveryRate(mine).Rate
+	r.AutoRecoveryRate = salvage.AutoRecoveryRate(mine).Rate
 	settledOrders := map[string]bool{} // completed or escalated: effects may stand
-	for i, cp := range cps {
+	for i, ch := range chunks {
 		orderID := fmt.Sprintf("o-%04d", i+1)
-		r.Tier1Retries += cp.Tier1Retries
-		r.Redeliveries += cp.Redeliveries
-		r.Recoveries += cp.Recoveries
-		rec := byID[cp.Envelope]
+		r.Tier1Retries += ch.Tier1Retries
+		r.Redeliveries += ch.Redeliveries
+		r.Recoveries += ch.Recoveries
+		rec := byID[ch.Envelope]
 		switch {
-		case cp.Status == kv.StatusDone:
+		case ch.Status == salvage.ChunkDone:
 			r.OrdersCompleted++
 			settledOrders[orderID] = true
-		case cp.Status == kv.StatusDeadLettered && rec.Status == kv.EnvelopeAbandoned:
+		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeAbandoned:
 			r.OrdersCompensated++
-		case cp.Status == kv.StatusDeadLettered && rec.Status == kv.EnvelopeEscalated:
+		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeEscalated:
 			r.OrdersEscalated++
 			settledOrders[orderID] = true
 			r.Escalations = append(r.Escalations, fmt.Sprintf("%s (%s): left %v", orderID, rec.Category, rec.Left))
-		case cp.Status == kv.StatusDeadLettered && rec.Status == kv.EnvelopeDeadEnd:
+		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeDeadEnd:
 			r.OrdersDeadEnd++
 		default:
 			r.OrdersMissing++
 		}
 	}
-	l, err := client.Ledger(ctx)
+	l, err := simClient.Ledger(ctx)
 	if err != nil {
 		return err
 	}

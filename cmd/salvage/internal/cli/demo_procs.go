@@ -12,8 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/salvagehq/salvage/cmd/salvage/internal/app"
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage"
 )
 
 // worker is a child `salvage up --role worker` process.
@@ -45,7 +44,7 @@ func (e *env) startWorker(ctx context.Context, o demoOpts, url, id string) (*wor
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"up", "--role", app.RoleWorker, "--server", url, "--worker-id", id,
+	args := append([]string{"up", "--role", string(salvage.RoleWorker), "--server", url, "--worker-id", id,
 		"--log-level", e.logLevel, "--log-format", e.logFormat}, o.run.args()...)
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = e.stderr
@@ -104,25 +103,24 @@ type kill struct {
 
 // killMidChunk waits until a worker process holds a chunk in its analysis
 // stage and SIGKILLs that process.
-func killMidChunk(ctx context.Context, st *kv.Stores, jobs []string, chunks int, ws []*worker) (kill, error) {
+func killMidChunk(ctx context.Context, client *salvage.Client, jobs []string, ws []*worker) (kill, error) {
 	for {
 		for _, job := range jobs {
-			for c := 1; c <= chunks; c++ {
-				l, err := st.Claims.Get(ctx, job, c)
-				if err != nil || !l.Live(time.Now()) {
-					continue
-				}
-				cp, _, err := st.Checkpoints.Get(ctx, job, c)
-				if err != nil || cp.Stage < 2 || cp.Status != kv.StatusRunning || cp.ClaimedBy != l.ClaimedBy {
+			_, chunks, err := allChunks(ctx, client, job)
+			if err != nil {
+				continue
+			}
+			for _, c := range chunks {
+				if c.Stage < 2 || c.Status != salvage.ChunkRunning {
 					continue
 				}
 				for _, w := range ws {
-					if w.id == l.ClaimedBy {
+					if w.id == c.ClaimedBy {
 						if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 							return kill{}, err
 						}
 						_ = w.cmd.Wait()
-						return kill{worker: w.id, job: job, chunk: c, stage: cp.Stage}, nil
+						return kill{worker: w.id, job: job, chunk: c.Chunk, stage: c.Stage}, nil
 					}
 				}
 			}
@@ -136,19 +134,19 @@ func killMidChunk(ctx context.Context, st *kv.Stores, jobs []string, chunks int,
 }
 
 // waitJobs waits until every job has finished, logging progress.
-func waitJobs(ctx context.Context, st *kv.Stores, jobs []string, log zerolog.Logger) error {
+func waitJobs(ctx context.Context, client *salvage.Client, jobs []string, log zerolog.Logger) error {
 	last := ""
 	for {
 		finished, done, total, failed := 0, 0, 0, 0
 		for _, id := range jobs {
-			j, err := st.Jobs.Get(ctx, id)
+			j, err := client.Get(ctx, id)
 			if err != nil {
 				continue
 			}
 			total += j.Chunks
 			done += j.Summary.Done
 			failed += j.Summary.DeadLettered
-			if j.Finished() {
+			if j.Status.Finished() {
 				finished++
 			}
 		}

@@ -6,12 +6,10 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // demoReport is the demo's outcome; the JSON names are a contract.
@@ -82,72 +80,61 @@ func (e *env) runReviewDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	if err != nil {
 		return rep, err
 	}
-	bodies := map[string][]byte{}
-	for i := range o.jobs {
-		id, body, err := jobMessage(contractreview.Name, []byte(contractreview.Contract(o.chunks, o.run.model.Seed+int64(i))))
-		if err != nil {
-			return rep, err
-		}
-		bodies[id] = body
+	inputs := make([]any, o.jobs)
+	for i := range inputs {
+		inputs[i] = contractreview.Input{Text: contractreview.Contract(o.chunks, o.run.model.Seed+int64(i))}
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	start := time.Now()
-	jobs, k, err := d.submit(waitCtx, o, contractreview.Name, bodies, o.chunks)
+	jobs, k, err := d.submit(waitCtx, o, contractreview.Name, inputs)
 	if err != nil {
 		return rep, err
 	}
 	if k != nil {
 		rep.KilledWorker, rep.KilledJob, rep.KilledChunk, rep.KilledAtStage = k.worker, k.job, k.chunk, k.stage
 	}
-	rep.TimedOut = waitJobs(waitCtx, d.stores, jobs, log) != nil
+	rep.TimedOut = waitJobs(waitCtx, d.client, jobs, log) != nil
 	rep.WallSeconds = time.Since(start).Seconds()
-	return rep, collect(ctx, d.js, d.stores, jobs, rep)
+	return rep, collect(ctx, d.client, jobs, rep)
 }
 
 // collect fills the report from the checkpoints and streams.
-func collect(ctx context.Context, js jetstream.JetStream, st *kv.Stores, jobs []string, r *demoReport) error {
+func collect(ctx context.Context, client *salvage.Client, jobs []string, r *demoReport) error {
 	for _, id := range jobs {
-		j, err := st.Jobs.Get(ctx, id)
+		j, chunks, err := allChunks(ctx, client, id)
 		if err != nil {
 			return err
 		}
-		if j.Status == kv.JobDone {
+		if j.Status == salvage.JobDone {
 			r.JobsDone++
 		}
-		cps, err := st.Checkpoints.ForJob(ctx, id, j.Chunks)
-		if err != nil {
-			return err
-		}
 		r.Chunks += j.Chunks
-		for _, cp := range cps {
+		for _, c := range chunks {
+			_, cancelled := c.Status.Cancelled()
 			switch {
-			case cp.Status == kv.StatusDone:
+			case c.Status == salvage.ChunkDone:
 				r.ChunksDone++
-			case cp.Status == kv.StatusDeadLettered:
+			case c.Status == salvage.ChunkDeadLettered:
 				r.ChunksDeadLettered++
-			case kv.IsCancelled(cp.Status):
+			case cancelled:
 				r.ChunksCancelled++
 			}
-			r.Calls += cp.Calls
-			r.Tier1Retries += cp.Tier1Retries
-			r.Redeliveries += cp.Redeliveries
+			r.Calls += c.Calls
+			r.Tier1Retries += c.Tier1Retries
+			r.Redeliveries += c.Redeliveries
 		}
-		res, err := readResults(ctx, js, id)
+		res, err := client.Results(ctx, id)
 		if err != nil {
 			return err
 		}
 		r.Results += len(res)
+		envs, err := allEnvelopes(ctx, client, salvage.EnvelopeFilter{Job: id})
+		if err != nil {
+			return err
+		}
+		r.Envelopes += len(envs)
 	}
 	r.ChunksMissing = r.Chunks - r.ChunksDone - r.ChunksDeadLettered - r.ChunksCancelled
-	s, err := js.Stream(ctx, streams.DLQ)
-	if err != nil {
-		return err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return err
-	}
-	r.Envelopes = int(info.State.Msgs)
 	return nil
 }

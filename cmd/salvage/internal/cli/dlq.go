@@ -10,9 +10,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/spf13/cobra"
 
-	"github.com/salvagehq/salvage/cmd/salvage/internal/api"
-	"github.com/salvagehq/salvage/consumers"
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage"
 )
 
 // request calls a salvage.api endpoint and decodes its JSON answer into
@@ -27,9 +25,9 @@ func (e *env) request(endpoint string, body, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := nc.Request(api.Prefix+"."+endpoint, data, 30*time.Second)
+	resp, err := nc.Request(salvage.ServicePrefix+"."+endpoint, data, 30*time.Second)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("no salvage api is listening on %s.%s: run salvage up (role api) against this server", api.Prefix, endpoint)
+		return fmt.Errorf("no salvage api is listening on %s.%s: run salvage up (role api) against this server", salvage.ServicePrefix, endpoint)
 	}
 	if err != nil {
 		return err
@@ -61,10 +59,10 @@ func (e *env) dlqCmd() *cobra.Command {
 	ls := &cobra.Command{
 		Use: "ls", Short: "List envelopes, oldest first", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			recs := []kv.EnvelopeRecord{}
-			filter.Limit = api.PageMax
+			recs := []salvage.EnvelopeRecord{}
+			filter.Limit = salvage.PageMax
 			for {
-				var page api.EnvelopeList
+				var page salvage.EnvelopeList
 				if err := e.request("dlq.list", filter, &page); err != nil {
 					return err
 				}
@@ -95,7 +93,7 @@ func (e *env) dlqCmd() *cobra.Command {
 	show := &cobra.Command{
 		Use: "show ENVELOPE", Short: "Show an envelope: record, journal, checkpoint, original chunk", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			var d consumers.Detail
+			var d salvage.EnvelopeDetail
 			if err := e.request("dlq.show", map[string]string{"envelope_id": args[0]}, &d); err != nil {
 				return err
 			}
@@ -135,7 +133,7 @@ func (e *env) dlqCmd() *cobra.Command {
 		c := &cobra.Command{
 			Use: use + " ENVELOPE", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(_ *cobra.Command, args []string) error {
-				var rec kv.EnvelopeRecord
+				var rec salvage.EnvelopeRecord
 				if err := e.request(endpoint, map[string]string{"envelope_id": args[0], "by": by, "note": note}, &rec); err != nil {
 					return err
 				}

@@ -10,17 +10,16 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/consumers"
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
 )
 
-// withStores connects and opens the stores for a read or an operator action.
-func (e *env) withStores(name string, fn func(ctx context.Context, js jetstream.JetStream, st *kv.Stores) error) func(*cobra.Command, []string) error {
+// withClient connects and makes a client (not started: it only reads and
+// operates) for a command.
+func (e *env) withClient(name string, fn func(ctx context.Context, c *salvage.Client) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
 		nc, js, err := e.connect(name)
 		if err != nil {
@@ -29,11 +28,11 @@ func (e *env) withStores(name string, fn func(ctx context.Context, js jetstream.
 		defer nc.Close()
 		ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 		defer cancel()
-		st, err := kv.Open(ctx, js)
+		c, err := salvage.NewClient(js, nil)
 		if err != nil {
-			return fmt.Errorf("%w (is salvage up running against this server?)", err)
+			return err
 		}
-		return fn(ctx, js, st)
+		return fn(ctx, c)
 	}
 }
 
@@ -52,6 +51,14 @@ func jobArg(args []string) (string, error) {
 	return args[0], nil
 }
 
+// noJob turns an unknown job into the CLI's message.
+func noJob(id string, err error) error {
+	if errors.Is(err, salvage.ErrUnknownJob) {
+		return fmt.Errorf("no job %s", id)
+	}
+	return err
+}
+
 func (e *env) statusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -64,28 +71,20 @@ func (e *env) statusCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return e.withStores("salvage status", func(ctx context.Context, _ jetstream.JetStream, st *kv.Stores) error {
-			j, err := st.Jobs.Get(ctx, id)
-			if errors.Is(err, kv.ErrNotFound) {
-				return fmt.Errorf("no job %s", id)
-			}
+		return e.withClient("salvage status", func(ctx context.Context, c *salvage.Client) error {
+			j, chunks, err := allChunks(ctx, c, id)
 			if err != nil {
-				return err
+				return noJob(id, err)
 			}
-			cps, err := st.Checkpoints.ForJob(ctx, id, j.Chunks)
-			if err != nil {
-				return err
-			}
-			cps = j.View(cps)
 			if asJSON {
-				return e.writeJSON(map[string]any{"job": j, "chunks": cps})
+				return e.writeJSON(map[string]any{"job": j, "chunks": chunks})
 			}
 			running, pending := 0, 0
-			for _, c := range cps {
-				switch c.Status {
-				case kv.StatusRunning:
+			for _, ch := range chunks {
+				switch ch.Status {
+				case salvage.ChunkRunning:
 					running++
-				case kv.StatusPending:
+				case salvage.ChunkPending:
 					pending++
 				}
 			}
@@ -97,9 +96,9 @@ func (e *env) statusCmd() *cobra.Command {
 			}
 			tw := table(e.stdout)
 			fmt.Fprintln(tw, "CHUNK\tSTAGE\tSTATUS\tDELIVERIES\tTIER1\tCALLS\tWORKER\tENVELOPE\tLAST ERROR")
-			for _, c := range cps {
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", c.Chunk, c.Stage, c.Status, c.Deliveries,
-					c.Tier1Retries, c.Calls, c.ClaimedBy, c.Envelope, truncate(c.LastError, 60))
+			for _, ch := range chunks {
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", ch.Chunk, ch.Stage, ch.Status, ch.Deliveries,
+					ch.Tier1Retries, ch.Calls, ch.ClaimedBy, ch.Envelope, truncate(ch.LastError, 60))
 			}
 			return tw.Flush()
 		})(cmd, args)
@@ -125,16 +124,19 @@ func truncate(s string, n int) string {
 }
 
 func (e *env) jobsCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		limit  int
+	)
 	cmd := &cobra.Command{Use: "jobs", Short: "List jobs, newest first", Args: cobra.NoArgs}
-	cmd.RunE = e.withStores("salvage jobs", func(ctx context.Context, _ jetstream.JetStream, st *kv.Stores) error {
-		jobs, err := st.Jobs.List(ctx)
+	cmd.RunE = e.withClient("salvage jobs", func(ctx context.Context, c *salvage.Client) error {
+		jobs, err := c.ListJobs(ctx, &salvage.Page{Limit: limit})
 		if err != nil {
 			return err
 		}
 		if asJSON {
 			if jobs == nil {
-				jobs = []kv.Job{}
+				jobs = []salvage.Job{}
 			}
 			return e.writeJSON(jobs)
 		}
@@ -147,26 +149,24 @@ func (e *env) jobsCmd() *cobra.Command {
 		return tw.Flush()
 	})
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&limit, "limit", salvage.PageMax, "at most this many jobs")
 	return cmd
 }
 
 func (e *env) cancelCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel JOB",
-		Short: "Cancel a job: every chunk stops at its next stage as cancelled-at-stage-N",
+		Short: "Cancel a job: queued chunks leave the queue at once, running ones stop at their next stage",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := jobArg(args)
 			if err != nil {
 				return err
 			}
-			return e.withStores("salvage cancel", func(ctx context.Context, js jetstream.JetStream, st *kv.Stores) error {
-				j, err := consumers.NewOperator(js, st).Cancel(ctx, id, operatorName())
-				if errors.Is(err, consumers.ErrUnknownJob) {
-					return fmt.Errorf("no job %s", id)
-				}
+			return e.withClient("salvage cancel", func(ctx context.Context, c *salvage.Client) error {
+				j, err := c.Cancel(ctx, id, operatorName())
 				if err != nil {
-					return err
+					return noJob(id, err)
 				}
 				fmt.Fprintf(e.stdout, "job %s cancelled: %s, %d done, %d cancelled, %d dead-lettered of %d chunks (running ones stop at their next stage)\n",
 					id, j.Status, j.Summary.Done, j.Summary.Cancelled, j.Summary.DeadLettered, j.Chunks)
@@ -184,22 +184,21 @@ func (e *env) resultsCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return e.withStores("salvage results", func(ctx context.Context, js jetstream.JetStream, st *kv.Stores) error {
-			j, err := st.Jobs.Get(ctx, id)
-			if errors.Is(err, kv.ErrNotFound) {
-				return fmt.Errorf("no job %s", id)
-			}
+		return e.withClient("salvage results", func(ctx context.Context, c *salvage.Client) error {
+			j, err := c.Get(ctx, id)
 			if err != nil {
-				return err
+				return noJob(id, err)
 			}
-			results, err := readResults(ctx, js, id)
+			results, err := c.Results(ctx, id)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				out := make([]json.RawMessage, 0, len(results))
-				for _, r := range results {
-					out = append(out, r)
+				for chunk := 1; chunk <= j.Chunks; chunk++ {
+					if r, ok := results[chunk]; ok {
+						out = append(out, r)
+					}
 				}
 				return e.writeJSON(out)
 			}

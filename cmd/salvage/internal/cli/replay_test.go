@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
@@ -141,7 +141,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 
 	// The job's timeline shows each chunk's calls and where it broke.
 	code, stdout, errOut := run(t, "", "trace", job, "--json", "--server", url)
-	var tr cli.Trace
+	var tr salvage.Trace
 	if code != 0 || json.Unmarshal([]byte(stdout), &tr) != nil || len(tr.Chunks) != 2 {
 		t.Fatalf("salvage trace: %d %s %s", code, stdout, errOut)
 	}
@@ -149,11 +149,11 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		if len(c.Calls) != 5 || c.Envelope == "" || c.Error == "" || tr.TraceID == "" {
 			t.Errorf("trace of chunk %d: %d calls, envelope %q, broke %q, trace %q", c.Chunk, len(c.Calls), c.Envelope, c.Error, tr.TraceID)
 		}
-		if crm := c.Calls[4]; crm.Tool != orders.ToolCRM || crm.Status != kv.CallSucceeded || crm.TraceID != tr.TraceID {
+		if crm := c.Calls[4]; crm.Tool != orders.ToolCRM || crm.Status != salvage.CallSucceeded || crm.TraceID != tr.TraceID {
 			t.Errorf("chunk %d's CRM call = %+v, want it to succeed after the replay, under the job's trace", c.Chunk, crm)
 		}
 		// The failures before the replay are still there.
-		if crm := c.Calls[4]; len(crm.History) == 0 || crm.History[0].Status != kv.CallFailed || crm.History[0].ErrorStatus == 0 {
+		if crm := c.Calls[4]; len(crm.History) == 0 || crm.History[0].Status != salvage.CallFailed || crm.History[0].ErrorStatus == 0 {
 			t.Errorf("chunk %d's CRM call lost its failures to the replay: history %+v", c.Chunk, crm.History)
 		}
 	}

@@ -11,18 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/consumers"
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
 )
-
-// errRejected is returned when the splitter refused a submitted job.
-var errRejected = errors.New("job rejected")
 
 func (e *env) submitCmd() *cobra.Command {
 	var (
@@ -46,7 +40,7 @@ contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomple
 			if err != nil {
 				return err
 			}
-			id, body, err := jobMessage(pipeline, data)
+			input, opts, err := jobRequest(pipeline, data)
 			if err != nil {
 				return err
 			}
@@ -55,17 +49,14 @@ contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomple
 				return err
 			}
 			defer nc.Close()
-			ctx := cmd.Context()
-			rejections := make(chan *nats.Msg, 64)
-			sub, err := nc.ChanSubscribe(streams.RejectedSubject("*"), rejections)
+			c, err := salvage.NewClient(js, nil)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = sub.Unsubscribe() }()
-
-			ack, err := js.PublishMsg(ctx, streams.JobMessage(pipeline, id, body, ""))
+			ctx := cmd.Context()
+			id, err := c.Submit(ctx, pipeline, input, opts)
 			if err != nil {
-				return fmt.Errorf("publish job: %w", err)
+				return err
 			}
 			fmt.Fprintln(e.stdout, id)
 			if !wait {
@@ -73,7 +64,7 @@ contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomple
 			}
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			return e.waitJob(ctx, js, id, ack.Sequence, rejections)
+			return e.waitJob(ctx, c, id)
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the job to finish, showing progress")
@@ -92,91 +83,97 @@ func (e *env) readInput(file string) ([]byte, error) {
 		r = f
 	}
 	// Read one byte past the limit to tell "too big" from "exactly full".
-	data, err := io.ReadAll(io.LimitReader(r, consumers.MaxPayloadDefault+1))
+	data, err := io.ReadAll(io.LimitReader(r, salvage.MaxPayloadDefault+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > consumers.MaxPayloadDefault {
-		return nil, fmt.Errorf("input is over the %d KiB job limit", consumers.MaxPayloadDefault>>10)
+	if len(data) > salvage.MaxPayloadDefault {
+		return nil, fmt.Errorf("input is over the %d KiB job limit", salvage.MaxPayloadDefault>>10)
 	}
 	return data, nil
 }
 
-// jobMessage builds the job message and its id from a file's bytes.
-func jobMessage(pipeline string, data []byte) (string, []byte, error) {
+// jobRequest reads a file's bytes as a job message (or, for
+// contract-review, plain contract text) into the input and the options of
+// a submission.
+func jobRequest(pipeline string, data []byte) (json.RawMessage, *salvage.SubmitOpts, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		return "", nil, errors.New("input is empty")
+		return nil, nil, errors.New("input is empty")
 	}
-	var msg map[string]json.RawMessage
 	if trimmed[0] != '{' {
 		if pipeline != contractreview.Name {
-			return "", nil, fmt.Errorf("input for %s must be a JSON job message", pipeline)
+			return nil, nil, fmt.Errorf("input for %s must be a JSON job message", pipeline)
 		}
 		text, _ := json.Marshal(contractreview.Input{Text: string(data)})
-		msg = map[string]json.RawMessage{"input": text}
-	} else if err := json.Unmarshal(trimmed, &msg); err != nil {
-		return "", nil, fmt.Errorf("job message is not valid JSON: %w", err)
+		return text, nil, nil
 	}
-	id, body, err := streams.PrepareJob(msg)
-	if err != nil {
-		return "", nil, err
+	var msg struct {
+		JobID    *string         `json:"job_id"`
+		Input    json.RawMessage `json:"input"`
+		Budget   *salvage.Budget `json:"budget"`
+		Metadata map[string]any  `json:"metadata"`
 	}
-	if len(body) > consumers.MaxPayloadDefault {
-		return "", nil, fmt.Errorf("job message is %d bytes, over the %d KiB limit", len(body), consumers.MaxPayloadDefault>>10)
+	if err := json.Unmarshal(trimmed, &msg); err != nil {
+		return nil, nil, fmt.Errorf("job message is not valid JSON: %w", err)
 	}
-	return id, body, nil
+	if len(msg.Input) == 0 {
+		return nil, nil, fmt.Errorf(`%w: job message has no "input"`, streams.ErrBadJob)
+	}
+	opts := &salvage.SubmitOpts{Budget: msg.Budget, Metadata: msg.Metadata}
+	if msg.JobID != nil {
+		if err := streams.ValidateJobID(*msg.JobID); err != nil {
+			return nil, nil, err
+		}
+		opts.JobID = *msg.JobID
+	}
+	return msg.Input, opts, nil
 }
 
 // waitJob shows progress until the job finishes and maps its status to
 // the exit code.
-func (e *env) waitJob(ctx context.Context, js jetstream.JetStream, id string, seq uint64, rejections <-chan *nats.Msg) error {
-	stores, err := kv.Open(ctx, js)
-	if err != nil {
-		return err
+func (e *env) waitJob(ctx context.Context, c *salvage.Client, id string) error {
+	type result struct {
+		job *salvage.Job
+		err error
 	}
+	ended := make(chan result, 1)
+	go func() {
+		j, err := c.Wait(ctx, id)
+		ended <- result{j, err}
+	}()
 	bar := newProgress(e.stderr)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case r := <-ended:
 			bar.done()
-			return &exitError{code: ExitError, err: fmt.Errorf("job %s: %w", id, ctx.Err())}
-		case m := <-rejections:
-			var r streams.Rejection
-			if json.Unmarshal(m.Data, &r) == nil && r.StreamSeq == seq {
-				bar.done()
-				return fmt.Errorf("%w (%s): %s", errRejected, r.Reason, r.Error)
+			if r.err != nil {
+				return &exitError{code: ExitError, err: fmt.Errorf("job %s: %w", id, r.err)}
+			}
+			j := r.job
+			bar.show(*j)
+			bar.done()
+			fmt.Fprintf(e.stderr, "job %s %s: %d/%d chunks done, %d dead-lettered, %d cancelled\n",
+				id, j.Status, j.Summary.Done, j.Chunks, j.Summary.DeadLettered, j.Summary.Cancelled)
+			for _, why := range j.Explanation {
+				fmt.Fprintln(e.stderr, "  "+why)
+			}
+			switch j.Status {
+			case salvage.JobDone:
+				return nil
+			case salvage.JobPartial:
+				return &exitError{code: ExitPartial}
+			case salvage.JobCancelled:
+				return &exitError{code: ExitCancelled}
+			default:
+				return &exitError{code: ExitIncomplete}
 			}
 		case <-tick.C:
-		}
-		j, err := stores.Jobs.Get(ctx, id)
-		if errors.Is(err, kv.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		bar.show(j)
-		if !j.Finished() {
-			continue
-		}
-		bar.done()
-		fmt.Fprintf(e.stderr, "job %s %s: %d/%d chunks done, %d dead-lettered, %d cancelled\n",
-			id, j.Status, j.Summary.Done, j.Chunks, j.Summary.DeadLettered, j.Summary.Cancelled)
-		for _, why := range j.Explanation {
-			fmt.Fprintln(e.stderr, "  "+why)
-		}
-		switch j.Status {
-		case kv.JobDone:
-			return nil
-		case kv.JobPartial:
-			return &exitError{code: ExitPartial}
-		case kv.JobCancelled:
-			return &exitError{code: ExitCancelled}
-		default:
-			return &exitError{code: ExitIncomplete}
+			if j, err := c.Get(ctx, id); err == nil {
+				bar.show(*j)
+			}
 		}
 	}
 }
@@ -199,7 +196,7 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
-func (p *progress) show(j kv.Job) {
+func (p *progress) show(j salvage.Job) {
 	const width = 30
 	n := max(j.Chunks, 1)
 	done := j.Summary.Done * width / n

@@ -2,39 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage"
 )
-
-// TraceChunk is one chunk's part of a job's timeline.
-type TraceChunk struct {
-	Chunk      int             `json:"chunk"`
-	Status     string          `json:"status"`
-	Stage      int             `json:"stage"`
-	Epoch      int             `json:"epoch"`
-	Deliveries uint64          `json:"deliveries"`
-	Tier1      int             `json:"tier1_retries"`
-	Recoveries int             `json:"recoveries"`
-	Envelope   string          `json:"envelope,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	Calls      []kv.JournalRow `json:"calls"`
-}
-
-// Trace is a job's timeline (salvage trace JOB --json).
-type Trace struct {
-	Job     string       `json:"job_id"`
-	TraceID string       `json:"trace_id"`
-	Status  string       `json:"status"`
-	Chunks  []TraceChunk `json:"chunks"`
-}
 
 func (e *env) traceCmd() *cobra.Command {
 	var asJSON bool
@@ -48,10 +23,10 @@ func (e *env) traceCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return e.withStores("salvage trace", func(ctx context.Context, _ jetstream.JetStream, st *kv.Stores) error {
-			tr, err := buildTrace(ctx, st, id)
+		return e.withClient("salvage trace", func(ctx context.Context, c *salvage.Client) error {
+			tr, err := c.Trace(ctx, id)
 			if err != nil {
-				return err
+				return noJob(id, err)
 			}
 			if asJSON {
 				return e.writeJSON(tr)
@@ -64,43 +39,7 @@ func (e *env) traceCmd() *cobra.Command {
 	return cmd
 }
 
-func buildTrace(ctx context.Context, st *kv.Stores, id string) (Trace, error) {
-	j, err := st.Jobs.Get(ctx, id)
-	if errors.Is(err, kv.ErrNotFound) {
-		return Trace{}, fmt.Errorf("no job %s", id)
-	}
-	if err != nil {
-		return Trace{}, err
-	}
-	cps, err := st.Checkpoints.ForJob(ctx, id, j.Chunks)
-	if err != nil {
-		return Trace{}, err
-	}
-	rows, err := st.Journal.LoadJob(ctx, id, j.Chunks)
-	if err != nil {
-		return Trace{}, err
-	}
-	tr := Trace{Job: id, TraceID: j.TraceID, Status: j.Status}
-	byChunk := map[int][]kv.JournalRow{}
-	for _, r := range rows {
-		byChunk[r.Chunk] = append(byChunk[r.Chunk], r.JournalRow)
-	}
-	for _, cp := range cps {
-		calls := byChunk[cp.Chunk]
-		sort.Slice(calls, func(a, b int) bool {
-			if calls[a].Epoch != calls[b].Epoch {
-				return calls[a].Epoch < calls[b].Epoch
-			}
-			return calls[a].StartedAt.Before(calls[b].StartedAt)
-		})
-		tr.Chunks = append(tr.Chunks, TraceChunk{Chunk: cp.Chunk, Status: cp.Status, Stage: cp.Stage, Epoch: cp.Epoch,
-			Deliveries: cp.Deliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope,
-			Error: cp.Reason, Calls: calls})
-	}
-	return tr, nil
-}
-
-func (e *env) printTrace(tr Trace) {
+func (e *env) printTrace(tr *salvage.Trace) {
 	fmt.Fprintf(e.stdout, "job %s  trace %s  %s\n", tr.Job, tr.TraceID, tr.Status)
 	for _, c := range tr.Chunks {
 		fmt.Fprintf(e.stdout, "chunk %d: %s  stage %d  epoch %d  deliveries %d  tier-1 retries %d  recoveries %d", c.Chunk, c.Status, c.Stage, c.Epoch, c.Deliveries, c.Tier1, c.Recoveries)
@@ -123,8 +62,8 @@ func (e *env) printTrace(tr Trace) {
 			}
 			mark := ""
 			switch {
-			case r.Status == kv.CallFailed || r.Status == kv.CallUnknown || r.Status == kv.CallInitiated || r.Status == kv.CallCancelled:
-				mark = "  <- " + strings.ToLower(r.Status)
+			case r.Status == salvage.CallFailed || r.Status == salvage.CallUnknown || r.Status == salvage.CallInitiated || r.Status == salvage.CallCancelled:
+				mark = "  <- " + strings.ToLower(string(r.Status))
 				if r.Error != "" {
 					mark += ": " + truncate(r.Error, 70)
 				}

@@ -2,21 +2,22 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/salvagehq/salvage/cmd/salvage/internal/app"
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/consumers"
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
@@ -90,31 +91,36 @@ func (r *runFlags) args() []string {
 	}
 }
 
-func (r *runFlags) config(roles []string) app.Config {
+// config turns the flags into the client's Config: this is all cmd/
+// decides, the rest is the public API.
+func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Config, error) {
 	retries := r.retries
 	if retries == 0 {
-		retries = -1 // RetryPolicy reads 0 as "default"; the flag's 0 means none.
+		retries = -1 // Config reads 0 as "default"; the flag's 0 means none.
 	}
-	return app.Config{
-		Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
+	pipes, err := pipelines(r.model, r.simURL, r.simTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &salvage.Config{
+		Pipelines: pipes, Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
 		Concurrency: r.concurrency, WorkerID: r.workerID, MaxChunks: r.maxChunks, ChunkWindow: r.chunkWindow,
-		Retry:         recovery.RetryPolicy{MaxRetries: retries, BaseDelay: r.retryBase, MaxDelay: r.retryMax, TotalCap: r.retryTotal},
-		Model:         r.model,
-		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout,
-		JournalWrites: r.journalWrites, SimURL: r.simURL, SimTimeout: r.simTimeout, CoolDown: r.coolDown,
-		Alerts: r.alerts, AlertInterval: r.alertInterval,
-	}
+		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
+		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
+		CoolDown: r.coolDown, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
+	}, nil
 }
 
 // resolveJournal settles --journal-writes auto for a server whose
-// sync_interval is known (embedded) or not (an existing deployment).
+// sync_interval is known (embedded) or not (an existing deployment):
+// atomic batches unless an embedded server acks before fsync.
 func (r *runFlags) resolveJournal(embedded bool, sync time.Duration) {
 	if r.journalWrites != "auto" {
 		return
 	}
-	r.journalWrites = app.JournalAtomic
-	if embedded {
-		r.journalWrites = app.JournalMode(sync == natsconf.SyncAlways)
+	r.journalWrites = string(salvage.JournalAtomic)
+	if embedded && sync != natsconf.SyncAlways {
+		r.journalWrites = string(salvage.JournalPipelined)
 	}
 }
 
@@ -145,7 +151,8 @@ chunks finish or are released, then the process exits.`,
 			if err != nil {
 				return err
 			}
-			if _, err := app.ResolveRoles(roles); err != nil {
+			clientRoles, dash, err := resolveRoles(roles)
+			if err != nil {
 				return err
 			}
 			sync, err := natsconf.ParseSyncInterval(syncStr)
@@ -155,8 +162,10 @@ chunks finish or are released, then the process exits.`,
 			// Embed only when nothing names a deployment to join.
 			embedded := e.conn.URL == "" && e.conn.ContextName() == "" && os.Getenv("NATS_URL") == ""
 			run.resolveJournal(embedded, sync)
-			cfg := run.config(roles)
-			cfg.Logger = log
+			cfg, err := run.config(clientRoles, log)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			url := e.conn.ResolveURL()
 			if embedded {
@@ -192,29 +201,44 @@ chunks finish or are released, then the process exits.`,
 			}); err != nil {
 				return err
 			}
-			// An existing deployment may still be electing leaders or
-			// reconnecting: provisioning waits that out (invariant 8).
-			pctx, cancel := context.WithTimeout(ctx, connWait)
-			var stores *kv.Stores
-			err = natsconf.Retry(pctx, func(ctx context.Context) error {
-				var err error
-				stores, err = app.Provision(ctx, js, cfg)
+			client, err := salvage.NewClient(js, cfg)
+			if err != nil {
 				return err
-			})
+			}
+			// An existing deployment may still be electing leaders or
+			// reconnecting: Start's provisioning waits that out.
+			pctx, cancel := context.WithTimeout(ctx, connWait)
+			err = client.Start(pctx)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("provision streams and buckets on %s: %w", url, err)
+				return fmt.Errorf("start on %s: %w", url, err)
 			}
-			cfg.HTTPAddr, cfg.HTTPToken, cfg.HTTPAllowedHosts = httpAddr, httpToken, httpHosts
-			if cfg.HTTPToken == "" {
-				cfg.HTTPToken = os.Getenv(dashboard.TokenEnv)
+			var srv *dashboard.Server
+			if dash {
+				if httpToken == "" {
+					httpToken = os.Getenv(dashboard.TokenEnv)
+				}
+				if srv, err = dashboard.Listen(js, client, dashboard.Config{Addr: httpAddr, Token: httpToken, AllowedHosts: httpHosts, Logger: &log}); err != nil {
+					_ = client.Stop(context.WithoutCancel(ctx))
+					return err
+				}
+				log.Info().Str("url", srv.URL()).Bool("token_configured", httpToken != "").Msg("dashboard ready")
 			}
-			return app.Run(ctx, js, stores, cfg, func() { fmt.Fprintf(e.stdout, "NATS_URL=%s\n", url) })
+			fmt.Fprintf(e.stdout, "NATS_URL=%s\n", url)
+			var dashErr error
+			if srv != nil {
+				dashErr = srv.Run(ctx)
+			} else {
+				<-ctx.Done()
+			}
+			// SIGTERM: the client drains its worker (DrainTimeout), then
+			// every role stops.
+			return errors.Join(dashErr, client.Stop(context.WithoutCancel(ctx)))
 		},
 	}
 	f := cmd.Flags()
 	run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
-	f.StringSliceVar(&roles, "role", []string{app.RoleAll}, "roles to run: worker, dead-letter, recovery, api, dashboard or all (comma-separated or repeated)")
+	f.StringSliceVar(&roles, "role", []string{roleAll}, "roles to run: worker, dead-letter, recovery, api, dashboard or all (comma-separated or repeated)")
 	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address")
 	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
 	f.StringVar(&httpAddr, "http", dashboard.AddrDefault, "dashboard, /api, /metrics and /healthz address (a non-loopback one needs a token)")

@@ -10,8 +10,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage"
 )
 
 // Name is the pipeline's name: jobs go to salvage.jobs.contract-review.
@@ -86,18 +85,18 @@ type Finding struct {
 
 // ModelTool is the model as a tool: a pure read, journaled like every
 // call so a resumed chunk never pays for a completion twice.
-func ModelTool(model Model) recovery.Tool {
-	return recovery.Tool{Name: "model", System: "model", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+func ModelTool(model Model) salvage.Tool {
+	return salvage.Tool{Name: "model", System: "model", Call: func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
 		var in modelInput
 		if err := json.Unmarshal(c.Input, &in); err != nil {
-			return recovery.ToolResult{}, recovery.Permanent(400, err)
+			return salvage.ToolResult{}, salvage.Permanent(400, err)
 		}
 		s, err := model.Score(ctx, c.IdempotencyKey, in.Prompt)
 		if err != nil {
-			return recovery.ToolResult{}, err
+			return salvage.ToolResult{}, err
 		}
 		out, err := json.Marshal(modelOutput{Score: s})
-		return recovery.ToolResult{Output: out}, err
+		return salvage.ToolResult{Output: out}, err
 	}}
 }
 
@@ -110,53 +109,49 @@ type modelOutput struct {
 }
 
 // New returns the pipeline calling model.
-func New(model Model) *recovery.Pipeline {
-	tools, err := recovery.NewTools(ModelTool(model))
-	if err != nil {
-		panic(err) // a static registration: only a programming error fails it
-	}
-	analysts := make([]recovery.Agent, len(Analysts))
+func New(model Model) *salvage.Pipeline {
+	analysts := make([]salvage.Agent, len(Analysts))
 	for i, name := range Analysts {
 		analysts[i] = analyst(name, coverage(i))
 	}
-	return &recovery.Pipeline{
+	return &salvage.Pipeline{
 		Name:  Name,
 		Split: Split,
-		Stages: []recovery.Stage{
-			{Name: "classify", Agents: []recovery.Agent{classifier()}},
+		Stages: []salvage.Stage{
+			{Name: "classify", Agents: []salvage.Agent{classifier()}},
 			{Name: "analyze", Agents: analysts},
-			{Name: "synthesize", Agents: []recovery.Agent{synthesizer()}},
+			{Name: "synthesize", Agents: []salvage.Agent{synthesizer()}},
 		},
-		Tools:  tools,
+		Tools:  []salvage.Tool{ModelTool(model)},
 		Result: result,
 	}
 }
 
 // score makes one journaled model call through the turn.
-func score(ctx context.Context, t *recovery.Turn, prompt string) (int, error) {
+func score(ctx context.Context, t *salvage.Turn, prompt string) (int, error) {
 	out, err := t.Tool(ctx, "model", modelInput{Prompt: prompt})
 	if err != nil {
 		return 0, err
 	}
 	var o modelOutput
 	if err := json.Unmarshal(out, &o); err != nil {
-		return 0, recovery.Permanent(0, fmt.Errorf("model output: %w", err))
+		return 0, salvage.Permanent(0, fmt.Errorf("model output: %w", err))
 	}
 	return o.Score, nil
 }
 
-func clauseOf(t *recovery.Turn) (Clause, error) {
+func clauseOf(t *salvage.Turn) (Clause, error) {
 	var c Clause
 	if err := json.Unmarshal(t.Input, &c); err != nil {
-		return c, recovery.Permanent(400, fmt.Errorf("clause input: %w", err))
+		return c, salvage.Permanent(400, fmt.Errorf("clause input: %w", err))
 	}
 	return c, nil
 }
 
 var clauseTypes = []string{"obligation", "right", "definition", "condition", "remedy", "boilerplate"}
 
-func classifier() recovery.Agent {
-	return recovery.Agent{Name: "clause-classifier", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+func classifier() salvage.Agent {
+	return salvage.Agent{Name: "clause-classifier", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
 			return nil, err
@@ -169,8 +164,8 @@ func classifier() recovery.Agent {
 	}}
 }
 
-func analyst(name string, categories []string) recovery.Agent {
-	return recovery.Agent{Name: name, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+func analyst(name string, categories []string) salvage.Agent {
+	return salvage.Agent{Name: name, Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
 			return nil, err
@@ -191,8 +186,8 @@ func analyst(name string, categories []string) recovery.Agent {
 	}}
 }
 
-func synthesizer() recovery.Agent {
-	return recovery.Agent{Name: "synthesizer", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+func synthesizer() salvage.Agent {
+	return salvage.Agent{Name: "synthesizer", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
 			return nil, err
@@ -210,7 +205,7 @@ func synthesizer() recovery.Agent {
 }
 
 // result assembles the finding from the stage outputs.
-func result(input json.RawMessage, outs []kv.StageOutput) (json.RawMessage, error) {
+func result(input json.RawMessage, outs []salvage.StageOutput) (json.RawMessage, error) {
 	var c Clause
 	if err := json.Unmarshal(input, &c); err != nil {
 		return nil, err
@@ -254,10 +249,10 @@ func result(input json.RawMessage, outs []kv.StageOutput) (json.RawMessage, erro
 func Split(raw json.RawMessage) ([]json.RawMessage, error) {
 	var in Input
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, fmt.Errorf("%w: contract-review takes {\"text\": \"...\"}: %w", recovery.ErrBadInput, err)
+		return nil, fmt.Errorf("%w: contract-review takes {\"text\": \"...\"}: %w", salvage.ErrBadInput, err)
 	}
 	if strings.TrimSpace(in.Text) == "" {
-		return nil, fmt.Errorf("%w: contract text is empty", recovery.ErrBadInput)
+		return nil, fmt.Errorf("%w: contract text is empty", salvage.ErrBadInput)
 	}
 	var out []json.RawMessage
 	var heading string
@@ -279,7 +274,7 @@ func Split(raw json.RawMessage) ([]json.RawMessage, error) {
 		out = append(out, data)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: contract has no clauses", recovery.ErrBadInput)
+		return nil, fmt.Errorf("%w: contract has no clauses", salvage.ErrBadInput)
 	}
 	return out, nil
 }

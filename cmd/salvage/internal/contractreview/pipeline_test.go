@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/rs/zerolog"
+	"time"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 )
 
 type countingModel struct{ n atomic.Int64 }
@@ -36,38 +36,38 @@ func TestSplitIntoClauses(t *testing.T) {
 		t.Fatalf("last clause = %+v", c)
 	}
 	for _, bad := range []string{`{"text": ""}`, `{"text": 5}`, `[]`, `{"text": "Heading only"}`} {
-		if _, err := contractreview.Split(json.RawMessage(bad)); !errors.Is(err, recovery.ErrBadInput) {
+		if _, err := contractreview.Split(json.RawMessage(bad)); !errors.Is(err, salvage.ErrBadInput) {
 			t.Errorf("Split(%s) = %v, want ErrBadInput", bad, err)
 		}
 	}
 }
 
+// TestChunkMakes116Calls runs one clause through the pipeline on a real
+// server and worker: 116 model calls, one journal row each, and a finding.
 func TestChunkMakes116Calls(t *testing.T) {
 	m := &countingModel{}
-	p := contractreview.New(m)
-	exec, err := recovery.NewExecutor(recovery.RetryPolicy{}, zerolog.Nop())
+	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{contractreview.New(m)}})
+	ctx := context.Background()
+	id, err := c.Submit(ctx, contractreview.Name, contractreview.Input{Text: "Clause 1\n\nThe Supplier shall indemnify the Customer."}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, _ := json.Marshal(contractreview.Clause{Index: 1, Text: "The Supplier shall indemnify the Customer."})
-	var outs []kv.StageOutput
-	var stats recovery.Stats
-	for i, st := range p.Stages {
-		o, err := recovery.RunStage(context.Background(), st, recovery.StageRun{Job: "J", Chunk: 1, Stage: i + 1, Input: in, Prior: outs, Exec: exec, Stats: &stats, Tools: p.Tools})
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, o...)
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("job = %+v", j)
 	}
 	if got := m.n.Load(); got != contractreview.CallsPerChunk {
 		t.Fatalf("%d model calls, want %d", got, contractreview.CallsPerChunk)
 	}
-	res, err := p.Result(in, outs)
+	tr, err := c.Trace(ctx, id)
+	if err != nil || len(tr.Chunks) != 1 || len(tr.Chunks[0].Calls) != contractreview.CallsPerChunk {
+		t.Fatalf("trace: %v, %d chunks", err, len(tr.Chunks))
+	}
+	res, err := c.Results(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var f contractreview.Finding
-	if err := json.Unmarshal(res, &f); err != nil {
+	if err := json.Unmarshal(res[1], &f); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.Scores) != 101 || len(f.CategoryRisk) != len(contractreview.Categories) || f.Risk == "" || f.ClauseType == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf/natstest"
@@ -86,7 +87,11 @@ func setup(t *testing.T, token string) *fixture {
 		Status: kv.EnvelopeOpen, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := dashboard.Listen(b.JS, stores, dashboard.Config{Addr: "127.0.0.1:0", Token: token})
+	client, err := salvage.NewClient(b.JS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := dashboard.Listen(b.JS, client, dashboard.Config{Addr: "127.0.0.1:0", Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,11 +310,14 @@ func TestDNSRebindingRefused(t *testing.T) {
 // TestAllowedHosts: --http-allowed-hosts adds names the dashboard answers to.
 func TestAllowedHosts(t *testing.T) {
 	b := natstest.Start(t)
-	stores, err := kv.Provision(context.Background(), b.JS, kv.Options{})
+	if _, err := kv.Provision(context.Background(), b.JS, kv.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := salvage.NewClient(b.JS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := dashboard.Listen(b.JS, stores, dashboard.Config{Addr: "127.0.0.1:0", AllowedHosts: []string{"salvage.internal"}})
+	srv, err := dashboard.Listen(b.JS, client, dashboard.Config{Addr: "127.0.0.1:0", AllowedHosts: []string{"salvage.internal"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
@@ -62,19 +63,19 @@ type Config struct {
 
 // Server is the dashboard's HTTP server.
 type Server struct {
-	cfg   Config
-	l     net.Listener
-	srv   *http.Server
-	sum   *summarizer
-	op    *consumers.Operator
-	log   zerolog.Logger
-	token string
-	hosts *hostGuard
+	cfg    Config
+	l      net.Listener
+	srv    *http.Server
+	sum    *summarizer
+	client *salvage.Client
+	log    zerolog.Logger
+	token  string
+	hosts  *hostGuard
 }
 
 // Listen binds the dashboard's address. It refuses a non-loopback address
 // without a token (ErrNeedsToken).
-func Listen(js jetstream.JetStream, stores *kv.Stores, cfg Config) (*Server, error) {
+func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = AddrDefault
 	}
@@ -104,7 +105,7 @@ func Listen(js jetstream.JetStream, stores *kv.Stores, cfg Config) (*Server, err
 		log = *cfg.Logger
 	}
 	s := &Server{cfg: cfg, l: l, sum: &summarizer{js: js, calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex()},
-		op: consumers.NewOperator(js, stores), log: log.With().Str("role", "dashboard").Logger(), token: token}
+		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency)
 	mux := http.NewServeMux()
@@ -201,7 +202,7 @@ func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiEnvelope(w http.ResponseWriter, r *http.Request) {
-	d, err := s.op.Show(r.Context(), r.PathValue("id"))
+	d, err := s.client.ShowEnvelope(r.Context(), r.PathValue("id"))
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
@@ -221,15 +222,15 @@ func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 		Note string `json:"note"`
 	}
 	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&note)
-	var rec kv.EnvelopeRecord
+	var rec *salvage.EnvelopeRecord
 	var err error
 	switch r.PathValue("action") {
 	case "replay":
-		rec, err = s.op.Replay(r.Context(), id, by)
+		rec, err = s.client.Replay(r.Context(), id, by)
 	case "resolve":
-		rec, err = s.op.Resolve(r.Context(), id, by, note.Note)
+		rec, err = s.client.Resolve(r.Context(), id, by, note.Note)
 	case "ack":
-		rec, err = s.op.Ack(r.Context(), id, by)
+		rec, err = s.client.Ack(r.Context(), id, by)
 	default:
 		fail(w, http.StatusNotFound, errors.New("unknown action: want replay, resolve or ack"))
 		return
@@ -267,9 +268,9 @@ func (s *Server) authorize(r *http.Request) error {
 
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, consumers.ErrUnknownEnvelope), errors.Is(err, kv.ErrNotFound):
+	case errors.Is(err, salvage.ErrUnknownEnvelope), errors.Is(err, salvage.ErrUnknownJob):
 		return http.StatusNotFound
-	case errors.Is(err, consumers.ErrAlreadyResolved), errors.Is(err, consumers.ErrSuperseded):
+	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded):
 		return http.StatusConflict
 	case errors.Is(err, streams.ErrBadToken):
 		return http.StatusBadRequest

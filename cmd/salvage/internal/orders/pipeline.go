@@ -10,9 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -48,12 +47,12 @@ type Effect = sim.EffectResponse
 func Split(raw json.RawMessage) ([]json.RawMessage, error) {
 	var in Input
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, fmt.Errorf("%w: order-fulfillment takes an order or {\"orders\": [...]}: %w", recovery.ErrBadInput, err)
+		return nil, fmt.Errorf("%w: order-fulfillment takes an order or {\"orders\": [...]}: %w", salvage.ErrBadInput, err)
 	}
 	if len(in.Orders) == 0 {
 		var one Order
 		if err := json.Unmarshal(raw, &one); err != nil || one.ID == "" {
-			return nil, fmt.Errorf("%w: no orders", recovery.ErrBadInput)
+			return nil, fmt.Errorf("%w: no orders", salvage.ErrBadInput)
 		}
 		in.Orders = []Order{one}
 	}
@@ -61,14 +60,14 @@ func Split(raw json.RawMessage) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, 0, len(in.Orders))
 	for i, o := range in.Orders {
 		if err := streams.ValidateToken("order_id", o.ID); err != nil {
-			return nil, fmt.Errorf("%w: order %d: %w", recovery.ErrBadInput, i+1, err)
+			return nil, fmt.Errorf("%w: order %d: %w", salvage.ErrBadInput, i+1, err)
 		}
 		if seen[o.ID] {
-			return nil, fmt.Errorf("%w: order %s appears twice", recovery.ErrBadInput, o.ID)
+			return nil, fmt.Errorf("%w: order %s appears twice", salvage.ErrBadInput, o.ID)
 		}
 		seen[o.ID] = true
 		if o.Amount <= 0 || len(o.Items) == 0 {
-			return nil, fmt.Errorf("%w: order %s needs items and a positive amount", recovery.ErrBadInput, o.ID)
+			return nil, fmt.Errorf("%w: order %s needs items and a positive amount", salvage.ErrBadInput, o.ID)
 		}
 		data, err := json.Marshal(o)
 		if err != nil {
@@ -107,44 +106,44 @@ const (
 )
 
 // Tools returns the order tools calling the sim through c.
-func Tools(c *sim.Client) (*recovery.Tools, error) {
-	effect := func(name, system, op, undo, compensation string) recovery.Tool {
-		t := recovery.Tool{Name: name, System: system, Call: func(ctx context.Context, call recovery.ToolCall) (recovery.ToolResult, error) {
+func Tools(c *sim.Client) []salvage.Tool {
+	effect := func(name, system, op, undo, compensation string) salvage.Tool {
+		t := salvage.Tool{Name: name, System: system, Call: func(ctx context.Context, call salvage.ToolCall) (salvage.ToolResult, error) {
 			resp, err := c.Effect(ctx, system, op, call.IdempotencyKey, json.RawMessage(call.Input))
 			if err != nil {
-				return recovery.ToolResult{}, err
+				return salvage.ToolResult{}, err
 			}
 			out, err := json.Marshal(resp)
-			return recovery.ToolResult{Output: out, ResourceID: resp.ResourceID}, err
+			return salvage.ToolResult{Output: out, ResourceID: resp.ResourceID}, err
 		}}
-		t.Effect = &recovery.SideEffect{
+		t.Effect = &salvage.SideEffect{
 			Reversible: undo != "", Compensation: compensation,
-			Verify: func(ctx context.Context, key string) (recovery.Verification, error) {
+			Verify: func(ctx context.Context, key string) (salvage.Verification, error) {
 				resp, err := c.Verify(ctx, system, key)
 				if err != nil {
-					return recovery.Verification{}, err
+					return salvage.Verification{}, err
 				}
 				out, _ := json.Marshal(resp)
-				return recovery.Verification{Applied: resp.Applied, ResourceID: resp.ResourceID, Output: out}, nil
+				return salvage.Verification{Applied: resp.Applied, ResourceID: resp.ResourceID, Output: out}, nil
 			},
 		}
 		return t
 	}
-	undo := func(name, system, op string) recovery.Tool {
-		return recovery.Tool{Name: name, System: system, Call: func(ctx context.Context, call recovery.ToolCall) (recovery.ToolResult, error) {
-			var in recovery.CompensationInput
+	undo := func(name, system, op string) salvage.Tool {
+		return salvage.Tool{Name: name, System: system, Call: func(ctx context.Context, call salvage.ToolCall) (salvage.ToolResult, error) {
+			var in salvage.CompensationInput
 			if err := json.Unmarshal(call.Input, &in); err != nil {
-				return recovery.ToolResult{}, recovery.Permanent(400, err)
+				return salvage.ToolResult{}, salvage.Permanent(400, err)
 			}
 			resp, err := c.Compensate(ctx, system, op, call.IdempotencyKey, in.Key)
 			if err != nil {
-				return recovery.ToolResult{}, err
+				return salvage.ToolResult{}, err
 			}
 			out, err := json.Marshal(resp)
-			return recovery.ToolResult{Output: out, ResourceID: resp.ResourceID}, err
+			return salvage.ToolResult{Output: out, ResourceID: resp.ResourceID}, err
 		}}
 	}
-	return recovery.NewTools(
+	return []salvage.Tool{
 		effect(ToolReserve, systemWMS, opReserve, undoRelease, ToolRelease),
 		undo(ToolRelease, systemWMS, undoRelease),
 		effect(ToolInvoice, systemERP, opInvoice, undoVoid, ToolVoid),
@@ -154,20 +153,16 @@ func Tools(c *sim.Client) (*recovery.Tools, error) {
 		effect(ToolEmail, systemEmail, opSend, "", ""),
 		effect(ToolCRM, systemCRM, opUpdate, undoRevert, ToolRevert),
 		undo(ToolRevert, systemCRM, undoRevert),
-	)
+	}
 }
 
 // New returns the pipeline calling the sim through c.
-func New(c *sim.Client) (*recovery.Pipeline, error) {
-	tools, err := Tools(c)
-	if err != nil {
-		return nil, err
-	}
-	step := func(agent string, calls ...string) recovery.Agent {
-		return recovery.Agent{Name: agent, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+func New(c *sim.Client) *salvage.Pipeline {
+	step := func(agent string, calls ...string) salvage.Agent {
+		return salvage.Agent{Name: agent, Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 			var o Order
 			if err := json.Unmarshal(t.Input, &o); err != nil {
-				return nil, recovery.Permanent(400, err)
+				return nil, salvage.Permanent(400, err)
 			}
 			out := map[string]Effect{}
 			for _, name := range calls {
@@ -177,25 +172,25 @@ func New(c *sim.Client) (*recovery.Pipeline, error) {
 				}
 				var e Effect
 				if err := json.Unmarshal(raw, &e); err != nil {
-					return nil, recovery.Permanent(0, fmt.Errorf("%s output: %w", name, err))
+					return nil, salvage.Permanent(0, fmt.Errorf("%s output: %w", name, err))
 				}
 				out[name] = e
 			}
 			return out, nil
 		}}
 	}
-	return &recovery.Pipeline{
+	return &salvage.Pipeline{
 		Name:  Name,
 		Split: Split,
-		Tools: tools,
-		Stages: []recovery.Stage{
-			{Name: "reserve", Agents: []recovery.Agent{step("inventory", ToolReserve)}},
-			{Name: "bill", Agents: []recovery.Agent{step("billing", ToolInvoice, ToolCharge)}},
-			{Name: "notify", Agents: []recovery.Agent{step("notifier", ToolEmail)}},
-			{Name: "record", Agents: []recovery.Agent{step("crm", ToolCRM)}},
+		Tools: Tools(c),
+		Stages: []salvage.Stage{
+			{Name: "reserve", Agents: []salvage.Agent{step("inventory", ToolReserve)}},
+			{Name: "bill", Agents: []salvage.Agent{step("billing", ToolInvoice, ToolCharge)}},
+			{Name: "notify", Agents: []salvage.Agent{step("notifier", ToolEmail)}},
+			{Name: "record", Agents: []salvage.Agent{step("crm", ToolCRM)}},
 		},
 		Result: result,
-	}, nil
+	}
 }
 
 // request is the body a tool sends for an order.
@@ -220,7 +215,7 @@ type Fulfilment struct {
 	Effects map[string]string `json:"effects"`
 }
 
-func result(input json.RawMessage, outs []kv.StageOutput) (json.RawMessage, error) {
+func result(input json.RawMessage, outs []salvage.StageOutput) (json.RawMessage, error) {
 	var o Order
 	if err := json.Unmarshal(input, &o); err != nil {
 		return nil, err

@@ -11,14 +11,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
-	"github.com/salvagehq/salvage/recovery"
 )
 
 // CallTimeoutDefault is how long a client waits for one sim request.
 const CallTimeoutDefault = time.Second
 
-// Client calls a running sim. Failures come back as *recovery.CallError
+// Client calls a running sim. Failures come back as *salvage.CallError
 // classified by HTTP status, never by message text.
 type Client struct {
 	// BaseURL is the sim's http://host:port.
@@ -87,13 +87,13 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return recovery.Permanent(0, err)
+			return salvage.Permanent(0, err)
 		}
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
 	if err != nil {
-		return recovery.Permanent(0, err)
+		return salvage.Permanent(0, err)
 	}
 	if key != "" {
 		req.Header.Set(HeaderIdempotencyKey, key)
@@ -106,20 +106,20 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 	resp, err := hc.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return recovery.Timeout(fmt.Errorf("%s %s: no answer in %s", method, path, timeout))
+			return salvage.Timeout(fmt.Errorf("%s %s: no answer in %s", method, path, timeout))
 		}
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
-		return recovery.Transient(0, fmt.Errorf("%s %s: %w", method, path, err))
+		return salvage.Transient(0, fmt.Errorf("%s %s: %w", method, path, err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return recovery.Timeout(fmt.Errorf("%s %s: no answer in %s", method, path, timeout))
+			return salvage.Timeout(fmt.Errorf("%s %s: no answer in %s", method, path, timeout))
 		}
-		return recovery.Transient(resp.StatusCode, err)
+		return salvage.Transient(resp.StatusCode, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return statusError(resp, method, path, data)
@@ -128,7 +128,7 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return recovery.Permanent(resp.StatusCode, fmt.Errorf("%s %s: bad answer: %w", method, path, err))
+		return salvage.Permanent(resp.StatusCode, fmt.Errorf("%s %s: bad answer: %w", method, path, err))
 	}
 	return nil
 }
@@ -148,12 +148,12 @@ func statusError(resp *http.Response, method, path string, data []byte) error {
 		} else if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil {
 			after = time.Duration(s) * time.Second
 		}
-		return recovery.RateLimited(after, err)
+		return salvage.RateLimited(after, err)
 	case code == http.StatusGatewayTimeout || code == http.StatusRequestTimeout:
-		return recovery.Timeout(err)
+		return salvage.Timeout(err)
 	case code >= 500:
-		return recovery.Transient(code, err)
+		return salvage.Transient(code, err)
 	default:
-		return recovery.Permanent(code, err)
+		return salvage.Permanent(code, err)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
-	"github.com/salvagehq/salvage/recovery"
 )
 
 // Headers the sim reads and writes.
@@ -203,19 +203,19 @@ func effectResponse(e *Effect, replayed bool) EffectResponse {
 
 // callError answers a model failure with the HTTP status of its class.
 func callError(w http.ResponseWriter, err error) {
-	var ce *recovery.CallError
+	var ce *salvage.CallError
 	if !errors.As(err, &ce) {
 		httpError(w, 500, err)
 		return
 	}
-	switch ce.Class {
-	case recovery.ClassRateLimited:
+	switch {
+	case errors.Is(err, salvage.ErrRateLimited):
 		w.Header().Set("Retry-After", strconv.Itoa(int((ce.RetryAfter+time.Second-1)/time.Second)))
 		w.Header().Set(HeaderRetryAfterMS, strconv.FormatInt(ce.RetryAfter.Milliseconds(), 10))
 		httpError(w, 429, err)
-	case recovery.ClassPermanent:
+	case errors.Is(err, salvage.ErrPermanent):
 		httpError(w, 400, err)
-	case recovery.ClassTimeout:
+	case errors.Is(err, salvage.ErrTimeout):
 		httpError(w, 504, err)
 	default:
 		httpError(w, 503, err)

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage"
 )
 
 // Config sets the model's behaviour. The zero value answers at once and
@@ -96,7 +96,7 @@ func (m *Model) Config() Config { return m.cfg }
 // Complete answers req after a simulated latency, or fails the way the
 // configured rates say. The n-th call with one Key draws the n-th outcome
 // for that key, so retries of one call site see fresh draws while a whole
-// run stays reproducible. It returns a *recovery.CallError on failure and
+// run stays reproducible. It returns a *salvage.CallError on failure and
 // ctx's error when cancelled.
 func (m *Model) Complete(ctx context.Context, req Request) (Response, error) {
 	m.mu.Lock()
@@ -113,7 +113,7 @@ func (m *Model) Complete(ctx context.Context, req Request) (Response, error) {
 	lat := m.latency(req.Key, n)
 	switch {
 	case u < m.cfg.PermanentRate:
-		return Response{}, recovery.Permanent(400, errors.New("model rejected the request"))
+		return Response{}, salvage.Permanent(400, errors.New("model rejected the request"))
 	case u < m.cfg.PermanentRate+m.cfg.FailureRate:
 		kind := (u - m.cfg.PermanentRate) / m.cfg.FailureRate
 		switch {
@@ -122,17 +122,17 @@ func (m *Model) Complete(ctx context.Context, req Request) (Response, error) {
 			if err := sleep(ctx, lat/4); err != nil {
 				return Response{}, err
 			}
-			return Response{}, recovery.RateLimited(after, errors.New("model rate limit"))
+			return Response{}, salvage.RateLimited(after, errors.New("model rate limit"))
 		case kind < 0.8:
 			if err := sleep(ctx, lat/2); err != nil {
 				return Response{}, err
 			}
-			return Response{}, recovery.Transient(503, errors.New("model overloaded"))
+			return Response{}, salvage.Transient(503, errors.New("model overloaded"))
 		default:
 			if err := sleep(ctx, m.cfg.TimeoutAfter); err != nil {
 				return Response{}, err
 			}
-			return Response{}, recovery.Timeout(errors.New("model did not answer in time"))
+			return Response{}, salvage.Timeout(errors.New("model did not answer in time"))
 		}
 	}
 	if err := sleep(ctx, lat); err != nil {

@@ -1,0 +1,41 @@
+package cli
+
+import (
+	"context"
+
+	"github.com/salvagehq/salvage"
+)
+
+// allChunks returns every chunk of job, a page of up to 1,000 at a time.
+func allChunks(ctx context.Context, c *salvage.Client, job string) (*salvage.Job, []salvage.Chunk, error) {
+	page := &salvage.Page{Limit: salvage.PageMax}
+	var out []salvage.Chunk
+	for {
+		st, err := c.Status(ctx, job, page)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, st.Chunks...)
+		if st.NextOffset == 0 {
+			return &st.Job, out, nil
+		}
+		page.Offset = st.NextOffset
+	}
+}
+
+// allEnvelopes returns every envelope record f matches, a page at a time.
+func allEnvelopes(ctx context.Context, c *salvage.Client, f salvage.EnvelopeFilter) ([]salvage.EnvelopeRecord, error) {
+	page := &salvage.Page{Limit: salvage.PageMax}
+	var out []salvage.EnvelopeRecord
+	for {
+		l, err := c.ListEnvelopes(ctx, f, page)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l.Envelopes...)
+		if l.NextOffset == 0 {
+			return out, nil
+		}
+		page.Offset = l.NextOffset
+	}
+}
