@@ -71,6 +71,10 @@ const (
 	JobWaitDefault             = consumers.JobWaitDefault
 	AlertIntervalDefault       = consumers.AlertIntervalDefault
 	RetentionDefault           = kv.RetentionDefault
+	AlertBurstCountDefault     = recovery.BurstCountDefault
+	AlertBurstWindowDefault    = recovery.BurstWindowDefault
+	AlertUnresolvedDefault     = recovery.UnresolvedAfterDefault
+	AlertUnackedDefault        = recovery.UnackedAfterDefault
 )
 
 // Config is what a Client runs with. Every field has a default, stated in

@@ -120,26 +120,39 @@ type Call struct {
 	Error          string          `json:"error,omitempty"`
 	ErrorClass     string          `json:"error_class,omitempty"`
 	ErrorStatus    int             `json:"error_status,omitempty"`
-	// ResourceID is the id the external system gave a side effect.
-	Fingerprint *struct {
-		System       string `json:"system"`
-		ResourceID   string `json:"resource_id,omitempty"`
-		Reversible   bool   `json:"reversible"`
-		Compensation string `json:"compensation,omitempty"`
-	} `json:"fingerprint,omitempty"`
+	// Fingerprint identifies a side effect in its external system.
+	Fingerprint *Fingerprint `json:"fingerprint,omitempty"`
+	// Verified is set when the outcome was learned by asking the external
+	// system (a Verify after a timeout or crash), not from the call.
 	Verified bool `json:"verified,omitempty"`
-	Orphan   bool `json:"orphan,omitempty"`
-	// History holds the earlier outcomes of this call a re-run replaced.
-	History []struct {
-		Status      CallStatus `json:"status"`
-		Error       string     `json:"error,omitempty"`
-		ErrorClass  string     `json:"error_class,omitempty"`
-		ErrorStatus int        `json:"error_status,omitempty"`
-		Attempts    int        `json:"attempts"`
-	} `json:"history,omitempty"`
-	TraceID    string    `json:"trace_id,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Orphan marks a call of an earlier epoch no run will reach again.
+	Orphan bool `json:"orphan,omitempty"`
+	// History holds the earlier outcomes of this call a re-run replaced,
+	// oldest first.
+	History    []CallAttempt `json:"history,omitempty"`
+	TraceID    string        `json:"trace_id,omitempty"`
+	StartedAt  time.Time     `json:"started_at"`
+	FinishedAt time.Time     `json:"finished_at,omitzero"`
+}
+
+// Fingerprint identifies a side effect: the system it touched, the id
+// that system gave it, and whether and how it can be undone.
+type Fingerprint struct {
+	System string `json:"system"`
+	// ResourceID is the id the external system gave the effect.
+	ResourceID string `json:"resource_id,omitempty"`
+	Reversible bool   `json:"reversible"`
+	// Compensation names the tool that undoes the effect.
+	Compensation string `json:"compensation,omitempty"`
+}
+
+// CallAttempt is an earlier outcome of a call that a re-run replaced.
+type CallAttempt struct {
+	Status      CallStatus `json:"status"`
+	Error       string     `json:"error,omitempty"`
+	ErrorClass  string     `json:"error_class,omitempty"`
+	ErrorStatus int        `json:"error_status,omitempty"`
+	Attempts    int        `json:"attempts"`
 }
 
 // EnvelopeDetail is everything about one envelope: its record, the
@@ -159,6 +172,12 @@ type EnvelopeFilter struct {
 	Job      string         `json:"job_id,omitempty"`
 	// MinAge keeps envelopes at least this old.
 	MinAge time.Duration `json:"-"`
+}
+
+// Match reports whether f matches r at now.
+func (f EnvelopeFilter) Match(r EnvelopeRecord, now time.Time) bool {
+	return (f.Category == "" || r.Category == f.Category) && (f.Status == "" || r.Status == f.Status) &&
+		(f.Job == "" || r.Job == f.Job) && (f.MinAge <= 0 || now.Sub(r.CreatedAt) >= f.MinAge)
 }
 
 // EnvelopeList is a page of envelope records, oldest first.
@@ -182,7 +201,7 @@ func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page
 	if err != nil {
 		return nil, err
 	}
-	from, to := page.bounds(len(recs))
+	from, to := page.Bounds(len(recs))
 	out := &EnvelopeList{Total: len(recs), Offset: from}
 	if to < len(recs) {
 		out.NextOffset = to
@@ -259,9 +278,11 @@ type RecoveryStats = recovery.RecoveryStats
 // envelope of the chunk. Dead ends, escalations and chunks still
 // recovering count against it; 1 when recs is empty.
 func AutoRecoveryRate(recs []EnvelopeRecord) RecoveryStats {
-	machine, err := recast[[]kv.EnvelopeRecord](recs)
-	if err != nil {
-		return RecoveryStats{Rate: 1}
+	machine := make([]kv.EnvelopeRecord, len(recs))
+	for i, r := range recs {
+		// The fields the rate reads; no copy of notes or effects.
+		machine[i] = kv.EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Status: string(r.Status), ResolvedBy: r.ResolvedBy,
+			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]kv.LeftEffect, len(r.Left))}
 	}
 	return recovery.AutoRecoveryRate(machine)
 }

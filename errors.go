@@ -6,6 +6,7 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Errors a tool or agent returns, built with the constructors below, say
@@ -57,6 +58,12 @@ var (
 	ErrRejected = errors.New("salvage: job rejected")
 	// ErrNotStarted is returned by Stop on a client that was not started.
 	ErrNotStarted = errors.New("salvage: client not started")
+	// ErrInvalidToken is returned for an id (pipeline, job, envelope) that
+	// cannot stand in a subject or key; see ValidateToken.
+	ErrInvalidToken = streams.ErrBadToken
+	// ErrInvalidJob is returned by Submit for a job it cannot publish:
+	// input that does not encode, or a message over MaxPayload.
+	ErrInvalidJob = streams.ErrBadJob
 )
 
 // Transient is a failure worth retrying soon (a 5xx, a reset connection),

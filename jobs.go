@@ -112,8 +112,9 @@ const (
 	PageMax     = 1000
 )
 
-// bounds is the slice [from, to) of n items p selects.
-func (p *Page) bounds(n int) (from, to int) {
+// Bounds is the slice [from, to) of n items p selects; a nil Page
+// selects the first PageDefault.
+func (p *Page) Bounds(n int) (from, to int) {
 	var q Page
 	if p != nil {
 		q = *p
@@ -285,7 +286,7 @@ func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, 
 	if err != nil {
 		return nil, err
 	}
-	from, to := page.bounds(j.Chunks)
+	from, to := page.Bounds(j.Chunks)
 	cps, err := st.Checkpoints.ForJobRange(ctx, id, from+1, to)
 	if err != nil {
 		return nil, err
@@ -383,6 +384,6 @@ func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	from, to := page.bounds(len(jobs))
+	from, to := page.Bounds(len(jobs))
 	return recast[[]Job](jobs[from:to])
 }

@@ -140,8 +140,16 @@ const (
 	EnvelopeAbandoned EnvelopeStatus = kv.EnvelopeAbandoned
 )
 
-// Open reports whether the envelope still needs Salvage or a person:
-// open, recovering, or escalated.
+// Final reports whether s is an outcome no strategy changes: resolved,
+// superseded, escalated, dead-end or abandoned. An escalated envelope is
+// final for Salvage and still open for a person (see Open).
+func (s EnvelopeStatus) Final() bool {
+	return kv.EnvelopeRecord{Status: string(s)}.Final()
+}
+
+// Open reports whether an envelope in s still needs Salvage or a person:
+// open, recovering, or escalated and not yet resolved. The DLQ depth
+// (salvage_dlq_depth) counts these.
 func (s EnvelopeStatus) Open() bool {
-	return s == EnvelopeOpen || s == EnvelopeRecovering || s == EnvelopeEscalated
+	return kv.EnvelopeRecord{Status: string(s)}.Open()
 }

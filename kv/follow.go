@@ -18,8 +18,13 @@ var errWatchClosed = errors.New("kv: watch closed")
 // idempotent per key. onRestart, if set, hears why a watch ended. It
 // blocks.
 func Follow(ctx context.Context, js jetstream.JetStream, bucket string, update func(jetstream.KeyValueEntry), onRestart func(error)) {
+	FollowKeys(ctx, js, bucket, jetstream.AllKeys, update, onRestart)
+}
+
+// FollowKeys is Follow for the keys filter matches (a KV key pattern).
+func FollowKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string, update func(jetstream.KeyValueEntry), onRestart func(error)) {
 	for ctx.Err() == nil {
-		err := follow(ctx, js, bucket, update)
+		err := follow(ctx, js, bucket, filter, update)
 		if ctx.Err() != nil {
 			return
 		}
@@ -33,12 +38,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, bucket string, update f
 	}
 }
 
-func follow(ctx context.Context, js jetstream.JetStream, bucket string, update func(jetstream.KeyValueEntry)) error {
+func follow(ctx context.Context, js jetstream.JetStream, bucket, filter string, update func(jetstream.KeyValueEntry)) error {
 	b, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return err
 	}
-	w, err := b.WatchAll(ctx)
+	w, err := b.Watch(ctx, filter)
 	if err != nil {
 		return err
 	}

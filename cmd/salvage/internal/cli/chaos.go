@@ -21,7 +21,6 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // chaosReport is what `salvage chaos` reports; the JSON names are a
@@ -245,7 +244,7 @@ func (e *env) publishChaosJobs(ctx context.Context, o chaosOpts, d *demoEnv, job
 			return "", err
 		}
 		if cli == "" {
-			if _, err := d.js.PublishMsg(ctx, streams.JobMessage(orders.Name, id, body, "")); err != nil {
+			if _, err := d.client.Submit(ctx, orders.Name, all[i], &salvage.SubmitOpts{JobID: id}); err != nil {
 				return "client", err
 			}
 			continue
@@ -253,7 +252,7 @@ func (e *env) publishChaosJobs(ctx context.Context, o chaosOpts, d *demoEnv, job
 		// The server may be restarting: the CLI gets a few tries.
 		var out []byte
 		for try := 0; try < 5; try++ {
-			out, err = exec.CommandContext(ctx, cli, "--server", d.url, "pub", streams.JobSubject(orders.Name), string(body)).CombinedOutput()
+			out, err = exec.CommandContext(ctx, cli, "--server", d.url, "pub", salvage.JobSubject(orders.Name), string(body)).CombinedOutput()
 			if err == nil {
 				break
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/natsconf/natstest"
@@ -156,7 +157,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	defer sub.Unsubscribe()
 	_ = nc.Flush()
 	body, _ := json.Marshal(map[string]any{"input": contractreview.Input{Text: contractreview.Contract(40, 4)}})
-	if err := nc.Publish(streams.JobSubject(contractreview.Name), body); err != nil {
+	if err := nc.Publish(salvage.JobSubject(contractreview.Name), body); err != nil {
 		t.Fatal(err)
 	}
 	var ev streams.JobEvent

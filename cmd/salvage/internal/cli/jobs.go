@@ -14,7 +14,6 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // withClient connects and makes a client (not started: it only reads and
@@ -45,7 +44,7 @@ func (e *env) writeJSON(v any) error {
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
 func jobArg(args []string) (string, error) {
-	if err := streams.ValidateJobID(args[0]); err != nil {
+	if err := salvage.ValidateJobID(args[0]); err != nil {
 		return "", err
 	}
 	return args[0], nil

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
@@ -76,7 +77,7 @@ func (c *cluster) submit(t *testing.T, ids ...string) string {
 	}
 	job := ulid.Make().String()
 	body, _ := json.Marshal(map[string]any{"job_id": job, "input": orders.Input{Orders: list}})
-	if _, err := c.js.Publish(context.Background(), streams.JobSubject(orders.Name), body); err != nil {
+	if _, err := c.js.Publish(context.Background(), salvage.JobSubject(orders.Name), body); err != nil {
 		t.Fatal(err)
 	}
 	return job

@@ -69,7 +69,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 
 	job := "01JREPLAYTEST0000000000000"
 	body, _ := json.Marshal(map[string]any{"job_id": job, "input": orders.Input{Orders: []orders.Order{order("o-r1"), order("o-r2")}}})
-	natsCmd(t, url, "pub", streams.JobSubject(orders.Name), string(body))
+	natsCmd(t, url, "pub", salvage.JobSubject(orders.Name), string(body))
 
 	// Both chunks end in the DLQ; find them the way an operator would.
 	var envs []recovery.Envelope

@@ -15,7 +15,6 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/streams"
 )
 
 func (e *env) submitCmd() *cobra.Command {
@@ -33,7 +32,7 @@ contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomple
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pipeline, file := args[0], args[1]
-			if err := streams.ValidateToken("pipeline", pipeline); err != nil {
+			if err := salvage.ValidateToken("pipeline", pipeline); err != nil {
 				return err
 			}
 			data, err := e.readInput(file)
@@ -118,11 +117,11 @@ func jobRequest(pipeline string, data []byte) (json.RawMessage, *salvage.SubmitO
 		return nil, nil, fmt.Errorf("job message is not valid JSON: %w", err)
 	}
 	if len(msg.Input) == 0 {
-		return nil, nil, fmt.Errorf(`%w: job message has no "input"`, streams.ErrBadJob)
+		return nil, nil, fmt.Errorf(`%w: job message has no "input"`, salvage.ErrInvalidJob)
 	}
 	opts := &salvage.SubmitOpts{Budget: msg.Budget, Metadata: msg.Metadata}
 	if msg.JobID != nil {
-		if err := streams.ValidateJobID(*msg.JobID); err != nil {
+		if err := salvage.ValidateJobID(*msg.JobID); err != nil {
 			return nil, nil, err
 		}
 		opts.JobID = *msg.JobID

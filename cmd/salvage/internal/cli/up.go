@@ -17,10 +17,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
-	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/natsconf"
-	"github.com/salvagehq/salvage/recovery"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // runFlags are the settings of the roles, shared by up and demo.
@@ -41,7 +38,7 @@ type runFlags struct {
 	journalWrites string
 	simURL        string
 	simTimeout    time.Duration
-	alerts        recovery.AlertRules
+	alerts        salvage.AlertRules
 	alertInterval time.Duration
 	coolDown      time.Duration
 	model         simmodel.Config
@@ -49,26 +46,26 @@ type runFlags struct {
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.IntVar(&r.replicas, "replicas", 1, "replicas per stream and bucket (3 on a cluster)")
-	f.DurationVar(&r.ackWait, "ack-wait", streams.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; also the claim lease")
-	f.IntVar(&r.maxDeliver, "max-deliver", streams.MaxDeliverDefault, "tier 2: deliveries before a chunk is dead-lettered")
-	f.IntVar(&r.concurrency, "concurrency", consumers.ConcurrencyDefault, "chunks in flight per worker process")
-	f.IntVar(&r.maxChunks, "max-chunks", consumers.MaxChunksDefault, "most chunks one job may split into (a pipeline may set its own); more is rejected as too-many-chunks")
-	f.IntVar(&r.chunkWindow, "chunk-window", consumers.ChunkWindowDefault, "chunks of one job queued at once; the rest wait in SALVAGE_BACKLOG, so a job behind a large one waits for at most this many of its chunks")
+	f.DurationVar(&r.ackWait, "ack-wait", salvage.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; also the claim lease")
+	f.IntVar(&r.maxDeliver, "max-deliver", salvage.MaxDeliverDefault, "tier 2: deliveries before a chunk is dead-lettered")
+	f.IntVar(&r.concurrency, "concurrency", salvage.ConcurrencyDefault, "chunks in flight per worker process")
+	f.IntVar(&r.maxChunks, "max-chunks", salvage.MaxChunksDefault, "most chunks one job may split into (a pipeline may set its own); more is rejected as too-many-chunks")
+	f.IntVar(&r.chunkWindow, "chunk-window", salvage.ChunkWindowDefault, "chunks of one job queued at once; the rest wait in SALVAGE_BACKLOG, so a job behind a large one waits for at most this many of its chunks")
 	f.StringVar(&r.workerID, "worker-id", "", "worker id in claims and checkpoints (default host-pid-random)")
-	f.IntVar(&r.retries, "retries", recovery.MaxRetriesDefault, "tier 1: retries per call (attempts = retries+1)")
-	f.DurationVar(&r.retryBase, "retry-base", recovery.BaseDelayDefault, "tier 1: upper bound of the first full-jitter wait")
-	f.DurationVar(&r.retryMax, "retry-max", recovery.MaxDelayDefault, "tier 1: upper bound of any one wait")
-	f.DurationVar(&r.retryTotal, "retry-total", recovery.TotalCapDefault, "tier 1: time cap for one call, waits included")
-	f.DurationVar(&r.sweepInterval, "sweep-interval", consumers.SweepIntervalDefault, "how often the sweeper looks for exhausted chunks")
-	f.DurationVar(&r.drainTimeout, "drain-timeout", consumers.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
+	f.IntVar(&r.retries, "retries", salvage.RetriesDefault, "tier 1: retries per call (attempts = retries+1)")
+	f.DurationVar(&r.retryBase, "retry-base", salvage.RetryBaseDefault, "tier 1: upper bound of the first full-jitter wait")
+	f.DurationVar(&r.retryMax, "retry-max", salvage.RetryMaxDefault, "tier 1: upper bound of any one wait")
+	f.DurationVar(&r.retryTotal, "retry-total", salvage.RetryTotalDefault, "tier 1: time cap for one call, waits included")
+	f.DurationVar(&r.sweepInterval, "sweep-interval", salvage.SweepIntervalDefault, "how often the sweeper looks for exhausted chunks")
+	f.DurationVar(&r.drainTimeout, "drain-timeout", salvage.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
 	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
 	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
-	f.DurationVar(&r.coolDown, "cool-down", consumers.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
-	f.IntVar(&r.alerts.BurstCount, "alert-burst", recovery.BurstCountDefault, "alert when this many envelopes arrive within --alert-burst-window")
-	f.DurationVar(&r.alerts.BurstWindow, "alert-burst-window", recovery.BurstWindowDefault, "window of the envelope burst alert")
-	f.DurationVar(&r.alerts.UnresolvedAfter, "alert-unresolved", recovery.UnresolvedAfterDefault, "alert when an envelope stays unresolved this long")
-	f.DurationVar(&r.alerts.UnackedAfter, "alert-unacked", recovery.UnackedAfterDefault, "alert when an escalation involving money, or any COMPENSATION_NEEDED envelope, is not acknowledged this long")
-	f.DurationVar(&r.alertInterval, "alert-interval", consumers.AlertIntervalDefault, "how often the alert rules are evaluated")
+	f.DurationVar(&r.coolDown, "cool-down", salvage.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
+	f.IntVar(&r.alerts.BurstCount, "alert-burst", salvage.AlertBurstCountDefault, "alert when this many envelopes arrive within --alert-burst-window")
+	f.DurationVar(&r.alerts.BurstWindow, "alert-burst-window", salvage.AlertBurstWindowDefault, "window of the envelope burst alert")
+	f.DurationVar(&r.alerts.UnresolvedAfter, "alert-unresolved", salvage.AlertUnresolvedDefault, "alert when an envelope stays unresolved this long")
+	f.DurationVar(&r.alerts.UnackedAfter, "alert-unacked", salvage.AlertUnackedDefault, "alert when an escalation involving money, or any COMPENSATION_NEEDED envelope, is not acknowledged this long")
+	f.DurationVar(&r.alertInterval, "alert-interval", salvage.AlertIntervalDefault, "how often the alert rules are evaluated")
 	f.StringVar(&r.journalWrites, "journal-writes", "auto", "journal rows as atomic group-commit batches (atomic) or pipelined publishes (pipelined); auto: atomic unless an embedded server acks before fsync")
 	f.Int64Var(&r.model.Seed, "model-seed", defaults.Seed, "simulated model: seed")
 	f.DurationVar(&r.model.Latency, "model-latency", defaults.Latency, "simulated model: median call latency")

@@ -1,13 +1,11 @@
 package dashboard
 
 import (
-	"encoding/json"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage"
 )
 
 // callStats follows salvage_journal and counts row writes by tool and
@@ -33,27 +31,24 @@ func newCallStats() *callStats {
 	}
 }
 
-// update applies one journal entry (deletes and the end-of-initial-values
-// marker carry no row).
-func (c *callStats) update(e jetstream.KeyValueEntry) {
-	if e == nil || e.Operation() != jetstream.KeyValuePut {
+// update applies one journal change (removals and the caught-up mark
+// carry no row).
+func (c *callStats) update(ch salvage.Change[salvage.Call]) {
+	if ch.Deleted || ch.CaughtUp {
 		return
 	}
-	var r kv.JournalRow
-	if json.Unmarshal(e.Value(), &r) != nil {
-		return
-	}
+	r := ch.Value
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seen[e.Key()] >= e.Revision() {
+	if c.seen[ch.Key] >= ch.Revision {
 		return
 	}
-	c.seen[e.Key()] = e.Revision()
+	c.seen[ch.Key] = ch.Revision
 	if c.byStatus[r.Tool] == nil {
 		c.byStatus[r.Tool] = map[string]int{}
 	}
-	c.byStatus[r.Tool][r.Status]++
-	if (r.Status == kv.CallSucceeded || r.Status == kv.CallFailed) && r.LatencyMS > 0 && !r.Verified {
+	c.byStatus[r.Tool][string(r.Status)]++
+	if (r.Status == salvage.CallSucceeded || r.Status == salvage.CallFailed) && r.LatencyMS > 0 && !r.Verified {
 		c.latency.Observe(r.LatencyMS / 1000)
 	}
 }

@@ -415,3 +415,33 @@ func TestCountersNeverGoBack(t *testing.T) {
 		t.Errorf("oldest unresolved %v s (want about 600), unacknowledged %v (want 7)", v["salvage_dlq_oldest_unresolved_seconds"], v["salvage_dlq_unacknowledged"])
 	}
 }
+
+// TestEnvelopeListingIsPaged: /api/envelopes answers one bounded page with
+// the total, newest first on request, and refuses a bad offset.
+func TestEnvelopeListingIsPaged(t *testing.T) {
+	f := setup(t, "")
+	ctx := context.Background()
+	for i := range 5 {
+		id := fmt.Sprintf("01JPAGED%018d", i)
+		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "01JDASHBOARD00000000000000", Chunk: 3, Category: recovery.CategoryTransientNetwork,
+			Strategy: recovery.StrategyResume, Status: kv.EnvelopeResolved, CreatedAt: time.Now().Add(time.Duration(i) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var list salvage.EnvelopeList
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		_, body := get(t, f.url+"/api/envelopes?newest=1&limit=2")
+		return json.Unmarshal([]byte(body), &list) == nil && list.Total == 6
+	}, "six envelopes listed")
+	if len(list.Envelopes) != 2 || list.Envelopes[0].ID != "01JPAGED000000000000000004" || list.NextOffset != 2 {
+		t.Errorf("newest page = %+v", list)
+	}
+	_, body := get(t, f.url+"/api/envelopes?status=resolved&offset=4")
+	list = salvage.EnvelopeList{}
+	if err := json.Unmarshal([]byte(body), &list); err != nil || list.Total != 5 || len(list.Envelopes) != 1 || list.Envelopes[0].ID != "01JPAGED000000000000000004" || list.NextOffset != 0 {
+		t.Errorf("last page of the resolved ones = %+v, %v", list, err)
+	}
+	if code, _ := get(t, f.url+"/api/envelopes?offset=-1"); code != http.StatusBadRequest {
+		t.Errorf("offset=-1 answered %d, want 400", code)
+	}
+}

@@ -1,14 +1,10 @@
 package dashboard
 
 import (
-	"encoding/json"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage"
 )
 
 // envelopeIndex keeps every envelope record in memory, current through a
@@ -17,7 +13,7 @@ import (
 // a final status by its strategy and that status. The counts only grow.
 type envelopeIndex struct {
 	mu         sync.Mutex
-	recs       map[string]kv.EnvelopeRecord
+	recs       map[string]salvage.EnvelopeRecord
 	byCategory map[string]int
 	outcomes   map[string]map[string]int // strategy -> status -> n
 	ready      chan struct{}
@@ -25,50 +21,44 @@ type envelopeIndex struct {
 }
 
 func newEnvelopeIndex() *envelopeIndex {
-	return &envelopeIndex{recs: map[string]kv.EnvelopeRecord{}, byCategory: map[string]int{}, outcomes: map[string]map[string]int{}, ready: make(chan struct{})}
+	return &envelopeIndex{recs: map[string]salvage.EnvelopeRecord{}, byCategory: map[string]int{}, outcomes: map[string]map[string]int{}, ready: make(chan struct{})}
 }
 
-// update applies one salvage_envelopes entry (guard keys are skipped).
-func (x *envelopeIndex) update(e jetstream.KeyValueEntry) {
-	if e == nil {
+// update applies one envelope record change.
+func (x *envelopeIndex) update(ch salvage.Change[salvage.EnvelopeRecord]) {
+	if ch.CaughtUp {
 		x.once.Do(func() { close(x.ready) })
-		return
-	}
-	if strings.HasPrefix(e.Key(), "chunkmsg.") {
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(x.recs, e.Key())
+	if ch.Deleted {
+		delete(x.recs, ch.Key)
 		return
 	}
-	var r kv.EnvelopeRecord
-	if json.Unmarshal(e.Value(), &r) != nil {
-		return
-	}
-	prev, seen := x.recs[e.Key()]
+	r := ch.Value
+	prev, seen := x.recs[ch.Key]
 	if !seen {
-		x.byCategory[r.Category]++
+		x.byCategory[string(r.Category)]++
 	}
-	if r.Final() && (!seen || prev.Status != r.Status) {
-		if x.outcomes[r.Strategy] == nil {
-			x.outcomes[r.Strategy] = map[string]int{}
+	if r.Status.Final() && (!seen || prev.Status != r.Status) {
+		if x.outcomes[string(r.Strategy)] == nil {
+			x.outcomes[string(r.Strategy)] = map[string]int{}
 		}
-		x.outcomes[r.Strategy][r.Status]++
+		x.outcomes[string(r.Strategy)][string(r.Status)]++
 	}
-	x.recs[e.Key()] = r
+	x.recs[ch.Key] = r
 }
 
 // snapshot returns the records and copies of the event counts.
-func (x *envelopeIndex) snapshot() ([]kv.EnvelopeRecord, map[string]int, map[string]map[string]int) {
+func (x *envelopeIndex) snapshot() ([]salvage.EnvelopeRecord, map[string]int, map[string]map[string]int) {
 	select {
 	case <-x.ready:
 	case <-time.After(2 * time.Second):
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	recs := make([]kv.EnvelopeRecord, 0, len(x.recs))
+	recs := make([]salvage.EnvelopeRecord, 0, len(x.recs))
 	for _, r := range x.recs {
 		recs = append(recs, r)
 	}

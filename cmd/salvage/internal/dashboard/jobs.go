@@ -1,13 +1,10 @@
 package dashboard
 
 import (
-	"encoding/json"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage"
 )
 
 // jobIndex keeps every job record in memory, current through a watch on
@@ -17,7 +14,7 @@ import (
 // counts of jobs whose records are gone, so the totals never go back.
 type jobIndex struct {
 	mu      sync.Mutex
-	jobs    map[string]kv.Job
+	jobs    map[string]salvage.Job
 	counted map[string]jobCounts
 	retired jobCounts
 	ready   chan struct{}
@@ -33,32 +30,31 @@ func (c jobCounts) add(o jobCounts) jobCounts {
 	return jobCounts{c.Done + o.Done, c.Cancelled + o.Cancelled, c.DeadLetters + o.DeadLetters, c.Tier1Retries + o.Tier1Retries, c.Redeliveries + o.Redeliveries}
 }
 
-func (c jobCounts) atLeast(s kv.Summary) jobCounts {
+func (c jobCounts) atLeast(s salvage.Summary) jobCounts {
 	return jobCounts{max(c.Done, s.Done), max(c.Cancelled, s.Cancelled), max(c.DeadLetters, s.DeadLetters), max(c.Tier1Retries, s.Tier1Retries), max(c.Redeliveries, s.Redeliveries)}
 }
 
 func newJobIndex() *jobIndex {
-	return &jobIndex{jobs: map[string]kv.Job{}, counted: map[string]jobCounts{}, ready: make(chan struct{})}
+	return &jobIndex{jobs: map[string]salvage.Job{}, counted: map[string]jobCounts{}, ready: make(chan struct{})}
 }
 
-// update applies one salvage_jobs entry; the nil marker means every
+// update applies one job record change; the caught-up mark means every
 // existing record has been delivered.
-func (x *jobIndex) update(e jetstream.KeyValueEntry) {
-	if e == nil {
+func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
+	if ch.CaughtUp {
 		x.once.Do(func() { close(x.ready) })
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var j kv.Job
-	if e.Operation() != jetstream.KeyValuePut {
-		x.retired = x.retired.add(x.counted[e.Key()])
-		delete(x.jobs, e.Key())
-		delete(x.counted, e.Key())
-	} else if json.Unmarshal(e.Value(), &j) == nil {
-		x.jobs[e.Key()] = j
-		x.counted[e.Key()] = x.counted[e.Key()].atLeast(j.Summary)
+	if ch.Deleted {
+		x.retired = x.retired.add(x.counted[ch.Key])
+		delete(x.jobs, ch.Key)
+		delete(x.counted, ch.Key)
+		return
 	}
+	x.jobs[ch.Key] = ch.Value
+	x.counted[ch.Key] = x.counted[ch.Key].atLeast(ch.Value.Summary)
 }
 
 // wait blocks until the watch has caught up, or a short while, so a
@@ -71,11 +67,11 @@ func (x *jobIndex) wait() {
 }
 
 // snapshot returns the jobs as they stand and the event totals.
-func (x *jobIndex) snapshot() ([]kv.Job, jobCounts) {
+func (x *jobIndex) snapshot() ([]salvage.Job, jobCounts) {
 	x.wait()
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	out := make([]kv.Job, 0, len(x.jobs))
+	out := make([]salvage.Job, 0, len(x.jobs))
 	for _, j := range x.jobs {
 		out = append(out, j)
 	}

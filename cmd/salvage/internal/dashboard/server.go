@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,9 +24,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage"
-	"github.com/salvagehq/salvage/consumers"
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // Defaults.
@@ -104,7 +103,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	s := &Server{cfg: cfg, l: l, sum: &summarizer{js: js, calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex()},
+	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex()},
 		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency)
@@ -130,15 +129,12 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 // URL is the dashboard's base URL.
 func (s *Server) URL() string { return "http://" + s.l.Addr().String() }
 
-// Run serves until ctx ends, following the journal for call metrics. It
-// blocks.
+// Run serves until ctx ends, following jobs, envelopes and the journal
+// through the client's watches. It blocks.
 func (s *Server) Run(ctx context.Context) error {
-	restart := func(bucket string) func(error) {
-		return func(err error) { s.log.Debug().Err(err).Str("bucket", bucket).Msg("watch ended; restarting") }
-	}
-	go kv.Follow(ctx, s.sum.js, kv.BucketJournal, s.sum.calls.update, restart(kv.BucketJournal))
-	go kv.Follow(ctx, s.sum.js, kv.BucketJobs, s.sum.jobs.update, restart(kv.BucketJobs))
-	go kv.Follow(ctx, s.sum.js, kv.BucketEnvelopes, s.sum.envs.update, restart(kv.BucketEnvelopes))
+	go s.client.WatchCalls(ctx, s.sum.calls.update)
+	go s.client.WatchJobs(ctx, s.sum.jobs.update)
+	go s.client.WatchEnvelopes(ctx, s.sum.envs.update)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {
@@ -185,9 +181,23 @@ func (s *Server) apiSummary(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.sum.summary())
 }
 
+// apiEnvelopes lists envelope records from the watched index (a listing
+// reads no store), filtered by category, status, job and min_age, one page
+// at a time (offset, limit), oldest first or with newest=1 newest first.
 func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := consumers.EnvelopeFilter{Category: q.Get("category"), Status: q.Get("status"), Job: q.Get("job")}
+	f := salvage.EnvelopeFilter{Category: salvage.Category(q.Get("category")), Status: salvage.EnvelopeStatus(q.Get("status")), Job: q.Get("job")}
+	var page salvage.Page
+	for name, dst := range map[string]*int{"offset": &page.Offset, "limit": &page.Limit} {
+		if v := q.Get(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				fail(w, http.StatusBadRequest, fmt.Errorf("%s: want a number >= 0, got %q", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
 	if a := q.Get("min_age"); a != "" {
 		d, err := time.ParseDuration(a)
 		if err != nil {
@@ -196,9 +206,27 @@ func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 		}
 		f.MinAge = d
 	}
-	// From the watched index: a listing reads no store.
 	all, _, _ := s.sum.envs.snapshot()
-	writeJSON(w, http.StatusOK, f.Select(all, time.Now()))
+	now := time.Now()
+	recs := make([]salvage.EnvelopeRecord, 0, len(all))
+	for _, rec := range all {
+		if f.Match(rec, now) {
+			recs = append(recs, rec)
+		}
+	}
+	newest := q.Get("newest") == "1"
+	sort.Slice(recs, func(i, k int) bool {
+		if newest {
+			i, k = k, i
+		}
+		return recs[i].CreatedAt.Before(recs[k].CreatedAt) || (recs[i].CreatedAt.Equal(recs[k].CreatedAt) && recs[i].ID < recs[k].ID)
+	})
+	from, to := page.Bounds(len(recs))
+	out := salvage.EnvelopeList{Envelopes: recs[from:to], Total: len(recs), Offset: from}
+	if to < len(recs) {
+		out.NextOffset = to
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) apiEnvelope(w http.ResponseWriter, r *http.Request) {
@@ -272,7 +300,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded):
 		return http.StatusConflict
-	case errors.Is(err, streams.ErrBadToken):
+	case errors.Is(err, salvage.ErrInvalidToken):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError

@@ -8,10 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage"
 )
 
 // Summary is the state of a deployment at one moment (GET /api/summary).
@@ -34,7 +31,7 @@ type Summary struct {
 	CategoryEvents          map[string]int            `json:"category_events"`
 	Recoveries              map[string]map[string]int `json:"recoveries"` // strategy -> outcome -> n
 	OldestUnresolvedSeconds float64                   `json:"oldest_unresolved_seconds"`
-	recovery.RecoveryStats
+	salvage.RecoveryStats
 	Tier1Retries int `json:"tier1_retries"`
 	Redeliveries int `json:"redeliveries"`
 	// Chunks counts chunks as they stand: done, cancelled, dead-lettered,
@@ -61,7 +58,6 @@ type JobProgress struct {
 // envelope buckets and the journal, each kept current by a watch, at most
 // once per second: a summary reads no store.
 type summarizer struct {
-	js    jetstream.JetStream
 	jobs  *jobIndex
 	envs  *envelopeIndex
 	calls *callStats
@@ -71,6 +67,13 @@ type summarizer struct {
 }
 
 const summaryTTL = time.Second
+
+// The outcome labels of salvage_chunks_total and the summary's counts.
+const (
+	outcomeDone         = string(salvage.ChunkDone)
+	outcomeCancelled    = "cancelled"
+	outcomeDeadLettered = string(salvage.ChunkDeadLettered)
+)
 
 func (s *summarizer) summary() Summary {
 	s.mu.Lock()
@@ -85,35 +88,35 @@ func (s *summarizer) summary() Summary {
 	var oldest time.Time
 	for _, r := range recs {
 		sum.Envelopes++
-		sum.ByCategory[r.Category]++
-		sum.ByStatus[r.Status]++
-		if !r.Open() {
+		sum.ByCategory[string(r.Category)]++
+		sum.ByStatus[string(r.Status)]++
+		if !r.Status.Open() {
 			continue
 		}
 		sum.DLQDepth++
 		if oldest.IsZero() || r.CreatedAt.Before(oldest) {
 			oldest = r.CreatedAt
 		}
-		if r.AckedBy == "" && (r.Status == kv.EnvelopeEscalated || r.Category == recovery.CategoryCompensationNeeded) {
+		if r.AckedBy == "" && (r.Status == salvage.EnvelopeEscalated || r.Category == salvage.CategoryCompensationNeeded) {
 			sum.Unacknowledged++
 		}
 	}
 	if !oldest.IsZero() {
 		sum.OldestUnresolvedSeconds = time.Since(oldest).Seconds()
 	}
-	sum.RecoveryStats = recovery.AutoRecoveryRate(recs)
+	sum.RecoveryStats = salvage.AutoRecoveryRate(recs)
 	jobs, events := s.jobs.snapshot()
 	sum.Tier1Retries, sum.Redeliveries = events.Tier1Retries, events.Redeliveries
-	sum.ChunkEvents[kv.StatusDone] = events.Done
-	sum.ChunkEvents[kv.OutcomeCancelled] = events.Cancelled
-	sum.ChunkEvents[kv.StatusDeadLettered] = events.DeadLetters
+	sum.ChunkEvents[outcomeDone] = events.Done
+	sum.ChunkEvents[outcomeCancelled] = events.Cancelled
+	sum.ChunkEvents[outcomeDeadLettered] = events.DeadLetters
 	for _, j := range jobs {
-		sum.Chunks[kv.StatusDone] += j.Summary.Done
-		sum.Chunks[kv.OutcomeCancelled] += j.Summary.Cancelled
-		sum.Chunks[kv.StatusDeadLettered] += j.Summary.DeadLettered
+		sum.Chunks[outcomeDone] += j.Summary.Done
+		sum.Chunks[outcomeCancelled] += j.Summary.Cancelled
+		sum.Chunks[outcomeDeadLettered] += j.Summary.DeadLettered
 		sum.Chunks["unfinished"] += max(j.Chunks-j.Summary.Terminal(), 0)
-		if j.Status == kv.JobRunning {
-			sum.Jobs = append(sum.Jobs, JobProgress{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks,
+		if j.Status == salvage.JobRunning {
+			sum.Jobs = append(sum.Jobs, JobProgress{ID: j.ID, Pipeline: j.Pipeline, Status: string(j.Status), Chunks: j.Chunks,
 				Done: j.Summary.Done, Failed: j.Summary.DeadLettered})
 		}
 	}

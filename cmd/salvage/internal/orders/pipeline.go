@@ -12,7 +12,6 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // Name is the pipeline's name: jobs go to salvage.jobs.order-fulfillment.
@@ -59,7 +58,7 @@ func Split(raw json.RawMessage) ([]json.RawMessage, error) {
 	seen := map[string]bool{}
 	out := make([]json.RawMessage, 0, len(in.Orders))
 	for i, o := range in.Orders {
-		if err := streams.ValidateToken("order_id", o.ID); err != nil {
+		if err := salvage.ValidateToken("order_id", o.ID); err != nil {
 			return nil, fmt.Errorf("%w: order %d: %w", salvage.ErrBadInput, i+1, err)
 		}
 		if seen[o.ID] {

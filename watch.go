@@ -1,0 +1,74 @@
+package salvage
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// Change is one update a watch delivers: a record as it now stands, its
+// removal, or the mark that the watch has caught up.
+type Change[T any] struct {
+	// Key is the record's key: a job id, an envelope id or a journal key.
+	Key string
+	// Revision is the key's revision. A watch that restarts (the server
+	// restarted, a stream leader moved) delivers every key's latest value
+	// again, so code that counts changes counts a key's revision once.
+	Revision uint64
+	// Value is the record; the zero value when Deleted or CaughtUp.
+	Value T
+	// Deleted is set when the record was removed: its retention expired
+	// or it was purged.
+	Deleted bool
+	// CaughtUp is set, on a Change with no record, once every record that
+	// existed when the watch (re)started has been delivered.
+	CaughtUp bool
+}
+
+// WatchJobs hands fn every job record, then every change to one, until
+// ctx ends; it blocks. fn runs on one goroutine, one change at a time, and
+// must return promptly: the watch waits for it.
+func (c *Client) WatchJobs(ctx context.Context, fn func(Change[Job])) {
+	watch(ctx, c, kv.BucketJobs, jetstream.AllKeys, fn)
+}
+
+// WatchEnvelopes is WatchJobs for envelope records.
+func (c *Client) WatchEnvelopes(ctx context.Context, fn func(Change[EnvelopeRecord])) {
+	// Envelope ids are one token; the bucket's guard keys have two.
+	watch(ctx, c, kv.BucketEnvelopes, "*", fn)
+}
+
+// WatchCalls is WatchJobs for the journal: every call as it begins and
+// ends, its key the journal key. Records leave with the journal's
+// retention (RetentionDefault).
+func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
+	watch(ctx, c, kv.BucketJournal, jetstream.AllKeys, fn)
+}
+
+// watch follows bucket's keys matching filter, decoding each value into
+// T; a value that does not decode is logged and skipped.
+func watch[T any](ctx context.Context, c *Client, bucket, filter string, fn func(Change[T])) {
+	log := c.cfg.Logger.With().Str("bucket", bucket).Logger()
+	kv.FollowKeys(ctx, c.js, bucket, filter, func(e jetstream.KeyValueEntry) {
+		if e == nil {
+			fn(Change[T]{CaughtUp: true})
+			return
+		}
+		ch := Change[T]{Key: e.Key(), Revision: e.Revision()}
+		if e.Operation() != jetstream.KeyValuePut {
+			ch.Deleted = true
+			fn(ch)
+			return
+		}
+		if err := json.Unmarshal(e.Value(), &ch.Value); err != nil {
+			log.Warn().Err(err).Str("key", e.Key()).Msg("record does not decode; skipped")
+			return
+		}
+		fn(ch)
+	}, func(err error) {
+		log.Debug().Err(err).Msg("watch ended; restarting")
+	})
+}
