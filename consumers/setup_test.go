@@ -208,9 +208,9 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 // testRetry keeps tier 1 fast in tests.
 var testRetry = recovery.RetryPolicy{MaxRetries: 2, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, TotalCap: time.Second}
 
-func mustRegistry(t *testing.T) *recovery.Registry {
+func mustRegistry(t *testing.T, extra ...*recovery.Pipeline) *recovery.Registry {
 	t.Helper()
-	reg, err := recovery.NewRegistry(testPipeline(false))
+	reg, err := recovery.NewRegistry(append([]*recovery.Pipeline{testPipeline(false)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +234,8 @@ type setupOpts struct {
 	maxPayload int
 	// splitterMaxDeliver bounds a job message's deliveries (default).
 	splitterMaxDeliver int
+	// pipelines are registered besides the test pipeline.
+	pipelines []*recovery.Pipeline
 }
 
 func setup(t *testing.T, so setupOpts) *bundle {
@@ -251,7 +253,7 @@ func setup(t *testing.T, so setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := mustRegistry(t)
+	reg := mustRegistry(t, so.pipelines...)
 	b := &bundle{Bundle: nb, stores: stores, reg: reg, opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
 	if so.maxPayload == 0 {
