@@ -7,8 +7,8 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -80,7 +80,7 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 	set(2 * time.Hour)
 	check(map[string]int{})
 
-	natstest.Eventually(t, 5*time.Second, func() bool { return len(alerts()) == 3 }, "three alert events")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(alerts()) == 3 }, "three alert events")
 	for _, m := range alerts() {
 		if m.Header.Get(streams.HeaderMsgID) == "" {
 			t.Errorf("alert %s without a dedup id", m.Subject)

@@ -13,7 +13,7 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -55,7 +55,7 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 	defer func() { cancel(); b.wg.Wait(); srv.Shutdown() }()
 
 	srv.Shutdown()
-	natstest.Eventually(t, 5*time.Second, func() bool { return nc.Status() != nats.CONNECTED }, "the client to see the outage")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return nc.Status() != nats.CONNECTED }, "the client to see the outage")
 	select {
 	case err := <-errs:
 		t.Fatalf("a role ended during the outage: %v", err)

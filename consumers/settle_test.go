@@ -11,8 +11,8 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -46,7 +46,7 @@ func TestKilledRightAfterDoneSettles(t *testing.T) {
 	if j.Summary.Done != 1 || j.Summary.DeadLettered != 0 || j.Summary.DeadLetters != 1 {
 		t.Errorf("settled summary = %+v", j.Summary)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
 		return err == nil && rec.Status == kv.EnvelopeResolved && rec.ResolvedBy == "chunk"
 	}, "the replayed envelope to be resolved")
@@ -69,9 +69,9 @@ func TestHandReplayIsLinked(t *testing.T) {
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(b.dlq(t)) == 2 }, "the replay's own envelope")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(b.dlq(t)) == 2 }, "the replay's own envelope")
 	second := b.dlq(t)[1]
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		old, _, err := b.stores.Envelopes.Get(b.ctx, first.ID)
 		return err == nil && old.Status == kv.EnvelopeSuperseded
 	}, "the first envelope superseded")
@@ -112,7 +112,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 	}
 	before := outMsgs(t, b)
 	big := b.submit(t, modes...)
-	natstest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, 20*time.Second, func() bool {
 		j, err := b.stores.Jobs.Get(b.ctx, big)
 		return err == nil && j.Summary.Done > 0
 	}, "the big job to start")
@@ -123,7 +123,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 	if j.Summary.Done > n/2 || j.Window != consumers.ChunkWindowDefault {
 		t.Fatalf("the small job finished only after %d of the big job's chunks (window %d): no fairness", j.Summary.Done, j.Window)
 	}
-	natstest.Eventually(t, 60*time.Second, func() bool {
+	salvagetest.Eventually(t, 60*time.Second, func() bool {
 		j, _ = b.stores.Jobs.Get(b.ctx, big)
 		return j.Summary.Done >= 500
 	}, "500 chunks of the big job done")
@@ -178,14 +178,14 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "one rejection")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "one rejection")
 	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectOversizedChunk) {
 		t.Fatalf("rejected on %s", m.Subject)
 	}
 	if jobs, _ := b.stores.Jobs.List(b.ctx); len(jobs) != 0 {
 		t.Errorf("%d job records for a job that could not be split", len(jobs))
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
 	if n := b.streamMsgs(t, streams.Chunks); n != 0 {
 		t.Errorf("%d chunks published for a rejected job", n)
 	}
@@ -197,7 +197,7 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 		modes[i] = modeOK
 	}
 	b2.submit(t, modes...)
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected2()) == 1 }, "a too-many-chunks rejection")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected2()) == 1 }, "a too-many-chunks rejection")
 	if m := rejected2()[0]; m.Subject != streams.RejectedSubject(streams.RejectTooManyChunks) {
 		t.Fatalf("rejected on %s", m.Subject)
 	}
@@ -217,7 +217,7 @@ func TestRejectionsAreBounded(t *testing.T) {
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the rejection")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the rejection")
 	m := rejected()[0]
 	var r streams.Rejection
 	if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -226,7 +226,7 @@ func TestRejectionsAreBounded(t *testing.T) {
 	if len(m.Data) > 2*streams.RejectionDataMax || r.Size != len(body) || !r.DataTruncated || len(r.SHA256) != 64 || r.Reason != streams.RejectMalformedJSON {
 		t.Errorf("rejection of %d bytes: size %d, truncated %v, sha %q, reason %s", len(m.Data), r.Size, r.DataTruncated, r.SHA256, r.Reason)
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
 }
 
 // TestSplitFailedAfterBoundedDeliveries: a job message the splitter cannot
@@ -240,7 +240,7 @@ func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.submit(t, modeOK)
-	natstest.Eventually(t, 20*time.Second, func() bool { return len(rejected()) == 1 }, "the split-failed report")
+	salvagetest.Eventually(t, 20*time.Second, func() bool { return len(rejected()) == 1 }, "the split-failed report")
 	m := rejected()[0]
 	var r streams.Rejection
 	_ = json.Unmarshal(m.Data, &r)
@@ -265,7 +265,7 @@ func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
 // outMsgs is how many messages the server has sent its clients.
 func outMsgs(t *testing.T, b *bundle) int64 {
 	t.Helper()
-	v, err := b.Server.NATS().Varz(nil)
+	v, err := b.NATS.NATS().Varz(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestLostReplayIsRepublished(t *testing.T) {
 	}
 	b.startChild(t, "child")
 	b.waitJob(t, job, kv.JobDone)
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
 		return err == nil && rec.Status == kv.EnvelopeResolved
 	}, "the replayed envelope to resolve")

@@ -20,8 +20,8 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -218,7 +218,7 @@ func mustRegistry(t *testing.T, extra ...*recovery.Pipeline) *recovery.Registry 
 }
 
 type bundle struct {
-	*natstest.Bundle
+	*salvagetest.Server
 	stores *kv.Stores
 	reg    *recovery.Registry
 	opts   streams.Options
@@ -240,7 +240,7 @@ type setupOpts struct {
 
 func setup(t *testing.T, so setupOpts) *bundle {
 	t.Helper()
-	nb := natstest.Start(t)
+	nb := salvagetest.StartServer(t)
 	if so.ackWait == 0 {
 		so.ackWait = 2 * time.Second
 	}
@@ -254,7 +254,7 @@ func setup(t *testing.T, so setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	reg := mustRegistry(t, so.pipelines...)
-	b := &bundle{Bundle: nb, stores: stores, reg: reg, opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
+	b := &bundle{Server: nb, stores: stores, reg: reg, opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
 	if so.maxPayload == 0 {
 		so.maxPayload = 4096
@@ -327,7 +327,7 @@ func submitTo(t *testing.T, ctx context.Context, js jetstream.JetStream, modes .
 func (b *bundle) waitJob(t *testing.T, id, status string) kv.Job {
 	t.Helper()
 	var j kv.Job
-	natstest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
 		var err error
 		j, err = b.stores.Jobs.Get(b.ctx, id)
 		return err == nil && j.Status == status

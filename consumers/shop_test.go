@@ -14,8 +14,8 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -237,7 +237,7 @@ func (b *bundle) submitOrders(t *testing.T, orders ...shopOrder) string {
 func (b *bundle) envelopeOf(t *testing.T, job string, chunk int, ok func(kv.EnvelopeRecord) bool, what string) kv.EnvelopeRecord {
 	t.Helper()
 	var last kv.EnvelopeRecord
-	natstest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
 		recs, err := consumers.NewOperator(b.JS, b.stores).List(b.ctx, consumers.EnvelopeFilter{Job: job})
 		if err != nil {
 			return false
@@ -296,7 +296,7 @@ func TestOrchestratorCompensates(t *testing.T) {
 		len(escalated.Left) != 1 || escalated.Left[0].Tool != "email" || escalated.Left[0].System != "email" || escalated.Left[0].ResourceID == "" {
 		t.Errorf("order C's envelope = %s %s, left %+v; want COMPENSATION_NEEDED escalated, the email left", escalated.Category, escalated.Status, escalated.Left)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(escalations()) == 1 }, "the escalation of order C")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(escalations()) == 1 }, "the escalation of order C")
 	if m := escalations()[0]; m.Header.Get(streams.HeaderEnvelope) != escalated.ID {
 		t.Errorf("escalation names envelope %q, want %s", m.Header.Get(streams.HeaderEnvelope), escalated.ID)
 	}

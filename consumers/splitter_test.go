@@ -15,7 +15,7 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -49,7 +49,7 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == len(tests) }, "%d rejections", len(tests))
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == len(tests) }, "%d rejections", len(tests))
 	for i, m := range rejected() {
 		var r streams.Rejection
 		if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -71,7 +71,7 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 	}
 	// Still serving.
 	b.waitJob(t, b.submit(t, modeOK), kv.JobDone)
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "rejected messages removed")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "rejected messages removed")
 }
 
 // TestSplitterCrashRedeliveryMakesOneJob: the splitter dies right after
@@ -113,7 +113,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	sp2, _ := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
 	b2.goRun(sp2.Run)
 	var jobs []kv.Job
-	natstest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, 20*time.Second, func() bool {
 		jobs, _ = b2.stores.Jobs.List(b2.ctx)
 		return len(jobs) == 1
 	}, "the redelivered job message to create the job")
@@ -121,7 +121,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	if all, _ := b2.stores.Jobs.List(b2.ctx); len(all) != 1 || j.Summary.Done != 2 || len(b2.dlq(t)) != 0 {
 		t.Fatalf("%d jobs after redelivery (want 1), summary %+v, %d envelopes", len(all), j.Summary, len(b2.dlq(t)))
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return len(accepted()) == 1 }, "one accepted event")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(accepted()) == 1 }, "one accepted event")
 	var ev streams.JobEvent
 	_ = json.Unmarshal(accepted()[0].Data, &ev)
 	if ev.Job != jobs[0].ID {
@@ -136,7 +136,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 
 func setupNoSplitter(t *testing.T) *bundle {
 	t.Helper()
-	nb := natstest.Start(t)
+	nb := salvagetest.StartServer(t)
 	opts := streams.Options{AckWait: 2 * time.Second, MaxDeliver: 3, SplitterAckWait: time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := streams.Provision(ctx, nb.JS, opts); err != nil {
@@ -146,7 +146,7 @@ func setupNoSplitter(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{Bundle: nb, stores: stores, opts: opts, ctx: ctx, wg: new(sync.WaitGroup)}
+	b := &bundle{Server: nb, stores: stores, opts: opts, ctx: ctx, wg: new(sync.WaitGroup)}
 	b.reg = mustRegistry(t)
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
 	return b
@@ -161,7 +161,7 @@ func TestSubmitWithMsgIDKeepsThatID(t *testing.T) {
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool {
+	salvagetest.Eventually(t, 5*time.Second, func() bool {
 		_, err := b.stores.Jobs.Get(b.ctx, id)
 		return err == nil
 	}, "job with the Nats-Msg-Id ULID")

@@ -15,8 +15,8 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -55,7 +55,7 @@ func runChildWorker(url string) int {
 func (b *bundle) startChild(t *testing.T, id string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childWorkerEnv+"="+b.Server.ClientURL(),
+	cmd.Env = append(append(os.Environ(), childWorkerEnv+"="+b.NATS.ClientURL(),
 		"SALVAGE_TEST_ACK_WAIT="+b.opts.AckWait.String(), "SALVAGE_TEST_WORKER_ID="+id), env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -75,11 +75,11 @@ func TestJobRunsToDone(t *testing.T) {
 	if j.Summary.Done != 3 {
 		t.Fatalf("summary = %+v", j.Summary)
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return len(results()) == 3 }, "3 results")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(results()) == 3 }, "3 results")
 	if got := b.checkpoint(t, job, 2).Tier1Retries; got != 1 {
 		t.Errorf("chunk 2 tier-1 retries = %d, want 1", got)
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "chunks stream to drain")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "chunks stream to drain")
 }
 
 func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
@@ -106,7 +106,7 @@ func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
 		t.Errorf("permanent error was called %d times, want 1 (never retried)", n)
 	}
 	// The worker terms the message right after the envelope is stored.
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "the original removed from SALVAGE_CHUNKS")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "the original removed from SALVAGE_CHUNKS")
 }
 
 // TestEnvelopeNamesTheFailingAgent: agent2b's call fails with a 400 while
@@ -143,7 +143,7 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 	job := b.submit(t, modeAlwaysFails)
 	b.waitJob(t, job, kv.JobIncomplete)
 	// Give a second advisory or sweep the chance to double it.
-	natstest.Eventually(t, 10*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "original removed")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "original removed")
 	envs := b.dlq(t)
 	if len(envs) != 1 {
 		t.Fatalf("%d envelopes, want exactly 1", len(envs))
@@ -177,7 +177,7 @@ func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
 			b := setup(t, setupOpts{noDeadLetter: true})
 			b.startWorker(t, "w1")
 			job := b.submit(t, modeAlwaysFails)
-			natstest.Eventually(t, 20*time.Second, func() bool { return b.streamMsgs(t, streams.Advisories) == 1 }, "the advisory")
+			salvagetest.Eventually(t, 20*time.Second, func() bool { return b.streamMsgs(t, streams.Advisories) == 1 }, "the advisory")
 			if tc.purge {
 				s, _ := b.JS.Stream(b.ctx, streams.Advisories)
 				if err := s.Purge(b.ctx); err != nil {
@@ -200,7 +200,7 @@ func TestCancellationAtStage(t *testing.T) {
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeWaitCancel, modeOK)
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, 2)
 		return callCount(job, 1, 2) == 1 && err == nil && cp.Status == kv.StatusDone
 	}, "chunk 1 blocked in stage 2 and chunk 2 done")
@@ -218,7 +218,7 @@ func TestCancellationAtStage(t *testing.T) {
 	if j.Summary.Cancelled != 1 || j.Summary.Done != 1 {
 		t.Errorf("summary = %+v", j.Summary)
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "cancelled chunk acked")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "cancelled chunk acked")
 	if n := len(b.dlq(t)); n != 0 {
 		t.Errorf("%d envelopes for a cancelled chunk", n)
 	}
@@ -227,7 +227,7 @@ func TestCancellationAtStage(t *testing.T) {
 func TestCancelledJobChunksNeverStart(t *testing.T) {
 	b := setup(t, setupOpts{})
 	job := b.submit(t, modeOK, modeOK)
-	natstest.Eventually(t, 5*time.Second, func() bool {
+	salvagetest.Eventually(t, 5*time.Second, func() bool {
 		_, err := b.stores.Jobs.Get(b.ctx, job)
 		return err == nil && b.streamMsgs(t, streams.Chunks) == 2
 	}, "chunks published and the job recorded")
@@ -254,7 +254,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	cmd := b.startChild(t, "child")
 
 	var first kv.Lease
-	natstest.Eventually(t, 15*time.Second, func() bool {
+	salvagetest.Eventually(t, 15*time.Second, func() bool {
 		l, err := b.stores.Claims.Get(b.ctx, job, 1)
 		if err == nil && first.Revision == 0 {
 			first = l
@@ -296,7 +296,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	b := setup(t, setupOpts{ackWait: 30 * time.Second})
 	b.startWorker(t, "stale")
 	job := b.submit(t, modeGate)
-	natstest.Eventually(t, 10*time.Second, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
 
 	// Another worker steals the claim after expiry and takes the fence.
 	b.stores.Claims.SetClock(func() time.Time { return time.Now().Add(time.Minute) })
@@ -343,7 +343,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	var held jetstream.Msg
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		batch, err := cons.FetchNoWait(1)
 		if err != nil {
 			return false
@@ -388,7 +388,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = held.Ack()
-	natstest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "message gone")
+	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "message gone")
 	if n := len(b.dlq(t)); n != 0 || callCount(job, 1, 1) != 0 {
 		t.Fatalf("envelopes %d, calls %d", n, callCount(job, 1, 1))
 	}
@@ -420,7 +420,7 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), []byte(`{"input": {"chunks": ["ok"], "panic": true}}`)); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the split panic's rejection")
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the split panic's rejection")
 	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectPanic) || !strings.Contains(string(m.Data), "split cannot cope") {
 		t.Errorf("rejection on %s: %.300s", m.Subject, m.Data)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 )
 
 const benchConcurrency = 64
@@ -31,7 +31,7 @@ func BenchmarkJournal(b *testing.B) {
 }
 
 func benchJournal(b *testing.B, si time.Duration, atomicBatch bool) {
-	nb := natstest.Start(b, natstest.WithSyncInterval(si))
+	nb := salvagetest.StartServer(b, salvagetest.WithSyncInterval(si))
 	ctx := context.Background()
 	st, err := kv.Provision(ctx, nb.JS, kv.Options{})
 	if err != nil {

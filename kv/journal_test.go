@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -133,7 +133,7 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 // TestJournalRowsCarryTheTrace: a row's message carries the W3C
 // traceparent of its job's trace.
 func TestJournalRowsCarryTheTrace(t *testing.T) {
-	b := natstest.Start(t)
+	b := salvagetest.StartServer(t)
 	ctx := context.Background()
 	st, err := kv.Provision(ctx, b.JS, kv.Options{})
 	if err != nil {

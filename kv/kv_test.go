@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 )
 
 func setup(t *testing.T) *kv.Stores {
 	t.Helper()
-	b := natstest.Start(t)
+	b := salvagetest.StartServer(t)
 	st, err := kv.Provision(context.Background(), b.JS, kv.Options{})
 	if err != nil {
 		t.Fatal(err)

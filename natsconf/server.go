@@ -47,9 +47,10 @@ type ServerConfig struct {
 	// StoreDir holds JetStream data. Restarting on the same directory keeps
 	// every stream and bucket. Default StoreDirDefault.
 	StoreDir string
-	// SyncInterval is JetStream's sync_interval: SyncAlways (default) fsyncs
-	// every write; 0 keeps the server's own default (2 minutes, acks before
-	// fsync); any positive value is used as is.
+	// SyncInterval is JetStream's sync_interval: SyncAlways fsyncs every
+	// write (what DefaultServerConfig and `salvage up` use); 0 keeps the
+	// server's own default (2 minutes, acks before fsync); any positive
+	// value is used as is.
 	SyncInterval time.Duration
 	// ServerName names the server in advisories and `nats server` output.
 	ServerName string

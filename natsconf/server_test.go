@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/natsconf"
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 )
 
 func TestServerRestartKeepsStreams(t *testing.T) {
@@ -26,7 +26,7 @@ func TestServerRestartKeepsStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	nc := natstest.Connect(t, srv.ClientURL())
+	nc := salvagetest.Connect(t, srv.ClientURL())
 	js, _ := jetstream.New(nc)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestServerRestartKeepsStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv2.Shutdown)
-	nc2 := natstest.Connect(t, srv2.ClientURL())
+	nc2 := salvagetest.Connect(t, srv2.ClientURL())
 	js2, _ := jetstream.New(nc2)
 	s, err := js2.Stream(ctx, "S")
 	if err != nil {
@@ -64,10 +64,10 @@ func TestStartServerRejectsBadConfig(t *testing.T) {
 }
 
 func TestStartServerPortTaken(t *testing.T) {
-	b := natstest.Start(t)
+	b := salvagetest.StartServer(t)
 	cfg := natsconf.DefaultServerConfig()
 	cfg.StoreDir = t.TempDir()
-	cfg.Port = b.Server.NATS().Addr().(*net.TCPAddr).Port
+	cfg.Port = b.NATS.NATS().Addr().(*net.TCPAddr).Port
 	if _, err := natsconf.StartServer(cfg); err == nil {
 		t.Fatal("second server on a taken port started")
 	}

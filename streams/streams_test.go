@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -91,7 +91,7 @@ func TestTraceParent(t *testing.T) {
 }
 
 func TestProvisionIsIdempotent(t *testing.T) {
-	b := natstest.Start(t)
+	b := salvagetest.StartServer(t)
 	ctx := context.Background()
 	for range 2 {
 		if err := streams.Provision(ctx, b.JS, streams.Options{}); err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/natsconf/natstest"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -151,7 +151,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	}
 
 	// A plain nats pub of a job message, id learnt from the accepted event.
-	nc := natstest.Connect(t, url)
+	nc := salvagetest.Connect(t, url)
 	accepted := make(chan *nats.Msg, 1)
 	sub, _ := nc.ChanSubscribe("salvage.events.*.accepted", accepted)
 	defer sub.Unsubscribe()
@@ -171,7 +171,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "cancelled") {
 		t.Fatalf("cancel (%d): %s", code, out)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
 		_, out, _ := run(t, "", "status", ev.Job, "--server", url)
 		return strings.Contains(out, "status cancelled")
 	}, "job to end cancelled")
@@ -227,7 +227,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatalf("submit: %s", errOut)
 	}
 	job := strings.TrimSpace(out)
-	natstest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, 20*time.Second, func() bool {
 		_, out, _ := run(t, "", "status", job, "--server", url)
 		return strings.Contains(out, "drainer")
 	}, "the worker to take a chunk")

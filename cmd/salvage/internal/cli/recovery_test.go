@@ -18,8 +18,8 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -48,7 +48,7 @@ func startCluster(t *testing.T, faults sim.Config) *cluster {
 	url, _ := up(t, append([]string{"--role", "dead-letter,recovery", "--sim", s.BaseURL}, fastTiers...)...)
 	// A second orchestrator on the same DLQ.
 	up(t, append([]string{"--server", url, "--role", "recovery", "--sim", s.BaseURL}, fastTiers...)...)
-	nc := natstest.Connect(t, url)
+	nc := salvagetest.Connect(t, url)
 	js, _ := jetstream.New(nc)
 	stores, err := kv.Open(context.Background(), js)
 	if err != nil {
@@ -86,7 +86,7 @@ func (c *cluster) submit(t *testing.T, ids ...string) string {
 func (c *cluster) waitJob(t *testing.T, job string, statuses ...string) kv.Job {
 	t.Helper()
 	var j kv.Job
-	natstest.Eventually(t, 60*time.Second, func() bool {
+	salvagetest.Eventually(t, 60*time.Second, func() bool {
 		var err error
 		j, err = c.stores.Jobs.Get(context.Background(), job)
 		for _, s := range statuses {
@@ -118,7 +118,7 @@ func (c *cluster) effects(t *testing.T, orderID string) map[string][]sim.Effect 
 func (c *cluster) envelopeOf(t *testing.T, job string, chunk int) kv.EnvelopeRecord {
 	t.Helper()
 	var rec kv.EnvelopeRecord
-	natstest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
 		cp, _, err := c.stores.Checkpoints.Get(context.Background(), job, chunk)
 		if err != nil || cp.Envelope == "" {
 			return false
@@ -151,7 +151,7 @@ func TestOrderRecovery(t *testing.T) {
 	// A worker whose sim calls wait long enough to be killed mid-charge.
 	victim := c.worker(t, "victim", "--sim-timeout", "25s")
 	crashJob := c.submit(t, "o-crash")
-	natstest.Eventually(t, 30*time.Second, func() bool { return len(c.effects(t, "o-crash")["payments"]) == 1 }, "the charge to take effect")
+	salvagetest.Eventually(t, 30*time.Second, func() bool { return len(c.effects(t, "o-crash")["payments"]) == 1 }, "the charge to take effect")
 	row := chargeRow(t, c, crashJob, 1)
 	if row.Status != kv.CallInitiated {
 		t.Fatalf("charge row is %s before the kill, want INITIATED", row.Status)

@@ -20,8 +20,8 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -73,7 +73,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 
 	// Both chunks end in the DLQ; find them the way an operator would.
 	var envs []recovery.Envelope
-	natstest.Eventually(t, 60*time.Second, func() bool {
+	salvagetest.Eventually(t, 60*time.Second, func() bool {
 		out := natsCmdQuiet(t, url, "sub", "--stream", streams.DLQ, "--all", "-T", "--raw", "salvage.dlq.>")
 		envs = envs[:0]
 		sc := bufio.NewScanner(bytes.NewReader(out))
@@ -101,13 +101,13 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	// Way 2: by hand, the original subject and data with Salvage-Replay-Of.
 	natsCmd(t, url, "pub", envs[1].Original.Subject, string(envs[1].Original.Data), "-H", streams.HeaderReplayOf+":"+envs[1].ID)
 
-	nc := natstest.Connect(t, url)
+	nc := salvagetest.Connect(t, url)
 	js, _ := jetstream.New(nc)
 	stores, err := kv.Open(context.Background(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 60*time.Second, func() bool {
+	salvagetest.Eventually(t, 60*time.Second, func() bool {
 		j, err := stores.Jobs.Get(context.Background(), job)
 		return err == nil && j.Status == kv.JobDone
 	}, "the job to complete after the replays")
@@ -200,7 +200,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	if err := json.Unmarshal(out, &sub); err != nil || sub.JobID == "" {
 		t.Fatalf("jobs.submit answered %s", out)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
 		out := natsCmdQuiet(t, url, "req", "--raw", "salvage.api.jobs.status", `{"job_id":"`+sub.JobID+`"}`)
 		var st struct {
 			Job kv.Job `json:"job"`
@@ -255,7 +255,7 @@ func natsPubStdin(t *testing.T, url, subject string, body []byte) {
 // requests.
 func TestHostileInputWithTheNatsCLI(t *testing.T) {
 	url, _ := up(t, "--max-chunks", "300", "--model-latency", "20ms")
-	nc := natstest.Connect(t, url)
+	nc := salvagetest.Connect(t, url)
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	rejections := make(chan *nats.Msg, 16)
@@ -303,7 +303,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 		t.Fatalf("rejected jobs left %d records", len(jobs))
 	}
 	for _, name := range []string{streams.Jobs, streams.Chunks, streams.Backlog} {
-		natstest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, 10*time.Second, func() bool {
 			s, err := js.Stream(ctx, name)
 			if err != nil {
 				return false
@@ -323,7 +323,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 		Chunks     []kv.Checkpoint `json:"chunks"`
 		NextOffset int             `json:"next_offset"`
 	}
-	natstest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, 20*time.Second, func() bool {
 		out := natsCmdQuiet(t, url, "req", "--raw", "salvage.api.jobs.status", `{"job_id":"`+job+`","offset":100}`)
 		return json.Unmarshal(out, &st) == nil && st.Job.Chunks == 300
 	}, "the big job's status")
@@ -333,7 +333,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 	if code, out, errOut := run(t, "", "cancel", job, "--server", url); code != 0 {
 		t.Fatalf("cancel: %s %s", out, errOut)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
 		j, err := stores.Jobs.Get(ctx, job)
 		return err == nil && j.Status == kv.JobCancelled
 	}, "the cancelled job to settle")

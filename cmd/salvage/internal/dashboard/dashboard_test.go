@@ -19,13 +19,13 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf/natstest"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
 
 type fixture struct {
-	b      *natstest.Bundle
+	b      *salvagetest.Server
 	stores *kv.Stores
 	url    string
 	envID  string
@@ -36,7 +36,7 @@ type fixture struct {
 // the dashboard on a free loopback port.
 func setup(t *testing.T, token string) *fixture {
 	t.Helper()
-	b := natstest.Start(t)
+	b := salvagetest.StartServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := streams.Provision(ctx, b.JS, streams.Options{}); err != nil {
@@ -148,7 +148,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 	f := setup(t, "")
 	var values map[string]float64
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		values = scrape(t, f.url)
 		// The journal watcher catches up asynchronously, and one scrape
 		// collects the histogram and the counts concurrently.
@@ -267,7 +267,7 @@ func TestReadViewsAndHealth(t *testing.T) {
 }
 
 func TestNonLoopbackNeedsAToken(t *testing.T) {
-	b := natstest.Start(t)
+	b := salvagetest.StartServer(t)
 	if _, err := dashboard.Listen(b.JS, nil, dashboard.Config{Addr: "0.0.0.0:0"}); !errors.Is(err, dashboard.ErrNeedsToken) {
 		t.Fatalf("err = %v, want ErrNeedsToken", err)
 	}
@@ -309,7 +309,7 @@ func TestDNSRebindingRefused(t *testing.T) {
 
 // TestAllowedHosts: --http-allowed-hosts adds names the dashboard answers to.
 func TestAllowedHosts(t *testing.T) {
-	b := natstest.Start(t)
+	b := salvagetest.StartServer(t)
 	if _, err := kv.Provision(context.Background(), b.JS, kv.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 	ctx := context.Background()
 	job := "01JDASHBOARD00000000000000"
 	failedRow := kv.JournalKey(job, 3, 0, 1, "billing", 3)
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		v := scrape(t, f.url)
 		return v["salvage_calls_total,status=FAILED,tool=charge-payment"] == 1 && v["salvage_chunks_total,status=dead-lettered"] == 1
 	}, "the first counts")
@@ -384,7 +384,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v map[string]float64
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_calls_total,status=SUCCEEDED,tool=charge-payment"] == 3 && v["salvage_chunks_total,status=done"] == 7 && v["salvage_dlq_depth"] == 0
 	}, "the replay's counts (last: %v)", v)
@@ -407,7 +407,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_dlq_depth"] == 7
 	}, "seven open escalations (last: %v)", v)
@@ -429,7 +429,7 @@ func TestEnvelopeListingIsPaged(t *testing.T) {
 		}
 	}
 	var list salvage.EnvelopeList
-	natstest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		_, body := get(t, f.url+"/api/envelopes?newest=1&limit=2")
 		return json.Unmarshal([]byte(body), &list) == nil && list.Total == 6
 	}, "six envelopes listed")
