@@ -7,8 +7,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/salvagehq/salvage/consumers"
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -51,30 +49,33 @@ const (
 	JournalPipelined JournalMode = "pipelined"
 )
 
-// Defaults of Config; each field's comment names its own.
+// Defaults of Config; each field's comment names its own. They are the
+// machinery's defaults too (a test holds them equal).
 const (
-	RetriesDefault             = recovery.MaxRetriesDefault
-	RetryBaseDefault           = recovery.BaseDelayDefault
-	RetryMaxDefault            = recovery.MaxDelayDefault
-	RetryTotalDefault          = recovery.TotalCapDefault
-	AckWaitDefault             = streams.AckWaitDefault
-	MaxDeliverDefault          = streams.MaxDeliverDefault
-	MaxRecoveriesDefault       = recovery.MaxRecoveriesDefault
-	MaxStrategyAttemptsDefault = recovery.MaxStrategyAttemptsDefault
-	CoolDownDefault            = consumers.CoolDownDefault
-	ConcurrencyDefault         = consumers.ConcurrencyDefault
-	MaxChunksDefault           = consumers.MaxChunksDefault
-	ChunkWindowDefault         = consumers.ChunkWindowDefault
-	MaxPayloadDefault          = consumers.MaxPayloadDefault
-	SweepIntervalDefault       = consumers.SweepIntervalDefault
-	DrainTimeoutDefault        = consumers.DrainTimeoutDefault
-	JobWaitDefault             = consumers.JobWaitDefault
-	AlertIntervalDefault       = consumers.AlertIntervalDefault
-	RetentionDefault           = kv.RetentionDefault
-	AlertBurstCountDefault     = recovery.BurstCountDefault
-	AlertBurstWindowDefault    = recovery.BurstWindowDefault
-	AlertUnresolvedDefault     = recovery.UnresolvedAfterDefault
-	AlertUnackedDefault        = recovery.UnackedAfterDefault
+	RetriesDefault             = 3
+	RetryBaseDefault           = time.Second
+	RetryMaxDefault            = 4 * time.Second
+	RetryTotalDefault          = 30 * time.Second
+	AckWaitDefault             = 10 * time.Second
+	MaxDeliverDefault          = 3
+	MaxRecoveriesDefault       = 3
+	MaxStrategyAttemptsDefault = 3
+	CoolDownDefault            = 30 * time.Second
+	ConcurrencyDefault         = 4
+	MaxChunksDefault           = 10_000
+	ChunkWindowDefault         = 16
+	MaxPayloadDefault          = 512 << 10
+	SweepIntervalDefault       = 15 * time.Second
+	DrainTimeoutDefault        = 20 * time.Second
+	JobWaitDefault             = 30 * time.Second
+	AlertIntervalDefault       = 30 * time.Second
+	AlertBurstCountDefault     = 3
+	AlertBurstWindowDefault    = 5 * time.Minute
+	AlertUnresolvedDefault     = 30 * time.Minute
+	AlertUnackedDefault        = 15 * time.Minute
+	// RetentionDefault is how long job records, checkpoints, journal rows,
+	// envelope records and snapshots are kept.
+	RetentionDefault = 30 * 24 * time.Hour
 )
 
 // Config is what a Client runs with. Every field has a default, stated in
@@ -279,5 +280,21 @@ func (c Config) streamOptions() streams.Options {
 	return streams.Options{Replicas: c.Replicas, AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
 }
 
-// AlertRules are the DLQ alert thresholds (Config.Alerts).
-type AlertRules = recovery.AlertRules
+// AlertRules are the DLQ alert thresholds (Config.Alerts); zero fields
+// take the defaults. An alert is published on salvage.alerts.<kind>.
+type AlertRules struct {
+	// BurstCount envelopes arriving within BurstWindow raise a dlq-burst
+	// alert. Defaults AlertBurstCountDefault, AlertBurstWindowDefault.
+	BurstCount  int
+	BurstWindow time.Duration
+	// UnresolvedAfter is how long an envelope may stay open or recovering
+	// before an unresolved alert. Default AlertUnresolvedDefault.
+	UnresolvedAfter time.Duration
+	// UnackedAfter is how long an escalation involving money, or any
+	// COMPENSATION_NEEDED envelope, may go unacknowledged before an
+	// unacknowledged-escalation alert. Default AlertUnackedDefault.
+	UnackedAfter time.Duration
+	// MoneySystems are the systems whose effects count as money. Default
+	// payments.
+	MoneySystems []string
+}

@@ -102,24 +102,35 @@ type Envelope struct {
 
 // Call is one journaled call.
 type Call struct {
-	Key            string          `json:"key"`
-	Job            string          `json:"job_id"`
-	Chunk          int             `json:"chunk"`
-	Epoch          int             `json:"epoch"`
-	Stage          int             `json:"stage"`
-	Agent          string          `json:"agent"`
-	Seq            int             `json:"seq"`
-	Tool           string          `json:"tool"`
-	System         string          `json:"system,omitempty"`
-	InputHash      string          `json:"input_hash"`
-	Output         json.RawMessage `json:"output,omitempty"`
-	Status         CallStatus      `json:"status"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Attempts       int             `json:"attempts"`
-	LatencyMS      float64         `json:"latency_ms"`
-	Error          string          `json:"error,omitempty"`
-	ErrorClass     string          `json:"error_class,omitempty"`
-	ErrorStatus    int             `json:"error_status,omitempty"`
+	// Key is the journal key, <job>.<chunk>.<epoch>.<stage>.<agent>.<seq>;
+	// the fields after it are its parts.
+	Key   string `json:"key"`
+	Job   string `json:"job_id"`
+	Chunk int    `json:"chunk"`
+	Epoch int    `json:"epoch"`
+	Stage int    `json:"stage"`
+	Agent string `json:"agent"`
+	Seq   int    `json:"seq"`
+	// Tool and System name what was called.
+	Tool   string `json:"tool"`
+	System string `json:"system,omitempty"`
+	// InputHash is the sha256 of the call's input: a replayed agent that
+	// asks for something else at this place is caught.
+	InputHash string `json:"input_hash"`
+	// Output is what the call returned, replayed on a resume.
+	Output json.RawMessage `json:"output,omitempty"`
+	Status CallStatus      `json:"status"`
+	// IdempotencyKey is what the tool passed to the external system.
+	IdempotencyKey string `json:"idempotency_key"`
+	// Attempts counts tier-1 attempts, across runs.
+	Attempts int `json:"attempts"`
+	// LatencyMS is the call's duration, retries included.
+	LatencyMS float64 `json:"latency_ms"`
+	// Error, ErrorClass (transient, rate-limited, timeout, permanent,
+	// cancelled, panic) and ErrorStatus describe a failed call.
+	Error       string `json:"error,omitempty"`
+	ErrorClass  string `json:"error_class,omitempty"`
+	ErrorStatus int    `json:"error_status,omitempty"`
 	// Fingerprint identifies a side effect in its external system.
 	Fingerprint *Fingerprint `json:"fingerprint,omitempty"`
 	// Verified is set when the outcome was learned by asking the external
@@ -269,7 +280,17 @@ func record(r any, err error) (*EnvelopeRecord, error) {
 }
 
 // RecoveryStats is the automatic recovery rate and what it is made of.
-type RecoveryStats = recovery.RecoveryStats
+type RecoveryStats struct {
+	// Rate is Recovered over DeadLettered, 1 when nothing was
+	// dead-lettered (salvage_auto_recovery_rate).
+	Rate float64 `json:"auto_recovery_rate"`
+	// DeadLettered counts chunks that were dead-lettered at least once.
+	DeadLettered int `json:"chunks_dead_lettered"`
+	// Recovered counts those whose latest envelope is resolved because
+	// the chunk finished, or abandoned with every effect compensated,
+	// with no person acting on any envelope of the chunk.
+	Recovered int `json:"chunks_recovered"`
+}
 
 // AutoRecoveryRate computes the automatic recovery rate per chunk over
 // envelope records: of the chunks dead-lettered at least once, the share
@@ -284,5 +305,5 @@ func AutoRecoveryRate(recs []EnvelopeRecord) RecoveryStats {
 		machine[i] = kv.EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Status: string(r.Status), ResolvedBy: r.ResolvedBy,
 			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]kv.LeftEffect, len(r.Left))}
 	}
-	return recovery.AutoRecoveryRate(machine)
+	return RecoveryStats(recovery.AutoRecoveryRate(machine))
 }

@@ -18,33 +18,45 @@ import (
 // Job is a job's record: its status and the counts of its chunks'
 // outcomes, kept current in O(1) per outcome.
 type Job struct {
-	ID       string         `json:"job_id"`
-	Pipeline string         `json:"pipeline"`
-	Status   JobStatus      `json:"status"`
-	Chunks   int            `json:"chunks"`
+	// ID is the job id: SubmitOpts.JobID, else a ULID.
+	ID       string    `json:"job_id"`
+	Pipeline string    `json:"pipeline"`
+	Status   JobStatus `json:"status"`
+	// Chunks is how many chunks the job's input split into.
+	Chunks int `json:"chunks"`
+	// TraceID is the W3C trace id every step of the job logs and carries.
 	TraceID  string         `json:"trace_id"`
 	Budget   *Budget        `json:"budget,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// Window is how many of the job's chunks were queued at once (0: all).
-	Window  int     `json:"window,omitempty"`
+	Window int `json:"window,omitempty"`
+	// Summary counts the chunks' outcomes.
 	Summary Summary `json:"summary"`
 	// Explanation names the chunks, stages and envelopes behind a status
 	// other than done (at most 20 lines).
-	Explanation []string   `json:"explanation,omitempty"`
+	Explanation []string `json:"explanation,omitempty"`
+	// CancelledAt is set once the job is cancelled; its chunks stop at
+	// their next stage.
 	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
-	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// FinishedAt is when the job reached its status; nil while running.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
 // and Degraded are current; DeadLetters, Tier1Retries and Redeliveries
 // count events and only grow.
 type Summary struct {
+	// Done, Cancelled and DeadLettered count chunks by their outcome now
+	// (a dead-lettered chunk a replay finishes moves to Done).
 	Done         int `json:"done"`
 	Cancelled    int `json:"cancelled"`
 	DeadLettered int `json:"dead_lettered"`
-	Degraded     int `json:"degraded"`
+	// Degraded counts done chunks that skipped an optional stage.
+	Degraded int `json:"degraded"`
+	// DeadLetters counts envelopes made, Tier1Retries retries inside
+	// workers, Redeliveries tier-2 redeliveries: events, never lowered.
 	DeadLetters  int `json:"dead_letters"`
 	Tier1Retries int `json:"tier1_retries"`
 	Redeliveries int `json:"redeliveries"`
@@ -53,31 +65,47 @@ type Summary struct {
 // Terminal is how many chunks reached an outcome.
 func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
 
-// Budget caps what a job may spend.
+// Budget caps what a job may spend; a zero field is no cap. It is
+// recorded with the job for its agents and operators to read.
 type Budget struct {
-	Tokens int64   `json:"tokens,omitempty"`
-	Cost   float64 `json:"cost,omitempty"`
+	// Tokens is the most model tokens the job may use.
+	Tokens int64 `json:"tokens,omitempty"`
+	// Cost is the most it may cost, in the caller's currency.
+	Cost float64 `json:"cost,omitempty"`
 }
 
 // Chunk is one chunk's checkpoint as an operator sees it.
 type Chunk struct {
-	Job          string      `json:"job_id"`
-	Chunk        int         `json:"chunk"`
-	Stage        int         `json:"stage"`
-	Status       ChunkStatus `json:"status"`
-	ClaimedBy    string      `json:"claimed_by,omitempty"`
-	Epoch        int         `json:"epoch"`
-	Recoveries   int         `json:"recoveries"`
-	Gaps         []string    `json:"gaps,omitempty"`
-	Deliveries   uint64      `json:"deliveries"`
-	Redeliveries int         `json:"redeliveries,omitempty"`
-	Tier1Retries int         `json:"tier1_retries"`
-	Calls        int         `json:"calls"`
-	CachedCalls  int         `json:"cached_calls,omitempty"`
-	DeadLetters  int         `json:"dead_letters,omitempty"`
+	Job string `json:"job_id"`
+	// Chunk is the chunk's number, from 1.
+	Chunk int `json:"chunk"`
+	// Stage is the stage it is in or last entered, from 1.
+	Stage  int         `json:"stage"`
+	Status ChunkStatus `json:"status"`
+	// ClaimedBy is the worker that holds or last held it.
+	ClaimedBy string `json:"claimed_by,omitempty"`
+	// Epoch counts fresh runs after compensation; its journal keys carry it.
+	Epoch int `json:"epoch"`
+	// Recoveries counts the orchestrator's resumes (bounded by
+	// Config.MaxRecoveries).
+	Recoveries int `json:"recoveries"`
+	// Gaps names the optional stages it finished without.
+	Gaps []string `json:"gaps,omitempty"`
+	// Deliveries, Redeliveries and Tier1Retries count JetStream
+	// deliveries, tier-2 redeliveries and tier-1 retries.
+	Deliveries   uint64 `json:"deliveries"`
+	Redeliveries int    `json:"redeliveries,omitempty"`
+	Tier1Retries int    `json:"tier1_retries"`
+	// Calls counts the calls its agents made; CachedCalls those answered
+	// from the journal on a resume, without running again.
+	Calls       int `json:"calls"`
+	CachedCalls int `json:"cached_calls,omitempty"`
+	// DeadLetters counts its envelopes.
+	DeadLetters int `json:"dead_letters,omitempty"`
 	// Envelope is the chunk's latest failure envelope.
 	Envelope string `json:"envelope,omitempty"`
-	Reason   string `json:"reason,omitempty"`
+	// Reason says why it ended as it did (cancelled, dead-lettered).
+	Reason string `json:"reason,omitempty"`
 	// LastError and the fields after it describe the failure that sent
 	// the chunk back to tier 2, and the agent, tool and call it came from.
 	LastError       string    `json:"last_error,omitempty"`
@@ -91,7 +119,8 @@ type Chunk struct {
 
 // JobState is a job and one page of its chunks.
 type JobState struct {
-	Job    Job     `json:"job"`
+	Job Job `json:"job"`
+	// Chunks are the page's checkpoints, in chunk order.
 	Chunks []Chunk `json:"chunks"`
 	// Offset is the page's first chunk less one; NextOffset the next
 	// page's, absent on the last.
@@ -101,6 +130,7 @@ type JobState struct {
 
 // Page selects part of a long answer.
 type Page struct {
+	// Offset is how many items to skip.
 	Offset int `json:"offset,omitempty"`
 	// Limit defaults to PageDefault and is capped at PageMax.
 	Limit int `json:"limit,omitempty"`

@@ -109,10 +109,16 @@ func (t *Turn) State() *AgentState { return t.t.State() }
 // Seq is the number of calls the agent has made so far in this turn.
 func (t *Turn) Seq() int { return t.t.Seq() }
 
-// AgentState is what an agent knows (see Turn.State).
+// AgentState is what an agent knows (see Turn.State): Goal and SubGoals,
+// its Messages, the journal keys of the calls it Completed, its working
+// Memory (a map of JSON values), and Seq, which numbers its snapshots.
+// Salvage snapshots it, gzip-compressed, at stage boundaries and before
+// any call to an irreversible tool; a resumed chunk starts each agent from
+// its latest snapshot.
 type AgentState = recovery.AgentState
 
-// Message is one turn of an agent's conversation, in AgentState.
+// Message is one turn of an agent's conversation (Role, Content), in
+// AgentState.
 type Message = recovery.Message
 
 // Tool is an external call an agent can make.
@@ -190,7 +196,12 @@ type ToolResult struct {
 // idempotency key and the output of the call it undoes. The compensation
 // call itself runs under its own deterministic key, so it never undoes
 // twice.
-type CompensationInput = recovery.CompensationInput
+type CompensationInput struct {
+	// Key is the idempotency key of the call being undone.
+	Key string `json:"idempotency_key"`
+	// Output is that call's output (a charge id, say).
+	Output json.RawMessage `json:"output,omitempty"`
+}
 
 // machinery turns p into the pipeline the workers run.
 func (p *Pipeline) machinery() (*recovery.Pipeline, error) {

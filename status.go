@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 )
 
 // JobStatus is where a job stands. Each value means one thing.
@@ -14,16 +13,16 @@ type JobStatus string
 // Job statuses.
 const (
 	// JobRunning: some chunk has not reached an outcome.
-	JobRunning JobStatus = kv.JobRunning
+	JobRunning JobStatus = "running"
 	// JobDone: every chunk is done.
-	JobDone JobStatus = kv.JobDone
+	JobDone JobStatus = "done"
 	// JobPartial: every chunk is done, some without an optional stage.
-	JobPartial JobStatus = kv.JobPartial
+	JobPartial JobStatus = "partial"
 	// JobIncomplete: some chunk ended in a failure envelope; the job's
 	// Explanation names the chunks, stages and envelopes.
-	JobIncomplete JobStatus = kv.JobIncomplete
+	JobIncomplete JobStatus = "incomplete"
 	// JobCancelled: the job was cancelled; its chunks stopped.
-	JobCancelled JobStatus = kv.JobCancelled
+	JobCancelled JobStatus = "cancelled"
 )
 
 // Finished reports whether s is an outcome (anything but JobRunning).
@@ -35,17 +34,17 @@ type ChunkStatus string
 // Chunk statuses; CancelledAtStage builds the cancelled ones.
 const (
 	// ChunkPending: queued, never started (or requeued).
-	ChunkPending ChunkStatus = kv.StatusPending
+	ChunkPending ChunkStatus = "pending"
 	// ChunkRunning: a worker runs it.
-	ChunkRunning ChunkStatus = kv.StatusRunning
+	ChunkRunning ChunkStatus = "running"
 	// ChunkDone: every stage ran.
-	ChunkDone ChunkStatus = kv.StatusDone
+	ChunkDone ChunkStatus = "done"
 	// ChunkDeadLettered: its latest outcome is a failure envelope.
-	ChunkDeadLettered ChunkStatus = kv.StatusDeadLettered
+	ChunkDeadLettered ChunkStatus = "dead-lettered"
 	// ChunkHeld: parked while an external system's breaker is open.
-	ChunkHeld ChunkStatus = kv.StatusHeld
+	ChunkHeld ChunkStatus = "held"
 	// ChunkAwaitingApproval: parked until a person approves.
-	ChunkAwaitingApproval ChunkStatus = kv.StatusAwaitingApproval
+	ChunkAwaitingApproval ChunkStatus = "awaiting-approval"
 )
 
 // CancelledAtStage is the status of a chunk cancelled on entering stage
@@ -73,33 +72,49 @@ type CallStatus string
 const (
 	// CallInitiated: written before the call; left so by a crash, the
 	// next run verifies a side effect or repeats a pure call.
-	CallInitiated CallStatus = kv.CallInitiated
+	CallInitiated CallStatus = "INITIATED"
 	// CallSucceeded: the call returned; its output is replayed on resume.
-	CallSucceeded CallStatus = kv.CallSucceeded
+	CallSucceeded CallStatus = "SUCCEEDED"
 	// CallFailed: the call failed; Error and ErrorClass say how.
-	CallFailed CallStatus = kv.CallFailed
+	CallFailed CallStatus = "FAILED"
 	// CallUnknown: a side effect whose outcome is not known; verified
 	// before anything else.
-	CallUnknown CallStatus = kv.CallUnknown
+	CallUnknown CallStatus = "UNKNOWN"
 	// CallCancelled: Salvage stopped the call (its job was cancelled or
 	// a sibling agent failed).
-	CallCancelled CallStatus = kv.CallCancelled
+	CallCancelled CallStatus = "CANCELLED"
 	// CallCompensated: the call's effect was undone.
-	CallCompensated CallStatus = kv.CallCompensated
+	CallCompensated CallStatus = "COMPENSATED"
 )
 
 // Category is what kind of failure an envelope holds.
 type Category string
 
-// Failure categories (README, "Envelope categories").
+// Failure categories, decided from typed errors and the journal, never
+// from error text.
 const (
-	CategoryTransientNetwork   Category = recovery.CategoryTransientNetwork
-	CategoryExternalSystemDown Category = recovery.CategoryExternalSystemDown
-	CategoryToolTimeout        Category = recovery.CategoryToolTimeout
-	CategoryPartialExecution   Category = recovery.CategoryPartialExecution
-	CategoryCompensationNeeded Category = recovery.CategoryCompensationNeeded
-	CategoryBudgetExceeded     Category = recovery.CategoryBudgetExceeded
-	CategoryUnrecoverable      Category = recovery.CategoryUnrecoverable
+	// CategoryTransientNetwork: transient errors outlasted both tiers;
+	// the chunk resumes from its checkpoint.
+	CategoryTransientNetwork Category = "TRANSIENT_NETWORK"
+	// CategoryExternalSystemDown: a system answered 503 to exhaustion;
+	// the chunk resumes after Config.CoolDown.
+	CategoryExternalSystemDown Category = "EXTERNAL_SYSTEM_DOWN"
+	// CategoryToolTimeout: a call was in flight when its worker died or
+	// timed out; it is verified, then the envelope is reclassified.
+	CategoryToolTimeout Category = "TOOL_TIMEOUT"
+	// CategoryPartialExecution: a permanent failure after reversible
+	// effects only; they are compensated and the chunk abandoned (or run
+	// again in a new epoch, for a Tool marked RetryableAfterCompensation).
+	CategoryPartialExecution Category = "PARTIAL_EXECUTION"
+	// CategoryCompensationNeeded: a permanent failure after an
+	// irreversible effect; what is reversible is compensated and a person
+	// is asked about the rest.
+	CategoryCompensationNeeded Category = "COMPENSATION_NEEDED"
+	// CategoryBudgetExceeded: the job's budget ran out.
+	CategoryBudgetExceeded Category = "BUDGET_EXCEEDED"
+	// CategoryUnrecoverable: a permanent failure with no effects: a dead
+	// end.
+	CategoryUnrecoverable Category = "UNRECOVERABLE"
 )
 
 // Strategy is what the recovery orchestrator does with an envelope.
@@ -107,12 +122,24 @@ type Strategy string
 
 // Recovery strategies.
 const (
-	StrategyResume               Strategy = recovery.StrategyResume
-	StrategyCompensateAndRetry   Strategy = recovery.StrategyCompensateAndRetry
-	StrategyCompensateAndAbandon Strategy = recovery.StrategyCompensateAndAbandon
-	StrategyEscalate             Strategy = recovery.StrategyEscalate
-	StrategyDeadEnd              Strategy = recovery.StrategyDeadEnd
-	StrategyVerify               Strategy = recovery.StrategyVerify
+	// StrategyResume requeues the chunk; it resumes from its checkpoint
+	// and journal.
+	StrategyResume Strategy = "RESUME_FROM_CHECKPOINT"
+	// StrategyCompensateAndRetry undoes the chunk's effects newest first,
+	// then runs it fresh in a new epoch.
+	StrategyCompensateAndRetry Strategy = "COMPENSATE_AND_RETRY"
+	// StrategyCompensateAndAbandon undoes the chunk's effects newest first
+	// and abandons it.
+	StrategyCompensateAndAbandon Strategy = "COMPENSATE_AND_ABANDON"
+	// StrategyEscalate hands the envelope to a person
+	// (salvage.escalations.<category>), naming the effects left standing.
+	StrategyEscalate Strategy = "ESCALATE_TO_HUMAN"
+	// StrategyDeadEnd marks a failure nothing can fix and nothing needs
+	// undoing.
+	StrategyDeadEnd Strategy = "DEAD_END"
+	// StrategyVerify asks the external systems about calls whose outcome
+	// is unknown, then reclassifies.
+	StrategyVerify Strategy = "VERIFY_THEN_RECLASSIFY"
 )
 
 // EnvelopeStatus is where a failure envelope stands. Each value means one
@@ -122,22 +149,22 @@ type EnvelopeStatus string
 // Envelope statuses.
 const (
 	// EnvelopeOpen: waiting for the recovery orchestrator.
-	EnvelopeOpen EnvelopeStatus = kv.EnvelopeOpen
+	EnvelopeOpen EnvelopeStatus = "open"
 	// EnvelopeRecovering: a strategy runs, or the chunk was requeued and
 	// has not ended.
-	EnvelopeRecovering EnvelopeStatus = kv.EnvelopeRecovering
+	EnvelopeRecovering EnvelopeStatus = "recovering"
 	// EnvelopeResolved: the chunk finished, or a person resolved it
 	// (Envelope.ResolvedBy says which).
-	EnvelopeResolved EnvelopeStatus = kv.EnvelopeResolved
+	EnvelopeResolved EnvelopeStatus = "resolved"
 	// EnvelopeSuperseded: the re-run chunk failed again; SupersededBy
 	// names the envelope that carries its fate.
-	EnvelopeSuperseded EnvelopeStatus = kv.EnvelopeSuperseded
+	EnvelopeSuperseded EnvelopeStatus = "superseded"
 	// EnvelopeEscalated: a person must act; open until resolved.
-	EnvelopeEscalated EnvelopeStatus = kv.EnvelopeEscalated
+	EnvelopeEscalated EnvelopeStatus = "escalated"
 	// EnvelopeDeadEnd: a permanent failure with no effects to undo.
-	EnvelopeDeadEnd EnvelopeStatus = kv.EnvelopeDeadEnd
+	EnvelopeDeadEnd EnvelopeStatus = "dead-end"
 	// EnvelopeAbandoned: every effect compensated, nothing left standing.
-	EnvelopeAbandoned EnvelopeStatus = kv.EnvelopeAbandoned
+	EnvelopeAbandoned EnvelopeStatus = "abandoned"
 )
 
 // Final reports whether s is an outcome no strategy changes: resolved,
