@@ -278,19 +278,26 @@ func (c *Client) rejected(ctx context.Context, id string) error {
 	return err
 }
 
-// Get returns job id's record, or an error wrapping ErrUnknownJob.
-func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+// job reads job id's record, or returns an error wrapping ErrUnknownJob
+// (or ErrInvalidToken for a malformed id).
+func (c *Client) job(ctx context.Context, id string) (kv.Job, *kv.Stores, error) {
 	if err := streams.ValidateJobID(id); err != nil {
-		return nil, err
+		return kv.Job{}, nil, err
 	}
 	st, err := c.storesFor(ctx)
 	if err != nil {
-		return nil, err
+		return kv.Job{}, nil, err
 	}
 	j, err := st.Jobs.Get(ctx, id)
 	if errors.Is(err, kv.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+		return j, st, fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}
+	return j, st, err
+}
+
+// Get returns job id's record, or an error wrapping ErrUnknownJob.
+func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+	j, _, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -302,17 +309,7 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 // PageDefault). A cancelled job's chunks that never started read
 // cancelled-at-stage-0. It costs one read per 1,000 chunks of the page.
 func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, error) {
-	if err := streams.ValidateJobID(id); err != nil {
-		return nil, err
-	}
-	st, err := c.storesFor(ctx)
-	if err != nil {
-		return nil, err
-	}
-	j, err := st.Jobs.Get(ctx, id)
-	if errors.Is(err, kv.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
-	}
+	j, st, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -2,12 +2,9 @@ package salvage
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sort"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // Trace is a job's timeline: each chunk's state and its calls.
@@ -37,17 +34,7 @@ type TraceChunk struct {
 // journal. It reads every call of the job: meant for one job at a time,
 // not for a loop.
 func (c *Client) Trace(ctx context.Context, id string) (*Trace, error) {
-	if err := streams.ValidateJobID(id); err != nil {
-		return nil, err
-	}
-	st, err := c.storesFor(ctx)
-	if err != nil {
-		return nil, err
-	}
-	j, err := st.Jobs.Get(ctx, id)
-	if errors.Is(err, kv.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
-	}
+	j, st, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
