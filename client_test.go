@@ -203,3 +203,61 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitOutlivesAServerRestart: Wait watches the job's record; a server
+// restart ends that watch, and Wait watches again instead of failing, so
+// it still returns the finished job.
+func TestWaitOutlivesAServerRestart(t *testing.T) {
+	srv := salvagetest.StartServer(t)
+	gate := make(chan struct{})
+	var started sync.Once
+	running := make(chan struct{})
+	p := &salvage.Pipeline{
+		Name:  "gated",
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) { return []json.RawMessage{in}, nil },
+		Stages: []salvage.Stage{{Name: "wait", Agents: []salvage.Agent{{Name: "waiter", Run: func(ctx context.Context, _ *salvage.Turn) (any, error) {
+			started.Do(func() { close(running) })
+			select {
+			case <-gate:
+				return "through", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}}}}},
+	}
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, AckWait: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := c.Submit(ctx, "gated", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		job *salvage.Job
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() { j, err := c.Wait(ctx, id); waited <- result{j, err} }()
+	select {
+	case <-running:
+	case <-ctx.Done():
+		t.Fatal("the agent never ran")
+	}
+	srv.Restart(t)
+	select {
+	case r := <-waited:
+		t.Fatalf("Wait returned across the restart: %+v, %v", r.job, r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(gate)
+	t0 := time.Now()
+	r := <-waited
+	if r.err != nil || r.job.Status != salvage.JobDone {
+		t.Fatalf("Wait = %+v, %v; want the job done", r.job, r.err)
+	}
+	// A liveness bound, not a speed claim: a Wait that trusted the watch
+	// alone returned 19s after the job finished, once the watch recovered.
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("Wait returned %s after the job could finish; it missed the record", d)
+	}
+}

@@ -222,24 +222,42 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 	if err := streams.ValidateJobID(id); err != nil {
 		return nil, err
 	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	// A watch ends when the server restarts or a leader moves; a new
+	// one delivers the record as it then stands.
+	for {
+		j, err := c.waitOnce(ctx, id, tick.C)
+		if j != nil || err != nil {
+			return j, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("salvage: wait for %s: %w", id, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitOnce watches job id's record, and reads it every tick, until it
+// finishes, the job is rejected, or the watch ends (nil, nil).
+func (c *Client) waitOnce(ctx context.Context, id string, tick <-chan time.Time) (*Job, error) {
 	b, err := c.js.KeyValue(ctx, kv.BucketJobs)
 	if err != nil {
-		return nil, fmt.Errorf("salvage: wait for %s: %w", id, err)
+		return nil, c.waitError(ctx, id, err)
 	}
 	w, err := b.Watch(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("salvage: wait for %s: %w", id, err)
+		return nil, c.waitError(ctx, id, err)
 	}
 	defer func() { _ = w.Stop() }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("salvage: wait for %s: %w", id, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("salvage: wait for %s: the watch ended", id)
+				return nil, nil
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
@@ -251,12 +269,30 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 			if j.Status.Finished() {
 				return &j, nil
 			}
-		case <-tick.C:
+		case <-tick:
+			// A watch can stall for a while after a server restart before
+			// its consumer is recreated: the record is read as well.
+			if j, err := c.Get(ctx, id); err == nil && j.Status.Finished() {
+				return j, nil
+			}
 			if err := c.rejected(ctx, id); err != nil {
 				return nil, err
 			}
 		}
 	}
+}
+
+// waitError is nil for an error a retry may cure (the server is
+// restarting), so Wait tries again; ctx's end and a deployment without
+// the jobs bucket are final.
+func (c *Client) waitError(ctx context.Context, id string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("salvage: wait for %s: %w", id, ctx.Err())
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return fmt.Errorf("salvage: wait for %s: %w (is Salvage provisioned here? Start does it)", id, err)
+	}
+	return nil
 }
 
 // rejected returns an error wrapping ErrRejected when job id was rejected.

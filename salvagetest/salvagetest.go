@@ -27,6 +27,8 @@ type Server struct {
 	JS   jetstream.JetStream
 	// StoreDir is its JetStream directory.
 	StoreDir string
+
+	cfg natsconf.ServerConfig
 }
 
 // Option tweaks the server StartServer starts.
@@ -58,12 +60,28 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 		t.Fatalf("salvagetest: start server: %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
+	// A restart comes back on the same port, where clients reconnect.
+	cfg.Listen = srv.NATS().Addr().String()
 	nc := Connect(t, srv.ClientURL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatalf("salvagetest: jetstream: %v", err)
 	}
-	return &Server{NATS: srv, Conn: nc, JS: js, StoreDir: cfg.StoreDir}
+	return &Server{NATS: srv, Conn: nc, JS: js, StoreDir: cfg.StoreDir, cfg: cfg}
+}
+
+// Restart shuts the server down and starts it again on the same port and
+// store, as a crash and a restart would; connections, and the clients on
+// them, reconnect by themselves. It is not safe to call concurrently.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.NATS.Shutdown()
+	srv, err := natsconf.StartServer(s.cfg)
+	if err != nil {
+		t.Fatalf("salvagetest: restart server: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	s.NATS = srv
 }
 
 // Connect opens one more connection to url, closed in t.Cleanup.
