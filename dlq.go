@@ -136,6 +136,8 @@ type Call struct {
 	// Verified is set when the outcome was learned by asking the external
 	// system (a Verify after a timeout or crash), not from the call.
 	Verified bool `json:"verified,omitempty"`
+	// Usage is what a model call spent.
+	Usage *Usage `json:"usage,omitempty"`
 	// Orphan marks a call of an earlier epoch no run will reach again.
 	Orphan bool `json:"orphan,omitempty"`
 	// History holds the earlier outcomes of this call a re-run replaced,

@@ -190,6 +190,16 @@ type ToolResult struct {
 	// ResourceID is the id the external system gave the effect (a charge,
 	// an invoice); compensation and people see it.
 	ResourceID string
+	// Usage is what a model call spent: recorded in the call's journal
+	// row, counted in salvage_model_tokens_total, shown by salvage trace.
+	Usage *Usage
+}
+
+// Usage is the tokens one model call spent, and the model that spent them.
+type Usage struct {
+	Model            string `json:"model,omitempty"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
 }
 
 // CompensationInput is the input a compensation tool receives: the
@@ -251,7 +261,12 @@ func (t Tool) machinery() recovery.Tool {
 	if call := t.Call; call != nil {
 		out.Call = func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 			r, err := call(ctx, ToolCall(c))
-			return recovery.ToolResult(r), err
+			out := recovery.ToolResult{Output: r.Output, ResourceID: r.ResourceID}
+			if r.Usage != nil {
+				u := kv.Usage(*r.Usage)
+				out.Usage = &u
+			}
+			return out, err
 		}
 	}
 	if e := t.Effect; e != nil {

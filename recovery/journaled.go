@@ -228,7 +228,7 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 		row.ErrorStatus = StatusOf(err)
 		row.RetryableAfterCompensation = tool.RetryableAfterCompensation
 	} else {
-		row.Status, row.Output = kv.CallSucceeded, res.Output
+		row.Status, row.Output, row.Usage = kv.CallSucceeded, res.Output, res.Usage
 		row.Fingerprint = fingerprint(tool, row.IdempotencyKey, res.ResourceID)
 	}
 	if werr := t.replay.putLater(row); werr != nil {

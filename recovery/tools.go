@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/salvagehq/salvage/kv"
 )
 
 // ErrInvalidTool is returned by NewTools for a tool that cannot be
@@ -65,6 +67,8 @@ type ToolResult struct {
 	// ResourceID is the id the external system gave the effect (a charge,
 	// an invoice); it is recorded in the journal's fingerprint.
 	ResourceID string
+	// Usage is what a model call spent; it is recorded in the journal.
+	Usage *kv.Usage
 }
 
 // Tool is an external call an agent can make.

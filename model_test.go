@@ -1,0 +1,165 @@
+package salvage_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage"
+)
+
+const testKey = "sk-test-SECRET-never-shown"
+
+// TestChatModelClassifiesEveryErrorShape: a real HTTP server answers with
+// each error shape an OpenAI-compatible API sends; the tool's error says
+// how to retry by type and status, never by text, and never carries the
+// key.
+func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
+	date := time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
+	type answer struct {
+		status int
+		header map[string]string
+		body   string
+		sleep  time.Duration
+	}
+	apiError := func(typ, code, msg string) string {
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+		return string(b)
+	}
+	for _, tt := range []struct {
+		name       string
+		answer     answer
+		is         error
+		status     int
+		retryAfter time.Duration // exact, or at least for the HTTP date
+		orLater    bool
+	}{
+		{"429 retry-after seconds", answer{status: 429, header: map[string]string{"Retry-After": "2"}, body: apiError("requests", "rate_limit_exceeded", "Rate limit reached")}, salvage.ErrRateLimited, 429, 2 * time.Second, false},
+		{"429 retry-after date", answer{status: 429, header: map[string]string{"Retry-After": date}, body: apiError("requests", "rate_limit_exceeded", "Rate limit reached")}, salvage.ErrRateLimited, 429, time.Second, true},
+		{"429 retry-after-ms", answer{status: 429, header: map[string]string{"Retry-After-Ms": "250", "Retry-After": "1"}, body: apiError("tokens", "rate_limit_exceeded", "slow down")}, salvage.ErrRateLimited, 429, 250 * time.Millisecond, false},
+		{"429 without a wait", answer{status: 429, body: apiError("requests", "rate_limit_exceeded", "Rate limit reached")}, salvage.ErrTransient, 429, 0, false},
+		{"529 overloaded", answer{status: 529, header: map[string]string{"Retry-After": "1"}, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}, salvage.ErrRateLimited, 529, time.Second, false},
+		{"500", answer{status: 500, body: apiError("server_error", "", "The server had an error")}, salvage.ErrTransient, 500, 0, false},
+		{"503", answer{status: 503, body: "upstream connect error"}, salvage.ErrTransient, 503, 0, false},
+		{"timeout", answer{status: 200, sleep: 2 * time.Second}, salvage.ErrTimeout, 0, 0, false},
+		{"400 context length", answer{status: 400, body: apiError("invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens.")}, salvage.ErrContextLength, 400, 0, false},
+		{"400", answer{status: 400, body: apiError("invalid_request_error", "", "Invalid value for 'temperature'")}, salvage.ErrPermanent, 400, 0, false},
+		{"401", answer{status: 401, body: apiError("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-test-****shown")}, salvage.ErrPermanent, 401, 0, false},
+		{"403", answer{status: 403, body: apiError("invalid_request_error", "unsupported_country_region_territory", "Country not supported")}, salvage.ErrPermanent, 403, 0, false},
+		{"404", answer{status: 404, body: apiError("invalid_request_error", "model_not_found", "The model does not exist")}, salvage.ErrPermanent, 404, 0, false},
+		{"422", answer{status: 422, body: `{"detail":[{"msg":"field required"}]}`}, salvage.ErrPermanent, 422, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var requests atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				if tt.answer.sleep > 0 {
+					select {
+					case <-time.After(tt.answer.sleep):
+					case <-r.Context().Done():
+						return
+					}
+				}
+				for k, v := range tt.answer.header {
+					w.Header().Set(k, v)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.answer.status)
+				_, _ = io.WriteString(w, tt.answer.body)
+			}))
+			defer srv.Close()
+			_, err := callModel(t, srv.URL, 300*time.Millisecond)
+			if !errors.Is(err, tt.is) {
+				t.Fatalf("error %v; want it to match %v", err, tt.is)
+			}
+			if tt.is == salvage.ErrContextLength && !errors.Is(err, salvage.ErrPermanent) {
+				t.Errorf("a context-length error must be permanent: %v", err)
+			}
+			var ce *salvage.CallError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T is not a CallError", err)
+			}
+			if ce.Status != tt.status {
+				t.Errorf("status %d, want %d", ce.Status, tt.status)
+			}
+			if tt.orLater && (ce.RetryAfter < tt.retryAfter || ce.RetryAfter > 4*time.Second) || !tt.orLater && ce.RetryAfter != tt.retryAfter {
+				t.Errorf("retry after %s, want %s", ce.RetryAfter, tt.retryAfter)
+			}
+			if strings.Contains(err.Error(), "SECRET") {
+				t.Errorf("the error carries the API key: %v", err)
+			}
+			if n := requests.Load(); n != 1 {
+				t.Errorf("%d requests: the SDK retried; tier 1 is Salvage's", n)
+			}
+		})
+	}
+
+	t.Run("connection refused", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := "http://" + l.Addr().String() + "/v1"
+		_ = l.Close()
+		if _, err := callModel(t, url, time.Second); !errors.Is(err, salvage.ErrTransient) {
+			t.Errorf("error %v; want transient", err)
+		}
+	})
+}
+
+// TestChatModelAnswers: a completion's content and usage come back, the
+// key goes as a bearer token and the idempotency key as Idempotency-Key.
+func TestChatModelAnswers(t *testing.T) {
+	var got *http.Request
+	var body map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"test-model-0613",
+			"choices":[{"index":0,"message":{"role":"assistant","content":"7"},"finish_reason":"stop"}],
+			"usage":{"prompt_tokens":42,"completion_tokens":3,"total_tokens":45}}`)
+	}))
+	defer srv.Close()
+	res, err := callModel(t, srv.URL+"/v1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out salvage.ChatResponse
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Content != "7" || out.FinishReason != "stop" || out.Usage != (salvage.Usage{Model: "test-model-0613", PromptTokens: 42, CompletionTokens: 3}) {
+		t.Errorf("response = %+v", out)
+	}
+	if res.Usage == nil || *res.Usage != out.Usage {
+		t.Errorf("ToolResult.Usage = %+v, want the response's usage for the journal", res.Usage)
+	}
+	if got.URL.Path != "/v1/chat/completions" || got.Header.Get("Authorization") != "Bearer "+testKey || got.Header.Get("Idempotency-Key") != "idem-1" {
+		t.Errorf("request %s, authorization %q, idempotency key %q", got.URL.Path, got.Header.Get("Authorization"), got.Header.Get("Idempotency-Key"))
+	}
+	if body["model"] != "test-model" || body["max_tokens"] != float64(5) {
+		t.Errorf("request body = %v", body)
+	}
+	if n := got.Header.Get("X-Stainless-Retry-Count"); n != "" && n != "0" {
+		t.Errorf("the SDK retried (retry count %s): tier 1 is Salvage's", n)
+	}
+}
+
+func callModel(t *testing.T, url string, timeout time.Duration) (salvage.ToolResult, error) {
+	t.Helper()
+	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{BaseURL: url, Model: "test-model", APIKey: testKey, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := json.Marshal(salvage.ChatRequest{Messages: []salvage.Message{{Role: "user", Content: "Rate this clause 0-10."}}, MaxTokens: 5})
+	return tool.Call(context.Background(), salvage.ToolCall{Input: in, IdempotencyKey: "idem-1"})
+}
