@@ -73,6 +73,12 @@ func Transient(status int, err error) error { return recovery.Transient(status, 
 // RateLimited is a 429: retried no sooner than after (a Retry-After).
 func RateLimited(after time.Duration, err error) error { return recovery.RateLimited(after, err) }
 
+// Overloaded is a 529 (the server is overloaded): retried no sooner than
+// after, like a rate limit.
+func Overloaded(after time.Duration, err error) error {
+	return &CallError{Class: recovery.ClassRateLimited, Status: 529, RetryAfter: after, Err: err}
+}
+
 // Timeout is a call that did not answer in time: its outcome is unknown.
 func Timeout(err error) error { return recovery.Timeout(err) }
 

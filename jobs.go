@@ -60,6 +60,10 @@ type Summary struct {
 	DeadLetters  int `json:"dead_letters"`
 	Tier1Retries int `json:"tier1_retries"`
 	Redeliveries int `json:"redeliveries"`
+	// PromptTokens and CompletionTokens add up the model usage of the
+	// job's chunks as they reach an outcome (ToolResult.Usage).
+	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `json:"completion_tokens,omitempty"`
 }
 
 // Terminal is how many chunks reached an outcome.
@@ -100,6 +104,9 @@ type Chunk struct {
 	// from the journal on a resume, without running again.
 	Calls       int `json:"calls"`
 	CachedCalls int `json:"cached_calls,omitempty"`
+	// PromptTokens and CompletionTokens add up its model calls' usage.
+	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `json:"completion_tokens,omitempty"`
 	// DeadLetters counts its envelopes.
 	DeadLetters int `json:"dead_letters,omitempty"`
 	// Envelope is the chunk's latest failure envelope.

@@ -13,8 +13,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-
-	"github.com/salvagehq/salvage/recovery"
 )
 
 // ChatTimeoutDefault bounds one attempt of a model call.
@@ -181,8 +179,10 @@ func classifyChat(ctx, attempt context.Context, timeout time.Duration, err error
 	}
 	switch {
 	case status == http.StatusTooManyRequests || status == 529:
-		if after, ok := retryAfter(header, time.Now()); ok {
-			return &CallError{Class: recovery.ClassRateLimited, Status: status, RetryAfter: after, Err: cause}
+		if after, ok := retryAfter(header, time.Now()); ok && status == 529 {
+			return Overloaded(after, cause)
+		} else if ok {
+			return RateLimited(after, cause)
 		}
 		return Transient(status, cause)
 	case status == http.StatusRequestTimeout || status == http.StatusConflict || status >= 500:

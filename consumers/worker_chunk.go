@@ -283,6 +283,8 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		cp.Calls += int(stats.Calls.Swap(0))
 		cp.Tier1Retries += int(stats.Retries.Swap(0))
 		cp.CachedCalls += int(stats.Cached.Swap(0))
+		cp.PromptTokens += stats.PromptTokens.Swap(0)
+		cp.CompletionTokens += stats.CompletionTokens.Swap(0)
 	}
 	for s := cp.Stage; s <= len(p.Stages); s++ {
 		st := p.Stages[s-1]

@@ -65,13 +65,19 @@ type Checkpoint struct {
 	Redeliveries int    `json:"redeliveries,omitempty"`
 	Tier1Retries int    `json:"tier1_retries"`
 	Calls        int    `json:"calls"`
+	// PromptTokens and CompletionTokens add up the usage its model calls
+	// reported, replays of recorded calls excluded.
+	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `json:"completion_tokens,omitempty"`
 	// DeadLetters counts the chunk's envelopes.
 	DeadLetters int `json:"dead_letters,omitempty"`
-	// Counted, CountedTier1 and CountedRedeliveries are what the job
-	// record counts of this chunk (see Recount).
-	Counted             string `json:"counted,omitempty"`
-	CountedTier1        int    `json:"counted_tier1,omitempty"`
-	CountedRedeliveries int    `json:"counted_redeliveries,omitempty"`
+	// Counted and the Counted fields after it are what the job record
+	// counts of this chunk (see Recount).
+	Counted                 string `json:"counted,omitempty"`
+	CountedTier1            int    `json:"counted_tier1,omitempty"`
+	CountedRedeliveries     int    `json:"counted_redeliveries,omitempty"`
+	CountedPromptTokens     int64  `json:"counted_prompt_tokens,omitempty"`
+	CountedCompletionTokens int64  `json:"counted_completion_tokens,omitempty"`
 	// CachedCalls counts calls answered from the journal on resume.
 	CachedCalls int    `json:"cached_calls,omitempty"`
 	Envelope    string `json:"envelope,omitempty"`

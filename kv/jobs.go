@@ -89,6 +89,10 @@ type Summary struct {
 	DeadLetters  int `json:"dead_letters"`
 	Tier1Retries int `json:"tier1_retries"`
 	Redeliveries int `json:"redeliveries"`
+	// PromptTokens and CompletionTokens add up the model usage of the
+	// job's chunks as they reach an outcome; they only grow.
+	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `json:"completion_tokens,omitempty"`
 }
 
 // Terminal is how many chunks reached an outcome.
@@ -103,6 +107,8 @@ func (s *Summary) apply(d Delta) {
 	s.DeadLetters += d.DeadLetters
 	s.Tier1Retries += d.Tier1
 	s.Redeliveries += d.Redeliveries
+	s.PromptTokens += d.PromptTokens
+	s.CompletionTokens += d.CompletionTokens
 }
 
 func (s *Summary) count(outcome string, n int) {
@@ -137,6 +143,8 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 	unfinished := 0
 	for _, cp := range cps {
 		s.Tier1Retries += cp.Tier1Retries
+		s.PromptTokens += cp.PromptTokens
+		s.CompletionTokens += cp.CompletionTokens
 		s.Redeliveries += cp.Redeliveries
 		s.DeadLetters += cp.DeadLetters
 		if cancelled && cp.Status == StatusPending {
@@ -280,6 +288,8 @@ func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bo
 		// Event counts only grow, whatever the checkpoints say now.
 		sum.DeadLetters = max(sum.DeadLetters, j.Summary.DeadLetters)
 		sum.Tier1Retries = max(sum.Tier1Retries, j.Summary.Tier1Retries)
+		sum.PromptTokens = max(sum.PromptTokens, j.Summary.PromptTokens)
+		sum.CompletionTokens = max(sum.CompletionTokens, j.Summary.CompletionTokens)
 		sum.Redeliveries = max(sum.Redeliveries, j.Summary.Redeliveries)
 		if status == j.Status && sum == j.Summary && slices.Equal(why, j.Explanation) {
 			return ErrNoChange

@@ -27,10 +27,14 @@ type Delta struct {
 	// Tier1 and Redeliveries are the chunk's retries since they were
 	// last counted.
 	Tier1, Redeliveries int
+	// PromptTokens and CompletionTokens are the chunk's model usage since
+	// it was last counted.
+	PromptTokens, CompletionTokens int64
 }
 
 func (d Delta) empty() bool {
-	return d.From == d.To && d.Degraded == 0 && d.DeadLetters == 0 && d.Tier1 == 0 && d.Redeliveries == 0
+	return d.From == d.To && d.Degraded == 0 && d.DeadLetters == 0 && d.Tier1 == 0 && d.Redeliveries == 0 &&
+		d.PromptTokens == 0 && d.CompletionTokens == 0
 }
 
 // Recount is called on a checkpoint about to be written: it returns how
@@ -39,7 +43,8 @@ func (d Delta) empty() bool {
 // (and is applied to the job right after it, with Jobs.Apply). A crash
 // between the two loses at most one update, which Jobs.Settle repairs.
 func (c *Checkpoint) Recount() Delta {
-	d := Delta{From: c.Counted, To: Outcome(c.Status), Tier1: c.Tier1Retries - c.CountedTier1, Redeliveries: c.Redeliveries - c.CountedRedeliveries}
+	d := Delta{From: c.Counted, To: Outcome(c.Status), Tier1: c.Tier1Retries - c.CountedTier1, Redeliveries: c.Redeliveries - c.CountedRedeliveries,
+		PromptTokens: c.PromptTokens - c.CountedPromptTokens, CompletionTokens: c.CompletionTokens - c.CountedCompletionTokens}
 	if d.To == StatusDone && len(c.Gaps) > 0 && d.From != StatusDone {
 		d.Degraded = 1
 	}
@@ -48,5 +53,6 @@ func (c *Checkpoint) Recount() Delta {
 		c.DeadLetters++
 	}
 	c.Counted, c.CountedTier1, c.CountedRedeliveries = d.To, c.Tier1Retries, c.Redeliveries
+	c.CountedPromptTokens, c.CountedCompletionTokens = c.PromptTokens, c.CompletionTokens
 	return d
 }

@@ -24,6 +24,9 @@ type Stats struct {
 	Verified atomic.Int64
 	// Snapshots counts agent snapshots taken before irreversible calls.
 	Snapshots atomic.Int64
+	// PromptTokens and CompletionTokens add up the usage model calls
+	// reported (calls answered from the journal spend nothing).
+	PromptTokens, CompletionTokens atomic.Int64
 }
 
 // Executor applies tier 1 to every call an agent makes: it retries

@@ -229,6 +229,10 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 		row.RetryableAfterCompensation = tool.RetryableAfterCompensation
 	} else {
 		row.Status, row.Output, row.Usage = kv.CallSucceeded, res.Output, res.Usage
+		if u := res.Usage; u != nil {
+			t.stats.PromptTokens.Add(u.PromptTokens)
+			t.stats.CompletionTokens.Add(u.CompletionTokens)
+		}
 		row.Fingerprint = fingerprint(tool, row.IdempotencyKey, res.ResourceID)
 	}
 	if werr := t.replay.putLater(row); werr != nil {

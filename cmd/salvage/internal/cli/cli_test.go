@@ -282,6 +282,17 @@ func TestDemoReportJSON(t *testing.T) {
 	if r["tier1_retries"].(float64) < 1 {
 		t.Errorf("no tier-1 retries at 5%% failures: %v", r)
 	}
+	// The model calls went through the OpenAI-compatible client to the
+	// sim, which reports one completion token per answer. A call answered
+	// from the journal on a resume is not counted again; what the killed
+	// worker spent in the stage it died in is not counted at all (its
+	// stats die with it; the journal rows keep their usage), hence 90%.
+	if url, _ := r["model_url"].(string); !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/v1") {
+		t.Errorf("model_url = %v, want the sim's /v1", r["model_url"])
+	}
+	if c := r["model_completion_tokens"].(float64); c < 8*116*0.9 || c > 8*116 || r["model_prompt_tokens"].(float64) < 40*c {
+		t.Errorf("tokens = %v prompt, %v completion; want up to one completion token for each of 8x116 calls", r["model_prompt_tokens"], c)
+	}
 }
 
 func TestOrdersDemoReportJSON(t *testing.T) {

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -37,8 +40,16 @@ type demoReport struct {
 	JournalWrites      string  `json:"journal_writes"`
 	ModelLatencyMS     float64 `json:"model_latency_ms"`
 	ModelFailureRate   float64 `json:"model_failure_rate"`
-	Seed               int64   `json:"seed"`
-	TimedOut           bool    `json:"timed_out"`
+	// ModelURL is the OpenAI-compatible API the model calls went to
+	// ("" for the in-process simulation); the token counts are what it
+	// reported, as the journal recorded them.
+	ModelURL         string `json:"model_url"`
+	PromptTokens     int64  `json:"model_prompt_tokens"`
+	CompletionTokens int64  `json:"model_completion_tokens"`
+	Seed             int64  `json:"seed"`
+	TimedOut         bool   `json:"timed_out"`
+	// SimModel is set when the model is the simulation, over HTTP or not.
+	SimModel bool `json:"sim_model"`
 }
 
 func (r *demoReport) ok() bool {
@@ -49,13 +60,19 @@ func (r *demoReport) print(w io.Writer) {
 	tw := table(w)
 	fmt.Fprintf(tw, "Salvage demo: %d job(s) of %d chunks x %d model calls, %d worker processes, sync_interval %s\n",
 		r.Jobs, r.Chunks/max(r.Jobs, 1), r.CallsPerChunk, r.Workers, r.SyncInterval)
-	fmt.Fprintf(tw, "model: median latency %.0fms, %.1f%% of calls failing transiently, seed %d\n\n", r.ModelLatencyMS, 100*r.ModelFailureRate, r.Seed)
+	if r.ModelURL != "" && !r.SimModel {
+		fmt.Fprintf(tw, "model: %s\n\n", r.ModelURL)
+	} else {
+		fmt.Fprintf(tw, "model: %s (simulated: median latency %.0fms, %.1f%% of calls failing transiently, seed %d)\n\n",
+			cmp.Or(r.ModelURL, "in process"), r.ModelLatencyMS, 100*r.ModelFailureRate, r.Seed)
+	}
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("chunks done", fmt.Sprintf("%d / %d", r.ChunksDone, r.Chunks))
 	row("chunks dead-lettered", r.ChunksDeadLettered)
 	row("chunks missing", r.ChunksMissing)
 	row("results published", r.Results)
 	row("model calls (recorded)", r.Calls)
+	row("model tokens (prompt / completion)", fmt.Sprintf("%d / %d", r.PromptTokens, r.CompletionTokens))
 	row("tier-1 retries (in worker)", r.Tier1Retries)
 	row("tier-2 redeliveries (JetStream)", r.Redeliveries)
 	row("envelopes in DLQ", r.Envelopes)
@@ -74,6 +91,24 @@ func (r *demoReport) print(w io.Writer) {
 func (e *env) runReviewDemo(ctx context.Context, o demoOpts, log zerolog.Logger) (*demoReport, error) {
 	rep := &demoReport{Jobs: o.jobs, Workers: o.workers, CallsPerChunk: contractreview.CallsPerChunk, Seed: o.run.model.Seed,
 		ModelLatencyMS: float64(o.run.model.Latency) / float64(time.Millisecond), ModelFailureRate: o.run.model.FailureRate}
+	rep.SimModel = o.run.modelFlags.url == ""
+	if o.run.modelFlags.url == "" && o.run.simURL == "" {
+		// The model calls go through the OpenAI-compatible client, to
+		// the sim's /v1/chat/completions.
+		m := o.run.model
+		simURL, simCmd, err := e.startSim(ctx, "--seed", fmt.Sprint(m.Seed), "--model-seed", fmt.Sprint(m.Seed),
+			"--model-latency", m.Latency.String(), "--model-failure-rate", fmt.Sprint(m.FailureRate),
+			"--model-permanent-rate", fmt.Sprint(m.PermanentRate))
+		if err != nil {
+			return rep, err
+		}
+		defer func() { _ = simCmd.Process.Signal(syscall.SIGTERM); _ = simCmd.Wait() }()
+		o.run.simURL = simURL
+	}
+	rep.ModelURL = o.run.modelFlags.url
+	if rep.ModelURL == "" && o.run.simURL != "" {
+		rep.ModelURL = strings.TrimSuffix(o.run.simURL, "/") + "/v1"
+	}
 	d, err := e.startDemoEnv(ctx, &o, log)
 	defer d.close()
 	rep.SyncInterval, rep.JournalWrites = d.syncInterval, o.run.journalWrites
@@ -110,6 +145,8 @@ func collect(ctx context.Context, client *salvage.Client, jobs []string, r *demo
 			r.JobsDone++
 		}
 		r.Chunks += j.Chunks
+		r.PromptTokens += j.Summary.PromptTokens
+		r.CompletionTokens += j.Summary.CompletionTokens
 		for _, c := range chunks {
 			_, cancelled := c.Status.Cancelled()
 			switch {

@@ -53,17 +53,37 @@ func resolveRoles(values []string) ([]salvage.Role, bool, error) {
 	return slices.Compact(roles), dash, nil
 }
 
-// pipelines are the built-in pipelines. Without a sim URL contract-review
-// calls an in-process simulated model and order-fulfillment is not
-// available; with one, both call the `salvage sim` process there.
-func pipelines(model simmodel.Config, simURL string, simTimeout time.Duration) ([]*salvage.Pipeline, error) {
-	if simURL == "" {
-		m, err := simmodel.New(model)
-		if err != nil {
-			return nil, err
+// modelFlags say which model contract-review calls.
+type modelFlags struct {
+	url     string
+	name    string
+	timeout time.Duration
+}
+
+// pipelines are the built-in pipelines. contract-review calls the model at
+// --model-url through the OpenAI-compatible client; without one, the
+// `salvage sim` at simURL through that same client; without either, the
+// simulated model in process. order-fulfillment needs the sim.
+func pipelines(model simmodel.Config, mf modelFlags, simURL string, simTimeout time.Duration) ([]*salvage.Pipeline, error) {
+	var tool salvage.Tool
+	var err error
+	switch {
+	case mf.url != "":
+		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{BaseURL: mf.url, Model: mf.name, Timeout: mf.timeout})
+	case simURL != "":
+		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{BaseURL: strings.TrimSuffix(simURL, "/") + "/v1", Model: simmodel.ModelName, Timeout: simTimeout})
+	default:
+		var m *simmodel.Model
+		if m, err = simmodel.New(model); err == nil {
+			tool = m.Tool(contractreview.ModelTool)
 		}
-		return []*salvage.Pipeline{contractreview.New(m)}, nil
 	}
-	c := &sim.Client{BaseURL: simURL, Timeout: simTimeout}
-	return []*salvage.Pipeline{contractreview.New(c), orders.New(c)}, nil
+	if err != nil {
+		return nil, err
+	}
+	out := []*salvage.Pipeline{contractreview.New(tool)}
+	if simURL != "" {
+		out = append(out, orders.New(&sim.Client{BaseURL: simURL, Timeout: simTimeout}))
+	}
+	return out, nil
 }

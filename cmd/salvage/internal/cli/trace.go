@@ -40,7 +40,19 @@ func (e *env) traceCmd() *cobra.Command {
 }
 
 func (e *env) printTrace(tr *salvage.Trace) {
-	fmt.Fprintf(e.stdout, "job %s  trace %s  %s\n", tr.Job, tr.TraceID, tr.Status)
+	fmt.Fprintf(e.stdout, "job %s  trace %s  %s", tr.Job, tr.TraceID, tr.Status)
+	var prompt, completion int64
+	for _, c := range tr.Chunks {
+		for _, r := range c.Calls {
+			if r.Usage != nil {
+				prompt, completion = prompt+r.Usage.PromptTokens, completion+r.Usage.CompletionTokens
+			}
+		}
+	}
+	if prompt+completion > 0 {
+		fmt.Fprintf(e.stdout, "  model tokens %d prompt + %d completion", prompt, completion)
+	}
+	fmt.Fprintln(e.stdout)
 	for _, c := range tr.Chunks {
 		fmt.Fprintf(e.stdout, "chunk %d: %s  stage %d  epoch %d  deliveries %d  tier-1 retries %d  recoveries %d", c.Chunk, c.Status, c.Stage, c.Epoch, c.Deliveries, c.Tier1, c.Recoveries)
 		if c.Envelope != "" {
@@ -69,6 +81,9 @@ func (e *env) printTrace(tr *salvage.Trace) {
 				}
 			case r.Verified:
 				mark = "  (verified)"
+			}
+			if u := r.Usage; u != nil {
+				mark += fmt.Sprintf("  %s %d+%d tokens", u.Model, u.PromptTokens, u.CompletionTokens)
 			}
 			fmt.Fprintf(e.stdout, "    +%7.1fms %-18s %-16s %-11s %6.1fms  attempts %d%s\n",
 				float64(r.StartedAt.Sub(first).Microseconds())/1000, r.Agent, r.Tool, r.Status, r.LatencyMS, r.Attempts, mark)

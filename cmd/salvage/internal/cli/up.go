@@ -38,10 +38,11 @@ type runFlags struct {
 	journalWrites string
 	simURL        string
 	simTimeout    time.Duration
+	model         simmodel.Config
+	modelFlags    modelFlags
 	alerts        salvage.AlertRules
 	alertInterval time.Duration
 	coolDown      time.Duration
-	model         simmodel.Config
 }
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
@@ -60,6 +61,9 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.drainTimeout, "drain-timeout", salvage.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
 	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
 	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
+	f.StringVar(&r.modelFlags.url, "model-url", "", "base URL of an OpenAI-compatible API for contract-review's model (https://api.openai.com/v1, http://127.0.0.1:11434/v1, ...); the key comes from $OPENAI_API_KEY. Default: the sim's, with --sim; else a simulated model in process")
+	f.StringVar(&r.modelFlags.name, "model", "", "the model at --model-url (required with it)")
+	f.DurationVar(&r.modelFlags.timeout, "model-timeout", salvage.ChatTimeoutDefault, "how long one attempt of a call to --model-url may take")
 	f.DurationVar(&r.coolDown, "cool-down", salvage.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
 	f.IntVar(&r.alerts.BurstCount, "alert-burst", salvage.AlertBurstCountDefault, "alert when this many envelopes arrive within --alert-burst-window")
 	f.DurationVar(&r.alerts.BurstWindow, "alert-burst-window", salvage.AlertBurstWindowDefault, "window of the envelope burst alert")
@@ -82,6 +86,7 @@ func (r *runFlags) args() []string {
 		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
 		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites, "--sim", r.simURL,
 		"--sim-timeout", r.simTimeout.String(), "--cool-down", r.coolDown.String(),
+		"--model-url", r.modelFlags.url, "--model", r.modelFlags.name, "--model-timeout", r.modelFlags.timeout.String(),
 		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
 		"--model-permanent-rate", strconv.FormatFloat(r.model.PermanentRate, 'g', -1, 64),
@@ -95,7 +100,10 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 	if retries == 0 {
 		retries = -1 // Config reads 0 as "default"; the flag's 0 means none.
 	}
-	pipes, err := pipelines(r.model, r.simURL, r.simTimeout)
+	if r.modelFlags.url != "" && r.modelFlags.name == "" {
+		return nil, errors.New("--model-url needs --model: the name of the model to call")
+	}
+	pipes, err := pipelines(r.model, r.modelFlags, r.simURL, r.simTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func benchWorkers(b *testing.B, si time.Duration, chunks int) {
 		mode = salvage.JournalAtomic
 	}
 	c := salvagetest.StartServer(b, salvagetest.WithSyncInterval(si)).Client(b, &salvage.Config{
-		Pipelines: []*salvage.Pipeline{contractreview.New(model)}, Roles: []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
+		Pipelines: []*salvage.Pipeline{contractreview.New(model.Tool("model"))}, Roles: []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
 		Concurrency: 16, Retries: -1, JournalWrites: mode,
 	})
 	ctx := context.Background()

@@ -8,7 +8,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/salvagehq/salvage"
 )
@@ -48,11 +50,6 @@ func coverage(i int) []string {
 	return out
 }
 
-// Model is what the pipeline needs from a language model.
-type Model interface {
-	Score(ctx context.Context, key, prompt string) (int, error)
-}
-
 // Input is the job input: {"text": "<contract>"}.
 type Input struct {
 	Text string `json:"text"`
@@ -83,33 +80,18 @@ type Finding struct {
 	Summary      string         `json:"summary"`
 }
 
-// ModelTool is the model as a tool: a pure read, journaled like every
-// call so a resumed chunk never pays for a completion twice.
-func ModelTool(model Model) salvage.Tool {
-	return salvage.Tool{Name: "model", System: "model", Call: func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
-		var in modelInput
-		if err := json.Unmarshal(c.Input, &in); err != nil {
-			return salvage.ToolResult{}, salvage.Permanent(400, err)
-		}
-		s, err := model.Score(ctx, c.IdempotencyKey, in.Prompt)
-		if err != nil {
-			return salvage.ToolResult{}, err
-		}
-		out, err := json.Marshal(modelOutput{Score: s})
-		return salvage.ToolResult{Output: out}, err
-	}}
-}
+// ModelTool is the name the pipeline's agents call the model by.
+const ModelTool = "model"
 
-type modelInput struct {
-	Prompt string `json:"prompt"`
-}
+// systemPrompt tells the model the one shape of answer the agents read.
+const systemPrompt = "You are a contract risk analyst. Answer with a single integer from 0 (no risk) to 10 (severe risk) and nothing else."
 
-type modelOutput struct {
-	Score int `json:"score"`
-}
-
-// New returns the pipeline calling model.
-func New(model Model) *salvage.Pipeline {
+// New returns the pipeline calling model, a tool that takes a
+// salvage.ChatRequest and answers a salvage.ChatResponse: salvage.ChatModel
+// for an OpenAI-compatible API, or the simulated model. The pipeline calls
+// it by the name "model" whatever its own name.
+func New(model salvage.Tool) *salvage.Pipeline {
+	model.Name = ModelTool
 	analysts := make([]salvage.Agent, len(Analysts))
 	for i, name := range Analysts {
 		analysts[i] = analyst(name, coverage(i))
@@ -122,22 +104,66 @@ func New(model Model) *salvage.Pipeline {
 			{Name: "analyze", Agents: analysts},
 			{Name: "synthesize", Agents: []salvage.Agent{synthesizer()}},
 		},
-		Tools:  []salvage.Tool{ModelTool(model)},
+		Tools:  []salvage.Tool{model},
 		Result: result,
 	}
 }
 
-// score makes one journaled model call through the turn.
+// score makes one journaled model call through the turn and reads the
+// answer as a score. An answer that is not one is asked again once, more
+// firmly (a new call, journaled like the first); a second miss fails the
+// chunk, quoting the answer.
 func score(ctx context.Context, t *salvage.Turn, prompt string) (int, error) {
-	out, err := t.Tool(ctx, "model", modelInput{Prompt: prompt})
-	if err != nil {
-		return 0, err
+	return ask(ctx, t, systemPrompt, prompt)
+}
+
+// ask is score with its own system prompt.
+func ask(ctx context.Context, t *salvage.Turn, system, prompt string) (int, error) {
+	req := salvage.ChatRequest{Messages: []salvage.Message{{Role: "system", Content: system}, {Role: "user", Content: prompt}}, MaxTokens: 8}
+	var answer string
+	for try := range 2 {
+		if try == 1 {
+			req.Messages = append(req.Messages, salvage.Message{Role: "assistant", Content: answer},
+				salvage.Message{Role: "user", Content: "Answer with only the integer, 0 to 10."})
+		}
+		out, err := t.Tool(ctx, ModelTool, req)
+		if err != nil {
+			return 0, err
+		}
+		var resp salvage.ChatResponse
+		if err := json.Unmarshal(out, &resp); err != nil {
+			return 0, salvage.Permanent(0, fmt.Errorf("model output: %w", err))
+		}
+		if s, ok := parseScore(resp.Content); ok {
+			return s, nil
+		}
+		answer = resp.Content
 	}
-	var o modelOutput
-	if err := json.Unmarshal(out, &o); err != nil {
-		return 0, salvage.Permanent(0, fmt.Errorf("model output: %w", err))
+	return 0, salvage.Permanent(0, fmt.Errorf("the model answered %q, not a score from 0 to 10", clip(answer, 200)))
+}
+
+// parseScore reads the first integer in an answer, if it is 0 to 10.
+func parseScore(answer string) (int, bool) {
+	i := strings.IndexFunc(answer, unicode.IsDigit)
+	if i < 0 {
+		return 0, false
 	}
-	return o.Score, nil
+	j := i
+	for j < len(answer) && answer[j] >= '0' && answer[j] <= '9' {
+		j++
+	}
+	n, err := strconv.Atoi(answer[i:j])
+	if err != nil || n > 10 {
+		return 0, false
+	}
+	return n, true
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func clauseOf(t *salvage.Turn) (Clause, error) {
@@ -150,13 +176,23 @@ func clauseOf(t *salvage.Turn) (Clause, error) {
 
 var clauseTypes = []string{"obligation", "right", "definition", "condition", "remedy", "boilerplate"}
 
+// classifyPrompt asks for a clause type by number.
+var classifyPrompt = func() string {
+	var b strings.Builder
+	b.WriteString("You classify contract clauses. Answer with a single integer and nothing else:")
+	for i, t := range clauseTypes {
+		fmt.Fprintf(&b, " %d %s,", i, t)
+	}
+	return strings.TrimSuffix(b.String(), ",") + "."
+}()
+
 func classifier() salvage.Agent {
 	return salvage.Agent{Name: "clause-classifier", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
 			return nil, err
 		}
-		s, err := score(ctx, t, "classify: "+c.Text)
+		s, err := ask(ctx, t, classifyPrompt, c.Text)
 		if err != nil {
 			return nil, err
 		}
@@ -172,14 +208,14 @@ func analyst(name string, categories []string) salvage.Agent {
 		}
 		scores := make([]Score, 0, len(categories))
 		for _, cat := range categories {
-			s, err := score(ctx, t, fmt.Sprintf("%s analyst, %s risk: %s", name, cat, c.Text))
+			s, err := score(ctx, t, fmt.Sprintf("As the %s analyst, rate the %s risk of this clause.\n\n%s", name, cat, c.Text))
 			if err != nil {
 				return nil, err
 			}
 			scores = append(scores, Score{Analyst: name, Category: cat, Score: s})
 		}
 		// A reflection pass: the analyst reviews its own scores once.
-		if _, err := score(ctx, t, fmt.Sprintf("%s analyst, reflect on %v", name, scores)); err != nil {
+		if _, err := score(ctx, t, fmt.Sprintf("As the %s analyst you scored this clause %v. Rate your overall concern.\n\n%s", name, scores, c.Text)); err != nil {
 			return nil, err
 		}
 		return scores, nil
@@ -194,7 +230,7 @@ func synthesizer() salvage.Agent {
 		}
 		var total int
 		for _, step := range []string{"merge", "rank", "summarize"} {
-			s, err := score(ctx, t, step+": "+c.Text)
+			s, err := score(ctx, t, fmt.Sprintf("Synthesis step %q: rate this clause's risk for the contract as a whole.\n\n%s", step, c.Text))
 			if err != nil {
 				return nil, err
 			}

@@ -19,11 +19,16 @@ type callStats struct {
 	seen     map[string]uint64 // journal key -> revision last counted
 	byStatus map[string]map[string]int
 	latency  prometheus.Histogram
+	// tokens counts model usage by model and kind (prompt, completion),
+	// each call's once: a row rewritten later carries the same usage.
+	tokens    map[string]map[string]int64
+	tokenKeys map[string]bool
 }
 
 func newCallStats() *callStats {
 	return &callStats{
 		seen: map[string]uint64{}, byStatus: map[string]map[string]int{},
+		tokens: map[string]map[string]int64{}, tokenKeys: map[string]bool{},
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "salvage_call_duration_seconds", Help: "Latency of journaled calls, retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
@@ -51,6 +56,25 @@ func (c *callStats) update(ch salvage.Change[salvage.Call]) {
 	if (r.Status == salvage.CallSucceeded || r.Status == salvage.CallFailed) && r.LatencyMS > 0 && !r.Verified {
 		c.latency.Observe(r.LatencyMS / 1000)
 	}
+	if u := r.Usage; u != nil && !c.tokenKeys[ch.Key] {
+		c.tokenKeys[ch.Key] = true
+		if c.tokens[u.Model] == nil {
+			c.tokens[u.Model] = map[string]int64{}
+		}
+		c.tokens[u.Model]["prompt"] += u.PromptTokens
+		c.tokens[u.Model]["completion"] += u.CompletionTokens
+	}
+}
+
+// tokenCounts returns a copy of the token counts: model -> kind -> n.
+func (c *callStats) tokenCounts() map[string]map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]map[string]int64, len(c.tokens))
+	for model, m := range c.tokens {
+		out[model] = map[string]int64{"prompt": m["prompt"], "completion": m["completion"]}
+	}
+	return out
 }
 
 func (c *callStats) counts() map[string]map[string]int {

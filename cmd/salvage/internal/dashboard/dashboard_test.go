@@ -445,3 +445,42 @@ func TestEnvelopeListingIsPaged(t *testing.T) {
 		t.Errorf("offset=-1 answered %d, want 400", code)
 	}
 }
+
+// TestModelTokensAreCountedOncePerCall: salvage_model_tokens_total adds up
+// the usage journal rows carry, by model and kind, each call once even
+// when its row is written again.
+func TestModelTokensAreCountedOncePerCall(t *testing.T) {
+	f := setup(t, "")
+	ctx := context.Background()
+	job := "01JDASHBOARD00000000000000"
+	for i, model := range []string{"gpt-test", "gpt-test", "local-llm"} {
+		row := kv.JournalRow{Key: kv.JournalKey(job, 1, 0, 1, "analyst", i+1), Tool: "model", Status: kv.CallSucceeded, LatencyMS: 5,
+			Usage: &kv.Usage{Model: model, PromptTokens: 100, CompletionTokens: 7}}
+		seq, err := f.stores.Journal.Put(ctx, row, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			// The same call's row written again (a later flag on it).
+			row.Orphan = true
+			if _, err := f.stores.Journal.Put(ctx, row, seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var v map[string]float64
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		v = scrape(t, f.url)
+		return v["salvage_model_tokens_total,kind=prompt,model=local-llm"] == 100
+	}, "token metrics from the journal")
+	want := map[string]float64{
+		"salvage_model_tokens_total,kind=prompt,model=gpt-test":      200,
+		"salvage_model_tokens_total,kind=completion,model=gpt-test":  14,
+		"salvage_model_tokens_total,kind=completion,model=local-llm": 7,
+	}
+	for k, n := range want {
+		if v[k] != n {
+			t.Errorf("%s = %v, want %v", k, v[k], n)
+		}
+	}
+}

@@ -22,11 +22,12 @@ var (
 	descTier2      = prometheus.NewDesc("salvage_redeliveries_total", "Tier-2 JetStream redeliveries of chunks.", nil, nil)
 	descChunks     = prometheus.NewDesc("salvage_chunks_total", "Chunk outcomes: done, cancelled, dead-lettered (every time).", []string{"status"}, nil)
 	descCalls      = prometheus.NewDesc("salvage_calls_total", "Journal row writes by tool and status (a retried call adds one per outcome).", []string{"tool", "status"}, nil)
+	descTokens     = prometheus.NewDesc("salvage_model_tokens_total", "Tokens model calls reported spending, by model and kind (prompt, completion); each call once.", []string{"model", "kind"}, nil)
 	descRate       = prometheus.NewDesc("salvage_auto_recovery_rate", "Share of dead-lettered chunks that finished, or were compensated with nothing left, without a person.", nil, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descCalls, descRate} {
+	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descCalls, descTokens, descRate} {
 		ch <- d
 	}
 }
@@ -49,6 +50,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descTier2, prometheus.CounterValue, float64(sum.Redeliveries))
 	for status, n := range sum.ChunkEvents {
 		ch <- prometheus.MustNewConstMetric(descChunks, prometheus.CounterValue, float64(n), status)
+	}
+	for model, kinds := range sum.Tokens {
+		for kind, n := range kinds {
+			ch <- prometheus.MustNewConstMetric(descTokens, prometheus.CounterValue, float64(n), model, kind)
+		}
 	}
 	for tool, byStatus := range sum.Calls {
 		for status, n := range byStatus {

@@ -42,6 +42,8 @@ type Summary struct {
 	ChunkEvents map[string]int            `json:"chunk_events"`
 	Jobs        []JobProgress             `json:"jobs"`
 	Calls       map[string]map[string]int `json:"calls"` // tool -> status -> n
+	// Tokens counts model usage: model -> prompt|completion -> tokens.
+	Tokens map[string]map[string]int64 `json:"model_tokens"`
 }
 
 // JobProgress is one job on the page.
@@ -122,6 +124,7 @@ func (s *summarizer) summary() Summary {
 	}
 	sort.Slice(sum.Jobs, func(i, k int) bool { return sum.Jobs[i].ID > sum.Jobs[k].ID })
 	sum.Calls = s.calls.counts()
+	sum.Tokens = s.calls.tokenCounts()
 	s.cached = sum
 	return sum
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 )
 
 // CallTimeoutDefault is how long a client waits for one sim request.
@@ -49,19 +48,6 @@ func (c *Client) Compensate(ctx context.Context, system, undo, compensationKey, 
 	var out EffectResponse
 	err := c.do(ctx, http.MethodPost, "/v1/"+system+"/"+undo, compensationKey, CompensateRequest{Key: origKey}, &out)
 	return out, err
-}
-
-// Complete asks the sim's model.
-func (c *Client) Complete(ctx context.Context, key, prompt string) (simmodel.Response, error) {
-	var out simmodel.Response
-	err := c.do(ctx, http.MethodPost, "/v1/model/complete", "", ModelRequest{Key: key, Prompt: prompt}, &out)
-	return out, err
-}
-
-// Score is Complete reduced to its score, the shape contract-review uses.
-func (c *Client) Score(ctx context.Context, key, prompt string) (int, error) {
-	r, err := c.Complete(ctx, key, prompt)
-	return r.Score, err
 }
 
 // Ledger returns every effect the sim has seen.

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 )
 
@@ -41,14 +40,8 @@ type CompensateRequest struct {
 	Key string `json:"idempotency_key"`
 }
 
-// ModelRequest is a model completion request.
-type ModelRequest struct {
-	Key    string `json:"key"`
-	Prompt string `json:"prompt"`
-}
-
 // Handler serves the sim's HTTP API over state, with model answering
-// /v1/model/complete.
+// /v1/chat/completions as an OpenAI-compatible API would.
 func Handler(state *State, model *simmodel.Model) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -70,19 +63,7 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 		state.mu.Unlock()
 		writeJSON(w, 200, cfg)
 	})
-	mux.HandleFunc("POST /v1/model/complete", func(w http.ResponseWriter, r *http.Request) {
-		var req ModelRequest
-		if err := decode(r, &req); err != nil {
-			httpError(w, 400, err)
-			return
-		}
-		resp, err := model.Complete(r.Context(), simmodel.Request{Key: req.Key, Prompt: req.Prompt})
-		if err != nil {
-			callError(w, err)
-			return
-		}
-		writeJSON(w, 200, resp)
-	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { serveChat(w, r, model) })
 	mux.HandleFunc("GET /v1/{system}/effects/{key}", func(w http.ResponseWriter, r *http.Request) {
 		sys, ok := systemByName(r.PathValue("system"))
 		if !ok {
@@ -199,27 +180,6 @@ func serveUndo(w http.ResponseWriter, r *http.Request, state *State, sys System,
 
 func effectResponse(e *Effect, replayed bool) EffectResponse {
 	return EffectResponse{Applied: !e.Compensated, System: e.System, Op: e.Op, Key: e.Key, Order: e.Order, ResourceID: e.ResourceID, Replayed: replayed}
-}
-
-// callError answers a model failure with the HTTP status of its class.
-func callError(w http.ResponseWriter, err error) {
-	var ce *salvage.CallError
-	if !errors.As(err, &ce) {
-		httpError(w, 500, err)
-		return
-	}
-	switch {
-	case errors.Is(err, salvage.ErrRateLimited):
-		w.Header().Set("Retry-After", strconv.Itoa(int((ce.RetryAfter+time.Second-1)/time.Second)))
-		w.Header().Set(HeaderRetryAfterMS, strconv.FormatInt(ce.RetryAfter.Milliseconds(), 10))
-		httpError(w, 429, err)
-	case errors.Is(err, salvage.ErrPermanent):
-		httpError(w, 400, err)
-	case errors.Is(err, salvage.ErrTimeout):
-		httpError(w, 504, err)
-	default:
-		httpError(w, 503, err)
-	}
 }
 
 func decode(r *http.Request, v any) error {

@@ -7,9 +7,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,7 +130,16 @@ func (m *Model) Complete(ctx context.Context, req Request) (Response, error) {
 			if err := sleep(ctx, lat/2); err != nil {
 				return Response{}, err
 			}
-			return Response{}, salvage.Transient(503, errors.New("model overloaded"))
+			// The 5xx a model API sends: unavailable, overloaded (529,
+			// with a Retry-After), internal error.
+			switch k := (kind - 0.4) / 0.4; {
+			case k < 0.5:
+				return Response{}, salvage.Transient(503, errors.New("model unavailable"))
+			case k < 0.75:
+				return Response{}, salvage.Overloaded(100*time.Millisecond, errors.New("model overloaded"))
+			default:
+				return Response{}, salvage.Transient(500, errors.New("model internal error"))
+			}
 		default:
 			if err := sleep(ctx, m.cfg.TimeoutAfter); err != nil {
 				return Response{}, err
@@ -139,7 +151,7 @@ func (m *Model) Complete(ctx context.Context, req Request) (Response, error) {
 		return Response{}, err
 	}
 	score := int(m.uniform("score", req.Prompt, 0) * 11)
-	return Response{Score: min(score, 10), Tokens: 200 + len(req.Prompt)/4}, nil
+	return Response{Score: min(score, 10), Tokens: PromptTokens(req.Prompt)}, nil
 }
 
 // uniform draws in [0,1) from the seed and the given parts.
@@ -182,8 +194,52 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Score is Complete reduced to its score, the shape contract-review uses.
-func (m *Model) Score(ctx context.Context, key, prompt string) (int, error) {
+// PromptTokens is the simulated prompt's token count: about four
+// characters a token, as English text runs.
+func PromptTokens(prompt string) int { return 8 + len(prompt)/4 }
+
+// Prompt flattens a chat request's messages into the prompt that decides
+// the answer.
+func Prompt(req salvage.ChatRequest) string {
+	var b strings.Builder
+	for _, m := range req.Messages {
+		b.WriteString(m.Role)
+		b.WriteString(": ")
+		b.WriteString(m.Content)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// Tool is the model as an in-process tool speaking ChatRequest and
+// ChatResponse, as salvage.ChatModel does over HTTP: the answer is the
+// score as text, with the usage a real API would report.
+func (m *Model) Tool(name string) salvage.Tool {
+	return salvage.Tool{Name: name, System: "model", Call: func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+		var req salvage.ChatRequest
+		if err := json.Unmarshal(c.Input, &req); err != nil {
+			return salvage.ToolResult{}, salvage.Permanent(400, err)
+		}
+		out, err := m.Chat(ctx, c.IdempotencyKey, req)
+		if err != nil {
+			return salvage.ToolResult{}, err
+		}
+		data, err := json.Marshal(out)
+		return salvage.ToolResult{Output: data, Usage: &out.Usage}, err
+	}}
+}
+
+// ModelName is the model the simulation answers as.
+const ModelName = "salvage-sim"
+
+// Chat answers a chat request as the simulated model: key identifies the
+// call site (the idempotency key).
+func (m *Model) Chat(ctx context.Context, key string, req salvage.ChatRequest) (salvage.ChatResponse, error) {
+	prompt := Prompt(req)
 	r, err := m.Complete(ctx, Request{Key: key, Prompt: prompt})
-	return r.Score, err
+	if err != nil {
+		return salvage.ChatResponse{}, err
+	}
+	return salvage.ChatResponse{Content: strconv.Itoa(r.Score), FinishReason: "stop",
+		Usage: salvage.Usage{Model: ModelName, PromptTokens: int64(r.Tokens), CompletionTokens: 1}}, nil
 }

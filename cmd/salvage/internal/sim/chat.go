@@ -1,0 +1,141 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+)
+
+// chatHangMax bounds how long a simulated timeout holds its request.
+const chatHangMax = 30 * time.Second
+
+// chatRequest is the part of an OpenAI chat completions request the sim
+// reads.
+type chatRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+}
+
+// chatSeq numbers completions for their ids.
+var chatSeq atomic.Int64
+
+// serveChat answers POST /v1/chat/completions from the simulated model,
+// with the error shapes a real API sends: 429 and 529 with Retry-After
+// (and retry-after-ms), 500 and 503, a 400 for a rejected prompt, and a
+// timeout that holds the request until the caller gives up.
+func serveChat(w http.ResponseWriter, r *http.Request, model *simmodel.Model) {
+	body, err := readBody(r)
+	if err != nil {
+		chatError(w, 400, "invalid_request_error", err.Error())
+		return
+	}
+	var in chatRequest
+	if err := json.Unmarshal(body, &in); err != nil || len(in.Messages) == 0 {
+		chatError(w, 400, "invalid_request_error", "want {\"model\", \"messages\": [...]}")
+		return
+	}
+	req := salvage.ChatRequest{}
+	for _, m := range in.Messages {
+		req.Messages = append(req.Messages, salvage.Message{Role: m.Role, Content: contentText(m.Content)})
+	}
+	key := r.Header.Get(HeaderIdempotencyKey)
+	if key == "" {
+		sum := sha256.Sum256(body)
+		key = hex.EncodeToString(sum[:])
+	}
+	resp, err := model.Chat(r.Context(), key, req)
+	if err != nil {
+		chatFailure(w, r, err)
+		return
+	}
+	name := in.Model
+	if name == "" {
+		name = simmodel.ModelName
+	}
+	u := resp.Usage
+	writeJSON(w, 200, map[string]any{
+		"id": "chatcmpl-sim-" + strconv.FormatInt(chatSeq.Add(1), 10), "object": "chat.completion",
+		"created": time.Now().Unix(), "model": name,
+		"choices": []map[string]any{{"index": 0, "message": map[string]string{"role": "assistant", "content": resp.Content}, "finish_reason": resp.FinishReason}},
+		"usage":   map[string]int64{"prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens, "total_tokens": u.PromptTokens + u.CompletionTokens},
+	})
+}
+
+// contentText reads a message's content: a string, or text parts.
+func contentText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(raw, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// chatFailure answers the model's failure in the shape of its class.
+func chatFailure(w http.ResponseWriter, r *http.Request, err error) {
+	var ce *salvage.CallError
+	switch {
+	case r.Context().Err() != nil:
+		return // the caller is gone
+	case !errors.As(err, &ce):
+		chatError(w, 500, "server_error", err.Error())
+	case errors.Is(err, salvage.ErrRateLimited):
+		w.Header().Set("Retry-After", strconv.Itoa(int((ce.RetryAfter+time.Second-1)/time.Second)))
+		w.Header().Set(HeaderRetryAfterMS, strconv.FormatInt(ce.RetryAfter.Milliseconds(), 10))
+		if ce.Status == 529 {
+			chatError(w, 529, "overloaded_error", "Overloaded")
+			return
+		}
+		chatError(w, 429, "rate_limit_exceeded", "Rate limit reached for requests")
+	case errors.Is(err, salvage.ErrPermanent):
+		chatError(w, 400, "invalid_request_error", "The model rejected the request")
+	case errors.Is(err, salvage.ErrTimeout):
+		// No answer: hold the request until the caller gives up.
+		sleep(r.Context(), chatHangMax)
+		chatError(w, 504, "timeout", "upstream timed out")
+	default:
+		chatError(w, max(ce.Status, 500), "server_error", http.StatusText(max(ce.Status, 500)))
+	}
+}
+
+// chatError writes an error in the OpenAI shape.
+func chatError(w http.ResponseWriter, status int, typ, msg string) {
+	code := any(nil)
+	if typ == "rate_limit_exceeded" {
+		code, typ = typ, "requests"
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+}
+
+// readBody reads a request body up to maxBody; a longer one is an error.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > maxBody {
+		return nil, fmt.Errorf("request body over %d bytes", maxBody)
+	}
+	return body, nil
+}

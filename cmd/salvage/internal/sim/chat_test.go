@@ -1,0 +1,99 @@
+package sim_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+)
+
+// chatTool points the real OpenAI-compatible client at a sim whose model
+// has cfg.
+func chatTool(t *testing.T, cfg simmodel.Config) salvage.Tool {
+	t.Helper()
+	m, err := simmodel.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim.Handler(sim.NewState(sim.Config{}), m))
+	t.Cleanup(srv.Close)
+	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func chat(tool salvage.Tool, key, prompt string) (salvage.ToolResult, error) {
+	in, _ := json.Marshal(salvage.ChatRequest{Messages: []salvage.Message{{Role: "system", Content: "Answer 0-10."}, {Role: "user", Content: prompt}}})
+	return tool.Call(context.Background(), salvage.ToolCall{Input: in, IdempotencyKey: key})
+}
+
+// TestChatCompletionsAnswer: the sim's /v1/chat/completions answers the
+// real client with a score and usage, the same for the same prompt.
+func TestChatCompletionsAnswer(t *testing.T) {
+	tool := chatTool(t, simmodel.Config{Seed: 3})
+	a, err := chat(tool, "k1", "The Supplier shall indemnify the Customer.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out salvage.ChatResponse
+	if err := json.Unmarshal(a.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := strconv.Atoi(out.Content); err != nil || n < 0 || n > 10 {
+		t.Errorf("content %q is not a score", out.Content)
+	}
+	if a.Usage == nil || a.Usage.Model != simmodel.ModelName || a.Usage.PromptTokens < 10 || a.Usage.CompletionTokens != 1 {
+		t.Errorf("usage = %+v", a.Usage)
+	}
+	b, err := chat(tool, "k2", "The Supplier shall indemnify the Customer.")
+	if err != nil || string(b.Output) != string(a.Output) {
+		t.Errorf("the same prompt answered %s then %s (%v)", a.Output, b.Output, err)
+	}
+}
+
+// TestChatCompletionsFailLikeARealAPI: with every call failing, the sim
+// answers each error shape a real API sends, and the real client
+// classifies each as specified.
+func TestChatCompletionsFailLikeARealAPI(t *testing.T) {
+	tool := chatTool(t, simmodel.Config{Seed: 1, FailureRate: 1})
+	seen := map[string]int{}
+	for i := range 120 {
+		_, err := chat(tool, fmt.Sprintf("key-%d", i), "clause")
+		var ce *salvage.CallError
+		if !errors.As(err, &ce) {
+			t.Fatalf("call %d: %v is not a CallError", i, err)
+		}
+		switch {
+		case errors.Is(err, salvage.ErrRateLimited) && ce.Status == 429 && ce.RetryAfter > 0:
+			seen["429"]++
+		case errors.Is(err, salvage.ErrRateLimited) && ce.Status == 529 && ce.RetryAfter > 0:
+			seen["529"]++
+		case errors.Is(err, salvage.ErrTransient) && (ce.Status == 500 || ce.Status == 503):
+			seen[strconv.Itoa(ce.Status)]++
+		case errors.Is(err, salvage.ErrTimeout):
+			seen["timeout"]++
+		default:
+			t.Errorf("call %d: unexpected %v (status %d)", i, err, ce.Status)
+		}
+	}
+	for _, want := range []string{"429", "529", "500", "503", "timeout"} {
+		if seen[want] == 0 {
+			t.Errorf("no %s in 120 failing calls: %v", want, seen)
+		}
+	}
+
+	perm := chatTool(t, simmodel.Config{PermanentRate: 1})
+	if _, err := chat(perm, "k", "clause"); !errors.Is(err, salvage.ErrPermanent) {
+		t.Errorf("a rejected prompt: %v, want permanent", err)
+	}
+}
