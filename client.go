@@ -51,8 +51,9 @@ func NewClient(js jetstream.JetStream, cfg *Config) (*Client, error) {
 		return nil, err
 	}
 	pipes := make([]*recovery.Pipeline, 0, len(c.Pipelines))
+	rem := remote{nc: js.Conn()}
 	for _, p := range c.Pipelines {
-		mp, err := p.machinery()
+		mp, err := p.machinery(rem)
 		if err != nil {
 			return nil, err
 		}

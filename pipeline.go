@@ -1,9 +1,11 @@
 package salvage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -57,8 +59,19 @@ type Agent struct {
 	// Name identifies the agent in journal keys: a token, unique within
 	// its stage.
 	Name string
-	// Run is the agent. A panic fails its chunk (class panic).
+	// Run is the agent. A panic fails its chunk (class panic). Exactly
+	// one of Run and Subject is set.
 	Run func(ctx context.Context, t *Turn) (any, error)
+	// Subject names a NATS subject that serves the agent instead: each
+	// turn is one request there (a ServiceRequest with the chunk's input
+	// and the earlier stages' outputs), answered by anything that answers
+	// NATS requests, in any language. The reply is the agent's output. A
+	// turn is journaled like a tool call, so a resumed chunk never asks
+	// again for a turn that was answered.
+	Subject string
+	// Timeout bounds one request to Subject. Default
+	// ServiceTimeoutDefault.
+	Timeout time.Duration
 }
 
 // StageOutput is what one agent produced in one stage; later stages read
@@ -136,8 +149,18 @@ type Tool struct {
 	// Call performs the call. Return errors built with Transient,
 	// RateLimited, Timeout or Permanent so retries and recovery can
 	// decide without reading text; any other error counts as transient.
-	// A panic fails the chunk (class panic). Required.
+	// A panic fails the chunk (class panic). Exactly one of Call and
+	// Subject is set.
 	Call func(ctx context.Context, c ToolCall) (ToolResult, error)
+	// Subject names a NATS subject that serves the tool instead: each call
+	// is one ServiceRequest there and the reply is its output. An error
+	// reply's Nats-Service-Error-Code classifies it (4xx permanent; 429
+	// with Retry-After rate-limited; 408, 409, 5xx transient); no
+	// responders is transient and no answer within Timeout a timeout.
+	Subject string
+	// Timeout bounds one request to Subject. Default
+	// ServiceTimeoutDefault.
+	Timeout time.Duration
 }
 
 // SideEffect declares what a tool changes in an external system.
@@ -150,8 +173,11 @@ type SideEffect struct {
 	// Verify asks the external system whether a call with this
 	// idempotency key took effect. Salvage calls it before anything else
 	// when a call's outcome is unknown (a crash or a timeout mid-call).
-	// Required.
+	// Exactly one of Verify and VerifySubject is required.
 	Verify func(ctx context.Context, idempotencyKey string) (Verification, error)
+	// VerifySubject names a NATS subject that answers a VerifyRequest
+	// with a VerifyReply, instead of Verify.
+	VerifySubject string
 }
 
 // Verification is the external system's answer about one idempotency key.
@@ -213,14 +239,38 @@ type CompensationInput struct {
 	Output json.RawMessage `json:"output,omitempty"`
 }
 
-// machinery turns p into the pipeline the workers run.
-func (p *Pipeline) machinery() (*recovery.Pipeline, error) {
+// machinery turns p into the pipeline the workers run; agents and tools
+// served on NATS subjects are called through rem.
+func (p *Pipeline) machinery(rem remote) (*recovery.Pipeline, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: a nil Pipeline", ErrInvalidConfig)
 	}
-	tools := make([]recovery.Tool, len(p.Tools))
-	for i, t := range p.Tools {
-		tools[i] = t.machinery()
+	tools := make([]recovery.Tool, 0, len(p.Tools))
+	for _, t := range p.Tools {
+		mt, err := t.machinery(rem)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
+		}
+		tools = append(tools, mt)
+	}
+	// An agent served on a subject is called through a tool of its own.
+	served := map[string]bool{}
+	for _, st := range p.Stages {
+		for _, a := range st.Agents {
+			if a.Subject == "" || served[a.Subject] {
+				continue
+			}
+			if err := validateSubject("agent "+a.Name, a.Subject); err != nil {
+				return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
+			}
+			served[a.Subject] = true
+			subject, timeout := a.Subject, cmp.Or(a.Timeout, ServiceTimeoutDefault)
+			tools = append(tools, recovery.Tool{Name: remoteAgentTool(subject), System: subject,
+				Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+					r, err := rem.call(ctx, subject, timeout, ToolCall(c), true)
+					return r.machinery(), err
+				}})
+		}
 	}
 	reg, err := recovery.NewTools(tools...)
 	if err != nil {
@@ -230,6 +280,9 @@ func (p *Pipeline) machinery() (*recovery.Pipeline, error) {
 	for _, st := range p.Stages {
 		ms := recovery.Stage{Name: st.Name, Optional: st.Optional}
 		for _, a := range st.Agents {
+			if (a.Run == nil) == (a.Subject == "") {
+				return nil, fmt.Errorf("%w: pipeline %s: agent %q needs exactly one of Run and Subject", ErrInvalidConfig, p.Name, a.Name)
+			}
 			ms.Agents = append(ms.Agents, a.machinery())
 		}
 		out.Stages = append(out.Stages, ms)
@@ -245,6 +298,16 @@ func (p *Pipeline) machinery() (*recovery.Pipeline, error) {
 
 func (a Agent) machinery() recovery.Agent {
 	run := a.Run
+	if a.Subject != "" {
+		tool := remoteAgentTool(a.Subject)
+		run = func(ctx context.Context, t *Turn) (any, error) {
+			out, err := t.Tool(ctx, tool, agentTurn{Input: t.Input, Prior: t.Prior})
+			if err != nil {
+				return nil, err
+			}
+			return out, nil
+		}
+	}
 	return recovery.Agent{Name: a.Name, Run: func(ctx context.Context, rt *recovery.Turn) (any, error) {
 		if run == nil {
 			return nil, Permanent(0, fmt.Errorf("agent %s has no Run", a.Name))
@@ -256,27 +319,62 @@ func (a Agent) machinery() recovery.Agent {
 	}}
 }
 
-func (t Tool) machinery() recovery.Tool {
+func (t Tool) machinery(rem remote) (recovery.Tool, error) {
 	out := recovery.Tool{Name: t.Name, System: t.System, RetryableAfterCompensation: t.RetryableAfterCompensation}
-	if call := t.Call; call != nil {
+	call := t.Call
+	timeout := cmp.Or(t.Timeout, ServiceTimeoutDefault)
+	switch {
+	case call != nil && t.Subject != "":
+		return out, fmt.Errorf("%w: tool %q has both Call and Subject", ErrInvalidConfig, t.Name)
+	case t.Subject != "":
+		if err := validateSubject("tool "+t.Name, t.Subject); err != nil {
+			return out, err
+		}
+		subject := t.Subject
+		call = func(ctx context.Context, c ToolCall) (ToolResult, error) {
+			return rem.call(ctx, subject, timeout, c, false)
+		}
+		if out.System == "" {
+			out.System = subject
+		}
+	}
+	if call != nil {
 		out.Call = func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 			r, err := call(ctx, ToolCall(c))
-			out := recovery.ToolResult{Output: r.Output, ResourceID: r.ResourceID}
-			if r.Usage != nil {
-				u := kv.Usage(*r.Usage)
-				out.Usage = &u
-			}
-			return out, err
+			return r.machinery(), err
 		}
 	}
 	if e := t.Effect; e != nil {
 		out.Effect = &recovery.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation}
-		if verify := e.Verify; verify != nil {
+		verify := e.Verify
+		switch {
+		case verify != nil && e.VerifySubject != "":
+			return out, fmt.Errorf("%w: tool %q has both Verify and VerifySubject", ErrInvalidConfig, t.Name)
+		case e.VerifySubject != "":
+			if err := validateSubject("tool "+t.Name+" verify", e.VerifySubject); err != nil {
+				return out, err
+			}
+			subject := e.VerifySubject
+			verify = func(ctx context.Context, key string) (Verification, error) {
+				return rem.verify(ctx, subject, timeout, key)
+			}
+		}
+		if verify != nil {
 			out.Effect.Verify = func(ctx context.Context, key string) (recovery.Verification, error) {
 				v, err := verify(ctx, key)
 				return recovery.Verification(v), err
 			}
 		}
+	}
+	return out, nil
+}
+
+// machinery converts r for the journal.
+func (r ToolResult) machinery() recovery.ToolResult {
+	out := recovery.ToolResult{Output: r.Output, ResourceID: r.ResourceID}
+	if r.Usage != nil {
+		u := kv.Usage(*r.Usage)
+		out.Usage = &u
 	}
 	return out
 }

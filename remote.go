@@ -1,0 +1,205 @@
+package salvage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// ServiceTimeoutDefault bounds one request to an agent or tool served on
+// a NATS subject.
+const ServiceTimeoutDefault = 30 * time.Second
+
+// Headers of a request to an agent or tool served on a NATS subject, and
+// of its reply.
+const (
+	// HeaderIdempotencyKey carries the call's idempotency key: the same on
+	// every retry, redelivery and resume of the call.
+	HeaderIdempotencyKey = "Salvage-Idempotency-Key"
+	// HeaderDeadline is when Salvage stops waiting (RFC 3339).
+	HeaderDeadline = "Salvage-Deadline"
+	// HeaderRetryAfter, on an error reply, asks for a wait before the
+	// next attempt: seconds, or an HTTP date.
+	HeaderRetryAfter = "Retry-After"
+	// HeaderModel, HeaderPromptTokens and HeaderCompletionTokens, on a
+	// reply, report what a model call spent; they are journaled as the
+	// call's usage.
+	HeaderModel            = "Salvage-Model"
+	HeaderPromptTokens     = "Salvage-Prompt-Tokens"
+	HeaderCompletionTokens = "Salvage-Completion-Tokens"
+)
+
+// ServiceRequest is the body of a request to an agent or tool served on a
+// NATS subject. Prior, the earlier stages' outputs, is sent to agents.
+type ServiceRequest struct {
+	Job   string          `json:"job"`
+	Chunk int             `json:"chunk"`
+	Stage int             `json:"stage"`
+	Agent string          `json:"agent"`
+	Seq   int             `json:"seq"`
+	Input json.RawMessage `json:"input"`
+	Prior []StageOutput   `json:"prior,omitempty"`
+}
+
+// VerifyRequest is the body of a request to a side effect's
+// VerifySubject; VerifyReply is the answer.
+type VerifyRequest struct {
+	Key string `json:"idempotency_key"`
+}
+
+// VerifyReply answers a VerifyRequest: whether the call with that key took
+// effect, the id the system gave it, and its output.
+type VerifyReply struct {
+	Applied    bool            `json:"applied"`
+	ResourceID string          `json:"resource_id,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+}
+
+// agentTurn is the journaled input of an agent served on a subject.
+type agentTurn struct {
+	Input json.RawMessage `json:"input"`
+	Prior []StageOutput   `json:"prior,omitempty"`
+}
+
+// remoteAgentTool names the tool through which an agent served on subject
+// is called: one per subject, shared by the agents it serves.
+func remoteAgentTool(subject string) string { return "agent:" + subject }
+
+// validateSubject refuses a subject a request cannot be sent to.
+func validateSubject(what, subject string) error {
+	if subject == "" || strings.ContainsAny(subject, " \t\r\n*>") || strings.HasPrefix(subject, ".") ||
+		strings.HasSuffix(subject, ".") || strings.Contains(subject, "..") {
+		return fmt.Errorf("%w: %s subject %q: want tokens separated by dots, no wildcards or spaces", ErrInvalidConfig, what, subject)
+	}
+	return nil
+}
+
+// remote calls agents and tools served on NATS subjects.
+type remote struct {
+	nc *nats.Conn
+}
+
+// call sends one request for c to subject and classifies the outcome.
+// An agent's turn (turn true) unwraps its journaled input into input and
+// prior.
+func (r remote) call(ctx context.Context, subject string, timeout time.Duration, c ToolCall, turn bool) (ToolResult, error) {
+	req := ServiceRequest{Job: c.Job, Chunk: c.Chunk, Stage: c.Stage, Agent: c.Agent, Seq: c.Seq, Input: c.Input}
+	if turn {
+		var t agentTurn
+		if err := json.Unmarshal(c.Input, &t); err != nil {
+			return ToolResult{}, Permanent(400, fmt.Errorf("agent turn input: %w", err))
+		}
+		req.Input, req.Prior = t.Input, t.Prior
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return ToolResult{}, Permanent(400, err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set(HeaderIdempotencyKey, c.IdempotencyKey)
+	if c.TraceID != "" {
+		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(c.TraceID, streams.DeriveSpanID(c.IdempotencyKey)))
+	}
+	reply, err := r.request(ctx, m, timeout)
+	if err != nil {
+		return ToolResult{}, err
+	}
+	out := ToolResult{Output: asJSON(reply.Data)}
+	if p, err := strconv.ParseInt(reply.Header.Get(HeaderPromptTokens), 10, 64); err == nil {
+		c, _ := strconv.ParseInt(reply.Header.Get(HeaderCompletionTokens), 10, 64)
+		out.Usage = &Usage{Model: reply.Header.Get(HeaderModel), PromptTokens: p, CompletionTokens: c}
+	}
+	return out, nil
+}
+
+// verify asks subject whether the call with key took effect.
+func (r remote) verify(ctx context.Context, subject string, timeout time.Duration, key string) (Verification, error) {
+	body, _ := json.Marshal(VerifyRequest{Key: key})
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set(HeaderIdempotencyKey, key)
+	reply, err := r.request(ctx, m, timeout)
+	if err != nil {
+		return Verification{}, err
+	}
+	var v VerifyReply
+	if err := json.Unmarshal(reply.Data, &v); err != nil {
+		return Verification{}, Permanent(0, fmt.Errorf("verify reply from %s is not {\"applied\", ...}: %w", subject, err))
+	}
+	return Verification(v), nil
+}
+
+// request sends m and waits up to timeout. No responders is transient
+// (the service may be restarting); no answer in time is a timeout (the
+// outcome is unknown); an error reply is classified by its code.
+func (r remote) request(ctx context.Context, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	attempt, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	deadline, _ := attempt.Deadline()
+	m.Header.Set(HeaderDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	reply, err := r.nc.RequestMsgWithContext(attempt, m)
+	switch {
+	case err == nil:
+		return reply, serviceError(m.Subject, reply)
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, Transient(503, fmt.Errorf("no service answers on %s", m.Subject))
+	case attempt.Err() != nil || errors.Is(err, nats.ErrTimeout):
+		return nil, Timeout(fmt.Errorf("no answer on %s within %s", m.Subject, timeout))
+	default:
+		return nil, Transient(0, fmt.Errorf("request on %s: %w", m.Subject, err))
+	}
+}
+
+// serviceError reads an error reply: Nats-Service-Error-Code 4xx is
+// permanent (429 rate-limited, 408 and 409 transient), 5xx and anything
+// else transient; Retry-After is honoured.
+func serviceError(subject string, reply *nats.Msg) error {
+	code := reply.Header.Get(micro.ErrorCodeHeader)
+	if code == "" {
+		return nil
+	}
+	status, _ := strconv.Atoi(code)
+	cause := fmt.Errorf("%s answered %s: %s", subject, code, clip(reply.Header.Get(micro.ErrorHeader), 300))
+	after, hasAfter := retryAfter(http.Header(reply.Header), time.Now())
+	switch {
+	case (status == http.StatusTooManyRequests || status == 529) && hasAfter:
+		if status == 529 {
+			return Overloaded(after, cause)
+		}
+		return RateLimited(after, cause)
+	case status >= 400 && status < 500 && status != http.StatusTooManyRequests && status != http.StatusRequestTimeout && status != http.StatusConflict:
+		return Permanent(status, cause)
+	default:
+		return Transient(status, cause)
+	}
+}
+
+// asJSON keeps a JSON reply as it is and makes any other text a JSON
+// string, so a reply from `nats reply --command` is an output too.
+func asJSON(data []byte) json.RawMessage {
+	if json.Valid(data) {
+		return json.RawMessage(append([]byte(nil), data...))
+	}
+	out, _ := json.Marshal(strings.TrimRight(string(data), "\n"))
+	return out
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
