@@ -17,6 +17,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/spec"
 	"github.com/salvagehq/salvage/natsconf"
 )
 
@@ -40,6 +41,7 @@ type runFlags struct {
 	simTimeout    time.Duration
 	model         simmodel.Config
 	modelFlags    modelFlags
+	pipelinesFile string
 	alerts        salvage.AlertRules
 	alertInterval time.Duration
 	coolDown      time.Duration
@@ -61,6 +63,7 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.drainTimeout, "drain-timeout", salvage.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
 	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
 	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
+	f.StringVar(&r.pipelinesFile, "pipelines", "", "a YAML or JSON file declaring pipelines whose agents and tools are NATS services (README, \"Agents in other languages\"), run next to the built-in ones")
 	f.StringVar(&r.modelFlags.url, "model-url", "", "base URL of an OpenAI-compatible API for contract-review's model (https://api.openai.com/v1, http://127.0.0.1:11434/v1, ...); the key comes from $OPENAI_API_KEY. Default: the sim's, with --sim; else a simulated model in process")
 	f.StringVar(&r.modelFlags.name, "model", "", "the model at --model-url (required with it)")
 	f.DurationVar(&r.modelFlags.timeout, "model-timeout", salvage.ChatTimeoutDefault, "how long one attempt of a call to --model-url may take")
@@ -86,7 +89,7 @@ func (r *runFlags) args() []string {
 		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
 		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites, "--sim", r.simURL,
 		"--sim-timeout", r.simTimeout.String(), "--cool-down", r.coolDown.String(),
-		"--model-url", r.modelFlags.url, "--model", r.modelFlags.name, "--model-timeout", r.modelFlags.timeout.String(),
+		"--pipelines", r.pipelinesFile, "--model-url", r.modelFlags.url, "--model", r.modelFlags.name, "--model-timeout", r.modelFlags.timeout.String(),
 		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
 		"--model-permanent-rate", strconv.FormatFloat(r.model.PermanentRate, 'g', -1, 64),
@@ -106,6 +109,20 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 	pipes, err := pipelines(r.model, r.modelFlags, r.simURL, r.simTimeout)
 	if err != nil {
 		return nil, err
+	}
+	if r.pipelinesFile != "" {
+		declared, err := spec.Load(r.pipelinesFile)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range declared {
+			for _, p := range pipes {
+				if p.Name == d.Name {
+					return nil, fmt.Errorf("%s declares pipeline %s, which is built in", r.pipelinesFile, d.Name)
+				}
+			}
+		}
+		pipes = append(pipes, declared...)
 	}
 	return &salvage.Config{
 		Pipelines: pipes, Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,

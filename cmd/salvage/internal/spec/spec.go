@@ -1,0 +1,245 @@
+// Package spec reads pipelines declared in YAML or JSON (`salvage up
+// --pipelines FILE`): pipelines whose agents and tools are NATS services,
+// so they need no Go. Every error names the file and line.
+package spec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+
+	"github.com/salvagehq/salvage"
+)
+
+// ErrInvalid is wrapped by every error about a pipelines file.
+var ErrInvalid = errors.New("invalid pipelines file")
+
+// maxFile bounds a pipelines file.
+const maxFile = 1 << 20
+
+// File is the document: {"pipelines": [...]}.
+type File struct {
+	Pipelines []Pipeline `yaml:"pipelines" json:"pipelines"`
+}
+
+// Pipeline declares one pipeline.
+type Pipeline struct {
+	Name string `yaml:"name"`
+	// Split is whole, paragraphs or items (salvage.SplitWhole, …).
+	Split     string  `yaml:"split"`
+	MaxChunks int     `yaml:"max_chunks"`
+	Stages    []Stage `yaml:"stages"`
+	Tools     []Tool  `yaml:"tools"`
+}
+
+// Stage declares one stage; its agents run in parallel.
+type Stage struct {
+	Name     string  `yaml:"name"`
+	Optional bool    `yaml:"optional"`
+	Agents   []Agent `yaml:"agents"`
+}
+
+// Agent is served on Subject, or calls Tool with the chunk's input.
+type Agent struct {
+	Name    string `yaml:"name"`
+	Subject string `yaml:"subject"`
+	Tool    string `yaml:"tool"`
+	Timeout string `yaml:"timeout"`
+}
+
+// Tool is served on Subject.
+type Tool struct {
+	Name                       string  `yaml:"name"`
+	Subject                    string  `yaml:"subject"`
+	System                     string  `yaml:"system"`
+	Timeout                    string  `yaml:"timeout"`
+	RetryableAfterCompensation bool    `yaml:"retryable_after_compensation"`
+	Effect                     *Effect `yaml:"effect"`
+}
+
+// Effect declares a tool's side effect.
+type Effect struct {
+	Reversible    bool   `yaml:"reversible"`
+	Compensation  string `yaml:"compensation"`
+	VerifySubject string `yaml:"verify_subject"`
+}
+
+// Load reads and checks the pipelines in path.
+func Load(path string) ([]*salvage.Pipeline, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxFile {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrInvalid, path, maxFile)
+	}
+	return Parse(path, data)
+}
+
+// Parse checks the pipelines in data, read from name.
+func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
+	var doc File
+	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.Strict()); err != nil {
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, name, yaml.FormatError(err, false, false))
+	}
+	file, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, name, yaml.FormatError(err, false, false))
+	}
+	// at names the line of the node at path.
+	at := func(path string) string {
+		p, err := yaml.PathString(path)
+		if err != nil {
+			return name
+		}
+		node, err := p.FilterFile(file)
+		if err != nil || node == nil {
+			return name
+		}
+		return fmt.Sprintf("%s:%d", name, line(node))
+	}
+	fail := func(path, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalid, at(path), fmt.Sprintf(format, args...))
+	}
+	if len(doc.Pipelines) == 0 {
+		return nil, fmt.Errorf("%w: %s: no pipelines (want {\"pipelines\": [...]})", ErrInvalid, name)
+	}
+	var out []*salvage.Pipeline
+	seen := map[string]bool{}
+	for i, p := range doc.Pipelines {
+		pp := fmt.Sprintf("$.pipelines[%d]", i)
+		if err := salvage.ValidateToken("pipeline name", p.Name); err != nil {
+			return nil, fail(pp, "%v", err)
+		}
+		if seen[p.Name] {
+			return nil, fail(pp+".name", "pipeline %s is declared twice", p.Name)
+		}
+		seen[p.Name] = true
+		sp := &salvage.Pipeline{Name: p.Name, MaxChunks: p.MaxChunks}
+		switch p.Split {
+		case "whole", "":
+			sp.Split = salvage.SplitWhole
+		case "paragraphs":
+			sp.Split = salvage.SplitParagraphs
+		case "items":
+			sp.Split = salvage.SplitItems
+		default:
+			return nil, fail(pp+".split", "split %q: want whole, paragraphs or items", p.Split)
+		}
+		if p.MaxChunks < 0 {
+			return nil, fail(pp+".max_chunks", "max_chunks must not be negative")
+		}
+		tools := map[string]bool{}
+		for j, t := range p.Tools {
+			tp := fmt.Sprintf("%s.tools[%d]", pp, j)
+			if t.Name == "" || t.Subject == "" {
+				return nil, fail(tp, "a tool needs a name and a subject")
+			}
+			if tools[t.Name] {
+				return nil, fail(tp+".name", "tool %s is declared twice", t.Name)
+			}
+			tools[t.Name] = true
+			timeout, err := duration(t.Timeout)
+			if err != nil {
+				return nil, fail(tp+".timeout", "%v", err)
+			}
+			st := salvage.Tool{Name: t.Name, Subject: t.Subject, System: t.System, Timeout: timeout, RetryableAfterCompensation: t.RetryableAfterCompensation}
+			if e := t.Effect; e != nil {
+				if e.VerifySubject == "" {
+					return nil, fail(tp+".effect", "a side effect needs a verify_subject: Salvage asks it before repeating a call whose outcome is unknown")
+				}
+				if e.Reversible && e.Compensation == "" {
+					return nil, fail(tp+".effect", "a reversible effect names its compensation tool")
+				}
+				st.Effect = &salvage.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation, VerifySubject: e.VerifySubject}
+			}
+			sp.Tools = append(sp.Tools, st)
+		}
+		for j, t := range p.Tools {
+			if e := t.Effect; e != nil && e.Compensation != "" && !tools[e.Compensation] {
+				return nil, fail(fmt.Sprintf("%s.tools[%d].effect.compensation", pp, j), "compensation tool %s is not declared", e.Compensation)
+			}
+		}
+		if len(p.Stages) == 0 {
+			return nil, fail(pp, "pipeline %s has no stages", p.Name)
+		}
+		for j, s := range p.Stages {
+			sp2 := fmt.Sprintf("%s.stages[%d]", pp, j)
+			if len(s.Agents) == 0 {
+				return nil, fail(sp2, "stage %q has no agents", s.Name)
+			}
+			stage := salvage.Stage{Name: s.Name, Optional: s.Optional}
+			names := map[string]bool{}
+			for k, a := range s.Agents {
+				ap := fmt.Sprintf("%s.agents[%d]", sp2, k)
+				if err := salvage.ValidateToken("agent name", a.Name); err != nil {
+					return nil, fail(ap, "%v", err)
+				}
+				if names[a.Name] {
+					return nil, fail(ap+".name", "agent %s appears twice in the stage", a.Name)
+				}
+				names[a.Name] = true
+				timeout, err := duration(a.Timeout)
+				if err != nil {
+					return nil, fail(ap+".timeout", "%v", err)
+				}
+				switch {
+				case (a.Subject == "") == (a.Tool == ""):
+					return nil, fail(ap, "agent %s needs a subject (a service that answers its turns) or a tool (called with the chunk's input), not both", a.Name)
+				case a.Tool != "" && !tools[a.Tool]:
+					return nil, fail(ap+".tool", "tool %s is not declared in the pipeline's tools", a.Tool)
+				case a.Tool != "":
+					stage.Agents = append(stage.Agents, callsTool(a.Name, a.Tool))
+				default:
+					stage.Agents = append(stage.Agents, salvage.Agent{Name: a.Name, Subject: a.Subject, Timeout: timeout})
+				}
+			}
+			sp.Stages = append(sp.Stages, stage)
+		}
+		out = append(out, sp)
+	}
+	return out, nil
+}
+
+// callsTool is an agent whose turn is one call of tool with the chunk's
+// input; the tool's output is the agent's.
+func callsTool(name, tool string) salvage.Agent {
+	return salvage.Agent{Name: name, Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
+		out, err := t.Tool(ctx, tool, t.Input)
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}}
+}
+
+func duration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("timeout %q: want a positive duration such as 30s", s)
+	}
+	return d, nil
+}
+
+// line is the 1-based line a node starts on.
+func line(n ast.Node) int {
+	if t := n.GetToken(); t != nil && t.Position != nil {
+		return t.Position.Line
+	}
+	return 0
+}

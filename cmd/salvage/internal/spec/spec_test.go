@@ -1,0 +1,86 @@
+package spec_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/spec"
+)
+
+const good = `pipelines:
+  - name: review
+    split: paragraphs
+    max_chunks: 100
+    stages:
+      - name: analyze
+        agents:
+          - name: reviewer
+            subject: agents.reviewer
+            timeout: 5s
+      - name: pay
+        optional: true
+        agents:
+          - name: cashier
+            tool: charge
+    tools:
+      - name: charge
+        subject: tools.charge
+        system: payments
+        effect:
+          reversible: true
+          compensation: refund
+          verify_subject: tools.charge.verify
+      - name: refund
+        subject: tools.refund
+`
+
+func TestParse(t *testing.T) {
+	ps, err := spec.Parse("p.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	if p.Name != "review" || p.MaxChunks != 100 || len(p.Stages) != 2 || !p.Stages[1].Optional || len(p.Tools) != 2 {
+		t.Fatalf("pipeline = %+v", p)
+	}
+	if a := p.Stages[0].Agents[0]; a.Subject != "agents.reviewer" || a.Timeout.Seconds() != 5 || a.Run != nil {
+		t.Errorf("agent = %+v", a)
+	}
+	if a := p.Stages[1].Agents[0]; a.Run == nil || a.Subject != "" {
+		t.Errorf("a tool step is an agent that calls the tool: %+v", a)
+	}
+	if e := p.Tools[0].Effect; e == nil || !e.Reversible || e.Compensation != "refund" || e.VerifySubject != "tools.charge.verify" {
+		t.Errorf("effect = %+v", e)
+	}
+	// JSON is YAML too.
+	if _, err := spec.Parse("p.json", []byte(`{"pipelines": [{"name": "j", "split": "items", "stages": [{"name": "s", "agents": [{"name": "a", "subject": "x.y"}]}]}]}`)); err != nil {
+		t.Errorf("JSON: %v", err)
+	}
+}
+
+// TestErrorsNameTheLine: every mistake is reported with the file and the
+// line it is on.
+func TestErrorsNameTheLine(t *testing.T) {
+	for _, tt := range []struct {
+		name, old, new, want string
+	}{
+		{"unknown split", "split: paragraphs", "split: sentences", "p.yaml:3: split \"sentences\""},
+		{"unknown field", "max_chunks: 100", "max_chunk: 100", "[4:5] unknown field \"max_chunk\""},
+		{"agent without subject or tool", "            subject: agents.reviewer\n", "", "p.yaml:8: agent reviewer needs a subject"},
+		{"undeclared tool", "tool: charge", "tool: charger", "p.yaml:15: tool charger is not declared"},
+		{"bad timeout", "timeout: 5s", "timeout: soon", "p.yaml:10: timeout \"soon\""},
+		{"bad name", "name: review", "name: re.view", "p.yaml:2: bad subject token: pipeline name \"re.view\""},
+		{"effect without verify", "          verify_subject: tools.charge.verify\n", "", "p.yaml:21: a side effect needs a verify_subject"},
+		{"undeclared compensation", "compensation: refund", "compensation: refunds", "p.yaml:22: compensation tool refunds"},
+		{"not YAML", "pipelines:", "pipelines: [", "p.yaml"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := strings.Replace(good, tt.old, tt.new, 1)
+			_, err := spec.Parse("p.yaml", []byte(doc))
+			if !errors.Is(err, spec.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v; want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
