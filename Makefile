@@ -4,6 +4,8 @@ GO ?= go
 BIN := $(CURDIR)/bin
 STATICCHECK_VERSION := v0.8.2
 NATSCLI_VERSION := v0.5.0
+# The TypeScript agent example, built with Node's npm (npm ci: the lock file).
+AGENT_TS := examples/agent-ts
 # Packages whose tests start goroutines that race: all of them, in practice.
 TEST_FLAGS ?= -race -count=1 -timeout 14m
 
@@ -18,7 +20,7 @@ run: build ## the main job: the demo on an embedded server
 build: ## build ./bin/salvage
 	$(GO) build -o $(BIN)/salvage ./cmd/salvage
 
-test: $(BIN)/nats ## the whole suite, on real embedded NATS servers (and the pinned nats CLI)
+test: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded NATS servers (the pinned nats CLI, the Node agent example)
 	$(GO) test $(TEST_FLAGS) ./...
 
 lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck
@@ -40,5 +42,8 @@ $(BIN)/staticcheck:
 $(BIN)/nats:
 	GOBIN=$(BIN) $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION)
 
-clean: ## remove ./bin and the demo's data
-	rm -rf $(BIN) salvage-data
+$(AGENT_TS)/dist/agent.js: $(AGENT_TS)/agent.ts $(AGENT_TS)/package-lock.json $(AGENT_TS)/tsconfig.json
+	cd $(AGENT_TS) && npm ci --no-audit --no-fund && npm run build
+
+clean: ## remove ./bin, the demo's data and the Node example's packages
+	rm -rf $(BIN) salvage-data $(AGENT_TS)/node_modules $(AGENT_TS)/dist

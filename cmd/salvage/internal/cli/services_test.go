@@ -3,9 +3,14 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -68,4 +73,108 @@ func TestAgentServedByTheNatsCLI(t *testing.T) {
 	if ls := natsCmd(t, url, "micro", "ls"); !strings.Contains(string(ls), "salvage") {
 		t.Errorf("nats micro ls:\n%s", ls)
 	}
+}
+
+// TestAgentInTypeScript: a pipeline whose agent is the TypeScript example
+// (examples/agent-ts, a NATS micro service on Node) finishes; its service
+// is SIGKILLed mid-run and started again, and the job still finishes with
+// no turn that had been answered asked again.
+func TestAgentInTypeScript(t *testing.T) {
+	dir := agentTSDir(t)
+	file := writeFile(t, "pipelines.yaml", `pipelines:
+  - name: summaries
+    split: paragraphs
+    stages:
+      - name: summarize
+        agents:
+          - name: summarizer
+            subject: agents.summarize
+            timeout: 2s
+`)
+	url, _ := up(t, "--pipelines", file, "--concurrency", "4")
+	log := filepath.Join(t.TempDir(), "answers.log")
+	node := func() *exec.Cmd {
+		cmd := exec.Command("node", "dist/agent.js")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "NATS_URL="+url, "AGENT_LOG="+log, "AGENT_DELAY_MS=150")
+		startPrinting(t, cmd, "serving ")
+		return cmd
+	}
+	first := node()
+	answered := func() []string {
+		data, _ := os.ReadFile(log)
+		return strings.Fields(strings.ReplaceAll(string(data), "answered ", ""))
+	}
+
+	var paras []string
+	for i := range 24 {
+		paras = append(paras, fmt.Sprintf("Paragraph %d: the Supplier shall deliver the goods within %d days of the order.", i+1, i+5))
+	}
+	body, _ := json.Marshal(map[string]any{"input": strings.Join(paras, "\n\n")})
+	code, out, errOut := run(t, string(body), "submit", "summaries", "-", "--server", url)
+	if code != 0 {
+		t.Fatalf("submit: %s %s", out, errOut)
+	}
+	job := strings.TrimSpace(out)
+	salvagetest.Eventually(t, 30*time.Second, func() bool { return len(answered()) >= 4 }, "the agent to answer some turns")
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	killedAfter := len(answered())
+	node()
+
+	js, err := jetstream.New(salvagetest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := salvage.NewClient(js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := salvagetest.WaitJob(t, c, job, 2*time.Minute)
+	if j.Status != salvage.JobDone || j.Chunks != 24 {
+		t.Fatalf("job = %+v", j)
+	}
+	if killedAfter >= 24 || j.Summary.Tier1Retries+j.Summary.Redeliveries == 0 {
+		t.Fatalf("the kill proved nothing: %d of 24 turns answered before it, %d retries, %d redeliveries after",
+			killedAfter, j.Summary.Tier1Retries, j.Summary.Redeliveries)
+	}
+	seen := map[string]int{}
+	for _, k := range answered() {
+		seen[k]++
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("turn %s answered %d times: an answered turn was asked again", k, n)
+		}
+	}
+	if len(seen) != 24 {
+		t.Errorf("%d turns answered, want 24", len(seen))
+	}
+	res, err := c.Results(context.Background(), job)
+	if err != nil || len(res) != 24 || !strings.Contains(string(res[7]), `"summary":"Paragraph 7: the Supplier shall deliver"`) {
+		t.Errorf("results: %d, %v; chunk 7: %s", len(res), err, res[7])
+	}
+	if ls := natsCmd(t, url, "micro", "ls"); !strings.Contains(string(ls), "agent-ts") || !strings.Contains(string(ls), "salvage") {
+		t.Errorf("nats micro ls does not show the agent next to salvage:\n%s", ls)
+	}
+}
+
+// agentTSDir is the TypeScript example, built: make test runs npm ci and
+// the build first.
+func agentTSDir(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "examples", "agent-ts")
+	if _, err := os.Stat(filepath.Join(dir, "dist", "agent.js")); err != nil {
+		t.Fatalf("examples/agent-ts is not built: run `make test` (it runs npm ci and npm run build there): %v", err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node is not on PATH")
+	}
+	return dir
 }
