@@ -203,6 +203,19 @@ func (e *env) resultsCmd() *cobra.Command {
 			}
 			fmt.Fprintf(e.stdout, "job %s (%s, %s): %d of %d chunks have findings\n", id, j.Pipeline, j.Status, len(results), j.Chunks)
 			tw := table(e.stdout)
+			if j.Pipeline != contractreview.Name {
+				// Another pipeline's results are its own JSON.
+				fmt.Fprintln(tw, "CHUNK\tRESULT")
+				for chunk := 1; chunk <= j.Chunks; chunk++ {
+					r, ok := results[chunk]
+					if !ok {
+						fmt.Fprintf(tw, "%d\t(none)\n", chunk)
+						continue
+					}
+					fmt.Fprintf(tw, "%d\t%s\n", chunk, truncate(string(r), 120))
+				}
+				return tw.Flush()
+			}
 			fmt.Fprintln(tw, "CHUNK\tRISK\tTYPE\tHIGHEST CATEGORIES\tHEADING")
 			for chunk := 1; chunk <= j.Chunks; chunk++ {
 				r, ok := results[chunk]

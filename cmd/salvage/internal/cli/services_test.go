@@ -73,6 +73,10 @@ func TestAgentServedByTheNatsCLI(t *testing.T) {
 	if ls := natsCmd(t, url, "micro", "ls"); !strings.Contains(string(ls), "salvage") {
 		t.Errorf("nats micro ls:\n%s", ls)
 	}
+	// A pipeline of its own shows its results as they are.
+	if code, out, _ := run(t, "", "results", job, "--server", url); code != 0 || !strings.Contains(out, "CHUNK  RESULT") || !strings.Contains(out, `"chunk":2,"stage":1,"agent":"echoer"`) {
+		t.Errorf("salvage results:\n%s", out)
+	}
 }
 
 // TestAgentInTypeScript: a pipeline whose agent is the TypeScript example
