@@ -22,17 +22,38 @@ const ChatTimeoutDefault = 60 * time.Second
 // longer than the model takes: permanent, since retrying cannot shorten it.
 var ErrContextLength = errors.New("salvage: the prompt exceeds the model's context length")
 
+// ChatAPI is the wire format a ChatModel speaks.
+type ChatAPI string
+
+// Chat APIs.
+const (
+	// ChatAPIOpenAI is the OpenAI chat completions API (POST
+	// <BaseURL>/chat/completions), which OpenAI, vLLM, Ollama, llama.cpp's
+	// server, LiteLLM and most gateways speak.
+	ChatAPIOpenAI ChatAPI = "openai"
+	// ChatAPIAnthropic is Anthropic's Messages API (POST
+	// <BaseURL>/messages, BaseURL https://api.anthropic.com/v1).
+	ChatAPIAnthropic ChatAPI = "anthropic"
+)
+
+// AnthropicMaxTokensDefault is the completion bound sent to the Messages
+// API, which requires one, when a ChatRequest sets none.
+const AnthropicMaxTokensDefault = 1024
+
 // ChatModelConfig configures ChatModel.
 type ChatModelConfig struct {
+	// API is the wire format. Default ChatAPIOpenAI.
+	API ChatAPI
 	// BaseURL is the base of an OpenAI-compatible API, such as
 	// https://api.openai.com/v1 or http://127.0.0.1:11434/v1 (Ollama).
 	// Required.
 	BaseURL string
 	// Model names the model. Required.
 	Model string
-	// APIKey is sent as a bearer token; it is never logged, journaled or
-	// put in an envelope or event. Default $OPENAI_API_KEY; a local server
-	// may need none.
+	// APIKey authenticates (a bearer token; x-api-key for Anthropic); it
+	// is never logged, journaled or put in an envelope or event. Default
+	// $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for ChatAPIAnthropic; a local
+	// server may need none.
 	APIKey string
 	// Timeout bounds one attempt. A timed-out attempt is retried by tier 1
 	// like a 5xx: a model call has no side effect. Default
@@ -81,14 +102,28 @@ func ChatModel(name string, cfg ChatModelConfig) (Tool, error) {
 	case cfg.Model == "":
 		return Tool{}, fmt.Errorf("%w: ChatModelConfig.Model is required", ErrInvalidConfig)
 	}
-	if cfg.APIKey == "" {
-		cfg.APIKey = os.Getenv("OPENAI_API_KEY")
+	switch cfg.API {
+	case "", ChatAPIOpenAI:
+		cfg.API = ChatAPIOpenAI
+		if cfg.APIKey == "" {
+			cfg.APIKey = os.Getenv("OPENAI_API_KEY")
+		}
+	case ChatAPIAnthropic:
+		if cfg.APIKey == "" {
+			cfg.APIKey = os.Getenv("ANTHROPIC_API_KEY")
+		}
+	default:
+		return Tool{}, fmt.Errorf("%w: ChatModelConfig.API %q: want %q or %q", ErrInvalidConfig, cfg.API, ChatAPIOpenAI, ChatAPIAnthropic)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = ChatTimeoutDefault
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.API == ChatAPIAnthropic {
+		m := messagesModel{cfg: cfg}
+		return Tool{Name: name, System: "model", Call: m.call}, nil
 	}
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL), option.WithMaxRetries(0), option.WithHTTPClient(cfg.HTTPClient),
@@ -177,6 +212,15 @@ func classifyChat(ctx, attempt context.Context, timeout time.Duration, err error
 	if apiErr.Response != nil {
 		header = apiErr.Response.Header
 	}
+	contextLength := apiErr.Code == "context_length_exceeded" || apiErr.Code == "string_above_max_length"
+	return classifyStatus(status, header, cause, contextLength)
+}
+
+// classifyStatus types a model API's error answer by its status and
+// headers: 429 and 529 with a wait are rate limits, without one (and 408,
+// 409, 5xx) transient, other 4xx permanent; a context-length error, as
+// the API's error code says, wraps ErrContextLength.
+func classifyStatus(status int, header http.Header, cause error, contextLength bool) error {
 	switch {
 	case status == http.StatusTooManyRequests || status == 529:
 		if after, ok := retryAfter(header, time.Now()); ok && status == 529 {
@@ -187,7 +231,7 @@ func classifyChat(ctx, attempt context.Context, timeout time.Duration, err error
 		return Transient(status, cause)
 	case status == http.StatusRequestTimeout || status == http.StatusConflict || status >= 500:
 		return Transient(status, cause)
-	case apiErr.Code == "context_length_exceeded" || apiErr.Code == "string_above_max_length":
+	case contextLength:
 		return Permanent(status, fmt.Errorf("%w: %w", ErrContextLength, cause))
 	default:
 		return Permanent(status, cause)

@@ -163,3 +163,104 @@ func callModel(t *testing.T, url string, timeout time.Duration) (salvage.ToolRes
 	in, _ := json.Marshal(salvage.ChatRequest{Messages: []salvage.Message{{Role: "user", Content: "Rate this clause 0-10."}}, MaxTokens: 5})
 	return tool.Call(context.Background(), salvage.ToolCall{Input: in, IdempotencyKey: "idem-1"})
 }
+
+// TestAnthropicMessagesClassifiesEveryErrorShape: the same for Anthropic's
+// Messages API, whose errors are {"type": "error", "error": {"type",
+// "message"}}.
+func TestAnthropicMessagesClassifiesEveryErrorShape(t *testing.T) {
+	anthropicError := func(typ, msg string) string {
+		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+		return string(b)
+	}
+	for _, tt := range []struct {
+		name       string
+		status     int
+		header     map[string]string
+		body       string
+		sleep      time.Duration
+		is         error
+		retryAfter time.Duration
+	}{
+		{"429 retry-after", 429, map[string]string{"Retry-After": "3"}, anthropicError("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"), 0, salvage.ErrRateLimited, 3 * time.Second},
+		{"529 overloaded", 529, map[string]string{"Retry-After": "1"}, anthropicError("overloaded_error", "Overloaded"), 0, salvage.ErrRateLimited, time.Second},
+		{"529 without a wait", 529, nil, anthropicError("overloaded_error", "Overloaded"), 0, salvage.ErrTransient, 0},
+		{"500", 500, nil, anthropicError("api_error", "Internal server error"), 0, salvage.ErrTransient, 0},
+		{"timeout", 200, nil, "", 2 * time.Second, salvage.ErrTimeout, 0},
+		{"400 prompt too long", 400, nil, anthropicError("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"), 0, salvage.ErrPermanent, 0},
+		{"401", 401, nil, anthropicError("authentication_error", "invalid x-api-key"), 0, salvage.ErrPermanent, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var requests atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				if tt.sleep > 0 {
+					select {
+					case <-time.After(tt.sleep):
+					case <-r.Context().Done():
+						return
+					}
+				}
+				for k, v := range tt.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tt.status)
+				_, _ = io.WriteString(w, tt.body)
+			}))
+			defer srv.Close()
+			_, err := callAnthropic(t, srv.URL+"/v1", 300*time.Millisecond)
+			var ce *salvage.CallError
+			if !errors.Is(err, tt.is) || !errors.As(err, &ce) {
+				t.Fatalf("error %v; want a CallError matching %v", err, tt.is)
+			}
+			if ce.RetryAfter != tt.retryAfter || (tt.status != 200 && ce.Status != tt.status) {
+				t.Errorf("status %d retry after %s; want %d and %s", ce.Status, ce.RetryAfter, tt.status, tt.retryAfter)
+			}
+			if errors.Is(err, salvage.ErrContextLength) {
+				t.Errorf("the Messages API names no error code for context length; a 400 is plainly permanent: %v", err)
+			}
+			if strings.Contains(err.Error(), "SECRET") || requests.Load() != 1 {
+				t.Errorf("error %q after %d requests", err, requests.Load())
+			}
+		})
+	}
+}
+
+// TestAnthropicMessagesAnswers: content blocks become the content, usage
+// is input and output tokens, the key goes as x-api-key and system
+// messages as the system prompt.
+func TestAnthropicMessagesAnswers(t *testing.T) {
+	var got *http.Request
+	var body map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-test-1",
+			"content":[{"type":"text","text":"8"}],"stop_reason":"end_turn","usage":{"input_tokens":30,"output_tokens":2}}`)
+	}))
+	defer srv.Close()
+	res, err := callAnthropic(t, srv.URL+"/v1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out salvage.ChatResponse
+	_ = json.Unmarshal(res.Output, &out)
+	if out.Content != "8" || out.FinishReason != "end_turn" || out.Usage != (salvage.Usage{Model: "claude-test-1", PromptTokens: 30, CompletionTokens: 2}) || res.Usage == nil {
+		t.Errorf("response = %+v, usage %+v", out, res.Usage)
+	}
+	if got.URL.Path != "/v1/messages" || got.Header.Get("x-api-key") != testKey || got.Header.Get("anthropic-version") == "" || got.Header.Get("Idempotency-Key") != "idem-1" {
+		t.Errorf("request %s headers %v", got.URL.Path, got.Header)
+	}
+	if body["system"] != "Be brief." || body["max_tokens"] != float64(5) || len(body["messages"].([]any)) != 1 {
+		t.Errorf("request body = %v", body)
+	}
+}
+
+func callAnthropic(t *testing.T, url string, timeout time.Duration) (salvage.ToolResult, error) {
+	t.Helper()
+	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{API: salvage.ChatAPIAnthropic, BaseURL: url, Model: "claude-test", APIKey: testKey, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := json.Marshal(salvage.ChatRequest{Messages: []salvage.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Rate this clause 0-10."}}, MaxTokens: 5})
+	return tool.Call(context.Background(), salvage.ToolCall{Input: in, IdempotencyKey: "idem-1"})
+}

@@ -142,6 +142,13 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 	}
 	unfinished := 0
 	for _, cp := range cps {
+		// A chunk that has not reached an outcome adds only what the job
+		// already counted of it (its last Recount): the rest comes with
+		// its outcome's Recount, and must not be counted twice.
+		if Outcome(cp.Status) == "" {
+			cp.Tier1Retries, cp.Redeliveries = cp.CountedTier1, cp.CountedRedeliveries
+			cp.PromptTokens, cp.CompletionTokens = cp.CountedPromptTokens, cp.CountedCompletionTokens
+		}
 		s.Tier1Retries += cp.Tier1Retries
 		s.PromptTokens += cp.PromptTokens
 		s.CompletionTokens += cp.CompletionTokens

@@ -355,3 +355,48 @@ func TestCancelledJobCountsStayWhole(t *testing.T) {
 		t.Fatalf("late cancellation applied: %+v settle %v, %v; want the counts unchanged and a settle asked for", j.Summary, settle, err)
 	}
 }
+
+// TestRepairDoesNotCountARunningChunkTwice: a repair Settle while a chunk
+// runs counts only what the job already counted of it; the chunk's own
+// outcome then adds the rest, so retries and tokens are counted once.
+func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
+	st := setup(t)
+	ctx := context.Background()
+	if err := st.Jobs.Create(ctx, kv.Job{ID: "R", Pipeline: "p", Chunks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The chunk runs a stage: retries and tokens in its checkpoint, not
+	// yet counted in the job.
+	if _, err := st.Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.Tier1Retries, cp.PromptTokens, cp.CompletionTokens = kv.StatusRunning, 3, 100, 7
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cps, _ := st.Checkpoints.ForJob(ctx, "R", 1)
+	if j, _, err := st.Jobs.Settle(ctx, "R", cps); err != nil || j.Summary.Tier1Retries != 0 || j.Summary.PromptTokens != 0 {
+		t.Fatalf("repair while running: %+v, %v", j.Summary, err)
+	}
+	// It finishes: its Recount carries everything it spent.
+	var d kv.Delta
+	if _, err := st.Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.PromptTokens, cp.CompletionTokens = kv.StatusDone, 150, 9
+		d = cp.Recount()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	j, settle, err := st.Jobs.Apply(ctx, "R", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settle {
+		cps, _ = st.Checkpoints.ForJob(ctx, "R", 1)
+		if j, _, err = st.Jobs.Settle(ctx, "R", cps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j.Summary.Tier1Retries != 3 || j.Summary.PromptTokens != 150 || j.Summary.CompletionTokens != 9 || j.Status != kv.JobDone {
+		t.Errorf("job = %s %+v; want 3 retries and 150+9 tokens, once", j.Status, j.Summary)
+	}
+}

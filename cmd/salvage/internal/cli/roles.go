@@ -55,23 +55,25 @@ func resolveRoles(values []string) ([]salvage.Role, bool, error) {
 
 // modelFlags say which model contract-review calls.
 type modelFlags struct {
+	api     string
 	url     string
 	name    string
 	timeout time.Duration
 }
 
 // pipelines are the built-in pipelines. contract-review calls the model at
-// --model-url through the OpenAI-compatible client; without one, the
-// `salvage sim` at simURL through that same client; without either, the
-// simulated model in process. order-fulfillment needs the sim.
+// --model-url through salvage.ChatModel (--model-api: OpenAI's chat
+// completions or Anthropic's Messages); without one, the `salvage sim` at
+// simURL through that same client; without either, the simulated model in
+// process. order-fulfillment needs the sim.
 func pipelines(model simmodel.Config, mf modelFlags, simURL string, simTimeout time.Duration) ([]*salvage.Pipeline, error) {
 	var tool salvage.Tool
 	var err error
 	switch {
 	case mf.url != "":
-		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{BaseURL: mf.url, Model: mf.name, Timeout: mf.timeout})
+		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{API: salvage.ChatAPI(mf.api), BaseURL: mf.url, Model: mf.name, Timeout: mf.timeout})
 	case simURL != "":
-		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{BaseURL: strings.TrimSuffix(simURL, "/") + "/v1", Model: simmodel.ModelName, Timeout: simTimeout})
+		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{API: salvage.ChatAPI(mf.api), BaseURL: strings.TrimSuffix(simURL, "/") + "/v1", Model: simmodel.ModelName, Timeout: simTimeout})
 	default:
 		var m *simmodel.Model
 		if m, err = simmodel.New(model); err == nil {

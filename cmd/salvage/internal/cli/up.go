@@ -64,8 +64,9 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
 	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
 	f.StringVar(&r.pipelinesFile, "pipelines", "", "a YAML or JSON file declaring pipelines whose agents and tools are NATS services (README, \"Agents in other languages\"), run next to the built-in ones")
-	f.StringVar(&r.modelFlags.url, "model-url", "", "base URL of an OpenAI-compatible API for contract-review's model (https://api.openai.com/v1, http://127.0.0.1:11434/v1, ...); the key comes from $OPENAI_API_KEY. Default: the sim's, with --sim; else a simulated model in process")
+	f.StringVar(&r.modelFlags.url, "model-url", "", "base URL of the API of contract-review's model (https://api.openai.com/v1, http://127.0.0.1:11434/v1, https://api.anthropic.com/v1, ...); see --model-api. Default: the sim's, with --sim; else a simulated model in process")
 	f.StringVar(&r.modelFlags.name, "model", "", "the model at --model-url (required with it)")
+	f.StringVar(&r.modelFlags.api, "model-api", string(salvage.ChatAPIOpenAI), "the model API: openai (chat completions; key $OPENAI_API_KEY) or anthropic (Messages; key $ANTHROPIC_API_KEY)")
 	f.DurationVar(&r.modelFlags.timeout, "model-timeout", salvage.ChatTimeoutDefault, "how long one attempt of a call to --model-url may take")
 	f.DurationVar(&r.coolDown, "cool-down", salvage.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
 	f.IntVar(&r.alerts.BurstCount, "alert-burst", salvage.AlertBurstCountDefault, "alert when this many envelopes arrive within --alert-burst-window")
@@ -89,7 +90,7 @@ func (r *runFlags) args() []string {
 		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
 		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites, "--sim", r.simURL,
 		"--sim-timeout", r.simTimeout.String(), "--cool-down", r.coolDown.String(),
-		"--pipelines", r.pipelinesFile, "--model-url", r.modelFlags.url, "--model", r.modelFlags.name, "--model-timeout", r.modelFlags.timeout.String(),
+		"--pipelines", r.pipelinesFile, "--model-api", r.modelFlags.api, "--model-url", r.modelFlags.url, "--model", r.modelFlags.name, "--model-timeout", r.modelFlags.timeout.String(),
 		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
 		"--model-permanent-rate", strconv.FormatFloat(r.model.PermanentRate, 'g', -1, 64),

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -92,30 +93,38 @@ func contentText(raw json.RawMessage) string {
 	return b.String()
 }
 
-// chatFailure answers the model's failure in the shape of its class.
+// chatFailure answers the model's failure in the shape of its class, in
+// the OpenAI shape.
 func chatFailure(w http.ResponseWriter, r *http.Request, err error) {
+	modelFailure(w, r, err, chatError)
+}
+
+// modelFailure answers the model's failure with writeErr (an API's error
+// shape): 429 or 529 with Retry-After, 500 or 503, a 400, or, for a
+// timeout, no answer until the caller gives up.
+func modelFailure(w http.ResponseWriter, r *http.Request, err error, writeErr func(http.ResponseWriter, int, string, string)) {
 	var ce *salvage.CallError
 	switch {
 	case r.Context().Err() != nil:
 		return // the caller is gone
 	case !errors.As(err, &ce):
-		chatError(w, 500, "server_error", err.Error())
+		writeErr(w, 500, "server_error", err.Error())
 	case errors.Is(err, salvage.ErrRateLimited):
 		w.Header().Set("Retry-After", strconv.Itoa(int((ce.RetryAfter+time.Second-1)/time.Second)))
 		w.Header().Set(HeaderRetryAfterMS, strconv.FormatInt(ce.RetryAfter.Milliseconds(), 10))
 		if ce.Status == 529 {
-			chatError(w, 529, "overloaded_error", "Overloaded")
+			writeErr(w, 529, "overloaded_error", "Overloaded")
 			return
 		}
-		chatError(w, 429, "rate_limit_exceeded", "Rate limit reached for requests")
+		writeErr(w, 429, "rate_limit_exceeded", "Rate limit reached for requests")
 	case errors.Is(err, salvage.ErrPermanent):
-		chatError(w, 400, "invalid_request_error", "The model rejected the request")
+		writeErr(w, 400, "invalid_request_error", "The model rejected the request")
 	case errors.Is(err, salvage.ErrTimeout):
 		// No answer: hold the request until the caller gives up.
 		sleep(r.Context(), chatHangMax)
-		chatError(w, 504, "timeout", "upstream timed out")
+		writeErr(w, 504, "timeout", "upstream timed out")
 	default:
-		chatError(w, max(ce.Status, 500), "server_error", http.StatusText(max(ce.Status, 500)))
+		writeErr(w, max(ce.Status, 500), "server_error", http.StatusText(max(ce.Status, 500)))
 	}
 }
 
@@ -138,4 +147,63 @@ func readBody(r *http.Request) ([]byte, error) {
 		return nil, fmt.Errorf("request body over %d bytes", maxBody)
 	}
 	return body, nil
+}
+
+// messagesRequest is the part of an Anthropic Messages request the sim
+// reads.
+type messagesRequest struct {
+	Model    string `json:"model"`
+	System   string `json:"system"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+}
+
+// serveMessages answers POST /v1/messages as Anthropic's Messages API
+// would, from the same simulated model and failures as serveChat.
+func serveMessages(w http.ResponseWriter, r *http.Request, model *simmodel.Model) {
+	body, err := readBody(r)
+	if err != nil {
+		messagesError(w, 400, "invalid_request_error", err.Error())
+		return
+	}
+	var in messagesRequest
+	if err := json.Unmarshal(body, &in); err != nil || len(in.Messages) == 0 {
+		messagesError(w, 400, "invalid_request_error", "want {\"model\", \"max_tokens\", \"messages\": [...]}")
+		return
+	}
+	req := salvage.ChatRequest{}
+	if in.System != "" {
+		req.Messages = append(req.Messages, salvage.Message{Role: "system", Content: in.System})
+	}
+	for _, m := range in.Messages {
+		req.Messages = append(req.Messages, salvage.Message{Role: m.Role, Content: contentText(m.Content)})
+	}
+	key := r.Header.Get(HeaderIdempotencyKey)
+	if key == "" {
+		sum := sha256.Sum256(body)
+		key = hex.EncodeToString(sum[:])
+	}
+	resp, err := model.Chat(r.Context(), key, req)
+	if err != nil {
+		modelFailure(w, r, err, messagesError)
+		return
+	}
+	writeJSON(w, 200, map[string]any{
+		"id": "msg_sim_" + strconv.FormatInt(chatSeq.Add(1), 10), "type": "message", "role": "assistant",
+		"model": cmp.Or(in.Model, simmodel.ModelName), "content": []map[string]string{{"type": "text", "text": resp.Content}},
+		"stop_reason": "end_turn", "usage": map[string]int64{"input_tokens": resp.Usage.PromptTokens, "output_tokens": resp.Usage.CompletionTokens},
+	})
+}
+
+// messagesError writes an error in Anthropic's shape.
+func messagesError(w http.ResponseWriter, status int, typ, msg string) {
+	switch typ {
+	case "rate_limit_exceeded":
+		typ = "rate_limit_error"
+	case "server_error", "timeout":
+		typ = "api_error"
+	}
+	writeJSON(w, status, map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
 }

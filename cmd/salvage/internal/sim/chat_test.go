@@ -15,9 +15,8 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 )
 
-// chatTool points the real OpenAI-compatible client at a sim whose model
-// has cfg.
-func chatTool(t *testing.T, cfg simmodel.Config) salvage.Tool {
+// apiTool points the real client for api at a sim whose model has cfg.
+func apiTool(t *testing.T, cfg simmodel.Config, api salvage.ChatAPI) salvage.Tool {
 	t.Helper()
 	m, err := simmodel.New(cfg)
 	if err != nil {
@@ -25,7 +24,7 @@ func chatTool(t *testing.T, cfg simmodel.Config) salvage.Tool {
 	}
 	srv := httptest.NewServer(sim.Handler(sim.NewState(sim.Config{}), m))
 	t.Cleanup(srv.Close)
-	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, Timeout: 100 * time.Millisecond})
+	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{API: api, BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +39,13 @@ func chat(tool salvage.Tool, key, prompt string) (salvage.ToolResult, error) {
 // TestChatCompletionsAnswer: the sim's /v1/chat/completions answers the
 // real client with a score and usage, the same for the same prompt.
 func TestChatCompletionsAnswer(t *testing.T) {
-	tool := chatTool(t, simmodel.Config{Seed: 3})
+	for _, api := range []salvage.ChatAPI{salvage.ChatAPIOpenAI, salvage.ChatAPIAnthropic} {
+		t.Run(string(api), func(t *testing.T) { answers(t, api) })
+	}
+}
+
+func answers(t *testing.T, api salvage.ChatAPI) {
+	tool := apiTool(t, simmodel.Config{Seed: 3}, api)
 	a, err := chat(tool, "k1", "The Supplier shall indemnify the Customer.")
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +70,13 @@ func TestChatCompletionsAnswer(t *testing.T) {
 // answers each error shape a real API sends, and the real client
 // classifies each as specified.
 func TestChatCompletionsFailLikeARealAPI(t *testing.T) {
-	tool := chatTool(t, simmodel.Config{Seed: 1, FailureRate: 1})
+	for _, api := range []salvage.ChatAPI{salvage.ChatAPIOpenAI, salvage.ChatAPIAnthropic} {
+		t.Run(string(api), func(t *testing.T) { failLikeARealAPI(t, api) })
+	}
+}
+
+func failLikeARealAPI(t *testing.T, api salvage.ChatAPI) {
+	tool := apiTool(t, simmodel.Config{Seed: 1, FailureRate: 1}, api)
 	seen := map[string]int{}
 	for i := range 120 {
 		_, err := chat(tool, fmt.Sprintf("key-%d", i), "clause")
@@ -92,7 +103,7 @@ func TestChatCompletionsFailLikeARealAPI(t *testing.T) {
 		}
 	}
 
-	perm := chatTool(t, simmodel.Config{PermanentRate: 1})
+	perm := apiTool(t, simmodel.Config{PermanentRate: 1}, api)
 	if _, err := chat(perm, "k", "clause"); !errors.Is(err, salvage.ErrPermanent) {
 		t.Errorf("a rejected prompt: %v, want permanent", err)
 	}

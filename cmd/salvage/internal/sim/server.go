@@ -41,7 +41,8 @@ type CompensateRequest struct {
 }
 
 // Handler serves the sim's HTTP API over state, with model answering
-// /v1/chat/completions as an OpenAI-compatible API would.
+// /v1/chat/completions as an OpenAI-compatible API would and /v1/messages
+// as Anthropic's Messages API would.
 func Handler(state *State, model *simmodel.Model) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -64,6 +65,7 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 		writeJSON(w, 200, cfg)
 	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { serveChat(w, r, model) })
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { serveMessages(w, r, model) })
 	mux.HandleFunc("GET /v1/{system}/effects/{key}", func(w http.ResponseWriter, r *http.Request) {
 		sys, ok := systemByName(r.PathValue("system"))
 		if !ok {
