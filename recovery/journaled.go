@@ -112,14 +112,16 @@ func (r *Replay) Flush(ctx context.Context) error {
 	return first
 }
 
-// Tool calls a registered tool through the journal: the row is written
-// INITIATED before the call and SUCCEEDED or FAILED after it, under the
-// deterministic key of invariant 2. A row that already SUCCEEDED returns
+// Tool calls a registered tool through the journal, under the
+// deterministic key of invariant 2: a tool with a side effect has its row
+// written INITIATED before the call, and every call's row says SUCCEEDED
+// or FAILED after it. A row that already SUCCEEDED returns
 // its output without a call; a row left INITIATED by a crash is an unknown
 // outcome, settled by the tool's Verify before anything else runs. input
-// must marshal to JSON. It blocks for the INITIATED row and the call; the
-// row recording the result is written without holding the agent up and is
-// durable before the stage's checkpoint (Replay.Flush).
+// must marshal to JSON. It blocks for the INITIATED row (side effects
+// only) and the call; the row recording the result is written without
+// holding the agent up and is durable before the stage's checkpoint
+// (Replay.Flush).
 func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
 	before := t.seq
 	out, err := t.call(ctx, name, input)
@@ -183,7 +185,11 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 		}
 		t.stats.Snapshots.Add(1)
 	}
-	if !seen || prev.Status != kv.CallInitiated {
+	// Only a call with a side effect needs its row before it runs: a
+	// crash mid-call then leaves INITIATED, an unknown outcome to verify.
+	// A pure call that dies in flight is simply made again; its one row
+	// is its outcome, written without holding the agent up.
+	if tool.Effect != nil && (!seen || prev.Status != kv.CallInitiated) {
 		if _, err := t.replay.put(ctx, row); err != nil {
 			return nil, fmt.Errorf("journal %s: %w", key, err)
 		}
