@@ -1,5 +1,7 @@
 package consumers
 
+import "github.com/salvagehq/salvage/recovery"
+
 // SetAfterPublish installs a hook that runs right after the splitter
 // publishes a job's chunks and before it creates the record, so a test can
 // crash the splitter there.
@@ -9,3 +11,9 @@ func SetAfterPublish(s *Splitter, f func()) { s.afterPublish = f }
 // chunk's done checkpoint, before it acks or counts it, so a test can kill
 // the worker process there.
 func SetAfterDone(w *Worker, f func()) { w.afterDone = f }
+
+// SetJournal wraps the store a worker writes journal rows to, so a test
+// can kill the worker process between a call's return and its row.
+func SetJournal(w *Worker, wrap func(recovery.JournalStore) recovery.JournalStore) {
+	w.journal = wrap(w.journal)
+}

@@ -22,6 +22,8 @@ import (
 type tracker struct {
 	js     jetstream.JetStream
 	stores *kv.Stores
+	// counts, when set, coalesces the count writes of concurrent chunks.
+	counts *counts
 }
 
 // apply records one chunk's transition in its job's counts — one CAS on
@@ -29,7 +31,17 @@ type tracker struct {
 // When the counts say every chunk is over, it settles the job against its
 // checkpoints: once per job, not per chunk. An empty delta does nothing.
 func (t tracker) apply(ctx context.Context, jobID string, chunk int, status string, d kv.Delta) (kv.Job, error) {
-	job, settle, err := t.stores.Jobs.Apply(ctx, jobID, d)
+	if d.Empty() {
+		return kv.Job{}, nil
+	}
+	var job kv.Job
+	var settle bool
+	var err error
+	if t.counts != nil {
+		job, settle, err = t.counts.apply(ctx, jobID, d)
+	} else {
+		job, settle, err = t.stores.Jobs.Apply(ctx, jobID, d)
+	}
 	if err != nil {
 		return job, err
 	}

@@ -115,6 +115,12 @@ type Worker struct {
 	tracker tracker
 	letter  letterer
 	cancels *cancelRegistry
+	// tails bounds the finished chunks still doing their bookkeeping
+	// after giving their slot to the next chunk.
+	tails chan struct{}
+	// journal is where the chunks' journal rows go: stores.Journal, or a
+	// test's wrapper of it.
+	journal recovery.JournalStore
 	// afterDone, when set by tests, runs right after a chunk's done
 	// checkpoint is written and before anything else: the place where a
 	// crash leaves a job and an envelope for the repair paths to settle.
@@ -136,11 +142,13 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	tr := tracker{js: js, stores: stores}
+	tr := tracker{js: js, stores: stores, counts: newCounts(stores)}
 	return &Worker{
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
 		cancels: newCancelRegistry(),
+		tails:   make(chan struct{}, cfg.Concurrency),
+		journal: stores.Journal,
 	}, nil
 }
 
@@ -175,21 +183,29 @@ func (w *Worker) Run(ctx context.Context) error {
 			slots <- struct{}{}
 			free++
 		}
+		// Take what is there now; when nothing is, wait for one. A fetch
+		// waiting for all it asked for would hold free slots idle while
+		// chunks trickle in (a job's window admits one per chunk taken).
 		got := 0
-		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(time.Second))
-		if err == nil {
+		run := func(batch jetstream.MessageBatch) error {
 			for m := range batch.Messages() {
 				got++
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer func() { <-slots }()
-					w.handle(workCtx, m)
+					w.handle(workCtx, m, func() { <-slots })
 				}()
 			}
+			return batch.Error()
 		}
+		batch, err := cons.FetchNoWait(free)
 		if err == nil {
-			err = batch.Error()
+			err = run(batch)
+		}
+		if got == 0 && (err == nil || errors.Is(err, jetstream.ErrNoMessages)) {
+			if batch, err = cons.Fetch(1, jetstream.FetchMaxWait(time.Second)); err == nil {
+				err = run(batch)
+			}
 		}
 		for range free - got {
 			<-slots

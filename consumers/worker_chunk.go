@@ -32,19 +32,56 @@ type run struct {
 	replay *recovery.Replay
 	// states are the agents' states, from their latest stage snapshots.
 	states map[string]*recovery.AgentState
+
+	// free gives the run's slot back, at most once (done).
+	free     func()
+	freeOnce sync.Once
+	tail     bool
+	// bg holds work started off the chunk's critical path.
+	bg sync.WaitGroup
+}
+
+// background runs f beside the chunk; the delivery's handling ends only
+// when f has returned.
+func (r *run) background(f func()) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		f()
+	}()
+}
+
+// done gives the run's slot to the next chunk while this one finishes its
+// bookkeeping, as one of at most Concurrency such tails.
+func (r *run) done() {
+	r.freeOnce.Do(func() {
+		r.w.tails <- struct{}{}
+		r.tail = true
+		r.free()
+	})
 }
 
 // handle runs one delivered chunk to one of: ack (done, cancelled, already
 // finished), term (permanent failure, after its envelope is stored), nak
 // with delay (tier 1 exhausted), or nothing at all (a stale worker, which
-// must not ack).
-func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
+// must not ack). free gives the delivery's slot back: once, when the
+// chunk's outcome is durable (its bookkeeping goes on beside the next
+// chunk) or when handle returns.
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
+	r := &run{w: w, m: m, log: w.log, free: free}
+	defer func() {
+		r.bg.Wait()
+		r.freeOnce.Do(free)
+		if r.tail {
+			<-w.tails
+		}
+	}()
 	meta, err := m.Metadata()
 	if err != nil {
 		w.log.Error().Err(err).Msg("chunk message without metadata")
 		return
 	}
-	r := &run{w: w, m: m, meta: meta, log: w.log}
+	r.meta = meta
 	if err := json.Unmarshal(m.Data(), &r.chunk); err != nil || r.chunk.Job == "" || r.chunk.Chunk < 1 {
 		r.malformed(ctx, err)
 		return
@@ -132,7 +169,10 @@ func (r *run) run(ctx context.Context) error {
 	r.lease = lease
 	linked, byHand := r.linkedEnvelope()
 	var taken kv.Delta
+	fresh := false
 	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
+		// Never taken before: no worker has written a journal row for it.
+		fresh = cp.MsgSeq == 0
 		cp.Status = kv.StatusRunning
 		countRedeliveries(cp, r.meta)
 		cp.ClearLastError()
@@ -162,21 +202,28 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
-	if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, cp.Status, taken); err != nil {
-		r.log.Warn().Err(err).Msg("count the chunk's start in its job")
-	}
+	// Counting the start and admitting the job's next chunk need not hold
+	// this one up; the run waits for them before it returns.
+	r.background(func() {
+		if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, kv.StatusRunning, taken); err != nil {
+			r.log.Warn().Err(err).Msg("count the chunk's start in its job")
+		}
+		if err := admitAfter(ctx, w.js, job, r.chunk.Chunk); err != nil {
+			// The next take of this chunk, or the sweeper, admits it.
+			r.log.Warn().Err(err).Msg("admit the next chunk of the job")
+		}
+	})
 	if byHand && cp.Envelope == linked {
 		r.replayedByHand(ctx, linked)
 	}
-	if err := admitAfter(ctx, w.js, job, r.chunk.Chunk); err != nil {
-		// The next take of this chunk, or the sweeper, admits it.
-		r.log.Warn().Err(err).Msg("admit the next chunk of the job")
+	rows := map[string]kv.StoredRow{}
+	if !fresh {
+		rows, err = w.stores.Journal.Load(ctx, r.chunk.Job, r.chunk.Chunk, cp.Epoch)
+		if err != nil {
+			return err
+		}
 	}
-	rows, err := w.stores.Journal.Load(ctx, r.chunk.Job, r.chunk.Chunk, cp.Epoch)
-	if err != nil {
-		return err
-	}
-	r.replay = recovery.NewReplay(w.stores.Journal, rows)
+	r.replay = recovery.NewReplay(w.journal, rows)
 	r.states = map[string]*recovery.AgentState{}
 	for agent, ref := range cp.Snapshots {
 		st, err := recovery.LoadSnapshot(ctx, w.stores.Snapshots, ref)
@@ -190,6 +237,7 @@ func (r *run) run(ctx context.Context) error {
 		}
 		r.states[agent] = st
 	}
+	recovery.RebuildCompleted(r.states, rows, cp.Stage)
 
 	chunkCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -211,6 +259,7 @@ func (r *run) run(ctx context.Context) error {
 func (r *run) job(ctx context.Context) (kv.Job, error) {
 	deadline := time.Now().Add(r.w.cfg.JobWait)
 	lastBeat := time.Now()
+	poll := 5 * time.Millisecond
 	for {
 		job, err := r.w.stores.Jobs.Get(ctx, r.chunk.Job)
 		if !errors.Is(err, kv.ErrNotFound) || time.Now().After(deadline) {
@@ -223,8 +272,11 @@ func (r *run) job(ctx context.Context) (kv.Job, error) {
 		select {
 		case <-ctx.Done():
 			return job, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(poll):
 		}
+		// The record usually lands within milliseconds (the splitter is
+		// publishing the job's last chunks): look again soon, then back off.
+		poll = min(2*poll, 250*time.Millisecond)
 	}
 }
 
@@ -337,15 +389,18 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 	return r.finish(ctx, p, cp, fence)
 }
 
-// snapshot saves each agent of a finished stage; the names go into the
-// stage's checkpoint write, so a resume starts every agent from here.
+// snapshot saves each agent of a finished stage that keeps more than the
+// journal rebuilds (recovery.AgentState.Derivable), or was snapshotted
+// before; the names go into the stage's checkpoint write, so a resume
+// starts every agent from here.
 func (r *run) snapshot(ctx context.Context, st recovery.Stage, cp *kv.Checkpoint) error {
 	if cp.Snapshots == nil {
 		cp.Snapshots = map[string]kv.SnapshotRef{}
 	}
 	for _, a := range st.Agents {
 		state := r.states[a.Name]
-		if state == nil {
+		if _, had := cp.Snapshots[a.Name]; state == nil || (state.Derivable() && !had) {
+			// Nothing the journal does not rebuild on resume.
 			continue
 		}
 		ref, err := recovery.SaveSnapshot(ctx, r.w.stores.Snapshots, r.chunk.Job, r.chunk.Chunk, cp.Epoch, a.Name, state)
@@ -383,7 +438,11 @@ func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint
 	if w.afterDone != nil {
 		w.afterDone()
 	}
-	if err := r.ack(ctx); err != nil {
+	// Done is durable: what is left (ack, release, counts) is bookkeeping
+	// whose loss a redelivery or the sweeper repairs. Another chunk may
+	// start meanwhile.
+	r.done()
+	if err := r.m.Ack(); err != nil {
 		// Done is recorded: a redelivery acks without re-running.
 		r.log.Warn().Err(err).Msg("ack after done")
 	}

@@ -3,6 +3,7 @@ package consumers_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -46,8 +47,24 @@ func runChildWorker(url string) int {
 	if os.Getenv("SALVAGE_TEST_KILL_AFTER_DONE") != "" {
 		consumers.SetAfterDone(w, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
 	}
+	if os.Getenv("SALVAGE_TEST_KILL_BEFORE_ROW") != "" {
+		consumers.SetJournal(w, func(s recovery.JournalStore) recovery.JournalStore { return killBeforeRow{s} })
+	}
 	_ = w.Run(ctx)
 	return 0
+}
+
+// killBeforeRow SIGKILLs its process when the outcome row of a stage-2
+// call is about to be written: the call has returned, its row is not
+// durable, and nothing else of the stage is either.
+type killBeforeRow struct{ recovery.JournalStore }
+
+func (k killBeforeRow) PutAsync(row kv.JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
+	if row.Stage == 2 && row.Status == kv.CallSucceeded {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	return k.JournalStore.PutAsync(row, expect)
 }
 
 // startChild starts a real worker process (this test binary re-executed),
@@ -287,6 +304,40 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	st, err := recovery.LoadSnapshot(b.ctx, b.stores.Snapshots, cp.Snapshots["agent1"])
 	if err != nil || len(st.Completed) != 2 || st.Memory["mode"] == nil {
 		t.Errorf("agent1 state = %+v, %v", st, err)
+	}
+}
+
+// TestKilledBeforePureCallRowIsMadeAgain: a worker process is SIGKILLed
+// after a pure call returned and before its outcome row was written. The
+// call left no row at all (a pure call writes none before it runs), so
+// the next worker makes it again, once, and the chunk finishes; stage 1,
+// checkpointed, is not run again.
+func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
+	b := setup(t, setupOpts{ackWait: 1500 * time.Millisecond})
+	job := b.submit(t, modeOK)
+	child := b.startChild(t, "child", "SALVAGE_TEST_KILL_BEFORE_ROW=1")
+	if err := child.Wait(); err == nil {
+		t.Fatal("the child worker exited cleanly; it should have killed itself before the stage-2 row")
+	}
+	cp := b.checkpoint(t, job, 1)
+	if cp.Stage != 2 || cp.Status != kv.StatusRunning {
+		t.Fatalf("checkpoint after the kill = stage %d %s, want stage 2 running", cp.Stage, cp.Status)
+	}
+	key := kv.JournalKey(job, 1, cp.Epoch, 2, "agent2", 1)
+	if row, err := b.stores.Journal.Get(b.ctx, key); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("row %s after the kill = %+v, %v; want none", key, row, err)
+	}
+	b.startWorker(t, "survivor")
+	b.waitJob(t, job, kv.JobDone)
+	if n := callCount(job, 1, 2); n != 1 {
+		t.Errorf("survivor made the stage-2 call %d times, want once more", n)
+	}
+	if n := callCount(job, 1, 1); n != 0 {
+		t.Errorf("survivor re-ran stage 1 (%d calls): its checkpoint was durable", n)
+	}
+	row, err := b.stores.Journal.Get(b.ctx, key)
+	if err != nil || row.Status != kv.CallSucceeded || row.Attempts != 1 {
+		t.Errorf("row %s = %+v, %v; want SUCCEEDED after one attempt", key, row, err)
 	}
 }
 

@@ -246,18 +246,39 @@ func (s *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 // when an outcome arrives for a job already finished (a count that raced
 // a Settle and may now be counted twice).
 func (s *Jobs) Apply(ctx context.Context, id string, d Delta) (Job, bool, error) {
-	var wasFinished, recounted bool
-	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
-		wasFinished, recounted = false, false
-		if !exists {
-			return fmt.Errorf("%w: job %s", ErrNotFound, id)
+	jr, settle, err := s.ApplyAll(ctx, id, []Delta{d}, JobRev{})
+	return jr.Job, settle, err
+}
+
+// JobRev is a job record at the revision it was read or written at.
+type JobRev struct {
+	Job Job
+	Rev uint64
+}
+
+// ApplyAll is Apply for the transitions of several chunks at once, in one
+// compare-and-swap: a process counts the chunks that end together with
+// one write. When last holds a revision, the write is first tried on it
+// without reading the record (a process whose last write is still the
+// latest pays one round trip); a lost race reads and tries again. It
+// returns the record as written, or as read when there was nothing to
+// count.
+func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev) (JobRev, bool, error) {
+	var wasFinished, recounted, moved bool
+	apply := func(j *Job) error {
+		wasFinished, recounted, moved = false, false, false
+		next := j.Summary
+		for _, d := range ds {
+			if d.Empty() {
+				continue
+			}
+			next.apply(d)
+			moved = moved || d.From != d.To
 		}
-		if d.empty() {
+		if next == j.Summary {
 			return ErrNoChange
 		}
 		wasFinished = j.Status != JobRunning
-		next := j.Summary
-		next.apply(d)
 		if wasFinished && next.Terminal() > j.Chunks {
 			// A Settle already counted this chunk from its checkpoint (a
 			// pending chunk of a cancelled job a worker then picked up):
@@ -271,12 +292,31 @@ func (s *Jobs) Apply(ctx context.Context, id string, d Delta) (Job, bool, error)
 			j.Status, j.FinishedAt, j.Explanation = JobRunning, nil, nil
 		}
 		return nil
-	})
-	if err != nil {
-		return j, false, err
 	}
-	settle := recounted || j.Summary.Terminal() >= j.Chunks && (j.Status == JobRunning || (wasFinished && d.From != d.To))
-	return j, settle, nil
+	cur := last
+	for range casAttempts {
+		if cur.Rev == 0 {
+			j, rev, err := getJSON[Job](ctx, s.b, id)
+			if err != nil {
+				return JobRev{}, false, err
+			}
+			cur = JobRev{Job: j, Rev: rev}
+		}
+		j := cur.Job
+		if err := apply(&j); errors.Is(err, ErrNoChange) {
+			return cur, recounted || j.Summary.Terminal() >= j.Chunks && j.Status == JobRunning, nil
+		}
+		rev, err := updateJSON(ctx, s.b, id, j, cur.Rev)
+		if err == nil {
+			settle := recounted || j.Summary.Terminal() >= j.Chunks && (j.Status == JobRunning || (wasFinished && moved))
+			return JobRev{Job: j, Rev: rev}, settle, nil
+		}
+		if !isConflict(err) {
+			return JobRev{}, false, fmt.Errorf("kv: write %s/%s: %w", s.b.Bucket(), id, err)
+		}
+		cur = JobRev{}
+	}
+	return JobRev{}, false, fmt.Errorf("%w: %s/%s after %d attempts", ErrContention, s.b.Bucket(), id, casAttempts)
 }
 
 // Settle rewrites a job's counts and status from every chunk's checkpoint

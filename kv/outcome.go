@@ -32,7 +32,8 @@ type Delta struct {
 	PromptTokens, CompletionTokens int64
 }
 
-func (d Delta) empty() bool {
+// Empty reports whether d changes nothing.
+func (d Delta) Empty() bool {
 	return d.From == d.To && d.Degraded == 0 && d.DeadLetters == 0 && d.Tier1 == 0 && d.Redeliveries == 0 &&
 		d.PromptTokens == 0 && d.CompletionTokens == 0
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -88,9 +89,14 @@ func (s *Snapshots) Load(ctx context.Context, ref SnapshotRef) ([]byte, error) {
 	return io.ReadAll(zr)
 }
 
+// gzipWriters reuse compressors: a new one allocates about a megabyte.
+var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(nil) }}
+
 func compress(data []byte) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
 	if _, err := zw.Write(data); err != nil {
 		return nil, err
 	}

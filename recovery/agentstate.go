@@ -29,6 +29,34 @@ type AgentState struct {
 	Seq int `json:"seq"`
 }
 
+// Derivable reports whether the journal alone rebuilds the state: it holds
+// nothing but the entries the agent completed. Such a state needs no
+// snapshot at a stage boundary (RebuildCompleted restores it on resume),
+// which keeps snapshots off the hot path of agents that keep no memory.
+func (s *AgentState) Derivable() bool {
+	return s.Goal == "" && len(s.SubGoals) == 0 && len(s.Messages) == 0 && len(s.Memory) == 0
+}
+
+// RebuildCompleted gives every agent that has no state in states one
+// rebuilt from the journal: the entries it completed in stages before
+// stage, in the order they were made. A chunk resuming at stage uses it
+// for the agents whose states were derivable, so never snapshotted.
+func RebuildCompleted(states map[string]*AgentState, rows map[string]kv.StoredRow, stage int) {
+	for _, r := range SortedRows(rows) {
+		if r.Stage >= stage || r.Status != kv.CallSucceeded {
+			continue
+		}
+		st := states[r.Agent]
+		if st == nil {
+			st = &AgentState{}
+			states[r.Agent] = st
+		} else if st.Seq > 0 {
+			continue // loaded from a snapshot, which has its entries
+		}
+		st.Completed = append(st.Completed, r.Key)
+	}
+}
+
 // SnapshotStore keeps snapshots; kv.Snapshots implements it.
 type SnapshotStore interface {
 	// Save returns a reference, inline when small.

@@ -3,8 +3,10 @@ package recovery_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -88,5 +90,40 @@ func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
 	back, err := recovery.LoadSnapshot(context.Background(), snaps, ref)
 	if err != nil || len(back.Completed) != 4 || back.Goal != st.Goal {
 		t.Fatalf("loaded %+v, %v", back, err)
+	}
+}
+
+// TestRebuildCompleted: an agent never snapshotted gets back the entries
+// it completed before the resumed stage, in order; a snapshotted one and
+// rows of the resumed stage or that did not succeed are left alone.
+func TestRebuildCompleted(t *testing.T) {
+	row := func(stage int, agent string, seq int, status string) kv.StoredRow {
+		return kv.StoredRow{JournalRow: kv.JournalRow{
+			Key: kv.JournalKey("J", 1, 0, stage, agent, seq), Stage: stage, Agent: agent, Seq: seq, Status: status,
+			StartedAt: time.Unix(int64(stage*100+seq), 0),
+		}, Seq: uint64(stage*100 + seq)}
+	}
+	rows := map[string]kv.StoredRow{}
+	for _, r := range []kv.StoredRow{
+		row(1, "a", 2, kv.CallSucceeded), row(1, "a", 1, kv.CallSucceeded), row(1, "a", 3, kv.CallFailed),
+		row(2, "a", 1, kv.CallSucceeded), row(1, "snap", 1, kv.CallSucceeded), row(1, "b", 1, kv.CallSucceeded),
+	} {
+		rows[r.Key] = r
+	}
+	snapped := &recovery.AgentState{Completed: []string{"from-snapshot"}, Seq: 1}
+	states := map[string]*recovery.AgentState{"snap": snapped}
+	recovery.RebuildCompleted(states, rows, 2)
+	want := []string{kv.JournalKey("J", 1, 0, 1, "a", 1), kv.JournalKey("J", 1, 0, 1, "a", 2)}
+	if got := states["a"].Completed; !slices.Equal(got, want) {
+		t.Errorf("a completed = %v, want %v", got, want)
+	}
+	if got := states["b"].Completed; len(got) != 1 {
+		t.Errorf("b completed = %v, want its one stage-1 entry", got)
+	}
+	if got := states["snap"].Completed; !slices.Equal(got, []string{"from-snapshot"}) {
+		t.Errorf("snapshotted agent's entries = %v, want the snapshot's", got)
+	}
+	if !(&recovery.AgentState{Completed: want}).Derivable() || (&recovery.AgentState{Memory: map[string]json.RawMessage{"k": []byte(`1`)}}).Derivable() {
+		t.Error("Derivable: want true for entries only, false with memory")
 	}
 }
