@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -247,6 +248,8 @@ func (c Config) validate() error {
 	switch {
 	case c.RetryBase > c.RetryMax:
 		return fmt.Errorf("%w: RetryBase %s exceeds RetryMax %s", ErrInvalidConfig, c.RetryBase, c.RetryMax)
+	case c.AckWait > kv.AckWaitMax:
+		return fmt.Errorf("%w: AckWait %s is over %s (the claim lease must renew within the claims bucket's TTL)", ErrInvalidConfig, c.AckWait, kv.AckWaitMax)
 	case c.Heartbeat >= c.AckWait:
 		return fmt.Errorf("%w: Heartbeat %s must be shorter than AckWait %s", ErrInvalidConfig, c.Heartbeat, c.AckWait)
 	case c.MaxPayload > natsMaxPayload:

@@ -88,7 +88,18 @@ func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	if err := d.exhausted(ctx, adv.StreamSeq, adv.Deliveries); err != nil {
+	err := d.exhausted(ctx, adv.StreamSeq, adv.Deliveries)
+	var held *heldError
+	if errors.As(err, &held) {
+		// The advisory can beat the expiry of a dead holder's lease by a
+		// moment. Ask again once the lease has run out: by then the holder
+		// either finished the chunk or is gone. Acking here would leave the
+		// chunk to the sweeper, which cannot see it while the work queue
+		// is busy (the ack floor stays below an exhausted message).
+		_ = m.NakWithDelay(time.Until(held.until) + time.Second)
+		return
+	}
+	if err != nil {
 		meta, _ := m.Metadata()
 		if meta != nil && meta.NumDelivered >= streams.DeadLetterMaxDeliverDefault {
 			// The sweeper finds the exhausted chunk without its advisory.
@@ -106,8 +117,9 @@ func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 }
 
 // exhausted dead-letters the chunk message at seq, which used up its
-// deliveries. A message already gone, a chunk already done, or one held by
-// a live worker gets no envelope (invariant 6).
+// deliveries. A message already gone or a chunk already done gets no
+// envelope; one held by a live worker gets none yet: *heldError says until
+// when (invariant 6).
 func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) error {
 	var raw *jetstream.RawStreamMsg
 	err := natsconf.Retry(ctx, func(ctx context.Context) error {
@@ -154,7 +166,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 	if lease, err := d.stores.Claims.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err == nil && lease.Live(time.Now()) {
 		d.log.Info().Str("job_id", l.Chunk.Job).Int("chunk", l.Chunk.Chunk).Str("holder", lease.ClaimedBy).
 			Msg("exhausted chunk still held by a live worker; not dead-lettered")
-		return nil
+		return &heldError{holder: lease.ClaimedBy, until: lease.ExpiresAt}
 	}
 	l.Failure = recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, InFlight: cp.LastError == ""}
 	l.Err = cp.LastError
@@ -164,6 +176,17 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 	}
 	_, err = d.letter.send(ctx, l)
 	return err
+}
+
+// heldError says an exhausted chunk is still held by a live lease, so it
+// gets no envelope yet (invariant 6).
+type heldError struct {
+	holder string
+	until  time.Time
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("held by %s until %s", e.holder, e.until.Format(time.RFC3339Nano))
 }
 
 func classFromCheckpoint(cp kv.Checkpoint) recovery.Class {
@@ -230,7 +253,8 @@ func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
 		if raw.Sequence > floor {
 			break
 		}
-		if err := d.exhausted(ctx, raw.Sequence, uint64(info.Config.MaxDeliver)); err != nil {
+		var held *heldError
+		if err := d.exhausted(ctx, raw.Sequence, uint64(info.Config.MaxDeliver)); err != nil && !errors.As(err, &held) {
 			return n, err
 		}
 		n++

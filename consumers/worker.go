@@ -244,16 +244,26 @@ func (w *Worker) nakDelay() time.Duration {
 	return 100*time.Millisecond + rand.N(w.cfg.NakDelay)
 }
 
-// cancelRegistry maps jobs to the cancel functions of their running chunks.
+// cancelledMemory is how long the registry remembers a cancelled job for
+// chunks registering after the cancel: far longer than the moment between
+// a chunk's read of its job record and its registration.
+const cancelledMemory = time.Hour
+
+// cancelRegistry maps jobs to the cancel functions of their running
+// chunks, and remembers the jobs the worker's watch saw cancelled: a chunk
+// checks it at every stage boundary instead of reading its job record.
 type cancelRegistry struct {
-	mu   sync.Mutex
-	jobs map[string]map[int]context.CancelCauseFunc
+	mu        sync.Mutex
+	jobs      map[string]map[int]context.CancelCauseFunc
+	cancelled map[string]time.Time
 }
 
 func newCancelRegistry() *cancelRegistry {
-	return &cancelRegistry{jobs: map[string]map[int]context.CancelCauseFunc{}}
+	return &cancelRegistry{jobs: map[string]map[int]context.CancelCauseFunc{}, cancelled: map[string]time.Time{}}
 }
 
+// add registers a running chunk; one of a job already seen cancelled is
+// cancelled at once.
 func (r *cancelRegistry) add(job string, chunk int, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -261,6 +271,9 @@ func (r *cancelRegistry) add(job string, chunk int, cancel context.CancelCauseFu
 		r.jobs[job] = map[int]context.CancelCauseFunc{}
 	}
 	r.jobs[job][chunk] = cancel
+	if _, ok := r.cancelled[job]; ok {
+		cancel(recovery.ErrJobCancelled)
+	}
 }
 
 func (r *cancelRegistry) remove(job string, chunk int) {
@@ -272,9 +285,19 @@ func (r *cancelRegistry) remove(job string, chunk int) {
 	}
 }
 
+// cancelJob stops the job's running chunks and remembers the job.
 func (r *cancelRegistry) cancelJob(job string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
+	if _, ok := r.cancelled[job]; !ok {
+		for j, at := range r.cancelled {
+			if now.Sub(at) > cancelledMemory {
+				delete(r.cancelled, j)
+			}
+		}
+		r.cancelled[job] = now
+	}
 	for _, cancel := range r.jobs[job] {
 		cancel(recovery.ErrJobCancelled)
 	}

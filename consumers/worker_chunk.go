@@ -259,7 +259,7 @@ func (r *run) run(ctx context.Context) error {
 func (r *run) job(ctx context.Context) (kv.Job, error) {
 	deadline := time.Now().Add(r.w.cfg.JobWait)
 	lastBeat := time.Now()
-	poll := 5 * time.Millisecond
+	poll := 2 * time.Millisecond
 	for {
 		job, err := r.w.stores.Jobs.Get(ctx, r.chunk.Job)
 		if !errors.Is(err, kv.ErrNotFound) || time.Now().After(deadline) {
@@ -276,7 +276,7 @@ func (r *run) job(ctx context.Context) (kv.Job, error) {
 		}
 		// The record usually lands within milliseconds (the splitter is
 		// publishing the job's last chunks): look again soon, then back off.
-		poll = min(2*poll, 250*time.Millisecond)
+		poll = min(poll*3/2, 250*time.Millisecond)
 	}
 }
 
@@ -341,9 +341,10 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 	for s := cp.Stage; s <= len(p.Stages); s++ {
 		st := p.Stages[s-1]
 		log := r.log.With().Int("stage", s).Str("stage_name", st.Name).Logger()
-		if job, err := w.stores.Jobs.Get(ctx, r.chunk.Job); err != nil {
-			return err
-		} else if job.CancelledAt != nil {
+		// The job was read when the chunk was taken; a cancel since then
+		// reaches the chunk through the worker's watch of job records,
+		// which cancels chunkCtx.
+		if errors.Is(context.Cause(chunkCtx), recovery.ErrJobCancelled) {
 			flushStats(&cp)
 			return r.cancelled(ctx, cp, fence, s)
 		}
@@ -379,6 +380,10 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		cp.Outputs = append(cp.Outputs, outs...)
 		if err := r.snapshot(ctx, st, &cp); err != nil {
 			return err
+		}
+		if s == len(p.Stages) {
+			// finish writes the outputs with done, in one write.
+			break
 		}
 		cp.Stage = s + 1
 		if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {

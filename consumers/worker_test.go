@@ -476,3 +476,39 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 		t.Errorf("rejection on %s: %.300s", m.Subject, m.Data)
 	}
 }
+
+// TestAdvisoryBeforeDeadHoldersLeaseExpires: the max-deliveries advisory
+// of a chunk whose last holder died can arrive a moment before that
+// holder's lease runs out. The dead-letterer must not drop it: the
+// sweeper cannot see such a message while the work queue is busy (the
+// ack floor stays below it). It asks again once the lease is over and
+// writes the envelope then.
+func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
+	b := setup(t, setupOpts{noDeadLetter: true})
+	job := b.submit(t, modeOK)
+	s, err := b.JS.Stream(b.ctx, streams.Chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq uint64
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		m, err := s.GetLastMsgForSubject(b.ctx, streams.ChunkSubject("test", job, 1))
+		if err == nil {
+			seq = m.Sequence
+		}
+		return err == nil
+	}, "the chunk message")
+	// The dead holder's lease, with two seconds left.
+	if _, err := b.stores.Claims.Acquire(b.ctx, job, 1, "dead-worker", 3, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	adv, _ := json.Marshal(streams.Advisory{Stream: streams.Chunks, Consumer: streams.WorkersConsumer, StreamSeq: seq, Deliveries: 3})
+	if _, err := b.JS.Publish(b.ctx, streams.AdvisoryMaxDeliveries, adv); err != nil {
+		t.Fatal(err)
+	}
+	b.startDeadLetterer(t)
+	salvagetest.Eventually(t, 15*time.Second, func() bool { return len(b.dlq(t)) == 1 }, "the envelope once the lease ran out")
+	if e := b.dlq(t)[0]; e.Job != job || e.Chunk != 1 {
+		t.Errorf("envelope for %s.%d, want %s.1", e.Job, e.Chunk, job)
+	}
+}

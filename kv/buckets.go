@@ -16,6 +16,15 @@ const (
 	BucketEnvelopes   = "salvage_envelopes"
 )
 
+// ClaimsTTL is how long the claims bucket keeps what was last written
+// under a chunk's key: a released claim's delete marker, or a lease that
+// nobody renewed. A live lease is renewed every heartbeat, far more often
+// (AckWait is capped at AckWaitMax), so only finished chunks age out.
+const ClaimsTTL = 24 * time.Hour
+
+// AckWaitMax caps AckWait, the claim lease, well under ClaimsTTL.
+const AckWaitMax = time.Hour
+
 // RetentionDefault is how long job, checkpoint and envelope records are kept.
 const RetentionDefault = 30 * 24 * time.Hour
 
@@ -42,7 +51,7 @@ func BucketConfigs(o Options) []jetstream.KeyValueConfig {
 	}
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketJobs, Description: "Job records; status derived from chunk outcomes.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
-		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, Replicas: o.Replicas},
+		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: ClaimsTTL, Replicas: o.Replicas},
 		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 	}

@@ -18,7 +18,8 @@ import (
 const benchConcurrency = 64
 
 // BenchmarkJournal measures journaled calls per second (two durable rows
-// per call, INITIATED then SUCCEEDED) at 64 concurrent calls, and in the
+// per call, INITIATED then SUCCEEDED, as a call with a side effect writes
+// them) at 64 concurrent calls, and in the
 // same run the raw JetStream floor: synchronous publishes at the same
 // concurrency. ratio = journaled calls/s over floor publishes/s.
 func BenchmarkJournal(b *testing.B) {

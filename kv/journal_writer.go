@@ -24,6 +24,12 @@ const (
 	// JournalMaxBatchDefault caps rows per atomic batch (the server allows
 	// 1000).
 	JournalMaxBatchDefault = 500
+	// JournalAtomicMinDefault is the fewest rows a flush writes as one
+	// atomic batch. An atomic batch pays a fixed cost on the server (it
+	// stages the batch in a store of its own before committing it), about
+	// what a dozen single writes cost under sync_interval always, so
+	// fewer rows go as pipelined single writes.
+	JournalAtomicMinDefault = 16
 	// journalWriteTimeout bounds one flush.
 	journalWriteTimeout = 10 * time.Second
 )
@@ -41,6 +47,9 @@ type JournalConfig struct {
 	Flushers int
 	// MaxBatch caps rows per flush. Default 500.
 	MaxBatch int
+	// AtomicMin is the fewest rows an atomic flush writes as one batch;
+	// a smaller flush pipelines single writes. Default 16.
+	AtomicMin int
 }
 
 // Journal is the salvage_journal store. Writes from concurrent calls are
@@ -51,9 +60,10 @@ type Journal struct {
 	js jetstream.JetStream
 	b  jetstream.KeyValue
 
-	atomic   bool
-	flushers int
-	maxBatch int
+	atomic    bool
+	flushers  int
+	maxBatch  int
+	atomicMin int
 
 	mu       sync.Mutex
 	pending  []*journalWrite
@@ -81,6 +91,11 @@ func (j *Journal) Configure(cfg JournalConfig) {
 	if j.maxBatch <= 0 || j.maxBatch > 1000 {
 		j.maxBatch = JournalMaxBatchDefault
 	}
+	j.atomicMin = cfg.AtomicMin
+	if j.atomicMin <= 0 {
+		j.atomicMin = JournalAtomicMinDefault
+	}
+	j.atomicMin = max(j.atomicMin, 2)
 }
 
 // Put stores row under row.Key if the key's last stored sequence is still
@@ -159,7 +174,7 @@ func (j *Journal) flush(batch []*journalWrite) {
 	defer cancel()
 	j.batches.Add(1)
 	j.rows.Add(int64(len(batch)))
-	if j.atomic && len(batch) > 1 {
+	if j.atomic && len(batch) >= j.atomicMin {
 		msgs := make([]*nats.Msg, len(batch))
 		for i, w := range batch {
 			msgs[i] = w.msg
