@@ -30,7 +30,8 @@ lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck
 	$(BIN)/staticcheck ./...
 	cd examples && $(GO) vet ./... && $(BIN)/staticcheck ./...
 
-bench: ## workers' chunks and calls per second, journaled calls vs the raw JetStream floor; per sync_interval
+bench: build ## the performance table (salvage bench: throughput vs the JetStream floor, critical path, crash to resume, cost growth), then the Go benchmarks
+	$(BIN)/salvage bench --log-level error
 	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/contractreview/
 	$(GO) test -run '^$$' -bench BenchmarkJournal -benchtime 2x -count 1 ./kv/
 

@@ -40,12 +40,18 @@ func (e *env) startWorkers(ctx context.Context, o demoOpts, url string) ([]*work
 // startWorker starts one `salvage up --role worker` child process and
 // waits until it is ready.
 func (e *env) startWorker(ctx context.Context, o demoOpts, url, id string) (*worker, error) {
+	args := append([]string{"up", "--role", string(salvage.RoleWorker), "--server", url, "--worker-id", id}, o.run.args()...)
+	return e.startProcess(ctx, id, args)
+}
+
+// startProcess starts this executable with args (and the log flags) as
+// worker id and waits until it prints its NATS_URL line.
+func (e *env) startProcess(ctx context.Context, id string, args []string) (*worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"up", "--role", string(salvage.RoleWorker), "--server", url, "--worker-id", id,
-		"--log-level", e.logLevel, "--log-format", e.logFormat}, o.run.args()...)
+	args = append(args, "--log-level", e.logLevel, "--log-format", e.logFormat)
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = e.stderr
 	stdout, err := cmd.StdoutPipe()

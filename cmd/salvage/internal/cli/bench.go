@@ -1,0 +1,210 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// The reference figures the bench table is read against: peers measured
+// on the 2-core development machine with the same job shape (zero-latency
+// calls, every call durable), fsync on.
+const (
+	refDBOS             = "3,200–3,450" // DBOS Transact steps/s on PostgreSQL, synchronous commit on
+	refRiverJobsPerSec  = 9_900         // River jobs/s on PostgreSQL, FetchCooldown 1 ms
+	refMachine          = "the 2-core development machine"
+	targetAlwaysCalls   = 10_000 // 3x DBOS
+	targetDefaultCalls  = 25_000 // 2.5x River
+	targetFloorRatio    = 0.5
+	targetCriticalRatio = 1.10
+	targetResumeP99     = 15 * time.Second
+	targetGrowthSpread  = 0.25
+)
+
+// benchReport is what `salvage bench` reports; the JSON names are a
+// contract for scripts that compare runs.
+type benchReport struct {
+	Machine    string          `json:"machine"`
+	GoVersion  string          `json:"go_version"`
+	Throughput []throughputRow `json:"throughput,omitempty"`
+	Critical   *criticalRow    `json:"critical_path,omitempty"`
+	Crash      *crashRow       `json:"crash_to_resume,omitempty"`
+	Growth     []growthRow     `json:"growth,omitempty"`
+	Storage    []storageRow    `json:"storage,omitempty"`
+	WallSecs   float64         `json:"wall_seconds"`
+}
+
+type benchOpts struct {
+	only        []string
+	jobs        int
+	chunks      int
+	concurrency int
+	kills       int
+	killEvery   time.Duration
+	workers     int
+	growth      []int
+	growthConc  int
+	report      string
+}
+
+// benchParts are the sections `--only` picks from, in the order they run.
+var benchParts = []string{"throughput", "critical", "crash", "growth"}
+
+func (e *env) benchCmd() *cobra.Command {
+	var o benchOpts
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, critical-path overhead, crash-to-resume time and cost growth on embedded servers",
+		Long: `Run the performance harness on embedded NATS servers in temporary directories and
+print one table:
+
+  throughput   journaled model calls per second for the reference job shape (contract
+               review: 116 zero-latency calls per chunk, --jobs jobs of --chunks chunks
+               in flight, --concurrency chunks at once), under sync_interval always and
+               the server default, beside the raw JetStream floor measured on the same
+               server: atomic batches of 100 and pipelined async publishes of 512 bytes;
+  critical     the reference job (22 chunks x 116 calls, 15 ms per model call) on the
+               default concurrency, against its critical path computed from its stages;
+  crash        --kills SIGKILLs of worker processes ('salvage up --role worker' against a
+               counting model server): time from each kill to its chunks running again
+               elsewhere, and model calls made twice per kill;
+  growth       one job each of --growth chunks on one fresh worker process each: time
+               per chunk, the worker's peak memory, and what the streams and buckets
+               hold before and after.
+
+Figures depend on the machine; the README shows one run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.report != "text" && o.report != "json" {
+				return fmt.Errorf("--report %q: want text or json", o.report)
+			}
+			for _, p := range o.only {
+				if !slices.Contains(benchParts, p) {
+					return fmt.Errorf("--only %q: want some of %s", p, strings.Join(benchParts, ","))
+				}
+			}
+			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 {
+				return errors.New("--jobs, --chunks, --concurrency, --kills and --growth-concurrency must be positive, --workers at least 2")
+			}
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			b := &bench{e: e, o: o, log: log}
+			r, err := b.run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if o.report == "json" {
+				return e.writeJSON(r)
+			}
+			r.print(e.stdout)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.only, "only", benchParts, "sections to run: "+strings.Join(benchParts, ","))
+	f.IntVar(&o.jobs, "jobs", 4, "throughput: jobs in flight at once")
+	f.IntVar(&o.chunks, "chunks", 100, "throughput: chunks per job")
+	f.IntVar(&o.concurrency, "concurrency", 32, "throughput: chunks in flight in the worker")
+	f.IntVar(&o.kills, "kills", 50, "crash: worker processes to SIGKILL")
+	f.DurationVar(&o.killEvery, "kill-every", 1500*time.Millisecond, "crash: time between kills")
+	f.IntVar(&o.workers, "workers", 4, "crash: worker processes running at once")
+	f.IntSliceVar(&o.growth, "growth", []int{100, 1_000, 10_000}, "growth: job sizes in chunks")
+	f.IntVar(&o.growthConc, "growth-concurrency", 16, "growth: chunks in flight in the worker")
+	f.StringVar(&o.report, "report", "text", "text or json")
+	return cmd
+}
+
+func (r *benchReport) print(w io.Writer) {
+	tw := table(w)
+	fmt.Fprintf(tw, "Salvage bench on %s, %s (%.0fs)\n", r.Machine, r.GoVersion, r.WallSecs)
+	fmt.Fprintf(tw, "Reference figures (measured on %s, fsync on): DBOS Transact %s steps/s, River %s jobs/s (FetchCooldown 1 ms)\n\n",
+		refMachine, refDBOS, thousands(refRiverJobsPerSec))
+	if len(r.Throughput) > 0 {
+		fmt.Fprintln(tw, "THROUGHPUT\tsync_interval\tjournal\tcalls/s\tchunks/s\trows/flush\tfloor: batches/s\tfloor: async/s\tcalls/floor\ttarget")
+		for _, t := range r.Throughput {
+			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%.2f (%s)\t%s\n",
+				t.Jobs, t.Chunks, t.CallsPerChunk, t.Concurrency, t.SyncInterval, t.Journal, thousands(int(t.CallsPerSec)), t.ChunksPerSec,
+				t.RowsPerFlush, thousands(int(t.FloorBatchPerSec)), thousands(int(t.FloorAsyncPerSec)), t.FloorRatio, t.FloorKind, t.verdict())
+		}
+		fmt.Fprintln(tw)
+	}
+	if c := r.Critical; c != nil {
+		fmt.Fprintln(tw, "CRITICAL PATH\tsync_interval\tconcurrency\tcritical path: nominal / measured calls\twall\twall/measured\ttarget")
+		fmt.Fprintf(tw, "  %d chunks x %d calls, %s per call (stage depths %v)\t%s\t%d\t%s / %s\t%s\t%.2f\t%s\n",
+			c.Chunks, c.CallsPerChunk, c.Latency, c.StageDepths, c.SyncInterval, c.Concurrency,
+			c.CriticalPath.Round(time.Millisecond), c.MeasuredPath.Round(time.Millisecond), c.Wall.Round(time.Millisecond), c.Ratio, c.verdict())
+		fmt.Fprintln(tw)
+	}
+	if c := r.Crash; c != nil {
+		fmt.Fprintln(tw, "CRASH TO RESUME\tsync_interval\tack wait\tp50\tp99\tmax\tp99 without re-lost\tcalls made twice per kill\ttarget")
+		fmt.Fprintf(tw, "  %d kills of %d worker processes, %d chunks resumed, %d re-lost\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f (at most %.1f in flight)\t%s\n",
+			c.Kills, c.Workers, c.Chunks, c.Relost, c.SyncInterval, c.AckWait, c.P50.Round(10*time.Millisecond), c.P99.Round(10*time.Millisecond),
+			c.Max.Round(10*time.Millisecond), c.CleanP99.Round(10*time.Millisecond), c.TwicePerKill, c.InFlightBound, c.verdict())
+		fmt.Fprintln(tw)
+	}
+	if len(r.Growth) > 0 {
+		fmt.Fprintln(tw, "COST GROWTH\tsync_interval\tconcurrency\tms per chunk\tworker peak RSS\tjob status\ttarget")
+		for _, g := range r.Growth {
+			fmt.Fprintf(tw, "  one job of %s chunks\t%s\t%d\t%.2f\t%s\t%s\t%s\n",
+				thousands(g.Chunks), g.SyncInterval, g.Concurrency, g.MsPerChunk, mib(g.PeakRSS), g.Status, growthVerdict(r.Growth))
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Storage) > 0 {
+		fmt.Fprintln(tw, "STORAGE\tduring the largest job\tafter it\tkept for")
+		for _, s := range r.Storage {
+			fmt.Fprintf(tw, "  %s\t%s msgs, %s\t%s msgs, %s\t%s\n", s.Name, thousands(int(s.PeakMsgs)), mib(int64(s.PeakBytes)),
+				thousands(int(s.AfterMsgs)), mib(int64(s.AfterBytes)), s.Kept)
+		}
+	}
+	_ = tw.Flush()
+}
+
+// machine describes this computer for the report.
+func machine() string {
+	model := runtime.GOARCH
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s), %s/%s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
+}
+
+// thousands formats n with thousands separators.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT MET"
+}

@@ -1,0 +1,311 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// Crash runs feed the workers jobs of this many chunks, enough for the
+// kills to land on running chunks from start to end.
+const (
+	crashJobs      = 4
+	crashJobChunks = 2_000
+	// crashSettle is how long the re-made calls of the last resumed chunk
+	// are given before the model's counts are read.
+	crashSettle = 3 * time.Second
+	// crashResumeWait bounds the wait for the last killed chunk to resume.
+	crashResumeWait = 3 * time.Minute
+)
+
+// crashRow reports SIGKILLs of worker processes.
+type crashRow struct {
+	SyncInterval string        `json:"sync_interval"`
+	AckWait      time.Duration `json:"ack_wait_ns"`
+	Workers      int           `json:"workers"`
+	Kills        int           `json:"kills"`
+	// Chunks is how many chunks the killed workers held, all resumed.
+	Chunks int `json:"chunks_resumed"`
+	// P50, P99 and Max are over kills: from the SIGKILL to the last of
+	// the victim's chunks running again in another worker.
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
+	// Relost counts kills with a chunk whose first redelivery went to a
+	// worker killed in turn before it took the chunk (it then waited a
+	// second AckWait); CleanP99 leaves those kills out.
+	Relost   int           `json:"kills_relost"`
+	CleanP99 time.Duration `json:"p99_without_relost_ns"`
+	// Requests and Unique count the model's requests and distinct calls
+	// (idempotency keys); the difference was made twice.
+	Requests     int     `json:"model_requests"`
+	Unique       int     `json:"model_calls"`
+	TwicePerKill float64 `json:"calls_made_twice_per_kill"`
+	// InFlightBound is what a victim could have had in flight at most:
+	// its chunks times the widest stage's agents, per kill.
+	InFlightBound float64 `json:"in_flight_bound_per_kill"`
+}
+
+func (c crashRow) verdict() string {
+	return fmt.Sprintf("p99 < %s, only calls in flight: %s", targetResumeP99,
+		verdict(c.P99 < targetResumeP99 && c.TwicePerKill <= c.InFlightBound))
+}
+
+// modelCounter counts the model requests of every worker, by idempotency
+// key.
+type modelCounter struct {
+	mu       sync.Mutex
+	requests int
+	keys     map[string]int
+}
+
+func (m *modelCounter) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions" {
+			m.mu.Lock()
+			m.requests++
+			m.keys[r.Header.Get("Idempotency-Key")]++
+			m.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (m *modelCounter) counts() (requests, unique int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.requests, len(m.keys)
+}
+
+// crashKill is one SIGKILL and the chunks its victim held.
+type crashKill struct {
+	at      time.Time
+	victim  string
+	held    int
+	resumed int
+	last    time.Duration
+	// relost: a chunk of this kill lost its redelivery to a later kill.
+	relost bool
+}
+
+// chunkView is what the crash run reads of a checkpoint (README: bucket
+// salvage_checkpoints).
+type chunkView struct {
+	Status     string `json:"status"`
+	ClaimedBy  string `json:"claimed_by"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// killedSuffix keys a chunk's view as it was when its worker was killed.
+const killedSuffix = "@killed"
+
+func (b *bench) crash(ctx context.Context) (crashRow, error) {
+	var o demoOpts
+	o.run.register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1})
+	o.workers, o.sync = b.o.workers, natsconf.SyncIntervalString(natsconf.DefaultServerConfig().SyncInterval)
+	row := crashRow{SyncInterval: o.sync, AckWait: o.run.ackWait, Workers: o.workers}
+
+	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: criticalLatency})
+	if err != nil {
+		return row, err
+	}
+	counter := &modelCounter{keys: map[string]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return row, err
+	}
+	hs := &http.Server{Handler: counter.wrap(sim.Handler(sim.NewState(sim.Config{}), model)), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	o.run.simURL = "http://" + ln.Addr().String()
+
+	d, err := b.e.startDemoEnv(ctx, &o, b.log)
+	defer d.close()
+	if err != nil {
+		return row, err
+	}
+	cps, err := d.js.KeyValue(ctx, "salvage_checkpoints")
+	if err != nil {
+		return row, err
+	}
+	watch, err := cps.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return row, err
+	}
+	defer func() { _ = watch.Stop() }()
+
+	var mu sync.Mutex
+	chunks := map[string]chunkView{}
+	pending := map[string]*crashKill{}
+	var kills []*crashKill
+	go func() {
+		for e := range watch.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var v chunkView
+			if json.Unmarshal(e.Value(), &v) != nil {
+				continue
+			}
+			mu.Lock()
+			if pending[e.Key()] != nil && chunks[e.Key()+killedSuffix].Deliveries == 0 {
+				chunks[e.Key()+killedSuffix] = chunks[e.Key()]
+			}
+			chunks[e.Key()] = v
+			switch k := pending[e.Key()]; {
+			case k == nil:
+			case v.Status == "running" && v.ClaimedBy != k.victim:
+				k.last = max(k.last, time.Since(k.at))
+				k.resumed++
+				if v.Deliveries > chunks[e.Key()+killedSuffix].Deliveries+1 {
+					// A redelivery in between was lost too: the worker it
+					// went to was killed before it took the chunk.
+					k.relost = true
+				}
+				delete(pending, e.Key())
+			case v.ClaimedBy == k.victim && v.Status != "running":
+				// The victim's last write landed as it was killed: the
+				// chunk was over, not interrupted.
+				k.held--
+				delete(pending, e.Key())
+			}
+			mu.Unlock()
+		}
+	}()
+
+	input := contractreview.Input{Text: contractreview.Contract(crashJobChunks, 1)}
+	var jobs []string
+	for range crashJobs {
+		id, err := d.client.Submit(ctx, contractreview.Name, input, nil)
+		if err != nil {
+			return row, err
+		}
+		jobs = append(jobs, id)
+	}
+	b.log.Info().Int("kills", b.o.kills).Dur("every", b.o.killEvery).Msg("crash: killing worker processes")
+	next := len(d.workers)
+	for len(kills) < b.o.kills {
+		select {
+		case <-ctx.Done():
+			return row, ctx.Err()
+		case <-time.After(b.o.killEvery):
+		}
+		// The victim: a live worker holding running chunks.
+		mu.Lock()
+		holders := map[string][]string{}
+		for key, v := range chunks {
+			if v.Status == "running" && pending[key] == nil && !strings.HasSuffix(key, killedSuffix) {
+				holders[v.ClaimedBy] = append(holders[v.ClaimedBy], key)
+			}
+		}
+		mu.Unlock()
+		var candidates []*worker
+		for _, w := range d.workers {
+			if w.cmd.ProcessState == nil && len(holders[w.id]) > 0 {
+				candidates = append(candidates, w)
+			}
+		}
+		if len(candidates) == 0 {
+			continue
+		}
+		victim := candidates[rand.N(len(candidates))]
+		k := &crashKill{victim: victim.id}
+		mu.Lock()
+		k.at = time.Now()
+		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			mu.Unlock()
+			return row, err
+		}
+		for _, key := range holders[victim.id] {
+			if v := chunks[key]; v.Status == "running" && v.ClaimedBy == victim.id {
+				pending[key] = k
+				k.held++
+			}
+		}
+		kills = append(kills, k)
+		mu.Unlock()
+		_ = victim.cmd.Wait()
+		next++
+		w, err := b.e.startWorker(ctx, o, d.url, fmt.Sprintf("bench-w%d", next))
+		if w != nil {
+			d.workers = append(d.workers, w)
+		}
+		if err != nil {
+			return row, err
+		}
+	}
+	b.log.Info().Msg("crash: waiting for the last killed chunks to resume")
+	deadline := time.Now().Add(crashResumeWait)
+	for {
+		mu.Lock()
+		left := len(pending)
+		mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return row, fmt.Errorf("%d killed chunks did not resume within %s", left, crashResumeWait)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(crashSettle)
+	row.Requests, row.Unique = counter.counts()
+	for _, id := range jobs {
+		if _, err := d.client.Cancel(ctx, id, "salvage bench"); err != nil {
+			b.log.Warn().Err(err).Str("job_id", id).Msg("cancel bench job")
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]time.Duration, 0, len(kills))
+	var clean []time.Duration
+	for _, k := range kills {
+		row.Chunks += k.resumed
+		if k.resumed > 0 {
+			lat = append(lat, k.last)
+			if !k.relost {
+				clean = append(clean, k.last)
+			} else {
+				row.Relost++
+			}
+		}
+	}
+	slices.Sort(clean)
+	row.CleanP99 = percentile(clean, 0.99)
+	if len(lat) == 0 {
+		return row, errors.New("no kill interrupted a running chunk")
+	}
+	slices.Sort(lat)
+	row.Kills = len(kills)
+	row.P50, row.P99, row.Max = percentile(lat, 0.50), percentile(lat, 0.99), lat[len(lat)-1]
+	row.TwicePerKill = float64(row.Requests-row.Unique) / float64(row.Kills)
+	row.InFlightBound = float64(row.Chunks) * float64(len(contractreview.Analysts)) / float64(row.Kills)
+	return row, nil
+}
+
+// percentile is the nearest-rank percentile of sorted.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}

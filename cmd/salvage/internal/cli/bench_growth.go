@@ -1,0 +1,296 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+)
+
+// growthPipelineName is the pipeline of the growth runs: contract review
+// whose job input is {"chunks": N}, so a job of 10,000 chunks stays a
+// small message.
+const growthPipelineName = "contract-review-bench"
+
+// growthRow is one job size's cost.
+type growthRow struct {
+	SyncInterval string  `json:"sync_interval"`
+	Chunks       int     `json:"chunks"`
+	Concurrency  int     `json:"concurrency"`
+	MsPerChunk   float64 `json:"ms_per_chunk"`
+	PeakRSS      int64   `json:"worker_peak_rss_bytes"`
+	Status       string  `json:"status"`
+}
+
+// storageRow is what one stream holds during the largest growth job and
+// once it is over.
+type storageRow struct {
+	Name       string `json:"stream"`
+	PeakMsgs   uint64 `json:"peak_msgs"`
+	PeakBytes  uint64 `json:"peak_bytes"`
+	AfterMsgs  uint64 `json:"after_msgs"`
+	AfterBytes uint64 `json:"after_bytes"`
+	Kept       string `json:"kept"`
+}
+
+// growthVerdict checks time per chunk and peak memory are flat across the
+// job sizes: the largest within targetGrowthSpread of the smallest.
+func growthVerdict(rows []growthRow) string {
+	lo, hi := rows[0], rows[0]
+	loRSS, hiRSS := rows[0].PeakRSS, rows[0].PeakRSS
+	for _, r := range rows {
+		lo.MsPerChunk, hi.MsPerChunk = min(lo.MsPerChunk, r.MsPerChunk), max(hi.MsPerChunk, r.MsPerChunk)
+		loRSS, hiRSS = min(loRSS, r.PeakRSS), max(hiRSS, r.PeakRSS)
+	}
+	ok := hi.MsPerChunk <= lo.MsPerChunk*(1+targetGrowthSpread) && float64(hiRSS) <= float64(loRSS)*(1+targetGrowthSpread)
+	return fmt.Sprintf("flat within %.0f%%: %s", targetGrowthSpread*100, verdict(ok))
+}
+
+// growthPipeline is contract review split from {"chunks": N}: chunk i is
+// clause i mod 100 of the demo contract.
+func growthPipeline(model salvage.Tool) (*salvage.Pipeline, error) {
+	p := contractreview.New(model)
+	in, err := json.Marshal(contractreview.Input{Text: contractreview.Contract(100, 1)})
+	if err != nil {
+		return nil, err
+	}
+	clauses, err := p.Split(in)
+	if err != nil {
+		return nil, err
+	}
+	p.Name = growthPipelineName
+	p.Split = func(raw json.RawMessage) ([]json.RawMessage, error) {
+		var v struct {
+			Chunks int `json:"chunks"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil || v.Chunks < 1 {
+			return nil, fmt.Errorf(`%w: want {"chunks": N} with N at least 1`, salvage.ErrBadInput)
+		}
+		out := make([]json.RawMessage, v.Chunks)
+		for i := range out {
+			out[i] = clauses[i%len(clauses)]
+		}
+		return out, nil
+	}
+	return p, nil
+}
+
+// benchWorkerCmd is the worker process of the growth runs: the worker
+// role with the growth pipeline on the zero-latency model. Hidden: only
+// `salvage bench` starts it.
+func (e *env) benchWorkerCmd() *cobra.Command {
+	var id string
+	var concurrency int
+	cmd := &cobra.Command{
+		Use: "bench-worker", Hidden: true, Args: cobra.NoArgs,
+		Short: "The worker process of `salvage bench` growth runs",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			nc, js, err := e.connect("salvage bench-worker " + id)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			model, err := simmodel.New(simmodel.Config{Seed: 1})
+			if err != nil {
+				return err
+			}
+			p, err := growthPipeline(model.Tool(contractreview.ModelTool))
+			if err != nil {
+				return err
+			}
+			c, err := salvage.NewClient(js, &salvage.Config{
+				Pipelines: []*salvage.Pipeline{p}, Roles: []salvage.Role{salvage.RoleWorker},
+				WorkerID: id, Concurrency: concurrency, Retries: -1, MaxChunks: 10_000, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			if err := c.Start(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "NATS_URL=%s\n", nc.ConnectedUrl())
+			<-cmd.Context().Done()
+			return c.Stop(context.WithoutCancel(cmd.Context()))
+		},
+	}
+	cmd.Flags().StringVar(&id, "worker-id", "", "worker id")
+	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "chunks in flight")
+	return cmd
+}
+
+// growth runs one job of each size on a fresh worker process and samples
+// the streams during the largest.
+func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
+	s, err := startBenchServer(0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.close()
+	c, err := salvage.NewClient(s.js, &salvage.Config{Roles: []salvage.Role{salvage.RoleDeadLetter}, Logger: b.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	largest := 0
+	for _, n := range b.o.growth {
+		largest = max(largest, n)
+	}
+	var rows []growthRow
+	var storage []storageRow
+	for i, n := range b.o.growth {
+		row := growthRow{SyncInterval: "default", Chunks: n, Concurrency: b.o.growthConc}
+		id := fmt.Sprintf("bench-g%d", i+1)
+		w, err := b.e.startProcess(ctx, id, []string{"bench-worker", "--server", s.srv.ClientURL(), "--worker-id", id,
+			"--concurrency", strconv.Itoa(b.o.growthConc)})
+		if err != nil {
+			if w != nil {
+				stopWorkers([]*worker{w})
+			}
+			return nil, nil, err
+		}
+		b.log.Info().Int("chunks", n).Msg("growth: running one job")
+		sampler := newStreamSampler(s.js)
+		stopSampling := func() {}
+		if n == largest {
+			stopSampling = sampler.run(ctx, time.Second)
+		}
+		start := time.Now()
+		job, err := c.Submit(ctx, growthPipelineName, map[string]int{"chunks": n}, nil)
+		var j *salvage.Job
+		if err == nil {
+			j, err = c.Wait(ctx, job)
+		}
+		wall := time.Since(start)
+		stopSampling()
+		row.PeakRSS = peakRSS(w.cmd.Process.Pid)
+		stopWorkers([]*worker{w})
+		if err != nil {
+			return nil, nil, err
+		}
+		row.Status = string(j.Status)
+		row.MsPerChunk = float64(wall.Microseconds()) / 1000 / float64(n)
+		rows = append(rows, row)
+		if n == largest {
+			storage, err = sampler.after(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return rows, storage, nil
+}
+
+// peakRSS reads a process's peak resident set (VmHWM) in bytes; 0 where
+// /proc is not there.
+func peakRSS(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// streamSampler keeps the largest size of every stream it sees.
+type streamSampler struct {
+	js   jetstream.JetStream
+	mu   sync.Mutex
+	peak map[string]storageRow
+}
+
+func newStreamSampler(js jetstream.JetStream) *streamSampler {
+	return &streamSampler{js: js, peak: map[string]storageRow{}}
+}
+
+// run samples every interval until the returned stop is called.
+func (s *streamSampler) run(ctx context.Context, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			s.sample(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return func() { cancel(); <-done; s.sample(context.WithoutCancel(ctx)) }
+}
+
+func (s *streamSampler) sample(ctx context.Context) {
+	for info := range s.js.ListStreams(ctx).Info() {
+		s.mu.Lock()
+		p := s.peak[info.Config.Name]
+		p.Name = info.Config.Name
+		p.PeakMsgs, p.PeakBytes = max(p.PeakMsgs, info.State.Msgs), max(p.PeakBytes, info.State.Bytes)
+		p.Kept = kept(info.Config)
+		s.peak[info.Config.Name] = p
+		s.mu.Unlock()
+	}
+}
+
+// after reads every stream once more, once the job is over, for the
+// "after" columns.
+func (s *streamSampler) after(ctx context.Context) ([]storageRow, error) {
+	var out []storageRow
+	lister := s.js.ListStreams(ctx)
+	for info := range lister.Info() {
+		s.mu.Lock()
+		p := s.peak[info.Config.Name]
+		s.mu.Unlock()
+		if p.Name == "" {
+			continue
+		}
+		p.AfterMsgs, p.AfterBytes = info.State.Msgs, info.State.Bytes
+		out = append(out, p)
+	}
+	if err := lister.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// kept says how long a stream keeps what it stores.
+func kept(cfg jetstream.StreamConfig) string {
+	switch {
+	case cfg.Retention == jetstream.WorkQueuePolicy:
+		return "until acked"
+	case cfg.MaxAge > 0:
+		if d := cfg.MaxAge / (24 * time.Hour); d > 1 && cfg.MaxAge%(24*time.Hour) == 0 {
+			return fmt.Sprintf("%d days", d)
+		}
+		return cfg.MaxAge.String()
+	case cfg.MaxMsgsPerSubject == 1:
+		return "latest per key, no expiry"
+	}
+	return "no expiry"
+}

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// bench runs the sections of `salvage bench`.
+type bench struct {
+	e   *env
+	o   benchOpts
+	log zerolog.Logger
+}
+
+func (b *bench) run(ctx context.Context) (*benchReport, error) {
+	start := time.Now()
+	r := &benchReport{Machine: machine(), GoVersion: runtime.Version()}
+	if slices.Contains(b.o.only, "throughput") {
+		for _, si := range []time.Duration{natsconf.SyncAlways, 0} {
+			t, err := b.throughput(ctx, si)
+			if err != nil {
+				return nil, fmt.Errorf("throughput, sync_interval %s: %w", natsconf.SyncIntervalString(si), err)
+			}
+			r.Throughput = append(r.Throughput, t)
+		}
+	}
+	if slices.Contains(b.o.only, "critical") {
+		c, err := b.critical(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("critical path: %w", err)
+		}
+		r.Critical = &c
+	}
+	if slices.Contains(b.o.only, "crash") {
+		c, err := b.crash(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("crash to resume: %w", err)
+		}
+		r.Crash = &c
+	}
+	if slices.Contains(b.o.only, "growth") {
+		g, s, err := b.growth(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cost growth: %w", err)
+		}
+		r.Growth, r.Storage = g, s
+	}
+	r.WallSecs = time.Since(start).Seconds()
+	return r, nil
+}
+
+// benchServer is an embedded server in a temporary directory with one
+// client connection.
+type benchServer struct {
+	srv *natsconf.Server
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	dir string
+}
+
+func startBenchServer(si time.Duration) (*benchServer, error) {
+	dir, err := os.MkdirTemp("", "salvage-bench-")
+	if err != nil {
+		return nil, err
+	}
+	sc := natsconf.DefaultServerConfig()
+	sc.Port, sc.StoreDir, sc.SyncInterval, sc.ServerName = -1, dir, si, "salvage-bench"
+	srv, err := natsconf.StartServer(sc)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &benchServer{srv: srv, dir: dir}
+	if s.nc, err = natsconf.Connect(natsconf.ConnectConfig{URL: srv.ClientURL(), Name: "salvage bench"}); err != nil {
+		s.close()
+		return nil, err
+	}
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *benchServer) close() {
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	s.srv.Shutdown()
+	os.RemoveAll(s.dir)
+}

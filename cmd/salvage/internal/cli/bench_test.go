@@ -1,0 +1,80 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestBench runs `salvage bench` small: the critical-path section, a
+// crash run of two kills and two growth jobs, and checks the report holds
+// what was measured.
+func TestBench(t *testing.T) {
+	out, err := exec.Command(binary, "bench", "--only", "critical,crash,growth", "--kills", "2", "--kill-every", "1s",
+		"--workers", "2", "--growth", "20,60", "--growth-concurrency", "4", "--report", "json", "--log-level", "error").Output()
+	if err != nil {
+		t.Fatalf("salvage bench: %v", err)
+	}
+	var r struct {
+		Critical struct {
+			StageDepths  []int         `json:"stage_depths"`
+			CriticalPath time.Duration `json:"critical_path_ns"`
+			MeasuredPath time.Duration `json:"measured_critical_path_ns"`
+			Wall         time.Duration `json:"wall_ns"`
+			Ratio        float64       `json:"ratio"`
+		} `json:"critical_path"`
+		Crash struct {
+			Kills    int           `json:"kills"`
+			Chunks   int           `json:"chunks_resumed"`
+			P50      time.Duration `json:"p50_ns"`
+			Requests int           `json:"model_requests"`
+			Unique   int           `json:"model_calls"`
+		} `json:"crash_to_resume"`
+		Growth []struct {
+			Chunks  int     `json:"chunks"`
+			Status  string  `json:"status"`
+			Ms      float64 `json:"ms_per_chunk"`
+			PeakRSS int64   `json:"worker_peak_rss_bytes"`
+		} `json:"growth"`
+		Storage []struct {
+			Name      string `json:"stream"`
+			PeakMsgs  uint64 `json:"peak_msgs"`
+			AfterMsgs uint64 `json:"after_msgs"`
+			Kept      string `json:"kept"`
+		} `json:"storage"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	c := r.Critical
+	// 22 chunks on 4 slots: 6 waves of 15 calls one after another.
+	if len(c.StageDepths) != 3 || c.StageDepths[0] != 1 || c.StageDepths[1] != 11 || c.StageDepths[2] != 3 || c.CriticalPath != 6*15*15*time.Millisecond {
+		t.Errorf("critical path = %v from stage depths %v, want 1.35s from [1 11 3]", c.CriticalPath, c.StageDepths)
+	}
+	if c.MeasuredPath < c.CriticalPath || c.Wall < c.MeasuredPath || c.Ratio < 1 {
+		t.Errorf("wall %v, measured path %v, ratio %.2f: the job cannot beat its critical path", c.Wall, c.MeasuredPath, c.Ratio)
+	}
+	k := r.Crash
+	if k.Kills != 2 || k.Chunks < 2 || k.P50 < 5*time.Second || k.Requests < k.Unique || k.Unique == 0 {
+		t.Errorf("crash = %+v: want 2 kills, their chunks resumed about AckWait (10s) later, requests counted", k)
+	}
+	if len(r.Growth) != 2 {
+		t.Fatalf("growth rows = %+v", r.Growth)
+	}
+	for i, g := range r.Growth {
+		if g.Chunks != []int{20, 60}[i] || g.Status != "done" || g.Ms <= 0 || g.PeakRSS <= 0 {
+			t.Errorf("growth row %+v", g)
+		}
+	}
+	kept := map[string]string{}
+	for _, s := range r.Storage {
+		kept[s.Name] = s.Kept
+		if s.Name == "SALVAGE_CHUNKS" && s.AfterMsgs != 0 {
+			t.Errorf("SALVAGE_CHUNKS holds %d messages after the job", s.AfterMsgs)
+		}
+	}
+	if kept["KV_salvage_claims"] != "24h0m0s" || kept["SALVAGE_CHUNKS"] != "until acked" {
+		t.Errorf("kept = %v", kept)
+	}
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// Floor measurements: what JetStream stores per second on the same server
+// with nothing of Salvage in the way.
+const (
+	floorMsgs       = 60_000
+	floorPayload    = 512
+	floorBatch      = 100
+	floorPublishers = 4
+)
+
+// throughputRow is one sync_interval's throughput and floors.
+type throughputRow struct {
+	SyncInterval     string  `json:"sync_interval"`
+	Journal          string  `json:"journal_writes"`
+	Jobs             int     `json:"jobs"`
+	Chunks           int     `json:"chunks_per_job"`
+	CallsPerChunk    int     `json:"calls_per_chunk"`
+	Concurrency      int     `json:"concurrency"`
+	CallsPerSec      float64 `json:"calls_per_sec"`
+	ChunksPerSec     float64 `json:"chunks_per_sec"`
+	RowsPerFlush     float64 `json:"rows_per_flush"`
+	FloorBatchPerSec float64 `json:"floor_atomic_batch_msgs_per_sec"`
+	FloorAsyncPerSec float64 `json:"floor_async_msgs_per_sec"`
+	// FloorKind names the floor the ratio is taken against: atomic
+	// batches under always, async publishes under the default.
+	FloorKind  string  `json:"floor_kind"`
+	FloorRatio float64 `json:"calls_per_floor_msg"`
+	Target     float64 `json:"target_calls_per_sec"`
+}
+
+func (t throughputRow) verdict() string {
+	return fmt.Sprintf("≥ %s calls/s, ≥ %.1f of the floor: %s", thousands(int(t.Target)), targetFloorRatio,
+		verdict(t.CallsPerSec >= t.Target && t.FloorRatio >= targetFloorRatio))
+}
+
+// throughput runs the reference job shape on a fresh server with sync
+// interval si, then measures the floors on the same server.
+func (b *bench) throughput(ctx context.Context, si time.Duration) (throughputRow, error) {
+	row := throughputRow{SyncInterval: natsconf.SyncIntervalString(si), Jobs: b.o.jobs, Chunks: b.o.chunks,
+		CallsPerChunk: contractreview.CallsPerChunk, Concurrency: b.o.concurrency, FloorKind: "async", Target: targetDefaultCalls}
+	mode := salvage.JournalPipelined
+	if si == natsconf.SyncAlways {
+		mode, row.FloorKind, row.Target = salvage.JournalAtomic, "batches", targetAlwaysCalls
+	}
+	row.Journal = string(mode)
+	s, err := startBenchServer(si)
+	if err != nil {
+		return row, err
+	}
+	defer s.close()
+	model, err := simmodel.New(simmodel.Config{Seed: 1})
+	if err != nil {
+		return row, err
+	}
+	c, err := salvage.NewClient(s.js, &salvage.Config{
+		Pipelines:   []*salvage.Pipeline{contractreview.New(model.Tool(contractreview.ModelTool))},
+		Roles:       []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
+		Concurrency: b.o.concurrency, Retries: -1, JournalWrites: mode, Logger: b.log,
+	})
+	if err != nil {
+		return row, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return row, err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	b.log.Info().Str("sync_interval", row.SyncInterval).Msg("throughput: running the reference job shape")
+	input := contractreview.Input{Text: contractreview.Contract(b.o.chunks, 1)}
+	start := time.Now()
+	ids := make([]string, b.o.jobs)
+	for i := range ids {
+		if ids[i], err = c.Submit(ctx, contractreview.Name, input, nil); err != nil {
+			return row, err
+		}
+	}
+	for _, id := range ids {
+		j, err := c.Wait(ctx, id)
+		if err != nil {
+			return row, err
+		}
+		if j.Status != salvage.JobDone {
+			return row, fmt.Errorf("job %s ended %s", id, j.Status)
+		}
+	}
+	secs := time.Since(start).Seconds()
+	calls := 0
+	for _, id := range ids {
+		st, err := c.Status(ctx, id, &salvage.Page{Limit: b.o.chunks})
+		if err != nil {
+			return row, err
+		}
+		for _, ch := range st.Chunks {
+			calls += ch.Calls
+		}
+	}
+	if want := b.o.jobs * b.o.chunks * contractreview.CallsPerChunk; calls != want {
+		return row, fmt.Errorf("%d calls journaled, want %d", calls, want)
+	}
+	row.CallsPerSec = float64(calls) / secs
+	row.ChunksPerSec = float64(b.o.jobs*b.o.chunks) / secs
+	flushes, rows := c.JournalStats()
+	row.RowsPerFlush = float64(rows) / float64(max(flushes, 1))
+
+	b.log.Info().Str("sync_interval", row.SyncInterval).Msg("throughput: measuring the JetStream floors")
+	if row.FloorBatchPerSec, err = floorBatches(ctx, s.js); err != nil {
+		return row, fmt.Errorf("atomic batch floor: %w", err)
+	}
+	if row.FloorAsyncPerSec, err = floorAsync(ctx, s.js); err != nil {
+		return row, fmt.Errorf("async floor: %w", err)
+	}
+	floor := row.FloorAsyncPerSec
+	if row.FloorKind == "batches" {
+		floor = row.FloorBatchPerSec
+	}
+	row.FloorRatio = row.CallsPerSec / floor
+	return row, nil
+}
+
+// floorStream creates a stream for one floor measurement.
+func floorStream(ctx context.Context, js jetstream.JetStream, name string) error {
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowAtomicPublish: true})
+	return err
+}
+
+// floorBatches stores floorMsgs messages as atomic batches of floorBatch
+// from floorPublishers concurrent publishers, and returns messages/s.
+func floorBatches(ctx context.Context, js jetstream.JetStream) (float64, error) {
+	const name = "FLOOR_BATCH"
+	if err := floorStream(ctx, js, name); err != nil {
+		return 0, err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
+	payload := make([]byte, floorPayload)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	start := time.Now()
+	for range floorPublishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n := next.Add(floorBatch)
+				if n > floorMsgs {
+					return
+				}
+				msgs := make([]*nats.Msg, floorBatch)
+				for i := range msgs {
+					msgs[i] = &nats.Msg{Subject: name + "." + strconv.FormatInt((n+int64(i))%64, 10), Data: payload, Header: nats.Header{}}
+				}
+				if _, err := jetstreamext.PublishMsgBatch(ctx, js, msgs); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(floorMsgs) / time.Since(start).Seconds(), firstErr
+}
+
+// floorAsync stores floorMsgs messages with pipelined async publishes and
+// returns messages/s.
+func floorAsync(ctx context.Context, js jetstream.JetStream) (float64, error) {
+	const name = "FLOOR_ASYNC"
+	if err := floorStream(ctx, js, name); err != nil {
+		return 0, err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
+	payload := make([]byte, floorPayload)
+	start := time.Now()
+	for i := range floorMsgs {
+		if _, err := js.PublishAsync(name+"."+strconv.Itoa(i%64), payload, jetstream.WithStallWait(time.Minute)); err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return float64(floorMsgs) / time.Since(start).Seconds(), nil
+}
