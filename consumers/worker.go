@@ -244,7 +244,7 @@ func (w *Worker) nakDelay() time.Duration {
 	return 100*time.Millisecond + rand.N(w.cfg.NakDelay)
 }
 
-// cancelledMemory is how long the registry remembers a cancelled job for
+// cancelledMemory is how long, at least, the registry remembers a cancelled job for
 // chunks registering after the cancel: far longer than the moment between
 // a chunk's read of its job record and its registration.
 const cancelledMemory = time.Hour
@@ -256,10 +256,14 @@ type cancelRegistry struct {
 	mu        sync.Mutex
 	jobs      map[string]map[int]context.CancelCauseFunc
 	cancelled map[string]time.Time
+	// pruned is when cancelled was last swept of old jobs: at most once
+	// per cancelledMemory, so a watch replaying thousands of cancelled
+	// jobs at start costs one pass, not one per job.
+	pruned time.Time
 }
 
 func newCancelRegistry() *cancelRegistry {
-	return &cancelRegistry{jobs: map[string]map[int]context.CancelCauseFunc{}, cancelled: map[string]time.Time{}}
+	return &cancelRegistry{jobs: map[string]map[int]context.CancelCauseFunc{}, cancelled: map[string]time.Time{}, pruned: time.Now()}
 }
 
 // add registers a running chunk; one of a job already seen cancelled is
@@ -290,12 +294,15 @@ func (r *cancelRegistry) cancelJob(job string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	if _, ok := r.cancelled[job]; !ok {
+	if now.Sub(r.pruned) > cancelledMemory {
 		for j, at := range r.cancelled {
 			if now.Sub(at) > cancelledMemory {
 				delete(r.cancelled, j)
 			}
 		}
+		r.pruned = now
+	}
+	if _, ok := r.cancelled[job]; !ok {
 		r.cancelled[job] = now
 	}
 	for _, cancel := range r.jobs[job] {

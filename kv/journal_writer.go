@@ -24,12 +24,13 @@ const (
 	// JournalMaxBatchDefault caps rows per atomic batch (the server allows
 	// 1000).
 	JournalMaxBatchDefault = 500
-	// JournalAtomicMinDefault is the fewest rows a flush writes as one
+	// JournalAtomicMin is the fewest rows a flush writes as one
 	// atomic batch. An atomic batch pays a fixed cost on the server (it
-	// stages the batch in a store of its own before committing it), about
-	// what a dozen single writes cost under sync_interval always, so
-	// fewer rows go as pipelined single writes.
-	JournalAtomicMinDefault = 16
+	// stages the batch in a store of its own before committing it): under
+	// sync_interval always a batch of 100 took about as long as 16 single
+	// writes (salvage bench floors), so fewer rows go as pipelined single
+	// writes.
+	JournalAtomicMin = 16
 	// journalWriteTimeout bounds one flush.
 	journalWriteTimeout = 10 * time.Second
 )
@@ -47,9 +48,6 @@ type JournalConfig struct {
 	Flushers int
 	// MaxBatch caps rows per flush. Default 500.
 	MaxBatch int
-	// AtomicMin is the fewest rows an atomic flush writes as one batch;
-	// a smaller flush pipelines single writes. Default 16.
-	AtomicMin int
 }
 
 // Journal is the salvage_journal store. Writes from concurrent calls are
@@ -60,10 +58,9 @@ type Journal struct {
 	js jetstream.JetStream
 	b  jetstream.KeyValue
 
-	atomic    bool
-	flushers  int
-	maxBatch  int
-	atomicMin int
+	atomic   bool
+	flushers int
+	maxBatch int
 
 	mu       sync.Mutex
 	pending  []*journalWrite
@@ -91,11 +88,6 @@ func (j *Journal) Configure(cfg JournalConfig) {
 	if j.maxBatch <= 0 || j.maxBatch > 1000 {
 		j.maxBatch = JournalMaxBatchDefault
 	}
-	j.atomicMin = cfg.AtomicMin
-	if j.atomicMin <= 0 {
-		j.atomicMin = JournalAtomicMinDefault
-	}
-	j.atomicMin = max(j.atomicMin, 2)
 }
 
 // Put stores row under row.Key if the key's last stored sequence is still
@@ -174,7 +166,7 @@ func (j *Journal) flush(batch []*journalWrite) {
 	defer cancel()
 	j.batches.Add(1)
 	j.rows.Add(int64(len(batch)))
-	if j.atomic && len(batch) >= j.atomicMin {
+	if j.atomic && len(batch) >= JournalAtomicMin {
 		msgs := make([]*nats.Msg, len(batch))
 		for i, w := range batch {
 			msgs[i] = w.msg

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -113,8 +112,12 @@ type chunkView struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// killedSuffix keys a chunk's view as it was when its worker was killed.
-const killedSuffix = "@killed"
+// pendingChunk is a killed worker's chunk not yet running elsewhere.
+type pendingChunk struct {
+	kill *crashKill
+	// deliveries is the chunk's delivery count when it was killed.
+	deliveries uint64
+}
 
 func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	var o demoOpts
@@ -152,8 +155,10 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	defer func() { _ = watch.Stop() }()
 
 	var mu sync.Mutex
-	chunks := map[string]chunkView{}
-	pending := map[string]*crashKill{}
+	// running holds the chunks whose latest checkpoint says running: the
+	// victims are picked among their holders.
+	running := map[string]chunkView{}
+	pending := map[string]pendingChunk{}
 	var kills []*crashKill
 	go func() {
 		for e := range watch.Updates() {
@@ -165,25 +170,26 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 				continue
 			}
 			mu.Lock()
-			if pending[e.Key()] != nil && chunks[e.Key()+killedSuffix].Deliveries == 0 {
-				chunks[e.Key()+killedSuffix] = chunks[e.Key()]
+			if v.Status == "running" {
+				running[e.Key()] = v
+			} else {
+				delete(running, e.Key())
 			}
-			chunks[e.Key()] = v
-			switch k := pending[e.Key()]; {
-			case k == nil:
-			case v.Status == "running" && v.ClaimedBy != k.victim:
-				k.last = max(k.last, time.Since(k.at))
-				k.resumed++
-				if v.Deliveries > chunks[e.Key()+killedSuffix].Deliveries+1 {
+			switch p, ok := pending[e.Key()]; {
+			case !ok:
+			case v.Status == "running" && v.ClaimedBy != p.kill.victim:
+				p.kill.last = max(p.kill.last, time.Since(p.kill.at))
+				p.kill.resumed++
+				if v.Deliveries > p.deliveries+1 {
 					// A redelivery in between was lost too: the worker it
 					// went to was killed before it took the chunk.
-					k.relost = true
+					p.kill.relost = true
 				}
 				delete(pending, e.Key())
-			case v.ClaimedBy == k.victim && v.Status != "running":
+			case v.ClaimedBy == p.kill.victim && v.Status != "running":
 				// The victim's last write landed as it was killed: the
 				// chunk was over, not interrupted.
-				k.held--
+				p.kill.held--
 				delete(pending, e.Key())
 			}
 			mu.Unlock()
@@ -210,8 +216,8 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 		// The victim: a live worker holding running chunks.
 		mu.Lock()
 		holders := map[string][]string{}
-		for key, v := range chunks {
-			if v.Status == "running" && pending[key] == nil && !strings.HasSuffix(key, killedSuffix) {
+		for key, v := range running {
+			if _, ok := pending[key]; !ok {
 				holders[v.ClaimedBy] = append(holders[v.ClaimedBy], key)
 			}
 		}
@@ -234,8 +240,8 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 			return row, err
 		}
 		for _, key := range holders[victim.id] {
-			if v := chunks[key]; v.Status == "running" && v.ClaimedBy == victim.id {
-				pending[key] = k
+			if v, ok := running[key]; ok && v.ClaimedBy == victim.id {
+				pending[key] = pendingChunk{kill: k, deliveries: v.Deliveries}
 				k.held++
 			}
 		}

@@ -57,17 +57,14 @@ func (b *bench) critical(ctx context.Context) (criticalRow, error) {
 	if err != nil {
 		return row, err
 	}
-	c, err := salvage.NewClient(s.js, &salvage.Config{
+	c, stop, err := b.startClient(ctx, s, &salvage.Config{
 		Pipelines: []*salvage.Pipeline{contractreview.New(model.Tool(contractreview.ModelTool))},
-		Roles:     []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter}, Logger: b.log,
+		Roles:     []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
 	})
 	if err != nil {
 		return row, err
 	}
-	if err := c.Start(ctx); err != nil {
-		return row, err
-	}
-	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	defer stop()
 	b.log.Info().Msg("critical path: running the reference job")
 	start := time.Now()
 	id, err := c.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(criticalChunks, 1)}, nil)
@@ -117,10 +114,14 @@ func measuredPath(tr *salvage.Trace, concurrency int) time.Duration {
 	chunks := slices.Clone(tr.Chunks)
 	slices.SortFunc(chunks, func(a, b salvage.TraceChunk) int { return a.Chunk - b.Chunk })
 	for _, ch := range chunks {
-		agents := map[[2]string]float64{}
+		type stageAgent struct {
+			stage int
+			agent string
+		}
+		agents := map[stageAgent]float64{}
 		stages := map[int]float64{}
 		for _, call := range ch.Calls {
-			k := [2]string{fmt.Sprint(call.Stage), call.Agent}
+			k := stageAgent{call.Stage, call.Agent}
 			agents[k] += call.LatencyMS
 			stages[call.Stage] = max(stages[call.Stage], agents[k])
 		}

@@ -48,13 +48,14 @@ type storageRow struct {
 // growthVerdict checks time per chunk and peak memory are flat across the
 // job sizes: the largest within targetGrowthSpread of the smallest.
 func growthVerdict(rows []growthRow) string {
-	lo, hi := rows[0], rows[0]
-	loRSS, hiRSS := rows[0].PeakRSS, rows[0].PeakRSS
-	for _, r := range rows {
-		lo.MsPerChunk, hi.MsPerChunk = min(lo.MsPerChunk, r.MsPerChunk), max(hi.MsPerChunk, r.MsPerChunk)
-		loRSS, hiRSS = min(loRSS, r.PeakRSS), max(hiRSS, r.PeakRSS)
+	flat := func(v func(growthRow) float64) bool {
+		lo, hi := v(rows[0]), v(rows[0])
+		for _, r := range rows {
+			lo, hi = min(lo, v(r)), max(hi, v(r))
+		}
+		return hi <= lo*(1+targetGrowthSpread)
 	}
-	ok := hi.MsPerChunk <= lo.MsPerChunk*(1+targetGrowthSpread) && float64(hiRSS) <= float64(loRSS)*(1+targetGrowthSpread)
+	ok := flat(func(r growthRow) float64 { return r.MsPerChunk }) && flat(func(r growthRow) float64 { return float64(r.PeakRSS) })
 	return fmt.Sprintf("flat within %.0f%%: %s", targetGrowthSpread*100, verdict(ok))
 }
 
@@ -142,14 +143,11 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 		return nil, nil, err
 	}
 	defer s.close()
-	c, err := salvage.NewClient(s.js, &salvage.Config{Roles: []salvage.Role{salvage.RoleDeadLetter}, Logger: b.log})
+	c, stop, err := b.startClient(ctx, s, &salvage.Config{Roles: []salvage.Role{salvage.RoleDeadLetter}})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.Start(ctx); err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	defer stop()
 	largest := 0
 	for _, n := range b.o.growth {
 		largest = max(largest, n)

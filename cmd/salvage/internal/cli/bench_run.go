@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/natsconf"
 )
 
@@ -98,4 +99,17 @@ func (s *benchServer) close() {
 	}
 	s.srv.Shutdown()
 	os.RemoveAll(s.dir)
+}
+
+// startClient starts a client with cfg on s, its logs to the bench's
+// logger; stop stops it.
+func (b *bench) startClient(ctx context.Context, s *benchServer, cfg *salvage.Config) (c *salvage.Client, stop func(), err error) {
+	cfg.Logger = b.log
+	if c, err = salvage.NewClient(s.js, cfg); err != nil {
+		return nil, nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Stop(context.WithoutCancel(ctx)) }, nil
 }

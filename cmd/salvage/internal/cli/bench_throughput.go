@@ -71,18 +71,15 @@ func (b *bench) throughput(ctx context.Context, si time.Duration) (throughputRow
 	if err != nil {
 		return row, err
 	}
-	c, err := salvage.NewClient(s.js, &salvage.Config{
+	c, stop, err := b.startClient(ctx, s, &salvage.Config{
 		Pipelines:   []*salvage.Pipeline{contractreview.New(model.Tool(contractreview.ModelTool))},
 		Roles:       []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
-		Concurrency: b.o.concurrency, Retries: -1, JournalWrites: mode, Logger: b.log,
+		Concurrency: b.o.concurrency, Retries: -1, JournalWrites: mode,
 	})
 	if err != nil {
 		return row, err
 	}
-	if err := c.Start(ctx); err != nil {
-		return row, err
-	}
-	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	defer stop()
 	b.log.Info().Str("sync_interval", row.SyncInterval).Msg("throughput: running the reference job shape")
 	input := contractreview.Input{Text: contractreview.Contract(b.o.chunks, 1)}
 	start := time.Now()
@@ -176,7 +173,28 @@ func floorBatches(ctx context.Context, js jetstream.JetStream) (float64, error) 
 		}()
 	}
 	wg.Wait()
-	return float64(floorMsgs) / time.Since(start).Seconds(), firstErr
+	rate := float64(floorMsgs) / time.Since(start).Seconds()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return rate, floorStored(ctx, js, name)
+}
+
+// floorStored checks a floor stream holds every message the floor
+// counted: a publish whose ack reported an error must not count.
+func floorStored(ctx context.Context, js jetstream.JetStream, name string) error {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs != floorMsgs {
+		return fmt.Errorf("%s stored %d of %d messages", name, info.State.Msgs, floorMsgs)
+	}
+	return nil
 }
 
 // floorAsync stores floorMsgs messages with pipelined async publishes and
@@ -199,5 +217,5 @@ func floorAsync(ctx context.Context, js jetstream.JetStream) (float64, error) {
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	return float64(floorMsgs) / time.Since(start).Seconds(), nil
+	return float64(floorMsgs) / time.Since(start).Seconds(), floorStored(ctx, js, name)
 }

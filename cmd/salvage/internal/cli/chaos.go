@@ -26,24 +26,22 @@ import (
 // chaosReport is what `salvage chaos` reports; the JSON names are a
 // contract.
 type chaosReport struct {
-	Jobs                 int            `json:"jobs"`
-	JobsSettled          int            `json:"jobs_settled"`
-	JobsByStatus         map[string]int `json:"jobs_by_status"`
-	ChunksMissing        int            `json:"chunks_missing"`
-	EnvelopesUnsettled   int            `json:"envelopes_unsettled"`
-	EnvelopesByStatus    map[string]int `json:"envelopes_by_status"`
-	DuplicateSideEffects int            `json:"duplicate_side_effects"`
-	LeftoverSideEffects  int            `json:"leftover_side_effects"`
-	SideEffects          int            `json:"side_effects"`
-	AutoRecoveryRate     float64        `json:"auto_recovery_rate"`
-	Kills                int            `json:"kills"`
-	ServerRestarts       int            `json:"server_restarts"`
-	PublishedWith        string         `json:"published_with"`
-	Redeliveries         int            `json:"redeliveries"`
-	Tier1Retries         int            `json:"tier1_retries"`
-	SyncInterval         string         `json:"sync_interval"`
-	WallSeconds          float64        `json:"wall_seconds"`
-	TimedOut             bool           `json:"timed_out"`
+	Jobs               int            `json:"jobs"`
+	JobsSettled        int            `json:"jobs_settled"`
+	JobsByStatus       map[string]int `json:"jobs_by_status"`
+	ChunksMissing      int            `json:"chunks_missing"`
+	EnvelopesUnsettled int            `json:"envelopes_unsettled"`
+	EnvelopesByStatus  map[string]int `json:"envelopes_by_status"`
+	ledgerCheck
+	AutoRecoveryRate float64 `json:"auto_recovery_rate"`
+	Kills            int     `json:"kills"`
+	ServerRestarts   int     `json:"server_restarts"`
+	PublishedWith    string  `json:"published_with"`
+	Redeliveries     int     `json:"redeliveries"`
+	Tier1Retries     int     `json:"tier1_retries"`
+	SyncInterval     string  `json:"sync_interval"`
+	WallSeconds      float64 `json:"wall_seconds"`
+	TimedOut         bool    `json:"timed_out"`
 }
 
 // ok is the run's own check: every job settled, nothing lost, nothing
@@ -336,12 +334,28 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 	if err != nil {
 		return err
 	}
-	r.SideEffects = l.Summary.Effects
-	r.DuplicateSideEffects = l.Summary.DuplicateKeys + l.Summary.DuplicateOrders
+	r.ledgerCheck = checkLedger(l, standing)
+	return nil
+}
+
+// ledgerCheck is what the sim's ledger says of a run's side effects;
+// the JSON names are part of the reports' contract.
+type ledgerCheck struct {
+	SideEffects          int `json:"side_effects"`
+	DuplicateSideEffects int `json:"duplicate_side_effects"`
+	// LeftoverSideEffects are effects standing for an order that should
+	// have none: neither completed nor left to a person.
+	LeftoverSideEffects int `json:"leftover_side_effects"`
+}
+
+// checkLedger counts the ledger's effects, those applied twice, and those
+// left standing for an order not in settled.
+func checkLedger(l sim.Ledger, settled map[string]bool) ledgerCheck {
+	c := ledgerCheck{SideEffects: l.Summary.Effects, DuplicateSideEffects: l.Summary.DuplicateKeys + l.Summary.DuplicateOrders}
 	for _, e := range l.Effects {
-		if !e.Compensated && !standing[e.Order] {
-			r.LeftoverSideEffects++
+		if !e.Compensated && !settled[e.Order] {
+			c.LeftoverSideEffects++
 		}
 	}
-	return nil
+	return c
 }

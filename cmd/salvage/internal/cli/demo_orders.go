@@ -17,33 +17,31 @@ import (
 // ordersReport is the order-fulfillment demo's outcome; the JSON names
 // are a contract.
 type ordersReport struct {
-	Orders               int            `json:"orders"`
-	OrdersCompleted      int            `json:"orders_completed"`
-	OrdersCompensated    int            `json:"orders_compensated"`
-	OrdersEscalated      int            `json:"orders_escalated"`
-	OrdersDeadEnd        int            `json:"orders_dead_end"`
-	OrdersMissing        int            `json:"orders_missing"`
-	DuplicateSideEffects int            `json:"duplicate_side_effects"`
-	LeftoverSideEffects  int            `json:"leftover_side_effects"`
-	AutoRecoveryRate     float64        `json:"auto_recovery_rate"`
-	Envelopes            int            `json:"envelopes"`
-	EnvelopesByStatus    map[string]int `json:"envelopes_by_status"`
-	EnvelopesByCategory  map[string]int `json:"envelopes_by_category"`
-	SideEffects          int            `json:"side_effects"`
-	Compensations        int            `json:"compensations"`
-	Tier1Retries         int            `json:"tier1_retries"`
-	Redeliveries         int            `json:"redeliveries"`
-	Recoveries           int            `json:"recoveries"`
-	Workers              int            `json:"workers"`
-	KilledWorker         string         `json:"killed_worker,omitempty"`
-	KilledChunk          int            `json:"killed_chunk,omitempty"`
-	KilledAtStage        int            `json:"killed_at_stage,omitempty"`
-	Outage               string         `json:"outage,omitempty"`
-	Escalations          []string       `json:"escalations,omitempty"`
-	SyncInterval         string         `json:"sync_interval"`
-	JournalWrites        string         `json:"journal_writes"`
-	WallSeconds          float64        `json:"wall_seconds"`
-	TimedOut             bool           `json:"timed_out"`
+	Orders            int `json:"orders"`
+	OrdersCompleted   int `json:"orders_completed"`
+	OrdersCompensated int `json:"orders_compensated"`
+	OrdersEscalated   int `json:"orders_escalated"`
+	OrdersDeadEnd     int `json:"orders_dead_end"`
+	OrdersMissing     int `json:"orders_missing"`
+	ledgerCheck
+	AutoRecoveryRate    float64        `json:"auto_recovery_rate"`
+	Envelopes           int            `json:"envelopes"`
+	EnvelopesByStatus   map[string]int `json:"envelopes_by_status"`
+	EnvelopesByCategory map[string]int `json:"envelopes_by_category"`
+	Compensations       int            `json:"compensations"`
+	Tier1Retries        int            `json:"tier1_retries"`
+	Redeliveries        int            `json:"redeliveries"`
+	Recoveries          int            `json:"recoveries"`
+	Workers             int            `json:"workers"`
+	KilledWorker        string         `json:"killed_worker,omitempty"`
+	KilledChunk         int            `json:"killed_chunk,omitempty"`
+	KilledAtStage       int            `json:"killed_at_stage,omitempty"`
+	Outage              string         `json:"outage,omitempty"`
+	Escalations         []string       `json:"escalations,omitempty"`
+	SyncInterval        string         `json:"sync_interval"`
+	JournalWrites       string         `json:"journal_writes"`
+	WallSeconds         float64        `json:"wall_seconds"`
+	TimedOut            bool           `json:"timed_out"`
 }
 
 func (r *ordersReport) ok() bool {
@@ -241,13 +239,7 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 	if err != nil {
 		return err
 	}
-	r.SideEffects = l.Summary.Effects
 	r.Compensations = l.Summary.Compensated
-	r.DuplicateSideEffects = l.Summary.DuplicateKeys + l.Summary.DuplicateOrders
-	for _, e := range l.Effects {
-		if !e.Compensated && !settledOrders[e.Order] {
-			r.LeftoverSideEffects++
-		}
-	}
+	r.ledgerCheck = checkLedger(l, settledOrders)
 	return nil
 }

@@ -24,11 +24,34 @@ const chatHangMax = 30 * time.Second
 // chatRequest is the part of an OpenAI chat completions request the sim
 // reads.
 type chatRequest struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
+	Model    string        `json:"model"`
+	Messages []wireMessage `json:"messages"`
+}
+
+// wireMessage is one message of either API; content is a string or text
+// parts.
+type wireMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// modelCall turns a request's messages (after system, if any) into the
+// simulated model's request, with the call's idempotency key: the
+// Idempotency-Key header, else the body's hash.
+func modelCall(r *http.Request, body []byte, system string, msgs []wireMessage) (string, salvage.ChatRequest) {
+	req := salvage.ChatRequest{}
+	if system != "" {
+		req.Messages = append(req.Messages, salvage.Message{Role: "system", Content: system})
+	}
+	for _, m := range msgs {
+		req.Messages = append(req.Messages, salvage.Message{Role: m.Role, Content: contentText(m.Content)})
+	}
+	key := r.Header.Get(HeaderIdempotencyKey)
+	if key == "" {
+		sum := sha256.Sum256(body)
+		key = hex.EncodeToString(sum[:])
+	}
+	return key, req
 }
 
 // chatSeq numbers completions for their ids.
@@ -49,24 +72,13 @@ func serveChat(w http.ResponseWriter, r *http.Request, model *simmodel.Model) {
 		chatError(w, 400, "invalid_request_error", "want {\"model\", \"messages\": [...]}")
 		return
 	}
-	req := salvage.ChatRequest{}
-	for _, m := range in.Messages {
-		req.Messages = append(req.Messages, salvage.Message{Role: m.Role, Content: contentText(m.Content)})
-	}
-	key := r.Header.Get(HeaderIdempotencyKey)
-	if key == "" {
-		sum := sha256.Sum256(body)
-		key = hex.EncodeToString(sum[:])
-	}
+	key, req := modelCall(r, body, "", in.Messages)
 	resp, err := model.Chat(r.Context(), key, req)
 	if err != nil {
 		chatFailure(w, r, err)
 		return
 	}
-	name := in.Model
-	if name == "" {
-		name = simmodel.ModelName
-	}
+	name := cmp.Or(in.Model, simmodel.ModelName)
 	u := resp.Usage
 	writeJSON(w, 200, map[string]any{
 		"id": "chatcmpl-sim-" + strconv.FormatInt(chatSeq.Add(1), 10), "object": "chat.completion",
@@ -152,12 +164,9 @@ func readBody(r *http.Request) ([]byte, error) {
 // messagesRequest is the part of an Anthropic Messages request the sim
 // reads.
 type messagesRequest struct {
-	Model    string `json:"model"`
-	System   string `json:"system"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
+	Model    string        `json:"model"`
+	System   string        `json:"system"`
+	Messages []wireMessage `json:"messages"`
 }
 
 // serveMessages answers POST /v1/messages as Anthropic's Messages API
@@ -173,18 +182,7 @@ func serveMessages(w http.ResponseWriter, r *http.Request, model *simmodel.Model
 		messagesError(w, 400, "invalid_request_error", "want {\"model\", \"max_tokens\", \"messages\": [...]}")
 		return
 	}
-	req := salvage.ChatRequest{}
-	if in.System != "" {
-		req.Messages = append(req.Messages, salvage.Message{Role: "system", Content: in.System})
-	}
-	for _, m := range in.Messages {
-		req.Messages = append(req.Messages, salvage.Message{Role: m.Role, Content: contentText(m.Content)})
-	}
-	key := r.Header.Get(HeaderIdempotencyKey)
-	if key == "" {
-		sum := sha256.Sum256(body)
-		key = hex.EncodeToString(sum[:])
-	}
+	key, req := modelCall(r, body, in.System, in.Messages)
 	resp, err := model.Chat(r.Context(), key, req)
 	if err != nil {
 		modelFailure(w, r, err, messagesError)
