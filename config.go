@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
@@ -62,6 +63,9 @@ const (
 	MaxRecoveriesDefault       = 3
 	MaxStrategyAttemptsDefault = 3
 	CoolDownDefault            = 30 * time.Second
+	BreakerFailuresDefault     = 5
+	BreakerWindowDefault       = 10 * time.Second
+	BreakerCoolDownDefault     = 30 * time.Second
 	ConcurrencyDefault         = 4
 	MaxChunksDefault           = 10_000
 	ChunkWindowDefault         = 16
@@ -121,6 +125,16 @@ type Config struct {
 	// CoolDown is how long an EXTERNAL_SYSTEM_DOWN envelope waits before
 	// its chunk resumes. Default 30s.
 	CoolDown time.Duration
+
+	// Breaker is the circuit breaker of every external system (a Tool's
+	// System) not named in Breakers: Failures in a row within Window
+	// open it (defaults 5, 10s); while open, calls fail at once and their
+	// chunks are held on SALVAGE_HOLD; after CoolDown (default 30s) one
+	// held chunk is released as the probe, and its success closes the
+	// breaker and releases the rest.
+	Breaker BreakerPolicy
+	// Breakers overrides Breaker for named systems.
+	Breakers map[string]BreakerPolicy
 
 	// Concurrency is how many chunks this client's worker runs at once.
 	// Default 4.
@@ -259,7 +273,19 @@ func (c Config) validate() error {
 	case c.Replicas > 5:
 		return fmt.Errorf("%w: Replicas %d: JetStream allows at most 5", ErrInvalidConfig, c.Replicas)
 	}
+	if err := c.breakerPolicies().Validate(); err != nil {
+		return fmt.Errorf("%w: Breaker, Breakers: %w", ErrInvalidConfig, err)
+	}
 	return nil
+}
+
+// BreakerPolicy is when a system's circuit breaker opens and how long
+// it stays open (Config.Breaker); zero fields take the defaults.
+type BreakerPolicy = recovery.BreakerPolicy
+
+// breakerPolicies are the workers' breaker policies.
+func (c Config) breakerPolicies() consumers.BreakerPolicies {
+	return consumers.BreakerPolicies{Default: c.Breaker, Systems: c.Breakers}
 }
 
 // natsMaxPayload is the server's default max_payload.

@@ -26,6 +26,9 @@ func TestPublicNamesMatchTheMachinery(t *testing.T) {
 		{AlertIntervalDefault, consumers.AlertIntervalDefault}, {RetentionDefault, kv.RetentionDefault},
 		{AlertBurstCountDefault, recovery.BurstCountDefault}, {AlertBurstWindowDefault, recovery.BurstWindowDefault},
 		{AlertUnresolvedDefault, recovery.UnresolvedAfterDefault}, {AlertUnackedDefault, recovery.UnackedAfterDefault},
+		{BreakerFailuresDefault, recovery.BreakerFailuresDefault}, {BreakerWindowDefault, recovery.BreakerWindowDefault},
+		{BreakerCoolDownDefault, recovery.BreakerCoolDownDefault},
+		{string(BreakerClosed), kv.BreakerClosed}, {string(BreakerOpen), kv.BreakerOpen}, {string(BreakerHalfOpen), kv.BreakerHalfOpen},
 
 		{string(JobRunning), kv.JobRunning}, {string(JobDone), kv.JobDone}, {string(JobPartial), kv.JobPartial},
 		{string(JobIncomplete), kv.JobIncomplete}, {string(JobCancelled), kv.JobCancelled},

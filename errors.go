@@ -33,7 +33,16 @@ var (
 	// ErrRetriesExhausted is returned by Turn.Tool when tier 1 gave up on
 	// a retryable error; the chunk goes to tier 2.
 	ErrRetriesExhausted = recovery.ErrRetriesExhausted
+	// ErrBreakerOpen is returned by Turn.Tool, at once, for a call to a
+	// system whose circuit breaker is open: the call never reached it.
+	// An agent should return it as it is: its chunk is then held until
+	// the breaker closes (or, in an optional stage, the stage is skipped).
+	ErrBreakerOpen = recovery.ErrBreakerOpen
 )
+
+// BreakerOpenError is the error behind ErrBreakerOpen: which system's
+// breaker refused the call, its state and when it lets a probe through.
+type BreakerOpenError = recovery.BreakerOpenError
 
 // Errors the Client returns.
 var (

@@ -113,6 +113,10 @@ type Chunk struct {
 	Envelope string `json:"envelope,omitempty"`
 	// Reason says why it ended as it did (cancelled, dead-lettered).
 	Reason string `json:"reason,omitempty"`
+	// HeldOn is the system whose open circuit breaker holds it (status
+	// held); Holds counts how often it was held.
+	HeldOn string `json:"held_on,omitempty"`
+	Holds  int    `json:"holds,omitempty"`
 	// LastError and the fields after it describe the failure that sent
 	// the chunk back to tier 2, and the agent, tool and call it came from.
 	LastError       string    `json:"last_error,omitempty"`

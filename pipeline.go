@@ -138,7 +138,10 @@ type Message = recovery.Message
 type Tool struct {
 	// Name is what agents call it by. Required.
 	Name string
-	// System is the external system it touches (payments, crm, …).
+	// System is the external system it touches (payments, crm, …): a
+	// subject token, not "approval" (reserved). Calls to one system share
+	// one circuit breaker across every worker (Config.Breaker); a tool
+	// without a System has none.
 	System string
 	// Effect is nil for a pure call (a model call, a read): such a call
 	// is simply made again when its outcome is unknown.
@@ -265,7 +268,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Pipeline, error) {
 			}
 			served[a.Subject] = true
 			subject, timeout := a.Subject, cmp.Or(a.Timeout, ServiceTimeoutDefault)
-			tools = append(tools, recovery.Tool{Name: remoteAgentTool(subject), System: subject,
+			tools = append(tools, recovery.Tool{Name: remoteAgentTool(subject), System: subjectSystem(subject),
 				Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 					r, err := rem.call(ctx, subject, timeout, ToolCall(c), true)
 					return r.machinery(), err
@@ -335,7 +338,7 @@ func (t Tool) machinery(rem remote) (recovery.Tool, error) {
 			return rem.call(ctx, subject, timeout, c, false)
 		}
 		if out.System == "" {
-			out.System = subject
+			out.System = subjectSystem(subject)
 		}
 	}
 	if call != nil {

@@ -75,6 +75,19 @@ type agentTurn struct {
 // is called: one per subject, shared by the agents it serves.
 func remoteAgentTool(subject string) string { return "agent:" + subject }
 
+// subjectSystem is the breaker system of a tool or agent served on
+// subject: the subject with every byte a system name cannot hold (".",
+// and anything but A-Z a-z 0-9 - _ =) turned into "_".
+func subjectSystem(subject string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '=':
+			return r
+		}
+		return '_'
+	}, subject)
+}
+
 // validateSubject refuses a subject a request cannot be sent to.
 func validateSubject(what, subject string) error {
 	if subject == "" || strings.ContainsAny(subject, " \t\r\n*>") || strings.HasPrefix(subject, ".") ||

@@ -150,11 +150,13 @@ func TestAgentsServedOnSubjects(t *testing.T) {
 // resumed chunk does not ask again for a turn that was answered.
 func TestServiceErrorsAreClassified(t *testing.T) {
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{remotePipeline()}})
+	// No responders is a service that is down: its breaker opens and
+	// holds the chunk; a short cool-down lets the probe find it started.
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{remotePipeline()}, Breaker: salvage.BreakerPolicy{CoolDown: time.Second}})
 	ctx := context.Background()
 
-	// No service yet: no responders, retried (tier 1, then tier 2) until
-	// the service starts.
+	// No service yet: no responders, retried (tier 1, then held by the
+	// open breaker) until the service starts.
 	id, err := c.Submit(ctx, "remote", "late", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes",
+		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, list circuit breakers",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -62,6 +62,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 	for subject, fn := range map[string]func(context.Context, micro.Request) (any, error){
 		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.cancel": c.apiCancel,
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
+		"breakers.list": c.apiBreakers,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -221,6 +222,15 @@ func readJobRequest(req micro.Request) (jobRequest, error) {
 		r.By = "api"
 	}
 	return r, streams.ValidateJobID(r.JobID)
+}
+
+// apiBreakers lists the circuit breakers; the request body is ignored.
+func (c *Client) apiBreakers(ctx context.Context, _ micro.Request) (any, error) {
+	bs, err := c.Breakers(ctx)
+	if bs == nil {
+		bs = []Breaker{}
+	}
+	return bs, err
 }
 
 func (c *Client) apiStatus(ctx context.Context, req micro.Request) (any, error) {

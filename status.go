@@ -180,3 +180,18 @@ func (s EnvelopeStatus) Final() bool {
 func (s EnvelopeStatus) Open() bool {
 	return kv.EnvelopeRecord{Status: string(s)}.Open()
 }
+
+// BreakerState is where an external system's circuit breaker stands.
+type BreakerState string
+
+// Breaker states, as the salvage_breakers bucket spells them.
+const (
+	// BreakerClosed: calls go through; failures are counted.
+	BreakerClosed BreakerState = "closed"
+	// BreakerOpen: calls fail at once and their chunks are held, until
+	// the cool-down ends.
+	BreakerOpen BreakerState = "open"
+	// BreakerHalfOpen: one probe chunk may call; its success closes the
+	// breaker, its failure opens it again.
+	BreakerHalfOpen BreakerState = "half-open"
+)

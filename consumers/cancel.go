@@ -62,6 +62,11 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 			return job, err
 		}
 	}
+	// Held chunks are cancelled below like any other stopped chunk; their
+	// parked messages go now rather than when their breaker closes.
+	if err := purgeSubject(ctx, t.js, streams.Hold, streams.HoldForJob(job.ID)); err != nil {
+		return job, err
+	}
 	cps, err := t.stores.Checkpoints.ForJob(ctx, job.ID, job.Chunks)
 	if err != nil {
 		return job, err

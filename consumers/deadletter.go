@@ -190,12 +190,8 @@ func (e *heldError) Error() string {
 }
 
 func classFromCheckpoint(cp kv.Checkpoint) recovery.Class {
-	for c := recovery.ClassTransient; c <= recovery.ClassPanic; c++ {
-		if c.String() == cp.LastErrorClass {
-			return c
-		}
-	}
-	return recovery.ClassTransient
+	c, _ := recovery.ParseClass(cp.LastErrorClass)
+	return c
 }
 
 func (d *DeadLetterer) sweepLoop(ctx context.Context) {

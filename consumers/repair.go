@@ -159,6 +159,13 @@ func (r *repairer) restartBacklog(ctx context.Context, j kv.Job) (int, error) {
 	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.ChunksForJob(j.Pipeline, j.ID))); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, err // queued chunks will admit the rest, or an error
 	}
+	hold, err := r.js.Stream(ctx, streams.Hold)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := hold.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForJob(j.ID))); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, err // held chunks come back and admit the rest, or an error
+	}
 	n := 0
 	for range j.Window {
 		ok, err := admit(ctx, r.js, j, streams.BacklogForJob(j.Pipeline, j.ID))

@@ -46,7 +46,7 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 	b := &bundle{stores: stores, reg: mustRegistry(t), opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
 	sp, _ := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: b.reg})
 	dl, _ := consumers.NewDeadLetterer(js, stores, consumers.DeadLetterConfig{SweepInterval: 200 * time.Millisecond})
-	w, _ := consumers.NewWorker(js, stores, consumers.WorkerConfig{ID: "w", Registry: b.reg, AckWait: opts.AckWait, Retry: testRetry})
+	w, _ := consumers.NewWorker(js, stores, consumers.WorkerConfig{ID: "w", Registry: b.reg, AckWait: opts.AckWait, Retry: testRetry, Breakers: testBreakers})
 	errs := make(chan error, 3)
 	for _, run := range []func(context.Context) error{sp.Run, dl.Run, w.Run} {
 		b.wg.Add(1)

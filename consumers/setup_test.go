@@ -208,6 +208,11 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 // testRetry keeps tier 1 fast in tests.
 var testRetry = recovery.RetryPolicy{MaxRetries: 2, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, TotalCap: time.Second}
 
+// testBreakers keeps the test pipeline's system from tripping its
+// breaker: the tests of tier 2 and the DLQ fail it on purpose. The
+// breaker tests use systems of their own.
+var testBreakers = consumers.BreakerPolicies{Systems: map[string]recovery.BreakerPolicy{"test": {Failures: 1 << 20}}}
+
 func mustRegistry(t *testing.T, extra ...*recovery.Pipeline) *recovery.Registry {
 	t.Helper()
 	reg, err := recovery.NewRegistry(append([]*recovery.Pipeline{testPipeline(false)}, extra...)...)
@@ -287,10 +292,20 @@ func (b *bundle) startDeadLetterer(t *testing.T) {
 // startWorker runs a worker until the test ends; stop ends it early.
 func (b *bundle) startWorker(t *testing.T, id string) (stop func()) {
 	t.Helper()
-	w, err := consumers.NewWorker(b.JS, b.stores, consumers.WorkerConfig{
+	return b.startWorkerWith(t, id, nil)
+}
+
+// startWorkerWith is startWorker with tune applied to the configuration.
+func (b *bundle) startWorkerWith(t *testing.T, id string, tune func(*consumers.WorkerConfig)) (stop func()) {
+	t.Helper()
+	cfg := consumers.WorkerConfig{
 		ID: id, Registry: b.reg, AckWait: b.opts.AckWait, MaxDeliver: b.opts.MaxDeliver,
-		Retry: testRetry, NakDelay: 50 * time.Millisecond, DrainTimeout: 2 * time.Second,
-	})
+		Retry: testRetry, NakDelay: 50 * time.Millisecond, DrainTimeout: 2 * time.Second, Breakers: testBreakers,
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	w, err := consumers.NewWorker(b.JS, b.stores, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

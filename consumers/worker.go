@@ -62,6 +62,8 @@ type WorkerConfig struct {
 	// (in progress) waiting for it: the splitter creates the record after
 	// publishing every chunk. Default JobWaitDefault.
 	JobWait time.Duration
+	// Breakers are the circuit breakers' policies, per external system.
+	Breakers BreakerPolicies
 	// Logger receives worker logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -100,6 +102,9 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.JobWait <= 0 {
 		c.JobWait = JobWaitDefault
 	}
+	if err := c.Breakers.Validate(); err != nil {
+		return fmt.Errorf("%w: WorkerConfig.Breakers: %w", ErrInvalidConfig, err)
+	}
 	return nil
 }
 
@@ -115,6 +120,10 @@ type Worker struct {
 	tracker tracker
 	letter  letterer
 	cancels *cancelRegistry
+	// gate is this process's view of the circuit breakers; holder parks
+	// and releases the chunks they hold.
+	gate   *gate
+	holder *holder
 	// tails bounds the finished chunks still doing their bookkeeping
 	// after giving their slot to the next chunk.
 	tails chan struct{}
@@ -143,7 +152,9 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	tr := tracker{js: js, stores: stores, counts: newCounts(stores)}
+	g := newGate(js, stores, cfg.Breakers, cfg.ID, log)
 	return &Worker{
+		gate: g, holder: newHolder(js, g, cfg.ID, log),
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
 		cancels: newCancelRegistry(),
@@ -168,6 +179,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 	go w.watchCancellations(workCtx)
+	go w.gate.follow(workCtx)
+	go w.holder.run(workCtx)
 
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup

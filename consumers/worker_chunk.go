@@ -173,7 +173,7 @@ func (r *run) run(ctx context.Context) error {
 	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		// Never taken before: no worker has written a journal row for it.
 		fresh = cp.MsgSeq == 0
-		cp.Status = kv.StatusRunning
+		cp.Status, cp.HeldOn = kv.StatusRunning, ""
 		countRedeliveries(cp, r.meta)
 		cp.ClearLastError()
 		if r.chunk.Epoch > cp.Epoch {
@@ -351,7 +351,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		outs, err := recovery.RunStage(chunkCtx, st, recovery.StageRun{
 			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,
 			Stage: s, Epoch: cp.Epoch, Input: r.chunk.Input, Prior: cp.Outputs, Exec: w.exec, Stats: &stats,
-			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots,
+			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots, Gate: w.gate,
 		})
 		flushStats(&cp)
 		if err != nil {
@@ -367,6 +367,9 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 			case st.Optional:
 				log.Warn().Err(err).Msg("optional stage failed; continuing without it")
 				cp.Gaps = append(cp.Gaps, st.Name)
+			case errors.Is(err, recovery.ErrBreakerOpen):
+				system, _ := recovery.BreakerSystem(err)
+				return r.hold(ctx, cp, fence, system, err)
 			case recovery.ClassOf(err).Permanent():
 				recordError(&cp, err)
 				if werr := w.stores.Checkpoints.Write(ctx, fence, cp); werr != nil {

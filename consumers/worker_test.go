@@ -39,7 +39,7 @@ func runChildWorker(url string) int {
 	reg, _ := recovery.NewRegistry(testPipeline(true))
 	ackWait, _ := time.ParseDuration(os.Getenv("SALVAGE_TEST_ACK_WAIT"))
 	w, err := consumers.NewWorker(js, stores, consumers.WorkerConfig{
-		ID: os.Getenv("SALVAGE_TEST_WORKER_ID"), Registry: reg, AckWait: ackWait, Retry: testRetry,
+		ID: os.Getenv("SALVAGE_TEST_WORKER_ID"), Registry: reg, AckWait: ackWait, Retry: testRetry, Breakers: testBreakers,
 	})
 	if err != nil {
 		return 2

@@ -36,6 +36,7 @@ type Stores struct {
 	Envelopes   *Envelopes
 	Journal     *Journal
 	Snapshots   *Snapshots
+	Breakers    *Breakers
 }
 
 // Options tunes provisioning; zero fields take defaults.
@@ -54,6 +55,7 @@ func BucketConfigs(o Options) []jetstream.KeyValueConfig {
 		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: ClaimsTTL, Replicas: o.Replicas},
 		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
+		{Bucket: BucketBreakers, Description: "One circuit breaker per external system: closed, open, half-open.", History: 5, Replicas: o.Replicas},
 	}
 }
 
@@ -103,6 +105,10 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
+	breakers, err := get(BucketBreakers)
+	if err != nil {
+		return nil, err
+	}
 	journal, err := get(BucketJournal)
 	if err != nil {
 		return nil, err
@@ -120,5 +126,6 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 		Envelopes:   &Envelopes{b: envs, now: time.Now},
 		Journal:     jr,
 		Snapshots:   &Snapshots{os: snaps},
+		Breakers:    &Breakers{b: breakers, js: js, now: time.Now},
 	}, nil
 }

@@ -82,6 +82,10 @@ type Checkpoint struct {
 	CachedCalls int    `json:"cached_calls,omitempty"`
 	Envelope    string `json:"envelope,omitempty"`
 	Reason      string `json:"reason,omitempty"`
+	// HeldOn is the system whose open breaker holds the chunk (status
+	// held); Holds counts how often the chunk was held.
+	HeldOn string `json:"held_on,omitempty"`
+	Holds  int    `json:"holds,omitempty"`
 	// LastError and LastErrorClass describe the failure that sent the
 	// chunk back to tier 2, so the dead-letterer can classify it.
 	LastError       string `json:"last_error,omitempty"`

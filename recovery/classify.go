@@ -112,7 +112,7 @@ func classify(f Failure) (string, string) {
 		return CategoryUnrecoverable, StrategyDeadEnd
 	case f.InFlight || f.Class == ClassTimeout:
 		return CategoryToolTimeout, StrategyVerify
-	case f.Status == http.StatusServiceUnavailable:
+	case f.Class == ClassBreakerOpen || f.Status == http.StatusServiceUnavailable:
 		return CategoryExternalSystemDown, StrategyResume
 	default:
 		return CategoryTransientNetwork, StrategyResume

@@ -34,7 +34,25 @@ const (
 	// panicked. Like ClassPermanent it is never retried: the chunk goes to
 	// the DLQ with the panic's value and stack.
 	ClassPanic
+	// ClassBreakerOpen is a call refused because its system's circuit
+	// breaker is open: it never reached the system. It is not retried
+	// inside the worker; the chunk is held until the breaker closes.
+	ClassBreakerOpen
 )
+
+// classLast is the highest Class.
+const classLast = ClassBreakerOpen
+
+// ParseClass returns the Class whose String is name, and false (with
+// ClassTransient) for a name no class has.
+func ParseClass(name string) (Class, bool) {
+	for c := ClassTransient; c <= classLast; c++ {
+		if c.String() == name {
+			return c, true
+		}
+	}
+	return ClassTransient, false
+}
 
 // Permanent reports whether errors of class c end a chunk at once:
 // ClassPermanent and ClassPanic.
@@ -55,6 +73,8 @@ func (c Class) String() string {
 		return "cancelled"
 	case ClassPanic:
 		return "panic"
+	case ClassBreakerOpen:
+		return "breaker-open"
 	}
 	return fmt.Sprintf("class(%d)", int(c))
 }
@@ -196,7 +216,7 @@ func Recovered(where string, v any) error {
 }
 
 // ClassOf classifies err. A call stopped because a sibling agent failed
-// is ClassCancelled; a *CallError carries its class; a cancelled context
+// is ClassCancelled; a call an open breaker refused is ClassBreakerOpen; a *CallError carries its class; a cancelled context
 // is ClassCancelled; an expired context deadline is ClassTimeout; anything
 // else is transient.
 func ClassOf(err error) Class {
@@ -204,6 +224,8 @@ func ClassOf(err error) Class {
 	switch {
 	case errors.Is(err, ErrSiblingFailed):
 		return ClassCancelled
+	case errors.Is(err, ErrBreakerOpen):
+		return ClassBreakerOpen
 	case errors.As(err, &ce):
 		return ce.Class
 	case errors.Is(err, ErrJobCancelled), errors.Is(err, context.Canceled):

@@ -72,7 +72,7 @@ func (e *Executor) Do(ctx context.Context, stats *Stats, op string, fn func(ctx 
 		}
 		wait, ok := e.policy.NextWait(err, retry, e.now().Sub(start))
 		if !ok {
-			if c := ClassOf(err); c.Permanent() || c == ClassCancelled {
+			if c := ClassOf(err); c.Permanent() || c == ClassCancelled || c == ClassBreakerOpen {
 				return fmt.Errorf("%s: %w", op, err)
 			}
 			return fmt.Errorf("%s: %w after %d attempts: %w", op, ErrRetriesExhausted, retry+1, err)
@@ -101,14 +101,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // Severity orders errors from a stage's agents so the chunk reports the one
 // that decides its fate: a cancellation beats a permanent error, which
-// beats an exhausted retry.
+// beats an open breaker (the chunk is held), which beats an exhausted
+// retry.
 func severity(err error) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, ErrJobCancelled):
-		return 4
+		return 5
 	case ClassOf(err).Permanent():
+		return 4
+	case errors.Is(err, ErrBreakerOpen):
 		return 3
 	case errors.Is(err, ErrRetriesExhausted):
 		return 2

@@ -169,7 +169,15 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 			t.stats.Cached.Add(1)
 			t.state.Completed = appendOnce(t.state.Completed, key)
 			return prev.Output, nil
-		case kv.CallInitiated, kv.CallUnknown:
+		}
+	}
+	// From here on the system is asked: an open breaker refuses at once,
+	// before any row is written.
+	if err := t.allow(ctx, tool); err != nil {
+		return nil, err
+	}
+	if seen {
+		if prev.Status == kv.CallInitiated || prev.Status == kv.CallUnknown {
 			if out, done, err := t.settle(ctx, tool, prev); err != nil || done {
 				return out, err
 			}
@@ -199,10 +207,21 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 	attempts := 0
 	timedOut := false
 	err = t.exec.Do(ctx, t.stats, name, func(ctx context.Context) error {
+		if attempts > 0 {
+			// The breaker may have opened while this call waited.
+			if err := t.allow(ctx, tool); err != nil {
+				return err
+			}
+		}
 		attempts++
 		if timedOut && tool.Effect != nil {
 			// The last attempt's outcome is unknown: ask before repeating.
-			v, err := tool.VerifyEffect(ctx, row.IdempotencyKey)
+			var v Verification
+			err := t.guarded(ctx, tool, func() error {
+				var err error
+				v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -213,9 +232,12 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 				return nil
 			}
 		}
-		var err error
-		res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
-			IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
+		err := t.guarded(ctx, tool, func() error {
+			var err error
+			res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
+				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
+			return err
+		})
 		timedOut = ClassOf(err) == ClassTimeout
 		return err
 	})
@@ -311,10 +333,18 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 		return nil, false, nil
 	}
 	var v Verification
+	tries := 0
 	err := t.exec.Do(ctx, t.stats, tool.Name+".verify", func(ctx context.Context) error {
-		var err error
-		v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
-		return err
+		if tries++; tries > 1 {
+			if err := t.allow(ctx, tool); err != nil {
+				return err
+			}
+		}
+		return t.guarded(ctx, tool, func() error {
+			var err error
+			v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
+			return err
+		})
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("verify %s: %w", prev.Key, err)
@@ -332,6 +362,28 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 	t.stats.Verified.Add(1)
 	t.state.Completed = appendOnce(t.state.Completed, prev.Key)
 	return v.Output, true, nil
+}
+
+// allow asks the gate whether the chunk may call tool's system now: nil,
+// or an error wrapping ErrBreakerOpen. A tool without a System, or a turn
+// without a gate, is always allowed.
+func (t *Turn) allow(ctx context.Context, tool *Tool) error {
+	if t.gate == nil || tool.System == "" {
+		return nil
+	}
+	if err := t.gate.Allow(ctx, tool.System, kv.ChunkKey(t.Job, t.Chunk)); err != nil {
+		return fmt.Errorf("%s: %w", tool.Name, err)
+	}
+	return nil
+}
+
+// guarded runs one request to tool's system and tells the gate how it went.
+func (t *Turn) guarded(ctx context.Context, tool *Tool, fn func() error) error {
+	err := fn()
+	if t.gate != nil && tool.System != "" && ctx.Err() == nil {
+		t.gate.Done(ctx, tool.System, kv.ChunkKey(t.Job, t.Chunk), err)
+	}
+	return err
 }
 
 // Fingerprint describes the effect a call of t made under key: nil for a

@@ -74,6 +74,7 @@ type Turn struct {
 	replay *Replay
 	state  *AgentState
 	snaps  SnapshotStore
+	gate   Gate
 	seq    int
 	// failedTool and failedKey name the call whose failure the agent
 	// returned, for AgentError.
@@ -102,6 +103,9 @@ type StageRun struct {
 	// Snapshots, when set, receives a snapshot before every call to an
 	// irreversible tool.
 	Snapshots SnapshotStore
+	// Gate, when set, guards every call to a tool with a System: the
+	// circuit breakers.
+	Gate Gate
 }
 
 // RunStage runs a stage's agents in parallel and returns their outputs in
@@ -134,7 +138,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
-				state: r.States[a.Name], snaps: r.Snapshots,
+				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate,
 			}
 			out, err := runAgent(ctx, a, t)
 			if err == nil {

@@ -85,12 +85,12 @@ func (p RetryPolicy) Backoff(retry int) time.Duration {
 
 // NextWait decides whether to retry after err on retry number retry
 // (0-based) with elapsed time spent so far, and how long to wait. Permanent
-// and cancelled errors are never retried; a Retry-After is honoured as a
+// and cancelled errors, and calls an open breaker refused, are never retried; a Retry-After is honoured as a
 // floor; a wait that would cross TotalCap gives up.
 func (p RetryPolicy) NextWait(err error, retry int, elapsed time.Duration) (time.Duration, bool) {
 	p = p.withDefaults()
 	switch ClassOf(err) {
-	case ClassPermanent, ClassCancelled, ClassPanic:
+	case ClassPermanent, ClassCancelled, ClassPanic, ClassBreakerOpen:
 		return 0, false
 	}
 	if retry >= max(p.MaxRetries, 0) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // ErrInvalidTool is returned by NewTools for a tool that cannot be
@@ -93,7 +94,8 @@ type Tools struct {
 }
 
 // NewTools registers ts. It returns an error wrapping ErrInvalidTool for a
-// tool without a name or call, a duplicate, a reversible side effect
+// tool without a name or call, a System that is not a subject token (or
+// is the reserved "approval"), a duplicate, a reversible side effect
 // without a registered compensation tool, or a side effect without Verify.
 func NewTools(ts ...Tool) (*Tools, error) {
 	r := &Tools{m: map[string]*Tool{}}
@@ -101,6 +103,14 @@ func NewTools(ts ...Tool) (*Tools, error) {
 		t := ts[i]
 		if t.Name == "" || t.Call == nil {
 			return nil, fmt.Errorf("%w: tool %d needs a Name and a Call", ErrInvalidTool, i)
+		}
+		if t.System == streams.SystemApproval {
+			return nil, fmt.Errorf("%w: %s: system name %q is reserved", ErrInvalidTool, t.Name, t.System)
+		}
+		if t.System != "" {
+			if err := streams.ValidateToken("system", t.System); err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", ErrInvalidTool, t.Name, err)
+			}
 		}
 		if _, dup := r.m[t.Name]; dup {
 			return nil, fmt.Errorf("%w: %s registered twice", ErrInvalidTool, t.Name)

@@ -101,3 +101,44 @@ func ParseChunkSubject(subject string) (ChunkRef, error) {
 	}
 	return ChunkRef{Pipeline: parts[2], Job: parts[3], Chunk: n}, nil
 }
+
+// SystemApproval is the reserved system name of the hold subjects of
+// chunks awaiting a person's approval; no tool may use it.
+const SystemApproval = "approval"
+
+// HoldSubject is where a chunk waits while system's breaker is open (or,
+// for SystemApproval, until a person approves it).
+func HoldSubject(system, job string, chunk int) string {
+	return "salvage.hold." + system + "." + job + "." + strconv.Itoa(chunk)
+}
+
+// HoldForSystem filters the chunks held for one system.
+func HoldForSystem(system string) string { return "salvage.hold." + system + ".>" }
+
+// HoldForJob filters one job's held chunks, whatever holds them.
+func HoldForJob(job string) string { return "salvage.hold.*." + job + ".*" }
+
+// HoldConsumer is the durable consumer that releases the chunks held for
+// system: hold-<system>, filtered on HoldForSystem. It is paused while
+// the system's breaker is open.
+func HoldConsumer(system string) string { return "hold-" + system }
+
+// HoldRef is a held chunk's place: the system that holds it and the chunk.
+type HoldRef struct {
+	System string
+	Job    string
+	Chunk  int
+}
+
+// ParseHoldSubject splits salvage.hold.<system>.<job>.<chunk>.
+func ParseHoldSubject(subject string) (HoldRef, error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 5 || parts[0] != "salvage" || parts[1] != "hold" {
+		return HoldRef{}, badSubject(subject, "want salvage.hold.<system>.<job>.<chunk>")
+	}
+	n, err := strconv.Atoi(parts[4])
+	if err != nil || n < 1 {
+		return HoldRef{}, badSubject(subject, "chunk number must be a positive integer")
+	}
+	return HoldRef{System: parts[2], Job: parts[3], Chunk: n}, nil
+}

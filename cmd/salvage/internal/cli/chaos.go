@@ -114,7 +114,7 @@ orphaned side effect; 1 otherwise. --report json prints one JSON object.`,
 	}
 	f := cmd.Flags()
 	o.run.register(f, simmodel.Config{Seed: 1, Latency: time.Millisecond})
-	for name, v := range map[string]string{"cool-down": "3s", "sim-timeout": "500ms", "ack-wait": "4s"} {
+	for name, v := range map[string]string{"cool-down": "3s", "breaker-cool-down": "3s", "sim-timeout": "500ms", "ack-wait": "4s"} {
 		_ = f.Set(name, v)
 		f.Lookup(name).DefValue = v
 	}
@@ -306,7 +306,7 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 		r.ChunksMissing += j.Chunks - j.Summary.Terminal()
 		r.Tier1Retries += j.Summary.Tier1Retries
 		r.Redeliveries += j.Summary.Redeliveries
-		if j.Status == salvage.JobDone {
+		if j.Status == salvage.JobDone || j.Status == salvage.JobPartial {
 			standing[order[id]] = true
 		}
 	}

@@ -15,17 +15,19 @@ import (
 )
 
 type demoOpts struct {
-	run      runFlags
-	pipeline string
-	workers  int
-	chunks   int
-	jobs     int
-	orders   int
-	kill     bool
-	outage   bool
-	report   string
-	timeout  time.Duration
-	sync     string
+	run       runFlags
+	pipeline  string
+	workers   int
+	chunks    int
+	jobs      int
+	orders    int
+	kill      bool
+	outage    bool
+	scenario  string
+	outageFor time.Duration
+	report    string
+	timeout   time.Duration
+	sync      string
 }
 
 // demoResult is what a run that ends in a report (demo, chaos) reports.
@@ -62,10 +64,15 @@ checks hold (nothing lost, nothing repeated) and 1 otherwise.
 
 --pipeline contract-review (default): the reference job shape, 22 chunks x 116 model
 calls, with 5% of model calls failing transiently.
---pipeline order-fulfillment: 200 orders through a 'salvage sim' process with error
-rates, timeouts before and after commits, a CRM outage, permanent failures that need
-compensation, and a refund that cannot be made; reports orders completed, compensated
-and escalated, duplicate and leftover side effects, and the automatic recovery rate.`,
+--pipeline order-fulfillment: 200 orders through a 'salvage sim' process. The mixed
+scenario (default) injects error rates, timeouts before and after commits, a 12-second
+CRM outage, permanent failures that need compensation, and a refund that cannot be
+made; reports orders completed, compensated and escalated, duplicate and leftover side
+effects, and the automatic recovery rate. --scenario outage injects nothing but a CRM
+outage of --outage-for: the CRM's circuit breaker opens, orders that need the CRM are
+held on SALVAGE_HOLD (not dead-lettered) and resume when it closes, and the optional
+CRM lookup is skipped (partial orders); it reports held, resumed and partial orders and
+the requests the CRM got while down.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.report != "text" && o.report != "json" {
@@ -73,6 +80,12 @@ and escalated, duplicate and leftover side effects, and the automatic recovery r
 			}
 			if o.workers < 1 || o.chunks < 1 || o.jobs < 1 || o.orders < 1 {
 				return errors.New("--workers, --chunks, --jobs and --orders must be at least 1")
+			}
+			if o.scenario != scenarioMixed && o.scenario != scenarioOutage {
+				return fmt.Errorf("--scenario %q: want %s or %s", o.scenario, scenarioMixed, scenarioOutage)
+			}
+			if o.outageFor <= 0 {
+				return errors.New("--outage-for must be positive")
 			}
 			if o.kill && o.workers < 2 {
 				return errors.New("--kill needs at least 2 --workers: one is killed, another finishes its chunk")
@@ -99,7 +112,7 @@ and escalated, duplicate and leftover side effects, and the automatic recovery r
 	f := cmd.Flags()
 	o.run.register(f, simmodel.Config{Seed: 1, Latency: 15 * time.Millisecond, FailureRate: 0.05})
 	// A demo should not sit out the production cool-down.
-	for name, v := range map[string]string{"cool-down": "3s", "sim-timeout": "500ms"} {
+	for name, v := range map[string]string{"cool-down": "3s", "breaker-cool-down": "5s", "sim-timeout": "500ms"} {
 		_ = f.Set(name, v)
 		f.Lookup(name).DefValue = v
 	}
@@ -109,7 +122,9 @@ and escalated, duplicate and leftover side effects, and the automatic recovery r
 	f.IntVar(&o.jobs, "jobs", 1, "contract-review: jobs to submit")
 	f.IntVar(&o.orders, "orders", 200, "order-fulfillment: orders")
 	f.BoolVar(&o.kill, "kill", true, "SIGKILL one worker process mid-chunk")
-	f.BoolVar(&o.outage, "outage", true, "order-fulfillment: take the CRM down for a few seconds mid-run")
+	f.BoolVar(&o.outage, "outage", true, "order-fulfillment, mixed scenario: take the CRM down for 12 seconds mid-run")
+	f.StringVar(&o.scenario, "scenario", scenarioMixed, "order-fulfillment: mixed (many faults) or outage (only a CRM outage of --outage-for)")
+	f.DurationVar(&o.outageFor, "outage-for", 30*time.Second, "order-fulfillment, outage scenario: how long the CRM is down")
 	f.StringVar(&o.report, "report", "text", "report format: text or json")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting after this long")
 	f.StringVar(&o.sync, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")

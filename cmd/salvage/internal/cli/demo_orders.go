@@ -23,6 +23,12 @@ type ordersReport struct {
 	OrdersEscalated   int `json:"orders_escalated"`
 	OrdersDeadEnd     int `json:"orders_dead_end"`
 	OrdersMissing     int `json:"orders_missing"`
+	// OrdersPartial completed without an optional stage (the CRM
+	// lookup); OrdersHeld were parked while a breaker was open, and
+	// OrdersResumed of them completed after it closed.
+	OrdersPartial int `json:"orders_partial"`
+	OrdersHeld    int `json:"orders_held"`
+	OrdersResumed int `json:"orders_resumed"`
 	ledgerCheck
 	AutoRecoveryRate    float64        `json:"auto_recovery_rate"`
 	Envelopes           int            `json:"envelopes"`
@@ -36,12 +42,17 @@ type ordersReport struct {
 	KilledWorker        string         `json:"killed_worker,omitempty"`
 	KilledChunk         int            `json:"killed_chunk,omitempty"`
 	KilledAtStage       int            `json:"killed_at_stage,omitempty"`
+	Scenario            string         `json:"scenario"`
 	Outage              string         `json:"outage,omitempty"`
-	Escalations         []string       `json:"escalations,omitempty"`
-	SyncInterval        string         `json:"sync_interval"`
-	JournalWrites       string         `json:"journal_writes"`
-	WallSeconds         float64        `json:"wall_seconds"`
-	TimedOut            bool           `json:"timed_out"`
+	// OutageRequests counts the requests the down system got during the
+	// outage, BreakerOpens how often its breaker opened.
+	OutageRequests int      `json:"outage_requests"`
+	BreakerOpens   int      `json:"breaker_opens"`
+	Escalations    []string `json:"escalations,omitempty"`
+	SyncInterval   string   `json:"sync_interval"`
+	JournalWrites  string   `json:"journal_writes"`
+	WallSeconds    float64  `json:"wall_seconds"`
+	TimedOut       bool     `json:"timed_out"`
 }
 
 func (r *ordersReport) ok() bool {
@@ -53,6 +64,9 @@ func (r *ordersReport) print(w io.Writer) {
 	fmt.Fprintf(tw, "Salvage demo: %d orders through salvage sim, %d worker processes, sync_interval %s\n\n", r.Orders, r.Workers, r.SyncInterval)
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("orders completed", r.OrdersCompleted)
+	row("  of them partial (no CRM lookup)", r.OrdersPartial)
+	row("orders held by a circuit breaker", r.OrdersHeld)
+	row("  of them resumed and completed", r.OrdersResumed)
 	row("orders compensated (abandoned)", r.OrdersCompensated)
 	row("orders escalated to a human", r.OrdersEscalated)
 	row("orders at a dead end", r.OrdersDeadEnd)
@@ -70,6 +84,7 @@ func (r *ordersReport) print(w io.Writer) {
 	}
 	if r.Outage != "" {
 		row("outage", r.Outage)
+		row("requests during the outage / breaker opens", fmt.Sprintf("%d / %d", r.OutageRequests, r.BreakerOpens))
 	}
 	for _, e := range r.Escalations {
 		row("escalated", e)
@@ -83,8 +98,22 @@ func (r *ordersReport) print(w io.Writer) {
 	_ = tw.Flush()
 }
 
-// outageFor is how long the demo takes the CRM down.
-const outageFor = 12 * time.Second
+// Demo scenarios.
+const (
+	// scenarioMixed: error rates, timeouts, per-order failures and a
+	// short CRM outage.
+	scenarioMixed = "mixed"
+	// scenarioOutage: no other fault, the CRM down for --outage-for.
+	scenarioOutage = "outage"
+)
+
+// mixedOutageFor is how long the mixed scenario takes the CRM down.
+const mixedOutageFor = 12 * time.Second
+
+// outageSystem is the system the demo takes down: the CRM, read by an
+// optional stage (orders go on without it: partial) and written by a
+// required one (orders wait there: held).
+const outageSystem = "crm"
 
 // orderFaults is the demo's fault plan: error, rate-limit and timeout
 // rates on every system, and per-order rules — permanent email failures
@@ -123,6 +152,11 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	defer func() { _ = simCmd.Process.Signal(syscall.SIGTERM); _ = simCmd.Wait() }()
 	client := &sim.Client{BaseURL: simURL, Timeout: 5 * time.Second}
 	faults := orderFaults(o.orders, o.run.model.Seed)
+	outageFor := mixedOutageFor
+	rep.Scenario = o.scenario
+	if o.scenario == scenarioOutage {
+		faults, outageFor = sim.Config{Systems: map[string]sim.Faults{}, Seed: uint64(o.run.model.Seed)}, o.outageFor
+	}
 	if err := client.SetFaults(ctx, faults); err != nil {
 		return rep, err
 	}
@@ -144,18 +178,24 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	if k != nil {
 		rep.KilledWorker, rep.KilledChunk, rep.KilledAtStage = k.worker, k.chunk, k.stage
 	}
-	outageDone := !o.outage
+	outageDone := !o.outage && o.scenario != scenarioOutage
+	var atOutage sim.Requests
 	for {
 		j, err := d.client.Get(waitCtx, id)
 		if err == nil && !outageDone && j.Summary.Done >= o.orders/4 {
 			// Take the CRM down for longer than tiers 1 and 2 can ride out.
-			f := faults.Systems["crm"]
+			reqs, rerr := client.Requests(waitCtx)
+			if rerr != nil {
+				return rep, rerr
+			}
+			atOutage = reqs[outageSystem]
+			f := faults.Systems[outageSystem]
 			f.OutageUntil = time.Now().Add(outageFor)
-			faults.Systems["crm"] = f
+			faults.Systems[outageSystem] = f
 			if err := client.SetFaults(waitCtx, faults); err != nil {
 				return rep, err
 			}
-			rep.Outage = fmt.Sprintf("crm down for %s after %d orders completed", outageFor, j.Summary.Done)
+			rep.Outage = fmt.Sprintf("%s down for %s after %d orders completed", outageSystem, outageFor, j.Summary.Done)
 			log.Warn().Msg(rep.Outage)
 			outageDone = true
 		}
@@ -176,6 +216,22 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 		break
 	}
 	rep.WallSeconds = time.Since(start).Seconds()
+	if rep.Outage != "" {
+		reqs, err := client.Requests(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.OutageRequests = reqs[outageSystem].DuringOutage - atOutage.DuringOutage
+		bs, err := d.client.Breakers(ctx)
+		if err != nil {
+			return rep, err
+		}
+		for _, b := range bs {
+			if b.System == outageSystem {
+				rep.BreakerOpens = b.Opens
+			}
+		}
+	}
 	return rep, collectOrders(ctx, d.client, client, id, rep)
 }
 
@@ -219,10 +275,19 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 		r.Redeliveries += ch.Redeliveries
 		r.Recoveries += ch.Recoveries
 		rec := byID[ch.Envelope]
+		if ch.Holds > 0 {
+			r.OrdersHeld++
+		}
 		switch {
 		case ch.Status == salvage.ChunkDone:
 			r.OrdersCompleted++
 			settledOrders[orderID] = true
+			if len(ch.Gaps) > 0 {
+				r.OrdersPartial++
+			}
+			if ch.Holds > 0 {
+				r.OrdersResumed++
+			}
 		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeAbandoned:
 			r.OrdersCompensated++
 		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeEscalated:

@@ -37,7 +37,12 @@ type cluster struct {
 	stores *kv.Stores
 }
 
-var fastTiers = []string{"--ack-wait", "2s", "--retry-base", "10ms", "--retry-max", "40ms", "--sweep-interval", "1s", "--cool-down", "1s"}
+// fastTiers speed up tiers 1 and 2. These tests drive the DLQ path with
+// per-order 503s, which a circuit breaker would rightly take for an
+// outage and hold instead: the breaker is out of their way (its own
+// tests are in breaker_test.go).
+var fastTiers = []string{"--ack-wait", "2s", "--retry-base", "10ms", "--retry-max", "40ms", "--sweep-interval", "1s", "--cool-down", "1s",
+	"--breaker-failures", "1000000"}
 
 func startCluster(t *testing.T, faults sim.Config) *cluster {
 	t.Helper()

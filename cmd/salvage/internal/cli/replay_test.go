@@ -146,18 +146,18 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		t.Fatalf("salvage trace: %d %s %s", code, stdout, errOut)
 	}
 	for _, c := range tr.Chunks {
-		if len(c.Calls) != 5 || c.Envelope == "" || c.Error == "" || tr.TraceID == "" {
+		if len(c.Calls) != 6 || c.Envelope == "" || c.Error == "" || tr.TraceID == "" {
 			t.Errorf("trace of chunk %d: %d calls, envelope %q, broke %q, trace %q", c.Chunk, len(c.Calls), c.Envelope, c.Error, tr.TraceID)
 		}
-		if crm := c.Calls[4]; crm.Tool != orders.ToolCRM || crm.Status != salvage.CallSucceeded || crm.TraceID != tr.TraceID {
+		if crm := c.Calls[5]; crm.Tool != orders.ToolCRM || crm.Status != salvage.CallSucceeded || crm.TraceID != tr.TraceID {
 			t.Errorf("chunk %d's CRM call = %+v, want it to succeed after the replay, under the job's trace", c.Chunk, crm)
 		}
 		// The failures before the replay are still there.
-		if crm := c.Calls[4]; len(crm.History) == 0 || crm.History[0].Status != salvage.CallFailed || crm.History[0].ErrorStatus == 0 {
+		if crm := c.Calls[5]; len(crm.History) == 0 || crm.History[0].Status != salvage.CallFailed || crm.History[0].ErrorStatus == 0 {
 			t.Errorf("chunk %d's CRM call lost its failures to the replay: history %+v", c.Chunk, crm.History)
 		}
 	}
-	if code, stdout, _ = run(t, "", "trace", job, "--server", url); code != 0 || !strings.Contains(stdout, "stage 4") {
+	if code, stdout, _ = run(t, "", "trace", job, "--server", url); code != 0 || !strings.Contains(stdout, "stage 5") {
 		t.Errorf("salvage trace text:\n%s", stdout)
 	}
 

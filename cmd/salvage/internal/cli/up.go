@@ -45,6 +45,7 @@ type runFlags struct {
 	alerts        salvage.AlertRules
 	alertInterval time.Duration
 	coolDown      time.Duration
+	breaker       salvage.BreakerPolicy
 }
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
@@ -69,6 +70,9 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.StringVar(&r.modelFlags.api, "model-api", string(salvage.ChatAPIOpenAI), "the model API: openai (chat completions; key $OPENAI_API_KEY) or anthropic (Messages; key $ANTHROPIC_API_KEY)")
 	f.DurationVar(&r.modelFlags.timeout, "model-timeout", salvage.ChatTimeoutDefault, "how long one attempt of a call to --model-url may take")
 	f.DurationVar(&r.coolDown, "cool-down", salvage.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
+	f.IntVar(&r.breaker.Failures, "breaker-failures", salvage.BreakerFailuresDefault, "circuit breaker: failures in a row (5xx, timeouts) within --breaker-window that open a system's breaker")
+	f.DurationVar(&r.breaker.Window, "breaker-window", salvage.BreakerWindowDefault, "circuit breaker: how far apart those failures may be")
+	f.DurationVar(&r.breaker.CoolDown, "breaker-cool-down", salvage.BreakerCoolDownDefault, "circuit breaker: how long it stays open (calls fail at once, chunks are held) before one held chunk is released as the probe")
 	f.IntVar(&r.alerts.BurstCount, "alert-burst", salvage.AlertBurstCountDefault, "alert when this many envelopes arrive within --alert-burst-window")
 	f.DurationVar(&r.alerts.BurstWindow, "alert-burst-window", salvage.AlertBurstWindowDefault, "window of the envelope burst alert")
 	f.DurationVar(&r.alerts.UnresolvedAfter, "alert-unresolved", salvage.AlertUnresolvedDefault, "alert when an envelope stays unresolved this long")
@@ -90,6 +94,8 @@ func (r *runFlags) args() []string {
 		"--retry-base", r.retryBase.String(), "--retry-max", r.retryMax.String(), "--retry-total", r.retryTotal.String(),
 		"--drain-timeout", r.drainTimeout.String(), "--journal-writes", r.journalWrites, "--sim", r.simURL,
 		"--sim-timeout", r.simTimeout.String(), "--cool-down", r.coolDown.String(),
+		"--breaker-failures", strconv.Itoa(r.breaker.Failures), "--breaker-window", r.breaker.Window.String(),
+		"--breaker-cool-down", r.breaker.CoolDown.String(),
 		"--pipelines", r.pipelinesFile, "--model-api", r.modelFlags.api, "--model-url", r.modelFlags.url, "--model", r.modelFlags.name, "--model-timeout", r.modelFlags.timeout.String(),
 		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
@@ -130,7 +136,7 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 		Concurrency: r.concurrency, WorkerID: r.workerID, MaxChunks: r.maxChunks, ChunkWindow: r.chunkWindow,
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
 		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
-		CoolDown: r.coolDown, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
+		CoolDown: r.coolDown, Breaker: r.breaker, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -482,5 +483,50 @@ func TestModelTokensAreCountedOncePerCall(t *testing.T) {
 		if v[k] != n {
 			t.Errorf("%s = %v, want %v", k, v[k], n)
 		}
+	}
+}
+
+// TestBreakersInSummaryAndMetrics: an open breaker and the chunks it
+// holds show in /api/summary and as gauges and a counter in /metrics.
+func TestBreakersInSummaryAndMetrics(t *testing.T) {
+	f := setup(t, "")
+	ctx := context.Background()
+	if _, _, err := f.stores.Breakers.Mutate(ctx, "crm", "test", func(b *kv.Breaker) error {
+		recovery.Open(b, recovery.BreakerPolicy{}, time.Now(), "503")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.b.JS.CreateOrUpdateConsumer(ctx, streams.Hold, jetstream.ConsumerConfig{Durable: streams.HoldConsumer("crm"),
+		FilterSubject: streams.HoldForSystem("crm"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for c := 1; c <= 2; c++ {
+		if _, err := f.b.JS.Publish(ctx, streams.HoldSubject("crm", "01JDASHBOARD00000000000000", c), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v map[string]float64
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		v = scrape(t, f.url)
+		return v["salvage_held_chunks,system=crm"] == 2
+	}, "held chunks in /metrics (last %v)", &v)
+	for k, want := range map[string]float64{
+		"salvage_breaker_state,state=open,system=crm":      1,
+		"salvage_breaker_state,state=closed,system=crm":    0,
+		"salvage_breaker_state,state=half-open,system=crm": 0,
+		"salvage_breaker_opens_total,system=crm":           1,
+	} {
+		if v[k] != want {
+			t.Errorf("%s = %v, want %v", k, v[k], want)
+		}
+	}
+	_, body := get(t, f.url+"/api/summary")
+	var sum dashboard.Summary
+	if err := json.Unmarshal([]byte(body), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Held != 2 || len(sum.Breakers) != 1 || sum.Breakers[0].State != salvage.BreakerOpen {
+		t.Fatalf("summary breakers %+v, held %d", sum.Breakers, sum.Held)
 	}
 }

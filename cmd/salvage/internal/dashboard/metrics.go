@@ -2,6 +2,8 @@ package dashboard
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/salvagehq/salvage"
 )
 
 // collector turns a summary into Prometheus metrics at scrape time. Every
@@ -24,10 +26,16 @@ var (
 	descCalls      = prometheus.NewDesc("salvage_calls_total", "Journal row writes by tool and status (a retried call adds one per outcome).", []string{"tool", "status"}, nil)
 	descTokens     = prometheus.NewDesc("salvage_model_tokens_total", "Tokens model calls reported spending, by model and kind (prompt, completion); each call once.", []string{"model", "kind"}, nil)
 	descRate       = prometheus.NewDesc("salvage_auto_recovery_rate", "Share of dead-lettered chunks that finished, or were compensated with nothing left, without a person.", nil, nil)
+	descBreaker    = prometheus.NewDesc("salvage_breaker_state", "Circuit breaker state per external system: 1 for the state it is in (closed, open, half-open), 0 for the others.", []string{"system", "state"}, nil)
+	descHeld       = prometheus.NewDesc("salvage_held_chunks", "Chunks held on SALVAGE_HOLD while their system's circuit breaker is open.", []string{"system"}, nil)
+	descOpens      = prometheus.NewDesc("salvage_breaker_opens_total", "Times a system's circuit breaker opened.", []string{"system"}, nil)
 )
 
+// breakerStates are the values of salvage_breaker_state's state label.
+var breakerStates = []salvage.BreakerState{salvage.BreakerClosed, salvage.BreakerOpen, salvage.BreakerHalfOpen}
+
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descCalls, descTokens, descRate} {
+	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens} {
 		ch <- d
 	}
 }
@@ -55,6 +63,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for kind, n := range kinds {
 			ch <- prometheus.MustNewConstMetric(descTokens, prometheus.CounterValue, float64(n), model, kind)
 		}
+	}
+	for _, b := range sum.Breakers {
+		for _, st := range breakerStates {
+			v := 0.0
+			if b.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, v, b.System, string(st))
+		}
+		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(b.Held), b.System)
+		ch <- prometheus.MustNewConstMetric(descOpens, prometheus.CounterValue, float64(b.Opens), b.System)
 	}
 	for tool, byStatus := range sum.Calls {
 		for status, n := range byStatus {

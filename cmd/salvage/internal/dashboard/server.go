@@ -103,7 +103,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex()},
+	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex(), breakers: &breakerPoll{}},
 		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency)
@@ -135,6 +135,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.client.WatchCalls(ctx, s.sum.calls.update)
 	go s.client.WatchJobs(ctx, s.sum.jobs.update)
 	go s.client.WatchEnvelopes(ctx, s.sum.envs.update)
+	go s.sum.breakers.run(ctx, s.client, s.log)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {

@@ -44,6 +44,10 @@ type Summary struct {
 	Calls       map[string]map[string]int `json:"calls"` // tool -> status -> n
 	// Tokens counts model usage: model -> prompt|completion -> tokens.
 	Tokens map[string]map[string]int64 `json:"model_tokens"`
+	// Breakers are the systems whose circuit breaker ever opened, with
+	// the chunks each holds; Held adds those up.
+	Breakers []salvage.Breaker `json:"breakers"`
+	Held     int               `json:"held"`
 }
 
 // JobProgress is one job on the page.
@@ -60,9 +64,10 @@ type JobProgress struct {
 // envelope buckets and the journal, each kept current by a watch, at most
 // once per second: a summary reads no store.
 type summarizer struct {
-	jobs  *jobIndex
-	envs  *envelopeIndex
-	calls *callStats
+	jobs     *jobIndex
+	envs     *envelopeIndex
+	calls    *callStats
+	breakers *breakerPoll
 
 	mu     sync.Mutex
 	cached Summary
@@ -125,6 +130,10 @@ func (s *summarizer) summary() Summary {
 	sort.Slice(sum.Jobs, func(i, k int) bool { return sum.Jobs[i].ID > sum.Jobs[k].ID })
 	sum.Calls = s.calls.counts()
 	sum.Tokens = s.calls.tokenCounts()
+	sum.Breakers = s.breakers.snapshot()
+	for _, b := range sum.Breakers {
+		sum.Held += b.Held
+	}
 	s.cached = sum
 	return sum
 }

@@ -1,8 +1,10 @@
 // Package orders is the order-fulfillment demo pipeline: each order is a
-// chunk that reserves inventory (WMS), creates an invoice (ERP), charges
-// the payment, sends a confirmation email and updates the CRM — five side
-// effects in four external systems, every one of them journaled, verified
-// when its outcome is unknown, and (except the email) compensable.
+// chunk that looks up the customer's loyalty tier in the CRM (an optional
+// read: without it the order goes on, and its job ends partial), reserves
+// inventory (WMS), creates an invoice (ERP), charges the payment, sends a
+// confirmation email and updates the CRM — five side effects in five
+// external systems, every one of them journaled, verified when its
+// outcome is unknown, and (except the email) compensable.
 package orders
 
 import (
@@ -88,6 +90,7 @@ const (
 	ToolEmail   = "send-email"
 	ToolCRM     = "update-crm"
 	ToolRevert  = "revert-crm"
+	ToolLookup  = "lookup-customer"
 	systemWMS   = "wms"
 	systemERP   = "erp"
 	systemPay   = "payments"
@@ -142,7 +145,22 @@ func Tools(c *sim.Client) []salvage.Tool {
 			return salvage.ToolResult{Output: out, ResourceID: resp.ResourceID}, err
 		}}
 	}
+	lookup := salvage.Tool{Name: ToolLookup, System: systemCRM, Call: func(ctx context.Context, call salvage.ToolCall) (salvage.ToolResult, error) {
+		var in struct {
+			Customer string `json:"customer"`
+		}
+		if err := json.Unmarshal(call.Input, &in); err != nil {
+			return salvage.ToolResult{}, salvage.Permanent(400, err)
+		}
+		p, err := c.Customer(ctx, systemCRM, in.Customer)
+		if err != nil {
+			return salvage.ToolResult{}, err
+		}
+		out, err := json.Marshal(p)
+		return salvage.ToolResult{Output: out}, err
+	}}
 	return []salvage.Tool{
+		lookup,
 		effect(ToolReserve, systemWMS, opReserve, undoRelease, ToolRelease),
 		undo(ToolRelease, systemWMS, undoRelease),
 		effect(ToolInvoice, systemERP, opInvoice, undoVoid, ToolVoid),
@@ -178,11 +196,25 @@ func New(c *sim.Client) *salvage.Pipeline {
 			return out, nil
 		}}
 	}
+	profiler := salvage.Agent{Name: "profiler", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
+		var o Order
+		if err := json.Unmarshal(t.Input, &o); err != nil {
+			return nil, salvage.Permanent(400, err)
+		}
+		raw, err := t.Tool(ctx, ToolLookup, map[string]string{"customer": o.Customer})
+		if err != nil {
+			return nil, err
+		}
+		return map[string]json.RawMessage{ToolLookup: raw}, nil
+	}}
 	return &salvage.Pipeline{
 		Name:  Name,
 		Split: Split,
 		Tools: Tools(c),
 		Stages: []salvage.Stage{
+			// The tier only personalises the email: an order goes on
+			// without it (the stage's gap makes its job partial).
+			{Name: "profile", Agents: []salvage.Agent{profiler}, Optional: true},
 			{Name: "reserve", Agents: []salvage.Agent{step("inventory", ToolReserve)}},
 			{Name: "bill", Agents: []salvage.Agent{step("billing", ToolInvoice, ToolCharge)}},
 			{Name: "notify", Agents: []salvage.Agent{step("notifier", ToolEmail)}},
@@ -212,6 +244,9 @@ func request(tool string, o Order) map[string]any {
 type Fulfilment struct {
 	Order   string            `json:"order_id"`
 	Effects map[string]string `json:"effects"`
+	// Tier is the customer's loyalty tier; empty when the CRM could not
+	// be read.
+	Tier string `json:"tier,omitempty"`
 }
 
 func result(input json.RawMessage, outs []salvage.StageOutput) (json.RawMessage, error) {
@@ -221,6 +256,14 @@ func result(input json.RawMessage, outs []salvage.StageOutput) (json.RawMessage,
 	}
 	f := Fulfilment{Order: o.ID, Effects: map[string]string{}}
 	for _, so := range outs {
+		if so.Agent == "profiler" {
+			var m map[string]sim.Profile
+			if err := json.Unmarshal(so.Output, &m); err != nil {
+				return nil, fmt.Errorf("stage %d output: %w", so.Stage, err)
+			}
+			f.Tier = m[ToolLookup].Tier
+			continue
+		}
 		var m map[string]Effect
 		if err := json.Unmarshal(so.Output, &m); err != nil {
 			return nil, fmt.Errorf("stage %d output: %w", so.Stage, err)

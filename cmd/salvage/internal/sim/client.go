@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -42,6 +43,13 @@ func (c *Client) Verify(ctx context.Context, system, key string) (EffectResponse
 	return out, err
 }
 
+// Customer reads a customer's profile from system (a read: no effect).
+func (c *Client) Customer(ctx context.Context, system, id string) (Profile, error) {
+	var out Profile
+	err := c.do(ctx, http.MethodGet, "/v1/"+system+"/customers/"+url.PathEscape(id), "", nil, &out)
+	return out, err
+}
+
 // Compensate undoes the effect made under origKey, itself idempotent
 // under compensationKey.
 func (c *Client) Compensate(ctx context.Context, system, undo, compensationKey, origKey string) (EffectResponse, error) {
@@ -54,6 +62,13 @@ func (c *Client) Compensate(ctx context.Context, system, undo, compensationKey, 
 func (c *Client) Ledger(ctx context.Context) (Ledger, error) {
 	var out Ledger
 	err := c.do(ctx, http.MethodGet, "/ledger", "", nil, &out)
+	return out, err
+}
+
+// Requests returns how many requests each system got.
+func (c *Client) Requests(ctx context.Context) (map[string]Requests, error) {
+	var out map[string]Requests
+	err := c.do(ctx, http.MethodGet, "/admin/requests", "", nil, &out)
 	return out, err
 }
 

@@ -35,6 +35,17 @@ type EffectResponse struct {
 	Replayed   bool   `json:"replayed,omitempty"`
 }
 
+// Profile is what a read of a customer returns (GET
+// /v1/<system>/customers/<id>): a read changes nothing and is not in the
+// ledger.
+type Profile struct {
+	Customer string `json:"customer"`
+	Tier     string `json:"tier"`
+}
+
+// tiers are the loyalty tiers profiles are spread over.
+var tiers = []string{"bronze", "silver", "gold"}
+
 // CompensateRequest names the effect to undo.
 type CompensateRequest struct {
 	Key string `json:"idempotency_key"`
@@ -47,6 +58,7 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /ledger", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Ledger()) })
+	mux.HandleFunc("GET /admin/requests", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Requests()) })
 	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, _ *http.Request) {
 		state.mu.Lock()
 		cfg := state.cfg
@@ -73,6 +85,11 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 			return
 		}
 		state.mu.Lock()
+		if state.hit(sys.Name) {
+			state.mu.Unlock()
+			httpError(w, 503, errors.New("system down"))
+			return
+		}
 		e, found := state.effects[sys.Name+"/"+r.PathValue("key")]
 		resp := EffectResponse{System: sys.Name, Op: sys.Op, Key: r.PathValue("key")}
 		if found {
@@ -81,12 +98,31 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 		state.mu.Unlock()
 		writeJSON(w, 200, resp)
 	})
+	mux.HandleFunc("GET /v1/{system}/customers/{id}", func(w http.ResponseWriter, r *http.Request) {
+		sys, ok := systemByName(r.PathValue("system"))
+		if !ok {
+			httpError(w, 404, errors.New("no such system"))
+			return
+		}
+		state.mu.Lock()
+		down := state.hit(sys.Name)
+		state.mu.Unlock()
+		if down {
+			httpError(w, 503, errors.New("system down"))
+			return
+		}
+		id := r.PathValue("id")
+		writeJSON(w, 200, Profile{Customer: id, Tier: tiers[len(id)%len(tiers)]})
+	})
 	mux.HandleFunc("POST /v1/{system}/{op}", func(w http.ResponseWriter, r *http.Request) {
 		sys, ok := systemByName(r.PathValue("system"))
 		if !ok {
 			httpError(w, 404, errors.New("no such system"))
 			return
 		}
+		state.mu.Lock()
+		state.hit(sys.Name)
+		state.mu.Unlock()
 		key := r.Header.Get(HeaderIdempotencyKey)
 		if key == "" {
 			httpError(w, 400, errors.New("Idempotency-Key header required"))

@@ -121,20 +121,29 @@ type Config struct {
 	Seed uint64        `json:"seed,omitempty"`
 }
 
+// Requests counts what one system was asked (GET /admin/requests):
+// every request, effects, verifications and compensations alike, and
+// those that arrived during an outage.
+type Requests struct {
+	Requests     int `json:"requests"`
+	DuringOutage int `json:"during_outage"`
+}
+
 // State is the sim's memory: effects by system and key, faults.
 type State struct {
-	mu      sync.Mutex
-	effects map[string]*Effect // system/key
-	order   []*Effect
-	cfg     Config
-	fired   map[int]int // rule index -> times fired
-	rng     *rand.Rand
-	seq     int
+	mu       sync.Mutex
+	effects  map[string]*Effect // system/key
+	requests map[string]*Requests
+	order    []*Effect
+	cfg      Config
+	fired    map[int]int // rule index -> times fired
+	rng      *rand.Rand
+	seq      int
 }
 
 // NewState returns an empty sim.
 func NewState(cfg Config) *State {
-	s := &State{effects: map[string]*Effect{}, fired: map[int]int{}}
+	s := &State{effects: map[string]*Effect{}, requests: map[string]*Requests{}, fired: map[int]int{}}
 	s.setConfig(cfg)
 	return s
 }
@@ -146,6 +155,33 @@ func (s *State) setConfig(cfg Config) {
 	s.cfg = cfg
 	s.fired = map[int]int{}
 	s.rng = rand.New(rand.NewPCG(cfg.Seed, 0x51a))
+}
+
+// hit counts a request to system and reports whether the system is in
+// an outage. Lock held.
+func (s *State) hit(system string) (down bool) {
+	r := s.requests[system]
+	if r == nil {
+		r = &Requests{}
+		s.requests[system] = r
+	}
+	r.Requests++
+	if time.Now().Before(s.cfg.Systems[system].OutageUntil) {
+		r.DuringOutage++
+		return true
+	}
+	return false
+}
+
+// Requests returns the request counts by system.
+func (s *State) Requests() map[string]Requests {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]Requests, len(s.requests))
+	for k, v := range s.requests {
+		out[k] = *v
+	}
+	return out
 }
 
 // decision is what a request will meet.

@@ -1,0 +1,174 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// TestOutageHoldsOrdersInsteadOfDeadLettering takes the CRM down for 60
+// seconds while jobs keep arriving, with two worker processes: no chunk
+// reaches the DLQ because of it, once its breaker is open at most one
+// probe per cool-down (plus the calls already in flight) reaches the CRM,
+// as the sim counts them, and every job completes once it is back —
+// partial when an order skipped the optional CRM lookup.
+func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
+	const (
+		procs, concurrency = 2, 4
+		outage             = 60 * time.Second
+		coolDown           = 5 * time.Second
+	)
+	s := startSim(t)
+	flags := []string{"--ack-wait", "2s", "--retry-base", "10ms", "--retry-max", "40ms", "--sweep-interval", "1s",
+		"--breaker-cool-down", coolDown.String(), "--concurrency", fmt.Sprint(concurrency), "--sim", s.BaseURL}
+	url, _ := up(t, append([]string{"--role", "worker,dead-letter,recovery,api"}, flags...)...)
+	up(t, append([]string{"--server", url, "--role", "worker"}, flags...)...)
+	nc := salvagetest.Connect(t, url)
+	js, _ := jetstream.New(nc)
+	stores, err := kv.Open(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Jobs of three orders keep arriving, before, during and after the
+	// outage.
+	var mu sync.Mutex
+	var jobs []string
+	submitted := make(chan struct{})
+	go func() {
+		defer close(submitted)
+		for i := 0; ctx.Err() == nil && i < 150; i++ {
+			var list []orders.Order
+			for k := range 3 {
+				list = append(list, order(fmt.Sprintf("o-%03d-%d", i, k)))
+			}
+			id := ulid.Make().String()
+			body, _ := json.Marshal(map[string]any{"job_id": id, "input": orders.Input{Orders: list}})
+			if _, err := js.Publish(ctx, salvage.JobSubject(orders.Name), body); err != nil {
+				return
+			}
+			mu.Lock()
+			jobs = append(jobs, id)
+			mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(jobs) < 5 {
+			return false
+		}
+		j, err := stores.Jobs.Get(ctx, jobs[0])
+		return err == nil && j.Status != kv.JobRunning
+	}, "the first jobs to finish")
+
+	end := time.Now().Add(outage)
+	if err := s.SetFaults(ctx, sim.Config{Systems: map[string]sim.Faults{"crm": {OutageUntil: end}}}); err != nil {
+		t.Fatal(err)
+	}
+	breaker := func() kv.Breaker {
+		b, _, err := stores.Breakers.Get(ctx, "crm")
+		if err != nil {
+			return kv.Breaker{State: kv.BreakerClosed}
+		}
+		return b
+	}
+	salvagetest.Eventually(t, 20*time.Second, func() bool { return breaker().State != kv.BreakerClosed }, "the crm breaker to open")
+	reqs, err := s.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atOpen := reqs["crm"]
+
+	// An operator sees the breaker and what it holds.
+	salvagetest.Eventually(t, 20*time.Second, func() bool {
+		code, out, _ := run(t, "", "breakers", "--json", "--server", url)
+		var bs []salvage.Breaker
+		return code == 0 && json.Unmarshal([]byte(out), &bs) == nil && len(bs) == 1 && bs[0].System == "crm" && bs[0].Held > 0
+	}, "`salvage breakers` to show crm holding chunks")
+	var bs []salvage.Breaker
+	if out := natsCmd(t, url, "req", "--raw", "salvage.api.breakers.list", "{}"); json.Unmarshal(out, &bs) != nil || len(bs) != 1 || bs[0].State == salvage.BreakerClosed {
+		t.Fatalf("salvage.api.breakers.list answered %s", out)
+	}
+
+	salvagetest.Eventually(t, outage+10*time.Second, func() bool { return time.Now().After(end) }, "the outage to end")
+	reqs, err = s.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := breaker()
+	during := reqs["crm"].Requests - atOpen.Requests
+	if bound := procs*concurrency + b.Opens; during > bound {
+		t.Fatalf("the crm got %d requests while its breaker was open; want at most %d (%d in flight + one probe per opening, %d openings)",
+			during, bound, procs*concurrency, b.Opens)
+	}
+	if maxOpens := int(outage/coolDown) + 2; b.Opens > maxOpens {
+		t.Fatalf("breaker opened %d times in a %s outage with a %s cool-down", b.Opens, outage, coolDown)
+	}
+	t.Logf("crm: %d requests during the outage, %d after the breaker opened; breaker opened %d times", reqs["crm"].DuringOutage, during, b.Opens)
+
+	<-submitted
+	mu.Lock()
+	all := append([]string(nil), jobs...)
+	mu.Unlock()
+	held, partial := 0, 0
+	for _, id := range all {
+		var j kv.Job
+		salvagetest.Eventually(t, 90*time.Second, func() bool {
+			j, err = stores.Jobs.Get(ctx, id)
+			return err == nil && (j.Status == kv.JobDone || j.Status == kv.JobPartial)
+		}, "job %s to complete (last %+v)", id, &j)
+		if j.Status == kv.JobPartial {
+			partial++
+		}
+		cps, err := stores.Checkpoints.ForJob(ctx, id, j.Chunks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cp := range cps {
+			if cp.Holds > 0 {
+				held++
+			}
+		}
+	}
+	dlq, err := js.Stream(ctx, streams.DLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("SALVAGE_DLQ holds %d envelopes (%v); the outage must reach none", info.State.Msgs, err)
+	}
+	if held == 0 || partial == 0 {
+		t.Fatalf("%d orders held, %d partial jobs: the outage should have held orders at the CRM update and skipped the optional lookup", held, partial)
+	}
+	l, err := s.Ledger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Summary.DuplicateKeys != 0 || l.Summary.DuplicateOrders != 0 {
+		t.Fatalf("ledger %+v: a side effect was repeated", l.Summary)
+	}
+	if b := breaker(); b.State != kv.BreakerClosed {
+		t.Fatalf("crm breaker %+v; want closed once the CRM is back", b)
+	}
+	t.Logf("%d jobs complete, %d of them partial; %d orders were held and resumed", len(all), partial, held)
+}

@@ -1,0 +1,241 @@
+package consumers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// extSystem is an external system a test can take down: while down it
+// answers every request with a 503 after a moment, as a failing service
+// behind a load balancer does. It counts every request it gets.
+type extSystem struct {
+	down     atomic.Bool
+	requests atomic.Int64
+}
+
+func (s *extSystem) call(ctx context.Context) error {
+	s.requests.Add(1)
+	if !s.down.Load() {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Millisecond):
+	}
+	return recovery.Transient(503, errors.New("service unavailable"))
+}
+
+// outagePipeline: each chunk reads from crm in stage "fetch" (required)
+// and from extra in stage "enrich" (optional).
+func outagePipeline(t *testing.T, crm, extra *extSystem) *recovery.Pipeline {
+	t.Helper()
+	read := func(name, system string, s *extSystem) recovery.Tool {
+		return recovery.Tool{Name: name, System: system, Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+			return recovery.ToolResult{Output: json.RawMessage(`"ok"`)}, s.call(ctx)
+		}}
+	}
+	tools, err := recovery.NewTools(read("crm-read", "crm", crm), read("extra-read", "extra", extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := func(name, tool string) recovery.Agent {
+		return recovery.Agent{Name: name, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+			return t.Tool(ctx, tool, map[string]any{"chunk": t.Chunk})
+		}}
+	}
+	return &recovery.Pipeline{
+		Name: "outage",
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
+			var v struct{ N int }
+			if err := json.Unmarshal(in, &v); err != nil || v.N < 1 {
+				return nil, fmt.Errorf("%w: want {\"n\": N}", recovery.ErrBadInput)
+			}
+			out := make([]json.RawMessage, v.N)
+			for i := range out {
+				out[i] = json.RawMessage(fmt.Sprint(i + 1))
+			}
+			return out, nil
+		},
+		Tools: tools,
+		Stages: []recovery.Stage{
+			{Name: "fetch", Agents: []recovery.Agent{agent("reader", "crm-read")}},
+			{Name: "enrich", Agents: []recovery.Agent{agent("enricher", "extra-read")}, Optional: true},
+		},
+	}
+}
+
+func submitOutage(t *testing.T, b *bundle, n int) string {
+	t.Helper()
+	id := ulid.Make().String()
+	body, _ := json.Marshal(map[string]any{"job_id": id, "input": map[string]int{"n": n}})
+	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("outage"), body); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (b *bundle) breaker(t *testing.T, system string) kv.Breaker {
+	t.Helper()
+	br, _, err := b.stores.Breakers.Get(b.ctx, system)
+	if errors.Is(err, kv.ErrNotFound) {
+		return kv.Breaker{System: system, State: kv.BreakerClosed}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return br
+}
+
+// An outage of a required system holds chunks instead of failing them:
+// the breaker opens after its failures, at most one probe per cool-down
+// reaches the system while it is down, nothing is dead-lettered, and
+// every chunk finishes once the system is back.
+func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
+	crm, extra := &extSystem{}, &extSystem{}
+	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
+	const workers, concurrency, chunks = 2, 4, 40
+	policy := recovery.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: time.Second}
+	for i := range workers {
+		b.startWorkerWith(t, fmt.Sprintf("w%d", i+1), func(c *consumers.WorkerConfig) {
+			c.Concurrency = concurrency
+			c.Breakers = consumers.BreakerPolicies{Systems: map[string]recovery.BreakerPolicy{"crm": policy}}
+		})
+	}
+	crm.down.Store(true)
+	job := submitOutage(t, b, chunks)
+
+	salvagetest.Eventually(t, 20*time.Second, func() bool { return b.breaker(t, "crm").State != kv.BreakerClosed }, "the crm breaker to open")
+	atOpen := crm.requests.Load()
+	// Three cool-downs: three probes may reach crm, each failing and
+	// opening the breaker again.
+	salvagetest.Eventually(t, 20*time.Second, func() bool { return b.breaker(t, "crm").Opens >= 4 }, "three failed probes")
+	br := b.breaker(t, "crm")
+	since := crm.requests.Load() - atOpen
+	// Calls already in flight when it opened (at most one per slot), then
+	// one probe per cool-down: Opens-1 failed ones and maybe one running.
+	if bound := int64(workers*concurrency + br.Opens); since > bound {
+		t.Fatalf("crm got %d requests after its breaker opened; want at most %d (in flight + one probe per cool-down)", since, bound)
+	}
+	t.Logf("crm: %d requests before the breaker opened, %d after it (opens: %d)", atOpen, since, br.Opens)
+
+	if n := b.streamMsgs(t, streams.Hold); n == 0 {
+		t.Fatal("no chunk is held on SALVAGE_HOLD during the outage")
+	}
+	info, err := b.JS.Consumer(b.ctx, streams.Hold, streams.HoldConsumer("crm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci, err := info.Info(b.ctx); err != nil || !ci.Paused {
+		t.Fatalf("hold-crm consumer should be paused while the breaker is open: %+v, %v", ci, err)
+	}
+	held := 0
+	for c := 1; c <= chunks; c++ {
+		if cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
+			held++
+			if cp.HeldOn != "crm" || cp.Stage != 1 {
+				t.Fatalf("chunk %d held on %q at stage %d; want crm, stage 1", c, cp.HeldOn, cp.Stage)
+			}
+		}
+	}
+	if held == 0 {
+		t.Fatal("no checkpoint says held")
+	}
+
+	crm.down.Store(false)
+	j := b.waitJob(t, job, kv.JobDone)
+	if j.Summary.Done != chunks || j.Summary.DeadLetters != 0 {
+		t.Fatalf("job summary %+v; want %d done and no dead letters", j.Summary, chunks)
+	}
+	if envs := b.dlq(t); len(envs) != 0 {
+		t.Fatalf("%d envelopes; the outage must not reach the DLQ: first %+v", len(envs), envs[0])
+	}
+	if br := b.breaker(t, "crm"); br.State != kv.BreakerClosed {
+		t.Fatalf("breaker %+v; want closed after the outage", br)
+	}
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return b.streamMsgs(t, streams.Hold) == 0 }, "SALVAGE_HOLD to be empty")
+	ci, err := info.Info(b.ctx)
+	if err != nil || ci.Paused {
+		t.Fatalf("hold-crm consumer should run again once the breaker closed: %+v, %v", ci, err)
+	}
+}
+
+// An optional stage whose system's breaker is open is skipped at once:
+// the job ends partial with the gap named, and the system gets no call
+// after its breaker opened.
+func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
+	crm, extra := &extSystem{}, &extSystem{}
+	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
+	const concurrency, chunks = 4, 20
+	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
+		c.Concurrency = concurrency
+		c.Breakers = consumers.BreakerPolicies{Default: recovery.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
+	})
+	extra.down.Store(true)
+	job := submitOutage(t, b, chunks)
+	j := b.waitJob(t, job, kv.JobPartial)
+	if j.Summary.Done != chunks || j.Summary.Degraded != chunks || j.Summary.DeadLetters != 0 {
+		t.Fatalf("summary %+v; want every chunk done without its optional stage", j.Summary)
+	}
+	for c := 1; c <= chunks; c++ {
+		if cp := b.checkpoint(t, job, c); len(cp.Gaps) != 1 || cp.Gaps[0] != "enrich" {
+			t.Fatalf("chunk %d gaps %v; want [enrich]", c, cp.Gaps)
+		}
+	}
+	// Retries of the first calls and the calls in flight when the breaker
+	// opened; after that, none.
+	if got, bound := extra.requests.Load(), int64(concurrency*(testRetry.MaxRetries+1)); got > bound {
+		t.Fatalf("extra got %d requests; want at most %d", got, bound)
+	}
+	if br := b.breaker(t, "extra"); br.State != kv.BreakerOpen {
+		t.Fatalf("extra breaker %+v; want open", br)
+	}
+	if n := b.streamMsgs(t, streams.Hold); n != 0 {
+		t.Fatalf("%d chunks held; an optional stage never holds its chunk", n)
+	}
+	if crm.requests.Load() != chunks {
+		t.Fatalf("crm got %d requests; want one per chunk", crm.requests.Load())
+	}
+}
+
+// Cancelling a job whose chunks are held ends them cancelled at the stage
+// they were held in, and their parked messages leave SALVAGE_HOLD.
+func TestCancelEndsHeldChunks(t *testing.T) {
+	crm, extra := &extSystem{}, &extSystem{}
+	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
+	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
+		c.Breakers = consumers.BreakerPolicies{Default: recovery.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
+	})
+	crm.down.Store(true)
+	const chunks = 6
+	job := submitOutage(t, b, chunks)
+	salvagetest.Eventually(t, 20*time.Second, func() bool { return b.streamMsgs(t, streams.Hold) == chunks }, "every chunk held")
+	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, job, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	j := b.waitJob(t, job, kv.JobCancelled)
+	if j.Summary.Cancelled != chunks {
+		t.Fatalf("summary %+v; want %d cancelled", j.Summary, chunks)
+	}
+	for c := 1; c <= chunks; c++ {
+		if cp := b.checkpoint(t, job, c); cp.Status != kv.CancelledAtStage(1) {
+			t.Fatalf("chunk %d is %s; want %s", c, cp.Status, kv.CancelledAtStage(1))
+		}
+	}
+	if n := b.streamMsgs(t, streams.Hold); n != 0 {
+		t.Fatalf("%d held messages left after the cancel", n)
+	}
+}

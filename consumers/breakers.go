@@ -1,0 +1,247 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// BreakerPolicies maps external systems to their breaker policies; a
+// system not named takes the Default.
+type BreakerPolicies struct {
+	// Default applies to every system not in Systems. Zero fields take
+	// recovery's defaults.
+	Default recovery.BreakerPolicy
+	// Systems overrides the policy of named systems.
+	Systems map[string]recovery.BreakerPolicy
+}
+
+// For returns system's policy, defaults applied.
+func (p BreakerPolicies) For(system string) recovery.BreakerPolicy {
+	if sp, ok := p.Systems[system]; ok {
+		return sp.WithDefaults()
+	}
+	return p.Default.WithDefaults()
+}
+
+// Validate reports a policy out of range or a system name that is not a
+// token.
+func (p BreakerPolicies) Validate() error {
+	if err := p.Default.Validate(); err != nil {
+		return err
+	}
+	for system, sp := range p.Systems {
+		if err := streams.ValidateToken("breaker system", system); err != nil {
+			return err
+		}
+		if err := sp.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seenBreaker is a breaker and the revision it was read at.
+type seenBreaker struct {
+	kv.Breaker
+	rev uint64
+}
+
+// errProbeTaken leaves a half-open breaker's probe to whoever took it.
+var errProbeTaken = errors.New("consumers: probe taken")
+
+// gate is a process's view of the breakers every worker shares
+// (recovery.Gate). It reads the states from a watch of salvage_breakers,
+// so asking costs no request; it counts failures in memory and writes
+// only state changes, by CAS: open after the policy's failures in a row,
+// closed or open again after the probe's answer.
+type gate struct {
+	js       jetstream.JetStream
+	breakers *kv.Breakers
+	policies BreakerPolicies
+	id       string
+	log      zerolog.Logger
+
+	mu   sync.Mutex
+	seen map[string]seenBreaker
+	runs map[string]*recovery.FailureRun
+	// ready is closed once the watch has delivered every stored breaker.
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+func newGate(js jetstream.JetStream, stores *kv.Stores, policies BreakerPolicies, id string, log zerolog.Logger) *gate {
+	return &gate{js: js, breakers: stores.Breakers, policies: policies, id: id, log: log,
+		seen: map[string]seenBreaker{}, runs: map[string]*recovery.FailureRun{}, ready: make(chan struct{})}
+}
+
+// follow keeps the view current until ctx ends. It blocks.
+func (g *gate) follow(ctx context.Context) {
+	kv.Follow(ctx, g.js, kv.BucketBreakers, g.update, func(err error) {
+		g.log.Debug().Err(err).Msg("breaker watch ended; restarting")
+	})
+}
+
+func (g *gate) update(e jetstream.KeyValueEntry) {
+	if e == nil {
+		g.readyOnce.Do(func() { close(g.ready) })
+		return
+	}
+	b, ok := kv.DecodeBreaker(e)
+	if !ok {
+		g.mu.Lock()
+		delete(g.seen, e.Key())
+		g.mu.Unlock()
+		return
+	}
+	g.set(b, e.Revision())
+}
+
+// state returns the breaker of system as last seen (closed when none).
+func (g *gate) state(system string) kv.Breaker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if b, ok := g.seen[system]; ok {
+		return b.Breaker
+	}
+	return kv.Breaker{System: system, State: kv.BreakerClosed}
+}
+
+// all returns every breaker seen.
+func (g *gate) all() []kv.Breaker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]kv.Breaker, 0, len(g.seen))
+	for _, b := range g.seen {
+		out = append(out, b.Breaker)
+	}
+	return out
+}
+
+// set records the breaker of b.System as of revision rev, unless a later
+// one was seen: this process's own writes land here ahead of the watch.
+func (g *gate) set(b kv.Breaker, rev uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	prev, ok := g.seen[b.System]
+	if ok && prev.rev >= rev {
+		return
+	}
+	if prev.State != b.State && b.State == kv.BreakerClosed {
+		// Failures counted before the breaker closed are old news.
+		delete(g.runs, b.System)
+	}
+	g.seen[b.System] = seenBreaker{Breaker: b, rev: rev}
+}
+
+// Allow implements recovery.Gate.
+func (g *gate) Allow(ctx context.Context, system, chunk string) error {
+	b := g.state(system)
+	switch recovery.BreakerAllows(b, chunk) {
+	case recovery.VerdictAllow:
+		return nil
+	case recovery.VerdictTakeProbe:
+		nb, rev, err := g.breakers.Mutate(ctx, system, g.id, func(b *kv.Breaker) error {
+			if b.State != kv.BreakerHalfOpen || (b.Probe != "" && b.Probe != chunk) {
+				return errProbeTaken
+			}
+			if b.Probe == chunk {
+				return kv.ErrNoChange
+			}
+			recovery.HalfOpen(b, chunk, time.Now())
+			return nil
+		})
+		if err == nil {
+			g.set(nb, rev)
+			g.log.Info().Str("system", system).Str("probe", chunk).Msg("circuit breaker half-open: this chunk is the probe")
+			return nil
+		}
+		if !errors.Is(err, errProbeTaken) {
+			g.log.Warn().Err(err).Str("system", system).Msg("take the breaker's probe")
+		}
+		b = g.state(system)
+	}
+	return &recovery.BreakerOpenError{System: system, State: b.State, RetryAt: b.RetryAt}
+}
+
+// Done implements recovery.Gate.
+func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
+	b := g.state(system)
+	probe := b.State == kv.BreakerHalfOpen && b.Probe == chunk
+	switch {
+	case err == nil:
+		g.mu.Lock()
+		if r := g.runs[system]; r != nil {
+			r.Reset()
+		}
+		g.mu.Unlock()
+		if probe {
+			g.transition(ctx, system, func(b *kv.Breaker) bool {
+				if b.State != kv.BreakerHalfOpen || b.Probe != chunk {
+					return false
+				}
+				recovery.Close(b)
+				return true
+			}, "circuit breaker closed: the probe succeeded")
+		}
+	case !recovery.CountsAgainstBreaker(err):
+	case probe:
+		g.transition(ctx, system, func(b *kv.Breaker) bool {
+			if b.State != kv.BreakerHalfOpen || b.Probe != chunk {
+				return false
+			}
+			recovery.Open(b, g.policies.For(system), time.Now(), streams.Clip(err.Error(), streams.ErrorTextMax))
+			return true
+		}, "circuit breaker open again: the probe failed")
+	case b.State == kv.BreakerClosed:
+		p := g.policies.For(system)
+		g.mu.Lock()
+		r := g.runs[system]
+		if r == nil {
+			r = &recovery.FailureRun{}
+			g.runs[system] = r
+		}
+		trip := r.Fail(p, time.Now())
+		if trip {
+			r.Reset()
+		}
+		g.mu.Unlock()
+		if trip {
+			g.transition(ctx, system, func(b *kv.Breaker) bool {
+				if b.State != kv.BreakerClosed {
+					return false
+				}
+				recovery.Open(b, p, time.Now(), streams.Clip(err.Error(), streams.ErrorTextMax))
+				return true
+			}, "circuit breaker open")
+		}
+	}
+}
+
+// transition writes a state change by CAS; change returning false leaves
+// the breaker as another process set it.
+func (g *gate) transition(ctx context.Context, system string, change func(b *kv.Breaker) bool, msg string) {
+	changed := false
+	b, rev, err := g.breakers.Mutate(ctx, system, g.id, func(b *kv.Breaker) error {
+		if changed = change(b); !changed {
+			return kv.ErrNoChange
+		}
+		return nil
+	})
+	if err != nil {
+		g.log.Warn().Err(err).Str("system", system).Msg("write the circuit breaker")
+		return
+	}
+	g.set(b, rev)
+	if changed {
+		g.log.Warn().Str("system", system).Str("state", b.State).Time("retry_at", b.RetryAt).Str("reason", b.Reason).Msg(msg)
+	}
+}

@@ -1,0 +1,300 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Holder timing.
+const (
+	// holdTick is how often the holder looks at the breakers.
+	holdTick = 250 * time.Millisecond
+	// heldCheckInterval is how often a closed breaker's system is checked
+	// for chunks held after its release (a hold that raced the close).
+	heldCheckInterval = 5 * time.Second
+	// releaseBatch and releaseBatches bound one pass's release of a
+	// closed breaker's held chunks; the next pass goes on.
+	releaseBatch   = 100
+	releaseBatches = 10
+	// holdAckWait is the hold consumers' AckWait: a holder that dies
+	// while releasing a chunk leaves it to be released again.
+	holdAckWait = 30 * time.Second
+	// pauseSlack is how far past its breaker's cool-down a hold consumer
+	// is paused; the holder resumes it explicitly when the breaker closes
+	// and pauses it again should the breaker stay open longer.
+	pauseSlack = 24 * time.Hour
+)
+
+// holder moves chunks between SALVAGE_HOLD and SALVAGE_CHUNKS as the
+// breakers change: while a system's breaker is open its hold consumer is
+// paused; after the cool-down the holder moves the breaker to half-open
+// and releases exactly one held chunk as the probe (or, with nothing
+// held, lets the first chunk that calls be the probe); a probe with no
+// answer within a cool-down opens the breaker again; once the breaker is
+// closed the consumer resumes and every held chunk returns to
+// SALVAGE_CHUNKS with a fresh message id and a fresh delivery budget.
+// Every worker process runs one; they agree through the breakers' CAS
+// and share the hold consumers.
+type holder struct {
+	js   jetstream.JetStream
+	gate *gate
+	id   string
+	log  zerolog.Logger
+	// pausedFor is the cool-down end each system's consumer was paused
+	// for by this process; checked is when a closed system was last
+	// looked at for held chunks.
+	pausedFor map[string]time.Time
+	checked   map[string]time.Time
+}
+
+func newHolder(js jetstream.JetStream, g *gate, id string, log zerolog.Logger) *holder {
+	return &holder{js: js, gate: g, id: id, log: log.With().Str("part", "holder").Logger(),
+		pausedFor: map[string]time.Time{}, checked: map[string]time.Time{}}
+}
+
+// run makes a pass every holdTick until ctx ends. It blocks.
+func (h *holder) run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-h.gate.ready:
+	}
+	t := time.NewTicker(holdTick)
+	defer t.Stop()
+	for {
+		h.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pass acts once on every breaker.
+func (h *holder) pass(ctx context.Context) {
+	for _, b := range h.gate.all() {
+		var err error
+		switch b.State {
+		case kv.BreakerOpen:
+			err = h.whileOpen(ctx, b)
+		case kv.BreakerHalfOpen:
+			err = h.whileHalfOpen(ctx, b)
+		default:
+			err = h.whileClosed(ctx, b)
+		}
+		if err != nil && ctx.Err() == nil {
+			h.log.Warn().Err(err).Str("system", b.System).Str("state", b.State).Msg("holder pass")
+		}
+	}
+}
+
+func (h *holder) whileOpen(ctx context.Context, b kv.Breaker) error {
+	if err := h.pause(ctx, b); err != nil {
+		return err
+	}
+	if time.Now().Before(b.RetryAt) {
+		return nil
+	}
+	return h.releaseProbe(ctx, b.System)
+}
+
+func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
+	if err := h.pause(ctx, b); err != nil {
+		return err
+	}
+	p := h.gate.policies.For(b.System)
+	if !recovery.ProbeOverdue(b, p, time.Now()) {
+		return nil
+	}
+	h.gate.transition(ctx, b.System, func(cur *kv.Breaker) bool {
+		if cur.State != kv.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
+			return false
+		}
+		recovery.Open(cur, p, time.Now(), "probe "+b.Probe+" gave no answer within the cool-down")
+		return true
+	}, "circuit breaker open again: the probe gave no answer")
+	return nil
+}
+
+// releaseProbe moves an open breaker whose cool-down is over to half-open
+// and releases the system's oldest held chunk as its probe. Only the
+// process whose CAS wins releases it.
+func (h *holder) releaseProbe(ctx context.Context, system string) error {
+	s, err := h.js.Stream(ctx, streams.Hold)
+	if err != nil {
+		return err
+	}
+	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForSystem(system)))
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return err
+	}
+	probe := ""
+	if m != nil {
+		ref, perr := streams.ParseHoldSubject(m.Subject)
+		if perr != nil {
+			return perr
+		}
+		probe = kv.ChunkKey(ref.Job, ref.Chunk)
+	}
+	now := time.Now()
+	won := false
+	h.gate.transition(ctx, system, func(b *kv.Breaker) bool {
+		if won = b.State == kv.BreakerOpen && !now.Before(b.RetryAt); won {
+			recovery.HalfOpen(b, probe, now)
+		}
+		return won
+	}, "circuit breaker half-open after its cool-down")
+	if !won || m == nil {
+		return nil
+	}
+	if err := h.release(ctx, m.Subject, m.Data, m.Header, m.Sequence); err != nil {
+		// The probe never runs: it is overdue after a cool-down and the
+		// breaker opens again, to try another.
+		return err
+	}
+	h.log.Info().Str("system", system).Str("probe", probe).Msg("released one held chunk as the breaker's probe")
+	// A crash before the delete leaves the copy to be released again on
+	// close; the chunk's checkpoint keeps it from running twice.
+	return s.DeleteMsg(ctx, m.Sequence)
+}
+
+// whileClosed releases the chunks held for a closed breaker's system: at
+// once after the close, then every heldCheckInterval for a hold that
+// raced the release.
+func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
+	_, wasPaused := h.pausedFor[b.System]
+	if !wasPaused && time.Since(h.checked[b.System]) < heldCheckInterval {
+		return nil
+	}
+	h.checked[b.System] = time.Now()
+	s, err := h.js.Stream(ctx, streams.Hold)
+	if err != nil {
+		return err
+	}
+	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForSystem(b.System))); errors.Is(err, jetstream.ErrMsgNotFound) {
+		if !wasPaused {
+			return nil
+		}
+		delete(h.pausedFor, b.System)
+		return h.resume(ctx, b.System)
+	} else if err != nil {
+		return err
+	}
+	cons, err := h.consumer(ctx, b.System)
+	if err != nil {
+		return err
+	}
+	if err := h.resume(ctx, b.System); err != nil {
+		return err
+	}
+	delete(h.pausedFor, b.System)
+	released := 0
+	for range releaseBatches {
+		if h.gate.state(b.System).State != kv.BreakerClosed {
+			break
+		}
+		batch, err := cons.FetchNoWait(releaseBatch)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			if err := h.release(ctx, m.Subject(), m.Data(), m.Headers(), meta.Sequence.Stream); err != nil {
+				// Left unacked: the consumer delivers it again.
+				return err
+			}
+			if err := m.DoubleAck(ctx); err != nil {
+				h.log.Debug().Err(err).Msg("ack released chunk")
+			}
+			released++
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if released > 0 {
+		h.log.Info().Str("system", b.System).Int("released", released).Msg("breaker closed: held chunks returned to the work queue")
+	}
+	return nil
+}
+
+// release publishes a held chunk message back to SALVAGE_CHUNKS: a new
+// message (a fresh delivery budget) whose id derives from the held copy's
+// sequence, so releasing one copy twice publishes it once.
+func (h *holder) release(ctx context.Context, subject string, data []byte, hdr nats.Header, seq uint64) error {
+	var c streams.ChunkMsg
+	if err := json.Unmarshal(data, &c); err != nil || c.Pipeline == "" || c.Job == "" || c.Chunk < 1 {
+		return fmt.Errorf("held message %d on %s is not a chunk message: %v", seq, subject, err)
+	}
+	out := nats.Header{}
+	for _, k := range carriedHeaders {
+		if v := hdr.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	out.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.release.%d", c.Job, c.Chunk, seq))
+	out.Set(streams.HeaderJob, c.Job)
+	out.Set(streams.HeaderChunk, strconv.Itoa(c.Chunk))
+	_, err := publish(ctx, h.js, &nats.Msg{Subject: streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk), Data: data, Header: out})
+	return err
+}
+
+// consumer returns system's hold consumer, creating it when missing.
+func (h *holder) consumer(ctx context.Context, system string) (jetstream.Consumer, error) {
+	name := streams.HoldConsumer(system)
+	c, err := h.js.Consumer(ctx, streams.Hold, name)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return c, err
+	}
+	return h.js.CreateOrUpdateConsumer(ctx, streams.Hold, jetstream.ConsumerConfig{
+		Durable: name, Description: "Releases the chunks held while the circuit breaker of " + system + " was open.",
+		FilterSubject: streams.HoldForSystem(system), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: holdAckWait, MaxDeliver: -1,
+	})
+}
+
+// pause pauses system's hold consumer for b's cool-down, once per
+// cool-down.
+func (h *holder) pause(ctx context.Context, b kv.Breaker) error {
+	if h.pausedFor[b.System].Equal(b.RetryAt) {
+		return nil
+	}
+	if _, err := h.consumer(ctx, b.System); err != nil {
+		return err
+	}
+	if _, err := h.js.PauseConsumer(ctx, streams.Hold, streams.HoldConsumer(b.System), b.RetryAt.Add(pauseSlack)); err != nil {
+		return err
+	}
+	h.pausedFor[b.System] = b.RetryAt
+	return nil
+}
+
+// resume resumes system's hold consumer, if it exists.
+func (h *holder) resume(ctx context.Context, system string) error {
+	_, err := h.js.ResumeConsumer(ctx, streams.Hold, streams.HoldConsumer(system))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	return err
+}
