@@ -117,6 +117,8 @@ type Chunk struct {
 	// held); Holds counts how often it was held.
 	HeldOn string `json:"held_on,omitempty"`
 	Holds  int    `json:"holds,omitempty"`
+	// Approvals are the approvals its stages got (RequiresApproval).
+	Approvals []Approval `json:"approvals,omitempty"`
 	// LastError and the fields after it describe the failure that sent
 	// the chunk back to tier 2, and the agent, tool and call it came from.
 	LastError       string    `json:"last_error,omitempty"`
@@ -126,6 +128,14 @@ type Chunk struct {
 	LastErrorTool   string    `json:"last_error_tool,omitempty"`
 	LastErrorCall   string    `json:"last_error_call,omitempty"`
 	UpdatedAt       time.Time `json:"updated_at"`
+}
+
+// Approval is a person's yes to one stage of one chunk.
+type Approval struct {
+	Stage int       `json:"stage"`
+	By    string    `json:"by"`
+	Note  string    `json:"note,omitempty"`
+	At    time.Time `json:"at"`
 }
 
 // JobState is a job and one page of its chunks.

@@ -48,6 +48,11 @@ type Stage struct {
 	// Optional stages degrade gracefully: when one fails, the chunk goes
 	// on without its output and its job ends partial.
 	Optional bool
+	// RequiresApproval parks each chunk before the stage (status
+	// awaiting-approval, its message on salvage.hold.approval.<job>.<chunk>,
+	// an event on salvage.events.<job>.approval) until a person answers
+	// with Client.Approve, `salvage approve` or salvage.api.approve.
+	RequiresApproval bool
 }
 
 // Agent is one actor of a stage: its Run makes calls through its Turn and
@@ -281,7 +286,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Pipeline, error) {
 	}
 	out := &recovery.Pipeline{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks}
 	for _, st := range p.Stages {
-		ms := recovery.Stage{Name: st.Name, Optional: st.Optional}
+		ms := recovery.Stage{Name: st.Name, Optional: st.Optional, RequiresApproval: st.RequiresApproval}
 		for _, a := range st.Agents {
 			if (a.Run == nil) == (a.Subject == "") {
 				return nil, fmt.Errorf("%w: pipeline %s: agent %q needs exactly one of Run and Subject", ErrInvalidConfig, p.Name, a.Name)

@@ -53,7 +53,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, list circuit breakers",
+		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, list circuit breakers, approve chunks",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -62,7 +62,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 	for subject, fn := range map[string]func(context.Context, micro.Request) (any, error){
 		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.cancel": c.apiCancel,
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
-		"breakers.list": c.apiBreakers,
+		"breakers.list": c.apiBreakers, "approve": c.apiApprove,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -93,7 +93,7 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 			code = CodeMalformed
 		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob):
 			code = CodeUnknown
-		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotAwaitingApproval):
 			code = CodeAlreadyResolved
 		case errors.Is(err, errTooLarge):
 			code = CodeTooLarge
@@ -222,6 +222,25 @@ func readJobRequest(req micro.Request) (jobRequest, error) {
 		r.By = "api"
 	}
 	return r, streams.ValidateJobID(r.JobID)
+}
+
+// apiApprove takes {"job_id", "chunk", "approve": true|false, "by"?,
+// "note"?}; approve is required, so an empty body rejects nothing.
+func (c *Client) apiApprove(ctx context.Context, req micro.Request) (any, error) {
+	var r struct {
+		JobID   string `json:"job_id"`
+		Chunk   int    `json:"chunk"`
+		Approve *bool  `json:"approve"`
+		By      string `json:"by,omitempty"`
+		Note    string `json:"note,omitempty"`
+	}
+	if err := decode(req, &r, false); err != nil {
+		return nil, err
+	}
+	if r.Approve == nil || r.Chunk < 1 {
+		return nil, fmt.Errorf(`%w: want {"job_id", "chunk" (from 1), "approve": true|false}`, errMalformed)
+	}
+	return c.Approve(ctx, r.JobID, r.Chunk, Decision{Reject: !*r.Approve, By: r.By, Note: r.Note})
 }
 
 // apiBreakers lists the circuit breakers; the request body is ignored.

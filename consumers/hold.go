@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -19,14 +20,45 @@ var carriedHeaders = []string{streams.HeaderTraceParent, streams.HeaderRecoveryO
 // says held (its stage, journal and snapshots stay as they are), a copy of
 // its message waits on salvage.hold.<system>.<job>.<chunk>, and the
 // delivery is acked — no delivery of tier 2 is spent and nothing reaches
-// the DLQ. A crash between the steps is repaired by the redelivery of the
-// message: it meets the breaker again and holds the chunk again, and the
-// copy's message id (from this message's sequence) keeps it single.
+// the DLQ.
 func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, system string, cause error) error {
-	w := r.w
 	recordError(&cp, cause)
 	cp.Status, cp.HeldOn = kv.StatusHeld, system
 	cp.Holds++
+	if err := r.park(ctx, cp, fence, system, "circuit breaker of "+system+" open"); err != nil {
+		return err
+	}
+	r.log.Info().Str("system", system).Int("stage", cp.Stage).Msg("chunk held: its system's circuit breaker is open")
+	return nil
+}
+
+// awaitApproval parks the chunk before stage, which requires a person's
+// approval, on salvage.hold.approval.<job>.<chunk>, and announces it on
+// salvage.events.<job>.approval. `salvage approve` releases it.
+func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int, name string) error {
+	cp.ClearLastError()
+	cp.Status, cp.Stage = kv.StatusAwaitingApproval, stage
+	if err := r.park(ctx, cp, fence, streams.SystemApproval, "stage "+name+" requires approval"); err != nil {
+		return err
+	}
+	ev := streams.ApprovalEvent{Job: r.chunk.Job, Chunk: r.chunk.Chunk, Stage: stage, StageName: name,
+		Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, At: time.Now().UTC()}
+	h := nats.Header{}
+	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.approval.%d.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch, stage))
+	if err := publishJSON(ctx, r.w.js, streams.EventSubject(r.chunk.Job, streams.EventApproval), ev, h); err != nil {
+		r.log.Warn().Err(err).Msg("announce the approval request")
+	}
+	r.log.Info().Int("stage", stage).Msg("chunk awaits approval")
+	return nil
+}
+
+// park writes cp (a parked status) through the fence, copies the chunk
+// message to salvage.hold.<system>.<job>.<chunk> and acks the delivery. A
+// crash between the steps is repaired by the redelivery of the message:
+// it parks the chunk again, and the copy's message id (from this
+// message's sequence) keeps it single.
+func (r *run) park(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, system, reason string) error {
+	w := r.w
 	d := cp.Recount()
 	if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
@@ -37,20 +69,19 @@ func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 			h.Set(k, v)
 		}
 	}
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.hold.%d", r.chunk.Job, r.chunk.Chunk, r.meta.Sequence.Stream))
+	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.%s.%d", r.chunk.Job, r.chunk.Chunk, system, r.meta.Sequence.Stream))
 	h.Set(streams.HeaderJob, r.chunk.Job)
 	h.Set(streams.HeaderChunk, strconv.Itoa(r.chunk.Chunk))
-	h.Set(streams.HeaderReason, "circuit breaker of "+system+" open")
+	h.Set(streams.HeaderReason, reason)
 	if _, err := publish(ctx, w.js, &nats.Msg{Subject: streams.HoldSubject(system, r.chunk.Job, r.chunk.Chunk), Data: r.m.Data(), Header: h}); err != nil {
-		// The checkpoint says held; the redelivery holds it again.
+		// The checkpoint says parked; the redelivery parks it again.
 		return err
 	}
 	r.done()
 	if err := r.ack(ctx); err != nil {
-		r.log.Warn().Err(err).Msg("ack held chunk")
+		r.log.Warn().Err(err).Msg("ack parked chunk")
 	}
 	r.releaseClaim(ctx)
-	r.log.Info().Str("system", system).Int("stage", cp.Stage).Msg("chunk held: its system's circuit breaker is open")
 	_, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, cp.Status, d)
 	return err
 }

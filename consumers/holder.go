@@ -243,9 +243,16 @@ func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
 // message (a fresh delivery budget) whose id derives from the held copy's
 // sequence, so releasing one copy twice publishes it once.
 func (h *holder) release(ctx context.Context, subject string, data []byte, hdr nats.Header, seq uint64) error {
+	return unpark(ctx, h.js, subject, data, hdr, nil, seq)
+}
+
+// unpark publishes the parked chunk message data (from subject, at
+// sequence seq of SALVAGE_HOLD, with headers hdr) back to SALVAGE_CHUNKS
+// with extra headers, under a message id derived from seq.
+func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []byte, hdr, extra nats.Header, seq uint64) error {
 	var c streams.ChunkMsg
 	if err := json.Unmarshal(data, &c); err != nil || c.Pipeline == "" || c.Job == "" || c.Chunk < 1 {
-		return fmt.Errorf("held message %d on %s is not a chunk message: %v", seq, subject, err)
+		return fmt.Errorf("parked message %d on %s is not a chunk message: %v", seq, subject, err)
 	}
 	out := nats.Header{}
 	for _, k := range carriedHeaders {
@@ -253,10 +260,13 @@ func (h *holder) release(ctx context.Context, subject string, data []byte, hdr n
 			out.Set(k, v)
 		}
 	}
+	for k, v := range extra {
+		out[k] = v
+	}
 	out.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.release.%d", c.Job, c.Chunk, seq))
 	out.Set(streams.HeaderJob, c.Job)
 	out.Set(streams.HeaderChunk, strconv.Itoa(c.Chunk))
-	_, err := publish(ctx, h.js, &nats.Msg{Subject: streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk), Data: data, Header: out})
+	_, err := publish(ctx, js, &nats.Msg{Subject: streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk), Data: data, Header: out})
 	return err
 }
 

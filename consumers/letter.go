@@ -35,6 +35,9 @@ type letter struct {
 	// DeleteOriginal removes the original from SALVAGE_CHUNKS once the
 	// envelope is stored; the worker's permanent path terms it instead.
 	DeleteOriginal bool
+	// Human marks an envelope a person caused (a rejected approval): it
+	// never counts as recovered automatically.
+	Human bool
 }
 
 // letterer writes failure envelopes (invariant 6): one guard key per chunk
@@ -112,7 +115,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	rec := kv.EnvelopeRecord{
 		ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy,
 		Status: kv.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence,
-		TraceID: env.TraceID,
+		TraceID: env.TraceID, Human: l.Human,
 	}
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
 		return "", err

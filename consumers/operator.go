@@ -186,7 +186,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 		cp.ClearLastError()
 		if fresh {
 			cp.Epoch++
-			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil
+			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots, cp.Approvals = 1, nil, nil, nil, nil
 		}
 		delta = cp.Recount()
 		return nil

@@ -79,7 +79,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 		cp.ClearLastError()
 		if freshEpoch {
 			cp.Epoch++
-			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots = 1, nil, nil, nil
+			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots, cp.Approvals = 1, nil, nil, nil, nil
 		}
 		delta = cp.Recount()
 		return nil

@@ -168,11 +168,15 @@ func (r *run) run(ctx context.Context) error {
 	}
 	r.lease = lease
 	linked, byHand := r.linkedEnvelope()
+	approval, approved := r.approval()
 	var taken kv.Delta
 	fresh := false
 	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		// Never taken before: no worker has written a journal row for it.
 		fresh = cp.MsgSeq == 0
+		if approved && cp.Status == kv.StatusAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
+			cp.Approvals = append(cp.Approvals, approval)
+		}
 		cp.Status, cp.HeldOn = kv.StatusRunning, ""
 		countRedeliveries(cp, r.meta)
 		cp.ClearLastError()
@@ -202,6 +206,13 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
+	if approved {
+		// The approval is recorded: a parked copy its release left behind
+		// (a crash before the delete) must not come back.
+		if err := purgeSubject(ctx, w.js, streams.Hold, streams.HoldSubject(streams.SystemApproval, r.chunk.Job, r.chunk.Chunk)); err != nil {
+			r.log.Warn().Err(err).Msg("remove the released approval's parked copy")
+		}
+	}
 	// Counting the start and admitting the job's next chunk need not hold
 	// this one up; the run waits for them before it returns.
 	r.background(func() {
@@ -308,6 +319,19 @@ func (r *run) linkedEnvelope() (id string, byHand bool) {
 	return "", false
 }
 
+// approval is the approval the message carries (Salvage-Approved-By and
+// Salvage-Approved-Stage, set by Operator.Approve when it releases a
+// parked chunk).
+func (r *run) approval() (kv.Approval, bool) {
+	h := r.m.Headers()
+	by := h.Get(streams.HeaderApprovedBy)
+	stage, err := strconv.Atoi(h.Get(streams.HeaderApprovedStage))
+	if by == "" || err != nil || stage < 1 {
+		return kv.Approval{}, false
+	}
+	return kv.Approval{Stage: stage, By: streams.Clip(by, 256), Note: streams.Clip(h.Get(streams.HeaderApprovalNote), streams.ErrorTextMax), At: time.Now().UTC()}, true
+}
+
 // replayedByHand records on its envelope that an operator re-ran the
 // chunk by publishing it with Salvage-Replay-Of: the envelope is
 // recovering until the chunk ends, which resolves or supersedes it. A
@@ -347,6 +371,10 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		if errors.Is(context.Cause(chunkCtx), recovery.ErrJobCancelled) {
 			flushStats(&cp)
 			return r.cancelled(ctx, cp, fence, s)
+		}
+		if st.RequiresApproval && !cp.Approved(s) {
+			flushStats(&cp)
+			return r.awaitApproval(ctx, cp, fence, s, st.Name)
 		}
 		outs, err := recovery.RunStage(chunkCtx, st, recovery.StageRun{
 			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,

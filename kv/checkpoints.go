@@ -86,6 +86,9 @@ type Checkpoint struct {
 	// held); Holds counts how often the chunk was held.
 	HeldOn string `json:"held_on,omitempty"`
 	Holds  int    `json:"holds,omitempty"`
+	// Approvals are the approvals the chunk got, one per stage that
+	// requires one (a fresh epoch starts without them).
+	Approvals []Approval `json:"approvals,omitempty"`
 	// LastError and LastErrorClass describe the failure that sent the
 	// chunk back to tier 2, so the dead-letterer can classify it.
 	LastError       string `json:"last_error,omitempty"`
@@ -111,6 +114,24 @@ func (c Checkpoint) Terminal() bool {
 func (c *Checkpoint) ClearLastError() {
 	c.LastError, c.LastErrorClass, c.LastErrorStatus = "", "", 0
 	c.LastErrorAgent, c.LastErrorTool, c.LastErrorCall = "", "", ""
+}
+
+// Approval is a person's yes to one stage of one chunk.
+type Approval struct {
+	Stage int       `json:"stage"`
+	By    string    `json:"by"`
+	Note  string    `json:"note,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// Approved reports whether stage was approved.
+func (c Checkpoint) Approved(stage int) bool {
+	for _, a := range c.Approvals {
+		if a.Stage == stage {
+			return true
+		}
+	}
+	return false
 }
 
 // Fence is the revision of the checkpoint its holder last wrote.

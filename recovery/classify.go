@@ -35,6 +35,10 @@ type Failure struct {
 	FailingRetryableAfterCompensation bool
 	// BudgetExceeded is set when the job ran out of budget.
 	BudgetExceeded bool
+	// Rejected is set when a person rejected the chunk's approval: what
+	// it did is compensated and it is abandoned (escalated when an
+	// irreversible effect stands).
+	Rejected bool
 	// Recoveries the chunk already had; StrategyFailures of this envelope.
 	Recoveries       int
 	StrategyFailures int
@@ -101,6 +105,12 @@ func classify(f Failure) (string, string) {
 	switch {
 	case f.BudgetExceeded:
 		return CategoryBudgetExceeded, StrategyEscalate
+	case f.Rejected && irreversible > 0:
+		return CategoryCompensationNeeded, StrategyEscalate
+	case f.Rejected && reversible > 0:
+		return CategoryPartialExecution, StrategyCompensateAndAbandon
+	case f.Rejected:
+		return CategoryUnrecoverable, StrategyCompensateAndAbandon
 	case f.Class.Permanent() && irreversible > 0:
 		// Compensate what is reversible, escalate the rest.
 		return CategoryCompensationNeeded, StrategyEscalate

@@ -41,6 +41,9 @@ type Stage struct {
 	// Optional stages degrade gracefully: when they fail, the chunk goes on
 	// without their output and records a gap.
 	Optional bool
+	// RequiresApproval parks the chunk before the stage runs until a
+	// person approves it (or rejects it: its effects are compensated).
+	RequiresApproval bool
 }
 
 // Agent makes calls through its Turn and returns its output, which must

@@ -146,3 +146,15 @@ type Advisory struct {
 	Deliveries uint64 `json:"deliveries"`
 	Reason     string `json:"reason,omitempty"`
 }
+
+// ApprovalEvent is published on salvage.events.<job>.approval when a
+// chunk is parked before a stage that requires a person's approval.
+type ApprovalEvent struct {
+	Job       string    `json:"job_id"`
+	Chunk     int       `json:"chunk"`
+	Stage     int       `json:"stage"`
+	StageName string    `json:"stage_name"`
+	Pipeline  string    `json:"pipeline"`
+	TraceID   string    `json:"trace_id,omitempty"`
+	At        time.Time `json:"at"`
+}

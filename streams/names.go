@@ -37,6 +37,12 @@ const (
 	HeaderRecoveryOf  = "Salvage-Recovery-Of"
 	HeaderReplayOf    = "Salvage-Replay-Of"
 	HeaderReason      = "Salvage-Reason"
+	// HeaderApprovedBy, HeaderApprovedStage and HeaderApprovalNote carry
+	// an approval on the chunk message it releases: the worker that takes
+	// it records the approval in the checkpoint, in the same CAS.
+	HeaderApprovedBy    = "Salvage-Approved-By"
+	HeaderApprovedStage = "Salvage-Approved-Stage"
+	HeaderApprovalNote  = "Salvage-Approval-Note"
 	// HeaderEnvelope names the envelope an escalation is about.
 	HeaderEnvelope = "Salvage-Envelope"
 )
@@ -48,4 +54,7 @@ const (
 	EventFinished = "finished"
 	// EventRejected is a job's own rejection (see Rejection.JobID).
 	EventRejected = "rejected"
+	// EventApproval says a chunk waits for a person's approval (see
+	// ApprovalEvent).
+	EventApproval = "approval"
 )

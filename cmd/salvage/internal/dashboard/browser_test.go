@@ -13,6 +13,9 @@ import (
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // chromium finds Debian's chromium (installed by .ci/run). Outside CI a
@@ -123,6 +126,43 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil || rec.Replays != 1 || rec.Status != kv.EnvelopeRecovering {
 		t.Fatalf("envelope after the page's replay = %+v, %v", rec, err)
 	}
+
+	// An open breaker shows with its held chunks; a chunk awaiting
+	// approval is approved from the page and leaves SALVAGE_HOLD for
+	// SALVAGE_CHUNKS.
+	bg := context.Background()
+	if _, _, err := f.stores.Breakers.Mutate(bg, "crm", "test", func(b *kv.Breaker) error {
+		recovery.Open(b, recovery.BreakerPolicy{}, time.Now(), "503")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	job := "01JDASHBOARD00000000000000"
+	if _, err := f.stores.Checkpoints.Mutate(bg, job, 2, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.Stage = kv.StatusAwaitingApproval, 2
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	parked := `{"job_id":"` + job + `","chunk":2,"pipeline":"order-fulfillment","epoch":0,"input":{}}`
+	if _, err := f.b.JS.Publish(bg, streams.HoldSubject(streams.SystemApproval, job, 2), []byte(parked)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.WaitVisible(`tr[data-system="crm"][data-state="open"]`)); err != nil {
+		t.Fatal(err)
+	}
+	approveButton := `tr[data-job="` + job + `"][data-chunk="2"] button[data-action="approve"]`
+	if err := chromedp.Do(step, chromedp.WaitVisible(approveButton), chromedp.Click(approveButton)); err != nil {
+		t.Fatal(err)
+	}
+	chunks, err := f.b.JS.Stream(bg, streams.Chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject("order-fulfillment", job, 2))
+		return err == nil && m.Header.Get(streams.HeaderApprovedBy) == "dashboard" && m.Header.Get(streams.HeaderApprovedStage) == "2"
+	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

@@ -121,6 +121,8 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("GET /api/envelopes", s.apiEnvelopes)
 	mux.HandleFunc("GET /api/envelopes/{id}", s.apiEnvelope)
 	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
+	mux.HandleFunc("GET /api/approvals", s.apiApprovals)
+	mux.HandleFunc("POST /api/approvals/{job}/{chunk}/{action}", s.apiDecide)
 	s.hosts = newHostGuard(cfg.Addr, cfg.AllowedHosts, securityHeaders(mux))
 	s.srv = &http.Server{Handler: s.hosts, ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
@@ -299,7 +301,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, salvage.ErrUnknownEnvelope), errors.Is(err, salvage.ErrUnknownJob):
 		return http.StatusNotFound
-	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded):
+	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded), errors.Is(err, salvage.ErrNotAwaitingApproval):
 		return http.StatusConflict
 	case errors.Is(err, salvage.ErrInvalidToken):
 		return http.StatusBadRequest

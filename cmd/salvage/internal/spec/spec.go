@@ -41,9 +41,12 @@ type Pipeline struct {
 
 // Stage declares one stage; its agents run in parallel.
 type Stage struct {
-	Name     string  `yaml:"name"`
-	Optional bool    `yaml:"optional"`
-	Agents   []Agent `yaml:"agents"`
+	Name     string `yaml:"name"`
+	Optional bool   `yaml:"optional"`
+	// RequiresApproval parks each chunk before the stage until a person
+	// approves it (salvage approve).
+	RequiresApproval bool    `yaml:"requires_approval"`
+	Agents           []Agent `yaml:"agents"`
 }
 
 // Agent is served on Subject, or calls Tool with the chunk's input.
@@ -180,7 +183,7 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 			if len(s.Agents) == 0 {
 				return nil, fail(sp2, "stage %q has no agents", s.Name)
 			}
-			stage := salvage.Stage{Name: s.Name, Optional: s.Optional}
+			stage := salvage.Stage{Name: s.Name, Optional: s.Optional, RequiresApproval: s.RequiresApproval}
 			names := map[string]bool{}
 			for k, a := range s.Agents {
 				ap := fmt.Sprintf("%s.agents[%d]", sp2, k)

@@ -1,0 +1,99 @@
+package salvage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// ErrNotAwaitingApproval is returned by Approve for a chunk that does not
+// wait for a person's approval, or whose message is still being parked
+// (try again in a moment).
+var ErrNotAwaitingApproval = consumers.ErrNotAwaitingApproval
+
+// Decision is a person's answer to a chunk awaiting approval before a
+// stage with Stage.RequiresApproval.
+type Decision struct {
+	// Reject ends the chunk instead: what it did is compensated, newest
+	// first, and its envelope ends abandoned (escalated when an
+	// irreversible effect stands).
+	Reject bool
+	// By names who decided (recorded in the checkpoint or the envelope);
+	// default "api". Note says why.
+	By, Note string
+}
+
+// Approve answers chunk of job, which waits (status awaiting-approval)
+// before a stage that requires approval. Approved, the chunk goes back to
+// the work queue and runs the stage, wherever its worker is — also after
+// every process was restarted. It returns the chunk's checkpoint, or an
+// error wrapping ErrUnknownJob, ErrInvalidToken or ErrNotAwaitingApproval.
+func (c *Client) Approve(ctx context.Context, job string, chunk int, d Decision) (*Chunk, error) {
+	if err := streams.ValidateJobID(job); err != nil {
+		return nil, err
+	}
+	if chunk < 1 {
+		return nil, fmt.Errorf("%w: chunk %d: chunks are numbered from 1", ErrNotAwaitingApproval, chunk)
+	}
+	if d.By == "" {
+		d.By = "api"
+	}
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := op.Approve(ctx, job, chunk, consumers.Decision{Approve: !d.Reject, By: d.By, Note: d.Note})
+	if err != nil {
+		return nil, err
+	}
+	out, err := recast[Chunk](cp)
+	return &out, err
+}
+
+// AwaitingLimit bounds one Awaiting answer.
+const AwaitingLimit = 1000
+
+// Awaiting is a chunk parked for a person's approval.
+type Awaiting struct {
+	Job   string `json:"job_id"`
+	Chunk int    `json:"chunk"`
+	// Since is when it was parked.
+	Since time.Time `json:"since"`
+}
+
+// Awaiting lists up to limit chunks awaiting approval (default 100, at
+// most AwaitingLimit), longest waiting first: one request per chunk
+// listed, whatever the number waiting.
+func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, AwaitingLimit)
+	s, err := c.js.Stream(ctx, streams.Hold)
+	if err != nil {
+		return nil, err
+	}
+	out := []Awaiting{}
+	for seq := uint64(1); len(out) < limit; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.HoldForSystem(streams.SystemApproval)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+		seq = m.Sequence + 1
+		ref, err := streams.ParseHoldSubject(m.Subject)
+		if err != nil {
+			continue
+		}
+		out = append(out, Awaiting{Job: ref.Job, Chunk: ref.Chunk, Since: m.Time})
+	}
+	return out, nil
+}

@@ -1,0 +1,114 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/salvagetest"
+)
+
+// TestApprovalSurvivesARestart: chunks parked before a stage that requires
+// approval stay parked through a full stop and start of `salvage up`;
+// then `salvage approve` lets one finish and `--reject` abandons the other.
+func TestApprovalSurvivesARestart(t *testing.T) {
+	file := writeFile(t, "pipelines.yaml", `pipelines:
+  - name: publishing
+    split: items
+    stages:
+      - name: draft
+        agents:
+          - name: drafter
+            subject: agents.draft
+      - name: publish
+        requires_approval: true
+        agents:
+          - name: publisher
+            subject: agents.publish
+`)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	store := t.TempDir()
+	args := []string{"--listen", addr, "--store", store, "--pipelines", file}
+	url, first := up(t, args...)
+
+	// The agents: whatever answers NATS requests; this one survives the
+	// restart by reconnecting.
+	nc := salvagetest.Connect(t, url)
+	published := make(chan string, 10)
+	if _, err := nc.Subscribe("agents.*", func(m *nats.Msg) {
+		if m.Subject == "agents.publish" {
+			published <- string(m.Data)
+		}
+		_ = m.Respond([]byte(`"ok"`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, `{"input": ["first", "second"]}`, "submit", "publishing", "-", "--server", url)
+	if code != 0 {
+		t.Fatalf("submit: %d %s %s", code, out, errOut)
+	}
+	job := strings.TrimSpace(out)
+	status := func() salvage.JobState {
+		_, out, _ := run(t, "", "status", job, "--json", "--server", url)
+		var st salvage.JobState
+		_ = json.Unmarshal([]byte(out), &st)
+		return st
+	}
+	awaiting := func(st salvage.JobState) bool {
+		return len(st.Chunks) == 2 && st.Chunks[0].Status == salvage.ChunkAwaitingApproval && st.Chunks[1].Status == salvage.ChunkAwaitingApproval
+	}
+	salvagetest.Eventually(t, 30*time.Second, func() bool { return awaiting(status()) }, "both chunks to await approval")
+
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	url, _ = up(t, args...)
+	if st := status(); !awaiting(st) || st.Job.Status != salvage.JobRunning {
+		t.Fatalf("after the restart: %+v", st)
+	}
+	if len(published) != 0 {
+		t.Fatal("a stage that requires approval ran before it was approved")
+	}
+	if code, out, errOut := run(t, "", "approve", job, "1", "--by", "ann", "--server", url); code != 0 || !strings.Contains(out, "approved") {
+		t.Fatalf("approve: %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := run(t, "", "approve", job, "2", "--reject", "--note", "not this one", "--server", url); code != 0 || !strings.Contains(out, "rejected") {
+		t.Fatalf("approve --reject: %d %s %s", code, out, errOut)
+	}
+	var st salvage.JobState
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		st = status()
+		return st.Job.Status == salvage.JobIncomplete
+	}, "the job to end incomplete: one chunk done, one rejected (last %+v)", &st)
+	if c := st.Chunks[0]; c.Status != salvage.ChunkDone || len(c.Approvals) != 1 || c.Approvals[0].By != "ann" {
+		t.Fatalf("chunk 1 = %+v", c)
+	}
+	if c := st.Chunks[1]; c.Status != salvage.ChunkDeadLettered || c.Envelope == "" {
+		t.Fatalf("chunk 2 = %+v", c)
+	}
+	if len(published) != 1 {
+		t.Fatalf("the publish stage ran %d times; want once, for the approved chunk", len(published))
+	}
+	if code, _, errOut := run(t, "", "approve", job, "1", "--server", url); code == 0 || !strings.Contains(errOut, "not awaiting approval") {
+		t.Fatalf("approving a done chunk: %d %s", code, errOut)
+	}
+	salvagetest.Eventually(t, 20*time.Second, func() bool {
+		_, out, _ := run(t, "", "dlq", "show", st.Chunks[1].Envelope, "--json", "--server", url)
+		var d struct {
+			Record salvage.EnvelopeRecord `json:"record"`
+		}
+		return json.Unmarshal([]byte(out), &d) == nil && d.Record.Status == salvage.EnvelopeAbandoned && d.Record.Human
+	}, "the rejected chunk's envelope to be abandoned, by a person")
+}

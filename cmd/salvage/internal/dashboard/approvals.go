@@ -1,0 +1,54 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/salvagehq/salvage"
+)
+
+// apiApprovals lists the chunks awaiting approval, longest waiting first
+// (at most 100).
+func (s *Server) apiApprovals(w http.ResponseWriter, r *http.Request) {
+	list, err := s.client.Awaiting(r.Context(), 100)
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// apiDecide approves or rejects a chunk awaiting approval: POST
+// /api/approvals/<job>/<chunk>/approve|reject with {"note"?}.
+func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r); err != nil {
+		fail(w, http.StatusForbidden, err)
+		return
+	}
+	chunk, err := strconv.Atoi(r.PathValue("chunk"))
+	if err != nil || chunk < 1 {
+		fail(w, http.StatusBadRequest, errors.New("chunk: want a number from 1"))
+		return
+	}
+	var body struct {
+		Note string `json:"note"`
+	}
+	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body)
+	d := salvage.Decision{By: "dashboard", Note: body.Note}
+	switch r.PathValue("action") {
+	case "approve":
+	case "reject":
+		d.Reject = true
+	default:
+		fail(w, http.StatusNotFound, errors.New("unknown action: want approve or reject"))
+		return
+	}
+	ch, err := s.client.Approve(r.Context(), r.PathValue("job"), chunk, d)
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ch)
+}

@@ -1,0 +1,102 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// ErrNotAwaitingApproval is returned by Approve for a chunk that does not
+// wait for a person's approval (or whose message is not parked yet).
+var ErrNotAwaitingApproval = errors.New("chunk is not awaiting approval")
+
+// Decision is a person's answer to a chunk awaiting approval.
+type Decision struct {
+	// Approve lets the chunk run the stage; false rejects it: what it did
+	// is compensated and its envelope ends abandoned.
+	Approve bool
+	// By names who decided; Note says why.
+	By, Note string
+}
+
+// Approve answers a chunk parked before a stage that requires approval.
+// An approval releases the parked message to SALVAGE_CHUNKS carrying the
+// approval (Salvage-Approved-By, Salvage-Approved-Stage): the worker that
+// takes it records the approval in the checkpoint, in the CAS that takes
+// the chunk, so a crash between the release and the delete of the parked
+// copy loses nothing (the worker purges the copy). A rejection
+// dead-letters the chunk with a COMPENSATE_AND_ABANDON envelope marked
+// human. It returns the chunk's checkpoint as Approve left it, or an
+// error wrapping ErrUnknownJob or ErrNotAwaitingApproval.
+func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decision) (kv.Checkpoint, error) {
+	if _, err := o.stores.Jobs.Get(ctx, job); errors.Is(err, kv.ErrNotFound) {
+		return kv.Checkpoint{}, fmt.Errorf("%w: %s", ErrUnknownJob, job)
+	} else if err != nil {
+		return kv.Checkpoint{}, err
+	}
+	cp, _, err := o.stores.Checkpoints.Get(ctx, job, chunk)
+	if errors.Is(err, kv.ErrNotFound) {
+		return cp, fmt.Errorf("%w: job %s has no chunk %d that started", ErrNotAwaitingApproval, job, chunk)
+	}
+	if err != nil {
+		return cp, err
+	}
+	if cp.Status != kv.StatusAwaitingApproval {
+		return cp, fmt.Errorf("%w: chunk %d of job %s is %s", ErrNotAwaitingApproval, chunk, job, cp.Status)
+	}
+	hold, err := o.js.Stream(ctx, streams.Hold)
+	if err != nil {
+		return cp, err
+	}
+	subject := streams.HoldSubject(streams.SystemApproval, job, chunk)
+	parked, err := hold.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return cp, fmt.Errorf("%w: chunk %d of job %s is being parked; try again in a moment", ErrNotAwaitingApproval, chunk, job)
+	}
+	if err != nil {
+		return cp, err
+	}
+	if d.Approve {
+		extra := nats.Header{}
+		extra.Set(streams.HeaderApprovedBy, d.By)
+		extra.Set(streams.HeaderApprovedStage, strconv.Itoa(cp.Stage))
+		if d.Note != "" {
+			extra.Set(streams.HeaderApprovalNote, streams.Clip(d.Note, streams.ErrorTextMax))
+		}
+		if err := unpark(ctx, o.js, parked.Subject, parked.Data, parked.Header, extra, parked.Sequence); err != nil {
+			return cp, err
+		}
+		return cp, deleteMsg(ctx, o.js, streams.Hold, parked.Sequence)
+	}
+	var c streams.ChunkMsg
+	if err := json.Unmarshal(parked.Data, &c); err != nil {
+		return cp, fmt.Errorf("parked message of chunk %d of job %s: %w", chunk, job, err)
+	}
+	why := fmt.Sprintf("approval of stage %d rejected by %s", cp.Stage, d.By)
+	if d.Note != "" {
+		why += ": " + d.Note
+	}
+	tr := tracker{js: o.js, stores: o.stores}
+	l := letterer{js: o.js, stores: o.stores, tracker: tr, log: zerolog.Nop()}
+	if _, err := l.send(ctx, letter{
+		Seq: cp.MsgSeq, Subject: streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk), Data: parked.Data, Chunk: c,
+		Deliveries: cp.Deliveries, Failure: recovery.Failure{Class: recovery.ClassPermanent, Rejected: true}, Err: why, Human: true,
+	}); err != nil {
+		return cp, err
+	}
+	if err := purgeSubject(ctx, o.js, streams.Hold, subject); err != nil {
+		return cp, err
+	}
+	cp, _, err = o.stores.Checkpoints.Get(ctx, job, chunk)
+	return cp, err
+}
