@@ -194,7 +194,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 		w, err := consumers.NewWorker(c.js, stores, consumers.WorkerConfig{
 			ID: c.cfg.WorkerID, Registry: c.registry, Concurrency: c.cfg.Concurrency, AckWait: c.cfg.AckWait,
 			Heartbeat: c.cfg.Heartbeat, MaxDeliver: c.cfg.MaxDeliver, Retry: c.cfg.retryPolicy(),
-			DrainTimeout: c.cfg.DrainTimeout, JobWait: c.cfg.JobWait, Breakers: c.cfg.breakerPolicies(), Logger: &log,
+			DrainTimeout: c.cfg.DrainTimeout, JobWait: c.cfg.JobWait, Breakers: c.cfg.breakerPolicies(), Prices: c.cfg.Prices, Logger: &log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

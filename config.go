@@ -135,6 +135,11 @@ type Config struct {
 	Breaker BreakerPolicy
 	// Breakers overrides Breaker for named systems.
 	Breakers map[string]BreakerPolicy
+	// Prices price model usage for job budgets: by model name (as a
+	// call's Usage reports it), per million prompt and completion tokens.
+	// A model not listed costs nothing (its tokens still count against a
+	// token budget).
+	Prices map[string]Price
 
 	// Concurrency is how many chunks this client's worker runs at once.
 	// Default 4.
@@ -273,6 +278,9 @@ func (c Config) validate() error {
 	case c.Replicas > 5:
 		return fmt.Errorf("%w: Replicas %d: JetStream allows at most 5", ErrInvalidConfig, c.Replicas)
 	}
+	if err := recovery.Prices(c.Prices).Validate(); err != nil {
+		return fmt.Errorf("%w: Prices: %w", ErrInvalidConfig, err)
+	}
 	if err := c.breakerPolicies().Validate(); err != nil {
 		return fmt.Errorf("%w: Breaker, Breakers: %w", ErrInvalidConfig, err)
 	}
@@ -287,6 +295,10 @@ type BreakerPolicy = recovery.BreakerPolicy
 func (c Config) breakerPolicies() consumers.BreakerPolicies {
 	return consumers.BreakerPolicies{Default: c.Breaker, Systems: c.Breakers}
 }
+
+// Price is what one model charges per million prompt and completion
+// tokens, in the currency job budgets are given in.
+type Price = recovery.Price
 
 // natsMaxPayload is the server's default max_payload.
 const natsMaxPayload = 1 << 20

@@ -66,6 +66,9 @@ type Envelope struct {
 	Category Category `json:"category"`
 	Strategy Strategy `json:"strategy"`
 	Error    string   `json:"error"`
+	// StoppedChunks, on a BUDGET_EXCEEDED envelope, are the chunks the
+	// job's budget stopped; Chunk is the first of them.
+	StoppedChunks []int `json:"stopped_chunks,omitempty"`
 	// ErrorClass is transient, rate-limited, timeout, permanent,
 	// cancelled or panic (Error then holds the panic and its stack).
 	ErrorClass string `json:"error_class,omitempty"`

@@ -36,10 +36,17 @@ type Job struct {
 	// other than done (at most 20 lines).
 	Explanation []string `json:"explanation,omitempty"`
 	// CancelledAt is set once the job is cancelled; its chunks stop at
-	// their next stage.
-	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at"`
+	// their next stage. CancelReason says why ("budget exceeded" when its
+	// budget stopped it).
+	CancelledAt  *time.Time `json:"cancelled_at,omitempty"`
+	CancelReason string     `json:"cancel_reason,omitempty"`
+	// BudgetExceededAt is when its counted spend passed its Budget;
+	// BudgetEnvelope is the one BUDGET_EXCEEDED envelope that lists the
+	// chunks it stopped ("-" when none was left to stop).
+	BudgetExceededAt *time.Time `json:"budget_exceeded_at,omitempty"`
+	BudgetEnvelope   string     `json:"budget_envelope,omitempty"`
+	CreatedAt        time.Time  `json:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at"`
 	// FinishedAt is when the job reached its status; nil while running.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
@@ -64,17 +71,30 @@ type Summary struct {
 	// job's chunks as they reach an outcome (ToolResult.Usage).
 	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
 	CompletionTokens int64 `json:"completion_tokens,omitempty"`
+	// CostMicros is what that usage cost by Config.Prices, in millionths
+	// of the budget's currency.
+	CostMicros int64 `json:"cost_micros,omitempty"`
 }
+
+// Cost is CostMicros in the budget's currency.
+func (s Summary) Cost() float64 { return float64(s.CostMicros) / 1e6 }
 
 // Terminal is how many chunks reached an outcome.
 func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
 
-// Budget caps what a job may spend; a zero field is no cap. It is
-// recorded with the job for its agents and operators to read.
+// Budget caps what a job may spend; a zero field is no cap. The usage
+// its model calls report (ToolResult.Usage) is counted as each chunk
+// ends, priced by Config.Prices; once the job's count passes the budget,
+// its remaining chunks stop (cancelled-at-stage-N, reason "budget
+// exceeded": a chunk in flight stops at its next stage, so the spend can
+// pass the budget by what the chunks in flight spend) and one
+// BUDGET_EXCEEDED envelope lists them and escalates. What is done stays
+// done.
 type Budget struct {
-	// Tokens is the most model tokens the job may use.
+	// Tokens is the most model tokens (prompt and completion) the job may
+	// use.
 	Tokens int64 `json:"tokens,omitempty"`
-	// Cost is the most it may cost, in the caller's currency.
+	// Cost is the most it may cost, in the currency of Config.Prices.
 	Cost float64 `json:"cost,omitempty"`
 }
 

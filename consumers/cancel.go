@@ -89,7 +89,7 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 			if c.Terminal() {
 				return kv.ErrNoChange
 			}
-			c.Status, c.Reason, c.ClaimedBy = kv.CancelledAtStage(c.Stage), "job cancelled", ""
+			c.Status, c.Reason, c.ClaimedBy = kv.CancelledAtStage(c.Stage), job.StopReason(), ""
 			c.Recount() // counted by the Settle below
 			return nil
 		})

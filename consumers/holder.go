@@ -168,7 +168,7 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 	h.log.Info().Str("system", system).Str("probe", probe).Msg("released one held chunk as the breaker's probe")
 	// A crash before the delete leaves the copy to be released again on
 	// close; the chunk's checkpoint keeps it from running twice.
-	return s.DeleteMsg(ctx, m.Sequence)
+	return deleteMsg(ctx, h.js, streams.Hold, m.Sequence)
 }
 
 // whileClosed releases the chunks held for a closed breaker's system: at

@@ -31,11 +31,14 @@ type repairer struct {
 	mu   sync.Mutex
 	jobs map[string]kv.Job
 	envs map[string]kv.EnvelopeRecord
+	// budgets are settled jobs their budget stopped whose
+	// BUDGET_EXCEEDED envelope may not be written yet.
+	budgets map[string]kv.Job
 }
 
 func newRepairer(js jetstream.JetStream, stores *kv.Stores, idle time.Duration, log zerolog.Logger) *repairer {
 	return &repairer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log, idle: idle,
-		jobs: map[string]kv.Job{}, envs: map[string]kv.EnvelopeRecord{}}
+		jobs: map[string]kv.Job{}, envs: map[string]kv.EnvelopeRecord{}, budgets: map[string]kv.Job{}}
 }
 
 // follow keeps the indexes current until ctx ends. It blocks.
@@ -54,7 +57,11 @@ func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var j kv.Job
-	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil && j.Status == kv.JobRunning {
+	ok := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil
+	if ok && j.BudgetExceededAt != nil && j.BudgetEnvelope != "-" && j.Status != kv.JobRunning {
+		r.budgets[e.Key()] = j
+	}
+	if ok && j.Status == kv.JobRunning {
 		r.jobs[e.Key()] = j
 		return
 	}
@@ -100,6 +107,23 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 	jobs, envs := r.stuck(time.Now())
 	n := 0
 	var errs []error
+	r.mu.Lock()
+	budgets := make([]kv.Job, 0, len(r.budgets))
+	for _, j := range r.budgets {
+		budgets = append(budgets, j)
+	}
+	r.mu.Unlock()
+	for _, j := range budgets {
+		if err := budgetEnvelope(ctx, r.tracker, j); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.mu.Lock()
+		if cur, ok := r.budgets[j.ID]; ok && cur.UpdatedAt.Equal(j.UpdatedAt) {
+			delete(r.budgets, j.ID)
+		}
+		r.mu.Unlock()
+	}
 	for _, j := range jobs {
 		changed, err := r.repairJob(ctx, j)
 		if changed {

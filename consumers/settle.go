@@ -161,7 +161,15 @@ func deleteMsg(ctx context.Context, js jetstream.JetStream, stream string, seq u
 		if err != nil {
 			return err
 		}
-		return s.DeleteMsg(ctx, seq)
+		err = s.DeleteMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+			// The server answers a delete of a message already gone
+			// with a failure, not a "not found": look.
+			if _, gerr := s.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+				return nil
+			}
+		}
+		return err
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("consumers: delete %s message %d: %w", stream, seq, err)

@@ -45,6 +45,13 @@ func (t tracker) apply(ctx context.Context, jobID string, chunk int, status stri
 	if err != nil {
 		return job, err
 	}
+	if job.BudgetExceededAt == nil && job.Budget.Exceeded(job.Summary) {
+		if j, err := t.stopForBudget(ctx, job); err != nil {
+			return job, err
+		} else if j.ID != "" {
+			job = j
+		}
+	}
 	if d.From == d.To {
 		// Only retry counts moved: no outcome to announce.
 		return job, nil

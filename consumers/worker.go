@@ -64,6 +64,8 @@ type WorkerConfig struct {
 	JobWait time.Duration
 	// Breakers are the circuit breakers' policies, per external system.
 	Breakers BreakerPolicies
+	// Prices price the model usage charged against job budgets.
+	Prices recovery.Prices
 	// Logger receives worker logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -101,6 +103,9 @@ func (c *WorkerConfig) setDefaults() error {
 	}
 	if c.JobWait <= 0 {
 		c.JobWait = JobWaitDefault
+	}
+	if err := c.Prices.Validate(); err != nil {
+		return fmt.Errorf("%w: WorkerConfig.Prices: %w", ErrInvalidConfig, err)
 	}
 	if err := c.Breakers.Validate(); err != nil {
 		return fmt.Errorf("%w: WorkerConfig.Breakers: %w", ErrInvalidConfig, err)
@@ -247,7 +252,7 @@ func (w *Worker) watchCancellations(ctx context.Context) {
 	kv.Follow(ctx, w.js, kv.BucketJobs, func(e jetstream.KeyValueEntry) {
 		var j kv.Job
 		if e != nil && e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil && j.CancelledAt != nil {
-			w.cancels.cancelJob(e.Key())
+			w.cancels.cancelJob(e.Key(), j.StopReason())
 		}
 	}, func(err error) { w.log.Debug().Err(err).Msg("job watch ended; restarting") })
 }
@@ -262,13 +267,19 @@ func (w *Worker) nakDelay() time.Duration {
 // a chunk's read of its job record and its registration.
 const cancelledMemory = time.Hour
 
+// cancelledJob is when the watch saw a job cancelled, and why.
+type cancelledJob struct {
+	at     time.Time
+	reason string
+}
+
 // cancelRegistry maps jobs to the cancel functions of their running
 // chunks, and remembers the jobs the worker's watch saw cancelled: a chunk
 // checks it at every stage boundary instead of reading its job record.
 type cancelRegistry struct {
 	mu        sync.Mutex
 	jobs      map[string]map[int]context.CancelCauseFunc
-	cancelled map[string]time.Time
+	cancelled map[string]cancelledJob
 	// pruned is when cancelled was last swept of old jobs: at most once
 	// per cancelledMemory, so a watch replaying thousands of cancelled
 	// jobs at start costs one pass, not one per job.
@@ -276,7 +287,7 @@ type cancelRegistry struct {
 }
 
 func newCancelRegistry() *cancelRegistry {
-	return &cancelRegistry{jobs: map[string]map[int]context.CancelCauseFunc{}, cancelled: map[string]time.Time{}, pruned: time.Now()}
+	return &cancelRegistry{jobs: map[string]map[int]context.CancelCauseFunc{}, cancelled: map[string]cancelledJob{}, pruned: time.Now()}
 }
 
 // add registers a running chunk; one of a job already seen cancelled is
@@ -302,21 +313,31 @@ func (r *cancelRegistry) remove(job string, chunk int) {
 	}
 }
 
-// cancelJob stops the job's running chunks and remembers the job.
-func (r *cancelRegistry) cancelJob(job string) {
+// reason is why job was cancelled, as its record said.
+func (r *cancelRegistry) reason(job string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.cancelled[job]; ok && c.reason != "" {
+		return c.reason
+	}
+	return "job cancelled"
+}
+
+// cancelJob stops the job's running chunks and remembers the job and why.
+func (r *cancelRegistry) cancelJob(job, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
 	if now.Sub(r.pruned) > cancelledMemory {
-		for j, at := range r.cancelled {
-			if now.Sub(at) > cancelledMemory {
+		for j, c := range r.cancelled {
+			if now.Sub(c.at) > cancelledMemory {
 				delete(r.cancelled, j)
 			}
 		}
 		r.pruned = now
 	}
 	if _, ok := r.cancelled[job]; !ok {
-		r.cancelled[job] = now
+		r.cancelled[job] = cancelledJob{at: now, reason: reason}
 	}
 	for _, cancel := range r.jobs[job] {
 		cancel(recovery.ErrJobCancelled)

@@ -153,7 +153,7 @@ func (r *run) run(ctx context.Context) error {
 		return finishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
 	}
 	if job.CancelledAt != nil {
-		return r.cancelUnclaimed(ctx, max(cp.Stage, 1))
+		return r.cancelUnclaimed(ctx, max(cp.Stage, 1), job.StopReason())
 	}
 
 	lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, w.cfg.AckWait)
@@ -361,6 +361,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		cp.CachedCalls += int(stats.Cached.Swap(0))
 		cp.PromptTokens += stats.PromptTokens.Swap(0)
 		cp.CompletionTokens += stats.CompletionTokens.Swap(0)
+		cp.CostMicros += stats.CostMicros.Swap(0)
 	}
 	for s := cp.Stage; s <= len(p.Stages); s++ {
 		st := p.Stages[s-1]
@@ -379,7 +380,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 		outs, err := recovery.RunStage(chunkCtx, st, recovery.StageRun{
 			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,
 			Stage: s, Epoch: cp.Epoch, Input: r.chunk.Input, Prior: cp.Outputs, Exec: w.exec, Stats: &stats,
-			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots, Gate: w.gate,
+			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots, Gate: w.gate, Prices: w.cfg.Prices,
 		})
 		flushStats(&cp)
 		if err != nil {
@@ -513,7 +514,7 @@ func (r *run) fencedOr(err error) error {
 func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
 	cp.Status = kv.CancelledAtStage(stage)
 	cp.Stage = stage
-	cp.Reason = "job cancelled"
+	cp.Reason = r.w.cancels.reason(r.chunk.Job)
 	d := cp.Recount()
 	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
@@ -527,14 +528,14 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 }
 
 // cancelUnclaimed records the cancellation of a chunk nobody runs.
-func (r *run) cancelUnclaimed(ctx context.Context, stage int) error {
+func (r *run) cancelUnclaimed(ctx context.Context, stage int, reason string) error {
 	var d kv.Delta
 	cp, err := r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
 		d = kv.Delta{}
 		if cp.Terminal() && cp.Status != kv.StatusDeadLettered {
 			return kv.ErrNoChange
 		}
-		cp.Status, cp.Stage, cp.Reason = kv.CancelledAtStage(stage), stage, "job cancelled"
+		cp.Status, cp.Stage, cp.Reason = kv.CancelledAtStage(stage), stage, reason
 		d = cp.Recount()
 		return nil
 	})

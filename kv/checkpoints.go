@@ -69,6 +69,9 @@ type Checkpoint struct {
 	// reported, replays of recorded calls excluded.
 	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
 	CompletionTokens int64 `json:"completion_tokens,omitempty"`
+	// CostMicros is what that usage cost, in millionths (the price table
+	// of Config.Prices).
+	CostMicros int64 `json:"cost_micros,omitempty"`
 	// DeadLetters counts the chunk's envelopes.
 	DeadLetters int `json:"dead_letters,omitempty"`
 	// Counted and the Counted fields after it are what the job record
@@ -78,6 +81,7 @@ type Checkpoint struct {
 	CountedRedeliveries     int    `json:"counted_redeliveries,omitempty"`
 	CountedPromptTokens     int64  `json:"counted_prompt_tokens,omitempty"`
 	CountedCompletionTokens int64  `json:"counted_completion_tokens,omitempty"`
+	CountedCostMicros       int64  `json:"counted_cost_micros,omitempty"`
 	// CachedCalls counts calls answered from the journal on resume.
 	CachedCalls int    `json:"cached_calls,omitempty"`
 	Envelope    string `json:"envelope,omitempty"`

@@ -26,6 +26,16 @@ type Budget struct {
 	Cost   float64 `json:"cost,omitempty"`
 }
 
+// Exceeded reports whether s spent past b: more tokens than Tokens, or
+// more than Cost (each when set).
+func (b *Budget) Exceeded(s Summary) bool {
+	if b == nil {
+		return false
+	}
+	return (b.Tokens > 0 && s.PromptTokens+s.CompletionTokens > b.Tokens) ||
+		(b.Cost > 0 && float64(s.CostMicros) > b.Cost*1e6)
+}
+
 // Job is the value of a salvage_jobs key. It exists only once every chunk
 // of the job is published (to SALVAGE_CHUNKS, or SALVAGE_BACKLOG beyond
 // the job's window).
@@ -50,9 +60,16 @@ type Job struct {
 	// other than done, at most ExplanationMax lines.
 	Explanation []string   `json:"explanation,omitempty"`
 	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at"`
-	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// CancelReason says why: "cancelled by <who>", or "budget exceeded".
+	CancelReason string `json:"cancel_reason,omitempty"`
+	// BudgetExceededAt is when the job's counted spend passed its budget;
+	// BudgetEnvelope is the one BUDGET_EXCEEDED envelope listing the
+	// chunks that stopped ("-" when none was left to stop).
+	BudgetExceededAt *time.Time `json:"budget_exceeded_at,omitempty"`
+	BudgetEnvelope   string     `json:"budget_envelope,omitempty"`
+	CreatedAt        time.Time  `json:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at"`
+	FinishedAt       *time.Time `json:"finished_at,omitempty"`
 }
 
 // Finished reports whether every chunk reached a terminal state.
@@ -93,6 +110,9 @@ type Summary struct {
 	// job's chunks as they reach an outcome; they only grow.
 	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
 	CompletionTokens int64 `json:"completion_tokens,omitempty"`
+	// CostMicros is what that usage cost by Config.Prices, in millionths
+	// of the budget's currency; it only grows.
+	CostMicros int64 `json:"cost_micros,omitempty"`
 }
 
 // Terminal is how many chunks reached an outcome.
@@ -109,6 +129,7 @@ func (s *Summary) apply(d Delta) {
 	s.Redeliveries += d.Redeliveries
 	s.PromptTokens += d.PromptTokens
 	s.CompletionTokens += d.CompletionTokens
+	s.CostMicros += d.CostMicros
 }
 
 func (s *Summary) count(outcome string, n int) {
@@ -148,10 +169,12 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 		if Outcome(cp.Status) == "" {
 			cp.Tier1Retries, cp.Redeliveries = cp.CountedTier1, cp.CountedRedeliveries
 			cp.PromptTokens, cp.CompletionTokens = cp.CountedPromptTokens, cp.CountedCompletionTokens
+			cp.CostMicros = cp.CountedCostMicros
 		}
 		s.Tier1Retries += cp.Tier1Retries
 		s.PromptTokens += cp.PromptTokens
 		s.CompletionTokens += cp.CompletionTokens
+		s.CostMicros += cp.CostMicros
 		s.Redeliveries += cp.Redeliveries
 		s.DeadLetters += cp.DeadLetters
 		if cancelled && cp.Status == StatusPending {
@@ -236,6 +259,58 @@ func (s *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 		return nil
 	})
 	return j, err
+}
+
+// BudgetReason is the CancelReason of a job stopped by its budget.
+const BudgetReason = "budget exceeded"
+
+// StopReason is why the job's chunks were cancelled: its CancelReason,
+// else "job cancelled".
+func (j Job) StopReason() string {
+	if j.CancelReason != "" {
+		return j.CancelReason
+	}
+	return "job cancelled"
+}
+
+// ExceedBudget records that the job's spend passed its budget and cancels
+// it for that reason, by CAS: changed is false when it was recorded
+// already (or the job was cancelled before, which it leaves as it was).
+func (s *Jobs) ExceedBudget(ctx context.Context, id string) (Job, bool, error) {
+	changed := false
+	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+		changed = false
+		if !exists {
+			return fmt.Errorf("%w: job %s", ErrNotFound, id)
+		}
+		if j.BudgetExceededAt != nil {
+			return ErrNoChange
+		}
+		now := s.now()
+		j.BudgetExceededAt, j.UpdatedAt = &now, now
+		if j.CancelledAt == nil {
+			j.CancelledAt, j.CancelReason = &now, BudgetReason
+		}
+		changed = true
+		return nil
+	})
+	return j, changed, err
+}
+
+// SetBudgetEnvelope records the job's BUDGET_EXCEEDED envelope id once:
+// it returns the id already recorded, if any.
+func (s *Jobs) SetBudgetEnvelope(ctx context.Context, id, envelope string) (string, error) {
+	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+		if !exists {
+			return fmt.Errorf("%w: job %s", ErrNotFound, id)
+		}
+		if j.BudgetEnvelope != "" {
+			return ErrNoChange
+		}
+		j.BudgetEnvelope, j.UpdatedAt = envelope, s.now()
+		return nil
+	})
+	return j.BudgetEnvelope, err
 }
 
 // Apply adds one chunk's transition to the job's counts by CAS: O(1), no
@@ -337,6 +412,7 @@ func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bo
 		sum.Tier1Retries = max(sum.Tier1Retries, j.Summary.Tier1Retries)
 		sum.PromptTokens = max(sum.PromptTokens, j.Summary.PromptTokens)
 		sum.CompletionTokens = max(sum.CompletionTokens, j.Summary.CompletionTokens)
+		sum.CostMicros = max(sum.CostMicros, j.Summary.CostMicros)
 		sum.Redeliveries = max(sum.Redeliveries, j.Summary.Redeliveries)
 		if status == j.Status && sum == j.Summary && slices.Equal(why, j.Explanation) {
 			return ErrNoChange

@@ -30,12 +30,14 @@ type Delta struct {
 	// PromptTokens and CompletionTokens are the chunk's model usage since
 	// it was last counted.
 	PromptTokens, CompletionTokens int64
+	// CostMicros is what that usage cost, in millionths.
+	CostMicros int64
 }
 
 // Empty reports whether d changes nothing.
 func (d Delta) Empty() bool {
 	return d.From == d.To && d.Degraded == 0 && d.DeadLetters == 0 && d.Tier1 == 0 && d.Redeliveries == 0 &&
-		d.PromptTokens == 0 && d.CompletionTokens == 0
+		d.PromptTokens == 0 && d.CompletionTokens == 0 && d.CostMicros == 0
 }
 
 // Recount is called on a checkpoint about to be written: it returns how
@@ -45,7 +47,8 @@ func (d Delta) Empty() bool {
 // between the two loses at most one update, which Jobs.Settle repairs.
 func (c *Checkpoint) Recount() Delta {
 	d := Delta{From: c.Counted, To: Outcome(c.Status), Tier1: c.Tier1Retries - c.CountedTier1, Redeliveries: c.Redeliveries - c.CountedRedeliveries,
-		PromptTokens: c.PromptTokens - c.CountedPromptTokens, CompletionTokens: c.CompletionTokens - c.CountedCompletionTokens}
+		PromptTokens: c.PromptTokens - c.CountedPromptTokens, CompletionTokens: c.CompletionTokens - c.CountedCompletionTokens,
+		CostMicros: c.CostMicros - c.CountedCostMicros}
 	if d.To == StatusDone && len(c.Gaps) > 0 && d.From != StatusDone {
 		d.Degraded = 1
 	}
@@ -54,6 +57,6 @@ func (c *Checkpoint) Recount() Delta {
 		c.DeadLetters++
 	}
 	c.Counted, c.CountedTier1, c.CountedRedeliveries = d.To, c.Tier1Retries, c.Redeliveries
-	c.CountedPromptTokens, c.CountedCompletionTokens = c.PromptTokens, c.CompletionTokens
+	c.CountedPromptTokens, c.CountedCompletionTokens, c.CountedCostMicros = c.PromptTokens, c.CompletionTokens, c.CostMicros
 	return d
 }

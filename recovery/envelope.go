@@ -38,6 +38,10 @@ type Envelope struct {
 	Category string `json:"category"`
 	Strategy string `json:"strategy"`
 	Error    string `json:"error"`
+	// StoppedChunks, on a BUDGET_EXCEEDED envelope, are the job's chunks
+	// its budget stopped (cancelled-at-stage-N, reason budget exceeded);
+	// Chunk is the first of them.
+	StoppedChunks []int `json:"stopped_chunks,omitempty"`
 	// ErrorClass is the failure's class: transient, rate-limited,
 	// timeout, permanent, cancelled or panic (Error then holds the
 	// panic's value and stack).

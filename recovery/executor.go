@@ -25,8 +25,9 @@ type Stats struct {
 	// Snapshots counts agent snapshots taken before irreversible calls.
 	Snapshots atomic.Int64
 	// PromptTokens and CompletionTokens add up the usage model calls
-	// reported (calls answered from the journal spend nothing).
-	PromptTokens, CompletionTokens atomic.Int64
+	// reported (calls answered from the journal spend nothing);
+	// CostMicros prices it (StageRun.Prices), in millionths.
+	PromptTokens, CompletionTokens, CostMicros atomic.Int64
 }
 
 // Executor applies tier 1 to every call an agent makes: it retries

@@ -260,6 +260,7 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 		if u := res.Usage; u != nil {
 			t.stats.PromptTokens.Add(u.PromptTokens)
 			t.stats.CompletionTokens.Add(u.CompletionTokens)
+			t.stats.CostMicros.Add(t.prices.CostMicros(u))
 		}
 		row.Fingerprint = fingerprint(tool, row.IdempotencyKey, res.ResourceID)
 	}

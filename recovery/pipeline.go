@@ -78,6 +78,7 @@ type Turn struct {
 	state  *AgentState
 	snaps  SnapshotStore
 	gate   Gate
+	prices Prices
 	seq    int
 	// failedTool and failedKey name the call whose failure the agent
 	// returned, for AgentError.
@@ -109,6 +110,8 @@ type StageRun struct {
 	// Gate, when set, guards every call to a tool with a System: the
 	// circuit breakers.
 	Gate Gate
+	// Prices price the usage model calls report, into Stats.CostMicros.
+	Prices Prices
 }
 
 // RunStage runs a stage's agents in parallel and returns their outputs in
@@ -141,7 +144,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
-				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate,
+				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate, prices: r.Prices,
 			}
 			out, err := runAgent(ctx, a, t)
 			if err == nil {

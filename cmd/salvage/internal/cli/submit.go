@@ -21,14 +21,17 @@ func (e *env) submitCmd() *cobra.Command {
 	var (
 		wait    bool
 		timeout time.Duration
+		budget  salvage.Budget
 	)
 	cmd := &cobra.Command{
 		Use:   "submit PIPELINE FILE|-",
 		Short: "Submit a job and print its id",
 		Long: `Submit a job to salvage.jobs.PIPELINE. FILE (or - for stdin) is a job message
 ({"input": ..., "job_id"?, "budget"?, "metadata"?}) or, for contract-review, plain
-contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomplete,
-5 cancelled, 1 on error.`,
+contract text. --budget-tokens and --budget-usd set (or override) the job's budget:
+once the model usage of its finished chunks passes it, its remaining chunks stop and
+one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 done,
+3 partial, 4 incomplete, 5 cancelled, 1 on error.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pipeline, file := args[0], args[1]
@@ -42,6 +45,25 @@ contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomple
 			input, opts, err := jobRequest(pipeline, data)
 			if err != nil {
 				return err
+			}
+			if budget.Tokens < 0 || budget.Cost < 0 {
+				return errors.New("--budget-tokens and --budget-usd must not be negative")
+			}
+			if budget.Tokens > 0 || budget.Cost > 0 {
+				if opts == nil {
+					opts = &salvage.SubmitOpts{}
+				}
+				b := salvage.Budget{}
+				if opts.Budget != nil {
+					b = *opts.Budget
+				}
+				if budget.Tokens > 0 {
+					b.Tokens = budget.Tokens
+				}
+				if budget.Cost > 0 {
+					b.Cost = budget.Cost
+				}
+				opts.Budget = &b
 			}
 			nc, js, err := e.connect("salvage submit")
 			if err != nil {
@@ -68,6 +90,8 @@ contract text. With --wait, show progress and exit 0 done, 3 partial, 4 incomple
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the job to finish, showing progress")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "with --wait, give up after this long")
+	cmd.Flags().Int64Var(&budget.Tokens, "budget-tokens", 0, "the most model tokens the job may use (0: no cap)")
+	cmd.Flags().Float64Var(&budget.Cost, "budget-usd", 0, "the most the job's model calls may cost, priced by salvage up --price (0: no cap)")
 	return cmd
 }
 

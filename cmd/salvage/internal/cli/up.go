@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -46,6 +47,7 @@ type runFlags struct {
 	alertInterval time.Duration
 	coolDown      time.Duration
 	breaker       salvage.BreakerPolicy
+	prices        []string
 }
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
@@ -73,6 +75,7 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.IntVar(&r.breaker.Failures, "breaker-failures", salvage.BreakerFailuresDefault, "circuit breaker: failures in a row (5xx, timeouts) within --breaker-window that open a system's breaker")
 	f.DurationVar(&r.breaker.Window, "breaker-window", salvage.BreakerWindowDefault, "circuit breaker: how far apart those failures may be")
 	f.DurationVar(&r.breaker.CoolDown, "breaker-cool-down", salvage.BreakerCoolDownDefault, "circuit breaker: how long it stays open (calls fail at once, chunks are held) before one held chunk is released as the probe")
+	f.StringArrayVar(&r.prices, "price", nil, "MODEL=PROMPT,COMPLETION: what a model's tokens cost, in USD per million prompt and completion tokens, for job budgets (repeat per model; e.g. --price gpt-4o=2.5,10)")
 	f.IntVar(&r.alerts.BurstCount, "alert-burst", salvage.AlertBurstCountDefault, "alert when this many envelopes arrive within --alert-burst-window")
 	f.DurationVar(&r.alerts.BurstWindow, "alert-burst-window", salvage.AlertBurstWindowDefault, "window of the envelope burst alert")
 	f.DurationVar(&r.alerts.UnresolvedAfter, "alert-unresolved", salvage.AlertUnresolvedDefault, "alert when an envelope stays unresolved this long")
@@ -87,7 +90,7 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 
 // args renders the flags back for a child process.
 func (r *runFlags) args() []string {
-	return []string{
+	args := []string{
 		"--ack-wait", r.ackWait.String(), "--max-deliver", strconv.Itoa(r.maxDeliver),
 		"--concurrency", strconv.Itoa(r.concurrency), "--retries", strconv.Itoa(r.retries),
 		"--max-chunks", strconv.Itoa(r.maxChunks), "--chunk-window", strconv.Itoa(r.chunkWindow),
@@ -101,6 +104,10 @@ func (r *runFlags) args() []string {
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
 		"--model-permanent-rate", strconv.FormatFloat(r.model.PermanentRate, 'g', -1, 64),
 	}
+	for _, p := range r.prices {
+		args = append(args, "--price", p)
+	}
+	return args
 }
 
 // config turns the flags into the client's Config: this is all cmd/
@@ -131,12 +138,16 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 		}
 		pipes = append(pipes, declared...)
 	}
+	prices, err := parsePrices(r.prices)
+	if err != nil {
+		return nil, err
+	}
 	return &salvage.Config{
 		Pipelines: pipes, Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
 		Concurrency: r.concurrency, WorkerID: r.workerID, MaxChunks: r.maxChunks, ChunkWindow: r.chunkWindow,
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
 		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
-		CoolDown: r.coolDown, Breaker: r.breaker, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
+		CoolDown: r.coolDown, Breaker: r.breaker, Prices: prices, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
 	}, nil
 }
 
@@ -276,4 +287,26 @@ chunks finish or are released, then the process exits.`,
 	f.StringVar(&syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
 	f.DurationVar(&connWait, "connect-timeout", natsconf.ConnectTimeoutDefault, "when joining a deployment, how long to wait for it to be reachable before giving up")
 	return cmd
+}
+
+// parsePrices reads --price MODEL=PROMPT,COMPLETION flags.
+func parsePrices(flags []string) (map[string]salvage.Price, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := map[string]salvage.Price{}
+	for _, f := range flags {
+		model, rest, ok := strings.Cut(f, "=")
+		in, outp, ok2 := strings.Cut(rest, ",")
+		if !ok || !ok2 || model == "" {
+			return nil, fmt.Errorf("--price %q: want MODEL=PROMPT,COMPLETION (USD per million tokens)", f)
+		}
+		p, err1 := strconv.ParseFloat(in, 64)
+		c, err2 := strconv.ParseFloat(outp, 64)
+		if err1 != nil || err2 != nil || p < 0 || c < 0 {
+			return nil, fmt.Errorf("--price %q: prices must be numbers, not negative", f)
+		}
+		out[model] = salvage.Price{Prompt: p, Completion: c}
+	}
+	return out, nil
 }

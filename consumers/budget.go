@@ -1,0 +1,119 @@
+package consumers
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// stopForBudget stops a job whose counted spend passed its budget: its
+// record says so (BudgetExceededAt, cancelled for "budget exceeded"), so
+// running chunks stop at their next stage as cancelled-at-stage-N and the
+// rest are cancelled as by Cancel. What is done stays done. The one
+// BUDGET_EXCEEDED envelope follows once the job has settled
+// (budgetEnvelope). It returns the job as it then stands; a crash part-way
+// is finished by the sweeper, as a cancel is.
+func (t tracker) stopForBudget(ctx context.Context, job kv.Job) (kv.Job, error) {
+	j, changed, err := t.stores.Jobs.ExceedBudget(ctx, job.ID)
+	if err != nil || !changed {
+		return j, err
+	}
+	return cancelRest(ctx, t, j, kv.BudgetReason)
+}
+
+// budgetEnvelope writes the one BUDGET_EXCEEDED envelope of a job its
+// budget stopped, once the job has settled: it lists the chunks that were
+// cancelled (StoppedChunks) and escalates to a person. Its id is recorded
+// in the job first (the guard), the DLQ message is published under that
+// id (a repeat is deduplicated), then its record is written: each step
+// repeat-safe, so the sweeper that calls it again after a crash finishes
+// the same envelope. A job with nothing left to stop gets none.
+func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
+	if job.BudgetExceededAt == nil || job.BudgetEnvelope == "-" || job.Status == kv.JobRunning {
+		return nil
+	}
+	if job.BudgetEnvelope != "" {
+		if _, _, err := t.stores.Envelopes.Get(ctx, job.BudgetEnvelope); err == nil {
+			return nil
+		} else if !errors.Is(err, kv.ErrNotFound) {
+			return err
+		}
+	}
+	cps, err := t.stores.Checkpoints.ForJob(ctx, job.ID, job.Chunks)
+	if err != nil {
+		return err
+	}
+	var stopped []int
+	var first kv.Checkpoint
+	for _, cp := range job.View(cps) {
+		if kv.IsCancelled(cp.Status) {
+			if len(stopped) == 0 {
+				first = cp
+			}
+			stopped = append(stopped, cp.Chunk)
+		}
+	}
+	if len(stopped) == 0 {
+		_, err := t.stores.Jobs.SetBudgetEnvelope(ctx, job.ID, "-")
+		return err
+	}
+	id, err := t.stores.Jobs.SetBudgetEnvelope(ctx, job.ID, cmp.Or(job.BudgetEnvelope, ulid.Make().String()))
+	if err != nil {
+		return err
+	}
+	if _, _, err := t.stores.Envelopes.Get(ctx, id); err == nil {
+		return nil
+	} else if !errors.Is(err, kv.ErrNotFound) {
+		return err
+	}
+	spent := fmt.Sprintf("%d tokens", job.Summary.PromptTokens+job.Summary.CompletionTokens)
+	if job.Summary.CostMicros > 0 {
+		spent += fmt.Sprintf(", cost %.6f", float64(job.Summary.CostMicros)/1e6)
+	}
+	limit := ""
+	if b := job.Budget; b != nil {
+		limit = fmt.Sprintf(" (budget: %d tokens, cost %g)", b.Tokens, b.Cost)
+	}
+	subject := streams.ChunkSubject(job.Pipeline, job.ID, first.Chunk)
+	data, _ := json.Marshal(streams.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID})
+	env := recovery.Envelope{
+		ID: id, Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, TraceID: job.TraceID,
+		Category: recovery.CategoryBudgetExceeded, Strategy: recovery.StrategyEscalate,
+		Error:         fmt.Sprintf("budget exceeded: spent %s%s; %d chunks stopped", spent, limit, len(stopped)),
+		StoppedChunks: stopped, FailedStage: max(first.Stage, 1), Recoveries: first.Recoveries,
+		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
+		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(first.Stage, 1), Status: first.Status, Epoch: first.Epoch},
+		Original:   recovery.Original{Stream: streams.Chunks, Subject: subject, Data: data},
+		CreatedAt:  time.Now().UTC(),
+	}
+	h := nats.Header{}
+	h.Set(streams.HeaderMsgID, id)
+	h.Set(streams.HeaderJob, job.ID)
+	h.Set(streams.HeaderChunk, strconv.Itoa(first.Chunk))
+	if job.TraceID != "" {
+		h.Set(streams.HeaderTraceParent, streams.TraceParent(job.TraceID, streams.DeriveSpanID(id)))
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	ack, err := publish(ctx, t.js, &nats.Msg{Subject: streams.DLQSubject(env.Category, job.ID, first.Chunk), Data: body, Header: h})
+	if err != nil {
+		return err
+	}
+	return t.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{
+		ID: id, Job: job.ID, Chunk: first.Chunk, Category: env.Category, Strategy: env.Strategy,
+		Status: kv.EnvelopeOpen, Subject: subject, DLQSeq: ack.Sequence, TraceID: job.TraceID,
+	})
+}

@@ -1,0 +1,43 @@
+package recovery
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// Price is what one model charges, per million tokens, in the currency
+// job budgets are given in.
+type Price struct {
+	Prompt     float64 `json:"prompt"`
+	Completion float64 `json:"completion"`
+}
+
+// Prices maps model names (as a call's Usage reports them) to prices. A
+// model not listed costs nothing: its tokens still count against a token
+// budget.
+type Prices map[string]Price
+
+// Validate reports a negative price.
+func (p Prices) Validate() error {
+	for model, pr := range p {
+		if pr.Prompt < 0 || pr.Completion < 0 || math.IsNaN(pr.Prompt) || math.IsNaN(pr.Completion) {
+			return fmt.Errorf("recovery: price of %q must not be negative", model)
+		}
+	}
+	return nil
+}
+
+// CostMicros is what u cost, in millionths of the currency.
+func (p Prices) CostMicros(u *kv.Usage) int64 {
+	if u == nil {
+		return 0
+	}
+	pr, ok := p[u.Model]
+	if !ok {
+		return 0
+	}
+	// Per million tokens, in millionths: the factors cancel.
+	return int64(math.Round(float64(u.PromptTokens)*pr.Prompt + float64(u.CompletionTokens)*pr.Completion))
+}
