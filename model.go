@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -61,6 +62,11 @@ type ChatModelConfig struct {
 	Timeout time.Duration
 	// HTTPClient makes the requests. Default one of its own.
 	HTTPClient *http.Client
+	// System names the tool's circuit breaker (Tool.System). Default
+	// "model-" and BaseURL's host name, dots as "_" (model-api_openai_com):
+	// models behind one endpoint share a breaker, another provider in a
+	// fallback chain has its own.
+	System string
 }
 
 // ChatRequest is a model call's input: what an agent passes to Turn.Tool.
@@ -121,9 +127,19 @@ func ChatModel(name string, cfg ChatModelConfig) (Tool, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
 	}
+	if cfg.System == "" {
+		host := cfg.BaseURL
+		if u, err := url.Parse(cfg.BaseURL); err == nil && u.Hostname() != "" {
+			host = u.Hostname()
+		}
+		cfg.System = "model-" + subjectSystem(host)
+		if len(cfg.System) > 128 {
+			cfg.System = cfg.System[:128] // a system name is at most 128 bytes
+		}
+	}
 	if cfg.API == ChatAPIAnthropic {
 		m := messagesModel{cfg: cfg}
-		return Tool{Name: name, System: "model", Call: m.call}, nil
+		return Tool{Name: name, System: cfg.System, Call: m.call}, nil
 	}
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL), option.WithMaxRetries(0), option.WithHTTPClient(cfg.HTTPClient),
@@ -133,7 +149,7 @@ func ChatModel(name string, cfg ChatModelConfig) (Tool, error) {
 	}
 	client := openai.NewClient(opts...)
 	m := chatModel{client: client, cfg: cfg}
-	return Tool{Name: name, System: "model", Call: m.call}, nil
+	return Tool{Name: name, System: cfg.System, Call: m.call}, nil
 }
 
 type chatModel struct {

@@ -118,6 +118,20 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 	return t.t.Tool(ctx, name, input)
 }
 
+// ToolWithFallback calls the first of names that answers and returns its
+// output and name — a premium model, then a cheaper one, possibly at
+// another provider (each ChatModel is its own system, with its own
+// breaker). A link that is rate-limited or overloaded, or whose breaker
+// is open, passes on to the next at once instead of waiting out tier 1;
+// any other failure is returned as Tool would. Each link is a journaled
+// call of its own, so the journal shows every attempt and, in a model
+// call's Usage, the model that answered; a resumed chunk passes over the
+// links that passed before, so it makes the same calls under the same
+// keys.
+func (t *Turn) ToolWithFallback(ctx context.Context, names []string, input any) (json.RawMessage, string, error) {
+	return t.t.ToolWithFallback(ctx, names, input)
+}
+
 // State is the agent's state: goal, messages, completed journal entries,
 // working memory. Salvage snapshots it at stage boundaries and before any
 // call to an irreversible tool, and a resumed chunk starts each agent from

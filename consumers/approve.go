@@ -51,14 +51,19 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	if err != nil {
 		return cp, err
 	}
+	subject := streams.HoldSubject(streams.SystemApproval, job, chunk)
 	if cp.Status != kv.StatusAwaitingApproval {
+		// A parked copy a crash left behind (a rejection that died before
+		// its purge) goes now: nothing will ever release it.
+		if err := purgeSubject(ctx, o.js, streams.Hold, subject); err != nil {
+			return cp, err
+		}
 		return cp, fmt.Errorf("%w: chunk %d of job %s is %s", ErrNotAwaitingApproval, chunk, job, cp.Status)
 	}
 	hold, err := o.js.Stream(ctx, streams.Hold)
 	if err != nil {
 		return cp, err
 	}
-	subject := streams.HoldSubject(streams.SystemApproval, job, chunk)
 	parked, err := hold.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return cp, fmt.Errorf("%w: chunk %d of job %s is being parked; try again in a moment", ErrNotAwaitingApproval, chunk, job)

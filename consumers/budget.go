@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/salvagehq/salvage/kv"
@@ -97,18 +95,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 		Original:   recovery.Original{Stream: streams.Chunks, Subject: subject, Data: data},
 		CreatedAt:  time.Now().UTC(),
 	}
-	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, id)
-	h.Set(streams.HeaderJob, job.ID)
-	h.Set(streams.HeaderChunk, strconv.Itoa(first.Chunk))
-	if job.TraceID != "" {
-		h.Set(streams.HeaderTraceParent, streams.TraceParent(job.TraceID, streams.DeriveSpanID(id)))
-	}
-	body, err := json.Marshal(env)
-	if err != nil {
-		return err
-	}
-	ack, err := publish(ctx, t.js, &nats.Msg{Subject: streams.DLQSubject(env.Category, job.ID, first.Chunk), Data: body, Header: h})
+	ack, err := publishEnvelope(ctx, t.js, env)
 	if err != nil {
 		return err
 	}

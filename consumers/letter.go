@@ -97,18 +97,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		Original:   recovery.Original{Stream: streams.Chunks, Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
 		CreatedAt:  time.Now().UTC(),
 	}
-	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, id)
-	h.Set(streams.HeaderJob, env.Job)
-	h.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
-	if env.TraceID != "" {
-		h.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(id)))
-	}
-	data, err := json.Marshal(env)
-	if err != nil {
-		return "", err
-	}
-	ack, err := publish(ctx, d.js, &nats.Msg{Subject: streams.DLQSubject(category, env.Job, env.Chunk), Data: data, Header: h})
+	ack, err := publishEnvelope(ctx, d.js, env)
 	if err != nil {
 		return "", err
 	}
@@ -176,6 +165,23 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 		return err
 	}
 	return nil
+}
+
+// publishEnvelope publishes env on salvage.dlq.<category>.<job>.<chunk>
+// under its id as Nats-Msg-Id, so publishing it again is deduplicated.
+func publishEnvelope(ctx context.Context, js jetstream.JetStream, env recovery.Envelope) (*jetstream.PubAck, error) {
+	h := nats.Header{}
+	h.Set(streams.HeaderMsgID, env.ID)
+	h.Set(streams.HeaderJob, env.Job)
+	h.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
+	if env.TraceID != "" {
+		h.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(env.ID)))
+	}
+	data, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	return publish(ctx, js, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Job, env.Chunk), Data: data, Header: h})
 }
 
 // rawJSON keeps data verbatim when it is JSON, else wraps it as a string so

@@ -57,6 +57,13 @@ func (e *Executor) Policy() RetryPolicy { return e.policy }
 // the permanent error, an error wrapping ErrRetriesExhausted and the last
 // error, or an error wrapping ErrJobCancelled / ctx's error.
 func (e *Executor) Do(ctx context.Context, stats *Stats, op string, fn func(ctx context.Context) error) error {
+	return e.DoUnless(ctx, stats, op, nil, fn)
+}
+
+// DoUnless is Do that gives up at once, returning the error as it is,
+// when stop (if set) says so: a link of a fallback chain passes a rate
+// limit on to the next link instead of waiting it out.
+func (e *Executor) DoUnless(ctx context.Context, stats *Stats, op string, stop func(error) bool, fn func(ctx context.Context) error) error {
 	start := e.now()
 	for retry := 0; ; retry++ {
 		if err := ctx.Err(); err != nil {
@@ -70,6 +77,9 @@ func (e *Executor) Do(ctx context.Context, stats *Stats, op string, fn func(ctx 
 		if ctx.Err() != nil {
 			// The call failed because we stopped it, not on its own.
 			return fmt.Errorf("%s: %w", op, context.Cause(ctx))
+		}
+		if stop != nil && stop(err) {
+			return fmt.Errorf("%s: %w", op, err)
 		}
 		wait, ok := e.policy.NextWait(err, retry, e.now().Sub(start))
 		if !ok {

@@ -124,7 +124,58 @@ func (r *Replay) Flush(ctx context.Context) error {
 // (Replay.Flush).
 func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
 	before := t.seq
-	out, err := t.call(ctx, name, input)
+	out, err := t.call(ctx, name, input, false)
+	t.noteFailure(name, before, err)
+	return out, err
+}
+
+// ToolWithFallback calls the first tool of names that answers, and
+// returns its output and name: a premium model, then a cheaper one,
+// possibly at another provider. Each link is a call of its own (its own
+// sequence number, key and journal row, a model's row naming the model
+// that answered). A link that is rate-limited or overloaded (class
+// rate-limited), or whose system's breaker is open, passes on to the next
+// at once, without waiting out tier 1; any other failure is the call's.
+// The last link is called like Tool. On a resume the journal decides: a
+// link whose row failed with one of those classes is passed over without
+// being asked again, and a link refused by its breaker gets a row saying
+// so, so a resumed agent makes the same calls under the same keys.
+func (t *Turn) ToolWithFallback(ctx context.Context, names []string, input any) (json.RawMessage, string, error) {
+	if len(names) == 0 {
+		return nil, "", Permanent(0, fmt.Errorf("%w: an empty fallback chain", ErrUnknownTool))
+	}
+	for i, name := range names {
+		last := i == len(names)-1
+		before := t.seq
+		if !last {
+			key := kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq+1)
+			if prev, ok := t.replay.get(key); ok && prev.Tool == name && prev.Status == kv.CallFailed && passesOver(prev.ErrorClass) {
+				t.seq++
+				continue
+			}
+		}
+		out, err := t.call(ctx, name, input, !last)
+		if err == nil || last || !passesOverErr(err) {
+			t.noteFailure(name, before, err)
+			return out, name, err
+		}
+	}
+	panic("unreachable")
+}
+
+// passesOverErr reports whether a failed link passes on to the next.
+func passesOverErr(err error) bool {
+	c := ClassOf(err)
+	return c == ClassRateLimited || c == ClassBreakerOpen
+}
+
+// passesOver is passesOverErr for a journal row's error class.
+func passesOver(class string) bool {
+	return class == ClassRateLimited.String() || class == ClassBreakerOpen.String()
+}
+
+// noteFailure remembers the call an agent's failure is about.
+func (t *Turn) noteFailure(name string, before int, err error) {
 	if err != nil && ClassOf(err) != ClassCancelled {
 		// The call the agent's failure is about, for AgentError (no key
 		// when the call never got one: an unknown tool, bad input).
@@ -133,10 +184,12 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 			t.failedKey = kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq)
 		}
 	}
-	return out, err
 }
 
-func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessage, error) {
+// call makes one journaled call. A link of a fallback chain (link true)
+// stops at a rate limit instead of retrying, and records a refusal by its
+// breaker in a row of its own.
+func (t *Turn) call(ctx context.Context, name string, input any, link bool) (json.RawMessage, error) {
 	tool, err := t.tools.Get(name)
 	if err != nil {
 		return nil, Permanent(0, err)
@@ -172,8 +225,20 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 		}
 	}
 	// From here on the system is asked: an open breaker refuses at once,
-	// before any row is written.
+	// before any row is written — except for a link of a fallback chain,
+	// whose refusal a resume must see to pass it over again.
 	if err := t.allow(ctx, tool); err != nil {
+		if link && (tool.Effect == nil || !seen || prev.Status == kv.CallFailed) {
+			row.Status, row.Error, row.ErrorClass = kv.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), ClassBreakerOpen.String()
+			row.StartedAt, row.FinishedAt = time.Now().UTC(), time.Now().UTC()
+			if seen {
+				row.Attempts = prev.Attempts
+				row.CarryHistory(prev.JournalRow)
+			}
+			if werr := t.replay.putLater(row); werr != nil {
+				return nil, errors.Join(err, fmt.Errorf("journal %s: %w", key, werr))
+			}
+		}
 		return nil, err
 	}
 	if seen {
@@ -206,7 +271,11 @@ func (t *Turn) call(ctx context.Context, name string, input any) (json.RawMessag
 	// Attempts are counted here: Stats is shared by the stage's agents.
 	attempts := 0
 	timedOut := false
-	err = t.exec.Do(ctx, t.stats, name, func(ctx context.Context) error {
+	var stop func(error) bool
+	if link {
+		stop = func(err error) bool { return ClassOf(err) == ClassRateLimited }
+	}
+	err = t.exec.DoUnless(ctx, t.stats, name, stop, func(ctx context.Context) error {
 		if attempts > 0 {
 			// The breaker may have opened while this call waited.
 			if err := t.allow(ctx, tool); err != nil {

@@ -59,6 +59,9 @@ type modelFlags struct {
 	url     string
 	name    string
 	timeout time.Duration
+	// fallbacks are MODEL or MODEL=URL: models a call goes to, in order,
+	// when the one before is rate-limited, overloaded or its breaker open.
+	fallbacks []string
 }
 
 // pipelines are the built-in pipelines. contract-review calls the model at
@@ -83,7 +86,26 @@ func pipelines(model simmodel.Config, mf modelFlags, simURL string, simTimeout t
 	if err != nil {
 		return nil, err
 	}
-	out := []*salvage.Pipeline{contractreview.New(tool)}
+	base, timeout := mf.url, mf.timeout
+	if base == "" && simURL != "" {
+		base, timeout = strings.TrimSuffix(simURL, "/")+"/v1", simTimeout
+	}
+	var fallbacks []salvage.Tool
+	for _, f := range mf.fallbacks {
+		name, url, _ := strings.Cut(f, "=")
+		if url == "" {
+			url = base
+		}
+		if name == "" || url == "" {
+			return nil, fmt.Errorf("--model-fallback %q: want MODEL or MODEL=URL (a model at --model-url, or the sim's, unless URL names another)", f)
+		}
+		ft, err := salvage.ChatModel("fallback", salvage.ChatModelConfig{API: salvage.ChatAPI(mf.api), BaseURL: url, Model: name, Timeout: timeout})
+		if err != nil {
+			return nil, err
+		}
+		fallbacks = append(fallbacks, ft)
+	}
+	out := []*salvage.Pipeline{contractreview.New(tool, fallbacks...)}
 	if simURL != "" {
 		out = append(out, orders.New(&sim.Client{BaseURL: simURL, Timeout: simTimeout}))
 	}

@@ -70,6 +70,7 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.StringVar(&r.modelFlags.url, "model-url", "", "base URL of the API of contract-review's model (https://api.openai.com/v1, http://127.0.0.1:11434/v1, https://api.anthropic.com/v1, ...); see --model-api. Default: the sim's, with --sim; else a simulated model in process")
 	f.StringVar(&r.modelFlags.name, "model", "", "the model at --model-url (required with it)")
 	f.StringVar(&r.modelFlags.api, "model-api", string(salvage.ChatAPIOpenAI), "the model API: openai (chat completions; key $OPENAI_API_KEY) or anthropic (Messages; key $ANTHROPIC_API_KEY)")
+	f.StringArrayVar(&r.modelFlags.fallbacks, "model-fallback", nil, "contract-review: MODEL or MODEL=URL, a model a call goes to when the one before it is rate-limited, overloaded or its circuit breaker open (repeat for a chain; URL defaults to --model-url or the sim's)")
 	f.DurationVar(&r.modelFlags.timeout, "model-timeout", salvage.ChatTimeoutDefault, "how long one attempt of a call to --model-url may take")
 	f.DurationVar(&r.coolDown, "cool-down", salvage.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
 	f.IntVar(&r.breaker.Failures, "breaker-failures", salvage.BreakerFailuresDefault, "circuit breaker: failures in a row (5xx, timeouts) within --breaker-window that open a system's breaker")
@@ -106,6 +107,9 @@ func (r *runFlags) args() []string {
 	}
 	for _, p := range r.prices {
 		args = append(args, "--price", p)
+	}
+	for _, f := range r.modelFlags.fallbacks {
+		args = append(args, "--model-fallback", f)
 	}
 	return args
 }

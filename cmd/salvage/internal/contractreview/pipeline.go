@@ -89,22 +89,31 @@ const systemPrompt = "You are a contract risk analyst. Answer with a single inte
 // New returns the pipeline calling model, a tool that takes a
 // salvage.ChatRequest and answers a salvage.ChatResponse: salvage.ChatModel
 // for an OpenAI-compatible API, or the simulated model. The pipeline calls
-// it by the name "model" whatever its own name.
-func New(model salvage.Tool) *salvage.Pipeline {
+// it by the name "model" whatever its own name. Fallbacks, in order, take
+// a call the model cannot take now (rate-limited, overloaded, its breaker
+// open): they are named model-fallback-1, -2, …
+func New(model salvage.Tool, fallbacks ...salvage.Tool) *salvage.Pipeline {
 	model.Name = ModelTool
+	m := chain{ModelTool}
+	tools := []salvage.Tool{model}
+	for i, f := range fallbacks {
+		f.Name = fmt.Sprintf("%s-fallback-%d", ModelTool, i+1)
+		m = append(m, f.Name)
+		tools = append(tools, f)
+	}
 	analysts := make([]salvage.Agent, len(Analysts))
 	for i, name := range Analysts {
-		analysts[i] = analyst(name, coverage(i))
+		analysts[i] = m.analyst(name, coverage(i))
 	}
 	return &salvage.Pipeline{
 		Name:  Name,
 		Split: Split,
 		Stages: []salvage.Stage{
-			{Name: "classify", Agents: []salvage.Agent{classifier()}},
+			{Name: "classify", Agents: []salvage.Agent{m.classifier()}},
 			{Name: "analyze", Agents: analysts},
-			{Name: "synthesize", Agents: []salvage.Agent{synthesizer()}},
+			{Name: "synthesize", Agents: []salvage.Agent{m.synthesizer()}},
 		},
-		Tools:  []salvage.Tool{model},
+		Tools:  tools,
 		Result: result,
 	}
 }
@@ -113,12 +122,24 @@ func New(model salvage.Tool) *salvage.Pipeline {
 // answer as a score. An answer that is not one is asked again once, more
 // firmly (a new call, journaled like the first); a second miss fails the
 // chunk, quoting the answer.
-func score(ctx context.Context, t *salvage.Turn, prompt string) (int, error) {
-	return ask(ctx, t, systemPrompt, prompt)
+func (m chain) score(ctx context.Context, t *salvage.Turn, prompt string) (int, error) {
+	return m.ask(ctx, t, systemPrompt, prompt)
+}
+
+// chain is the model tools a call may go to, in order.
+type chain []string
+
+// call asks the first model of the chain that can answer now.
+func (m chain) call(ctx context.Context, t *salvage.Turn, req salvage.ChatRequest) (json.RawMessage, error) {
+	if len(m) == 1 {
+		return t.Tool(ctx, m[0], req)
+	}
+	out, _, err := t.ToolWithFallback(ctx, m, req)
+	return out, err
 }
 
 // ask is score with its own system prompt.
-func ask(ctx context.Context, t *salvage.Turn, system, prompt string) (int, error) {
+func (m chain) ask(ctx context.Context, t *salvage.Turn, system, prompt string) (int, error) {
 	req := salvage.ChatRequest{Messages: []salvage.Message{{Role: "system", Content: system}, {Role: "user", Content: prompt}}, MaxTokens: 8}
 	var answer string
 	for try := range 2 {
@@ -126,7 +147,7 @@ func ask(ctx context.Context, t *salvage.Turn, system, prompt string) (int, erro
 			req.Messages = append(req.Messages, salvage.Message{Role: "assistant", Content: answer},
 				salvage.Message{Role: "user", Content: "Answer with only the integer, 0 to 10."})
 		}
-		out, err := t.Tool(ctx, ModelTool, req)
+		out, err := m.call(ctx, t, req)
 		if err != nil {
 			return 0, err
 		}
@@ -186,13 +207,13 @@ var classifyPrompt = func() string {
 	return strings.TrimSuffix(b.String(), ",") + "."
 }()
 
-func classifier() salvage.Agent {
+func (m chain) classifier() salvage.Agent {
 	return salvage.Agent{Name: "clause-classifier", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
 			return nil, err
 		}
-		s, err := ask(ctx, t, classifyPrompt, c.Text)
+		s, err := m.ask(ctx, t, classifyPrompt, c.Text)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +221,7 @@ func classifier() salvage.Agent {
 	}}
 }
 
-func analyst(name string, categories []string) salvage.Agent {
+func (m chain) analyst(name string, categories []string) salvage.Agent {
 	return salvage.Agent{Name: name, Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
@@ -208,21 +229,21 @@ func analyst(name string, categories []string) salvage.Agent {
 		}
 		scores := make([]Score, 0, len(categories))
 		for _, cat := range categories {
-			s, err := score(ctx, t, fmt.Sprintf("As the %s analyst, rate the %s risk of this clause.\n\n%s", name, cat, c.Text))
+			s, err := m.score(ctx, t, fmt.Sprintf("As the %s analyst, rate the %s risk of this clause.\n\n%s", name, cat, c.Text))
 			if err != nil {
 				return nil, err
 			}
 			scores = append(scores, Score{Analyst: name, Category: cat, Score: s})
 		}
 		// A reflection pass: the analyst reviews its own scores once.
-		if _, err := score(ctx, t, fmt.Sprintf("As the %s analyst you scored this clause %v. Rate your overall concern.\n\n%s", name, scores, c.Text)); err != nil {
+		if _, err := m.score(ctx, t, fmt.Sprintf("As the %s analyst you scored this clause %v. Rate your overall concern.\n\n%s", name, scores, c.Text)); err != nil {
 			return nil, err
 		}
 		return scores, nil
 	}}
 }
 
-func synthesizer() salvage.Agent {
+func (m chain) synthesizer() salvage.Agent {
 	return salvage.Agent{Name: "synthesizer", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
 		c, err := clauseOf(t)
 		if err != nil {
@@ -230,7 +251,7 @@ func synthesizer() salvage.Agent {
 		}
 		var total int
 		for _, step := range []string{"merge", "rank", "summarize"} {
-			s, err := score(ctx, t, fmt.Sprintf("Synthesis step %q: rate this clause's risk for the contract as a whole.\n\n%s", step, c.Text))
+			s, err := m.score(ctx, t, fmt.Sprintf("Synthesis step %q: rate this clause's risk for the contract as a whole.\n\n%s", step, c.Text))
 			if err != nil {
 				return nil, err
 			}
