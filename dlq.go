@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 )
@@ -207,13 +206,17 @@ type EnvelopeList struct {
 }
 
 // ListEnvelopes returns one page (nil: the first PageDefault) of the
-// envelope records f matches, oldest first.
+// envelope records f matches, oldest first; a filter naming a category
+// or status that does not exist is refused (ErrBadFilter).
 func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page) (*EnvelopeList, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
 	}
-	recs, err := op.List(ctx, consumers.EnvelopeFilter{Category: string(f.Category), Status: string(f.Status), Job: f.Job, MinAge: f.MinAge})
+	recs, err := op.List(ctx, f.machinery())
 	if err != nil {
 		return nil, err
 	}

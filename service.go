@@ -53,7 +53,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, list circuit breakers, approve chunks",
+		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -62,7 +62,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 	for subject, fn := range map[string]func(context.Context, micro.Request) (any, error){
 		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.cancel": c.apiCancel,
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
-		"breakers.list": c.apiBreakers, "approve": c.apiApprove,
+		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -89,7 +89,8 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		}
 		code := CodeInternal
 		switch {
-		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob):
+		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob),
+			errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadBulk):
 			code = CodeMalformed
 		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob):
 			code = CodeUnknown
@@ -172,6 +173,31 @@ func (c *Client) apiList(ctx context.Context, req micro.Request) (any, error) {
 		r.EnvelopeFilter.MinAge = d
 	}
 	return c.ListEnvelopes(ctx, r.EnvelopeFilter, &r.Page)
+}
+
+// apiBulk takes {"action": "replay"|"resolve"|"ack", "category"?,
+// "status"?, "job_id"?, "min_age"?, "dry_run"?, "by"?, "note"?, "limit"?}.
+func (c *Client) apiBulk(ctx context.Context, req micro.Request) (any, error) {
+	var r struct {
+		Action BulkAction `json:"action"`
+		EnvelopeFilter
+		MinAge string `json:"min_age,omitempty"`
+		DryRun bool   `json:"dry_run,omitempty"`
+		By     string `json:"by,omitempty"`
+		Note   string `json:"note,omitempty"`
+		Limit  int    `json:"limit,omitempty"`
+	}
+	if err := decode(req, &r, false); err != nil {
+		return nil, err
+	}
+	if r.MinAge != "" {
+		d, err := time.ParseDuration(r.MinAge)
+		if err != nil {
+			return nil, fmt.Errorf("%w: min_age: %v", errMalformed, err)
+		}
+		r.EnvelopeFilter.MinAge = d
+	}
+	return c.Bulk(ctx, BulkRequest{Action: r.Action, Filter: r.EnvelopeFilter, By: r.By, Note: r.Note, DryRun: r.DryRun, Limit: r.Limit})
 }
 
 func (c *Client) apiShow(ctx context.Context, req micro.Request) (any, error) {

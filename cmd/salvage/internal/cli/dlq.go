@@ -154,6 +154,70 @@ func (e *env) dlqCmd() *cobra.Command {
 	resolve := action("resolve", "dlq.resolve", "Mark an envelope resolved by hand")
 	resolve.Flags().StringVar(&note, "note", "", "why it is resolved")
 	cmd.AddCommand(ls, show, action("replay", "dlq.replay", "Replay an envelope's chunk; it resumes from its journal"),
-		resolve, action("ack", "dlq.ack", "Acknowledge an envelope (stops its escalation alert)"))
+		resolve, action("ack", "dlq.ack", "Acknowledge an envelope (stops its escalation alert)"), e.dlqBulkCmd(by))
+	return cmd
+}
+
+// dlqBulkCmd is `salvage dlq bulk ACTION --category … [--dry-run]`.
+func (e *env) dlqBulkCmd(by string) *cobra.Command {
+	var (
+		req struct {
+			Action   string `json:"action"`
+			Category string `json:"category,omitempty"`
+			Status   string `json:"status,omitempty"`
+			Job      string `json:"job_id,omitempty"`
+			MinAge   string `json:"min_age,omitempty"`
+			DryRun   bool   `json:"dry_run,omitempty"`
+			By       string `json:"by,omitempty"`
+			Note     string `json:"note,omitempty"`
+			Limit    int    `json:"limit,omitempty"`
+		}
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bulk replay|resolve|ack",
+		Short: "Replay, resolve or acknowledge every envelope a filter matches (--dry-run counts first)",
+		Long: `Act on every envelope the filter matches, oldest first, at most --limit (1000) per run:
+each through the same compare-and-swap as the single action, so running it twice replays
+nothing twice. A filter is required (--category, --status, --job or --min-age); --dry-run
+prints how many would be acted on and acts on none.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			req.Action, req.By = args[0], by
+			if req.Category == "" && req.Status == "" && req.Job == "" && req.MinAge == "" {
+				return errors.New("give a filter (--category, --status, --job or --min-age): a bulk action on every envelope is too easy to run by mistake")
+			}
+			var res salvage.BulkResult
+			if err := e.request("dlq.bulk", req, &res); err != nil {
+				return err
+			}
+			if asJSON {
+				return e.writeJSON(res)
+			}
+			verb := map[string]string{"replay": "replayed", "resolve": "resolved", "ack": "acknowledged"}[string(res.Action)]
+			if res.DryRun {
+				verb = "would be " + verb
+			}
+			fmt.Fprintf(e.stdout, "%d matched: %d %s, %d unchanged (already so), %d refused (resolved or superseded), %d failed",
+				res.Matched, res.Acted, verb, res.Unchanged, res.Refused, len(res.Failed))
+			if res.Remaining > 0 {
+				fmt.Fprintf(e.stdout, "; %d left for another run (--limit)", res.Remaining)
+			}
+			fmt.Fprintln(e.stdout)
+			for _, f := range res.Failed {
+				fmt.Fprintf(e.stdout, "  %s: %s\n", f.ID, f.Error)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Category, "category", "", "only this category")
+	f.StringVar(&req.Status, "status", "", "only this status")
+	f.StringVar(&req.Job, "job", "", "only this job")
+	f.StringVar(&req.MinAge, "min-age", "", "only envelopes at least this old (e.g. 30m)")
+	f.BoolVar(&req.DryRun, "dry-run", false, "count what would be acted on; change nothing")
+	f.StringVar(&req.Note, "note", "", "with resolve: why")
+	f.IntVar(&req.Limit, "limit", 0, "act on at most this many (default and most 1000)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

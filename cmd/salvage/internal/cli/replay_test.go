@@ -160,6 +160,17 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	if code, stdout, _ = run(t, "", "trace", job, "--server", url); code != 0 || !strings.Contains(stdout, "stage 5") {
 		t.Errorf("salvage trace text:\n%s", stdout)
 	}
+	// One chunk, and in it only what failed: the CRM call, with its
+	// earlier failures.
+	code, stdout, errOut = run(t, "", "trace", job, "--chunk", "2", "--failed", "--json", "--server", url)
+	var one salvage.Trace
+	if code != 0 || json.Unmarshal([]byte(stdout), &one) != nil || len(one.Chunks) != 1 || one.Chunks[0].Chunk != 2 ||
+		len(one.Chunks[0].Calls) != 1 || one.Chunks[0].Calls[0].Tool != orders.ToolCRM {
+		t.Errorf("trace --chunk 2 --failed: %d %s %s", code, stdout, errOut)
+	}
+	if code, _, errOut := run(t, "", "trace", job, "--chunk", "9", "--server", url); code == 0 || !strings.Contains(errOut, "no chunk 9") {
+		t.Errorf("trace --chunk 9: %d %s", code, errOut)
+	}
 
 	// The micro service is visible to the stock CLI, with its endpoints.
 	info := natsCmd(t, url, "micro", "info", "salvage")
@@ -229,6 +240,28 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	var recs []kv.EnvelopeRecord
 	if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) != 2 {
 		t.Errorf("salvage dlq ls: %d %s %s", code, stdout, errOut)
+	}
+	// A filter naming a status or category that does not exist is refused,
+	// not answered with nothing.
+	for _, args := range [][]string{{"--status", "resolvd"}, {"--category", "TIMEOUT"}} {
+		if code, _, errOut := run(t, "", append([]string{"dlq", "ls", "--server", url}, args...)...); code == 0 || !strings.Contains(errOut, "400") {
+			t.Errorf("dlq ls %v: exit %d %s; want a 400", args, code, errOut)
+		}
+	}
+	// Bulk: a dry run counts, the real run acknowledges both, a second
+	// finds them acknowledged; the micro service answers the same.
+	if code, stdout, errOut := run(t, "", "dlq", "bulk", "ack", "--category", "EXTERNAL_SYSTEM_DOWN", "--dry-run", "--server", url); code != 0 || !strings.Contains(stdout, "2 matched: 2 would be acknowledged") {
+		t.Errorf("dlq bulk ack --dry-run: %d %s %s", code, stdout, errOut)
+	}
+	if code, stdout, errOut := run(t, "", "dlq", "bulk", "ack", "--category", "EXTERNAL_SYSTEM_DOWN", "--server", url); code != 0 || !strings.Contains(stdout, "2 matched: 2 acknowledged") {
+		t.Errorf("dlq bulk ack: %d %s %s", code, stdout, errOut)
+	}
+	var res salvage.BulkResult
+	if out := natsCmd(t, url, "req", "--raw", "salvage.api.dlq.bulk", `{"action":"ack","category":"EXTERNAL_SYSTEM_DOWN"}`); json.Unmarshal(out, &res) != nil || res.Matched != 2 || res.Acted != 0 || res.Unchanged != 2 {
+		t.Errorf("salvage.api.dlq.bulk answered %s", out)
+	}
+	if code, _, errOut := run(t, "", "dlq", "bulk", "replay", "--server", url); code == 0 || !strings.Contains(errOut, "give a filter") {
+		t.Errorf("dlq bulk without a filter: %d %s", code, errOut)
 	}
 }
 

@@ -12,11 +12,17 @@ import (
 )
 
 func (e *env) traceCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON, failed bool
+		chunk          int
+	)
 	cmd := &cobra.Command{
 		Use:   "trace JOB",
 		Short: "Show a job's timeline: each chunk's stages and calls, with latency, retries and where it broke",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show a job's timeline: each chunk's stages and calls, with latency, retries and where it
+broke. --chunk N shows one chunk; --failed shows only the calls that did not succeed or failed
+before (a replay's history), in the chunks that have any or did not end done.`,
+		Args: cobra.ExactArgs(1),
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, err := jobArg(args)
@@ -28,6 +34,13 @@ func (e *env) traceCmd() *cobra.Command {
 			if err != nil {
 				return noJob(id, err)
 			}
+			if chunk < 0 {
+				return fmt.Errorf("--chunk %d: chunks are numbered from 1", chunk)
+			}
+			narrowTrace(tr, chunk, failed)
+			if chunk > 0 && len(tr.Chunks) == 0 && !failed {
+				return fmt.Errorf("job %s has no chunk %d", id, chunk)
+			}
 			if asJSON {
 				return e.writeJSON(tr)
 			}
@@ -36,7 +49,35 @@ func (e *env) traceCmd() *cobra.Command {
 		})(cmd, args)
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&chunk, "chunk", 0, "only this chunk")
+	cmd.Flags().BoolVar(&failed, "failed", false, "only calls that did not succeed or failed before, in chunks that have any or did not end done")
 	return cmd
+}
+
+// narrowTrace keeps chunk (0: all) and, with failed, only the calls that
+// did not succeed or failed before, in the chunks that have any or did
+// not end done.
+func narrowTrace(tr *salvage.Trace, chunk int, failed bool) {
+	kept := tr.Chunks[:0]
+	for _, c := range tr.Chunks {
+		if chunk > 0 && c.Chunk != chunk {
+			continue
+		}
+		if failed {
+			calls := c.Calls[:0]
+			for _, r := range c.Calls {
+				if r.Status != salvage.CallSucceeded || len(r.History) > 0 {
+					calls = append(calls, r)
+				}
+			}
+			c.Calls = calls
+			if len(calls) == 0 && c.Status == salvage.ChunkDone {
+				continue
+			}
+		}
+		kept = append(kept, c)
+	}
+	tr.Chunks = kept
 }
 
 func (e *env) printTrace(tr *salvage.Trace) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
@@ -163,6 +164,38 @@ func TestDashboardInABrowser(t *testing.T) {
 		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject("order-fulfillment", job, 2))
 		return err == nil && m.Header.Get(streams.HeaderApprovedBy) == "dashboard" && m.Header.Get(streams.HeaderApprovedStage) == "2"
 	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
+
+	// Bulk: filter by category, acknowledge what matches; the page asks
+	// for a confirmation (accepted here) after a dry run counted one.
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	asked := make(chan string, 1)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			asked <- ev.Message
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+	if err := chromedp.Do(step,
+		chromedp.SetValue(`#f-category`, "TRANSIENT_NETWORK"),
+		chromedp.Click(`[data-testid="bulk-ack"]`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('bulk-result').textContent.startsWith('ack: ')`)); err != nil {
+		t.Fatal(err)
+	}
+	if msg := <-asked; !strings.Contains(msg, "ack 1 envelope") {
+		t.Fatalf("the confirmation asked %q", msg)
+	}
+	if got, _ := chromedp.Run(step, chromedp.Text(`#bulk-result`)); !strings.HasPrefix(got, "ack: 1 done") {
+		t.Fatalf("bulk result %q", got)
+	}
+	if rec, _, err := f.stores.Envelopes.Get(bg, f.envID); err != nil || rec.AckedBy != "dashboard" {
+		t.Fatalf("envelope after the bulk acknowledgement: %+v, %v", rec, err)
+	}
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

@@ -121,6 +121,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("GET /api/envelopes", s.apiEnvelopes)
 	mux.HandleFunc("GET /api/envelopes/{id}", s.apiEnvelope)
 	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
+	mux.HandleFunc("POST /api/bulk", s.apiBulk)
 	mux.HandleFunc("GET /api/approvals", s.apiApprovals)
 	mux.HandleFunc("POST /api/approvals/{job}/{chunk}/{action}", s.apiDecide)
 	s.hosts = newHostGuard(cfg.Addr, cfg.AllowedHosts, securityHeaders(mux))
@@ -208,6 +209,10 @@ func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.MinAge = d
+	}
+	if err := f.Validate(); err != nil {
+		fail(w, statusOf(err), err)
+		return
 	}
 	all, _, _ := s.sum.envs.snapshot()
 	now := time.Now()
@@ -303,7 +308,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded), errors.Is(err, salvage.ErrNotAwaitingApproval):
 		return http.StatusConflict
-	case errors.Is(err, salvage.ErrInvalidToken):
+	case errors.Is(err, salvage.ErrInvalidToken), errors.Is(err, salvage.ErrBadFilter), errors.Is(err, salvage.ErrBadBulk):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError

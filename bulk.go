@@ -1,0 +1,120 @@
+package salvage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/salvagehq/salvage/consumers"
+)
+
+// ErrBadFilter is returned for an envelope filter naming a category or a
+// status that does not exist: it would match nothing, silently.
+var ErrBadFilter = errors.New("salvage: bad envelope filter")
+
+// ErrBadBulk is returned for a bulk action that cannot run: an unknown
+// action or a limit out of range.
+var ErrBadBulk = consumers.ErrBadBulk
+
+// Categories are every envelope category.
+var Categories = []Category{CategoryTransientNetwork, CategoryExternalSystemDown, CategoryToolTimeout,
+	CategoryPartialExecution, CategoryCompensationNeeded, CategoryBudgetExceeded, CategoryUnrecoverable}
+
+// EnvelopeStatuses are every envelope status.
+var EnvelopeStatuses = []EnvelopeStatus{EnvelopeOpen, EnvelopeRecovering, EnvelopeResolved, EnvelopeSuperseded,
+	EnvelopeEscalated, EnvelopeDeadEnd, EnvelopeAbandoned}
+
+// Validate refuses a category or status no envelope can have, and a job
+// id that is not a token.
+func (f EnvelopeFilter) Validate() error {
+	if f.Category != "" && !slices.Contains(Categories, f.Category) {
+		return fmt.Errorf("%w: category %q (want one of %v)", ErrBadFilter, f.Category, Categories)
+	}
+	if f.Status != "" && !slices.Contains(EnvelopeStatuses, f.Status) {
+		return fmt.Errorf("%w: status %q (want one of %v)", ErrBadFilter, f.Status, EnvelopeStatuses)
+	}
+	if f.Job != "" {
+		return ValidateJobID(f.Job)
+	}
+	return nil
+}
+
+func (f EnvelopeFilter) machinery() consumers.EnvelopeFilter {
+	return consumers.EnvelopeFilter{Category: string(f.Category), Status: string(f.Status), Job: f.Job, MinAge: f.MinAge}
+}
+
+// BulkAction is what a bulk request does to each envelope it matches.
+type BulkAction string
+
+// Bulk actions.
+const (
+	BulkReplay  BulkAction = consumers.BulkReplay
+	BulkResolve BulkAction = consumers.BulkResolve
+	BulkAck     BulkAction = consumers.BulkAck
+)
+
+// BulkMax bounds the envelopes one bulk request acts on.
+const BulkMax = consumers.BulkMax
+
+// BulkRequest acts on every envelope Filter matches, oldest first.
+type BulkRequest struct {
+	Action BulkAction
+	Filter EnvelopeFilter
+	// By names who acts; default "api". Note goes with a resolve.
+	By, Note string
+	// DryRun only counts and lists what would be acted on.
+	DryRun bool
+	// Limit bounds the envelopes acted on: default and at most BulkMax;
+	// BulkResult.Remaining says how many a next call would find.
+	Limit int
+}
+
+// BulkResult says what a bulk request matched and did.
+type BulkResult struct {
+	Action BulkAction `json:"action"`
+	DryRun bool       `json:"dry_run"`
+	// Matched is how many envelopes the filter matched; Remaining how
+	// many of them the limit left.
+	Matched   int `json:"matched"`
+	Remaining int `json:"remaining"`
+	// Acted counts the envelopes changed (on a dry run: that would be);
+	// Unchanged those already so (a replay in flight, an acknowledged
+	// envelope); Refused the resolved and superseded ones.
+	Acted     int `json:"acted"`
+	Unchanged int `json:"unchanged"`
+	Refused   int `json:"refused"`
+	// IDs are the first 100 envelopes acted on.
+	IDs []string `json:"ids"`
+	// Failed are envelopes whose action failed, and why.
+	Failed []BulkFailure `json:"failed,omitempty"`
+}
+
+// BulkFailure is one envelope a bulk request could not act on.
+type BulkFailure struct {
+	ID    string `json:"envelope_id"`
+	Error string `json:"error"`
+}
+
+// Bulk replays, resolves or acknowledges every envelope a filter matches,
+// each through the same compare-and-swap as the single action: running
+// it twice replays nothing twice. Start with DryRun to see the count.
+func (c *Client) Bulk(ctx context.Context, req BulkRequest) (*BulkResult, error) {
+	if err := req.Filter.Validate(); err != nil {
+		return nil, err
+	}
+	if req.By == "" {
+		req.By = "api"
+	}
+	op, err := c.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := op.Bulk(ctx, consumers.BulkRequest{Action: string(req.Action), Filter: req.Filter.machinery(), By: req.By,
+		Note: req.Note, DryRun: req.DryRun, Limit: req.Limit})
+	if err != nil {
+		return nil, err
+	}
+	out, err := recast[BulkResult](res)
+	return &out, err
+}

@@ -1,0 +1,157 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Bulk actions.
+const (
+	BulkReplay  = "replay"
+	BulkResolve = "resolve"
+	BulkAck     = "ack"
+)
+
+// BulkMax bounds the envelopes one bulk action acts on; a larger match
+// is worked through in several calls (BulkResult.Remaining).
+const BulkMax = 1000
+
+// bulkIDsMax bounds the ids a bulk result lists.
+const bulkIDsMax = 100
+
+// ErrBadBulk is returned for a bulk action that cannot run: an unknown
+// action, or a limit out of range.
+var ErrBadBulk = errors.New("bad bulk action")
+
+// BulkRequest acts on every envelope a filter matches, oldest first.
+type BulkRequest struct {
+	Action string
+	Filter EnvelopeFilter
+	By     string
+	// Note goes with a resolve.
+	Note string
+	// DryRun only counts and lists what would be acted on.
+	DryRun bool
+	// Limit bounds the envelopes acted on (default and most BulkMax).
+	Limit int
+}
+
+// BulkResult says what a bulk action matched and did.
+type BulkResult struct {
+	Action string `json:"action"`
+	DryRun bool   `json:"dry_run"`
+	// Matched is how many envelopes the filter matched; Remaining how
+	// many of them a limit left for another call.
+	Matched   int `json:"matched"`
+	Remaining int `json:"remaining"`
+	// Acted counts envelopes the action changed; Unchanged those it
+	// found already so (a replay in flight, an envelope acknowledged);
+	// Refused those it may not act on (resolved or superseded).
+	Acted     int `json:"acted"`
+	Unchanged int `json:"unchanged"`
+	Refused   int `json:"refused"`
+	// IDs lists the envelopes acted on (on a dry run: that would be), the
+	// first 100.
+	IDs []string `json:"ids"`
+	// Failed lists envelopes whose action failed, with why.
+	Failed []BulkFailure `json:"failed,omitempty"`
+}
+
+// BulkFailure is one envelope a bulk action could not act on.
+type BulkFailure struct {
+	ID    string `json:"envelope_id"`
+	Error string `json:"error"`
+}
+
+// Bulk applies one action — replay, resolve or ack — to every envelope
+// req.Filter matches, oldest first, at most req.Limit of them, each
+// through the same CAS as the single action: an envelope is replayed
+// once however often the bulk action runs (a replay in flight is left
+// alone), and a resolved or superseded one is refused, not touched. A
+// dry run only counts.
+func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error) {
+	res := BulkResult{Action: req.Action, DryRun: req.DryRun, IDs: []string{}}
+	switch req.Action {
+	case BulkReplay, BulkResolve, BulkAck:
+	default:
+		return res, fmt.Errorf("%w: action %q: want %s, %s or %s", ErrBadBulk, req.Action, BulkReplay, BulkResolve, BulkAck)
+	}
+	if req.Limit < 0 || req.Limit > BulkMax {
+		return res, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadBulk, req.Limit, BulkMax)
+	}
+	if req.Limit == 0 {
+		req.Limit = BulkMax
+	}
+	if req.Filter.Job != "" {
+		if err := streams.ValidateJobID(req.Filter.Job); err != nil {
+			return res, err
+		}
+	}
+	recs, err := o.List(ctx, req.Filter)
+	if err != nil {
+		return res, err
+	}
+	res.Matched = len(recs)
+	if len(recs) > req.Limit {
+		res.Remaining = len(recs) - req.Limit
+		recs = recs[:req.Limit]
+	}
+	for _, r := range recs {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		if !actionable(req.Action, r) {
+			if req.Action != BulkAck && (r.Status == kv.EnvelopeResolved || r.Status == kv.EnvelopeSuperseded) {
+				res.Refused++
+			} else {
+				res.Unchanged++
+			}
+			continue
+		}
+		if !req.DryRun {
+			var err error
+			switch req.Action {
+			case BulkReplay:
+				_, err = o.Replay(ctx, r.ID, req.By)
+			case BulkResolve:
+				_, err = o.Resolve(ctx, r.ID, req.By, req.Note)
+			case BulkAck:
+				_, err = o.Ack(ctx, r.ID, req.By)
+			}
+			switch {
+			case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+				res.Refused++
+				continue
+			case err != nil:
+				if len(res.Failed) < bulkIDsMax {
+					res.Failed = append(res.Failed, BulkFailure{ID: r.ID, Error: streams.Clip(err.Error(), 1024)})
+				}
+				continue
+			}
+		}
+		res.Acted++
+		if len(res.IDs) < bulkIDsMax {
+			res.IDs = append(res.IDs, r.ID)
+		}
+	}
+	return res, nil
+}
+
+// actionable reports whether action would change r: a replay needs an
+// envelope neither resolved, superseded nor already requeued; a resolve
+// one neither resolved nor superseded; an ack one nobody acknowledged.
+func actionable(action string, r kv.EnvelopeRecord) bool {
+	final := r.Status == kv.EnvelopeResolved || r.Status == kv.EnvelopeSuperseded
+	switch action {
+	case BulkReplay:
+		return !final && !r.Requeued
+	case BulkResolve:
+		return !final
+	default:
+		return r.AckedBy == ""
+	}
+}
