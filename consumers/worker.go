@@ -233,7 +233,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			sleepCtx(ctx, 250*time.Millisecond)
 		}
 	}
-	w.log.Info().Dur("timeout", w.cfg.DrainTimeout).Msg("draining")
+	w.log.Info().Dur("timeout_ms", w.cfg.DrainTimeout).Msg("draining")
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {

@@ -128,7 +128,7 @@ func (r *run) run(ctx context.Context) error {
 			fmt.Errorf("no record of job %s after %d deliveries", r.chunk.Job, r.meta.NumDelivered))
 	}
 	if errors.Is(err, kv.ErrNotFound) {
-		r.log.Warn().Dur("waited", w.cfg.JobWait).Msg("chunk of a job with no record yet; trying again later")
+		r.log.Warn().Dur("waited_ms", w.cfg.JobWait).Msg("chunk of a job with no record yet; trying again later")
 		return r.m.NakWithDelay(w.nakDelay())
 	}
 	if err != nil {
@@ -562,7 +562,7 @@ func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence,
 	if int(r.meta.NumDelivered) >= r.w.cfg.MaxDeliver {
 		delay = 0
 	}
-	r.log.Warn().Err(cause).Dur("delay", delay).Int("stage", cp.Stage).Msg("tier 1 exhausted; handing the chunk to tier 2")
+	r.log.Warn().Err(cause).Dur("delay_ms", delay).Int("stage", cp.Stage).Msg("tier 1 exhausted; handing the chunk to tier 2")
 	if delay == 0 {
 		return r.m.Nak()
 	}
@@ -621,7 +621,7 @@ func (r *run) deadLetter(ctx context.Context, stage int, f recovery.Failure, cau
 		return errors.Join(cause, err)
 	}
 	r.releaseClaim(ctx)
-	r.log.Warn().Err(cause).Int("stage", stage).Str("envelope_id", id).Msg("chunk dead-lettered")
+	// The letterer logged the dead-letter, with its category: once.
 	return r.m.TermWithReason("dead-lettered: envelope " + id)
 }
 

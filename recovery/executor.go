@@ -89,7 +89,7 @@ func (e *Executor) DoUnless(ctx context.Context, stats *Stats, op string, stop f
 			return fmt.Errorf("%s: %w after %d attempts: %w", op, ErrRetriesExhausted, retry+1, err)
 		}
 		stats.Retries.Add(1)
-		e.log.Debug().Str("op", op).Int("attempt", retry+1).Dur("wait", wait).Err(err).Msg("tier-1 retry")
+		e.log.Debug().Str("op", op).Int("attempt", retry+1).Dur("wait_ms", wait).Err(err).Msg("tier-1 retry")
 		if err := e.sleep(ctx, wait); err != nil {
 			return fmt.Errorf("%s: %w", op, context.Cause(ctx))
 		}

@@ -205,7 +205,7 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 		}
 		jobs = append(jobs, id)
 	}
-	b.log.Info().Int("kills", b.o.kills).Dur("every", b.o.killEvery).Msg("crash: killing worker processes")
+	b.log.Info().Int("kills", b.o.kills).Dur("every_ms", b.o.killEvery).Msg("crash: killing worker processes")
 	next := len(d.workers)
 	for len(kills) < b.o.kills {
 		select {

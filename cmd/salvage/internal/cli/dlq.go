@@ -53,7 +53,8 @@ func (e *env) dlqCmd() *cobra.Command {
 			Offset   int    `json:"offset,omitempty"`
 			Limit    int    `json:"limit,omitempty"`
 		}
-		note string
+		note    string
+		allRows bool
 	)
 	by := operatorName()
 	ls := &cobra.Command{
@@ -114,7 +115,12 @@ func (e *env) dlqCmd() *cobra.Command {
 			}
 			tw := table(e.stdout)
 			fmt.Fprintln(tw, "JOURNAL KEY\tTOOL\tSTATUS\tRESOURCE\tATTEMPTS\tERROR")
+			folded := 0
 			for _, j := range d.Journal {
+				if !allRows && j.Status == salvage.CallSucceeded && len(j.History) == 0 {
+					folded++
+					continue
+				}
 				res := ""
 				if j.Fingerprint != nil {
 					res = j.Fingerprint.ResourceID
@@ -124,10 +130,17 @@ func (e *env) dlqCmd() *cobra.Command {
 					fmt.Fprintf(tw, "  earlier\t\t%s\t\t%d\t%s\n", h.Status, h.Attempts, truncate(h.Error, 60))
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if folded > 0 {
+				fmt.Fprintf(e.stdout, "(%d calls that succeeded the first time are folded; --all lists them)\n", folded)
+			}
+			return nil
 		},
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	show.Flags().BoolVar(&allRows, "all", false, "list every journal row, the successful ones too")
 
 	action := func(use, endpoint, short string) *cobra.Command {
 		c := &cobra.Command{

@@ -232,6 +232,11 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	}
 	if code, stdout, _ := run(t, "", "dlq", "show", envs[0].ID, "--server", url); code != 0 || !strings.Contains(stdout, "update-crm") || !strings.Contains(stdout, "earlier") || !strings.Contains(stdout, "FAILED") {
 		t.Errorf("dlq show of a replayed envelope should still show the failure:\n%s", stdout)
+	} else if strings.Contains(stdout, "reserve-inventory") || !strings.Contains(stdout, "are folded") {
+		t.Errorf("dlq show should fold the calls that simply succeeded:\n%s", stdout)
+	}
+	if code, stdout, _ := run(t, "", "dlq", "show", envs[0].ID, "--all", "--server", url); code != 0 || !strings.Contains(stdout, "reserve-inventory") {
+		t.Errorf("dlq show --all should list every row:\n%s", stdout)
 	}
 	if code, _, errOut := run(t, "", "dlq", "replay", envs[0].ID, "--server", url); code != 1 || !strings.Contains(errOut, "409") {
 		t.Errorf("dlq replay of a resolved envelope: %d %s", code, errOut)

@@ -241,7 +241,7 @@ chunks finish or are released, then the process exits.`,
 			}
 			defer nc.Close()
 			if err := natsconf.AwaitConnected(ctx, nc, url, connWait, &lastErr, func(waited time.Duration, lastErr error) {
-				log.Warn().Str("url", url).Dur("waited", waited).AnErr("last_error", lastErr).Msg("NATS server not reachable yet; still trying")
+				log.Warn().Str("url", url).Dur("waited_ms", waited).AnErr("last_error", lastErr).Msg("NATS server not reachable yet; still trying")
 			}); err != nil {
 				return err
 			}

@@ -530,3 +530,26 @@ func TestBreakersInSummaryAndMetrics(t *testing.T) {
 		t.Fatalf("summary breakers %+v, held %d", sum.Breakers, sum.Held)
 	}
 }
+
+// TestHistoryIsKeptByTheServer: /api/history serves the sampled counters
+// and the last hour's envelope arrivals per minute, whatever tab asks.
+func TestHistoryIsKeptByTheServer(t *testing.T) {
+	f := setup(t, "")
+	var h dashboard.History
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		_, body := get(t, f.url+"/api/history")
+		return json.Unmarshal([]byte(body), &h) == nil && len(h.Points) > 0 && h.Points[len(h.Points)-1].Envelopes == 1
+	}, "a sample with the fixture's envelope (last %+v)", &h)
+	p := h.Points[len(h.Points)-1]
+	if p.Tier1Retries != 7 || p.Redeliveries != 5 || p.DLQDepth != 1 || h.IntervalSeconds != 10 {
+		t.Fatalf("point %+v, interval %d", p, h.IntervalSeconds)
+	}
+	total := 0
+	for _, n := range h.EnvelopesPerMinute {
+		total += n
+	}
+	// The fixture's envelope was created a minute ago.
+	if len(h.EnvelopesPerMinute) != 60 || total != 1 || (h.EnvelopesPerMinute[58] != 1 && h.EnvelopesPerMinute[57] != 1) {
+		t.Fatalf("envelopes per minute %v", h.EnvelopesPerMinute)
+	}
+}

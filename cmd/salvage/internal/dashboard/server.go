@@ -70,6 +70,7 @@ type Server struct {
 	log    zerolog.Logger
 	token  string
 	hosts  *hostGuard
+	hist   history
 }
 
 // Listen binds the dashboard's address. It refuses a non-loopback address
@@ -118,6 +119,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/summary", s.apiSummary)
+	mux.HandleFunc("GET /api/history", s.apiHistory)
 	mux.HandleFunc("GET /api/envelopes", s.apiEnvelopes)
 	mux.HandleFunc("GET /api/envelopes/{id}", s.apiEnvelope)
 	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
@@ -139,6 +141,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.client.WatchJobs(ctx, s.sum.jobs.update)
 	go s.client.WatchEnvelopes(ctx, s.sum.envs.update)
 	go s.sum.breakers.run(ctx, s.client, s.log)
+	go s.sample(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {
