@@ -336,6 +336,34 @@ func (c *Client) waitError(ctx context.Context, id string, err error) error {
 	return nil
 }
 
+// WaitAccepted blocks until a splitter has taken job id: nil once it is
+// accepted (its chunks are queued), an error wrapping ErrRejected (and
+// ErrUnknownPipeline when that is why) once it is refused, or ctx's
+// error when neither happened in time (no splitter is running). It reads
+// the job's accepted and rejected events, so it works for any submitter.
+func (c *Client) WaitAccepted(ctx context.Context, id string) error {
+	if err := streams.ValidateJobID(id); err != nil {
+		return err
+	}
+	poll := 20 * time.Millisecond
+	for {
+		if err := c.rejected(ctx, id); err != nil {
+			return err
+		}
+		if s, err := c.js.Stream(ctx, streams.Events); err == nil {
+			if _, err := s.GetLastMsgForSubject(ctx, streams.EventSubject(id, streams.EventAccepted)); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("salvage: job %s not taken by a splitter yet: %w", id, ctx.Err())
+		case <-time.After(poll):
+		}
+		poll = min(poll*2, 500*time.Millisecond)
+	}
+}
+
 // rejected returns an error wrapping ErrRejected when job id was rejected.
 func (c *Client) rejected(ctx context.Context, id string) error {
 	s, err := c.js.Stream(ctx, streams.Events)

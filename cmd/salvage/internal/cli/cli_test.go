@@ -197,6 +197,8 @@ func TestSubmitBadInput(t *testing.T) {
 		{"bad pipeline token", `{"input": {}}`, []string{"submit", "contract.review", "-"}, "contains"},
 		{"bad job id", `{"job_id": "a>b", "input": {}}`, []string{"submit", "contract-review", "-"}, "contains"},
 		{"unknown pipeline", `{"input": {}}`, []string{"submit", "nope", "-", "--wait"}, "unknown-pipeline"},
+		{"unknown pipeline, no --wait", `{"input": {}}`, []string{"submit", "nope", "-"}, "unknown-pipeline"},
+		{"empty contract, no --wait", `{"input": {"text": ""}}`, []string{"submit", "contract-review", "-"}, "bad-input"},
 		{"empty contract", `{"input": {"text": ""}}`, []string{"submit", "contract-review", "-", "--wait"}, "bad-input"},
 		{"unknown job", "", []string{"status", "01JNOSUCHJOB0000000000000"}, "no job"},
 		{"bad job token", "", []string{"cancel", "a.b"}, "contains"},

@@ -17,6 +17,10 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 )
 
+// acceptWait bounds how long submit without --wait waits to learn whether
+// the job was accepted.
+const acceptWait = 5 * time.Second
+
 func (e *env) submitCmd() *cobra.Command {
 	var (
 		wait    bool
@@ -28,7 +32,8 @@ func (e *env) submitCmd() *cobra.Command {
 		Short: "Submit a job and print its id",
 		Long: `Submit a job to salvage.jobs.PIPELINE. FILE (or - for stdin) is a job message
 ({"input": ..., "job_id"?, "budget"?, "metadata"?}) or, for contract-review, plain
-contract text. --budget-tokens and --budget-usd set (or override) the job's budget:
+contract text. It prints the job's id once a splitter accepted it, and fails at once
+when the job is rejected (an unknown pipeline, bad input). --budget-tokens and --budget-usd set (or override) the job's budget:
 once the model usage of its finished chunks passes it, its remaining chunks stop and
 one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 done,
 3 partial, 4 incomplete, 5 cancelled, 1 on error.`,
@@ -79,10 +84,24 @@ one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 do
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(e.stdout, id)
 			if !wait {
+				// Say at once when the job is refused (an unknown pipeline,
+				// bad input), rather than leave it to a later status.
+				actx, cancel := context.WithTimeout(ctx, acceptWait)
+				defer cancel()
+				err := c.WaitAccepted(actx, id)
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					fmt.Fprintln(e.stdout, id)
+					fmt.Fprintf(e.stderr, "salvage submit: no splitter took job %s within %s: is salvage up (role worker) running against this server?\n", id, acceptWait)
+					return nil
+				case err != nil:
+					return fmt.Errorf("job %s: %w", id, err)
+				}
+				fmt.Fprintln(e.stdout, id)
 				return nil
 			}
+			fmt.Fprintln(e.stdout, id)
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			return e.waitJob(ctx, c, id)
