@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,8 +27,13 @@ type demoOpts struct {
 	scenario  string
 	outageFor time.Duration
 	report    string
-	timeout   time.Duration
-	sync      string
+	keep      bool
+	logFile   string
+	// onDone, when set, runs once the demo's report is complete and
+	// before its server is closed (--keep).
+	onDone  func(d *demoEnv, r demoResult)
+	timeout time.Duration
+	sync    string
 }
 
 // demoResult is what a run that ends in a report (demo, chaos) reports.
@@ -90,18 +96,44 @@ the requests the CRM got while down.`,
 			if o.kill && o.workers < 2 {
 				return errors.New("--kill needs at least 2 --workers: one is killed, another finishes its chunk")
 			}
-			log, err := e.logger()
+			// With --log-file, the demo's logs and its processes' go to
+			// the file; the report and what --keep says stay here.
+			runner := e
+			if o.logFile != "" {
+				f, err := os.Create(o.logFile)
+				if err != nil {
+					return fmt.Errorf("--log-file: %w", err)
+				}
+				defer f.Close()
+				c := *e
+				c.stderr = f
+				runner = &c
+				fmt.Fprintf(e.stderr, "salvage demo: logs go to %s\n", o.logFile)
+			}
+			log, err := runner.logger()
 			if err != nil {
 				return err
+			}
+			kept := false
+			var keptErr error
+			if o.keep {
+				o.onDone = func(d *demoEnv, r demoResult) {
+					kept = true
+					keptErr = e.writeReport(o.report, r, "demo checks failed: something was lost or repeated")
+					e.keepRunning(cmd.Context(), d, log)
+				}
 			}
 			var r demoResult
 			switch o.pipeline {
 			case contractreview.Name:
-				r, err = e.runReviewDemo(cmd.Context(), o, log)
+				r, err = runner.runReviewDemo(cmd.Context(), o, log)
 			case orders.Name:
-				r, err = e.runOrdersDemo(cmd.Context(), o, log)
+				r, err = runner.runOrdersDemo(cmd.Context(), o, log)
 			default:
 				return fmt.Errorf("--pipeline %q: want %s or %s", o.pipeline, contractreview.Name, orders.Name)
+			}
+			if kept {
+				return keptErr
 			}
 			if err != nil {
 				return err
@@ -126,6 +158,8 @@ the requests the CRM got while down.`,
 	f.StringVar(&o.scenario, "scenario", scenarioMixed, "order-fulfillment: mixed (many faults) or outage (only a CRM outage of --outage-for)")
 	f.DurationVar(&o.outageFor, "outage-for", 30*time.Second, "order-fulfillment, outage scenario: how long the CRM is down")
 	f.StringVar(&o.report, "report", "text", "report format: text or json")
+	f.StringVar(&o.logFile, "log-file", "", "write the demo's logs, and its worker and sim processes', to this file instead of stderr")
+	f.BoolVar(&o.keep, "keep", false, "after the report, leave the demo's server and a dashboard running (URLs on stderr) until Ctrl-C")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting after this long")
 	f.StringVar(&o.sync, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
 	return cmd

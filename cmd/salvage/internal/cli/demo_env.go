@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/natsconf"
 )
 
@@ -136,4 +137,27 @@ func (d *demoEnv) submit(ctx context.Context, o demoOpts, pipeline string, input
 	}
 	d.log.Warn().Str("worker", k.worker).Str("job_id", k.job).Int("chunk", k.chunk).Int("stage", k.stage).Msg("worker process killed with SIGKILL mid-chunk")
 	return jobs, &k, nil
+}
+
+// keepRunning serves a dashboard over the demo's server and says where
+// both are, then waits for ctx (Ctrl-C): a newcomer can look at what the
+// demo just did before it is gone.
+func (e *env) keepRunning(ctx context.Context, d *demoEnv, log zerolog.Logger) {
+	srv, err := dashboard.Listen(d.js, d.client, dashboard.Config{Addr: "127.0.0.1:0", Logger: &log})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "salvage demo --keep: no dashboard: %v\n", err)
+	}
+	done := make(chan struct{})
+	if srv != nil {
+		go func() { defer close(done); _ = srv.Run(ctx) }()
+	} else {
+		close(done)
+	}
+	fmt.Fprintf(e.stderr, "\nThe demo's server and dashboard stay up until Ctrl-C:\n  NATS_URL=%s\n", d.url)
+	if srv != nil {
+		fmt.Fprintf(e.stderr, "  DASHBOARD=%s\n", srv.URL())
+	}
+	fmt.Fprintf(e.stderr, "  try: salvage jobs --server %s\n", d.url)
+	<-ctx.Done()
+	<-done
 }

@@ -232,7 +232,11 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 			}
 		}
 	}
-	return rep, collectOrders(ctx, d.client, client, id, rep)
+	err = collectOrders(ctx, d.client, client, id, rep)
+	if err == nil && o.onDone != nil {
+		o.onDone(d, rep)
+	}
+	return rep, err
 }
 
 // envelopesSettled reports whether every envelope of job is final.

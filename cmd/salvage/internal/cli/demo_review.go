@@ -131,7 +131,11 @@ func (e *env) runReviewDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	}
 	rep.TimedOut = waitJobs(waitCtx, d.client, jobs, log) != nil
 	rep.WallSeconds = time.Since(start).Seconds()
-	return rep, collect(ctx, d.client, jobs, rep)
+	err = collect(ctx, d.client, jobs, rep)
+	if err == nil && o.onDone != nil {
+		o.onDone(d, rep)
+	}
+	return rep, err
 }
 
 // collect fills the report from the checkpoints and streams.

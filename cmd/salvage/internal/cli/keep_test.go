@@ -1,0 +1,113 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/salvagetest"
+)
+
+// TestDemoKeep: `salvage demo --keep` prints its report, then leaves its
+// server and a dashboard up, which show the demo's job, until SIGINT.
+func TestDemoKeep(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "demo.log")
+	cmd := exec.Command(binary, "demo", "--keep", "--chunks", "2", "--workers", "2", "--kill=false", "--report", "json", "--log-file", logFile)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan []byte, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		if sc.Scan() {
+			reports <- append([]byte(nil), sc.Bytes()...)
+		}
+		for sc.Scan() {
+		}
+	}()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	urls := make(chan [2]string, 1)
+	go func() {
+		var nats string
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if v, ok := strings.CutPrefix(line, "NATS_URL="); ok {
+				nats = v
+			}
+			if v, ok := strings.CutPrefix(line, "DASHBOARD="); ok {
+				urls <- [2]string{nats, v}
+			}
+		}
+	}()
+	var u [2]string
+	select {
+	case u = <-urls:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the demo printed no DASHBOARD= line")
+	}
+	// The report came first: one JSON object.
+	var rep struct {
+		Chunks     int `json:"chunks"`
+		ChunksDone int `json:"chunks_done"`
+	}
+	var report []byte
+	select {
+	case report = <-reports:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report on stdout")
+	}
+	if err := json.Unmarshal(report, &rep); err != nil || rep.ChunksDone != 2 {
+		t.Fatalf("report %q: %v", report, err)
+	}
+	code, out, errOut := run(t, "", "jobs", "--json", "--server", u[0])
+	var jobs []salvage.Job
+	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 || jobs[0].Status != salvage.JobDone {
+		t.Fatalf("salvage jobs against the kept server: %d %s %s", code, out, errOut)
+	}
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		resp, err := http.Get(u[1] + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return strings.Contains(b.String(), `salvage_chunks_total{status="done"} 2`)
+	}, "the kept dashboard to count the demo's two chunks")
+	// The logs went to the file, not between the report and the URLs.
+	if logs, err := os.ReadFile(logFile); err != nil || !bytes.Contains(logs, []byte("embedded server ready")) {
+		t.Fatalf("--log-file holds %d bytes (%v); want the demo's logs", len(logs), err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo --keep after SIGINT: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("demo --keep did not stop on SIGINT")
+	}
+}
