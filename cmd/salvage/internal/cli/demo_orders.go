@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -75,8 +77,8 @@ func (r *ordersReport) print(w io.Writer) {
 	row("compensations", r.Compensations)
 	row("duplicate side effects", r.DuplicateSideEffects)
 	row("leftover side effects", r.LeftoverSideEffects)
-	row("envelopes", fmt.Sprintf("%d %v", r.Envelopes, r.EnvelopesByCategory))
-	row("envelope outcomes", r.EnvelopesByStatus)
+	row("envelopes", fmt.Sprintf("%d  %s", r.Envelopes, counts(r.EnvelopesByCategory)))
+	row("envelope outcomes", counts(r.EnvelopesByStatus))
 	row("automatic recovery rate", fmt.Sprintf("%.2f", r.AutoRecoveryRate))
 	row("tier-1 retries / redeliveries / recoveries", fmt.Sprintf("%d / %d / %d", r.Tier1Retries, r.Redeliveries, r.Recoveries))
 	if r.KilledWorker != "" {
@@ -91,6 +93,9 @@ func (r *ordersReport) print(w io.Writer) {
 	}
 	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
 	verdict := "no side effect repeated, none left standing"
+	if r.OrdersEscalated > 0 {
+		verdict = fmt.Sprintf("no side effect repeated, none left standing but those of the %d orders escalated to a person", r.OrdersEscalated)
+	}
 	if !r.ok() {
 		verdict = "CHECKS FAILED"
 	}
@@ -297,7 +302,11 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeEscalated:
 			r.OrdersEscalated++
 			settledOrders[orderID] = true
-			r.Escalations = append(r.Escalations, fmt.Sprintf("%s (%s): left %v", orderID, rec.Category, rec.Left))
+			left := make([]string, len(rec.Left))
+			for i, l := range rec.Left {
+				left[i] = l.Tool + " " + l.ResourceID
+			}
+			r.Escalations = append(r.Escalations, fmt.Sprintf("%s (%s): left %s", orderID, rec.Category, strings.Join(left, ", ")))
 		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeDeadEnd:
 			r.OrdersDeadEnd++
 		default:
@@ -311,4 +320,21 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 	r.Compensations = l.Summary.Compensated
 	r.ledgerCheck = checkLedger(l, settledOrders)
 	return nil
+}
+
+// counts prints a count per name, by name: "abandoned 7, escalated 2".
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
