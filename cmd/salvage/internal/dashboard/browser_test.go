@@ -76,6 +76,27 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &sum); err != nil {
 		t.Fatal(err)
 	}
+	// Jobs: the list shows the fixture's job; its page at #job/<id>
+	// lists its chunks; a chunk's timeline leads with the failed call.
+	job := "01JDASHBOARD00000000000000"
+	jobLink := `tr[data-job="` + job + `"] a`
+	if err := chromedp.Do(step, chromedp.WaitVisible(jobLink), chromedp.Click(jobLink),
+		chromedp.WaitVisible(`#jp-chunks tr[data-chunk="3"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`location.hash === '#job/`+job+`'`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.Click(`#jp-chunks tr[data-chunk="3"]`), chromedp.WaitVisible(`#jp-calls tr`)); err != nil {
+		t.Fatal(err)
+	}
+	if firstCall, err := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('#jp-calls tr').dataset.status`)); err != nil || firstCall != "FAILED" {
+		t.Fatalf("the timeline leads with %q (%v); want the failed call first", firstCall, err)
+	}
+	if n, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll('#jp-calls tr').length`)); err != nil || n != 3 {
+		t.Fatalf("timeline rows %d (%v); want the chunk's 3 calls", n, err)
+	}
+
 	row := `tr[data-envelope="` + f.envID + `"]`
 	if err := chromedp.Do(step, chromedp.WaitVisible(row)); err != nil {
 		t.Fatal(err)
@@ -138,7 +159,6 @@ func TestDashboardInABrowser(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	job := "01JDASHBOARD00000000000000"
 	if _, err := f.stores.Checkpoints.Mutate(bg, job, 2, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Stage = kv.StatusAwaitingApproval, 2
 		return nil

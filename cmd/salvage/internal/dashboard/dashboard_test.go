@@ -70,7 +70,8 @@ func setup(t *testing.T, token string) *fixture {
 		}
 	}
 	for i, st := range []string{kv.CallSucceeded, kv.CallSucceeded, kv.CallFailed} {
-		row := kv.JournalRow{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Tool: "charge-payment", Status: st, LatencyMS: 12}
+		row := kv.JournalRow{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Job: job, Chunk: 3, Stage: 1, Agent: "billing", Seq: i + 1,
+			Tool: "charge-payment", Status: st, LatencyMS: 12, StartedAt: time.Now().Add(time.Duration(i) * time.Millisecond)}
 		if _, err := stores.Journal.Put(ctx, row, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -551,5 +552,39 @@ func TestHistoryIsKeptByTheServer(t *testing.T) {
 	// The fixture's envelope was created a minute ago.
 	if len(h.EnvelopesPerMinute) != 60 || total != 1 || (h.EnvelopesPerMinute[58] != 1 && h.EnvelopesPerMinute[57] != 1) {
 		t.Fatalf("envelopes per minute %v", h.EnvelopesPerMinute)
+	}
+}
+
+// TestJobListAndPage: /api/jobs lists by status tab and search, newest
+// first, with counts per status; a job's page and a chunk's timeline
+// answer; an unknown status is refused.
+func TestJobListAndPage(t *testing.T) {
+	f := setup(t, "")
+	var list dashboard.JobList
+	_, body := get(t, f.url+"/api/jobs")
+	if err := json.Unmarshal([]byte(body), &list); err != nil || list.Total != 2 || list.Counts["running"] != 1 || list.Counts["done"] != 1 {
+		t.Fatalf("jobs %s: %v", body, err)
+	}
+	_, body = get(t, f.url+"/api/jobs?status=done")
+	if err := json.Unmarshal([]byte(body), &list); err != nil || list.Total != 1 || list.Jobs[0].ID != "01JFINISHED000000000000000" {
+		t.Fatalf("done jobs %s: %v", body, err)
+	}
+	_, body = get(t, f.url+"/api/jobs?q=dashboard")
+	if err := json.Unmarshal([]byte(body), &list); err != nil || list.Total != 1 || list.Jobs[0].ID != "01JDASHBOARD00000000000000" {
+		t.Fatalf("search %s: %v", body, err)
+	}
+	if code, _ := get(t, f.url+"/api/jobs?status=finished"); code != http.StatusBadRequest {
+		t.Fatalf("unknown status answered %d", code)
+	}
+	if code, body := get(t, f.url+"/api/jobs/01JDASHBOARD00000000000000"); code != http.StatusOK || !strings.Contains(body, `"chunks"`) {
+		t.Fatalf("job page %d %s", code, body)
+	}
+	if code, _ := get(t, f.url+"/api/jobs/01JNOSUCHJOB00000000000000"); code != http.StatusNotFound {
+		t.Fatalf("unknown job answered %d", code)
+	}
+	code, body := get(t, f.url+"/api/jobs/01JDASHBOARD00000000000000/chunks/3/trace")
+	var tc salvage.TraceChunk
+	if err := json.Unmarshal([]byte(body), &tc); err != nil || code != http.StatusOK || len(tc.Calls) != 3 || tc.Calls[0].Status != salvage.CallFailed {
+		t.Fatalf("chunk trace %d %s: %v", code, body, err)
 	}
 }

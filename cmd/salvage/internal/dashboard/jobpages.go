@@ -1,0 +1,140 @@
+package dashboard
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/salvagehq/salvage"
+)
+
+// jobStatuses are the job list's tabs.
+var jobStatuses = []salvage.JobStatus{salvage.JobRunning, salvage.JobDone, salvage.JobPartial, salvage.JobIncomplete, salvage.JobCancelled}
+
+// JobRow is one job in the job list.
+type JobRow struct {
+	ID           string            `json:"job_id"`
+	Pipeline     string            `json:"pipeline"`
+	Status       salvage.JobStatus `json:"status"`
+	Chunks       int               `json:"chunks"`
+	Done         int               `json:"done"`
+	DeadLettered int               `json:"dead_lettered"`
+	Cancelled    int               `json:"cancelled"`
+	CreatedAt    string            `json:"created_at"`
+}
+
+// JobList is what GET /api/jobs serves: a page of jobs, newest first,
+// and how many jobs each status has.
+type JobList struct {
+	Jobs       []JobRow       `json:"jobs"`
+	Total      int            `json:"total"`
+	Offset     int            `json:"offset"`
+	NextOffset int            `json:"next_offset,omitempty"`
+	Counts     map[string]int `json:"counts"`
+}
+
+// pageOf reads offset and limit from q.
+func pageOf(q map[string][]string) (salvage.Page, error) {
+	var page salvage.Page
+	for name, dst := range map[string]*int{"offset": &page.Offset, "limit": &page.Limit} {
+		if v := first(q[name]); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return page, fmt.Errorf("%s: want a number >= 0, got %q", name, v)
+			}
+			*dst = n
+		}
+	}
+	return page, nil
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// apiJobs lists jobs from the watched index: ?status= (one of the tabs),
+// ?q= (a part of the id or the pipeline), ?offset=&limit=.
+func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	status := salvage.JobStatus(q.Get("status"))
+	if status != "" && !slices.Contains(jobStatuses, status) {
+		fail(w, http.StatusBadRequest, fmt.Errorf("status %q: want one of %v", status, jobStatuses))
+		return
+	}
+	page, err := pageOf(q)
+	if err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
+	search := strings.ToLower(q.Get("q"))
+	jobs, _ := s.sum.jobs.snapshot()
+	out := JobList{Counts: map[string]int{}}
+	rows := make([]JobRow, 0, len(jobs))
+	for _, j := range jobs {
+		out.Counts[string(j.Status)]++
+		if (status != "" && j.Status != status) || (search != "" && !strings.Contains(strings.ToLower(j.ID), search) && !strings.Contains(j.Pipeline, search)) {
+			continue
+		}
+		rows = append(rows, JobRow{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks, Done: j.Summary.Done,
+			DeadLettered: j.Summary.DeadLettered, Cancelled: j.Summary.Cancelled, CreatedAt: j.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")})
+	}
+	sort.Slice(rows, func(i, k int) bool {
+		if rows[i].CreatedAt != rows[k].CreatedAt {
+			return rows[i].CreatedAt > rows[k].CreatedAt
+		}
+		return rows[i].ID > rows[k].ID
+	})
+	from, to := page.Bounds(len(rows))
+	out.Jobs, out.Total, out.Offset = rows[from:to], len(rows), from
+	if to < len(rows) {
+		out.NextOffset = to
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// apiJob serves one job and a page of its chunks (?offset=&limit=).
+func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
+	page, err := pageOf(r.URL.Query())
+	if err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
+	st, err := s.client.Status(r.Context(), r.PathValue("id"), &page)
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// apiChunkTrace serves one chunk's timeline, the calls that did not
+// succeed first.
+func (s *Server) apiChunkTrace(w http.ResponseWriter, r *http.Request) {
+	chunk, err := strconv.Atoi(r.PathValue("chunk"))
+	if err != nil || chunk < 1 {
+		fail(w, http.StatusBadRequest, fmt.Errorf("chunk: want a number from 1"))
+		return
+	}
+	tr, err := s.client.Trace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	for _, c := range tr.Chunks {
+		if c.Chunk != chunk {
+			continue
+		}
+		sort.SliceStable(c.Calls, func(i, k int) bool {
+			return c.Calls[i].Status != salvage.CallSucceeded && c.Calls[k].Status == salvage.CallSucceeded
+		})
+		writeJSON(w, http.StatusOK, c)
+		return
+	}
+	fail(w, http.StatusNotFound, fmt.Errorf("job %s has no chunk %d", tr.Job, chunk))
+}
