@@ -70,6 +70,19 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelStep()
+	// The page confirms what changes things (a replay, a bulk action):
+	// every dialog is accepted here, and its question kept.
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	asked := make(chan string, 10)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			asked <- ev.Message
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
 
 	var sum dashboard.Summary
 	_, body := get(t, f.url+"/api/summary")
@@ -120,9 +133,20 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := chromedp.Do(step,
 		chromedp.Click(row),
 		chromedp.WaitVisible(`[data-testid="detail"]`),
-		chromedp.WaitVisible(`#d-journal tr`),
+		chromedp.WaitVisible(`#d-failed tr`),
 	); err != nil {
 		t.Fatal(err)
+	}
+	// The envelope has its own URL, and leads with what failed and what
+	// stands; the journal is folded.
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`location.hash === '#envelope/`+f.envID+`'`)); err != nil {
+		t.Fatal(err)
+	}
+	if stands, err := chromedp.Run(step, chromedp.Text(`#d-stands`)); err != nil || !strings.Contains(stands, "no effect stands") {
+		t.Fatalf("what stands: %q, %v", stands, err)
+	}
+	if open, err := chromedp.Run(step, chromedp.Evaluate[bool](`document.querySelector('#d-journal').closest('details').open`)); err != nil || open {
+		t.Fatalf("the journal should be folded (open %v, %v)", open, err)
 	}
 	detail, err := chromedp.Run(step, chromedp.Text(`#d-summary`))
 	if err != nil {
@@ -140,6 +164,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	result, err := chromedp.Run(step, chromedp.Text(`#d-result`))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if msg := <-asked; !strings.Contains(msg, "replay envelope "+f.envID) {
+		t.Fatalf("the replay asked %q", msg)
 	}
 	if result != "replay: recovering" {
 		t.Fatalf("replay from the page answered %q", result)
@@ -186,18 +213,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
 
 	// Bulk: filter by category, acknowledge what matches; the page asks
-	// for a confirmation (accepted here) after a dry run counted one.
-	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
-	asked := make(chan string, 1)
-	go func() {
-		for ev, err := range dialogs {
-			if err != nil {
-				return
-			}
-			asked <- ev.Message
-			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
-		}
-	}()
+	// for a confirmation (accepted) after a dry run counted one.
 	if err := chromedp.Do(step, chromedp.SetValue(`#f-category`, "TRANSIENT_NETWORK")); err != nil {
 		t.Fatal(err)
 	}
