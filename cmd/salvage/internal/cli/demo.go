@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +30,8 @@ type demoOpts struct {
 	report    string
 	keep      bool
 	logFile   string
+	// progress, when set, gets the live display (a terminal).
+	progress io.Writer
 	// onDone, when set, runs once the demo's report is complete and
 	// before its server is closed (--keep).
 	onDone  func(d *demoEnv, r demoResult)
@@ -99,6 +102,12 @@ the requests the CRM got while down.`,
 			// With --log-file, the demo's logs and its processes' go to
 			// the file; the report and what --keep says stay here.
 			runner := e
+			if o.report == "text" && o.logFile == "" && isTerminal(e.stdout) {
+				// On a terminal the demo draws its progress; its logs
+				// would scroll it away, so they go to a file it names.
+				o.logFile = filepath.Join(os.TempDir(), fmt.Sprintf("salvage-demo-%s.log", time.Now().Format("20060102-150405")))
+				o.progress = e.stdout
+			}
 			if o.logFile != "" {
 				f, err := os.Create(o.logFile)
 				if err != nil {

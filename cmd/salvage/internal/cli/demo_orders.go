@@ -183,6 +183,8 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	if k != nil {
 		rep.KilledWorker, rep.KilledChunk, rep.KilledAtStage = k.worker, k.chunk, k.stage
 	}
+	stop := startProgress(waitCtx, o.progress, d.client, jobs, k)
+	defer stop()
 	outageDone := !o.outage && o.scenario != scenarioOutage
 	var atOutage sim.Requests
 	for {
@@ -221,6 +223,7 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 		break
 	}
 	rep.WallSeconds = time.Since(start).Seconds()
+	stop()
 	if rep.Outage != "" {
 		reqs, err := client.Requests(ctx)
 		if err != nil {

@@ -129,7 +129,9 @@ func (e *env) runReviewDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	if k != nil {
 		rep.KilledWorker, rep.KilledJob, rep.KilledChunk, rep.KilledAtStage = k.worker, k.job, k.chunk, k.stage
 	}
+	stop := startProgress(waitCtx, o.progress, d.client, jobs, k)
 	rep.TimedOut = waitJobs(waitCtx, d.client, jobs, log) != nil
+	stop()
 	rep.WallSeconds = time.Since(start).Seconds()
 	err = collect(ctx, d.client, jobs, rep)
 	if err == nil && o.onDone != nil {
