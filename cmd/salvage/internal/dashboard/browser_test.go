@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll('#jp-calls tr').length`)); err != nil || n != 3 {
 		t.Fatalf("timeline rows %d (%v); want the chunk's 3 calls", n, err)
 	}
+	screenshot(t, step, "#job-page", "job-page.png")
 
 	row := `tr[data-envelope="` + f.envID + `"]`
 	if err := chromedp.Do(step, chromedp.WaitVisible(row)); err != nil {
@@ -148,6 +150,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if open, err := chromedp.Run(step, chromedp.Evaluate[bool](`document.querySelector('#d-journal').closest('details').open`)); err != nil || open {
 		t.Fatalf("the journal should be folded (open %v, %v)", open, err)
 	}
+	screenshot(t, step, "", "envelope-page.png")
 	detail, err := chromedp.Run(step, chromedp.Text(`#d-summary`))
 	if err != nil {
 		t.Fatal(err)
@@ -246,3 +249,28 @@ func TestDashboardInABrowser(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// screenshot saves what the browser shows of sel (""; the viewport) as name in the
+// directory $SALVAGE_SCREENSHOTS, when it is set: how the README's
+// screenshots are made (SALVAGE_SCREENSHOTS=$PWD/.screenshots go test
+// -run TestDashboardInABrowser ./cmd/salvage/internal/dashboard/).
+func screenshot(t *testing.T, ctx context.Context, sel, name string) {
+	t.Helper()
+	dir := os.Getenv("SALVAGE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	var png []byte
+	var err error
+	if sel == "" {
+		png, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	} else {
+		png, err = chromedp.Run(ctx, chromedp.Screenshot(sel))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
