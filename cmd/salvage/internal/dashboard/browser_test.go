@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -158,25 +159,33 @@ func TestDashboardInABrowser(t *testing.T) {
 	if !strings.Contains(detail, "TRANSIENT_NETWORK") {
 		t.Errorf("detail %q", detail)
 	}
-	if err := chromedp.Do(step, chromedp.Click(`[data-testid="replay"]`)); err != nil {
+	// From the envelope's page to a bulk replay of its category: a dry
+	// run counts it, the page asks, the replay requeues its chunk.
+	if err := chromedp.Do(step, chromedp.SetValue(`#f-category`, "TRANSIENT_NETWORK"), chromedp.Click(`[data-testid="bulk-replay"]`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('d-result').textContent.length > 0`)); err != nil {
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('bulk-result').textContent.startsWith('replay: ')`)); err != nil {
 		t.Fatal(err)
 	}
-	result, err := chromedp.Run(step, chromedp.Text(`#d-result`))
-	if err != nil {
-		t.Fatal(err)
+	if msg := <-asked; !strings.Contains(msg, "replay 1 envelope") {
+		t.Fatalf("the bulk replay asked %q", msg)
 	}
-	if msg := <-asked; !strings.Contains(msg, "replay envelope "+f.envID) {
-		t.Fatalf("the replay asked %q", msg)
-	}
-	if result != "replay: recovering" {
-		t.Fatalf("replay from the page answered %q", result)
+	if got, _ := chromedp.Run(step, chromedp.Text(`#bulk-result`)); !strings.HasPrefix(got, "replay: 1 done") {
+		t.Fatalf("bulk replay from the page answered %q", got)
 	}
 	rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID)
 	if err != nil || rec.Replays != 1 || rec.Status != kv.EnvelopeRecovering {
 		t.Fatalf("envelope after the page's replay = %+v, %v", rec, err)
+	}
+	// A worker runs the replayed chunk: the envelope resolves, and the
+	// page says so.
+	worker := startWorker(t, f)
+	row = `tr[data-envelope="` + f.envID + `"]`
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`(document.querySelector('`+row+`') || {cells: []}).cells[5]?.textContent === 'resolved'`)); err != nil {
+		t.Fatalf("the page never showed the replayed envelope resolved: %v", err)
+	}
+	if err := worker.Stop(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 
 	// An open breaker shows with its held chunks; a chunk awaiting
@@ -273,4 +282,23 @@ func screenshot(t *testing.T, ctx context.Context, sel, name string) {
 	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startWorker runs a worker for the fixture's pipeline, whose one stage
+// does nothing: enough to finish a replayed chunk.
+func startWorker(t *testing.T, f *fixture) *salvage.Client {
+	t.Helper()
+	p := &salvage.Pipeline{Name: "order-fulfillment", Split: salvage.SplitItems,
+		Stages: []salvage.Stage{{Name: "noop", Agents: []salvage.Agent{{Name: "noop", Run: func(context.Context, *salvage.Turn) (any, error) {
+			return "ok", nil
+		}}}}}}
+	c, err := salvage.NewClient(f.b.JS, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, Roles: []salvage.Role{salvage.RoleWorker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
 }
