@@ -66,7 +66,8 @@ type Envelope struct {
 	Strategy Strategy `json:"strategy"`
 	Error    string   `json:"error"`
 	// StoppedChunks, on a BUDGET_EXCEEDED envelope, are the chunks the
-	// job's budget stopped; Chunk is the first of them.
+	// job's budget stopped, the first 10,000 (Error says how many); Chunk
+	// is the first of them.
 	StoppedChunks []int `json:"stopped_chunks,omitempty"`
 	// ErrorClass is transient, rate-limited, timeout, permanent,
 	// cancelled or panic (Error then holds the panic and its stack).

@@ -2,6 +2,7 @@ package salvage
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	"github.com/salvagehq/salvage/kv"
@@ -32,7 +33,7 @@ type TraceChunk struct {
 
 // Trace returns job id's timeline, from its record, checkpoints and
 // journal. It reads every call of the job: meant for one job at a time,
-// not for a loop.
+// not for a loop; TraceChunk reads one chunk's.
 func (c *Client) Trace(ctx context.Context, id string) (*Trace, error) {
 	j, st, err := c.job(ctx, id)
 	if err != nil {
@@ -42,32 +43,65 @@ func (c *Client) Trace(ctx context.Context, id string) (*Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.Journal.LoadJob(ctx, id, j.Chunks)
-	if err != nil {
-		return nil, err
-	}
-	byChunk := map[int][]kv.JournalRow{}
-	for _, r := range rows {
-		byChunk[r.Chunk] = append(byChunk[r.Chunk], r.JournalRow)
-	}
 	tr := &Trace{Job: id, TraceID: j.TraceID, Status: JobStatus(j.Status)}
 	for _, cp := range j.View(cps) {
-		calls := byChunk[cp.Chunk]
-		sort.Slice(calls, func(a, b int) bool {
-			if calls[a].Epoch != calls[b].Epoch {
-				return calls[a].Epoch < calls[b].Epoch
-			}
-			return calls[a].StartedAt.Before(calls[b].StartedAt)
-		})
-		tc := TraceChunk{Chunk: cp.Chunk, Status: ChunkStatus(cp.Status), Stage: cp.Stage, Epoch: cp.Epoch,
-			Deliveries: cp.Deliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope, Error: cp.Reason}
-		if tc.Calls, err = recast[[]Call](calls); err != nil {
+		rows, err := st.Journal.LoadChunk(ctx, id, cp.Chunk)
+		if err != nil {
 			return nil, err
 		}
-		if tc.Calls == nil {
-			tc.Calls = []Call{}
+		tc, err := traceChunk(cp, rows)
+		if err != nil {
+			return nil, err
 		}
 		tr.Chunks = append(tr.Chunks, tc)
 	}
 	return tr, nil
+}
+
+// TraceChunk returns one chunk's part of job id's timeline, reading only
+// that chunk's checkpoint and journal. A chunk outside the job wraps
+// ErrUnknownJob.
+func (c *Client) TraceChunk(ctx context.Context, id string, chunk int) (*TraceChunk, error) {
+	j, st, err := c.job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if chunk < 1 || chunk > j.Chunks {
+		return nil, fmt.Errorf("%w: job %s has no chunk %d", ErrUnknownJob, id, chunk)
+	}
+	cps, err := st.Checkpoints.ForJobRange(ctx, id, chunk, chunk)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.Journal.LoadChunk(ctx, id, chunk)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := traceChunk(j.View(cps)[0], rows)
+	return &tc, err
+}
+
+// traceChunk is one chunk's timeline: its checkpoint and its calls of
+// every epoch, in the order they began.
+func traceChunk(cp kv.Checkpoint, rows map[string]kv.StoredRow) (TraceChunk, error) {
+	calls := make([]kv.JournalRow, 0, len(rows))
+	for _, r := range rows {
+		calls = append(calls, r.JournalRow)
+	}
+	sort.Slice(calls, func(a, b int) bool {
+		if calls[a].Epoch != calls[b].Epoch {
+			return calls[a].Epoch < calls[b].Epoch
+		}
+		return calls[a].StartedAt.Before(calls[b].StartedAt)
+	})
+	tc := TraceChunk{Chunk: cp.Chunk, Status: ChunkStatus(cp.Status), Stage: cp.Stage, Epoch: cp.Epoch,
+		Deliveries: cp.Deliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope, Error: cp.Reason}
+	var err error
+	if tc.Calls, err = recast[[]Call](calls); err != nil {
+		return tc, err
+	}
+	if tc.Calls == nil {
+		tc.Calls = []Call{}
+	}
+	return tc, nil
 }

@@ -15,6 +15,11 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
+// StoppedListMax bounds the chunks a BUDGET_EXCEEDED envelope lists (its
+// error says how many stopped), so the envelope stays far below the
+// server's max_payload whatever a pipeline's MaxChunks.
+const StoppedListMax = 10_000
+
 // stopForBudget stops a job whose counted spend passed its budget: its
 // record says so (BudgetExceededAt, cancelled for "budget exceeded"), so
 // running chunks stop at their next stage as cancelled-at-stage-N and the
@@ -54,15 +59,20 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	}
 	var stopped []int
 	var first kv.Checkpoint
+	n := 0
 	for _, cp := range job.View(cps) {
-		if kv.IsCancelled(cp.Status) {
-			if len(stopped) == 0 {
-				first = cp
-			}
+		if !kv.IsCancelled(cp.Status) {
+			continue
+		}
+		if n == 0 {
+			first = cp
+		}
+		n++
+		if len(stopped) < StoppedListMax {
 			stopped = append(stopped, cp.Chunk)
 		}
 	}
-	if len(stopped) == 0 {
+	if n == 0 {
 		_, err := t.stores.Jobs.SetBudgetEnvelope(ctx, job.ID, "-")
 		return err
 	}
@@ -88,7 +98,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	env := recovery.Envelope{
 		ID: id, Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, TraceID: job.TraceID,
 		Category: recovery.CategoryBudgetExceeded, Strategy: recovery.StrategyEscalate,
-		Error:         fmt.Sprintf("budget exceeded: spent %s%s; %d chunks stopped", spent, limit, len(stopped)),
+		Error:         fmt.Sprintf("budget exceeded: spent %s%s; %d chunks stopped", spent, limit, n),
 		StoppedChunks: stopped, FailedStage: max(first.Stage, 1), Recoveries: first.Recoveries,
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(first.Stage, 1), Status: first.Status, Epoch: first.Epoch},

@@ -160,7 +160,7 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 	if !won || m == nil {
 		return nil
 	}
-	if err := h.release(ctx, m.Subject, m.Data, m.Header, m.Sequence); err != nil {
+	if err := unpark(ctx, h.js, m.Subject, m.Data, m.Header, nil, m.Sequence); err != nil {
 		// The probe never runs: it is overdue after a cool-down and the
 		// breaker opens again, to try another.
 		return err
@@ -217,7 +217,7 @@ func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
 			if err != nil {
 				return err
 			}
-			if err := h.release(ctx, m.Subject(), m.Data(), m.Headers(), meta.Sequence.Stream); err != nil {
+			if err := unpark(ctx, h.js, m.Subject(), m.Data(), m.Headers(), nil, meta.Sequence.Stream); err != nil {
 				// Left unacked: the consumer delivers it again.
 				return err
 			}
@@ -239,16 +239,10 @@ func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
 	return nil
 }
 
-// release publishes a held chunk message back to SALVAGE_CHUNKS: a new
-// message (a fresh delivery budget) whose id derives from the held copy's
-// sequence, so releasing one copy twice publishes it once.
-func (h *holder) release(ctx context.Context, subject string, data []byte, hdr nats.Header, seq uint64) error {
-	return unpark(ctx, h.js, subject, data, hdr, nil, seq)
-}
-
 // unpark publishes the parked chunk message data (from subject, at
 // sequence seq of SALVAGE_HOLD, with headers hdr) back to SALVAGE_CHUNKS
-// with extra headers, under a message id derived from seq.
+// with extra headers: a new message (a fresh delivery budget) whose id
+// derives from seq, so releasing one parked copy twice publishes it once.
 func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []byte, hdr, extra nats.Header, seq uint64) error {
 	var c streams.ChunkMsg
 	if err := json.Unmarshal(data, &c); err != nil || c.Pipeline == "" || c.Job == "" || c.Chunk < 1 {

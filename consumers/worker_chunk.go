@@ -118,13 +118,13 @@ func (r *run) run(ctx context.Context) error {
 	w := r.w
 	p, err := w.cfg.Registry.Get(r.chunk.Pipeline)
 	if err != nil {
-		return r.permanent(ctx, 1, err)
+		return r.permanent(ctx, err)
 	}
 	job, err := r.job(ctx)
 	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= w.cfg.MaxDeliver {
 		// Still no record: an envelope that resumes the chunk later, once
 		// a splitter has created it, or shows an operator a stray chunk.
-		return r.deadLetter(ctx, 1, recovery.Failure{Class: recovery.ClassTransient, Exhausted: true},
+		return r.deadLetter(ctx, recovery.Failure{Class: recovery.ClassTransient, Exhausted: true},
 			fmt.Errorf("no record of job %s after %d deliveries", r.chunk.Job, r.meta.NumDelivered))
 	}
 	if errors.Is(err, kv.ErrNotFound) {
@@ -404,7 +404,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 				if werr := w.stores.Checkpoints.Write(ctx, fence, cp); werr != nil {
 					return r.fencedOr(werr)
 				}
-				return r.permanent(ctx, s, err)
+				return r.permanent(ctx, err)
 			default:
 				return r.retryLater(ctx, cp, fence, err)
 			}
@@ -454,7 +454,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint
 	w := r.w
 	result, err := p.BuildResult(r.chunk.Input, cp.Outputs)
 	if err != nil {
-		return r.permanent(ctx, len(p.Stages), fmt.Errorf("build result: %w", err))
+		return r.permanent(ctx, fmt.Errorf("build result: %w", err))
 	}
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.result.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch))
@@ -596,17 +596,17 @@ func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, wh
 }
 
 // permanent dead-letters the chunk for a failure retrying cannot fix.
-func (r *run) permanent(ctx context.Context, stage int, cause error) error {
+func (r *run) permanent(ctx context.Context, cause error) error {
 	class := recovery.ClassOf(cause)
 	if !class.Permanent() {
 		class = recovery.ClassPermanent
 	}
-	return r.deadLetter(ctx, stage, recovery.Failure{Class: class, Status: recovery.StatusOf(cause)}, cause)
+	return r.deadLetter(ctx, recovery.Failure{Class: class, Status: recovery.StatusOf(cause)}, cause)
 }
 
 // deadLetter stores the chunk's envelope, then terms the message: a termed
 // message leaves the work queue at once, so the envelope must exist first.
-func (r *run) deadLetter(ctx context.Context, stage int, f recovery.Failure, cause error) error {
+func (r *run) deadLetter(ctx context.Context, f recovery.Failure, cause error) error {
 	l := letter{
 		Seq: r.meta.Sequence.Stream, Subject: r.m.Subject(), Data: r.m.Data(), Chunk: r.chunk,
 		Deliveries: r.meta.NumDelivered, Failure: f, Err: cause.Error(),

@@ -177,6 +177,12 @@ func (j *Journal) Load(ctx context.Context, job string, chunk, epoch int) (map[s
 	return j.load(ctx, job+"."+strconv.Itoa(chunk)+"."+strconv.Itoa(epoch)+".>")
 }
 
+// LoadChunk returns the latest row of every call of one chunk, in every
+// epoch.
+func (j *Journal) LoadChunk(ctx context.Context, job string, chunk int) (map[string]StoredRow, error) {
+	return j.load(ctx, job+"."+strconv.Itoa(chunk)+".>")
+}
+
 // load reads the latest row of every key matching filter: in one
 // direct-get batch when the server allows as many keys, else key by key.
 func (j *Journal) load(ctx context.Context, filter string) (map[string]StoredRow, error) {
@@ -223,7 +229,7 @@ func (j *Journal) Get(ctx context.Context, key string) (StoredRow, error) {
 func (j *Journal) LoadJob(ctx context.Context, job string, chunks int) (map[string]StoredRow, error) {
 	out := map[string]StoredRow{}
 	for c := 1; c <= chunks; c++ {
-		rows, err := j.load(ctx, job+"."+strconv.Itoa(c)+".>")
+		rows, err := j.LoadChunk(ctx, job, c)
 		if err != nil {
 			return nil, err
 		}

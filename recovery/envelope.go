@@ -39,8 +39,8 @@ type Envelope struct {
 	Strategy string `json:"strategy"`
 	Error    string `json:"error"`
 	// StoppedChunks, on a BUDGET_EXCEEDED envelope, are the job's chunks
-	// its budget stopped (cancelled-at-stage-N, reason budget exceeded);
-	// Chunk is the first of them.
+	// its budget stopped (cancelled-at-stage-N, reason budget exceeded),
+	// the first 10,000 (Error says how many); Chunk is the first of them.
 	StoppedChunks []int `json:"stopped_chunks,omitempty"`
 	// ErrorClass is the failure's class: transient, rate-limited,
 	// timeout, permanent, cancelled or panic (Error then holds the

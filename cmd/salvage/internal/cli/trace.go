@@ -29,18 +29,15 @@ before (a replay's history), in the chunks that have any or did not end done.`,
 		if err != nil {
 			return err
 		}
+		if chunk < 0 {
+			return fmt.Errorf("--chunk %d: chunks are numbered from 1", chunk)
+		}
 		return e.withClient("salvage trace", func(ctx context.Context, c *salvage.Client) error {
-			tr, err := c.Trace(ctx, id)
+			tr, err := traceOf(ctx, c, id, chunk)
 			if err != nil {
-				return noJob(id, err)
+				return err
 			}
-			if chunk < 0 {
-				return fmt.Errorf("--chunk %d: chunks are numbered from 1", chunk)
-			}
-			narrowTrace(tr, chunk, failed)
-			if chunk > 0 && len(tr.Chunks) == 0 && !failed {
-				return fmt.Errorf("job %s has no chunk %d", id, chunk)
-			}
+			narrowTrace(tr, failed)
 			if asJSON {
 				return e.writeJSON(tr)
 			}
@@ -54,26 +51,44 @@ before (a replay's history), in the chunks that have any or did not end done.`,
 	return cmd
 }
 
-// narrowTrace keeps chunk (0: all) and, with failed, only the calls that
-// did not succeed or failed before, in the chunks that have any or did
-// not end done.
-func narrowTrace(tr *salvage.Trace, chunk int, failed bool) {
+// traceOf reads job id's timeline, or only chunk's (reading only that
+// chunk's journal) when chunk > 0.
+func traceOf(ctx context.Context, c *salvage.Client, id string, chunk int) (*salvage.Trace, error) {
+	if chunk == 0 {
+		tr, err := c.Trace(ctx, id)
+		return tr, noJob(id, err)
+	}
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		return nil, noJob(id, err)
+	}
+	if chunk > j.Chunks {
+		return nil, fmt.Errorf("job %s has no chunk %d", id, chunk)
+	}
+	tc, err := c.TraceChunk(ctx, id, chunk)
+	if err != nil {
+		return nil, err
+	}
+	return &salvage.Trace{Job: id, TraceID: j.TraceID, Status: j.Status, Chunks: []salvage.TraceChunk{*tc}}, nil
+}
+
+// narrowTrace, with failed, keeps only the calls that did not succeed or
+// failed before, in the chunks that have any or did not end done.
+func narrowTrace(tr *salvage.Trace, failed bool) {
+	if !failed {
+		return
+	}
 	kept := tr.Chunks[:0]
 	for _, c := range tr.Chunks {
-		if chunk > 0 && c.Chunk != chunk {
-			continue
+		calls := c.Calls[:0]
+		for _, r := range c.Calls {
+			if r.Status != salvage.CallSucceeded || len(r.History) > 0 {
+				calls = append(calls, r)
+			}
 		}
-		if failed {
-			calls := c.Calls[:0]
-			for _, r := range c.Calls {
-				if r.Status != salvage.CallSucceeded || len(r.History) > 0 {
-					calls = append(calls, r)
-				}
-			}
-			c.Calls = calls
-			if len(calls) == 0 && c.Status == salvage.ChunkDone {
-				continue
-			}
+		c.Calls = calls
+		if len(calls) == 0 && c.Status == salvage.ChunkDone {
+			continue
 		}
 		kept = append(kept, c)
 	}

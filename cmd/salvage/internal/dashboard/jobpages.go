@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,11 +37,11 @@ type JobList struct {
 	Counts     map[string]int `json:"counts"`
 }
 
-// pageOf reads offset and limit from q.
-func pageOf(q map[string][]string) (salvage.Page, error) {
+// pageOf reads ?offset= and ?limit= from q.
+func pageOf(q url.Values) (salvage.Page, error) {
 	var page salvage.Page
 	for name, dst := range map[string]*int{"offset": &page.Offset, "limit": &page.Limit} {
-		if v := first(q[name]); v != "" {
+		if v := q.Get(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				return page, fmt.Errorf("%s: want a number >= 0, got %q", name, v)
@@ -49,13 +50,6 @@ func pageOf(q map[string][]string) (salvage.Page, error) {
 		}
 	}
 	return page, nil
-}
-
-func first(v []string) string {
-	if len(v) == 0 {
-		return ""
-	}
-	return v[0]
 }
 
 // apiJobs lists jobs from the watched index: ?status= (one of the tabs),
@@ -121,20 +115,13 @@ func (s *Server) apiChunkTrace(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, fmt.Errorf("chunk: want a number from 1"))
 		return
 	}
-	tr, err := s.client.Trace(r.Context(), r.PathValue("id"))
+	c, err := s.client.TraceChunk(r.Context(), r.PathValue("id"), chunk)
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
 	}
-	for _, c := range tr.Chunks {
-		if c.Chunk != chunk {
-			continue
-		}
-		sort.SliceStable(c.Calls, func(i, k int) bool {
-			return c.Calls[i].Status != salvage.CallSucceeded && c.Calls[k].Status == salvage.CallSucceeded
-		})
-		writeJSON(w, http.StatusOK, c)
-		return
-	}
-	fail(w, http.StatusNotFound, fmt.Errorf("job %s has no chunk %d", tr.Job, chunk))
+	sort.SliceStable(c.Calls, func(i, k int) bool {
+		return c.Calls[i].Status != salvage.CallSucceeded && c.Calls[k].Status == salvage.CallSucceeded
+	})
+	writeJSON(w, http.StatusOK, c)
 }

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -197,16 +196,10 @@ func (s *Server) apiSummary(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := salvage.EnvelopeFilter{Category: salvage.Category(q.Get("category")), Status: salvage.EnvelopeStatus(q.Get("status")), Job: q.Get("job")}
-	var page salvage.Page
-	for name, dst := range map[string]*int{"offset": &page.Offset, "limit": &page.Limit} {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				fail(w, http.StatusBadRequest, fmt.Errorf("%s: want a number >= 0, got %q", name, v))
-				return
-			}
-			*dst = n
-		}
+	page, err := pageOf(q)
+	if err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
 	}
 	if a := q.Get("min_age"); a != "" {
 		d, err := time.ParseDuration(a)
