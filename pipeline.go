@@ -158,7 +158,8 @@ type Tool struct {
 	// Name is what agents call it by. Required.
 	Name string
 	// System is the external system it touches (payments, crm, …): a
-	// subject token, not "approval" (reserved). Calls to one system share
+	// subject token, not "approval" nor beginning with "paused-" (both
+	// reserved). Calls to one system share
 	// one circuit breaker across every worker (Config.Breaker); a tool
 	// without a System has none.
 	System string

@@ -19,7 +19,7 @@ const (
 	// ServiceName is the micro service's name (`nats micro info salvage`).
 	ServiceName = "salvage"
 	// ServiceVersion is its version.
-	ServiceVersion = "0.4.0"
+	ServiceVersion = "0.5.0"
 	// ServicePrefix prefixes every endpoint's subject.
 	ServicePrefix = "salvage.api"
 )
@@ -53,7 +53,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks",
+		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -63,6 +63,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.cancel": c.apiCancel,
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
 		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove,
+		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -92,7 +93,7 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob),
 			errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadBulk):
 			code = CodeMalformed
-		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob):
+		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline):
 			code = CodeUnknown
 		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotAwaitingApproval):
 			code = CodeAlreadyResolved
@@ -276,6 +277,47 @@ func (c *Client) apiBreakers(ctx context.Context, _ micro.Request) (any, error) 
 		bs = []Breaker{}
 	}
 	return bs, err
+}
+
+// apiPipelines lists the pipelines; the request body is ignored.
+func (c *Client) apiPipelines(ctx context.Context, _ micro.Request) (any, error) {
+	return c.Pipelines(ctx)
+}
+
+// pipelineRequest is the body of pipelines.pause and pipelines.resume.
+type pipelineRequest struct {
+	Pipeline string `json:"pipeline"`
+	By       string `json:"by,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+func readPipelineRequest(req micro.Request) (pipelineRequest, error) {
+	var r pipelineRequest
+	if err := decode(req, &r, false); err != nil {
+		return r, err
+	}
+	if r.Pipeline == "" {
+		return r, fmt.Errorf(`%w: want {"pipeline", "by"?, "reason"?}`, errMalformed)
+	}
+	return r, nil
+}
+
+// apiPause takes {"pipeline", "by"?, "reason"?}.
+func (c *Client) apiPause(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readPipelineRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.PausePipeline(ctx, r.Pipeline, r.By, r.Reason)
+}
+
+// apiResume takes {"pipeline", "by"?}.
+func (c *Client) apiResume(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readPipelineRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.ResumePipeline(ctx, r.Pipeline, r.By)
 }
 
 func (c *Client) apiStatus(ctx context.Context, req micro.Request) (any, error) {

@@ -45,6 +45,8 @@ const (
 	ChunkHeld ChunkStatus = "held"
 	// ChunkAwaitingApproval: parked until a person approves.
 	ChunkAwaitingApproval ChunkStatus = "awaiting-approval"
+	// ChunkPaused: parked while its pipeline is paused.
+	ChunkPaused ChunkStatus = "paused"
 )
 
 // CancelledAtStage is the status of a chunk cancelled on entering stage

@@ -48,20 +48,22 @@ const (
 // Every worker process runs one; they agree through the breakers' CAS
 // and share the hold consumers.
 type holder struct {
-	js   jetstream.JetStream
-	gate *gate
-	id   string
-	log  zerolog.Logger
-	// pausedFor is the cool-down end each system's consumer was paused
-	// for by this process; checked is when a closed system was last
-	// looked at for held chunks.
+	js     jetstream.JetStream
+	gate   *gate
+	pauses *pauses
+	id     string
+	log    zerolog.Logger
+	// pausedFor is the cool-down end (or pause time) each system's
+	// consumer was paused for by this process, pausedAt when; checked is
+	// when a closed system was last looked at for held chunks.
 	pausedFor map[string]time.Time
+	pausedAt  map[string]time.Time
 	checked   map[string]time.Time
 }
 
-func newHolder(js jetstream.JetStream, g *gate, id string, log zerolog.Logger) *holder {
-	return &holder{js: js, gate: g, id: id, log: log.With().Str("part", "holder").Logger(),
-		pausedFor: map[string]time.Time{}, checked: map[string]time.Time{}}
+func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, log zerolog.Logger) *holder {
+	return &holder{js: js, gate: g, pauses: ps, id: id, log: log.With().Str("part", "holder").Logger(),
+		pausedFor: map[string]time.Time{}, pausedAt: map[string]time.Time{}, checked: map[string]time.Time{}}
 }
 
 // run makes a pass every holdTick until ctx ends. It blocks.
@@ -70,6 +72,11 @@ func (h *holder) run(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	case <-h.gate.ready:
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-h.pauses.ready:
 	}
 	t := time.NewTicker(holdTick)
 	defer t.Stop()
@@ -99,10 +106,22 @@ func (h *holder) pass(ctx context.Context) {
 			h.log.Warn().Err(err).Str("system", b.System).Str("state", b.State).Msg("holder pass")
 		}
 	}
+	for _, p := range h.pauses.all() {
+		system := streams.PausedSystem(p.Pipeline)
+		var err error
+		if p.Paused {
+			err = h.pauseFor(ctx, system, p.PausedAt)
+		} else {
+			err = h.release(ctx, system, func() bool { return !h.pauses.paused(p.Pipeline) })
+		}
+		if err != nil && ctx.Err() == nil {
+			h.log.Warn().Err(err).Str("pipeline", p.Pipeline).Bool("paused", p.Paused).Msg("holder pass")
+		}
+	}
 }
 
 func (h *holder) whileOpen(ctx context.Context, b kv.Breaker) error {
-	if err := h.pause(ctx, b); err != nil {
+	if err := h.pauseFor(ctx, b.System, b.RetryAt); err != nil {
 		return err
 	}
 	if time.Now().Before(b.RetryAt) {
@@ -112,7 +131,7 @@ func (h *holder) whileOpen(ctx context.Context, b kv.Breaker) error {
 }
 
 func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
-	if err := h.pause(ctx, b); err != nil {
+	if err := h.pauseFor(ctx, b.System, b.RetryAt); err != nil {
 		return err
 	}
 	p := h.gate.policies.For(b.System)
@@ -171,39 +190,45 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 	return deleteMsg(ctx, h.js, streams.Hold, m.Sequence)
 }
 
-// whileClosed releases the chunks held for a closed breaker's system: at
-// once after the close, then every heldCheckInterval for a hold that
-// raced the release.
+// whileClosed releases the chunks held for a closed breaker's system.
 func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
-	_, wasPaused := h.pausedFor[b.System]
-	if !wasPaused && time.Since(h.checked[b.System]) < heldCheckInterval {
+	return h.release(ctx, b.System, func() bool { return h.gate.state(b.System).State == kv.BreakerClosed })
+}
+
+// release returns the chunks held for system to SALVAGE_CHUNKS while
+// still() holds (a closed breaker, a resumed pipeline): at once after
+// this process saw it paused, then every heldCheckInterval for a park
+// that raced the release.
+func (h *holder) release(ctx context.Context, system string, still func() bool) error {
+	_, wasPaused := h.pausedFor[system]
+	if !wasPaused && time.Since(h.checked[system]) < heldCheckInterval {
 		return nil
 	}
-	h.checked[b.System] = time.Now()
+	h.checked[system] = time.Now()
 	s, err := h.js.Stream(ctx, streams.Hold)
 	if err != nil {
 		return err
 	}
-	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForSystem(b.System))); errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForSystem(system))); errors.Is(err, jetstream.ErrMsgNotFound) {
 		if !wasPaused {
 			return nil
 		}
-		delete(h.pausedFor, b.System)
-		return h.resume(ctx, b.System)
+		delete(h.pausedFor, system)
+		return h.resume(ctx, system)
 	} else if err != nil {
 		return err
 	}
-	cons, err := h.consumer(ctx, b.System)
+	cons, err := h.consumer(ctx, system)
 	if err != nil {
 		return err
 	}
-	if err := h.resume(ctx, b.System); err != nil {
+	if err := h.resume(ctx, system); err != nil {
 		return err
 	}
-	delete(h.pausedFor, b.System)
+	delete(h.pausedFor, system)
 	released := 0
 	for range releaseBatches {
-		if h.gate.state(b.System).State != kv.BreakerClosed {
+		if !still() {
 			break
 		}
 		batch, err := cons.FetchNoWait(releaseBatch)
@@ -234,7 +259,7 @@ func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
 		}
 	}
 	if released > 0 {
-		h.log.Info().Str("system", b.System).Int("released", released).Msg("breaker closed: held chunks returned to the work queue")
+		h.log.Info().Str("system", system).Int("released", released).Msg("held chunks returned to the work queue")
 	}
 	return nil
 }
@@ -271,26 +296,32 @@ func (h *holder) consumer(ctx context.Context, system string) (jetstream.Consume
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return c, err
 	}
+	desc := "Releases the chunks held while the circuit breaker of " + system + " was open."
+	if p, ok := streams.PausedPipeline(system); ok {
+		desc = "Releases the chunks of pipeline " + p + " parked while it was paused."
+	}
 	return h.js.CreateOrUpdateConsumer(ctx, streams.Hold, jetstream.ConsumerConfig{
-		Durable: name, Description: "Releases the chunks held while the circuit breaker of " + system + " was open.",
+		Durable: name, Description: desc,
 		FilterSubject: streams.HoldForSystem(system), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: holdAckWait, MaxDeliver: -1,
 	})
 }
 
-// pause pauses system's hold consumer for b's cool-down, once per
-// cool-down.
-func (h *holder) pause(ctx context.Context, b kv.Breaker) error {
-	if h.pausedFor[b.System].Equal(b.RetryAt) {
+// pauseFor pauses system's hold consumer once for each until (a
+// breaker's cool-down end, a pipeline's pause time): up to pauseSlack
+// past it, and the holder resumes it explicitly. A paused pipeline's
+// consumer is paused again by the next pass after pauseSlack.
+func (h *holder) pauseFor(ctx context.Context, system string, until time.Time) error {
+	if h.pausedFor[system].Equal(until) && time.Since(h.pausedAt[system]) < pauseSlack/2 {
 		return nil
 	}
-	if _, err := h.consumer(ctx, b.System); err != nil {
+	if _, err := h.consumer(ctx, system); err != nil {
 		return err
 	}
-	if _, err := h.js.PauseConsumer(ctx, streams.Hold, streams.HoldConsumer(b.System), b.RetryAt.Add(pauseSlack)); err != nil {
+	if _, err := h.js.PauseConsumer(ctx, streams.Hold, streams.HoldConsumer(system), time.Now().Add(pauseSlack)); err != nil {
 		return err
 	}
-	h.pausedFor[b.System] = b.RetryAt
+	h.pausedFor[system], h.pausedAt[system] = until, time.Now()
 	return nil
 }
 

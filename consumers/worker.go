@@ -129,6 +129,8 @@ type Worker struct {
 	// and releases the chunks they hold.
 	gate   *gate
 	holder *holder
+	// pauses is this process's view of the paused pipelines.
+	pauses *pauses
 	// tails bounds the finished chunks still doing their bookkeeping
 	// after giving their slot to the next chunk.
 	tails chan struct{}
@@ -158,8 +160,9 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	}
 	tr := tracker{js: js, stores: stores, counts: newCounts(stores)}
 	g := newGate(js, stores, cfg.Breakers, cfg.ID, log)
+	ps := newPauses(js, log)
 	return &Worker{
-		gate: g, holder: newHolder(js, g, cfg.ID, log),
+		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, log),
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
 		cancels: newCancelRegistry(),
@@ -180,12 +183,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil || cons == nil {
 		return err
 	}
+	for _, name := range w.cfg.Registry.Names() {
+		if err := w.stores.Pipelines.Register(ctx, name); err != nil {
+			// Pausing it from a console that does not know it fails.
+			w.log.Warn().Err(err).Str("pipeline", name).Msg("record the pipeline")
+		}
+	}
 	// Chunks outlive ctx so a drain can finish them.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 	go w.watchCancellations(workCtx)
 	go w.gate.follow(workCtx)
+	go w.pauses.follow(workCtx)
 	go w.holder.run(workCtx)
+	// A chunk of a paused pipeline must not start before the worker knows.
+	select {
+	case <-w.pauses.ready:
+	case <-ctx.Done():
+	}
 
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup

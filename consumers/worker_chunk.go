@@ -373,6 +373,10 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 			flushStats(&cp)
 			return r.cancelled(ctx, cp, fence, s)
 		}
+		if w.pauses.paused(r.chunk.Pipeline) {
+			flushStats(&cp)
+			return r.pause(ctx, cp, fence, s)
+		}
 		if st.RequiresApproval && !cp.Approved(s) {
 			flushStats(&cp)
 			return r.awaitApproval(ctx, cp, fence, s, st.Name)

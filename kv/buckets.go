@@ -37,6 +37,7 @@ type Stores struct {
 	Journal     *Journal
 	Snapshots   *Snapshots
 	Breakers    *Breakers
+	Pipelines   *Pipelines
 }
 
 // Options tunes provisioning; zero fields take defaults.
@@ -56,6 +57,7 @@ func BucketConfigs(o Options) []jetstream.KeyValueConfig {
 		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 		{Bucket: BucketBreakers, Description: "One circuit breaker per external system: closed, open, half-open.", History: 5, Replicas: o.Replicas},
+		{Bucket: BucketPipelines, Description: "What operators set on a pipeline: paused or not.", History: 5, Replicas: o.Replicas},
 	}
 }
 
@@ -109,6 +111,10 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
+	pipelines, err := get(BucketPipelines)
+	if err != nil {
+		return nil, err
+	}
 	journal, err := get(BucketJournal)
 	if err != nil {
 		return nil, err
@@ -127,5 +133,6 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 		Journal:     jr,
 		Snapshots:   &Snapshots{os: snaps},
 		Breakers:    &Breakers{b: breakers, js: js, now: time.Now},
+		Pipelines:   &Pipelines{b: pipelines, js: js, now: time.Now},
 	}, nil
 }

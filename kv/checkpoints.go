@@ -22,6 +22,8 @@ const (
 	StatusDone             = "done"
 	StatusHeld             = "held"
 	StatusAwaitingApproval = "awaiting-approval"
+	// StatusPaused parks a chunk of a paused pipeline until it resumes.
+	StatusPaused = "paused"
 	// StatusDeadLettered marks a chunk whose latest outcome is an envelope;
 	// the envelope's own status says whether that is final.
 	StatusDeadLettered = "dead-lettered"

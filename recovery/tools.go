@@ -95,7 +95,7 @@ type Tools struct {
 
 // NewTools registers ts. It returns an error wrapping ErrInvalidTool for a
 // tool without a name or call, a System that is not a subject token (or
-// is the reserved "approval"), a duplicate, a reversible side effect
+// is reserved: "approval" or "paused-…"), a duplicate, a reversible side effect
 // without a registered compensation tool, or a side effect without Verify.
 func NewTools(ts ...Tool) (*Tools, error) {
 	r := &Tools{m: map[string]*Tool{}}
@@ -104,7 +104,7 @@ func NewTools(ts ...Tool) (*Tools, error) {
 		if t.Name == "" || t.Call == nil {
 			return nil, fmt.Errorf("%w: tool %d needs a Name and a Call", ErrInvalidTool, i)
 		}
-		if t.System == streams.SystemApproval {
+		if streams.ReservedSystem(t.System) {
 			return nil, fmt.Errorf("%w: %s: system name %q is reserved", ErrInvalidTool, t.Name, t.System)
 		}
 		if t.System != "" {

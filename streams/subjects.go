@@ -106,6 +106,27 @@ func ParseChunkSubject(subject string) (ChunkRef, error) {
 // chunks awaiting a person's approval; no tool may use it.
 const SystemApproval = "approval"
 
+// pausedPrefix begins the reserved hold systems of paused pipelines.
+const pausedPrefix = "paused-"
+
+// PausedSystem is the reserved hold system of pipeline's chunks parked
+// while the pipeline is paused: paused-<pipeline>. No tool may use a
+// system name that begins with "paused-".
+func PausedSystem(pipeline string) string { return pausedPrefix + pipeline }
+
+// PausedPipeline reports whether system is a paused pipeline's hold
+// system, and which pipeline.
+func PausedPipeline(system string) (string, bool) {
+	p, ok := strings.CutPrefix(system, pausedPrefix)
+	return p, ok && p != ""
+}
+
+// ReservedSystem reports whether no tool may use system as its name:
+// approval, and paused-<pipeline>.
+func ReservedSystem(system string) bool {
+	return system == SystemApproval || strings.HasPrefix(system, pausedPrefix)
+}
+
 // HoldSubject is where a chunk waits while system's breaker is open (or,
 // for SystemApproval, until a person approves it).
 func HoldSubject(system, job string, chunk int) string {

@@ -78,18 +78,29 @@ func (e *env) statusCmd() *cobra.Command {
 			if asJSON {
 				return e.writeJSON(map[string]any{"job": j, "chunks": chunks})
 			}
-			running, pending := 0, 0
+			running, pending, paused := 0, 0, 0
 			for _, ch := range chunks {
 				switch ch.Status {
 				case salvage.ChunkRunning:
 					running++
 				case salvage.ChunkPending:
 					pending++
+				case salvage.ChunkPaused:
+					paused++
 				}
 			}
 			fmt.Fprintf(e.stdout, "job %s  pipeline %s  status %s  trace %s\n", j.ID, j.Pipeline, j.Status, j.TraceID)
-			fmt.Fprintf(e.stdout, "chunks %d: %d done, %d dead-lettered, %d cancelled, %d running, %d pending\n",
-				j.Chunks, j.Summary.Done, j.Summary.DeadLettered, j.Summary.Cancelled, running, pending)
+			fmt.Fprintf(e.stdout, "chunks %d: %d done, %d dead-lettered, %d cancelled, %d running, %d pending, %d paused\n",
+				j.Chunks, j.Summary.Done, j.Summary.DeadLettered, j.Summary.Cancelled, running, pending, paused)
+			if j.Status == salvage.JobRunning {
+				if ps, err := c.Pipelines(ctx); err == nil {
+					for _, p := range ps {
+						if p.Pipeline == j.Pipeline && p.Paused {
+							writePipeline(e.stdout, p)
+						}
+					}
+				}
+			}
 			for _, why := range j.Explanation {
 				fmt.Fprintln(e.stdout, "  "+why)
 			}

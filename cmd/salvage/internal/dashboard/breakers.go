@@ -15,10 +15,12 @@ import (
 // opened, whatever the number of chunks held.
 const breakerPollInterval = 2 * time.Second
 
-// breakerPoll keeps the latest read of the circuit breakers.
+// breakerPoll keeps the latest read of the circuit breakers and of the
+// pipelines (paused or not, and what each has parked).
 type breakerPoll struct {
-	mu   sync.Mutex
-	last []salvage.Breaker
+	mu        sync.Mutex
+	last      []salvage.Breaker
+	pipelines []salvage.PipelineStatus
 }
 
 // run reads the breakers every breakerPollInterval until ctx ends.
@@ -34,12 +36,34 @@ func (p *breakerPoll) run(ctx context.Context, c *salvage.Client, log zerolog.Lo
 			p.last = bs
 			p.mu.Unlock()
 		}
+		p.readPipelines(ctx, c, log)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// readPipelines reads the pipelines now: each poll, and after a pause or
+// resume from the page, which shows it at once.
+func (p *breakerPoll) readPipelines(ctx context.Context, c *salvage.Client, log zerolog.Logger) {
+	ps, err := c.Pipelines(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Debug().Err(err).Msg("read the pipelines")
+		}
+		return
+	}
+	p.mu.Lock()
+	p.pipelines = ps
+	p.mu.Unlock()
+}
+
+func (p *breakerPoll) pipelineSnapshot() []salvage.PipelineStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]salvage.PipelineStatus{}, p.pipelines...)
 }
 
 func (p *breakerPoll) snapshot() []salvage.Breaker {

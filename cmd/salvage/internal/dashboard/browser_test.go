@@ -82,7 +82,8 @@ func TestDashboardInABrowser(t *testing.T) {
 				return
 			}
 			asked <- ev.Message
-			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			// A prompt (the reason for a pause) is answered "deploy".
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true, PromptText: "deploy"})
 		}
 	}()
 
@@ -186,6 +187,26 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	if err := worker.Stop(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+
+	// The worker recorded its pipeline: the page pauses it, asking why,
+	// and resumes it, asking first.
+	pipeRow := `tr[data-pipeline="order-fulfillment"]`
+	if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="running"] button[data-action="pause"]`),
+		chromedp.Click(pipeRow+` button[data-action="pause"]`), chromedp.WaitVisible(pipeRow+`[data-state="paused"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if msg := <-asked; !strings.Contains(msg, "Pause order-fulfillment?") {
+		t.Fatalf("the pause asked %q", msg)
+	}
+	if st, err := f.stores.Pipelines.Get(context.Background(), "order-fulfillment"); err != nil || !st.Paused || st.PausedBy != "dashboard" || st.Reason != "deploy" {
+		t.Fatalf("pipeline after the page's pause: %+v, %v", st, err)
+	}
+	if err := chromedp.Do(step, chromedp.Click(pipeRow+` button[data-action="resume"]`), chromedp.WaitVisible(pipeRow+`[data-state="running"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if msg := <-asked; !strings.Contains(msg, "Resume order-fulfillment?") {
+		t.Fatalf("the resume asked %q", msg)
 	}
 
 	// An open breaker shows with its held chunks; a chunk awaiting

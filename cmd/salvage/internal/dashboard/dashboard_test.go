@@ -532,6 +532,49 @@ func TestBreakersInSummaryAndMetrics(t *testing.T) {
 	}
 }
 
+// TestPauseFromTheDashboard: a pause needs the token, names a known
+// pipeline, and shows in /api/pipelines and /metrics.
+func TestPauseFromTheDashboard(t *testing.T) {
+	f := setup(t, "secret")
+	ctx := context.Background()
+	if err := f.stores.Pipelines.Register(ctx, "order-fulfillment"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := post(t, f.url+"/api/pipelines/order-fulfillment/pause", nil); code != http.StatusForbidden {
+		t.Fatalf("pause without the token: %d", code)
+	}
+	auth := map[string]string{dashboard.TokenHeader: "secret"}
+	for path, want := range map[string]int{
+		"/api/pipelines/no-such-pipeline/pause":   http.StatusNotFound,
+		"/api/pipelines/order-fulfillment/freeze": http.StatusNotFound,
+		"/api/pipelines/bad%3Ename/pause":         http.StatusBadRequest,
+	} {
+		if code, body := post(t, f.url+path, auth); code != want {
+			t.Errorf("POST %s: %d %s; want %d", path, code, body, want)
+		}
+	}
+	if code, body := post(t, f.url+"/api/pipelines/order-fulfillment/pause", auth); code != http.StatusOK || !strings.Contains(body, `"paused":true`) {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	_, body := get(t, f.url+"/api/pipelines")
+	var ps []salvage.PipelineStatus
+	if err := json.Unmarshal([]byte(body), &ps); err != nil || len(ps) != 1 || !ps[0].Paused || ps[0].PausedBy != "dashboard" {
+		t.Fatalf("/api/pipelines: %s", body)
+	}
+	var v map[string]float64
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		v = scrape(t, f.url)
+		return v["salvage_pipeline_paused,pipeline=order-fulfillment"] == 1
+	}, "salvage_pipeline_paused in /metrics (last %v)", &v)
+	if code, body := post(t, f.url+"/api/pipelines/order-fulfillment/resume", auth); code != http.StatusOK || !strings.Contains(body, `"paused":false`) {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		v = scrape(t, f.url)
+		return v["salvage_pipeline_paused,pipeline=order-fulfillment"] == 0
+	}, "salvage_pipeline_paused back to 0 (last %v)", &v)
+}
+
 // TestHistoryIsKeptByTheServer: /api/history serves the sampled counters
 // and the last hour's envelope arrivals per minute, whatever tab asks.
 func TestHistoryIsKeptByTheServer(t *testing.T) {

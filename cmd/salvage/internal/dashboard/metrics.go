@@ -27,6 +27,8 @@ var (
 	descTokens     = prometheus.NewDesc("salvage_model_tokens_total", "Tokens model calls reported spending, by model and kind (prompt, completion); each call once.", []string{"model", "kind"}, nil)
 	descRate       = prometheus.NewDesc("salvage_auto_recovery_rate", "Share of dead-lettered chunks that finished, or were compensated with nothing left, without a person.", nil, nil)
 	descBreaker    = prometheus.NewDesc("salvage_breaker_state", "Circuit breaker state per external system: 1 for the state it is in (closed, open, half-open), 0 for the others.", []string{"system", "state"}, nil)
+	descPaused     = prometheus.NewDesc("salvage_pipeline_paused", "1 while the pipeline is paused, else 0.", []string{"pipeline"}, nil)
+	descParked     = prometheus.NewDesc("salvage_parked_chunks", "Chunks parked on SALVAGE_HOLD while their pipeline is paused.", []string{"pipeline"}, nil)
 	descHeld       = prometheus.NewDesc("salvage_held_chunks", "Chunks held on SALVAGE_HOLD while their system's circuit breaker is open.", []string{"system"}, nil)
 	descOpens      = prometheus.NewDesc("salvage_breaker_opens_total", "Times a system's circuit breaker opened.", []string{"system"}, nil)
 )
@@ -35,7 +37,7 @@ var (
 var breakerStates = []salvage.BreakerState{salvage.BreakerClosed, salvage.BreakerOpen, salvage.BreakerHalfOpen}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens} {
+	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens, descPaused, descParked} {
 		ch <- d
 	}
 }
@@ -74,6 +76,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(b.Held), b.System)
 		ch <- prometheus.MustNewConstMetric(descOpens, prometheus.CounterValue, float64(b.Opens), b.System)
+	}
+	for _, p := range sum.Pipelines {
+		v := 0.0
+		if p.Paused {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, v, p.Pipeline)
+		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(p.Parked), p.Pipeline)
 	}
 	for tool, byStatus := range sum.Calls {
 		for status, n := range byStatus {

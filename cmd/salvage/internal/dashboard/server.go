@@ -126,6 +126,8 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("GET /api/envelopes/{id}", s.apiEnvelope)
 	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
 	mux.HandleFunc("POST /api/bulk", s.apiBulk)
+	mux.HandleFunc("GET /api/pipelines", s.apiPipelines)
+	mux.HandleFunc("POST /api/pipelines/{name}/{action}", s.apiPause)
 	mux.HandleFunc("GET /api/approvals", s.apiApprovals)
 	mux.HandleFunc("POST /api/approvals/{job}/{chunk}/{action}", s.apiDecide)
 	s.hosts = newHostGuard(cfg.Addr, cfg.AllowedHosts, securityHeaders(mux))
@@ -303,7 +305,7 @@ func (s *Server) authorize(r *http.Request) error {
 
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, salvage.ErrUnknownEnvelope), errors.Is(err, salvage.ErrUnknownJob):
+	case errors.Is(err, salvage.ErrUnknownEnvelope), errors.Is(err, salvage.ErrUnknownJob), errors.Is(err, salvage.ErrUnknownPipeline):
 		return http.StatusNotFound
 	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded), errors.Is(err, salvage.ErrNotAwaitingApproval):
 		return http.StatusConflict

@@ -48,6 +48,8 @@ type Summary struct {
 	// the chunks each holds; Held adds those up.
 	Breakers []salvage.Breaker `json:"breakers"`
 	Held     int               `json:"held"`
+	// Pipelines are the pipelines the workers run, paused or not.
+	Pipelines []salvage.PipelineStatus `json:"pipelines"`
 }
 
 // JobProgress is one job on the page.
@@ -134,6 +136,7 @@ func (s *summarizer) summary() Summary {
 	for _, b := range sum.Breakers {
 		sum.Held += b.Held
 	}
+	sum.Pipelines = s.breakers.pipelineSnapshot()
 	s.cached = sum
 	return sum
 }

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage"
+)
+
+func (e *env) pipelinesCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "pipelines",
+		Short: "List the pipelines the workers run, which are paused, and the chunks each has parked",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = e.withClient("salvage pipelines", func(ctx context.Context, c *salvage.Client) error {
+		ps, err := c.Pipelines(ctx)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return e.writeJSON(ps)
+		}
+		tw := table(e.stdout)
+		fmt.Fprintln(tw, "PIPELINE\tSTATE\tPARKED\tSINCE\tBY\tREASON")
+		for _, p := range ps {
+			state, since, by := "running", p.ResumedAt, p.ResumedBy
+			if p.Paused {
+				state, since, by = "paused", p.PausedAt, p.PausedBy
+			}
+			when := "-"
+			if !since.IsZero() {
+				when = since.Local().Format(time.DateTime)
+			}
+			if by == "" {
+				by = "-"
+			}
+			reason := "-"
+			if p.Paused && p.Reason != "" {
+				reason = p.Reason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, state, p.Parked, when, by, reason)
+		}
+		return tw.Flush()
+	})
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (e *env) pauseCmd() *cobra.Command {
+	var (
+		reason string
+		asJSON bool
+	)
+	by := operatorName()
+	cmd := &cobra.Command{
+		Use:   "pause PIPELINE",
+		Short: "Pause a pipeline: its chunks park before their next stage until it resumes",
+		Long: `Pause a pipeline. A chunk inside a stage finishes that stage; then it, and every
+chunk of the pipeline that comes after, parks (status paused) on
+salvage.hold.paused-<pipeline>.<job>.<chunk>, whose JetStream consumer
+hold-paused-<pipeline> stays paused. No delivery is spent and nothing reaches the DLQ;
+jobs are still accepted. Other pipelines run on. 'salvage resume PIPELINE' sends the
+parked chunks back to the work queue.`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.RunE = e.withClient("salvage pause", func(ctx context.Context, c *salvage.Client) error {
+		p, err := c.PausePipeline(ctx, cmd.Flags().Arg(0), by, reason)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return e.writeJSON(p)
+		}
+		writePipeline(e.stdout, p)
+		return nil
+	})
+	f := cmd.Flags()
+	f.StringVar(&reason, "reason", "", "why, recorded with the pause")
+	f.StringVar(&by, "by", by, "who pauses, recorded with the pause")
+	f.BoolVar(&asJSON, "json", false, "print the pipeline's state as JSON")
+	return cmd
+}
+
+func (e *env) resumeCmd() *cobra.Command {
+	var asJSON bool
+	by := operatorName()
+	cmd := &cobra.Command{
+		Use:   "resume PIPELINE",
+		Short: "Resume a paused pipeline: its parked chunks go back to the work queue",
+		Long: `Resume a paused pipeline. Its parked chunks return to SALVAGE_CHUNKS, each as a new
+message with a fresh delivery budget, and go on from the stage they stopped before:
+what they did before the pause is not done again.`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.RunE = e.withClient("salvage resume", func(ctx context.Context, c *salvage.Client) error {
+		p, err := c.ResumePipeline(ctx, cmd.Flags().Arg(0), by)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return e.writeJSON(p)
+		}
+		writePipeline(e.stdout, p)
+		return nil
+	})
+	f := cmd.Flags()
+	f.StringVar(&by, "by", by, "who resumes, recorded with the resume")
+	f.BoolVar(&asJSON, "json", false, "print the pipeline's state as JSON")
+	return cmd
+}
+
+// writePipeline says where a pipeline stands in one line.
+func writePipeline(w io.Writer, p salvage.PipelineStatus) {
+	if !p.Paused {
+		fmt.Fprintf(w, "pipeline %s runs (resumed by %s); %d chunks still parked, on their way back\n", p.Pipeline, p.ResumedBy, p.Parked)
+		return
+	}
+	reason := ""
+	if p.Reason != "" {
+		reason = ": " + p.Reason
+	}
+	fmt.Fprintf(w, "pipeline %s paused by %s at %s%s; %d chunks parked; 'salvage resume %s' releases them\n",
+		p.Pipeline, p.PausedBy, p.PausedAt.Local().Format(time.TimeOnly), reason, p.Parked, p.Pipeline)
+}

@@ -1,0 +1,52 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/salvagehq/salvage"
+)
+
+// apiPipelines lists the pipelines, paused or not, with what each has
+// parked.
+func (s *Server) apiPipelines(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.client.Pipelines(r.Context())
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ps)
+}
+
+// apiPause pauses or resumes a pipeline: POST
+// /api/pipelines/<name>/pause|resume with {"reason"?}.
+func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r); err != nil {
+		fail(w, http.StatusForbidden, err)
+		return
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body)
+	var (
+		p   salvage.PipelineStatus
+		err error
+	)
+	switch r.PathValue("action") {
+	case "pause":
+		p, err = s.client.PausePipeline(r.Context(), r.PathValue("name"), "dashboard", body.Reason)
+	case "resume":
+		p, err = s.client.ResumePipeline(r.Context(), r.PathValue("name"), "dashboard")
+	default:
+		fail(w, http.StatusNotFound, errors.New("unknown action: want pause or resume"))
+		return
+	}
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	s.sum.breakers.readPipelines(r.Context(), s.client, s.log)
+	writeJSON(w, http.StatusOK, p)
+}

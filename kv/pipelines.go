@@ -1,0 +1,102 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketPipelines holds every pipeline a worker runs and what operators
+// set on it: whether it is paused.
+const BucketPipelines = "salvage_pipelines"
+
+// PipelineState is the value of a salvage_pipelines key, written when a
+// worker that runs the pipeline starts and when it is paused or resumed.
+type PipelineState struct {
+	Pipeline string `json:"pipeline"`
+	Paused   bool   `json:"paused"`
+	// PausedAt, PausedBy and Reason describe the latest pause; ResumedAt
+	// and ResumedBy the latest resume.
+	PausedAt  time.Time `json:"paused_at,omitzero"`
+	PausedBy  string    `json:"paused_by,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	ResumedAt time.Time `json:"resumed_at,omitzero"`
+	ResumedBy string    `json:"resumed_by,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Pipelines is the salvage_pipelines store.
+type Pipelines struct {
+	b   jetstream.KeyValue
+	js  jetstream.JetStream
+	now func() time.Time
+}
+
+// List returns every pipeline recorded, in one multi-last direct get.
+func (s *Pipelines) List(ctx context.Context) ([]PipelineState, error) {
+	var out []PipelineState
+	err := lastValues(ctx, s.js, BucketPipelines, ">", func(_ string, value []byte, _ uint64) error {
+		var p PipelineState
+		if err := json.Unmarshal(value, &p); err != nil {
+			return fmt.Errorf("kv: decode pipeline state: %w", err)
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
+// Get returns the state of pipeline (ErrNotFound when no worker that
+// runs it ever started and nobody paused it).
+func (s *Pipelines) Get(ctx context.Context, pipeline string) (PipelineState, error) {
+	p, _, err := getJSON[PipelineState](ctx, s.b, pipeline)
+	return p, err
+}
+
+// Register records that pipeline exists (a worker runs it), running,
+// unless it is recorded already.
+func (s *Pipelines) Register(ctx context.Context, pipeline string) error {
+	_, err := createJSON(ctx, s.b, pipeline, PipelineState{Pipeline: pipeline, UpdatedAt: s.now().UTC()})
+	if err != nil && !isConflict(err) {
+		return fmt.Errorf("kv: register pipeline %s: %w", pipeline, err)
+	}
+	return nil
+}
+
+// SetPaused pauses or resumes pipeline by CAS; by and reason say who and
+// why. It returns the state as stored and whether it changed: pausing a
+// paused pipeline changes nothing.
+func (s *Pipelines) SetPaused(ctx context.Context, pipeline string, paused bool, by, reason string) (PipelineState, bool, error) {
+	changed := false
+	p, _, err := mutateJSON(ctx, s.b, pipeline, func(p *PipelineState, exists bool) error {
+		changed = false // a lost race runs fn again
+		if !exists {
+			*p = PipelineState{Pipeline: pipeline}
+		}
+		if p.Paused == paused {
+			return ErrNoChange
+		}
+		now := s.now().UTC()
+		p.Paused, p.UpdatedAt, changed = paused, now, true
+		if paused {
+			p.PausedAt, p.PausedBy, p.Reason = now, by, reason
+		} else {
+			p.ResumedAt, p.ResumedBy = now, by
+		}
+		return nil
+	})
+	return p, changed, err
+}
+
+// DecodePipelineState reads a pipeline's state from a watch entry; ok is
+// false for a deleted key or a value that does not decode.
+func DecodePipelineState(e jetstream.KeyValueEntry) (PipelineState, bool) {
+	var p PipelineState
+	if e == nil || e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &p) != nil {
+		return p, false
+	}
+	return p, true
+}

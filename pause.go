@@ -1,0 +1,114 @@
+package salvage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// PipelineStatus is what a deployment knows of one pipeline: whether it
+// is paused, by whom and why, and how many of its chunks wait for it to
+// resume.
+type PipelineStatus struct {
+	Pipeline string `json:"pipeline"`
+	Paused   bool   `json:"paused"`
+	// PausedAt, PausedBy and Reason describe the latest pause; ResumedAt
+	// and ResumedBy the latest resume.
+	PausedAt  time.Time `json:"paused_at,omitzero"`
+	PausedBy  string    `json:"paused_by,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	ResumedAt time.Time `json:"resumed_at,omitzero"`
+	ResumedBy string    `json:"resumed_by,omitempty"`
+	// Parked counts the chunks waiting on SALVAGE_HOLD for the pipeline
+	// to resume (subject salvage.hold.paused-<pipeline>.<job>.<chunk>).
+	Parked int `json:"parked"`
+}
+
+// Pipelines lists every pipeline a worker of the deployment runs (and any
+// pipeline paused by name), by name.
+func (c *Client) Pipelines(ctx context.Context) ([]PipelineStatus, error) {
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := st.Pipelines.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PipelineStatus, 0, len(recs))
+	for _, r := range recs {
+		p, err := c.pipelineStatus(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pipeline < out[j].Pipeline })
+	return out, nil
+}
+
+// PausePipeline pauses pipeline: no chunk of it starts a stage until it
+// resumes. A chunk inside a stage finishes that stage; then, and every
+// chunk of the pipeline after it, parks on
+// salvage.hold.paused-<pipeline>.<job>.<chunk> (status paused), without
+// spending a delivery; jobs are still accepted. by and reason are
+// recorded. Pausing a paused pipeline changes nothing. It returns an
+// error wrapping ErrUnknownPipeline for a pipeline no worker runs and
+// this client does not know, ErrInvalidToken for a name that is not a
+// subject token.
+func (c *Client) PausePipeline(ctx context.Context, pipeline, by, reason string) (PipelineStatus, error) {
+	return c.setPaused(ctx, pipeline, true, by, reason)
+}
+
+// ResumePipeline resumes a paused pipeline: its parked chunks return to
+// SALVAGE_CHUNKS, each with a fresh delivery budget, and go on from the
+// stage they stopped before. Resuming a running pipeline changes
+// nothing. Errors as PausePipeline.
+func (c *Client) ResumePipeline(ctx context.Context, pipeline, by string) (PipelineStatus, error) {
+	return c.setPaused(ctx, pipeline, false, by, "")
+}
+
+func (c *Client) setPaused(ctx context.Context, pipeline string, paused bool, by, reason string) (PipelineStatus, error) {
+	if err := streams.ValidateToken("pipeline", pipeline); err != nil {
+		return PipelineStatus{}, err
+	}
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return PipelineStatus{}, err
+	}
+	if _, err := st.Pipelines.Get(ctx, pipeline); errors.Is(err, kv.ErrNotFound) {
+		if _, gerr := c.registry.Get(pipeline); gerr != nil {
+			return PipelineStatus{}, fmt.Errorf("%w: no worker runs %q", ErrUnknownPipeline, pipeline)
+		}
+	} else if err != nil {
+		return PipelineStatus{}, err
+	}
+	if by == "" {
+		by = "api"
+	}
+	rec, changed, err := st.Pipelines.SetPaused(ctx, pipeline, paused, streams.Clip(by, 256), streams.Clip(reason, streams.ErrorTextMax))
+	if err != nil {
+		return PipelineStatus{}, err
+	}
+	if changed {
+		word := "resumed"
+		if paused {
+			word = "paused"
+		}
+		c.log.Info().Str("pipeline", pipeline).Str("by", by).Str("reason", reason).Msg("pipeline " + word)
+	}
+	return c.pipelineStatus(ctx, rec)
+}
+
+func (c *Client) pipelineStatus(ctx context.Context, r kv.PipelineState) (PipelineStatus, error) {
+	p := PipelineStatus{Pipeline: r.Pipeline, Paused: r.Paused, PausedAt: r.PausedAt, PausedBy: r.PausedBy,
+		Reason: r.Reason, ResumedAt: r.ResumedAt, ResumedBy: r.ResumedBy}
+	var err error
+	p.Parked, err = c.held(ctx, streams.PausedSystem(r.Pipeline))
+	return p, err
+}

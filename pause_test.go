@@ -1,0 +1,86 @@
+package salvage_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/salvagetest"
+)
+
+// TestPauseAndResumeAPipeline: a paused pipeline accepts jobs and parks
+// their chunks, says so in its status and in the job's, and finishes
+// them after the resume; the service answers bad requests with a code.
+func TestPauseAndResumeAPipeline(t *testing.T) {
+	srv := salvagetest.StartServer(t)
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
+	ctx := context.Background()
+	p, err := c.PausePipeline(ctx, "words", "ann", "deploying the model")
+	if err != nil || !p.Paused || p.PausedBy != "ann" || p.Reason != "deploying the model" {
+		t.Fatalf("pause: %+v, %v", p, err)
+	}
+	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"held", "back"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, 20*time.Second, func() bool {
+		st, err := c.Status(ctx, id, nil)
+		return err == nil && len(st.Chunks) == 2 && st.Chunks[0].Status == salvage.ChunkPaused && st.Chunks[1].Status == salvage.ChunkPaused
+	}, "both chunks of %s paused", id)
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		ps, err := c.Pipelines(ctx)
+		return err == nil && len(ps) == 1 && ps[0].Pipeline == "words" && ps[0].Paused && ps[0].Parked == 2
+	}, "words listed paused with 2 parked chunks")
+	if j, err := c.Get(ctx, id); err != nil || j.Status != salvage.JobRunning {
+		t.Fatalf("job while paused: %+v, %v", j, err)
+	}
+
+	reply := func(subject string, body any) (string, string) {
+		data, _ := json.Marshal(body)
+		var m *nats.Msg
+		salvagetest.Eventually(t, 10*time.Second, func() bool {
+			var err error
+			m, err = srv.Conn.Request(subject, data, 5*time.Second)
+			return err == nil
+		}, "an answer on %s", subject)
+		return m.Header.Get(micro.ErrorCodeHeader), string(m.Data)
+	}
+	for _, tc := range []struct {
+		subject string
+		body    any
+		code    string
+	}{
+		{"salvage.api.pipelines.pause", map[string]string{"pipeline": "nope"}, salvage.CodeUnknown},
+		{"salvage.api.pipelines.pause", map[string]string{"pipeline": "a.b"}, salvage.CodeMalformed},
+		{"salvage.api.pipelines.resume", map[string]string{}, salvage.CodeMalformed},
+		{"salvage.api.pipelines.resume", "not an object", salvage.CodeMalformed},
+	} {
+		if code, body := reply(tc.subject, tc.body); code != tc.code {
+			t.Errorf("%s %v answered code %q (%s); want %s", tc.subject, tc.body, code, body, tc.code)
+		}
+	}
+	if _, err := c.PausePipeline(ctx, "nope", "ann", ""); !errors.Is(err, salvage.ErrUnknownPipeline) {
+		t.Errorf("pausing an unknown pipeline: %v", err)
+	}
+	if _, err := c.ResumePipeline(ctx, "a>", "ann"); !errors.Is(err, salvage.ErrInvalidToken) {
+		t.Errorf("resuming a bad name: %v", err)
+	}
+
+	if code, body := reply("salvage.api.pipelines.resume", map[string]string{"pipeline": "words", "by": "bob"}); code != "" {
+		t.Fatalf("resume answered %s: %s", code, body)
+	}
+	j := salvagetest.WaitJob(t, c, id, 30*time.Second)
+	if j.Status != salvage.JobDone || j.Summary.Done != 2 {
+		t.Fatalf("job after the resume = %+v", j)
+	}
+	ps, err := c.Pipelines(ctx)
+	if err != nil || len(ps) != 1 || ps[0].Paused || ps[0].ResumedBy != "bob" || ps[0].Parked != 0 {
+		t.Fatalf("pipelines after the resume: %+v, %v", ps, err)
+	}
+}
