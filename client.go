@@ -195,6 +195,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 			ID: c.cfg.WorkerID, Registry: c.registry, Concurrency: c.cfg.Concurrency, AckWait: c.cfg.AckWait,
 			Heartbeat: c.cfg.Heartbeat, MaxDeliver: c.cfg.MaxDeliver, Retry: c.cfg.retryPolicy(),
 			DrainTimeout: c.cfg.DrainTimeout, JobWait: c.cfg.JobWait, Breakers: c.cfg.breakerPolicies(), Prices: c.cfg.Prices, Logger: &log,
+			TracerProvider: c.cfg.TracerProvider,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -203,7 +204,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	}
 	if c.cfg.has(RoleDeadLetter) {
 		dl, err := consumers.NewDeadLetterer(c.js, stores, consumers.DeadLetterConfig{
-			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), Logger: &log,
+			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), Logger: &log, TracerProvider: c.cfg.TracerProvider,
 		})
 		if err != nil {
 			return nil, err
@@ -214,6 +215,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	if c.cfg.has(RoleRecovery) {
 		or, err := consumers.NewOrchestrator(c.js, stores, consumers.OrchestratorConfig{
 			Registry: c.registry, Retry: c.cfg.retryPolicy(), CoolDown: c.cfg.CoolDown, Limits: c.cfg.limits(), Logger: &log,
+			TracerProvider: c.cfg.TracerProvider,
 		})
 		if err != nil {
 			return nil, err

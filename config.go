@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
@@ -187,6 +188,15 @@ type Config struct {
 	// Logger receives every role's logs, with trace_id, job_id, chunk and
 	// stage on lines about work. The zero value logs nothing.
 	Logger zerolog.Logger
+
+	// TracerProvider receives OpenTelemetry spans: one trace per job (the
+	// traceparent minted at submit), a span for the job, each chunk
+	// delivery, stage, agent turn, call and recovery. Default the global
+	// provider (otel.GetTracerProvider: records nothing unless the
+	// program set one). Build it with sdktrace.WithIDGenerator(IDGenerator{})
+	// so the job span takes the id its chunks point to; TracerProviderFromEnv
+	// does.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns a copy of c with every zero field set.

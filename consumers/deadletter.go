@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
@@ -30,6 +31,9 @@ type DeadLetterConfig struct {
 	Limits recovery.Limits
 	// Logger receives dead-letter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
+	// TracerProvider receives the span of a job whose last chunk the
+	// dead-letterer settles. Default the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // DeadLetterer turns exhausted chunks into failure envelopes. It reads the
@@ -61,7 +65,7 @@ func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterCo
 	log = log.With().Str("role", "dead-letter").Logger()
 	return &DeadLetterer{
 		js: js, stores: stores, cfg: cfg, log: log,
-		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log, limits: cfg.Limits},
+		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores, tracer: tracerOf(cfg.TracerProvider)}, log: log, limits: cfg.Limits},
 		repair: newRepairer(js, stores, max(cfg.SweepInterval, time.Second), log),
 	}, nil
 }

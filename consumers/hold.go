@@ -82,6 +82,7 @@ func (r *run) park(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 		r.log.Warn().Err(err).Msg("ack parked chunk")
 	}
 	r.releaseClaim(ctx)
+	r.outcome = cp.Status
 	_, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, cp.Status, d)
 	return err
 }

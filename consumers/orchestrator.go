@@ -10,6 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -50,6 +53,10 @@ type OrchestratorConfig struct {
 	MaxDeliver uint64
 	// Logger receives recovery logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
+	// TracerProvider receives a span per recovery an orchestrator runs,
+	// and those of its verify and compensation calls. Default the global
+	// provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Orchestrator runs recovery strategies on envelopes from SALVAGE_DLQ:
@@ -64,6 +71,7 @@ type Orchestrator struct {
 	log     zerolog.Logger
 	exec    *recovery.Executor
 	tracker tracker
+	tracer  trace.Tracer
 }
 
 // NewOrchestrator returns an orchestrator; it does not start it.
@@ -93,7 +101,9 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Orchestrator{js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tracker{js: js, stores: stores}}, nil
+	tracer := tracerOf(cfg.TracerProvider)
+	return &Orchestrator{js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracer: tracer,
+		tracker: tracker{js: js, stores: stores, tracer: tracer}}, nil
 }
 
 // Run consumes envelopes until ctx ends. It blocks and returns nil on
@@ -195,7 +205,7 @@ func (o *Orchestrator) take(ctx context.Context, id string) (kv.EnvelopeRecord, 
 }
 
 // recover runs one step of the envelope's strategy.
-func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log zerolog.Logger) (outcome, error) {
+func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log zerolog.Logger) (out outcome, err error) {
 	rec, taken, wait, err := o.take(ctx, env.ID)
 	if errors.Is(err, kv.ErrNotFound) {
 		// Published, record not written yet (or its writer died): the
@@ -211,6 +221,15 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 		return outcome{ack: true}, nil
 	}
+	ctx, span := o.tracer.Start(underJob(ctx, env.TraceID, env.Job), "recovery "+rec.Strategy, trace.WithAttributes(
+		AttrJob.String(env.Job), AttrChunk.Int(env.Chunk), AttrPipeline.String(env.Pipeline), AttrEnvelope.String(env.ID),
+		AttrCategory.String(rec.Category), AttrStrategy.String(rec.Strategy), attribute.Int("salvage.attempts", rec.Attempts+1)))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	p, err := o.cfg.Registry.Get(env.Pipeline)
 	if err != nil {
 		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "pipeline not known to this orchestrator: "+err.Error(), nil, log)
@@ -306,6 +325,7 @@ func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv
 
 // finish records a final status, and announces an escalation.
 func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
+	trace.SpanFromContext(ctx).SetAttributes(AttrStatus.String(status))
 	rec, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Status, r.RecoveringBy, r.LeaseUntil = status, "", time.Time{}
 		r.Left = left

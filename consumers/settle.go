@@ -34,6 +34,11 @@ func settleEnvelope(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, by str
 			// A cancelled job leaves what was escalated to a person.
 			return kv.ErrNoChange
 		}
+		if r.Category == recovery.CategoryBudgetExceeded && cp.Status != kv.StatusDone {
+			// The cancellation is what this envelope reports: it goes to
+			// a person, not away with the chunks it stopped.
+			return kv.ErrNoChange
+		}
 		r.Status, r.Requeued, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeResolved, false, "", time.Time{}
 		if cp.Status == kv.StatusDone {
 			r.ResolvedBy = "chunk"

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
@@ -24,6 +25,9 @@ type tracker struct {
 	stores *kv.Stores
 	// counts, when set, coalesces the count writes of concurrent chunks.
 	counts *counts
+	// tracer exports the span of a job this tracker finishes; nil takes
+	// the global provider's.
+	tracer trace.Tracer
 }
 
 // apply records one chunk's transition in its job's counts — one CAS on
@@ -88,6 +92,11 @@ func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 			return job, err
 		}
 	}
+	tracer := t.tracer
+	if tracer == nil {
+		tracer = tracerOf(nil)
+	}
+	exportJobSpan(tracer, job)
 	ev := streams.JobEvent{
 		Job: job.ID, Kind: streams.EventFinished, Pipeline: job.Pipeline, Status: job.Status,
 		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,

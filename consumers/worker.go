@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -68,6 +69,9 @@ type WorkerConfig struct {
 	Prices recovery.Prices
 	// Logger receives worker logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
+	// TracerProvider receives the spans of chunks, stages, agent turns,
+	// calls and finished jobs. Default the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *WorkerConfig) setDefaults() error {
@@ -125,6 +129,7 @@ type Worker struct {
 	tracker tracker
 	letter  letterer
 	cancels *cancelRegistry
+	tracer  trace.Tracer
 	// gate is this process's view of the circuit breakers; holder parks
 	// and releases the chunks they hold.
 	gate   *gate
@@ -158,12 +163,13 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	tr := tracker{js: js, stores: stores, counts: newCounts(stores)}
+	tracer := tracerOf(cfg.TracerProvider)
+	tr := tracker{js: js, stores: stores, counts: newCounts(stores), tracer: tracer}
 	g := newGate(js, stores, cfg.Breakers, cfg.ID, log)
 	ps := newPauses(js, log)
 	return &Worker{
 		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, log),
-		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr,
+		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
 		cancels: newCancelRegistry(),
 		tails:   make(chan struct{}, cfg.Concurrency),

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -39,6 +40,9 @@ type run struct {
 	tail     bool
 	// bg holds work started off the chunk's critical path.
 	bg sync.WaitGroup
+	// outcome is how this delivery ended (a checkpoint status, retry,
+	// released), for its span.
+	outcome string
 }
 
 // background runs f beside the chunk; the delivery's handling ends only
@@ -88,9 +92,15 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
 	}
 	r.log = w.log.With().Str("job_id", r.chunk.Job).Int("chunk", r.chunk.Chunk).
 		Str("trace_id", r.chunk.TraceID).Uint64("delivery", meta.NumDelivered).Logger()
-	if err := r.run(ctx); err != nil {
+	ctx, span := w.tracer.Start(underJob(ctx, r.chunk.TraceID, r.chunk.Job), "chunk "+strconv.Itoa(r.chunk.Chunk),
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(AttrJob.String(r.chunk.Job), AttrPipeline.String(r.chunk.Pipeline),
+			AttrChunk.Int(r.chunk.Chunk), AttrDelivery.Int64(int64(meta.NumDelivered)), AttrEpoch.Int(r.chunk.Epoch)))
+	err = r.run(ctx)
+	if err != nil {
 		r.log.Error().Err(err).Msg("chunk run ended on an infrastructure error; JetStream will redeliver")
+		span.RecordError(err)
 	}
+	endChunkSpan(span, r.outcome, err)
 }
 
 // malformed dead-letters a chunk whose body cannot be read.
@@ -385,6 +395,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.
 			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,
 			Stage: s, Epoch: cp.Epoch, Input: r.chunk.Input, Prior: cp.Outputs, Exec: w.exec, Stats: &stats,
 			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots, Gate: w.gate, Prices: w.cfg.Prices,
+			Tracer: w.tracer,
 		})
 		flushStats(&cp)
 		if err != nil {
@@ -489,6 +500,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint
 	}
 	r.releaseClaim(ctx)
 	r.log.Info().Int("calls", cp.Calls).Int("tier1_retries", cp.Tier1Retries).Msg("chunk done")
+	r.outcome = cp.Status
 	return r.ended(ctx, cp, d)
 }
 
@@ -524,6 +536,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 		return r.fencedOr(err)
 	}
 	r.log.Info().Int("stage", stage).Msg("chunk cancelled")
+	r.outcome = cp.Status
 	if err := r.ack(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("ack cancelled chunk")
 	}
@@ -547,6 +560,7 @@ func (r *run) cancelUnclaimed(ctx context.Context, stage int, reason string) err
 		return err
 	}
 	r.log.Info().Int("stage", stage).Msg("chunk cancelled before it ran")
+	r.outcome = cp.Status
 	if err := r.ack(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("ack cancelled chunk")
 	}
@@ -567,6 +581,7 @@ func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence,
 		delay = 0
 	}
 	r.log.Warn().Err(cause).Dur("delay_ms", delay).Int("stage", cp.Stage).Msg("tier 1 exhausted; handing the chunk to tier 2")
+	r.outcome = outcomeRetry
 	if delay == 0 {
 		return r.m.Nak()
 	}
@@ -596,6 +611,7 @@ func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, wh
 	}
 	r.releaseClaim(ctx)
 	r.log.Info().Int("stage", cp.Stage).Msg("chunk released on drain")
+	r.outcome = outcomeReleased
 	return r.m.Nak()
 }
 
@@ -625,6 +641,7 @@ func (r *run) deadLetter(ctx context.Context, f recovery.Failure, cause error) e
 		return errors.Join(cause, err)
 	}
 	r.releaseClaim(ctx)
+	r.outcome = kv.StatusDeadLettered
 	// The letterer logged the dead-letter, with its category: once.
 	return r.m.TermWithReason("dead-lettered: envelope " + id)
 }

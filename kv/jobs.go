@@ -70,6 +70,9 @@ type Job struct {
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
 	FinishedAt       *time.Time `json:"finished_at,omitempty"`
+	// Finishes counts the times the job finished: a recovery that
+	// re-runs a dead-lettered chunk makes it run, and finish, again.
+	Finishes int `json:"finishes,omitempty"`
 }
 
 // Finished reports whether every chunk reached a terminal state.
@@ -421,6 +424,7 @@ func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bo
 		if j.Status == JobRunning && status != JobRunning {
 			finishedNow = true
 			j.FinishedAt = &now
+			j.Finishes++
 		}
 		if status == JobRunning {
 			j.FinishedAt = nil

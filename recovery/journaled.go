@@ -189,7 +189,7 @@ func (t *Turn) noteFailure(name string, before int, err error) {
 // call makes one journaled call. A link of a fallback chain (link true)
 // stops at a rate limit instead of retrying, and records a refusal by its
 // breaker in a row of its own.
-func (t *Turn) call(ctx context.Context, name string, input any, link bool) (json.RawMessage, error) {
+func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ json.RawMessage, err error) {
 	tool, err := t.tools.Get(name)
 	if err != nil {
 		return nil, Permanent(0, err)
@@ -200,6 +200,18 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (jso
 	}
 	t.seq++
 	key := kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq)
+	ctx, span := t.startCall(ctx, tool, key)
+	var (
+		rowp     *kv.JournalRow
+		replayed bool
+	)
+	defer func() {
+		var r kv.JournalRow
+		if rowp != nil {
+			r = *rowp
+		}
+		endCall(span, r, replayed, err)
+	}()
 	if ctx.Err() != nil {
 		// Stopped before the call began: nothing ran, nothing to record.
 		return nil, fmt.Errorf("%s: %w", name, context.Cause(ctx))
@@ -210,6 +222,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (jso
 		IdempotencyKey: kv.IdempotencyKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq),
 		TraceID:        t.TraceID,
 	}
+	rowp = &row
 	prev, seen := t.replay.get(key)
 	if seen {
 		if prev.Tool != row.Tool || prev.InputHash != row.InputHash {
@@ -219,6 +232,8 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (jso
 		case kv.CallCompensated:
 			return nil, Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", key))
 		case kv.CallSucceeded:
+			replayed = true
+			row.Attempts, row.Usage = prev.Attempts, prev.Usage
 			t.stats.Cached.Add(1)
 			t.state.Completed = appendOnce(t.state.Completed, key)
 			return prev.Output, nil

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -79,6 +81,7 @@ type Turn struct {
 	snaps  SnapshotStore
 	gate   Gate
 	prices Prices
+	tracer trace.Tracer
 	seq    int
 	// failedTool and failedKey name the call whose failure the agent
 	// returned, for AgentError.
@@ -112,6 +115,9 @@ type StageRun struct {
 	Gate Gate
 	// Prices price the usage model calls report, into Stats.CostMicros.
 	Prices Prices
+	// Tracer, when set, records a span for the stage, each agent's turn
+	// and each call.
+	Tracer trace.Tracer
 }
 
 // RunStage runs a stage's agents in parallel and returns their outputs in
@@ -131,6 +137,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 			r.States[a.Name] = &AgentState{}
 		}
 	}
+	ctx, span := startStage(ctx, st, r)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	outs := make([]kv.StageOutput, len(st.Agents))
@@ -144,9 +151,11 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
-				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate, prices: r.Prices,
+				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate, prices: r.Prices, tracer: r.Tracer,
 			}
-			out, err := runAgent(ctx, a, t)
+			turnCtx, turn := startTurn(ctx, r.Tracer, t)
+			out, err := runAgent(turnCtx, a, t)
+			endWith(turn, err)
 			if err == nil {
 				var data []byte
 				data, err = json.Marshal(out)
@@ -173,8 +182,11 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 		}
 	}
 	if worst != nil || flushErr != nil {
-		return nil, errors.Join(worst, flushErr)
+		err := errors.Join(worst, flushErr)
+		endWith(span, err)
+		return nil, err
 	}
+	span.End()
 	return outs, nil
 }
 

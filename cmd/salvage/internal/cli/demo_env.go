@@ -78,6 +78,12 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 		return d, err
 	}
 	cfg.SweepInterval = 2 * time.Second
+	tp, stopTracing, err := startTracing(ctx, log)
+	if err != nil {
+		return d, err
+	}
+	d.closers = append(d.closers, stopTracing)
+	cfg.TracerProvider = tp
 	if d.client, err = salvage.NewClient(d.js, cfg); err != nil {
 		return d, err
 	}

@@ -211,6 +211,13 @@ chunks finish or are released, then the process exits.`,
 				return err
 			}
 			ctx := cmd.Context()
+			tp, stopTracing, err := startTracing(ctx, log)
+			if err != nil {
+				return err
+			}
+			// Deferred first, so it runs last: after the roles stop.
+			defer stopTracing()
+			cfg.TracerProvider = tp
 			url := e.conn.ResolveURL()
 			if embedded {
 				host, portStr, err := net.SplitHostPort(listen)

@@ -1,0 +1,168 @@
+package consumers
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// InstrumentationName names the tracer Salvage's spans come from.
+const InstrumentationName = "github.com/salvagehq/salvage"
+
+// Span attribute keys, shared by every span Salvage exports.
+const (
+	AttrJob       = attribute.Key("salvage.job_id")
+	AttrPipeline  = attribute.Key("salvage.pipeline")
+	AttrChunk     = attribute.Key("salvage.chunk")
+	AttrStatus    = attribute.Key("salvage.status")
+	AttrDelivery  = attribute.Key("salvage.delivery")
+	AttrEpoch     = attribute.Key("salvage.epoch")
+	AttrEnvelope  = attribute.Key("salvage.envelope_id")
+	AttrCategory  = attribute.Key("salvage.category")
+	AttrStrategy  = attribute.Key("salvage.strategy")
+	AttrChunks    = attribute.Key("salvage.chunks")
+	AttrDone      = attribute.Key("salvage.chunks.done")
+	AttrFailed    = attribute.Key("salvage.chunks.dead_lettered")
+	AttrCancelled = attribute.Key("salvage.chunks.cancelled")
+	AttrTokensIn  = attribute.Key("salvage.tokens.prompt")
+	AttrTokensOut = attribute.Key("salvage.tokens.completion")
+	AttrRetries   = attribute.Key("salvage.tier1_retries")
+)
+
+// tracerOf returns the tracer of tp, or of the global provider when tp
+// is nil (a no-op one unless the program set it).
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(InstrumentationName)
+}
+
+// JobSpanContext is the span context of job's span in trace traceID (32
+// hex digits): its span id derives from the job id, so every process
+// puts its chunk and recovery spans under the one span that the process
+// that finishes the job exports. ok is false for a trace id that is not
+// one.
+func JobSpanContext(traceID, job string) (trace.SpanContext, bool) {
+	tid, err := trace.TraceIDFromHex(traceID)
+	if err != nil {
+		return trace.SpanContext{}, false
+	}
+	sid, err := trace.SpanIDFromHex(streams.DeriveSpanID("job:" + job))
+	if err != nil {
+		return trace.SpanContext{}, false
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}), true
+}
+
+// underJob returns ctx with job's span as the remote parent, so a span
+// started from it belongs to the job's trace.
+func underJob(ctx context.Context, traceID, job string) context.Context {
+	sc, ok := JobSpanContext(traceID, job)
+	if !ok {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+// fixedIDsKey carries, to IDGenerator, the ids a root span must take.
+type fixedIDsKey struct{}
+
+// IDGenerator makes span ids at random, except for the job span, which
+// takes the id JobSpanContext derives; it implements
+// go.opentelemetry.io/otel/sdk/trace.IDGenerator. A TracerProvider built
+// without it exports the job span under a random id, and the chunk and
+// recovery spans then point to a parent that never arrives.
+type IDGenerator struct{}
+
+// NewIDs returns a trace id and a span id for a root span.
+func (IDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if sc, ok := ctx.Value(fixedIDsKey{}).(trace.SpanContext); ok {
+		return sc.TraceID(), sc.SpanID()
+	}
+	var tid trace.TraceID
+	for !tid.IsValid() {
+		putUint64(tid[:8], rand.Uint64())
+		putUint64(tid[8:], rand.Uint64())
+	}
+	return tid, randomSpanID()
+}
+
+// NewSpanID returns a span id for a span of trace traceID.
+func (IDGenerator) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return randomSpanID() }
+
+func randomSpanID() trace.SpanID {
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		putUint64(sid[:], rand.Uint64())
+	}
+	return sid
+}
+
+func putUint64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// exportJobSpan records the span of a job that just finished. The first
+// finish exports the job's span, from its creation to now, under the id
+// JobSpanContext derives; a later one (a recovery re-ran a chunk) exports
+// a "finished again" span under it, with the new outcome.
+func exportJobSpan(tracer trace.Tracer, j kv.Job) {
+	sc, ok := JobSpanContext(j.TraceID, j.ID)
+	if !ok {
+		return
+	}
+	end := time.Now()
+	if j.FinishedAt != nil {
+		end = *j.FinishedAt
+	}
+	attrs := trace.WithAttributes(
+		AttrJob.String(j.ID), AttrPipeline.String(j.Pipeline), AttrStatus.String(j.Status), AttrChunks.Int(j.Chunks),
+		AttrDone.Int(j.Summary.Done), AttrFailed.Int(j.Summary.DeadLettered), AttrCancelled.Int(j.Summary.Cancelled),
+		AttrTokensIn.Int64(j.Summary.PromptTokens), AttrTokensOut.Int64(j.Summary.CompletionTokens), AttrRetries.Int(j.Summary.Tier1Retries))
+	var span trace.Span
+	if j.Finishes <= 1 {
+		ctx := context.WithValue(context.Background(), fixedIDsKey{}, sc)
+		_, span = tracer.Start(ctx, "job "+j.Pipeline, trace.WithNewRoot(), trace.WithTimestamp(j.CreatedAt), attrs)
+	} else {
+		ctx := trace.ContextWithRemoteSpanContext(context.Background(), sc)
+		_, span = tracer.Start(ctx, "finished again", trace.WithTimestamp(end), attrs,
+			trace.WithAttributes(attribute.Int("salvage.finishes", j.Finishes)))
+	}
+	if j.Status == kv.JobIncomplete {
+		span.SetStatus(codes.Error, "job incomplete")
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// Outcomes of a chunk's delivery that are not checkpoint statuses.
+const (
+	outcomeRetry    = "retry"
+	outcomeReleased = "released"
+)
+
+// endChunkSpan ends a delivery's span with how it ended: an error status
+// for a retry, a dead-letter or an infrastructure error.
+func endChunkSpan(span trace.Span, outcome string, err error) {
+	if outcome == "" {
+		outcome = "stopped"
+	}
+	span.SetAttributes(AttrStatus.String(outcome))
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case outcome == outcomeRetry || outcome == kv.StatusDeadLettered:
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.End()
+}
