@@ -4,6 +4,9 @@ GO ?= go
 BIN := $(CURDIR)/bin
 STATICCHECK_VERSION := v0.8.2
 NATSCLI_VERSION := v0.5.0
+# The server the cluster section of the README runs as processes: the
+# version go.mod embeds.
+NATS_SERVER_VERSION := v2.15.2
 # The TypeScript agent example, built with Node's npm (npm ci: the lock file).
 AGENT_TS := examples/agent-ts
 # Packages whose tests start goroutines that race: all of them, in practice.
@@ -35,13 +38,16 @@ bench: build ## the performance table (salvage bench: throughput vs the JetStrea
 	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/contractreview/
 	$(GO) test -run '^$$' -bench BenchmarkJournal -benchtime 2x -count 1 ./kv/
 
-tools: $(BIN)/nats $(BIN)/staticcheck ## pinned natscli and staticcheck into ./bin
+tools: $(BIN)/nats $(BIN)/nats-server $(BIN)/staticcheck ## pinned natscli, nats-server and staticcheck into ./bin
 
 $(BIN)/staticcheck:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 $(BIN)/nats:
 	GOBIN=$(BIN) $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION)
+
+$(BIN)/nats-server:
+	GOBIN=$(BIN) $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
 
 $(AGENT_TS)/dist/agent.js: $(AGENT_TS)/agent.ts $(AGENT_TS)/package-lock.json $(AGENT_TS)/tsconfig.json
 	cd $(AGENT_TS) && npm ci --no-audit --no-fund && npm run build

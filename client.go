@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -126,11 +127,18 @@ func (c *Client) Stop(ctx context.Context) error {
 	return errors.Join(c.runErrs...)
 }
 
+// provisionAttempt bounds one attempt at provisioning.
+const provisionAttempt = 10 * time.Second
+
 // provision creates or updates the streams and buckets, waiting out a
 // deployment that is still electing leaders, and keeps the stores.
 func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
 	var stores *kv.Stores
 	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		// A request a forming cluster drops is never answered: each
+		// attempt gets its own deadline, so it is asked again.
+		ctx, cancel := context.WithTimeout(ctx, provisionAttempt)
+		defer cancel()
 		if err := streams.Provision(ctx, c.js, c.cfg.streamOptions()); err != nil {
 			return err
 		}

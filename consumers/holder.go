@@ -300,7 +300,7 @@ func (h *holder) consumer(ctx context.Context, system string) (jetstream.Consume
 	if p, ok := streams.PausedPipeline(system); ok {
 		desc = "Releases the chunks of pipeline " + p + " parked while it was paused."
 	}
-	return h.js.CreateOrUpdateConsumer(ctx, streams.Hold, jetstream.ConsumerConfig{
+	return streams.EnsureConsumer(ctx, h.js, streams.Hold, jetstream.ConsumerConfig{
 		Durable: name, Description: desc,
 		FilterSubject: streams.HoldForSystem(system), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: holdAckWait, MaxDeliver: -1,

@@ -2,10 +2,13 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Bucket names; part of the contract (`nats kv ls` shows them).
@@ -64,18 +67,29 @@ func BucketConfigs(o Options) []jetstream.KeyValueConfig {
 // Provision creates or updates every bucket and returns the stores. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores, error) {
+	// Each is created first and updated only when it exists otherwise:
+	// see streams.EnsureStream for why.
 	for _, cfg := range BucketConfigs(o) {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		_, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			_, err = js.UpdateKeyValue(ctx, cfg)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("kv: provision %s: %w", cfg.Bucket, err)
 		}
 	}
 	replicas := max(o.Replicas, 1)
-	if _, err := js.CreateOrUpdateStream(ctx, journalStreamConfig(replicas)); err != nil {
+	if err := streams.EnsureStream(ctx, js, journalStreamConfig(replicas)); err != nil {
 		return nil, fmt.Errorf("kv: provision %s: %w", BucketJournal, err)
 	}
-	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	snaps := jetstream.ObjectStoreConfig{
 		Bucket: BucketSnapshots, Description: "Agent state snapshots, gzip.", TTL: RetentionDefault, Replicas: replicas,
-	}); err != nil {
+	}
+	_, err := js.CreateObjectStore(ctx, snaps)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		_, err = js.UpdateObjectStore(ctx, snaps)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("kv: provision %s: %w", BucketSnapshots, err)
 	}
 	return Open(ctx, js)

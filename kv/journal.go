@@ -148,7 +148,7 @@ func HashInput(input []byte) string {
 }
 
 // journalStreamConfig is the bucket's stream, written as a stream config so
-// it keeps AllowAtomicPublish: CreateOrUpdateKeyValue would drop it.
+// it keeps AllowAtomicPublish: a KeyValueConfig would drop it.
 func journalStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:               "KV_" + BucketJournal,

@@ -60,6 +60,13 @@ type ServerConfig struct {
 	ReadyTimeout time.Duration
 	// Logging turns on the server's own log output (to stderr).
 	Logging bool
+	// ClusterName, ClusterListen (host:port of the route listener) and
+	// Routes (nats-route://host:port of every node, this one included)
+	// make the server one node of a JetStream cluster; StartCluster sets
+	// them. ServerName must then be unique in the cluster.
+	ClusterName   string
+	ClusterListen string
+	Routes        []string
 }
 
 // DefaultServerConfig returns the configuration `salvage up` uses.
@@ -181,6 +188,11 @@ func StartServer(cfg ServerConfig) (srv *Server, err error) {
 		NoSigs:     true,
 		// The embedded server never listens anywhere else.
 		HTTPPort: 0,
+	}
+	if cfg.ClusterName != "" {
+		if err := clusterOptions(opts, cfg); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case cfg.SyncInterval == SyncAlways:

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -197,7 +198,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range StreamConfigs(o) {
 		cfg.Replicas = o.Replicas
 		cfg.Storage = jetstream.FileStorage
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if err := EnsureStream(ctx, js, cfg); err != nil {
 			return fmt.Errorf("streams: provision %s: %w", cfg.Name, err)
 		}
 	}
@@ -211,9 +212,34 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		{DLQ, RecoveryConfig()},
 	}
 	for _, c := range consumers {
-		if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
+		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {
 			return fmt.Errorf("streams: provision consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
 		}
 	}
 	return nil
+}
+
+// EnsureStream creates the stream of cfg, or updates it when one of that
+// name exists with another configuration. It asks to create first:
+// creating a stream that exists as configured changes nothing and is
+// answered at once, while on nats-server v2.15.2 two processes updating
+// one R3 stream at the same moment (what CreateOrUpdateStream does first)
+// left every JetStream API request of both unanswered until it timed out.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err = js.UpdateStream(ctx, cfg)
+	}
+	return err
+}
+
+// EnsureConsumer creates the durable consumer of cfg on stream, or
+// updates it when it exists with another configuration (see
+// EnsureStream).
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := js.CreateConsumer(ctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		c, err = js.UpdateConsumer(ctx, stream, cfg)
+	}
+	return c, err
 }

@@ -1,0 +1,138 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// TestJobsFinishThroughLeaderFailovers runs two Salvage processes with
+// R3 streams and buckets on an in-process 3-node cluster while order
+// jobs keep arriving, shuts down the node leading SALVAGE_CHUNKS and
+// restarts it on its store, then does the same to the leader of the
+// claims bucket: every job completes with every chunk done, and the
+// sim's ledger shows no side effect made twice.
+func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
+	c, err := natsconf.StartCluster(natsconf.ClusterConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	s := startSim(t)
+	flags := append([]string{"--server", c.URLs(), "--replicas", "3", "--sim", s.BaseURL, "--concurrency", "4"}, fastTiers...)
+	up(t, append([]string{"--role", "worker,dead-letter,recovery,api"}, flags...)...)
+	up(t, append([]string{"--role", "worker"}, flags...)...)
+	nc := salvagetest.Connect(t, c.URLs())
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stores, err := kv.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := js.Stream(ctx, streams.Chunks); err != nil || info.CachedInfo().Config.Replicas != 3 {
+		t.Fatalf("SALVAGE_CHUNKS: %v; want 3 replicas", err)
+	}
+
+	var mu sync.Mutex
+	var jobs []string
+	submitted := make(chan struct{})
+	go func() {
+		defer close(submitted)
+		for i := 0; ctx.Err() == nil && i < 60; i++ {
+			var list []orders.Order
+			for k := range 3 {
+				list = append(list, order(fmt.Sprintf("f-%03d-%d", i, k)))
+			}
+			id := ulid.Make().String()
+			body, _ := json.Marshal(map[string]any{"job_id": id, "input": orders.Input{Orders: list}})
+			// A publish during an election may fail: the job was not
+			// accepted, so it is tried again under the same id.
+			for ctx.Err() == nil {
+				if _, err := js.Publish(ctx, salvage.JobSubject(orders.Name), body); err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			mu.Lock()
+			jobs = append(jobs, id)
+			mu.Unlock()
+			time.Sleep(150 * time.Millisecond)
+		}
+	}()
+	finished := func() int {
+		mu.Lock()
+		ids := append([]string(nil), jobs...)
+		mu.Unlock()
+		n := 0
+		for _, id := range ids {
+			if j, err := stores.Jobs.Get(ctx, id); err == nil && j.Status != kv.JobRunning {
+				n++
+			}
+		}
+		return n
+	}
+	failover := func(stream string) {
+		t.Helper()
+		var leader string
+		salvagetest.Eventually(t, 30*time.Second, func() bool {
+			st, err := js.Stream(ctx, stream)
+			if err != nil {
+				return false
+			}
+			info, err := st.Info(ctx)
+			if err == nil && info.Cluster != nil {
+				leader = info.Cluster.Leader
+			}
+			return leader != ""
+		}, "the leader of %s", stream)
+		i := c.Index(leader)
+		before := finished()
+		c.Stop(i)
+		t.Logf("%s: leader %s shut down with %d jobs finished", stream, leader, before)
+		salvagetest.Eventually(t, 60*time.Second, func() bool { return finished() >= before+3 }, "jobs finishing with %s's old leader down", stream)
+		if err := c.Restart(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitReady(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %s restarted with %d jobs finished", stream, leader, finished())
+	}
+	salvagetest.Eventually(t, 30*time.Second, func() bool { return finished() >= 3 }, "the first jobs to finish")
+	failover(streams.Chunks)
+	failover("KV_" + kv.BucketClaims)
+	<-submitted
+
+	mu.Lock()
+	all := append([]string(nil), jobs...)
+	mu.Unlock()
+	salvagetest.Eventually(t, 120*time.Second, func() bool { return finished() == len(all) }, "all %d jobs to finish", len(all))
+	for _, id := range all {
+		j, err := stores.Jobs.Get(ctx, id)
+		if err != nil || j.Summary.Done != j.Chunks || j.Chunks != 3 {
+			t.Errorf("job %s: %+v, %v; want its 3 chunks done", id, j, err)
+		}
+	}
+	l, err := s.Ledger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Summary.DuplicateKeys != 0 || l.Summary.DuplicateOrders != 0 {
+		t.Fatalf("ledger %+v: a side effect was repeated", l.Summary)
+	}
+	t.Logf("%d jobs of 3 orders finished across two leader failovers; ledger %+v", len(all), l.Summary)
+}

@@ -1,0 +1,225 @@
+package natsconf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ClusterNodesDefault is the size of a cluster StartCluster starts: the
+// smallest that keeps a quorum (2 of 3) when one node is down.
+const ClusterNodesDefault = 3
+
+// ClusterConfig configures a JetStream cluster of in-process servers on
+// loopback, for tests and benchmarks. Zero fields take their defaults;
+// Dir is required.
+type ClusterConfig struct {
+	// Name is the cluster's name; nodes are <Name>-1, <Name>-2, … .
+	// Default "salvage".
+	Name string
+	// Nodes is how many servers. Default ClusterNodesDefault.
+	Nodes int
+	// Dir holds one store directory per node (<Dir>/<node name>).
+	Dir string
+	// SyncInterval is each node's sync_interval (see ServerConfig). With
+	// replicas, a write is acknowledged once a quorum holds it; the
+	// server's default (0) is what a cluster usually runs.
+	SyncInterval time.Duration
+	// Logging turns on the servers' own log output.
+	Logging bool
+}
+
+// Cluster is a running in-process JetStream cluster. Its nodes keep their
+// client and route ports across Stop and Restart, so clients reconnect to
+// a restarted node and the others route to it again.
+type Cluster struct {
+	cfg   ClusterConfig
+	mu    sync.Mutex
+	nodes []*Server
+	confs []ServerConfig
+}
+
+// StartCluster starts cfg.Nodes servers that route to each other and
+// blocks until the JetStream meta group has a leader.
+func StartCluster(cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("%w: ClusterConfig.Dir is empty", ErrInvalidConfig)
+	}
+	if cfg.Name == "" {
+		cfg.Name = "salvage"
+	}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = ClusterNodesDefault
+	}
+	ports, err := freePorts(2 * cfg.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	routes := make([]string, cfg.Nodes)
+	for i := range cfg.Nodes {
+		routes[i] = "nats-route://" + net.JoinHostPort(HostDefault, strconv.Itoa(ports[cfg.Nodes+i]))
+	}
+	c := &Cluster{cfg: cfg, nodes: make([]*Server, cfg.Nodes)}
+	for i := range cfg.Nodes {
+		name := cfg.Name + "-" + strconv.Itoa(i+1)
+		c.confs = append(c.confs, ServerConfig{
+			Host: HostDefault, Port: ports[i], StoreDir: filepath.Join(cfg.Dir, name), SyncInterval: cfg.SyncInterval,
+			ServerName: name, Logging: cfg.Logging, ClusterName: cfg.Name,
+			ClusterListen: net.JoinHostPort(HostDefault, strconv.Itoa(ports[cfg.Nodes+i])), Routes: routes,
+		})
+	}
+	// The nodes start together: each waits for a quorum of routes before
+	// it reports ready.
+	errs := make([]error, cfg.Nodes)
+	var wg sync.WaitGroup
+	for i := range cfg.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.nodes[i], errs[i] = StartServer(c.confs[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	if err := c.WaitReady(30 * time.Second); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+// URLs is every node's client URL, comma-separated, as clients take them.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.confs))
+	for i, sc := range c.confs {
+		urls[i] = "nats://" + net.JoinHostPort(sc.Host, strconv.Itoa(sc.Port))
+	}
+	return strings.Join(urls, ",")
+}
+
+// Names are the nodes' server names, in order.
+func (c *Cluster) Names() []string {
+	names := make([]string, len(c.confs))
+	for i, sc := range c.confs {
+		names[i] = sc.ServerName
+	}
+	return names
+}
+
+// Index returns the index of the node named name, or -1.
+func (c *Cluster) Index(name string) int {
+	for i, sc := range c.confs {
+		if sc.ServerName == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Node returns node i, nil while it is stopped.
+func (c *Cluster) Node(i int) *Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// Stop shuts node i down; its store stays for Restart.
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	n := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	n.Shutdown()
+}
+
+// Restart starts node i again on its store directory and ports.
+func (c *Cluster) Restart(i int) error {
+	n, err := StartServer(c.confs[i])
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.nodes[i] = n
+	c.mu.Unlock()
+	return nil
+}
+
+// WaitReady blocks until a running node leads the JetStream meta group
+// and every running node is current with it, or timeout passes.
+func (c *Cluster) WaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c.mu.Lock()
+		leader, current := false, true
+		for _, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			leader = leader || n.ns.JetStreamIsLeader()
+			current = current && n.ns.JetStreamIsCurrent()
+		}
+		c.mu.Unlock()
+		if leader && current {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: cluster %s has no JetStream meta leader after %s", ErrServerNotReady, c.cfg.Name, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Shutdown stops every running node.
+func (c *Cluster) Shutdown() {
+	for i := range c.nodes {
+		if c.Node(i) != nil {
+			c.Stop(i)
+		}
+	}
+}
+
+// clusterOptions makes opts one node of cfg's cluster.
+func clusterOptions(opts *server.Options, cfg ServerConfig) error {
+	host, port, err := net.SplitHostPort(cfg.ClusterListen)
+	if err != nil {
+		return fmt.Errorf("%w: ClusterListen %q: %v", ErrInvalidConfig, cfg.ClusterListen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("%w: ClusterListen %q: bad port", ErrInvalidConfig, cfg.ClusterListen)
+	}
+	opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: p}
+	opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+	return nil
+}
+
+// freePorts reserves n distinct free loopback ports and releases them for
+// the servers to take.
+func freePorts(n int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(HostDefault, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("natsconf: reserve a port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
