@@ -29,6 +29,9 @@ type Client struct {
 
 	storesMu sync.Mutex
 	stores   *kv.Stores
+	// jobs is the jobs bucket alone, for a client that only submits and
+	// waits (jobsFor).
+	jobs *kv.Jobs
 
 	runMu   sync.Mutex
 	stop    context.CancelFunc
@@ -171,6 +174,25 @@ func (c *Client) storesFor(ctx context.Context) (*kv.Stores, error) {
 	c.configureJournal(st)
 	c.stores = st
 	return st, nil
+}
+
+// jobsFor returns the jobs store, binding to that bucket alone when no
+// other store is open: a submitter's user may read nothing else.
+func (c *Client) jobsFor(ctx context.Context) (*kv.Jobs, error) {
+	c.storesMu.Lock()
+	defer c.storesMu.Unlock()
+	if c.stores != nil {
+		return c.stores.Jobs, nil
+	}
+	if c.jobs != nil {
+		return c.jobs, nil
+	}
+	j, err := kv.OpenJobs(ctx, c.js)
+	if err != nil {
+		return nil, fmt.Errorf("salvage: open the jobs bucket (is Salvage provisioned on this server?): %w", err)
+	}
+	c.jobs = j
+	return j, nil
 }
 
 func (c *Client) configureJournal(st *kv.Stores) {

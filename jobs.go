@@ -402,7 +402,17 @@ func (c *Client) job(ctx context.Context, id string) (kv.Job, *kv.Stores, error)
 
 // Get returns job id's record, or an error wrapping ErrUnknownJob.
 func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
-	j, _, err := c.job(ctx, id)
+	if err := streams.ValidateJobID(id); err != nil {
+		return nil, err
+	}
+	jobs, err := c.jobsFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j, err := jobs.Get(ctx, id)
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
 	if err != nil {
 		return nil, err
 	}

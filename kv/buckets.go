@@ -95,6 +95,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 	return Open(ctx, js)
 }
 
+// OpenJobs binds to the jobs bucket alone: what a client that submits
+// and waits needs, and all its user may be allowed to read.
+func OpenJobs(ctx context.Context, js jetstream.JetStream) (*Jobs, error) {
+	b, err := js.KeyValue(ctx, BucketJobs)
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", BucketJobs, err)
+	}
+	return &Jobs{b: b, now: time.Now}, nil
+}
+
 // Open binds to buckets that already exist. It returns an error wrapping
 // jetstream.ErrBucketNotFound when Salvage was never provisioned there.
 func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {

@@ -48,6 +48,11 @@ type ConnectConfig struct {
 	// (the first ones under Wait, and reconnects), for messages that say
 	// why a server cannot be reached.
 	OnConnectError func(error)
+	// OnPermissionViolation, when set, hears the server refuse this user
+	// a publish or a subscription (an error wrapping
+	// nats.ErrPermissionViolation, naming the subject). A refused request
+	// is otherwise only a request nobody answers.
+	OnPermissionViolation func(error)
 }
 
 // ContextName is the nats CLI context in force: Context, else
@@ -100,7 +105,11 @@ func Connect(c ConnectConfig) (*nats.Conn, error) {
 		nats.Timeout(5*time.Second),
 		// Async errors (slow consumer, permission) are reported by the
 		// callers that care; the default handler prints to stderr.
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if c.OnPermissionViolation != nil && errors.Is(err, nats.ErrPermissionViolation) {
+				c.OnPermissionViolation(err)
+			}
+		}),
 	)
 	if c.Wait {
 		opts = append(opts, nats.RetryOnFailedConnect(true))

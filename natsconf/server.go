@@ -1,6 +1,7 @@
 package natsconf
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -67,6 +68,9 @@ type ServerConfig struct {
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
+	// TLS, when set, makes clients connect with TLS; with ClientCAs set
+	// the server also verifies client certificates (mutual TLS).
+	TLS *tls.Config
 }
 
 // DefaultServerConfig returns the configuration `salvage up` uses.
@@ -189,6 +193,10 @@ func StartServer(cfg ServerConfig) (srv *Server, err error) {
 		// The embedded server never listens anywhere else.
 		HTTPPort: 0,
 	}
+	if cfg.TLS != nil {
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = cfg.TLS, true, cfg.TLS.ClientCAs != nil
+		opts.TLSTimeout = 2
+	}
 	if cfg.ClusterName != "" {
 		if err := clusterOptions(opts, cfg); err != nil {
 			return nil, err
@@ -240,4 +248,37 @@ func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 	s.lock.release()
+}
+
+// StartConfigFile starts a server from a nats-server config file (those
+// natsconf ships, or yours) with its store in storeDir, listening on a
+// free loopback port, for tests and examples: accounts, users,
+// permissions, TLS and JetStream limits come from the file. It holds the
+// store's lock like StartServer.
+func StartConfigFile(file, storeDir string) (srv *Server, err error) {
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, file, err)
+	}
+	lock, err := lockStore(storeDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
+	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.HTTPPort = HostDefault, server.RANDOM_PORT, storeDir, true, 0
+	opts.Cluster.Port, opts.Routes = 0, nil
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsconf: new server from %s: %w", file, err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(ReadyTimeoutDefault) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("%w after %s (config %s)", ErrServerNotReady, ReadyTimeoutDefault, file)
+	}
+	return &Server{ns: ns, lock: lock}, nil
 }

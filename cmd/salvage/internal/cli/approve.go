@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 
@@ -37,21 +36,22 @@ envelope ends abandoned (escalated when an irreversible effect stands).`,
 		if err != nil || chunk < 1 {
 			return fmt.Errorf("CHUNK %q: want a chunk number, from 1", args[1])
 		}
-		return e.withClient("salvage approve", func(ctx context.Context, c *salvage.Client) error {
-			ch, err := c.Approve(ctx, job, chunk, salvage.Decision{Reject: reject, By: by, Note: note})
-			if err != nil {
-				return noJob(job, err)
-			}
-			if asJSON {
-				return e.writeJSON(ch)
-			}
-			verb := "approved: it runs stage " + strconv.Itoa(ch.Stage) + " next"
-			if reject {
-				verb = "rejected: " + string(ch.Status) + ", envelope " + ch.Envelope + " (its effects are compensated)"
-			}
-			fmt.Fprintf(e.stdout, "chunk %d of job %s %s\n", chunk, job, verb)
-			return nil
-		})(cmd, args)
+		// Through the salvage.api service: an operator's user needs the
+		// API, not the buckets.
+		var ch salvage.Chunk
+		approve := !reject
+		if err := e.request("approve", map[string]any{"job_id": job, "chunk": chunk, "approve": approve, "by": by, "note": note}, &ch); err != nil {
+			return err
+		}
+		if asJSON {
+			return e.writeJSON(ch)
+		}
+		verb := "approved: it runs stage " + strconv.Itoa(ch.Stage) + " next"
+		if reject {
+			verb = "rejected: " + string(ch.Status) + ", envelope " + ch.Envelope + " (its effects are compensated)"
+		}
+		fmt.Fprintf(e.stdout, "chunk %d of job %s %s\n", chunk, job, verb)
+		return nil
 	}
 	f := cmd.Flags()
 	f.BoolVar(&reject, "reject", false, "reject: compensate what the chunk did and abandon it")

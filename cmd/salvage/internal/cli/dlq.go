@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,12 +26,21 @@ func (e *env) request(endpoint string, body, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := nc.Request(salvage.ServicePrefix+"."+endpoint, data, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = e.refused.watch(ctx)
+	resp, err := nc.RequestWithContext(ctx, salvage.ServicePrefix+"."+endpoint, data)
+	// A service that is starting (salvage up just printed its URL) has
+	// no responder for a moment: ask again, briefly.
+	for wait := 50 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && wait <= 800*time.Millisecond; wait *= 2 {
+		time.Sleep(wait)
+		resp, err = nc.RequestWithContext(ctx, salvage.ServicePrefix+"."+endpoint, data)
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("no salvage api is listening on %s.%s: run salvage up (role api) against this server", salvage.ServicePrefix, endpoint)
 	}
 	if err != nil {
-		return err
+		return e.refused.explain(err)
 	}
 	if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {
 		return fmt.Errorf("%s (%s)", resp.Header.Get(micro.ErrorHeader), code)

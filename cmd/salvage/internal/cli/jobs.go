@@ -27,11 +27,12 @@ func (e *env) withClient(name string, fn func(ctx context.Context, c *salvage.Cl
 		defer nc.Close()
 		ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 		defer cancel()
+		ctx = e.refused.watch(ctx)
 		c, err := salvage.NewClient(js, nil)
 		if err != nil {
 			return err
 		}
-		return fn(ctx, c)
+		return e.refused.explain(fn(ctx, c))
 	}
 }
 
@@ -173,15 +174,15 @@ func (e *env) cancelCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return e.withClient("salvage cancel", func(ctx context.Context, c *salvage.Client) error {
-				j, err := c.Cancel(ctx, id, operatorName())
-				if err != nil {
-					return noJob(id, err)
-				}
-				fmt.Fprintf(e.stdout, "job %s cancelled: %s, %d done, %d cancelled, %d dead-lettered of %d chunks (running ones stop at their next stage)\n",
-					id, j.Status, j.Summary.Done, j.Summary.Cancelled, j.Summary.DeadLettered, j.Chunks)
-				return nil
-			})(cmd, args)
+			// Through the salvage.api service: an operator's user needs
+			// the API, not the buckets.
+			var j salvage.Job
+			if err := e.request("jobs.cancel", map[string]string{"job_id": id, "by": operatorName()}, &j); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "job %s cancelled: %s, %d done, %d cancelled, %d dead-lettered of %d chunks (running ones stop at their next stage)\n",
+				id, j.Status, j.Summary.Done, j.Summary.Cancelled, j.Summary.DeadLettered, j.Chunks)
+			return nil
 		},
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"time"
@@ -18,9 +17,9 @@ func (e *env) pipelinesCmd() *cobra.Command {
 		Short: "List the pipelines the workers run, which are paused, and the chunks each has parked",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = e.withClient("salvage pipelines", func(ctx context.Context, c *salvage.Client) error {
-		ps, err := c.Pipelines(ctx)
-		if err != nil {
+	cmd.RunE = func(*cobra.Command, []string) error {
+		var ps []salvage.PipelineStatus
+		if err := e.request("pipelines.list", struct{}{}, &ps); err != nil {
 			return err
 		}
 		if asJSON {
@@ -47,7 +46,7 @@ func (e *env) pipelinesCmd() *cobra.Command {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, state, p.Parked, when, by, reason)
 		}
 		return tw.Flush()
-	})
+	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -69,17 +68,9 @@ jobs are still accepted. Other pipelines run on. 'salvage resume PIPELINE' sends
 parked chunks back to the work queue.`,
 		Args: cobra.ExactArgs(1),
 	}
-	cmd.RunE = e.withClient("salvage pause", func(ctx context.Context, c *salvage.Client) error {
-		p, err := c.PausePipeline(ctx, cmd.Flags().Arg(0), by, reason)
-		if err != nil {
-			return err
-		}
-		if asJSON {
-			return e.writeJSON(p)
-		}
-		writePipeline(e.stdout, p)
-		return nil
-	})
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		return e.setPaused("pipelines.pause", args[0], by, reason, asJSON)
+	}
 	f := cmd.Flags()
 	f.StringVar(&reason, "reason", "", "why, recorded with the pause")
 	f.StringVar(&by, "by", by, "who pauses, recorded with the pause")
@@ -98,21 +89,30 @@ message with a fresh delivery budget, and go on from the stage they stopped befo
 what they did before the pause is not done again.`,
 		Args: cobra.ExactArgs(1),
 	}
-	cmd.RunE = e.withClient("salvage resume", func(ctx context.Context, c *salvage.Client) error {
-		p, err := c.ResumePipeline(ctx, cmd.Flags().Arg(0), by)
-		if err != nil {
-			return err
-		}
-		if asJSON {
-			return e.writeJSON(p)
-		}
-		writePipeline(e.stdout, p)
-		return nil
-	})
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		return e.setPaused("pipelines.resume", args[0], by, "", asJSON)
+	}
 	f := cmd.Flags()
 	f.StringVar(&by, "by", by, "who resumes, recorded with the resume")
 	f.BoolVar(&asJSON, "json", false, "print the pipeline's state as JSON")
 	return cmd
+}
+
+// setPaused pauses or resumes a pipeline through the salvage.api service
+// (endpoint), so an operator's user needs the API and nothing else.
+func (e *env) setPaused(endpoint, pipeline, by, reason string, asJSON bool) error {
+	if err := salvage.ValidateToken("pipeline", pipeline); err != nil {
+		return err
+	}
+	var p salvage.PipelineStatus
+	if err := e.request(endpoint, map[string]string{"pipeline": pipeline, "by": by, "reason": reason}, &p); err != nil {
+		return err
+	}
+	if asJSON {
+		return e.writeJSON(p)
+	}
+	writePipeline(e.stdout, p)
+	return nil
 }
 
 // writePipeline says where a pipeline stands in one line.

@@ -51,11 +51,13 @@ type env struct {
 	conn           natsconf.ConnectConfig
 	logLevel       string
 	logFormat      string
+	// refused is what the server refused this command's user, if anything.
+	refused *refusal
 }
 
 // Main runs the salvage CLI with args and returns the process exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, refused: &refusal{}}
 	root := e.rootCmd()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -129,6 +131,9 @@ func (e *env) logger() (zerolog.Logger, error) {
 func (e *env) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
 	c := e.conn
 	c.Name = name
+	if c.OnPermissionViolation == nil {
+		c.OnPermissionViolation = e.refused.record
+	}
 	nc, err := natsconf.Connect(c)
 	if err != nil {
 		return nil, nil, err

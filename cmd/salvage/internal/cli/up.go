@@ -240,6 +240,10 @@ chunks finish or are released, then the process exits.`,
 			}
 			e.conn.URL = url
 			e.conn.Wait = true
+			e.conn.OnPermissionViolation = func(err error) {
+				// A refused request is only one nobody answers: say why.
+				log.Error().Err(err).Msg("the server refused this user; check its permissions")
+			}
 			var lastErr natsconf.LastConnError
 			e.conn.OnConnectError = lastErr.Record
 			nc, js, err := e.connect("salvage up")
