@@ -12,7 +12,14 @@ AGENT_TS := examples/agent-ts
 # Packages whose tests start goroutines that race: all of them, in practice.
 TEST_FLAGS ?= -race -count=1 -timeout 14m
 
-.PHONY: help run build test lint bench tools clean
+.PHONY: help run build test lint bench tools clean fuzz
+# Fuzz targets, as package:target; make test runs each for FUZZ_BRIEF,
+# make fuzz for FUZZTIME. Crashers land in the package's testdata/fuzz
+# and from then on run in every go test as regression tests.
+FUZZ_TARGETS := ./streams:FuzzValidateToken ./streams:FuzzParseSubjects ./streams:FuzzParseTraceParent \
+	./consumers:FuzzParseJob ./recovery:FuzzDecodeEnvelope .:FuzzEnvelopeRequest
+FUZZ_BRIEF ?= 3s
+FUZZTIME ?= 60s
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -23,8 +30,15 @@ run: build ## the main job: the demo on an embedded server
 build: ## build ./bin/salvage
 	$(GO) build -o $(BIN)/salvage ./cmd/salvage
 
-test: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded NATS servers (the pinned nats CLI, the Node agent example)
+test: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded NATS servers (the pinned nats CLI, the Node agent example), then each fuzz target briefly
 	$(GO) test $(TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_BRIEF)
+
+fuzz: ## run every fuzz target for FUZZTIME (60s) each
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

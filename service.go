@@ -143,9 +143,16 @@ type envelopeRequest struct {
 }
 
 func readEnvelopeRequest(req micro.Request) (envelopeRequest, error) {
+	return parseEnvelopeRequest(req.Data())
+}
+
+// parseEnvelopeRequest reads the body of an envelope request: an error
+// wrapping errMalformed or streams.ErrBadToken, or a request whose
+// envelope_id is a token.
+func parseEnvelopeRequest(data []byte) (envelopeRequest, error) {
 	var r envelopeRequest
-	if err := decode(req, &r, false); err != nil {
-		return r, err
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	if r.EnvelopeID == "" {
 		return r, fmt.Errorf("%w: envelope_id is required", errMalformed)

@@ -129,7 +129,7 @@ func readEnvelope(ctx context.Context, js jetstream.JetStream, rec kv.EnvelopeRe
 	if err != nil {
 		return env, fmt.Errorf("envelope %s at SALVAGE_DLQ %d: %w", rec.ID, rec.DLQSeq, err)
 	}
-	if err := json.Unmarshal(m.Data, &env); err != nil {
+	if env, err = recovery.DecodeEnvelope(m.Data); err != nil {
 		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)
 	}
 	return env, nil

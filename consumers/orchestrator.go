@@ -2,7 +2,6 @@ package consumers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -124,8 +123,8 @@ type outcome struct {
 }
 
 func (o *Orchestrator) handle(ctx context.Context, m jetstream.Msg) {
-	var env recovery.Envelope
-	if err := json.Unmarshal(m.Data(), &env); err != nil || env.ID == "" {
+	env, err := recovery.DecodeEnvelope(m.Data())
+	if err != nil {
 		o.log.Error().Err(err).Str("subject", m.Subject()).Msg("unreadable envelope; left for an operator")
 		_ = m.Term()
 		return

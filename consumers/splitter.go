@@ -174,7 +174,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	p, err := s.parse(m, meta)
+	p, err := s.parse(m.Subject(), m.Data(), m.Headers(), meta)
 	var rej *rejectError
 	if errors.As(err, &rej) {
 		return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, rej)
@@ -280,13 +280,15 @@ func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed)
 	return wait()
 }
 
-func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, error) {
+// parse reads a job message (its subject, body and headers as delivered)
+// into what the splitter publishes, or a *rejectError saying why not. It
+// writes nothing.
+func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jetstream.MsgMetadata) (parsed, error) {
 	var p parsed
-	data := m.Data()
 	if len(data) > s.cfg.MaxPayload {
 		return p, reject(streams.RejectOversized, fmt.Errorf("payload is %d bytes, the limit is %d", len(data), s.cfg.MaxPayload))
 	}
-	name, err := streams.ParseJobSubject(m.Subject())
+	name, err := streams.ParseJobSubject(subject)
 	if errors.Is(err, streams.ErrBadToken) {
 		return p, reject(streams.RejectBadToken, err)
 	}
@@ -310,7 +312,7 @@ func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, 
 		}
 		p.jobID = *p.msg.JobID
 	default:
-		p.jobID = jobIDFor(m.Headers().Get(streams.HeaderMsgID), meta)
+		p.jobID = jobIDFor(hdr.Get(streams.HeaderMsgID), meta)
 	}
 	// Looked up once the job id is known, so a waiter hears of it.
 	if p.pipeline, err = s.cfg.Registry.Get(name); err != nil {
@@ -333,7 +335,7 @@ func (s *Splitter) parse(m jetstream.Msg, meta *jetstream.MsgMetadata) (parsed, 
 	if len(inputs) > limit {
 		return p, reject(streams.RejectTooManyChunks, fmt.Errorf("input split into %d chunks; %s allows %d", len(inputs), p.pipeline.Name, limit))
 	}
-	p.traceID, _ = streams.ParseTraceParent(m.Headers().Get(streams.HeaderTraceParent))
+	p.traceID, _ = streams.ParseTraceParent(hdr.Get(streams.HeaderTraceParent))
 	if p.traceID == "" {
 		p.traceID = streams.DeriveTraceID(p.jobID)
 	}

@@ -97,6 +97,9 @@ var (
 	// ErrJobCancelled is returned when a job was cancelled; the chunk ends
 	// cancelled-at-stage-N, never retried.
 	ErrJobCancelled = errors.New("job cancelled")
+	// ErrBadEnvelope is returned by DecodeEnvelope for a DLQ message that
+	// is not a usable failure envelope.
+	ErrBadEnvelope = errors.New("not a failure envelope")
 	// ErrUnknownPipeline is returned for a pipeline name nobody registered.
 	ErrUnknownPipeline = errors.New("unknown pipeline")
 	// ErrBadInput is returned when a pipeline cannot use a job's input.

@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -95,11 +96,29 @@ func ParseChunkSubject(subject string) (ChunkRef, error) {
 	if len(parts) != 5 || parts[0] != "salvage" || parts[1] != "chunks" {
 		return ChunkRef{}, badSubject(subject, "want salvage.chunks.<pipeline>.<job>.<chunk>")
 	}
-	n, err := strconv.Atoi(parts[4])
-	if err != nil || n < 1 {
-		return ChunkRef{}, badSubject(subject, "chunk number must be a positive integer")
+	n, err := parseRef(subject, parts)
+	if err != nil {
+		return ChunkRef{}, err
 	}
 	return ChunkRef{Pipeline: parts[2], Job: parts[3], Chunk: n}, nil
+}
+
+// parseRef checks the tokens of a five-token subject
+// salvage.<kind>.<token>.<job>.<chunk> and returns the chunk number,
+// which must be written as ChunkSubject writes it (no sign, no leading
+// zero), so a parsed subject builds the same subject again.
+func parseRef(subject string, parts []string) (int, error) {
+	if err := ValidateToken(parts[1]+" subject token", parts[2]); err != nil {
+		return 0, fmt.Errorf("%w: %w", badSubject(subject, "a token is not valid"), err)
+	}
+	if err := ValidateJobID(parts[3]); err != nil {
+		return 0, fmt.Errorf("%w: %w", badSubject(subject, "the job id is not valid"), err)
+	}
+	n, err := strconv.Atoi(parts[4])
+	if err != nil || n < 1 || strconv.Itoa(n) != parts[4] {
+		return 0, badSubject(subject, "chunk number must be a positive integer")
+	}
+	return n, nil
 }
 
 // SystemApproval is the reserved system name of the hold subjects of
@@ -157,9 +176,9 @@ func ParseHoldSubject(subject string) (HoldRef, error) {
 	if len(parts) != 5 || parts[0] != "salvage" || parts[1] != "hold" {
 		return HoldRef{}, badSubject(subject, "want salvage.hold.<system>.<job>.<chunk>")
 	}
-	n, err := strconv.Atoi(parts[4])
-	if err != nil || n < 1 {
-		return HoldRef{}, badSubject(subject, "chunk number must be a positive integer")
+	n, err := parseRef(subject, parts)
+	if err != nil {
+		return HoldRef{}, err
 	}
 	return HoldRef{System: parts[2], Job: parts[3], Chunk: n}, nil
 }

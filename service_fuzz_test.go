@@ -1,0 +1,30 @@
+package salvage
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// FuzzEnvelopeRequest: the body of a replay, resolve, ack or show request
+// is refused as malformed or as a bad token, or names an envelope by a
+// valid token and someone to record.
+func FuzzEnvelopeRequest(f *testing.F) {
+	for _, s := range []string{`{"envelope_id": "01JENVELOPE000000000000000"}`, `{"envelope_id": "a.b"}`, `{"envelope_id": ""}`,
+		`{}`, `null`, `[]`, `{"envelope_id": 7}`, `{"envelope_id": "x", "by": "ann", "note": "n"}`, `not json`, `{"envelope_id": "*"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := parseEnvelopeRequest(data)
+		if err != nil {
+			if !errors.Is(err, errMalformed) && !errors.Is(err, streams.ErrBadToken) {
+				t.Fatalf("%q refused with %v", data, err)
+			}
+			return
+		}
+		if streams.ValidateToken("envelope_id", r.EnvelopeID) != nil || r.By == "" {
+			t.Fatalf("%q accepted as %+v", data, r)
+		}
+	})
+}
