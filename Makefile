@@ -47,8 +47,8 @@ lint: $(BIN)/staticcheck ## gofmt, go vet, staticcheck
 	$(BIN)/staticcheck ./...
 	cd examples && $(GO) vet ./... && $(BIN)/staticcheck ./...
 
-bench: build ## the performance table (salvage bench: throughput vs the JetStream floor, critical path, crash to resume, cost growth), then the Go benchmarks
-	$(BIN)/salvage bench --log-level error
+bench: build $(BIN)/nats-server ## the performance table (salvage bench: throughput vs the JetStream floor, critical path, crash to resume, cost growth), then the Go benchmarks
+	$(BIN)/salvage bench --log-level error --nats-server $(BIN)/nats-server
 	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/contractreview/
 	$(GO) test -run '^$$' -bench BenchmarkJournal -benchtime 2x -count 1 ./kv/
 

@@ -58,7 +58,7 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = ClusterNodesDefault
 	}
-	ports, err := freePorts(2 * cfg.Nodes)
+	ports, err := FreePorts(2 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -203,9 +203,9 @@ func clusterOptions(opts *server.Options, cfg ServerConfig) error {
 	return nil
 }
 
-// freePorts reserves n distinct free loopback ports and releases them for
-// the servers to take.
-func freePorts(n int) ([]int, error) {
+// FreePorts reserves n distinct free loopback ports and releases them for
+// servers to take (StartCluster's, or processes a benchmark starts).
+func FreePorts(n int) ([]int, error) {
 	ls := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range ls {

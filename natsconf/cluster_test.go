@@ -33,7 +33,11 @@ func TestClusterSurvivesItsStreamLeader(t *testing.T) {
 		t.Helper()
 		for i := from; i < to; i++ {
 			salvagetest.Eventually(t, 20*time.Second, func() bool {
-				_, err := js.Publish(ctx, fmt.Sprintf("s.%d", i), []byte("x"))
+				// A publish the old leader took but never acked is
+				// asked again, under the same id, after a short wait.
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				_, err := js.Publish(actx, fmt.Sprintf("s.%d", i), []byte("x"), jetstream.WithMsgID(fmt.Sprintf("m-%d", i)))
 				return err == nil
 			}, "publish %d", i)
 		}

@@ -106,7 +106,10 @@ func TestShippedConfigs(t *testing.T) {
 	}, "a JetStream meta leader among the three nodes")
 	js, _ = jetstream.New(salvagetest.Connect(t, servers[0].ClientURL()))
 	salvagetest.Eventually(t, 30*time.Second, func() bool {
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3})
+		// A request the forming cluster drops is asked again.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := js.CreateStream(actx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3})
 		return err == nil
 	}, "an R3 stream on the cluster")
 }

@@ -35,11 +35,13 @@ type benchReport struct {
 	Machine    string          `json:"machine"`
 	GoVersion  string          `json:"go_version"`
 	Throughput []throughputRow `json:"throughput,omitempty"`
-	Critical   *criticalRow    `json:"critical_path,omitempty"`
-	Crash      *crashRow       `json:"crash_to_resume,omitempty"`
-	Growth     []growthRow     `json:"growth,omitempty"`
-	Storage    []storageRow    `json:"storage,omitempty"`
-	WallSecs   float64         `json:"wall_seconds"`
+	// ClusterSkipped says why the cluster row is missing.
+	ClusterSkipped string       `json:"cluster_skipped,omitempty"`
+	Critical       *criticalRow `json:"critical_path,omitempty"`
+	Crash          *crashRow    `json:"crash_to_resume,omitempty"`
+	Growth         []growthRow  `json:"growth,omitempty"`
+	Storage        []storageRow `json:"storage,omitempty"`
+	WallSecs       float64      `json:"wall_seconds"`
 }
 
 type benchOpts struct {
@@ -53,6 +55,7 @@ type benchOpts struct {
 	growth      []int
 	growthConc  int
 	report      string
+	natsServer  string
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
@@ -71,6 +74,8 @@ print one table:
                in flight, --concurrency chunks at once), under sync_interval always and
                the server default, beside the raw JetStream floor measured on the same
                server: atomic batches of 100 and pipelined async publishes of 512 bytes;
+               then the same on three nats-server processes with R3 streams (--nats-server,
+               else nats-server on PATH, else ./bin/nats-server; skipped without one);
   critical     the reference job (22 chunks x 116 calls, 15 ms per model call) on the
                default concurrency, against its critical path computed from its stages;
   crash        --kills SIGKILLs of worker processes ('salvage up --role worker' against a
@@ -121,6 +126,7 @@ Figures depend on the machine; the README shows one run.`,
 	f.IntSliceVar(&o.growth, "growth", []int{100, 1_000, 10_000}, "growth: job sizes in chunks")
 	f.IntVar(&o.growthConc, "growth-concurrency", 16, "growth: chunks in flight in the worker")
 	f.StringVar(&o.report, "report", "text", "text or json")
+	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
 	return cmd
 }
 
@@ -130,11 +136,14 @@ func (r *benchReport) print(w io.Writer) {
 	fmt.Fprintf(tw, "Reference figures (measured on %s, fsync on): DBOS Transact %s steps/s, River %s jobs/s (FetchCooldown 1 ms)\n\n",
 		refMachine, refDBOS, thousands(refRiverJobsPerSec))
 	if len(r.Throughput) > 0 {
-		fmt.Fprintln(tw, "THROUGHPUT\tsync_interval\tjournal\tcalls/s\tchunks/s\trows/flush\tfloor: batches/s\tfloor: async/s\tcalls/floor\ttarget")
+		fmt.Fprintln(tw, "THROUGHPUT\tservers\tsync_interval\tjournal\tcalls/s\tchunks/s\trows/flush\tfloor: batches/s\tfloor: async/s\tcalls/floor\ttarget")
 		for _, t := range r.Throughput {
-			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%.2f (%s)\t%s\n",
-				t.Jobs, t.Chunks, t.CallsPerChunk, t.Concurrency, t.SyncInterval, t.Journal, thousands(int(t.CallsPerSec)), t.ChunksPerSec,
+			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%.2f (%s)\t%s\n",
+				t.Jobs, t.Chunks, t.CallsPerChunk, t.Concurrency, t.Servers, t.SyncInterval, t.Journal, thousands(int(t.CallsPerSec)), t.ChunksPerSec,
 				t.RowsPerFlush, thousands(int(t.FloorBatchPerSec)), thousands(int(t.FloorAsyncPerSec)), t.FloorRatio, t.FloorKind, t.verdict())
+		}
+		if r.ClusterSkipped != "" {
+			fmt.Fprintf(tw, "  cluster row skipped: %s\n", r.ClusterSkipped)
 		}
 		fmt.Fprintln(tw)
 	}

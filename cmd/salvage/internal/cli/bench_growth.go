@@ -157,7 +157,7 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 	for i, n := range b.o.growth {
 		row := growthRow{SyncInterval: "default", Chunks: n, Concurrency: b.o.growthConc}
 		id := fmt.Sprintf("bench-g%d", i+1)
-		w, err := b.e.startProcess(ctx, id, []string{"bench-worker", "--server", s.srv.ClientURL(), "--worker-id", id,
+		w, err := b.e.startProcess(ctx, id, []string{"bench-worker", "--server", s.url, "--worker-id", id,
 			"--concurrency", strconv.Itoa(b.o.growthConc)})
 		if err != nil {
 			if w != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,9 +30,20 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 	r := &benchReport{Machine: machine(), GoVersion: runtime.Version()}
 	if slices.Contains(b.o.only, "throughput") {
 		for _, si := range []time.Duration{natsconf.SyncAlways, 0} {
-			t, err := b.throughput(ctx, si)
+			t, err := b.throughput(ctx, si, "")
 			if err != nil {
 				return nil, fmt.Errorf("throughput, sync_interval %s: %w", natsconf.SyncIntervalString(si), err)
+			}
+			r.Throughput = append(r.Throughput, t)
+		}
+		// The same shape on three nats-server processes with R3 streams
+		// and buckets, beside the single node's.
+		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
+			r.ClusterSkipped = err.Error()
+		} else {
+			t, err := b.throughput(ctx, 0, bin)
+			if err != nil {
+				return nil, fmt.Errorf("throughput on a %d-node cluster: %w", benchClusterNodes, err)
 			}
 			r.Throughput = append(r.Throughput, t)
 		}
@@ -64,9 +77,16 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 // client connection.
 type benchServer struct {
 	srv *natsconf.Server
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	dir string
+	// procs are the nats-server processes of a cluster (instead of srv).
+	procs []*exec.Cmd
+	// url is the servers' client URLs; replicas what streams get;
+	// servers says what runs, for the report.
+	url      string
+	replicas int
+	servers  string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	dir      string
 }
 
 func startBenchServer(si time.Duration) (*benchServer, error) {
@@ -81,8 +101,8 @@ func startBenchServer(si time.Duration) (*benchServer, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &benchServer{srv: srv, dir: dir}
-	if s.nc, err = natsconf.Connect(natsconf.ConnectConfig{URL: srv.ClientURL(), Name: "salvage bench"}); err != nil {
+	s := &benchServer{srv: srv, dir: dir, url: srv.ClientURL(), replicas: 1, servers: "1 embedded"}
+	if s.nc, err = natsconf.Connect(natsconf.ConnectConfig{URL: s.url, Name: "salvage bench"}); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -97,7 +117,15 @@ func (s *benchServer) close() {
 	if s.nc != nil {
 		s.nc.Close()
 	}
-	s.srv.Shutdown()
+	if s.srv != nil {
+		s.srv.Shutdown()
+	}
+	for _, p := range s.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range s.procs {
+		_ = p.Wait()
+	}
 	os.RemoveAll(s.dir)
 }
 
@@ -105,6 +133,7 @@ func (s *benchServer) close() {
 // logger; stop stops it.
 func (b *bench) startClient(ctx context.Context, s *benchServer, cfg *salvage.Config) (c *salvage.Client, stop func(), err error) {
 	cfg.Logger = b.log
+	cfg.Replicas = s.replicas
 	if c, err = salvage.NewClient(s.js, cfg); err != nil {
 		return nil, nil, err
 	}

@@ -29,6 +29,9 @@ const (
 
 // throughputRow is one sync_interval's throughput and floors.
 type throughputRow struct {
+	// Servers says what ran it: one embedded server, or a cluster of
+	// nats-server processes with replicated streams.
+	Servers          string  `json:"servers"`
 	SyncInterval     string  `json:"sync_interval"`
 	Journal          string  `json:"journal_writes"`
 	Jobs             int     `json:"jobs"`
@@ -48,13 +51,18 @@ type throughputRow struct {
 }
 
 func (t throughputRow) verdict() string {
+	if t.Target == 0 {
+		return "none: shown beside the single node"
+	}
 	return fmt.Sprintf("≥ %s calls/s, ≥ %.1f of the floor: %s", thousands(int(t.Target)), targetFloorRatio,
 		verdict(t.CallsPerSec >= t.Target && t.FloorRatio >= targetFloorRatio))
 }
 
 // throughput runs the reference job shape on a fresh server with sync
-// interval si, then measures the floors on the same server.
-func (b *bench) throughput(ctx context.Context, si time.Duration) (throughputRow, error) {
+// interval si — or, with cluster naming a nats-server binary, on three
+// such processes with R3 streams and the server's default interval —
+// then measures the floors on the same servers.
+func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string) (throughputRow, error) {
 	row := throughputRow{SyncInterval: natsconf.SyncIntervalString(si), Jobs: b.o.jobs, Chunks: b.o.chunks,
 		CallsPerChunk: contractreview.CallsPerChunk, Concurrency: b.o.concurrency, FloorKind: "async", Target: targetDefaultCalls}
 	mode := salvage.JournalPipelined
@@ -62,11 +70,22 @@ func (b *bench) throughput(ctx context.Context, si time.Duration) (throughputRow
 		mode, row.FloorKind, row.Target = salvage.JournalAtomic, "batches", targetAlwaysCalls
 	}
 	row.Journal = string(mode)
-	s, err := startBenchServer(si)
+	var s *benchServer
+	var err error
+	if cluster != "" {
+		s, err = startBenchCluster(ctx, cluster)
+	} else {
+		s, err = startBenchServer(si)
+	}
 	if err != nil {
 		return row, err
 	}
 	defer s.close()
+	row.Servers = s.servers
+	if cluster != "" {
+		// The targets are the single node's; a cluster row is context.
+		row.Target = 0
+	}
 	model, err := simmodel.New(simmodel.Config{Seed: 1})
 	if err != nil {
 		return row, err
@@ -118,10 +137,10 @@ func (b *bench) throughput(ctx context.Context, si time.Duration) (throughputRow
 	row.RowsPerFlush = float64(rows) / float64(max(flushes, 1))
 
 	b.log.Info().Str("sync_interval", row.SyncInterval).Msg("throughput: measuring the JetStream floors")
-	if row.FloorBatchPerSec, err = floorBatches(ctx, s.js); err != nil {
+	if row.FloorBatchPerSec, err = floorBatches(ctx, s.js, s.replicas); err != nil {
 		return row, fmt.Errorf("atomic batch floor: %w", err)
 	}
-	if row.FloorAsyncPerSec, err = floorAsync(ctx, s.js); err != nil {
+	if row.FloorAsyncPerSec, err = floorAsync(ctx, s.js, s.replicas); err != nil {
 		return row, fmt.Errorf("async floor: %w", err)
 	}
 	floor := row.FloorAsyncPerSec
@@ -133,16 +152,16 @@ func (b *bench) throughput(ctx context.Context, si time.Duration) (throughputRow
 }
 
 // floorStream creates a stream for one floor measurement.
-func floorStream(ctx context.Context, js jetstream.JetStream, name string) error {
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowAtomicPublish: true})
+func floorStream(ctx context.Context, js jetstream.JetStream, name string, replicas int) error {
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowAtomicPublish: true, Replicas: replicas})
 	return err
 }
 
 // floorBatches stores floorMsgs messages as atomic batches of floorBatch
 // from floorPublishers concurrent publishers, and returns messages/s.
-func floorBatches(ctx context.Context, js jetstream.JetStream) (float64, error) {
+func floorBatches(ctx context.Context, js jetstream.JetStream, replicas int) (float64, error) {
 	const name = "FLOOR_BATCH"
-	if err := floorStream(ctx, js, name); err != nil {
+	if err := floorStream(ctx, js, name, replicas); err != nil {
 		return 0, err
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
@@ -199,9 +218,9 @@ func floorStored(ctx context.Context, js jetstream.JetStream, name string) error
 
 // floorAsync stores floorMsgs messages with pipelined async publishes and
 // returns messages/s.
-func floorAsync(ctx context.Context, js jetstream.JetStream) (float64, error) {
+func floorAsync(ctx context.Context, js jetstream.JetStream, replicas int) (float64, error) {
 	const name = "FLOOR_ASYNC"
-	if err := floorStream(ctx, js, name); err != nil {
+	if err := floorStream(ctx, js, name, replicas); err != nil {
 		return 0, err
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()

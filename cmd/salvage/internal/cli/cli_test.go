@@ -257,6 +257,8 @@ func TestDemoReportJSON(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "demo", "--report", "json", "--chunks", "8", "--workers", "2",
 		"--ack-wait", "2s", "--log-level", "warn", "--model-failure-rate", "0.05")
+	// Killed at the deadline, its output stops being waited for too.
+	cmd.WaitDelay = 10 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -302,6 +304,8 @@ func TestOrdersDemoReportJSON(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "demo", "--pipeline", "order-fulfillment", "--orders", "60", "--report", "json",
 		"--ack-wait", "2s", "--log-level", "error")
+	// Killed at the deadline, its output stops being waited for too.
+	cmd.WaitDelay = 10 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

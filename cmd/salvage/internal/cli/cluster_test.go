@@ -62,7 +62,12 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 			// A publish during an election may fail: the job was not
 			// accepted, so it is tried again under the same id.
 			for ctx.Err() == nil {
-				if _, err := js.Publish(ctx, salvage.JobSubject(orders.Name), body); err == nil {
+				// An unanswered publish is asked again after 2s; the
+				// message id keeps a repeat one message.
+				actx, stop := context.WithTimeout(ctx, 2*time.Second)
+				_, err := js.Publish(actx, salvage.JobSubject(orders.Name), body, jetstream.WithMsgID(id))
+				stop()
+				if err == nil {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)

@@ -53,6 +53,7 @@ func (e *env) startProcess(ctx context.Context, id string, args []string) (*work
 	}
 	args = append(args, "--log-level", e.logLevel, "--log-format", e.logFormat)
 	cmd := exec.CommandContext(ctx, exe, args...)
+	dieWithParent(cmd)
 	cmd.Stderr = e.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
