@@ -154,22 +154,28 @@ func (c *Cluster) Restart(i int) error {
 	return nil
 }
 
-// WaitReady blocks until a running node leads the JetStream meta group
-// and every running node is current with it, or timeout passes.
+// WaitReady blocks until a running node leads the JetStream meta group,
+// knows every running node online (so an R3 stream can be placed) and
+// every running node is current with it, or timeout passes.
 func (c *Cluster) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		c.mu.Lock()
-		leader, current := false, true
+		running, peers, current := 0, 0, true
 		for _, n := range c.nodes {
 			if n == nil {
 				continue
 			}
-			leader = leader || n.ns.JetStreamIsLeader()
+			running++
+			if n.ns.JetStreamIsLeader() {
+				// The peers the leader knows online, with their stats:
+				// what placing an R3 stream needs.
+				peers = len(n.ns.JetStreamClusterPeers())
+			}
 			current = current && n.ns.JetStreamIsCurrent()
 		}
 		c.mu.Unlock()
-		if leader && current {
+		if peers == running && current {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -16,6 +16,9 @@ const (
 	infraBackoffMax = 2 * time.Second
 )
 
+// errCodeNoPeers is JetStream's "no suitable peers for placement".
+const errCodeNoPeers = 10005
+
 // IsTransient reports whether err is an infrastructure hiccup that goes away
 // by itself: a request timeout, no responders during a leader election or a
 // restart, a connection that is reconnecting. Such errors are retried by
@@ -27,8 +30,10 @@ func IsTransient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		// 503 is "JetStream system temporarily unavailable" (leader
-		// elections, catch-up); 408 is a server-side request timeout.
-		return apiErr.Code == 503 || apiErr.Code == 408
+		// elections, catch-up); 408 is a server-side request timeout;
+		// 10005 is "no suitable peers for placement": a peer is not
+		// online yet (a forming cluster) or is restarting.
+		return apiErr.Code == 503 || apiErr.Code == 408 || apiErr.ErrorCode == errCodeNoPeers
 	}
 	return errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, context.DeadlineExceeded) ||

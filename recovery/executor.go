@@ -74,8 +74,10 @@ func (e *Executor) DoUnless(ctx context.Context, stats *Stats, op string, stop f
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			// The call failed because we stopped it, not on its own.
+		if ctx.Err() != nil && !ClassOf(err).Permanent() {
+			// The call failed because we stopped it, not on its own. A
+			// permanent answer came from the system itself: it stands,
+			// even when a sibling's failure stopped the stage meanwhile.
 			return fmt.Errorf("%s: %w", op, context.Cause(ctx))
 		}
 		if stop != nil && stop(err) {
