@@ -91,10 +91,7 @@ type BulkResult struct {
 }
 
 // BulkFailure is one envelope a bulk request could not act on.
-type BulkFailure struct {
-	ID    string `json:"envelope_id"`
-	Error string `json:"error"`
-}
+type BulkFailure = consumers.BulkFailure
 
 // Bulk replays, resolves or acknowledges every envelope a filter matches,
 // each through the same compare-and-swap as the single action: running

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -221,8 +220,8 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		return outcome{ack: true}, nil
 	}
 	ctx, span := o.tracer.Start(underJob(ctx, env.TraceID, env.Job), "recovery "+rec.Strategy, trace.WithAttributes(
-		AttrJob.String(env.Job), AttrChunk.Int(env.Chunk), AttrPipeline.String(env.Pipeline), AttrEnvelope.String(env.ID),
-		AttrCategory.String(rec.Category), AttrStrategy.String(rec.Strategy), attribute.Int("salvage.attempts", rec.Attempts+1)))
+		recovery.AttrJob.String(env.Job), recovery.AttrChunk.Int(env.Chunk), recovery.AttrPipeline.String(env.Pipeline), recovery.AttrEnvelope.String(env.ID),
+		recovery.AttrCategory.String(rec.Category), recovery.AttrStrategy.String(rec.Strategy), recovery.AttrAttempts.Int(rec.Attempts+1)))
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -324,7 +323,7 @@ func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv
 
 // finish records a final status, and announces an escalation.
 func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
-	trace.SpanFromContext(ctx).SetAttributes(AttrStatus.String(status))
+	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(status))
 	rec, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Status, r.RecoveringBy, r.LeaseUntil = status, "", time.Time{}
 		r.Left = left

@@ -73,7 +73,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
 		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
 	}
-	trace.SpanFromContext(ctx).SetAttributes(AttrStatus.String(kv.EnvelopeRecovering))
+	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(kv.EnvelopeRecovering))
 	var delta kv.Delta
 	cp, err := o.stores.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Recoveries++

@@ -6,36 +6,16 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
 
 // InstrumentationName names the tracer Salvage's spans come from.
 const InstrumentationName = "github.com/salvagehq/salvage"
-
-// Span attribute keys, shared by every span Salvage exports.
-const (
-	AttrJob       = attribute.Key("salvage.job_id")
-	AttrPipeline  = attribute.Key("salvage.pipeline")
-	AttrChunk     = attribute.Key("salvage.chunk")
-	AttrStatus    = attribute.Key("salvage.status")
-	AttrDelivery  = attribute.Key("salvage.delivery")
-	AttrEpoch     = attribute.Key("salvage.epoch")
-	AttrEnvelope  = attribute.Key("salvage.envelope_id")
-	AttrCategory  = attribute.Key("salvage.category")
-	AttrStrategy  = attribute.Key("salvage.strategy")
-	AttrChunks    = attribute.Key("salvage.chunks")
-	AttrDone      = attribute.Key("salvage.chunks.done")
-	AttrFailed    = attribute.Key("salvage.chunks.dead_lettered")
-	AttrCancelled = attribute.Key("salvage.chunks.cancelled")
-	AttrTokensIn  = attribute.Key("salvage.tokens.prompt")
-	AttrTokensOut = attribute.Key("salvage.tokens.completion")
-	AttrRetries   = attribute.Key("salvage.tier1_retries")
-)
 
 // tracerOf returns the tracer of tp, or of the global provider when tp
 // is nil (a no-op one unless the program set it).
@@ -127,9 +107,9 @@ func exportJobSpan(tracer trace.Tracer, j kv.Job) {
 		end = *j.FinishedAt
 	}
 	attrs := trace.WithAttributes(
-		AttrJob.String(j.ID), AttrPipeline.String(j.Pipeline), AttrStatus.String(j.Status), AttrChunks.Int(j.Chunks),
-		AttrDone.Int(j.Summary.Done), AttrFailed.Int(j.Summary.DeadLettered), AttrCancelled.Int(j.Summary.Cancelled),
-		AttrTokensIn.Int64(j.Summary.PromptTokens), AttrTokensOut.Int64(j.Summary.CompletionTokens), AttrRetries.Int(j.Summary.Tier1Retries))
+		recovery.AttrJob.String(j.ID), recovery.AttrPipeline.String(j.Pipeline), recovery.AttrStatus.String(j.Status), recovery.AttrChunks.Int(j.Chunks),
+		recovery.AttrDone.Int(j.Summary.Done), recovery.AttrFailed.Int(j.Summary.DeadLettered), recovery.AttrCancelled.Int(j.Summary.Cancelled),
+		recovery.AttrTokensIn.Int64(j.Summary.PromptTokens), recovery.AttrTokensOut.Int64(j.Summary.CompletionTokens), recovery.AttrRetries.Int(j.Summary.Tier1Retries))
 	var span trace.Span
 	if j.Finishes <= 1 {
 		ctx := context.WithValue(context.Background(), fixedIDsKey{}, sc)
@@ -137,7 +117,7 @@ func exportJobSpan(tracer trace.Tracer, j kv.Job) {
 	} else {
 		ctx := trace.ContextWithRemoteSpanContext(context.Background(), sc)
 		_, span = tracer.Start(ctx, "finished again", trace.WithTimestamp(end), attrs,
-			trace.WithAttributes(attribute.Int("salvage.finishes", j.Finishes)))
+			trace.WithAttributes(recovery.AttrFinishes.Int(j.Finishes)))
 	}
 	if j.Status == kv.JobIncomplete {
 		span.SetStatus(codes.Error, "job incomplete")
@@ -157,7 +137,7 @@ func endChunkSpan(span trace.Span, outcome string, err error) {
 	if outcome == "" {
 		outcome = "stopped"
 	}
-	span.SetAttributes(AttrStatus.String(outcome))
+	span.SetAttributes(recovery.AttrStatus.String(outcome))
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, err.Error())

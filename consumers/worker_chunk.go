@@ -93,8 +93,8 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
 	r.log = w.log.With().Str("job_id", r.chunk.Job).Int("chunk", r.chunk.Chunk).
 		Str("trace_id", r.chunk.TraceID).Uint64("delivery", meta.NumDelivered).Logger()
 	ctx, span := w.tracer.Start(underJob(ctx, r.chunk.TraceID, r.chunk.Job), "chunk "+strconv.Itoa(r.chunk.Chunk),
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(AttrJob.String(r.chunk.Job), AttrPipeline.String(r.chunk.Pipeline),
-			AttrChunk.Int(r.chunk.Chunk), AttrDelivery.Int64(int64(meta.NumDelivered)), AttrEpoch.Int(r.chunk.Epoch)))
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(recovery.AttrJob.String(r.chunk.Job), recovery.AttrPipeline.String(r.chunk.Pipeline),
+			recovery.AttrChunk.Int(r.chunk.Chunk), recovery.AttrDelivery.Int64(int64(meta.NumDelivered)), recovery.AttrEpoch.Int(r.chunk.Epoch)))
 	err = r.run(ctx)
 	if err != nil {
 		r.log.Error().Err(err).Msg("chunk run ended on an infrastructure error; JetStream will redeliver")

@@ -169,19 +169,11 @@ type Server struct {
 // store directory until Shutdown and returns ErrStoreLocked when another
 // process holds it, ErrServerNotReady when the server did not come up, and
 // the listen error when the port is taken.
-func StartServer(cfg ServerConfig) (srv *Server, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return nil, err
-	}
-	lock, err := lockStore(cfg.StoreDir)
+func StartServer(cfg ServerConfig) (*Server, error) {
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			lock.release()
-		}
-	}()
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
 		Host:       cfg.Host,
@@ -217,17 +209,32 @@ func StartServer(cfg ServerConfig) (srv *Server, err error) {
 		}
 		_ = l.Close()
 	}
+	return start(opts, cfg.ReadyTimeout, cfg.Logging)
+}
+
+// start locks opts.StoreDir, starts a server with opts and waits up to
+// ready for it to accept connections.
+func start(opts *server.Options, ready time.Duration, logging bool) (srv *Server, err error) {
+	lock, err := lockStore(opts.StoreDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsconf: new server: %w", err)
 	}
-	if cfg.Logging {
+	if logging {
 		ns.ConfigureLogger()
 	}
 	go ns.Start()
-	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+	if !ns.ReadyForConnections(ready) {
 		ns.Shutdown()
-		return nil, fmt.Errorf("%w after %s (store %s)", ErrServerNotReady, cfg.ReadyTimeout, cfg.StoreDir)
+		return nil, fmt.Errorf("%w after %s (store %s)", ErrServerNotReady, ready, opts.StoreDir)
 	}
 	return &Server{ns: ns, lock: lock}, nil
 }
@@ -255,30 +262,12 @@ func (s *Server) Shutdown() {
 // free loopback port, for tests and examples: accounts, users,
 // permissions, TLS and JetStream limits come from the file. It holds the
 // store's lock like StartServer.
-func StartConfigFile(file, storeDir string) (srv *Server, err error) {
+func StartConfigFile(file, storeDir string) (*Server, error) {
 	opts, err := server.ProcessConfigFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, file, err)
 	}
-	lock, err := lockStore(storeDir)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			lock.release()
-		}
-	}()
 	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.HTTPPort = HostDefault, server.RANDOM_PORT, storeDir, true, 0
 	opts.Cluster.Port, opts.Routes = 0, nil
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("natsconf: new server from %s: %w", file, err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(ReadyTimeoutDefault) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("%w after %s (config %s)", ErrServerNotReady, ReadyTimeoutDefault, file)
-	}
-	return &Server{ns: ns, lock: lock}, nil
+	return start(opts, ReadyTimeoutDefault, false)
 }

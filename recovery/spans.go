@@ -11,24 +11,36 @@ import (
 	"github.com/salvagehq/salvage/kv"
 )
 
-// Span attribute keys of stage, agent turn and call spans (the consumers
-// package names those of jobs, chunks and recoveries alike).
+// Span attribute keys: every span Salvage exports (job, chunk, stage,
+// agent turn, call, recovery) names what it is about with these.
 const (
-	attrJob        = attribute.Key("salvage.job_id")
-	attrChunk      = attribute.Key("salvage.chunk")
-	attrStage      = attribute.Key("salvage.stage")
-	attrStageName  = attribute.Key("salvage.stage_name")
-	attrAgent      = attribute.Key("salvage.agent")
-	attrTool       = attribute.Key("salvage.tool")
-	attrSystem     = attribute.Key("salvage.system")
-	attrStatus     = attribute.Key("salvage.status")
-	attrAttempts   = attribute.Key("salvage.attempts")
-	attrKey        = attribute.Key("salvage.journal_key")
-	attrTokensIn   = attribute.Key("salvage.tokens.prompt")
-	attrTokensOut  = attribute.Key("salvage.tokens.completion")
-	attrModel      = attribute.Key("salvage.model")
-	attrErrorClass = attribute.Key("salvage.error_class")
-	attrReplayed   = attribute.Key("salvage.replayed")
+	AttrJob        = attribute.Key("salvage.job_id")
+	AttrPipeline   = attribute.Key("salvage.pipeline")
+	AttrChunk      = attribute.Key("salvage.chunk")
+	AttrStage      = attribute.Key("salvage.stage")
+	AttrStageName  = attribute.Key("salvage.stage_name")
+	AttrAgent      = attribute.Key("salvage.agent")
+	AttrTool       = attribute.Key("salvage.tool")
+	AttrSystem     = attribute.Key("salvage.system")
+	AttrStatus     = attribute.Key("salvage.status")
+	AttrAttempts   = attribute.Key("salvage.attempts")
+	AttrKey        = attribute.Key("salvage.journal_key")
+	AttrModel      = attribute.Key("salvage.model")
+	AttrTokensIn   = attribute.Key("salvage.tokens.prompt")
+	AttrTokensOut  = attribute.Key("salvage.tokens.completion")
+	AttrErrorClass = attribute.Key("salvage.error_class")
+	AttrReplayed   = attribute.Key("salvage.replayed")
+	AttrDelivery   = attribute.Key("salvage.delivery")
+	AttrEpoch      = attribute.Key("salvage.epoch")
+	AttrEnvelope   = attribute.Key("salvage.envelope_id")
+	AttrCategory   = attribute.Key("salvage.category")
+	AttrStrategy   = attribute.Key("salvage.strategy")
+	AttrChunks     = attribute.Key("salvage.chunks")
+	AttrDone       = attribute.Key("salvage.chunks.done")
+	AttrFailed     = attribute.Key("salvage.chunks.dead_lettered")
+	AttrCancelled  = attribute.Key("salvage.chunks.cancelled")
+	AttrRetries    = attribute.Key("salvage.tier1_retries")
+	AttrFinishes   = attribute.Key("salvage.finishes")
 )
 
 // tracerOr returns t, or a tracer that records nothing.
@@ -39,27 +51,45 @@ func tracerOr(t trace.Tracer) trace.Tracer {
 	return t
 }
 
+// startSpan starts a span whose attributes are built only when it
+// records: with no exporter configured (the usual case) a call's span
+// costs no allocation for them.
+func startSpan(ctx context.Context, tracer trace.Tracer, name string, attrs func() []attribute.KeyValue, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	ctx, span := tracerOr(tracer).Start(ctx, name, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(attrs()...)
+	}
+	return ctx, span
+}
+
 // startStage starts the span of one stage of one chunk.
 func startStage(ctx context.Context, st Stage, r StageRun) (context.Context, trace.Span) {
-	return tracerOr(r.Tracer).Start(ctx, "stage "+st.Name, trace.WithAttributes(
-		attrJob.String(r.Job), attrChunk.Int(r.Chunk), attrStage.Int(r.Stage), attrStageName.String(st.Name)))
+	return startSpan(ctx, r.Tracer, "stage "+st.Name, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrJob.String(r.Job), AttrChunk.Int(r.Chunk), AttrStage.Int(r.Stage), AttrStageName.String(st.Name)}
+	})
 }
 
 // startTurn starts the span of one agent's turn in a stage.
 func startTurn(ctx context.Context, tracer trace.Tracer, t *Turn) (context.Context, trace.Span) {
-	return tracerOr(tracer).Start(ctx, "agent "+t.Agent, trace.WithAttributes(
-		attrJob.String(t.Job), attrChunk.Int(t.Chunk), attrStage.Int(t.Stage), attrAgent.String(t.Agent)))
+	return startSpan(ctx, tracer, "agent "+t.Agent, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), AttrStage.Int(t.Stage), AttrAgent.String(t.Agent)}
+	})
 }
 
 // startCall starts the span of one journaled call.
 func (t *Turn) startCall(ctx context.Context, tool *Tool, key string) (context.Context, trace.Span) {
-	return tracerOr(t.tracer).Start(ctx, "call "+tool.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attrJob.String(t.Job), attrChunk.Int(t.Chunk), attrStage.Int(t.Stage), attrAgent.String(t.Agent),
-		attrTool.String(tool.Name), attrSystem.String(tool.System), attrKey.String(key)))
+	return startSpan(ctx, t.tracer, "call "+tool.Name, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), AttrStage.Int(t.Stage), AttrAgent.String(t.Agent),
+			AttrTool.String(tool.Name), AttrSystem.String(tool.System), AttrKey.String(key)}
+	}, trace.WithSpanKind(trace.SpanKindClient))
 }
 
 // endCall ends a call's span with what the journal row says of it.
 func endCall(span trace.Span, row kv.JournalRow, replayed bool, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	status := row.Status
 	if status == "" || status == kv.CallInitiated {
 		status = "NOT_MADE"
@@ -67,9 +97,9 @@ func endCall(span trace.Span, row kv.JournalRow, replayed bool, err error) {
 			status = kv.CallSucceeded
 		}
 	}
-	span.SetAttributes(attrStatus.String(status), attrAttempts.Int(row.Attempts), attrReplayed.Bool(replayed))
+	span.SetAttributes(AttrStatus.String(status), AttrAttempts.Int(row.Attempts), AttrReplayed.Bool(replayed))
 	if u := row.Usage; u != nil {
-		span.SetAttributes(attrModel.String(u.Model), attrTokensIn.Int64(u.PromptTokens), attrTokensOut.Int64(u.CompletionTokens))
+		span.SetAttributes(AttrModel.String(u.Model), AttrTokensIn.Int64(u.PromptTokens), AttrTokensOut.Int64(u.CompletionTokens))
 	}
 	if ClassOf(err) == ClassCancelled {
 		// Stopped by Salvage (a sibling failed, the job was cancelled):
@@ -82,8 +112,8 @@ func endCall(span trace.Span, row kv.JournalRow, replayed bool, err error) {
 
 // endWith ends span, marking it failed with err's class when err is set.
 func endWith(span trace.Span, err error) {
-	if err != nil {
-		span.SetAttributes(attrErrorClass.String(ClassOf(err).String()))
+	if err != nil && span.IsRecording() {
+		span.SetAttributes(AttrErrorClass.String(ClassOf(err).String()))
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
