@@ -33,6 +33,9 @@ type Client struct {
 	// waits (jobsFor).
 	jobs *kv.Jobs
 
+	// submitted remembers this client's own submissions (Wait).
+	submitted submissions
+
 	runMu   sync.Mutex
 	stop    context.CancelFunc
 	done    chan struct{}

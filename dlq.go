@@ -39,19 +39,34 @@ type EnvelopeRecord struct {
 	Human bool `json:"human,omitempty"`
 	// ResolvedBy is "chunk" when the chunk finished, "cancel" when its
 	// job was cancelled, else the person who resolved it.
-	ResolvedBy string    `json:"resolved_by,omitempty"`
-	AckedBy    string    `json:"acked_by,omitempty"`
-	AckedAt    time.Time `json:"acked_at,omitzero"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	ResolvedBy string `json:"resolved_by,omitempty"`
+	// Stopped is "cancelled" on the envelope that settles the effects of
+	// a chunk its job's cancel stopped: unknown outcomes verified,
+	// reversible effects compensated newest first, the rest escalated by
+	// name. It cannot be replayed; the chunk stays cancelled-at-stage-N.
+	Stopped   string    `json:"stopped,omitempty"`
+	AckedBy   string    `json:"acked_by,omitempty"`
+	AckedAt   time.Time `json:"acked_at,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// LeftEffect is an effect nobody could undo.
+// LeftEffect is an effect that may stand and that Salvage did not undo,
+// named for the person who must decide.
 type LeftEffect struct {
 	Tool       string `json:"tool"`
 	System     string `json:"system,omitempty"`
 	ResourceID string `json:"resource_id,omitempty"`
 	JournalKey string `json:"journal_key"`
+	// IdempotencyKey is the key the external system saw: look the effect
+	// up by it there.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Reversible says its tool declared a compensation (which failed,
+	// or was not run because the chunk escalated for another reason).
+	Reversible bool `json:"reversible,omitempty"`
+	// Unknown says nobody knows whether it took effect: the call was in
+	// flight and could not be verified.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // Envelope is a failure envelope as published on

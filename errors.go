@@ -38,6 +38,24 @@ var (
 	// An agent should return it as it is: its chunk is then held until
 	// the breaker closes (or, in an optional stage, the stage is skipped).
 	ErrBreakerOpen = recovery.ErrBreakerOpen
+	// ErrOutputTooLarge matches a call or agent whose output is past
+	// MaxOutput: it can never be journaled, so it fails permanently at
+	// once (a side effect that answered so is verified, not taken as
+	// undone).
+	ErrOutputTooLarge = recovery.ErrOutputTooLarge
+	// ErrBadUsage matches a reply whose usage is not a count of tokens
+	// (negative, not a number, or past MaxUsageTokens): it fails the call
+	// permanently, and is never counted.
+	ErrBadUsage = recovery.ErrBadUsage
+)
+
+// Bounds of what one call may answer.
+const (
+	// MaxOutput is the largest output (encoded JSON) of one call or agent
+	// the journal and checkpoints keep: 256 KiB.
+	MaxOutput = streams.OutputMax
+	// MaxUsageTokens bounds each count of tokens one call may report.
+	MaxUsageTokens = streams.UsageTokensMax
 )
 
 // BreakerOpenError is the error behind ErrBreakerOpen: which system's
@@ -71,8 +89,20 @@ var (
 	// cannot stand in a subject or key; see ValidateToken.
 	ErrInvalidToken = streams.ErrBadToken
 	// ErrInvalidJob is returned by Submit for a job it cannot publish:
-	// input that does not encode, or a message over MaxPayload.
+	// input that does not encode, a budget that is not a cap, or a
+	// message over MaxPayload.
 	ErrInvalidJob = streams.ErrBadJob
+	// ErrJobExists is returned by Submit (409 from jobs.submit, exit 1
+	// from salvage submit) for a job id that already names another input:
+	// a job id names one input. Submitting the same input again is not an
+	// error: it returns the id.
+	ErrJobExists = streams.ErrJobExists
+	// ErrReplayRefused is returned by Replay (409 from dlq.replay) for a
+	// replay Salvage will not run because it could leak or repeat an
+	// effect: the chunk's job was cancelled, a recovery strategy is
+	// running on the envelope right now, or some of the chunk's effects
+	// were compensated while others still stand. The message says which.
+	ErrReplayRefused = consumers.ErrReplayRefused
 )
 
 // Transient is a failure worth retrying soon (a 5xx, a reset connection),
@@ -90,6 +120,15 @@ func Overloaded(after time.Duration, err error) error {
 
 // Timeout is a call that did not answer in time: its outcome is unknown.
 func Timeout(err error) error { return recovery.Timeout(err) }
+
+// NotApplied marks err (built with the constructors here, or a plain
+// error, which becomes transient) as a failure the system answered without
+// acting on the call: the request never reached it, or it refused it
+// before doing anything. A side effect that failed with it is asked again
+// without a verify. Any other failure of a side effect — no answer, a
+// 5xx, 408 or 409, a transient error, a panic — may have taken effect and
+// is verified before the call is made again.
+func NotApplied(err error) error { return recovery.NotApplied(err) }
 
 // Permanent is a failure retrying cannot fix (a 400, a refused card): the
 // chunk goes to the DLQ at once.

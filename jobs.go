@@ -30,6 +30,9 @@ type Job struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// Window is how many of the job's chunks were queued at once (0: all).
 	Window int `json:"window,omitempty"`
+	// InputHash is what the job id stands for: a hash of the pipeline and
+	// the input, in canonical JSON. A job id names one input.
+	InputHash string `json:"input_hash,omitempty"`
 	// Summary counts the chunks' outcomes.
 	Summary Summary `json:"summary"`
 	// Explanation names the chunks, stages and envelopes behind a status
@@ -110,6 +113,9 @@ type Chunk struct {
 	ClaimedBy string `json:"claimed_by,omitempty"`
 	// Epoch counts fresh runs after compensation; its journal keys carry it.
 	Epoch int `json:"epoch"`
+	// Compensated says effects of this epoch were undone: it can never
+	// resume in it, only run fresh in a new epoch (a replay does that).
+	Compensated bool `json:"compensated,omitempty"`
 	// Recoveries counts the orchestrator's resumes (bounded by
 	// Config.MaxRecoveries).
 	Recoveries int `json:"recoveries"`
@@ -199,6 +205,11 @@ func (p *Page) Bounds(n int) (from, to int) {
 	return from, min(from+limit, n)
 }
 
+// ValidateBudget returns an error wrapping ErrInvalidJob unless b (nil:
+// no budget) is a cap: counts and costs not negative, a cost that is a
+// finite number, each within its bound (1e12 tokens, 1e9 in cost).
+func ValidateBudget(b *Budget) error { return streams.ValidateBudget((*streams.JobBudget)(b)) }
+
 // SubmitOpts are a submission's options; nil takes every default.
 type SubmitOpts struct {
 	// JobID names the job (a token, not rejected, accepted, progress or
@@ -216,7 +227,12 @@ type SubmitOpts struct {
 // to JSON) and returns its id. The job is split by whichever worker's
 // splitter runs the pipeline; a job it cannot run is rejected, which Wait
 // reports. It fails at once on a bad pipeline name or job id, an input
-// that does not marshal, or a message past Config.MaxPayload.
+// that does not marshal, a budget that is not a cap, or a message past
+// Config.MaxPayload. A job id names one input: submitting again under an
+// existing id with the same pipeline and input returns the id and
+// publishes nothing; with another input it returns an error wrapping
+// ErrJobExists (and when the first is not recorded yet, the splitter
+// refuses the second, which Wait reports).
 func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *SubmitOpts) (string, error) {
 	if err := streams.ValidateToken("pipeline", pipeline); err != nil {
 		return "", err
@@ -233,6 +249,9 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 		msg["job_id"], _ = json.Marshal(opts.JobID)
 	}
 	if opts.Budget != nil {
+		if err := ValidateBudget(opts.Budget); err != nil {
+			return "", err
+		}
 		if msg["budget"], err = json.Marshal(opts.Budget); err != nil {
 			return "", err
 		}
@@ -249,10 +268,40 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 	if len(body) > c.cfg.MaxPayload {
 		return "", fmt.Errorf("%w: the job message is %d bytes, the limit is %d", streams.ErrBadJob, len(body), c.cfg.MaxPayload)
 	}
-	if _, err := c.js.PublishMsg(ctx, streams.JobMessage(pipeline, id, body, opts.TraceParent)); err != nil {
+	hash := streams.InputHash(pipeline, in)
+	if opts.JobID != "" {
+		// A job already recorded under the id decides at once.
+		if same, err := c.sameJob(ctx, id, hash); err != nil || same {
+			return id, err
+		}
+	}
+	ack, err := c.js.PublishMsg(ctx, streams.JobMessage(pipeline, id, hash, body, opts.TraceParent))
+	if err != nil {
 		return "", fmt.Errorf("salvage: submit %s: %w", id, err)
 	}
+	// A duplicate's ack names the first message, which is this job too.
+	c.submitted.add(id, submission{seq: ack.Sequence, hash: hash})
 	return id, nil
+}
+
+// sameJob reports whether job id is recorded with the input that hashes
+// to hash (true), not recorded (false), or recorded with another input (an
+// error wrapping ErrJobExists).
+func (c *Client) sameJob(ctx context.Context, id, hash string) (bool, error) {
+	jobs, err := c.jobsFor(ctx)
+	if err != nil {
+		return false, err
+	}
+	j, err := jobs.Get(ctx, id)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	case j.InputHash != hash:
+		return false, fmt.Errorf("%w: job %s was submitted with another input (pipeline %s)", ErrJobExists, id, j.Pipeline)
+	}
+	return true, nil
 }
 
 // Wait blocks until job id has finished (done, partial, incomplete or
@@ -307,20 +356,38 @@ func (c *Client) waitOnce(ctx context.Context, id string, tick <-chan time.Time)
 			if err := json.Unmarshal(e.Value(), &j); err != nil {
 				return nil, fmt.Errorf("salvage: job %s: %w", id, err)
 			}
+			if err := c.notMine(j); err != nil {
+				return nil, err
+			}
 			if j.Status.Finished() {
 				return &j, nil
 			}
 		case <-tick:
 			// A watch can stall for a while after a server restart before
 			// its consumer is recreated: the record is read as well.
-			if j, err := c.Get(ctx, id); err == nil && j.Status.Finished() {
-				return j, nil
+			if j, err := c.Get(ctx, id); err == nil {
+				if err := c.notMine(*j); err != nil {
+					return nil, err
+				}
+				if j.Status.Finished() {
+					return j, nil
+				}
 			}
 			if err := c.rejected(ctx, id); err != nil {
 				return nil, err
 			}
 		}
 	}
+}
+
+// notMine returns an error wrapping ErrJobExists when j, recorded under
+// the id of a job this client submitted, stands for another input: the
+// client's own message is refused, and j is somebody else's job.
+func (c *Client) notMine(j Job) error {
+	if sub, mine := c.submitted.get(j.ID); mine && j.InputHash != "" && j.InputHash != sub.hash {
+		return fmt.Errorf("%w (%s): %w: job %s was submitted with another input", ErrRejected, streams.RejectDuplicateJob, ErrJobExists, j.ID)
+	}
+	return nil
 }
 
 // waitError is nil for an error a retry may cure (the server is
@@ -339,18 +406,31 @@ func (c *Client) waitError(ctx context.Context, id string, err error) error {
 // WaitAccepted blocks until a splitter has taken job id: nil once it is
 // accepted (its chunks are queued), an error wrapping ErrRejected (and
 // ErrUnknownPipeline when that is why) once it is refused, or ctx's
-// error when neither happened in time (no splitter is running). It reads
-// the job's accepted and rejected events, so it works for any submitter.
+// error when neither happened in time (no splitter is running). For a job
+// this client submitted it goes by that very message: an older rejection
+// under the same id is not its own, and a job recorded under the id with
+// another input makes it fail with ErrJobExists. For any other job it
+// reads the job's accepted and rejected events.
 func (c *Client) WaitAccepted(ctx context.Context, id string) error {
 	if err := streams.ValidateJobID(id); err != nil {
 		return err
 	}
+	sub, mine := c.submitted.get(id)
 	poll := 20 * time.Millisecond
 	for {
 		if err := c.rejected(ctx, id); err != nil {
 			return err
 		}
-		if s, err := c.js.Stream(ctx, streams.Events); err == nil {
+		if mine {
+			if jobs, err := c.jobsFor(ctx); err == nil {
+				if j, err := jobs.Get(ctx, id); err == nil {
+					if j.SourceSeq == sub.seq || j.InputHash == sub.hash {
+						return nil
+					}
+					return c.notMine(Job{ID: id, InputHash: j.InputHash})
+				}
+			}
+		} else if s, err := c.js.Stream(ctx, streams.Events); err == nil {
 			if _, err := s.GetLastMsgForSubject(ctx, streams.EventSubject(id, streams.EventAccepted)); err == nil {
 				return nil
 			}
@@ -365,6 +445,9 @@ func (c *Client) WaitAccepted(ctx context.Context, id string) error {
 }
 
 // rejected returns an error wrapping ErrRejected when job id was rejected.
+// For a job this client submitted only the rejection of its own message
+// counts; for another, a rejection counts while no job of that id is
+// recorded (a later submission under the id may have run).
 func (c *Client) rejected(ctx context.Context, id string) error {
 	s, err := c.js.Stream(ctx, streams.Events)
 	if err != nil {
@@ -376,9 +459,21 @@ func (c *Client) rejected(ctx context.Context, id string) error {
 	}
 	var r streams.Rejection
 	_ = json.Unmarshal(m.Data, &r)
+	if sub, mine := c.submitted.get(id); mine {
+		if r.StreamSeq != sub.seq {
+			return nil
+		}
+	} else if jobs, err := c.jobsFor(ctx); err == nil {
+		if _, err := jobs.Get(ctx, id); err == nil {
+			return nil
+		}
+	}
 	err = fmt.Errorf("%w (%s): %s", ErrRejected, r.Reason, r.Error)
-	if r.Reason == streams.RejectUnknownPipeline {
+	switch r.Reason {
+	case streams.RejectUnknownPipeline:
 		err = errors.Join(err, ErrUnknownPipeline)
+	case streams.RejectDuplicateJob:
+		err = errors.Join(err, ErrJobExists)
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package salvage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -26,8 +29,23 @@ const (
 	// HeaderIdempotencyKey carries the call's idempotency key: the same on
 	// every retry, redelivery and resume of the call.
 	HeaderIdempotencyKey = "Salvage-Idempotency-Key"
-	// HeaderDeadline is when Salvage stops waiting (RFC 3339).
+	// HeaderDeadline is the moment after which the service must not apply
+	// the request (RFC 3339): a request still unapplied then is refused,
+	// never applied late. Salvage waits for an answer a little longer
+	// (DeadlineGrace) and, with no answer, verifies a side effect before
+	// it asks again.
 	HeaderDeadline = "Salvage-Deadline"
+	// HeaderOutcome, on an error reply, says what became of the request:
+	// OutcomeNotApplied (nothing was done: a side effect is asked again
+	// without a verify) or OutcomeUnknown (it may have been applied: it is
+	// verified first). Without it a 5xx, 408 or 409 is unknown and any
+	// other 4xx, 429 and 529 are not applied.
+	HeaderOutcome = "Salvage-Outcome"
+	// HeaderResourceID, on a reply, names what a side effect created or
+	// changed (a charge, a ticket): it is journaled in the effect's
+	// fingerprint, passed to its compensation, and shown to a person when
+	// the effect is left standing.
+	HeaderResourceID = "Salvage-Resource-Id"
 	// HeaderRetryAfter, on an error reply, asks for a wait before the
 	// next attempt: seconds, or an HTTP date.
 	HeaderRetryAfter = "Retry-After"
@@ -38,6 +56,20 @@ const (
 	HeaderPromptTokens     = "Salvage-Prompt-Tokens"
 	HeaderCompletionTokens = "Salvage-Completion-Tokens"
 )
+
+// Values of HeaderOutcome.
+const (
+	OutcomeNotApplied = "not-applied"
+	OutcomeUnknown    = "unknown"
+)
+
+// DeadlineGrace is how long Salvage goes on waiting for an answer after
+// the Salvage-Deadline it sent: a tenth of the timeout, at most a second.
+// A service that checked the deadline just before it applied a request has
+// that long to answer before Salvage verifies and may ask again.
+func DeadlineGrace(timeout time.Duration) time.Duration {
+	return min(timeout/10, time.Second)
+}
 
 // ServiceRequest is the body of a request to an agent or tool served on a
 // NATS subject. Prior, the earlier stages' outputs, is sent to agents.
@@ -128,12 +160,33 @@ func (r remote) call(ctx context.Context, subject string, timeout time.Duration,
 	if err != nil {
 		return ToolResult{}, err
 	}
-	out := ToolResult{Output: asJSON(reply.Data)}
-	if p, err := strconv.ParseInt(reply.Header.Get(HeaderPromptTokens), 10, 64); err == nil {
-		c, _ := strconv.ParseInt(reply.Header.Get(HeaderCompletionTokens), 10, 64)
-		out.Usage = &Usage{Model: reply.Header.Get(HeaderModel), PromptTokens: p, CompletionTokens: c}
+	out := ToolResult{Output: asJSON(reply.Data), ResourceID: clip(reply.Header.Get(HeaderResourceID), 512)}
+	usage, err := replyUsage(subject, reply.Header)
+	if err != nil {
+		return ToolResult{}, err
 	}
+	out.Usage = usage
 	return out, nil
+}
+
+// replyUsage reads the usage headers of a reply: none, or two counts of
+// tokens within 0..UsageTokensMax. Anything else breaks the contract: a
+// permanent failure (status 502) wrapping ErrBadUsage, never a count.
+func replyUsage(subject string, h nats.Header) (*Usage, error) {
+	prompt, completion := h.Get(HeaderPromptTokens), h.Get(HeaderCompletionTokens)
+	if prompt == "" && completion == "" {
+		return nil, nil
+	}
+	p, perr := strconv.ParseInt(cmp.Or(prompt, "0"), 10, 64)
+	c, cerr := strconv.ParseInt(cmp.Or(completion, "0"), 10, 64)
+	u := &Usage{Model: clip(h.Get(HeaderModel), 256), PromptTokens: p, CompletionTokens: c}
+	if perr != nil || cerr != nil {
+		return nil, Permanent(502, fmt.Errorf("%w: %s answered %s %q, %s %q: want whole numbers", ErrBadUsage, subject, HeaderPromptTokens, clip(prompt, 40), HeaderCompletionTokens, clip(completion, 40)))
+	}
+	if err := recovery.ValidUsage((*kv.Usage)(u)); err != nil {
+		return nil, Permanent(502, fmt.Errorf("%s: %w", subject, err))
+	}
+	return u, nil
 }
 
 // verify asks subject whether the call with key took effect.
@@ -160,7 +213,9 @@ func (r remote) request(ctx context.Context, m *nats.Msg, timeout time.Duration)
 	attempt, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	deadline, _ := attempt.Deadline()
-	m.Header.Set(HeaderDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	// The service must not apply the request after the deadline it is
+	// told; Salvage waits the grace beyond it for the answer.
+	m.Header.Set(HeaderDeadline, deadline.Add(-DeadlineGrace(timeout)).UTC().Format(time.RFC3339Nano))
 	reply, err := r.nc.RequestMsgWithContext(attempt, m)
 	switch {
 	case err == nil:
@@ -168,7 +223,8 @@ func (r remote) request(ctx context.Context, m *nats.Msg, timeout time.Duration)
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, Transient(503, fmt.Errorf("no service answers on %s", m.Subject))
+		// Nobody received it: nothing can have been applied.
+		return nil, recovery.NotApplied(Transient(503, fmt.Errorf("no service answers on %s", m.Subject)))
 	case attempt.Err() != nil || errors.Is(err, nats.ErrTimeout):
 		return nil, Timeout(fmt.Errorf("no answer on %s within %s", m.Subject, timeout))
 	default:
@@ -178,8 +234,30 @@ func (r remote) request(ctx context.Context, m *nats.Msg, timeout time.Duration)
 
 // serviceError reads an error reply: Nats-Service-Error-Code 4xx is
 // permanent (429 rate-limited, 408 and 409 transient), 5xx and anything
-// else transient; Retry-After is honoured.
+// else transient; Retry-After is honoured. Salvage-Outcome, when set, says
+// whether a side effect may have been applied (see HeaderOutcome).
 func serviceError(subject string, reply *nats.Msg) error {
+	err := classifyReply(subject, reply)
+	switch reply.Header.Get(HeaderOutcome) {
+	case OutcomeNotApplied:
+		return recovery.NotApplied(err)
+	case OutcomeUnknown:
+		if !recovery.OutcomeUnknown(err) {
+			// A refusal the service itself cannot vouch for: treated as
+			// a 5xx of the same class, which is verified.
+			var ce *recovery.CallError
+			if errors.As(err, &ce) {
+				c := *ce
+				c.Status = http.StatusBadGateway
+				return &c
+			}
+		}
+	}
+	return err
+}
+
+// classifyReply classifies an error reply by its code alone.
+func classifyReply(subject string, reply *nats.Msg) error {
 	code := reply.Header.Get(micro.ErrorCodeHeader)
 	if code == "" {
 		return nil

@@ -95,7 +95,8 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 			code = CodeMalformed
 		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline):
 			code = CodeUnknown
-		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotAwaitingApproval):
+		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotAwaitingApproval),
+			errors.Is(err, ErrJobExists), errors.Is(err, ErrReplayRefused):
 			code = CodeAlreadyResolved
 		case errors.Is(err, errTooLarge):
 			code = CodeTooLarge

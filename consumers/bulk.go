@@ -49,8 +49,10 @@ type BulkResult struct {
 	Matched   int `json:"matched"`
 	Remaining int `json:"remaining"`
 	// Acted counts envelopes the action changed; Unchanged those it
-	// found already so (a replay in flight, an envelope acknowledged);
-	// Refused those it may not act on (resolved or superseded).
+	// found already so (a replay in flight, an envelope acknowledged) or
+	// whose replay Salvage refuses (ErrReplayRefused), in a dry run as in
+	// a real one; Refused those it may not act on (resolved or
+	// superseded).
 	Acted     int `json:"acted"`
 	Unchanged int `json:"unchanged"`
 	Refused   int `json:"refused"`
@@ -112,6 +114,17 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 			}
 			continue
 		}
+		if req.DryRun && req.Action == BulkReplay {
+			// What the replay itself would refuse is not counted acted.
+			switch err := o.CheckReplay(ctx, r.ID); {
+			case errors.Is(err, ErrReplayRefused):
+				res.Unchanged++
+				continue
+			case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+				res.Refused++
+				continue
+			}
+		}
 		if !req.DryRun {
 			var err error
 			switch req.Action {
@@ -125,6 +138,11 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 			switch {
 			case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
 				res.Refused++
+				continue
+			case errors.Is(err, ErrReplayRefused):
+				// Salvage will not run it (a cancelled job, a recovery
+				// running, compensated effects beside standing ones).
+				res.Unchanged++
 				continue
 			case err != nil:
 				if len(res.Failed) < bulkIDsMax {

@@ -2,11 +2,15 @@ package consumers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -85,6 +89,12 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 		if cp.Status == kv.StatusDeadLettered {
 			continue // it ended in an envelope; the envelope says how
 		}
+		if settled, err := settleStopped(ctx, t, job, cp, streams.ChunkMsg{}, letter{}); settled || err != nil {
+			if err != nil {
+				return job, err
+			}
+			continue
+		}
 		done, err := t.stores.Checkpoints.Mutate(ctx, job.ID, cp.Chunk, func(c *kv.Checkpoint) error {
 			if c.Terminal() {
 				return kv.ErrNoChange
@@ -101,4 +111,51 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 		}
 	}
 	return t.settle(ctx, job.ID)
+}
+
+// settleStopped writes the envelope that settles the effects of a chunk
+// its job's cancel stops, when any may stand (invariant 4): side effects
+// that took place and calls whose outcome is unknown. The chunk then ends
+// cancelled-at-stage-N naming it, and the orchestrator verifies,
+// compensates newest first and escalates what is irreversible, as for any
+// failure. It reports false, writing nothing, for a chunk that never ran
+// or whose epoch holds no such effect. base carries the chunk's message
+// when there is one (its Seq, Subject, Data, Deliveries); without, the
+// envelope's original is the chunk's identity. Repeat-safe: the envelope
+// is guarded per chunk epoch.
+func settleStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, chunk streams.ChunkMsg, base letter) (bool, error) {
+	if cp.MsgSeq == 0 {
+		return false, nil // never taken: no worker wrote a row for it
+	}
+	rows, err := t.stores.Journal.Load(ctx, job.ID, cp.Chunk, cp.Epoch)
+	if err != nil {
+		return false, err
+	}
+	return sendStopped(ctx, t, job, cp, rows, chunk, base)
+}
+
+// sendStopped is settleStopped over the epoch's rows already read.
+func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, rows map[string]kv.StoredRow, chunk streams.ChunkMsg, base letter) (bool, error) {
+	left := standingEffects(rows)
+	if len(left) == 0 {
+		return false, nil
+	}
+	if chunk.Job == "" {
+		chunk = streams.ChunkMsg{Job: job.ID, Chunk: cp.Chunk, Pipeline: job.Pipeline, Epoch: cp.Epoch, TraceID: job.TraceID}
+	}
+	l := base
+	if l.Subject == "" {
+		l.Subject = streams.ChunkSubject(job.Pipeline, job.ID, cp.Chunk)
+		l.Data, _ = json.Marshal(chunk)
+	}
+	l.Chunk = chunk
+	l.Failure = recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true}
+	l.Err = fmt.Sprintf("%s at stage %d with %d effects that may stand: settled by this envelope", job.StopReason(), max(cp.Stage, 1), len(left))
+	l.Stopped, l.Stage, l.Epoch = kv.StoppedCancelled, max(cp.Stage, 1), cp.Epoch
+	l.Human = true
+	d := letterer{js: t.js, stores: t.stores, tracker: t, log: zerolog.Nop()}
+	if _, err := d.send(ctx, l); err != nil {
+		return false, err
+	}
+	return true, nil
 }

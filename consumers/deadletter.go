@@ -172,11 +172,17 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 			Msg("exhausted chunk still held by a live worker; not dead-lettered")
 		return &heldError{holder: lease.ClaimedBy, until: lease.ExpiresAt}
 	}
-	l.Failure = recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, InFlight: cp.LastError == ""}
+	// A last delivery that ended without an error of its own died
+	// mid-chunk: what it was calling may be in flight.
+	died := cp.LastError == "" || cp.LastErrorOlder
+	l.Failure = recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, InFlight: died}
 	l.Err = cp.LastError
 	l.FailedAgent, l.FailedTool, l.FailedCall = cp.LastErrorAgent, cp.LastErrorTool, cp.LastErrorCall
-	if l.Err == "" {
+	switch {
+	case l.Err == "":
 		l.Err = fmt.Sprintf("worker stopped without a result on each of %d deliveries", deliveries)
+	case died:
+		l.Err = "worker stopped without a result on its last delivery; before that: " + l.Err
 	}
 	_, err = d.letter.send(ctx, l)
 	return err

@@ -38,6 +38,22 @@ type letter struct {
 	// Human marks an envelope a person caused (a rejected approval): it
 	// never counts as recovered automatically.
 	Human bool
+	// Stopped, when set (kv.StoppedCancelled), makes the envelope the
+	// settlement of a chunk its job's cancel stopped at Stage while
+	// effects of Epoch may stand: guarded once per chunk epoch (there may
+	// be no message), recorded Stopped, and the checkpoint ends
+	// cancelled-at-stage-Stage, not dead-lettered.
+	Stopped string
+	Stage   int
+	Epoch   int
+}
+
+// guardKey is the key that makes l's envelope the only one.
+func (l letter) guardKey() string {
+	if l.Stopped != "" {
+		return kv.StopGuardKey(l.Chunk.Job, l.Chunk.Chunk, l.Epoch)
+	}
+	return kv.GuardKey(l.Seq)
 }
 
 // letterer writes failure envelopes (invariant 6): one guard key per chunk
@@ -56,7 +72,7 @@ type letterer struct {
 // envelope instead of writing another.
 func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	id := ulid.Make().String()
-	g, err := d.stores.Envelopes.Guard(ctx, l.Seq, id)
+	g, err := d.stores.Envelopes.GuardKeyed(ctx, l.guardKey(), id)
 	switch {
 	case errors.Is(err, kv.ErrGuardExists):
 		id = g.Envelope
@@ -78,6 +94,13 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	rows, err := d.stores.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch)
 	if err != nil {
 		return "", err
+	}
+	if l.Stopped != "" && cp.Epoch != l.Epoch {
+		// The chunk moved to another epoch since: load the one stopped.
+		if rows, err = d.stores.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, l.Epoch); err != nil {
+			return "", err
+		}
+		cp.Epoch = l.Epoch
 	}
 	f := l.Failure
 	f.FromJournal(rows)
@@ -104,14 +127,18 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	rec := kv.EnvelopeRecord{
 		ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy,
 		Status: kv.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence,
-		TraceID: env.TraceID, Human: l.Human,
+		TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped,
 	}
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
 		return "", err
 	}
+	msg := "chunk dead-lettered"
+	if l.Stopped != "" {
+		msg = "cancelled chunk's effects sent to be settled"
+	}
 	d.log.Warn().Str("envelope_id", id).Str("job_id", env.Job).Int("chunk", env.Chunk).
 		Str("trace_id", env.TraceID).Int("stage", env.FailedStage).Str("category", category).
-		Uint64("deliveries", l.Deliveries).Str("error", l.Err).Msg("chunk dead-lettered")
+		Uint64("deliveries", l.Deliveries).Str("error", l.Err).Msg(msg)
 	return id, d.finish(ctx, l, id)
 }
 
@@ -123,16 +150,23 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 	var previous string
 	var delta kv.Delta
 	marked := false
+	status := kv.StatusDeadLettered
+	if l.Stopped != "" {
+		status = kv.CancelledAtStage(l.Stage)
+	}
 	cp, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
 		previous, delta, marked = "", kv.Delta{}, false
-		if cp.Status == kv.StatusDone || cp.Envelope == id && cp.Status == kv.StatusDeadLettered {
+		if cp.Status == kv.StatusDone || cp.Envelope == id && (cp.Status == kv.StatusDeadLettered || l.Stopped != "" && kv.IsCancelled(cp.Status)) {
 			marked = true
 			return kv.ErrNoChange
 		}
 		if cp.Envelope != id {
 			previous = cp.Envelope
 		}
-		cp.Status, cp.Envelope, cp.ClaimedBy = kv.StatusDeadLettered, id, ""
+		cp.Status, cp.Envelope, cp.ClaimedBy = status, id, ""
+		if l.Stopped != "" {
+			cp.Stage = l.Stage
+		}
 		cp.Reason = streams.Clip(l.Err, streams.ErrorTextMax)
 		if l.Deliveries > cp.Deliveries {
 			cp.Redeliveries += int(l.Deliveries - max(cp.Deliveries, 1))

@@ -2,11 +2,9 @@ package consumers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -133,90 +131,6 @@ func readEnvelope(ctx context.Context, js jetstream.JetStream, rec kv.EnvelopeRe
 		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)
 	}
 	return env, nil
-}
-
-// Replay puts an envelope's chunk back on SALVAGE_CHUNKS, as an operator
-// would by hand (`nats pub <original.subject> '<original.data>' -H
-// Salvage-Replay-Of:<id>`). The chunk resumes from its journal, so no side
-// effect repeats; the envelope is resolved when the chunk finishes. A
-// replay already in flight is not published again. An abandoned envelope's
-// effects were compensated, so its chunk runs fresh in a new epoch.
-func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord, error) {
-	rec, err := o.record(ctx, id)
-	if err != nil {
-		return rec, err
-	}
-	switch {
-	case rec.Status == kv.EnvelopeResolved:
-		return rec, fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
-	case rec.Status == kv.EnvelopeSuperseded:
-		return rec, fmt.Errorf("%w: %s by %s", ErrSuperseded, id, rec.SupersededBy)
-	case rec.Requeued:
-		return rec, nil
-	}
-	env, err := readEnvelope(ctx, o.js, rec)
-	if err != nil {
-		return rec, err
-	}
-	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
-		return rec, fmt.Errorf("envelope %s: original chunk unreadable: %w", id, err)
-	}
-	rec, err = o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
-		if r.Status == kv.EnvelopeResolved {
-			return fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
-		}
-		if r.Status == kv.EnvelopeSuperseded {
-			return fmt.Errorf("%w: %s by %s", ErrSuperseded, id, r.SupersededBy)
-		}
-		if r.Requeued {
-			return kv.ErrNoChange
-		}
-		r.Replays++
-		r.Status, r.Requeued, r.Human = kv.EnvelopeRecovering, true, true
-		r.Notes = append(r.Notes, fmt.Sprintf("replayed by %s (replay %d)", by, r.Replays))
-		return nil
-	})
-	if err != nil {
-		return rec, err
-	}
-	fresh := env.Checkpoint.Status == kv.StatusDeadLettered && rec.Category != "" && hasCompensated(ctx, o.stores, env)
-	var delta kv.Delta
-	cp, err := o.stores.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", id
-		cp.ClearLastError()
-		if fresh {
-			cp.Epoch++
-			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots, cp.Approvals = 1, nil, nil, nil, nil
-		}
-		delta = cp.Recount()
-		return nil
-	})
-	if err != nil {
-		return rec, err
-	}
-	t := tracker{js: o.js, stores: o.stores}
-	if _, err := t.apply(ctx, rec.Job, rec.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
-		return rec, err
-	}
-	// A crash before this publish leaves the envelope recovering with
-	// nothing queued: the sweeper publishes it then.
-	_, err = requeue(ctx, o.js, env, cp.Epoch, id+".replay."+strconv.Itoa(rec.Replays), streams.HeaderReplayOf)
-	return rec, err
-}
-
-// hasCompensated reports whether any effect of the envelope's epoch was
-// compensated: such a chunk cannot resume, only run fresh.
-func hasCompensated(ctx context.Context, st *kv.Stores, env recovery.Envelope) bool {
-	rows, err := st.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
-	if err != nil {
-		return false
-	}
-	for _, r := range rows {
-		if r.Status == kv.CallCompensated {
-			return true
-		}
-	}
-	return false
 }
 
 // Resolve marks an envelope resolved by hand: an operator settled it.

@@ -172,7 +172,7 @@ func (o *Orchestrator) giveUp(ctx context.Context, env recovery.Envelope, delive
 	if cause != nil {
 		note += ": " + streams.Clip(cause.Error(), streams.ErrorTextMax)
 	}
-	out, err := o.finish(ctx, env, rec, kv.EnvelopeEscalated, note, nil, log)
+	out, err := o.finish(ctx, env, rec, kv.EnvelopeEscalated, note, o.standing(ctx, env), log)
 	if err != nil {
 		log.Error().Err(err).Msg("escalate an envelope whose recovery gave up")
 	}
@@ -230,7 +230,7 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 	}()
 	p, err := o.cfg.Registry.Get(env.Pipeline)
 	if err != nil {
-		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "pipeline not known to this orchestrator: "+err.Error(), nil, log)
+		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "pipeline not known to this orchestrator: "+err.Error(), o.standing(ctx, env), log)
 	}
 	cp, _, err := o.stores.Checkpoints.Get(ctx, env.Job, env.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
@@ -244,7 +244,7 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		strategy = recovery.StrategyEscalate
 	}
 	if strategy == recovery.StrategyVerify {
-		category, s, err := o.verify(ctx, env, p, cp, log)
+		category, s, err := o.verify(ctx, env, rec, p, cp, log)
 		if err != nil {
 			return o.failed(ctx, env, rec, err, log)
 		}
@@ -258,6 +258,21 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 	}
 	needsResume := strategy == recovery.StrategyResume || strategy == recovery.StrategyCompensateAndRetry
+	if needsResume && rec.Stopped == "" {
+		// A chunk of a cancelled job never runs again: its effects are
+		// settled instead (invariant 4).
+		job, err := o.stores.Jobs.Get(ctx, env.Job)
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return o.failed(ctx, env, rec, err, log)
+		}
+		if job.CancelledAt != nil {
+			if rec, err = o.stopByCancel(ctx, env, rec, cp); err != nil {
+				return o.failed(ctx, env, rec, err, log)
+			}
+			// The next delivery verifies or settles by the new strategy.
+			return o.release(ctx, env, rec, 0)
+		}
+	}
 	if needsResume && cp.Recoveries >= o.cfg.Limits.MaxRecoveries {
 		strategy = recovery.StrategyEscalate
 		log.Warn().Int("recoveries", cp.Recoveries).Msg("chunk past its recoveries; escalating")
@@ -271,32 +286,50 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 		return o.requeue(ctx, env, rec, false, log)
 	case recovery.StrategyCompensateAndRetry, recovery.StrategyCompensateAndAbandon:
-		left, permanent, err := o.compensate(ctx, env, p, log)
+		permanent, err := o.compensate(ctx, env, p, log)
 		if err != nil && !permanent {
 			return o.failed(ctx, env, rec, err, log)
 		}
 		if err != nil {
-			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "compensation failed: "+err.Error(), left, log)
+			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "compensation failed: "+err.Error(), o.standing(ctx, env), log)
 		}
 		if strategy == recovery.StrategyCompensateAndRetry {
 			return o.requeue(ctx, env, rec, true, log)
 		}
-		return o.finish(ctx, env, rec, kv.EnvelopeAbandoned, "every effect compensated; order abandoned", nil, log)
+		if left := o.standing(ctx, env); len(left) > 0 {
+			// What the envelope listed is undone, yet something stands
+			// (an effect recorded since): a person decides.
+			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "compensated what was listed; effects still stand", left, log)
+		}
+		return o.finish(ctx, env, rec, kv.EnvelopeAbandoned, abandonNote(rec), nil, log)
 	case recovery.StrategyEscalate:
-		var left []kv.LeftEffect
+		note := "needs a human"
 		if rec.Category == recovery.CategoryCompensationNeeded {
-			var err error
-			var permanent bool
-			left, permanent, err = o.compensate(ctx, env, p, log)
+			permanent, err := o.compensate(ctx, env, p, log)
 			if err != nil && !permanent {
 				return o.failed(ctx, env, rec, err, log)
 			}
+			if err != nil {
+				note = "compensation failed: " + err.Error()
+			}
 		}
-		left = append(left, o.irreversible(ctx, env)...)
-		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "needs a human", left, log)
+		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, note, o.standing(ctx, env), log)
 	default: // DEAD_END
+		if left := o.standing(ctx, env); len(left) > 0 {
+			// Never a dead end while an effect may stand (invariant 9).
+			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "permanent failure with effects that may stand", left, log)
+		}
 		return o.finish(ctx, env, rec, kv.EnvelopeDeadEnd, "permanent failure with no effects to undo", nil, log)
 	}
+}
+
+// abandonNote says why an envelope was abandoned with nothing standing.
+func abandonNote(rec kv.EnvelopeRecord) string {
+	switch rec.Stopped {
+	case kv.StoppedCancelled:
+		return "job cancelled; every effect of the chunk compensated"
+	}
+	return "every effect compensated; order abandoned"
 }
 
 // release gives the envelope back for a later step.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,8 +18,11 @@ import (
 )
 
 // verify settles every call left in flight by asking its external system,
-// records the answers in the journal, and reclassifies the envelope.
-func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline, cp kv.Checkpoint, log zerolog.Logger) (string, string, error) {
+// records the answers in the journal, and reclassifies the envelope. A
+// verification that fails leaves its call unknown and fails the step: it
+// is tried again within the strategy's attempts, then escalated naming the
+// call (invariant 9).
+func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, p *recovery.Pipeline, cp kv.Checkpoint, log zerolog.Logger) (string, string, error) {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
 		return "", "", err
@@ -41,14 +45,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *rec
 		}); err != nil {
 			return "", "", fmt.Errorf("verify %s: %w", key, err)
 		}
-		next := row.JournalRow
-		next.Verified, next.FinishedAt = true, time.Now().UTC()
-		if v.Applied {
-			next.Status, next.Output = kv.CallSucceeded, v.Output
-			next.Fingerprint = tool.Fingerprint(row.IdempotencyKey, v.ResourceID)
-		} else {
-			next.Status, next.Error, next.ErrorClass = kv.CallFailed, "verified: the call did not take effect", recovery.ClassTimeout.String()
-		}
+		next := tool.Settle(row.JournalRow, v, time.Now().UTC())
 		if _, err := o.stores.Journal.Put(ctx, next, row.Seq); err != nil {
 			return "", "", fmt.Errorf("record verification of %s: %w", key, err)
 		}
@@ -56,7 +53,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *rec
 		log.Info().Str("journal_key", key).Bool("applied", v.Applied).Msg("unknown outcome verified")
 	}
 	// Every outcome is known now: classify as if nothing were in flight.
-	f := recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, Recoveries: cp.Recoveries}
+	f := o.failureOf(cp, rec)
 	if f.Class == recovery.ClassTimeout {
 		f.Class = recovery.ClassTransient
 	}
@@ -64,6 +61,33 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, p *rec
 	f.InFlight = false
 	category, strategy := recovery.Classify(f, o.cfg.Limits)
 	return category, strategy, nil
+}
+
+// failureOf is what the checkpoint and the envelope record say of a
+// chunk's failure, before the journal's facts are added.
+func (o *Orchestrator) failureOf(cp kv.Checkpoint, rec kv.EnvelopeRecord) recovery.Failure {
+	return recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, Recoveries: cp.Recoveries,
+		Cancelled: rec.Stopped == kv.StoppedCancelled}
+}
+
+// stopByCancel turns the envelope of a chunk whose job was cancelled into
+// the settlement of its effects: the chunk never runs again, so instead of
+// resuming it, what it did is verified, compensated or escalated as a
+// cancelled chunk's effects are. It returns the new category and strategy.
+func (o *Orchestrator) stopByCancel(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, cp kv.Checkpoint) (kv.EnvelopeRecord, error) {
+	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	if err != nil {
+		return rec, err
+	}
+	rec.Stopped = kv.StoppedCancelled
+	f := o.failureOf(cp, rec)
+	f.FromJournal(rows)
+	category, strategy := recovery.Classify(f, o.cfg.Limits)
+	return o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+		r.Category, r.Strategy, r.Stopped = category, strategy, kv.StoppedCancelled
+		r.Notes = append(r.Notes, fmt.Sprintf("job cancelled: the chunk will not run again; its effects are settled (%s/%s)", category, strategy))
+		return nil
+	})
 }
 
 // requeue publishes the chunk again so a worker resumes it from its
@@ -80,8 +104,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
 		cp.ClearLastError()
 		if freshEpoch {
-			cp.Epoch++
-			cp.Stage, cp.Outputs, cp.Gaps, cp.Snapshots, cp.Approvals = 1, nil, nil, nil, nil
+			cp.FreshEpoch()
 		}
 		delta = cp.Recount()
 		return nil
@@ -116,20 +139,33 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 	return outcome{ack: true}, nil
 }
 
-// compensate undoes the envelope's reversible effects, newest first, each
+// compensate undoes the reversible effects of the envelope's epoch, as
+// the journal has them now, newest first, each
 // under its deterministic compensation key, marking each journal row
-// COMPENSATED. It stops at the first failure and returns the effects still
-// standing; permanent says the failure will not go away by retrying.
-func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline, log zerolog.Logger) ([]kv.LeftEffect, bool, error) {
+// COMPENSATED — and, before the first, the checkpoint Compensated. It
+// stops at the first failure; permanent says the failure will not go away
+// by retrying.
+func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline, log zerolog.Logger) (bool, error) {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
 	var stats recovery.Stats
-	for i, key := range env.PendingCompensations {
+	marked := false
+	// The journal decides, not the envelope's list: a call in flight when
+	// the envelope was written may have been verified applied since.
+	_, _, pending, _ := journalEntries(rows)
+	for _, key := range pending {
 		row, ok := rows[key]
 		if !ok || row.Status == kv.CallCompensated || row.Fingerprint == nil {
 			continue
+		}
+		if !marked {
+			// Before anything is undone: this epoch can never resume.
+			if err := markCompensated(ctx, o.stores, env.Job, env.Chunk, env.Checkpoint.Epoch); err != nil {
+				return false, err
+			}
+			marked = true
 		}
 		tool, err := p.Tools.Get(row.Tool)
 		if err == nil && (tool.Effect == nil || !tool.Effect.Reversible) {
@@ -140,7 +176,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 			undo, err = p.Tools.Get(tool.Effect.Compensation)
 		}
 		if err != nil {
-			return describe(rows, env.PendingCompensations[i:]), true, err
+			return true, err
 		}
 		in, _ := json.Marshal(recovery.CompensationInput{Key: row.IdempotencyKey, Output: row.Output})
 		err = o.exec.Do(ctx, &stats, undo.Name, func(ctx context.Context) error {
@@ -150,49 +186,66 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 		})
 		if err != nil {
 			log.Warn().Err(err).Str("journal_key", key).Str("tool", undo.Name).Msg("compensation failed")
-			return describe(rows, env.PendingCompensations[i:]), recovery.ClassOf(err).Permanent(), fmt.Errorf("%s of %s: %w", undo.Name, key, err)
+			return recovery.ClassOf(err).Permanent(), fmt.Errorf("%s of %s: %w", undo.Name, key, err)
 		}
 		next := row.JournalRow
 		next.Status = kv.CallCompensated
 		if _, err := o.stores.Journal.Put(ctx, next, row.Seq); err != nil {
-			return describe(rows, env.PendingCompensations[i:]), false, fmt.Errorf("record compensation of %s: %w", key, err)
+			return false, fmt.Errorf("record compensation of %s: %w", key, err)
 		}
 		if _, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 			r.Notes = append(r.Notes, fmt.Sprintf("compensated %s %s with %s", row.Tool, row.Fingerprint.ResourceID, undo.Name))
 			return nil
 		}); err != nil {
-			return describe(rows, env.PendingCompensations[i+1:]), false, err
+			return false, err
 		}
 		log.Info().Str("journal_key", key).Str("tool", undo.Name).Str("resource_id", row.Fingerprint.ResourceID).Msg("effect compensated")
 	}
-	return nil, false, nil
+	return false, nil
 }
 
-// irreversible lists the effects of the envelope's epoch nobody can undo.
-func (o *Orchestrator) irreversible(ctx context.Context, env recovery.Envelope) []kv.LeftEffect {
+// markCompensated records, before anything of epoch is undone, that the
+// chunk can no longer resume in it. A chunk already in a later epoch is
+// left alone.
+func markCompensated(ctx context.Context, st *kv.Stores, job string, chunk, epoch int) error {
+	_, err := st.Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error {
+		if cp.Compensated || cp.Epoch != epoch {
+			return kv.ErrNoChange
+		}
+		cp.Compensated = true
+		return nil
+	})
+	return err
+}
+
+// standing lists every effect of the envelope's epoch that may stand: the
+// side effects that took place and were not compensated, and those whose
+// outcome nobody knows (in flight, unverified). An escalation names each
+// of them, so a person sees what is left (invariant 9).
+func (o *Orchestrator) standing(ctx context.Context, env recovery.Envelope) []kv.LeftEffect {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
-		return []kv.LeftEffect{{Tool: "journal unreadable: " + err.Error()}}
+		return []kv.LeftEffect{{Tool: "journal unreadable: " + err.Error(), Unknown: true}}
 	}
-	var keys []string
-	for _, r := range recovery.SortedRows(rows) {
-		if r.Status == kv.CallSucceeded && r.Fingerprint != nil && !r.Fingerprint.Reversible {
-			keys = append(keys, r.Key)
-		}
-	}
-	return describe(rows, keys)
+	return standingEffects(rows)
 }
 
-// describe names effects for a human: tool, system, resource, journal key.
-func describe(rows map[string]kv.StoredRow, keys []string) []kv.LeftEffect {
-	out := make([]kv.LeftEffect, 0, len(keys))
-	for _, k := range keys {
-		r := rows[k]
-		l := kv.LeftEffect{Tool: r.Tool, System: r.System, JournalKey: k}
-		if r.Fingerprint != nil {
-			l.ResourceID = r.Fingerprint.ResourceID
+// standingEffects is standing over rows already read, newest first: the
+// order in which a person would undo them.
+func standingEffects(rows map[string]kv.StoredRow) []kv.LeftEffect {
+	out := []kv.LeftEffect{}
+	sorted := recovery.SortedRows(rows)
+	slices.Reverse(sorted)
+	for _, r := range sorted {
+		switch {
+		case r.Status == kv.CallSucceeded && r.Fingerprint != nil:
+			out = append(out, kv.LeftEffect{Tool: r.Tool, System: r.System, ResourceID: r.Fingerprint.ResourceID,
+				JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Reversible: r.Fingerprint.Reversible})
+		case r.Status == kv.CallInitiated || r.Status == kv.CallUnknown:
+			// Only a side effect leaves a row unknown (a pure call writes
+			// its outcome or nothing).
+			out = append(out, kv.LeftEffect{Tool: r.Tool, System: r.System, JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Unknown: true})
 		}
-		out = append(out, l)
 	}
 	return out
 }

@@ -69,7 +69,7 @@ func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
 }
 
 func (r *repairer) updateEnvelope(e jetstream.KeyValueEntry) {
-	if e == nil || strings.HasPrefix(e.Key(), "chunkmsg.") {
+	if e == nil || strings.Contains(e.Key(), ".") { // a guard key
 		return
 	}
 	r.mu.Lock()
@@ -221,6 +221,9 @@ func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (boo
 			return false, nil
 		}
 		return true, supersede(ctx, r.stores, e.ID, cp.Envelope)
+	case e.Stopped != "" && kv.IsCancelled(cp.Status):
+		// It settles the cancelled chunk's effects: the orchestrator's.
+		return false, nil
 	case cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status):
 		cp.Envelope = e.ID
 		return true, settleEnvelope(ctx, r.stores, cp, "sweeper")

@@ -34,6 +34,11 @@ func settleEnvelope(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, by str
 			// A cancelled job leaves what was escalated to a person.
 			return kv.ErrNoChange
 		}
+		if r.Stopped != "" {
+			// It settles the chunk's effects after its cancel: only the
+			// orchestrator (or a person) ends it.
+			return kv.ErrNoChange
+		}
 		if r.Category == recovery.CategoryBudgetExceeded && cp.Status != kv.StatusDone {
 			// The cancellation is what this envelope reports: it goes to
 			// a person, not away with the chunks it stopped.

@@ -163,10 +163,12 @@ func reject(reason string, err error) error { return &rejectError{reason: reason
 type parsed struct {
 	pipeline *recovery.Pipeline
 	msg      streams.JobMsg
-	chunks   []*nats.Msg
-	jobID    string
-	traceID  string
-	window   int
+	// hash is what the job id stands for (streams.InputHash).
+	hash    string
+	chunks  []*nats.Msg
+	jobID   string
+	traceID string
+	window  int
 }
 
 func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
@@ -185,9 +187,17 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	log := s.log.With().Str("job_id", p.jobID).Str("trace_id", p.traceID).Str("pipeline", p.pipeline.Name).Logger()
 	old, err := s.stores.Jobs.Get(ctx, p.jobID)
 	switch {
+	case err == nil && old.SourceSeq != meta.Sequence.Stream && old.InputHash == p.hash:
+		// The same job submitted again: a job id names one input, and
+		// this is it. Nothing to do.
+		log.Info().Uint64("stream_seq", meta.Sequence.Stream).Uint64("source_seq", old.SourceSeq).Msg("the same job submitted again; nothing to do")
+		if err := m.DoubleAck(ctx); err != nil {
+			log.Warn().Err(err).Msg("ack job message")
+		}
+		return nil
 	case err == nil && old.SourceSeq != meta.Sequence.Stream:
-		return s.reject(ctx, m, meta.Sequence.Stream, "", &rejectError{streams.RejectDuplicateJob,
-			fmt.Errorf("job %s already exists (submitted as message %d)", p.jobID, old.SourceSeq)})
+		return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{streams.RejectDuplicateJob,
+			fmt.Errorf("%w: job %s was submitted as message %d with another input", streams.ErrJobExists, p.jobID, old.SourceSeq)})
 	case err == nil:
 		// The record exists, so every chunk was published: a splitter
 		// died before it acked. Only the accepted event may be missing.
@@ -204,7 +214,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	job := kv.Job{
 		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.chunks), Window: p.window,
-		TraceID: p.traceID, Metadata: p.msg.Metadata, SourceSeq: meta.Sequence.Stream,
+		TraceID: p.traceID, Metadata: p.msg.Metadata, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
 	}
 	if b := p.msg.Budget; b != nil {
 		job.Budget = &kv.Budget{Tokens: b.Tokens, Cost: b.Cost}
@@ -218,9 +228,13 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		if old.SourceSeq != meta.Sequence.Stream {
 			// Another message with this id won a race to create it: its
 			// record names its own source, and workers drop this
-			// message's chunks, which name ours.
-			return s.reject(ctx, m, meta.Sequence.Stream, "", &rejectError{streams.RejectDuplicateJob,
-				fmt.Errorf("job %s was created from message %d meanwhile", p.jobID, old.SourceSeq)})
+			// message's chunks, which name ours. The same input is the
+			// same job; another is refused.
+			if old.InputHash == p.hash {
+				return s.accepted(ctx, m, p, log)
+			}
+			return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{streams.RejectDuplicateJob,
+				fmt.Errorf("%w: job %s was created from message %d with another input meanwhile", streams.ErrJobExists, p.jobID, old.SourceSeq)})
 		}
 	} else if err != nil {
 		return err
@@ -305,6 +319,10 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 	if len(p.msg.Input) == 0 || string(p.msg.Input) == "null" {
 		return p, reject(streams.RejectBadInput, errors.New(`job message has no "input"`))
 	}
+	if err := streams.ValidateBudget(p.msg.Budget); err != nil {
+		return p, reject(streams.RejectBadInput, err)
+	}
+	p.hash = streams.InputHash(name, p.msg.Input)
 	switch {
 	case p.msg.JobID != nil:
 		if err := streams.ValidateJobID(*p.msg.JobID); err != nil {
@@ -405,7 +423,8 @@ func jobIDFor(msgID string, meta *jetstream.MsgMetadata) string {
 }
 
 // reject reports a refused job message and terminates it. job is the job
-// id when it is known and no job of that id exists.
+// id when it is known: the event goes to the job's own subject too, where
+// a submitter tells its own message's rejection by stream_seq.
 func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, job string, rej *rejectError) error {
 	if err := s.publishRejection(ctx, m, seq, job, rej); err != nil {
 		return err

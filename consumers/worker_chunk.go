@@ -90,6 +90,10 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
 		r.malformed(ctx, err)
 		return
 	}
+	if ref, err := streams.ParseChunkSubject(m.Subject()); err != nil || ref.Job != r.chunk.Job || ref.Chunk != r.chunk.Chunk || ref.Pipeline != r.chunk.Pipeline {
+		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("subject %s and body (chunk %d of job %s, pipeline %s) disagree", m.Subject(), r.chunk.Chunk, r.chunk.Job, r.chunk.Pipeline))
+		return
+	}
 	r.log = w.log.With().Str("job_id", r.chunk.Job).Int("chunk", r.chunk.Chunk).
 		Str("trace_id", r.chunk.TraceID).Uint64("delivery", meta.NumDelivered).Logger()
 	ctx, span := w.tracer.Start(underJob(ctx, r.chunk.TraceID, r.chunk.Job), "chunk "+strconv.Itoa(r.chunk.Chunk),
@@ -150,6 +154,15 @@ func (r *run) run(ctx context.Context) error {
 		r.log.Warn().Uint64("source_seq", r.chunk.SourceSeq).Uint64("job_source_seq", job.SourceSeq).Msg("chunk of a duplicate job message; dropped")
 		return r.ack(ctx)
 	}
+	if r.chunk.Chunk > job.Chunks || r.chunk.Pipeline != job.Pipeline {
+		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s: job %s has %d chunks of pipeline %s", r.chunk.Chunk, r.chunk.Pipeline, job.ID, job.Chunks, job.Pipeline))
+		return nil
+	}
+	linked, byHand := r.linkedEnvelope()
+	freshEpoch, err := r.checkLinked(ctx, linked, byHand)
+	if err != nil || r.outcome != "" {
+		return err
+	}
 	cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
@@ -163,7 +176,7 @@ func (r *run) run(ctx context.Context) error {
 		return finishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
 	}
 	if job.CancelledAt != nil {
-		return r.cancelUnclaimed(ctx, max(cp.Stage, 1), job.StopReason())
+		return r.cancelUnclaimed(ctx, job, cp)
 	}
 
 	lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, w.cfg.AckWait)
@@ -177,7 +190,6 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.lease = lease
-	linked, byHand := r.linkedEnvelope()
 	approval, approved := r.approval()
 	var taken kv.Delta
 	fresh := false
@@ -189,9 +201,15 @@ func (r *run) run(ctx context.Context) error {
 		}
 		cp.Status, cp.HeldOn = kv.StatusRunning, ""
 		countRedeliveries(cp, r.meta)
-		cp.ClearLastError()
+		// The last error stays until this delivery ends with its own.
+		cp.LastErrorOlder = cp.LastError != ""
 		if r.chunk.Epoch > cp.Epoch {
 			cp.Epoch = r.chunk.Epoch
+		}
+		if freshEpoch.ok && cp.Epoch == freshEpoch.from {
+			// A replay by hand of a chunk whose effects were all
+			// compensated: it runs fresh, never on undone outcomes.
+			cp.FreshEpoch()
 		}
 		if cp.Stage < 1 {
 			cp.Stage = 1
@@ -235,7 +253,7 @@ func (r *run) run(ctx context.Context) error {
 		}
 	})
 	if byHand && cp.Envelope == linked {
-		r.replayedByHand(ctx, linked)
+		r.replayedByHand(ctx, linked, freshEpoch.ok)
 	}
 	rows := map[string]kv.StoredRow{}
 	if !fresh {
@@ -329,6 +347,88 @@ func (r *run) linkedEnvelope() (id string, byHand bool) {
 	return "", false
 }
 
+// freshFrom says a replay runs the chunk fresh, leaving epoch from.
+type freshFrom struct {
+	ok   bool
+	from int
+}
+
+// checkLinked checks the envelope a message says it re-runs the chunk for
+// against the records: it must be this chunk's (else the message is
+// rejected as bad-replay), and a replay published by hand must be one
+// Salvage may run (else it is refused, noted on the envelope). It returns
+// whether the chunk runs fresh; a message it rejected or refused sets
+// r.outcome and is gone.
+func (r *run) checkLinked(ctx context.Context, id string, byHand bool) (freshFrom, error) {
+	if id == "" {
+		return freshFrom{}, nil
+	}
+	if !byHand {
+		rec, _, err := r.w.stores.Envelopes.Get(ctx, id)
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return freshFrom{}, err
+		}
+		if err != nil || rec.Job != r.chunk.Job || rec.Chunk != r.chunk.Chunk {
+			r.reject(ctx, streams.RejectBadReplay, fmt.Errorf("%s: %s is not an envelope of chunk %d of job %s", streams.HeaderRecoveryOf, id, r.chunk.Chunk, r.chunk.Job))
+		}
+		return freshFrom{}, nil
+	}
+	rec, fresh, err := byHandReplay(ctx, r.w.stores, id, r.chunk)
+	switch {
+	case errors.Is(err, errForged):
+		r.reject(ctx, streams.RejectBadReplay, fmt.Errorf("%s: %w", streams.HeaderReplayOf, err))
+		return freshFrom{}, nil
+	case errors.Is(err, ErrReplayRefused), errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+		r.refuseReplay(ctx, id, err)
+		return freshFrom{}, nil
+	case err != nil:
+		return freshFrom{}, err
+	}
+	if !fresh {
+		return freshFrom{}, nil
+	}
+	cp, _, err := r.w.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
+	if err != nil {
+		return freshFrom{}, err
+	}
+	return freshFrom{ok: true, from: cp.Epoch}, nil
+}
+
+// refuseReplay removes a replay published by hand that Salvage will not
+// run: the envelope notes why, a rejection event says so, the chunk stays
+// as it was.
+func (r *run) refuseReplay(ctx context.Context, id string, why error) {
+	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
+		rec.Notes = append(rec.Notes, streams.Clip(fmt.Sprintf("replay by hand (%s message %d) refused: %v", streams.Chunks, r.meta.Sequence.Stream, why), 1024))
+		return nil
+	})
+	if err != nil {
+		r.log.Warn().Err(err).Str("envelope_id", id).Msg("note the refused replay on its envelope")
+	}
+	r.reject(ctx, streams.RejectReplayRefused, why)
+}
+
+// reject removes a chunk message its records deny, with a bounded event
+// on salvage.events.rejected.<reason>, and runs nothing. An event that
+// cannot be published leaves the message for a redelivery.
+func (r *run) reject(ctx context.Context, reason string, why error) {
+	ev := streams.NewRejection(reason, why, r.m.Subject(), r.meta.Sequence.Stream, r.m.Data())
+	ev.JobID = r.chunk.Job
+	h := nats.Header{}
+	h.Set(streams.HeaderReason, reason)
+	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.chunk.%d", r.meta.Sequence.Stream))
+	if err := publishJSON(ctx, r.w.js, streams.RejectedSubject(reason), ev, h); err != nil {
+		r.log.Warn().Err(err).Msg("publish a chunk message's rejection; it stays for a redelivery")
+		r.outcome = reason
+		return
+	}
+	r.log.Warn().Str("reason", reason).Err(why).Uint64("stream_seq", r.meta.Sequence.Stream).Msg("chunk message rejected")
+	r.outcome = reason
+	if err := r.m.TermWithReason(reason); err != nil {
+		r.log.Warn().Err(err).Msg("term rejected chunk message")
+	}
+}
+
 // approval is the approval the message carries (Salvage-Approved-By and
 // Salvage-Approved-Stage, set by Operator.Approve when it releases a
 // parked chunk).
@@ -346,14 +446,18 @@ func (r *run) approval() (kv.Approval, bool) {
 // chunk by publishing it with Salvage-Replay-Of: the envelope is
 // recovering until the chunk ends, which resolves or supersedes it. A
 // replay through the API was recorded already.
-func (r *run) replayedByHand(ctx context.Context, id string) {
+func (r *run) replayedByHand(ctx context.Context, id string, fresh bool) {
 	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
 		if rec.Requeued || rec.Status == kv.EnvelopeResolved || rec.Status == kv.EnvelopeSuperseded {
 			return kv.ErrNoChange
 		}
 		rec.Replays++
 		rec.Status, rec.Requeued, rec.Human, rec.RecoveringBy, rec.LeaseUntil = kv.EnvelopeRecovering, true, true, "", time.Time{}
-		rec.Notes = append(rec.Notes, fmt.Sprintf("replayed by hand (%s on %s message %d)", streams.HeaderReplayOf, streams.Chunks, r.meta.Sequence.Stream))
+		note := fmt.Sprintf("replayed by hand (%s on %s message %d)", streams.HeaderReplayOf, streams.Chunks, r.meta.Sequence.Stream)
+		if fresh {
+			note += ", fresh in a new epoch: its effects were compensated"
+		}
+		rec.Notes = append(rec.Notes, note)
 		return nil
 	})
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
@@ -526,8 +630,23 @@ func (r *run) fencedOr(err error) error {
 }
 
 // cancelled records cancelled-at-stage-N and acks: never retried, never
-// dead-lettered (invariant 4).
+// dead-lettered (invariant 4). When effects of the chunk may stand — a
+// call in flight when the cancel landed, side effects of earlier stages —
+// they are settled by an envelope the checkpoint names.
 func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
+	if rows := r.replay.Rows(); len(standingEffects(rows)) > 0 {
+		cp.Stage = stage
+		// What this delivery counted (calls, tokens) is kept first,
+		// while the fence is still ours.
+		if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+			return r.fencedOr(err)
+		}
+		job := kv.Job{ID: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, CancelReason: r.w.cancels.reason(r.chunk.Job)}
+		if _, err := sendStopped(ctx, r.w.tracker, job, cp, rows, r.chunk, r.letterOf()); err != nil {
+			return err // the message stays: its redelivery settles it
+		}
+		return r.stoppedWithEffects(ctx, stage)
+	}
 	cp.Status = kv.CancelledAtStage(stage)
 	cp.Stage = stage
 	cp.Reason = r.w.cancels.reason(r.chunk.Job)
@@ -544,10 +663,35 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 	return r.ended(ctx, cp, d)
 }
 
-// cancelUnclaimed records the cancellation of a chunk nobody runs.
-func (r *run) cancelUnclaimed(ctx context.Context, stage int, reason string) error {
+// stoppedWithEffects acks a chunk whose cancellation an envelope settles.
+func (r *run) stoppedWithEffects(ctx context.Context, stage int) error {
+	r.log.Info().Int("stage", stage).Msg("chunk cancelled with effects that may stand; an envelope settles them")
+	r.outcome = kv.CancelledAtStage(stage)
+	if err := r.ack(ctx); err != nil {
+		r.log.Warn().Err(err).Msg("ack cancelled chunk")
+	}
+	r.releaseClaim(ctx)
+	return nil
+}
+
+// letterOf is a letter for this delivery's message.
+func (r *run) letterOf() letter {
+	return letter{Seq: r.meta.Sequence.Stream, Subject: r.m.Subject(), Data: r.m.Data(), Deliveries: r.meta.NumDelivered}
+}
+
+// cancelUnclaimed records the cancellation of a chunk nobody runs; effects
+// an earlier delivery left standing are settled by an envelope.
+func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint) error {
+	stage, reason := max(cp.Stage, 1), job.StopReason()
+	settled, err := settleStopped(ctx, r.w.tracker, job, cp, r.chunk, r.letterOf())
+	if err != nil {
+		return err
+	}
+	if settled {
+		return r.stoppedWithEffects(ctx, stage)
+	}
 	var d kv.Delta
-	cp, err := r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
+	cp, err = r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
 		d = kv.Delta{}
 		if cp.Terminal() && cp.Status != kv.StatusDeadLettered {
 			return kv.ErrNoChange

@@ -48,15 +48,19 @@ type StageOutput struct {
 // ClaimRevision are the fence (invariant 3): whoever takes a chunk CASes
 // them in, and every later write CASes on the revision it last wrote.
 type Checkpoint struct {
-	Job           string   `json:"job_id"`
-	Chunk         int      `json:"chunk"`
-	Stage         int      `json:"stage"`
-	Status        string   `json:"status"`
-	ClaimedBy     string   `json:"claimed_by,omitempty"`
-	ClaimRevision uint64   `json:"claim_revision,omitempty"`
-	Epoch         int      `json:"epoch"`
-	Recoveries    int      `json:"recoveries"`
-	Gaps          []string `json:"gaps,omitempty"`
+	Job           string `json:"job_id"`
+	Chunk         int    `json:"chunk"`
+	Stage         int    `json:"stage"`
+	Status        string `json:"status"`
+	ClaimedBy     string `json:"claimed_by,omitempty"`
+	ClaimRevision uint64 `json:"claim_revision,omitempty"`
+	Epoch         int    `json:"epoch"`
+	// Compensated is set before the first effect of the epoch is undone:
+	// the epoch can never resume (its recorded outcomes were taken back),
+	// only run fresh in a new epoch, which clears it.
+	Compensated bool     `json:"compensated,omitempty"`
+	Recoveries  int      `json:"recoveries"`
+	Gaps        []string `json:"gaps,omitempty"`
 	// Snapshots names each agent's latest stage-boundary snapshot.
 	Snapshots map[string]SnapshotRef `json:"snapshots,omitempty"`
 	// Deliveries is the delivery count of the chunk message last taken
@@ -102,9 +106,14 @@ type Checkpoint struct {
 	LastErrorStatus int    `json:"last_error_status,omitempty"`
 	// LastErrorAgent, LastErrorTool and LastErrorCall (a journal key) name
 	// who failed, for the envelope.
-	LastErrorAgent string        `json:"last_error_agent,omitempty"`
-	LastErrorTool  string        `json:"last_error_tool,omitempty"`
-	LastErrorCall  string        `json:"last_error_call,omitempty"`
+	LastErrorAgent string `json:"last_error_agent,omitempty"`
+	LastErrorTool  string `json:"last_error_tool,omitempty"`
+	LastErrorCall  string `json:"last_error_call,omitempty"`
+	// LastErrorOlder is set when a worker took the chunk again after
+	// LastError was recorded: the error is kept across the redelivery,
+	// and the latest delivery has not ended with one of its own (its
+	// worker may have died mid-call).
+	LastErrorOlder bool          `json:"last_error_older,omitempty"`
 	Outputs        []StageOutput `json:"outputs,omitempty"`
 	UpdatedAt      time.Time     `json:"updated_at"`
 }
@@ -115,11 +124,20 @@ func (c Checkpoint) Terminal() bool {
 	return c.Status == StatusDone || IsCancelled(c.Status) || c.Status == StatusDeadLettered
 }
 
-// ClearLastError forgets the failure that sent the chunk back, when it
-// runs again.
+// ClearLastError forgets the failure that sent the chunk back: when a
+// recovery or a person sends it back to work.
 func (c *Checkpoint) ClearLastError() {
 	c.LastError, c.LastErrorClass, c.LastErrorStatus = "", "", 0
 	c.LastErrorAgent, c.LastErrorTool, c.LastErrorCall = "", "", ""
+	c.LastErrorOlder = false
+}
+
+// FreshEpoch starts the chunk over in a new epoch, once its effects were
+// compensated: new idempotency keys, every stage again, no outputs,
+// snapshots or approvals of the old epoch.
+func (c *Checkpoint) FreshEpoch() {
+	c.Epoch++
+	c.Stage, c.Outputs, c.Gaps, c.Snapshots, c.Approvals, c.Compensated = 1, nil, nil, nil, nil, false
 }
 
 // Approval is a person's yes to one stage of one chunk.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +33,10 @@ const (
 	// given up with nothing left standing.
 	EnvelopeAbandoned = "abandoned"
 )
+
+// StoppedCancelled is EnvelopeRecord.Stopped of the envelope that settles
+// the effects of a chunk its job's cancel stopped.
+const StoppedCancelled = "cancelled"
 
 // EnvelopeRecord is the mutable state of one failure envelope; the envelope
 // itself is immutable in SALVAGE_DLQ.
@@ -70,6 +75,11 @@ type EnvelopeRecord struct {
 	// ResolvedBy says who resolved it: "chunk" when its chunk finished,
 	// else the person (or "cancel" when its job was cancelled).
 	ResolvedBy string `json:"resolved_by,omitempty"`
+	// Stopped is StoppedCancelled on the envelope that settles the
+	// effects of a chunk whose job was cancelled (by a person or its
+	// budget) while effects of it may stand. Its chunk never runs again,
+	// and the chunk's own end (cancelled-at-stage-N) never resolves it.
+	Stopped string `json:"stopped,omitempty"`
 	// Alerts lists the per-envelope alert kinds already raised.
 	Alerts    []string  `json:"alerts,omitempty"`
 	AckedBy   string    `json:"acked_by,omitempty"`
@@ -78,17 +88,32 @@ type EnvelopeRecord struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// LeftEffect is an effect nobody could undo, named for the human who must.
+// LeftEffect is an effect that may stand and that Salvage did not undo,
+// named for the human who must decide.
 type LeftEffect struct {
 	Tool       string `json:"tool"`
 	System     string `json:"system,omitempty"`
 	ResourceID string `json:"resource_id,omitempty"`
 	JournalKey string `json:"journal_key"`
+	// IdempotencyKey is the key the external system saw: look the effect
+	// up by it there.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Reversible says its tool declared a compensation (which failed, or
+	// was not run: the chunk was escalated for another reason).
+	Reversible bool `json:"reversible,omitempty"`
+	// Unknown says nobody knows whether the call took effect: it was in
+	// flight and could not be verified.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
-// String names the effect as "tool resource (journal key)".
+// String names the effect as "tool resource (journal key)", saying when
+// its outcome is unknown.
 func (l LeftEffect) String() string {
-	return l.Tool + " " + l.ResourceID + " (journal " + l.JournalKey + ")"
+	s := l.Tool + " " + l.ResourceID + " (journal " + l.JournalKey + ")"
+	if l.Unknown {
+		s += ", outcome unknown"
+	}
+	return s
 }
 
 // Alerted reports whether alert kind already fired for this envelope.
@@ -134,24 +159,38 @@ type Envelopes struct {
 // GuardKey is the guard key of a chunk message.
 func GuardKey(streamSeq uint64) string { return "chunkmsg." + strconv.FormatUint(streamSeq, 10) }
 
+// StopGuardKey is the guard key of the one envelope that settles the
+// effects of epoch of a chunk a person stopped (its job cancelled).
+func StopGuardKey(job string, chunk, epoch int) string {
+	return "stopped." + ChunkKey(job, chunk) + "." + strconv.Itoa(epoch)
+}
+
+// isGuardKey tells guard keys (they hold a dot) from envelope ids (ULIDs).
+func isGuardKey(key string) bool { return strings.Contains(key, ".") }
+
 // Guard reserves the single envelope of the chunk message at streamSeq for
 // envelopeID. When a guard already exists it returns that guard and
 // ErrGuardExists: the caller must finish the existing envelope instead of
 // making a second one.
 func (s *Envelopes) Guard(ctx context.Context, streamSeq uint64, envelopeID string) (Guard, error) {
+	return s.GuardKeyed(ctx, GuardKey(streamSeq), envelopeID)
+}
+
+// GuardKeyed is Guard for any guard key (GuardKey, StopGuardKey).
+func (s *Envelopes) GuardKeyed(ctx context.Context, key, envelopeID string) (Guard, error) {
 	g := Guard{Envelope: envelopeID, CreatedAt: s.now()}
-	_, err := createJSON(ctx, s.b, GuardKey(streamSeq), g)
+	_, err := createJSON(ctx, s.b, key, g)
 	if err == nil {
 		return g, nil
 	}
 	if !isConflict(err) {
-		return g, fmt.Errorf("kv: guard %d: %w", streamSeq, err)
+		return g, fmt.Errorf("kv: guard %s: %w", key, err)
 	}
-	cur, _, err := getJSON[Guard](ctx, s.b, GuardKey(streamSeq))
+	cur, _, err := getJSON[Guard](ctx, s.b, key)
 	if err != nil {
 		return cur, err
 	}
-	return cur, fmt.Errorf("%w: chunk message %d has envelope %s", ErrGuardExists, streamSeq, cur.Envelope)
+	return cur, fmt.Errorf("%w: %s has envelope %s", ErrGuardExists, key, cur.Envelope)
 }
 
 // Put creates an envelope record if absent; an existing one is kept.
@@ -199,7 +238,7 @@ func (s *Envelopes) List(ctx context.Context) ([]EnvelopeRecord, error) {
 	}
 	var out []EnvelopeRecord
 	for _, k := range keys {
-		if len(k) > 9 && k[:9] == "chunkmsg." {
+		if isGuardKey(k) {
 			continue
 		}
 		r, _, err := s.Get(ctx, k)

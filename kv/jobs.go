@@ -50,6 +50,10 @@ type Job struct {
 	// SourceSeq is the SALVAGE_JOBS sequence of the message that created
 	// the job; a redelivery of that message finds its own job.
 	SourceSeq uint64 `json:"source_seq,omitempty"`
+	// InputHash is what the job id stands for (streams.InputHash of its
+	// pipeline and input): a later submission under the id with the same
+	// hash is the same job, with another it is refused.
+	InputHash string `json:"input_hash,omitempty"`
 	// Window is how many of the job's chunks were queued at once: chunks
 	// 1..Window went to SALVAGE_CHUNKS, the rest to SALVAGE_BACKLOG, and
 	// starting chunk k admits chunk k+Window. Zero: all were queued.
@@ -159,7 +163,9 @@ func (s *Summary) count(outcome string, n int) {
 func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 	var s Summary
 	var why []string
+	reasons := 0
 	explain := func(format string, args ...any) {
+		reasons++
 		if len(why) < ExplanationMax {
 			why = append(why, fmt.Sprintf(format, args...))
 		}
@@ -192,6 +198,9 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 			}
 		case OutcomeCancelled:
 			s.Cancelled++
+			if cp.Envelope != "" && cp.Stage > 0 && IsCancelled(cp.Status) {
+				explain("chunk %d cancelled at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)
+			}
 		case StatusDeadLettered:
 			s.DeadLettered++
 			explain("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)
@@ -199,14 +208,16 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 			unfinished++
 		}
 	}
-	if n := s.DeadLettered + s.Degraded - len(why); n > 0 {
+	if n := reasons - len(why); n > 0 {
 		why = append(why, fmt.Sprintf("and %d more", n))
 	}
 	switch {
 	case unfinished > 0:
 		return JobRunning, s, nil
-	case cancelled:
-		return JobCancelled, s, nil
+	case cancelled && s.Cancelled > 0:
+		// A cancel that came after every chunk had ended stopped
+		// nothing: the job is what its chunks made it.
+		return JobCancelled, s, why
 	case s.DeadLettered > 0:
 		return JobIncomplete, s, why
 	case s.Degraded > 0:
@@ -410,6 +421,11 @@ func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bo
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
 		status, sum, why := Derive(j.CancelledAt != nil, cps)
+		if j.BudgetExceededAt != nil && status != JobRunning && status != JobCancelled {
+			// Its last chunks passed the budget as they finished: what
+			// they did stands, and nothing was left to stop.
+			why = append(why, "budget exceeded by the last chunks to finish; no chunk was stopped")
+		}
 		// Event counts only grow, whatever the checkpoints say now.
 		sum.DeadLetters = max(sum.DeadLetters, j.Summary.DeadLetters)
 		sum.Tier1Retries = max(sum.Tier1Retries, j.Summary.Tier1Retries)

@@ -149,7 +149,10 @@ func TestDerive(t *testing.T) {
 		{"parked is not finished", false, []kv.Checkpoint{cp(kv.StatusHeld)}, kv.JobRunning, false},
 		{"gaps", false, []kv.Checkpoint{cp(kv.StatusDone, "summary")}, kv.JobPartial, true},
 		{"dead-lettered", false, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDeadLettered)}, kv.JobIncomplete, true},
-		{"cancelled", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.CancelledAtStage(2))}, kv.JobCancelled, false},
+		{"cancelled, its envelope named", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.CancelledAtStage(2))}, kv.JobCancelled, true},
+		{"cancelled", true, []kv.Checkpoint{cp(kv.StatusDone), {Chunk: 2, Stage: 1, Status: kv.CancelledAtStage(1)}}, kv.JobCancelled, false},
+		{"cancelled after every chunk ended", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDone)}, kv.JobDone, false},
+		{"cancelled after every chunk ended, one failed", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDeadLettered)}, kv.JobIncomplete, true},
 		{"cancelled but still running", true, []kv.Checkpoint{cp(kv.StatusRunning)}, kv.JobRunning, false},
 	}
 	for _, tt := range tests {

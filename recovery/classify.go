@@ -39,6 +39,11 @@ type Failure struct {
 	// it did is compensated and it is abandoned (escalated when an
 	// irreversible effect stands).
 	Rejected bool
+	// Cancelled is set when the chunk's job was cancelled (by a person or
+	// its budget) while the chunk had effects that may stand: they are
+	// settled as a rejection's are — unknown outcomes verified first, what
+	// is reversible compensated, the rest escalated by name.
+	Cancelled bool
 	// Recoveries the chunk already had; StrategyFailures of this envelope.
 	Recoveries       int
 	StrategyFailures int
@@ -81,13 +86,19 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
+// Stopped reports whether a person stopped the chunk (a rejected
+// approval, a cancelled job): it never runs again, so what it did is
+// settled instead of resumed.
+func (f Failure) Stopped() bool { return f.Rejected || f.Cancelled }
+
 // Classify picks a category and a strategy by the design's table, from
 // typed errors and the journal — never from error text. A chunk past
-// l's limits escalates.
+// l's limits escalates; a stopped chunk is not held to the recoveries
+// limit, which bounds resumes, and a stopped chunk never resumes.
 func Classify(f Failure, l Limits) (category, strategy string) {
 	l = l.WithDefaults()
 	category, strategy = classify(f)
-	if f.Recoveries >= l.MaxRecoveries || f.StrategyFailures >= l.MaxStrategyAttempts {
+	if (f.Recoveries >= l.MaxRecoveries && !f.Stopped()) || f.StrategyFailures >= l.MaxStrategyAttempts {
 		return category, StrategyEscalate
 	}
 	return category, strategy
@@ -105,11 +116,16 @@ func classify(f Failure) (string, string) {
 	switch {
 	case f.BudgetExceeded:
 		return CategoryBudgetExceeded, StrategyEscalate
-	case f.Rejected && irreversible > 0:
+	case f.InFlight:
+		// A side effect whose outcome is unknown may stand, whatever else
+		// went wrong: it is verified before anything is decided
+		// (invariant 9), never classified away as "no effects".
+		return CategoryToolTimeout, StrategyVerify
+	case f.Stopped() && irreversible > 0:
 		return CategoryCompensationNeeded, StrategyEscalate
-	case f.Rejected && reversible > 0:
+	case f.Stopped() && reversible > 0:
 		return CategoryPartialExecution, StrategyCompensateAndAbandon
-	case f.Rejected:
+	case f.Stopped():
 		return CategoryUnrecoverable, StrategyCompensateAndAbandon
 	case f.Class.Permanent() && irreversible > 0:
 		// Compensate what is reversible, escalate the rest.
@@ -120,7 +136,7 @@ func classify(f Failure) (string, string) {
 		return CategoryPartialExecution, StrategyCompensateAndAbandon
 	case f.Class.Permanent():
 		return CategoryUnrecoverable, StrategyDeadEnd
-	case f.InFlight || f.Class == ClassTimeout:
+	case f.Class == ClassTimeout:
 		return CategoryToolTimeout, StrategyVerify
 	case f.Class == ClassBreakerOpen || f.Status == http.StatusServiceUnavailable:
 		return CategoryExternalSystemDown, StrategyResume

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime/debug"
 	"time"
 
@@ -107,6 +108,15 @@ var (
 	// ErrSiblingFailed matches the cancellation of an agent whose sibling
 	// in the same stage failed (see SiblingFailedError).
 	ErrSiblingFailed = errors.New("sibling agent failed")
+	// ErrOutputTooLarge matches a call or agent whose output is past
+	// streams.OutputMax: it can never be journaled, so it fails
+	// permanently at once (status 502 for a call: a reply that breaks the
+	// contract, whose effect, if it has one, may stand and is verified).
+	ErrOutputTooLarge = errors.New("output too large to journal")
+	// ErrBadUsage matches a reply whose reported usage is not a count of
+	// tokens (negative, or past streams.UsageTokensMax): a broken reply,
+	// failed permanently with status 502.
+	ErrBadUsage = errors.New("usage out of range")
 )
 
 // SiblingFailedError is the cause an agent's context is cancelled with
@@ -153,6 +163,11 @@ type CallError struct {
 	Status int
 	// RetryAfter is the wait a rate limiter asked for.
 	RetryAfter time.Duration
+	// NotApplied says the system answered without acting on the call (it
+	// refused it, or it never reached the system), so a side effect is
+	// made again without being verified first. See NotApplied and
+	// OutcomeUnknown.
+	NotApplied bool
 	// Err is the underlying error.
 	Err error
 }
@@ -208,6 +223,42 @@ func Timeout(err error) error { return &CallError{Class: ClassTimeout, Err: err}
 // Permanent wraps err as a failure that must not be retried.
 func Permanent(status int, err error) error {
 	return &CallError{Class: ClassPermanent, Status: status, Err: err}
+}
+
+// NotApplied marks err as an answer the system gave without acting on the
+// call: the request never reached it (no responders), or it refused the
+// call before doing anything. A side-effect call that failed with it is
+// retried without a verify. A plain error becomes a transient one.
+func NotApplied(err error) error {
+	var ce *CallError
+	if errors.As(err, &ce) {
+		c := *ce
+		c.NotApplied = true
+		return &c
+	}
+	return &CallError{Class: ClassTransient, NotApplied: true, Err: err}
+}
+
+// OutcomeUnknown reports whether a side-effect call that failed with err
+// may have taken effect all the same, so that it must be verified before
+// it is made again (invariant 9). Only a definite "not applied" is not
+// unknown: an error marked NotApplied, a rate limit (the system refused
+// the call), an open breaker (it never reached the system), and a
+// permanent refusal other than 408, 409 or 5xx. No answer, a deadline
+// passed, a 5xx, 408 or 409, a transient error and a panic are unknown.
+func OutcomeUnknown(err error) bool {
+	var ce *CallError
+	if errors.As(err, &ce) && ce.NotApplied {
+		return false
+	}
+	switch ClassOf(err) {
+	case ClassRateLimited, ClassBreakerOpen:
+		return false
+	case ClassPermanent:
+		s := StatusOf(err)
+		return s == http.StatusRequestTimeout || s == http.StatusConflict || s >= 500
+	}
+	return true
 }
 
 // Recovered turns a value recovered from a panic in where (an agent, a

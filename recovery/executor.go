@@ -83,12 +83,12 @@ func (e *Executor) DoUnless(ctx context.Context, stats *Stats, op string, stop f
 		if stop != nil && stop(err) {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		wait, ok := e.policy.NextWait(err, retry, e.now().Sub(start))
+		wait, limit, ok := e.policy.next(err, retry, e.now().Sub(start))
 		if !ok {
 			if c := ClassOf(err); c.Permanent() || c == ClassCancelled || c == ClassBreakerOpen {
 				return fmt.Errorf("%s: %w", op, err)
 			}
-			return fmt.Errorf("%s: %w after %d attempts: %w", op, ErrRetriesExhausted, retry+1, err)
+			return fmt.Errorf("%s: %w after %d attempts (stopped by %s): %w", op, ErrRetriesExhausted, retry+1, limit, err)
 		}
 		stats.Retries.Add(1)
 		e.log.Debug().Str("op", op).Int("attempt", retry+1).Dur("wait_ms", wait).Err(err).Msg("tier-1 retry")

@@ -50,6 +50,19 @@ func NewReplay(store JournalStore, rows map[string]kv.StoredRow) *Replay {
 	return &Replay{store: store, rows: rows}
 }
 
+// Rows returns a copy of the epoch's rows as this run knows them: those
+// loaded, and those written since (a row written without waiting is
+// included once it is queued; Flush makes it durable).
+func (r *Replay) Rows() map[string]kv.StoredRow {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]kv.StoredRow, len(r.rows))
+	for k, v := range r.rows {
+		out[k] = v
+	}
+	return out
+}
+
 func (r *Replay) get(key string) (kv.StoredRow, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -285,7 +298,10 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	var res ToolResult
 	// Attempts are counted here: Stats is shared by the stage's agents.
 	attempts := 0
-	timedOut := false
+	// unsure is set while the last attempt of a side effect may have
+	// taken effect without saying so (no answer, a 5xx, …): the next
+	// attempt asks the system first (invariant 9).
+	unsure := false
 	var stop func(error) bool
 	if link {
 		stop = func(err error) bool { return ClassOf(err) == ClassRateLimited }
@@ -298,8 +314,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			}
 		}
 		attempts++
-		if timedOut && tool.Effect != nil {
-			// The last attempt's outcome is unknown: ask before repeating.
+		if unsure {
 			var v Verification
 			err := t.guarded(ctx, tool, func() error {
 				var err error
@@ -307,6 +322,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 				return err
 			})
 			if err != nil {
+				// Still unknown: the row says so, whatever ends the call.
 				return err
 			}
 			if v.Applied {
@@ -315,14 +331,18 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 				res = ToolResult{Output: v.Output, ResourceID: v.ResourceID}
 				return nil
 			}
+			unsure = false
 		}
 		err := t.guarded(ctx, tool, func() error {
 			var err error
 			res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
 				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
+			if err == nil {
+				err = checkResult(name, res)
+			}
 			return err
 		})
-		timedOut = ClassOf(err) == ClassTimeout
+		unsure = err != nil && tool.Effect != nil && OutcomeUnknown(err)
 		return err
 	})
 	row.Attempts += attempts
@@ -333,7 +353,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	}
 	if err != nil {
 		row.Status, row.Error, row.ErrorClass = kv.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), ClassOf(err).String()
-		if timedOut && tool.Effect != nil {
+		if unsure {
 			// It may have taken effect: the next run verifies first.
 			row.Status = kv.CallUnknown
 		}
@@ -396,13 +416,7 @@ func (t *Turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash 
 		if verr != nil {
 			return errors.Join(err, fmt.Errorf("verify orphan %s: %w", prev.Key, verr))
 		}
-		row.Verified, row.FinishedAt = true, time.Now().UTC()
-		if v.Applied {
-			row.Status, row.Output = kv.CallSucceeded, v.Output
-			row.Fingerprint = old.Fingerprint(prev.IdempotencyKey, v.ResourceID)
-		} else {
-			row.Status, row.Error = kv.CallFailed, "verified: the call did not take effect"
-		}
+		row = old.Settle(row, v, time.Now().UTC())
 	}
 	if _, werr := t.replay.put(ctx, row); werr != nil {
 		return errors.Join(err, fmt.Errorf("record orphan %s: %w", prev.Key, werr))
@@ -437,10 +451,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 	if !v.Applied {
 		return nil, false, nil
 	}
-	row := prev.JournalRow
-	row.Status, row.Output, row.Verified = kv.CallSucceeded, v.Output, true
-	row.Fingerprint = fingerprint(tool, row.IdempotencyKey, v.ResourceID)
-	row.FinishedAt = time.Now().UTC()
+	row := tool.Settle(prev.JournalRow, v, time.Now().UTC())
 	if _, err := t.replay.put(ctx, row); err != nil {
 		return nil, false, fmt.Errorf("journal %s: %w", prev.Key, err)
 	}

@@ -158,7 +158,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 			endWith(turn, err)
 			if err == nil {
 				var data []byte
-				data, err = json.Marshal(out)
+				data, err = agentOutput(a.Name, out)
 				outs[i] = kv.StageOutput{Stage: r.Stage, Agent: a.Name, Output: data}
 			}
 			if err != nil {
@@ -251,4 +251,18 @@ func (discardJournal) Put(_ context.Context, _ kv.JournalRow, expect uint64) (ui
 
 func (discardJournal) PutAsync(_ kv.JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
 	return func(context.Context) (uint64, error) { return expect + 1, nil }, nil
+}
+
+// agentOutput encodes what agent returned for its checkpoint: an output
+// that does not encode, or is past streams.OutputMax encoded, fails the
+// agent permanently — no retry can change it.
+func agentOutput(agent string, out any) (json.RawMessage, error) {
+	data, err := json.Marshal(out)
+	if err != nil {
+		return nil, Permanent(0, fmt.Errorf("agent %s output: %w", agent, err))
+	}
+	if len(data) > streams.OutputMax {
+		return nil, Permanent(0, fmt.Errorf("%w: agent %s returned %d bytes, a checkpoint keeps at most %d", ErrOutputTooLarge, agent, len(data), streams.OutputMax))
+	}
+	return data, nil
 }

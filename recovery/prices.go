@@ -19,11 +19,16 @@ type Price struct {
 // budget.
 type Prices map[string]Price
 
-// Validate reports a negative price.
+// PriceMax bounds a price per million tokens.
+const PriceMax = 1_000_000
+
+// Validate reports a price that is not a number from 0 to PriceMax.
 func (p Prices) Validate() error {
 	for model, pr := range p {
-		if pr.Prompt < 0 || pr.Completion < 0 || math.IsNaN(pr.Prompt) || math.IsNaN(pr.Completion) {
-			return fmt.Errorf("recovery: price of %q must not be negative", model)
+		for _, v := range []float64{pr.Prompt, pr.Completion} {
+			if !(v >= 0 && v <= PriceMax) { // NaN fails both
+				return fmt.Errorf("recovery: price of %q must be a number from 0 to %d per million tokens, not %v", model, PriceMax, v)
+			}
 		}
 	}
 	return nil

@@ -23,7 +23,9 @@ type RecoveryStats struct {
 // person (no replay, no resolve by hand, no cancelled job). Dead ends,
 // escalations and chunks still recovering count against it; a chunk
 // dead-lettered several times (its older envelopes superseded) counts
-// once, by its latest envelope.
+// once, by its latest envelope. The envelope that settles a cancelled
+// chunk's effects is not a failure: it counts only as a person's doing on
+// a chunk that failed before.
 func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
 	type chunkKey struct {
 		job   string
@@ -34,8 +36,15 @@ func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
 		human  bool
 	}
 	fates := map[chunkKey]*chunkFate{}
+	var stopped []chunkKey
 	for _, r := range recs {
 		k := chunkKey{r.Job, r.Chunk}
+		if r.Stopped != "" {
+			// It settles a cancelled chunk's effects: not a failure of
+			// its own, but a person stopped the chunk.
+			stopped = append(stopped, k)
+			continue
+		}
 		f := fates[k]
 		if f == nil {
 			f = &chunkFate{latest: r}
@@ -44,6 +53,11 @@ func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
 			f.latest = r
 		}
 		f.human = f.human || r.Human || r.Replays > 0
+	}
+	for _, k := range stopped {
+		if f := fates[k]; f != nil {
+			f.human = true
+		}
 	}
 	s := RecoveryStats{DeadLettered: len(fates), Rate: 1}
 	for _, f := range fates {

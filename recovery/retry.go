@@ -88,20 +88,27 @@ func (p RetryPolicy) Backoff(retry int) time.Duration {
 // and cancelled errors, and calls an open breaker refused, are never retried; a Retry-After is honoured as a
 // floor; a wait that would cross TotalCap gives up.
 func (p RetryPolicy) NextWait(err error, retry int, elapsed time.Duration) (time.Duration, bool) {
+	wait, _, ok := p.next(err, retry, elapsed)
+	return wait, ok
+}
+
+// next is NextWait that also says which limit stopped a retryable error:
+// the count of retries or the total cap.
+func (p RetryPolicy) next(err error, retry int, elapsed time.Duration) (time.Duration, string, bool) {
 	p = p.withDefaults()
 	switch ClassOf(err) {
 	case ClassPermanent, ClassCancelled, ClassPanic, ClassBreakerOpen:
-		return 0, false
+		return 0, "", false
 	}
 	if retry >= max(p.MaxRetries, 0) {
-		return 0, false
+		return 0, fmt.Sprintf("the limit of %d retries (Retries)", max(p.MaxRetries, 0)), false
 	}
 	wait := p.Backoff(retry)
 	if ra := retryAfter(err); ra > wait {
 		wait = ra
 	}
 	if elapsed+wait > p.TotalCap {
-		return 0, false
+		return 0, fmt.Sprintf("the next wait of %s would pass the total cap of %s (RetryTotal)", wait.Round(time.Millisecond), p.TotalCap), false
 	}
-	return wait, true
+	return wait, "", true
 }

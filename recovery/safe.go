@@ -3,8 +3,10 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // A panic in code a pipeline author wrote (an agent, a tool, a split or a
@@ -23,14 +25,21 @@ func (t *Tool) Invoke(ctx context.Context, c ToolCall) (res ToolResult, err erro
 }
 
 // VerifyEffect asks t's external system whether the call under key took
-// effect, recovering a panic as a ClassPanic error. t must have an Effect.
+// effect, recovering a panic as a ClassPanic error. An answer whose output
+// is past streams.OutputMax fails permanently (ErrOutputTooLarge, status
+// 502): the call's outcome stays unknown. t must have an Effect.
 func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = Recovered("verify of tool "+t.Name, p)
 		}
 	}()
-	return t.Effect.Verify(ctx, key)
+	v, err = t.Effect.Verify(ctx, key)
+	if err == nil && len(v.Output) > streams.OutputMax {
+		return Verification{}, Permanent(502, fmt.Errorf("%w: the verification of %s answered %d bytes, a row keeps at most %d",
+			ErrOutputTooLarge, t.Name, len(v.Output), streams.OutputMax))
+	}
+	return v, err
 }
 
 // SplitInput runs p.Split, recovering a panic as a ClassPanic error.

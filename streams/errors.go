@@ -13,4 +13,8 @@ var (
 	// ErrBadSubject is returned when a subject does not have the shape its
 	// stream expects.
 	ErrBadSubject = errors.New("bad subject")
+	// ErrJobExists is returned for a submission under a job id that
+	// already names another input (another pipeline or another input;
+	// see InputHash): a job id names one input, so it is refused.
+	ErrJobExists = errors.New("job id names another input")
 )

@@ -70,6 +70,16 @@ const (
 	// ErrorTextMax is the longest error text a journal row, checkpoint,
 	// envelope, event or reply keeps (room for a panic's stack).
 	ErrorTextMax = 8 << 10
+	// OutputMax is the largest output of one call or agent a journal row
+	// or checkpoint keeps (256 KiB, as encoded JSON): a larger reply can
+	// never be journaled, so it fails its call permanently at once.
+	OutputMax = 256 << 10
+	// UsageTokensMax bounds the tokens one call may report in each of its
+	// prompt and completion counts; more is a broken reply, not usage.
+	UsageTokensMax = 1_000_000_000
+	// BudgetTokensMax and BudgetCostMax bound a job's budget.
+	BudgetTokensMax = 1_000_000_000_000
+	BudgetCostMax   = 1_000_000_000
 )
 
 // NewRejection describes refused data, bounded (see Rejection).
@@ -117,6 +127,19 @@ const (
 	// delivery the splitter consumer allows; it stays in SALVAGE_JOBS at
 	// stream_seq.
 	RejectSplitFailed = "split-failed"
+	// RejectBadChunk: a chunk message on SALVAGE_CHUNKS that its records
+	// deny: its subject and body name different chunks, or its chunk
+	// number or pipeline is not its job's. It is removed without running.
+	RejectBadChunk = "bad-chunk"
+	// RejectBadReplay: a chunk message whose Salvage-Replay-Of or
+	// Salvage-Recovery-Of names an envelope that is not its chunk's (or
+	// none at all). It is removed without running, the envelope untouched.
+	RejectBadReplay = "bad-replay"
+	// RejectReplayRefused: a replay published by hand that Salvage will
+	// not run (its job was cancelled, a recovery is running on the
+	// envelope, or compensated effects sit beside standing ones). The
+	// envelope notes it.
+	RejectReplayRefused = "replay-refused"
 )
 
 // JobEvent is published on salvage.events.<job>.<kind>. A progress event

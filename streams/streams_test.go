@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -126,16 +127,32 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 	if err != nil || len(id) != 26 || !strings.Contains(string(body), id) {
 		t.Fatalf("minted id %q, body %s, %v", id, body, err)
 	}
-	m := streams.JobMessage("p", id, body, "")
-	if m.Subject != "salvage.jobs.p" || m.Header.Get(streams.HeaderMsgID) != id {
+	hash := streams.InputHash("p", json.RawMessage(`{}`))
+	m := streams.JobMessage("p", id, hash, body, "")
+	if m.Subject != "salvage.jobs.p" || m.Header.Get(streams.HeaderMsgID) != id+"."+hash[:16] {
 		t.Fatalf("message %s %v", m.Subject, m.Header)
 	}
 	if _, ok := streams.ParseTraceParent(m.Header.Get(streams.HeaderTraceParent)); !ok {
 		t.Fatalf("no traceparent minted: %v", m.Header)
 	}
 	tp := streams.TraceParent(streams.DeriveTraceID("x"), streams.DeriveSpanID("x"))
-	if got := streams.JobMessage("p", "mine", body, tp); got.Header.Get(streams.HeaderTraceParent) != tp || got.Header.Get(streams.HeaderMsgID) != "" {
-		t.Fatalf("a given traceparent kept, a non-ULID id not used as Nats-Msg-Id: %v", got.Header)
+	if got := streams.JobMessage("p", "mine", hash, body, tp); got.Header.Get(streams.HeaderTraceParent) != tp || got.Header.Get(streams.HeaderMsgID) != "mine."+hash[:16] {
+		t.Fatalf("a given traceparent kept, the id and input in Nats-Msg-Id: %v", got.Header)
+	}
+	// The same input, however it is written, hashes the same; another
+	// input or pipeline does not.
+	same := streams.InputHash("p", json.RawMessage(` {"b": 1.50, "a": [1, "x"]} `))
+	if same != streams.InputHash("p", json.RawMessage(`{"a":[1,"x"],"b":1.50}`)) ||
+		same == streams.InputHash("p", json.RawMessage(`{"a":[1,"x"],"b":1.5}`)) || same == streams.InputHash("q", json.RawMessage(`{"a":[1,"x"],"b":1.50}`)) {
+		t.Fatal("InputHash is not canonical")
+	}
+	for _, b := range []streams.JobBudget{{Tokens: -1}, {Cost: -0.01}, {Cost: math.NaN()}, {Cost: math.Inf(1)}, {Cost: 2e9}, {Tokens: 2e12}} {
+		if err := streams.ValidateBudget(&b); !errors.Is(err, streams.ErrBadJob) {
+			t.Errorf("budget %+v accepted: %v", b, err)
+		}
+	}
+	if err := streams.ValidateBudget(&streams.JobBudget{Tokens: 1000, Cost: 0.5}); err != nil {
+		t.Errorf("a valid budget refused: %v", err)
 	}
 	for _, tc := range []struct {
 		msg  string

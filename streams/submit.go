@@ -37,16 +37,16 @@ func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 	return id, body, nil
 }
 
-// JobMessage is the message submitting body as job id to pipeline: with
-// Nats-Msg-Id when the id is a ULID (the splitter then takes it as the job
-// id even if the body is replaced) and a traceparent, minted when tp is
-// empty.
-func JobMessage(pipeline, id string, body []byte, tp string) *nats.Msg {
+// JobMessage is the message submitting body as job id to pipeline, whose
+// input hashes to inputHash (InputHash): its Nats-Msg-Id is
+// "<id>.<first 16 hex of the hash>", so the same job sent twice within the
+// stream's duplicate window is stored once, while another input under the
+// same id reaches the splitter, which refuses it. It carries a
+// traceparent, minted when tp is empty.
+func JobMessage(pipeline, id, inputHash string, body []byte, tp string) *nats.Msg {
 	m := nats.NewMsg(JobSubject(pipeline))
 	m.Data = body
-	if _, err := ulid.ParseStrict(id); err == nil {
-		m.Header.Set(HeaderMsgID, id)
-	}
+	m.Header.Set(HeaderMsgID, id+"."+inputHash[:min(16, len(inputHash))])
 	if _, ok := ParseTraceParent(tp); !ok {
 		tp = NewTraceParent()
 	}

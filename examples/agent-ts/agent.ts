@@ -9,12 +9,18 @@
 // (with Retry-After, if set). Salvage journals every answered turn, so a
 // resumed chunk never asks again for one that was answered.
 //
+// The contract a service keeps in return: it never acts on a request
+// after its Salvage-Deadline (Salvage has stopped waiting and may ask
+// again), and an error reply says Salvage-Outcome: not-applied when it
+// did nothing, so a side effect is asked again without a verify. This
+// agent has no side effect, but keeps the contract as a tool would.
+//
 //   NATS_URL       the server (default nats://127.0.0.1:4222)
 //   AGENT_SUBJECT  the subject to serve (default agents.summarize)
 //   AGENT_DELAY_MS how long each turn takes (default 0)
 //   AGENT_LOG      a file to append "answered <idempotency key>" to
 import { appendFileSync } from "node:fs";
-import { connect } from "@nats-io/transport-node";
+import { connect, headers } from "@nats-io/transport-node";
 import { Svcm } from "@nats-io/services";
 import type { ServiceMsg } from "@nats-io/services";
 
@@ -46,21 +52,39 @@ function summarize(text: string): { words: number; summary: string } {
   return { words: words.length, summary: words.slice(0, 6).join(" ") };
 }
 
+// refuse answers an error that says nothing was done.
+function refuse(msg: ServiceMsg, code: number, why: string): void {
+  const h = headers();
+  h.set("Salvage-Outcome", "not-applied");
+  msg.respondError(code, why, undefined, { headers: h });
+}
+
+// pastDeadline reports whether Salvage has stopped waiting for msg: then
+// nothing may be done for it any more.
+function pastDeadline(msg: ServiceMsg): boolean {
+  const deadline = Date.parse(msg.headers?.get("Salvage-Deadline") ?? "");
+  return !Number.isNaN(deadline) && Date.now() >= deadline;
+}
+
 async function answer(msg: ServiceMsg): Promise<void> {
   const key = msg.headers?.get("Salvage-Idempotency-Key") ?? "";
   let req: ServiceRequest;
   try {
     req = msg.json<ServiceRequest>();
   } catch {
-    msg.respondError(400, "the body is not JSON");
+    refuse(msg, 400, "the body is not JSON");
     return;
   }
   if (typeof req.input !== "string") {
-    msg.respondError(400, "want a string of text as input");
+    refuse(msg, 400, "want a string of text as input");
     return;
   }
   if (delay > 0) {
     await new Promise((resolve) => setTimeout(resolve, delay));
+  }
+  if (pastDeadline(msg)) {
+    // Salvage has moved on: act on nothing, answer nothing it would read.
+    return;
   }
   const out = { ...summarize(req.input), chunk: req.chunk, agent: req.agent, prior: req.prior?.length ?? 0 };
   msg.respond(JSON.stringify(out));

@@ -36,12 +36,19 @@ type chaosReport struct {
 	AutoRecoveryRate float64 `json:"auto_recovery_rate"`
 	Kills            int     `json:"kills"`
 	ServerRestarts   int     `json:"server_restarts"`
-	PublishedWith    string  `json:"published_with"`
-	Redeliveries     int     `json:"redeliveries"`
-	Tier1Retries     int     `json:"tier1_retries"`
-	SyncInterval     string  `json:"sync_interval"`
-	WallSeconds      float64 `json:"wall_seconds"`
-	TimedOut         bool    `json:"timed_out"`
+	// Cancels, Replayed and ReplaysRefused count the operator's actions
+	// of the run: jobs cancelled mid-flight, envelopes a bulk replay
+	// put back to work, and replays Salvage refused (a cancelled job, a
+	// recovery running, compensated effects beside standing ones).
+	Cancels        int     `json:"cancels"`
+	Replayed       int     `json:"replayed"`
+	ReplaysRefused int     `json:"replays_refused"`
+	PublishedWith  string  `json:"published_with"`
+	Redeliveries   int     `json:"redeliveries"`
+	Tier1Retries   int     `json:"tier1_retries"`
+	SyncInterval   string  `json:"sync_interval"`
+	WallSeconds    float64 `json:"wall_seconds"`
+	TimedOut       bool    `json:"timed_out"`
 }
 
 // ok is the run's own check: every job settled, nothing lost, nothing
@@ -64,6 +71,7 @@ func (r *chaosReport) print(w io.Writer) {
 	row("duplicate side effects", r.DuplicateSideEffects)
 	row("leftover side effects", r.LeftoverSideEffects)
 	row("automatic recovery rate", fmt.Sprintf("%.2f", r.AutoRecoveryRate))
+	row("operator actions", fmt.Sprintf("%d jobs cancelled, %d envelopes replayed in bulk, %d replays refused", r.Cancels, r.Replayed, r.ReplaysRefused))
 	row("tier-1 retries / redeliveries", fmt.Sprintf("%d / %d", r.Tier1Retries, r.Redeliveries))
 	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
 	verdict := "every job settled; nothing lost, nothing repeated"
@@ -79,6 +87,9 @@ type chaosOpts struct {
 	killEvery time.Duration
 	restart   bool
 	natsCLI   string
+	// operator runs the operator-action phase: cancels and bulk replays
+	// while workers are being killed.
+	operator bool
 }
 
 func (e *env) chaosCmd() *cobra.Command {
@@ -90,7 +101,9 @@ func (e *env) chaosCmd() *cobra.Command {
 the dead-letter and recovery roles, and worker processes. Publish --jobs one-order jobs
 with the nats CLI (--nats, else 'nats' on PATH or ./bin/nats; else the Go client),
 SIGKILL a worker every --kill-every and start another, restart the server once, and wait
-until everything has settled. It exits 0 when every job settled, no chunk was lost, no
+until everything has settled. Meanwhile, as an operator would (--operator), it cancels
+every tenth job mid-flight and replays the DLQ in bulk a few times. It exits 0 when every
+job settled, no chunk was lost, no
 envelope is left open or recovering, and the sim's ledger shows no repeated and no
 orphaned side effect; 1 otherwise. --report json prints one JSON object.`,
 		Args: cobra.NoArgs,
@@ -122,6 +135,7 @@ orphaned side effect; 1 otherwise. --report json prints one JSON object.`,
 	f.IntVar(&o.workers, "workers", 3, "worker processes alive at a time")
 	f.DurationVar(&o.killEvery, "kill-every", 3*time.Second, "SIGKILL a random worker process this often, and start another")
 	f.BoolVar(&o.restart, "restart", true, "restart the embedded server once, mid-run")
+	f.BoolVar(&o.operator, "operator", true, "cancel every tenth job mid-flight and replay the DLQ in bulk while workers are killed")
 	f.StringVar(&o.natsCLI, "nats", "", "the nats CLI to publish with (default: nats on PATH, else ./bin/nats, else the Go client)")
 	f.StringVar(&o.report, "report", "text", "report format: text or json")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
@@ -185,13 +199,27 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 	for i := range jobs {
 		jobs[i] = ulid.Make().String()
 	}
+	operated := make(chan operatorActions, 1)
+	opCtx, stopOperating := context.WithCancel(waitCtx)
+	defer stopOperating()
+	go func() {
+		if !o.operator {
+			operated <- operatorActions{}
+			return
+		}
+		operated <- operate(opCtx, d.client, jobs, log)
+	}()
 	published, err := e.publishChaosJobs(waitCtx, o, d, jobs)
 	rep.PublishedWith = published
 	if err != nil {
 		stopKilling()
+		stopOperating()
 		<-killed
+		<-operated
 		return rep, err
 	}
+	acts := <-operated
+	rep.Cancels, rep.Replayed, rep.ReplaysRefused = acts.cancels, acts.replayed, acts.refused
 	restarted := !o.restart
 	for {
 		settled, done := chaosProgress(waitCtx, d.client, jobs)
@@ -220,6 +248,59 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 	rep.Kills = <-killed
 	rep.WallSeconds = time.Since(start).Seconds()
 	return rep, collectChaos(ctx, d, client, jobs, rep)
+}
+
+// operatorActions counts what operate did.
+type operatorActions struct {
+	cancels, replayed, refused int
+}
+
+// operate is the operator of a chaos run, acting while workers die: it
+// cancels every tenth job as soon as it is recorded (its order may be
+// mid-charge), and replays the DLQ in bulk — open, escalated, abandoned
+// and dead-end envelopes alike — every two seconds, five times. Every
+// action is one a person could take; Salvage must leak and repeat nothing.
+func operate(ctx context.Context, c *salvage.Client, jobs []string, log zerolog.Logger) operatorActions {
+	var acts operatorActions
+	toCancel := map[string]bool{}
+	for i := 3; i < len(jobs); i += 10 {
+		toCancel[jobs[i]] = true
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	nextBulk, bulks := time.Now().Add(2*time.Second), 0
+	for len(toCancel) > 0 || bulks < 5 {
+		select {
+		case <-ctx.Done():
+			return acts
+		case <-tick.C:
+		}
+		for id := range toCancel {
+			if _, err := c.Get(ctx, id); err != nil {
+				continue // not recorded yet
+			}
+			if _, err := c.Cancel(ctx, id, "chaos"); err != nil {
+				log.Warn().Err(err).Str("job_id", id).Msg("chaos cancel")
+				continue
+			}
+			delete(toCancel, id)
+			acts.cancels++
+		}
+		if bulks < 5 && time.Now().After(nextBulk) {
+			for _, status := range []salvage.EnvelopeStatus{salvage.EnvelopeOpen, salvage.EnvelopeEscalated, salvage.EnvelopeAbandoned, salvage.EnvelopeDeadEnd} {
+				res, err := c.Bulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Status: status}, By: "chaos"})
+				if err != nil {
+					log.Warn().Err(err).Str("status", string(status)).Msg("chaos bulk replay")
+					continue
+				}
+				acts.replayed += res.Acted
+				acts.refused += res.Unchanged
+			}
+			bulks++
+			nextBulk = time.Now().Add(2 * time.Second)
+		}
+	}
+	return acts
 }
 
 // publishChaosJobs publishes one order per job with the nats CLI when
@@ -290,7 +371,8 @@ func chaosProgress(ctx context.Context, c *salvage.Client, jobs []string) (bool,
 // envelope records and the sim's ledger.
 func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []string, r *chaosReport) error {
 	order := map[string]string{}  // job -> its one order
-	standing := map[string]bool{} // orders whose effects may stand: done or escalated
+	standing := map[string]bool{} // orders whose effects stand by design: done
+	named := map[string]bool{}    // idempotency keys an escalation leaves to a person
 	for i, id := range jobs {
 		order[id] = fmt.Sprintf("o-%04d", i+1)
 		j, err := d.client.Get(ctx, id)
@@ -325,8 +407,10 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 		case salvage.EnvelopeOpen, salvage.EnvelopeRecovering:
 			r.EnvelopesUnsettled++
 		case salvage.EnvelopeEscalated:
-			// Left to a person, effects and all.
-			standing[order[rec.Job]] = true
+			// Left to a person, each effect by name.
+			for _, left := range rec.Left {
+				named[left.IdempotencyKey] = true
+			}
 		}
 	}
 	r.AutoRecoveryRate = salvage.AutoRecoveryRate(ours).Rate
@@ -334,7 +418,7 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 	if err != nil {
 		return err
 	}
-	r.ledgerCheck = checkLedger(l, standing)
+	r.ledgerCheck = checkLedger(l, standing, named)
 	return nil
 }
 
@@ -349,11 +433,12 @@ type ledgerCheck struct {
 }
 
 // checkLedger counts the ledger's effects, those applied twice, and those
-// left standing for an order not in settled.
-func checkLedger(l sim.Ledger, settled map[string]bool) ledgerCheck {
+// left standing unaccounted: not compensated, not of an order in
+// settled, and not named (by idempotency key) in named.
+func checkLedger(l sim.Ledger, settled, named map[string]bool) ledgerCheck {
 	c := ledgerCheck{SideEffects: l.Summary.Effects, DuplicateSideEffects: l.Summary.DuplicateKeys + l.Summary.DuplicateOrders}
 	for _, e := range l.Effects {
-		if !e.Compensated && !settled[e.Order] {
+		if !e.Compensated && !settled[e.Order] && !named[e.Key] {
 			c.LeftoverSideEffects++
 		}
 	}

@@ -280,7 +280,8 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 		r.EnvelopesByCategory[string(rec.Category)]++
 	}
 	r.AutoRecoveryRate = salvage.AutoRecoveryRate(mine).Rate
-	settledOrders := map[string]bool{} // completed or escalated: effects may stand
+	settledOrders := map[string]bool{} // completed: effects stand by design
+	named := map[string]bool{}         // idempotency keys escalations leave to a person
 	for i, ch := range chunks {
 		orderID := fmt.Sprintf("o-%04d", i+1)
 		r.Tier1Retries += ch.Tier1Retries
@@ -304,10 +305,10 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 			r.OrdersCompensated++
 		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeEscalated:
 			r.OrdersEscalated++
-			settledOrders[orderID] = true
 			left := make([]string, len(rec.Left))
 			for i, l := range rec.Left {
 				left[i] = l.Tool + " " + l.ResourceID
+				named[l.IdempotencyKey] = true
 			}
 			r.Escalations = append(r.Escalations, fmt.Sprintf("%s (%s): left %s", orderID, rec.Category, strings.Join(left, ", ")))
 		case ch.Status == salvage.ChunkDeadLettered && rec.Status == salvage.EnvelopeDeadEnd:
@@ -321,7 +322,7 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 		return err
 	}
 	r.Compensations = l.Summary.Compensated
-	r.ledgerCheck = checkLedger(l, settledOrders)
+	r.ledgerCheck = checkLedger(l, settledOrders, named)
 	return nil
 }
 

@@ -51,10 +51,8 @@ one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 do
 			if err != nil {
 				return err
 			}
-			if budget.Tokens < 0 || budget.Cost < 0 {
-				return errors.New("--budget-tokens and --budget-usd must not be negative")
-			}
-			if budget.Tokens > 0 || budget.Cost > 0 {
+			tokensSet, costSet := cmd.Flags().Changed("budget-tokens"), cmd.Flags().Changed("budget-usd")
+			if tokensSet || costSet {
 				if opts == nil {
 					opts = &salvage.SubmitOpts{}
 				}
@@ -62,13 +60,20 @@ one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 do
 				if opts.Budget != nil {
 					b = *opts.Budget
 				}
-				if budget.Tokens > 0 {
+				if tokensSet {
 					b.Tokens = budget.Tokens
 				}
-				if budget.Cost > 0 {
+				if costSet {
 					b.Cost = budget.Cost
 				}
 				opts.Budget = &b
+			}
+			if opts != nil {
+				// Refused here, before anything is sent: NaN, Inf,
+				// negative or past the bound.
+				if err := salvage.ValidateBudget(opts.Budget); err != nil {
+					return fmt.Errorf("--budget-tokens/--budget-usd or the file's budget: %w", err)
+				}
 			}
 			nc, js, err := e.connect("salvage submit")
 			if err != nil {

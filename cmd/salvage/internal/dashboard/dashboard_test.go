@@ -242,6 +242,28 @@ func TestMutationsNeedTheTokenAndTheSameOrigin(t *testing.T) {
 	}
 }
 
+// TestRefusedReplayIsAConflict: the page's replay of an envelope whose
+// job was cancelled is refused with a 409 that says why, and changes
+// nothing.
+func TestRefusedReplayIsAConflict(t *testing.T) {
+	f := setup(t, "s3cret")
+	ctx := context.Background()
+	rec, _, err := f.stores.Envelopes.Get(ctx, f.envID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.stores.Jobs.Cancel(ctx, rec.Job); err != nil {
+		t.Fatal(err)
+	}
+	code, body := post(t, f.url+"/api/envelopes/"+f.envID+"/replay", map[string]string{dashboard.TokenHeader: "s3cret", "Origin": f.url})
+	if code != http.StatusConflict || !strings.Contains(body, "refused") || !strings.Contains(body, "cancelled") {
+		t.Fatalf("replay of a cancelled job's envelope: %d %s, want a 409 saying why", code, body)
+	}
+	if after, _, _ := f.stores.Envelopes.Get(ctx, f.envID); after.Replays != 0 || after.Requeued || after.Status != rec.Status {
+		t.Fatalf("a refused replay changed the envelope: %+v", after)
+	}
+}
+
 func TestReadViewsAndHealth(t *testing.T) {
 	f := setup(t, "")
 	if code, _ := get(t, f.url+"/healthz"); code != 200 {

@@ -307,7 +307,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, salvage.ErrUnknownEnvelope), errors.Is(err, salvage.ErrUnknownJob), errors.Is(err, salvage.ErrUnknownPipeline):
 		return http.StatusNotFound
-	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded), errors.Is(err, salvage.ErrNotAwaitingApproval):
+	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded), errors.Is(err, salvage.ErrNotAwaitingApproval),
+		errors.Is(err, salvage.ErrReplayRefused):
 		return http.StatusConflict
 	case errors.Is(err, salvage.ErrInvalidToken), errors.Is(err, salvage.ErrBadFilter), errors.Is(err, salvage.ErrBadBulk):
 		return http.StatusBadRequest

@@ -1,0 +1,124 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetest"
+)
+
+// settledEnvelopes waits until every envelope of job is final and
+// returns them, as `salvage dlq ls --job` lists them.
+func (c *cluster) settledEnvelopes(t *testing.T, job string) []kv.EnvelopeRecord {
+	t.Helper()
+	var recs []kv.EnvelopeRecord
+	salvagetest.Eventually(t, 60*time.Second, func() bool {
+		code, stdout, _ := run(t, "", "dlq", "ls", "--job", job, "--json", "--server", c.url)
+		recs = nil
+		if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) == 0 {
+			return false
+		}
+		for _, r := range recs {
+			if !r.Final() {
+				return false
+			}
+		}
+		return true
+	}, "the envelopes of %s to settle: %+v", job, &recs)
+	return recs
+}
+
+// TestCancelAndReplayFromTheCLI holds `salvage cancel` and `salvage dlq
+// replay` to the sim's ledger: a job cancelled while its charges hang in
+// the payment system leaves no charge, reservation or invoice standing
+// unaccounted; a compensated order replayed after its fault is fixed runs
+// fresh — a new charge, the old one refunded, no order done twice; and a
+// replay that would leak is refused with exit 1.
+func TestCancelAndReplayFromTheCLI(t *testing.T) {
+	c := startCluster(t, sim.Config{Hang: 4 * time.Second, Rules: []sim.Rule{
+		{System: "payments", Order: "o-cx1", Mode: "timeout-after", Times: 1},
+		{System: "payments", Order: "o-cx2", Mode: "timeout-after", Times: 1},
+		{System: "payments", Order: "o-cx3", Mode: "timeout-after", Times: 1},
+		{System: "email", Order: "o-fix", Mode: "permanent"},
+	}})
+	c.worker(t, "w1", "--sim-timeout", "10s", "--concurrency", "4")
+	up(t, "--server", c.url, "--role", "api")
+	ctx := context.Background()
+
+	// Cancel while the three charges hang, applied, in the payment system.
+	cancelled := c.submit(t, "o-cx1", "o-cx2", "o-cx3")
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		n := 0
+		for _, o := range []string{"o-cx1", "o-cx2", "o-cx3"} {
+			n += len(c.effects(t, o)["payments"])
+		}
+		return n == 3
+	}, "the three charges to land")
+	if code, stdout, errOut := run(t, "", "cancel", cancelled, "--server", c.url); code != 0 {
+		t.Fatalf("salvage cancel: %d %s %s", code, stdout, errOut)
+	}
+	c.waitJob(t, cancelled, kv.JobCancelled)
+	recs := c.settledEnvelopes(t, cancelled)
+	for _, r := range recs {
+		if r.Stopped != kv.StoppedCancelled || r.Status != kv.EnvelopeAbandoned || len(r.Left) != 0 {
+			t.Errorf("settlement %s: stopped %q, %s, left %v; want abandoned with every effect compensated", r.ID, r.Stopped, r.Status, r.Left)
+		}
+	}
+	if len(recs) != 3 {
+		t.Fatalf("%d settlement envelopes, want one per cancelled order", len(recs))
+	}
+	for _, o := range []string{"o-cx1", "o-cx2", "o-cx3"} {
+		for sys, es := range c.effects(t, o) {
+			for _, e := range es {
+				if !e.Compensated || e.Applied != 1 || e.CompensationRequests < 1 {
+					t.Errorf("%s %s of cancelled %s: applied %d, compensated %v", sys, e.ResourceID, o, e.Applied, e.Compensated)
+				}
+			}
+		}
+	}
+	// A settlement cannot be replayed: the job was cancelled.
+	if code, _, errOut := run(t, "", "dlq", "replay", recs[0].ID, "--server", c.url); code != 1 || !strings.Contains(errOut, "refused") {
+		t.Errorf("dlq replay of a cancelled chunk's settlement: exit %d %s", code, errOut)
+	}
+
+	// An order whose email was refused: refunded, voided, released;
+	// replayed once the mail server takes it, it runs fresh.
+	fixed := c.submit(t, "o-fix")
+	c.waitJob(t, fixed, kv.JobIncomplete)
+	rec := c.envelopeOf(t, fixed, 1)
+	if rec.Status != kv.EnvelopeAbandoned {
+		t.Fatalf("envelope = %+v", rec)
+	}
+	if err := c.sim.SetFaults(ctx, sim.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, errOut := run(t, "", "dlq", "replay", rec.ID, "--server", c.url); code != 0 {
+		t.Fatalf("dlq replay: %d %s %s", code, stdout, errOut)
+	}
+	c.waitJob(t, fixed, kv.JobDone)
+	cp, _, err := c.stores.Checkpoints.Get(ctx, fixed, 1)
+	if err != nil || cp.Epoch != 1 || cp.Status != kv.StatusDone {
+		t.Fatalf("replayed chunk = %+v, %v; want done in epoch 1", cp, err)
+	}
+	e := c.effects(t, "o-fix")
+	for _, sys := range []string{"wms", "erp", "payments"} {
+		if len(e[sys]) != 2 || e[sys][0].Compensated == e[sys][1].Compensated {
+			t.Errorf("%s for o-fix = %+v, want the first compensated and a fresh one standing", sys, e[sys])
+		}
+	}
+	if len(e["email"]) != 1 || e["email"][0].Compensated {
+		t.Errorf("email for o-fix = %+v, want one sent", e["email"])
+	}
+	l, err := c.sim.Ledger(ctx)
+	if err != nil || l.Summary.DuplicateKeys != 0 || l.Summary.DuplicateOrders != 0 {
+		t.Fatalf("ledger summary %+v, %v", l.Summary, err)
+	}
+	if code, stdout, _ := run(t, "", "dlq", "show", rec.ID, "--server", c.url); code != 0 || !strings.Contains(stdout, "fresh in a new epoch") {
+		t.Errorf("dlq show does not say the replay ran fresh:\n%s", stdout)
+	}
+}

@@ -1,0 +1,196 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// ErrReplayRefused is returned for a replay Salvage will not run because
+// it could leak or repeat an effect: the chunk's job was cancelled, a
+// recovery strategy is running on the envelope right now, or the chunk's
+// effects were compensated while others of it still stand (resuming would
+// finish on undone effects; running it fresh would repeat those that
+// stand). The message says which; a person resolves such an envelope.
+var ErrReplayRefused = errors.New("replay refused")
+
+// Replay puts an envelope's chunk back on SALVAGE_CHUNKS, as an operator
+// would by hand (`nats pub <original.subject> '<original.data>' -H
+// Salvage-Replay-Of:<id>`). The chunk resumes from its journal, so no side
+// effect repeats; the envelope is resolved when the chunk finishes. A
+// replay already in flight is not published again. A chunk whose effects
+// were all compensated runs fresh in a new epoch (new idempotency keys,
+// every stage again). A replay that cannot be honoured is refused with
+// ErrReplayRefused (see there), nothing changed.
+func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord, error) {
+	rec, err := o.record(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	if rec.Requeued && rec.Status == kv.EnvelopeRecovering {
+		return rec, nil // a replay or recovery is already running it
+	}
+	env, err := readEnvelope(ctx, o.js, rec)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
+		return rec, fmt.Errorf("envelope %s: original chunk unreadable: %w", id, err)
+	}
+	fresh, err := replayPlan(ctx, o.stores, rec, env.Checkpoint.Epoch, time.Now())
+	if err != nil {
+		return rec, err
+	}
+	rec, err = o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
+		if err := replayable(*r, time.Now()); err != nil {
+			return err
+		}
+		if r.Requeued {
+			return kv.ErrNoChange
+		}
+		r.Replays++
+		r.Status, r.Requeued, r.Human = kv.EnvelopeRecovering, true, true
+		how := "from its checkpoint"
+		if fresh {
+			how = "fresh in a new epoch: its effects were compensated"
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("replayed by %s (replay %d), %s", by, r.Replays, how))
+		return nil
+	})
+	if err != nil {
+		return rec, err
+	}
+	var delta kv.Delta
+	cp, err := o.stores.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", id
+		cp.ClearLastError()
+		if fresh && cp.Epoch == env.Checkpoint.Epoch {
+			cp.FreshEpoch()
+		}
+		delta = cp.Recount()
+		return nil
+	})
+	if err != nil {
+		return rec, err
+	}
+	t := tracker{js: o.js, stores: o.stores}
+	if _, err := t.apply(ctx, rec.Job, rec.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return rec, err
+	}
+	// A crash before this publish leaves the envelope recovering with
+	// nothing queued: the sweeper publishes it then.
+	_, err = requeue(ctx, o.js, env, cp.Epoch, id+".replay."+strconv.Itoa(rec.Replays), streams.HeaderReplayOf)
+	return rec, err
+}
+
+// CheckReplay reports whether envelope id would be replayed, without
+// changing anything: nil, or the error Replay would return
+// (ErrAlreadyResolved, ErrSuperseded, ErrReplayRefused, …). A bulk dry run
+// counts by it.
+func (o *Operator) CheckReplay(ctx context.Context, id string) error {
+	rec, err := o.record(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, err = replayPlan(ctx, o.stores, rec, -1, time.Now())
+	return err
+}
+
+// replayable refuses a replay the record alone rules out: resolved,
+// superseded, settling a cancelled chunk, or under a live recovery lease.
+func replayable(r kv.EnvelopeRecord, now time.Time) error {
+	switch {
+	case r.Status == kv.EnvelopeResolved:
+		return fmt.Errorf("%w: %s", ErrAlreadyResolved, r.ID)
+	case r.Status == kv.EnvelopeSuperseded:
+		return fmt.Errorf("%w: %s by %s", ErrSuperseded, r.ID, r.SupersededBy)
+	case r.Stopped != "":
+		return fmt.Errorf("%w: envelope %s settles the effects of a chunk whose job was cancelled; it never runs again", ErrReplayRefused, r.ID)
+	case r.Status == kv.EnvelopeRecovering && !r.Requeued && r.RecoveringBy != "" && now.Before(r.LeaseUntil):
+		return fmt.Errorf("%w: orchestrator %s is running %s on envelope %s until %s; replay after it ends", ErrReplayRefused,
+			r.RecoveringBy, r.Strategy, r.ID, r.LeaseUntil.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// replayPlan decides how a replay of rec's chunk runs, from the records:
+// fresh (a new epoch) when the epoch it failed in was compensated and
+// nothing of it stands, from its checkpoint when nothing was compensated,
+// and refused (ErrReplayRefused) when its job was cancelled or compensated
+// effects sit beside effects that still stand. epoch is the envelope's
+// epoch; -1 takes the checkpoint's. It reads the job, the checkpoint and,
+// when something was compensated, the epoch's journal: O(1) records and
+// one chunk's rows.
+func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch int, now time.Time) (bool, error) {
+	if err := replayable(rec, now); err != nil {
+		return false, err
+	}
+	job, err := st.Jobs.Get(ctx, rec.Job)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return false, err
+	}
+	if job.CancelledAt != nil {
+		return false, fmt.Errorf("%w: job %s was cancelled (%s); its chunks do not run again", ErrReplayRefused, rec.Job, job.StopReason())
+	}
+	cp, _, err := st.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return false, err
+	}
+	if epoch < 0 {
+		epoch = cp.Epoch
+	}
+	if cp.Epoch != epoch {
+		// The chunk already moved to a later epoch: it resumes there.
+		return false, nil
+	}
+	rows, err := st.Journal.Load(ctx, rec.Job, rec.Chunk, epoch)
+	if err != nil {
+		return false, err
+	}
+	compensated := cp.Compensated
+	for _, r := range rows {
+		compensated = compensated || r.Status == kv.CallCompensated
+	}
+	if !compensated {
+		return false, nil
+	}
+	if left := standingEffects(rows); len(left) > 0 {
+		return false, fmt.Errorf("%w: chunk %d of job %s had effects compensated while %d stand (%s): resuming would finish on undone effects and a fresh run would repeat these; resolve it by hand",
+			ErrReplayRefused, rec.Chunk, rec.Job, len(left), left[0])
+	}
+	return true, nil
+}
+
+// byHandReplay checks a replay an operator published by hand
+// (Salvage-Replay-Of on a chunk message) against the records: the
+// envelope must be this chunk's, and the plan must allow it. It returns
+// the envelope's record, whether the chunk runs fresh, and why it may not
+// run (ErrReplayRefused, or errForged for an envelope of another chunk).
+func byHandReplay(ctx context.Context, st *kv.Stores, id string, chunk streams.ChunkMsg) (kv.EnvelopeRecord, bool, error) {
+	rec, _, err := st.Envelopes.Get(ctx, id)
+	if errors.Is(err, kv.ErrNotFound) {
+		return rec, false, fmt.Errorf("%w: no envelope %s", errForged, id)
+	}
+	if err != nil {
+		return rec, false, err
+	}
+	if rec.Job != chunk.Job || rec.Chunk != chunk.Chunk {
+		return rec, false, fmt.Errorf("%w: envelope %s belongs to chunk %d of job %s, not chunk %d of job %s", errForged, id, rec.Chunk, rec.Job, chunk.Chunk, chunk.Job)
+	}
+	if rec.Requeued {
+		// Replayed through the API (or a recovery): planned already.
+		return rec, false, nil
+	}
+	fresh, err := replayPlan(ctx, st, rec, -1, time.Now())
+	return rec, fresh, err
+}
+
+// errForged marks a chunk message whose replay or recovery header names
+// an envelope that is not its chunk's.
+var errForged = errors.New("envelope of another chunk")

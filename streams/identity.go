@@ -1,0 +1,59 @@
+package streams
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// InputHash names what a job id stands for: the pipeline and the input,
+// the input in a canonical form (object keys sorted, no insignificant
+// space, numbers as written), so the same input sent by the Go client, a
+// service or a plain `nats pub` hashes the same. A job id names one input:
+// a second submission under an existing id is the same job when its hash
+// matches, and refused when it does not.
+func InputHash(pipeline string, input json.RawMessage) string {
+	h := sha256.New()
+	h.Write([]byte(pipeline))
+	h.Write([]byte{0})
+	h.Write(canonicalJSON(input))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonicalJSON re-encodes data with sorted keys; data that is not JSON is
+// hashed as it is.
+func canonicalJSON(data json.RawMessage) []byte {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return data
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return data
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// ValidateBudget refuses a budget that is not a cap: a negative count or
+// cost, a cost that is not a finite number, or either past its bound
+// (BudgetTokensMax, BudgetCostMax). A nil budget is no cap. Its error
+// wraps ErrBadJob and names the field.
+func ValidateBudget(b *JobBudget) error {
+	if b == nil {
+		return nil
+	}
+	if b.Tokens < 0 || b.Tokens > BudgetTokensMax {
+		return fmt.Errorf("%w: budget tokens %d: want 0 (no cap) to %d", ErrBadJob, b.Tokens, int64(BudgetTokensMax))
+	}
+	if math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0) || b.Cost < 0 || b.Cost > BudgetCostMax {
+		return fmt.Errorf("%w: budget cost %v: want a number from 0 (no cap) to %d", ErrBadJob, b.Cost, int64(BudgetCostMax))
+	}
+	return nil
+}
