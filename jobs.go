@@ -147,13 +147,16 @@ type Chunk struct {
 	Approvals []Approval `json:"approvals,omitempty"`
 	// LastError and the fields after it describe the failure that sent
 	// the chunk back to tier 2, and the agent, tool and call it came from.
-	LastError       string    `json:"last_error,omitempty"`
-	LastErrorClass  string    `json:"last_error_class,omitempty"`
-	LastErrorStatus int       `json:"last_error_status,omitempty"`
-	LastErrorAgent  string    `json:"last_error_agent,omitempty"`
-	LastErrorTool   string    `json:"last_error_tool,omitempty"`
-	LastErrorCall   string    `json:"last_error_call,omitempty"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	LastError       string `json:"last_error,omitempty"`
+	LastErrorClass  string `json:"last_error_class,omitempty"`
+	LastErrorStatus int    `json:"last_error_status,omitempty"`
+	LastErrorAgent  string `json:"last_error_agent,omitempty"`
+	LastErrorTool   string `json:"last_error_tool,omitempty"`
+	LastErrorCall   string `json:"last_error_call,omitempty"`
+	// LastErrorOlder says a later delivery took the chunk since LastError
+	// was recorded and has not ended with an error of its own.
+	LastErrorOlder bool      `json:"last_error_older,omitempty"`
+	UpdatedAt      time.Time `json:"updated_at"`
 }
 
 // Approval is a person's yes to one stage of one chunk.

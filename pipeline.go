@@ -173,13 +173,22 @@ type Tool struct {
 	// RateLimited, Timeout or Permanent so retries and recovery can
 	// decide without reading text; any other error counts as transient.
 	// A panic fails the chunk (class panic). Exactly one of Call and
-	// Subject is set.
+	// Subject is set. For a side effect the error also says whether it
+	// may have taken effect: a transient error, a timeout, a panic and a
+	// 408, 409 or 5xx may have, so the call is verified before it is made
+	// again; a rate limit, any other 4xx Permanent and an error wrapped
+	// with NotApplied say it did not. A side effect must not take effect
+	// once ctx is done (Salvage has stopped waiting and may ask again).
+	// An output past MaxOutput, or Usage out of range, fails the call
+	// permanently.
 	Call func(ctx context.Context, c ToolCall) (ToolResult, error)
 	// Subject names a NATS subject that serves the tool instead: each call
 	// is one ServiceRequest there and the reply is its output. An error
 	// reply's Nats-Service-Error-Code classifies it (4xx permanent; 429
-	// with Retry-After rate-limited; 408, 409, 5xx transient); no
-	// responders is transient and no answer within Timeout a timeout.
+	// with Retry-After rate-limited; 408, 409, 5xx transient; see
+	// HeaderOutcome for what a side effect's answer says of its effect);
+	// no responders is transient and no answer within Timeout a timeout.
+	// The service must not apply a request after its Salvage-Deadline.
 	Subject string
 	// Timeout bounds one request to Subject. Default
 	// ServiceTimeoutDefault.
@@ -195,8 +204,11 @@ type SideEffect struct {
 	Compensation string
 	// Verify asks the external system whether a call with this
 	// idempotency key took effect. Salvage calls it before anything else
-	// when a call's outcome is unknown (a crash or a timeout mid-call).
-	// Exactly one of Verify and VerifySubject is required.
+	// when a call's outcome is unknown (a crash, a timeout or a 5xx
+	// mid-call), and before it makes such a call again. While it fails,
+	// the call stays unknown: it is verified again within bounds, then
+	// escalated to a person by name. Exactly one of Verify and
+	// VerifySubject is required.
 	Verify func(ctx context.Context, idempotencyKey string) (Verification, error)
 	// VerifySubject names a NATS subject that answers a VerifyRequest
 	// with a VerifyReply, instead of Verify.

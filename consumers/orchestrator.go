@@ -243,6 +243,18 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 	if rec.Attempts >= o.cfg.Limits.MaxStrategyAttempts {
 		strategy = recovery.StrategyEscalate
 	}
+	if strategy == recovery.StrategyCompensateAndAbandon || strategy == recovery.StrategyCompensateAndRetry {
+		// A call may have gone in flight since the envelope was written
+		// (a cancel that landed while its worker still ran): what it did
+		// is known before anything is undone.
+		inFlight, err := o.inFlight(ctx, env, p)
+		if err != nil {
+			return o.failed(ctx, env, rec, err, log)
+		}
+		if inFlight {
+			strategy = recovery.StrategyVerify
+		}
+	}
 	if strategy == recovery.StrategyVerify {
 		category, s, err := o.verify(ctx, env, rec, p, cp, log)
 		if err != nil {

@@ -63,6 +63,25 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv
 	return category, strategy, nil
 }
 
+// inFlight reports whether a side effect of p that the envelope's epoch
+// made has an unknown outcome in the journal as it is now: one verify
+// would settle.
+func (o *Orchestrator) inFlight(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline) (bool, error) {
+	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range rows {
+		if r.Status != kv.CallInitiated && r.Status != kv.CallUnknown {
+			continue
+		}
+		if tool, err := p.Tools.Get(r.Tool); err == nil && tool.Effect != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // failureOf is what the checkpoint and the envelope record say of a
 // chunk's failure, before the journal's facts are added.
 func (o *Orchestrator) failureOf(cp kv.Checkpoint, rec kv.EnvelopeRecord) recovery.Failure {

@@ -43,12 +43,12 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
 		return rec, fmt.Errorf("envelope %s: original chunk unreadable: %w", id, err)
 	}
-	fresh, err := replayPlan(ctx, o.stores, rec, env.Checkpoint.Epoch, time.Now())
+	fresh, err := replayPlan(ctx, o.stores, rec, env.Checkpoint.Epoch, time.Now(), true)
 	if err != nil {
 		return rec, err
 	}
 	rec, err = o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
-		if err := replayable(*r, time.Now()); err != nil {
+		if err := replayable(*r, time.Now(), true); err != nil {
 			return err
 		}
 		if r.Requeued {
@@ -98,17 +98,19 @@ func (o *Operator) CheckReplay(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	_, err = replayPlan(ctx, o.stores, rec, -1, time.Now())
+	_, err = replayPlan(ctx, o.stores, rec, -1, time.Now(), true)
 	return err
 }
 
-// replayable refuses a replay the record alone rules out: resolved,
-// superseded, settling a cancelled chunk, or under a live recovery lease.
-func replayable(r kv.EnvelopeRecord, now time.Time) error {
+// replayable refuses a replay the record alone rules out: settling a
+// cancelled chunk, or under a live recovery lease; and, when final is
+// set (a replay asked of Salvage, not published by hand), resolved or
+// superseded.
+func replayable(r kv.EnvelopeRecord, now time.Time, final bool) error {
 	switch {
-	case r.Status == kv.EnvelopeResolved:
+	case final && r.Status == kv.EnvelopeResolved:
 		return fmt.Errorf("%w: %s", ErrAlreadyResolved, r.ID)
-	case r.Status == kv.EnvelopeSuperseded:
+	case final && r.Status == kv.EnvelopeSuperseded:
 		return fmt.Errorf("%w: %s by %s", ErrSuperseded, r.ID, r.SupersededBy)
 	case r.Stopped != "":
 		return fmt.Errorf("%w: envelope %s settles the effects of a chunk whose job was cancelled; it never runs again", ErrReplayRefused, r.ID)
@@ -126,9 +128,10 @@ func replayable(r kv.EnvelopeRecord, now time.Time) error {
 // effects sit beside effects that still stand. epoch is the envelope's
 // epoch; -1 takes the checkpoint's. It reads the job, the checkpoint and,
 // when something was compensated, the epoch's journal: O(1) records and
-// one chunk's rows.
-func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch int, now time.Time) (bool, error) {
-	if err := replayable(rec, now); err != nil {
+// one chunk's rows. final refuses a resolved or superseded envelope (see
+// replayable).
+func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch int, now time.Time, final bool) (bool, error) {
+	if err := replayable(rec, now, final); err != nil {
 		return false, err
 	}
 	job, err := st.Jobs.Get(ctx, rec.Job)
@@ -184,10 +187,14 @@ func byHandReplay(ctx context.Context, st *kv.Stores, id string, chunk streams.C
 		return rec, false, fmt.Errorf("%w: envelope %s belongs to chunk %d of job %s, not chunk %d of job %s", errForged, id, rec.Chunk, rec.Job, chunk.Chunk, chunk.Job)
 	}
 	if rec.Requeued {
-		// Replayed through the API (or a recovery): planned already.
+		// Replayed through the API, or a recorded replay's chunk coming
+		// back from a hold: planned already.
 		return rec, false, nil
 	}
-	fresh, err := replayPlan(ctx, st, rec, -1, time.Now())
+	// Published by hand: what the records allow decides, whatever became
+	// of the envelope since (a person may resolve it while its chunk is
+	// parked, and the chunk still finishes).
+	fresh, err := replayPlan(ctx, st, rec, -1, time.Now(), false)
 	return rec, fresh, err
 }
 

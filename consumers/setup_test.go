@@ -66,6 +66,9 @@ const (
 	// and in the tool it calls.
 	modeAgentPanics = "agent-panics"
 	modeToolPanics  = "tool-panics"
+	// modeFailThenGate: stage 2 fails transiently on its first three
+	// calls (one delivery's tier 1), then waits for the gate.
+	modeFailThenGate = "fail-then-gate"
 )
 
 // calls counts agent calls per "job/chunk/stage".
@@ -129,6 +132,15 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 		case modeFailsInParent:
 			if !inChild {
 				return ok, recovery.Permanent(400, errors.New("bad request until fixed"))
+			}
+		case modeFailThenGate:
+			if cnt.(*atomic.Int64).Load() <= 3 {
+				return ok, recovery.Transient(503, errors.New("unavailable for a moment"))
+			}
+			select {
+			case <-gate(job, chunk):
+			case <-ctx.Done():
+				return ok, ctx.Err()
 			}
 		case modeGate:
 			select {

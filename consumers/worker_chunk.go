@@ -234,6 +234,11 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
+	if cp.Compensated {
+		// Its recorded outcomes were taken back: resuming would finish on
+		// undone effects. Only a replay that runs it fresh may take it.
+		return r.permanent(ctx, fmt.Errorf("effects of epoch %d of this chunk were compensated: it cannot resume, only run fresh in a new epoch (replay its envelope)", cp.Epoch))
+	}
 	if approved {
 		// The approval is recorded: a parked copy its release left behind
 		// (a crash before the delete) must not come back.
@@ -378,7 +383,7 @@ func (r *run) checkLinked(ctx context.Context, id string, byHand bool) (freshFro
 	case errors.Is(err, errForged):
 		r.reject(ctx, streams.RejectBadReplay, fmt.Errorf("%s: %w", streams.HeaderReplayOf, err))
 		return freshFrom{}, nil
-	case errors.Is(err, ErrReplayRefused), errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+	case errors.Is(err, ErrReplayRefused):
 		r.refuseReplay(ctx, id, err)
 		return freshFrom{}, nil
 	case err != nil:

@@ -185,6 +185,23 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 	}
 }
 
+// TestLastErrorSurvivesARedelivery: the error that sent a chunk to tier
+// 2 stays in its checkpoint while the next delivery runs (marked older),
+// so an envelope written after that delivery dies still says why.
+func TestLastErrorSurvivesARedelivery(t *testing.T) {
+	b := setup(t, setupOpts{})
+	b.startWorker(t, "w1")
+	job := b.submit(t, modeFailThenGate)
+	salvagetest.Eventually(t, 20*time.Second, func() bool { return callCount(job, 1, 2) >= 4 }, "the second delivery to reach stage 2")
+	cp := b.checkpoint(t, job, 1)
+	if cp.Status != kv.StatusRunning || cp.Deliveries != 2 || !strings.Contains(cp.LastError, "unavailable for a moment") ||
+		!strings.Contains(cp.LastError, "the limit of 2 retries") || !cp.LastErrorOlder || cp.LastErrorStatus != 503 {
+		t.Fatalf("checkpoint during the redelivery = %s delivery %d, last error %q (older %v, status %d)", cp.Status, cp.Deliveries, cp.LastError, cp.LastErrorOlder, cp.LastErrorStatus)
+	}
+	close(gate(job, 1))
+	b.waitJob(t, job, kv.JobDone)
+}
+
 func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

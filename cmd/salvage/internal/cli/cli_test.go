@@ -435,9 +435,10 @@ func TestUpJoinsNATSURL(t *testing.T) {
 }
 
 // TestChaos: order jobs published with the real nats CLI while worker
-// processes are SIGKILLed every second and the server restarts once; the
-// run's own checks (every job and envelope settled, nothing lost, the
-// sim's ledger free of repeated and orphaned effects) must hold.
+// processes are SIGKILLed every second, the server restarts once and an
+// operator cancels jobs and replays the DLQ in bulk; the run's own checks
+// (every job and envelope settled, nothing lost, the sim's ledger free of
+// repeated effects and of effects standing unaccounted) must hold.
 func TestChaos(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -454,8 +455,9 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatalf("chaos checks failed: %v\n%v", err, r)
 	}
+	// The operator-action phase: every tenth job cancelled, bulk replays.
 	if r["jobs_settled"] != 40.0 || r["duplicate_side_effects"] != 0.0 || r["leftover_side_effects"] != 0.0 ||
-		r["server_restarts"] != 1.0 || r["kills"].(float64) < 1 || r["published_with"] != "nats CLI" {
+		r["server_restarts"] != 1.0 || r["kills"].(float64) < 1 || r["published_with"] != "nats CLI" || r["cancels"] != 4.0 {
 		t.Errorf("report = %v", r)
 	}
 }

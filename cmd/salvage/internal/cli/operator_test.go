@@ -121,4 +121,14 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 	if code, stdout, _ := run(t, "", "dlq", "show", rec.ID, "--server", c.url); code != 0 || !strings.Contains(stdout, "fresh in a new epoch") {
 		t.Errorf("dlq show does not say the replay ran fresh:\n%s", stdout)
 	}
+
+	// A job id names one input: the same id with another order is refused
+	// at once, naming the id; the job keeps its order.
+	other, _ := json.Marshal(map[string]any{"job_id": fixed, "input": map[string]any{"orders": []any{order("o-other")}}})
+	if code, _, errOut := run(t, string(other), "submit", "order-fulfillment", "-", "--server", c.url); code != 1 || !strings.Contains(errOut, fixed) || !strings.Contains(errOut, "another input") {
+		t.Errorf("salvage submit under a used job id: exit %d %s", code, errOut)
+	}
+	if e := c.effects(t, "o-other"); len(e) != 0 {
+		t.Errorf("the refused job ran: %+v", e)
+	}
 }
