@@ -229,6 +229,9 @@ func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (boo
 		return true, settleEnvelope(ctx, r.stores, cp, "sweeper")
 	case e.Requeued && cp.Status == kv.StatusPending && cp.Envelope == e.ID:
 		return r.requeueLost(ctx, e, cp)
+	case e.Requeued && e.Status == kv.EnvelopeRecovering && cp.Status == kv.StatusDeadLettered && cp.Envelope == e.ID:
+		// A replay marked the envelope and died before it sent the chunk.
+		return true, NewOperator(r.js, r.stores).finishReplay(ctx, e)
 	}
 	return false, nil
 }

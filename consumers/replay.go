@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -34,14 +37,13 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 		return rec, err
 	}
 	if rec.Requeued && rec.Status == kv.EnvelopeRecovering {
-		return rec, nil // a replay or recovery is already running it
+		// A replay or recovery is already running it — or a replay died
+		// between marking the envelope and sending the chunk: finished.
+		return rec, o.finishReplay(ctx, rec)
 	}
-	env, err := readEnvelope(ctx, o.js, rec)
+	env, err := o.replayEnvelope(ctx, rec)
 	if err != nil {
 		return rec, err
-	}
-	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
-		return rec, fmt.Errorf("envelope %s: original chunk unreadable: %w", id, err)
 	}
 	fresh, err := replayPlan(ctx, o.stores, rec, env.Checkpoint.Epoch, time.Now(), true)
 	if err != nil {
@@ -66,9 +68,52 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	if err != nil {
 		return rec, err
 	}
+	return rec, sendReplay(ctx, o.js, o.stores, rec, env, fresh)
+}
+
+// replayEnvelope reads the envelope of rec as published and checks its
+// chunk message can be sent again.
+func (o *Operator) replayEnvelope(ctx context.Context, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
+	env, err := readEnvelope(ctx, o.js, rec)
+	if err != nil {
+		return env, err
+	}
+	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
+		return env, fmt.Errorf("envelope %s: original chunk unreadable: %w", rec.ID, err)
+	}
+	return env, nil
+}
+
+// finishReplay completes a replay marked on rec (Requeued) whose chunk is
+// still dead-lettered under it: the process that marked it died before it
+// sent the chunk back. A chunk already on its way is left alone. Replay
+// calls it when asked again; the sweeper calls it for one nobody asks.
+func (o *Operator) finishReplay(ctx context.Context, rec kv.EnvelopeRecord) error {
+	cp, _, err := o.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
+	if err != nil || cp.Envelope != rec.ID || cp.Status != kv.StatusDeadLettered {
+		return nil // on its way (or gone): nothing was lost
+	}
+	env, err := o.replayEnvelope(ctx, rec)
+	if err != nil {
+		return err
+	}
+	fresh, err := replayPlan(ctx, o.stores, rec, env.Checkpoint.Epoch, time.Now(), true)
+	if err != nil {
+		return err
+	}
+	return sendReplay(ctx, o.js, o.stores, rec, env, fresh)
+}
+
+// sendReplay sends the chunk of rec, whose envelope is marked replayed,
+// back to work: its checkpoint pending under the envelope (in a new epoch
+// when fresh), counted unfinished in its job, its message published under
+// an id derived from the replay's number, so sending it twice publishes
+// it once. A crash before the checkpoint is repaired by finishReplay, one
+// before the publish by the sweeper's requeueLost.
+func sendReplay(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord, env recovery.Envelope, fresh bool) error {
 	var delta kv.Delta
-	cp, err := o.stores.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", id
+	cp, err := st.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", rec.ID
 		cp.ClearLastError()
 		if fresh && cp.Epoch == env.Checkpoint.Epoch {
 			cp.FreshEpoch()
@@ -77,16 +122,14 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 		return nil
 	})
 	if err != nil {
-		return rec, err
+		return err
 	}
-	t := tracker{js: o.js, stores: o.stores}
+	t := tracker{js: js, stores: st}
 	if _, err := t.apply(ctx, rec.Job, rec.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
-		return rec, err
+		return err
 	}
-	// A crash before this publish leaves the envelope recovering with
-	// nothing queued: the sweeper publishes it then.
-	_, err = requeue(ctx, o.js, env, cp.Epoch, id+".replay."+strconv.Itoa(rec.Replays), streams.HeaderReplayOf)
-	return rec, err
+	_, err = requeue(ctx, js, env, cp.Epoch, rec.ID+".replay."+strconv.Itoa(rec.Replays), streams.HeaderReplayOf)
+	return err
 }
 
 // CheckReplay reports whether envelope id would be replayed, without

@@ -308,3 +308,33 @@ func TestLostReplayIsRepublished(t *testing.T) {
 		return err == nil && rec.Status == kv.EnvelopeResolved
 	}, "the replayed envelope to resolve")
 }
+
+// TestReplayKilledBeforeItsCheckpointIsFinished: a replay that marked its
+// envelope and died before it sent the chunk (the checkpoint still
+// dead-lettered under the envelope) is finished by the sweeper — and by
+// the next Replay of the envelope — instead of leaving the envelope
+// recovering with nothing queued forever.
+func TestReplayKilledBeforeItsCheckpointIsFinished(t *testing.T) {
+	b := setup(t, setupOpts{})
+	stop := b.startWorker(t, "parent")
+	job := b.submit(t, modeFailsInParent)
+	b.waitJob(t, job, kv.JobIncomplete)
+	stop()
+	env := b.dlq(t)[0]
+	// All Operator.Replay wrote before it died.
+	if _, err := b.stores.Envelopes.Mutate(b.ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+		r.Replays, r.Status, r.Requeued, r.Human = 1, kv.EnvelopeRecovering, true, true
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusDeadLettered || cp.Envelope != env.ID {
+		t.Fatalf("checkpoint = %+v", cp)
+	}
+	b.startChild(t, "child")
+	b.waitJob(t, job, kv.JobDone)
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
+		return err == nil && rec.Status == kv.EnvelopeResolved && rec.Replays == 1
+	}, "the replayed envelope to resolve")
+}
