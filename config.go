@@ -29,6 +29,10 @@ const (
 	RoleRecovery Role = "recovery"
 	// RoleAPI serves the NATS micro service `salvage` (salvage.api.*).
 	RoleAPI Role = "api"
+	// RoleNone runs nothing: Start only provisions the streams and
+	// buckets. It is what a process that only submits, watches or serves
+	// a dashboard runs; it may not be combined with another role.
+	RoleNone Role = "none"
 )
 
 // RolesAll is every role.
@@ -88,11 +92,14 @@ const (
 // its comment; a zero field takes it. NewClient validates the whole and
 // names the field it refuses.
 type Config struct {
-	// Pipelines this client's workers run. A client that only submits,
-	// waits and operates the DLQ needs none.
+	// Pipelines this client runs: RoleWorker splits and runs their jobs,
+	// RoleRecovery recovers their envelopes (it needs their tools:
+	// verification and compensation run there). RoleDeadLetter, RoleAPI
+	// and RoleNone need none, and a client that only submits, waits and
+	// operates the DLQ needs none either.
 	Pipelines []*Pipeline
 	// Roles to run on Start. Default RolesDefault (worker, dead-letter,
-	// recovery); RolesAll adds the micro service.
+	// recovery); RolesAll adds the micro service; RoleNone runs nothing.
 	Roles []Role
 
 	// Retries is tier 1: how often one call is retried inside the worker
@@ -270,8 +277,11 @@ func (c Config) withDefaults() Config {
 // validate names the first field that cannot work.
 func (c Config) validate() error {
 	for _, r := range c.Roles {
-		if !slices.Contains(RolesAll, r) {
-			return fmt.Errorf("%w: Roles: unknown role %q (want %v)", ErrInvalidConfig, r, RolesAll)
+		if r == RoleNone && len(c.Roles) > 1 {
+			return fmt.Errorf("%w: Roles: %q runs nothing and cannot be combined with %v", ErrInvalidConfig, RoleNone, c.Roles)
+		}
+		if !slices.Contains(RolesAll, r) && r != RoleNone {
+			return fmt.Errorf("%w: Roles: unknown role %q (want %v, or %q alone)", ErrInvalidConfig, r, RolesAll, RoleNone)
 		}
 	}
 	switch {

@@ -49,6 +49,10 @@ func resolveRoles(values []string) ([]salvage.Role, bool, error) {
 			}
 		}
 	}
+	if len(roles) == 0 {
+		// The dashboard alone: the client provisions and runs nothing.
+		roles = []salvage.Role{salvage.RoleNone}
+	}
 	slices.Sort(roles)
 	return slices.Compact(roles), dash, nil
 }
