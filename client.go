@@ -148,6 +148,12 @@ func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
 		if err := streams.Provision(ctx, c.js, c.cfg.streamOptions()); err != nil {
 			return err
 		}
+		if c.cfg.has(RoleWorker) {
+			// The pools of the pipelines this client runs.
+			if err := streams.ProvisionPipelines(ctx, c.js, c.registry.Names(), c.cfg.streamOptions()); err != nil {
+				return err
+			}
+		}
 		var err error
 		stores, err = kv.Provision(ctx, c.js, kv.Options{Replicas: c.cfg.Replicas})
 		return err

@@ -1,6 +1,7 @@
 package consumers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -225,36 +226,64 @@ func (d *DeadLetterer) sweepLoop(ctx context.Context) {
 }
 
 // Sweep dead-letters every message left in SALVAGE_CHUNKS that used up its
-// deliveries yet got no envelope from an advisory. Such a message sits at
-// or below the workers consumer's ack floor — but the server (v2.15.2)
-// moves the floor past an exhausted message only once a later message is
-// acked, so when nothing at all is pending, every delivered message still
-// in the stream counts as exhausted too. It returns how many it handled.
+// deliveries yet got no envelope from an advisory, in every chunk pool.
+// Such a message sits at or below its pool's ack floor — but the server
+// (v2.15.2) moves the floor past an exhausted message only once a later
+// message is acked, so when nothing at all is pending, every delivered
+// message still in the stream counts as exhausted too. It returns how many
+// it handled.
 func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
-	cons, err := d.js.Consumer(ctx, streams.Chunks, streams.WorkersConsumer)
+	s, err := d.js.Stream(ctx, streams.Chunks)
 	if err != nil {
 		return 0, fmt.Errorf("consumers: sweep: %w", err)
 	}
+	names := s.ConsumerNames(ctx)
+	var pools []string
+	for name := range names.Name() {
+		if _, ok := streams.PoolPipeline(name); ok || name == streams.LegacyWorkersConsumer {
+			pools = append(pools, name)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return 0, fmt.Errorf("consumers: sweep: list the pools: %w", err)
+	}
+	n := 0
+	for _, name := range pools {
+		k, err := d.sweepPool(ctx, s, name)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// sweepPool sweeps one chunk pool (see Sweep).
+func (d *DeadLetterer) sweepPool(ctx context.Context, s jetstream.Stream, name string) (int, error) {
+	cons, err := s.Consumer(ctx, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil // deleted meanwhile (a legacy consumer an upgrade removed)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("consumers: sweep %s: %w", name, err)
+	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("consumers: sweep: %w", err)
+		return 0, fmt.Errorf("consumers: sweep %s: %w", name, err)
 	}
 	floor := info.AckFloor.Stream
 	if info.NumAckPending == 0 && info.Delivered.Stream > floor {
 		floor = info.Delivered.Stream
 	}
-	s, err := d.js.Stream(ctx, streams.Chunks)
-	if err != nil {
-		return 0, fmt.Errorf("consumers: sweep: %w", err)
-	}
+	filter := cmp.Or(info.Config.FilterSubject, streams.ChunksAll)
 	n := 0
 	for seq := uint64(1); seq <= floor; seq++ {
-		raw, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.ChunksAll))
+		raw, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return n, fmt.Errorf("consumers: sweep at %d: %w", seq, err)
+			return n, fmt.Errorf("consumers: sweep %s at %d: %w", name, seq, err)
 		}
 		if raw.Sequence > floor {
 			break

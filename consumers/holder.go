@@ -59,11 +59,22 @@ type holder struct {
 	pausedFor map[string]time.Time
 	pausedAt  map[string]time.Time
 	checked   map[string]time.Time
+	// pools are the pipelines whose chunk pools this process runs;
+	// poolPaused the pause each was last paused for by this process (its
+	// PausedAt), poolSeen whether it was looked at since start.
+	pools      map[string]bool
+	poolPaused map[string]time.Time
+	poolSeen   map[string]bool
 }
 
-func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, log zerolog.Logger) *holder {
+func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines []string, log zerolog.Logger) *holder {
+	pools := map[string]bool{}
+	for _, p := range pipelines {
+		pools[p] = true
+	}
 	return &holder{js: js, gate: g, pauses: ps, id: id, log: log.With().Str("part", "holder").Logger(),
-		pausedFor: map[string]time.Time{}, pausedAt: map[string]time.Time{}, checked: map[string]time.Time{}}
+		pausedFor: map[string]time.Time{}, pausedAt: map[string]time.Time{}, checked: map[string]time.Time{},
+		pools: pools, poolPaused: map[string]time.Time{}, poolSeen: map[string]bool{}}
 }
 
 // run makes a pass every holdTick until ctx ends. It blocks.
@@ -110,14 +121,52 @@ func (h *holder) pass(ctx context.Context) {
 		system := streams.PausedSystem(p.Pipeline)
 		var err error
 		if p.Paused {
-			err = h.pauseFor(ctx, system, p.PausedAt)
+			err = errors.Join(h.pauseFor(ctx, system, p.PausedAt), h.pausePool(ctx, p))
 		} else {
-			err = h.release(ctx, system, func() bool { return !h.pauses.paused(p.Pipeline) })
+			err = errors.Join(h.resumePool(ctx, p.Pipeline), h.release(ctx, system, func() bool { return !h.pauses.paused(p.Pipeline) }))
 		}
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn().Err(err).Str("pipeline", p.Pipeline).Bool("paused", p.Paused).Msg("holder pass")
 		}
 	}
+}
+
+// pausePool pauses the chunk pool of a paused pipeline this process runs,
+// with JetStream's own consumer pause: none of its queued chunks is
+// delivered until it resumes (those already running park at their next
+// stage, see run.pause). It is paused pauseSlack ahead, again by the
+// next pass after half of that.
+func (h *holder) pausePool(ctx context.Context, p kv.PipelineState) error {
+	if !h.pools[p.Pipeline] {
+		return nil
+	}
+	if at, ok := h.poolPaused[p.Pipeline]; ok && at.Equal(p.PausedAt) && time.Since(h.pausedAt["pool:"+p.Pipeline]) < pauseSlack/2 {
+		return nil
+	}
+	if _, err := h.js.PauseConsumer(ctx, streams.Chunks, streams.WorkersConsumer(p.Pipeline), time.Now().Add(pauseSlack)); err != nil {
+		return fmt.Errorf("pause the pool of %s: %w", p.Pipeline, err)
+	}
+	h.poolPaused[p.Pipeline], h.pausedAt["pool:"+p.Pipeline], h.poolSeen[p.Pipeline] = p.PausedAt, time.Now(), true
+	return nil
+}
+
+// resumePool resumes the chunk pool of a running pipeline this process
+// runs: once it paused it, and once on first sight after start (another
+// process may have paused it and died).
+func (h *holder) resumePool(ctx context.Context, pipeline string) error {
+	if !h.pools[pipeline] {
+		return nil
+	}
+	if _, paused := h.poolPaused[pipeline]; !paused && h.poolSeen[pipeline] {
+		return nil
+	}
+	_, err := h.js.ResumeConsumer(ctx, streams.Chunks, streams.WorkersConsumer(pipeline))
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("resume the pool of %s: %w", pipeline, err)
+	}
+	delete(h.poolPaused, pipeline)
+	h.poolSeen[pipeline] = true
+	return nil
 }
 
 func (h *holder) whileOpen(ctx context.Context, b kv.Breaker) error {

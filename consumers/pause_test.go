@@ -12,28 +12,30 @@ import (
 )
 
 // pauseShop pauses (or resumes) the shop pipeline and waits until the
-// worker's holder has acted on it: the hold consumer of its parked
-// chunks is paused, or no longer paused.
+// worker's holder has acted on it: the shop's chunk pool and the hold
+// consumer of its parked chunks are paused, or no longer paused.
 func (b *bundle) pauseShop(t *testing.T, paused bool) {
 	t.Helper()
 	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, shopPipeline, paused, "ann", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	name := streams.HoldConsumer(streams.PausedSystem(shopPipeline))
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
-		c, err := b.JS.Consumer(b.ctx, streams.Hold, name)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(b.ctx)
-		return err == nil && info.Paused == paused
-	}, "hold consumer %s paused=%v", name, paused)
+	for stream, name := range map[string]string{streams.Hold: streams.HoldConsumer(streams.PausedSystem(shopPipeline)), streams.Chunks: streams.WorkersConsumer(shopPipeline)} {
+		salvagetest.Eventually(t, 10*time.Second, func() bool {
+			c, err := b.JS.Consumer(b.ctx, stream, name)
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(b.ctx)
+			return err == nil && info.Paused == paused
+		}, "consumer %s on %s paused=%v", name, stream, paused)
+	}
 }
 
-// A paused pipeline's chunks park before their first stage without a
-// call or a spent delivery, other pipelines run on, and the resume runs
-// each parked chunk once, from where it stopped.
-func TestPausedPipelineParksItsChunksUntilResumed(t *testing.T) {
+// A paused pipeline's chunk pool is paused with JetStream's consumer
+// pause: its queued chunks are not delivered at all — no call, no spent
+// delivery, nothing parked — while other pipelines run on; the resume
+// runs each once.
+func TestPausedPipelineDeliversNothingUntilResumed(t *testing.T) {
 	b, s := setupShop(t)
 	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		_, err := b.stores.Pipelines.Get(b.ctx, shopPipeline)
@@ -44,16 +46,18 @@ func TestPausedPipelineParksItsChunksUntilResumed(t *testing.T) {
 	job := b.submitOrders(t, shopOrder{ID: "p-1"}, shopOrder{ID: "p-2"}, shopOrder{ID: "p-3"})
 	other := b.submit(t, modeOK, modeOK)
 	b.waitJob(t, other, kv.JobDone)
-	for chunk := 1; chunk <= 3; chunk++ {
-		if cp := b.waitStatus(t, job, chunk, kv.StatusPaused); cp.Stage != 1 {
-			t.Fatalf("chunk %d parked at stage %d; want 1", chunk, cp.Stage)
-		}
-	}
 	if n := s.count("reserve") + s.count("charge") + s.count("ship"); n != 0 {
 		t.Fatalf("%d shop requests from a paused pipeline", n)
 	}
-	if n := b.streamMsgs(t, streams.Hold); n != 3 {
-		t.Fatalf("%d messages on SALVAGE_HOLD; want the 3 parked chunks", n)
+	if n := b.streamMsgs(t, streams.Chunks); n != 3 {
+		t.Fatalf("%d messages on SALVAGE_CHUNKS; want the 3 queued chunks, undelivered", n)
+	}
+	c, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer(shopPipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Info(b.ctx); err != nil || info.NumPending != 3 || info.Delivered.Consumer != 0 {
+		t.Fatalf("the shop's pool while paused: %+v, %v", info, err)
 	}
 	if j, _ := b.stores.Jobs.Get(b.ctx, job); j.Status != kv.JobRunning {
 		t.Fatalf("job %s while its pipeline is paused; want running", j.Status)

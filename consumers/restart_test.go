@@ -44,6 +44,9 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &bundle{stores: stores, reg: mustRegistry(t), opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
+	if err := streams.ProvisionPipelines(ctx, js, b.reg.Names(), opts); err != nil {
+		t.Fatal(err)
+	}
 	sp, _ := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: b.reg})
 	dl, _ := consumers.NewDeadLetterer(js, stores, consumers.DeadLetterConfig{SweepInterval: 200 * time.Millisecond})
 	w, _ := consumers.NewWorker(js, stores, consumers.WorkerConfig{ID: "w", Registry: b.reg, AckWait: opts.AckWait, Retry: testRetry, Breakers: testBreakers})

@@ -277,6 +277,9 @@ func setup(t *testing.T, so setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	reg := mustRegistry(t, so.pipelines...)
+	if err := streams.ProvisionPipelines(ctx, nb.JS, reg.Names(), opts); err != nil {
+		t.Fatal(err)
+	}
 	b := &bundle{Server: nb, stores: stores, reg: reg, opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
 	if so.maxPayload == 0 {

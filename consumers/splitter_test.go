@@ -148,6 +148,9 @@ func setupNoSplitter(t *testing.T) *bundle {
 	}
 	b := &bundle{Server: nb, stores: stores, opts: opts, ctx: ctx, wg: new(sync.WaitGroup)}
 	b.reg = mustRegistry(t)
+	if err := streams.ProvisionPipelines(ctx, nb.JS, b.reg.Names(), opts); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
 	return b
 }

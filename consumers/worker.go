@@ -41,7 +41,8 @@ type WorkerConfig struct {
 	ID string
 	// Registry knows the pipelines. Required.
 	Registry *recovery.Registry
-	// Concurrency is how many chunks run at once. Default ConcurrencyDefault.
+	// Concurrency is how many chunks of each pipeline run at once.
+	// Default ConcurrencyDefault.
 	Concurrency int
 	// AckWait must match the workers consumer's AckWait; the claim lease
 	// equals it. Default streams.AckWaitDefault.
@@ -117,9 +118,10 @@ func (c *WorkerConfig) setDefaults() error {
 	return nil
 }
 
-// Worker runs chunks from the workers consumer: claim, fence, stages,
-// results, ack. Any number of workers, in any number of processes, may run
-// against one deployment.
+// Worker runs chunks from the pools of its pipelines (one consumer per
+// pipeline, streams.WorkersConsumer): claim, fence, stages, results, ack.
+// Any number of workers, in any number of processes, may run against one
+// deployment; each only ever receives the chunks of the pipelines it has.
 type Worker struct {
 	js      jetstream.JetStream
 	stores  *kv.Stores
@@ -168,11 +170,11 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	g := newGate(js, stores, cfg.Breakers, cfg.ID, log)
 	ps := newPauses(js, log)
 	return &Worker{
-		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, log),
+		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), log),
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
 		cancels: newCancelRegistry(),
-		tails:   make(chan struct{}, cfg.Concurrency),
+		tails:   make(chan struct{}, cfg.Concurrency*max(len(cfg.Registry.Names()), 1)),
 		journal: stores.Journal,
 	}, nil
 }
@@ -185,11 +187,18 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // releases the rest for another worker. It blocks until the drain is over
 // and returns nil, or an error if the consumer cannot be bound.
 func (w *Worker) Run(ctx context.Context) error {
-	cons, err := bindConsumer(ctx, w.js, streams.Chunks, streams.WorkersConsumer)
-	if err != nil || cons == nil {
-		return err
+	// One pool per pipeline: a worker never receives a chunk of a
+	// pipeline it does not run (invariant 10).
+	names := w.cfg.Registry.Names()
+	pools := make([]jetstream.Consumer, 0, len(names))
+	for _, name := range names {
+		cons, err := bindConsumer(ctx, w.js, streams.Chunks, streams.WorkersConsumer(name))
+		if err != nil || cons == nil {
+			return err
+		}
+		pools = append(pools, cons)
 	}
-	for _, name := range w.cfg.Registry.Names() {
+	for _, name := range names {
 		if err := w.stores.Pipelines.Register(ctx, name); err != nil {
 			// Pausing it from a console that does not know it fails.
 			w.log.Warn().Err(err).Str("pipeline", name).Msg("record the pipeline")
@@ -208,8 +217,35 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 
-	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
+	var pulls sync.WaitGroup
+	for i, cons := range pools {
+		pulls.Add(1)
+		go func() {
+			defer pulls.Done()
+			w.pull(ctx, workCtx, names[i], cons, &wg)
+		}()
+	}
+	pulls.Wait()
+	w.log.Info().Dur("timeout_ms", w.cfg.DrainTimeout).Msg("draining")
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.DrainTimeout):
+		stopWork(errDraining)
+		<-done
+	}
+	w.log.Info().Msg("drained")
+	return nil
+}
+
+// pull fetches pipeline's chunks from its pool and runs each, at most
+// Concurrency at once, until ctx ends; each run joins wg and outlives ctx
+// (workCtx) so a drain can finish it.
+func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstream.Consumer, wg *sync.WaitGroup) {
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	log := w.log.With().Str("pipeline", pipeline).Logger()
 	for ctx.Err() == nil {
 		// Wait for a free slot, then ask for as many chunks as are free.
 		select {
@@ -250,21 +286,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			<-slots
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-			w.log.Debug().Err(err).Msg("fetch chunks")
+			log.Debug().Err(err).Msg("fetch chunks")
 			sleepCtx(ctx, 250*time.Millisecond)
 		}
 	}
-	w.log.Info().Dur("timeout_ms", w.cfg.DrainTimeout).Msg("draining")
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(w.cfg.DrainTimeout):
-		stopWork(errDraining)
-		<-done
-	}
-	w.log.Info().Msg("drained")
-	return nil
 }
 
 // watchCancellations cancels the running chunks of a job the moment its

@@ -380,7 +380,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 
 	// The stale worker's stage-2 checkpoint write fails: the checkpoint
 	// stays the thief's, at stage 2, and the message stays unacked.
-	cons, _ := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer)
+	cons, _ := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
 	for range 20 {
 		time.Sleep(50 * time.Millisecond)
 		cp := b.checkpoint(t, job, 1)
@@ -406,7 +406,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 	b := setup(t, setupOpts{ackWait: time.Second})
 	job := b.submit(t, modeOK)
-	cons, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer)
+	cons, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,8 +519,8 @@ func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
 	if _, err := b.stores.Claims.Acquire(b.ctx, job, 1, "dead-worker", 3, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	adv, _ := json.Marshal(streams.Advisory{Stream: streams.Chunks, Consumer: streams.WorkersConsumer, StreamSeq: seq, Deliveries: 3})
-	if _, err := b.JS.Publish(b.ctx, streams.AdvisoryMaxDeliveries, adv); err != nil {
+	adv, _ := json.Marshal(streams.Advisory{Stream: streams.Chunks, Consumer: streams.WorkersConsumer("test"), StreamSeq: seq, Deliveries: 3})
+	if _, err := b.JS.Publish(b.ctx, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.SALVAGE_CHUNKS."+streams.WorkersConsumer("test"), adv); err != nil {
 		t.Fatal(err)
 	}
 	b.startDeadLetterer(t)

@@ -1,5 +1,7 @@
 package streams
 
+import "strings"
+
 // Stream names. They are part of the contract: operators use them with the
 // stock `nats` CLI.
 const (
@@ -18,8 +20,10 @@ const (
 
 // Durable consumer names.
 const (
-	// WorkersConsumer is the pull consumer chunk workers share on Chunks.
-	WorkersConsumer = "workers"
+	// LegacyWorkersConsumer is the one chunk consumer every worker shared
+	// before worker pools: an upgraded process deletes it (its queued
+	// chunks stay in the stream and go to the pools).
+	LegacyWorkersConsumer = "workers"
 	// SplitterConsumer is the pull consumer splitters share on Jobs.
 	SplitterConsumer = "splitter"
 	// DeadLetterConsumer turns max-deliveries advisories into envelopes.
@@ -58,3 +62,18 @@ const (
 	// ApprovalEvent).
 	EventApproval = "approval"
 )
+
+// workersPrefix begins the name of every chunk pool consumer.
+const workersPrefix = "workers-"
+
+// WorkersConsumer is the chunk pool of pipeline: the durable pull consumer
+// on SALVAGE_CHUNKS, filtered on salvage.chunks.<pipeline>.>, that only
+// the processes running pipeline bind. Its redeliveries are tier 2.
+func WorkersConsumer(pipeline string) string { return workersPrefix + pipeline }
+
+// PoolPipeline returns the pipeline of a chunk pool consumer's name, and
+// false for any other consumer.
+func PoolPipeline(consumer string) (string, bool) {
+	p, ok := strings.CutPrefix(consumer, workersPrefix)
+	return p, ok && p != ""
+}

@@ -127,18 +127,19 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 	}
 }
 
-// WorkersConfig is the durable pull consumer the chunk workers share.
-func WorkersConfig(o Options) jetstream.ConsumerConfig {
+// WorkersConfig is pipeline's chunk pool: the durable pull consumer the
+// workers of pipeline share, filtered on its chunks.
+func WorkersConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 	o = o.withDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:       WorkersConsumer,
-		Description:   "Chunk workers: tier-2 retries are this consumer's redeliveries.",
+		Durable:       WorkersConsumer(pipeline),
+		Description:   "Chunk workers of pipeline " + pipeline + ": tier-2 retries are this consumer's redeliveries.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.AckWait,
 		MaxDeliver:    o.MaxDeliver,
 		MaxAckPending: MaxAckPendingDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: ChunksAll,
+		FilterSubject: ChunksFor(pipeline),
 	}
 }
 
@@ -206,7 +207,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		stream string
 		cfg    jetstream.ConsumerConfig
 	}{
-		{Chunks, WorkersConfig(o)},
 		{Jobs, SplitterConfig(o)},
 		{Advisories, DeadLetterConfig()},
 		{DLQ, RecoveryConfig()},
@@ -214,6 +214,36 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, c := range consumers {
 		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {
 			return fmt.Errorf("streams: provision consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
+		}
+	}
+	return nil
+}
+
+// ProvisionPipeline creates or updates the pools of pipeline: the
+// consumers only the processes that run it bind. A deployment provisioned
+// before pools existed has one chunk consumer for every pipeline, whose
+// filter would overlap the pools' on the work queue: it is deleted first
+// (its queued and unacknowledged chunks stay in the stream and are
+// delivered to the pools; a worker still running on it finds it gone and
+// takes nothing more). Repeat-safe, from any number of processes at once.
+func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline string, o Options) error {
+	if err := ValidateToken("pipeline", pipeline); err != nil {
+		return err
+	}
+	if err := js.DeleteConsumer(ctx, Chunks, LegacyWorkersConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("streams: delete the legacy %s consumer: %w", LegacyWorkersConsumer, err)
+	}
+	if _, err := EnsureConsumer(ctx, js, Chunks, WorkersConfig(o, pipeline)); err != nil {
+		return fmt.Errorf("streams: provision the pool of %s: %w", pipeline, err)
+	}
+	return nil
+}
+
+// ProvisionPipelines is ProvisionPipeline for each of pipelines.
+func ProvisionPipelines(ctx context.Context, js jetstream.JetStream, pipelines []string, o Options) error {
+	for _, p := range pipelines {
+		if err := ProvisionPipeline(ctx, js, p, o); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -104,16 +104,19 @@ func TestProvisionIsIdempotent(t *testing.T) {
 			t.Errorf("stream %s: %v", name, err)
 		}
 	}
-	c, err := b.JS.Consumer(ctx, streams.Chunks, streams.WorkersConsumer)
+	if err := streams.ProvisionPipeline(ctx, b.JS, "p1", streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.JS.Consumer(ctx, streams.Chunks, streams.WorkersConsumer("p1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	info, _ := c.Info(ctx)
-	if info.Config.AckWait != streams.AckWaitDefault || info.Config.MaxDeliver != streams.MaxDeliverDefault {
-		t.Errorf("workers consumer = %+v", info.Config)
+	if info.Config.AckWait != streams.AckWaitDefault || info.Config.MaxDeliver != streams.MaxDeliverDefault || info.Config.FilterSubject != "salvage.chunks.p1.>" {
+		t.Errorf("pool consumer = %+v", info.Config)
 	}
 	// Options change on re-provisioning (create or update).
-	if err := streams.Provision(ctx, b.JS, streams.Options{MaxDeliver: 5}); err != nil {
+	if err := streams.ProvisionPipeline(ctx, b.JS, "p1", streams.Options{MaxDeliver: 5}); err != nil {
 		t.Fatal(err)
 	}
 	info, _ = c.Info(ctx)

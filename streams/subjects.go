@@ -20,12 +20,17 @@ const (
 	EscalateAll  = "salvage.escalations.>"
 	rejectedRoot = "salvage.events.rejected."
 
-	// AdvisoryMaxDeliveries is the subject the server publishes a
-	// max-deliveries advisory on for the workers consumer.
-	AdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + Chunks + "." + WorkersConsumer
-	// AdvisoryTerminated is the subject of msg-terminated advisories.
-	AdvisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + Chunks + "." + WorkersConsumer
+	// AdvisoryMaxDeliveries captures the max-deliveries advisories of
+	// every chunk pool (the last token is the consumer's name).
+	AdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + Chunks + ".*"
+	// AdvisoryTerminated captures the msg-terminated advisories of every
+	// chunk pool.
+	AdvisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + Chunks + ".*"
 )
+
+// ChunksFor filters one pipeline's chunk messages in SALVAGE_CHUNKS: the
+// filter of its pool.
+func ChunksFor(pipeline string) string { return "salvage.chunks." + pipeline + ".>" }
 
 // JobSubject is where a job for pipeline is submitted.
 func JobSubject(pipeline string) string { return JobsPrefix + pipeline }
