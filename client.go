@@ -148,15 +148,26 @@ func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
 		if err := streams.Provision(ctx, c.js, c.cfg.streamOptions()); err != nil {
 			return err
 		}
-		if c.cfg.has(RoleWorker) {
+		if c.cfg.has(RoleWorker) || c.cfg.has(RoleRecovery) {
 			// The pools of the pipelines this client runs.
 			if err := streams.ProvisionPipelines(ctx, c.js, c.registry.Names(), c.cfg.streamOptions()); err != nil {
 				return err
 			}
 		}
 		var err error
-		stores, err = kv.Provision(ctx, c.js, kv.Options{Replicas: c.cfg.Replicas})
-		return err
+		if stores, err = kv.Provision(ctx, c.js, kv.Options{Replicas: c.cfg.Replicas}); err != nil {
+			return err
+		}
+		if c.cfg.has(RoleWorker) {
+			// Registered before Start returns: a job submitted next is
+			// never taken for one of a pipeline nobody runs.
+			for _, name := range c.registry.Names() {
+				if err := stores.Pipelines.Register(ctx, name); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("salvage: provision: %w", err)
@@ -243,7 +254,8 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	}
 	if c.cfg.has(RoleDeadLetter) {
 		dl, err := consumers.NewDeadLetterer(c.js, stores, consumers.DeadLetterConfig{
-			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), Logger: &log, TracerProvider: c.cfg.TracerProvider,
+			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), UnknownPipelineWait: c.cfg.UnknownPipelineWait,
+			Logger: &log, TracerProvider: c.cfg.TracerProvider,
 		})
 		if err != nil {
 			return nil, err

@@ -78,6 +78,7 @@ const (
 	SweepIntervalDefault       = 15 * time.Second
 	DrainTimeoutDefault        = 20 * time.Second
 	JobWaitDefault             = 30 * time.Second
+	UnknownPipelineWaitDefault = 30 * time.Second
 	AlertIntervalDefault       = 30 * time.Second
 	AlertBurstCountDefault     = 3
 	AlertBurstWindowDefault    = 5 * time.Minute
@@ -185,6 +186,12 @@ type Config struct {
 	// yet (its splitter died between publishing and recording). Default
 	// 30s.
 	JobWait time.Duration
+	// UnknownPipelineWait is how long a job for a pipeline no process has
+	// ever run (registered) waits before the sweeper rejects it
+	// unknown-pipeline; it is rejected within this plus one
+	// SweepInterval. A job for a registered pipeline whose workers are
+	// all stopped waits for one to start, however long. Default 30s.
+	UnknownPipelineWait time.Duration
 	// Alerts are the DLQ alert thresholds (zero fields take their
 	// defaults: 3 envelopes in 5 minutes, 30 minutes unresolved, 15
 	// minutes unacknowledged); AlertInterval is how often they are
@@ -267,6 +274,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.JobWait <= 0 {
 		c.JobWait = JobWaitDefault
+	}
+	if c.UnknownPipelineWait <= 0 {
+		c.UnknownPipelineWait = UnknownPipelineWaitDefault
 	}
 	if c.AlertInterval <= 0 {
 		c.AlertInterval = AlertIntervalDefault

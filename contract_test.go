@@ -23,6 +23,7 @@ func TestPublicNamesMatchTheMachinery(t *testing.T) {
 		{MaxChunksDefault, consumers.MaxChunksDefault}, {ChunkWindowDefault, consumers.ChunkWindowDefault},
 		{MaxPayloadDefault, consumers.MaxPayloadDefault}, {SweepIntervalDefault, consumers.SweepIntervalDefault},
 		{DrainTimeoutDefault, consumers.DrainTimeoutDefault}, {JobWaitDefault, consumers.JobWaitDefault},
+		{UnknownPipelineWaitDefault, consumers.UnknownPipelineWaitDefault},
 		{AlertIntervalDefault, consumers.AlertIntervalDefault}, {RetentionDefault, kv.RetentionDefault},
 		{AlertBurstCountDefault, recovery.BurstCountDefault}, {AlertBurstWindowDefault, recovery.BurstWindowDefault},
 		{AlertUnresolvedDefault, recovery.UnresolvedAfterDefault}, {AlertUnackedDefault, recovery.UnackedAfterDefault},

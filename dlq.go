@@ -70,7 +70,8 @@ type LeftEffect struct {
 }
 
 // Envelope is a failure envelope as published on
-// salvage.dlq.<category>.<job>.<chunk>: what failed and what stands.
+// salvage.dlq.<category>.<pipeline>.<job>.<chunk>: what failed and what
+// stands.
 type Envelope struct {
 	ID       string   `json:"envelope_id"`
 	Job      string   `json:"job_id"`

@@ -30,6 +30,10 @@ type DeadLetterConfig struct {
 	// Limits are the recovery limits an envelope is classified against;
 	// zero fields take recovery's defaults.
 	Limits recovery.Limits
+	// UnknownPipelineWait is how long a job for a pipeline no process has
+	// ever run waits before the sweeper rejects it. Default
+	// UnknownPipelineWaitDefault.
+	UnknownPipelineWait time.Duration
 	// Logger receives dead-letter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 	// TracerProvider receives the span of a job whose last chunk the
@@ -58,6 +62,9 @@ type DeadLetterer struct {
 func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterConfig) (*DeadLetterer, error) {
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = SweepIntervalDefault
+	}
+	if cfg.UnknownPipelineWait <= 0 {
+		cfg.UnknownPipelineWait = UnknownPipelineWaitDefault
 	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
@@ -216,6 +223,9 @@ func (d *DeadLetterer) sweepLoop(ctx context.Context) {
 		}
 		if n, err := d.repair.repair(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn().Err(err).Int("repaired", n).Msg("repair")
+		}
+		if _, err := d.SweepIntake(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn().Err(err).Msg("intake sweep")
 		}
 		select {
 		case <-ctx.Done():

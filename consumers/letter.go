@@ -201,7 +201,7 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 	return nil
 }
 
-// publishEnvelope publishes env on salvage.dlq.<category>.<job>.<chunk>
+// publishEnvelope publishes env on salvage.dlq.<category>.<pipeline>.<job>.<chunk>
 // under its id as Nats-Msg-Id, so publishing it again is deduplicated.
 func publishEnvelope(ctx context.Context, js jetstream.JetStream, env recovery.Envelope) (*jetstream.PubAck, error) {
 	h := nats.Header{}
@@ -215,7 +215,7 @@ func publishEnvelope(ctx context.Context, js jetstream.JetStream, env recovery.E
 	if err != nil {
 		return nil, err
 	}
-	return publish(ctx, js, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Job, env.Chunk), Data: data, Header: h})
+	return publish(ctx, js, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, env.Job, env.Chunk), Data: data, Header: h})
 }
 
 // rawJSON keeps data verbatim when it is JSON, else wraps it as a string so

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +27,10 @@ const (
 	CoolDownDefault = 30 * time.Second
 	// retryStrategyDelay spaces the attempts of a failing strategy.
 	retryStrategyDelay = 2 * time.Second
+	// otherPipelineDelay is when an envelope of a pipeline this
+	// orchestrator does not run (only from the DLQ consumer of before
+	// worker pools) is offered again, to whichever orchestrator gets it.
+	otherPipelineDelay = 5 * time.Second
 )
 
 // OrchestratorConfig configures an Orchestrator.
@@ -104,14 +109,35 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 		tracker: tracker{js: js, stores: stores, tracer: tracer}}, nil
 }
 
-// Run consumes envelopes until ctx ends. It blocks and returns nil on
-// cancellation.
+// Run consumes the envelopes of its pipelines (one recovery pool each,
+// streams.RecoveryConsumer) until ctx ends: verification and compensation
+// run only where their tools are. A deployment upgraded from before worker
+// pools keeps its single DLQ consumer for the envelopes of that time; an
+// orchestrator works it too, leaving to others the envelopes of pipelines
+// it does not run. It blocks and returns nil on cancellation.
 func (o *Orchestrator) Run(ctx context.Context) error {
-	cons, err := bindConsumer(ctx, o.js, streams.DLQ, streams.RecoveryConsumer)
-	if err != nil || cons == nil {
-		return err
+	var pools []jetstream.Consumer
+	for _, name := range o.cfg.Registry.Names() {
+		cons, err := bindConsumer(ctx, o.js, streams.DLQ, streams.RecoveryConsumer(name))
+		if err != nil || cons == nil {
+			return err
+		}
+		pools = append(pools, cons)
 	}
-	fetchLoop(ctx, cons, 8, o.log, func(m jetstream.Msg) { o.handle(ctx, m) })
+	if legacy, err := o.js.Consumer(ctx, streams.DLQ, streams.LegacyRecoveryConsumer); err == nil {
+		pools = append(pools, legacy)
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		o.log.Warn().Err(err).Msg("look for the DLQ consumer of before worker pools")
+	}
+	var wg sync.WaitGroup
+	for _, cons := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fetchLoop(ctx, cons, 8, o.log, func(m jetstream.Msg) { o.handle(ctx, m) })
+		}()
+	}
+	wg.Wait()
 	return nil
 }
 
@@ -230,7 +256,12 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 	}()
 	p, err := o.cfg.Registry.Get(env.Pipeline)
 	if err != nil {
-		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "pipeline not known to this orchestrator: "+err.Error(), o.standing(ctx, env), log)
+		// An envelope of before worker pools, of a pipeline this process
+		// does not run: the orchestrators that run it take it.
+		if _, rerr := o.release(ctx, env, rec, 0); rerr != nil {
+			return outcome{delay: retryStrategyDelay}, rerr
+		}
+		return outcome{delay: otherPipelineDelay}, nil
 	}
 	cp, _, err := o.stores.Checkpoints.Get(ctx, env.Job, env.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {

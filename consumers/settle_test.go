@@ -247,7 +247,7 @@ func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
 	if m.Subject != streams.RejectedSubject(streams.RejectSplitFailed) || r.StreamSeq == 0 {
 		t.Fatalf("report on %s: %+v", m.Subject, r)
 	}
-	cons, err := b.JS.Consumer(b.ctx, streams.Jobs, streams.SplitterConsumer)
+	cons, err := b.JS.Consumer(b.ctx, streams.Jobs, streams.SplitterConsumer("test"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -303,7 +303,7 @@ func (b *bundle) goRun(run func(context.Context) error) {
 
 func (b *bundle) startDeadLetterer(t *testing.T) {
 	t.Helper()
-	dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{SweepInterval: 250 * time.Millisecond})
+	dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{SweepInterval: 250 * time.Millisecond, UnknownPipelineWait: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -99,13 +100,39 @@ func NewSplitter(js jetstream.JetStream, stores *kv.Stores, cfg SplitterConfig) 
 	return &Splitter{js: js, stores: stores, cfg: cfg, log: log.With().Str("role", "splitter").Logger(), tracker: tracker{js: js, stores: stores}}, nil
 }
 
-// Run consumes SALVAGE_JOBS until ctx ends. It blocks and returns nil on
+// Run consumes the job messages of its pipelines (one consumer each,
+// streams.SplitterConsumer) until ctx ends: a splitter never receives a
+// job of a pipeline it does not run. It blocks and returns nil on
 // cancellation.
 func (s *Splitter) Run(ctx context.Context) error {
-	cons, err := bindConsumer(ctx, s.js, streams.Jobs, streams.SplitterConsumer)
-	if err != nil || cons == nil {
-		return err
+	names := s.cfg.Registry.Names()
+	pools := make([]jetstream.Consumer, 0, len(names))
+	for _, name := range names {
+		cons, err := bindConsumer(ctx, s.js, streams.Jobs, streams.SplitterConsumer(name))
+		if err != nil || cons == nil {
+			return err
+		}
+		pools = append(pools, cons)
+		// A registered pipeline's jobs wait for a splitter instead of
+		// being rejected as unknown (SweepIntake).
+		if err := s.stores.Pipelines.Register(ctx, name); err != nil {
+			s.log.Warn().Err(err).Str("pipeline", name).Msg("record the pipeline")
+		}
 	}
+	var wg sync.WaitGroup
+	for _, cons := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.pull(ctx, cons)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// pull splits the job messages of one consumer until ctx ends.
+func (s *Splitter) pull(ctx context.Context, cons jetstream.Consumer) {
 	// One job message gets a bounded time: infrastructure errors are
 	// retried inside it, but a message that cannot be handled in time
 	// counts a delivery, so it cannot hold the splitter forever.
@@ -131,11 +158,10 @@ func (s *Splitter) Run(ctx context.Context) error {
 		// The last delivery: report it. The message stays in SALVAGE_JOBS
 		// (the consumer will not deliver it again), so nothing is lost.
 		rej := &rejectError{streams.RejectSplitFailed, fmt.Errorf("after %d deliveries: %w", meta.NumDelivered, err)}
-		if rerr := s.publishRejection(ctx, m, meta.Sequence.Stream, "", rej); rerr != nil {
+		if rerr := publishRejection(ctx, s.js, m.Subject(), m.Data(), meta.Sequence.Stream, "", rej); rerr != nil {
 			s.log.Error().Err(errors.Join(err, rerr)).Uint64("stream_seq", meta.Sequence.Stream).Msg("split failed for good and could not be reported")
 		}
 	})
-	return nil
 }
 
 // retryDelay spaces the deliveries of a message that failed on an
@@ -426,7 +452,7 @@ func jobIDFor(msgID string, meta *jetstream.MsgMetadata) string {
 // id when it is known: the event goes to the job's own subject too, where
 // a submitter tells its own message's rejection by stream_seq.
 func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, job string, rej *rejectError) error {
-	if err := s.publishRejection(ctx, m, seq, job, rej); err != nil {
+	if err := publishRejection(ctx, s.js, m.Subject(), m.Data(), seq, job, rej); err != nil {
 		return err
 	}
 	s.log.Warn().Str("reason", rej.reason).Str("subject", m.Subject()).Uint64("stream_seq", seq).Err(rej.err).Msg("job rejected")
@@ -436,16 +462,18 @@ func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, job 
 	return nil
 }
 
-// publishRejection publishes the bounded rejection event of a job message
-// on salvage.events.rejected.<reason> and, when the job id is known, on
-// salvage.events.<job>.rejected too, where a waiter for that job finds it.
-func (s *Splitter) publishRejection(ctx context.Context, m jetstream.Msg, seq uint64, job string, rej *rejectError) error {
-	ev := streams.NewRejection(rej.reason, rej.err, m.Subject(), seq, m.Data())
+// publishRejection publishes the bounded rejection event of the job
+// message at seq (its subject and data) on salvage.events.rejected.<reason>
+// and, when the job id is known, on salvage.events.<job>.rejected too,
+// where a waiter for that job finds it. Repeat-safe: its ids derive from
+// seq.
+func publishRejection(ctx context.Context, js jetstream.JetStream, subject string, data []byte, seq uint64, job string, rej *rejectError) error {
+	ev := streams.NewRejection(rej.reason, rej.err, subject, seq, data)
 	ev.JobID = job
 	h := nats.Header{}
 	h.Set(streams.HeaderReason, rej.reason)
 	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d", seq))
-	if err := publishJSON(ctx, s.js, streams.RejectedSubject(rej.reason), ev, h); err != nil {
+	if err := publishJSON(ctx, js, streams.RejectedSubject(rej.reason), ev, h); err != nil {
 		return err
 	}
 	if job == "" {
@@ -454,7 +482,7 @@ func (s *Splitter) publishRejection(ctx context.Context, m jetstream.Msg, seq ui
 	h = nats.Header{}
 	h.Set(streams.HeaderReason, rej.reason)
 	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d.job", seq))
-	return publishJSON(ctx, s.js, streams.EventSubject(job, streams.EventRejected), ev, h)
+	return publishJSON(ctx, js, streams.EventSubject(job, streams.EventRejected), ev, h)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -9,7 +9,7 @@ import (
 )
 
 // Failure categories (the classifier table in DESIGN.md). They are subject
-// tokens of salvage.dlq.<category>.<job>.<chunk>.
+// tokens of salvage.dlq.<category>.<pipeline>.<job>.<chunk>.
 const (
 	CategoryTransientNetwork   = "TRANSIENT_NETWORK"
 	CategoryExternalSystemDown = "EXTERNAL_SYSTEM_DOWN"

@@ -97,7 +97,9 @@ func Connect(t testing.TB, url string) *nats.Conn {
 
 // Client returns a started client on s with cfg (nil: every default),
 // stopped in t.Cleanup. Unset, tier 1 and tier 2 are made fast for tests:
-// retries wait at most 5ms and a chunk is redelivered after 2s.
+// retries wait at most 5ms, a chunk is redelivered after 2s, the sweeper
+// runs every 250ms and a job for a pipeline nobody ever ran is rejected
+// after 500ms.
 func (s *Server) Client(t testing.TB, cfg *salvage.Config) *salvage.Client {
 	t.Helper()
 	var c salvage.Config
@@ -112,6 +114,9 @@ func (s *Server) Client(t testing.TB, cfg *salvage.Config) *salvage.Client {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = 250 * time.Millisecond
+	}
+	if c.UnknownPipelineWait == 0 {
+		c.UnknownPipelineWait = 500 * time.Millisecond
 	}
 	client, err := salvage.NewClient(s.JS, &c)
 	if err != nil {

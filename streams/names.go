@@ -24,12 +24,16 @@ const (
 	// before worker pools: an upgraded process deletes it (its queued
 	// chunks stay in the stream and go to the pools).
 	LegacyWorkersConsumer = "workers"
-	// SplitterConsumer is the pull consumer splitters share on Jobs.
-	SplitterConsumer = "splitter"
+	// LegacySplitterConsumer is the one job consumer every splitter shared
+	// before worker pools; an upgraded process deletes it (its queued job
+	// messages stay in the stream and go to the pipelines' splitters).
+	LegacySplitterConsumer = "splitter"
 	// DeadLetterConsumer turns max-deliveries advisories into envelopes.
 	DeadLetterConsumer = "dead-letter"
-	// RecoveryConsumer is the recovery orchestrators' consumer on the DLQ.
-	RecoveryConsumer = "recovery"
+	// LegacyRecoveryConsumer is the one DLQ consumer every orchestrator
+	// shared before worker pools. An upgraded deployment keeps it, filtered
+	// on the envelopes of that time (DLQLegacy), until they are settled.
+	LegacyRecoveryConsumer = "recovery"
 )
 
 // Header names carried on Salvage messages.
@@ -77,3 +81,20 @@ func PoolPipeline(consumer string) (string, bool) {
 	p, ok := strings.CutPrefix(consumer, workersPrefix)
 	return p, ok && p != ""
 }
+
+// splitterPrefix begins the name of every pipeline's job consumer.
+const splitterPrefix = "splitter-"
+
+// SplitterConsumer is pipeline's job consumer: the durable pull consumer
+// on SALVAGE_JOBS, filtered on salvage.jobs.<pipeline>, that only the
+// processes running pipeline bind.
+func SplitterConsumer(pipeline string) string { return splitterPrefix + pipeline }
+
+// recoveryPrefix begins the name of every pipeline's DLQ consumer.
+const recoveryPrefix = "recovery-"
+
+// RecoveryConsumer is pipeline's recovery pool: the durable pull consumer
+// on SALVAGE_DLQ, filtered on its envelopes (DLQFor), that only the
+// processes running pipeline (and so its verification and compensation
+// tools) bind.
+func RecoveryConsumer(pipeline string) string { return recoveryPrefix + pipeline }

@@ -143,16 +143,18 @@ func WorkersConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 	}
 }
 
-// SplitterConfig is the durable pull consumer the splitters share.
-func SplitterConfig(o Options) jetstream.ConsumerConfig {
+// SplitterConfig is pipeline's job consumer: the durable pull consumer the
+// splitters of pipeline share, filtered on its job subject.
+func SplitterConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 	o = o.withDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:       SplitterConsumer,
-		Description:   "Splitters: validate jobs and publish their chunks.",
+		Durable:       SplitterConsumer(pipeline),
+		Description:   "Splitters of pipeline " + pipeline + ": validate its jobs and publish their chunks.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.SplitterAckWait,
 		MaxDeliver:    o.SplitterMaxDeliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: JobSubject(pipeline),
 	}
 }
 
@@ -170,18 +172,18 @@ func DeadLetterConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// RecoveryConfig is the durable consumer the recovery orchestrators share
-// on SALVAGE_DLQ. Its AckWait is the time one orchestrator may spend on an
-// envelope before another may take it over.
-func RecoveryConfig() jetstream.ConsumerConfig {
+// RecoveryConfig is pipeline's recovery pool on SALVAGE_DLQ, the
+// consumer its orchestrators share. Its AckWait is the time one
+// orchestrator may spend on an envelope before another may take it over.
+func RecoveryConfig(pipeline string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       RecoveryConsumer,
-		Description:   "Recovery orchestrators: one strategy run per envelope at a time.",
+		Durable:       RecoveryConsumer(pipeline),
+		Description:   "Recovery orchestrators of pipeline " + pipeline + ": one strategy run per envelope at a time.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
 		MaxDeliver:    RecoveryMaxDeliverDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: DLQAll,
+		FilterSubject: DLQFor(pipeline),
 	}
 }
 
@@ -207,9 +209,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		stream string
 		cfg    jetstream.ConsumerConfig
 	}{
-		{Jobs, SplitterConfig(o)},
 		{Advisories, DeadLetterConfig()},
-		{DLQ, RecoveryConfig()},
 	}
 	for _, c := range consumers {
 		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {
@@ -220,21 +220,52 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 }
 
 // ProvisionPipeline creates or updates the pools of pipeline: the
-// consumers only the processes that run it bind. A deployment provisioned
-// before pools existed has one chunk consumer for every pipeline, whose
-// filter would overlap the pools' on the work queue: it is deleted first
-// (its queued and unacknowledged chunks stay in the stream and are
-// delivered to the pools; a worker still running on it finds it gone and
-// takes nothing more). Repeat-safe, from any number of processes at once.
+// consumers only the processes that run it bind (its chunk pool, its job
+// consumer and its recovery pool). A deployment provisioned before pools existed has one
+// chunk consumer and one job consumer for every pipeline, whose filters
+// would overlap the pools' on the work queues: they are deleted first
+// (their queued and unacknowledged messages stay in the streams and are
+// delivered to the pools; a process still running on them finds them
+// gone and takes nothing more). Repeat-safe, from any number of processes at once.
 func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline string, o Options) error {
 	if err := ValidateToken("pipeline", pipeline); err != nil {
 		return err
 	}
-	if err := js.DeleteConsumer(ctx, Chunks, LegacyWorkersConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("streams: delete the legacy %s consumer: %w", LegacyWorkersConsumer, err)
+	for _, legacy := range []struct{ stream, name string }{{Chunks, LegacyWorkersConsumer}, {Jobs, LegacySplitterConsumer}} {
+		if err := js.DeleteConsumer(ctx, legacy.stream, legacy.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("streams: delete the legacy %s consumer on %s: %w", legacy.name, legacy.stream, err)
+		}
 	}
-	if _, err := EnsureConsumer(ctx, js, Chunks, WorkersConfig(o, pipeline)); err != nil {
-		return fmt.Errorf("streams: provision the pool of %s: %w", pipeline, err)
+	for _, c := range []struct {
+		stream string
+		cfg    jetstream.ConsumerConfig
+	}{{Chunks, WorkersConfig(o, pipeline)}, {Jobs, SplitterConfig(o, pipeline)}, {DLQ, RecoveryConfig(pipeline)}} {
+		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {
+			return fmt.Errorf("streams: provision %s of %s: %w", c.cfg.Durable, pipeline, err)
+		}
+	}
+	return narrowLegacyRecovery(ctx, js)
+}
+
+// narrowLegacyRecovery keeps the DLQ consumer of a deployment made before
+// worker pools on the envelopes of that time: every envelope since names
+// its pipeline and goes to that pipeline's recovery pool (a limits stream
+// allows the overlap, but one envelope must not reach two pools).
+func narrowLegacyRecovery(ctx context.Context, js jetstream.JetStream) error {
+	c, err := js.Consumer(ctx, DLQ, LegacyRecoveryConsumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("streams: the legacy %s consumer: %w", LegacyRecoveryConsumer, err)
+	}
+	cfg := c.CachedInfo().Config
+	if cfg.FilterSubject == DLQLegacy {
+		return nil
+	}
+	cfg.FilterSubject = DLQLegacy
+	if _, err := js.UpdateConsumer(ctx, DLQ, cfg); err != nil {
+		return fmt.Errorf("streams: narrow the legacy %s consumer: %w", LegacyRecoveryConsumer, err)
 	}
 	return nil
 }

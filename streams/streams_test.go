@@ -70,7 +70,7 @@ func TestSubjects(t *testing.T) {
 			t.Errorf("ParseChunkSubject(%q) = %v", s, err)
 		}
 	}
-	if got := streams.DLQSubject("TRANSIENT_NETWORK", "J", 3); got != "salvage.dlq.TRANSIENT_NETWORK.J.3" {
+	if got := streams.DLQSubject("TRANSIENT_NETWORK", "orders", "J", 3); got != "salvage.dlq.TRANSIENT_NETWORK.orders.J.3" {
 		t.Errorf("DLQSubject = %s", got)
 	}
 }

@@ -63,10 +63,20 @@ func ResultSubject(job string, chunk int) string {
 // ResultsForJob filters one job's results.
 func ResultsForJob(job string) string { return "salvage.results." + job + ".*" }
 
-// DLQSubject carries the failure envelope of one chunk.
-func DLQSubject(category, job string, chunk int) string {
-	return "salvage.dlq." + category + "." + job + "." + strconv.Itoa(chunk)
+// DLQSubject carries the failure envelope of one chunk of pipeline.
+func DLQSubject(category, pipeline, job string, chunk int) string {
+	return "salvage.dlq." + category + "." + pipeline + "." + job + "." + strconv.Itoa(chunk)
 }
+
+// DLQFor filters the envelopes of one pipeline's chunks, whatever their
+// category: the filter of its recovery pool. It matches the six tokens of
+// DLQSubject only, never an envelope of the five-token shape used before
+// worker pools (salvage.dlq.<category>.<job>.<chunk>).
+func DLQFor(pipeline string) string { return "salvage.dlq.*." + pipeline + ".*.*" }
+
+// DLQLegacy filters the envelopes published before worker pools, whose
+// subjects do not name their pipeline.
+const DLQLegacy = "salvage.dlq.*.*.*"
 
 // EventSubject is a job lifecycle event (EventAccepted, EventProgress,
 // EventFinished).

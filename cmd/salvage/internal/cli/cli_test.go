@@ -182,7 +182,9 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 }
 
 func TestSubmitBadInput(t *testing.T) {
-	url, _ := up(t)
+	// A job for a pipeline no process ever ran is rejected after
+	// --unknown-pipeline-wait, at the next sweep.
+	url, _ := up(t, "--unknown-pipeline-wait", "500ms", "--sweep-interval", "500ms")
 	big := writeFile(t, "big.txt", strings.Repeat("x", 600<<10))
 	tests := []struct {
 		name  string

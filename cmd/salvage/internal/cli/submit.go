@@ -98,7 +98,7 @@ one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 do
 				switch {
 				case errors.Is(err, context.DeadlineExceeded):
 					fmt.Fprintln(e.stdout, id)
-					fmt.Fprintf(e.stderr, "salvage submit: no splitter took job %s within %s: is salvage up (role worker) running against this server?\n", id, acceptWait)
+					fmt.Fprintf(e.stderr, "salvage submit: no splitter took job %s within %s: %s\n", id, acceptWait, whyWaiting(ctx, c, pipeline))
 					return nil
 				case err != nil:
 					return fmt.Errorf("job %s: %w", id, err)
@@ -265,4 +265,20 @@ func (p *progress) done() {
 	if p.tty && p.last != "" {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// whyWaiting says why a job for pipeline is not taken: no process has
+// ever run the pipeline (it will be rejected), or none runs it now (it
+// waits) — as far as this user may read the pipelines.
+func whyWaiting(ctx context.Context, c *salvage.Client, pipeline string) string {
+	ps, err := c.Pipelines(ctx)
+	if err != nil {
+		return "is salvage up (role worker) running for pipeline " + pipeline + " against this server?"
+	}
+	for _, p := range ps {
+		if p.Pipeline == pipeline {
+			return "no worker of pipeline " + pipeline + " is taking jobs now; the job waits in SALVAGE_JOBS until one does"
+		}
+	}
+	return "no process has ever run pipeline " + pipeline + "; unless one starts, the job is rejected unknown-pipeline after the deployment's --unknown-pipeline-wait (30s by default)"
 }

@@ -36,6 +36,8 @@ type runFlags struct {
 	retryMax      time.Duration
 	retryTotal    time.Duration
 	sweepInterval time.Duration
+	// unknownWait is how long a job for a never-run pipeline waits.
+	unknownWait   time.Duration
 	drainTimeout  time.Duration
 	journalWrites string
 	simURL        string
@@ -63,6 +65,7 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.retryMax, "retry-max", salvage.RetryMaxDefault, "tier 1: upper bound of any one wait")
 	f.DurationVar(&r.retryTotal, "retry-total", salvage.RetryTotalDefault, "tier 1: time cap for one call, waits included")
 	f.DurationVar(&r.sweepInterval, "sweep-interval", salvage.SweepIntervalDefault, "how often the sweeper looks for exhausted chunks")
+	f.DurationVar(&r.unknownWait, "unknown-pipeline-wait", salvage.UnknownPipelineWaitDefault, "how long a job for a pipeline no process has ever run waits before it is rejected unknown-pipeline (a registered pipeline's jobs wait for a worker however long)")
 	f.DurationVar(&r.drainTimeout, "drain-timeout", salvage.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
 	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
 	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
@@ -150,7 +153,7 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 		Pipelines: pipes, Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
 		Concurrency: r.concurrency, WorkerID: r.workerID, MaxChunks: r.maxChunks, ChunkWindow: r.chunkWindow,
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
-		SweepInterval: r.sweepInterval, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
+		SweepInterval: r.sweepInterval, UnknownPipelineWait: r.unknownWait, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
 		CoolDown: r.coolDown, Breaker: r.breaker, Prices: prices, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
 	}, nil
 }

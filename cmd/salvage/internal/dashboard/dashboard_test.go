@@ -81,7 +81,7 @@ func setup(t *testing.T, token string) *fixture {
 		Original: recovery.Original{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject("order-fulfillment", job, 3),
 			Data: json.RawMessage(`{"job_id":"` + job + `","chunk":3,"pipeline":"order-fulfillment","epoch":0,"input":{}}`)}}
 	data, _ := json.Marshal(env)
-	ack, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, job, 3), Data: data})
+	ack, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, job, 3), Data: data})
 	if err != nil {
 		t.Fatal(err)
 	}

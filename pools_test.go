@@ -1,0 +1,119 @@
+package salvage_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/salvagetest"
+)
+
+// fleetPipeline is a pipeline of two chunks per job whose one agent
+// records which fleet ran each chunk.
+func fleetPipeline(name, fleet string, ran *sync.Map) *salvage.Pipeline {
+	return &salvage.Pipeline{
+		Name: name,
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
+			return []json.RawMessage{in, in}, nil
+		},
+		Stages: []salvage.Stage{{Name: "work", Agents: []salvage.Agent{{Name: "worker", Run: func(_ context.Context, t *salvage.Turn) (any, error) {
+			ran.Store(fmt.Sprintf("%s/%d", t.Job, t.Chunk), fleet)
+			return fleet, nil
+		}}}}},
+	}
+}
+
+// TestTwoFleetsAndAnAPIOnlyClient is the task-queue case: two worker fleets
+// of different pipelines and a client that only serves the API share one
+// server. Every job of both pipelines finishes, each chunk run by its own
+// pipeline's fleet; nothing is rejected and nothing dead-lettered.
+func TestTwoFleetsAndAnAPIOnlyClient(t *testing.T) {
+	srv := salvagetest.StartServer(t)
+	var ran sync.Map
+	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{fleetPipeline("alpha", "fleet-a", &ran)}, WorkerID: "fleet-a"})
+	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{fleetPipeline("beta", "fleet-b", &ran)}, WorkerID: "fleet-b"})
+	api := srv.Client(t, &salvage.Config{Roles: []salvage.Role{salvage.RoleAPI}})
+	rejections, err := srv.Conn.SubscribeSync("salvage.events.rejected.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	jobs := map[string]string{} // job -> the fleet that must run it
+	for i := range 6 {
+		for pipeline, fleet := range map[string]string{"alpha": "fleet-a", "beta": "fleet-b"} {
+			id, err := api.Submit(ctx, pipeline, map[string]int{"n": i}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs[id] = fleet
+		}
+	}
+	for id, fleet := range jobs {
+		if j := salvagetest.WaitJob(t, api, id, time.Minute); j.Status != salvage.JobDone {
+			t.Fatalf("job %s of %s: %+v", id, fleet, j)
+		}
+		for chunk := 1; chunk <= 2; chunk++ {
+			if got, _ := ran.Load(fmt.Sprintf("%s/%d", id, chunk)); got != fleet {
+				t.Errorf("chunk %d of %s ran on %v, want %s", chunk, id, got, fleet)
+			}
+		}
+	}
+	if list, err := api.ListEnvelopes(ctx, salvage.EnvelopeFilter{}, nil); err != nil || list.Total != 0 {
+		t.Fatalf("envelopes = %+v, %v", list, err)
+	}
+	if m, err := rejections.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("a rejection: %s", m.Data)
+	}
+}
+
+// TestJobWaitsForItsPipelinesWorker: a job submitted while the only
+// process that runs its pipeline is stopped waits — past the time a never
+// registered pipeline's job is rejected in — and finishes once a worker
+// starts; a job for a name no process ever ran is rejected with an event.
+func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
+	srv := salvagetest.StartServer(t)
+	var ran sync.Map
+	p := fleetPipeline("gamma", "fleet-g", &ran)
+	first := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, WorkerID: "first"})
+	ctx := context.Background()
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := first.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	api := srv.Client(t, &salvage.Config{Roles: []salvage.Role{salvage.RoleAPI, salvage.RoleDeadLetter}})
+	id, err := api.Submit(ctx, "gamma", map[string]int{"n": 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never, err := api.Submit(ctx, "never-ran", map[string]int{"n": 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if _, err := api.Wait(wctx, never); !errors.Is(err, salvage.ErrUnknownPipeline) {
+		t.Fatalf("Wait for a never-run pipeline's job: %v", err)
+	}
+	// The sweep that rejected the later job passed the earlier one, older
+	// than the unknown-pipeline wait: a registered pipeline's job waits.
+	if _, err := api.Get(ctx, id); err == nil {
+		t.Fatal("a job of a pipeline with no worker running was split")
+	}
+	s, err := srv.JS.Stream(ctx, "SALVAGE_JOBS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("SALVAGE_JOBS = %+v, %v; want the waiting job", info.State, err)
+	}
+	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, WorkerID: "second"})
+	if j := salvagetest.WaitJob(t, api, id, time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("job = %+v", j)
+	}
+}
