@@ -35,6 +35,10 @@ type Client struct {
 
 	// submitted remembers this client's own submissions (Wait).
 	submitted submissions
+	// worker is the client's worker while it runs (RoleWorker), for the
+	// heartbeat's count of chunks in flight; id names the process.
+	worker *consumers.Worker
+	id     string
 
 	runMu   sync.Mutex
 	stop    context.CancelFunc
@@ -90,6 +94,9 @@ func (c *Client) Start(ctx context.Context) error {
 	runs, err := c.roles(stores)
 	if err != nil {
 		return err
+	}
+	if !c.cfg.has(RoleNone) {
+		runs = append(runs, func(ctx context.Context) error { c.heartbeat(ctx, stores); return nil })
 	}
 	// The roles outlive the ctx of Start; Stop ends them.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -250,6 +257,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
+		c.worker, c.id = w, w.ID()
 		runs = append(runs, sp.Run, w.Run)
 	}
 	if c.cfg.has(RoleDeadLetter) {

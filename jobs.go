@@ -523,6 +523,13 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 // cancelled-at-stage-0. It costs one read per 1,000 chunks of the page.
 func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, error) {
 	j, st, err := c.job(ctx, id)
+	if errors.Is(err, ErrUnknownJob) {
+		// No record: the job may wait to be split, its pipeline's
+		// workers all stopped.
+		if why := c.notSplit(ctx, st, id); why != "" {
+			return nil, fmt.Errorf("%w: %s", ErrUnknownJob, why)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -626,4 +633,53 @@ func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
 	}
 	from, to := page.Bounds(len(jobs))
 	return recast[[]Job](jobs[from:to])
+}
+
+// notSplitScan bounds the job messages notSplit reads.
+const notSplitScan = 1000
+
+// notSplit says why job id has no record when its message still waits in
+// SALVAGE_JOBS (the first notSplitScan of them are looked at): its
+// pipeline, and how many processes run it now. "" when it does not wait
+// there.
+func (c *Client) notSplit(ctx context.Context, st *kv.Stores, id string) string {
+	s, err := c.js.Stream(ctx, streams.Jobs)
+	if err != nil {
+		return ""
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.State.Msgs == 0 {
+		return ""
+	}
+	for seq, n := info.State.FirstSeq, 0; seq <= info.State.LastSeq && n < notSplitScan; seq, n = seq+1, n+1 {
+		raw, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		if !messageOfJob(raw, id) {
+			continue
+		}
+		pipeline, _ := streams.ParseJobSubject(raw.Subject)
+		workers := 0
+		if ws, err := st.Workers.List(ctx); err == nil {
+			for _, w := range ws {
+				if w.Runs(pipeline) {
+					workers++
+				}
+			}
+		}
+		return fmt.Sprintf("job %s is not split yet: its message waits in %s (sequence %d) for a worker of pipeline %s; %d running", id, streams.Jobs, seq, pipeline, workers)
+	}
+	return ""
+}
+
+// messageOfJob reports whether the job message raw names job id: in its
+// body's job_id, or its Nats-Msg-Id (the id, or "<id>.<input hash>").
+func messageOfJob(raw *jetstream.RawStreamMsg, id string) bool {
+	var msg streams.JobMsg
+	if json.Unmarshal(raw.Data, &msg) == nil && msg.JobID != nil {
+		return *msg.JobID == id
+	}
+	msgID := raw.Header.Get(streams.HeaderMsgID)
+	return msgID == id || strings.HasPrefix(msgID, id+".")
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -27,6 +29,11 @@ type PipelineStatus struct {
 	// Parked counts the chunks waiting on SALVAGE_HOLD for the pipeline
 	// to resume (subject salvage.hold.paused-<pipeline>.<job>.<chunk>).
 	Parked int `json:"parked"`
+	// Workers counts the live processes that run its chunks (Workers):
+	// with none, its jobs wait. Waiting counts its job messages not split
+	// yet (on salvage.jobs.<pipeline>).
+	Workers int `json:"workers"`
+	Waiting int `json:"waiting"`
 }
 
 // Pipelines lists every pipeline a worker of the deployment runs (and any
@@ -109,6 +116,35 @@ func (c *Client) pipelineStatus(ctx context.Context, r kv.PipelineState) (Pipeli
 	p := PipelineStatus{Pipeline: r.Pipeline, Paused: r.Paused, PausedAt: r.PausedAt, PausedBy: r.PausedBy,
 		Reason: r.Reason, ResumedAt: r.ResumedAt, ResumedBy: r.ResumedBy}
 	var err error
-	p.Parked, err = c.held(ctx, streams.PausedSystem(r.Pipeline))
+	if p.Parked, err = c.held(ctx, streams.PausedSystem(r.Pipeline)); err != nil {
+		return p, err
+	}
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return p, err
+	}
+	workers, err := st.Workers.List(ctx)
+	if err != nil {
+		return p, err
+	}
+	for _, w := range workers {
+		if w.Runs(r.Pipeline) {
+			p.Workers++
+		}
+	}
+	p.Waiting, err = c.waitingJobs(ctx, r.Pipeline)
 	return p, err
+}
+
+// waitingJobs counts the job messages of pipeline not split yet.
+func (c *Client) waitingJobs(ctx context.Context, pipeline string) (int, error) {
+	s, err := c.js.Stream(ctx, streams.Jobs)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(streams.JobSubject(pipeline)))
+	if err != nil {
+		return 0, err
+	}
+	return int(info.State.Subjects[streams.JobSubject(pipeline)]), nil
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
-// TestPauseAndResumeAPipeline: a paused pipeline accepts jobs and parks
-// their chunks, says so in its status and in the job's, and finishes
-// them after the resume; the service answers bad requests with a code.
+// TestPauseAndResumeAPipeline: a paused pipeline accepts jobs but its
+// chunk pool is paused (JetStream's consumer pause): their chunks wait
+// undelivered, the pipeline says it is paused, and they finish after the
+// resume; the service answers bad requests with a code.
 func TestPauseAndResumeAPipeline(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
@@ -25,18 +26,29 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	if err != nil || !p.Paused || p.PausedBy != "ann" || p.Reason != "deploying the model" {
 		t.Fatalf("pause: %+v, %v", p, err)
 	}
+	pool, err := srv.JS.Consumer(ctx, "SALVAGE_CHUNKS", "workers-words")
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		info, err := pool.Info(ctx)
+		return err == nil && info.Paused
+	}, "the pool of words paused")
 	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"held", "back"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, 20*time.Second, func() bool {
-		st, err := c.Status(ctx, id, nil)
-		return err == nil && len(st.Chunks) == 2 && st.Chunks[0].Status == salvage.ChunkPaused && st.Chunks[1].Status == salvage.ChunkPaused
-	}, "both chunks of %s paused", id)
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
-		ps, err := c.Pipelines(ctx)
-		return err == nil && len(ps) == 1 && ps[0].Pipeline == "words" && ps[0].Paused && ps[0].Parked == 2
-	}, "words listed paused with 2 parked chunks")
+		info, err := pool.Info(ctx)
+		return err == nil && info.NumPending == 2
+	}, "both chunks of %s queued in the paused pool", id)
+	st, err := c.Status(ctx, id, nil)
+	if err != nil || len(st.Chunks) != 2 || st.Chunks[0].Status != salvage.ChunkPending || st.Chunks[1].Status != salvage.ChunkPending {
+		t.Fatalf("chunks while paused: %+v, %v; want both pending, never delivered", st, err)
+	}
+	if ps, err := c.Pipelines(ctx); err != nil || len(ps) != 1 || ps[0].Pipeline != "words" || !ps[0].Paused || ps[0].Workers != 1 {
+		t.Fatalf("pipelines while paused = %+v, %v", ps, err)
+	}
 	if j, err := c.Get(ctx, id); err != nil || j.Status != salvage.JobRunning {
 		t.Fatalf("job while paused: %+v, %v", j, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,7 +114,26 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 	if info, err := s.Info(ctx); err != nil || info.State.Msgs != 1 {
 		t.Fatalf("SALVAGE_JOBS = %+v, %v; want the waiting job", info.State, err)
 	}
+	// Visibly: its status says it waits, its pipeline has no workers.
+	if _, err := api.Status(ctx, id, nil); !errors.Is(err, salvage.ErrUnknownJob) || !strings.Contains(err.Error(), "not split yet") || !strings.Contains(err.Error(), "gamma; 0 running") {
+		t.Fatalf("status of a waiting job: %v", err)
+	}
+	ps, err := api.Pipelines(ctx)
+	if err != nil || len(ps) != 1 || ps[0].Pipeline != "gamma" || ps[0].Workers != 0 || ps[0].Waiting != 1 {
+		t.Fatalf("pipelines = %+v, %v; want gamma with no workers and one waiting job", ps, err)
+	}
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, WorkerID: "second"})
+	var ws []salvage.Worker
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		ws, err = api.Workers(ctx)
+		var runs []string
+		for _, w := range ws {
+			if slices.Contains(w.Pipelines, "gamma") {
+				runs = append(runs, w.ID)
+			}
+		}
+		return err == nil && len(ws) == 2 && len(runs) == 1 && runs[0] == "second"
+	}, "the live processes to be the API process and second, which runs gamma: %+v", &ws)
 	if j := salvagetest.WaitJob(t, api, id, time.Minute); j.Status != salvage.JobDone {
 		t.Fatalf("job = %+v", j)
 	}

@@ -19,7 +19,7 @@ const (
 	// ServiceName is the micro service's name (`nats micro info salvage`).
 	ServiceName = "salvage"
 	// ServiceVersion is its version.
-	ServiceVersion = "0.5.0"
+	ServiceVersion = "0.6.0"
 	// ServicePrefix prefixes every endpoint's subject.
 	ServicePrefix = "salvage.api"
 )
@@ -53,7 +53,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines",
+		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -64,6 +64,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
 		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove,
 		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
+		"workers.list": c.apiWorkers,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -290,6 +291,15 @@ func (c *Client) apiBreakers(ctx context.Context, _ micro.Request) (any, error) 
 // apiPipelines lists the pipelines; the request body is ignored.
 func (c *Client) apiPipelines(ctx context.Context, _ micro.Request) (any, error) {
 	return c.Pipelines(ctx)
+}
+
+// apiWorkers lists the live processes; the request body is ignored.
+func (c *Client) apiWorkers(ctx context.Context, _ micro.Request) (any, error) {
+	ws, err := c.Workers(ctx)
+	if ws == nil {
+		ws = []Worker{}
+	}
+	return ws, err
 }
 
 // pipelineRequest is the body of pipelines.pause and pipelines.resume.

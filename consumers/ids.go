@@ -15,3 +15,7 @@ func processID() string {
 	host, _ := os.Hostname()
 	return streams.SafeToken(fmt.Sprintf("%s-%d-%s", host, os.Getpid(), ulid.Make().String()[20:]))
 }
+
+// ProcessID is a fresh id for a process: host, pid and a random suffix, as
+// a subject token. Workers and orchestrators take one when not given one.
+func ProcessID() string { return processID() }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -144,6 +145,8 @@ type Worker struct {
 	// journal is where the chunks' journal rows go: stores.Journal, or a
 	// test's wrapper of it.
 	journal recovery.JournalStore
+	// inFlight counts the chunks being handled now.
+	inFlight atomic.Int64
 	// afterDone, when set by tests, runs right after a chunk's done
 	// checkpoint is written and before anything else: the place where a
 	// crash leaves a job and an envelope for the repair paths to settle.
@@ -181,6 +184,9 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 
 // ID returns the worker's id as written in claims and checkpoints.
 func (w *Worker) ID() string { return w.cfg.ID }
+
+// InFlight returns how many chunks the worker is handling now.
+func (w *Worker) InFlight() int { return int(w.inFlight.Load()) }
 
 // Run fetches and runs chunks until ctx ends, then drains: it stops
 // fetching, lets in-flight chunks finish for up to DrainTimeout, and

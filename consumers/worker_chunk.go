@@ -73,6 +73,8 @@ func (r *run) done() {
 // chunk) or when handle returns.
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
 	r := &run{w: w, m: m, log: w.log, free: free}
+	w.inFlight.Add(1)
+	defer w.inFlight.Add(-1)
 	defer func() {
 		r.bg.Wait()
 		r.freeOnce.Do(free)

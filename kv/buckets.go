@@ -41,6 +41,7 @@ type Stores struct {
 	Snapshots   *Snapshots
 	Breakers    *Breakers
 	Pipelines   *Pipelines
+	Workers     *Workers
 }
 
 // Options tunes provisioning; zero fields take defaults.
@@ -61,6 +62,7 @@ func BucketConfigs(o Options) []jetstream.KeyValueConfig {
 		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 		{Bucket: BucketBreakers, Description: "One circuit breaker per external system: closed, open, half-open.", History: 5, Replicas: o.Replicas},
 		{Bucket: BucketPipelines, Description: "What operators set on a pipeline: paused or not.", History: 5, Replicas: o.Replicas},
+		{Bucket: BucketWorkers, Description: "Live Salvage processes: roles, pipelines, chunks in flight; refreshed by a heartbeat.", History: 1, TTL: WorkersTTL, Replicas: o.Replicas},
 	}
 }
 
@@ -158,5 +160,6 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 		Snapshots:   &Snapshots{os: snaps},
 		Breakers:    &Breakers{b: breakers, js: js, now: time.Now},
 		Pipelines:   &Pipelines{b: pipelines, js: js, now: time.Now},
+		Workers:     &Workers{js: js, now: time.Now},
 	}, nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,7 +15,7 @@ func (e *env) pipelinesCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "pipelines",
-		Short: "List the pipelines the workers run, which are paused, and the chunks each has parked",
+		Short: "List the pipelines: running or paused, their live workers, jobs waiting to be split, chunks parked",
 		Args:  cobra.NoArgs,
 	}
 	cmd.RunE = func(*cobra.Command, []string) error {
@@ -26,7 +27,7 @@ func (e *env) pipelinesCmd() *cobra.Command {
 			return e.writeJSON(ps)
 		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "PIPELINE\tSTATE\tPARKED\tSINCE\tBY\tREASON")
+		fmt.Fprintln(tw, "PIPELINE\tSTATE\tWORKERS\tWAITING\tPARKED\tSINCE\tBY\tREASON")
 		for _, p := range ps {
 			state, since, by := "running", p.ResumedAt, p.ResumedBy
 			if p.Paused {
@@ -43,7 +44,12 @@ func (e *env) pipelinesCmd() *cobra.Command {
 			if p.Paused && p.Reason != "" {
 				reason = p.Reason
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, state, p.Parked, when, by, reason)
+			workers := fmt.Sprint(p.Workers)
+			if p.Workers == 0 {
+				// Its jobs wait in SALVAGE_JOBS until one starts.
+				workers = "no workers"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Pipeline, state, workers, p.Waiting, p.Parked, when, by, reason)
 		}
 		return tw.Flush()
 	}
@@ -60,12 +66,12 @@ func (e *env) pauseCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pause PIPELINE",
 		Short: "Pause a pipeline: its chunks park before their next stage until it resumes",
-		Long: `Pause a pipeline. A chunk inside a stage finishes that stage; then it, and every
-chunk of the pipeline that comes after, parks (status paused) on
-salvage.hold.paused-<pipeline>.<job>.<chunk>, whose JetStream consumer
-hold-paused-<pipeline> stays paused. No delivery is spent and nothing reaches the DLQ;
-jobs are still accepted. Other pipelines run on. 'salvage resume PIPELINE' sends the
-parked chunks back to the work queue.`,
+		Long: `Pause a pipeline. Its chunk pool (the JetStream consumer workers-<pipeline>) is
+paused, so none of its queued chunks is delivered. A chunk inside a stage finishes that
+stage, then parks (status paused) on salvage.hold.paused-<pipeline>.<job>.<chunk>,
+whose JetStream consumer hold-paused-<pipeline> stays paused. No delivery is spent and
+nothing reaches the DLQ; jobs are still accepted. Other pipelines run on. 'salvage resume
+PIPELINE' resumes the pool and sends the parked chunks back to the work queue.`,
 		Args: cobra.ExactArgs(1),
 	}
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
@@ -127,4 +133,42 @@ func writePipeline(w io.Writer, p salvage.PipelineStatus) {
 	}
 	fmt.Fprintf(w, "pipeline %s paused by %s at %s%s; %d chunks parked; 'salvage resume %s' releases them\n",
 		p.Pipeline, p.PausedBy, p.PausedAt.Local().Format(time.TimeOnly), reason, p.Parked, p.Pipeline)
+}
+
+func (e *env) workersCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "List the live Salvage processes: roles, pipelines, concurrency, chunks in flight",
+		Long: `List the live Salvage processes, from their heartbeats (every 10s; a process silent
+for 30s drops out): their id, host and pid, roles, the pipelines whose chunks they run,
+how many of each they run at once and how many they run now, since when, last seen.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = func(*cobra.Command, []string) error {
+		var ws []salvage.Worker
+		if err := e.request("workers.list", struct{}{}, &ws); err != nil {
+			return err
+		}
+		if asJSON {
+			return e.writeJSON(ws)
+		}
+		tw := table(e.stdout)
+		fmt.Fprintln(tw, "ID\tHOST\tPID\tROLES\tPIPELINES\tCONCURRENCY\tIN FLIGHT\tUP\tLAST SEEN")
+		for _, w := range ws {
+			roles := make([]string, len(w.Roles))
+			for i, r := range w.Roles {
+				roles[i] = string(r)
+			}
+			pipes := strings.Join(w.Pipelines, ",")
+			if pipes == "" {
+				pipes = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s ago\n", w.ID, w.Host, w.PID, strings.Join(roles, ","), pipes,
+				w.Concurrency, w.InFlight, time.Since(w.StartedAt).Round(time.Second), time.Since(w.UpdatedAt).Round(time.Second))
+		}
+		return tw.Flush()
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

@@ -2,8 +2,12 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -38,5 +42,72 @@ func TestDashboardRoleRunsNothingElse(t *testing.T) {
 	}
 	if ps, err := stores.Pipelines.List(ctx); err != nil || len(ps) != 0 {
 		t.Fatalf("pipelines registered by a dashboard-only process: %+v, %v", ps, err)
+	}
+}
+
+// TestFleetsOfTheBinary: `salvage up --pipelines alpha.yaml` beside
+// `salvage up --pipelines beta.yaml` and `salvage up --role dashboard`, one
+// server: every job of both pipelines finishes, each answered by its own
+// fleet's agent, with no envelope and no rejection; `salvage workers`
+// lists each fleet with its pipeline.
+func TestFleetsOfTheBinary(t *testing.T) {
+	url, _ := up(t, "--role", "dashboard")
+	nc := salvagetest.Connect(t, url)
+	rejections, err := nc.SubscribeSync("salvage.events.rejected.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fleet := range []struct{ name, roles string }{{"alpha", "worker,dead-letter,recovery,api"}, {"beta", "worker,recovery"}} {
+		file := writeFile(t, fleet.name+".yaml", `pipelines:
+  - name: `+fleet.name+`
+    split: items
+    stages:
+      - name: answer
+        agents:
+          - name: answerer
+            subject: agents.`+fleet.name+`
+            timeout: 5s
+`)
+		up(t, "--server", url, "--pipelines", file, "--role", fleet.roles, "--worker-id", "fleet-"+fleet.name)
+		reply := exec.Command(natsBinary(t), "--server", url, "reply", "agents."+fleet.name, "--command", "echo answered-by-"+fleet.name)
+		if err := reply.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = reply.Process.Kill(); _ = reply.Wait() })
+	}
+	for i := range 3 {
+		for _, p := range []string{"alpha", "beta"} {
+			code, out, errOut := run(t, fmt.Sprintf(`{"input": ["order %d", "order %d"]}`, i, i+100), "submit", p, "-", "--wait", "--server", url)
+			if code != 0 {
+				t.Fatalf("submit %s: exit %d\n%s\n%s", p, code, out, errOut)
+			}
+			job := strings.TrimSpace(strings.Split(out, "\n")[0])
+			if code, res, _ := run(t, "", "results", job, "--json", "--server", url); code != 0 || strings.Count(res, "answered-by-"+p) != 2 {
+				t.Fatalf("results of %s job %s: %s", p, job, res)
+			}
+		}
+	}
+	if code, out, errOut := run(t, "", "dlq", "ls", "--json", "--server", url); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("dlq ls: %d %s %s", code, out, errOut)
+	}
+	if m, err := rejections.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("a rejection: %s", m.Data)
+	}
+	code, out, errOut := run(t, "", "workers", "--json", "--server", url)
+	var ws []struct {
+		ID        string   `json:"id"`
+		Pipelines []string `json:"pipelines"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &ws) != nil {
+		t.Fatalf("salvage workers: %d %s %s", code, out, errOut)
+	}
+	runs := map[string]string{}
+	for _, w := range ws {
+		for _, p := range w.Pipelines {
+			runs[p] += w.ID
+		}
+	}
+	if runs["alpha"] != "fleet-alpha" || runs["beta"] != "fleet-beta" {
+		t.Fatalf("salvage workers lists %s", out)
 	}
 }

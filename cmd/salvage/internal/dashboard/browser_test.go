@@ -185,8 +185,17 @@ func TestDashboardInABrowser(t *testing.T) {
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`(document.querySelector('`+row+`') || {cells: []}).cells[5]?.textContent === 'resolved'`)); err != nil {
 		t.Fatalf("the page never showed the replayed envelope resolved: %v", err)
 	}
+	// The Workers panel lists the live worker and the pipeline counts it;
+	// once it stops, the pipeline has no workers.
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelector('tr[data-pipeline="order-fulfillment"]')?.dataset.workers === '1' && `+
+		`[...document.querySelectorAll('tr[data-worker]')].some(r => r.cells[2].textContent.includes('order-fulfillment'))`)); err != nil {
+		t.Fatalf("the page never showed the live worker: %v", err)
+	}
 	if err := worker.Stop(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelector('tr[data-pipeline="order-fulfillment"]')?.cells[2].textContent === 'no workers'`)); err != nil {
+		t.Fatalf("the page never showed the pipeline without workers: %v", err)
 	}
 
 	// The worker recorded its pipeline: the page pauses it, asking why,

@@ -19,6 +19,19 @@ func (s *Server) apiPipelines(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ps)
 }
 
+// apiWorkers lists the live processes.
+func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.client.Workers(r.Context())
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	if ws == nil {
+		ws = []salvage.Worker{}
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
 // apiPause pauses or resumes a pipeline: POST
 // /api/pipelines/<name>/pause|resume with {"reason"?}.
 func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {

@@ -127,6 +127,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
 	mux.HandleFunc("POST /api/bulk", s.apiBulk)
 	mux.HandleFunc("GET /api/pipelines", s.apiPipelines)
+	mux.HandleFunc("GET /api/workers", s.apiWorkers)
 	mux.HandleFunc("POST /api/pipelines/{name}/{action}", s.apiPause)
 	mux.HandleFunc("GET /api/approvals", s.apiApprovals)
 	mux.HandleFunc("POST /api/approvals/{job}/{chunk}/{action}", s.apiDecide)
