@@ -1,6 +1,7 @@
 package salvage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -156,9 +157,15 @@ func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
 			return err
 		}
 		if c.cfg.has(RoleWorker) || c.cfg.has(RoleRecovery) {
-			// The pools of the pipelines this client runs.
-			if err := streams.ProvisionPipelines(ctx, c.js, c.registry.Names(), c.cfg.streamOptions()); err != nil {
-				return err
+			// The pools of the pipelines this client runs, each with its
+			// own AckWait and MaxDeliver where it sets them.
+			for _, name := range c.registry.Names() {
+				p, _ := c.registry.Get(name)
+				o := c.cfg.streamOptions()
+				o.AckWait, o.MaxDeliver = cmp.Or(p.AckWait, o.AckWait), cmp.Or(p.MaxDeliver, o.MaxDeliver)
+				if err := streams.ProvisionPipeline(ctx, c.js, name, o); err != nil {
+					return err
+				}
 			}
 		}
 		var err error

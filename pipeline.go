@@ -35,6 +35,15 @@ type Pipeline struct {
 	// publishes the outputs as a JSON array. An error or a panic fails
 	// the chunk permanently.
 	Result func(chunk json.RawMessage, outputs []StageOutput) (json.RawMessage, error)
+	// Concurrency is how many of its chunks one worker runs at once;
+	// AckWait how long one of its chunks may go without a heartbeat
+	// before it is redelivered (and its claim lease); MaxDeliver how many
+	// deliveries one gets before it is dead-lettered. They tune the
+	// pipeline's own chunk pool (workers-<Name>). Zero takes Config's
+	// Concurrency, AckWait and MaxDeliver.
+	Concurrency int
+	AckWait     time.Duration
+	MaxDeliver  int
 }
 
 // Stage runs its agents in parallel. When one fails, the others are
@@ -311,7 +320,11 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Pipeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: pipeline %s: %w", ErrInvalidConfig, p.Name, err)
 	}
-	out := &recovery.Pipeline{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks}
+	if p.Concurrency < 0 || p.AckWait < 0 || p.MaxDeliver < 0 || p.AckWait > kv.AckWaitMax || (p.AckWait > 0 && p.AckWait < 3*time.Millisecond) {
+		return nil, fmt.Errorf("%w: pipeline %s: Concurrency, AckWait and MaxDeliver must not be negative, and AckWait must be at most %s", ErrInvalidConfig, p.Name, kv.AckWaitMax)
+	}
+	out := &recovery.Pipeline{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks,
+		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver}
 	for _, st := range p.Stages {
 		ms := recovery.Stage{Name: st.Name, Optional: st.Optional, RequiresApproval: st.RequiresApproval}
 		for _, a := range st.Agents {

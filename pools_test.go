@@ -138,3 +138,54 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 		t.Fatalf("job = %+v", j)
 	}
 }
+
+// TestPipelinePoolSettings: a pipeline's own Concurrency, AckWait and
+// MaxDeliver shape its pool — its consumer's AckWait and MaxDeliver, and
+// how many of its chunks a worker runs at once — while another pipeline
+// of the same worker keeps the client's.
+func TestPipelinePoolSettings(t *testing.T) {
+	srv := salvagetest.StartServer(t)
+	var mu sync.Mutex
+	running, most := 0, 0
+	slow := &salvage.Pipeline{Name: "slow", Concurrency: 1, AckWait: 5 * time.Second, MaxDeliver: 7,
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) { return []json.RawMessage{in, in, in, in}, nil },
+		Stages: []salvage.Stage{{Name: "s", Agents: []salvage.Agent{{Name: "a", Run: func(ctx context.Context, _ *salvage.Turn) (any, error) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(30 * time.Millisecond) // held, so chunks would overlap if they could
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return "ok", nil
+		}}}}}}
+	var ran sync.Map
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{slow, fleetPipeline("quick", "w", &ran)}, Concurrency: 4})
+	ctx := context.Background()
+	id, err := c.Submit(ctx, "slow", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("job = %+v", j)
+	}
+	mu.Lock()
+	if most != 1 {
+		t.Errorf("%d chunks of slow ran at once, want 1", most)
+	}
+	mu.Unlock()
+	for pipeline, want := range map[string][2]any{"slow": {5 * time.Second, 7}, "quick": {2 * time.Second, salvage.MaxDeliverDefault}} {
+		cons, err := srv.JS.Consumer(ctx, "SALVAGE_CHUNKS", "workers-"+pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := cons.CachedInfo().Config; cfg.AckWait != want[0] || cfg.MaxDeliver != want[1] {
+			t.Errorf("pool of %s: AckWait %s, MaxDeliver %d; want %v", pipeline, cfg.AckWait, cfg.MaxDeliver, want)
+		}
+	}
+	bad := &salvage.Pipeline{Name: "bad", AckWait: -time.Second, Split: slow.Split, Stages: slow.Stages}
+	if _, err := salvage.NewClient(srv.JS, &salvage.Config{Pipelines: []*salvage.Pipeline{bad}}); !errors.Is(err, salvage.ErrInvalidConfig) {
+		t.Errorf("a negative AckWait: %v", err)
+	}
+}

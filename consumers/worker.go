@@ -42,8 +42,8 @@ type WorkerConfig struct {
 	ID string
 	// Registry knows the pipelines. Required.
 	Registry *recovery.Registry
-	// Concurrency is how many chunks of each pipeline run at once.
-	// Default ConcurrencyDefault.
+	// Concurrency is how many chunks of each pipeline run at once (a
+	// pipeline may set its own). Default ConcurrencyDefault.
 	Concurrency int
 	// AckWait must match the workers consumer's AckWait; the claim lease
 	// equals it. Default streams.AckWaitDefault.
@@ -147,6 +147,9 @@ type Worker struct {
 	journal recovery.JournalStore
 	// inFlight counts the chunks being handled now.
 	inFlight atomic.Int64
+	// pools are each pipeline's settings (the worker's, or the
+	// pipeline's own).
+	pools map[string]pool
 	// afterDone, when set by tests, runs right after a chunk's done
 	// checkpoint is written and before anything else: the place where a
 	// crash leaves a job and an envelope for the repair paths to settle.
@@ -172,14 +175,59 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	tr := tracker{js: js, stores: stores, counts: newCounts(stores), tracer: tracer}
 	g := newGate(js, stores, cfg.Breakers, cfg.ID, log)
 	ps := newPauses(js, log)
+	pools, slots := map[string]pool{}, 0
+	for _, name := range cfg.Registry.Names() {
+		p, _ := cfg.Registry.Get(name)
+		pl, err := cfg.poolOf(p)
+		if err != nil {
+			return nil, err
+		}
+		pools[name], slots = pl, slots+pl.concurrency
+	}
 	return &Worker{
 		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), log),
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
 		cancels: newCancelRegistry(),
-		tails:   make(chan struct{}, cfg.Concurrency*max(len(cfg.Registry.Names()), 1)),
+		tails:   make(chan struct{}, max(slots, 1)),
 		journal: stores.Journal,
+		pools:   pools,
 	}, nil
+}
+
+// pool is how a worker runs one pipeline's chunks: at most concurrency
+// at once, each held by a claim lease of ackWait renewed every heartbeat,
+// the last of maxDeliver deliveries handed to the DLQ at once.
+type pool struct {
+	concurrency, maxDeliver int
+	ackWait, heartbeat      time.Duration
+}
+
+// poolOf is p's pool: its own settings where it has them, else c's.
+func (c *WorkerConfig) poolOf(p *recovery.Pipeline) (pool, error) {
+	pl := pool{concurrency: c.Concurrency, maxDeliver: c.MaxDeliver, ackWait: c.AckWait, heartbeat: c.Heartbeat}
+	if p.Concurrency > 0 {
+		pl.concurrency = p.Concurrency
+	}
+	if p.MaxDeliver > 0 {
+		pl.maxDeliver = p.MaxDeliver
+	}
+	if p.AckWait > 0 {
+		pl.ackWait, pl.heartbeat = p.AckWait, p.AckWait/3
+	}
+	if p.Concurrency < 0 || p.MaxDeliver < 0 || p.AckWait < 0 || pl.heartbeat <= 0 || pl.heartbeat >= pl.ackWait {
+		return pl, fmt.Errorf("%w: pipeline %s: Concurrency, AckWait and MaxDeliver must not be negative (AckWait %s)", ErrInvalidConfig, p.Name, pl.ackWait)
+	}
+	return pl, nil
+}
+
+// poolFor is pipeline's pool; a pipeline the worker does not run (a
+// stray message) gets the worker's own settings.
+func (w *Worker) poolFor(pipeline string) pool {
+	if p, ok := w.pools[pipeline]; ok {
+		return p
+	}
+	return pool{concurrency: w.cfg.Concurrency, maxDeliver: w.cfg.MaxDeliver, ackWait: w.cfg.AckWait, heartbeat: w.cfg.Heartbeat}
 }
 
 // ID returns the worker's id as written in claims and checkpoints.
@@ -250,7 +298,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // Concurrency at once, until ctx ends; each run joins wg and outlives ctx
 // (workCtx) so a drain can finish it.
 func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstream.Consumer, wg *sync.WaitGroup) {
-	slots := make(chan struct{}, w.cfg.Concurrency)
+	slots := make(chan struct{}, w.poolFor(pipeline).concurrency)
 	log := w.log.With().Str("pipeline", pipeline).Logger()
 	for ctx.Err() == nil {
 		// Wait for a free slot, then ask for as many chunks as are free.

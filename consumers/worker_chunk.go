@@ -43,6 +43,18 @@ type run struct {
 	// outcome is how this delivery ended (a checkpoint status, retry,
 	// released), for its span.
 	outcome string
+	// pool is how the worker runs the chunk's pipeline.
+	pool pool
+}
+
+// pipelineOf is the pipeline token of a chunk subject ("" when it has
+// another shape: the message is rejected before its pool matters).
+func pipelineOf(subject string) string {
+	ref, err := streams.ParseChunkSubject(subject)
+	if err != nil {
+		return ""
+	}
+	return ref.Pipeline
 }
 
 // background runs f beside the chunk; the delivery's handling ends only
@@ -72,7 +84,7 @@ func (r *run) done() {
 // chunk's outcome is durable (its bookkeeping goes on beside the next
 // chunk) or when handle returns.
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
-	r := &run{w: w, m: m, log: w.log, free: free}
+	r := &run{w: w, m: m, log: w.log, free: free, pool: w.poolFor(pipelineOf(m.Subject()))}
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
 	defer func() {
@@ -137,7 +149,7 @@ func (r *run) run(ctx context.Context) error {
 		return r.permanent(ctx, err)
 	}
 	job, err := r.job(ctx)
-	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= w.cfg.MaxDeliver {
+	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= r.pool.maxDeliver {
 		// Still no record: an envelope that resumes the chunk later, once
 		// a splitter has created it, or shows an operator a stray chunk.
 		return r.deadLetter(ctx, recovery.Failure{Class: recovery.ClassTransient, Exhausted: true},
@@ -181,7 +193,7 @@ func (r *run) run(ctx context.Context) error {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}
 
-	lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, w.cfg.AckWait)
+	lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, r.pool.ackWait)
 	if errors.Is(err, kv.ErrClaimHeld) {
 		var held bool
 		lease, held, err = r.waitForHolder(ctx)
@@ -311,7 +323,7 @@ func (r *run) job(ctx context.Context) (kv.Job, error) {
 		if !errors.Is(err, kv.ErrNotFound) || time.Now().After(deadline) {
 			return job, err
 		}
-		if time.Since(lastBeat) >= r.w.cfg.Heartbeat {
+		if time.Since(lastBeat) >= r.pool.heartbeat {
 			_ = r.m.InProgress()
 			lastBeat = time.Now()
 		}
@@ -728,7 +740,7 @@ func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence,
 	}
 	r.releaseClaim(ctx)
 	delay := r.w.nakDelay()
-	if int(r.meta.NumDelivered) >= r.w.cfg.MaxDeliver {
+	if int(r.meta.NumDelivered) >= r.pool.maxDeliver {
 		delay = 0
 	}
 	r.log.Warn().Err(cause).Dur("delay_ms", delay).Int("stage", cp.Stage).Msg("tier 1 exhausted; handing the chunk to tier 2")
@@ -817,7 +829,7 @@ func (r *run) releaseClaim(ctx context.Context) {
 // Heartbeat. A lost claim cancels the chunk as stale.
 func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
-	t := time.NewTicker(r.w.cfg.Heartbeat)
+	t := time.NewTicker(r.pool.heartbeat)
 	defer t.Stop()
 	for {
 		select {
@@ -833,7 +845,7 @@ func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, don
 		r.mu.Lock()
 		l := r.lease
 		r.mu.Unlock()
-		nl, err := r.w.stores.Claims.Renew(ctx, l, r.w.cfg.AckWait)
+		nl, err := r.w.stores.Claims.Renew(ctx, l, r.pool.ackWait)
 		switch {
 		case errors.Is(err, kv.ErrClaimLost):
 			cancel(errStale)
@@ -856,7 +868,7 @@ func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, don
 func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
 	w := r.w
 	r.log.Info().Msg("chunk held by a live worker; waiting")
-	t := time.NewTicker(min(w.cfg.Heartbeat, time.Second))
+	t := time.NewTicker(min(r.pool.heartbeat, time.Second))
 	defer t.Stop()
 	lastBeat := time.Now()
 	for {
@@ -865,7 +877,7 @@ func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
 			return kv.Lease{}, false, nil
 		case <-t.C:
 		}
-		if time.Since(lastBeat) >= w.cfg.Heartbeat {
+		if time.Since(lastBeat) >= r.pool.heartbeat {
 			if err := r.m.InProgress(); err != nil {
 				r.log.Debug().Err(err).Msg("in-progress while waiting")
 			}
@@ -879,7 +891,7 @@ func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
 		if err == nil && cp.Status == kv.StatusDeadLettered {
 			return kv.Lease{}, false, nil
 		}
-		lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, w.cfg.AckWait)
+		lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, r.pool.ackWait)
 		if err == nil {
 			r.log.Info().Msg("holder's lease expired; chunk taken over")
 			return lease, true, nil

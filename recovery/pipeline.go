@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -34,6 +35,13 @@ type Pipeline struct {
 	// Result builds the findings published for a finished chunk from every
 	// stage's outputs. Nil publishes the outputs as they are.
 	Result func(chunk json.RawMessage, outputs []kv.StageOutput) (json.RawMessage, error)
+	// Concurrency, AckWait and MaxDeliver tune the pipeline's chunk pool:
+	// how many of its chunks a worker runs at once, how long one may go
+	// without a heartbeat (its claim lease), how many deliveries it gets.
+	// Zero takes the worker's (and the deployment's) settings.
+	Concurrency int
+	AckWait     time.Duration
+	MaxDeliver  int
 }
 
 // Stage runs its agents in parallel.

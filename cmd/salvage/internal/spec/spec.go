@@ -37,6 +37,12 @@ type Pipeline struct {
 	MaxChunks int     `yaml:"max_chunks"`
 	Stages    []Stage `yaml:"stages"`
 	Tools     []Tool  `yaml:"tools"`
+	// Concurrency, AckWait and MaxDeliver tune the pipeline's own chunk
+	// pool; zero (absent) takes salvage up's --concurrency, --ack-wait
+	// and --max-deliver.
+	Concurrency int    `yaml:"concurrency"`
+	AckWait     string `yaml:"ack_wait"`
+	MaxDeliver  int    `yaml:"max_deliver"`
 }
 
 // Stage declares one stage; its agents run in parallel.
@@ -144,6 +150,17 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 		if p.MaxChunks < 0 {
 			return nil, fail(pp+".max_chunks", "max_chunks must not be negative")
 		}
+		if p.Concurrency < 0 {
+			return nil, fail(pp+".concurrency", "concurrency must not be negative")
+		}
+		if p.MaxDeliver < 0 {
+			return nil, fail(pp+".max_deliver", "max_deliver must not be negative")
+		}
+		ackWait, err := duration(p.AckWait)
+		if err != nil {
+			return nil, fail(pp+".ack_wait", "%v", err)
+		}
+		sp.Concurrency, sp.AckWait, sp.MaxDeliver = p.Concurrency, ackWait, p.MaxDeliver
 		tools := map[string]bool{}
 		for j, t := range p.Tools {
 			tp := fmt.Sprintf("%s.tools[%d]", pp, j)
@@ -234,7 +251,7 @@ func duration(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("timeout %q: want a positive duration such as 30s", s)
+		return 0, fmt.Errorf("%q: want a positive duration such as 30s", s)
 	}
 	return d, nil
 }

@@ -12,6 +12,9 @@ const good = `pipelines:
   - name: review
     split: paragraphs
     max_chunks: 100
+    concurrency: 2
+    ack_wait: 45s
+    max_deliver: 5
     stages:
       - name: analyze
         agents:
@@ -41,7 +44,8 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := ps[0]
-	if p.Name != "review" || p.MaxChunks != 100 || len(p.Stages) != 2 || !p.Stages[1].Optional || len(p.Tools) != 2 {
+	if p.Name != "review" || p.MaxChunks != 100 || len(p.Stages) != 2 || !p.Stages[1].Optional || len(p.Tools) != 2 ||
+		p.Concurrency != 2 || p.AckWait.Seconds() != 45 || p.MaxDeliver != 5 {
 		t.Fatalf("pipeline = %+v", p)
 	}
 	if a := p.Stages[0].Agents[0]; a.Subject != "agents.reviewer" || a.Timeout.Seconds() != 5 || a.Run != nil {
@@ -67,13 +71,15 @@ func TestErrorsNameTheLine(t *testing.T) {
 	}{
 		{"unknown split", "split: paragraphs", "split: sentences", "p.yaml:3: split \"sentences\""},
 		{"unknown field", "max_chunks: 100", "max_chunk: 100", "[4:5] unknown field \"max_chunk\""},
-		{"agent without subject or tool", "            subject: agents.reviewer\n", "", "p.yaml:8: agent reviewer needs a subject"},
-		{"undeclared tool", "tool: charge", "tool: charger", "p.yaml:15: tool charger is not declared"},
-		{"bad timeout", "timeout: 5s", "timeout: soon", "p.yaml:10: timeout \"soon\""},
+		{"agent without subject or tool", "            subject: agents.reviewer\n", "", "p.yaml:11: agent reviewer needs a subject"},
+		{"undeclared tool", "tool: charge", "tool: charger", "p.yaml:18: tool charger is not declared"},
+		{"bad timeout", "timeout: 5s", "timeout: soon", "p.yaml:13: \"soon\""},
 		{"bad name", "name: review", "name: re.view", "p.yaml:2: bad subject token: pipeline name \"re.view\""},
-		{"effect without verify", "          verify_subject: tools.charge.verify\n", "", "p.yaml:21: a side effect needs a verify_subject"},
-		{"undeclared compensation", "compensation: refund", "compensation: refunds", "p.yaml:22: compensation tool refunds"},
+		{"effect without verify", "          verify_subject: tools.charge.verify\n", "", "p.yaml:24: a side effect needs a verify_subject"},
+		{"undeclared compensation", "compensation: refund", "compensation: refunds", "p.yaml:25: compensation tool refunds"},
 		{"not YAML", "pipelines:", "pipelines: [", "p.yaml"},
+		{"bad ack_wait", "ack_wait: 45s", "ack_wait: soon", "p.yaml:6: \"soon\""},
+		{"negative concurrency", "concurrency: 2", "concurrency: -1", "p.yaml:5: concurrency must not be negative"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := strings.Replace(good, tt.old, tt.new, 1)
