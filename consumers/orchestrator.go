@@ -116,13 +116,9 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 // orchestrator works it too, leaving to others the envelopes of pipelines
 // it does not run. It blocks and returns nil on cancellation.
 func (o *Orchestrator) Run(ctx context.Context) error {
-	var pools []jetstream.Consumer
-	for _, name := range o.cfg.Registry.Names() {
-		cons, err := bindConsumer(ctx, o.js, streams.DLQ, streams.RecoveryConsumer(name))
-		if err != nil || cons == nil {
-			return err
-		}
-		pools = append(pools, cons)
+	pools, err := bindPools(ctx, o.js, streams.DLQ, o.cfg.Registry.Names(), streams.RecoveryConsumer)
+	if err != nil || pools == nil {
+		return err
 	}
 	if legacy, err := o.js.Consumer(ctx, streams.DLQ, streams.LegacyRecoveryConsumer); err == nil {
 		pools = append(pools, legacy)

@@ -106,13 +106,11 @@ func NewSplitter(js jetstream.JetStream, stores *kv.Stores, cfg SplitterConfig) 
 // cancellation.
 func (s *Splitter) Run(ctx context.Context) error {
 	names := s.cfg.Registry.Names()
-	pools := make([]jetstream.Consumer, 0, len(names))
+	pools, err := bindPools(ctx, s.js, streams.Jobs, names, streams.SplitterConsumer)
+	if err != nil || pools == nil {
+		return err
+	}
 	for _, name := range names {
-		cons, err := bindConsumer(ctx, s.js, streams.Jobs, streams.SplitterConsumer(name))
-		if err != nil || cons == nil {
-			return err
-		}
-		pools = append(pools, cons)
 		// A registered pipeline's jobs wait for a splitter instead of
 		// being rejected as unknown (SweepIntake).
 		if err := s.stores.Pipelines.Register(ctx, name); err != nil {

@@ -179,6 +179,20 @@ func bindConsumer(ctx context.Context, js jetstream.JetStream, stream, name stri
 	return cons, nil
 }
 
+// bindPools binds, for each of pipelines in order, its consumer name(p)
+// on stream. It returns nil, nil when ctx ends first.
+func bindPools(ctx context.Context, js jetstream.JetStream, stream string, pipelines []string, name func(string) string) ([]jetstream.Consumer, error) {
+	pools := make([]jetstream.Consumer, 0, len(pipelines))
+	for _, p := range pipelines {
+		cons, err := bindConsumer(ctx, js, stream, name(p))
+		if err != nil || cons == nil {
+			return nil, err
+		}
+		pools = append(pools, cons)
+	}
+	return pools, nil
+}
+
 // fetchLoop fetches up to n messages at a time from cons and hands each to
 // handle, in order, until ctx ends. Fetch errors (a server restarting, a
 // leader moving) are waited out, never returned.

@@ -244,13 +244,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// One pool per pipeline: a worker never receives a chunk of a
 	// pipeline it does not run (invariant 10).
 	names := w.cfg.Registry.Names()
-	pools := make([]jetstream.Consumer, 0, len(names))
-	for _, name := range names {
-		cons, err := bindConsumer(ctx, w.js, streams.Chunks, streams.WorkersConsumer(name))
-		if err != nil || cons == nil {
-			return err
-		}
-		pools = append(pools, cons)
+	pools, err := bindPools(ctx, w.js, streams.Chunks, names, streams.WorkersConsumer)
+	if err != nil || pools == nil {
+		return err
 	}
 	for _, name := range names {
 		if err := w.stores.Pipelines.Register(ctx, name); err != nil {
