@@ -635,51 +635,22 @@ func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
 	return recast[[]Job](jobs[from:to])
 }
 
-// notSplitScan bounds the job messages notSplit reads.
-const notSplitScan = 1000
-
 // notSplit says why job id has no record when its message still waits in
-// SALVAGE_JOBS (the first notSplitScan of them are looked at): its
+// SALVAGE_JOBS (the first streams.WaitingScan of them are looked at): its
 // pipeline, and how many processes run it now. "" when it does not wait
 // there.
 func (c *Client) notSplit(ctx context.Context, st *kv.Stores, id string) string {
-	s, err := c.js.Stream(ctx, streams.Jobs)
-	if err != nil {
+	w, ok := streams.FindWaitingJob(ctx, c.js, id)
+	if !ok {
 		return ""
 	}
-	info, err := s.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return ""
-	}
-	for seq, n := info.State.FirstSeq, 0; seq <= info.State.LastSeq && n < notSplitScan; seq, n = seq+1, n+1 {
-		raw, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
-		if !messageOfJob(raw, id) {
-			continue
-		}
-		pipeline, _ := streams.ParseJobSubject(raw.Subject)
-		workers := 0
-		if ws, err := st.Workers.List(ctx); err == nil {
-			for _, w := range ws {
-				if w.Runs(pipeline) {
-					workers++
-				}
+	workers := 0
+	if ws, err := st.Workers.List(ctx); err == nil {
+		for _, wk := range ws {
+			if wk.Runs(w.Pipeline) {
+				workers++
 			}
 		}
-		return fmt.Sprintf("job %s is not split yet: its message waits in %s (sequence %d) for a worker of pipeline %s; %d running", id, streams.Jobs, seq, pipeline, workers)
 	}
-	return ""
-}
-
-// messageOfJob reports whether the job message raw names job id: in its
-// body's job_id, or its Nats-Msg-Id (the id, or "<id>.<input hash>").
-func messageOfJob(raw *jetstream.RawStreamMsg, id string) bool {
-	var msg streams.JobMsg
-	if json.Unmarshal(raw.Data, &msg) == nil && msg.JobID != nil {
-		return *msg.JobID == id
-	}
-	msgID := raw.Header.Get(streams.HeaderMsgID)
-	return msgID == id || strings.HasPrefix(msgID, id+".")
+	return fmt.Sprintf("job %s is not split yet: its message waits in %s (sequence %d) for a worker of pipeline %s; %d running", id, streams.Jobs, w.Seq, w.Pipeline, workers)
 }

@@ -1,10 +1,12 @@
 package salvage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -125,13 +127,31 @@ func respond(req micro.Request, out any) error {
 }
 
 // decode reads a JSON request body into v; an empty body leaves v as is
-// when empty is allowed.
+// when empty is allowed. A body larger than requestMax (jobs.submit has
+// its own bound, the payload limit), one with a field v does not have or
+// anything after the object is refused: a mistyped field would otherwise
+// be dropped and the request acted on without it.
 func decode(req micro.Request, v any, empty bool) error {
-	if empty && len(req.Data()) == 0 {
+	return decodeBytes(req.Data(), v, empty, requestMax)
+}
+
+// requestMax bounds a request body other than jobs.submit's.
+const requestMax = 64 << 10
+
+func decodeBytes(data []byte, v any, empty bool, limit int) error {
+	if empty && len(data) == 0 {
 		return nil
 	}
-	if err := json.Unmarshal(req.Data(), v); err != nil {
+	if len(data) > limit {
+		return fmt.Errorf("%w: the request is %d bytes, the limit is %d", errTooLarge, len(data), limit)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: data after the JSON object", errMalformed)
 	}
 	return nil
 }
@@ -153,8 +173,8 @@ func readEnvelopeRequest(req micro.Request) (envelopeRequest, error) {
 // envelope_id is a token.
 func parseEnvelopeRequest(data []byte) (envelopeRequest, error) {
 	var r envelopeRequest
-	if err := json.Unmarshal(data, &r); err != nil {
-		return r, fmt.Errorf("%w: %v", errMalformed, err)
+	if err := decodeBytes(data, &r, false, requestMax); err != nil {
+		return r, err
 	}
 	if r.EnvelopeID == "" {
 		return r, fmt.Errorf("%w: envelope_id is required", errMalformed)
@@ -359,19 +379,19 @@ type SubmitReply struct {
 	JobID string `json:"job_id"`
 }
 
+// submitRequest is the body of jobs.submit.
+type submitRequest struct {
+	Pipeline string          `json:"pipeline"`
+	Input    json.RawMessage `json:"input"`
+	JobID    *string         `json:"job_id"`
+	Budget   *Budget         `json:"budget"`
+	Metadata map[string]any  `json:"metadata"`
+}
+
 // apiSubmit takes {"pipeline", "input", "job_id"?, "budget"?, "metadata"?}.
 func (c *Client) apiSubmit(ctx context.Context, req micro.Request) (any, error) {
-	if len(req.Data()) > c.cfg.MaxPayload {
-		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", errTooLarge, len(req.Data()), c.cfg.MaxPayload)
-	}
-	var r struct {
-		Pipeline string          `json:"pipeline"`
-		Input    json.RawMessage `json:"input"`
-		JobID    *string         `json:"job_id"`
-		Budget   *Budget         `json:"budget"`
-		Metadata map[string]any  `json:"metadata"`
-	}
-	if err := decode(req, &r, false); err != nil {
+	var r submitRequest
+	if err := decodeBytes(req.Data(), &r, false, c.cfg.MaxPayload); err != nil {
 		return nil, err
 	}
 	if r.Pipeline == "" {

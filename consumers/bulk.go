@@ -24,7 +24,9 @@ const BulkMax = 1000
 const bulkIDsMax = 100
 
 // ErrBadBulk is returned for a bulk action that cannot run: an unknown
-// action, or a limit out of range.
+// action, a limit out of range, or no filter (a bulk action on every
+// envelope is too easy to run by mistake; the rule is the same for the
+// API, the CLI and the dashboard).
 var ErrBadBulk = errors.New("bad bulk action")
 
 // BulkRequest acts on every envelope a filter matches, oldest first.
@@ -81,6 +83,9 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 	case BulkReplay, BulkResolve, BulkAck:
 	default:
 		return res, fmt.Errorf("%w: action %q: want %s, %s or %s", ErrBadBulk, req.Action, BulkReplay, BulkResolve, BulkAck)
+	}
+	if req.Filter.Empty() {
+		return res, fmt.Errorf("%w: give a filter (category, status, job or a minimum age above zero): a bulk action on every envelope is too easy to run by mistake", ErrBadBulk)
 	}
 	if req.Limit < 0 || req.Limit > BulkMax {
 		return res, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadBulk, req.Limit, BulkMax)

@@ -28,8 +28,9 @@ const CancelWaitDefault = 5 * time.Second
 // count as cancelled at stage 0; chunks that started but that no live
 // worker holds are recorded cancelled at their stage; envelopes of its
 // chunks that were still being recovered are resolved, as a person's
-// doing. A job submitted a moment ago and not yet recorded is waited for,
-// up to CancelWaitDefault. Cancelling twice is harmless, and the sweeper
+// doing. A job submitted a moment ago, its message still in SALVAGE_JOBS,
+// is waited for up to CancelWaitDefault; an id that names no record and
+// no waiting message is ErrUnknownJob at once. Cancelling twice is harmless, and the sweeper
 // finishes a cancel whose caller died part-way. It returns the job as it
 // then stands, or ErrUnknownJob.
 func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
@@ -38,6 +39,17 @@ func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 	}
 	deadline := time.Now().Add(CancelWaitDefault)
 	job, err := o.stores.Jobs.Cancel(ctx, id)
+	if errors.Is(err, kv.ErrNotFound) {
+		// No record: a job still waiting in SALVAGE_JOBS gets a moment to
+		// be split; an id never submitted is unknown at once (read the
+		// record again: the splitter may have written it and taken the
+		// message away between the two reads).
+		if _, waiting := streams.FindWaitingJob(ctx, o.js, id); !waiting {
+			if job, err = o.stores.Jobs.Cancel(ctx, id); errors.Is(err, kv.ErrNotFound) {
+				return job, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+			}
+		}
+	}
 	for errors.Is(err, kv.ErrNotFound) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():

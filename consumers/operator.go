@@ -47,6 +47,12 @@ type EnvelopeFilter struct {
 	MinAge time.Duration `json:"-"`
 }
 
+// Empty reports whether f matches every envelope: no category, status
+// or job, and no minimum age above zero.
+func (f EnvelopeFilter) Empty() bool {
+	return f.Category == "" && f.Status == "" && f.Job == "" && f.MinAge <= 0
+}
+
 // Select returns the records of recs that f matches at now, oldest first.
 func (f EnvelopeFilter) Select(recs []kv.EnvelopeRecord, now time.Time) []kv.EnvelopeRecord {
 	out := make([]kv.EnvelopeRecord, 0, len(recs))

@@ -202,14 +202,11 @@ func (e *env) dlqBulkCmd(by string) *cobra.Command {
 		Short: "Replay, resolve or acknowledge every envelope a filter matches (--dry-run counts first)",
 		Long: `Act on every envelope the filter matches, oldest first, at most --limit (1000) per run:
 each through the same compare-and-swap as the single action, so running it twice replays
-nothing twice. A filter is required (--category, --status, --job or --min-age); --dry-run
+nothing twice. A filter is required (--category, --status, --job or --min-age above 0); --dry-run
 prints how many would be acted on and acts on none.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			req.Action, req.By = args[0], by
-			if req.Category == "" && req.Status == "" && req.Job == "" && req.MinAge == "" {
-				return errors.New("give a filter (--category, --status, --job or --min-age): a bulk action on every envelope is too easy to run by mistake")
-			}
 			var res salvage.BulkResult
 			if err := e.request("dlq.bulk", req, &res); err != nil {
 				return err

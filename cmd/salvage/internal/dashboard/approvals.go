@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -35,7 +34,10 @@ func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Note string `json:"note"`
 	}
-	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body)
+	if err := decodeBody(w, r, &body); err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
 	d := salvage.Decision{By: "dashboard", Note: body.Note}
 	switch r.PathValue("action") {
 	case "approve":

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -44,32 +45,8 @@ func chromium(t *testing.T) string {
 // the DLQ depth and categories match the API, opens an envelope and
 // replays it from the page.
 func TestDashboardInABrowser(t *testing.T) {
-	exe := chromium(t)
 	f := setup(t, "")
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-quic", true))
-	// The first action starts the browser; it must not carry a timeout.
-	// A browser that dies while starting (seen once on a loaded machine,
-	// its output empty) gets two more tries, each with a fresh profile.
-	var ctx context.Context
-	for try := 1; ; try++ {
-		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
-		c, cancel := chromedp.NewContext(actx)
-		err := chromedp.Do(c, chromedp.Navigate(f.url+"/"))
-		if err == nil {
-			ctx = c
-			t.Cleanup(func() { cancel(); cancelAlloc() })
-			break
-		}
-		cancel()
-		cancelAlloc()
-		if try == 3 {
-			t.Fatalf("chromium did not start in %d tries: %v", try, err)
-		}
-		t.Logf("chromium did not start (try %d): %v", try, err)
-	}
+	ctx := browse(t, f.url+"/")
 	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelStep()
 	// The page confirms what changes things (a replay, a bulk action):
@@ -287,6 +264,34 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 }
 
+// browse starts a headless Chromium on url. The first action starts the
+// browser; it must not carry a timeout. A browser that dies while
+// starting (seen once on a loaded machine, its output empty) gets two
+// more tries, each with a fresh profile.
+func browse(t *testing.T, url string) context.Context {
+	t.Helper()
+	exe := chromium(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-quic", true))
+	for try := 1; ; try++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		c, cancel := chromedp.NewContext(actx)
+		err := chromedp.Do(c, chromedp.Navigate(url))
+		if err == nil {
+			t.Cleanup(func() { cancel(); cancelAlloc() })
+			return c
+		}
+		cancel()
+		cancelAlloc()
+		if try == 3 {
+			t.Fatalf("chromium did not start in %d tries: %v", try, err)
+		}
+		t.Logf("chromium did not start (try %d): %v", try, err)
+	}
+}
+
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // screenshot saves what the browser shows of sel (""; the viewport) as name in the
@@ -331,4 +336,85 @@ func startWorker(t *testing.T, f *fixture) *salvage.Client {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
+}
+
+// TestSignInInABrowser: with a configured token the page carries none
+// and shows a sign-in form; an acknowledgement before signing in is
+// refused; the token typed once signs the browser in with an HttpOnly,
+// SameSite=Strict cookie the page's script cannot read, and the same
+// click then acts; after signing out it is refused again.
+func TestSignInInABrowser(t *testing.T) {
+	token := randomToken(t)
+	f := setupWith(t, dashboard.Config{Token: token})
+	ctx := browse(t, f.url+"/#envelope/"+f.envID)
+	step, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	bg := context.Background()
+	if err := chromedp.Do(step, chromedp.WaitVisible(`#signin-token`), chromedp.WaitVisible(`[data-testid="ack"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if html, err := chromedp.Run(step, chromedp.Evaluate[string](`document.documentElement.outerHTML`)); err != nil || strings.Contains(html, token) {
+		t.Fatalf("the page carries the configured token (%v)", err)
+	}
+	ackResult := func(prefix string) string {
+		t.Helper()
+		if _, err := chromedp.Run(step, chromedp.Evaluate[bool](`document.getElementById('d-result').textContent = ''; true`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(step, chromedp.Click(`[data-testid="ack"]`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('d-result').textContent.startsWith('`+prefix+`')`)); err != nil {
+			got, _ := chromedp.Run(step, chromedp.Text(`#d-result`))
+			t.Fatalf("ack answered %q, want %q…", got, prefix)
+		}
+		got, _ := chromedp.Run(step, chromedp.Text(`#d-result`))
+		return got
+	}
+	if got := ackResult("ack refused"); !strings.Contains(got, "sign in") {
+		t.Fatalf("ack before signing in: %q", got)
+	}
+	if rec, _, err := f.stores.Envelopes.Get(bg, f.envID); err != nil || rec.AckedBy != "" {
+		t.Fatalf("a refused ack acknowledged: %+v %v", rec, err)
+	}
+	// A wrong token is refused; the right one signs in.
+	if err := chromedp.Do(step, chromedp.SendKeys(`#signin-token`, "guess"), chromedp.Click(`#signin-button`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('auth-result').textContent.startsWith('sign-in refused')`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.SendKeys(`#signin-token`, token), chromedp.Click(`#signin-button`), chromedp.WaitVisible(`#signout`)); err != nil {
+		t.Fatal(err)
+	}
+	cookies, err := chromedp.Call(step, network.GetCookies, network.GetCookiesParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session *network.Cookie
+	for _, c := range cookies.Cookies {
+		if c.Name == dashboard.SessionCookie {
+			session = c
+		}
+	}
+	if session == nil || !session.HTTPOnly || session.SameSite != network.CookieSameSiteStrict || strings.Contains(session.Value, token) {
+		t.Fatalf("the browser's session cookie: %+v", session)
+	}
+	if seen, err := chromedp.Run(step, chromedp.Evaluate[string](`document.cookie`)); err != nil || strings.Contains(seen, dashboard.SessionCookie) {
+		t.Fatalf("the page's script reads the session cookie: %q %v", seen, err)
+	}
+	if got := ackResult("ack: "); got == "" {
+		t.Fatal("no answer")
+	}
+	if rec, _, err := f.stores.Envelopes.Get(bg, f.envID); err != nil || rec.AckedBy != "dashboard" {
+		t.Fatalf("the signed-in ack did not land: %+v %v", rec, err)
+	}
+	// Signed out, the page asks for the token again and a mutation is
+	// refused.
+	if err := chromedp.Do(step, chromedp.Click(`#signout`), chromedp.WaitVisible(`#signin-token`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackResult("ack refused"); !strings.Contains(got, "sign in") {
+		t.Fatalf("ack after signing out: %q", got)
+	}
 }

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -27,8 +26,8 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 		DryRun   bool                   `json:"dry_run"`
 		Note     string                 `json:"note"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8192)).Decode(&body); err != nil {
-		fail(w, http.StatusBadRequest, fmt.Errorf("body: %w", err))
+	if err := decodeBody(w, r, &body); err != nil {
+		fail(w, http.StatusBadRequest, err)
 		return
 	}
 	f := salvage.EnvelopeFilter{Category: body.Category, Status: body.Status, Job: body.Job}

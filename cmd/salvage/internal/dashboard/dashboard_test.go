@@ -37,6 +37,13 @@ type fixture struct {
 // the dashboard on a free loopback port.
 func setup(t *testing.T, token string) *fixture {
 	t.Helper()
+	return setupWith(t, dashboard.Config{Token: token})
+}
+
+// setupWith is setup with the dashboard's configuration (its Addr is a
+// free loopback port).
+func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
+	t.Helper()
 	b := salvagetest.StartServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -93,7 +100,8 @@ func setup(t *testing.T, token string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := dashboard.Listen(b.JS, client, dashboard.Config{Addr: "127.0.0.1:0", Token: token})
+	cfg.Addr = "127.0.0.1:0"
+	srv, err := dashboard.Listen(b.JS, client, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -42,7 +41,10 @@ func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Reason string `json:"reason"`
 	}
-	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body)
+	if err := decodeBody(w, r, &body); err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
 	var (
 		p   salvage.PipelineStatus
 		err error

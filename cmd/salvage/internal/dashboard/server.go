@@ -48,9 +48,13 @@ var page = template.Must(template.ParseFS(static, "static/index.html"))
 type Config struct {
 	// Addr is the listen address. Default AddrDefault.
 	Addr string
-	// Token authorizes mutations. Empty on loopback mints a random one
-	// for this process, which the page carries; required elsewhere.
+	// Token authorizes mutations: a script sends it in X-Salvage-Token,
+	// a person signs in with it once (the page never carries it). Empty
+	// on loopback mints a random one for this process, which the page
+	// carries; required elsewhere.
 	Token string
+	// SessionTTL is how long a sign-in lasts. Default SessionTTLDefault.
+	SessionTTL time.Duration
 	// AllowedHosts are host names (or IPs) served besides the listen
 	// address, localhost, 127.0.0.1 and ::1; a request with any other
 	// Host header gets 421 (DNS rebinding). Default none.
@@ -68,8 +72,12 @@ type Server struct {
 	client *salvage.Client
 	log    zerolog.Logger
 	token  string
-	hosts  *hostGuard
-	hist   history
+	// configured is set when the token was given (not minted): the page
+	// never carries it, people sign in.
+	configured bool
+	sessions   *sessions
+	hosts      *hostGuard
+	hist       history
 }
 
 // Listen binds the dashboard's address. It refuses a non-loopback address
@@ -104,7 +112,8 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 		log = *cfg.Logger
 	}
 	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex(), breakers: &breakerPoll{}},
-		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token}
+		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token,
+		configured: cfg.Token != "", sessions: newSessions(cfg.SessionTTL)}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency)
 	mux := http.NewServeMux()
@@ -117,6 +126,9 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/session", s.apiSession)
+	mux.HandleFunc("POST /api/session", s.apiSignIn)
+	mux.HandleFunc("DELETE /api/session", s.apiSignOut)
 	mux.HandleFunc("GET /api/summary", s.apiSummary)
 	mux.HandleFunc("GET /api/history", s.apiHistory)
 	mux.HandleFunc("GET /api/jobs", s.apiJobs)
@@ -174,9 +186,15 @@ func securityHeaders(next http.Handler) http.Handler {
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	// The page is served only to this origin's documents (same-origin
-	// policy keeps other sites from reading the token it carries).
-	_ = page.Execute(w, map[string]string{"Token": s.token})
+	w.Header().Set("Cache-Control", "no-store")
+	// A configured token is never served: people sign in. Only the
+	// random token of a loopback process without one rides in the page
+	// (same-origin policy keeps other sites from reading it).
+	token := ""
+	if !s.configured {
+		token = s.token
+	}
+	_ = page.Execute(w, map[string]string{"Token": token})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -259,7 +277,10 @@ func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 	var note struct {
 		Note string `json:"note"`
 	}
-	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&note)
+	if err := decodeBody(w, r, &note); err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
 	var rec *salvage.EnvelopeRecord
 	var err error
 	switch r.PathValue("action") {
@@ -281,18 +302,33 @@ func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 }
 
 var (
-	errNoToken     = errors.New("missing or wrong " + TokenHeader)
+	errNoToken     = errors.New("sign in, or send the token in " + TokenHeader)
 	errCrossOrigin = errors.New("cross-origin request refused")
 )
 
-// authorize checks the token and that a browser request comes from this
-// origin (Origin, else Sec-Fetch-Site). The Host was checked against the
-// allowed names before; the Origin must be that same allowed host.
+// authorize checks that a mutation comes from this origin and carries
+// the token in X-Salvage-Token (a script, or the page of a loopback
+// process without a configured token) or a signed-in session's cookie.
 func (s *Server) authorize(r *http.Request) error {
-	got := r.Header.Get(TokenHeader)
-	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+	if err := s.sameOrigin(r); err != nil {
+		return err
+	}
+	if got := r.Header.Get(TokenHeader); got != "" {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1 {
+			return nil
+		}
 		return errNoToken
 	}
+	if _, _, ok := s.sessionOf(r); ok {
+		return nil
+	}
+	return errNoToken
+}
+
+// sameOrigin checks that a browser request comes from this origin
+// (Origin, else Sec-Fetch-Site). The Host was checked against the allowed
+// names before; the Origin must be that same allowed host.
+func (s *Server) sameOrigin(r *http.Request) error {
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
 		if err != nil || u.Scheme != "http" || !strings.EqualFold(u.Host, r.Host) || !s.hosts.ok(u.Host) {
