@@ -144,9 +144,38 @@ func (c *Client) Stop(ctx context.Context) error {
 // provisionAttempt bounds one attempt at provisioning.
 const provisionAttempt = 10 * time.Second
 
-// provision creates or updates the streams and buckets, waiting out a
-// deployment that is still electing leaders, and keeps the stores.
+// Provision creates or updates on the server what this client's
+// configuration needs — the streams, the buckets, and the pools of each
+// of its pipelines (with their own AckWait and MaxDeliver), each
+// pipeline registered so that its jobs wait for workers — and returns
+// without starting anything. Start does the same, but where everything
+// already carries the configuration it asks for (streams.ConfigKey),
+// Start only reads: an administrator runs Provision (`salvage
+// provision`) with a user that may change streams and consumers, and
+// workers start with users that may not. A change the server refuses
+// this user wraps ErrNeedsProvisioning.
+func (c *Client) Provision(ctx context.Context) error {
+	_, err := c.ensure(ctx, true, true)
+	return err
+}
+
+// ErrNeedsProvisioning is returned by Start and Provision when a stream,
+// bucket or consumer is missing or configured otherwise and the server
+// refused this user the change: run Provision (`salvage provision`) with
+// an administrator's user.
+var ErrNeedsProvisioning = streams.ErrNeedsProvisioning
+
+// provision is Start's provisioning: the pools of the pipelines this
+// client runs, and their registration when it runs workers.
 func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
+	return c.ensure(ctx, c.cfg.has(RoleWorker) || c.cfg.has(RoleRecovery), c.cfg.has(RoleWorker))
+}
+
+// ensure creates or updates the streams and buckets (and, with pools,
+// the client's pipelines' pools; with register, records its pipelines),
+// waiting out a deployment that is still electing leaders, and keeps the
+// stores.
+func (c *Client) ensure(ctx context.Context, pools, register bool) (*kv.Stores, error) {
 	var stores *kv.Stores
 	err := natsconf.Retry(ctx, func(ctx context.Context) error {
 		// A request a forming cluster drops is never answered: each
@@ -156,7 +185,7 @@ func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
 		if err := streams.Provision(ctx, c.js, c.cfg.streamOptions()); err != nil {
 			return err
 		}
-		if c.cfg.has(RoleWorker) || c.cfg.has(RoleRecovery) {
+		if pools {
 			// The pools of the pipelines this client runs, each with its
 			// own AckWait and MaxDeliver where it sets them.
 			for _, name := range c.registry.Names() {
@@ -172,7 +201,7 @@ func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
 		if stores, err = kv.Provision(ctx, c.js, kv.Options{Replicas: c.cfg.Replicas}); err != nil {
 			return err
 		}
-		if c.cfg.has(RoleWorker) {
+		if register {
 			// Registered before Start returns: a job submitted next is
 			// never taken for one of a pipeline nobody runs.
 			for _, name := range c.registry.Names() {

@@ -21,7 +21,7 @@ const (
 	// ServiceName is the micro service's name (`nats micro info salvage`).
 	ServiceName = "salvage"
 	// ServiceVersion is its version.
-	ServiceVersion = "0.6.0"
+	ServiceVersion = "0.7.0"
 	// ServicePrefix prefixes every endpoint's subject.
 	ServicePrefix = "salvage.api"
 )
@@ -55,7 +55,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit and watch jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes",
+		Description: "Salvage: submit, list, watch and trace jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -66,7 +66,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
 		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove,
 		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
-		"workers.list": c.apiWorkers,
+		"workers.list": c.apiWorkers, "jobs.list": c.apiJobs, "jobs.trace": c.apiTrace,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -364,6 +364,52 @@ func (c *Client) apiStatus(ctx context.Context, req micro.Request) (any, error) 
 		return nil, err
 	}
 	return c.Status(ctx, r.JobID, &r.Page)
+}
+
+// apiJobs takes {"offset"?, "limit"?}: a page of job records, newest
+// first.
+func (c *Client) apiJobs(ctx context.Context, req micro.Request) (any, error) {
+	var p Page
+	if err := decode(req, &p, true); err != nil {
+		return nil, err
+	}
+	jobs, err := c.ListJobs(ctx, &p)
+	if jobs == nil {
+		jobs = []Job{}
+	}
+	return jobs, err
+}
+
+// apiTrace takes {"job_id", "chunk"?, "offset"?, "limit"?}: one chunk's
+// timeline, or a page of the job's chunks (next_offset says where the
+// next begins).
+func (c *Client) apiTrace(ctx context.Context, req micro.Request) (any, error) {
+	var r struct {
+		JobID string `json:"job_id"`
+		Chunk int    `json:"chunk,omitempty"`
+		Page
+	}
+	if err := decode(req, &r, false); err != nil {
+		return nil, err
+	}
+	if err := streams.ValidateJobID(r.JobID); err != nil {
+		return nil, err
+	}
+	if r.Chunk < 0 {
+		return nil, fmt.Errorf("%w: chunk %d: chunks are numbered from 1", errMalformed, r.Chunk)
+	}
+	if r.Chunk == 0 {
+		return c.TracePage(ctx, r.JobID, &r.Page)
+	}
+	j, err := c.Get(ctx, r.JobID)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := c.TraceChunk(ctx, r.JobID, r.Chunk)
+	if err != nil {
+		return nil, err
+	}
+	return &Trace{Job: r.JobID, TraceID: j.TraceID, Status: j.Status, Chunks: []TraceChunk{*tc}}, nil
 }
 
 func (c *Client) apiCancel(ctx context.Context, req micro.Request) (any, error) {

@@ -2,6 +2,7 @@ package salvage_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,80 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 	jobs, err := c.ListJobs(ctx, nil)
 	if err != nil || len(jobs) != 0 {
 		t.Fatalf("a refused submit made jobs: %v %v", jobs, err)
+	}
+}
+
+// TestServiceReadsJobsAndTraces: the read endpoints an operator needs
+// instead of bucket reads — jobs.list and jobs.trace, a page of chunks or
+// one chunk — answer what the Client reads directly, in bounded pages.
+func TestServiceReadsJobsAndTraces(t *testing.T) {
+	srv := salvagetest.StartServer(t)
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ids []string
+	for _, in := range []any{map[string]any{"words": []string{"a", "b", "c", "d", "e"}}, map[string]any{"words": []string{"f"}}} {
+		id, err := c.Submit(ctx, "words", in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	ask := func(subject, body string, out any) string {
+		t.Helper()
+		reply, err := srv.Conn.Request("salvage.api."+subject, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s %s: %v", subject, body, err)
+		}
+		if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+			return code
+		}
+		if err := json.Unmarshal(reply.Data, out); err != nil {
+			t.Fatalf("%s: %v: %s", subject, err, reply.Data)
+		}
+		return ""
+	}
+	var jobs []salvage.Job
+	if code := ask("jobs.list", `{"limit":1}`, &jobs); code != "" || len(jobs) != 1 {
+		t.Fatalf("jobs.list limit 1: %s %+v", code, jobs)
+	}
+	if code := ask("jobs.list", ``, &jobs); code != "" || len(jobs) != 2 {
+		t.Fatalf("jobs.list: %s %+v", code, jobs)
+	}
+	var page salvage.Trace
+	if code := ask("jobs.trace", `{"job_id":"`+ids[0]+`","limit":2}`, &page); code != "" || len(page.Chunks) != 2 || page.NextOffset != 2 || page.Chunks[0].Chunk != 1 {
+		t.Fatalf("jobs.trace first page: %s %+v", code, page)
+	}
+	var last salvage.Trace
+	if code := ask("jobs.trace", `{"job_id":"`+ids[0]+`","offset":4,"limit":2}`, &last); code != "" || len(last.Chunks) != 1 || last.NextOffset != 0 || last.Chunks[0].Chunk != 5 {
+		t.Fatalf("jobs.trace last page: %s %+v", code, last)
+	}
+	direct, err := c.Trace(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one salvage.Trace
+	if code := ask("jobs.trace", `{"job_id":"`+ids[0]+`","chunk":5}`, &one); code != "" || len(one.Chunks) != 1 {
+		t.Fatalf("jobs.trace chunk 5: %s %+v", code, one)
+	}
+	want, _ := json.Marshal(direct.Chunks[4])
+	got, _ := json.Marshal(one.Chunks[0])
+	if string(got) != string(want) || len(one.Chunks[0].Calls) == 0 {
+		t.Errorf("chunk 5 through the service:\n%s\ndirect:\n%s", got, want)
+	}
+	for _, tc := range []struct{ body, code string }{
+		{`{"job_id":"01JNOSUCHJOB0000000000000"}`, "404"},
+		{`{"job_id":"` + ids[0] + `","chunk":9}`, "404"},
+		{`{"job_id":"` + ids[0] + `","chunk":-1}`, "400"},
+		{`{"job_id":"a.b"}`, "400"},
+		{`{"job_id":"` + ids[0] + `","verbose":true}`, "400"},
+	} {
+		var v any
+		if code := ask("jobs.trace", tc.body, &v); code != tc.code {
+			t.Errorf("jobs.trace %s: %q, want %s", tc.body, code, tc.code)
+		}
 	}
 }

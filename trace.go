@@ -14,6 +14,9 @@ type Trace struct {
 	TraceID string       `json:"trace_id"`
 	Status  JobStatus    `json:"status"`
 	Chunks  []TraceChunk `json:"chunks"`
+	// NextOffset, on a page (TracePage), is the offset of the next page
+	// of chunks; 0 when this page is the last.
+	NextOffset int `json:"next_offset,omitempty"`
 }
 
 // TraceChunk is one chunk's part of a Trace: its calls in the order they
@@ -35,15 +38,45 @@ type TraceChunk struct {
 // journal. It reads every call of the job: meant for one job at a time,
 // not for a loop; TraceChunk reads one chunk's.
 func (c *Client) Trace(ctx context.Context, id string) (*Trace, error) {
+	return c.trace(ctx, id, 1, -1)
+}
+
+// TracePage returns one page of job id's timeline: the chunks page
+// selects (nil: the first PageDefault), with NextOffset set when more
+// follow. It reads only those chunks' checkpoints and journals.
+func (c *Client) TracePage(ctx context.Context, id string, page *Page) (*Trace, error) {
+	j, _, err := c.job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	from, to := page.Bounds(j.Chunks)
+	tr := &Trace{Job: id, TraceID: j.TraceID, Status: JobStatus(j.Status), Chunks: []TraceChunk{}}
+	if from < to {
+		if tr, err = c.trace(ctx, id, from+1, to); err != nil {
+			return nil, err
+		}
+	}
+	if to < j.Chunks {
+		tr.NextOffset = to
+	}
+	return tr, nil
+}
+
+// trace is the timeline of chunks first to last of job id (last -1: to
+// the job's last chunk).
+func (c *Client) trace(ctx context.Context, id string, first, last int) (*Trace, error) {
 	j, st, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	cps, err := st.Checkpoints.ForJob(ctx, id, j.Chunks)
+	if last < 0 {
+		last = j.Chunks
+	}
+	cps, err := st.Checkpoints.ForJobRange(ctx, id, first, last)
 	if err != nil {
 		return nil, err
 	}
-	tr := &Trace{Job: id, TraceID: j.TraceID, Status: JobStatus(j.Status)}
+	tr := &Trace{Job: id, TraceID: j.TraceID, Status: JobStatus(j.Status), Chunks: []TraceChunk{}}
 	for _, cp := range j.View(cps) {
 		rows, err := st.Journal.LoadChunk(ctx, id, cp.Chunk)
 		if err != nil {

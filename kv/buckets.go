@@ -69,14 +69,10 @@ func BucketConfigs(o Options) []jetstream.KeyValueConfig {
 // Provision creates or updates every bucket and returns the stores. It is
 // idempotent and safe to run from several processes at once.
 func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores, error) {
-	// Each is created first and updated only when it exists otherwise:
-	// see streams.EnsureStream for why.
+	// Each is looked up first, created when missing and updated only
+	// when it exists otherwise: see streams.EnsureStream for why.
 	for _, cfg := range BucketConfigs(o) {
-		_, err := js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			_, err = js.UpdateKeyValue(ctx, cfg)
-		}
-		if err != nil {
+		if err := ensureBucket(ctx, js, cfg); err != nil {
 			return nil, fmt.Errorf("kv: provision %s: %w", cfg.Bucket, err)
 		}
 	}
@@ -87,14 +83,32 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 	snaps := jetstream.ObjectStoreConfig{
 		Bucket: BucketSnapshots, Description: "Agent state snapshots, gzip.", TTL: RetentionDefault, Replicas: replicas,
 	}
-	_, err := js.CreateObjectStore(ctx, snaps)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		_, err = js.UpdateObjectStore(ctx, snaps)
-	}
-	if err != nil {
+	fp := streams.Fingerprint(snaps)
+	snaps.Metadata = map[string]string{streams.ConfigKey: fp}
+	if err := streams.EnsureStreamOf(ctx, js, "object store "+snaps.Bucket, "OBJ_"+snaps.Bucket, fp, func() error {
+		_, err := js.CreateObjectStore(ctx, snaps)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			_, err = js.UpdateObjectStore(ctx, snaps)
+		}
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("kv: provision %s: %w", BucketSnapshots, err)
 	}
 	return Open(ctx, js)
+}
+
+// ensureBucket makes bucket cfg exist as configured, only reading when
+// its stream carries cfg's fingerprint (streams.ConfigKey).
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	fp := streams.Fingerprint(cfg)
+	cfg.Metadata = map[string]string{streams.ConfigKey: fp}
+	return streams.EnsureStreamOf(ctx, js, "bucket "+cfg.Bucket, "KV_"+cfg.Bucket, fp, func() error {
+		_, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			_, err = js.UpdateKeyValue(ctx, cfg)
+		}
+		return err
+	})
 }
 
 // OpenJobs binds to the jobs bucket alone: what a client that submits

@@ -48,6 +48,11 @@ type ConnectConfig struct {
 	// (the first ones under Wait, and reconnects), for messages that say
 	// why a server cannot be reached.
 	OnConnectError func(error)
+	// InboxPrefix replaces _INBOX as the prefix of this connection's
+	// reply subjects (nats.CustomInboxPrefix), so that permissions can
+	// give each user its own replies only (_INBOX_<user>.>). Empty keeps
+	// _INBOX, or what the nats CLI context says.
+	InboxPrefix string
 	// OnPermissionViolation, when set, hears the server refuse this user
 	// a publish or a subscription (an error wrapping
 	// nats.ErrPermissionViolation, naming the subject). A refused request
@@ -113,6 +118,9 @@ func Connect(c ConnectConfig) (*nats.Conn, error) {
 	)
 	if c.Wait {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	if c.OnConnectError != nil {
 		opts = append(opts, nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { c.OnConnectError(err) }))

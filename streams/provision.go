@@ -232,7 +232,15 @@ func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline str
 		return err
 	}
 	for _, legacy := range []struct{ stream, name string }{{Chunks, LegacyWorkersConsumer}, {Jobs, LegacySplitterConsumer}} {
-		if err := js.DeleteConsumer(ctx, legacy.stream, legacy.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// Looked up first: a process whose user may not delete consumers
+		// only reads when there is nothing to delete.
+		if _, err := js.Consumer(ctx, legacy.stream, legacy.name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		err := Change(js, "the legacy consumer "+legacy.name+" on "+legacy.stream, func() error {
+			return js.DeleteConsumer(ctx, legacy.stream, legacy.name)
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("streams: delete the legacy %s consumer on %s: %w", legacy.name, legacy.stream, err)
 		}
 	}
@@ -264,7 +272,10 @@ func narrowLegacyRecovery(ctx context.Context, js jetstream.JetStream) error {
 		return nil
 	}
 	cfg.FilterSubject = DLQLegacy
-	if _, err := js.UpdateConsumer(ctx, DLQ, cfg); err != nil {
+	if err := Change(js, "the legacy consumer "+LegacyRecoveryConsumer+" on "+DLQ, func() error {
+		_, err := js.UpdateConsumer(ctx, DLQ, cfg)
+		return err
+	}); err != nil {
 		return fmt.Errorf("streams: narrow the legacy %s consumer: %w", LegacyRecoveryConsumer, err)
 	}
 	return nil
@@ -278,29 +289,4 @@ func ProvisionPipelines(ctx context.Context, js jetstream.JetStream, pipelines [
 		}
 	}
 	return nil
-}
-
-// EnsureStream creates the stream of cfg, or updates it when one of that
-// name exists with another configuration. It asks to create first:
-// creating a stream that exists as configured changes nothing and is
-// answered at once, while on nats-server v2.15.2 two processes updating
-// one R3 stream at the same moment (what CreateOrUpdateStream does first)
-// left every JetStream API request of both unanswered until it timed out.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	_, err := js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		_, err = js.UpdateStream(ctx, cfg)
-	}
-	return err
-}
-
-// EnsureConsumer creates the durable consumer of cfg on stream, or
-// updates it when it exists with another configuration (see
-// EnsureStream).
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	c, err := js.CreateConsumer(ctx, stream, cfg)
-	if errors.Is(err, jetstream.ErrConsumerExists) {
-		c, err = js.UpdateConsumer(ctx, stream, cfg)
-	}
-	return c, err
 }

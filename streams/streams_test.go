@@ -7,7 +7,11 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
@@ -122,6 +126,63 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	info, _ = c.Info(ctx)
 	if info.Config.MaxDeliver != 5 {
 		t.Errorf("MaxDeliver after update = %d", info.Config.MaxDeliver)
+	}
+}
+
+// TestProvisionedOnlyReads: a process that finds every stream and
+// consumer carrying the fingerprint of the configuration it would ask
+// for sends no create, update or delete request — so a user that may
+// not change configuration can run once an administrator provisioned.
+func TestProvisionedOnlyReads(t *testing.T) {
+	b := salvagetest.StartServer(t)
+	ctx := context.Background()
+	var changes atomic.Int64
+	var mu sync.Mutex
+	var seen []string
+	for _, subject := range []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
+		"$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.DELETE.>"} {
+		sub, err := b.Conn.Subscribe(subject, func(m *nats.Msg) {
+			changes.Add(1)
+			mu.Lock()
+			seen = append(seen, m.Subject)
+			mu.Unlock()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	provision := func(o streams.Options) int64 {
+		t.Helper()
+		before := changes.Load()
+		if err := streams.Provision(ctx, b.JS, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := streams.ProvisionPipelines(ctx, b.JS, []string{"p1", "p2"}, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Conn.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return changes.Load() - before
+	}
+	if n := provision(streams.Options{}); n == 0 {
+		t.Fatal("the first provisioning sent no create request: the probe sees nothing")
+	}
+	mu.Lock()
+	seen = nil
+	mu.Unlock()
+	if n := provision(streams.Options{}); n != 0 {
+		mu.Lock()
+		t.Errorf("the second provisioning sent %d changes: %v", n, seen)
+		mu.Unlock()
+	}
+	// Another configuration is a change again, and then current.
+	if n := provision(streams.Options{MaxDeliver: 5}); n == 0 {
+		t.Error("a new MaxDeliver changed nothing")
+	}
+	if n := provision(streams.Options{MaxDeliver: 5}); n != 0 {
+		t.Errorf("provisioning MaxDeliver 5 twice sent %d changes the second time", n)
 	}
 }
 

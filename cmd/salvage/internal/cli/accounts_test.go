@@ -1,12 +1,19 @@
 package cli_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
@@ -14,28 +21,40 @@ import (
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
-// Users of natsconf/accounts.conf, with its example passwords.
-var (
-	asWorker    = []string{"--user", "worker", "--password", "worker-example-password"}
-	asSubmitter = []string{"--user", "submitter", "--password", "submitter-example-password"}
-	asOperator  = []string{"--user", "operator", "--password", "operator-example-password"}
-)
+// as returns the connection flags of a user of natsconf/accounts.conf:
+// its example password and its own inbox prefix.
+func as(user string) []string {
+	return []string{"--user", user, "--password", user + "-example-password", "--inbox-prefix", "_INBOX_" + user}
+}
 
-// natsAs runs the nats CLI as a user and returns everything it printed
-// and its exit error.
+// natsAs runs the nats CLI with the given connection flags and returns
+// everything it printed and its exit error.
 func natsAs(t *testing.T, url string, user []string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(natsBinary(t), append(append([]string{"--server", url, "--timeout", "2s"}, user...), args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, natsBinary(t), append(append([]string{"--server", url, "--timeout", "2s"}, user...), args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
+// refused asserts that the nats CLI, run as user, fails with the server's
+// permissions violation.
+func refused(t *testing.T, url, user string, args ...string) {
+	t.Helper()
+	out, err := natsAs(t, url, as(user), args...)
+	if err == nil || !strings.Contains(out, "Permissions Violation") {
+		t.Errorf("%s's `nats %s` was not refused by the server: %v\n%s", user, strings.Join(args, " "), err, out)
+	}
+}
+
 // TestLeastPrivilegeUsers runs Salvage on the server config with accounts
-// that natsconf ships: the worker user runs every role, the submitter
-// submits and waits, the operator works the DLQ and the API — and each is
-// refused, with the server's own words, outside its job: a worker cannot
-// purge the DLQ, a submitter cannot read the journal, an operator cannot
-// delete a stream or write a bucket.
+// that natsconf ships. Admin provisions; the worker user then runs every
+// role without changing any configuration, the submitter submits and
+// waits, the operator works through salvage.api, an agent serves requests
+// — and each is refused, in the server's own words, outside its job:
+// stream and consumer edits, another user's replies, the DLQ's purge,
+// bucket reads and writes.
 func TestLeastPrivilegeUsers(t *testing.T) {
 	srv, err := natsconf.StartConfigFile(filepath.Join("..", "..", "..", "..", "natsconf", "accounts.conf"), t.TempDir())
 	if err != nil {
@@ -45,69 +64,180 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	url := srv.ClientURL()
 	// Chunks fail often enough, with no tier-1 retry and one delivery,
 	// for the DLQ to fill and the recovery roles to work.
-	up(t, append(append([]string{"--server", url, "--model-failure-rate", "0.3", "--retries", "0", "--max-deliver", "1"}, fastTiers...), asWorker...)...)
+	shape := []string{"--max-deliver", "1", "--ack-wait", "2s"}
+
+	// Before provisioning the worker cannot start, and says what to do.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	early := exec.CommandContext(ctx, binary, append(append([]string{"up", "--server", url, "--http", "127.0.0.1:0", "--log-level", "error"}, shape...), as("worker")...)...)
+	out, err := early.CombinedOutput()
+	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "salvage provision") {
+		t.Fatalf("the worker's up before provisioning: %v (context %v)\n%s", err, ctx.Err(), out)
+	}
+
+	code, stdout, errOut := run(t, "", append(append([]string{"provision", "--server", url}, shape...), as("admin")...)...)
+	if code != cli.ExitOK || !strings.Contains(stdout, "provisioned") {
+		t.Fatalf("admin's provision: exit %d: %s%s", code, stdout, errOut)
+	}
+	// The worker's log is kept: nothing it does may be refused.
+	var workerLog logBuffer
+	worker := exec.Command(binary, append(append(append([]string{"up", "--server", url, "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn",
+		"--model-failure-rate", "0.3", "--retries", "0"}, fastTiers...), shape...), as("worker")...)...)
+	worker.Stderr = io.MultiWriter(os.Stderr, &workerLog)
+	startPrinting(t, worker, "NATS_URL=")
 
 	contract := writeFile(t, "contract.txt", contractreview.Contract(4, 1))
-	code, out, errOut := run(t, "", append([]string{"submit", "contract-review", contract, "--wait", "--server", url}, asSubmitter...)...)
+	code, stdout, errOut = run(t, "", append([]string{"submit", "contract-review", contract, "--wait", "--server", url}, as("submitter")...)...)
 	if code == cli.ExitError {
 		t.Fatalf("the submitter's submit --wait: exit %d: %s", code, errOut)
 	}
-	job := strings.TrimSpace(out)
+	job := strings.TrimSpace(stdout)
 
-	// The submitter may not read the journal: salvage trace says so at
-	// once, naming what was refused; so does the nats CLI.
-	start := time.Now()
-	code, _, errOut = run(t, "", append([]string{"trace", job, "--server", url}, asSubmitter...)...)
-	if code == cli.ExitOK || !strings.Contains(errOut, "the server refused this user") || !strings.Contains(errOut, "Permissions Violation for Publish") {
-		t.Fatalf("the submitter's trace: exit %d: %s", code, errOut)
-	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("the refusal took %s to surface", took)
-	}
-	if out, err := natsAs(t, url, asSubmitter, "kv", "get", "salvage_journal", "any"); err == nil || !strings.Contains(out, "Permissions Violation") {
-		t.Errorf("the submitter read the journal bucket: %v\n%s", err, out)
-	}
-
-	// The operator works the DLQ through the API and reads it.
+	// The operator works through the API: the DLQ, jobs, traces, breakers,
+	// pipelines — with no bucket of its own to read.
 	salvagetest.Eventually(t, 30*time.Second, func() bool {
-		code, out, _ := run(t, "", append([]string{"dlq", "ls", "--server", url}, asOperator...)...)
+		code, out, _ := run(t, "", append([]string{"dlq", "ls", "--server", url}, as("operator")...)...)
 		return code == 0 && strings.Count(out, "\n") > 1
 	}, "the operator to list envelopes")
-	for _, args := range [][]string{{"pause", "contract-review"}, {"resume", "contract-review"}, {"status", job}, {"trace", job}, {"breakers"}, {"jobs"}} {
-		if code, out, errOut := run(t, "", append(append(args, "--server", url), asOperator...)...); code != cli.ExitOK {
+	for _, args := range [][]string{{"pause", "contract-review"}, {"resume", "contract-review"}, {"status", job}, {"trace", job}, {"breakers"}, {"jobs"}, {"pipelines"}, {"workers"}} {
+		if code, out, errOut := run(t, "", append(append(args, "--server", url), as("operator")...)...); code != cli.ExitOK {
 			t.Errorf("the operator's %v: exit %d: %s%s", args, code, out, errOut)
 		}
 	}
-	if out, err := natsAs(t, url, asOperator, "stream", "info", "SALVAGE_DLQ"); err != nil {
+	if out, err := natsAs(t, url, as("operator"), "stream", "info", "SALVAGE_DLQ"); err != nil {
 		t.Errorf("the operator's stream info of the DLQ: %v\n%s", err, out)
 	}
-	for _, args := range [][]string{{"stream", "rm", "SALVAGE_DLQ", "-f"}, {"kv", "put", "salvage_jobs", "x", "y"}} {
-		if out, err := natsAs(t, url, asOperator, args...); err == nil || !strings.Contains(out, "Permissions Violation") {
-			t.Errorf("the operator's %v was not refused: %v\n%s", args, err, out)
-		}
+	if out, err := natsAs(t, url, as("operator"), "stream", "get", "SALVAGE_DLQ", "1"); err != nil || !strings.Contains(out, "salvage.dlq.") {
+		t.Errorf("the operator's read of the DLQ's first message: %v\n%s", err, out)
+	}
+	// The submitter asks the service for its job's status.
+	if code, out, errOut := run(t, "", append([]string{"status", job, "--server", url}, as("submitter")...)...); code != cli.ExitOK || !strings.Contains(out, job) {
+		t.Errorf("the submitter's status: exit %d: %s%s", code, out, errOut)
 	}
 
-	// The worker may not purge the DLQ: refused, and nothing is lost.
-	before, _ := natsAs(t, url, asOperator, "stream", "info", "SALVAGE_DLQ", "--json")
-	if out, err := natsAs(t, url, asWorker, "stream", "purge", "SALVAGE_DLQ", "-f"); err == nil || !strings.Contains(out, `Permissions Violation for Publish to "$JS.API.STREAM.PURGE.SALVAGE_DLQ"`) {
-		t.Errorf("the worker's DLQ purge was not refused: %v\n%s", err, out)
+	// Without its inbox prefix a user's request has nowhere to be answered:
+	// salvage says which subject the server refused.
+	bare := []string{"--user", "operator", "--password", "operator-example-password"}
+	if code, _, errOut := run(t, "", append([]string{"jobs", "--server", url}, bare...)...); code == cli.ExitOK || !strings.Contains(errOut, "Permissions Violation for Subscription") {
+		t.Errorf("the operator's jobs without --inbox-prefix: exit %d: %s", code, errOut)
 	}
-	if out, err := natsAs(t, url, asWorker, "stream", "rm", "SALVAGE_CHUNKS", "-f"); err == nil || !strings.Contains(out, "Permissions Violation") {
-		t.Errorf("the worker's stream deletion was not refused: %v\n%s", err, out)
+
+	before := dlqMessages(t, url)
+	recovery := consumerInfo(t, url, "SALVAGE_DLQ", "recovery-contract-review")
+	var probes [][]string // user, then the nats CLI's arguments
+	// Stream and consumer configuration: nobody but admin.
+	for _, user := range []string{"worker", "operator", "submitter"} {
+		probes = append(probes,
+			[]string{user, "stream", "edit", "SALVAGE_DLQ", "--max-msgs", "1", "-f"},
+			[]string{user, "consumer", "edit", "SALVAGE_DLQ", "recovery-contract-review", "--max-deliver", "1", "-f"},
+			[]string{user, "stream", "rm", "SALVAGE_CHUNKS", "-f"},
+			[]string{user, "consumer", "add", "SALVAGE_DLQ", "mine", "--pull", "--defaults"})
 	}
-	after, _ := natsAs(t, url, asOperator, "stream", "info", "SALVAGE_DLQ", "--json")
-	if msgs(before) == 0 || msgs(after) < msgs(before) {
-		t.Errorf("DLQ messages %d before the refused purge, %d after", msgs(before), msgs(after))
+	probes = append(probes,
+		// The DLQ is emptied only by the people on call.
+		[]string{"worker", "stream", "purge", "SALVAGE_DLQ", "-f"},
+		[]string{"submitter", "stream", "purge", "SALVAGE_DLQ", "-f"},
+		// Buckets: the operator and the submitter write none, the
+		// submitter reads only job records, the agent nothing at all.
+		[]string{"operator", "kv", "put", "salvage_jobs", "x", "y"},
+		[]string{"operator", "kv", "get", "salvage_journal", "any"},
+		[]string{"submitter", "kv", "put", "salvage_jobs", "x", "y"},
+		[]string{"submitter", "kv", "get", "salvage_journal", "any"},
+		[]string{"agent", "kv", "get", "salvage_jobs", "any"},
+		// Another user's replies, and everyone's.
+		[]string{"submitter", "sub", "_INBOX.>", "--count", "1"},
+		[]string{"submitter", "sub", "_INBOX_operator.>", "--count", "1"},
+		[]string{"worker", "sub", "_INBOX_admin.>", "--count", "1"},
+		[]string{"agent", "sub", "salvage.>", "--count", "1"},
+		[]string{"agent", "pub", "salvage.jobs.contract-review", "x"})
+	// Each refusal waits out the CLI's 2s timeout: all at once.
+	var wg sync.WaitGroup
+	for _, p := range probes {
+		wg.Go(func() { refused(t, url, p[0], p[1:]...) })
+	}
+	wg.Wait()
+	if strings.Contains(workerLog.String(), "refused") {
+		t.Errorf("the server refused the worker something it needs:\n%s", workerLog.String())
+	}
+	if after := dlqMessages(t, url); before == 0 || after < before {
+		t.Errorf("DLQ messages %d before the refused changes, %d after", before, after)
+	}
+	if after := consumerInfo(t, url, "SALVAGE_DLQ", "recovery-contract-review"); after != recovery {
+		t.Errorf("the recovery consumer changed: %s, then %s", recovery, after)
+	}
+
+	// salvage, too, is refused in the server's words: the submitter may
+	// not trace (the service's trace endpoint is the operator's).
+	code, _, errOut = run(t, "", append([]string{"trace", job, "--server", url}, as("submitter")...)...)
+	if code == cli.ExitOK || !strings.Contains(errOut, "the server refused this user") || !strings.Contains(errOut, "Permissions Violation for Publish") {
+		t.Errorf("the submitter's trace: exit %d: %s", code, errOut)
+	}
+
+	// The agent serves agents.> and answers; the worker's request reaches it.
+	agent, err := nats.Connect(url, nats.UserInfo("agent", "agent-example-password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	if _, err := agent.Subscribe("agents.probe", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := natsAs(t, url, as("worker"), "request", "agents.probe", "ping", "--raw"); err != nil || strings.TrimSpace(out) != "pong" {
+		t.Errorf("the worker's request to the agent: %v\n%s", err, out)
 	}
 }
 
-// msgs reads the message count from `nats stream info --json`.
-func msgs(info string) int {
+// dlqMessages counts the DLQ's messages as the operator sees them.
+func dlqMessages(t *testing.T, url string) int {
+	t.Helper()
+	out, err := natsAs(t, url, as("operator"), "stream", "info", "SALVAGE_DLQ", "--json")
+	if err != nil {
+		t.Fatalf("the operator's stream info: %v\n%s", err, out)
+	}
 	var st struct {
 		State struct {
 			Messages int `json:"messages"`
 		} `json:"state"`
 	}
-	_ = json.Unmarshal([]byte(info), &st)
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("stream info --json: %v\n%s", err, out)
+	}
 	return st.State.Messages
+}
+
+// consumerInfo reads a consumer's configuration as the operator sees it.
+func consumerInfo(t *testing.T, url, stream, name string) string {
+	t.Helper()
+	out, err := natsAs(t, url, as("operator"), "consumer", "info", stream, name, "--json")
+	if err != nil {
+		t.Fatalf("the operator's consumer info: %v\n%s", err, out)
+	}
+	var info struct {
+		Config json.RawMessage `json:"config"`
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil || len(info.Config) == 0 {
+		t.Fatalf("consumer info --json: %v\n%s", err, out)
+	}
+	return string(info.Config)
+}
+
+// logBuffer keeps what a process writes, for reading while it runs.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -21,7 +21,7 @@ how often it opened, why, and how many chunks wait for it on SALVAGE_HOLD. A sys
 not listed has a closed breaker.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.RunE = e.withClient("salvage breakers", func(ctx context.Context, c *salvage.Client) error {
+	cmd.RunE = e.withReader("salvage breakers", func(ctx context.Context, c *reader) error {
 		bs, err := c.Breakers(ctx)
 		if err != nil {
 			return err

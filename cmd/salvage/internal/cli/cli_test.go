@@ -62,7 +62,9 @@ func up(t *testing.T, args ...string) (string, *exec.Cmd) {
 // prefix on the first stdout line that starts with it.
 func startPrinting(t *testing.T, cmd *exec.Cmd, prefix string) string {
 	t.Helper()
-	cmd.Stderr = os.Stderr
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -22,13 +22,34 @@ func (e *env) request(endpoint string, body, out any) error {
 		return err
 	}
 	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = e.refused.watch(ctx)
+	err = requestOn(ctx, nc, endpoint, body, out)
+	if errors.Is(err, errNoService) {
+		return fmt.Errorf("no salvage api is listening on %s.%s: run salvage up (role api) against this server", salvage.ServicePrefix, endpoint)
+	}
+	return e.refused.explain(err)
+}
+
+// errNoService is a request no salvage.api service answered.
+var errNoService = errors.New("no salvage api service answered")
+
+// serviceError is an error the service answered, with its code.
+type serviceError struct {
+	code, text string
+}
+
+func (e *serviceError) Error() string { return fmt.Sprintf("%s (%s)", e.text, e.code) }
+
+// requestOn calls a salvage.api endpoint on nc and decodes its JSON
+// answer into out: errNoService when no service answers, a
+// *serviceError for the service's error.
+func requestOn(ctx context.Context, nc *nats.Conn, endpoint string, body, out any) error {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ctx = e.refused.watch(ctx)
 	resp, err := nc.RequestWithContext(ctx, salvage.ServicePrefix+"."+endpoint, data)
 	// A service that is starting (salvage up just printed its URL) has
 	// no responder for a moment: ask again, briefly.
@@ -37,13 +58,13 @@ func (e *env) request(endpoint string, body, out any) error {
 		resp, err = nc.RequestWithContext(ctx, salvage.ServicePrefix+"."+endpoint, data)
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("no salvage api is listening on %s.%s: run salvage up (role api) against this server", salvage.ServicePrefix, endpoint)
+		return errNoService
 	}
 	if err != nil {
-		return e.refused.explain(err)
+		return err
 	}
 	if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return fmt.Errorf("%s (%s)", resp.Header.Get(micro.ErrorHeader), code)
+		return &serviceError{code: code, text: resp.Header.Get(micro.ErrorHeader)}
 	}
 	if out == nil {
 		return nil

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/salvagehq/salvage"
@@ -19,6 +20,13 @@ import (
 // withClient connects and makes a client (not started: it only reads and
 // operates) for a command.
 func (e *env) withClient(name string, fn func(ctx context.Context, c *salvage.Client) error) func(*cobra.Command, []string) error {
+	return e.withConn(name, func(ctx context.Context, _ *nats.Conn, c *salvage.Client) error { return fn(ctx, c) })
+}
+
+// withConn connects and makes a client for a command that also needs the
+// connection, with a minute for the command and the server's refusals
+// explained.
+func (e *env) withConn(name string, fn func(ctx context.Context, nc *nats.Conn, c *salvage.Client) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
 		nc, js, err := e.connect(name)
 		if err != nil {
@@ -32,7 +40,7 @@ func (e *env) withClient(name string, fn func(ctx context.Context, c *salvage.Cl
 		if err != nil {
 			return err
 		}
-		return e.refused.explain(fn(ctx, c))
+		return e.refused.explain(fn(ctx, nc, c))
 	}
 }
 
@@ -71,7 +79,7 @@ func (e *env) statusCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return e.withClient("salvage status", func(ctx context.Context, c *salvage.Client) error {
+		return e.withReader("salvage status", func(ctx context.Context, c *reader) error {
 			j, chunks, err := allChunks(ctx, c, id)
 			if err != nil {
 				return noJob(id, err)
@@ -140,7 +148,7 @@ func (e *env) jobsCmd() *cobra.Command {
 		limit  int
 	)
 	cmd := &cobra.Command{Use: "jobs", Short: "List jobs, newest first", Args: cobra.NoArgs}
-	cmd.RunE = e.withClient("salvage jobs", func(ctx context.Context, c *salvage.Client) error {
+	cmd.RunE = e.withReader("salvage jobs", func(ctx context.Context, c *reader) error {
 		jobs, err := c.ListJobs(ctx, &salvage.Page{Limit: limit})
 		if err != nil {
 			return err

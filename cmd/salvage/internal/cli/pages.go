@@ -6,8 +6,14 @@ import (
 	"github.com/salvagehq/salvage"
 )
 
+// statusReader reads a page of a job's chunks: a *salvage.Client, or a
+// *reader (the service first).
+type statusReader interface {
+	Status(ctx context.Context, id string, page *salvage.Page) (*salvage.JobState, error)
+}
+
 // allChunks returns every chunk of job, a page of up to 1,000 at a time.
-func allChunks(ctx context.Context, c *salvage.Client, job string) (*salvage.Job, []salvage.Chunk, error) {
+func allChunks(ctx context.Context, c statusReader, job string) (*salvage.Job, []salvage.Chunk, error) {
 	page := &salvage.Page{Limit: salvage.PageMax}
 	var out []salvage.Chunk
 	for {

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/nats-io/nats.go"
 )
 
 // refusal keeps what the server refused a command's user. The server
@@ -49,6 +52,10 @@ func (r *refusal) explain(err error) error {
 	r.mu.Unlock()
 	if err == nil || refused == nil {
 		return err
+	}
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		// It names the refusal already (and maybe what to do about it).
+		return fmt.Errorf("the server refused this user: %w", err)
 	}
 	return fmt.Errorf("the server refused this user: %w", refused)
 }

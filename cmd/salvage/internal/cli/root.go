@@ -95,12 +95,13 @@ func (e *env) rootCmd() *cobra.Command {
 	f.StringVar(&e.conn.NKey, "nkey", "", "user nkey seed file")
 	f.StringVar(&e.conn.User, "user", "", "user name or token")
 	f.StringVar(&e.conn.Password, "password", "", "password")
+	f.StringVar(&e.conn.InboxPrefix, "inbox-prefix", "", "prefix of this connection's reply subjects instead of _INBOX (a server that keeps users' replies apart allows each user only _INBOX_<user>.>)")
 	f.StringVar(&e.conn.TLSCert, "tlscert", "", "TLS client certificate file")
 	f.StringVar(&e.conn.TLSKey, "tlskey", "", "TLS client key file")
 	f.StringVar(&e.conn.TLSCA, "tlsca", "", "TLS trusted CA file")
 	f.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&e.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
-	root.AddCommand(e.upCmd(), e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.cancelCmd(), e.jobsCmd(), e.demoCmd(), e.chaosCmd(), e.simCmd(), e.dlqCmd(), e.traceCmd(), e.breakersCmd(), e.pipelinesCmd(), e.workersCmd(), e.pauseCmd(), e.resumeCmd(), e.approveCmd(), e.benchCmd(), e.benchWorkerCmd())
+	root.AddCommand(e.upCmd(), e.provisionCmd(), e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.cancelCmd(), e.jobsCmd(), e.demoCmd(), e.chaosCmd(), e.simCmd(), e.dlqCmd(), e.traceCmd(), e.breakersCmd(), e.pipelinesCmd(), e.workersCmd(), e.pauseCmd(), e.resumeCmd(), e.approveCmd(), e.benchCmd(), e.benchWorkerCmd())
 	return root
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -32,7 +33,7 @@ before (a replay's history), in the chunks that have any or did not end done.`,
 		if chunk < 0 {
 			return fmt.Errorf("--chunk %d: chunks are numbered from 1", chunk)
 		}
-		return e.withClient("salvage trace", func(ctx context.Context, c *salvage.Client) error {
+		return e.withReader("salvage trace", func(ctx context.Context, c *reader) error {
 			tr, err := traceOf(ctx, c, id, chunk)
 			if err != nil {
 				return err
@@ -51,25 +52,39 @@ before (a replay's history), in the chunks that have any or did not end done.`,
 	return cmd
 }
 
-// traceOf reads job id's timeline, or only chunk's (reading only that
-// chunk's journal) when chunk > 0.
-func traceOf(ctx context.Context, c *salvage.Client, id string, chunk int) (*salvage.Trace, error) {
-	if chunk == 0 {
-		tr, err := c.Trace(ctx, id)
-		return tr, noJob(id, err)
+// tracePageChunks is how many chunks one page of a trace asks for; a
+// page too large for one reply is asked again in halves.
+const tracePageChunks = 50
+
+// traceOf reads job id's timeline a page at a time, or only chunk's
+// (reading only that chunk's journal) when chunk > 0.
+func traceOf(ctx context.Context, r *reader, id string, chunk int) (*salvage.Trace, error) {
+	if chunk > 0 {
+		return r.TraceChunk(ctx, id, chunk)
 	}
-	j, err := c.Get(ctx, id)
-	if err != nil {
-		return nil, noJob(id, err)
+	page := &salvage.Page{Limit: tracePageChunks}
+	var all *salvage.Trace
+	for {
+		tr, err := r.TracePage(ctx, id, page)
+		var se *serviceError
+		if errors.As(err, &se) && se.code == salvage.CodeTooLarge && page.Limit > 1 {
+			page.Limit /= 2
+			continue
+		}
+		if err != nil {
+			return nil, noJob(id, err)
+		}
+		if all == nil {
+			all = tr
+		} else {
+			all.Chunks = append(all.Chunks, tr.Chunks...)
+		}
+		if tr.NextOffset == 0 {
+			all.NextOffset = 0
+			return all, nil
+		}
+		page.Offset = tr.NextOffset
 	}
-	if chunk > j.Chunks {
-		return nil, fmt.Errorf("job %s has no chunk %d", id, chunk)
-	}
-	tc, err := c.TraceChunk(ctx, id, chunk)
-	if err != nil {
-		return nil, err
-	}
-	return &salvage.Trace{Job: id, TraceID: j.TraceID, Status: j.Status, Chunks: []salvage.TraceChunk{*tc}}, nil
 }
 
 // narrowTrace, with failed, keeps only the calls that did not succeed or

@@ -244,8 +244,10 @@ chunks finish or are released, then the process exits.`,
 			e.conn.URL = url
 			e.conn.Wait = true
 			e.conn.OnPermissionViolation = func(err error) {
-				// A refused request is only one nobody answers: say why.
+				// A refused request is only one nobody answers: say why,
+				// and fail a start that waits for it.
 				log.Error().Err(err).Msg("the server refused this user; check its permissions")
+				e.refused.record(err)
 			}
 			var lastErr natsconf.LastConnError
 			e.conn.OnConnectError = lastErr.Record
@@ -266,10 +268,10 @@ chunks finish or are released, then the process exits.`,
 			// An existing deployment may still be electing leaders or
 			// reconnecting: Start's provisioning waits that out.
 			pctx, cancel := context.WithTimeout(ctx, connWait)
-			err = client.Start(pctx)
+			err = client.Start(e.refused.watch(pctx))
 			cancel()
 			if err != nil {
-				return fmt.Errorf("start on %s: %w", url, err)
+				return fmt.Errorf("start on %s: %w", url, e.refused.explain(err))
 			}
 			var srv *dashboard.Server
 			if dash {

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage"
+)
+
+// reader answers the read commands (status, jobs, trace, breakers) from
+// the salvage.api service when one answers — so an operator's user needs
+// no bucket reads — and from the buckets directly when none does (a
+// deployment that runs no api role).
+type reader struct {
+	nc *nats.Conn
+	c  *salvage.Client
+	// direct is set once no service answered.
+	direct bool
+}
+
+// withReader connects and makes a reader for a command.
+func (e *env) withReader(name string, fn func(ctx context.Context, r *reader) error) func(*cobra.Command, []string) error {
+	return e.withConn(name, func(ctx context.Context, nc *nats.Conn, c *salvage.Client) error {
+		return fn(ctx, &reader{nc: nc, c: c})
+	})
+}
+
+// ask calls endpoint; false when no service answered (the reader reads
+// directly from then on).
+func (r *reader) ask(ctx context.Context, endpoint string, body, out any) (bool, error) {
+	if r.direct {
+		return false, nil
+	}
+	err := requestOn(ctx, r.nc, endpoint, body, out)
+	if errors.Is(err, errNoService) {
+		r.direct = true
+		return false, nil
+	}
+	return true, err
+}
+
+// unknownJob makes the service's 404 for a job ErrUnknownJob.
+func unknownJob(err error) error {
+	var se *serviceError
+	if errors.As(err, &se) && se.code == salvage.CodeUnknown {
+		return fmt.Errorf("%w: %s", salvage.ErrUnknownJob, se.text)
+	}
+	return err
+}
+
+// Status is one page of job id's chunks.
+func (r *reader) Status(ctx context.Context, id string, page *salvage.Page) (*salvage.JobState, error) {
+	var st salvage.JobState
+	body := map[string]any{"job_id": id, "offset": page.Offset, "limit": page.Limit}
+	if ok, err := r.ask(ctx, "jobs.status", body, &st); ok {
+		return &st, unknownJob(err)
+	}
+	return r.c.Status(ctx, id, page)
+}
+
+// ListJobs is a page of job records, newest first.
+func (r *reader) ListJobs(ctx context.Context, page *salvage.Page) ([]salvage.Job, error) {
+	var jobs []salvage.Job
+	if ok, err := r.ask(ctx, "jobs.list", page, &jobs); ok {
+		return jobs, err
+	}
+	return r.c.ListJobs(ctx, page)
+}
+
+// TracePage is a page of job id's timeline.
+func (r *reader) TracePage(ctx context.Context, id string, page *salvage.Page) (*salvage.Trace, error) {
+	var tr salvage.Trace
+	body := map[string]any{"job_id": id, "offset": page.Offset, "limit": page.Limit}
+	if ok, err := r.ask(ctx, "jobs.trace", body, &tr); ok {
+		return &tr, unknownJob(err)
+	}
+	return r.c.TracePage(ctx, id, page)
+}
+
+// TraceChunk is chunk's part of job id's timeline, as a Trace.
+func (r *reader) TraceChunk(ctx context.Context, id string, chunk int) (*salvage.Trace, error) {
+	var tr salvage.Trace
+	if ok, err := r.ask(ctx, "jobs.trace", map[string]any{"job_id": id, "chunk": chunk}, &tr); ok {
+		return &tr, unknownJob(err)
+	}
+	j, err := r.c.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if chunk > j.Chunks {
+		return nil, fmt.Errorf("%w: job %s has no chunk %d", salvage.ErrUnknownJob, id, chunk)
+	}
+	tc, err := r.c.TraceChunk(ctx, id, chunk)
+	if err != nil {
+		return nil, err
+	}
+	return &salvage.Trace{Job: id, TraceID: j.TraceID, Status: j.Status, Chunks: []salvage.TraceChunk{*tc}}, nil
+}
+
+// Breakers lists the circuit breakers.
+func (r *reader) Breakers(ctx context.Context) ([]salvage.Breaker, error) {
+	var bs []salvage.Breaker
+	if ok, err := r.ask(ctx, "breakers.list", struct{}{}, &bs); ok {
+		return bs, err
+	}
+	return r.c.Breakers(ctx)
+}
+
+// Pipelines lists the pipelines.
+func (r *reader) Pipelines(ctx context.Context) ([]salvage.PipelineStatus, error) {
+	var ps []salvage.PipelineStatus
+	if ok, err := r.ask(ctx, "pipelines.list", struct{}{}, &ps); ok {
+		return ps, err
+	}
+	return r.c.Pipelines(ctx)
+}
