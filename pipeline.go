@@ -304,7 +304,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Pipeline, error) {
 			if a.Subject == "" || served[a.Subject] {
 				continue
 			}
-			if err := validateSubject("agent "+a.Name, a.Subject); err != nil {
+			if err := ValidateSubject("agent "+a.Name, a.Subject); err != nil {
 				return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
 			}
 			served[a.Subject] = true
@@ -375,7 +375,7 @@ func (t Tool) machinery(rem remote) (recovery.Tool, error) {
 	case call != nil && t.Subject != "":
 		return out, fmt.Errorf("%w: tool %q has both Call and Subject", ErrInvalidConfig, t.Name)
 	case t.Subject != "":
-		if err := validateSubject("tool "+t.Name, t.Subject); err != nil {
+		if err := ValidateSubject("tool "+t.Name, t.Subject); err != nil {
 			return out, err
 		}
 		subject := t.Subject
@@ -399,7 +399,7 @@ func (t Tool) machinery(rem remote) (recovery.Tool, error) {
 		case verify != nil && e.VerifySubject != "":
 			return out, fmt.Errorf("%w: tool %q has both Verify and VerifySubject", ErrInvalidConfig, t.Name)
 		case e.VerifySubject != "":
-			if err := validateSubject("tool "+t.Name+" verify", e.VerifySubject); err != nil {
+			if err := ValidateSubject("tool "+t.Name+" verify", e.VerifySubject); err != nil {
 				return out, err
 			}
 			subject := e.VerifySubject

@@ -120,11 +120,25 @@ func subjectSystem(subject string) string {
 	}, subject)
 }
 
-// validateSubject refuses a subject a request cannot be sent to.
-func validateSubject(what, subject string) error {
+// ValidateSubject checks the subject an agent, a tool or a verification
+// is served on. It refuses, with an error wrapping ErrInvalidConfig, a
+// subject a request cannot be sent to or must not be: a wildcard, the server's own API ($JS, $KV, $SYS, … — every
+// subject starting with $), another connection's replies (_INBOX…), or
+// Salvage's own subjects (salvage.…), which a worker may publish to and a
+// pipeline must not turn into an operator's action.
+func ValidateSubject(what, subject string) error {
 	if subject == "" || strings.ContainsAny(subject, " \t\r\n*>") || strings.HasPrefix(subject, ".") ||
 		strings.HasSuffix(subject, ".") || strings.Contains(subject, "..") {
 		return fmt.Errorf("%w: %s subject %q: want tokens separated by dots, no wildcards or spaces", ErrInvalidConfig, what, subject)
+	}
+	first, _, _ := strings.Cut(subject, ".")
+	switch {
+	case strings.HasPrefix(first, "$"):
+		return fmt.Errorf("%w: %s subject %q: subjects starting with $ are the server's own API", ErrInvalidConfig, what, subject)
+	case strings.HasPrefix(first, "_INBOX"):
+		return fmt.Errorf("%w: %s subject %q: subjects starting with _INBOX carry replies", ErrInvalidConfig, what, subject)
+	case first == "salvage":
+		return fmt.Errorf("%w: %s subject %q: subjects under salvage. are Salvage's own", ErrInvalidConfig, what, subject)
 	}
 	return nil
 }

@@ -237,7 +237,8 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 }
 
 // TestSubjectAgentsAreValidated: an agent needs exactly one of Run and
-// Subject, and a subject no request can go to is refused.
+// Subject, and a subject no request can or may go to is refused: the
+// server's API, replies, Salvage's own subjects.
 func TestSubjectAgentsAreValidated(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	for _, a := range []salvage.Agent{
@@ -245,6 +246,9 @@ func TestSubjectAgentsAreValidated(t *testing.T) {
 		{Name: "both", Subject: "agents.x", Run: func(context.Context, *salvage.Turn) (any, error) { return nil, nil }},
 		{Name: "wild", Subject: "agents.*"},
 		{Name: "spaced", Subject: "agents. x"},
+		{Name: "api", Subject: "$JS.API.STREAM.DELETE.SALVAGE_DLQ"},
+		{Name: "replies", Subject: "_INBOX_operator.abc"},
+		{Name: "own", Subject: "salvage.api.dlq.bulk"},
 	} {
 		p := &salvage.Pipeline{Name: "p", Split: func(in json.RawMessage) ([]json.RawMessage, error) { return nil, nil },
 			Stages: []salvage.Stage{{Name: "s", Agents: []salvage.Agent{a}}}}

@@ -170,6 +170,10 @@ func TestToolRegistration(t *testing.T) {
 		{"side effect without verify", []recovery.Tool{{Name: "email", Call: call, Effect: &recovery.SideEffect{}}}},
 		{"no call", []recovery.Tool{{Name: "x"}}},
 		{"duplicate", []recovery.Tool{{Name: "x", Call: call}, {Name: "x", Call: call}}},
+		{"its own compensation", []recovery.Tool{{Name: "charge", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "charge", Verify: verify}}}},
+		{"undone through another", []recovery.Tool{
+			{Name: "charge", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "refund", Verify: verify}},
+			{Name: "refund", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "charge", Verify: verify}}}},
 	}
 	for _, tt := range tests {
 		if _, err := recovery.NewTools(tt.tools...); !errors.Is(err, recovery.ErrInvalidTool) {

@@ -133,6 +133,17 @@ func NewTools(ts ...Tool) (*Tools, error) {
 		if _, ok := r.m[t.Effect.Compensation]; !ok {
 			return nil, fmt.Errorf("%w: %s's compensation tool %s is not registered", ErrInvalidTool, t.Name, t.Effect.Compensation)
 		}
+		// Undoing must end: no tool is its own compensation, directly
+		// or through others.
+		for c, n := r.m[t.Effect.Compensation], 0; c != nil && n <= len(r.m); n++ {
+			if c.Name == t.Name {
+				return nil, fmt.Errorf("%w: %s is undone by itself (compensation %s)", ErrInvalidTool, t.Name, t.Effect.Compensation)
+			}
+			if c.Effect == nil || !c.Effect.Reversible {
+				break
+			}
+			c = r.m[c.Effect.Compensation]
+		}
 	}
 	return r, nil
 }

@@ -339,10 +339,11 @@ func startWorker(t *testing.T, f *fixture) *salvage.Client {
 }
 
 // TestSignInInABrowser: with a configured token the page carries none
-// and shows a sign-in form; an acknowledgement before signing in is
-// refused; the token typed once signs the browser in with an HttpOnly,
-// SameSite=Strict cookie the page's script cannot read, and the same
-// click then acts; after signing out it is refused again.
+// and shows a sign-in form and nothing of the jobs; an acknowledgement
+// before signing in is refused; the token typed once signs the browser
+// in with an HttpOnly, SameSite=Strict cookie the page's script cannot
+// read, the views fill and the same click then acts; after signing out
+// the views are gone and a mutation is refused again.
 func TestSignInInABrowser(t *testing.T) {
 	token := randomToken(t)
 	f := setupWith(t, dashboard.Config{Token: token})
@@ -350,11 +351,42 @@ func TestSignInInABrowser(t *testing.T) {
 	step, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	bg := context.Background()
-	if err := chromedp.Do(step, chromedp.WaitVisible(`#signin-token`), chromedp.WaitVisible(`[data-testid="ack"]`)); err != nil {
+	if err := chromedp.Do(step, chromedp.WaitVisible(`#signin-token`)); err != nil {
 		t.Fatal(err)
 	}
 	if html, err := chromedp.Run(step, chromedp.Evaluate[string](`document.documentElement.outerHTML`)); err != nil || strings.Contains(html, token) {
 		t.Fatalf("the page carries the configured token (%v)", err)
+	}
+	// pageAck acknowledges the envelope with the page's own post() and
+	// returns what it answered.
+	pageAck := func() string {
+		t.Helper()
+		if _, err := chromedp.Run(step, chromedp.Evaluate[bool](`window.acked = undefined; post('/api/envelopes/`+f.envID+`/ack').then(([ok, b]) => { window.acked = ok ? 'ok' : 'refused: ' + b.error; }); true`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := chromedp.Run(step, chromedp.Poll[bool](`window.acked !== undefined`)); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := chromedp.Run(step, chromedp.Evaluate[string](`window.acked`))
+		return got
+	}
+	// Nothing of the jobs before signing in: the views answer 401.
+	noViews := func(when string) {
+		t.Helper()
+		if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('updated').textContent.includes('sign in')`)); err != nil {
+			got, _ := chromedp.Run(step, chromedp.Text(`#updated`))
+			t.Fatalf("%s: the page says %q, want it to ask for a sign-in", when, got)
+		}
+		if html, err := chromedp.Run(step, chromedp.Evaluate[string](`document.body.innerText`)); err != nil || strings.Contains(html, f.envID) || strings.Contains(html, "01JDASHBOARD") {
+			t.Fatalf("%s: the page shows the jobs or the envelope (%v)", when, err)
+		}
+	}
+	noViews("before signing in")
+	if got := pageAck(); !strings.Contains(got, "sign in") {
+		t.Fatalf("ack before signing in: %q", got)
+	}
+	if rec, _, err := f.stores.Envelopes.Get(bg, f.envID); err != nil || rec.AckedBy != "" {
+		t.Fatalf("a refused ack acknowledged: %+v %v", rec, err)
 	}
 	ackResult := func(prefix string) string {
 		t.Helper()
@@ -371,12 +403,6 @@ func TestSignInInABrowser(t *testing.T) {
 		got, _ := chromedp.Run(step, chromedp.Text(`#d-result`))
 		return got
 	}
-	if got := ackResult("ack refused"); !strings.Contains(got, "sign in") {
-		t.Fatalf("ack before signing in: %q", got)
-	}
-	if rec, _, err := f.stores.Envelopes.Get(bg, f.envID); err != nil || rec.AckedBy != "" {
-		t.Fatalf("a refused ack acknowledged: %+v %v", rec, err)
-	}
 	// A wrong token is refused; the right one signs in.
 	if err := chromedp.Do(step, chromedp.SendKeys(`#signin-token`, "guess"), chromedp.Click(`#signin-button`)); err != nil {
 		t.Fatal(err)
@@ -384,7 +410,8 @@ func TestSignInInABrowser(t *testing.T) {
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('auth-result').textContent.startsWith('sign-in refused')`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(step, chromedp.SendKeys(`#signin-token`, token), chromedp.Click(`#signin-button`), chromedp.WaitVisible(`#signout`)); err != nil {
+	if err := chromedp.Do(step, chromedp.SendKeys(`#signin-token`, token), chromedp.Click(`#signin-button`), chromedp.WaitVisible(`#signout`),
+		chromedp.WaitVisible(`tr[data-envelope="`+f.envID+`"]`), chromedp.WaitVisible(`[data-testid="ack"]`)); err != nil {
 		t.Fatal(err)
 	}
 	cookies, err := chromedp.Call(step, network.GetCookies, network.GetCookiesParams{})
@@ -414,7 +441,8 @@ func TestSignInInABrowser(t *testing.T) {
 	if err := chromedp.Do(step, chromedp.Click(`#signout`), chromedp.WaitVisible(`#signin-token`)); err != nil {
 		t.Fatal(err)
 	}
-	if got := ackResult("ack refused"); !strings.Contains(got, "sign in") {
+	noViews("after signing out")
+	if got := pageAck(); !strings.Contains(got, "sign in") {
 		t.Fatalf("ack after signing out: %q", got)
 	}
 }

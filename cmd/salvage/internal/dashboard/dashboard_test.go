@@ -329,7 +329,7 @@ func TestDNSRebindingRefused(t *testing.T) {
 		t.Fatalf("a rebound request replayed the envelope: %+v", rec)
 	}
 	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "LOCALHOST:" + port} {
-		if code, _ := do(http.MethodGet, "/api/summary", host, nil); code != http.StatusOK {
+		if code, _ := do(http.MethodGet, "/api/summary", host, map[string]string{dashboard.TokenHeader: "s3cret"}); code != http.StatusOK {
 			t.Errorf("Host %s: %d, want 200", host, code)
 		}
 	}
@@ -586,7 +586,7 @@ func TestPauseFromTheDashboard(t *testing.T) {
 	if code, body := post(t, f.url+"/api/pipelines/order-fulfillment/pause", auth); code != http.StatusOK || !strings.Contains(body, `"paused":true`) {
 		t.Fatalf("pause: %d %s", code, body)
 	}
-	_, body := get(t, f.url+"/api/pipelines")
+	_, body := request(t, http.MethodGet, f.url+"/api/pipelines", "", auth)
 	var ps []salvage.PipelineStatus
 	if err := json.Unmarshal([]byte(body), &ps); err != nil || len(ps) != 1 || !ps[0].Paused || ps[0].PausedBy != "dashboard" {
 		t.Fatalf("/api/pipelines: %s", body)

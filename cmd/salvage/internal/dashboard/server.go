@@ -129,19 +129,19 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("GET /api/session", s.apiSession)
 	mux.HandleFunc("POST /api/session", s.apiSignIn)
 	mux.HandleFunc("DELETE /api/session", s.apiSignOut)
-	mux.HandleFunc("GET /api/summary", s.apiSummary)
-	mux.HandleFunc("GET /api/history", s.apiHistory)
-	mux.HandleFunc("GET /api/jobs", s.apiJobs)
-	mux.HandleFunc("GET /api/jobs/{id}", s.apiJob)
-	mux.HandleFunc("GET /api/jobs/{id}/chunks/{chunk}/trace", s.apiChunkTrace)
-	mux.HandleFunc("GET /api/envelopes", s.apiEnvelopes)
-	mux.HandleFunc("GET /api/envelopes/{id}", s.apiEnvelope)
+	mux.HandleFunc("GET /api/summary", s.reads(s.apiSummary))
+	mux.HandleFunc("GET /api/history", s.reads(s.apiHistory))
+	mux.HandleFunc("GET /api/jobs", s.reads(s.apiJobs))
+	mux.HandleFunc("GET /api/jobs/{id}", s.reads(s.apiJob))
+	mux.HandleFunc("GET /api/jobs/{id}/chunks/{chunk}/trace", s.reads(s.apiChunkTrace))
+	mux.HandleFunc("GET /api/envelopes", s.reads(s.apiEnvelopes))
+	mux.HandleFunc("GET /api/envelopes/{id}", s.reads(s.apiEnvelope))
 	mux.HandleFunc("POST /api/envelopes/{id}/{action}", s.apiMutate)
 	mux.HandleFunc("POST /api/bulk", s.apiBulk)
-	mux.HandleFunc("GET /api/pipelines", s.apiPipelines)
-	mux.HandleFunc("GET /api/workers", s.apiWorkers)
+	mux.HandleFunc("GET /api/pipelines", s.reads(s.apiPipelines))
+	mux.HandleFunc("GET /api/workers", s.reads(s.apiWorkers))
 	mux.HandleFunc("POST /api/pipelines/{name}/{action}", s.apiPause)
-	mux.HandleFunc("GET /api/approvals", s.apiApprovals)
+	mux.HandleFunc("GET /api/approvals", s.reads(s.apiApprovals))
 	mux.HandleFunc("POST /api/approvals/{job}/{chunk}/{action}", s.apiDecide)
 	s.hosts = newHostGuard(cfg.Addr, cfg.AllowedHosts, securityHeaders(mux))
 	s.srv = &http.Server{Handler: s.hosts, ReadHeaderTimeout: 5 * time.Second}
@@ -301,6 +301,30 @@ func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rec)
 }
 
+// reads guards a view of jobs, envelopes, journal rows and workers: with
+// a configured token only a signed-in person or a script sending the
+// token sees them (401 otherwise); a loopback process without one serves
+// them to its page as before.
+func (s *Server) reads(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.configured && !s.signedIn(r) {
+			fail(w, http.StatusUnauthorized, errNoToken)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// signedIn reports whether r carries the token in X-Salvage-Token or a
+// signed-in session's cookie.
+func (s *Server) signedIn(r *http.Request) bool {
+	if got := r.Header.Get(TokenHeader); got != "" {
+		return subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+	}
+	_, _, ok := s.sessionOf(r)
+	return ok
+}
+
 var (
 	errNoToken     = errors.New("sign in, or send the token in " + TokenHeader)
 	errCrossOrigin = errors.New("cross-origin request refused")
@@ -313,16 +337,10 @@ func (s *Server) authorize(r *http.Request) error {
 	if err := s.sameOrigin(r); err != nil {
 		return err
 	}
-	if got := r.Header.Get(TokenHeader); got != "" {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1 {
-			return nil
-		}
+	if !s.signedIn(r) {
 		return errNoToken
 	}
-	if _, _, ok := s.sessionOf(r); ok {
-		return nil
-	}
-	return errNoToken
+	return nil
 }
 
 // sameOrigin checks that a browser request comes from this origin
@@ -331,7 +349,7 @@ func (s *Server) authorize(r *http.Request) error {
 func (s *Server) sameOrigin(r *http.Request) error {
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
-		if err != nil || u.Scheme != "http" || !strings.EqualFold(u.Host, r.Host) || !s.hosts.ok(u.Host) {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.EqualFold(u.Host, r.Host) || !s.hosts.ok(u.Host) {
 			return errCrossOrigin
 		}
 	} else if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {

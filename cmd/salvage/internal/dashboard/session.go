@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -116,7 +117,7 @@ func (s *Server) apiSignIn(w http.ResponseWriter, r *http.Request) {
 	}
 	id, exp := s.sessions.open()
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: id, Path: "/", Expires: exp, MaxAge: int(time.Until(exp).Seconds()),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
 	writeJSON(w, http.StatusOK, sessionState{Mode: "token", SignedIn: true, ExpiresAt: exp})
 }
 
@@ -129,8 +130,15 @@ func (s *Server) apiSignOut(w http.ResponseWriter, r *http.Request) {
 	if id, _, ok := s.sessionOf(r); ok {
 		s.sessions.close(id)
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
 	writeJSON(w, http.StatusOK, sessionState{Mode: "token"})
+}
+
+// overTLS reports whether the browser reached the page over HTTPS: here,
+// or through a proxy that terminates TLS and says so. The session cookie
+// is then Secure (a forged header only restricts the cookie further).
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
 // sessionState is what GET /api/session answers: whether mutations need a

@@ -84,10 +84,16 @@ func TestConfiguredTokenIsNeverServed(t *testing.T) {
 		t.Errorf("page Cache-Control %q, want no-store", cc)
 	}
 	check("page", resp, page)
-	for _, path := range []string{"/healthz", "/metrics", "/api/session", "/api/summary", "/api/history", "/api/jobs", "/api/jobs/01JDASHBOARD00000000000000",
-		"/api/envelopes", "/api/envelopes/" + f.envID, "/api/pipelines", "/api/workers", "/api/approvals", "/api/jobs/01JDASHBOARD00000000000000/chunks/3/trace", "/nope"} {
+	paths := []string{"/healthz", "/metrics", "/api/session", "/api/summary", "/api/history", "/api/jobs", "/api/jobs/01JDASHBOARD00000000000000",
+		"/api/envelopes", "/api/envelopes/" + f.envID, "/api/pipelines", "/api/workers", "/api/approvals", "/api/jobs/01JDASHBOARD00000000000000/chunks/3/trace", "/nope"}
+	// views of jobs, envelopes and the journal are for those signed in.
+	views := func(path string) bool { return strings.HasPrefix(path, "/api/") && path != "/api/session" }
+	for _, path := range paths {
 		resp, body := send(t, http.MethodGet, f.url+path, "", nil)
 		check(path, resp, body)
+		if views(path) && (resp.StatusCode != http.StatusUnauthorized || strings.Contains(body, "01JDASHBOARD") || strings.Contains(body, f.envID)) {
+			t.Errorf("%s without a sign-in: %d %.120s, want 401 and nothing of the job", path, resp.StatusCode, body)
+		}
 	}
 	resp, body := send(t, http.MethodPost, f.url+"/api/session", `{"token":"guess"}`, origin)
 	check("refused sign-in", resp, body)
@@ -106,6 +112,16 @@ func TestConfiguredTokenIsNeverServed(t *testing.T) {
 	}
 	resp, page = send(t, http.MethodGet, f.url+"/", "", nil, c)
 	check("page, signed in", resp, page)
+	for _, path := range paths {
+		resp, body := send(t, http.MethodGet, f.url+path, "", nil, c)
+		check(path+", signed in", resp, body)
+		if views(path) && resp.StatusCode != http.StatusOK {
+			t.Errorf("%s signed in: %d %.120s", path, resp.StatusCode, body)
+		}
+	}
+	if resp, body := send(t, http.MethodGet, f.url+"/api/summary", "", map[string]string{dashboard.TokenHeader: token}); resp.StatusCode != http.StatusOK {
+		t.Errorf("a script's read with the token: %d %.120s", resp.StatusCode, body)
+	}
 }
 
 // TestSignInSignOutAndExpiry: the token signs a browser in once (an
@@ -169,6 +185,15 @@ func TestSignInSignOutAndExpiry(t *testing.T) {
 	c := signIn()
 	if st := state(c); st["signed_in"] != true {
 		t.Fatalf("session after sign-in: %v", st)
+	}
+	if c.Secure {
+		t.Error("a session over plain HTTP has a Secure cookie the browser would not send back")
+	}
+	// Behind a proxy that terminates TLS the origin is https and the
+	// cookie Secure.
+	proxied := map[string]string{"Origin": strings.Replace(f.url, "http://", "https://", 1), "X-Forwarded-Proto": "https"}
+	if resp, body := send(t, http.MethodPost, f.url+"/api/session", `{"token":"`+token+`"}`, proxied); resp.StatusCode != 200 || sessionCookie(resp) == nil || !sessionCookie(resp).Secure {
+		t.Errorf("sign-in through a TLS proxy: %d %s, cookie %+v", resp.StatusCode, body, sessionCookie(resp))
 	}
 	if resp, body := send(t, http.MethodPost, ack, "{}", map[string]string{"Origin": "http://evil.example"}, c); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a cross-origin ack with the cookie: %d %s", resp.StatusCode, body)

@@ -167,6 +167,9 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 			if t.Name == "" || t.Subject == "" {
 				return nil, fail(tp, "a tool needs a name and a subject")
 			}
+			if err := salvage.ValidateSubject("tool "+t.Name, t.Subject); err != nil {
+				return nil, fail(tp+".subject", "%v", err)
+			}
 			if tools[t.Name] {
 				return nil, fail(tp+".name", "tool %s is declared twice", t.Name)
 			}
@@ -180,8 +183,14 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 				if e.VerifySubject == "" {
 					return nil, fail(tp+".effect", "a side effect needs a verify_subject: Salvage asks it before repeating a call whose outcome is unknown")
 				}
+				if err := salvage.ValidateSubject("tool "+t.Name+" verify", e.VerifySubject); err != nil {
+					return nil, fail(tp+".effect.verify_subject", "%v", err)
+				}
 				if e.Reversible && e.Compensation == "" {
 					return nil, fail(tp+".effect", "a reversible effect names its compensation tool")
+				}
+				if e.Compensation == t.Name {
+					return nil, fail(tp+".effect.compensation", "%s is undone by itself: name the tool that undoes it", t.Name)
 				}
 				st.Effect = &salvage.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation, VerifySubject: e.VerifySubject}
 			}
@@ -222,6 +231,8 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 					return nil, fail(ap+".tool", "tool %s is not declared in the pipeline's tools", a.Tool)
 				case a.Tool != "":
 					stage.Agents = append(stage.Agents, callsTool(a.Name, a.Tool))
+				case salvage.ValidateSubject("agent "+a.Name, a.Subject) != nil:
+					return nil, fail(ap+".subject", "%v", salvage.ValidateSubject("agent "+a.Name, a.Subject))
 				default:
 					stage.Agents = append(stage.Agents, salvage.Agent{Name: a.Name, Subject: a.Subject, Timeout: timeout})
 				}

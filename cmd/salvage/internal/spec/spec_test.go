@@ -80,6 +80,11 @@ func TestErrorsNameTheLine(t *testing.T) {
 		{"not YAML", "pipelines:", "pipelines: [", "p.yaml"},
 		{"bad ack_wait", "ack_wait: 45s", "ack_wait: soon", "p.yaml:6: \"soon\""},
 		{"negative concurrency", "concurrency: 2", "concurrency: -1", "p.yaml:5: concurrency must not be negative"},
+		{"the server's API", "subject: agents.reviewer", "subject: $JS.API.STREAM.DELETE.SALVAGE_DLQ", "p.yaml:12: salvage: invalid config: agent reviewer subject \"$JS.API.STREAM.DELETE.SALVAGE_DLQ\": subjects starting with $"},
+		{"another's replies", "subject: tools.refund", "subject: _INBOX_operator.x", "p.yaml:28: salvage: invalid config: tool refund subject \"_INBOX_operator.x\": subjects starting with _INBOX"},
+		{"Salvage's own", "verify_subject: tools.charge.verify", "verify_subject: salvage.api.dlq.bulk", "p.yaml:26: salvage: invalid config: tool charge verify subject \"salvage.api.dlq.bulk\""},
+		{"a wildcard", "subject: tools.charge", "subject: tools.*", "p.yaml:21: salvage: invalid config: tool charge subject \"tools.*\": want tokens"},
+		{"its own compensation", "compensation: refund", "compensation: charge", "p.yaml:25: charge is undone by itself"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := strings.Replace(good, tt.old, tt.new, 1)
