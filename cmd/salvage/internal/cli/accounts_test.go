@@ -173,6 +173,17 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 		t.Errorf("the submitter's trace: exit %d: %s", code, errOut)
 	}
 
+	// Nor may the worker reshape its pool through salvage: provisioning
+	// another MaxDeliver is refused, naming the step, and changes nothing.
+	pool := consumerInfo(t, url, "SALVAGE_CHUNKS", "workers-contract-review")
+	code, _, errOut = run(t, "", append([]string{"provision", "--server", url, "--max-deliver", "9", "--ack-wait", "2s"}, as("worker")...)...)
+	if code == cli.ExitOK || !strings.Contains(errOut, "Permissions Violation for Publish") || !strings.Contains(errOut, "salvage provision") {
+		t.Errorf("the worker's provision: exit %d: %s", code, errOut)
+	}
+	if after := consumerInfo(t, url, "SALVAGE_CHUNKS", "workers-contract-review"); after != pool {
+		t.Errorf("the worker's refused provision changed its pool: %s, then %s", pool, after)
+	}
+
 	// The agent serves agents.> and answers; the worker's request reaches it.
 	agent, err := nats.Connect(url, nats.UserInfo("agent", "agent-example-password"))
 	if err != nil {
