@@ -13,7 +13,6 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -177,7 +176,7 @@ func (c *Client) provision(ctx context.Context) (*kv.Stores, error) {
 // stores.
 func (c *Client) ensure(ctx context.Context, pools, register bool) (*kv.Stores, error) {
 	var stores *kv.Stores
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		// A request a forming cluster drops is never answered: each
 		// attempt gets its own deadline, so it is asked again.
 		ctx, cancel := context.WithTimeout(ctx, provisionAttempt)

@@ -205,11 +205,11 @@ type Config struct {
 
 	// TracerProvider receives OpenTelemetry spans: one trace per job (the
 	// traceparent minted at submit), a span for the job, each chunk
-	// delivery, stage, agent turn, call and recovery. Default the global
-	// provider (otel.GetTracerProvider: records nothing unless the
-	// program set one). Build it with sdktrace.WithIDGenerator(IDGenerator{})
-	// so the job span takes the id its chunks point to; TracerProviderFromEnv
-	// does.
+	// delivery, stage, agent turn, call and recovery. Default none: no
+	// spans (pass otel.GetTracerProvider() for the program's global one).
+	// Build it with sdktrace.WithIDGenerator(IDGenerator{}) so the job
+	// span takes the id its chunks point to;
+	// otelsalvage.TracerProviderFromEnv does.
 	TracerProvider trace.TracerProvider
 }
 

@@ -35,5 +35,5 @@
 // ShowEnvelope, Replay, Resolve, Ack — is the same implementation the
 // micro service (RoleAPI, salvage.api.*) and the salvage CLI use. The
 // subjects, streams, buckets, headers, statuses and limits users depend on
-// are listed in the repository's README.
+// are listed in the repository's README and, in full, docs/contract.md.
 package salvage

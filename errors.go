@@ -2,6 +2,9 @@ package salvage
 
 import (
 	"errors"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/salvagehq/salvage/consumers"
@@ -139,3 +142,27 @@ func Permanent(status int, err error) error { return recovery.Permanent(status, 
 // Use errors.As to read them, errors.Is with ErrTransient and the others
 // to test the class.
 type CallError = recovery.CallError
+
+// RetryAfter reads how long a server asked to wait in h, as of now:
+// Retry-After-Ms, else Retry-After in seconds or as an HTTP date (a date
+// past is no wait). A tool that calls an HTTP API passes it to
+// RateLimited or Overloaded; false when h asks for nothing.
+func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	if h == nil {
+		return 0, false
+	}
+	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
+		return time.Duration(ms * float64(time.Millisecond)), true
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}

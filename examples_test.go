@@ -14,8 +14,8 @@ import (
 // TestExamplesModule builds and runs the programs in examples/, a module
 // of its own that requires this one through a replace, as a user's
 // program would: they compile against the public API alone and print
-// what their comments promise. The README's "Your own pipeline" program
-// is examples/checkout, verbatim.
+// what their comments promise. The README shows examples/greet and
+// docs/pipelines.md examples/checkout, verbatim.
 func TestExamplesModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two programs")
@@ -47,16 +47,19 @@ func TestExamplesModule(t *testing.T) {
 		})
 	}
 
-	// The README shows the checkout program as it is.
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := os.ReadFile(filepath.Join("examples", "checkout", "main.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), "```go\n"+string(prog)+"```\n") {
-		t.Error("README.md's \"Your own pipeline\" does not show examples/checkout/main.go verbatim")
+	// The README shows the greet program, and docs/pipelines.md the
+	// checkout program, as they are.
+	for doc, dir := range map[string]string{"README.md": "greet", filepath.Join("docs", "pipelines.md"): "checkout"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := os.ReadFile(filepath.Join("examples", dir, "main.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(text), "```go\n"+string(prog)+"```\n") {
+			t.Errorf("%s does not show examples/%s/main.go verbatim", doc, dir)
+		}
 	}
 }

@@ -38,10 +38,13 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The splitter publishes the chunks before it creates the job's
+	// record (a job is split all or nothing): wait for both.
 	salvagetest.Eventually(t, 20*time.Second, func() bool {
 		info, err := pool.Info(ctx)
-		return err == nil && info.NumPending == 2
-	}, "both chunks of %s queued in the paused pool", id)
+		_, gerr := c.Get(ctx, id)
+		return err == nil && info.NumPending == 2 && gerr == nil
+	}, "both chunks of %s queued in the paused pool, and its record", id)
 	st, err := c.Status(ctx, id, nil)
 	if err != nil || len(st.Chunks) != 2 || st.Chunks[0].Status != salvage.ChunkPending || st.Chunks[1].Status != salvage.ChunkPending {
 		t.Fatalf("chunks while paused: %+v, %v; want both pending, never delivered", st, err)

@@ -129,7 +129,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 
 // ToolWithFallback calls the first of names that answers and returns its
 // output and name — a premium model, then a cheaper one, possibly at
-// another provider (each ChatModel is its own system, with its own
+// another provider (each chatmodel.New tool is its own system, with its own
 // breaker). A link that is rate-limited or overloaded, or whose breaker
 // is open, passes on to the next at once instead of waiting out tier 1;
 // any other failure is returned as Tool would. Each link is a journaled
@@ -309,7 +309,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Pipeline, error) {
 			}
 			served[a.Subject] = true
 			subject, timeout := a.Subject, cmp.Or(a.Timeout, ServiceTimeoutDefault)
-			tools = append(tools, recovery.Tool{Name: remoteAgentTool(subject), System: subjectSystem(subject),
+			tools = append(tools, recovery.Tool{Name: remoteAgentTool(subject), System: SystemName(subject),
 				Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 					r, err := rem.call(ctx, subject, timeout, ToolCall(c), true)
 					return r.machinery(), err
@@ -383,7 +383,7 @@ func (t Tool) machinery(rem remote) (recovery.Tool, error) {
 			return rem.call(ctx, subject, timeout, c, false)
 		}
 		if out.System == "" {
-			out.System = subjectSystem(subject)
+			out.System = SystemName(subject)
 		}
 	}
 	if call != nil {

@@ -107,17 +107,23 @@ type agentTurn struct {
 // is called: one per subject, shared by the agents it serves.
 func remoteAgentTool(subject string) string { return "agent:" + subject }
 
-// subjectSystem is the breaker system of a tool or agent served on
-// subject: the subject with every byte a system name cannot hold (".",
-// and anything but A-Z a-z 0-9 - _ =) turned into "_".
-func subjectSystem(subject string) string {
-	return strings.Map(func(r rune) rune {
+// SystemName turns s — a subject, a host name — into a breaker system
+// name (Tool.System): every byte a system name cannot hold (".", and
+// anything but A-Z a-z 0-9 - _ =) becomes "_", cut to MaxTokenLen bytes.
+// A tool or agent served on a subject is in the system SystemName(subject)
+// unless it names one.
+func SystemName(s string) string {
+	out := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '=':
 			return r
 		}
 		return '_'
-	}, subject)
+	}, s)
+	if len(out) > streams.MaxTokenLen {
+		out = out[:streams.MaxTokenLen]
+	}
+	return out
 }
 
 // ValidateSubject checks the subject an agent, a tool or a verification
@@ -278,7 +284,7 @@ func classifyReply(subject string, reply *nats.Msg) error {
 	}
 	status, _ := strconv.Atoi(code)
 	cause := fmt.Errorf("%s answered %s: %s", subject, code, clip(reply.Header.Get(micro.ErrorHeader), 300))
-	after, hasAfter := retryAfter(http.Header(reply.Header), time.Now())
+	after, hasAfter := RetryAfter(http.Header(reply.Header), time.Now())
 	switch {
 	case (status == http.StatusTooManyRequests || status == 529) && hasAfter:
 		if status == 529 {

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -134,7 +133,7 @@ func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 // when (invariant 6).
 func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) error {
 	var raw *jetstream.RawStreamMsg
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		s, err := d.js.Stream(ctx, streams.Chunks)
 		if err != nil {
 			return err

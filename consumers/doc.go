@@ -1,4 +1,9 @@
 // Package consumers holds everything that consumes a Salvage stream: the
-// splitter, the chunk worker, the dead-letterer and the sweeper. It is the
-// only package that decides ack, nak, term and in-progress.
+// splitter, the chunk worker, the dead-letterer and its sweeper, the
+// holder that parks and releases chunks, the recovery orchestrator, and the
+// operator's actions (cancel, replay, resolve, acknowledge, bulk, approve,
+// pause) that change what those consumers do. It is the only package that
+// decides ack, nak, term and in-progress.
+//
+// Comments cite the invariants of docs/design.md by number.
 package consumers

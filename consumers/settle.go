@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -124,7 +123,7 @@ func admitAfter(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk i
 func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject string) (bool, error) {
 	for range 4 {
 		var raw *jetstream.RawStreamMsg
-		err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		err := streams.Retry(ctx, func(ctx context.Context) error {
 			s, err := js.Stream(ctx, streams.Backlog)
 			if err != nil {
 				return err
@@ -166,7 +165,7 @@ func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject stri
 
 // deleteMsg removes a message; one already gone is not an error.
 func deleteMsg(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) error {
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		s, err := js.Stream(ctx, stream)
 		if err != nil {
 			return err

@@ -5,9 +5,9 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -17,11 +17,13 @@ import (
 // InstrumentationName names the tracer Salvage's spans come from.
 const InstrumentationName = "github.com/salvagehq/salvage"
 
-// tracerOf returns the tracer of tp, or of the global provider when tp
-// is nil (a no-op one unless the program set it).
+// tracerOf returns the tracer of tp, or a no-op one when tp is nil. Not
+// the global provider: reaching for it would make every program that
+// imports Salvage import OpenTelemetry's globals (propagation, baggage,
+// metrics, logs); a program that wants it passes otel.GetTracerProvider().
 func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		tp = noop.NewTracerProvider()
 	}
 	return tp.Tracer(InstrumentationName)
 }

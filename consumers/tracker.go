@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -119,7 +118,7 @@ func (t tracker) publishProgress(ctx context.Context, job kv.Job, chunk int, sta
 
 // purgeSubject removes every message on subject from stream.
 func purgeSubject(ctx context.Context, js jetstream.JetStream, stream, subject string) error {
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		s, err := js.Stream(ctx, stream)
 		if err != nil {
 			return err
@@ -150,7 +149,7 @@ func publishJSON(ctx context.Context, js jetstream.JetStream, subject string, v 
 // infrastructure errors.
 func publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
 	var ack *jetstream.PubAck
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
 		ack, err = js.PublishMsg(ctx, m)
 		return err
@@ -165,7 +164,7 @@ func publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 // errors. It returns a nil consumer and no error when ctx ends first.
 func bindConsumer(ctx context.Context, js jetstream.JetStream, stream, name string) (jetstream.Consumer, error) {
 	var cons jetstream.Consumer
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
 		cons, err = js.Consumer(ctx, stream, name)
 		return err

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Chunk statuses kept in checkpoints. CancelledAtStage builds the fourth,
@@ -273,7 +273,7 @@ func (s *Checkpoints) ForJobRange(ctx context.Context, job string, from, to int)
 		for c := lo; c <= hi; c++ {
 			keys = append(keys, ChunkKey(job, c))
 		}
-		err := natsconf.Retry(ctx, func(ctx context.Context) error {
+		err := streams.Retry(ctx, func(ctx context.Context) error {
 			return lastValuesOf(ctx, s.js, BucketCheckpoints, keys, func(key string, value []byte, _ uint64) error {
 				var cp Checkpoint
 				if err := json.Unmarshal(value, &cp); err != nil {

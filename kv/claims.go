@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Claim is the value of a salvage_claims key: who works on a chunk and
@@ -96,7 +96,7 @@ func (c *Claims) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, 
 // Release deletes the claim if l is still its latest revision, so a stale
 // holder can never release a thief's claim. ErrClaimLost otherwise.
 func (c *Claims) Release(ctx context.Context, l Lease) error {
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		return c.b.Delete(ctx, l.Key, jetstream.LastRevision(l.Revision))
 	})
 	if isConflict(err) {

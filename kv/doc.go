@@ -1,4 +1,8 @@
-// Package kv holds Salvage's typed JetStream key-value stores: jobs, claims,
-// checkpoints and envelope records. Every write that two processes can race
-// on is a compare-and-swap on the key's revision.
+// Package kv holds Salvage's typed JetStream key-value stores — jobs,
+// claims, checkpoints, the journal, envelope records, breakers, pipelines,
+// workers — and the snapshot object store, with the record types the other
+// layers share. Every write that two processes can race on is a
+// compare-and-swap on the key's revision.
+//
+// Comments cite the invariants of docs/design.md by number.
 package kv

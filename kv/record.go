@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
-	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // casAttempts caps every re-read-and-retry loop.
@@ -19,7 +19,7 @@ const casAttempts = 16
 func getJSON[T any](ctx context.Context, b jetstream.KeyValue, key string) (T, uint64, error) {
 	var v T
 	var e jetstream.KeyValueEntry
-	err := natsconf.Retry(ctx, func(ctx context.Context) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
 		e, err = b.Get(ctx, key)
 		return err
@@ -44,7 +44,7 @@ func createJSON(ctx context.Context, b jetstream.KeyValue, key string, v any) (u
 		return 0, fmt.Errorf("kv: encode %s: %w", key, err)
 	}
 	var rev uint64
-	err = natsconf.Retry(ctx, func(ctx context.Context) error {
+	err = streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
 		rev, err = b.Create(ctx, key, data)
 		return err
@@ -60,7 +60,7 @@ func updateJSON(ctx context.Context, b jetstream.KeyValue, key string, v any, re
 		return 0, fmt.Errorf("kv: encode %s: %w", key, err)
 	}
 	var out uint64
-	err = natsconf.Retry(ctx, func(ctx context.Context) error {
+	err = streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
 		out, err = b.Update(ctx, key, data, rev)
 		return err

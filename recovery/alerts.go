@@ -14,7 +14,7 @@ const (
 	AlertUnacknowledged = "unacknowledged-escalation"
 )
 
-// Alert rule defaults (DESIGN.md).
+// Alert rule defaults (docs/design.md, Defaults).
 const (
 	BurstCountDefault      = 3
 	BurstWindowDefault     = 5 * time.Minute

@@ -9,7 +9,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 )
 
-// Breaker defaults (DESIGN.md): 5 failures within 10s open a breaker, and
+// Breaker defaults (docs/design.md, Defaults): 5 failures within 10s open a breaker, and
 // one probe may call the system after a 30s cool-down.
 const (
 	BreakerFailuresDefault = 5

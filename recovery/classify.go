@@ -6,7 +6,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 )
 
-// Recovery limits (DESIGN.md defaults).
+// Recovery limits (docs/design.md, Defaults).
 const (
 	// MaxRecoveriesDefault is how many recoveries a chunk gets across all
 	// its envelopes before the next envelope escalates (invariant 7).

@@ -12,7 +12,7 @@ func effect(tool string, reversible bool) kv.JournalRow {
 	return kv.JournalRow{Tool: tool, Status: kv.CallSucceeded, Fingerprint: &kv.Fingerprint{Reversible: reversible}}
 }
 
-// TestClassifierTable covers every row of DESIGN.md's classifier table.
+// TestClassifierTable covers every row of the classifier table of docs/design.md.
 func TestClassifierTable(t *testing.T) {
 	reserve, charge, email := effect("reserve", true), effect("charge", true), effect("email", false)
 	tests := []struct {

@@ -1,7 +1,12 @@
 // Package recovery is Salvage's domain: error classes, the tier-1 retry
-// policy, the executor every call goes through, the pipeline API for
-// authors, failure envelopes and their classification.
+// policy, the journaled executor every call goes through, failure envelopes
+// and their classifier, strategies, compensation, verification, breakers,
+// alerts and prices.
 //
-// Nothing here talks to NATS; the consumers package wires it to streams and
-// buckets, and it is unit-tested without a server.
+// It starts no consumer and publishes nothing itself: it uses the record
+// types of kv, and the journal and snapshot stores it is handed (kv's, on
+// JetStream, in the product; in-memory ones in its unit tests). The
+// consumers package wires it to the streams.
+//
+// Comments cite the invariants of docs/design.md by number.
 package recovery

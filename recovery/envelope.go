@@ -8,7 +8,7 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// Failure categories (the classifier table in DESIGN.md). They are subject
+// Failure categories (the classifier table of docs/design.md). They are subject
 // tokens of salvage.dlq.<category>.<pipeline>.<job>.<chunk>.
 const (
 	CategoryTransientNetwork   = "TRANSIENT_NETWORK"

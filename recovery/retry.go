@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Tier-1 defaults (DESIGN.md): 3 retries, waits drawn from [0,1s], [0,2s],
+// Tier-1 defaults (docs/design.md, Defaults): 3 retries, waits drawn from [0,1s], [0,2s],
 // [0,4s], at most 30s in all.
 const (
 	MaxRetriesDefault = 3

@@ -1,4 +1,7 @@
 // Package streams defines Salvage's JetStream streams, subjects and headers,
-// provisions them idempotently, and validates the user-supplied tokens that
-// end up inside subjects.
+// provisions them idempotently (only reading when they are already as asked,
+// so that configuration can be an administrator's step), validates the
+// user-supplied tokens that end up inside subjects, and retries the
+// JetStream requests every layer makes through infrastructure hiccups
+// (Retry, IsTransient).
 package streams

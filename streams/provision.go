@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Defaults for provisioning; DESIGN.md lists them as the contract.
+// Defaults for provisioning; docs/contract.md lists them.
 const (
 	// AckWaitDefault is how long a chunk may go without an ack or a
 	// heartbeat before JetStream redelivers it (tier 2).

@@ -85,7 +85,7 @@ print one table:
                per chunk, the worker's peak memory, and what the streams and buckets
                hold before and after.
 
-Figures depend on the machine; the README shows one run.`,
+Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.report != "text" && o.report != "json" {

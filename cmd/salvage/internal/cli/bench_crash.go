@@ -104,7 +104,7 @@ type crashKill struct {
 	relost bool
 }
 
-// chunkView is what the crash run reads of a checkpoint (README: bucket
+// chunkView is what the crash run reads of a checkpoint (docs/contract.md: bucket
 // salvage_checkpoints).
 type chunkView struct {
 	Status     string `json:"status"`

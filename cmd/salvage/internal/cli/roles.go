@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/chatmodel"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
@@ -69,7 +70,7 @@ type modelFlags struct {
 }
 
 // pipelines are the built-in pipelines. contract-review calls the model at
-// --model-url through salvage.ChatModel (--model-api: OpenAI's chat
+// --model-url through chatmodel.New (--model-api: OpenAI's chat
 // completions or Anthropic's Messages); without one, the `salvage sim` at
 // simURL through that same client; without either, the simulated model in
 // process. order-fulfillment needs the sim.
@@ -78,9 +79,9 @@ func pipelines(model simmodel.Config, mf modelFlags, simURL string, simTimeout t
 	var err error
 	switch {
 	case mf.url != "":
-		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{API: salvage.ChatAPI(mf.api), BaseURL: mf.url, Model: mf.name, Timeout: mf.timeout})
+		tool, err = chatmodel.New(contractreview.ModelTool, chatmodel.Config{API: chatmodel.API(mf.api), BaseURL: mf.url, Model: mf.name, Timeout: mf.timeout})
 	case simURL != "":
-		tool, err = salvage.ChatModel(contractreview.ModelTool, salvage.ChatModelConfig{API: salvage.ChatAPI(mf.api), BaseURL: strings.TrimSuffix(simURL, "/") + "/v1", Model: simmodel.ModelName, Timeout: simTimeout})
+		tool, err = chatmodel.New(contractreview.ModelTool, chatmodel.Config{API: chatmodel.API(mf.api), BaseURL: strings.TrimSuffix(simURL, "/") + "/v1", Model: simmodel.ModelName, Timeout: simTimeout})
 	default:
 		var m *simmodel.Model
 		if m, err = simmodel.New(model); err == nil {
@@ -103,7 +104,7 @@ func pipelines(model simmodel.Config, mf modelFlags, simURL string, simTimeout t
 		if name == "" || url == "" {
 			return nil, fmt.Errorf("--model-fallback %q: want MODEL or MODEL=URL (a model at --model-url, or the sim's, unless URL names another)", f)
 		}
-		ft, err := salvage.ChatModel("fallback", salvage.ChatModelConfig{API: salvage.ChatAPI(mf.api), BaseURL: url, Model: name, Timeout: timeout})
+		ft, err := chatmodel.New("fallback", chatmodel.Config{API: chatmodel.API(mf.api), BaseURL: url, Model: name, Timeout: timeout})
 		if err != nil {
 			return nil, err
 		}

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/otelsalvage"
 )
 
 // tracingShutdownTimeout bounds the flush of the spans left at exit.
@@ -20,7 +20,7 @@ const tracingShutdownTimeout = 5 * time.Second
 // the provider (nil when not set; the global one then records nothing)
 // and a stop that flushes what is left.
 func startTracing(ctx context.Context, log zerolog.Logger) (trace.TracerProvider, func(), error) {
-	tp, err := salvage.TracerProviderFromEnv(ctx, "salvage")
+	tp, err := otelsalvage.TracerProviderFromEnv(ctx, "salvage")
 	if err != nil || tp == nil {
 		return nil, func() {}, err
 	}

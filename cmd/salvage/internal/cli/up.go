@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/chatmodel"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
@@ -69,12 +70,12 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.drainTimeout, "drain-timeout", salvage.DrainTimeoutDefault, "on SIGTERM, how long in-flight chunks may finish before they are released")
 	f.StringVar(&r.simURL, "sim", "", "URL of a running `salvage sim`: external systems for order-fulfillment and the model for contract-review")
 	f.DurationVar(&r.simTimeout, "sim-timeout", sim.CallTimeoutDefault, "how long a call to the sim may take before it counts as a timeout")
-	f.StringVar(&r.pipelinesFile, "pipelines", "", "a YAML or JSON file declaring pipelines whose agents and tools are NATS services (README, \"Agents in other languages\"), run next to the built-in ones")
+	f.StringVar(&r.pipelinesFile, "pipelines", "", "a YAML or JSON file declaring pipelines whose agents and tools are NATS services (docs/pipelines.md, \"Agents in other languages\"), run next to the built-in ones")
 	f.StringVar(&r.modelFlags.url, "model-url", "", "base URL of the API of contract-review's model (https://api.openai.com/v1, http://127.0.0.1:11434/v1, https://api.anthropic.com/v1, ...); see --model-api. Default: the sim's, with --sim; else a simulated model in process")
 	f.StringVar(&r.modelFlags.name, "model", "", "the model at --model-url (required with it)")
-	f.StringVar(&r.modelFlags.api, "model-api", string(salvage.ChatAPIOpenAI), "the model API: openai (chat completions; key $OPENAI_API_KEY) or anthropic (Messages; key $ANTHROPIC_API_KEY)")
+	f.StringVar(&r.modelFlags.api, "model-api", string(chatmodel.OpenAI), "the model API: openai (chat completions; key $OPENAI_API_KEY) or anthropic (Messages; key $ANTHROPIC_API_KEY)")
 	f.StringArrayVar(&r.modelFlags.fallbacks, "model-fallback", nil, "contract-review: MODEL or MODEL=URL, a model a call goes to when the one before it is rate-limited, overloaded or its circuit breaker open (repeat for a chain; URL defaults to --model-url or the sim's)")
-	f.DurationVar(&r.modelFlags.timeout, "model-timeout", salvage.ChatTimeoutDefault, "how long one attempt of a call to --model-url may take")
+	f.DurationVar(&r.modelFlags.timeout, "model-timeout", chatmodel.TimeoutDefault, "how long one attempt of a call to --model-url may take")
 	f.DurationVar(&r.coolDown, "cool-down", salvage.CoolDownDefault, "how long chunks whose external system was down wait before they resume")
 	f.IntVar(&r.breaker.Failures, "breaker-failures", salvage.BreakerFailuresDefault, "circuit breaker: failures in a row (5xx, timeouts) within --breaker-window that open a system's breaker")
 	f.DurationVar(&r.breaker.Window, "breaker-window", salvage.BreakerWindowDefault, "circuit breaker: how far apart those failures may be")

@@ -87,7 +87,7 @@ const ModelTool = "model"
 const systemPrompt = "You are a contract risk analyst. Answer with a single integer from 0 (no risk) to 10 (severe risk) and nothing else."
 
 // New returns the pipeline calling model, a tool that takes a
-// salvage.ChatRequest and answers a salvage.ChatResponse: salvage.ChatModel
+// salvage.ChatRequest and answers a salvage.ChatResponse: chatmodel.New
 // for an OpenAI-compatible API, or the simulated model. The pipeline calls
 // it by the name "model" whatever its own name. Fallbacks, in order, take
 // a call the model cannot take now (rate-limited, overloaded, its breaker

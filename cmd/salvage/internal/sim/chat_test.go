@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/chatmodel"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 )
 
 // apiTool points the real client for api at a sim whose model has cfg.
-func apiTool(t *testing.T, cfg simmodel.Config, api salvage.ChatAPI) salvage.Tool {
+func apiTool(t *testing.T, cfg simmodel.Config, api chatmodel.API) salvage.Tool {
 	t.Helper()
 	m, err := simmodel.New(cfg)
 	if err != nil {
@@ -24,7 +25,7 @@ func apiTool(t *testing.T, cfg simmodel.Config, api salvage.ChatAPI) salvage.Too
 	}
 	srv := httptest.NewServer(sim.Handler(sim.NewState(sim.Config{}), m))
 	t.Cleanup(srv.Close)
-	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{API: api, BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, Timeout: 100 * time.Millisecond})
+	tool, err := chatmodel.New("model", chatmodel.Config{API: api, BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,12 +40,12 @@ func chat(tool salvage.Tool, key, prompt string) (salvage.ToolResult, error) {
 // TestChatCompletionsAnswer: the sim's /v1/chat/completions answers the
 // real client with a score and usage, the same for the same prompt.
 func TestChatCompletionsAnswer(t *testing.T) {
-	for _, api := range []salvage.ChatAPI{salvage.ChatAPIOpenAI, salvage.ChatAPIAnthropic} {
+	for _, api := range []chatmodel.API{chatmodel.OpenAI, chatmodel.Anthropic} {
 		t.Run(string(api), func(t *testing.T) { answers(t, api) })
 	}
 }
 
-func answers(t *testing.T, api salvage.ChatAPI) {
+func answers(t *testing.T, api chatmodel.API) {
 	tool := apiTool(t, simmodel.Config{Seed: 3}, api)
 	a, err := chat(tool, "k1", "The Supplier shall indemnify the Customer.")
 	if err != nil {
@@ -70,12 +71,12 @@ func answers(t *testing.T, api salvage.ChatAPI) {
 // answers each error shape a real API sends, and the real client
 // classifies each as specified.
 func TestChatCompletionsFailLikeARealAPI(t *testing.T) {
-	for _, api := range []salvage.ChatAPI{salvage.ChatAPIOpenAI, salvage.ChatAPIAnthropic} {
+	for _, api := range []chatmodel.API{chatmodel.OpenAI, chatmodel.Anthropic} {
 		t.Run(string(api), func(t *testing.T) { failLikeARealAPI(t, api) })
 	}
 }
 
-func failLikeARealAPI(t *testing.T, api salvage.ChatAPI) {
+func failLikeARealAPI(t *testing.T, api chatmodel.API) {
 	tool := apiTool(t, simmodel.Config{Seed: 1, FailureRate: 1}, api)
 	seen := map[string]int{}
 	for i := range 120 {

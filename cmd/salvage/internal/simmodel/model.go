@@ -212,7 +212,7 @@ func Prompt(req salvage.ChatRequest) string {
 }
 
 // Tool is the model as an in-process tool speaking ChatRequest and
-// ChatResponse, as salvage.ChatModel does over HTTP: the answer is the
+// ChatResponse, as chatmodel.New does over HTTP: the answer is the
 // score as text, with the usage a real API would report.
 func (m *Model) Tool(name string) salvage.Tool {
 	return salvage.Tool{Name: name, System: "model", Call: func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {

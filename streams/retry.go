@@ -1,4 +1,4 @@
-package natsconf
+package streams
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Infrastructure retry bounds (invariant 8 of the design).
+// Infrastructure retry bounds (invariant 8 of docs/design.md).
 const (
 	infraBackoffMin = 50 * time.Millisecond
 	infraBackoffMax = 2 * time.Second

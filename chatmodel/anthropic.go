@@ -1,4 +1,4 @@
-package salvage
+package chatmodel
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/salvagehq/salvage"
 )
 
 // anthropicVersion is the Messages API version requested.
@@ -23,7 +25,7 @@ const maxModelReply = 4 << 20
 // OpenTelemetry modules into every program that imports Salvage, for one
 // POST.
 type messagesModel struct {
-	cfg ChatModelConfig
+	cfg Config
 }
 
 type messagesRequest struct {
@@ -59,10 +61,10 @@ type messagesError struct {
 	} `json:"error"`
 }
 
-func (m messagesModel) call(ctx context.Context, c ToolCall) (ToolResult, error) {
-	var req ChatRequest
+func (m messagesModel) call(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+	var req salvage.ChatRequest
 	if err := json.Unmarshal(c.Input, &req); err != nil {
-		return ToolResult{}, Permanent(400, fmt.Errorf("model input: %w", err))
+		return salvage.ToolResult{}, salvage.Permanent(400, fmt.Errorf("model input: %w", err))
 	}
 	body := messagesRequest{Model: m.cfg.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature}
 	if body.MaxTokens <= 0 {
@@ -76,22 +78,22 @@ func (m messagesModel) call(ctx context.Context, c ToolCall) (ToolResult, error)
 		case "user", "assistant":
 			body.Messages = append(body.Messages, messagesMessage{Role: msg.Role, Content: msg.Content})
 		default:
-			return ToolResult{}, Permanent(400, fmt.Errorf("model input: role %q: want system, user or assistant", msg.Role))
+			return salvage.ToolResult{}, salvage.Permanent(400, fmt.Errorf("model input: role %q: want system, user or assistant", msg.Role))
 		}
 	}
 	if len(body.Messages) == 0 {
-		return ToolResult{}, Permanent(400, errors.New("model input: no user or assistant messages"))
+		return salvage.ToolResult{}, salvage.Permanent(400, errors.New("model input: no user or assistant messages"))
 	}
 	body.System = strings.Join(system, "\n\n")
 	data, err := json.Marshal(body)
 	if err != nil {
-		return ToolResult{}, Permanent(400, err)
+		return salvage.ToolResult{}, salvage.Permanent(400, err)
 	}
 	attempt, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(attempt, http.MethodPost, strings.TrimSuffix(m.cfg.BaseURL, "/")+"/messages", bytes.NewReader(data))
 	if err != nil {
-		return ToolResult{}, Permanent(0, fmt.Errorf("model: %w", err))
+		return salvage.ToolResult{}, salvage.Permanent(0, fmt.Errorf("model: %w", err))
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("anthropic-version", anthropicVersion)
@@ -101,12 +103,12 @@ func (m messagesModel) call(ctx context.Context, c ToolCall) (ToolResult, error)
 	}
 	resp, err := m.cfg.HTTPClient.Do(hr)
 	if err != nil {
-		return ToolResult{}, m.failed(ctx, attempt, err)
+		return salvage.ToolResult{}, m.failed(ctx, attempt, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxModelReply))
 	if err != nil {
-		return ToolResult{}, m.failed(ctx, attempt, err)
+		return salvage.ToolResult{}, m.failed(ctx, attempt, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e messagesError
@@ -118,11 +120,11 @@ func (m messagesModel) call(ctx context.Context, c ToolCall) (ToolResult, error)
 		// The Messages API names a prompt past the context window only in
 		// its message text, which Salvage does not read: such a 400 is
 		// permanent without ErrContextLength.
-		return ToolResult{}, classifyStatus(resp.StatusCode, resp.Header, cause, false)
+		return salvage.ToolResult{}, classifyStatus(resp.StatusCode, resp.Header, cause, false)
 	}
 	var out messagesResponse
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return ToolResult{}, Transient(0, fmt.Errorf("model answer does not parse: %w", err))
+		return salvage.ToolResult{}, salvage.Transient(0, fmt.Errorf("model answer does not parse: %w", err))
 	}
 	var text strings.Builder
 	for _, b := range out.Content {
@@ -130,13 +132,13 @@ func (m messagesModel) call(ctx context.Context, c ToolCall) (ToolResult, error)
 			text.WriteString(b.Text)
 		}
 	}
-	res := ChatResponse{Content: text.String(), FinishReason: out.StopReason,
-		Usage: Usage{Model: cmp.Or(out.Model, m.cfg.Model), PromptTokens: out.Usage.InputTokens, CompletionTokens: out.Usage.OutputTokens}}
+	res := salvage.ChatResponse{Content: text.String(), FinishReason: out.StopReason,
+		Usage: salvage.Usage{Model: cmp.Or(out.Model, m.cfg.Model), PromptTokens: out.Usage.InputTokens, CompletionTokens: out.Usage.OutputTokens}}
 	data, err = json.Marshal(res)
 	if err != nil {
-		return ToolResult{}, err
+		return salvage.ToolResult{}, err
 	}
-	return ToolResult{Output: data, Usage: &res.Usage}, nil
+	return salvage.ToolResult{Output: data, Usage: &res.Usage}, nil
 }
 
 // failed classifies a request that got no answer.
@@ -145,8 +147,8 @@ func (m messagesModel) failed(ctx, attempt context.Context, err error) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case attempt.Err() != nil:
-		return Timeout(fmt.Errorf("model did not answer within %s", m.cfg.Timeout))
+		return salvage.Timeout(fmt.Errorf("model did not answer within %s", m.cfg.Timeout))
 	default:
-		return Transient(0, fmt.Errorf("model: %w", err))
+		return salvage.Transient(0, fmt.Errorf("model: %w", err))
 	}
 }

@@ -1,4 +1,4 @@
-package salvage_test
+package otelsalvage_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/otelsalvage"
 )
 
 // TestTracerProviderFromEnv: no endpoint, no provider; a protocol this
@@ -15,16 +16,16 @@ func TestTracerProviderFromEnv(t *testing.T) {
 	ctx := context.Background()
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	if tp, err := salvage.TracerProviderFromEnv(ctx, "salvage"); tp != nil || err != nil {
+	if tp, err := otelsalvage.TracerProviderFromEnv(ctx, "salvage"); tp != nil || err != nil {
 		t.Fatalf("without an endpoint: %v, %v", tp, err)
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	if _, err := salvage.TracerProviderFromEnv(ctx, "salvage"); !errors.Is(err, salvage.ErrInvalidConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc") {
+	if _, err := otelsalvage.TracerProviderFromEnv(ctx, "salvage"); !errors.Is(err, salvage.ErrInvalidConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc") {
 		t.Fatalf("grpc: %v", err)
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	tp, err := salvage.TracerProviderFromEnv(ctx, "salvage")
+	tp, err := otelsalvage.TracerProviderFromEnv(ctx, "salvage")
 	if err != nil || tp == nil {
 		t.Fatalf("http/protobuf: %v, %v", tp, err)
 	}

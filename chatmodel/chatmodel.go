@@ -1,4 +1,10 @@
-package salvage
+// Package chatmodel calls a model as a Salvage tool, over HTTP: OpenAI's
+// chat completions API (OpenAI, vLLM, Ollama, llama.cpp's server, LiteLLM
+// and most gateways) or Anthropic's Messages API. Its input is a
+// salvage.ChatRequest, its output a salvage.ChatResponse, its failures
+// typed for tier 1 by status and headers. It is apart from the root
+// package so that a program with no model imports no model SDK.
+package chatmodel
 
 import (
 	"context"
@@ -8,43 +14,44 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/salvagehq/salvage"
 )
 
-// ChatTimeoutDefault bounds one attempt of a model call.
-const ChatTimeoutDefault = 60 * time.Second
+// TimeoutDefault bounds one attempt of a model call.
+const TimeoutDefault = 60 * time.Second
 
 // ErrContextLength is wrapped by the error of a model call whose prompt is
 // longer than the model takes: permanent, since retrying cannot shorten it.
-var ErrContextLength = errors.New("salvage: the prompt exceeds the model's context length")
+var ErrContextLength = errors.New("chatmodel: the prompt exceeds the model's context length")
 
-// ChatAPI is the wire format a ChatModel speaks.
-type ChatAPI string
+// API is the wire format a model tool speaks.
+type API string
 
 // Chat APIs.
 const (
-	// ChatAPIOpenAI is the OpenAI chat completions API (POST
+	// OpenAI is the OpenAI chat completions API (POST
 	// <BaseURL>/chat/completions), which OpenAI, vLLM, Ollama, llama.cpp's
 	// server, LiteLLM and most gateways speak.
-	ChatAPIOpenAI ChatAPI = "openai"
-	// ChatAPIAnthropic is Anthropic's Messages API (POST
+	OpenAI API = "openai"
+	// Anthropic is Anthropic's Messages API (POST
 	// <BaseURL>/messages, BaseURL https://api.anthropic.com/v1).
-	ChatAPIAnthropic ChatAPI = "anthropic"
+	Anthropic API = "anthropic"
 )
 
 // AnthropicMaxTokensDefault is the completion bound sent to the Messages
 // API, which requires one, when a ChatRequest sets none.
 const AnthropicMaxTokensDefault = 1024
 
-// ChatModelConfig configures ChatModel.
-type ChatModelConfig struct {
-	// API is the wire format. Default ChatAPIOpenAI.
-	API ChatAPI
+// Config configures New.
+type Config struct {
+	// API is the wire format. Default OpenAI.
+	API API
 	// BaseURL is the base of an OpenAI-compatible API, such as
 	// https://api.openai.com/v1 or http://127.0.0.1:11434/v1 (Ollama).
 	// Required.
@@ -53,12 +60,12 @@ type ChatModelConfig struct {
 	Model string
 	// APIKey authenticates (a bearer token; x-api-key for Anthropic); it
 	// is never logged, journaled or put in an envelope or event. Default
-	// $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for ChatAPIAnthropic; a local
+	// $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for Anthropic; a local
 	// server may need none.
 	APIKey string
 	// Timeout bounds one attempt. A timed-out attempt is retried by tier 1
 	// like a 5xx: a model call has no side effect. Default
-	// ChatTimeoutDefault.
+	// TimeoutDefault.
 	Timeout time.Duration
 	// HTTPClient makes the requests. Default one of its own.
 	HTTPClient *http.Client
@@ -69,25 +76,7 @@ type ChatModelConfig struct {
 	System string
 }
 
-// ChatRequest is a model call's input: what an agent passes to Turn.Tool.
-type ChatRequest struct {
-	// Messages are the conversation; Role is system, user or assistant.
-	Messages []Message `json:"messages"`
-	// MaxTokens bounds the completion; 0 leaves it to the server.
-	MaxTokens int64 `json:"max_tokens,omitempty"`
-	// Temperature; nil leaves it to the server.
-	Temperature *float64 `json:"temperature,omitempty"`
-}
-
-// ChatResponse is a model call's output, recorded in the journal and
-// replayed on a resume: a resumed chunk never pays for a completion twice.
-type ChatResponse struct {
-	Content      string `json:"content"`
-	FinishReason string `json:"finish_reason,omitempty"`
-	Usage        Usage  `json:"usage"`
-}
-
-// ChatModel returns a tool named name that calls a model through the
+// New returns a tool named name that calls a model through the
 // OpenAI chat completions API, which OpenAI, vLLM, Ollama, llama.cpp's
 // server, LiteLLM and most gateways speak. Its input is a ChatRequest,
 // its output a ChatResponse; the tokens it spent go in the call's journal
@@ -99,30 +88,30 @@ type ChatResponse struct {
 // 400, 401, 403, 404, 422 and other 4xx are permanent, and a prompt over
 // the context length wraps ErrContextLength. The call sends its
 // idempotency key as Idempotency-Key.
-func ChatModel(name string, cfg ChatModelConfig) (Tool, error) {
+func New(name string, cfg Config) (salvage.Tool, error) {
 	switch {
 	case name == "":
-		return Tool{}, fmt.Errorf("%w: ChatModel needs a tool name", ErrInvalidConfig)
+		return salvage.Tool{}, fmt.Errorf("%w: chatmodel.New needs a tool name", salvage.ErrInvalidConfig)
 	case cfg.BaseURL == "":
-		return Tool{}, fmt.Errorf("%w: ChatModelConfig.BaseURL is required", ErrInvalidConfig)
+		return salvage.Tool{}, fmt.Errorf("%w: Config.BaseURL is required", salvage.ErrInvalidConfig)
 	case cfg.Model == "":
-		return Tool{}, fmt.Errorf("%w: ChatModelConfig.Model is required", ErrInvalidConfig)
+		return salvage.Tool{}, fmt.Errorf("%w: Config.Model is required", salvage.ErrInvalidConfig)
 	}
 	switch cfg.API {
-	case "", ChatAPIOpenAI:
-		cfg.API = ChatAPIOpenAI
+	case "", OpenAI:
+		cfg.API = OpenAI
 		if cfg.APIKey == "" {
 			cfg.APIKey = os.Getenv("OPENAI_API_KEY")
 		}
-	case ChatAPIAnthropic:
+	case Anthropic:
 		if cfg.APIKey == "" {
 			cfg.APIKey = os.Getenv("ANTHROPIC_API_KEY")
 		}
 	default:
-		return Tool{}, fmt.Errorf("%w: ChatModelConfig.API %q: want %q or %q", ErrInvalidConfig, cfg.API, ChatAPIOpenAI, ChatAPIAnthropic)
+		return salvage.Tool{}, fmt.Errorf("%w: Config.API %q: want %q or %q", salvage.ErrInvalidConfig, cfg.API, OpenAI, Anthropic)
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = ChatTimeoutDefault
+		cfg.Timeout = TimeoutDefault
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
@@ -132,14 +121,11 @@ func ChatModel(name string, cfg ChatModelConfig) (Tool, error) {
 		if u, err := url.Parse(cfg.BaseURL); err == nil && u.Hostname() != "" {
 			host = u.Hostname()
 		}
-		cfg.System = "model-" + subjectSystem(host)
-		if len(cfg.System) > 128 {
-			cfg.System = cfg.System[:128] // a system name is at most 128 bytes
-		}
+		cfg.System = salvage.SystemName("model-" + host)
 	}
-	if cfg.API == ChatAPIAnthropic {
+	if cfg.API == Anthropic {
 		m := messagesModel{cfg: cfg}
-		return Tool{Name: name, System: cfg.System, Call: m.call}, nil
+		return salvage.Tool{Name: name, System: cfg.System, Call: m.call}, nil
 	}
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL), option.WithMaxRetries(0), option.WithHTTPClient(cfg.HTTPClient),
@@ -149,21 +135,21 @@ func ChatModel(name string, cfg ChatModelConfig) (Tool, error) {
 	}
 	client := openai.NewClient(opts...)
 	m := chatModel{client: client, cfg: cfg}
-	return Tool{Name: name, System: cfg.System, Call: m.call}, nil
+	return salvage.Tool{Name: name, System: cfg.System, Call: m.call}, nil
 }
 
 type chatModel struct {
 	client openai.Client
-	cfg    ChatModelConfig
+	cfg    Config
 }
 
-func (m chatModel) call(ctx context.Context, c ToolCall) (ToolResult, error) {
-	var req ChatRequest
+func (m chatModel) call(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+	var req salvage.ChatRequest
 	if err := json.Unmarshal(c.Input, &req); err != nil {
-		return ToolResult{}, Permanent(400, fmt.Errorf("model input: %w", err))
+		return salvage.ToolResult{}, salvage.Permanent(400, fmt.Errorf("model input: %w", err))
 	}
 	if len(req.Messages) == 0 {
-		return ToolResult{}, Permanent(400, errors.New("model input: no messages"))
+		return salvage.ToolResult{}, salvage.Permanent(400, errors.New("model input: no messages"))
 	}
 	params := openai.ChatCompletionNewParams{Model: m.cfg.Model}
 	for _, msg := range req.Messages {
@@ -175,7 +161,7 @@ func (m chatModel) call(ctx context.Context, c ToolCall) (ToolResult, error) {
 		case "assistant":
 			params.Messages = append(params.Messages, openai.AssistantMessage(msg.Content))
 		default:
-			return ToolResult{}, Permanent(400, fmt.Errorf("model input: role %q: want system, user or assistant", msg.Role))
+			return salvage.ToolResult{}, salvage.Permanent(400, fmt.Errorf("model input: role %q: want system, user or assistant", msg.Role))
 		}
 	}
 	if req.MaxTokens > 0 {
@@ -188,24 +174,24 @@ func (m chatModel) call(ctx context.Context, c ToolCall) (ToolResult, error) {
 	defer cancel()
 	resp, err := m.client.Chat.Completions.New(attempt, params, option.WithHeader("Idempotency-Key", c.IdempotencyKey))
 	if err != nil {
-		return ToolResult{}, classifyChat(ctx, attempt, m.cfg.Timeout, err)
+		return salvage.ToolResult{}, classifyChat(ctx, attempt, m.cfg.Timeout, err)
 	}
 	if len(resp.Choices) == 0 {
-		return ToolResult{}, Transient(0, errors.New("model answered with no choices"))
+		return salvage.ToolResult{}, salvage.Transient(0, errors.New("model answered with no choices"))
 	}
 	model := resp.Model
 	if model == "" {
 		model = m.cfg.Model
 	}
-	out := ChatResponse{
+	out := salvage.ChatResponse{
 		Content: resp.Choices[0].Message.Content, FinishReason: string(resp.Choices[0].FinishReason),
-		Usage: Usage{Model: model, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens},
+		Usage: salvage.Usage{Model: model, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens},
 	}
 	data, err := json.Marshal(out)
 	if err != nil {
-		return ToolResult{}, err
+		return salvage.ToolResult{}, err
 	}
-	return ToolResult{Output: data, Usage: &out.Usage}, nil
+	return salvage.ToolResult{Output: data, Usage: &out.Usage}, nil
 }
 
 // classifyChat turns a failed attempt into a typed error. The caller's
@@ -215,12 +201,12 @@ func classifyChat(ctx, attempt context.Context, timeout time.Duration, err error
 		return ctx.Err()
 	}
 	if attempt.Err() != nil {
-		return Timeout(fmt.Errorf("model did not answer within %s: %w", timeout, err))
+		return salvage.Timeout(fmt.Errorf("model did not answer within %s: %w", timeout, err))
 	}
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
 		// No status: the connection failed or the answer did not parse.
-		return Transient(0, fmt.Errorf("model: %w", err))
+		return salvage.Transient(0, fmt.Errorf("model: %w", err))
 	}
 	status := apiErr.StatusCode
 	cause := fmt.Errorf("model: %d %s%s", status, http.StatusText(status), detail(apiErr))
@@ -239,18 +225,18 @@ func classifyChat(ctx, attempt context.Context, timeout time.Duration, err error
 func classifyStatus(status int, header http.Header, cause error, contextLength bool) error {
 	switch {
 	case status == http.StatusTooManyRequests || status == 529:
-		if after, ok := retryAfter(header, time.Now()); ok && status == 529 {
-			return Overloaded(after, cause)
+		if after, ok := salvage.RetryAfter(header, time.Now()); ok && status == 529 {
+			return salvage.Overloaded(after, cause)
 		} else if ok {
-			return RateLimited(after, cause)
+			return salvage.RateLimited(after, cause)
 		}
-		return Transient(status, cause)
+		return salvage.Transient(status, cause)
 	case status == http.StatusRequestTimeout || status == http.StatusConflict || status >= 500:
-		return Transient(status, cause)
+		return salvage.Transient(status, cause)
 	case contextLength:
-		return Permanent(status, fmt.Errorf("%w: %w", ErrContextLength, cause))
+		return salvage.Permanent(status, fmt.Errorf("%w: %w", ErrContextLength, cause))
 	default:
-		return Permanent(status, cause)
+		return salvage.Permanent(status, cause)
 	}
 }
 
@@ -261,11 +247,7 @@ func detail(e *openai.Error) string {
 		parts = append(parts, e.Code)
 	}
 	if e.Message != "" {
-		msg := e.Message
-		if len(msg) > 300 {
-			msg = msg[:300] + "…"
-		}
-		parts = append(parts, msg)
+		parts = append(parts, clip(e.Message, 300))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -273,24 +255,10 @@ func detail(e *openai.Error) string {
 	return ": " + strings.Join(parts, ": ")
 }
 
-// retryAfter reads how long a server asked to wait: retry-after-ms, else
-// Retry-After in seconds or as an HTTP date.
-func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	if h == nil {
-		return 0, false
+// clip cuts s to n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
-		return time.Duration(ms * float64(time.Millisecond)), true
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-		return time.Duration(s * float64(time.Second)), true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
+	return s[:n] + "…"
 }

@@ -1,4 +1,4 @@
-package salvage_test
+package chatmodel_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/chatmodel"
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
@@ -39,7 +40,7 @@ func TestModelFallbackChain(t *testing.T) {
 	for _, m := range []struct{ name, url, model, system string }{
 		{"premium", premium.URL + "/v1", "premium-model", "premium-api"}, {"cheap", cheap.URL + "/v1", "cheap-model", "cheap-api"},
 	} {
-		tool, err := salvage.ChatModel(m.name, salvage.ChatModelConfig{BaseURL: m.url, Model: m.model, APIKey: "k", System: m.system})
+		tool, err := chatmodel.New(m.name, chatmodel.Config{BaseURL: m.url, Model: m.model, APIKey: "k", System: m.system})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package salvage_test
+package chatmodel_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/chatmodel"
 )
 
 const testKey = "sk-test-SECRET-never-shown"
@@ -50,7 +51,7 @@ func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
 		{"500", answer{status: 500, body: apiError("server_error", "", "The server had an error")}, salvage.ErrTransient, 500, 0, false},
 		{"503", answer{status: 503, body: "upstream connect error"}, salvage.ErrTransient, 503, 0, false},
 		{"timeout", answer{status: 200, sleep: 2 * time.Second}, salvage.ErrTimeout, 0, 0, false},
-		{"400 context length", answer{status: 400, body: apiError("invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens.")}, salvage.ErrContextLength, 400, 0, false},
+		{"400 context length", answer{status: 400, body: apiError("invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens.")}, chatmodel.ErrContextLength, 400, 0, false},
 		{"400", answer{status: 400, body: apiError("invalid_request_error", "", "Invalid value for 'temperature'")}, salvage.ErrPermanent, 400, 0, false},
 		{"401", answer{status: 401, body: apiError("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-test-****shown")}, salvage.ErrPermanent, 401, 0, false},
 		{"403", answer{status: 403, body: apiError("invalid_request_error", "unsupported_country_region_territory", "Country not supported")}, salvage.ErrPermanent, 403, 0, false},
@@ -80,7 +81,7 @@ func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
 			if !errors.Is(err, tt.is) {
 				t.Fatalf("error %v; want it to match %v", err, tt.is)
 			}
-			if tt.is == salvage.ErrContextLength && !errors.Is(err, salvage.ErrPermanent) {
+			if tt.is == chatmodel.ErrContextLength && !errors.Is(err, salvage.ErrPermanent) {
 				t.Errorf("a context-length error must be permanent: %v", err)
 			}
 			var ce *salvage.CallError
@@ -156,7 +157,7 @@ func TestChatModelAnswers(t *testing.T) {
 
 func callModel(t *testing.T, url string, timeout time.Duration) (salvage.ToolResult, error) {
 	t.Helper()
-	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{BaseURL: url, Model: "test-model", APIKey: testKey, Timeout: timeout})
+	tool, err := chatmodel.New("model", chatmodel.Config{BaseURL: url, Model: "test-model", APIKey: testKey, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestAnthropicMessagesClassifiesEveryErrorShape(t *testing.T) {
 			if ce.RetryAfter != tt.retryAfter || (tt.status != 200 && ce.Status != tt.status) {
 				t.Errorf("status %d retry after %s; want %d and %s", ce.Status, ce.RetryAfter, tt.status, tt.retryAfter)
 			}
-			if errors.Is(err, salvage.ErrContextLength) {
+			if errors.Is(err, chatmodel.ErrContextLength) {
 				t.Errorf("the Messages API names no error code for context length; a 400 is plainly permanent: %v", err)
 			}
 			if strings.Contains(err.Error(), "SECRET") || requests.Load() != 1 {
@@ -257,7 +258,7 @@ func TestAnthropicMessagesAnswers(t *testing.T) {
 
 func callAnthropic(t *testing.T, url string, timeout time.Duration) (salvage.ToolResult, error) {
 	t.Helper()
-	tool, err := salvage.ChatModel("model", salvage.ChatModelConfig{API: salvage.ChatAPIAnthropic, BaseURL: url, Model: "claude-test", APIKey: testKey, Timeout: timeout})
+	tool, err := chatmodel.New("model", chatmodel.Config{API: chatmodel.Anthropic, BaseURL: url, Model: "claude-test", APIKey: testKey, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
