@@ -10,7 +10,7 @@ NATS_SERVER_VERSION := v2.15.2
 # The TypeScript agent example, built with Node's npm (npm ci: the lock file).
 AGENT_TS := examples/agent-ts
 # Packages whose tests start goroutines that race: all of them, in practice.
-TEST_FLAGS ?= -race -count=1 -timeout 14m
+TEST_FLAGS ?= -race -count=1 -timeout 10m
 
 .PHONY: help run build test lint bench tools clean fuzz
 # Fuzz targets, as package:target; make test runs each for FUZZ_BRIEF,

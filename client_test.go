@@ -64,6 +64,7 @@ func words() *salvage.Pipeline {
 }
 
 func TestClientRunsAJob(t *testing.T) {
+	t.Parallel()
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
 	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"salvage", "works"}}, &salvage.SubmitOpts{JobID: "my-job-1"})
@@ -97,6 +98,7 @@ func TestClientRunsAJob(t *testing.T) {
 // TestWaitReportsARejection: a job the splitter refuses ends Wait with
 // ErrRejected instead of waiting forever.
 func TestWaitReportsARejection(t *testing.T) {
+	t.Parallel()
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -117,6 +119,7 @@ func TestWaitReportsARejection(t *testing.T) {
 // public API — an envelope of class panic with the stack; the other
 // chunks finish.
 func TestPanickingAgentFailsOnlyItsChunk(t *testing.T) {
+	t.Parallel()
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
 	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"one", "panic", "three"}}, nil)
@@ -145,6 +148,7 @@ func TestPanickingAgentFailsOnlyItsChunk(t *testing.T) {
 // with a side effect; the tool learns where it runs, and the journal shows
 // the effect's fingerprint.
 func TestRunAgentWithASideEffect(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	charged := map[string]string{}
 	charge := salvage.Tool{Name: "charge", System: "payments",
@@ -180,6 +184,7 @@ func TestRunAgentWithASideEffect(t *testing.T) {
 // TestConfigErrorsNameTheField: NewClient refuses what cannot run and says
 // which field.
 func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
 	s := salvagetest.StartServer(t)
 	noVerify := words()
 	noVerify.Tools = append(noVerify.Tools, salvage.Tool{Name: "email", Effect: &salvage.SideEffect{}, Call: noVerify.Tools[0].Call})
@@ -208,6 +213,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 // restart ends that watch, and Wait watches again instead of failing, so
 // it still returns the finished job.
 func TestWaitOutlivesAServerRestart(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	gate := make(chan struct{})
 	var started sync.Once

@@ -14,6 +14,7 @@ import (
 // defaults and status words so `go doc` shows them; each must be what the
 // machinery uses.
 func TestPublicNamesMatchTheMachinery(t *testing.T) {
+	t.Parallel()
 	for i, pair := range [][2]any{
 		{RetriesDefault, recovery.MaxRetriesDefault}, {RetryBaseDefault, recovery.BaseDelayDefault},
 		{RetryMaxDefault, recovery.MaxDelayDefault}, {RetryTotalDefault, recovery.TotalCapDefault},

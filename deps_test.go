@@ -16,6 +16,7 @@ const depsBudget = 250
 // and chatmodel, imported only by who needs them), and stays within
 // depsBudget packages.
 func TestImportIsLight(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "github.com/salvagehq/salvage").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

@@ -12,6 +12,7 @@ import (
 // TestDocLinksResolve: every relative link in the README, SECURITY.md and
 // docs/ names a file that exists and, with a #fragment, a heading in it.
 func TestDocLinksResolve(t *testing.T) {
+	t.Parallel()
 	files := []string{"README.md", "SECURITY.md"}
 	docs, _ := filepath.Glob(filepath.Join("docs", "*.md"))
 	files = append(files, docs...)

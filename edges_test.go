@@ -97,6 +97,7 @@ func deskPipeline(timeout time.Duration) *salvage.Pipeline {
 // Salvage-Deadline ahead of Salvage's own timeout, after which a service
 // must not apply it.
 func TestServiceAnswersThatMayHaveApplied(t *testing.T) {
+	t.Parallel()
 	const timeout = 2 * time.Second
 	for _, tc := range []struct {
 		name         string
@@ -171,6 +172,7 @@ func TestServiceAnswersThatMayHaveApplied(t *testing.T) {
 // rejection of an older message under an id is not the rejection of a
 // later submission under it.
 func TestAJobIDNamesOneInput(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
 	ctx := context.Background()
@@ -241,6 +243,7 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 // number is past its job's, and one whose subject and body disagree are
 // rejected: they run nothing and touch no envelope.
 func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
@@ -308,6 +311,7 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 // never counted; a budget that is not a cap is refused on submission and
 // by the splitter.
 func TestBudgetsAtEveryEntry(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	var usage sync.Map // subject -> prompt tokens header
 	usage.Store("agents.think", "500")
@@ -376,6 +380,7 @@ func TestBudgetsAtEveryEntry(t *testing.T) {
 // the journal's limit once escaped fails its chunk permanently on the
 // first attempt, saying why — no retries, no redeliveries.
 func TestReplyTooLargeFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	big := strings.Repeat("<é>", salvage.MaxOutput/4) // not JSON: escaped into a string past the limit
 	sub, err := srv.Conn.Subscribe("agents.verbose", func(m *nats.Msg) { _ = m.Respond([]byte(big)) })

@@ -288,6 +288,7 @@ func accountFor(t *testing.T, c *salvage.Client, l *ledger, job string, envs []s
 // they did: verified, refunded newest first. Chunks that finished stay
 // done with their charge.
 func TestCancelSettlesCallsInFlight(t *testing.T) {
+	t.Parallel()
 	l := newLedger()
 	l.chargeTook = 500 * time.Millisecond
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}})
@@ -342,6 +343,7 @@ func TestCancelSettlesCallsInFlight(t *testing.T) {
 // every time. The call stays unknown: verified again within bounds, then
 // escalated naming the charge; never a dead end, never "no effects".
 func TestVerificationThatFailsNamesTheCall(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		verifyErr error
@@ -391,6 +393,7 @@ func TestVerificationThatFailsNamesTheCall(t *testing.T) {
 // finishing on the refunded charge. A replay that cannot be honoured (the
 // job was cancelled) is refused.
 func TestReplayAfterCompensationRunsFresh(t *testing.T) {
+	t.Parallel()
 	l := newLedger()
 	l.emailBroken = true
 	srv := salvagetest.StartServer(t)
@@ -460,6 +463,7 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 // stands, are refused — by the API, and in a bulk dry run, which counts
 // them unchanged.
 func TestReplayThatCannotBeHonouredIsRefused(t *testing.T) {
+	t.Parallel()
 	l := newLedger()
 	p := l.pipeline()
 	// A third stage that fails, after the irreversible email.

@@ -17,6 +17,7 @@ import (
 // what their comments promise. The README shows examples/greet and
 // docs/pipelines.md examples/checkout, verbatim.
 func TestExamplesModule(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds two programs")
 	}

@@ -19,6 +19,7 @@ import (
 // undelivered, the pipeline says it is paused, and they finish after the
 // resume; the service answers bad requests with a code.
 func TestPauseAndResumeAPipeline(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
 	ctx := context.Background()

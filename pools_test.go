@@ -35,6 +35,7 @@ func fleetPipeline(name, fleet string, ran *sync.Map) *salvage.Pipeline {
 // server. Every job of both pipelines finishes, each chunk run by its own
 // pipeline's fleet; nothing is rejected and nothing dead-lettered.
 func TestTwoFleetsAndAnAPIOnlyClient(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	var ran sync.Map
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{fleetPipeline("alpha", "fleet-a", &ran)}, WorkerID: "fleet-a"})
@@ -78,6 +79,7 @@ func TestTwoFleetsAndAnAPIOnlyClient(t *testing.T) {
 // registered pipeline's job is rejected in — and finishes once a worker
 // starts; a job for a name no process ever ran is rejected with an event.
 func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	var ran sync.Map
 	p := fleetPipeline("gamma", "fleet-g", &ran)
@@ -144,6 +146,7 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 // how many of its chunks a worker runs at once — while another pipeline
 // of the same worker keeps the client's.
 func TestPipelinePoolSettings(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	var mu sync.Mutex
 	running, most := 0, 0

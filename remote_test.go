@@ -107,6 +107,7 @@ func remoteHandlers() map[string]func(salvage.ServiceRequest) any {
 // key, deadline, traceparent); the reply is the output, its usage headers
 // are journaled, and the next stage gets the earlier outputs.
 func TestAgentsServedOnSubjects(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	svc := serveAgents(t, srv, remoteHandlers())
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{remotePipeline()}})
@@ -149,6 +150,7 @@ func TestAgentsServedOnSubjects(t *testing.T) {
 // chunk at once; no responders is retried until a service answers; and a
 // resumed chunk does not ask again for a turn that was answered.
 func TestServiceErrorsAreClassified(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	// No responders is a service that is down: its breaker opens and
 	// holds the chunk; a short cool-down lets the probe find it started.
@@ -240,6 +242,7 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 // Subject, and a subject no request can or may go to is refused: the
 // server's API, replies, Salvage's own subjects.
 func TestSubjectAgentsAreValidated(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	for _, a := range []salvage.Agent{
 		{Name: "neither"},

@@ -18,6 +18,7 @@ import (
 // with no filter, with an error code and does nothing; an unknown job's
 // cancel is a 404 at once, not after the caller's timeout.
 func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
 	ctx := context.Background()
@@ -73,6 +74,7 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 // instead of bucket reads — jobs.list and jobs.trace, a page of chunks or
 // one chunk — answer what the Client reads directly, in bounded pages.
 func TestServiceReadsJobsAndTraces(t *testing.T) {
+	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -24,6 +24,7 @@ const testKey = "sk-test-SECRET-never-shown"
 // how to retry by type and status, never by text, and never carries the
 // key.
 func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
+	t.Parallel()
 	date := time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
 	type answer struct {
 		status int
@@ -119,6 +120,7 @@ func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
 // TestChatModelAnswers: a completion's content and usage come back, the
 // key goes as a bearer token and the idempotency key as Idempotency-Key.
 func TestChatModelAnswers(t *testing.T) {
+	t.Parallel()
 	var got *http.Request
 	var body map[string]any
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -169,6 +171,7 @@ func callModel(t *testing.T, url string, timeout time.Duration) (salvage.ToolRes
 // Messages API, whose errors are {"type": "error", "error": {"type",
 // "message"}}.
 func TestAnthropicMessagesClassifiesEveryErrorShape(t *testing.T) {
+	t.Parallel()
 	anthropicError := func(typ, msg string) string {
 		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
 		return string(b)
@@ -230,6 +233,7 @@ func TestAnthropicMessagesClassifiesEveryErrorShape(t *testing.T) {
 // is input and output tokens, the key goes as x-api-key and system
 // messages as the system prompt.
 func TestAnthropicMessagesAnswers(t *testing.T) {
+	t.Parallel()
 	var got *http.Request
 	var body map[string]any
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

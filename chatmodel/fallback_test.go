@@ -20,6 +20,7 @@ import (
 // at once; the journal records both attempts, the second with the model
 // that answered, and no chunk waits out the rate limit.
 func TestModelFallbackChain(t *testing.T) {
+	t.Parallel()
 	var premiumAsked atomic.Int32
 	premium := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		premiumAsked.Add(1)

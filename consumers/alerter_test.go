@@ -15,6 +15,7 @@ import (
 // TestAlertsFireOnceAtTheirThresholds drives the alerter with an injected
 // clock over real envelope records on a real server.
 func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{noDeadLetter: true})
 	alerts := b.subscribe(t, "salvage.alerts.>")
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)

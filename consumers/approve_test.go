@@ -43,6 +43,7 @@ func (b *bundle) waitStatus(t *testing.T, job string, chunk int, status string) 
 // on SALVAGE_HOLD, its job running); the approval sends it on without
 // repeating the first stage's effects.
 func TestApprovalReleasesTheChunk(t *testing.T) {
+	t.Parallel()
 	b, s := setupApprovalShop(t)
 	events := b.subscribe(t, "salvage.events.*.approval")
 	job := b.submitOrders(t, shopOrder{ID: "o-1"})
@@ -87,6 +88,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 // A rejection compensates what the chunk did, newest first, and its
 // envelope ends abandoned, marked as a person's doing.
 func TestRejectionCompensatesAndAbandons(t *testing.T) {
+	t.Parallel()
 	b, s := setupApprovalShop(t)
 	job := b.submitOrders(t, shopOrder{ID: "o-2"})
 	b.waitStatus(t, job, 1, kv.StatusAwaitingApproval)

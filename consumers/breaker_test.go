@@ -105,6 +105,7 @@ func (b *bundle) breaker(t *testing.T, system string) kv.Breaker {
 // reaches the system while it is down, nothing is dead-lettered, and
 // every chunk finishes once the system is back.
 func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
+	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
 	const workers, concurrency, chunks = 2, 4, 40
@@ -177,6 +178,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 // the job ends partial with the gap named, and the system gets no call
 // after its breaker opened.
 func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
+	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
 	const concurrency, chunks = 4, 20
@@ -214,6 +216,7 @@ func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 // Cancelling a job whose chunks are held ends them cancelled at the stage
 // they were held in, and their parked messages leave SALVAGE_HOLD.
 func TestCancelEndsHeldChunks(t *testing.T) {
+	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {

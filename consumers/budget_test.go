@@ -57,6 +57,7 @@ func meteredPipeline(t *testing.T) *recovery.Pipeline {
 // BUDGET_EXCEEDED envelope listing them, escalated; the chunks already
 // done stay done, with their results.
 func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{meteredPipeline(t)}})
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
 		c.Concurrency = 2

@@ -18,6 +18,7 @@ import (
 // category, once each: a dry run first changes nothing, a second run
 // finds them all in flight and publishes nothing more.
 func TestBulkReplayByCategory(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	stop := b.startWorker(t, "w1")
 	modes := make([]string, 0, 25)

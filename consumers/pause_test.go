@@ -36,6 +36,7 @@ func (b *bundle) pauseShop(t *testing.T, paused bool) {
 // delivery, nothing parked — while other pipelines run on; the resume
 // runs each once.
 func TestPausedPipelineDeliversNothingUntilResumed(t *testing.T) {
+	t.Parallel()
 	b, s := setupShop(t)
 	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		_, err := b.stores.Pipelines.Get(b.ctx, shopPipeline)
@@ -84,6 +85,7 @@ func TestPausedPipelineDeliversNothingUntilResumed(t *testing.T) {
 // finishes, the chunk parks before the next one and goes on from there
 // after the resume, without repeating the first stage's effects.
 func TestPauseStopsARunningChunkAtTheNextStage(t *testing.T) {
+	t.Parallel()
 	s := newShop()
 	p := s.pipeline(t)
 	inStage := make(chan struct{})

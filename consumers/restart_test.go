@@ -21,6 +21,7 @@ import (
 // error (invariant 8): roles wait it out, keep running, and finish jobs
 // submitted after the server is back.
 func TestRolesSurviveServerRestart(t *testing.T) {
+	t.Parallel()
 	cfg := natsconf.DefaultServerConfig()
 	cfg.Port, cfg.StoreDir, cfg.SyncInterval = -1, t.TempDir(), 0
 	srv, err := natsconf.StartServer(cfg)

@@ -23,6 +23,7 @@ import (
 // a sweep interval of them going quiet (they used to stay incomplete and
 // recovering forever).
 func TestKilledRightAfterDoneSettles(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{ackWait: time.Minute})
 	stop := b.startWorker(t, "parent")
 	job := b.submit(t, modeFailsInParent)
@@ -58,6 +59,7 @@ func TestKilledRightAfterDoneSettles(t *testing.T) {
 // superseded by the new one — never left open beside it, never called
 // resolved — and marked as a person's doing.
 func TestHandReplayIsLinked(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modePermanent)
@@ -103,6 +105,7 @@ func TestHandReplayIsLinked(t *testing.T) {
 // checkpoint; cancelling removes the queued chunks at once and records them
 // cancelled at stage 0.
 func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{maxPayload: 1 << 20})
 	b.startWorker(t, "w1")
 	const n = 5000
@@ -164,6 +167,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 // whole: no record, no chunk published, the job message removed. It used
 // to leave a running record whose last chunk was retried forever.
 func TestSplitIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	rejected := b.subscribe(t, "salvage.events.rejected.>")
 	b.startWorker(t, "w1")
@@ -208,6 +212,7 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 // leave the job message retried forever. It is now a prefix, the length
 // and a hash.
 func TestRejectionsAreBounded(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{maxPayload: 512 << 10})
 	rejected := b.subscribe(t, "salvage.events.rejected.>")
 	body := make([]byte, 200_000)
@@ -234,6 +239,7 @@ func TestRejectionsAreBounded(t *testing.T) {
 // as split-failed and left in SALVAGE_JOBS for an operator: never retried
 // forever, never lost.
 func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{splitterMaxDeliver: 2})
 	rejected := b.subscribe(t, "salvage.events.rejected.>")
 	if err := b.JS.DeleteKeyValue(b.ctx, kv.BucketJobs); err != nil {
@@ -277,6 +283,7 @@ func outMsgs(t *testing.T, b *bundle) int64 {
 // the envelope recovering forever with nothing queued. The sweeper
 // publishes the chunk; it runs, and the envelope resolves.
 func TestLostReplayIsRepublished(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	stop := b.startWorker(t, "parent")
 	job := b.submit(t, modeFailsInParent)
@@ -315,6 +322,7 @@ func TestLostReplayIsRepublished(t *testing.T) {
 // the next Replay of the envelope — instead of leaving the envelope
 // recovering with nothing queued forever.
 func TestReplayKilledBeforeItsCheckpointIsFinished(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	stop := b.startWorker(t, "parent")
 	job := b.submit(t, modeFailsInParent)

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
-	"go.uber.org/goleak"
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
@@ -29,21 +28,7 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(childWorkerEnv); url != "" {
 		os.Exit(runChildWorker(url))
 	}
-	goleak.VerifyTestMain(m,
-		// The embedded server and nats.go keep background goroutines that
-		// end with the process.
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).syncBlocks"),
-		goleak.IgnoreTopFunction("time.Sleep"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).removeFromTempClients"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		// nats.go v1.55.0 starts this watcher after setting the async
-		// publisher's status channel; when the publisher is cleaned up
-		// in between (a connection closing under an async publish) it
-		// reads the channel as nil and blocks for good. Seen once in a
-		// full run; it is the library's, on a closed connection.
-		goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
-	)
+	salvagetest.VerifyNoLeaks(m)
 }
 
 // Test pipeline "test": the job input is {"chunks": [<mode>, ...]} and each

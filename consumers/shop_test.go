@@ -276,6 +276,7 @@ func (b *bundle) row(t *testing.T, job string, chunk int, tool string) kv.Stored
 // escalated, naming the email. Two orchestrators run; each compensation
 // runs once, under the place of the call it undoes.
 func TestOrchestratorCompensates(t *testing.T) {
+	t.Parallel()
 	b, s := setupShop(t)
 	escalations := b.subscribe(t, streams.EscalationSubject(recovery.CategoryCompensationNeeded))
 	b.startOrchestrator(t, "o1")
@@ -345,6 +346,7 @@ func TestOrchestratorCompensates(t *testing.T) {
 // succeeded (verified), and resumes the chunk, which finishes without
 // charging again.
 func TestOrchestratorVerifiesBeforeResuming(t *testing.T) {
+	t.Parallel()
 	b, s := setupShop(t)
 	s.mu.Lock()
 	s.paymentsDown = true
@@ -383,6 +385,7 @@ func TestOrchestratorVerifiesBeforeResuming(t *testing.T) {
 // the chunk from its journal without repeating the charge. Resolve by
 // hand, ack, unknown and malformed ids behave as the API promises.
 func TestOperator(t *testing.T) {
+	t.Parallel()
 	b, s := setupShop(t)
 	s.setShippingBroken(true)
 	op := consumers.NewOperator(b.JS, b.stores)

@@ -20,6 +20,7 @@ import (
 )
 
 func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	rejected := b.subscribe(t, "salvage.events.rejected.>")
 	b.startWorker(t, "w1")
@@ -88,6 +89,7 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 // derives from the stream sequence) creates the one record, and the
 // republished chunks are dropped as duplicates.
 func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
+	t.Parallel()
 	b2 := setupNoSplitter(t)
 	reg := b2.reg
 	crashed := make(chan struct{})
@@ -163,6 +165,7 @@ func setupNoSplitter(t *testing.T) *bundle {
 }
 
 func TestSubmitWithMsgIDKeepsThatID(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	id := "01JABCDEFGHJKMNPQRSTVWXYZ0"
 	m := nats.NewMsg(streams.JobSubject("test"))

@@ -24,6 +24,7 @@ import (
 // the second, is upgraded by a process that provisions the pools: the old
 // consumers are gone, and every chunk of both jobs runs once.
 func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
+	t.Parallel()
 	nb := salvagetest.StartServer(t)
 	opts := streams.Options{AckWait: 2 * time.Second, MaxDeliver: 3, SplitterAckWait: time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -124,6 +125,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 // upgrade: the old consumer is kept, narrowed to that shape, and the
 // orchestrators work it beside their pools.
 func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	legacy := streams.RecoveryConfig("test")
 	legacy.Durable, legacy.FilterSubject, legacy.Description = streams.LegacyRecoveryConsumer, streams.DLQAll, "the single DLQ consumer"

@@ -83,6 +83,7 @@ func (b *bundle) startChild(t *testing.T, id string, env ...string) *exec.Cmd {
 }
 
 func TestJobRunsToDone(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	results := b.subscribe(t, streams.ResultsAll)
 	b.startWorker(t, "w1")
@@ -100,6 +101,7 @@ func TestJobRunsToDone(t *testing.T) {
 }
 
 func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeOK, modePermanent)
@@ -131,6 +133,7 @@ func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
 // agent2's row says CANCELLED (it used to be written FAILED with agent2b's
 // error, and the envelope could blame agent2).
 func TestEnvelopeNamesTheFailingAgent(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeSiblingFails)
@@ -154,6 +157,7 @@ func TestEnvelopeNamesTheFailingAgent(t *testing.T) {
 }
 
 func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	b.startWorker(t, "w2")
@@ -189,6 +193,7 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 // 2 stays in its checkpoint while the next delivery runs (marked older),
 // so an envelope written after that delivery dies still says why.
 func TestLastErrorSurvivesARedelivery(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeFailThenGate)
@@ -203,6 +208,7 @@ func TestLastErrorSurvivesARedelivery(t *testing.T) {
 }
 
 func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		purge bool // lose the captured advisory too: only the sweeper is left
@@ -231,6 +237,7 @@ func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
 }
 
 func TestCancellationAtStage(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeWaitCancel, modeOK)
@@ -259,6 +266,7 @@ func TestCancellationAtStage(t *testing.T) {
 }
 
 func TestCancelledJobChunksNeverStart(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	job := b.submit(t, modeOK, modeOK)
 	salvagetest.Eventually(t, 5*time.Second, func() bool {
@@ -282,6 +290,7 @@ func TestCancelledJobChunksNeverStart(t *testing.T) {
 // that renewed its claim mid-chunk; the chunk completes in another worker
 // from the checkpoint the dead one wrote.
 func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{ackWait: 1500 * time.Millisecond})
 	job := b.submit(t, modeBlockInChild)
 
@@ -330,6 +339,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 // the next worker makes it again, once, and the chunk finishes; stage 1,
 // checkpointed, is not run again.
 func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{ackWait: 1500 * time.Millisecond})
 	job := b.submit(t, modeOK)
 	child := b.startChild(t, "child", "SALVAGE_TEST_KILL_BEFORE_ROW=1")
@@ -361,6 +371,7 @@ func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
 // TestStaleWorkerIsFencedOut: a worker whose claim was stolen finishes its
 // stage, fails the fenced checkpoint write, and stops without acking.
 func TestStaleWorkerIsFencedOut(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{ackWait: 30 * time.Second})
 	b.startWorker(t, "stale")
 	job := b.submit(t, modeGate)
@@ -404,6 +415,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 // (renewing its claim), a redelivered copy waits in progress instead of
 // naking, so the delivery count stays put and nothing is dead-lettered.
 func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{ackWait: time.Second})
 	job := b.submit(t, modeOK)
 	cons, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
@@ -467,6 +479,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 // panic and its stack; the other chunks of the job, in the same worker
 // process, finish. A split that panics rejects its job.
 func TestPanicsAreChunkFailures(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{})
 	rejected := b.subscribe(t, "salvage.events.rejected.>")
 	b.startWorker(t, "w1")
@@ -501,6 +514,7 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 // ack floor stays below it). It asks again once the lease is over and
 // writes the envelope then.
 func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{noDeadLetter: true})
 	job := b.submit(t, modeOK)
 	s, err := b.JS.Stream(b.ctx, streams.Chunks)

@@ -20,6 +20,7 @@ func row(job string, chunk, seq int, status string) kv.JournalRow {
 }
 
 func TestJournalPutNeverOverwritesBlindly(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	seq, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0)
@@ -42,6 +43,7 @@ func TestJournalPutNeverOverwritesBlindly(t *testing.T) {
 }
 
 func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	const n = 200
@@ -97,6 +99,7 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 // TestJournalLoadBeyondOneBatch: more keys than the server serves in one
 // multi-last direct get still load, key by key.
 func TestJournalLoadBeyondOneBatch(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	const n = 1500
@@ -133,6 +136,7 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 // TestJournalRowsCarryTheTrace: a row's message carries the W3C
 // traceparent of its job's trace.
 func TestJournalRowsCarryTheTrace(t *testing.T) {
+	t.Parallel()
 	b := salvagetest.StartServer(t)
 	ctx := context.Background()
 	st, err := kv.Provision(ctx, b.JS, kv.Options{})

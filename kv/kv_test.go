@@ -29,6 +29,7 @@ func setup(t *testing.T) *kv.Stores {
 }
 
 func TestClaimRaceExactlyOneWins(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	var wins atomic.Int32
@@ -57,6 +58,7 @@ func TestClaimRaceExactlyOneWins(t *testing.T) {
 }
 
 func TestClaimLeaseExpiresAfterRenewal(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -100,6 +102,7 @@ func TestClaimLeaseExpiresAfterRenewal(t *testing.T) {
 }
 
 func TestCheckpointFence(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	cpA, fa, err := st.Checkpoints.Take(ctx, "J1", 1, "a", 1, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
@@ -133,6 +136,7 @@ func TestCheckpointFence(t *testing.T) {
 }
 
 func TestDerive(t *testing.T) {
+	t.Parallel()
 	cp := func(status string, gaps ...string) kv.Checkpoint {
 		return kv.Checkpoint{Chunk: 1, Stage: 2, Status: status, Gaps: gaps, Envelope: "E1"}
 	}
@@ -166,6 +170,7 @@ func TestDerive(t *testing.T) {
 }
 
 func TestEnvelopeGuardOnce(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	if _, err := st.Envelopes.Guard(ctx, 42, "E1"); err != nil {
@@ -181,6 +186,7 @@ func TestEnvelopeGuardOnce(t *testing.T) {
 // from three direct-get batches (the server caps one at 1,024 keys; past
 // 1,000 ForJob used to fall back to one read per chunk).
 func TestForJobReadsEveryChunkInBatches(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	const n = 2500
@@ -213,6 +219,7 @@ func TestForJobReadsEveryChunkInBatches(t *testing.T) {
 }
 
 func TestSnapshotsInlineSmallObjectLarge(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	small := []byte(`{"goal":"x"}`)
@@ -241,6 +248,7 @@ func TestSnapshotsInlineSmallObjectLarge(t *testing.T) {
 }
 
 func TestDeriveSumsRetries(t *testing.T) {
+	t.Parallel()
 	_, s, _ := kv.Derive(false, []kv.Checkpoint{
 		{Status: kv.StatusDone, Tier1Retries: 2, Deliveries: 1},
 		{Status: kv.StatusDone, Tier1Retries: 3, Deliveries: 1, Redeliveries: 2},
@@ -255,6 +263,7 @@ func TestDeriveSumsRetries(t *testing.T) {
 // by one CAS with the chunk's delta; a count lost to a crash is repaired by
 // Settle from the checkpoints, and event counts never go back.
 func TestJobCountsStayO1AndSettle(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	if err := st.Jobs.Create(ctx, kv.Job{ID: "J", Pipeline: "p", Chunks: 3}); err != nil {
@@ -312,6 +321,7 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 // TestDeriveCancelledJob: a cancelled job's chunks that never started
 // (no checkpoint: their messages were purged) count as cancelled.
 func TestDeriveCancelledJob(t *testing.T) {
+	t.Parallel()
 	status, s, _ := kv.Derive(true, []kv.Checkpoint{{Status: kv.StatusDone}, {Status: kv.StatusPending}, {Status: kv.CancelledAtStage(2)}})
 	if status != kv.JobCancelled || s.Cancelled != 2 || s.Done != 1 {
 		t.Fatalf("Derive = %s %+v", status, s)
@@ -329,6 +339,7 @@ func TestDeriveCancelledJob(t *testing.T) {
 // one of them (its message was in flight when the queue was purged) and
 // records the cancellation must not count it twice, even for a moment.
 func TestCancelledJobCountsStayWhole(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	if err := st.Jobs.Create(ctx, kv.Job{ID: "C", Pipeline: "p", Chunks: 2}); err != nil {
@@ -363,6 +374,7 @@ func TestCancelledJobCountsStayWhole(t *testing.T) {
 // runs counts only what the job already counted of it; the chunk's own
 // outcome then adds the rest, so retries and tokens are counted once.
 func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
+	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
 	if err := st.Jobs.Create(ctx, kv.Job{ID: "R", Pipeline: "p", Chunks: 1}); err != nil {

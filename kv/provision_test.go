@@ -19,6 +19,7 @@ import (
 // bucket, promptly. Asking to update first, as CreateOrUpdateStream
 // does, left the JetStream API unanswered until each request timed out.
 func TestConcurrentProvisioningOnACluster(t *testing.T) {
+	t.Parallel()
 	c, err := natsconf.StartCluster(natsconf.ClusterConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,7 @@ func (m *memSnapshots) Load(_ context.Context, ref kv.SnapshotRef) ([]byte, erro
 // TestSnapshotBeforeIrreversibleCallsOnly: a snapshot is paid before a call
 // nothing can undo, not per call.
 func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
+	t.Parallel()
 	call := func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
 		return recovery.ToolResult{Output: json.RawMessage(`{}`)}, nil
 	}
@@ -97,6 +98,7 @@ func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
 // it completed before the resumed stage, in order; a snapshotted one and
 // rows of the resumed stage or that did not succeed are left alone.
 func TestRebuildCompleted(t *testing.T) {
+	t.Parallel()
 	row := func(stage int, agent string, seq int, status string) kv.StoredRow {
 		return kv.StoredRow{JournalRow: kv.JournalRow{
 			Key: kv.JournalKey("J", 1, 0, stage, agent, seq), Stage: stage, Agent: agent, Seq: seq, Status: status,

@@ -17,6 +17,7 @@ func kinds(as []recovery.Alert) map[string]int {
 }
 
 func TestAlertRules(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	env := func(i int, at time.Duration, status, category string, acked bool, left ...string) recovery.AlertSubject {
 		return recovery.AlertSubject{ID: fmt.Sprint("E", i), CreatedAt: t0.Add(at), Status: status, Category: category, Acked: acked, LeftSystems: left}

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFailureRunOpensOnFailuresInARowWithinTheWindow(t *testing.T) {
+	t.Parallel()
 	p := BreakerPolicy{Failures: 3, Window: 10 * time.Second}
 	t0 := time.Unix(1000, 0)
 	var r FailureRun
@@ -32,6 +33,7 @@ func TestFailureRunOpensOnFailuresInARowWithinTheWindow(t *testing.T) {
 }
 
 func TestBreakerAllows(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1000, 0)
 	p := BreakerPolicy{CoolDown: 30 * time.Second}
 	var b kv.Breaker
@@ -60,6 +62,7 @@ func TestBreakerAllows(t *testing.T) {
 }
 
 func TestBreakerErrorsAreTyped(t *testing.T) {
+	t.Parallel()
 	err := fmt.Errorf("crm-read: %w", &BreakerOpenError{System: "crm", State: kv.BreakerOpen})
 	if !errors.Is(err, ErrBreakerOpen) || ClassOf(err) != ClassBreakerOpen {
 		t.Fatalf("class %s", ClassOf(err))

@@ -14,6 +14,7 @@ func effect(tool string, reversible bool) kv.JournalRow {
 
 // TestClassifierTable covers every row of the classifier table of docs/design.md.
 func TestClassifierTable(t *testing.T) {
+	t.Parallel()
 	reserve, charge, email := effect("reserve", true), effect("charge", true), effect("email", false)
 	tests := []struct {
 		name     string
@@ -69,6 +70,7 @@ func TestClassifierTable(t *testing.T) {
 }
 
 func TestFailureFromJournal(t *testing.T) {
+	t.Parallel()
 	rows := map[string]kv.StoredRow{
 		"a": {JournalRow: effect("reserve", true), Seq: 1},
 		"b": {JournalRow: kv.JournalRow{Tool: "model", Status: kv.CallSucceeded}, Seq: 2},
@@ -86,6 +88,7 @@ func TestFailureFromJournal(t *testing.T) {
 // envelope is not counted twice; dead ends, escalations and anything a
 // person touched count against it.
 func TestAutoRecoveryRate(t *testing.T) {
+	t.Parallel()
 	at := func(s int) time.Time { return time.Unix(1_700_000_000+int64(s), 0) }
 	recs := []kv.EnvelopeRecord{
 		// chunk 1: failed, recovery requeued, failed again, then finished.
@@ -116,6 +119,7 @@ func TestAutoRecoveryRate(t *testing.T) {
 // TestLimitsAreConfigurable: a chunk past its configured recoveries
 // escalates; the defaults are 3 and 3.
 func TestLimitsAreConfigurable(t *testing.T) {
+	t.Parallel()
 	f := recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, Recoveries: 1}
 	if _, s := recovery.Classify(f, recovery.Limits{}); s != recovery.StrategyResume {
 		t.Errorf("one recovery under the default limit: %s", s)

@@ -68,6 +68,7 @@ func runChain(t *testing.T, tools *recovery.Tools, j *memJournal, gate recovery.
 }
 
 func TestFallbackChainPassesRateLimitsAndOpenBreakers(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		set  func(premium *model) recovery.Gate
@@ -120,6 +121,7 @@ func TestFallbackChainPassesRateLimitsAndOpenBreakers(t *testing.T) {
 }
 
 func TestFallbackChainReturnsOtherFailures(t *testing.T) {
+	t.Parallel()
 	premium, cheap := &model{name: "premium", system: "p"}, &model{name: "cheap", system: "c"}
 	premium.failWith(recovery.Permanent(400, errors.New("bad prompt")))
 	tools, _ := recovery.NewTools(premium.tool(), cheap.tool(), (&model{name: "after"}).tool())

@@ -90,6 +90,7 @@ func runCharge(t *testing.T, tools *recovery.Tools, j *memJournal, input string)
 }
 
 func TestJournaledCallRunsOnceAndReplays(t *testing.T) {
+	t.Parallel()
 	c := &charger{applied: map[string]bool{}}
 	tools := c.tools(t)
 	j := &memJournal{rows: map[string]kv.StoredRow{}}
@@ -110,6 +111,7 @@ func TestJournaledCallRunsOnceAndReplays(t *testing.T) {
 }
 
 func TestUnknownOutcomeIsVerifiedFirst(t *testing.T) {
+	t.Parallel()
 	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
 	for _, applied := range []bool{true, false} {
 		c := &charger{applied: map[string]bool{}}
@@ -138,6 +140,7 @@ func TestUnknownOutcomeIsVerifiedFirst(t *testing.T) {
 }
 
 func TestDivergedAgentNeverOverwrites(t *testing.T) {
+	t.Parallel()
 	c := &charger{applied: map[string]bool{}}
 	tools := c.tools(t)
 	j := &memJournal{rows: map[string]kv.StoredRow{}}
@@ -157,6 +160,7 @@ func TestDivergedAgentNeverOverwrites(t *testing.T) {
 }
 
 func TestToolRegistration(t *testing.T) {
+	t.Parallel()
 	call := func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
 		return recovery.ToolResult{}, nil
 	}
@@ -190,6 +194,7 @@ func TestToolRegistration(t *testing.T) {
 }
 
 func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
+	t.Parallel()
 	c := &charger{applied: map[string]bool{}}
 	tools := c.tools(t)
 	j := &memJournal{rows: map[string]kv.StoredRow{}}
@@ -220,6 +225,7 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 // TestAttemptsArePerCall: agents of one stage share Stats, but each row
 // counts only its own call's attempts.
 func TestAttemptsArePerCall(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	failures := map[string]int{"flaky": 2}
 	tools, err := recovery.NewTools(recovery.Tool{Name: "op", Call: func(_ context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
@@ -273,6 +279,7 @@ func TestAttemptsArePerCall(t *testing.T) {
 // employment's error, so the envelope blamed the wrong agent. The stage's
 // error names the agent and the call that failed.
 func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	tools, err := recovery.NewTools(recovery.Tool{Name: "classify", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 		var who string
@@ -316,6 +323,7 @@ func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
 // its chunk runs again keeps the failure in its row's history (a replay
 // used to overwrite it, and `dlq show` then listed only successes).
 func TestFailureHistorySurvivesARerun(t *testing.T) {
+	t.Parallel()
 	fail := true
 	tools, err := recovery.NewTools(recovery.Tool{Name: "crm", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
 		if fail {

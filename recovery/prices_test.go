@@ -7,6 +7,7 @@ import (
 )
 
 func TestPricesAndBudgets(t *testing.T) {
+	t.Parallel()
 	p := Prices{"big": {Prompt: 2.5, Completion: 10}}
 	if got := p.CostMicros(&kv.Usage{Model: "big", PromptTokens: 1000, CompletionTokens: 100}); got != 3500 {
 		t.Fatalf("cost %d millionths; want 3500 (1000 x 2.5 + 100 x 10)", got)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestBackoffFullJitterBounds(t *testing.T) {
+	t.Parallel()
 	p := recovery.DefaultRetryPolicy()
 	var maxDraw int64
 	p.Rand = func(n int64) int64 { maxDraw = n - 1; return n - 1 }
@@ -30,6 +31,7 @@ func TestBackoffFullJitterBounds(t *testing.T) {
 }
 
 func TestNextWait(t *testing.T) {
+	t.Parallel()
 	p := recovery.RetryPolicy{MaxRetries: 3, BaseDelay: 100 * time.Millisecond, MaxDelay: 400 * time.Millisecond, TotalCap: 2 * time.Second,
 		Rand: func(n int64) int64 { return n / 2 }}
 	tests := []struct {
@@ -62,6 +64,7 @@ func TestNextWait(t *testing.T) {
 }
 
 func TestClassOfMatchesSentinels(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		err   error
 		class recovery.Class
@@ -82,6 +85,7 @@ func TestClassOfMatchesSentinels(t *testing.T) {
 }
 
 func TestExecutor(t *testing.T) {
+	t.Parallel()
 	exec, err := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +133,7 @@ func TestExecutor(t *testing.T) {
 }
 
 func TestRunStageParallelAndSeverity(t *testing.T) {
+	t.Parallel()
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
 	var running, peak atomic.Int32
 	failures := map[string]error{"flaky": recovery.Transient(503, nil), "broken": recovery.Permanent(400, nil)}
@@ -180,6 +185,7 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 }
 
 func TestRegistry(t *testing.T) {
+	t.Parallel()
 	p := &recovery.Pipeline{Name: "p", Split: func(json.RawMessage) ([]json.RawMessage, error) { return nil, nil }, Stages: []recovery.Stage{{Name: "s"}}}
 	if _, err := recovery.NewRegistry(p, p); err == nil {
 		t.Error("duplicate pipeline accepted")
@@ -203,6 +209,7 @@ func agentOf(ctx context.Context) string { s, _ := ctx.Value(agentKey{}).(string
 // TestNoRetriesMeansNone: MaxRetries < 0 (`--retries 0`) used to become the
 // default 3 because the executor applied the defaults twice.
 func TestNoRetriesMeansNone(t *testing.T) {
+	t.Parallel()
 	exec, err := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1, BaseDelay: time.Millisecond}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

@@ -94,6 +94,7 @@ func callOnce(t *testing.T, tools *recovery.Tools, j *memJournal, tool string, r
 // it is made again; the system applies it once. A refusal that says so
 // (NotApplied, a rate limit) is retried without a verify.
 func TestSideEffectIsVerifiedBeforeEveryRetry(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		err          error
@@ -140,6 +141,7 @@ func TestSideEffectIsVerifiedBeforeEveryRetry(t *testing.T) {
 // tier 1 ran out on 5xx answers, or the verification itself fails — the
 // row says UNKNOWN (the next run verifies first), never FAILED.
 func TestUnknownStaysUnknown(t *testing.T) {
+	t.Parallel()
 	l := &lateLedger{applied: map[string]int{}, noApplyOnError: true, fail: func(int) error { return recovery.Transient(500, errors.New("boom")) }}
 	row, err := callOnce(t, l.tools(t), &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 2)
 	if !errors.Is(err, recovery.ErrRetriesExhausted) || !strings.Contains(err.Error(), "the limit of 2 retries") {
@@ -168,6 +170,7 @@ func TestUnknownStaysUnknown(t *testing.T) {
 // TestRepliesThatCannotBeJournaled: an output past OutputMax and usage
 // that is not a count fail the call permanently at once, by type.
 func TestRepliesThatCannotBeJournaled(t *testing.T) {
+	t.Parallel()
 	l := &lateLedger{applied: map[string]int{}}
 	tools := l.tools(t)
 	row, err := callOnce(t, tools, &memJournal{rows: map[string]kv.StoredRow{}}, "big", 3)
@@ -198,6 +201,7 @@ func TestRepliesThatCannotBeJournaled(t *testing.T) {
 // TestSettleCountsTheRequestThatWentOut: a call found applied by a
 // verification went out at least once.
 func TestSettleCountsTheRequestThatWentOut(t *testing.T) {
+	t.Parallel()
 	l := &lateLedger{applied: map[string]int{}}
 	tool, _ := l.tools(t).Get("charge")
 	row := tool.Settle(kv.JournalRow{Key: "k", IdempotencyKey: "key-123456", Status: kv.CallInitiated}, recovery.Verification{Applied: true, ResourceID: "ch_1"}, time.Now())

@@ -18,6 +18,7 @@ import (
 )
 
 func TestValidateToken(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		tok     string
 		wantErr bool
@@ -57,6 +58,7 @@ func TestValidateToken(t *testing.T) {
 }
 
 func TestSubjects(t *testing.T) {
+	t.Parallel()
 	if p, err := streams.ParseJobSubject("salvage.jobs.contract-review"); err != nil || p != "contract-review" {
 		t.Errorf("ParseJobSubject = %q, %v", p, err)
 	}
@@ -80,6 +82,7 @@ func TestSubjects(t *testing.T) {
 }
 
 func TestTraceParent(t *testing.T) {
+	t.Parallel()
 	id := streams.DeriveTraceID("job")
 	if id != streams.DeriveTraceID("job") || len(id) != 32 {
 		t.Fatalf("trace id %q is not stable 32 hex", id)
@@ -96,6 +99,7 @@ func TestTraceParent(t *testing.T) {
 }
 
 func TestProvisionIsIdempotent(t *testing.T) {
+	t.Parallel()
 	b := salvagetest.StartServer(t)
 	ctx := context.Background()
 	for range 2 {
@@ -134,6 +138,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 // for sends no create, update or delete request — so a user that may
 // not change configuration can run once an administrator provisioned.
 func TestProvisionedOnlyReads(t *testing.T) {
+	t.Parallel()
 	b := salvagetest.StartServer(t)
 	ctx := context.Background()
 	var changes atomic.Int64
@@ -187,6 +192,7 @@ func TestProvisionedOnlyReads(t *testing.T) {
 }
 
 func TestPrepareJobAndJobMessage(t *testing.T) {
+	t.Parallel()
 	id, body, err := streams.PrepareJob(map[string]json.RawMessage{"input": json.RawMessage(`{}`)})
 	if err != nil || len(id) != 26 || !strings.Contains(string(body), id) {
 		t.Fatalf("minted id %q, body %s, %v", id, body, err)

@@ -56,6 +56,7 @@ func refused(t *testing.T, url, user string, args ...string) {
 // stream and consumer edits, another user's replies, the DLQ's purge,
 // bucket reads and writes.
 func TestLeastPrivilegeUsers(t *testing.T) {
+	t.Parallel()
 	srv, err := natsconf.StartConfigFile(filepath.Join("..", "..", "..", "..", "natsconf", "accounts.conf"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // approval stay parked through a full stop and start of `salvage up`;
 // then `salvage approve` lets one finish and `--reject` abandons the other.
 func TestApprovalSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	file := writeFile(t, "pipelines.yaml", `pipelines:
   - name: publishing
     split: items

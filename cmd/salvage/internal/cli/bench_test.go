@@ -11,6 +11,7 @@ import (
 // crash run of two kills and two growth jobs, and checks the report holds
 // what was measured.
 func TestBench(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(binary, "bench", "--only", "critical,crash,growth", "--kills", "2", "--kill-every", "1s",
 		"--workers", "2", "--growth", "20,60", "--growth-concurrency", "4", "--report", "json", "--log-level", "error").Output()
 	if err != nil {

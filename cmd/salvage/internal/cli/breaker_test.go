@@ -26,6 +26,7 @@ import (
 // as the sim counts them, and every job completes once it is back —
 // partial when an order skipped the optional CRM lookup.
 func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
+	t.Parallel()
 	const (
 		procs, concurrency = 2, 4
 		outage             = 60 * time.Second

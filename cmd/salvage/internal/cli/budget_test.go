@@ -18,6 +18,7 @@ import (
 // cancelled), its finished chunks keep their results, and one
 // BUDGET_EXCEEDED envelope lists the chunks it stopped and escalates.
 func TestBudgetFromTheCLI(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, "--model-latency", "5ms", "--concurrency", "2", "--sweep-interval", "1s", "--price", simmodel.ModelName+"=1000,1000")
 	contract := writeFile(t, "contract.txt", contractreview.Contract(12, 3))
 	code, out, errOut := run(t, "", "submit", "contract-review", contract, "--budget-usd", "0.01", "--wait", "--server", url)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
@@ -40,6 +41,11 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	// No goroutine of the commands run in process may outlive them.
+	if err := goleak.Find(salvagetest.LibraryGoroutines()...); code == 0 && err != nil {
+		fmt.Fprintf(os.Stderr, "goroutines left after the tests: %v\n", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 
@@ -102,6 +108,7 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 func TestSubmitWaitStatusResultsCancel(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, "--model-latency", "1ms", "--model-failure-rate", "0.05", "--retry-base", "10ms", "--retry-max", "40ms")
 	contract := writeFile(t, "contract.txt", contractreview.Contract(6, 3))
 
@@ -184,6 +191,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 }
 
 func TestSubmitBadInput(t *testing.T) {
+	t.Parallel()
 	// A job for a pipeline no process ever ran is rejected after
 	// --unknown-pipeline-wait, at the next sweep.
 	url, _ := up(t, "--unknown-pipeline-wait", "500ms", "--sweep-interval", "500ms")
@@ -226,6 +234,7 @@ func TestSubmitBadInput(t *testing.T) {
 // TestSIGTERMDrains: a worker process told to stop finishes its in-flight
 // chunks, exits 0, and the job completes.
 func TestSIGTERMDrains(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, "--role", "dead-letter")
 	_, worker := up(t, "--server", url, "--role", "worker", "--worker-id", "drainer", "--model-latency", "20ms")
 	code, out, errOut := run(t, "", "submit", "contract-review", writeFile(t, "c.txt", contractreview.Contract(2, 9)), "--server", url)
@@ -257,6 +266,7 @@ func TestSIGTERMDrains(t *testing.T) {
 }
 
 func TestDemoReportJSON(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "demo", "--report", "json", "--chunks", "8", "--workers", "2",
@@ -304,6 +314,7 @@ func TestDemoReportJSON(t *testing.T) {
 }
 
 func TestOrdersDemoReportJSON(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "demo", "--pipeline", "order-fulfillment", "--orders", "60", "--report", "json",
@@ -343,6 +354,7 @@ func TestOrdersDemoReportJSON(t *testing.T) {
 // TestSubmitExitCodes: --wait exits 4 for an incomplete job and 5 for a
 // cancelled one.
 func TestSubmitExitCodes(t *testing.T) {
+	t.Parallel()
 	t.Run("incomplete", func(t *testing.T) {
 		url, _ := up(t, "--model-permanent-rate", "1", "--model-latency", "1ms")
 		code, _, errOut := run(t, contractreview.Contract(2, 1), "submit", "contract-review", "-", "--wait", "--server", url)
@@ -381,6 +393,7 @@ func TestSubmitExitCodes(t *testing.T) {
 // uses exits at once, naming the store and the holder's pid; once the
 // holder is SIGKILLed the store starts again (no stale lock).
 func TestTwoServersOneStore(t *testing.T) {
+	t.Parallel()
 	store := t.TempDir()
 	_, first := up(t, "--store", store, "--role", "api")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -409,6 +422,7 @@ func TestTwoServersOneStore(t *testing.T) {
 // `salvage up --role worker` joins that server instead of embedding one;
 // pointed at nothing, every command says so within seconds, naming the URL.
 func TestUpJoinsNATSURL(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, "--role", "api")
 	cmd := exec.Command(binary, "up", "--role", "worker", "--store", t.TempDir(), "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "NATS_URL="+url)
@@ -444,6 +458,7 @@ func TestUpJoinsNATSURL(t *testing.T) {
 // (every job and envelope settled, nothing lost, the sim's ledger free of
 // repeated effects and of effects standing unaccounted) must hold.
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "chaos", "--jobs", "40", "--kill-every", "1s", "--report", "json",

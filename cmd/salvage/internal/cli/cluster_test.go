@@ -26,6 +26,7 @@ import (
 // claims bucket: every job completes with every chunk done, and the
 // sim's ledger shows no side effect made twice.
 func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
+	t.Parallel()
 	c, err := natsconf.StartCluster(natsconf.ClusterConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 // TestDemoKeep: `salvage demo --keep` prints its report, then leaves its
 // server and a dashboard up, which show the demo's job, until SIGINT.
 func TestDemoKeep(t *testing.T) {
+	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "demo.log")
 	cmd := exec.Command(binary, "demo", "--keep", "--chunks", "2", "--workers", "2", "--kill=false", "--report", "json", "--log-file", logFile)
 	stdout, err := cmd.StdoutPipe()

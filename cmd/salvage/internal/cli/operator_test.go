@@ -40,6 +40,7 @@ func (c *cluster) settledEnvelopes(t *testing.T, job string) []kv.EnvelopeRecord
 // fresh — a new charge, the old one refunded, no order done twice; and a
 // replay that would leak is refused with exit 1.
 func TestCancelAndReplayFromTheCLI(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.Config{Hang: 4 * time.Second, Rules: []sim.Rule{
 		{System: "payments", Order: "o-cx1", Mode: "timeout-after", Times: 1},
 		{System: "payments", Order: "o-cx2", Mode: "timeout-after", Times: 1},

@@ -123,6 +123,7 @@ func (r *otlpReceiver) inTrace(id string) []span {
 // under chunks, agent turns under stages, calls under turns — with the
 // attributes an operator filters on.
 func TestOneTracePerJobOverOTLP(t *testing.T) {
+	t.Parallel()
 	rcv := startOTLPReceiver(t)
 	env := append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.URL, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=salvage-test")
 	start := func(args ...string) string {

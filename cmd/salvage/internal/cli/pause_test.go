@@ -17,6 +17,7 @@ import (
 // `salvage status` and `salvage pipelines` say so, and a resume through
 // the micro service with the nats CLI lets the job finish.
 func TestPauseAndResumeFromTheCLI(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, append([]string{"--role", "worker,dead-letter,recovery,api", "--model-latency", "1ms"}, fastTiers...)...)
 	salvagetest.Eventually(t, 20*time.Second, func() bool {
 		code, out, _ := run(t, "", "pipelines", "--server", url)

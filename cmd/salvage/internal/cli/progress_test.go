@@ -16,6 +16,7 @@ import (
 // as it happens instead of log lines, names the file its logs went to,
 // and ends with the report.
 func TestDemoDrawsProgressOnATerminal(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(binary, "demo", "--chunks", "3", "--workers", "2")
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
 	if err != nil {

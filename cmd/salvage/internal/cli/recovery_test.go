@@ -138,6 +138,7 @@ func (c *cluster) envelopeOf(t *testing.T, job string, chunk int) kv.EnvelopeRec
 // `salvage sim` process, a `salvage up` with two orchestrators, and worker
 // processes, one of them SIGKILLed after a charge took effect.
 func TestOrderRecovery(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.Config{Hang: 30 * time.Second, Rules: []sim.Rule{
 		{System: "payments", Order: "o-crash", Mode: "timeout-after", Times: 1},
 		{System: "email", Order: "o-comp", Mode: "permanent"},

@@ -57,6 +57,7 @@ func natsCmd(t *testing.T, url string, args ...string) []byte {
 // salvage.api.dlq.replay` and a hand `nats pub` with Salvage-Replay-Of —
 // and the job completes with no side effect repeated.
 func TestReplayWithTheNatsCLI(t *testing.T) {
+	t.Parallel()
 	s := startSim(t)
 	if err := s.SetFaults(context.Background(), sim.Config{Rules: []sim.Rule{
 		// CRM fails through both tiers (4 attempts x 3 deliveries), then works.
@@ -296,6 +297,7 @@ func natsPubStdin(t *testing.T, url, subject string, body []byte) {
 // rejections retried forever, unbounded jobs and unanswerable status
 // requests.
 func TestHostileInputWithTheNatsCLI(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, "--max-chunks", "300", "--model-latency", "20ms")
 	nc := salvagetest.Connect(t, url)
 	js, _ := jetstream.New(nc)

@@ -21,6 +21,7 @@ import (
 // orchestrator: a job submitted to it is not taken, and no pipeline is
 // registered as run.
 func TestDashboardRoleRunsNothingElse(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, "--role", "dashboard")
 	code, stdout, errOut := run(t, "A short contract.", "submit", "contract-review", "-", "--server", url)
 	if code != 0 || strings.TrimSpace(stdout) == "" || !strings.Contains(errOut, "no splitter took job") {
@@ -51,6 +52,7 @@ func TestDashboardRoleRunsNothingElse(t *testing.T) {
 // fleet's agent, with no envelope and no rejection; `salvage workers`
 // lists each fleet with its pipeline.
 func TestFleetsOfTheBinary(t *testing.T) {
+	t.Parallel()
 	url, _ := up(t, "--role", "dashboard")
 	nc := salvagetest.Connect(t, url)
 	rejections, err := nc.SubscribeSync("salvage.events.rejected.>")

@@ -24,6 +24,7 @@ import (
 // printed back) is each chunk's result, and `nats micro ls` shows the
 // salvage service.
 func TestAgentServedByTheNatsCLI(t *testing.T) {
+	t.Parallel()
 	file := writeFile(t, "pipelines.yaml", `pipelines:
   - name: echo
     split: items
@@ -84,6 +85,7 @@ func TestAgentServedByTheNatsCLI(t *testing.T) {
 // is SIGKILLed mid-run and started again, and the job still finishes with
 // no turn that had been answered asked again.
 func TestAgentInTypeScript(t *testing.T) {
+	t.Parallel()
 	dir := agentTSDir(t)
 	file := writeFile(t, "pipelines.yaml", `pipelines:
   - name: summaries

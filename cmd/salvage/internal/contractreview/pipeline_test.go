@@ -45,6 +45,7 @@ func (m *countingModel) tool() salvage.Tool {
 }
 
 func TestSplitIntoClauses(t *testing.T) {
+	t.Parallel()
 	in, _ := json.Marshal(contractreview.Input{Text: contractreview.Contract(22, 7)})
 	chunks, err := contractreview.Split(in)
 	if err != nil {
@@ -68,6 +69,7 @@ func TestSplitIntoClauses(t *testing.T) {
 // TestChunkMakes116Calls runs one clause through the pipeline on a real
 // server and worker: 116 model calls, one journal row each, and a finding.
 func TestChunkMakes116Calls(t *testing.T) {
+	t.Parallel()
 	m := &countingModel{}
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{contractreview.New(m.tool())}})
 	ctx := context.Background()
@@ -109,6 +111,7 @@ func TestChunkMakes116Calls(t *testing.T) {
 // TestVagueAnswerIsAskedAgain: a model that answers in words is asked once
 // more for the integer; each ask is its own journaled call.
 func TestVagueAnswerIsAskedAgain(t *testing.T) {
+	t.Parallel()
 	m := &countingModel{vague: true}
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{contractreview.New(m.tool())}})
 	ctx := context.Background()

@@ -45,6 +45,7 @@ func chromium(t *testing.T) string {
 // the DLQ depth and categories match the API, opens an envelope and
 // replays it from the page.
 func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	ctx := browse(t, f.url+"/")
 	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
@@ -345,6 +346,7 @@ func startWorker(t *testing.T, f *fixture) *salvage.Client {
 // read, the views fill and the same click then acts; after signing out
 // the views are gone and a mutation is refused again.
 func TestSignInInABrowser(t *testing.T) {
+	t.Parallel()
 	token := randomToken(t)
 	f := setupWith(t, dashboard.Config{Token: token})
 	ctx := browse(t, f.url+"/#envelope/"+f.envID)

@@ -156,6 +156,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 }
 
 func TestMetricsParseAndMatchTheStreams(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	var values map[string]float64
 	salvagetest.Eventually(t, 10*time.Second, func() bool {
@@ -212,6 +213,7 @@ func request(t *testing.T, method, url, host string, headers map[string]string) 
 }
 
 func TestMutationsNeedTheTokenAndTheSameOrigin(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "s3cret")
 	replay := f.url + "/api/envelopes/" + f.envID + "/replay"
 	unchanged := func() {
@@ -254,6 +256,7 @@ func TestMutationsNeedTheTokenAndTheSameOrigin(t *testing.T) {
 // job was cancelled is refused with a 409 that says why, and changes
 // nothing.
 func TestRefusedReplayIsAConflict(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "s3cret")
 	ctx := context.Background()
 	rec, _, err := f.stores.Envelopes.Get(ctx, f.envID)
@@ -273,6 +276,7 @@ func TestRefusedReplayIsAConflict(t *testing.T) {
 }
 
 func TestReadViewsAndHealth(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	if code, _ := get(t, f.url+"/healthz"); code != 200 {
 		t.Fatalf("/healthz %d", code)
@@ -299,6 +303,7 @@ func TestReadViewsAndHealth(t *testing.T) {
 }
 
 func TestNonLoopbackNeedsAToken(t *testing.T) {
+	t.Parallel()
 	b := salvagetest.StartServer(t)
 	if _, err := dashboard.Listen(b.JS, nil, dashboard.Config{Addr: "0.0.0.0:0"}); !errors.Is(err, dashboard.ErrNeedsToken) {
 		t.Fatalf("err = %v, want ErrNeedsToken", err)
@@ -310,6 +315,7 @@ func TestNonLoopbackNeedsAToken(t *testing.T) {
 // page with its token, not the JSON, not a mutation, even one carrying the
 // token and a matching Origin.
 func TestDNSRebindingRefused(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "s3cret")
 	port := f.url[strings.LastIndexByte(f.url, ':')+1:]
 	do := func(method, path, host string, h map[string]string) (int, string) {
@@ -341,6 +347,7 @@ func TestDNSRebindingRefused(t *testing.T) {
 
 // TestAllowedHosts: --http-allowed-hosts adds names the dashboard answers to.
 func TestAllowedHosts(t *testing.T) {
+	t.Parallel()
 	b := salvagetest.StartServer(t)
 	if _, err := kv.Provision(context.Background(), b.JS, kv.Options{}); err != nil {
 		t.Fatal(err)
@@ -378,6 +385,7 @@ func TestAllowedHosts(t *testing.T) {
 // envelopes down, and an escalation waiting for a person keeps the
 // oldest-unresolved gauge up.
 func TestCountersNeverGoBack(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	ctx := context.Background()
 	job := "01JDASHBOARD00000000000000"
@@ -451,6 +459,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 // TestEnvelopeListingIsPaged: /api/envelopes answers one bounded page with
 // the total, newest first on request, and refuses a bad offset.
 func TestEnvelopeListingIsPaged(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	ctx := context.Background()
 	for i := range 5 {
@@ -482,6 +491,7 @@ func TestEnvelopeListingIsPaged(t *testing.T) {
 // the usage journal rows carry, by model and kind, each call once even
 // when its row is written again.
 func TestModelTokensAreCountedOncePerCall(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	ctx := context.Background()
 	job := "01JDASHBOARD00000000000000"
@@ -520,6 +530,7 @@ func TestModelTokensAreCountedOncePerCall(t *testing.T) {
 // TestBreakersInSummaryAndMetrics: an open breaker and the chunks it
 // holds show in /api/summary and as gauges and a counter in /metrics.
 func TestBreakersInSummaryAndMetrics(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	ctx := context.Background()
 	if _, _, err := f.stores.Breakers.Mutate(ctx, "crm", "test", func(b *kv.Breaker) error {
@@ -565,6 +576,7 @@ func TestBreakersInSummaryAndMetrics(t *testing.T) {
 // TestPauseFromTheDashboard: a pause needs the token, names a known
 // pipeline, and shows in /api/pipelines and /metrics.
 func TestPauseFromTheDashboard(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "secret")
 	ctx := context.Background()
 	if err := f.stores.Pipelines.Register(ctx, "order-fulfillment"); err != nil {
@@ -608,6 +620,7 @@ func TestPauseFromTheDashboard(t *testing.T) {
 // TestHistoryIsKeptByTheServer: /api/history serves the sampled counters
 // and the last hour's envelope arrivals per minute, whatever tab asks.
 func TestHistoryIsKeptByTheServer(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	var h dashboard.History
 	salvagetest.Eventually(t, 10*time.Second, func() bool {
@@ -632,6 +645,7 @@ func TestHistoryIsKeptByTheServer(t *testing.T) {
 // first, with counts per status; a job's page and a chunk's timeline
 // answer; an unknown status is refused.
 func TestJobListAndPage(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	var list dashboard.JobList
 	_, body := get(t, f.url+"/api/jobs")

@@ -60,6 +60,7 @@ func sessionCookie(resp *http.Response) *http.Cookie {
 // dashboard serves — the page, every read view, metrics, the answers to
 // a refused and an accepted sign-in and mutation — contains it.
 func TestConfiguredTokenIsNeverServed(t *testing.T) {
+	t.Parallel()
 	token := randomToken(t)
 	f := setupWith(t, dashboard.Config{Token: token})
 	origin := map[string]string{"Origin": f.url}
@@ -128,6 +129,7 @@ func TestConfiguredTokenIsNeverServed(t *testing.T) {
 // HttpOnly, SameSite=Strict cookie naming a random session); the cookie
 // authorizes mutations from this origin only, until sign-out or expiry.
 func TestSignInSignOutAndExpiry(t *testing.T) {
+	t.Parallel()
 	token := randomToken(t)
 	f := setupWith(t, dashboard.Config{Token: token, SessionTTL: time.Second})
 	origin := map[string]string{"Origin": f.url}
@@ -238,6 +240,7 @@ func TestSignInSignOutAndExpiry(t *testing.T) {
 // configured token works as before: its page carries a random token,
 // no sign-in is asked for.
 func TestLoopbackWithoutATokenStaysOpen(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "")
 	_, body := send(t, http.MethodGet, f.url+"/api/session", "", nil)
 	if !strings.Contains(body, `"mode":"open"`) {
@@ -252,6 +255,7 @@ func TestLoopbackWithoutATokenStaysOpen(t *testing.T) {
 // oversized or unknown-field body with 400 and changes nothing; a bulk
 // action needs a filter (a minimum age of zero is none).
 func TestBodiesAreCheckedBeforeActing(t *testing.T) {
+	t.Parallel()
 	f := setup(t, "s3cret")
 	ctx := context.Background()
 	if err := f.stores.Pipelines.Register(ctx, "order-fulfillment"); err != nil {

@@ -58,6 +58,7 @@ type payments struct {
 // verified on its verify subject and not repeated; an order the shipper
 // refuses is refunded through the declared compensation subject.
 func TestDeclaredToolsWithSideEffects(t *testing.T) {
+	t.Parallel()
 	ps, err := spec.Parse("shop.yaml", []byte(shop))
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ const good = `pipelines:
 `
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	ps, err := spec.Parse("p.yaml", []byte(good))
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +67,7 @@ func TestParse(t *testing.T) {
 // TestErrorsNameTheLine: every mistake is reported with the file and the
 // line it is on.
 func TestErrorsNameTheLine(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name, old, new, want string
 	}{
