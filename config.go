@@ -56,37 +56,37 @@ const (
 	JournalPipelined JournalMode = "pipelined"
 )
 
-// Defaults of Config; each field's comment names its own. They are the
-// machinery's defaults too (a test holds them equal).
+// Defaults of Config; each field's comment names its own. Each is the
+// machinery's own constant, defined once.
 const (
-	RetriesDefault             = 3
-	RetryBaseDefault           = time.Second
-	RetryMaxDefault            = 4 * time.Second
-	RetryTotalDefault          = 30 * time.Second
-	AckWaitDefault             = 10 * time.Second
-	MaxDeliverDefault          = 3
-	MaxRecoveriesDefault       = 3
-	MaxStrategyAttemptsDefault = 3
-	CoolDownDefault            = 30 * time.Second
-	BreakerFailuresDefault     = 5
-	BreakerWindowDefault       = 10 * time.Second
-	BreakerCoolDownDefault     = 30 * time.Second
-	ConcurrencyDefault         = 4
-	MaxChunksDefault           = 10_000
-	ChunkWindowDefault         = 16
-	MaxPayloadDefault          = 512 << 10
-	SweepIntervalDefault       = 15 * time.Second
-	DrainTimeoutDefault        = 20 * time.Second
-	JobWaitDefault             = 30 * time.Second
-	UnknownPipelineWaitDefault = 30 * time.Second
-	AlertIntervalDefault       = 30 * time.Second
-	AlertBurstCountDefault     = 3
-	AlertBurstWindowDefault    = 5 * time.Minute
-	AlertUnresolvedDefault     = 30 * time.Minute
-	AlertUnackedDefault        = 15 * time.Minute
+	RetriesDefault             = recovery.MaxRetriesDefault
+	RetryBaseDefault           = recovery.BaseDelayDefault
+	RetryMaxDefault            = recovery.MaxDelayDefault
+	RetryTotalDefault          = recovery.TotalCapDefault
+	AckWaitDefault             = streams.AckWaitDefault
+	MaxDeliverDefault          = streams.MaxDeliverDefault
+	MaxRecoveriesDefault       = recovery.MaxRecoveriesDefault
+	MaxStrategyAttemptsDefault = recovery.MaxStrategyAttemptsDefault
+	CoolDownDefault            = consumers.CoolDownDefault
+	BreakerFailuresDefault     = recovery.BreakerFailuresDefault
+	BreakerWindowDefault       = recovery.BreakerWindowDefault
+	BreakerCoolDownDefault     = recovery.BreakerCoolDownDefault
+	ConcurrencyDefault         = consumers.ConcurrencyDefault
+	MaxChunksDefault           = consumers.MaxChunksDefault
+	ChunkWindowDefault         = consumers.ChunkWindowDefault
+	MaxPayloadDefault          = consumers.MaxPayloadDefault
+	SweepIntervalDefault       = consumers.SweepIntervalDefault
+	DrainTimeoutDefault        = consumers.DrainTimeoutDefault
+	JobWaitDefault             = consumers.JobWaitDefault
+	UnknownPipelineWaitDefault = consumers.UnknownPipelineWaitDefault
+	AlertIntervalDefault       = consumers.AlertIntervalDefault
+	AlertBurstCountDefault     = recovery.BurstCountDefault
+	AlertBurstWindowDefault    = recovery.BurstWindowDefault
+	AlertUnresolvedDefault     = recovery.UnresolvedAfterDefault
+	AlertUnackedDefault        = recovery.UnackedAfterDefault
 	// RetentionDefault is how long job records, checkpoints, journal rows,
 	// envelope records and snapshots are kept.
-	RetentionDefault = 30 * 24 * time.Hour
+	RetentionDefault = kv.RetentionDefault
 )
 
 // Config is what a Client runs with. Every field has a default, stated in

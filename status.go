@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 )
 
 // JobStatus is where a job stands. Each value means one thing.
@@ -13,16 +14,16 @@ type JobStatus string
 // Job statuses.
 const (
 	// JobRunning: some chunk has not reached an outcome.
-	JobRunning JobStatus = "running"
+	JobRunning = JobStatus(kv.JobRunning)
 	// JobDone: every chunk is done.
-	JobDone JobStatus = "done"
+	JobDone = JobStatus(kv.JobDone)
 	// JobPartial: every chunk is done, some without an optional stage.
-	JobPartial JobStatus = "partial"
+	JobPartial = JobStatus(kv.JobPartial)
 	// JobIncomplete: some chunk ended in a failure envelope; the job's
 	// Explanation names the chunks, stages and envelopes.
-	JobIncomplete JobStatus = "incomplete"
+	JobIncomplete = JobStatus(kv.JobIncomplete)
 	// JobCancelled: the job was cancelled; its chunks stopped.
-	JobCancelled JobStatus = "cancelled"
+	JobCancelled = JobStatus(kv.JobCancelled)
 )
 
 // Finished reports whether s is an outcome (anything but JobRunning).
@@ -34,17 +35,17 @@ type ChunkStatus string
 // Chunk statuses; CancelledAtStage builds the cancelled ones.
 const (
 	// ChunkPending: queued, never started (or requeued).
-	ChunkPending ChunkStatus = "pending"
+	ChunkPending = ChunkStatus(kv.StatusPending)
 	// ChunkRunning: a worker runs it.
-	ChunkRunning ChunkStatus = "running"
+	ChunkRunning = ChunkStatus(kv.StatusRunning)
 	// ChunkDone: every stage ran.
-	ChunkDone ChunkStatus = "done"
+	ChunkDone = ChunkStatus(kv.StatusDone)
 	// ChunkDeadLettered: its latest outcome is a failure envelope.
-	ChunkDeadLettered ChunkStatus = "dead-lettered"
+	ChunkDeadLettered = ChunkStatus(kv.StatusDeadLettered)
 	// ChunkHeld: parked while an external system's breaker is open.
-	ChunkHeld ChunkStatus = "held"
+	ChunkHeld = ChunkStatus(kv.StatusHeld)
 	// ChunkAwaitingApproval: parked until a person approves.
-	ChunkAwaitingApproval ChunkStatus = "awaiting-approval"
+	ChunkAwaitingApproval = ChunkStatus(kv.StatusAwaitingApproval)
 	// ChunkPaused: parked while its pipeline is paused.
 	ChunkPaused ChunkStatus = "paused"
 )
@@ -74,19 +75,19 @@ type CallStatus string
 const (
 	// CallInitiated: written before the call; left so by a crash, the
 	// next run verifies a side effect or repeats a pure call.
-	CallInitiated CallStatus = "INITIATED"
+	CallInitiated = CallStatus(kv.CallInitiated)
 	// CallSucceeded: the call returned; its output is replayed on resume.
-	CallSucceeded CallStatus = "SUCCEEDED"
+	CallSucceeded = CallStatus(kv.CallSucceeded)
 	// CallFailed: the call failed; Error and ErrorClass say how.
-	CallFailed CallStatus = "FAILED"
+	CallFailed = CallStatus(kv.CallFailed)
 	// CallUnknown: a side effect whose outcome is not known; verified
 	// before anything else.
-	CallUnknown CallStatus = "UNKNOWN"
+	CallUnknown = CallStatus(kv.CallUnknown)
 	// CallCancelled: Salvage stopped the call (its job was cancelled or
 	// a sibling agent failed).
-	CallCancelled CallStatus = "CANCELLED"
+	CallCancelled = CallStatus(kv.CallCancelled)
 	// CallCompensated: the call's effect was undone.
-	CallCompensated CallStatus = "COMPENSATED"
+	CallCompensated = CallStatus(kv.CallCompensated)
 )
 
 // Category is what kind of failure an envelope holds.
@@ -97,26 +98,26 @@ type Category string
 const (
 	// CategoryTransientNetwork: transient errors outlasted both tiers;
 	// the chunk resumes from its checkpoint.
-	CategoryTransientNetwork Category = "TRANSIENT_NETWORK"
+	CategoryTransientNetwork = Category(recovery.CategoryTransientNetwork)
 	// CategoryExternalSystemDown: a system answered 503 to exhaustion;
 	// the chunk resumes after Config.CoolDown.
-	CategoryExternalSystemDown Category = "EXTERNAL_SYSTEM_DOWN"
+	CategoryExternalSystemDown = Category(recovery.CategoryExternalSystemDown)
 	// CategoryToolTimeout: a call was in flight when its worker died or
 	// timed out; it is verified, then the envelope is reclassified.
-	CategoryToolTimeout Category = "TOOL_TIMEOUT"
+	CategoryToolTimeout = Category(recovery.CategoryToolTimeout)
 	// CategoryPartialExecution: a permanent failure after reversible
 	// effects only; they are compensated and the chunk abandoned (or run
 	// again in a new epoch, for a Tool marked RetryableAfterCompensation).
-	CategoryPartialExecution Category = "PARTIAL_EXECUTION"
+	CategoryPartialExecution = Category(recovery.CategoryPartialExecution)
 	// CategoryCompensationNeeded: a permanent failure after an
 	// irreversible effect; what is reversible is compensated and a person
 	// is asked about the rest.
-	CategoryCompensationNeeded Category = "COMPENSATION_NEEDED"
+	CategoryCompensationNeeded = Category(recovery.CategoryCompensationNeeded)
 	// CategoryBudgetExceeded: the job's budget ran out.
-	CategoryBudgetExceeded Category = "BUDGET_EXCEEDED"
+	CategoryBudgetExceeded = Category(recovery.CategoryBudgetExceeded)
 	// CategoryUnrecoverable: a permanent failure with no effects: a dead
 	// end.
-	CategoryUnrecoverable Category = "UNRECOVERABLE"
+	CategoryUnrecoverable = Category(recovery.CategoryUnrecoverable)
 )
 
 // Strategy is what the recovery orchestrator does with an envelope.
@@ -126,22 +127,22 @@ type Strategy string
 const (
 	// StrategyResume requeues the chunk; it resumes from its checkpoint
 	// and journal.
-	StrategyResume Strategy = "RESUME_FROM_CHECKPOINT"
+	StrategyResume = Strategy(recovery.StrategyResume)
 	// StrategyCompensateAndRetry undoes the chunk's effects newest first,
 	// then runs it fresh in a new epoch.
-	StrategyCompensateAndRetry Strategy = "COMPENSATE_AND_RETRY"
+	StrategyCompensateAndRetry = Strategy(recovery.StrategyCompensateAndRetry)
 	// StrategyCompensateAndAbandon undoes the chunk's effects newest first
 	// and abandons it.
-	StrategyCompensateAndAbandon Strategy = "COMPENSATE_AND_ABANDON"
+	StrategyCompensateAndAbandon = Strategy(recovery.StrategyCompensateAndAbandon)
 	// StrategyEscalate hands the envelope to a person
 	// (salvage.escalations.<category>), naming the effects left standing.
-	StrategyEscalate Strategy = "ESCALATE_TO_HUMAN"
+	StrategyEscalate = Strategy(recovery.StrategyEscalate)
 	// StrategyDeadEnd marks a failure nothing can fix and nothing needs
 	// undoing.
-	StrategyDeadEnd Strategy = "DEAD_END"
+	StrategyDeadEnd = Strategy(recovery.StrategyDeadEnd)
 	// StrategyVerify asks the external systems about calls whose outcome
 	// is unknown, then reclassifies.
-	StrategyVerify Strategy = "VERIFY_THEN_RECLASSIFY"
+	StrategyVerify = Strategy(recovery.StrategyVerify)
 )
 
 // EnvelopeStatus is where a failure envelope stands. Each value means one
@@ -151,22 +152,22 @@ type EnvelopeStatus string
 // Envelope statuses.
 const (
 	// EnvelopeOpen: waiting for the recovery orchestrator.
-	EnvelopeOpen EnvelopeStatus = "open"
+	EnvelopeOpen = EnvelopeStatus(kv.EnvelopeOpen)
 	// EnvelopeRecovering: a strategy runs, or the chunk was requeued and
 	// has not ended.
-	EnvelopeRecovering EnvelopeStatus = "recovering"
+	EnvelopeRecovering = EnvelopeStatus(kv.EnvelopeRecovering)
 	// EnvelopeResolved: the chunk finished, or a person resolved it
 	// (Envelope.ResolvedBy says which).
-	EnvelopeResolved EnvelopeStatus = "resolved"
+	EnvelopeResolved = EnvelopeStatus(kv.EnvelopeResolved)
 	// EnvelopeSuperseded: the re-run chunk failed again; SupersededBy
 	// names the envelope that carries its fate.
-	EnvelopeSuperseded EnvelopeStatus = "superseded"
+	EnvelopeSuperseded = EnvelopeStatus(kv.EnvelopeSuperseded)
 	// EnvelopeEscalated: a person must act; open until resolved.
-	EnvelopeEscalated EnvelopeStatus = "escalated"
+	EnvelopeEscalated = EnvelopeStatus(kv.EnvelopeEscalated)
 	// EnvelopeDeadEnd: a permanent failure with no effects to undo.
-	EnvelopeDeadEnd EnvelopeStatus = "dead-end"
+	EnvelopeDeadEnd = EnvelopeStatus(kv.EnvelopeDeadEnd)
 	// EnvelopeAbandoned: every effect compensated, nothing left standing.
-	EnvelopeAbandoned EnvelopeStatus = "abandoned"
+	EnvelopeAbandoned = EnvelopeStatus(kv.EnvelopeAbandoned)
 )
 
 // Final reports whether s is an outcome no strategy changes: resolved,
@@ -189,11 +190,11 @@ type BreakerState string
 // Breaker states, as the salvage_breakers bucket spells them.
 const (
 	// BreakerClosed: calls go through; failures are counted.
-	BreakerClosed BreakerState = "closed"
+	BreakerClosed = BreakerState(kv.BreakerClosed)
 	// BreakerOpen: calls fail at once and their chunks are held, until
 	// the cool-down ends.
-	BreakerOpen BreakerState = "open"
+	BreakerOpen = BreakerState(kv.BreakerOpen)
 	// BreakerHalfOpen: one probe chunk may call; its success closes the
 	// breaker, its failure opens it again.
-	BreakerHalfOpen BreakerState = "half-open"
+	BreakerHalfOpen = BreakerState(kv.BreakerHalfOpen)
 )
