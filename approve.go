@@ -52,8 +52,8 @@ func (c *Client) Approve(ctx context.Context, job string, chunk int, d Decision)
 	if err != nil {
 		return nil, err
 	}
-	out, err := recast[Chunk](cp)
-	return &out, err
+	out := chunkOf(cp)
+	return &out, nil
 }
 
 // AwaitingLimit bounds one Awaiting answer.

@@ -112,6 +112,6 @@ func (c *Client) Bulk(ctx context.Context, req BulkRequest) (*BulkResult, error)
 	if err != nil {
 		return nil, err
 	}
-	out, err := recast[BulkResult](res)
-	return &out, err
+	out := bulkResultOf(res)
+	return &out, nil
 }

@@ -53,21 +53,7 @@ type EnvelopeRecord struct {
 
 // LeftEffect is an effect that may stand and that Salvage did not undo,
 // named for the person who must decide.
-type LeftEffect struct {
-	Tool       string `json:"tool"`
-	System     string `json:"system,omitempty"`
-	ResourceID string `json:"resource_id,omitempty"`
-	JournalKey string `json:"journal_key"`
-	// IdempotencyKey is the key the external system saw: look the effect
-	// up by it there.
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Reversible says its tool declared a compensation (which failed,
-	// or was not run because the chunk escalated for another reason).
-	Reversible bool `json:"reversible,omitempty"`
-	// Unknown says nobody knows whether it took effect: the call was in
-	// flight and could not be verified.
-	Unknown bool `json:"unknown,omitempty"`
-}
+type LeftEffect = kv.LeftEffect
 
 // Envelope is a failure envelope as published on
 // salvage.dlq.<category>.<pipeline>.<job>.<chunk>: what failed and what
@@ -242,8 +228,9 @@ func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page
 	if to < len(recs) {
 		out.NextOffset = to
 	}
-	if out.Envelopes, err = recast[[]EnvelopeRecord](recs[from:to]); err != nil {
-		return nil, err
+	out.Envelopes = make([]EnvelopeRecord, 0, to-from)
+	for _, r := range recs[from:to] {
+		out.Envelopes = append(out.Envelopes, envelopeRecordOf(r))
 	}
 	return out, nil
 }
@@ -259,8 +246,8 @@ func (c *Client) ShowEnvelope(ctx context.Context, id string) (*EnvelopeDetail, 
 	if err != nil {
 		return nil, err
 	}
-	out, err := recast[EnvelopeDetail](d)
-	return &out, err
+	out := detailOf(d)
+	return &out, nil
 }
 
 // Replay puts envelope id's chunk back to work, as a person's doing
@@ -296,12 +283,12 @@ func (c *Client) Ack(ctx context.Context, id, by string) (*EnvelopeRecord, error
 	return record(op.Ack(ctx, id, by))
 }
 
-func record(r any, err error) (*EnvelopeRecord, error) {
+func record(r kv.EnvelopeRecord, err error) (*EnvelopeRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := recast[EnvelopeRecord](r)
-	return &out, err
+	out := envelopeRecordOf(r)
+	return &out, nil
 }
 
 // RecoveryStats is the automatic recovery rate and what it is made of.

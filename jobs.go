@@ -56,34 +56,8 @@ type Job struct {
 
 // Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
 // and Degraded are current; DeadLetters, Tier1Retries and Redeliveries
-// count events and only grow.
-type Summary struct {
-	// Done, Cancelled and DeadLettered count chunks by their outcome now
-	// (a dead-lettered chunk a replay finishes moves to Done).
-	Done         int `json:"done"`
-	Cancelled    int `json:"cancelled"`
-	DeadLettered int `json:"dead_lettered"`
-	// Degraded counts done chunks that skipped an optional stage.
-	Degraded int `json:"degraded"`
-	// DeadLetters counts envelopes made, Tier1Retries retries inside
-	// workers, Redeliveries tier-2 redeliveries: events, never lowered.
-	DeadLetters  int `json:"dead_letters"`
-	Tier1Retries int `json:"tier1_retries"`
-	Redeliveries int `json:"redeliveries"`
-	// PromptTokens and CompletionTokens add up the model usage of the
-	// job's chunks as they reach an outcome (ToolResult.Usage).
-	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
-	CompletionTokens int64 `json:"completion_tokens,omitempty"`
-	// CostMicros is what that usage cost by Config.Prices, in millionths
-	// of the budget's currency.
-	CostMicros int64 `json:"cost_micros,omitempty"`
-}
-
-// Cost is CostMicros in the budget's currency.
-func (s Summary) Cost() float64 { return float64(s.CostMicros) / 1e6 }
-
-// Terminal is how many chunks reached an outcome.
-func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
+// count events and only grow (the machinery's own record type).
+type Summary = kv.Summary
 
 // Budget caps what a job may spend; a zero field is no cap. The usage
 // its model calls report (ToolResult.Usage) is counted as each chunk
@@ -93,13 +67,7 @@ func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
 // pass the budget by what the chunks in flight spend) and one
 // BUDGET_EXCEEDED envelope lists them and escalates. What is done stays
 // done.
-type Budget struct {
-	// Tokens is the most model tokens (prompt and completion) the job may
-	// use.
-	Tokens int64 `json:"tokens,omitempty"`
-	// Cost is the most it may cost, in the currency of Config.Prices.
-	Cost float64 `json:"cost,omitempty"`
-}
+type Budget = kv.Budget
 
 // Chunk is one chunk's checkpoint as an operator sees it.
 type Chunk struct {
@@ -160,12 +128,7 @@ type Chunk struct {
 }
 
 // Approval is a person's yes to one stage of one chunk.
-type Approval struct {
-	Stage int       `json:"stage"`
-	By    string    `json:"by"`
-	Note  string    `json:"note,omitempty"`
-	At    time.Time `json:"at"`
-}
+type Approval = kv.Approval
 
 // JobState is a job and one page of its chunks.
 type JobState struct {
@@ -514,8 +477,8 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := recast[Job](j)
-	return &out, err
+	out := jobOf(j)
+	return &out, nil
 }
 
 // Status returns job id and one page of its chunks (page nil: the first
@@ -542,11 +505,10 @@ func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, 
 	if to < j.Chunks {
 		out.NextOffset = to
 	}
-	if out.Job, err = recast[Job](j); err != nil {
-		return nil, err
-	}
-	if out.Chunks, err = recast[[]Chunk](j.View(cps)); err != nil {
-		return nil, err
+	out.Job = jobOf(j)
+	out.Chunks = make([]Chunk, 0, len(cps))
+	for _, cp := range j.View(cps) {
+		out.Chunks = append(out.Chunks, chunkOf(cp))
 	}
 	return out, nil
 }
@@ -603,20 +565,8 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := recast[Job](j)
-	return &out, err
-}
-
-// recast converts between a machinery type and its public mirror, which
-// share their JSON names (those names are the wire contract).
-func recast[T any](v any) (T, error) {
-	var out T
-	data, err := json.Marshal(v)
-	if err != nil {
-		return out, err
-	}
-	err = json.Unmarshal(data, &out)
-	return out, err
+	out := jobOf(j)
+	return &out, nil
 }
 
 // ListJobs returns one page (nil: the first PageDefault) of the job
@@ -632,7 +582,11 @@ func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
 		return nil, err
 	}
 	from, to := page.Bounds(len(jobs))
-	return recast[[]Job](jobs[from:to])
+	out := make([]Job, 0, to-from)
+	for _, j := range jobs[from:to] {
+		out = append(out, jobOf(j))
+	}
+	return out, nil
 }
 
 // notSplit says why job id has no record when its message still waits in

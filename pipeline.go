@@ -266,11 +266,7 @@ type ToolResult struct {
 }
 
 // Usage is the tokens one model call spent, and the model that spent them.
-type Usage struct {
-	Model            string `json:"model,omitempty"`
-	PromptTokens     int64  `json:"prompt_tokens"`
-	CompletionTokens int64  `json:"completion_tokens"`
-}
+type Usage = kv.Usage
 
 // CompensationInput is the input a compensation tool receives: the
 // idempotency key and the output of the call it undoes. The compensation

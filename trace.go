@@ -129,12 +129,6 @@ func traceChunk(cp kv.Checkpoint, rows map[string]kv.StoredRow) (TraceChunk, err
 	})
 	tc := TraceChunk{Chunk: cp.Chunk, Status: ChunkStatus(cp.Status), Stage: cp.Stage, Epoch: cp.Epoch,
 		Deliveries: cp.Deliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope, Error: cp.Reason}
-	var err error
-	if tc.Calls, err = recast[[]Call](calls); err != nil {
-		return tc, err
-	}
-	if tc.Calls == nil {
-		tc.Calls = []Call{}
-	}
+	tc.Calls = callsOf(calls)
 	return tc, nil
 }

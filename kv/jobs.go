@@ -125,6 +125,9 @@ type Summary struct {
 // Terminal is how many chunks reached an outcome.
 func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
 
+// Cost is CostMicros in the budget's currency.
+func (s Summary) Cost() float64 { return float64(s.CostMicros) / 1e6 }
+
 // apply adds one chunk's transition. Counts never go below zero: a
 // transition whose earlier half a crash lost is repaired by Derive.
 func (s *Summary) apply(d Delta) {
