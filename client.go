@@ -303,7 +303,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 		if err != nil {
 			return nil, err
 		}
-		al := consumers.NewAlerter(c.js, stores, consumers.AlerterConfig{Rules: recovery.AlertRules(c.cfg.Alerts), Interval: c.cfg.AlertInterval, Logger: &log})
+		al := consumers.NewAlerter(c.js, stores, consumers.AlerterConfig{Rules: c.cfg.Alerts, Interval: c.cfg.AlertInterval, Logger: &log})
 		runs = append(runs, dl.Run, al.Run)
 	}
 	if c.cfg.has(RoleRecovery) {

@@ -353,19 +353,4 @@ func (c Config) streamOptions() streams.Options {
 
 // AlertRules are the DLQ alert thresholds (Config.Alerts); zero fields
 // take the defaults. An alert is published on salvage.alerts.<kind>.
-type AlertRules struct {
-	// BurstCount envelopes arriving within BurstWindow raise a dlq-burst
-	// alert. Defaults AlertBurstCountDefault, AlertBurstWindowDefault.
-	BurstCount  int
-	BurstWindow time.Duration
-	// UnresolvedAfter is how long an envelope may stay open or recovering
-	// before an unresolved alert. Default AlertUnresolvedDefault.
-	UnresolvedAfter time.Duration
-	// UnackedAfter is how long an escalation involving money, or any
-	// COMPENSATION_NEEDED envelope, may go unacknowledged before an
-	// unacknowledged-escalation alert. Default AlertUnackedDefault.
-	UnackedAfter time.Duration
-	// MoneySystems are the systems whose effects count as money. Default
-	// payments.
-	MoneySystems []string
-}
+type AlertRules = recovery.AlertRules

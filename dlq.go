@@ -292,17 +292,7 @@ func record(r kv.EnvelopeRecord, err error) (*EnvelopeRecord, error) {
 }
 
 // RecoveryStats is the automatic recovery rate and what it is made of.
-type RecoveryStats struct {
-	// Rate is Recovered over DeadLettered, 1 when nothing was
-	// dead-lettered (salvage_auto_recovery_rate).
-	Rate float64 `json:"auto_recovery_rate"`
-	// DeadLettered counts chunks that were dead-lettered at least once.
-	DeadLettered int `json:"chunks_dead_lettered"`
-	// Recovered counts those whose latest envelope is resolved because
-	// the chunk finished, or abandoned with every effect compensated,
-	// with no person acting on any envelope of the chunk.
-	Recovered int `json:"chunks_recovered"`
-}
+type RecoveryStats = recovery.RecoveryStats
 
 // AutoRecoveryRate computes the automatic recovery rate per chunk over
 // envelope records: of the chunks dead-lettered at least once, the share
@@ -317,5 +307,5 @@ func AutoRecoveryRate(recs []EnvelopeRecord) RecoveryStats {
 		machine[i] = kv.EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Status: string(r.Status), ResolvedBy: r.ResolvedBy,
 			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]kv.LeftEffect, len(r.Left))}
 	}
-	return RecoveryStats(recovery.AutoRecoveryRate(machine))
+	return recovery.AutoRecoveryRate(machine)
 }

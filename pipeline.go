@@ -272,12 +272,7 @@ type Usage = kv.Usage
 // idempotency key and the output of the call it undoes. The compensation
 // call itself runs under its own deterministic key, so it never undoes
 // twice.
-type CompensationInput struct {
-	// Key is the idempotency key of the call being undone.
-	Key string `json:"idempotency_key"`
-	// Output is that call's output (a charge id, say).
-	Output json.RawMessage `json:"output,omitempty"`
-}
+type CompensationInput = recovery.CompensationInput
 
 // machinery turns p into the pipeline the workers run; agents and tools
 // served on NATS subjects are called through rem.

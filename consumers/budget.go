@@ -15,10 +15,10 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// StoppedListMax bounds the chunks a BUDGET_EXCEEDED envelope lists (its
+// stoppedListMax bounds the chunks a BUDGET_EXCEEDED envelope lists (its
 // error says how many stopped), so the envelope stays far below the
 // server's max_payload whatever a pipeline's MaxChunks.
-const StoppedListMax = 10_000
+const stoppedListMax = 10_000
 
 // stopForBudget stops a job whose counted spend passed its budget: its
 // record says so (BudgetExceededAt, cancelled for "budget exceeded"), so
@@ -68,7 +68,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 			first = cp
 		}
 		n++
-		if len(stopped) < StoppedListMax {
+		if len(stopped) < stoppedListMax {
 			stopped = append(stopped, cp.Chunk)
 		}
 	}

@@ -17,10 +17,10 @@ import (
 // ErrUnknownJob is returned for a job id no record has.
 var ErrUnknownJob = errors.New("unknown job")
 
-// CancelWaitDefault is how long Cancel waits for the record of a job that
+// cancelWaitDefault is how long Cancel waits for the record of a job that
 // has none yet: a job is recorded once its chunks are published, a moment
 // after it was submitted.
-const CancelWaitDefault = 5 * time.Second
+const cancelWaitDefault = 5 * time.Second
 
 // Cancel cancels a job: its record says so at once, so running chunks stop
 // at their next stage (workers watch for it) as cancelled-at-stage-N; its
@@ -29,7 +29,7 @@ const CancelWaitDefault = 5 * time.Second
 // worker holds are recorded cancelled at their stage; envelopes of its
 // chunks that were still being recovered are resolved, as a person's
 // doing. A job submitted a moment ago, its message still in SALVAGE_JOBS,
-// is waited for up to CancelWaitDefault; an id that names no record and
+// is waited for up to cancelWaitDefault; an id that names no record and
 // no waiting message is ErrUnknownJob at once. Cancelling twice is harmless, and the sweeper
 // finishes a cancel whose caller died part-way. It returns the job as it
 // then stands, or ErrUnknownJob.
@@ -37,7 +37,7 @@ func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 	if err := streams.ValidateJobID(id); err != nil {
 		return kv.Job{}, err
 	}
-	deadline := time.Now().Add(CancelWaitDefault)
+	deadline := time.Now().Add(cancelWaitDefault)
 	job, err := o.stores.Jobs.Cancel(ctx, id)
 	if errors.Is(err, kv.ErrNotFound) {
 		// No record: a job still waiting in SALVAGE_JOBS gets a moment to

@@ -20,8 +20,8 @@ import (
 
 // Orchestrator defaults.
 const (
-	// RecoveryLeaseDefault is how long one orchestrator owns an envelope.
-	RecoveryLeaseDefault = time.Minute
+	// recoveryLeaseDefault is how long one orchestrator owns an envelope.
+	recoveryLeaseDefault = time.Minute
 	// CoolDownDefault is how long an EXTERNAL_SYSTEM_DOWN envelope waits
 	// before its chunk resumes (until breakers decide it).
 	CoolDownDefault = 30 * time.Second
@@ -40,7 +40,7 @@ type OrchestratorConfig struct {
 	// Registry knows the pipelines and their tools. Required.
 	Registry *recovery.Registry
 	// Lease is how long a taken envelope is this orchestrator's. Default
-	// RecoveryLeaseDefault.
+	// recoveryLeaseDefault.
 	Lease time.Duration
 	// CoolDown delays the resume of EXTERNAL_SYSTEM_DOWN envelopes.
 	// Default CoolDownDefault.
@@ -86,7 +86,7 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 		cfg.ID = processID()
 	}
 	if cfg.Lease <= 0 {
-		cfg.Lease = RecoveryLeaseDefault
+		cfg.Lease = recoveryLeaseDefault
 	}
 	if cfg.CoolDown <= 0 {
 		cfg.CoolDown = CoolDownDefault

@@ -27,9 +27,9 @@ const (
 	// DrainTimeoutDefault bounds how long SIGTERM waits for in-flight
 	// chunks before releasing them.
 	DrainTimeoutDefault = 20 * time.Second
-	// NakDelayDefault is the upper bound of the jittered delay before a
+	// nakDelayDefault is the upper bound of the jittered delay before a
 	// chunk whose tier-1 retries ran out is redelivered.
-	NakDelayDefault = 2 * time.Second
+	nakDelayDefault = 2 * time.Second
 	// JobWaitDefault covers a splitter that died between publishing a
 	// job's chunks and creating its record: its job message comes back
 	// after the splitter consumer's AckWait (10s).
@@ -57,7 +57,7 @@ type WorkerConfig struct {
 	// Retry is the tier-1 policy. Zero fields take recovery's defaults.
 	Retry recovery.RetryPolicy
 	// NakDelay bounds the jittered redelivery delay after tier 1 gives up.
-	// Default NakDelayDefault.
+	// Default nakDelayDefault.
 	NakDelay time.Duration
 	// DrainTimeout bounds the drain on shutdown. Default DrainTimeoutDefault.
 	DrainTimeout time.Duration
@@ -102,7 +102,7 @@ func (c *WorkerConfig) setDefaults() error {
 		c.MaxDeliver = streams.MaxDeliverDefault
 	}
 	if c.NakDelay <= 0 {
-		c.NakDelay = NakDelayDefault
+		c.NakDelay = nakDelayDefault
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DrainTimeoutDefault

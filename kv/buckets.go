@@ -19,13 +19,13 @@ const (
 	BucketEnvelopes   = "salvage_envelopes"
 )
 
-// ClaimsTTL is how long the claims bucket keeps what was last written
+// claimsTTL is how long the claims bucket keeps what was last written
 // under a chunk's key: a released claim's delete marker, or a lease that
 // nobody renewed. A live lease is renewed every heartbeat, far more often
 // (AckWait is capped at AckWaitMax), so only finished chunks age out.
-const ClaimsTTL = 24 * time.Hour
+const claimsTTL = 24 * time.Hour
 
-// AckWaitMax caps AckWait, the claim lease, well under ClaimsTTL.
+// AckWaitMax caps AckWait, the claim lease, well under claimsTTL.
 const AckWaitMax = time.Hour
 
 // RetentionDefault is how long job, checkpoint and envelope records are kept.
@@ -50,19 +50,19 @@ type Options struct {
 	Replicas int
 }
 
-// BucketConfigs returns the configuration of every bucket.
-func BucketConfigs(o Options) []jetstream.KeyValueConfig {
+// bucketConfigs returns the configuration of every bucket.
+func bucketConfigs(o Options) []jetstream.KeyValueConfig {
 	if o.Replicas <= 0 {
 		o.Replicas = 1
 	}
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketJobs, Description: "Job records; status derived from chunk outcomes.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
-		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: ClaimsTTL, Replicas: o.Replicas},
+		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: claimsTTL, Replicas: o.Replicas},
 		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
 		{Bucket: BucketBreakers, Description: "One circuit breaker per external system: closed, open, half-open.", History: 5, Replicas: o.Replicas},
 		{Bucket: BucketPipelines, Description: "What operators set on a pipeline: paused or not.", History: 5, Replicas: o.Replicas},
-		{Bucket: BucketWorkers, Description: "Live Salvage processes: roles, pipelines, chunks in flight; refreshed by a heartbeat.", History: 1, TTL: WorkersTTL, Replicas: o.Replicas},
+		{Bucket: BucketWorkers, Description: "Live Salvage processes: roles, pipelines, chunks in flight; refreshed by a heartbeat.", History: 1, TTL: workersTTL, Replicas: o.Replicas},
 	}
 }
 
@@ -71,7 +71,7 @@ func BucketConfigs(o Options) []jetstream.KeyValueConfig {
 func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores, error) {
 	// Each is looked up first, created when missing and updated only
 	// when it exists otherwise: see streams.EnsureStream for why.
-	for _, cfg := range BucketConfigs(o) {
+	for _, cfg := range bucketConfigs(o) {
 		if err := ensureBucket(ctx, js, cfg); err != nil {
 			return nil, fmt.Errorf("kv: provision %s: %w", cfg.Bucket, err)
 		}

@@ -19,18 +19,18 @@ import (
 
 // Journal group-commit defaults.
 const (
-	// JournalFlushersDefault is how many batches may be in flight at once.
-	JournalFlushersDefault = 2
-	// JournalMaxBatchDefault caps rows per atomic batch (the server allows
+	// journalFlushersDefault is how many batches may be in flight at once.
+	journalFlushersDefault = 2
+	// journalMaxBatchDefault caps rows per atomic batch (the server allows
 	// 1000).
-	JournalMaxBatchDefault = 500
-	// JournalAtomicMin is the fewest rows a flush writes as one
+	journalMaxBatchDefault = 500
+	// journalAtomicMin is the fewest rows a flush writes as one
 	// atomic batch. An atomic batch pays a fixed cost on the server (it
 	// stages the batch in a store of its own before committing it): under
 	// sync_interval always a batch of 100 took about as long as 16 single
 	// writes (salvage bench floors), so fewer rows go as pipelined single
 	// writes.
-	JournalAtomicMin = 16
+	journalAtomicMin = 16
 	// journalWriteTimeout bounds one flush.
 	journalWriteTimeout = 10 * time.Second
 )
@@ -82,11 +82,11 @@ func (j *Journal) Configure(cfg JournalConfig) {
 	j.atomic = cfg.Atomic == nil || *cfg.Atomic
 	j.flushers = cfg.Flushers
 	if j.flushers <= 0 {
-		j.flushers = JournalFlushersDefault
+		j.flushers = journalFlushersDefault
 	}
 	j.maxBatch = cfg.MaxBatch
 	if j.maxBatch <= 0 || j.maxBatch > 1000 {
-		j.maxBatch = JournalMaxBatchDefault
+		j.maxBatch = journalMaxBatchDefault
 	}
 }
 
@@ -166,7 +166,7 @@ func (j *Journal) flush(batch []*journalWrite) {
 	defer cancel()
 	j.batches.Add(1)
 	j.rows.Add(int64(len(batch)))
-	if j.atomic && len(batch) >= JournalAtomicMin {
+	if j.atomic && len(batch) >= journalAtomicMin {
 		msgs := make([]*nats.Msg, len(batch))
 		for i, w := range batch {
 			msgs[i] = w.msg

@@ -16,9 +16,9 @@ import (
 // BucketSnapshots is the object store that holds large agent snapshots.
 const BucketSnapshots = "salvage_snapshots"
 
-// SnapshotInlineMax is the largest compressed snapshot kept inline in its
+// snapshotInlineMax is the largest compressed snapshot kept inline in its
 // chunk's checkpoint; larger ones go to the object store.
-const SnapshotInlineMax = 4 << 10
+const snapshotInlineMax = 4 << 10
 
 // SnapshotRef is where an agent snapshot lives: inline (gzip) in the
 // checkpoint that names it, or in the salvage_snapshots object store.
@@ -47,7 +47,7 @@ func (s *Snapshots) Save(ctx context.Context, name string, seq int, data []byte)
 	if err != nil {
 		return SnapshotRef{}, fmt.Errorf("kv: compress snapshot %s: %w", name, err)
 	}
-	if len(z) <= SnapshotInlineMax {
+	if len(z) <= snapshotInlineMax {
 		return SnapshotRef{Seq: seq, Inline: z}, nil
 	}
 	if _, err := s.os.PutBytes(ctx, name, z); err != nil {

@@ -12,13 +12,13 @@ import (
 )
 
 // BucketWorkers holds one key per live Salvage process, refreshed by its
-// heartbeat; a key not refreshed within WorkersTTL ages out.
+// heartbeat; a key not refreshed within workersTTL ages out.
 const BucketWorkers = "salvage_workers"
 
-// WorkersTTL is how long a process's record outlives its last heartbeat;
+// workersTTL is how long a process's record outlives its last heartbeat;
 // WorkerHeartbeat is how often a live process writes it.
 const (
-	WorkersTTL      = 30 * time.Second
+	workersTTL      = 30 * time.Second
 	WorkerHeartbeat = 10 * time.Second
 )
 

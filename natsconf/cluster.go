@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// ClusterNodesDefault is the size of a cluster StartCluster starts: the
+// clusterNodesDefault is the size of a cluster StartCluster starts: the
 // smallest that keeps a quorum (2 of 3) when one node is down.
-const ClusterNodesDefault = 3
+const clusterNodesDefault = 3
 
 // ClusterConfig configures a JetStream cluster of in-process servers on
 // loopback, for tests and benchmarks. Zero fields take their defaults;
@@ -24,7 +24,7 @@ type ClusterConfig struct {
 	// Name is the cluster's name; nodes are <Name>-1, <Name>-2, … .
 	// Default "salvage".
 	Name string
-	// Nodes is how many servers. Default ClusterNodesDefault.
+	// Nodes is how many servers. Default clusterNodesDefault.
 	Nodes int
 	// Dir holds one store directory per node (<Dir>/<node name>).
 	Dir string
@@ -56,7 +56,7 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 		cfg.Name = "salvage"
 	}
 	if cfg.Nodes <= 0 {
-		cfg.Nodes = ClusterNodesDefault
+		cfg.Nodes = clusterNodesDefault
 	}
 	ports, err := FreePorts(2 * cfg.Nodes)
 	if err != nil {

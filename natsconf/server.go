@@ -20,8 +20,8 @@ const (
 	StoreDirDefault = "./salvage-data"
 	// MaxPayloadDefault is the server's max_payload (1 MiB).
 	MaxPayloadDefault = 1 << 20
-	// ReadyTimeoutDefault bounds how long Start waits for the server.
-	ReadyTimeoutDefault = 10 * time.Second
+	// readyTimeoutDefault bounds how long Start waits for the server.
+	readyTimeoutDefault = 10 * time.Second
 )
 
 // LockFileName is the file in the store directory whose flock marks the
@@ -57,7 +57,7 @@ type ServerConfig struct {
 	ServerName string
 	// MaxPayload is the largest message the server accepts. Default 1 MiB.
 	MaxPayload int32
-	// ReadyTimeout bounds how long Start waits. Default ReadyTimeoutDefault.
+	// ReadyTimeout bounds how long Start waits. Default readyTimeoutDefault.
 	ReadyTimeout time.Duration
 	// Logging turns on the server's own log output (to stderr).
 	Logging bool
@@ -82,7 +82,7 @@ func DefaultServerConfig() ServerConfig {
 		SyncInterval: SyncAlways,
 		ServerName:   "salvage",
 		MaxPayload:   MaxPayloadDefault,
-		ReadyTimeout: ReadyTimeoutDefault,
+		ReadyTimeout: readyTimeoutDefault,
 	}
 }
 
@@ -109,7 +109,7 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 		c.ServerName = "salvage"
 	}
 	if c.ReadyTimeout <= 0 {
-		c.ReadyTimeout = ReadyTimeoutDefault
+		c.ReadyTimeout = readyTimeoutDefault
 	}
 	if c.MaxPayload == 0 {
 		c.MaxPayload = MaxPayloadDefault
@@ -269,5 +269,5 @@ func StartConfigFile(file, storeDir string) (*Server, error) {
 	}
 	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.HTTPPort = HostDefault, server.RANDOM_PORT, storeDir, true, 0
 	opts.Cluster.Port, opts.Routes = 0, nil
-	return start(opts, ReadyTimeoutDefault, false)
+	return start(opts, readyTimeoutDefault, false)
 }

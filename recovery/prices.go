@@ -19,15 +19,15 @@ type Price struct {
 // budget.
 type Prices map[string]Price
 
-// PriceMax bounds a price per million tokens.
-const PriceMax = 1_000_000
+// priceMax bounds a price per million tokens.
+const priceMax = 1_000_000
 
-// Validate reports a price that is not a number from 0 to PriceMax.
+// Validate reports a price that is not a number from 0 to priceMax.
 func (p Prices) Validate() error {
 	for model, pr := range p {
 		for _, v := range []float64{pr.Prompt, pr.Completion} {
-			if !(v >= 0 && v <= PriceMax) { // NaN fails both
-				return fmt.Errorf("recovery: price of %q must be a number from 0 to %d per million tokens, not %v", model, PriceMax, v)
+			if !(v >= 0 && v <= priceMax) { // NaN fails both
+				return fmt.Errorf("recovery: price of %q must be a number from 0 to %d per million tokens, not %v", model, priceMax, v)
 			}
 		}
 	}

@@ -17,16 +17,16 @@ const (
 	// MaxDeliverDefault is how many deliveries a chunk gets before it is
 	// dead-lettered.
 	MaxDeliverDefault = 3
-	// DLQRetentionDefault is how long envelopes stay in SALVAGE_DLQ.
-	DLQRetentionDefault = 14 * 24 * time.Hour
-	// ResultsRetentionDefault is how long findings stay in SALVAGE_RESULTS.
-	ResultsRetentionDefault = 7 * 24 * time.Hour
-	// DuplicateWindowDefault is the Nats-Msg-Id dedup window.
-	DuplicateWindowDefault = 2 * time.Minute
+	// dlqRetentionDefault is how long envelopes stay in SALVAGE_DLQ.
+	dlqRetentionDefault = 14 * 24 * time.Hour
+	// resultsRetentionDefault is how long findings stay in SALVAGE_RESULTS.
+	resultsRetentionDefault = 7 * 24 * time.Hour
+	// duplicateWindowDefault is the Nats-Msg-Id dedup window.
+	duplicateWindowDefault = 2 * time.Minute
 	// SplitterAckWaitDefault is the splitter consumer's AckWait.
 	SplitterAckWaitDefault = 10 * time.Second
-	// MaxAckPendingDefault bounds chunks in flight across all workers.
-	MaxAckPendingDefault = 1000
+	// maxAckPendingDefault bounds chunks in flight across all workers.
+	maxAckPendingDefault = 1000
 	// SplitterMaxDeliverDefault bounds the deliveries of one job message:
 	// after them the splitter reports it (salvage.events.rejected.split-failed)
 	// and it stays in SALVAGE_JOBS for an operator.
@@ -48,7 +48,7 @@ type Options struct {
 	AckWait time.Duration
 	// MaxDeliver of the workers consumer. Default MaxDeliverDefault.
 	MaxDeliver int
-	// DLQRetention is SALVAGE_DLQ's MaxAge. Default DLQRetentionDefault.
+	// DLQRetention is SALVAGE_DLQ's MaxAge. Default dlqRetentionDefault.
 	DLQRetention time.Duration
 	// SplitterAckWait is how long a splitter may hold a job message before
 	// JetStream redelivers it. Default SplitterAckWaitDefault.
@@ -69,7 +69,7 @@ func (o Options) withDefaults() Options {
 		o.MaxDeliver = MaxDeliverDefault
 	}
 	if o.DLQRetention <= 0 {
-		o.DLQRetention = DLQRetentionDefault
+		o.DLQRetention = dlqRetentionDefault
 	}
 	if o.SplitterAckWait <= 0 {
 		o.SplitterAckWait = SplitterAckWaitDefault
@@ -80,40 +80,40 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// StreamConfigs returns the configuration of every Salvage stream.
-func StreamConfigs(o Options) []jetstream.StreamConfig {
+// streamConfigs returns the configuration of every Salvage stream.
+func streamConfigs(o Options) []jetstream.StreamConfig {
 	o = o.withDefaults()
 	day := 24 * time.Hour
 	return []jetstream.StreamConfig{
 		{
 			Name: Jobs, Description: "Submitted jobs; any salvage.jobs.> shape is captured so a bad one is rejected, not dropped.",
 			Subjects: []string{JobsAll}, Retention: jetstream.WorkQueuePolicy,
-			Duplicates: DuplicateWindowDefault,
+			Duplicates: duplicateWindowDefault,
 		},
 		{
 			Name: Chunks, Description: "Chunk work queue, consumed by the workers consumer.",
 			Subjects: []string{ChunksAll}, Retention: jetstream.WorkQueuePolicy,
-			Duplicates: DuplicateWindowDefault,
+			Duplicates: duplicateWindowDefault,
 		},
 		{
 			Name: Backlog, Description: "Chunks of large jobs waiting for admission to SALVAGE_CHUNKS (a job keeps at most its window queued there).",
 			Subjects: []string{BacklogAll}, Retention: jetstream.LimitsPolicy,
-			Duplicates: DuplicateWindowDefault,
+			Duplicates: duplicateWindowDefault,
 		},
 		{
 			Name: Hold, Description: "Chunks parked while an external system's breaker is open, or awaiting approval.",
 			Subjects: []string{HoldAll}, Retention: jetstream.WorkQueuePolicy,
-			Duplicates: DuplicateWindowDefault,
+			Duplicates: duplicateWindowDefault,
 		},
 		{
 			Name: Results, Description: "Findings, one message per finished chunk.",
-			Subjects: []string{ResultsAll}, MaxAge: ResultsRetentionDefault,
-			Duplicates: DuplicateWindowDefault,
+			Subjects: []string{ResultsAll}, MaxAge: resultsRetentionDefault,
+			Duplicates: duplicateWindowDefault,
 		},
 		{
 			Name: DLQ, Description: "Failure envelopes.",
 			Subjects: []string{DLQAll}, MaxAge: o.DLQRetention,
-			Duplicates: DuplicateWindowDefault,
+			Duplicates: duplicateWindowDefault,
 		},
 		{
 			Name: Advisories, Description: "Max-deliveries and msg-terminated advisories of SALVAGE_CHUNKS.",
@@ -122,7 +122,7 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 		{
 			Name: Events, Description: "Job events, rejections, alerts and escalations.",
 			Subjects: []string{EventsAll, AlertsAll, EscalateAll}, MaxAge: 14 * day,
-			Duplicates: DuplicateWindowDefault,
+			Duplicates: duplicateWindowDefault,
 		},
 	}
 }
@@ -137,7 +137,7 @@ func WorkersConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.AckWait,
 		MaxDeliver:    o.MaxDeliver,
-		MaxAckPending: MaxAckPendingDefault,
+		MaxAckPending: maxAckPendingDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: ChunksFor(pipeline),
 	}
@@ -158,9 +158,9 @@ func SplitterConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 	}
 }
 
-// DeadLetterConfig is the durable consumer that reads max-deliveries
+// deadLetterConfig is the durable consumer that reads max-deliveries
 // advisories.
-func DeadLetterConfig() jetstream.ConsumerConfig {
+func deadLetterConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       DeadLetterConsumer,
 		Description:   "Dead-letterer: one failure envelope per exhausted chunk.",
@@ -198,7 +198,7 @@ func EscalationSubject(category string) string { return "salvage.escalations." +
 // once, converges on the same configuration.
 func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	o = o.withDefaults()
-	for _, cfg := range StreamConfigs(o) {
+	for _, cfg := range streamConfigs(o) {
 		cfg.Replicas = o.Replicas
 		cfg.Storage = jetstream.FileStorage
 		if err := EnsureStream(ctx, js, cfg); err != nil {
@@ -209,7 +209,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		stream string
 		cfg    jetstream.ConsumerConfig
 	}{
-		{Advisories, DeadLetterConfig()},
+		{Advisories, deadLetterConfig()},
 	}
 	for _, c := range consumers {
 		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {
