@@ -31,6 +31,10 @@
 // agent, tool, split or result function fails only its chunk (class
 // panic, with the stack).
 //
+// Optional integrations live apart, so that a program pays only for what
+// it imports: chatmodel (model tools over HTTP), otelsalvage (OTLP span
+// export); natsconf starts an embedded server.
+//
 // The operator's side — Status, Results, Cancel, ListEnvelopes,
 // ShowEnvelope, Replay, Resolve, Ack — is the same implementation the
 // micro service (RoleAPI, salvage.api.*) and the salvage CLI use. The

@@ -1,7 +1,9 @@
 // Package salvagetest is Salvage's test kit: a real embedded JetStream
 // server in a temporary directory, a started Client with given pipelines,
-// one agent run against given tools, and a wait for a job. It never mocks
-// NATS. Salvage's own tests use it; so can a team testing its pipelines.
+// one agent run against given tools, a wait for a job, and a TestMain
+// check that no goroutine outlives a package's tests (VerifyNoLeaks). It
+// never mocks NATS. Salvage's own tests use it; so can a team testing its
+// pipelines.
 package salvagetest
 
 import (
