@@ -224,46 +224,17 @@ type SideEffect struct {
 	VerifySubject string
 }
 
-// Verification is the external system's answer about one idempotency key.
-type Verification struct {
-	// Applied says the call took effect.
-	Applied bool
-	// ResourceID is the id the system gave the effect.
-	ResourceID string
-	// Output, when Applied, stands in for the call's output.
-	Output json.RawMessage
-}
+// Verification is recovery.Verification: the same type for tools, agents and the
+// machinery.
+type Verification = recovery.Verification
 
-// ToolCall is what a tool receives: where the call runs, its stable
-// idempotency key, and its input.
-type ToolCall struct {
-	// Job, Chunk, Stage, Epoch, Agent and Seq place the call: the Seq-th
-	// call of Agent in Stage of Chunk of Job. A compensation call carries
-	// the place of the call it undoes.
-	Job                 string
-	Chunk, Stage, Epoch int
-	Agent               string
-	Seq                 int
-	// IdempotencyKey is the same on every retry, redelivery and resume of
-	// this call: pass it to the external system.
-	IdempotencyKey string
-	// Input is the agent's input, as JSON.
-	Input json.RawMessage
-	// TraceID is the job's W3C trace id.
-	TraceID string
-}
+// ToolCall is recovery.ToolCall: the same type for tools, agents and the
+// machinery.
+type ToolCall = recovery.ToolCall
 
-// ToolResult is what a tool returns.
-type ToolResult struct {
-	// Output is replayed to the agent on a resume.
-	Output json.RawMessage
-	// ResourceID is the id the external system gave the effect (a charge,
-	// an invoice); compensation and people see it.
-	ResourceID string
-	// Usage is what a model call spent: recorded in the call's journal
-	// row, counted in salvage_model_tokens_total, shown by salvage trace.
-	Usage *Usage
-}
+// ToolResult is recovery.ToolResult: the same type for tools, agents and the
+// machinery.
+type ToolResult = recovery.ToolResult
 
 // Usage is the tokens one model call spent, and the model that spent them.
 type Usage = kv.Usage
@@ -302,8 +273,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Pipeline, error) {
 			subject, timeout := a.Subject, cmp.Or(a.Timeout, ServiceTimeoutDefault)
 			tools = append(tools, recovery.Tool{Name: remoteAgentTool(subject), System: SystemName(subject),
 				Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
-					r, err := rem.call(ctx, subject, timeout, ToolCall(c), true)
-					return r.machinery(), err
+					return rem.call(ctx, subject, timeout, c, true)
 				}})
 		}
 	}
@@ -378,10 +348,7 @@ func (t Tool) machinery(rem remote) (recovery.Tool, error) {
 		}
 	}
 	if call != nil {
-		out.Call = func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
-			r, err := call(ctx, ToolCall(c))
-			return r.machinery(), err
-		}
+		out.Call = call
 	}
 	if e := t.Effect; e != nil {
 		out.Effect = &recovery.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation}
@@ -398,24 +365,9 @@ func (t Tool) machinery(rem remote) (recovery.Tool, error) {
 				return rem.verify(ctx, subject, timeout, key)
 			}
 		}
-		if verify != nil {
-			out.Effect.Verify = func(ctx context.Context, key string) (recovery.Verification, error) {
-				v, err := verify(ctx, key)
-				return recovery.Verification(v), err
-			}
-		}
+		out.Effect.Verify = verify
 	}
 	return out, nil
-}
-
-// machinery converts r for the journal.
-func (r ToolResult) machinery() recovery.ToolResult {
-	out := recovery.ToolResult{Output: r.Output, ResourceID: r.ResourceID}
-	if r.Usage != nil {
-		u := kv.Usage(*r.Usage)
-		out.Usage = &u
-	}
-	return out
 }
 
 func stageOutputs(in []kv.StageOutput) []StageOutput {

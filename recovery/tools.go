@@ -40,13 +40,16 @@ type SideEffect struct {
 
 // Verification is the external system's answer about one idempotency key.
 type Verification struct {
-	Applied    bool
+	// Applied says the call took effect.
+	Applied bool
+	// ResourceID is the id the system gave the effect.
 	ResourceID string
 	// Output, when Applied, stands in for the call's output.
 	Output json.RawMessage
 }
 
-// ToolCall is what a tool receives: where the call runs and its input.
+// ToolCall is what a tool receives: where the call runs, its stable
+// idempotency key, and its input.
 type ToolCall struct {
 	// Job, Chunk, Stage, Epoch, Agent and Seq place the call: the Seq-th
 	// call of Agent in Stage of Chunk of Job. A compensation call carries
@@ -55,20 +58,24 @@ type ToolCall struct {
 	Chunk, Stage, Epoch int
 	Agent               string
 	Seq                 int
-	// IdempotencyKey is stable across retries, redeliveries and resumes;
-	// tools pass it to the external system.
+	// IdempotencyKey is the same on every retry, redelivery and resume of
+	// this call: pass it to the external system.
 	IdempotencyKey string
-	Input          json.RawMessage
-	TraceID        string
+	// Input is the agent's input, as JSON.
+	Input json.RawMessage
+	// TraceID is the job's W3C trace id.
+	TraceID string
 }
 
 // ToolResult is what a tool returns.
 type ToolResult struct {
+	// Output is replayed to the agent on a resume.
 	Output json.RawMessage
 	// ResourceID is the id the external system gave the effect (a charge,
-	// an invoice); it is recorded in the journal's fingerprint.
+	// an invoice); compensation and people see it.
 	ResourceID string
-	// Usage is what a model call spent; it is recorded in the journal.
+	// Usage is what a model call spent: recorded in the call's journal
+	// row, counted in salvage_model_tokens_total, shown by salvage trace.
 	Usage *kv.Usage
 }
 
