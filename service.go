@@ -401,15 +401,15 @@ func (c *Client) apiTrace(ctx context.Context, req micro.Request) (any, error) {
 	if r.Chunk == 0 {
 		return c.TracePage(ctx, r.JobID, &r.Page)
 	}
-	j, err := c.Get(ctx, r.JobID)
+	tr, err := c.TracePage(ctx, r.JobID, &Page{Offset: r.Chunk - 1, Limit: 1})
 	if err != nil {
 		return nil, err
 	}
-	tc, err := c.TraceChunk(ctx, r.JobID, r.Chunk)
-	if err != nil {
-		return nil, err
+	if len(tr.Chunks) == 0 {
+		return nil, fmt.Errorf("%w: job %s has no chunk %d", ErrUnknownJob, r.JobID, r.Chunk)
 	}
-	return &Trace{Job: r.JobID, TraceID: j.TraceID, Status: j.Status, Chunks: []TraceChunk{*tc}}, nil
+	tr.NextOffset = 0 // one chunk, not a page
+	return tr, nil
 }
 
 func (c *Client) apiCancel(ctx context.Context, req micro.Request) (any, error) {

@@ -38,23 +38,26 @@ type TraceChunk struct {
 // journal. It reads every call of the job: meant for one job at a time,
 // not for a loop; TraceChunk reads one chunk's.
 func (c *Client) Trace(ctx context.Context, id string) (*Trace, error) {
-	return c.trace(ctx, id, 1, -1)
+	j, st, err := c.job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return traceOf(ctx, j, st, 1, j.Chunks)
 }
 
 // TracePage returns one page of job id's timeline: the chunks page
 // selects (nil: the first PageDefault), with NextOffset set when more
-// follow. It reads only those chunks' checkpoints and journals.
+// follow. It reads only those chunks' checkpoints and journals; a page
+// of one chunk (Offset chunk-1, Limit 1) is that chunk's timeline.
 func (c *Client) TracePage(ctx context.Context, id string, page *Page) (*Trace, error) {
-	j, _, err := c.job(ctx, id)
+	j, st, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	from, to := page.Bounds(j.Chunks)
-	tr := &Trace{Job: id, TraceID: j.TraceID, Status: JobStatus(j.Status), Chunks: []TraceChunk{}}
-	if from < to {
-		if tr, err = c.trace(ctx, id, from+1, to); err != nil {
-			return nil, err
-		}
+	tr, err := traceOf(ctx, j, st, from+1, to)
+	if err != nil {
+		return nil, err
 	}
 	if to < j.Chunks {
 		tr.NextOffset = to
@@ -62,23 +65,20 @@ func (c *Client) TracePage(ctx context.Context, id string, page *Page) (*Trace, 
 	return tr, nil
 }
 
-// trace is the timeline of chunks first to last of job id (last -1: to
-// the job's last chunk).
-func (c *Client) trace(ctx context.Context, id string, first, last int) (*Trace, error) {
-	j, st, err := c.job(ctx, id)
+// traceOf is the timeline of chunks first to last of job j (none when
+// last < first): one read of their checkpoints, one of each chunk's
+// journal.
+func traceOf(ctx context.Context, j kv.Job, st *kv.Stores, first, last int) (*Trace, error) {
+	tr := &Trace{Job: j.ID, TraceID: j.TraceID, Status: JobStatus(j.Status), Chunks: []TraceChunk{}}
+	if first > last {
+		return tr, nil
+	}
+	cps, err := st.Checkpoints.ForJobRange(ctx, j.ID, first, last)
 	if err != nil {
 		return nil, err
 	}
-	if last < 0 {
-		last = j.Chunks
-	}
-	cps, err := st.Checkpoints.ForJobRange(ctx, id, first, last)
-	if err != nil {
-		return nil, err
-	}
-	tr := &Trace{Job: id, TraceID: j.TraceID, Status: JobStatus(j.Status), Chunks: []TraceChunk{}}
 	for _, cp := range j.View(cps) {
-		rows, err := st.Journal.LoadChunk(ctx, id, cp.Chunk)
+		rows, err := st.Journal.LoadChunk(ctx, j.ID, cp.Chunk)
 		if err != nil {
 			return nil, err
 		}

@@ -102,3 +102,13 @@ func detailOf(d consumers.Detail) EnvelopeDetail {
 	}
 	return out
 }
+
+// workerOf is a live process's heartbeat record, every field.
+func workerOf(r kv.WorkerState) Worker {
+	w := Worker{ID: r.ID, Host: r.Host, PID: r.PID, Pipelines: r.Pipelines, Concurrency: r.Concurrency,
+		InFlight: r.InFlight, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt}
+	for _, role := range r.Roles {
+		w.Roles = append(w.Roles, Role(role))
+	}
+	return w
+}

@@ -27,6 +27,7 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 	}{
 		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes"}},
 		{"BulkResult", consumers.BulkResult{}, func(v any) any { return bulkResultOf(v.(consumers.BulkResult)) }, nil},
+		{"Worker", kv.WorkerState{}, func(v any) any { return workerOf(v.(kv.WorkerState)) }, nil},
 		{"Chunk", kv.Checkpoint{}, func(v any) any { return chunkOf(v.(kv.Checkpoint)) }, []string{"ClaimRevision", "Snapshots",
 			"MsgSeq", "CostMicros", "Counted", "CountedTier1", "CountedRedeliveries", "CountedPromptTokens",
 			"CountedCompletionTokens", "CountedCostMicros", "Outputs"}},

@@ -44,12 +44,7 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	}
 	out := make([]Worker, 0, len(recs))
 	for _, r := range recs {
-		w := Worker{ID: r.ID, Host: r.Host, PID: r.PID, Pipelines: r.Pipelines, Concurrency: r.Concurrency,
-			InFlight: r.InFlight, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt}
-		for _, role := range r.Roles {
-			w.Roles = append(w.Roles, Role(role))
-		}
-		out = append(out, w)
+		out = append(out, workerOf(r))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil

@@ -87,18 +87,15 @@ func (r *reader) TraceChunk(ctx context.Context, id string, chunk int) (*salvage
 	if ok, err := r.ask(ctx, "jobs.trace", map[string]any{"job_id": id, "chunk": chunk}, &tr); ok {
 		return &tr, unknownJob(err)
 	}
-	j, err := r.c.Get(ctx, id)
+	one, err := r.c.TracePage(ctx, id, &salvage.Page{Offset: chunk - 1, Limit: 1})
 	if err != nil {
 		return nil, err
 	}
-	if chunk > j.Chunks {
+	if len(one.Chunks) == 0 {
 		return nil, fmt.Errorf("%w: job %s has no chunk %d", salvage.ErrUnknownJob, id, chunk)
 	}
-	tc, err := r.c.TraceChunk(ctx, id, chunk)
-	if err != nil {
-		return nil, err
-	}
-	return &salvage.Trace{Job: id, TraceID: j.TraceID, Status: j.Status, Chunks: []salvage.TraceChunk{*tc}}, nil
+	one.NextOffset = 0
+	return one, nil
 }
 
 // Breakers lists the circuit breakers.
