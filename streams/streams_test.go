@@ -242,3 +242,38 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestFindWaitingJobAcrossGaps: a job message is found behind the gaps
+// its acked predecessors leave in the work queue, and an id no message
+// carries is not, after reading only the messages the stream holds.
+func TestFindWaitingJobAcrossGaps(t *testing.T) {
+	t.Parallel()
+	b := salvagetest.StartServer(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, b.JS, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.JS.Stream(ctx, streams.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, id := range []string{"01JGONE0000000000000000001", "01JGONE0000000000000000002", "01JWAITING0000000000000003"} {
+		ack, err := b.JS.Publish(ctx, "salvage.jobs.p", []byte(`{"job_id":"`+id+`","input":{}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	for _, seq := range seqs[:2] {
+		if err := s.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w, ok := streams.FindWaitingJob(ctx, b.JS, "01JWAITING0000000000000003"); !ok || w.Pipeline != "p" || w.Seq != seqs[2] {
+		t.Fatalf("the waiting job behind two gaps: %+v %v", w, ok)
+	}
+	if _, ok := streams.FindWaitingJob(ctx, b.JS, "01JGONE0000000000000000001"); ok {
+		t.Fatal("a job whose message is gone was found waiting")
+	}
+}

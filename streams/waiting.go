@@ -25,13 +25,17 @@ func FindWaitingJob(ctx context.Context, js jetstream.JetStream, id string) (Wai
 	if err != nil {
 		return WaitingJob{}, false
 	}
-	info, err := s.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return WaitingJob{}, false
-	}
-	for seq, n := info.State.FirstSeq, 0; seq <= info.State.LastSeq && n < WaitingScan; seq, n = seq+1, n+1 {
+	// The lookup's answer carries the state: no second request for it.
+	st := s.CachedInfo().State
+	// Acked jobs leave gaps between FirstSeq and LastSeq: stop once every
+	// message the stream holds was read, not at LastSeq.
+	for seq, n, live := st.FirstSeq, 0, uint64(0); seq <= st.LastSeq && n < WaitingScan && live < st.Msgs; seq, n = seq+1, n+1 {
 		raw, err := s.GetMsg(ctx, seq)
-		if err != nil || !messageOfJob(raw, id) {
+		if err != nil {
+			continue
+		}
+		live++
+		if !messageOfJob(raw, id) {
 			continue
 		}
 		pipeline, _ := ParseJobSubject(raw.Subject)
