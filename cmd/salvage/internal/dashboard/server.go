@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -152,13 +153,18 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 func (s *Server) URL() string { return "http://" + s.l.Addr().String() }
 
 // Run serves until ctx ends, following jobs, envelopes and the journal
-// through the client's watches. It blocks.
+// through the client's watches. It blocks, and returns only once every
+// goroutine it started has ended.
 func (s *Server) Run(ctx context.Context) error {
-	go s.client.WatchCalls(ctx, s.sum.calls.update)
-	go s.client.WatchJobs(ctx, s.sum.jobs.update)
-	go s.client.WatchEnvelopes(ctx, s.sum.envs.update)
-	go s.sum.breakers.run(ctx, s.client, s.log)
-	go s.sample(ctx)
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	wg.Go(func() { s.client.WatchCalls(ctx, s.sum.calls.update) })
+	wg.Go(func() { s.client.WatchJobs(ctx, s.sum.jobs.update) })
+	wg.Go(func() { s.client.WatchEnvelopes(ctx, s.sum.envs.update) })
+	wg.Go(func() { s.sum.breakers.run(ctx, s.client, s.log) })
+	wg.Go(func() { s.sample(ctx) })
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {
