@@ -61,7 +61,7 @@ func NewClient(js jetstream.JetStream, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	pipes := make([]*recovery.Pipeline, 0, len(c.Pipelines))
+	pipes := make([]*recovery.Plan, 0, len(c.Pipelines))
 	rem := remote{nc: js.Conn()}
 	for _, p := range c.Pipelines {
 		mp, err := p.machinery(rem)

@@ -22,7 +22,7 @@ func setupApprovalShop(t *testing.T) (*bundle, *shop) {
 	ship := p.Stages[2]
 	ship.RequiresApproval = true
 	p.Stages = []recovery.Stage{p.Stages[0], ship}
-	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{p}})
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{p}})
 	b.startWorker(t, "w1")
 	b.startOrchestrator(t, "o1")
 	return b, s

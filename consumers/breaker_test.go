@@ -41,7 +41,7 @@ func (s *extSystem) call(ctx context.Context) error {
 
 // outagePipeline: each chunk reads from crm in stage "fetch" (required)
 // and from extra in stage "enrich" (optional).
-func outagePipeline(t *testing.T, crm, extra *extSystem) *recovery.Pipeline {
+func outagePipeline(t *testing.T, crm, extra *extSystem) *recovery.Plan {
 	t.Helper()
 	read := func(name, system string, s *extSystem) recovery.Tool {
 		return recovery.Tool{Name: name, System: system, Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
@@ -57,7 +57,7 @@ func outagePipeline(t *testing.T, crm, extra *extSystem) *recovery.Pipeline {
 			return t.Tool(ctx, tool, map[string]any{"chunk": t.Chunk})
 		}}
 	}
-	return &recovery.Pipeline{
+	return &recovery.Plan{
 		Name: "outage",
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var v struct{ N int }
@@ -107,7 +107,7 @@ func (b *bundle) breaker(t *testing.T, system string) kv.Breaker {
 func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
-	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	const workers, concurrency, chunks = 2, 4, 40
 	policy := recovery.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: time.Second}
 	for i := range workers {
@@ -180,7 +180,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
-	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	const concurrency, chunks = 4, 20
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
 		c.Concurrency = concurrency
@@ -218,7 +218,7 @@ func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 func TestCancelEndsHeldChunks(t *testing.T) {
 	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
-	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{outagePipeline(t, crm, extra)}})
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
 		c.Breakers = consumers.BreakerPolicies{Default: recovery.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
 	})

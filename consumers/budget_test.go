@@ -18,7 +18,7 @@ import (
 
 // meteredPipeline: each chunk makes two model calls (one per stage) that
 // report 100 prompt and 50 completion tokens of model "m".
-func meteredPipeline(t *testing.T) *recovery.Pipeline {
+func meteredPipeline(t *testing.T) *recovery.Plan {
 	t.Helper()
 	tools, err := recovery.NewTools(recovery.Tool{Name: "model", System: "llm", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 		select {
@@ -34,7 +34,7 @@ func meteredPipeline(t *testing.T) *recovery.Pipeline {
 	agent := recovery.Agent{Name: "writer", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
 		return t.Tool(ctx, "model", t.Chunk)
 	}}
-	return &recovery.Pipeline{
+	return &recovery.Plan{
 		Name: "metered",
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var n int
@@ -58,7 +58,7 @@ func meteredPipeline(t *testing.T) *recovery.Pipeline {
 // done stay done, with their results.
 func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{meteredPipeline(t)}})
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{meteredPipeline(t)}})
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
 		c.Concurrency = 2
 		// 100 prompt tokens at 1 and 50 completion tokens at 2 per million:

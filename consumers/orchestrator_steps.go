@@ -22,7 +22,7 @@ import (
 // verification that fails leaves its call unknown and fails the step: it
 // is tried again within the strategy's attempts, then escalated naming the
 // call (invariant 9).
-func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, p *recovery.Pipeline, cp kv.Checkpoint, log zerolog.Logger) (string, string, error) {
+func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (string, string, error) {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
 		return "", "", err
@@ -66,7 +66,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv
 // inFlight reports whether a side effect of p that the envelope's epoch
 // made has an unknown outcome in the journal as it is now: one verify
 // would settle.
-func (o *Orchestrator) inFlight(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline) (bool, error) {
+func (o *Orchestrator) inFlight(ctx context.Context, env recovery.Envelope, p *recovery.Plan) (bool, error) {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
 		return false, err
@@ -164,7 +164,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 // COMPENSATED — and, before the first, the checkpoint Compensated. It
 // stops at the first failure; permanent says the failure will not go away
 // by retrying.
-func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Pipeline, log zerolog.Logger) (bool, error) {
+func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Plan, log zerolog.Logger) (bool, error) {
 	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
 	if err != nil {
 		return false, err

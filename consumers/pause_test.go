@@ -97,7 +97,7 @@ func TestPauseStopsARunningChunkAtTheNextStage(t *testing.T) {
 		<-release
 		return out, err
 	}
-	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{p}})
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{p}})
 	b.startWorker(t, "w1")
 	job := b.submitOrders(t, shopOrder{ID: "m-1"})
 	<-inStage

@@ -83,7 +83,7 @@ type toolInput struct {
 	Stage int    `json:"stage"`
 }
 
-func testPipeline(inChild bool) *recovery.Pipeline {
+func testPipeline(inChild bool) *recovery.Plan {
 	tool := recovery.Tool{Name: "tool", System: "test", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
 		var in toolInput
 		if err := json.Unmarshal(c.Input, &in); err != nil {
@@ -176,7 +176,7 @@ func testPipeline(inChild bool) *recovery.Pipeline {
 			return map[string]any{"stage": stage, "mode": mode}, err
 		}}
 	}
-	return &recovery.Pipeline{
+	return &recovery.Plan{
 		Name: "test",
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var v struct {
@@ -216,9 +216,9 @@ var testRetry = recovery.RetryPolicy{MaxRetries: 2, BaseDelay: time.Millisecond,
 // breaker tests use systems of their own.
 var testBreakers = consumers.BreakerPolicies{Systems: map[string]recovery.BreakerPolicy{"test": {Failures: 1 << 20}}}
 
-func mustRegistry(t *testing.T, extra ...*recovery.Pipeline) *recovery.Registry {
+func mustRegistry(t *testing.T, extra ...*recovery.Plan) *recovery.Registry {
 	t.Helper()
-	reg, err := recovery.NewRegistry(append([]*recovery.Pipeline{testPipeline(false)}, extra...)...)
+	reg, err := recovery.NewRegistry(append([]*recovery.Plan{testPipeline(false)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ type setupOpts struct {
 	// splitterMaxDeliver bounds a job message's deliveries (default).
 	splitterMaxDeliver int
 	// pipelines are registered besides the test pipeline.
-	pipelines []*recovery.Pipeline
+	pipelines []*recovery.Plan
 }
 
 func setup(t *testing.T, so setupOpts) *bundle {

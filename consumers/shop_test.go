@@ -156,7 +156,7 @@ func (s *shop) undo(tool string) recovery.Tool {
 	}}
 }
 
-func (s *shop) pipeline(t *testing.T) *recovery.Pipeline {
+func (s *shop) pipeline(t *testing.T) *recovery.Plan {
 	t.Helper()
 	tools, err := recovery.NewTools(
 		s.effect("reserve", "stock", &recovery.SideEffect{Reversible: true, Compensation: "release", Verify: s.verify("reserve")}),
@@ -185,7 +185,7 @@ func (s *shop) pipeline(t *testing.T) *recovery.Pipeline {
 			return "ok", nil
 		}
 	}
-	return &recovery.Pipeline{
+	return &recovery.Plan{
 		Name: shopPipeline,
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var orders []json.RawMessage
@@ -208,7 +208,7 @@ func (s *shop) pipeline(t *testing.T) *recovery.Pipeline {
 func setupShop(t *testing.T) (*bundle, *shop) {
 	t.Helper()
 	s := newShop()
-	b := setup(t, setupOpts{pipelines: []*recovery.Pipeline{s.pipeline(t)}})
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{s.pipeline(t)}})
 	b.startWorker(t, "w1")
 	return b, s
 }

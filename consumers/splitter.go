@@ -28,7 +28,7 @@ const (
 	// chunk message, so an envelope carrying one fits a message too.
 	MaxPayloadDefault = 512 << 10
 	// MaxChunksDefault is how many chunks one job may split into, unless
-	// its pipeline says otherwise (recovery.Pipeline.MaxChunks).
+	// its pipeline says otherwise (recovery.Plan.MaxChunks).
 	MaxChunksDefault = 10_000
 	// ChunkWindowDefault is how many chunks of one job wait in
 	// SALVAGE_CHUNKS at once; the rest wait in SALVAGE_BACKLOG and each
@@ -185,7 +185,7 @@ func reject(reason string, err error) error { return &rejectError{reason: reason
 
 // parsed is a validated job message with every chunk message built.
 type parsed struct {
-	pipeline *recovery.Pipeline
+	pipeline *recovery.Plan
 	msg      streams.JobMsg
 	// hash is what the job id stands for (streams.InputHash).
 	hash    string

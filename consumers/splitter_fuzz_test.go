@@ -19,7 +19,7 @@ import (
 // with small limits so the fuzzer reaches them.
 func fuzzSplitter(f *testing.F) *Splitter {
 	f.Helper()
-	reg, err := recovery.NewRegistry(&recovery.Pipeline{
+	reg, err := recovery.NewRegistry(&recovery.Plan{
 		Name: "items",
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var items []json.RawMessage

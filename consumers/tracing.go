@@ -14,8 +14,8 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// InstrumentationName names the tracer Salvage's spans come from.
-const InstrumentationName = "github.com/salvagehq/salvage"
+// instrumentationName names the tracer Salvage's spans come from.
+const instrumentationName = "github.com/salvagehq/salvage"
 
 // tracerOf returns the tracer of tp, or a no-op one when tp is nil. Not
 // the global provider: reaching for it would make every program that
@@ -25,7 +25,7 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	return tp.Tracer(InstrumentationName)
+	return tp.Tracer(instrumentationName)
 }
 
 // JobSpanContext is the span context of job's span in trace traceID (32

@@ -204,7 +204,7 @@ type pool struct {
 }
 
 // poolOf is p's pool: its own settings where it has them, else c's.
-func (c *WorkerConfig) poolOf(p *recovery.Pipeline) (pool, error) {
+func (c *WorkerConfig) poolOf(p *recovery.Plan) (pool, error) {
 	pl := pool{concurrency: c.Concurrency, maxDeliver: c.MaxDeliver, ackWait: c.AckWait, heartbeat: c.Heartbeat}
 	if p.Concurrency > 0 {
 		pl.concurrency = p.Concurrency

@@ -485,7 +485,7 @@ func (r *run) replayedByHand(ctx context.Context, id string, fresh bool) {
 }
 
 // stages runs the pipeline from the checkpoint's stage to the end.
-func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Pipeline, cp kv.Checkpoint, fence *kv.Fence) error {
+func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Checkpoint, fence *kv.Fence) error {
 	w := r.w
 	var stats recovery.Stats
 	flushStats := func(cp *kv.Checkpoint) {
@@ -588,7 +588,7 @@ func (r *run) snapshot(ctx context.Context, st recovery.Stage, cp *kv.Checkpoint
 }
 
 // finish publishes the findings, marks the checkpoint done, acks, releases.
-func (r *run) finish(ctx context.Context, p *recovery.Pipeline, cp kv.Checkpoint, fence *kv.Fence) error {
+func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fence *kv.Fence) error {
 	w := r.w
 	result, err := p.BuildResult(r.chunk.Input, cp.Outputs)
 	if err != nil {

@@ -96,8 +96,8 @@ func (j Job) View(cps []Checkpoint) []Checkpoint {
 	return cps
 }
 
-// ExplanationMax bounds Job.Explanation.
-const ExplanationMax = 20
+// explanationMax bounds Job.Explanation.
+const explanationMax = 20
 
 // Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
 // and Degraded are current counts (a recovered chunk moves from
@@ -146,7 +146,7 @@ func (s *Summary) count(outcome string, n int) {
 	switch outcome {
 	case StatusDone:
 		s.Done = max(s.Done+n, 0)
-	case OutcomeCancelled:
+	case outcomeCancelled:
 		s.Cancelled = max(s.Cancelled+n, 0)
 	case StatusDeadLettered:
 		s.DeadLettered = max(s.DeadLettered+n, 0)
@@ -169,7 +169,7 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 	reasons := 0
 	explain := func(format string, args ...any) {
 		reasons++
-		if len(why) < ExplanationMax {
+		if len(why) < explanationMax {
 			why = append(why, fmt.Sprintf(format, args...))
 		}
 	}
@@ -199,7 +199,7 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 				s.Degraded++
 				explain("chunk %d done without %v", cp.Chunk, cp.Gaps)
 			}
-		case OutcomeCancelled:
+		case outcomeCancelled:
 			s.Cancelled++
 			if cp.Envelope != "" && cp.Stage > 0 && IsCancelled(cp.Status) {
 				explain("chunk %d cancelled at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)

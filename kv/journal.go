@@ -90,8 +90,8 @@ type JournalRow struct {
 	HistoryDropped int `json:"history_dropped,omitempty"`
 }
 
-// HistoryMax bounds JournalRow.History.
-const HistoryMax = 8
+// historyMax bounds JournalRow.History.
+const historyMax = 8
 
 // PastAttempt is an earlier outcome of a call, kept when a later run of
 // the same call replaced its row.
@@ -116,7 +116,7 @@ func (row *JournalRow) CarryHistory(prev JournalRow) {
 		Status: prev.Status, Error: prev.Error, ErrorClass: prev.ErrorClass, ErrorStatus: prev.ErrorStatus,
 		Attempts: prev.Attempts, StartedAt: prev.StartedAt, FinishedAt: prev.FinishedAt,
 	})
-	if n := len(row.History) - HistoryMax; n > 0 {
+	if n := len(row.History) - historyMax; n > 0 {
 		row.History = row.History[n:]
 		row.HistoryDropped += n
 	}

@@ -1,17 +1,17 @@
 package kv
 
-// OutcomeCancelled is the outcome of every cancelled-at-stage-N status.
-const OutcomeCancelled = "cancelled"
+// outcomeCancelled is the outcome of every cancelled-at-stage-N status.
+const outcomeCancelled = "cancelled"
 
 // Outcome is how a job counts a chunk with checkpoint status: done,
-// OutcomeCancelled or dead-lettered, or "" while the chunk may still run
+// "cancelled" or dead-lettered, or "" while the chunk may still run
 // (pending, running, held, awaiting approval).
 func Outcome(status string) string {
 	switch {
 	case status == StatusDone, status == StatusDeadLettered:
 		return status
 	case IsCancelled(status):
-		return OutcomeCancelled
+		return outcomeCancelled
 	}
 	return ""
 }

@@ -26,7 +26,7 @@ func lockStore(dir string) (*storeLock, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("natsconf: store %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, LockFileName)
+	path := filepath.Join(dir, lockFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("natsconf: store lock %s: %w", path, err)

@@ -24,9 +24,9 @@ const (
 	readyTimeoutDefault = 10 * time.Second
 )
 
-// LockFileName is the file in the store directory whose flock marks the
+// lockFileName is the file in the store directory whose flock marks the
 // store as taken by a running embedded server.
-const LockFileName = "salvage.lock"
+const lockFileName = "salvage.lock"
 
 // SyncAlways is the SyncInterval value that makes the server fsync every
 // write before acknowledging it. It is the embedded default: a single node

@@ -1,7 +1,10 @@
-// Package recovery is Salvage's domain: error classes, the tier-1 retry
-// policy, the journaled executor every call goes through, failure envelopes
-// and their classifier, strategies, compensation, verification, breakers,
-// alerts and prices.
+// Package recovery is Salvage's domain: the authoring types a pipeline is
+// made of (Stage, Agent, Turn, Tool, SideEffect, ToolCall, ToolResult,
+// Verification: the root package aliases them, so each is defined once),
+// the Plan a worker runs, error classes, the tier-1 retry policy, the
+// journaled executor every call goes through, failure envelopes and their
+// classifier, strategies, compensation, verification, breakers, alerts and
+// prices.
 //
 // It starts no consumer and publishes nothing itself: it uses the record
 // types of kv, and the journal and snapshot stores it is handed (kv's, on

@@ -495,15 +495,15 @@ func fingerprint(tool *Tool, key, resourceID string) *kv.Fingerprint {
 	fp := &kv.Fingerprint{System: tool.System, ResourceID: resourceID, Reversible: tool.Effect.Reversible}
 	if tool.Effect.Reversible {
 		fp.Compensation = tool.Effect.Compensation
-		fp.CompensationKey = CompensationKey(key)
+		fp.CompensationKey = compensationKey(key)
 	}
 	return fp
 }
 
-// CompensationKey is the deterministic idempotency key of the call that
+// compensationKey is the deterministic idempotency key of the call that
 // undoes the effect made under key, so a repeated compensation never
 // refunds twice.
-func CompensationKey(key string) string { return kv.HashInput([]byte("compensate:" + key)) }
+func compensationKey(key string) string { return kv.HashInput([]byte("compensate:" + key)) }
 
 // SortedRows returns rows in the order they were first written (stream
 // sequence of their latest write breaks ties the same way for all).

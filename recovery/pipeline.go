@@ -15,9 +15,10 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// Pipeline is what a pipeline author writes: how a job's input becomes
-// chunk inputs, and the ordered stages each chunk runs.
-type Pipeline struct {
+// Plan is a pipeline made ready to run: its tools registered, every agent
+// and tool served on a subject bound to a caller. The root package builds
+// one from a salvage.Pipeline when a worker registers it.
+type Plan struct {
 	// Name is the subject token jobs are submitted under
 	// (salvage.jobs.<Name>).
 	Name string
@@ -44,39 +45,64 @@ type Pipeline struct {
 	MaxDeliver  int
 }
 
-// Stage runs its agents in parallel.
+// Stage runs its agents in parallel. When one fails, the others are
+// stopped (their calls are recorded cancelled) and the failure decides
+// the chunk's fate.
 type Stage struct {
-	Name   string
+	// Name names the stage in logs and in a job's explanation.
+	Name string
+	// Agents run in parallel; each gets its own Turn.
 	Agents []Agent
-	// Optional stages degrade gracefully: when they fail, the chunk goes on
-	// without their output and records a gap.
+	// Optional stages degrade gracefully: when one fails, the chunk goes
+	// on without its output and its job ends partial.
 	Optional bool
-	// RequiresApproval parks the chunk before the stage runs until a
-	// person approves it (or rejects it: its effects are compensated).
+	// RequiresApproval parks each chunk before the stage (status
+	// awaiting-approval, its message on salvage.hold.approval.<job>.<chunk>,
+	// an event on salvage.events.<job>.approval) until a person answers
+	// with Client.Approve, `salvage approve` or salvage.api.approve; a
+	// rejection compensates the chunk's effects.
 	RequiresApproval bool
 }
 
-// Agent makes calls through its Turn and returns its output, which must
-// marshal to JSON.
+// Agent is one actor of a stage: its Run makes calls through its Turn and
+// returns its output, which must marshal to JSON. Run is replayed on a
+// resume: calls that already succeeded return their recorded outputs
+// without running again, so Run must make the same calls in the same
+// order given the same results.
 type Agent struct {
+	// Name identifies the agent in journal keys: a token, unique within
+	// its stage.
 	Name string
-	Run  func(ctx context.Context, t *Turn) (any, error)
+	// Run is the agent. A panic fails its chunk (class panic). Exactly
+	// one of Run and Subject is set.
+	Run func(ctx context.Context, t *Turn) (any, error)
+	// Subject names a NATS subject that serves the agent instead: each
+	// turn is one request there (a salvage.ServiceRequest with the chunk's
+	// input and the earlier stages' outputs), answered by anything that
+	// answers NATS requests, in any language. The reply is the agent's
+	// output. A turn is journaled like a tool call, so a resumed chunk
+	// never asks again for a turn that was answered. The root package
+	// binds it when it builds the Plan.
+	Subject string
+	// Timeout bounds one request to Subject. Default
+	// salvage.ServiceTimeoutDefault.
+	Timeout time.Duration
 }
 
 // Turn is one agent's run in one stage of one chunk. Every external call
-// the agent makes goes through Tool, so it is journaled, tier 1 applies to
-// it, and it gets a stable per-agent sequence number. A Turn is not safe
-// for concurrent use: an agent's calls are a sequence, which keeps their
+// the agent makes goes through Tool, so it is journaled, retried by tier 1
+// and numbered for a stable idempotency key. A Turn is not safe for
+// concurrent use: an agent's calls are a sequence, which keeps their
 // numbering, and so their idempotency keys, stable.
 type Turn struct {
-	Job      string
-	Pipeline string
-	TraceID  string
-	Chunk    int
-	Stage    int
-	Epoch    int
-	Agent    string
-	// Input is the chunk's input.
+	// Job, Pipeline and TraceID say which job this is.
+	Job, Pipeline, TraceID string
+	// Chunk and Stage are 1-based; Epoch changes only when a chunk's
+	// effects were compensated and it runs fresh.
+	Chunk, Stage, Epoch int
+	// Agent is the agent's name.
+	Agent string
+	// Input is the chunk's input, as the pipeline's Split made it.
 	Input json.RawMessage
 	// Prior holds the outputs of earlier stages.
 	Prior []kv.StageOutput
@@ -201,13 +227,13 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 // Registry maps pipeline names to pipelines. It is not safe to register
 // while workers run; build it at start-up.
 type Registry struct {
-	m map[string]*Pipeline
+	m map[string]*Plan
 }
 
 // NewRegistry returns a registry holding ps. It fails on a bad or
 // duplicate name, or a pipeline with no Split or no stages.
-func NewRegistry(ps ...*Pipeline) (*Registry, error) {
-	r := &Registry{m: map[string]*Pipeline{}}
+func NewRegistry(ps ...*Plan) (*Registry, error) {
+	r := &Registry{m: map[string]*Plan{}}
 	for _, p := range ps {
 		if err := streams.ValidateToken("pipeline name", p.Name); err != nil {
 			return nil, err
@@ -232,7 +258,7 @@ func NewRegistry(ps ...*Pipeline) (*Registry, error) {
 }
 
 // Get returns the named pipeline, or an error wrapping ErrUnknownPipeline.
-func (r *Registry) Get(name string) (*Pipeline, error) {
+func (r *Registry) Get(name string) (*Plan, error) {
 	p, ok := r.m[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q (known: %v)", ErrUnknownPipeline, name, r.Names())

@@ -186,11 +186,11 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	t.Parallel()
-	p := &recovery.Pipeline{Name: "p", Split: func(json.RawMessage) ([]json.RawMessage, error) { return nil, nil }, Stages: []recovery.Stage{{Name: "s"}}}
+	p := &recovery.Plan{Name: "p", Split: func(json.RawMessage) ([]json.RawMessage, error) { return nil, nil }, Stages: []recovery.Stage{{Name: "s"}}}
 	if _, err := recovery.NewRegistry(p, p); err == nil {
 		t.Error("duplicate pipeline accepted")
 	}
-	if _, err := recovery.NewRegistry(&recovery.Pipeline{Name: "a.b", Split: p.Split, Stages: p.Stages}); err == nil {
+	if _, err := recovery.NewRegistry(&recovery.Plan{Name: "a.b", Split: p.Split, Stages: p.Stages}); err == nil {
 		t.Error("pipeline name with a dot accepted")
 	}
 	r, err := recovery.NewRegistry(p)

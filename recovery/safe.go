@@ -43,7 +43,7 @@ func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, er
 }
 
 // SplitInput runs p.Split, recovering a panic as a ClassPanic error.
-func (p *Pipeline) SplitInput(input json.RawMessage) (chunks []json.RawMessage, err error) {
+func (p *Plan) SplitInput(input json.RawMessage) (chunks []json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = Recovered("split of pipeline "+p.Name, v)
@@ -54,7 +54,7 @@ func (p *Pipeline) SplitInput(input json.RawMessage) (chunks []json.RawMessage, 
 
 // BuildResult builds a finished chunk's findings with p.Result (the outputs
 // as they are when it is nil), recovering a panic as a ClassPanic error.
-func (p *Pipeline) BuildResult(chunk json.RawMessage, outputs []kv.StageOutput) (out json.RawMessage, err error) {
+func (p *Plan) BuildResult(chunk json.RawMessage, outputs []kv.StageOutput) (out json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = Recovered("result of pipeline "+p.Name, v)
@@ -73,5 +73,8 @@ func runAgent(ctx context.Context, a Agent, t *Turn) (out any, err error) {
 			err = Recovered("agent "+a.Name, v)
 		}
 	}()
+	if a.Run == nil { // a Subject is bound to a Run by the root package
+		return nil, Permanent(0, fmt.Errorf("agent %s has no Run", a.Name))
+	}
 	return a.Run(ctx, t)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
@@ -25,17 +26,25 @@ var ErrUnknownTool = errors.New("unknown tool")
 var ErrDiverged = errors.New("agent diverged from its journal")
 
 // SideEffect declares what a tool changes in an external system. A pure
-// read has none.
+// call (a model call, a read) has none.
 type SideEffect struct {
 	// Reversible effects can be undone by the Compensation tool.
 	Reversible bool
 	// Compensation names the registered tool that undoes this effect; it
-	// receives the original call's output as input.
+	// receives a CompensationInput. Required when Reversible.
 	Compensation string
 	// Verify asks the external system whether a call with this
 	// idempotency key took effect. Salvage calls it before anything else
-	// when a call's outcome is unknown (a crash or a timeout mid-call).
+	// when a call's outcome is unknown (a crash, a timeout or a 5xx
+	// mid-call), and before it makes such a call again. While it fails,
+	// the call stays unknown: it is verified again within bounds, then
+	// escalated to a person by name. Exactly one of Verify and
+	// VerifySubject is required.
 	Verify func(ctx context.Context, idempotencyKey string) (Verification, error)
+	// VerifySubject names a NATS subject that answers a
+	// salvage.VerifyRequest with a salvage.VerifyReply, instead of Verify.
+	// The root package binds it when it builds the Plan.
+	VerifySubject string
 }
 
 // Verification is the external system's answer about one idempotency key.
@@ -81,18 +90,44 @@ type ToolResult struct {
 
 // Tool is an external call an agent can make.
 type Tool struct {
+	// Name is what agents call it by. Required.
 	Name string
-	// System is the external system the tool touches (its breaker's name).
+	// System is the external system it touches (payments, crm, …): a
+	// subject token, not "approval" nor beginning with "paused-" (both
+	// reserved). Calls to one system share one circuit breaker across
+	// every worker; a tool without a System has none.
 	System string
-	// Effect is nil for pure reads.
+	// Effect is nil for a pure call (a model call, a read): such a call
+	// is simply made again when its outcome is unknown.
 	Effect *SideEffect
-	// RetryableAfterCompensation marks a failing step whose chunk may run
-	// again once its earlier effects are compensated.
+	// RetryableAfterCompensation marks a step whose chunk may run again,
+	// in a fresh epoch, once its earlier effects are compensated.
 	RetryableAfterCompensation bool
-	// Call performs the call. It returns a *CallError (Transient,
-	// RateLimited, Timeout, Permanent) so retries and the DLQ router can
-	// decide without reading text.
+	// Call performs the call. Return errors built with Transient,
+	// RateLimited, Timeout or Permanent so retries and recovery can
+	// decide without reading text; any other error counts as transient.
+	// A panic fails the chunk (class panic). Exactly one of Call and
+	// Subject is set. For a side effect the error also says whether it
+	// may have taken effect: a transient error, a timeout, a panic and a
+	// 408, 409 or 5xx may have, so the call is verified before it is made
+	// again; a rate limit, any other 4xx Permanent and an error wrapped
+	// with NotApplied say it did not. A side effect must not take effect
+	// once ctx is done (Salvage has stopped waiting and may ask again).
+	// An output past the configured MaxOutput, or Usage out of range,
+	// fails the call permanently.
 	Call func(ctx context.Context, c ToolCall) (ToolResult, error)
+	// Subject names a NATS subject that serves the tool instead: each call
+	// is one salvage.ServiceRequest there and the reply is its output. An
+	// error reply's Nats-Service-Error-Code classifies it (4xx permanent;
+	// 429 with Retry-After rate-limited; 408, 409, 5xx transient; see
+	// salvage.HeaderOutcome for what a side effect's answer says of its
+	// effect); no responders is transient and no answer within Timeout a
+	// timeout. The service must not apply a request after its
+	// Salvage-Deadline. The root package binds it when it builds the Plan.
+	Subject string
+	// Timeout bounds one request to Subject. Default
+	// salvage.ServiceTimeoutDefault.
+	Timeout time.Duration
 }
 
 // Tools is a pipeline's tool registry.
@@ -109,7 +144,7 @@ func NewTools(ts ...Tool) (*Tools, error) {
 	for i := range ts {
 		t := ts[i]
 		if t.Name == "" || t.Call == nil {
-			return nil, fmt.Errorf("%w: tool %d needs a Name and a Call", ErrInvalidTool, i)
+			return nil, fmt.Errorf("%w: tool %d needs a Name and a Call (a Subject is bound to a Call by the root package)", ErrInvalidTool, i)
 		}
 		if streams.ReservedSystem(t.System) {
 			return nil, fmt.Errorf("%w: %s: system name %q is reserved", ErrInvalidTool, t.Name, t.System)
@@ -128,7 +163,7 @@ func NewTools(ts ...Tool) (*Tools, error) {
 		if t.Effect == nil {
 			continue
 		}
-		if t.Effect.Verify == nil {
+		if t.Effect.Verify == nil { // a VerifySubject is bound to a Verify by the root package
 			return nil, fmt.Errorf("%w: %s has a side effect but no Verify", ErrInvalidTool, t.Name)
 		}
 		if !t.Effect.Reversible {

@@ -3,5 +3,5 @@
 // so that configuration can be an administrator's step), validates the
 // user-supplied tokens that end up inside subjects, and retries the
 // JetStream requests every layer makes through infrastructure hiccups
-// (Retry, IsTransient).
+// (Retry).
 package streams

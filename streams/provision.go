@@ -139,7 +139,7 @@ func WorkersConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 		MaxDeliver:    o.MaxDeliver,
 		MaxAckPending: maxAckPendingDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: ChunksFor(pipeline),
+		FilterSubject: chunksFor(pipeline),
 	}
 }
 
@@ -183,7 +183,7 @@ func RecoveryConfig(pipeline string) jetstream.ConsumerConfig {
 		AckWait:       time.Minute,
 		MaxDeliver:    RecoveryMaxDeliverDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: DLQFor(pipeline),
+		FilterSubject: dlqFor(pipeline),
 	}
 }
 

@@ -19,11 +19,11 @@ const (
 // errCodeNoPeers is JetStream's "no suitable peers for placement".
 const errCodeNoPeers = 10005
 
-// IsTransient reports whether err is an infrastructure hiccup that goes away
+// isTransient reports whether err is an infrastructure hiccup that goes away
 // by itself: a request timeout, no responders during a leader election or a
 // restart, a connection that is reconnecting. Such errors are retried by
 // Retry and never counted as tier-1 or tier-2 attempts.
-func IsTransient(err error) bool {
+func isTransient(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -52,7 +52,7 @@ func Retry(ctx context.Context, op func(ctx context.Context) error) error {
 	wait := infraBackoffMin
 	for {
 		err := op(ctx)
-		if err == nil || !IsTransient(err) {
+		if err == nil || !isTransient(err) {
 			return err
 		}
 		if ctx.Err() != nil {

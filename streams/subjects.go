@@ -8,7 +8,7 @@ import (
 
 // Subject roots and wildcards.
 const (
-	JobsPrefix   = "salvage.jobs."
+	jobsPrefix   = "salvage.jobs."
 	JobsAll      = "salvage.jobs.>"
 	ChunksAll    = "salvage.chunks.>"
 	BacklogAll   = "salvage.backlog.>"
@@ -28,12 +28,12 @@ const (
 	AdvisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + Chunks + ".*"
 )
 
-// ChunksFor filters one pipeline's chunk messages in SALVAGE_CHUNKS: the
+// chunksFor filters one pipeline's chunk messages in SALVAGE_CHUNKS: the
 // filter of its pool.
-func ChunksFor(pipeline string) string { return "salvage.chunks." + pipeline + ".>" }
+func chunksFor(pipeline string) string { return "salvage.chunks." + pipeline + ".>" }
 
 // JobSubject is where a job for pipeline is submitted.
-func JobSubject(pipeline string) string { return JobsPrefix + pipeline }
+func JobSubject(pipeline string) string { return jobsPrefix + pipeline }
 
 // ChunkSubject is the work-queue subject of one chunk.
 func ChunkSubject(pipeline, job string, chunk int) string {
@@ -68,11 +68,11 @@ func DLQSubject(category, pipeline, job string, chunk int) string {
 	return "salvage.dlq." + category + "." + pipeline + "." + job + "." + strconv.Itoa(chunk)
 }
 
-// DLQFor filters the envelopes of one pipeline's chunks, whatever their
+// dlqFor filters the envelopes of one pipeline's chunks, whatever their
 // category: the filter of its recovery pool. It matches the six tokens of
 // DLQSubject only, never an envelope of the five-token shape used before
 // worker pools (salvage.dlq.<category>.<job>.<chunk>).
-func DLQFor(pipeline string) string { return "salvage.dlq.*." + pipeline + ".*.*" }
+func dlqFor(pipeline string) string { return "salvage.dlq.*." + pipeline + ".*.*" }
 
 // DLQLegacy filters the envelopes published before worker pools, whose
 // subjects do not name their pipeline.
@@ -88,9 +88,9 @@ func RejectedSubject(reason string) string { return rejectedRoot + reason }
 // ParseJobSubject returns the pipeline token of salvage.jobs.<pipeline>, or
 // ErrBadSubject when the subject has another shape.
 func ParseJobSubject(subject string) (string, error) {
-	rest, ok := strings.CutPrefix(subject, JobsPrefix)
+	rest, ok := strings.CutPrefix(subject, jobsPrefix)
 	if !ok || rest == "" || strings.Contains(rest, ".") {
-		return "", badSubject(subject, "want "+JobsPrefix+"<pipeline>")
+		return "", badSubject(subject, "want "+jobsPrefix+"<pipeline>")
 	}
 	if err := ValidateToken("pipeline", rest); err != nil {
 		return "", err
