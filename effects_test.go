@@ -202,12 +202,17 @@ func envelopes(t *testing.T, c *salvage.Client, job string) []salvage.EnvelopeRe
 	}
 }
 
-// settled waits until every envelope of job has a final status.
+// settled waits until job has envelopes and every one has a final status.
+// Every caller expects at least one: an empty list is "not yet" (it was
+// seen once, under load, right after the job ended incomplete).
 func settled(t *testing.T, c *salvage.Client, job string, timeout time.Duration) []salvage.EnvelopeRecord {
 	t.Helper()
 	var envs []salvage.EnvelopeRecord
 	salvagetest.Eventually(t, timeout, func() bool {
 		envs = envelopes(t, c, job)
+		if len(envs) == 0 {
+			return false
+		}
 		for _, e := range envs {
 			switch e.Status {
 			case salvage.EnvelopeOpen, salvage.EnvelopeRecovering:
