@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,6 +100,83 @@ func (j Job) View(cps []Checkpoint) []Checkpoint {
 // explanationMax bounds Job.Explanation.
 const explanationMax = 20
 
+// explainer builds a job's explanation: failures first, then cancelled
+// chunks that settled effects, then one line per set of skipped optional
+// steps (a thousand chunks done without the same step are one line, not
+// a thousand), at most explanationMax lines with "and N more" for the
+// rest. It keeps at most explanationMax lines of each kind and a few
+// chunk numbers per set, whatever the job's size.
+type explainer struct {
+	failed, cancelled []string
+	dropped           int
+	gaps              []gapSet
+}
+
+// gapSet is the chunks done without one set of optional steps.
+type gapSet struct {
+	gaps   string
+	count  int
+	chunks []int
+}
+
+// gapChunksShown is how many chunk numbers one gap line names.
+const gapChunksShown = 8
+
+func (e *explainer) add(list *[]string, line string) {
+	if len(*list) < explanationMax {
+		*list = append(*list, line)
+		return
+	}
+	e.dropped++
+}
+
+func (e *explainer) degraded(chunk int, gaps string) {
+	for i := range e.gaps {
+		if g := &e.gaps[i]; g.gaps == gaps {
+			g.count++
+			if len(g.chunks) < gapChunksShown {
+				g.chunks = append(g.chunks, chunk)
+			}
+			return
+		}
+	}
+	if len(e.gaps) >= explanationMax {
+		e.dropped++
+		return
+	}
+	e.gaps = append(e.gaps, gapSet{gaps: gaps, count: 1, chunks: []int{chunk}})
+}
+
+func (e *explainer) lines() []string {
+	all := make([]string, 0, len(e.failed)+len(e.cancelled)+len(e.gaps))
+	all = append(all, e.failed...)
+	all = append(all, e.cancelled...)
+	for _, g := range e.gaps {
+		if g.count == 1 {
+			all = append(all, fmt.Sprintf("chunk %d done without %s", g.chunks[0], g.gaps))
+			continue
+		}
+		nums := strings.Trim(fmt.Sprint(g.chunks), "[]")
+		nums = strings.ReplaceAll(nums, " ", ", ")
+		if g.count > len(g.chunks) {
+			nums += ", …"
+		}
+		all = append(all, fmt.Sprintf("%d chunks done without %s: %s", g.count, g.gaps, nums))
+	}
+	more := e.dropped
+	if len(all) > explanationMax {
+		more += len(all) - explanationMax
+		all = all[:explanationMax]
+	}
+	if more > 0 {
+		all = append(all, fmt.Sprintf("and %d more", more))
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	return all
+}
+
 // Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
 // and Degraded are current counts (a recovered chunk moves from
 // DeadLettered to Done); DeadLetters, Tier1Retries and Redeliveries count
@@ -165,14 +243,7 @@ func (s *Summary) count(outcome string, n int) {
 // per job and when a crash may have lost an update, never per chunk.
 func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 	var s Summary
-	var why []string
-	reasons := 0
-	explain := func(format string, args ...any) {
-		reasons++
-		if len(why) < explanationMax {
-			why = append(why, fmt.Sprintf(format, args...))
-		}
-	}
+	var ex explainer
 	unfinished := 0
 	for _, cp := range cps {
 		// A chunk that has not reached an outcome adds only what the job
@@ -197,23 +268,21 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 			s.Done++
 			if len(cp.Gaps) > 0 {
 				s.Degraded++
-				explain("chunk %d done without %v", cp.Chunk, cp.Gaps)
+				ex.degraded(cp.Chunk, fmt.Sprint(cp.Gaps))
 			}
 		case outcomeCancelled:
 			s.Cancelled++
 			if cp.Envelope != "" && cp.Stage > 0 && IsCancelled(cp.Status) {
-				explain("chunk %d cancelled at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)
+				ex.add(&ex.cancelled, fmt.Sprintf("chunk %d cancelled at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope))
 			}
 		case StatusDeadLettered:
 			s.DeadLettered++
-			explain("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)
+			ex.add(&ex.failed, fmt.Sprintf("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope))
 		default:
 			unfinished++
 		}
 	}
-	if n := reasons - len(why); n > 0 {
-		why = append(why, fmt.Sprintf("and %d more", n))
-	}
+	why := ex.lines()
 	switch {
 	case unfinished > 0:
 		return JobRunning, s, nil

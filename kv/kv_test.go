@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,6 +246,40 @@ func TestSnapshotsInlineSmallObjectLarge(t *testing.T) {
 	}
 	if _, err := st.Snapshots.Load(ctx, kv.SnapshotRef{Object: "nope"}); !errors.Is(err, kv.ErrNotFound) {
 		t.Fatalf("missing object: %v", err)
+	}
+}
+
+// TestExplanationPutsFailuresFirst: a 200-chunk job where 132 chunks
+// skipped the same optional step and 25 failed explains the failures
+// first, folds the skipped step into one line, and counts what the 20
+// lines leave out.
+func TestExplanationPutsFailuresFirst(t *testing.T) {
+	t.Parallel()
+	var cps []kv.Checkpoint
+	for n := 1; n <= 200; n++ {
+		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: kv.StatusDone}
+		switch {
+		case n%8 == 0:
+			cp.Status, cp.Envelope = kv.StatusDeadLettered, fmt.Sprintf("E%d", n)
+		case n <= 150:
+			cp.Gaps = []string{"profile"}
+		}
+		cps = append(cps, cp)
+	}
+	status, s, why := kv.Derive(false, cps)
+	if status != kv.JobIncomplete || s.DeadLettered != 25 || s.Degraded != 132 {
+		t.Fatalf("Derive = %s %+v", status, s)
+	}
+	if len(why) != 21 || why[0] != "chunk 8 failed at stage 2: envelope E8" || why[19] != "chunk 160 failed at stage 2: envelope E160" ||
+		why[20] != "and 6 more" {
+		t.Fatalf("explanation (%d lines):\n%s", len(why), strings.Join(why, "\n"))
+	}
+	// With room, the skipped step is one line naming the first chunks.
+	_, _, why = kv.Derive(false, cps[:20])
+	want := []string{"chunk 8 failed at stage 2: envelope E8", "chunk 16 failed at stage 2: envelope E16",
+		"18 chunks done without [profile]: 1, 2, 3, 4, 5, 6, 7, 9, …"}
+	if !slices.Equal(why, want) {
+		t.Fatalf("explanation:\n%s\nwant:\n%s", strings.Join(why, "\n"), strings.Join(want, "\n"))
 	}
 }
 

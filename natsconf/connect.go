@@ -41,6 +41,10 @@ type ConnectConfig struct {
 	// to connect with; empty means $NATS_CONTEXT, else none. Explicit
 	// fields above override what the context says.
 	Context string
+	// NoContext ignores Context and $NATS_CONTEXT: a process connecting to
+	// the server it embeds must not bring another deployment's
+	// credentials or TLS.
+	NoContext bool
 	// Wait keeps retrying the first connection until the server is there,
 	// instead of failing at once. Long-running roles set it.
 	Wait bool
@@ -60,9 +64,12 @@ type ConnectConfig struct {
 	OnPermissionViolation func(error)
 }
 
-// ContextName is the nats CLI context in force: Context, else
-// $NATS_CONTEXT, else none.
+// ContextName is the nats CLI context in force: none with NoContext,
+// else Context, else $NATS_CONTEXT, else none.
 func (c ConnectConfig) ContextName() string {
+	if c.NoContext {
+		return ""
+	}
 	if c.Context != "" {
 		return c.Context
 	}

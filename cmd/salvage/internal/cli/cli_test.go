@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,7 +61,12 @@ func run(t *testing.T, stdin string, args ...string) (int, string, string) {
 // up starts `salvage up` as a process and returns its NATS_URL.
 func up(t *testing.T, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"up", "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--store", t.TempDir(), "--log-format", "json", "--log-level", "warn"}, args...)...)
+	base := []string{"up", "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn"}
+	if !slices.Contains(args, "--server") {
+		// Its own embedded server (--listen with --server is refused).
+		base = append(base, "--listen", "127.0.0.1:-1", "--store", t.TempDir())
+	}
+	cmd := exec.Command(binary, append(base, args...)...)
 	return startPrinting(t, cmd, "NATS_URL="), cmd
 }
 
@@ -145,8 +151,11 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	}
 
 	code, out, _ = run(t, "", "results", job, "--json", "--server", url)
-	var findings []contractreview.Finding
-	if err := json.Unmarshal([]byte(out), &findings); err != nil || code != 0 || len(findings) != 6 {
+	var findings []struct {
+		Chunk  int                    `json:"chunk"`
+		Result contractreview.Finding `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &findings); err != nil || code != 0 || len(findings) != 6 || findings[5].Chunk != 6 || findings[5].Result.Heading == "" {
 		t.Fatalf("results --json (%d): %v\n%s", code, err, out)
 	}
 	code, out, _ = run(t, "", "results", job, "--server", url)
@@ -219,7 +228,7 @@ func TestSubmitBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := run(t, tt.stdin, append(tt.args, "--server", url)...)
-			if code != cli.ExitError || !strings.Contains(errOut, tt.want) {
+			if code != cli.ExitError || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, "salvage: salvage:") {
 				t.Fatalf("exit %d, stderr %q; want exit 1 mentioning %q", code, errOut, tt.want)
 			}
 		})
@@ -419,15 +428,27 @@ func TestTwoServersOneStore(t *testing.T) {
 }
 
 // TestUpJoinsNATSURL: with NATS_URL exported (as the README's steps do),
-// `salvage up --role worker` joins that server instead of embedding one;
-// pointed at nothing, every command says so within seconds, naming the URL.
+// `salvage up --role worker` joins that server instead of embedding one,
+// unless --listen or --store ask for an embedded server: explicit flags
+// win over the environment, and --listen with --server is refused as a
+// contradiction. --listen HOST:0 picks a free port and prints it. Pointed
+// at nothing, every command says so within seconds, naming the URL.
 func TestUpJoinsNATSURL(t *testing.T) {
 	t.Parallel()
 	url, _ := up(t, "--role", "api")
-	cmd := exec.Command(binary, "up", "--role", "worker", "--store", t.TempDir(), "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.Command(binary, "up", "--role", "worker", "--http", "127.0.0.1:0", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "NATS_URL="+url)
 	if got := startPrinting(t, cmd, "NATS_URL="); got != url {
 		t.Fatalf("up with NATS_URL=%s printed NATS_URL=%s: it did not join", url, got)
+	}
+	cmd = exec.Command(binary, "up", "--role", "api", "--store", t.TempDir(), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "NATS_URL="+url)
+	own := startPrinting(t, cmd, "NATS_URL=")
+	if own == url || strings.HasSuffix(own, ":0") || strings.HasSuffix(own, ":4222") || !strings.HasPrefix(own, "nats://127.0.0.1:") {
+		t.Fatalf("up --listen 127.0.0.1:0 --store with NATS_URL=%s printed NATS_URL=%s; want its own server on a free port", url, own)
+	}
+	if code, _, errOut := run(t, "", "up", "--server", url, "--listen", "127.0.0.1:0"); code != cli.ExitError || !strings.Contains(errOut, "one or the other") {
+		t.Errorf("up --server with --listen: exit %d, %q; want refused", code, errOut)
 	}
 
 	dead := "nats://127.0.0.1:1"

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -93,16 +96,28 @@ func (e *env) dlqCmd() *cobra.Command {
 		RunE: func(*cobra.Command, []string) error {
 			recs := []salvage.EnvelopeRecord{}
 			filter.Limit = salvage.PageMax
-			for {
-				var page salvage.EnvelopeList
-				if err := e.request("dlq.list", filter, &page); err != nil {
-					return err
+			// One listing per status asked for (the service takes one);
+			// the server refuses a status that does not exist.
+			statuses := strings.Split(filter.Status, ",")
+			for _, status := range statuses {
+				f := filter
+				f.Status = strings.TrimSpace(status)
+				for {
+					var page salvage.EnvelopeList
+					if err := e.request("dlq.list", f, &page); err != nil {
+						return err
+					}
+					recs = append(recs, page.Envelopes...)
+					if page.NextOffset == 0 {
+						break
+					}
+					f.Offset = page.NextOffset
 				}
-				recs = append(recs, page.Envelopes...)
-				if page.NextOffset == 0 {
-					break
-				}
-				filter.Offset = page.NextOffset
+			}
+			if len(statuses) > 1 {
+				slices.SortStableFunc(recs, func(a, b salvage.EnvelopeRecord) int {
+					return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+				})
 			}
 			if asJSON {
 				return e.writeJSON(recs)
@@ -117,7 +132,7 @@ func (e *env) dlqCmd() *cobra.Command {
 		},
 	}
 	ls.Flags().StringVar(&filter.Category, "category", "", "only this category")
-	ls.Flags().StringVar(&filter.Status, "status", "", "only this status (open, recovering, resolved, superseded, escalated, dead-end, abandoned)")
+	ls.Flags().StringVar(&filter.Status, "status", "", "only these statuses, comma-separated (open, recovering, resolved, superseded, escalated, dead-end, abandoned)")
 	ls.Flags().StringVar(&filter.Job, "job", "", "only this job")
 	ls.Flags().StringVar(&filter.MinAge, "min-age", "", "only envelopes at least this old (e.g. 30m)")
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -135,14 +150,17 @@ func (e *env) dlqCmd() *cobra.Command {
 			r, env := d.Record, d.Envelope
 			fmt.Fprintf(e.stdout, "envelope %s  %s/%s  status %s  attempts %d\n", r.ID, r.Category, r.Strategy, r.Status, r.Attempts)
 			fmt.Fprintf(e.stdout, "job %s chunk %d  pipeline %s  trace %s\n", env.Job, env.Chunk, env.Pipeline, env.TraceID)
-			fmt.Fprintf(e.stdout, "error: %s\nfailed at stage %d: agent %s, call %s (tool %s), after %d deliveries, %d tier-1 retries, %d recoveries\n",
-				env.Error, env.FailedStage, env.FailedAgent, env.FailedCall, env.FailedTool, env.Deliveries, env.Tier1Attempts, env.Recoveries)
-			fmt.Fprintf(e.stdout, "original: %s (SALVAGE_CHUNKS %d); envelope at SALVAGE_DLQ %d\n", env.Original.Subject, env.Original.Seq, r.DLQSeq)
+			// Why first: the error, then what recovery noted (an
+			// escalation's cause, a compensation that failed).
+			fmt.Fprintf(e.stdout, "error: %s\n", env.Error)
 			for _, n := range r.Notes {
-				fmt.Fprintln(e.stdout, "  note:", n)
+				fmt.Fprintln(e.stdout, "note:", n)
 			}
+			fmt.Fprintf(e.stdout, "failed at %s, after %d deliveries, %d tier-1 retries, %d recoveries\n",
+				failedAt(env), env.Deliveries, env.Tier1Attempts, env.Recoveries)
+			fmt.Fprintf(e.stdout, "original: %s (SALVAGE_CHUNKS %d); envelope at SALVAGE_DLQ %d\n", env.Original.Subject, env.Original.Seq, r.DLQSeq)
 			for _, l := range r.Left {
-				fmt.Fprintln(e.stdout, "  left:", l)
+				fmt.Fprintln(e.stdout, "left for a person:", leftEffect(l))
 			}
 			tw := table(e.stdout)
 			fmt.Fprintln(tw, "JOURNAL KEY\tTOOL\tSTATUS\tRESOURCE\tATTEMPTS\tERROR")
@@ -261,4 +279,52 @@ prints how many would be acted on and acts on none.`,
 	f.IntVar(&req.Limit, "limit", 0, "act on at most this many (default and most 1000)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// failedAt names where an envelope's chunk failed, leaving out what it
+// does not know: "stage 2: agent payer, call K (tool charge)".
+func failedAt(env salvage.Envelope) string {
+	where := fmt.Sprintf("stage %d", env.FailedStage)
+	var parts []string
+	if env.FailedAgent != "" {
+		parts = append(parts, "agent "+env.FailedAgent)
+	}
+	if env.FailedCall != "" {
+		call := "call " + env.FailedCall
+		if env.FailedTool != "" {
+			call += " (tool " + env.FailedTool + ")"
+		}
+		parts = append(parts, call)
+	} else if env.FailedTool != "" {
+		parts = append(parts, "tool "+env.FailedTool)
+	}
+	if len(parts) > 0 {
+		where += ": " + strings.Join(parts, ", ")
+	}
+	return where
+}
+
+// leftEffect says what one standing effect is and where to find it.
+func leftEffect(l salvage.LeftEffect) string {
+	var b strings.Builder
+	b.WriteString(l.Tool)
+	if l.System != "" {
+		b.WriteString(" on " + l.System)
+	}
+	if l.ResourceID != "" {
+		b.WriteString(", resource " + l.ResourceID)
+	}
+	if l.IdempotencyKey != "" {
+		b.WriteString(", idempotency key " + l.IdempotencyKey)
+	}
+	b.WriteString(", journal " + l.JournalKey)
+	switch {
+	case l.Unknown:
+		b.WriteString(" (outcome unknown: it may or may not have taken effect)")
+	case l.Reversible:
+		b.WriteString(" (its compensation failed or did not run)")
+	default:
+		b.WriteString(" (irreversible)")
+	}
+	return b.String()
 }

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -68,11 +71,16 @@ func noJob(id string, err error) error {
 }
 
 func (e *env) statusCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, failed bool
 	cmd := &cobra.Command{
 		Use:   "status JOB",
 		Short: "Show a job and each chunk's stage, status, deliveries and envelope",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show a job: its counts (every chunk in exactly one of them), why it ended as it did
+(failures first), and each chunk's stage, status, deliveries and envelope. --failed lists
+only the chunks that failed or wait — dead-lettered, cancelled with effects to settle,
+held at a breaker, awaiting approval, paused, or carrying an envelope or an error — the
+dead-lettered first.`,
+		Args: cobra.ExactArgs(1),
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, err := jobArg(args)
@@ -84,23 +92,17 @@ func (e *env) statusCmd() *cobra.Command {
 			if err != nil {
 				return noJob(id, err)
 			}
+			if failed {
+				chunks = failing(chunks)
+			}
 			if asJSON {
+				if chunks == nil {
+					chunks = []salvage.Chunk{}
+				}
 				return e.writeJSON(map[string]any{"job": j, "chunks": chunks})
 			}
-			running, pending, paused := 0, 0, 0
-			for _, ch := range chunks {
-				switch ch.Status {
-				case salvage.ChunkRunning:
-					running++
-				case salvage.ChunkPending:
-					pending++
-				case salvage.ChunkPaused:
-					paused++
-				}
-			}
 			fmt.Fprintf(e.stdout, "job %s  pipeline %s  status %s  trace %s\n", j.ID, j.Pipeline, j.Status, j.TraceID)
-			fmt.Fprintf(e.stdout, "chunks %d: %d done, %d dead-lettered, %d cancelled, %d running, %d pending, %d paused\n",
-				j.Chunks, j.Summary.Done, j.Summary.DeadLettered, j.Summary.Cancelled, running, pending, paused)
+			fmt.Fprintf(e.stdout, "chunks %d: %s\n", j.Chunks, chunkCounts(j, chunks, failed))
 			if j.Status == salvage.JobRunning {
 				if ps, err := c.Pipelines(ctx); err == nil {
 					for _, p := range ps {
@@ -113,6 +115,10 @@ func (e *env) statusCmd() *cobra.Command {
 			for _, why := range j.Explanation {
 				fmt.Fprintln(e.stdout, "  "+why)
 			}
+			if failed && len(chunks) == 0 {
+				fmt.Fprintln(e.stdout, "no chunk failed or waits")
+				return nil
+			}
 			tw := table(e.stdout)
 			fmt.Fprintln(tw, "CHUNK\tSTAGE\tSTATUS\tDELIVERIES\tTIER1\tCALLS\tWORKER\tENVELOPE\tLAST ERROR")
 			for _, ch := range chunks {
@@ -123,7 +129,60 @@ func (e *env) statusCmd() *cobra.Command {
 		})(cmd, args)
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&failed, "failed", false, "only chunks that failed or wait, dead-lettered first")
 	return cmd
+}
+
+// chunkCounts says how many chunks stand where, every chunk counted once:
+// the job's outcome counts, and the rest from the chunk list (which under
+// --failed holds only the failing ones, so it counts only those).
+func chunkCounts(j *salvage.Job, chunks []salvage.Chunk, failedOnly bool) string {
+	counts := map[salvage.ChunkStatus]int{}
+	for _, ch := range chunks {
+		counts[ch.Status]++
+	}
+	parts := []string{
+		fmt.Sprintf("%d done", j.Summary.Done),
+		fmt.Sprintf("%d dead-lettered", j.Summary.DeadLettered),
+		fmt.Sprintf("%d cancelled", j.Summary.Cancelled),
+	}
+	for _, s := range []salvage.ChunkStatus{salvage.ChunkRunning, salvage.ChunkPending, salvage.ChunkHeld, salvage.ChunkAwaitingApproval, salvage.ChunkPaused} {
+		if failedOnly && (s == salvage.ChunkRunning || s == salvage.ChunkPending) {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// failing keeps the chunks that failed or wait: dead-lettered, cancelled
+// with effects settled, parked (held, awaiting approval, paused), or
+// carrying an envelope or an error; dead-lettered first, then parked,
+// then the rest, each by number.
+func failing(chunks []salvage.Chunk) []salvage.Chunk {
+	rank := func(ch salvage.Chunk) int {
+		switch ch.Status {
+		case salvage.ChunkDeadLettered:
+			return 0
+		case salvage.ChunkHeld, salvage.ChunkAwaitingApproval, salvage.ChunkPaused:
+			return 1
+		}
+		if _, ok := ch.Status.Cancelled(); ok && ch.Envelope != "" {
+			return 2
+		}
+		if ch.Envelope != "" || ch.LastError != "" {
+			return 3
+		}
+		return -1
+	}
+	var out []salvage.Chunk
+	for _, ch := range chunks {
+		if rank(ch) >= 0 {
+			out = append(out, ch)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b salvage.Chunk) int { return cmp.Compare(rank(a), rank(b)) })
+	return out
 }
 
 // operatorName is who an operator action is recorded as: $USER, else
@@ -142,33 +201,62 @@ func truncate(s string, n int) string {
 	return s[:n-1] + "…"
 }
 
+// jobStatuses are the statuses `salvage jobs --status` takes.
+var jobStatuses = []salvage.JobStatus{salvage.JobRunning, salvage.JobDone, salvage.JobPartial, salvage.JobIncomplete, salvage.JobCancelled}
+
 func (e *env) jobsCmd() *cobra.Command {
 	var (
-		asJSON bool
-		limit  int
+		asJSON   bool
+		limit    int
+		statuses []string
 	)
 	cmd := &cobra.Command{Use: "jobs", Short: "List jobs, newest first", Args: cobra.NoArgs}
-	cmd.RunE = e.withReader("salvage jobs", func(ctx context.Context, c *reader) error {
-		jobs, err := c.ListJobs(ctx, &salvage.Page{Limit: limit})
-		if err != nil {
-			return err
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if limit < 1 || limit > salvage.PageMax {
+			return fmt.Errorf("--limit %d: want 1 to %d", limit, salvage.PageMax)
 		}
-		if asJSON {
-			if jobs == nil {
-				jobs = []salvage.Job{}
+		want := map[salvage.JobStatus]bool{}
+		for _, s := range statuses {
+			if !slices.Contains(jobStatuses, salvage.JobStatus(s)) {
+				return fmt.Errorf("--status %q: want one or more of %v", s, jobStatuses)
 			}
-			return e.writeJSON(jobs)
+			want[salvage.JobStatus(s)] = true
 		}
-		tw := table(e.stdout)
-		fmt.Fprintln(tw, "JOB\tPIPELINE\tSTATUS\tCHUNKS\tDONE\tFAILED\tCREATED")
-		for _, j := range jobs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", j.ID, j.Pipeline, j.Status, j.Chunks, j.Summary.Done,
-				j.Summary.DeadLettered, j.CreatedAt.Local().Format(time.DateTime))
-		}
-		return tw.Flush()
-	})
+		return e.withReader("salvage jobs", func(ctx context.Context, c *reader) error {
+			var jobs []salvage.Job
+			// Page through the newest first until limit match.
+			for page := (&salvage.Page{Limit: salvage.PageMax}); len(jobs) < limit; page.Offset += salvage.PageMax {
+				got, err := c.ListJobs(ctx, page)
+				if err != nil {
+					return err
+				}
+				for _, j := range got {
+					if len(jobs) < limit && (len(want) == 0 || want[j.Status]) {
+						jobs = append(jobs, j)
+					}
+				}
+				if len(got) < salvage.PageMax {
+					break
+				}
+			}
+			if asJSON {
+				if jobs == nil {
+					jobs = []salvage.Job{}
+				}
+				return e.writeJSON(jobs)
+			}
+			tw := table(e.stdout)
+			fmt.Fprintln(tw, "JOB\tPIPELINE\tSTATUS\tCHUNKS\tDONE\tFAILED\tCREATED")
+			for _, j := range jobs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", j.ID, j.Pipeline, j.Status, j.Chunks, j.Summary.Done,
+					j.Summary.DeadLettered, j.CreatedAt.Local().Format(time.DateTime))
+			}
+			return tw.Flush()
+		})(cmd, args)
+	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&limit, "limit", salvage.PageMax, "at most this many jobs")
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only jobs in these statuses (running, done, partial, incomplete, cancelled; comma-separated)")
 	return cmd
 }
 
@@ -213,10 +301,14 @@ func (e *env) resultsCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				out := make([]json.RawMessage, 0, len(results))
+				type finding struct {
+					Chunk  int             `json:"chunk"`
+					Result json.RawMessage `json:"result"`
+				}
+				out := make([]finding, 0, len(results))
 				for chunk := 1; chunk <= j.Chunks; chunk++ {
 					if r, ok := results[chunk]; ok {
-						out = append(out, r)
+						out = append(out, finding{Chunk: chunk, Result: r})
 					}
 				}
 				return e.writeJSON(out)

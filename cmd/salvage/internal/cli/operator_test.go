@@ -95,6 +95,7 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 	if rec.Status != kv.EnvelopeAbandoned {
 		t.Fatalf("envelope = %+v", rec)
 	}
+	findTheFailure(t, c.url, fixed, cancelled, rec)
 	if err := c.sim.SetFaults(ctx, sim.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +132,77 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 	}
 	if e := c.effects(t, "o-other"); len(e) != 0 {
 		t.Errorf("the refused job ran: %+v", e)
+	}
+}
+
+// findTheFailure checks what an operator at 3 a.m. types to find a failed
+// job and its envelope, and that a script's typo or out-of-range value
+// fails instead of passing for success: failed is an incomplete job of one
+// order whose envelope rec was abandoned; cancelled a cancelled job of
+// three orders, each with a settlement envelope.
+func findTheFailure(t *testing.T, url, failed, cancelled string, rec kv.EnvelopeRecord) {
+	t.Helper()
+	code, out, errOut := run(t, "", "status", failed, "--failed", "--server", url)
+	if code != 0 || !strings.Contains(out, "chunks 1: 0 done, 1 dead-lettered, 0 cancelled, 0 held, 0 awaiting-approval, 0 paused") ||
+		!strings.Contains(out, "\tdead-lettered\t") && !strings.Contains(out, " dead-lettered ") {
+		t.Errorf("status --failed: %d %s\n%s", code, errOut, out)
+	}
+	var st struct {
+		Chunks []struct {
+			Chunk  int    `json:"chunk"`
+			Status string `json:"status"`
+		} `json:"chunks"`
+	}
+	code, out, _ = run(t, "", "status", cancelled, "--failed", "--json", "--server", url)
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Chunks) != 3 {
+		t.Errorf("status --failed --json of a job whose three chunks were cancelled with settlements: %d\n%s", code, out)
+	}
+	jobsIn := func(statuses string) map[string]bool {
+		code, out, errOut := run(t, "", "jobs", "--status", statuses, "--json", "--server", url)
+		var js []struct {
+			ID string `json:"job_id"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &js) != nil {
+			t.Fatalf("jobs --status %s: %d %s %s", statuses, code, out, errOut)
+		}
+		ids := map[string]bool{}
+		for _, j := range js {
+			ids[j.ID] = true
+		}
+		return ids
+	}
+	if ids := jobsIn("incomplete"); !ids[failed] || ids[cancelled] {
+		t.Errorf("jobs --status incomplete = %v", ids)
+	}
+	if ids := jobsIn("cancelled,incomplete"); !ids[failed] || !ids[cancelled] {
+		t.Errorf("jobs --status cancelled,incomplete = %v", ids)
+	}
+	if ids := jobsIn("done"); ids[failed] || ids[cancelled] {
+		t.Errorf("jobs --status done = %v", ids)
+	}
+	code, out, _ = run(t, "", "dlq", "ls", "--status", "abandoned,resolved", "--json", "--server", url)
+	var recs []kv.EnvelopeRecord
+	if code != 0 || json.Unmarshal([]byte(out), &recs) != nil || len(recs) != 4 || recs[len(recs)-1].ID != rec.ID {
+		t.Errorf("dlq ls --status abandoned,resolved: %d, %d envelopes, want the 3 settlements and %s last (oldest first)\n%s", code, len(recs), rec.ID, out)
+	}
+	code, out, _ = run(t, "", "dlq", "show", rec.ID, "--server", url)
+	if code != 0 || strings.Contains(out, "agent ,") || strings.Contains(out, "(tool )") {
+		t.Errorf("dlq show prints empty names:\n%s", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dlq", "lst"}, `did you mean ls`},
+		{[]string{"nothing"}, `unknown command "nothing" for "salvage"`},
+		{[]string{"trace", failed, "--chunk", "0"}, "numbered from 1"},
+		{[]string{"jobs", "--limit", "0"}, "--limit 0"},
+		{[]string{"jobs", "--status", "finished"}, `--status "finished"`},
+		{[]string{"dlq", "ls", "--status", "abandoned,abandonned"}, "400"},
+	} {
+		code, out, errOut := run(t, "", append(tc.args, "--server", url)...)
+		if code == 0 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "salvage: salvage:") || out != "" {
+			t.Errorf("salvage %v: exit %d, stdout %q, stderr %q; want a non-zero exit saying %q", tc.args, code, out, errOut, tc.want)
+		}
 	}
 }

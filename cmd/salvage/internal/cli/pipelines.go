@@ -124,7 +124,15 @@ func (e *env) setPaused(endpoint, pipeline, by, reason string, asJSON bool) erro
 // writePipeline says where a pipeline stands in one line.
 func writePipeline(w io.Writer, p salvage.PipelineStatus) {
 	if !p.Paused {
-		fmt.Fprintf(w, "pipeline %s runs (resumed by %s); %d chunks still parked, on their way back\n", p.Pipeline, p.ResumedBy, p.Parked)
+		by := ""
+		if p.ResumedBy != "" {
+			by = " (resumed by " + p.ResumedBy + ")"
+		}
+		back := ""
+		if p.Parked > 0 {
+			back = fmt.Sprintf("; %d chunks still parked, on their way back", p.Parked)
+		}
+		fmt.Fprintf(w, "pipeline %s runs%s%s\n", p.Pipeline, by, back)
 		return
 	}
 	reason := ""

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,12 +73,45 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitOK
 	case errors.As(err, &ee):
 		if ee.err != nil {
-			fmt.Fprintln(stderr, "salvage:", ee.err)
+			fmt.Fprintln(stderr, message(ee.err))
 		}
 		return ee.code
 	default:
-		fmt.Fprintln(stderr, "salvage:", err)
+		fmt.Fprintln(stderr, message(err))
 		return ExitError
+	}
+}
+
+// message is how the CLI prints err: once prefixed "salvage:", though the
+// library's own errors begin with "salvage:" too.
+func message(err error) string {
+	return "salvage: " + strings.TrimPrefix(err.Error(), "salvage: ")
+}
+
+// strictGroups gives every command that only groups others (dlq, bench)
+// a run that refuses an unknown subcommand with a non-zero exit, instead
+// of cobra's help and exit 0, so a script's typo does not pass for
+// success; with no subcommand it prints help.
+func strictGroups(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		strictGroups(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Runnable() || !cmd.HasParent() {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return errors.New(msg + " (see " + cmd.CommandPath() + " --help)")
 	}
 }
 
@@ -102,6 +136,7 @@ func (e *env) rootCmd() *cobra.Command {
 	f.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&e.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
 	root.AddCommand(e.upCmd(), e.provisionCmd(), e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.cancelCmd(), e.jobsCmd(), e.demoCmd(), e.chaosCmd(), e.simCmd(), e.dlqCmd(), e.traceCmd(), e.breakersCmd(), e.pipelinesCmd(), e.workersCmd(), e.pauseCmd(), e.resumeCmd(), e.approveCmd(), e.benchCmd(), e.benchWorkerCmd())
+	strictGroups(root)
 	return root
 }
 

@@ -30,7 +30,7 @@ before (a replay's history), in the chunks that have any or did not end done.`,
 		if err != nil {
 			return err
 		}
-		if chunk < 0 {
+		if chunk < 0 || cmd.Flags().Changed("chunk") && chunk < 1 {
 			return fmt.Errorf("--chunk %d: chunks are numbered from 1", chunk)
 		}
 		return e.withReader("salvage trace", func(ctx context.Context, c *reader) error {

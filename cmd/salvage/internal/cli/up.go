@@ -207,8 +207,19 @@ chunks finish or are released, then the process exits.`,
 			if err != nil {
 				return err
 			}
-			// Embed only when nothing names a deployment to join.
-			embedded := e.conn.URL == "" && e.conn.ContextName() == "" && os.Getenv("NATS_URL") == ""
+			// Embed only when nothing names a deployment to join. Flags
+			// win over the environment: --listen or --store asks for an
+			// embedded server even with $NATS_URL or $NATS_CONTEXT set;
+			// together with --server or --context they contradict.
+			embedFlags := cmd.Flags().Changed("listen") || cmd.Flags().Changed("store")
+			joinFlags := cmd.Flags().Changed("server") || cmd.Flags().Changed("context")
+			if embedFlags && joinFlags {
+				return errors.New("--listen and --store configure an embedded server; --server and --context join an existing one: give one or the other")
+			}
+			embedded := embedFlags || e.conn.URL == "" && e.conn.ContextName() == "" && os.Getenv("NATS_URL") == ""
+			if embedded && embedFlags && (os.Getenv("NATS_URL") != "" || e.conn.ContextName() != "") {
+				log.Info().Str("listen", listen).Str("store", storeDir).Msg("--listen/--store given: embedding a server; $NATS_URL and $NATS_CONTEXT are ignored")
+			}
 			run.resolveJournal(embedded, sync)
 			cfg, err := run.config(clientRoles, log)
 			if err != nil {
@@ -229,8 +240,11 @@ chunks finish or are released, then the process exits.`,
 					return fmt.Errorf("--listen %q: %w", listen, err)
 				}
 				port, err := strconv.Atoi(portStr)
-				if err != nil {
+				if err != nil || port < -1 || port > 65535 {
 					return fmt.Errorf("--listen %q: bad port", listen)
+				}
+				if port == 0 {
+					port = -1 // a free port, printed below as NATS_URL
 				}
 				sc := natsconf.DefaultServerConfig()
 				sc.Host, sc.Port, sc.StoreDir, sc.SyncInterval = host, port, storeDir, sync
@@ -240,6 +254,7 @@ chunks finish or are released, then the process exits.`,
 				}
 				defer srv.Shutdown()
 				url = srv.ClientURL()
+				e.conn.NoContext = true
 				log.Info().Str("url", url).Str("store", storeDir).Str("sync_interval", natsconf.SyncIntervalString(sync)).Msg("embedded NATS server ready")
 			}
 			e.conn.URL = url
@@ -300,7 +315,7 @@ chunks finish or are released, then the process exits.`,
 	f := cmd.Flags()
 	run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
 	f.StringSliceVar(&roles, "role", []string{roleAll}, "roles to run: worker, dead-letter, recovery, api, dashboard or all (comma-separated or repeated)")
-	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address")
+	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address (port 0 picks a free one; NATS_URL=... says which)")
 	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
 	f.StringVar(&httpAddr, "http", dashboard.AddrDefault, "dashboard, /api, /metrics and /healthz address (a non-loopback one needs a token)")
 	f.StringVar(&httpToken, "http-token", "", "token the dashboard requires for replay, resolve and ack (default $"+dashboard.TokenEnv+"; on loopback without one, a random token per process)")
