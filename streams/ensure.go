@@ -73,12 +73,16 @@ func streamCurrent(ctx context.Context, js jetstream.JetStream, name, fp string)
 // the stream carries fingerprint fp it only reads; otherwise it runs
 // change (a create, or an update), refused as ErrNeedsProvisioning for a
 // user that may not change it — unless a second look finds it current
-// after all (another process provisioned it in the meantime).
+// after all (another process provisioned it in the meantime). Transient
+// errors (a cluster still placing peers, a leader election) are retried
+// until ctx ends.
 func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, fp string, change func() error) error {
 	if streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
-	err := Change(js, what, change)
+	// A forming or restarting cluster answers "no suitable peers" or not
+	// at all for a while: wait that out (within ctx), not a refusal.
+	err := Retry(ctx, func(context.Context) error { return Change(js, what, change) })
 	if errors.Is(err, ErrNeedsProvisioning) && streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
@@ -121,13 +125,15 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	cfg.Metadata = stamp(cfg.Metadata, fp)
 	var c jetstream.Consumer
-	err := Change(js, "consumer "+cfg.Durable+" on "+stream, func() error {
-		var err error
-		c, err = js.CreateConsumer(ctx, stream, cfg)
-		if errors.Is(err, jetstream.ErrConsumerExists) {
-			c, err = js.UpdateConsumer(ctx, stream, cfg)
-		}
-		return err
+	err := Retry(ctx, func(context.Context) error {
+		return Change(js, "consumer "+cfg.Durable+" on "+stream, func() error {
+			var err error
+			c, err = js.CreateConsumer(ctx, stream, cfg)
+			if errors.Is(err, jetstream.ErrConsumerExists) {
+				c, err = js.UpdateConsumer(ctx, stream, cfg)
+			}
+			return err
+		})
 	})
 	if errors.Is(err, ErrNeedsProvisioning) {
 		if c, ok := current(); ok {
