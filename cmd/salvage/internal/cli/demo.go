@@ -34,7 +34,11 @@ type demoOpts struct {
 	progress io.Writer
 	// onDone, when set, runs once the demo's report is complete and
 	// before its server is closed (--keep).
-	onDone  func(d *demoEnv, r demoResult)
+	onDone func(d *demoEnv, r demoResult)
+	// notice, with keep, hears where the server and the dashboard are as
+	// soon as they are up, before the run (the terminal, never the log
+	// file).
+	notice  io.Writer
 	timeout time.Duration
 	sync    string
 }
@@ -126,10 +130,11 @@ the requests the CRM got while down.`,
 			kept := false
 			var keptErr error
 			if o.keep {
+				o.notice = e.stderr
 				o.onDone = func(d *demoEnv, r demoResult) {
 					kept = true
 					keptErr = e.writeReport(o.report, r, "demo checks failed: something was lost or repeated")
-					e.keepRunning(cmd.Context(), d, log)
+					e.keepRunning(cmd.Context(), d)
 				}
 			}
 			var r demoResult
@@ -168,7 +173,7 @@ the requests the CRM got while down.`,
 	f.DurationVar(&o.outageFor, "outage-for", 30*time.Second, "order-fulfillment, outage scenario: how long the CRM is down")
 	f.StringVar(&o.report, "report", "text", "report format: text or json")
 	f.StringVar(&o.logFile, "log-file", "", "write the demo's logs, and its worker and sim processes', to this file instead of stderr")
-	f.BoolVar(&o.keep, "keep", false, "after the report, leave the demo's server and a dashboard running (URLs on stderr) until Ctrl-C")
+	f.BoolVar(&o.keep, "keep", false, "run a dashboard and the salvage.api service beside the demo (their URLs on stderr before the run starts, so it can be watched live) and leave them and the server up after the report until Ctrl-C")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting after this long")
 	f.StringVar(&o.sync, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
 	return cmd

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -27,8 +28,11 @@ type demoEnv struct {
 	client       *salvage.Client
 	workers      []*worker
 	syncInterval string
-	log          zerolog.Logger
-	closers      []func()
+	// dash and dashDone are the dashboard --keep serves from the start.
+	dash     *dashboard.Server
+	dashDone chan struct{}
+	log      zerolog.Logger
+	closers  []func()
 }
 
 // close stops everything, last started first.
@@ -73,7 +77,13 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 	if d.js, err = jetstream.New(d.nc); err != nil {
 		return d, err
 	}
-	cfg, err := o.run.config([]salvage.Role{salvage.RoleDeadLetter, salvage.RoleRecovery}, log)
+	roles := []salvage.Role{salvage.RoleDeadLetter, salvage.RoleRecovery}
+	if o.keep {
+		// What an operator types while watching (dlq, pause, approve)
+		// goes through salvage.api.
+		roles = append(roles, salvage.RoleAPI)
+	}
+	cfg, err := o.run.config(roles, log)
 	if err != nil {
 		return d, err
 	}
@@ -92,6 +102,9 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 	}
 	d.closers = append(d.closers, func() { _ = d.client.Stop(context.WithoutCancel(ctx)) })
 	log.Info().Str("url", d.url).Str("sync_interval", d.syncInterval).Str("journal_writes", o.run.journalWrites).Msg("embedded server ready")
+	if o.keep {
+		d.serveDashboard(ctx, o.notice)
+	}
 	d.workers, err = e.startWorkers(ctx, *o, d.url)
 	d.closers = append(d.closers, func() { stopWorkers(d.workers) })
 	return d, err
@@ -145,25 +158,30 @@ func (d *demoEnv) submit(ctx context.Context, o demoOpts, pipeline string, input
 	return jobs, &k, nil
 }
 
-// keepRunning serves a dashboard over the demo's server and says where
-// both are, then waits for ctx (Ctrl-C): a newcomer can look at what the
-// demo just did before it is gone.
-func (e *env) keepRunning(ctx context.Context, d *demoEnv, log zerolog.Logger) {
-	srv, err := dashboard.Listen(d.js, d.client, dashboard.Config{Addr: "127.0.0.1:0", Logger: &log})
+// serveDashboard starts a dashboard over the demo's server (--keep) and
+// says on w where both are, before the run starts: the demo can be
+// watched as it happens. It stops when the demo closes.
+func (d *demoEnv) serveDashboard(ctx context.Context, w io.Writer) {
+	srv, err := dashboard.Listen(d.js, d.client, dashboard.Config{Addr: "127.0.0.1:0", Logger: &d.log})
 	if err != nil {
-		fmt.Fprintf(e.stderr, "salvage demo --keep: no dashboard: %v\n", err)
+		fmt.Fprintf(w, "salvage demo --keep: no dashboard: %v\n", err)
+		return
 	}
-	done := make(chan struct{})
-	if srv != nil {
-		go func() { defer close(done); _ = srv.Run(ctx) }()
-	} else {
-		close(done)
+	dctx, stop := context.WithCancel(ctx)
+	d.dash, d.dashDone = srv, make(chan struct{})
+	go func() { defer close(d.dashDone); _ = srv.Run(dctx) }()
+	d.closers = append(d.closers, func() { stop(); <-d.dashDone })
+	fmt.Fprintf(w, "The demo's server and dashboard, live now and up after the report until Ctrl-C:\n  NATS_URL=%s\n  DASHBOARD=%s\n", d.url, srv.URL())
+	fmt.Fprintf(w, "  try: salvage jobs --server %s   salvage dlq ls --server %s\n", d.url, d.url)
+}
+
+// keepRunning waits for ctx (Ctrl-C) after the report, with the server and
+// the dashboard --keep started still up: a newcomer can look at what the
+// demo just did before it is gone.
+func (e *env) keepRunning(ctx context.Context, d *demoEnv) {
+	fmt.Fprintf(e.stderr, "\nThe demo is over; its server stays up until Ctrl-C:\n  NATS_URL=%s\n", d.url)
+	if d.dash != nil {
+		fmt.Fprintf(e.stderr, "  DASHBOARD=%s\n", d.dash.URL())
 	}
-	fmt.Fprintf(e.stderr, "\nThe demo's server and dashboard stay up until Ctrl-C:\n  NATS_URL=%s\n", d.url)
-	if srv != nil {
-		fmt.Fprintf(e.stderr, "  DASHBOARD=%s\n", srv.URL())
-	}
-	fmt.Fprintf(e.stderr, "  try: salvage jobs --server %s\n", d.url)
 	<-ctx.Done()
-	<-done
 }

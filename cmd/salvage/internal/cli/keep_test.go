@@ -17,8 +17,10 @@ import (
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
-// TestDemoKeep: `salvage demo --keep` prints its report, then leaves its
-// server and a dashboard up, which show the demo's job, until SIGINT.
+// TestDemoKeep: `salvage demo --keep` starts a dashboard and the API
+// before the run and says where (so the run can be watched live), prints
+// its report, then leaves its server, the dashboard and the API up, which
+// show the demo's job and answer `salvage dlq ls`, until SIGINT.
 func TestDemoKeep(t *testing.T) {
 	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "demo.log")
@@ -55,7 +57,10 @@ func TestDemoKeep(t *testing.T) {
 				nats = v
 			}
 			if v, ok := strings.CutPrefix(line, "DASHBOARD="); ok {
-				urls <- [2]string{nats, v}
+				select {
+				case urls <- [2]string{nats, v}:
+				default: // said again after the report
+				}
 			}
 		}
 	}()
@@ -65,7 +70,16 @@ func TestDemoKeep(t *testing.T) {
 	case <-time.After(90 * time.Second):
 		t.Fatal("the demo printed no DASHBOARD= line")
 	}
-	// The report came first: one JSON object.
+	// The dashboard is up before the run ends: live, not afterwards.
+	if len(reports) != 0 {
+		t.Fatal("the report came before the dashboard's URL; --keep should start the dashboard first")
+	}
+	if resp, err := http.Get(u[1] + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the dashboard while the demo runs: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// The report: one JSON object.
 	var rep struct {
 		Chunks     int `json:"chunks"`
 		ChunksDone int `json:"chunks_done"`
@@ -84,6 +98,9 @@ func TestDemoKeep(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 || jobs[0].Status != salvage.JobDone {
 		t.Fatalf("salvage jobs against the kept server: %d %s %s", code, out, errOut)
 	}
+	if code, out, errOut := run(t, "", "dlq", "ls", "--server", u[0]); code != 0 {
+		t.Errorf("salvage dlq ls against the kept demo (its API): %d %s %s", code, out, errOut)
+	}
 	salvagetest.Eventually(t, 10*time.Second, func() bool {
 		resp, err := http.Get(u[1] + "/metrics")
 		if err != nil {
@@ -92,7 +109,7 @@ func TestDemoKeep(t *testing.T) {
 		defer resp.Body.Close()
 		var b bytes.Buffer
 		_, _ = b.ReadFrom(resp.Body)
-		return strings.Contains(b.String(), `salvage_chunks_total{status="done"} 2`)
+		return strings.Contains(b.String(), `salvage_chunks_total{pipeline="contract-review",status="done"} 2`)
 	}, "the kept dashboard to count the demo's two chunks")
 	// The logs went to the file, not between the report and the URLs.
 	if logs, err := os.ReadFile(logFile); err != nil || !bytes.Contains(logs, []byte("embedded server ready")) {

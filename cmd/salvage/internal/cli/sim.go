@@ -30,7 +30,15 @@ model, on a loopback address; print SIM_URL=http://... when ready. Systems honou
 Idempotency-Key, answer GET /v1/<system>/effects/<key> (verify) and compensation
 requests, inject failures (the rate flags apply to every system; POST /admin/faults
 sets them per system, with outages and per-order rules), and list every effect at
-GET /ledger. State lives in this process and outlives the workers it serves.`,
+GET /ledger. State lives in this process and outlives the workers it serves.
+
+The model (/v1/chat/completions in OpenAI's shape, /v1/messages in Anthropic's) is the
+contract-review classifier's stand-in: whatever the prompt, it answers with one risk
+score, a digit from 0 to 9, deterministic per prompt and seed, and reports token usage.
+A drawn failure is a 429 or 529 with Retry-After, a 500 or 503, a 400, or a timeout: the
+request is held for 30 seconds (or until the caller hangs up), then answered 504. A client
+whose timeout is longer than that (chatmodel's default is 60 s) sees a 504, not a
+timeout: give the model tool a Timeout under 30 s to see timeouts as timeouts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			host, _, err := net.SplitHostPort(listen)

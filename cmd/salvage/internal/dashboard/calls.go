@@ -18,7 +18,7 @@ type callStats struct {
 	mu       sync.Mutex
 	seen     map[string]uint64 // journal key -> revision last counted
 	byStatus map[string]map[string]int
-	latency  prometheus.Histogram
+	latency  *prometheus.HistogramVec
 	// tokens counts model usage by model and kind (prompt, completion),
 	// each call's once: a row rewritten later carries the same usage.
 	tokens    map[string]map[string]int64
@@ -29,10 +29,10 @@ func newCallStats() *callStats {
 	return &callStats{
 		seen: map[string]uint64{}, byStatus: map[string]map[string]int{},
 		tokens: map[string]map[string]int64{}, tokenKeys: map[string]bool{},
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "salvage_call_duration_seconds", Help: "Latency of journaled calls, retries included.",
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "salvage_call_duration_seconds", Help: "Latency of journaled calls that succeeded or failed, retries included, by tool and external system (empty for a tool without one).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}),
+		}, []string{"tool", "system"}),
 	}
 }
 
@@ -54,7 +54,7 @@ func (c *callStats) update(ch salvage.Change[salvage.Call]) {
 	}
 	c.byStatus[r.Tool][string(r.Status)]++
 	if (r.Status == salvage.CallSucceeded || r.Status == salvage.CallFailed) && r.LatencyMS > 0 && !r.Verified {
-		c.latency.Observe(r.LatencyMS / 1000)
+		c.latency.WithLabelValues(r.Tool, r.System).Observe(r.LatencyMS / 1000)
 	}
 	if u := r.Usage; u != nil && !c.tokenKeys[ch.Key] {
 		c.tokenKeys[ch.Key] = true

@@ -78,7 +78,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	}
 	for i, st := range []string{kv.CallSucceeded, kv.CallSucceeded, kv.CallFailed} {
 		row := kv.JournalRow{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Job: job, Chunk: 3, Stage: 1, Agent: "billing", Seq: i + 1,
-			Tool: "charge-payment", Status: st, LatencyMS: 12, StartedAt: time.Now().Add(time.Duration(i) * time.Millisecond)}
+			Tool: "charge-payment", System: "payments", Status: st, LatencyMS: 12, StartedAt: time.Now().Add(time.Duration(i) * time.Millisecond)}
 		if _, err := stores.Journal.Put(ctx, row, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -138,9 +138,14 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	values := map[string]float64{}
 	for name, fam := range families {
 		for _, m := range fam.GetMetric() {
-			key := name
+			// key names every label; all sums over the pipeline label of
+			// counters and gauges, and over every label of histograms.
+			key, all := name, name
 			for _, l := range m.GetLabel() {
 				key += "," + l.GetName() + "=" + l.GetValue()
+				if l.GetName() != "pipeline" && m.GetHistogram() == nil {
+					all += "," + l.GetName() + "=" + l.GetValue()
+				}
 			}
 			switch {
 			case m.GetGauge() != nil:
@@ -149,6 +154,17 @@ func scrape(t *testing.T, url string) map[string]float64 {
 				values[key] = m.GetCounter().GetValue()
 			case m.GetHistogram() != nil:
 				values[key+",count"] = float64(m.GetHistogram().GetSampleCount())
+				all += ",count"
+			}
+			if all != key && all != key+",count" {
+				switch {
+				case m.GetGauge() != nil:
+					values[all] += m.GetGauge().GetValue()
+				case m.GetCounter() != nil:
+					values[all] += m.GetCounter().GetValue()
+				case m.GetHistogram() != nil:
+					values[all] += float64(m.GetHistogram().GetSampleCount())
+				}
 			}
 		}
 	}
@@ -176,6 +192,13 @@ func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 		"salvage_redeliveries_total":                            5, // 0, 1, 2 running; 2 finished
 		"salvage_calls_total,status=FAILED,tool=charge-payment": 1,
 		"salvage_call_duration_seconds,count":                   3,
+		// By pipeline, tool and system.
+		"salvage_chunks_total,pipeline=order-fulfillment,status=done":             2,
+		"salvage_chunks_total,pipeline=order-fulfillment,status=dead-lettered":    1,
+		"salvage_chunks_total,pipeline=contract-review,status=done":               4,
+		"salvage_jobs_finished_total,pipeline=contract-review,status=done":        1,
+		"salvage_jobs,pipeline=contract-review,status=done":                       1,
+		"salvage_call_duration_seconds,system=payments,tool=charge-payment,count": 3,
 	}
 	for k, v := range want {
 		if values[k] != v {

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -9,33 +10,56 @@ import (
 
 // jobIndex keeps every job record in memory, current through a watch on
 // salvage_jobs, so a summary costs no read per job. It also keeps the
-// counts behind the chunk counters: per job the most it has seen of each
-// (a job's counts only grow, but a repair may briefly lower one), and the
-// counts of jobs whose records are gone, so the totals never go back.
+// counts behind the chunk and job counters: per job the most it has seen
+// of each (a job's counts only grow, but a repair may briefly lower one),
+// and, per pipeline, the counts of jobs whose records are gone, so the
+// totals never go back.
 type jobIndex struct {
 	mu      sync.Mutex
 	jobs    map[string]salvage.Job
 	counted map[string]jobCounts
-	retired jobCounts
+	retired map[string]jobCounts // pipeline -> counts of removed jobs
 	ready   chan struct{}
 	once    sync.Once
 }
 
-// jobCounts are the event counts of one job, or a sum of them.
+// jobCounts are the event counts of one job, or a sum of them: chunk
+// outcomes, retries, and the final statuses the job reached (a job
+// replayed from incomplete to done reached both).
 type jobCounts struct {
 	Done, Cancelled, DeadLetters, Tier1Retries, Redeliveries int
+	Finished                                                 map[salvage.JobStatus]int
 }
 
 func (c jobCounts) add(o jobCounts) jobCounts {
-	return jobCounts{c.Done + o.Done, c.Cancelled + o.Cancelled, c.DeadLetters + o.DeadLetters, c.Tier1Retries + o.Tier1Retries, c.Redeliveries + o.Redeliveries}
+	out := jobCounts{c.Done + o.Done, c.Cancelled + o.Cancelled, c.DeadLetters + o.DeadLetters, c.Tier1Retries + o.Tier1Retries, c.Redeliveries + o.Redeliveries, nil}
+	for _, m := range []map[salvage.JobStatus]int{c.Finished, o.Finished} {
+		for s, n := range m {
+			if out.Finished == nil {
+				out.Finished = map[salvage.JobStatus]int{}
+			}
+			out.Finished[s] += n
+		}
+	}
+	return out
 }
 
-func (c jobCounts) atLeast(s salvage.Summary) jobCounts {
-	return jobCounts{max(c.Done, s.Done), max(c.Cancelled, s.Cancelled), max(c.DeadLetters, s.DeadLetters), max(c.Tier1Retries, s.Tier1Retries), max(c.Redeliveries, s.Redeliveries)}
+// seen takes in a job's record as it stands now.
+func (c jobCounts) seen(j salvage.Job) jobCounts {
+	out := jobCounts{max(c.Done, j.Summary.Done), max(c.Cancelled, j.Summary.Cancelled), max(c.DeadLetters, j.Summary.DeadLetters),
+		max(c.Tier1Retries, j.Summary.Tier1Retries), max(c.Redeliveries, j.Summary.Redeliveries), c.Finished}
+	if j.Status.Finished() && c.Finished[j.Status] == 0 {
+		out.Finished = maps.Clone(c.Finished)
+		if out.Finished == nil {
+			out.Finished = map[salvage.JobStatus]int{}
+		}
+		out.Finished[j.Status] = 1
+	}
+	return out
 }
 
 func newJobIndex() *jobIndex {
-	return &jobIndex{jobs: map[string]salvage.Job{}, counted: map[string]jobCounts{}, ready: make(chan struct{})}
+	return &jobIndex{jobs: map[string]salvage.Job{}, counted: map[string]jobCounts{}, retired: map[string]jobCounts{}, ready: make(chan struct{})}
 }
 
 // update applies one job record change; the caught-up mark means every
@@ -48,13 +72,15 @@ func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if ch.Deleted {
-		x.retired = x.retired.add(x.counted[ch.Key])
+		if j, ok := x.jobs[ch.Key]; ok {
+			x.retired[j.Pipeline] = x.retired[j.Pipeline].add(x.counted[ch.Key])
+		}
 		delete(x.jobs, ch.Key)
 		delete(x.counted, ch.Key)
 		return
 	}
 	x.jobs[ch.Key] = ch.Value
-	x.counted[ch.Key] = x.counted[ch.Key].atLeast(ch.Value.Summary)
+	x.counted[ch.Key] = x.counted[ch.Key].seen(ch.Value)
 }
 
 // wait blocks until the watch has caught up, or a short while, so a
@@ -66,18 +92,17 @@ func (x *jobIndex) wait() {
 	}
 }
 
-// snapshot returns the jobs as they stand and the event totals.
-func (x *jobIndex) snapshot() ([]salvage.Job, jobCounts) {
+// snapshot returns the jobs as they stand and the event totals by
+// pipeline.
+func (x *jobIndex) snapshot() ([]salvage.Job, map[string]jobCounts) {
 	x.wait()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := make([]salvage.Job, 0, len(x.jobs))
-	for _, j := range x.jobs {
+	totals := maps.Clone(x.retired)
+	for id, j := range x.jobs {
 		out = append(out, j)
+		totals[j.Pipeline] = totals[j.Pipeline].add(x.counted[id])
 	}
-	total := x.retired
-	for _, c := range x.counted {
-		total = total.add(c)
-	}
-	return out, total
+	return out, totals
 }

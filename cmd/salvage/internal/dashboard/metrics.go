@@ -22,8 +22,10 @@ var (
 	descRecoveries = prometheus.NewDesc("salvage_recoveries_total", "Envelopes that reached a final status, by strategy and that status.", []string{"strategy", "outcome"}, nil)
 	descTier1      = prometheus.NewDesc("salvage_tier1_retries_total", "Tier-1 retries inside workers.", nil, nil)
 	descTier2      = prometheus.NewDesc("salvage_redeliveries_total", "Tier-2 JetStream redeliveries of chunks.", nil, nil)
-	descChunks     = prometheus.NewDesc("salvage_chunks_total", "Chunk outcomes: done, cancelled, dead-lettered (every time).", []string{"status"}, nil)
-	descCalls      = prometheus.NewDesc("salvage_calls_total", "Journal row writes by tool and status (a retried call adds one per outcome).", []string{"tool", "status"}, nil)
+	descChunks     = prometheus.NewDesc("salvage_chunks_total", "Chunk outcomes by pipeline: done, cancelled, dead-lettered (every time).", []string{"pipeline", "status"}, nil)
+	descJobsDone   = prometheus.NewDesc("salvage_jobs_finished_total", "Jobs reaching a final status (done, partial, incomplete, cancelled), by pipeline; a job replayed from incomplete to done counts in both.", []string{"pipeline", "status"}, nil)
+	descJobs       = prometheus.NewDesc("salvage_jobs", "Job records as they stand, by pipeline and status (running included).", []string{"pipeline", "status"}, nil)
+	descCalls      = prometheus.NewDesc("salvage_calls_total", "Journal row writes by tool and status, as this process saw them: at its start, each existing row's latest state once, then every write (a retried call adds one per outcome).", []string{"tool", "status"}, nil)
 	descTokens     = prometheus.NewDesc("salvage_model_tokens_total", "Tokens model calls reported spending, by model and kind (prompt, completion); each call once.", []string{"model", "kind"}, nil)
 	descRate       = prometheus.NewDesc("salvage_auto_recovery_rate", "Share of dead-lettered chunks that finished, or were compensated with nothing left, without a person.", nil, nil)
 	descBreaker    = prometheus.NewDesc("salvage_breaker_state", "Circuit breaker state per external system: 1 for the state it is in (closed, open, half-open), 0 for the others.", []string{"system", "state"}, nil)
@@ -37,7 +39,7 @@ var (
 var breakerStates = []salvage.BreakerState{salvage.BreakerClosed, salvage.BreakerOpen, salvage.BreakerHalfOpen}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens, descPaused, descParked} {
+	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descJobsDone, descJobs, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens, descPaused, descParked} {
 		ch <- d
 	}
 }
@@ -58,8 +60,20 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descTier1, prometheus.CounterValue, float64(sum.Tier1Retries))
 	ch <- prometheus.MustNewConstMetric(descTier2, prometheus.CounterValue, float64(sum.Redeliveries))
-	for status, n := range sum.ChunkEvents {
-		ch <- prometheus.MustNewConstMetric(descChunks, prometheus.CounterValue, float64(n), status)
+	for pipeline, byStatus := range sum.ChunkEventsByPipeline {
+		for status, n := range byStatus {
+			ch <- prometheus.MustNewConstMetric(descChunks, prometheus.CounterValue, float64(n), pipeline, status)
+		}
+	}
+	for pipeline, byStatus := range sum.JobsFinished {
+		for status, n := range byStatus {
+			ch <- prometheus.MustNewConstMetric(descJobsDone, prometheus.CounterValue, float64(n), pipeline, status)
+		}
+	}
+	for pipeline, byStatus := range sum.JobsByStatus {
+		for status, n := range byStatus {
+			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), pipeline, status)
+		}
 	}
 	for model, kinds := range sum.Tokens {
 		for kind, n := range kinds {

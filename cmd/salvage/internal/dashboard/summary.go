@@ -38,10 +38,17 @@ type Summary struct {
 	// unfinished.
 	Chunks map[string]int `json:"chunks"`
 	// ChunkEvents counts chunk outcomes as events (dead-lettered counts
-	// every time): they only grow.
-	ChunkEvents map[string]int            `json:"chunk_events"`
-	Jobs        []JobProgress             `json:"jobs"`
-	Calls       map[string]map[string]int `json:"calls"` // tool -> status -> n
+	// every time): they only grow. ChunkEventsByPipeline splits them by
+	// pipeline: pipeline -> outcome -> n.
+	ChunkEvents           map[string]int            `json:"chunk_events"`
+	ChunkEventsByPipeline map[string]map[string]int `json:"chunk_events_by_pipeline"`
+	// JobsFinished counts jobs reaching a final status, by pipeline (a
+	// job replayed from incomplete to done counts in both); JobsByStatus
+	// counts job records as they stand: pipeline -> status -> n.
+	JobsFinished map[string]map[string]int `json:"jobs_finished"`
+	JobsByStatus map[string]map[string]int `json:"jobs_by_status"`
+	Jobs         []JobProgress             `json:"jobs"`
+	Calls        map[string]map[string]int `json:"calls"` // tool -> status -> n
 	// Tokens counts model usage: model -> prompt|completion -> tokens.
 	Tokens map[string]map[string]int64 `json:"model_tokens"`
 	// Breakers are the systems whose circuit breaker ever opened, with
@@ -114,12 +121,26 @@ func (s *summarizer) summary() Summary {
 		sum.OldestUnresolvedSeconds = time.Since(oldest).Seconds()
 	}
 	sum.RecoveryStats = salvage.AutoRecoveryRate(recs)
-	jobs, events := s.jobs.snapshot()
-	sum.Tier1Retries, sum.Redeliveries = events.Tier1Retries, events.Redeliveries
-	sum.ChunkEvents[outcomeDone] = events.Done
-	sum.ChunkEvents[outcomeCancelled] = events.Cancelled
-	sum.ChunkEvents[outcomeDeadLettered] = events.DeadLetters
+	jobs, byPipeline := s.jobs.snapshot()
+	sum.ChunkEventsByPipeline, sum.JobsFinished, sum.JobsByStatus = map[string]map[string]int{}, map[string]map[string]int{}, map[string]map[string]int{}
+	for pipeline, events := range byPipeline {
+		sum.Tier1Retries += events.Tier1Retries
+		sum.Redeliveries += events.Redeliveries
+		sum.ChunkEvents[outcomeDone] += events.Done
+		sum.ChunkEvents[outcomeCancelled] += events.Cancelled
+		sum.ChunkEvents[outcomeDeadLettered] += events.DeadLetters
+		sum.ChunkEventsByPipeline[pipeline] = map[string]int{outcomeDone: events.Done, outcomeCancelled: events.Cancelled, outcomeDeadLettered: events.DeadLetters}
+		finished := map[string]int{}
+		for st, n := range events.Finished {
+			finished[string(st)] = n
+		}
+		sum.JobsFinished[pipeline] = finished
+	}
 	for _, j := range jobs {
+		if sum.JobsByStatus[j.Pipeline] == nil {
+			sum.JobsByStatus[j.Pipeline] = map[string]int{}
+		}
+		sum.JobsByStatus[j.Pipeline][string(j.Status)]++
 		sum.Chunks[outcomeDone] += j.Summary.Done
 		sum.Chunks[outcomeCancelled] += j.Summary.Cancelled
 		sum.Chunks[outcomeDeadLettered] += j.Summary.DeadLettered
