@@ -198,3 +198,20 @@ const (
 	// breaker, its failure opens it again.
 	BreakerHalfOpen = BreakerState(kv.BreakerHalfOpen)
 )
+
+// The kinds of a ChunkEvent, as the trace shows them.
+const (
+	// EventDelivered: a worker took a delivery of the chunk's message.
+	EventDelivered = kv.EventDelivered
+	// EventHeld: parked while a system's breaker is open (Detail names it).
+	EventHeld = kv.EventHeld
+	// EventAwaitingApproval: parked before a stage until a person answers.
+	EventAwaitingApproval = kv.EventAwaitingApproval
+	// EventPaused: parked while its pipeline is paused.
+	EventPaused = kv.EventPaused
+	// EventDone, EventDeadLettered (Detail: the envelope) and
+	// EventCancelled are outcomes.
+	EventDone         = kv.EventDone
+	EventDeadLettered = kv.EventDeadLettered
+	EventCancelled    = kv.EventCancelled
+)

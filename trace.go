@@ -32,7 +32,19 @@ type TraceChunk struct {
 	Envelope   string      `json:"envelope,omitempty"`
 	Error      string      `json:"error,omitempty"`
 	Calls      []Call      `json:"calls"`
+	// Events are what happened to the chunk besides its calls: each
+	// delivery a worker took (a redelivery after a crash shows as a
+	// second delivery by another worker), holds, parks and outcomes,
+	// oldest first; EventsDropped counts those dropped past the bound.
+	Events        []ChunkEvent `json:"events,omitempty"`
+	EventsDropped int          `json:"events_dropped,omitempty"`
 }
+
+// ChunkEvent is one thing that happened to a chunk: Kind is delivered,
+// held, awaiting-approval, paused, done, dead-lettered or cancelled, At
+// when, Delivery the delivery count a worker took, Worker who, Stage
+// where, Detail the system a hold waits for or a dead-letter's envelope.
+type ChunkEvent = kv.ChunkEvent
 
 // Trace returns job id's timeline, from its record, checkpoints and
 // journal. It reads every call of the job: meant for one job at a time,
@@ -128,7 +140,8 @@ func traceChunk(cp kv.Checkpoint, rows map[string]kv.StoredRow) (TraceChunk, err
 		return calls[a].StartedAt.Before(calls[b].StartedAt)
 	})
 	tc := TraceChunk{Chunk: cp.Chunk, Status: ChunkStatus(cp.Status), Stage: cp.Stage, Epoch: cp.Epoch,
-		Deliveries: cp.Deliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope, Error: cp.Reason}
+		Deliveries: cp.Deliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope, Error: cp.Reason,
+		Events: cp.Events, EventsDropped: cp.EventsDropped}
 	tc.Calls = callsOf(calls)
 	return tc, nil
 }

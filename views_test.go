@@ -30,7 +30,8 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 		{"Worker", kv.WorkerState{}, func(v any) any { return workerOf(v.(kv.WorkerState)) }, nil},
 		{"Chunk", kv.Checkpoint{}, func(v any) any { return chunkOf(v.(kv.Checkpoint)) }, []string{"ClaimRevision", "Snapshots",
 			"MsgSeq", "CostMicros", "Counted", "CountedTier1", "CountedRedeliveries", "CountedPromptTokens",
-			"CountedCompletionTokens", "CountedCostMicros", "Outputs"}},
+			"CountedCompletionTokens", "CountedCostMicros", "Outputs",
+			"Events", "EventsDropped"}}, // the timeline is the trace's (TraceChunk), not every status page's
 		{"EnvelopeRecord", kv.EnvelopeRecord{}, func(v any) any { return envelopeRecordOf(v.(kv.EnvelopeRecord)) },
 			[]string{"RecoveringBy", "LeaseUntil", "Alerts"}},
 		{"Envelope", recovery.Envelope{}, func(v any) any { return envelopeOf(v.(recovery.Envelope)) }, nil},
@@ -40,7 +41,7 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 			"Record.RecoveringBy", "Record.LeaseUntil", "Record.Alerts", "Checkpoint.ClaimRevision", "Checkpoint.Snapshots",
 			"Checkpoint.MsgSeq", "Checkpoint.CostMicros", "Checkpoint.Counted", "Checkpoint.CountedTier1",
 			"Checkpoint.CountedRedeliveries", "Checkpoint.CountedPromptTokens", "Checkpoint.CountedCompletionTokens",
-			"Checkpoint.CountedCostMicros", "Checkpoint.Outputs", "Journal.RetryableAfterCompensation",
+			"Checkpoint.CountedCostMicros", "Checkpoint.Outputs", "Checkpoint.Events", "Checkpoint.EventsDropped", "Journal.RetryableAfterCompensation",
 			"Journal.HistoryDropped", "Journal.Fingerprint.CompensationKey", "Journal.History.StartedAt",
 			"Journal.History.FinishedAt"}},
 	} {

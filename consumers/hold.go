@@ -25,6 +25,7 @@ func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 	recordError(&cp, cause)
 	cp.Status, cp.HeldOn = kv.StatusHeld, system
 	cp.Holds++
+	cp.Record(kv.ChunkEvent{Kind: kv.EventHeld, Worker: r.w.cfg.ID, Stage: cp.Stage, Detail: system})
 	if err := r.park(ctx, cp, fence, system, "circuit breaker of "+system+" open"); err != nil {
 		return err
 	}
@@ -38,6 +39,7 @@ func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int, name string) error {
 	cp.ClearLastError()
 	cp.Status, cp.Stage = kv.StatusAwaitingApproval, stage
+	cp.Record(kv.ChunkEvent{Kind: kv.EventAwaitingApproval, Worker: r.w.cfg.ID, Stage: stage, Detail: name})
 	if err := r.park(ctx, cp, fence, streams.SystemApproval, "stage "+name+" requires approval"); err != nil {
 		return err
 	}

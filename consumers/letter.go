@@ -167,6 +167,11 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 		if l.Stopped != "" {
 			cp.Stage = l.Stage
 		}
+		kind := kv.EventDeadLettered
+		if l.Stopped != "" {
+			kind = kv.EventCancelled
+		}
+		cp.Record(kv.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
 		cp.Reason = streams.Clip(l.Err, streams.ErrorTextMax)
 		if l.Deliveries > cp.Deliveries {
 			cp.Redeliveries += int(l.Deliveries - max(cp.Deliveries, 1))

@@ -76,6 +76,7 @@ func (p *pauses) all() []kv.PipelineState {
 func (r *run) pause(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
 	cp.ClearLastError()
 	cp.Status, cp.Stage = kv.StatusPaused, stage
+	cp.Record(kv.ChunkEvent{Kind: kv.EventPaused, Worker: r.w.cfg.ID, Stage: stage})
 	if err := r.park(ctx, cp, fence, streams.PausedSystem(r.chunk.Pipeline), "pipeline "+r.chunk.Pipeline+" paused"); err != nil {
 		return err
 	}

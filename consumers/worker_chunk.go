@@ -214,6 +214,7 @@ func (r *run) run(ctx context.Context) error {
 			cp.Approvals = append(cp.Approvals, approval)
 		}
 		cp.Status, cp.HeldOn = kv.StatusRunning, ""
+		cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)})
 		countRedeliveries(cp, r.meta)
 		// The last error stays until this delivery ends with its own.
 		cp.LastErrorOlder = cp.LastError != ""
@@ -606,6 +607,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 	}
 	cp.Status = kv.StatusDone
 	cp.Stage = len(p.Stages)
+	cp.Record(kv.ChunkEvent{Kind: kv.EventDone, Worker: w.cfg.ID, Stage: cp.Stage})
 	d := cp.Recount()
 	if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
@@ -669,6 +671,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 	cp.Status = kv.CancelledAtStage(stage)
 	cp.Stage = stage
 	cp.Reason = r.w.cancels.reason(r.chunk.Job)
+	cp.Record(kv.ChunkEvent{Kind: kv.EventCancelled, Worker: r.w.cfg.ID, Stage: stage})
 	d := cp.Recount()
 	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)

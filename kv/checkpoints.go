@@ -115,7 +115,61 @@ type Checkpoint struct {
 	// worker may have died mid-call).
 	LastErrorOlder bool          `json:"last_error_older,omitempty"`
 	Outputs        []StageOutput `json:"outputs,omitempty"`
-	UpdatedAt      time.Time     `json:"updated_at"`
+	// Events is the chunk's timeline besides its calls: every delivery a
+	// worker took, holds, parks and outcomes, oldest first; at most
+	// chunkEventsMax (the first is kept, EventsDropped counts the ones
+	// dropped after it).
+	Events        []ChunkEvent `json:"events,omitempty"`
+	EventsDropped int          `json:"events_dropped,omitempty"`
+	UpdatedAt     time.Time    `json:"updated_at"`
+}
+
+// ChunkEvent is one thing that happened to a chunk, for its timeline.
+type ChunkEvent struct {
+	// Kind is one of the Event* words.
+	Kind string    `json:"kind"`
+	At   time.Time `json:"at"`
+	// Delivery is the delivery count of the message a worker took
+	// (EventDelivered); Worker the process that took it or recorded the
+	// event.
+	Delivery uint64 `json:"delivery,omitempty"`
+	Worker   string `json:"worker,omitempty"`
+	Stage    int    `json:"stage,omitempty"`
+	// Detail says more: the system a hold waits for, the envelope of a
+	// dead-letter.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Chunk event kinds.
+const (
+	// EventDelivered: a worker took a delivery of the chunk's message.
+	EventDelivered = "delivered"
+	// EventHeld: parked while a system's breaker is open (Detail).
+	EventHeld = "held"
+	// EventAwaitingApproval: parked before a stage until a person answers.
+	EventAwaitingApproval = "awaiting-approval"
+	// EventPaused: parked while its pipeline is paused.
+	EventPaused = "paused"
+	// EventDone, EventDeadLettered and EventCancelled are outcomes.
+	EventDone         = "done"
+	EventDeadLettered = "dead-lettered"
+	EventCancelled    = "cancelled"
+)
+
+// chunkEventsMax bounds a checkpoint's Events.
+const chunkEventsMax = 32
+
+// Record appends e to the chunk's timeline (At now when zero), dropping
+// the oldest event but the first past chunkEventsMax.
+func (c *Checkpoint) Record(e ChunkEvent) {
+	if e.At.IsZero() {
+		e.At = time.Now().UTC()
+	}
+	if len(c.Events) >= chunkEventsMax {
+		c.Events = append(c.Events[:1], c.Events[2:]...)
+		c.EventsDropped++
+	}
+	c.Events = append(c.Events, e)
 }
 
 // Terminal reports whether the chunk has reached an outcome that no worker

@@ -189,6 +189,13 @@ func TestOrderRecovery(t *testing.T) {
 		if row := chargeRow(t, c, crashJob, 1); row.Status != kv.CallSucceeded || !row.Verified {
 			t.Errorf("charge row after resume = %+v, want SUCCEEDED and verified", row)
 		}
+		// The trace explains the gap: the victim's delivery, then another
+		// worker's, redelivered after the victim stopped answering.
+		code, out, errOut := run(t, "", "trace", crashJob, "--server", c.url)
+		if code != 0 || !strings.Contains(out, "delivery 1 taken by victim") || !strings.Contains(out, "delivery 2 taken by w") ||
+			!strings.Contains(out, "ended without a result") || !strings.Contains(out, "deliveries 2") || !strings.Contains(out, "done") {
+			t.Errorf("salvage trace of the killed chunk does not explain the redelivery: %d %s\n%s", code, errOut, out)
+		}
 	})
 
 	t.Run("permanent failure at email: refund, void, release in that order", func(t *testing.T) {
