@@ -209,6 +209,9 @@ const (
 	EventAwaitingApproval = kv.EventAwaitingApproval
 	// EventPaused: parked while its pipeline is paused.
 	EventPaused = kv.EventPaused
+	// EventCompensated: recovery undid one of its effects (Detail says
+	// which, with what).
+	EventCompensated = kv.EventCompensated
 	// EventDone, EventDeadLettered (Detail: the envelope) and
 	// EventCancelled are outcomes.
 	EventDone         = kv.EventDone

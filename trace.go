@@ -41,9 +41,10 @@ type TraceChunk struct {
 }
 
 // ChunkEvent is one thing that happened to a chunk: Kind is delivered,
-// held, awaiting-approval, paused, done, dead-lettered or cancelled, At
-// when, Delivery the delivery count a worker took, Worker who, Stage
-// where, Detail the system a hold waits for or a dead-letter's envelope.
+// held, awaiting-approval, paused, compensated, done, dead-lettered or
+// cancelled (the Event* constants), At when, Delivery the delivery count
+// a worker took, Worker who, Stage where, Detail the system a hold waits
+// for, the effect a compensation undid or a dead-letter's envelope.
 type ChunkEvent = kv.ChunkEvent
 
 // Trace returns job id's timeline, from its record, checkpoints and

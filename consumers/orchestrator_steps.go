@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -217,6 +218,20 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 			return nil
 		}); err != nil {
 			return false, err
+		}
+		// The chunk's timeline shows it too; losing this line to a crash
+		// loses no state (the journal row says COMPENSATED). A chunk a
+		// worker holds, or one in a later epoch, is left alone: any write
+		// would fence its holder out.
+		if _, err := o.stores.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
+			if cp.ClaimedBy != "" || cp.Epoch != env.Checkpoint.Epoch {
+				return kv.ErrNoChange
+			}
+			cp.Record(kv.ChunkEvent{Kind: kv.EventCompensated, Stage: row.Stage,
+				Detail: strings.TrimSpace(fmt.Sprintf("%s undid %s %s", undo.Name, row.Tool, row.Fingerprint.ResourceID))})
+			return nil
+		}); err != nil {
+			log.Warn().Err(err).Str("journal_key", key).Msg("record the compensation in the chunk's timeline")
 		}
 		log.Info().Str("journal_key", key).Str("tool", undo.Name).Str("resource_id", row.Fingerprint.ResourceID).Msg("effect compensated")
 	}

@@ -150,6 +150,9 @@ const (
 	EventAwaitingApproval = "awaiting-approval"
 	// EventPaused: parked while its pipeline is paused.
 	EventPaused = "paused"
+	// EventCompensated: recovery undid one of its effects (Detail: which,
+	// with what).
+	EventCompensated = "compensated"
 	// EventDone, EventDeadLettered and EventCancelled are outcomes.
 	EventDone         = "done"
 	EventDeadLettered = "dead-lettered"

@@ -222,6 +222,14 @@ func TestOrderRecovery(t *testing.T) {
 		if n := countNotes(rec.Notes, "compensated "); n != 3 {
 			t.Fatalf("envelope notes record %d compensations, want 3: %v", n, rec.Notes)
 		}
+		// The trace shows each compensation in the chunk's timeline,
+		// newest effect first.
+		code, out, errOut := run(t, "", "trace", compJob, "--server", c.url)
+		refund, void := strings.Index(out, "compensated: refund-payment undid charge-payment"), strings.Index(out, "compensated: void-invoice undid create-invoice")
+		if code != 0 || refund < 0 || void < refund || !strings.Contains(out, "compensated: release-inventory undid reserve-inventory") ||
+			!strings.Contains(out, "dead-lettered after 1 deliveries") {
+			t.Errorf("salvage trace of the compensated chunk: %d %s\n%s", code, errOut, out)
+		}
 	})
 
 	t.Run("a compensation that fails escalates and names what is left", func(t *testing.T) {

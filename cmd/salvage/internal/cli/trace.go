@@ -241,6 +241,8 @@ func eventText(x salvage.ChunkEvent, prev *salvage.ChunkEvent) string {
 			return fmt.Sprintf("cancelled at stage %d; envelope %s settles its effects", x.Stage, x.Detail)
 		}
 		return fmt.Sprintf("cancelled at stage %d", x.Stage)
+	case salvage.EventCompensated:
+		return "compensated: " + x.Detail
 	case salvage.EventDone:
 		return "done"
 	}
