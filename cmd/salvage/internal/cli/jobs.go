@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 )
 
 // withClient connects and makes a client (not started: it only reads and
@@ -93,7 +93,7 @@ dead-lettered first.`,
 				return noJob(id, err)
 			}
 			if failed {
-				chunks = failing(chunks)
+				chunks = dashboard.Failing(chunks)
 			}
 			if asJSON {
 				if chunks == nil {
@@ -153,36 +153,6 @@ func chunkCounts(j *salvage.Job, chunks []salvage.Chunk, failedOnly bool) string
 		parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// failing keeps the chunks that failed or wait: dead-lettered, cancelled
-// with effects settled, parked (held, awaiting approval, paused), or
-// carrying an envelope or an error; dead-lettered first, then parked,
-// then the rest, each by number.
-func failing(chunks []salvage.Chunk) []salvage.Chunk {
-	rank := func(ch salvage.Chunk) int {
-		switch ch.Status {
-		case salvage.ChunkDeadLettered:
-			return 0
-		case salvage.ChunkHeld, salvage.ChunkAwaitingApproval, salvage.ChunkPaused:
-			return 1
-		}
-		if _, ok := ch.Status.Cancelled(); ok && ch.Envelope != "" {
-			return 2
-		}
-		if ch.Envelope != "" || ch.LastError != "" {
-			return 3
-		}
-		return -1
-	}
-	var out []salvage.Chunk
-	for _, ch := range chunks {
-		if rank(ch) >= 0 {
-			out = append(out, ch)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b salvage.Chunk) int { return cmp.Compare(rank(a), rank(b)) })
-	return out
 }
 
 // operatorName is who an operator action is recorded as: $USER, else

@@ -92,19 +92,76 @@ func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// apiJob serves one job and a page of its chunks (?offset=&limit=).
+// apiJob serves one job and a page of its chunks (?offset=&limit=);
+// ?filter=failed pages through only the chunks that failed or wait,
+// dead-lettered first (see Failing): it reads every chunk of the job, as
+// `salvage status --failed` does.
 func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
-	page, err := pageOf(r.URL.Query())
+	q := r.URL.Query()
+	page, err := pageOf(q)
 	if err != nil {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	st, err := s.client.Status(r.Context(), r.PathValue("id"), &page)
+	id := r.PathValue("id")
+	switch q.Get("filter") {
+	case "":
+		st, err := s.client.Status(r.Context(), id, &page)
+		if err != nil {
+			fail(w, statusOf(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	case "failed":
+		var all []salvage.Chunk
+		var st *salvage.JobState
+		for p := (&salvage.Page{Limit: salvage.PageMax}); ; p.Offset = st.NextOffset {
+			if st, err = s.client.Status(r.Context(), id, p); err != nil {
+				fail(w, statusOf(err), err)
+				return
+			}
+			all = append(all, st.Chunks...)
+			if st.NextOffset == 0 {
+				break
+			}
+		}
+		failing := Failing(all)
+		from, to := page.Bounds(len(failing))
+		out := salvage.JobState{Job: st.Job, Chunks: failing[from:to], Offset: from}
+		if out.Chunks == nil {
+			out.Chunks = []salvage.Chunk{}
+		}
+		if to < len(failing) {
+			out.NextOffset = to
+		}
+		writeJSON(w, http.StatusOK, struct {
+			salvage.JobState
+			Matched int `json:"matched"`
+		}{out, len(failing)})
+	default:
+		fail(w, http.StatusBadRequest, fmt.Errorf("filter %q: want failed, or none", q.Get("filter")))
+	}
+}
+
+// apiCancelJob cancels a job from the page: POST /api/jobs/{id}/cancel,
+// guarded like every mutation (a token or a signed-in person, same
+// origin).
+func (s *Server) apiCancelJob(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r); err != nil {
+		fail(w, http.StatusForbidden, err)
+		return
+	}
+	var body struct{}
+	if err := decodeBody(w, r, &body); err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
+	j, err := s.client.Cancel(r.Context(), r.PathValue("id"), "dashboard")
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, j)
 }
 
 // apiChunkTrace serves one chunk's timeline, the calls that did not

@@ -1,0 +1,154 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// TestJobPageInABrowser drives the job page at 1,280 and 1,920 pixels: a
+// job opened by its URL shows its pipeline's pause; the chunk filter
+// shows the failed chunk alone, paging walks the chunks; the envelope
+// links to its job and the job to its envelopes; the cancel button
+// cancels the job, asking first; the pipelines panel's resume and pause
+// take a real mouse click at both widths.
+func TestJobPageInABrowser(t *testing.T) {
+	t.Parallel()
+	for _, width := range []int64{1280, 1920} {
+		t.Run(fmt.Sprint(width), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, "")
+			worker := startWorker(t, f) // records the pipeline, so it can be paused
+			if _, err := worker.PausePipeline(context.Background(), "order-fulfillment", "alice", "deploy"); err != nil {
+				t.Fatal(err)
+			}
+			job := "01JDASHBOARD00000000000000"
+			ctx := browse(t, f.url+"/")
+			step, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+			asked := make(chan string, 10)
+			go func() {
+				for ev, err := range dialogs {
+					if err != nil {
+						return
+					}
+					asked <- ev.Message
+					_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+				}
+			}()
+			if err := chromedp.Do(step, chromedp.EmulateViewport(width, 900), chromedp.Navigate(f.url+"/#job/"+job),
+				chromedp.WaitVisible(`#jp-chunks tr[data-chunk="3"]`)); err != nil {
+				t.Fatal(err)
+			}
+			// Opened by URL, before the page has read anything else.
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('jp-status').dataset.paused === 'yes'`)); err != nil {
+				status, _ := chromedp.Run(step, chromedp.Text(`#jp-status`))
+				t.Fatalf("a job opened by URL does not show its pipeline's pause: %q", status)
+			}
+			// The filter: only the dead-lettered chunk.
+			if err := chromedp.Do(step, chromedp.SetValue(`#jp-filter`, "failed")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := chromedp.Run(step, chromedp.Evaluate[bool](`document.getElementById('jp-filter').dispatchEvent(new Event('change'))`)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelectorAll('#jp-chunks tr').length === 1 && document.querySelector('#jp-chunks tr').dataset.chunk === '3'`)); err != nil {
+				t.Fatalf("the failed filter: %v", err)
+			}
+			if got, _ := chromedp.Run(step, chromedp.Text(`#jp-range`)); !strings.Contains(got, "chunks 1–1 of 1 failed or waiting") {
+				t.Errorf("range under the filter: %q", got)
+			}
+			// Paging, two chunks a page: 1 and 2, then 3.
+			if _, err := chromedp.Run(step, chromedp.Evaluate[bool](`chunkLimit = 2; document.getElementById('jp-filter').value = ''; chunkOffset = 0; showJob(currentJob); true`)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelectorAll('#jp-chunks tr').length === 2 && !document.getElementById('jp-next').disabled`)); err != nil {
+				t.Fatalf("the first page of two chunks: %v", err)
+			}
+			if err := click(step, `#jp-next`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelectorAll('#jp-chunks tr').length === 1 && document.querySelector('#jp-chunks tr').dataset.chunk === '3' && document.getElementById('jp-next').disabled`)); err != nil {
+				t.Fatalf("the second page: %v", err)
+			}
+			// Job -> its envelopes -> the envelope -> back to the job.
+			if err := click(step, `#jp-envelopes`); err != nil {
+				t.Fatal(err)
+			}
+			row := `tr[data-envelope="` + f.envID + `"]`
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('f-job').textContent === '`+job+`' && !!document.querySelector('`+row+`')`)); err != nil {
+				t.Fatalf("the job's envelopes: %v", err)
+			}
+			if err := click(step, row); err != nil {
+				t.Fatal(err)
+			}
+			if err := chromedp.Do(step, chromedp.WaitVisible(`[data-testid="d-job"]`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := click(step, `[data-testid="d-job"]`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`location.hash === '#job/`+job+`'`)); err != nil {
+				t.Fatal(err)
+			}
+			// Cancel, from the page, asking first.
+			if err := chromedp.Do(step, chromedp.WaitVisible(`#jp-cancel`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := click(step, `#jp-cancel`); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case msg := <-asked:
+				if !strings.Contains(msg, "Cancel job "+job) {
+					t.Fatalf("the cancel asked %q", msg)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the cancel asked nothing")
+			}
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('jp-result').textContent.startsWith('job `+job+`: ')`)); err != nil {
+				got, _ := chromedp.Run(step, chromedp.Text(`#jp-result`))
+				t.Fatalf("the page's cancel answered %q", got)
+			}
+			if j, err := f.stores.Jobs.Get(context.Background(), job); err != nil || j.CancelledAt == nil {
+				t.Fatalf("job after the page's cancel = %+v, %v", j, err)
+			}
+			// The pipelines panel's buttons take a real click at this
+			// width (at 1,400 px another panel once covered them).
+			pipeRow := `tr[data-pipeline="order-fulfillment"]`
+			if err := click(step, pipeRow+`[data-state="paused"] button[data-action="resume"]`); err != nil {
+				t.Fatal(err)
+			}
+			if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="running"]`)); err != nil {
+				t.Fatalf("resume from the page at %d px: %v", width, err)
+			}
+			if err := click(step, pipeRow+` button[data-action="pause"]`); err != nil {
+				t.Fatal(err)
+			}
+			if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="paused"]`)); err != nil {
+				t.Fatalf("pause from the page at %d px: %v", width, err)
+			}
+			screenshot(t, step, "#job-page", fmt.Sprintf("job-page-%d.png", width))
+		})
+	}
+}
+
+// click clicks sel with the mouse, as a person would (a button another
+// panel covers is not clicked), trying again when the page re-rendered the
+// node between finding and clicking it.
+func click(ctx context.Context, sel string) error {
+	var err error
+	for range 5 {
+		if err = chromedp.Do(ctx, chromedp.WaitVisible(sel), chromedp.Click(sel)); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
