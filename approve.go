@@ -2,13 +2,16 @@ package salvage
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -59,13 +62,26 @@ func (c *Client) Approve(ctx context.Context, job string, chunk int, d Decision)
 // AwaitingLimit bounds one Awaiting answer.
 const AwaitingLimit = 1000
 
-// Awaiting is a chunk parked for a person's approval.
+// Awaiting is a chunk parked for a person's approval, with what a person
+// needs to judge it.
 type Awaiting struct {
 	Job   string `json:"job_id"`
 	Chunk int    `json:"chunk"`
 	// Since is when it was parked.
 	Since time.Time `json:"since"`
+	// Pipeline, Stage and StageName say what waits: the stage that runs
+	// once approved.
+	Pipeline  string `json:"pipeline,omitempty"`
+	Stage     int    `json:"stage,omitempty"`
+	StageName string `json:"stage_name,omitempty"`
+	// Input is the chunk's input, cut to AwaitingInputMax bytes
+	// (InputCut says so).
+	Input    string `json:"input,omitempty"`
+	InputCut bool   `json:"input_cut,omitempty"`
 }
+
+// AwaitingInputMax bounds the input Awaiting carries.
+const AwaitingInputMax = 2048
 
 // Awaiting lists up to limit chunks awaiting approval (default 100, at
 // most AwaitingLimit), longest waiting first: one request per chunk
@@ -79,6 +95,7 @@ func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
 	if err != nil {
 		return nil, err
 	}
+	st, _ := c.storesFor(ctx) // without the buckets, the list still names the chunks
 	out := []Awaiting{}
 	for seq := uint64(1); len(out) < limit; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.HoldForSystem(streams.SystemApproval)))
@@ -93,7 +110,29 @@ func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, Awaiting{Job: ref.Job, Chunk: ref.Chunk, Since: m.Time})
+		a := Awaiting{Job: ref.Job, Chunk: ref.Chunk, Since: m.Time}
+		var msg streams.ChunkMsg
+		if json.Unmarshal(m.Data, &msg) == nil {
+			a.Pipeline = msg.Pipeline
+			a.Input, a.InputCut = string(msg.Input), len(msg.Input) > AwaitingInputMax
+			if a.InputCut {
+				a.Input = strings.ToValidUTF8(a.Input[:AwaitingInputMax], "")
+			}
+		}
+		if st != nil {
+			// The stage it waits before, from its timeline: one read
+			// per chunk listed.
+			if cp, _, err := st.Checkpoints.Get(ctx, ref.Job, ref.Chunk); err == nil {
+				a.Stage = cp.Stage
+				for i := len(cp.Events) - 1; i >= 0; i-- {
+					if cp.Events[i].Kind == kv.EventAwaitingApproval {
+						a.StageName = cp.Events[i].Detail
+						break
+					}
+				}
+			}
+		}
+		out = append(out, a)
 	}
 	return out, nil
 }

@@ -87,8 +87,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	if firstCall, err := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('#jp-calls tr').dataset.status`)); err != nil || firstCall != "FAILED" {
 		t.Fatalf("the timeline leads with %q (%v); want the failed call first", firstCall, err)
 	}
-	if n, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll('#jp-calls tr').length`)); err != nil || n != 3 {
+	if n, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll('#jp-calls tr[data-status]').length`)); err != nil || n != 3 {
 		t.Fatalf("timeline rows %d (%v); want the chunk's 3 calls", n, err)
+	}
+	// And what happened to the chunk: its delivery, and who took it.
+	if ev, err := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('#jp-calls tr[data-event="delivered"]')?.textContent || ''`)); err != nil ||
+		!strings.Contains(ev, "delivery 3") || !strings.Contains(ev, "w-fixture") {
+		t.Fatalf("the chunk's timeline shows no delivery event: %q (%v)", ev, err)
 	}
 	screenshot(t, step, "#job-page", "job-page.png")
 
@@ -208,11 +213,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	if _, err := f.stores.Checkpoints.Mutate(bg, job, 2, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Stage = kv.StatusAwaitingApproval, 2
+		cp.Record(kv.ChunkEvent{Kind: kv.EventAwaitingApproval, Stage: 2, Detail: "payment"})
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	parked := `{"job_id":"` + job + `","chunk":2,"pipeline":"order-fulfillment","epoch":0,"input":{}}`
+	parked := `{"job_id":"` + job + `","chunk":2,"pipeline":"order-fulfillment","epoch":0,"input":{"order":"o-42","amount":120}}`
 	if _, err := f.b.JS.Publish(bg, streams.HoldSubject(streams.SystemApproval, job, 2), []byte(parked)); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +226,15 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	approveButton := `tr[data-job="` + job + `"][data-chunk="2"] button[data-action="approve"]`
-	if err := chromedp.Do(step, chromedp.WaitVisible(approveButton), chromedp.Click(approveButton)); err != nil {
+	if err := chromedp.Do(step, chromedp.WaitVisible(approveButton)); err != nil {
+		t.Fatal(err)
+	}
+	// A person sees what to judge: the whole job id, the stage, the input.
+	approval, err := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('tr[data-job="`+job+`"][data-chunk="2"]').textContent`))
+	if err != nil || !strings.Contains(approval, job) || !strings.Contains(approval, "2 payment (order-fulfillment)") || !strings.Contains(approval, `"order":"o-42"`) {
+		t.Fatalf("the approvals panel shows %q (%v); want the job id, the stage and the input", approval, err)
+	}
+	if err := chromedp.Do(step, chromedp.Click(approveButton)); err != nil {
 		t.Fatal(err)
 	}
 	chunks, err := f.b.JS.Stream(bg, streams.Chunks)

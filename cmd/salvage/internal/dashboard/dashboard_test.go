@@ -67,6 +67,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 		var d kv.Delta
 		if _, err := stores.Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Tier1Retries, cp.Deliveries, cp.Redeliveries = status, 2, uint64(i+1), i
+			cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: uint64(i + 1), Worker: "w-fixture", Stage: 1})
 			d = cp.Recount()
 			return nil
 		}); err != nil {
@@ -680,8 +681,13 @@ func TestJobListAndPage(t *testing.T) {
 		t.Fatalf("done jobs %s: %v", body, err)
 	}
 	_, body = get(t, f.url+"/api/jobs?q=dashboard")
+	list = dashboard.JobList{}
 	if err := json.Unmarshal([]byte(body), &list); err != nil || list.Total != 1 || list.Jobs[0].ID != "01JDASHBOARD00000000000000" {
 		t.Fatalf("search %s: %v", body, err)
+	}
+	// The tabs count what the search finds, not every job.
+	if list.Counts["running"] != 1 || list.Counts["done"] != 0 {
+		t.Fatalf("counts under a search: %v", list.Counts)
 	}
 	if code, _ := get(t, f.url+"/api/jobs?status=finished"); code != http.StatusBadRequest {
 		t.Fatalf("unknown status answered %d", code)

@@ -53,7 +53,8 @@ func pageOf(q url.Values) (salvage.Page, error) {
 }
 
 // apiJobs lists jobs from the watched index: ?status= (one of the tabs),
-// ?q= (a part of the id or the pipeline), ?offset=&limit=.
+// ?q= (a part of the id or the pipeline), ?offset=&limit=. Counts are per
+// status of the jobs the search finds.
 func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	status := salvage.JobStatus(q.Get("status"))
@@ -71,8 +72,12 @@ func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 	out := JobList{Counts: map[string]int{}}
 	rows := make([]JobRow, 0, len(jobs))
 	for _, j := range jobs {
+		if search != "" && !strings.Contains(strings.ToLower(j.ID), search) && !strings.Contains(j.Pipeline, search) {
+			continue
+		}
+		// The tabs count what the search finds.
 		out.Counts[string(j.Status)]++
-		if (status != "" && j.Status != status) || (search != "" && !strings.Contains(strings.ToLower(j.ID), search) && !strings.Contains(j.Pipeline, search)) {
+		if status != "" && j.Status != status {
 			continue
 		}
 		rows = append(rows, JobRow{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks, Done: j.Summary.Done,
