@@ -50,20 +50,8 @@ func TestDashboardInABrowser(t *testing.T) {
 	ctx := browse(t, f.url+"/")
 	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelStep()
-	// The page confirms what changes things (a replay, a bulk action):
-	// every dialog is accepted here, and its question kept.
-	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
-	asked := make(chan string, 10)
-	go func() {
-		for ev, err := range dialogs {
-			if err != nil {
-				return
-			}
-			asked <- ev.Message
-			// A prompt (the reason for a pause) is answered "deploy".
-			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true, PromptText: "deploy"})
-		}
-	}()
+	// The page confirms what changes things (a replay, a bulk action).
+	asked := acceptDialogs(ctx)
 
 	var sum dashboard.Summary
 	_, body := get(t, f.url+"/api/summary")
@@ -305,6 +293,24 @@ func browse(t *testing.T, url string) context.Context {
 		}
 		t.Logf("chromium did not start (try %d): %v", try, err)
 	}
+}
+
+// acceptDialogs accepts every dialog the page in ctx opens — a prompt
+// (the reason for a pause) is answered "deploy" — and passes each
+// question on.
+func acceptDialogs(ctx context.Context) <-chan string {
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	asked := make(chan string, 16)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			asked <- ev.Message
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true, PromptText: "deploy"})
+		}
+	}()
+	return asked
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

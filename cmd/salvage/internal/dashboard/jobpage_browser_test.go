@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -31,17 +30,7 @@ func TestJobPageInABrowser(t *testing.T) {
 			ctx := browse(t, f.url+"/")
 			step, cancel := context.WithTimeout(ctx, 60*time.Second)
 			defer cancel()
-			dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
-			asked := make(chan string, 10)
-			go func() {
-				for ev, err := range dialogs {
-					if err != nil {
-						return
-					}
-					asked <- ev.Message
-					_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
-				}
-			}()
+			asked := acceptDialogs(ctx)
 			if err := chromedp.Do(step, chromedp.EmulateViewport(width, 900), chromedp.Navigate(f.url+"/#job/"+job),
 				chromedp.WaitVisible(`#jp-chunks tr[data-chunk="3"]`)); err != nil {
 				t.Fatal(err)

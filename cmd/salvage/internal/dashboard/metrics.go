@@ -60,21 +60,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descTier1, prometheus.CounterValue, float64(sum.Tier1Retries))
 	ch <- prometheus.MustNewConstMetric(descTier2, prometheus.CounterValue, float64(sum.Redeliveries))
-	for pipeline, byStatus := range sum.ChunkEventsByPipeline {
-		for status, n := range byStatus {
-			ch <- prometheus.MustNewConstMetric(descChunks, prometheus.CounterValue, float64(n), pipeline, status)
-		}
-	}
-	for pipeline, byStatus := range sum.JobsFinished {
-		for status, n := range byStatus {
-			ch <- prometheus.MustNewConstMetric(descJobsDone, prometheus.CounterValue, float64(n), pipeline, status)
-		}
-	}
-	for pipeline, byStatus := range sum.JobsByStatus {
-		for status, n := range byStatus {
-			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), pipeline, status)
-		}
-	}
+	byPipeline(ch, descChunks, prometheus.CounterValue, sum.ChunkEventsByPipeline)
+	byPipeline(ch, descJobsDone, prometheus.CounterValue, sum.JobsFinished)
+	byPipeline(ch, descJobs, prometheus.GaugeValue, sum.JobsByStatus)
 	for model, kinds := range sum.Tokens {
 		for kind, n := range kinds {
 			ch <- prometheus.MustNewConstMetric(descTokens, prometheus.CounterValue, float64(n), model, kind)
@@ -102,6 +90,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for tool, byStatus := range sum.Calls {
 		for status, n := range byStatus {
 			ch <- prometheus.MustNewConstMetric(descCalls, prometheus.CounterValue, float64(n), tool, status)
+		}
+	}
+}
+
+// byPipeline sends one metric of desc per pipeline and status of counts
+// (pipeline -> status -> n).
+func byPipeline(ch chan<- prometheus.Metric, desc *prometheus.Desc, kind prometheus.ValueType, counts map[string]map[string]int) {
+	for pipeline, byStatus := range counts {
+		for status, n := range byStatus {
+			ch <- prometheus.MustNewConstMetric(desc, kind, float64(n), pipeline, status)
 		}
 	}
 }
