@@ -123,6 +123,10 @@ func TestDashboardInABrowser(t *testing.T) {
 	if open, err := chromedp.Run(step, chromedp.Evaluate[bool](`document.querySelector('#d-journal').closest('details').open`)); err != nil || open {
 		t.Fatalf("the journal should be folded (open %v, %v)", open, err)
 	}
+	// Inside, by stage: stage 1 has a failed call, so its three calls show.
+	if n, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll('#d-journal tr[data-stage-head="1"]').length * 10 + [...document.querySelectorAll('#d-journal tr[data-stage="1"]')].filter(r => r.style.display !== 'none').length`)); err != nil || n != 13 {
+		t.Fatalf("the journal by stage: %d (%v); want one stage-1 head and its 3 calls shown", n, err)
+	}
 	screenshot(t, step, "", "envelope-page.png")
 	detail, err := chromedp.Run(step, chromedp.Text(`#d-summary`))
 	if err != nil {
