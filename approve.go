@@ -84,8 +84,9 @@ type Awaiting struct {
 const AwaitingInputMax = 2048
 
 // Awaiting lists up to limit chunks awaiting approval (default 100, at
-// most AwaitingLimit), longest waiting first: one request per chunk
-// listed, whatever the number waiting.
+// most AwaitingLimit), longest waiting first: two requests per chunk
+// listed (its parked message, its checkpoint for the stage), whatever the
+// number waiting.
 func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
 	if limit <= 0 {
 		limit = 100

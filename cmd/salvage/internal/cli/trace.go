@@ -125,11 +125,13 @@ func (e *env) printTrace(tr *salvage.Trace) {
 	}
 	fmt.Fprintln(e.stdout)
 	for _, c := range tr.Chunks {
-		deliveries := c.Deliveries
-		if n := countEvents(c.Events, salvage.EventDelivered); n > 0 {
-			deliveries = uint64(n + c.EventsDropped) // every delivery, not the last message's count
+		// Every delivery the timeline kept, not only the last message's
+		// count; with events dropped it is a lower bound.
+		deliveries := fmt.Sprint(max(uint64(countEvents(c.Events, salvage.EventDelivered)), c.Deliveries))
+		if c.EventsDropped > 0 {
+			deliveries = "at least " + deliveries
 		}
-		fmt.Fprintf(e.stdout, "chunk %d: %s  stage %d  epoch %d  deliveries %d  tier-1 retries %d  recoveries %d", c.Chunk, c.Status, c.Stage, c.Epoch, deliveries, c.Tier1, c.Recoveries)
+		fmt.Fprintf(e.stdout, "chunk %d: %s  stage %d  epoch %d  deliveries %s  tier-1 retries %d  recoveries %d", c.Chunk, c.Status, c.Stage, c.Epoch, deliveries, c.Tier1, c.Recoveries)
 		if c.Envelope != "" {
 			fmt.Fprintf(e.stdout, "  envelope %s", c.Envelope)
 		}
