@@ -58,8 +58,10 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	if err := stores.Jobs.Create(ctx, kv.Job{ID: job, Pipeline: "order-fulfillment", Chunks: 3}); err != nil {
 		t.Fatal(err)
 	}
-	// A finished job answers from its record alone: no checkpoints needed.
-	if err := stores.Jobs.Create(ctx, kv.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: kv.JobDone,
+	// A finished job answers from its record alone: no checkpoints
+	// needed. It finished 75 s after it was created.
+	finished := time.Now().Add(75 * time.Second)
+	if err := stores.Jobs.Create(ctx, kv.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: kv.JobDone, FinishedAt: &finished,
 		Summary: kv.Summary{Done: 4, Tier1Retries: 1, Redeliveries: 2}}); err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +157,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 				values[key] = m.GetCounter().GetValue()
 			case m.GetHistogram() != nil:
 				values[key+",count"] = float64(m.GetHistogram().GetSampleCount())
+				values[key+",sum"] = m.GetHistogram().GetSampleSum()
 				all += ",count"
 			}
 			if all != key && all != key+",count" {
@@ -200,11 +203,17 @@ func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 		"salvage_jobs_finished_total,pipeline=contract-review,status=done":        1,
 		"salvage_jobs,pipeline=contract-review,status=done":                       1,
 		"salvage_call_duration_seconds,system=payments,tool=charge-payment,count": 3,
+		"salvage_job_duration_seconds,pipeline=contract-review,status=done,count": 1,
+		// The running job has no duration yet.
+		"salvage_job_duration_seconds,count": 1,
 	}
 	for k, v := range want {
 		if values[k] != v {
 			t.Errorf("%s = %v, want %v", k, values[k], v)
 		}
+	}
+	if d := values["salvage_job_duration_seconds,pipeline=contract-review,status=done,sum"]; d < 74 || d > 76 {
+		t.Errorf("the finished job's duration = %v s, want 75", d)
 	}
 	if values["salvage_dlq_oldest_unresolved_seconds"] < 59 {
 		t.Errorf("oldest unresolved = %v s, want about 60", values["salvage_dlq_oldest_unresolved_seconds"])
