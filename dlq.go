@@ -171,6 +171,10 @@ type CallAttempt struct {
 	ErrorClass  string     `json:"error_class,omitempty"`
 	ErrorStatus int        `json:"error_status,omitempty"`
 	Attempts    int        `json:"attempts"`
+	// StartedAt and FinishedAt are when that run of the call began and
+	// ended, for a timeline.
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
 }
 
 // EnvelopeDetail is everything about one envelope: its record, the

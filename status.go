@@ -207,6 +207,9 @@ const (
 	EventHeld = kv.EventHeld
 	// EventAwaitingApproval: parked before a stage until a person answers.
 	EventAwaitingApproval = kv.EventAwaitingApproval
+	// EventApproved: a person approved the stage it waited before
+	// (Detail: who, and their note).
+	EventApproved = kv.EventApproved
 	// EventPaused: parked while its pipeline is paused.
 	EventPaused = kv.EventPaused
 	// EventCompensated: recovery undid one of its effects (Detail says

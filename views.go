@@ -77,9 +77,8 @@ func callOf(r kv.JournalRow) Call {
 		out.Fingerprint = &Fingerprint{System: f.System, ResourceID: f.ResourceID, Reversible: f.Reversible, Compensation: f.Compensation}
 	}
 	for _, h := range r.History {
-		// When an earlier outcome began and ended stays in the journal.
 		out.History = append(out.History, CallAttempt{Status: CallStatus(h.Status), Error: h.Error,
-			ErrorClass: h.ErrorClass, ErrorStatus: h.ErrorStatus, Attempts: h.Attempts})
+			ErrorClass: h.ErrorClass, ErrorStatus: h.ErrorStatus, Attempts: h.Attempts, StartedAt: h.StartedAt, FinishedAt: h.FinishedAt})
 	}
 	return out
 }

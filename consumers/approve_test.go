@@ -3,6 +3,7 @@ package consumers_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,17 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	cp = b.checkpoint(t, job, 1)
 	if len(cp.Approvals) != 1 || cp.Approvals[0].By != "ann" || cp.Approvals[0].Stage != 2 || cp.Approvals[0].Note != "looks fine" {
 		t.Fatalf("approvals %+v", cp.Approvals)
+	}
+	// The chunk's timeline: parked, approved, delivered again.
+	var kinds []string
+	for _, ev := range cp.Events {
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == kv.EventApproved && (ev.Stage != 2 || ev.Detail != "ann: looks fine") {
+			t.Errorf("approved event %+v", ev)
+		}
+	}
+	if got := strings.Join(kinds, " "); !strings.Contains(got, kv.EventAwaitingApproval+" "+kv.EventApproved+" "+kv.EventDelivered) {
+		t.Errorf("chunk events %q: want the park, the approval, then the delivery it released", got)
 	}
 	if s.count("ship") != 1 || s.count("charge") != 1 || s.count("reserve") != 1 {
 		t.Fatalf("requests reserve %d, charge %d, ship %d; want one each", s.count("reserve"), s.count("charge"), s.count("ship"))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -212,6 +213,8 @@ func (r *run) run(ctx context.Context) error {
 		fresh = cp.MsgSeq == 0
 		if approved && cp.Status == kv.StatusAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
 			cp.Approvals = append(cp.Approvals, approval)
+			cp.Record(kv.ChunkEvent{Kind: kv.EventApproved, At: approval.At, Worker: w.cfg.ID, Stage: approval.Stage,
+				Detail: strings.TrimSuffix(approval.By+": "+approval.Note, ": ")})
 		}
 		cp.Status, cp.HeldOn = kv.StatusRunning, ""
 		cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)})

@@ -148,6 +148,9 @@ const (
 	EventHeld = "held"
 	// EventAwaitingApproval: parked before a stage until a person answers.
 	EventAwaitingApproval = "awaiting-approval"
+	// EventApproved: a person approved the stage it waited before
+	// (Detail: who, and their note).
+	EventApproved = "approved"
 	// EventPaused: parked while its pipeline is paused.
 	EventPaused = "paused"
 	// EventCompensated: recovery undid one of its effects (Detail: which,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,10 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	all := append([]string(nil), jobs...)
 	mu.Unlock()
 	held, partial := 0, 0
+	var heldChunk struct {
+		job   string
+		chunk int
+	}
 	for _, id := range all {
 		var j kv.Job
 		salvagetest.Eventually(t, 90*time.Second, func() bool {
@@ -154,6 +159,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 		for _, cp := range cps {
 			if cp.Holds > 0 {
 				held++
+				heldChunk.job, heldChunk.chunk = id, cp.Chunk
 			}
 		}
 	}
@@ -176,6 +182,11 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	}
 	if b := breaker(); b.State != kv.BreakerClosed {
 		t.Fatalf("crm breaker %+v; want closed once the CRM is back", b)
+	}
+	// A held chunk's trace says why it waited and what released it.
+	code, out, errOut := run(t, "", "trace", heldChunk.job, "--chunk", fmt.Sprint(heldChunk.chunk), "--server", url)
+	if code != 0 || !strings.Contains(out, "the crm breaker is open") || !strings.Contains(out, "after the hold, when the crm breaker let calls through") {
+		t.Errorf("the trace of held chunk %d of %s does not explain the hold: %d %s\n%s", heldChunk.chunk, heldChunk.job, code, errOut, out)
 	}
 	t.Logf("%d jobs complete, %d of them partial; %d orders were held and resumed", len(all), partial, held)
 }

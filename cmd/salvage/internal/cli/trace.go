@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/timeline"
 )
 
 func (e *env) traceCmd() *cobra.Command {
@@ -154,99 +154,42 @@ func countEvents(events []salvage.ChunkEvent, kind string) int {
 	return n
 }
 
-// printTimeline prints a chunk's calls and events in time order, from its
-// first, each event saying what it means for the gap before it: a
-// redelivery after a worker stopped answering, a release from a hold.
+// printTimeline prints a chunk's calls, earlier runs and events in time
+// order, from its first, each event saying what it means for the gap
+// before it: a redelivery after a worker stopped answering, a release
+// from a hold.
 func (e *env) printTimeline(c salvage.TraceChunk) {
-	var first time.Time
-	for _, ev := range c.Events {
-		if first.IsZero() || ev.At.Before(first) {
-			first = ev.At
-		}
-	}
-	for _, r := range c.Calls {
-		if first.IsZero() || r.StartedAt.Before(first) {
-			first = r.StartedAt
-		}
-	}
-	at := func(t time.Time) string { return fmt.Sprintf("+%8.3fs", t.Sub(first).Seconds()) }
 	if c.EventsDropped > 0 {
 		fmt.Fprintf(e.stdout, "  (%d events after the first are not kept)\n", c.EventsDropped)
 	}
-	stage, ev := -1, 0
-	var prev *salvage.ChunkEvent
-	printEvents := func(until time.Time) {
-		for ; ev < len(c.Events) && (until.IsZero() || !c.Events[ev].At.After(until)); ev++ {
-			x := c.Events[ev]
-			fmt.Fprintf(e.stdout, "    %s %s\n", at(x.At), eventText(x, prev))
-			prev = &c.Events[ev]
-		}
-	}
-	for _, r := range c.Calls {
-		printEvents(r.StartedAt)
-		if r.Stage != stage {
-			stage = r.Stage
-			fmt.Fprintf(e.stdout, "  stage %d (epoch %d)\n", r.Stage, r.Epoch)
-		}
-		mark := ""
-		switch {
-		case r.Status == salvage.CallFailed || r.Status == salvage.CallUnknown || r.Status == salvage.CallInitiated || r.Status == salvage.CallCancelled:
-			mark = "  <- " + strings.ToLower(string(r.Status))
-			if r.Error != "" {
-				mark += ": " + truncate(r.Error, 70)
+	stage, epoch := -1, -1
+	for _, x := range timeline.Of(c) {
+		at := fmt.Sprintf("+%8.3fs", x.Offset)
+		switch x.Kind {
+		case timeline.KindCall:
+			r := x.Call
+			if r.Stage != stage || r.Epoch != epoch {
+				stage, epoch = r.Stage, r.Epoch
+				fmt.Fprintf(e.stdout, "  stage %d (epoch %d)\n", r.Stage, r.Epoch)
 			}
-		case r.Verified:
-			mark = "  (verified)"
-		}
-		if u := r.Usage; u != nil {
-			mark += fmt.Sprintf("  %s %d+%d tokens", u.Model, u.PromptTokens, u.CompletionTokens)
-		}
-		fmt.Fprintf(e.stdout, "    %s %-18s %-16s %-11s %6.1fms  attempts %d%s\n",
-			at(r.StartedAt), r.Agent, r.Tool, r.Status, r.LatencyMS, r.Attempts, mark)
-		for _, h := range r.History {
-			fmt.Fprintf(e.stdout, "      earlier run: %s after %d attempts: %s\n", h.Status, h.Attempts, truncate(h.Error, 70))
+			mark := ""
+			if x.Failed {
+				mark = "  <- " + strings.ToLower(string(r.Status))
+				if r.Error != "" {
+					mark += ": " + truncate(r.Error, 70)
+				}
+			} else if x.Text != "" {
+				mark = "  (" + x.Text + ")"
+			}
+			if u := r.Usage; u != nil && x.Failed {
+				mark += fmt.Sprintf("  %s %d+%d tokens", u.Model, u.PromptTokens, u.CompletionTokens)
+			}
+			fmt.Fprintf(e.stdout, "    %s %-18s %-16s %-11s %6.1fms  attempts %d%s\n",
+				at, r.Agent, r.Tool, r.Status, r.LatencyMS, r.Attempts, mark)
+		case timeline.KindEarlierRun:
+			fmt.Fprintf(e.stdout, "    %s %s\n", at, truncate(x.Text, 120))
+		default:
+			fmt.Fprintf(e.stdout, "    %s %s\n", at, x.Text)
 		}
 	}
-	printEvents(time.Time{})
-}
-
-// eventText says what one event means, given the one before it.
-func eventText(x salvage.ChunkEvent, prev *salvage.ChunkEvent) string {
-	switch x.Kind {
-	case salvage.EventDelivered:
-		s := fmt.Sprintf("delivery %d taken by %s at stage %d", x.Delivery, x.Worker, x.Stage)
-		switch {
-		case prev == nil:
-		case prev.Kind == salvage.EventDelivered:
-			s += fmt.Sprintf(" — redelivered %s after delivery %d (%s) ended without a result: that worker was killed, stopped or stalled, and JetStream redelivered once its AckWait passed without a heartbeat",
-				x.At.Sub(prev.At).Round(100*time.Millisecond), prev.Delivery, prev.Worker)
-		case prev.Kind == salvage.EventHeld:
-			s += fmt.Sprintf(" — released %s after the hold, when the %s breaker let calls through", x.At.Sub(prev.At).Round(100*time.Millisecond), prev.Detail)
-		case prev.Kind == salvage.EventPaused:
-			s += fmt.Sprintf(" — released %s after the park, when the pipeline resumed", x.At.Sub(prev.At).Round(100*time.Millisecond))
-		case prev.Kind == salvage.EventAwaitingApproval:
-			s += fmt.Sprintf(" — released %s after the park, when a person approved", x.At.Sub(prev.At).Round(100*time.Millisecond))
-		case prev.Kind == salvage.EventDeadLettered:
-			s += fmt.Sprintf(" — %s after its envelope %s: a recovery or a replay re-ran it", x.At.Sub(prev.At).Round(100*time.Millisecond), prev.Detail)
-		}
-		return s
-	case salvage.EventHeld:
-		return fmt.Sprintf("held at stage %d: the %s breaker is open; the chunk waits on SALVAGE_HOLD, no delivery spent", x.Stage, x.Detail)
-	case salvage.EventPaused:
-		return fmt.Sprintf("parked at stage %d: its pipeline is paused", x.Stage)
-	case salvage.EventAwaitingApproval:
-		return fmt.Sprintf("parked before stage %d (%s) until a person approves", x.Stage, x.Detail)
-	case salvage.EventDeadLettered:
-		return fmt.Sprintf("dead-lettered after %d deliveries: envelope %s", x.Delivery, x.Detail)
-	case salvage.EventCancelled:
-		if x.Detail != "" {
-			return fmt.Sprintf("cancelled at stage %d; envelope %s settles its effects", x.Stage, x.Detail)
-		}
-		return fmt.Sprintf("cancelled at stage %d", x.Stage)
-	case salvage.EventCompensated:
-		return "compensated: " + x.Detail
-	case salvage.EventDone:
-		return "done"
-	}
-	return x.Kind + " " + x.Detail
 }

@@ -59,7 +59,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Jobs: the list shows the fixture's job; its page at #job/<id>
-	// lists its chunks; a chunk's timeline leads with the failed call.
+	// lists its chunks; a chunk's timeline is in time order.
 	job := "01JDASHBOARD00000000000000"
 	jobLink := `tr[data-job="` + job + `"] a`
 	if err := chromedp.Do(step, chromedp.WaitVisible(jobLink), chromedp.Click(jobLink),
@@ -72,8 +72,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := chromedp.Do(step, chromedp.Click(`#jp-chunks tr[data-chunk="3"]`), chromedp.WaitVisible(`#jp-calls tr`)); err != nil {
 		t.Fatal(err)
 	}
-	if firstCall, err := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('#jp-calls tr').dataset.status`)); err != nil || firstCall != "FAILED" {
-		t.Fatalf("the timeline leads with %q (%v); want the failed call first", firstCall, err)
+	// In time order: the delivery, then the calls, the failed one in red.
+	if order, err := chromedp.Run(step, chromedp.Evaluate[string](`[...document.querySelectorAll('#jp-calls tr')].map(r => (r.dataset.status || r.dataset.event) + (r.className === 'failed' ? '!' : '')).join(' ')`)); err != nil || order != "delivered SUCCEEDED SUCCEEDED FAILED!" {
+		t.Fatalf("the timeline reads %q (%v); want the delivery, then the calls in the order they began, the failed one marked", order, err)
 	}
 	if n, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll('#jp-calls tr[data-status]').length`)); err != nil || n != 3 {
 		t.Fatalf("timeline rows %d (%v); want the chunk's 3 calls", n, err)

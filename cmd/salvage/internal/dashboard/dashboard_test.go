@@ -708,8 +708,15 @@ func TestJobListAndPage(t *testing.T) {
 		t.Fatalf("unknown job answered %d", code)
 	}
 	code, body := get(t, f.url+"/api/jobs/01JDASHBOARD00000000000000/chunks/3/trace")
-	var tc salvage.TraceChunk
-	if err := json.Unmarshal([]byte(body), &tc); err != nil || code != http.StatusOK || len(tc.Calls) != 3 || tc.Calls[0].Status != salvage.CallFailed {
+	var tc struct {
+		salvage.TraceChunk
+		Timeline []struct {
+			Kind, Status string
+			Failed       bool
+		} `json:"timeline"`
+	}
+	if err := json.Unmarshal([]byte(body), &tc); err != nil || code != http.StatusOK || len(tc.Calls) != 3 || len(tc.Timeline) != 4 ||
+		tc.Timeline[0].Kind != salvage.EventDelivered || tc.Timeline[3].Status != string(salvage.CallFailed) || !tc.Timeline[3].Failed {
 		t.Fatalf("chunk trace %d %s: %v", code, body, err)
 	}
 }

@@ -83,7 +83,8 @@ func TestJobPageInABrowser(t *testing.T) {
 			if err := click(step, `[data-testid="d-job"]`); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := chromedp.Run(step, chromedp.Poll[bool](`location.hash === '#job/`+job+`'`)); err != nil {
+			// ... at its chunk's timeline.
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`location.hash === '#job/`+job+`/chunk/3' && document.querySelectorAll('#jp-calls tr[data-status]').length === 3`)); err != nil {
 				t.Fatal(err)
 			}
 			// Cancel, from the page, asking first.

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/timeline"
 )
 
 // jobStatuses are the job list's tabs.
@@ -169,8 +170,14 @@ func (s *Server) apiCancelJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
-// apiChunkTrace serves one chunk's timeline, the calls that did not
-// succeed first.
+// chunkTrace is one chunk's trace and its timeline: its calls, earlier
+// runs and events merged in time order, each saying what it means.
+type chunkTrace struct {
+	*salvage.TraceChunk
+	Timeline []timeline.Entry `json:"timeline"`
+}
+
+// apiChunkTrace serves one chunk's timeline.
 func (s *Server) apiChunkTrace(w http.ResponseWriter, r *http.Request) {
 	chunk, err := strconv.Atoi(r.PathValue("chunk"))
 	if err != nil || chunk < 1 {
@@ -182,8 +189,5 @@ func (s *Server) apiChunkTrace(w http.ResponseWriter, r *http.Request) {
 		fail(w, statusOf(err), err)
 		return
 	}
-	sort.SliceStable(c.Calls, func(i, k int) bool {
-		return c.Calls[i].Status != salvage.CallSucceeded && c.Calls[k].Status == salvage.CallSucceeded
-	})
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, chunkTrace{TraceChunk: c, Timeline: timeline.Of(*c)})
 }

@@ -1,0 +1,67 @@
+package timeline_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/timeline"
+)
+
+// TestTimelineExplainsTheGaps builds the chunk the issue could not read:
+// killed mid-call, held by a breaker, verified on resume, failed later,
+// compensated and dead-lettered; the timeline puts it all in time order
+// and says what each gap was.
+func TestTimelineExplainsTheGaps(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	c := salvage.TraceChunk{Chunk: 117, Epoch: 0,
+		Events: []salvage.ChunkEvent{
+			{Kind: salvage.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1},
+			{Kind: salvage.EventDelivered, At: at(10.9), Delivery: 2, Worker: "w-2", Stage: 2},
+			{Kind: salvage.EventHeld, At: at(11), Stage: 3, Detail: "email"},
+			{Kind: salvage.EventDelivered, At: at(28.6), Delivery: 2, Worker: "w-2", Stage: 3},
+			{Kind: salvage.EventCompensated, At: at(30), Stage: 2, Detail: "refund-payment undid charge-payment ch_1"},
+			{Kind: salvage.EventDeadLettered, At: at(30.5), Delivery: 2, Detail: "01JENV"},
+		},
+		Calls: []salvage.Call{
+			{Stage: 1, Agent: "stock", Tool: "reserve-inventory", Status: salvage.CallSucceeded, StartedAt: at(0.1), Attempts: 1},
+			{Stage: 2, Agent: "billing", Tool: "charge-payment", System: "payments", Status: salvage.CallCompensated, Verified: true, StartedAt: at(10.95),
+				History: []salvage.CallAttempt{{Status: salvage.CallInitiated, StartedAt: at(0.2)}}},
+			{Stage: 3, Agent: "notify", Tool: "send-email", System: "email", Status: salvage.CallFailed, Error: "422 bad address", StartedAt: at(28.7), Attempts: 1},
+		},
+	}
+	got := timeline.Of(c)
+	var kinds []string
+	for _, e := range got {
+		kinds = append(kinds, e.Kind)
+	}
+	want := "delivered call earlier-run delivered call held delivered call compensated dead-lettered"
+	if strings.Join(kinds, " ") != want {
+		t.Fatalf("order %q, want %q", strings.Join(kinds, " "), want)
+	}
+	texts := map[int]string{
+		2: "earlier run of charge-payment: initiated",
+		3: "redelivered 10.9s after delivery 1 (w-1) ended without a result: that worker was killed",
+		4: "verified: payments said an earlier attempt had taken effect",
+		5: "held at stage 3: the email breaker is open",
+		6: "released 17.6s after the hold, when the email breaker let calls through",
+		7: "422 bad address",
+		8: "compensated: refund-payment undid charge-payment ch_1",
+		9: "dead-lettered after 2 deliveries: envelope 01JENV",
+	}
+	for i, s := range texts {
+		if !strings.Contains(got[i].Text, s) {
+			t.Errorf("entry %d (%s): %q, want it to say %q", i, got[i].Kind, got[i].Text, s)
+		}
+	}
+	for i, failed := range []bool{false, false, true, false, false, false, false, true, false, true} {
+		if got[i].Failed != failed {
+			t.Errorf("entry %d (%s) failed = %v, want %v", i, got[i].Kind, got[i].Failed, failed)
+		}
+	}
+	if got[9].Offset != 30.5 || got[0].Offset != 0 {
+		t.Errorf("offsets %v .. %v, want 0 .. 30.5", got[0].Offset, got[9].Offset)
+	}
+}
