@@ -52,6 +52,10 @@ bench: build $(BIN)/nats-server ## the performance table (salvage bench: through
 	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/contractreview/
 	$(GO) test -run '^$$' -bench BenchmarkJournal -benchtime 2x -count 1 ./kv/
 
+screenshots: ## regenerate docs/screenshots: the operator walk in Chromium at 1,280 and 1,920 px
+	mkdir -p docs/screenshots
+	SALVAGE_SCREENSHOTS=$(CURDIR)/docs/screenshots $(GO) test -count 1 -run TestOperatorWalkInABrowser ./cmd/salvage/internal/dashboard/
+
 tools: $(BIN)/nats $(BIN)/nats-server $(BIN)/staticcheck ## pinned natscli, nats-server and staticcheck into ./bin
 
 $(BIN)/staticcheck:

@@ -48,6 +48,7 @@ func TestDemoKeep(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	urls := make(chan [2]string, 1)
+	var urlAt time.Time // when the dashboard's URL was read
 	go func() {
 		var nats string
 		sc := bufio.NewScanner(stderr)
@@ -57,6 +58,9 @@ func TestDemoKeep(t *testing.T) {
 				nats = v
 			}
 			if v, ok := strings.CutPrefix(line, "DASHBOARD="); ok {
+				if urlAt.IsZero() {
+					urlAt = time.Now()
+				}
 				select {
 				case urls <- [2]string{nats, v}:
 				default: // said again after the report
@@ -97,6 +101,27 @@ func TestDemoKeep(t *testing.T) {
 	var jobs []salvage.Job
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 || jobs[0].Status != salvage.JobDone {
 		t.Fatalf("salvage jobs against the kept server: %d %s %s", code, out, errOut)
+	}
+	// Every chunk finished after the URL was printed: a person had it
+	// before the first chunk was done.
+	code, out, errOut = run(t, "", "trace", jobs[0].ID, "--json", "--server", u[0])
+	var tr salvage.Trace
+	if code != 0 || json.Unmarshal([]byte(out), &tr) != nil || len(tr.Chunks) != 2 {
+		t.Fatalf("salvage trace of the demo's job: %d %s %s", code, out, errOut)
+	}
+	finished := 0
+	for _, c := range tr.Chunks {
+		for _, ev := range c.Events {
+			if ev.Kind == salvage.EventDone {
+				finished++
+			}
+			if ev.Kind == salvage.EventDone && !ev.At.After(urlAt) {
+				t.Errorf("chunk %d was done at %s, before the dashboard's URL was printed (read at %s)", c.Chunk, ev.At.Format(time.RFC3339Nano), urlAt.Format(time.RFC3339Nano))
+			}
+		}
+	}
+	if finished != 2 {
+		t.Errorf("the trace shows %d chunks done; want 2", finished)
 	}
 	if code, out, errOut := run(t, "", "dlq", "ls", "--server", u[0]); code != 0 {
 		t.Errorf("salvage dlq ls against the kept demo (its API): %d %s %s", code, out, errOut)

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,17 +42,32 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// TestDashboardInABrowser loads the page in a real headless Chromium, sees
-// the DLQ depth and categories match the API, opens an envelope and
-// replays it from the page.
+// TestDashboardInABrowser loads the page in a real headless Chromium at
+// 1,280 and 1,920 pixels, sees the DLQ depth and categories match the
+// API, opens an envelope and replays it from the page, pauses and
+// resumes a pipeline, approves one chunk and rejects another, and acts on
+// what a filter matches.
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
+	for _, width := range []int64{1280, 1920} {
+		t.Run(fmt.Sprint(width), func(t *testing.T) {
+			t.Parallel()
+			dashboardInABrowser(t, width)
+		})
+	}
+}
+
+func dashboardInABrowser(t *testing.T, width int64) {
 	f := setup(t, "")
 	ctx := browse(t, f.url+"/")
 	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelStep()
 	// The page confirms what changes things (a replay, a bulk action).
 	asked := acceptDialogs(ctx)
+	if err := chromedp.Do(step, chromedp.EmulateViewport(width, 1000), chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, step)
 
 	var sum dashboard.Summary
 	_, body := get(t, f.url+"/api/summary")
@@ -61,15 +77,20 @@ func TestDashboardInABrowser(t *testing.T) {
 	// Jobs: the list shows the fixture's job; its page at #job/<id>
 	// lists its chunks; a chunk's timeline is in time order.
 	job := "01JDASHBOARD00000000000000"
-	jobLink := `tr[data-job="` + job + `"] a`
-	if err := chromedp.Do(step, chromedp.WaitVisible(jobLink), chromedp.Click(jobLink),
-		chromedp.WaitVisible(`#jp-chunks tr[data-chunk="3"]`)); err != nil {
+	jobLink := `#job-list tr[data-job="` + job + `"] a`
+	if err := click(step, jobLink); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.WaitVisible(`#jp-chunks tr[data-chunk="3"]`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`location.hash === '#job/`+job+`'`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(step, chromedp.Click(`#jp-chunks tr[data-chunk="3"]`), chromedp.WaitVisible(`#jp-calls tr`)); err != nil {
+	if err := click(step, `#jp-chunks tr[data-chunk="3"]`); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.WaitVisible(`#jp-calls tr`)); err != nil {
 		t.Fatal(err)
 	}
 	// In time order: the delivery, then the calls, the failed one in red.
@@ -84,7 +105,6 @@ func TestDashboardInABrowser(t *testing.T) {
 		!strings.Contains(ev, "delivery 3") || !strings.Contains(ev, "w-fixture") {
 		t.Fatalf("the chunk's timeline shows no delivery event: %q (%v)", ev, err)
 	}
-	screenshot(t, step, "#job-page", "job-page.png")
 
 	row := `tr[data-envelope="` + f.envID + `"]`
 	if err := chromedp.Do(step, chromedp.WaitVisible(row)); err != nil {
@@ -106,8 +126,10 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Fatalf("page categories %q lack %s %d from the API", categories, cat, n)
 		}
 	}
+	if err := click(step, row); err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(step,
-		chromedp.Click(row),
 		chromedp.WaitVisible(`[data-testid="detail"]`),
 		chromedp.WaitVisible(`#d-failed tr`),
 	); err != nil {
@@ -128,7 +150,6 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll('#d-journal tr[data-stage-head="1"]').length * 10 + [...document.querySelectorAll('#d-journal tr[data-stage="1"]')].filter(r => r.style.display !== 'none').length`)); err != nil || n != 13 {
 		t.Fatalf("the journal by stage: %d (%v); want one stage-1 head and its 3 calls shown", n, err)
 	}
-	screenshot(t, step, "", "envelope-page.png")
 	detail, err := chromedp.Run(step, chromedp.Text(`#d-summary`))
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +159,10 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	// From the envelope's page to a bulk replay of its category: a dry
 	// run counts it, the page asks, the replay requeues its chunk.
-	if err := chromedp.Do(step, chromedp.SetValue(`#f-category`, "TRANSIENT_NETWORK"), chromedp.Click(`[data-testid="bulk-replay"]`)); err != nil {
+	if err := chromedp.Do(step, chromedp.SetValue(`#f-category`, "TRANSIENT_NETWORK")); err != nil {
+		t.Fatal(err)
+	}
+	if err := click(step, `[data-testid="bulk-replay"]`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('bulk-result').textContent.startsWith('replay: ')`)); err != nil {
@@ -177,8 +201,10 @@ func TestDashboardInABrowser(t *testing.T) {
 	// The worker recorded its pipeline: the page pauses it, asking why,
 	// and resumes it, asking first.
 	pipeRow := `tr[data-pipeline="order-fulfillment"]`
-	if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="running"] button[data-action="pause"]`),
-		chromedp.Click(pipeRow+` button[data-action="pause"]`), chromedp.WaitVisible(pipeRow+`[data-state="paused"]`)); err != nil {
+	if err := click(step, pipeRow+`[data-state="running"] button[data-action="pause"]`); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="paused"]`)); err != nil {
 		t.Fatal(err)
 	}
 	if msg := <-asked; !strings.Contains(msg, "Pause order-fulfillment?") {
@@ -187,7 +213,10 @@ func TestDashboardInABrowser(t *testing.T) {
 	if st, err := f.stores.Pipelines.Get(context.Background(), "order-fulfillment"); err != nil || !st.Paused || st.PausedBy != "dashboard" || st.Reason != "deploy" {
 		t.Fatalf("pipeline after the page's pause: %+v, %v", st, err)
 	}
-	if err := chromedp.Do(step, chromedp.Click(pipeRow+` button[data-action="resume"]`), chromedp.WaitVisible(pipeRow+`[data-state="running"]`)); err != nil {
+	if err := click(step, pipeRow+` button[data-action="resume"]`); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="running"]`)); err != nil {
 		t.Fatal(err)
 	}
 	if msg := <-asked; !strings.Contains(msg, "Resume order-fulfillment?") {
@@ -204,31 +233,24 @@ func TestDashboardInABrowser(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.stores.Checkpoints.Mutate(bg, job, 2, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Stage = kv.StatusAwaitingApproval, 2
-		cp.Record(kv.ChunkEvent{Kind: kv.EventAwaitingApproval, Stage: 2, Detail: "payment"})
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	parked := `{"job_id":"` + job + `","chunk":2,"pipeline":"order-fulfillment","epoch":0,"input":{"order":"o-42","amount":120}}`
-	if _, err := f.b.JS.Publish(bg, streams.HoldSubject(streams.SystemApproval, job, 2), []byte(parked)); err != nil {
-		t.Fatal(err)
-	}
+	awaitApproval(t, f, job, 2, `{"order":"o-42","amount":120}`)
 	if err := chromedp.Do(step, chromedp.WaitVisible(`tr[data-system="crm"][data-state="open"]`)); err != nil {
 		t.Fatal(err)
 	}
-	approveButton := `tr[data-job="` + job + `"][data-chunk="2"] button[data-action="approve"]`
+	approveButton := `#approvals tr[data-job="` + job + `"][data-chunk="2"] button[data-action="approve"]`
 	if err := chromedp.Do(step, chromedp.WaitVisible(approveButton)); err != nil {
 		t.Fatal(err)
 	}
 	// A person sees what to judge: the whole job id, the stage, the input.
-	approval, err := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('tr[data-job="`+job+`"][data-chunk="2"]').textContent`))
+	approval, err := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('#approvals tr[data-job="`+job+`"][data-chunk="2"]').textContent`))
 	if err != nil || !strings.Contains(approval, job) || !strings.Contains(approval, "2 payment (order-fulfillment)") || !strings.Contains(approval, `"order":"o-42"`) {
 		t.Fatalf("the approvals panel shows %q (%v); want the job id, the stage and the input", approval, err)
 	}
-	if err := chromedp.Do(step, chromedp.Click(approveButton)); err != nil {
+	if err := click(step, approveButton); err != nil {
 		t.Fatal(err)
+	}
+	if msg := <-asked; msg != "approve chunk 2 of job "+job+"?" {
+		t.Fatalf("the approval asked %q", msg)
 	}
 	chunks, err := f.b.JS.Stream(bg, streams.Chunks)
 	if err != nil {
@@ -238,6 +260,23 @@ func TestDashboardInABrowser(t *testing.T) {
 		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject("order-fulfillment", job, 2))
 		return err == nil && m.Header.Get(streams.HeaderApprovedBy) == "dashboard" && m.Header.Get(streams.HeaderApprovedStage) == "2"
 	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
+	// Another chunk is rejected: it is dead-lettered with the reason, and
+	// leaves SALVAGE_HOLD without running.
+	awaitApproval(t, f, job, 1, `{"order":"o-41","amount":9000}`)
+	rejectButton := `#approvals tr[data-job="` + job + `"][data-chunk="1"] button[data-action="reject"]`
+	if err := click(step, rejectButton); err != nil {
+		t.Fatal(err)
+	}
+	if msg := <-asked; msg != "reject chunk 1 of job "+job+"?" {
+		t.Fatalf("the rejection asked %q", msg)
+	}
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		cp, _, err := f.stores.Checkpoints.Get(bg, job, 1)
+		return err == nil && cp.Status == kv.StatusDeadLettered && strings.Contains(cp.Reason+cp.LastError, "rejected by dashboard")
+	}, "the rejected chunk dead-lettered")
+	if _, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject("order-fulfillment", job, 1)); err == nil {
+		t.Fatal("the rejected chunk went back to SALVAGE_CHUNKS")
+	}
 
 	// Bulk: filter by category, acknowledge what matches; the page asks
 	// for a confirmation (accepted) after a dry run counted one.
@@ -255,7 +294,11 @@ func TestDashboardInABrowser(t *testing.T) {
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelectorAll('#tiers polyline').length === 3 && document.getElementById('t3').textContent.includes('in the last hour')`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(step, chromedp.Click(`[data-testid="bulk-ack"]`)); err != nil {
+	// The page has caught up with the approvals (the panel above moved).
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelectorAll('#approvals tr').length === 0`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := click(step, `[data-testid="bulk-ack"]`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('bulk-result').textContent.startsWith('ack: ')`)); err != nil {
@@ -272,13 +315,39 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 }
 
-// browse starts a headless Chromium on url. The first action starts the
+// awaitApproval parks chunk of job before its stage 2, "payment", as a
+// worker does, with input.
+func awaitApproval(t *testing.T, f *fixture, job string, chunk int, input string) {
+	t.Helper()
+	bg := context.Background()
+	if _, err := f.stores.Checkpoints.Mutate(bg, job, chunk, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.Stage = kv.StatusAwaitingApproval, 2
+		cp.Record(kv.ChunkEvent{Kind: kv.EventAwaitingApproval, Stage: 2, Detail: "payment"})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	parked := fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"order-fulfillment","epoch":0,"input":%s}`, job, chunk, input)
+	if _, err := f.b.JS.Publish(bg, streams.HoldSubject(streams.SystemApproval, job, chunk), []byte(parked)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// browsers bounds the Chromium instances this package runs at once: each
+// takes most of a core while it renders, and the suite shares two cores
+// with packages whose workers must renew their leases on time.
+var browsers = make(chan struct{}, 2)
+
+// browse starts a headless Chromium on url, once one of the package's
+// browser slots is free (held until the test ends). The first action starts the
 // browser; it must not carry a timeout. A browser that dies while
 // starting (seen once on a loaded machine, its output empty) gets two
 // more tries, each with a fresh profile.
 func browse(t *testing.T, url string) context.Context {
 	t.Helper()
 	exe := chromium(t)
+	browsers <- struct{}{}
+	t.Cleanup(func() { <-browsers })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),

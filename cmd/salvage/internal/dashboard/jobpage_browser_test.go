@@ -2,12 +2,15 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/salvagehq/salvage/kv"
 )
 
 // TestJobPageInABrowser drives the job page at 1,280 and 1,920 pixels: a
@@ -35,6 +38,7 @@ func TestJobPageInABrowser(t *testing.T) {
 				chromedp.WaitVisible(`#jp-chunks tr[data-chunk="3"]`)); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, step)
 			// Opened by URL, before the page has read anything else.
 			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('jp-status').dataset.paused === 'yes'`)); err != nil {
 				status, _ := chromedp.Run(step, chromedp.Text(`#jp-status`))
@@ -74,11 +78,32 @@ func TestJobPageInABrowser(t *testing.T) {
 			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('f-job').textContent === '`+job+`' && !!document.querySelector('`+row+`')`)); err != nil {
 				t.Fatalf("the job's envelopes: %v", err)
 			}
+			// "all jobs" lifts the job filter; the envelope stays listed.
+			if err := click(step, `#f-job-box button`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('f-job').textContent === '' && !!document.querySelector('`+row+`')`)); err != nil {
+				t.Fatalf("all jobs: %v", err)
+			}
 			if err := click(step, row); err != nil {
 				t.Fatal(err)
 			}
 			if err := chromedp.Do(step, chromedp.WaitVisible(`[data-testid="d-job"]`)); err != nil {
 				t.Fatal(err)
+			}
+			// A person resolves the envelope by hand, asked first.
+			if err := click(step, `[data-testid="resolve"]`); err != nil {
+				t.Fatal(err)
+			}
+			if msg := <-asked; msg != "resolve envelope "+f.envID+"?" {
+				t.Fatalf("the resolve asked %q", msg)
+			}
+			if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('d-result').textContent === 'resolve: resolved'`)); err != nil {
+				got, _ := chromedp.Run(step, chromedp.Text(`#d-result`))
+				t.Fatalf("the page's resolve answered %q", got)
+			}
+			if rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID); err != nil || rec.Status != kv.EnvelopeResolved || rec.ResolvedBy == "" {
+				t.Fatalf("envelope after the page's resolve = %+v, %v", rec, err)
 			}
 			if err := click(step, `[data-testid="d-job"]`); err != nil {
 				t.Fatal(err)
@@ -124,18 +149,39 @@ func TestJobPageInABrowser(t *testing.T) {
 			if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="paused"]`)); err != nil {
 				t.Fatalf("pause from the page at %d px: %v", width, err)
 			}
-			screenshot(t, step, "#job-page", fmt.Sprintf("job-page-%d.png", width))
 		})
 	}
 }
 
+// settle waits until the page has read everything once (its panels and
+// the job list filled), so what a test clicks next no longer moves.
+func settle(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('updated').textContent.startsWith('updated ') && document.querySelectorAll('#job-list tr').length > 0`)); err != nil {
+		t.Fatalf("the page never finished loading: %v", err)
+	}
+}
+
 // click clicks sel with the mouse, as a person would (a button another
-// panel covers is not clicked), trying again when the page re-rendered the
-// node between finding and clicking it.
+// panel covers is not clicked): once sel is visible and has stayed where
+// it is for 200 ms (a panel that just changed above it moves it), trying
+// again when the page re-rendered the node between finding and clicking
+// it.
 func click(ctx context.Context, sel string) error {
+	q, _ := json.Marshal(sel)
+	still := fmt.Sprintf(`new Promise(ok => { const box = () => JSON.stringify(document.querySelector(%s)?.getBoundingClientRect());
+		const a = box(); setTimeout(() => ok(a !== undefined && a === box()), 200); })`, q)
 	var err error
 	for range 5 {
-		if err = chromedp.Do(ctx, chromedp.WaitVisible(sel), chromedp.Click(sel)); err == nil {
+		if err = chromedp.Do(ctx, chromedp.WaitVisible(sel)); err != nil {
+			continue
+		}
+		for range 50 {
+			if ok, e := chromedp.Run(ctx, chromedp.Evaluate[bool](still, chromedp.EvalAwaitPromise)); e != nil || ok {
+				break
+			}
+		}
+		if err = chromedp.Do(ctx, chromedp.Click(sel)); err == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -103,6 +103,17 @@ func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
 	}
 }
 
+// Describe and Collect make the index the collector of its duration
+// histogram, collected once the watch has caught up (as the summary's
+// counts are): a scrape just after a start does not see a part of it.
+func (x *jobIndex) Describe(ch chan<- *prometheus.Desc) { x.duration.Describe(ch) }
+
+// Collect collects the duration histogram once the watch caught up.
+func (x *jobIndex) Collect(ch chan<- prometheus.Metric) {
+	x.wait()
+	x.duration.Collect(ch)
+}
+
 // wait blocks until the watch has caught up, or a short while, so a
 // summary never hangs.
 func (x *jobIndex) wait() {

@@ -116,7 +116,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token,
 		configured: cfg.Token != "", sessions: newSessions(cfg.SessionTTL)}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency, s.sum.jobs.duration)
+	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency, s.sum.jobs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

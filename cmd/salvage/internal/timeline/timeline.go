@@ -65,7 +65,7 @@ func Of(c salvage.TraceChunk) []Entry {
 				at = r.StartedAt
 			}
 			out = append(out, Entry{At: at, Kind: KindEarlierRun, Stage: r.Stage, Epoch: r.Epoch, Call: r, Status: string(h.Status), Failed: true,
-				Text: fmt.Sprintf("earlier run of %s: %s after %d attempts: %s", r.Tool, strings.ToLower(string(h.Status)), h.Attempts, h.Error)})
+				Text: earlierText(r.Tool, h)})
 		}
 		out = append(out, Entry{At: r.StartedAt, Kind: KindCall, Stage: r.Stage, Epoch: r.Epoch, Call: r, Status: string(r.Status),
 			Text: callText(*r), Failed: callFailed(r.Status)})
@@ -88,6 +88,21 @@ func Of(c salvage.TraceChunk) []Entry {
 		out[i].Offset = out[i].At.Sub(out[0].At).Seconds()
 	}
 	return out
+}
+
+// earlierText says what an earlier run of tool ended as.
+func earlierText(tool string, h salvage.CallAttempt) string {
+	s := fmt.Sprintf("earlier run of %s: %s", tool, strings.ToLower(string(h.Status)))
+	if h.Status == salvage.CallInitiated {
+		s = fmt.Sprintf("earlier run of %s began and never finished: its worker stopped mid-call", tool)
+	}
+	if h.Attempts > 0 {
+		s += fmt.Sprintf(" after %d attempts", h.Attempts)
+	}
+	if h.Error != "" {
+		s += ": " + h.Error
+	}
+	return s
 }
 
 // callFailed reports whether a call in status st went wrong.

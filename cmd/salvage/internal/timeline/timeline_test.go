@@ -42,7 +42,7 @@ func TestTimelineExplainsTheGaps(t *testing.T) {
 		t.Fatalf("order %q, want %q", strings.Join(kinds, " "), want)
 	}
 	texts := map[int]string{
-		2: "earlier run of charge-payment: initiated",
+		2: "earlier run of charge-payment began and never finished: its worker stopped mid-call",
 		3: "redelivered 10.9s after delivery 1 (w-1) ended without a result: that worker was killed",
 		4: "verified: payments said an earlier attempt had taken effect",
 		5: "held at stage 3: the email breaker is open",
