@@ -192,6 +192,9 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 		l.Err = "worker stopped without a result on its last delivery; before that: " + l.Err
 	}
 	_, err = d.letter.send(ctx, l)
+	if errors.Is(err, errStaleMessage) {
+		return nil // removed: a newer message runs the chunk
+	}
 	return err
 }
 

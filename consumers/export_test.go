@@ -1,6 +1,10 @@
 package consumers
 
-import "github.com/salvagehq/salvage/recovery"
+import (
+	"context"
+
+	"github.com/salvagehq/salvage/recovery"
+)
 
 // SetAfterPublish installs a hook that runs right after the splitter
 // publishes a job's chunks and before it creates the record, so a test can
@@ -16,4 +20,10 @@ func SetAfterDone(w *Worker, f func()) { w.afterDone = f }
 // can kill the worker process between a call's return and its row.
 func SetJournal(w *Worker, wrap func(recovery.JournalStore) recovery.JournalStore) {
 	w.journal = wrap(w.journal)
+}
+
+// Exhausted runs the dead-letterer's handling of a chunk message that
+// used up its deliveries, as a max-deliveries advisory does.
+func Exhausted(d *DeadLetterer, ctx context.Context, seq, deliveries uint64) error {
+	return d.exhausted(ctx, seq, deliveries)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -48,6 +49,48 @@ type letter struct {
 	Epoch   int
 }
 
+// errStaleMessage: the letter's chunk message is older than the one the
+// chunk last ran from (its checkpoint's MsgSeq). A newer message — a
+// recovery's, a replay's — took the chunk over, so this one's failure is
+// not the chunk's: it gets no envelope, and the chunk's own envelope is
+// not superseded by one recovery already settled (which would leave the
+// effects the newer envelope must compensate standing).
+var errStaleMessage = errors.New("an older message of the chunk: a newer one has run it since")
+
+// stale reports whether l's message is older than the one cp last ran
+// from (see olderMessage). A settlement of a cancel (Stopped) and a
+// letter without a message are never stale.
+func (d letterer) stale(ctx context.Context, l letter, cp kv.Checkpoint) (bool, error) {
+	if l.Stopped != "" {
+		return false, nil
+	}
+	return olderMessage(ctx, d.js, l.Seq, cp)
+}
+
+// olderMessage reports whether the SALVAGE_CHUNKS message at seq is older
+// than the one cp last ran from: cp.MsgSeq is higher. Sequences only grow
+// in a stream, unless it was deleted and made again: a cp.MsgSeq past the
+// stream's last sequence says so, and nothing is called older then. Only
+// a message that looks older costs a read of the stream's state.
+func olderMessage(ctx context.Context, js jetstream.JetStream, seq uint64, cp kv.Checkpoint) (bool, error) {
+	if seq == 0 || cp.MsgSeq <= seq {
+		return false, nil
+	}
+	var last uint64
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, streams.Chunks)
+		if err != nil {
+			return err
+		}
+		last = s.CachedInfo().State.LastSeq
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("consumers: read %s: %w", streams.Chunks, err)
+	}
+	return cp.MsgSeq <= last, nil
+}
+
 // guardKey is the key that makes l's envelope the only one.
 func (l letter) guardKey() string {
 	if l.Stopped != "" {
@@ -90,6 +133,12 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	cp, _, err := d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return "", err
+	}
+	if stale, err := d.stale(ctx, l, cp); err != nil || stale {
+		if err != nil {
+			return "", err
+		}
+		return "", d.dropStale(ctx, l, cp)
 	}
 	rows, err := d.stores.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch)
 	if err != nil {
@@ -154,8 +203,24 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 	if l.Stopped != "" {
 		status = kv.CancelledAtStage(l.Stage)
 	}
+	current, _, err := d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return err
+	}
+	if stale, err := d.stale(ctx, l, current); err != nil || stale {
+		// An earlier attempt stored id for this message and died before
+		// this step; a newer message has run the chunk since.
+		if err != nil {
+			return err
+		}
+		return d.dropStale(ctx, l, current)
+	}
 	cp, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
 		previous, delta, marked = "", kv.Delta{}, false
+		if l.Stopped == "" && l.Seq != 0 && cp.MsgSeq > current.MsgSeq && cp.MsgSeq > l.Seq {
+			// A newer message took the chunk since the look above.
+			return errStaleMessage
+		}
 		if cp.Status == kv.StatusDone || cp.Envelope == id && (cp.Status == kv.StatusDeadLettered || l.Stopped != "" && kv.IsCancelled(cp.Status)) {
 			marked = true
 			return kv.ErrNoChange
@@ -180,6 +245,9 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 		delta = cp.Recount()
 		return nil
 	})
+	if errors.Is(err, errStaleMessage) {
+		return d.dropStale(ctx, l, cp)
+	}
 	if err != nil {
 		return err
 	}
@@ -204,6 +272,19 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 		return err
 	}
 	return nil
+}
+
+// dropStale removes a stale letter's message when the letter says so
+// (the worker terms its own) and returns errStaleMessage.
+func (d letterer) dropStale(ctx context.Context, l letter, cp kv.Checkpoint) error {
+	d.log.Info().Str("job_id", l.Chunk.Job).Int("chunk", l.Chunk.Chunk).Uint64("stream_seq", l.Seq).Uint64("current_seq", cp.MsgSeq).
+		Msg("an older message of the chunk failed after a newer one ran it; no envelope")
+	if l.DeleteOriginal {
+		if err := deleteMsg(ctx, d.js, streams.Chunks, l.Seq); err != nil {
+			return err
+		}
+	}
+	return errStaleMessage
 }
 
 // publishEnvelope publishes env on salvage.dlq.<category>.<pipeline>.<job>.<chunk>

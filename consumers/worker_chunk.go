@@ -190,6 +190,14 @@ func (r *run) run(ctx context.Context) error {
 		// Its worker may have died before counting it or acking it.
 		return finishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
 	}
+	if older, err := olderMessage(ctx, w.js, r.meta.Sequence.Stream, cp); err != nil || older {
+		if err != nil {
+			return err
+		}
+		r.log.Info().Uint64("stream_seq", r.meta.Sequence.Stream).Uint64("current_seq", cp.MsgSeq).
+			Msg("an older message of the chunk: a newer one has run it since; dropped without running")
+		return r.dropStale()
+	}
 	if job.CancelledAt != nil {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}
@@ -632,14 +640,19 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 	return r.ended(ctx, cp, d)
 }
 
-// ended counts a chunk's outcome in its job and settles the envelope the
-// chunk ran for (a recovery's or a replay's). A crash before it is
-// repaired by whoever sees the finished chunk next.
+// ended counts a chunk's outcome in its job, then settles the envelope
+// the chunk ran for (a recovery's or a replay's): in that order, so an
+// envelope that reads settled never sits beside a job that has not yet
+// counted the chunk (a script that waits for "jobs finished, no envelope
+// open" then reads a job that agrees; the other way round it could read
+// a replayed chunk's job still incomplete). A crash between or before
+// them is repaired by whoever sees the finished chunk next
+// (finishedAgain, in the same order).
 func (r *run) ended(ctx context.Context, cp kv.Checkpoint, d kv.Delta) error {
-	if err := settleEnvelope(ctx, r.w.stores, cp, r.w.cfg.ID); err != nil {
-		r.log.Warn().Err(err).Str("envelope_id", cp.Envelope).Msg("settle the chunk's envelope")
-	}
 	_, err := r.w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, cp.Status, d)
+	if serr := settleEnvelope(ctx, r.w.stores, cp, r.w.cfg.ID); serr != nil {
+		r.log.Warn().Err(serr).Str("envelope_id", cp.Envelope).Msg("settle the chunk's envelope")
+	}
 	return err
 }
 
@@ -805,6 +818,10 @@ func (r *run) deadLetter(ctx context.Context, f recovery.Failure, cause error) e
 		l.FailedAgent, l.FailedTool, l.FailedCall = ae.Agent, ae.Tool, ae.Call
 	}
 	id, err := r.w.letter.send(ctx, l)
+	if errors.Is(err, errStaleMessage) {
+		r.releaseClaim(ctx)
+		return r.dropStale()
+	}
 	if err != nil {
 		// Without an envelope the message must stay: JetStream redelivers.
 		return errors.Join(cause, err)
@@ -813,6 +830,13 @@ func (r *run) deadLetter(ctx context.Context, f recovery.Failure, cause error) e
 	r.outcome = kv.StatusDeadLettered
 	// The letterer logged the dead-letter, with its category: once.
 	return r.m.TermWithReason("dead-lettered: envelope " + id)
+}
+
+// dropStale terms a message older than the one the chunk last ran from:
+// that newer message (a recovery's, a replay's) carries the chunk now.
+func (r *run) dropStale() error {
+	r.outcome = "stale"
+	return r.m.TermWithReason("stale: a newer message of the chunk has run it")
 }
 
 func (r *run) ack(ctx context.Context) error {

@@ -419,7 +419,42 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 		return err
 	}
 	r.ledgerCheck = checkLedger(l, standing, named)
+	explainLeftovers(ctx, d.client, order, ours, r)
 	return nil
+}
+
+// explainLeftovers adds to each leftover effect what the records say of
+// its order: the job's status, its envelopes, and the journal row that
+// made the effect (its status, epoch and earlier runs).
+func explainLeftovers(ctx context.Context, c *salvage.Client, order map[string]string, envs []salvage.EnvelopeRecord, r *chaosReport) {
+	for i, e := range r.leftover {
+		for job, o := range order {
+			if o != e.Order {
+				continue
+			}
+			s := " — job " + job
+			if j, err := c.Get(ctx, job); err == nil {
+				s += " " + string(j.Status)
+			}
+			for _, rec := range envs {
+				if rec.Job == job {
+					s += fmt.Sprintf("; envelope %s %s %s %s notes %q", rec.ID, rec.Category, rec.Strategy, rec.Status, rec.Notes)
+				}
+			}
+			if tc, err := c.TraceChunk(ctx, job, 1); err == nil {
+				for _, call := range tc.Calls {
+					if call.IdempotencyKey == e.Key {
+						s += fmt.Sprintf("; journal %s %s epoch %d stage %d history %d", call.Tool, call.Status, call.Epoch, call.Stage, len(call.History))
+					}
+				}
+				s += fmt.Sprintf("; chunk %s epoch %d events %d", tc.Status, tc.Epoch, len(tc.Events))
+				for _, ev := range tc.Events {
+					s += fmt.Sprintf(" [%s %s %s %s]", ev.Kind, ev.At.Format("15:04:05.000"), ev.Worker, ev.Detail)
+				}
+			}
+			r.Leftovers[i] += s
+		}
+	}
 }
 
 // ledgerCheck is what the sim's ledger says of a run's side effects;
@@ -430,7 +465,14 @@ type ledgerCheck struct {
 	// LeftoverSideEffects are effects standing for an order that should
 	// have none: neither completed nor left to a person.
 	LeftoverSideEffects int `json:"leftover_side_effects"`
+	// Leftovers describe the first leftoversMax of them, for a person
+	// to find why.
+	Leftovers []string `json:"leftovers,omitempty"`
+	leftover  []sim.Effect
 }
+
+// leftoversMax bounds ledgerCheck.Leftovers.
+const leftoversMax = 10
 
 // checkLedger counts the ledger's effects, those applied twice, and those
 // left standing unaccounted: not compensated, not of an order in
@@ -440,6 +482,11 @@ func checkLedger(l sim.Ledger, settled, named map[string]bool) ledgerCheck {
 	for _, e := range l.Effects {
 		if !e.Compensated && !settled[e.Order] && !named[e.Key] {
 			c.LeftoverSideEffects++
+			if len(c.leftover) < leftoversMax {
+				c.leftover = append(c.leftover, e)
+				c.Leftovers = append(c.Leftovers, fmt.Sprintf("order %s: %s %s %s key %s applied %d at %s, %d undo requests",
+					e.Order, e.System, e.Op, e.ResourceID, e.Key, e.Applied, e.At.Format(time.RFC3339Nano), e.CompensationRequests))
+			}
 		}
 	}
 	return c

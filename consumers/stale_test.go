@@ -1,0 +1,164 @@
+package consumers_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// publishChunk publishes chunk 1 of job, mode "ok", on pipeline's
+// subject, linked to envelope link (Salvage-Recovery-Of) when set, and
+// returns its sequence.
+func publishChunk(t *testing.T, b *bundle, pipeline, job, link string) uint64 {
+	t.Helper()
+	m := nats.NewMsg(streams.ChunkSubject(pipeline, job, 1))
+	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
+	if link != "" {
+		m.Header.Set(streams.HeaderRecoveryOf, link)
+	}
+	ack, err := b.JS.PublishMsg(b.ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// staleChunk makes the state chaos once left: a job of one chunk with two
+// messages on SALVAGE_CHUNKS, an old one (its first run died after storing
+// its envelope, which recovery has since settled and which a later failure
+// superseded) and a newer one a recovery published for the chunk's
+// current envelope, which is open and whose strategy has not run. It
+// returns the job, the two sequences and the two envelope ids.
+func staleChunk(t *testing.T, b *bundle) (job string, oldSeq, newSeq uint64, current, settled string) {
+	t.Helper()
+	job, current, settled = ulid.Make().String(), ulid.Make().String(), ulid.Make().String()
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	oldSeq = publishChunk(t, b, "test", job, "")
+	// The old message's envelope: stored, settled, superseded since.
+	if _, err := b.stores.Envelopes.GuardKeyed(b.ctx, kv.GuardKey(oldSeq), settled); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []kv.EnvelopeRecord{
+		{ID: settled, Job: job, Chunk: 1, Status: kv.EnvelopeSuperseded, SupersededBy: "someone-else", StreamSeq: oldSeq, CreatedAt: time.Now()},
+		{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()},
+	} {
+		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newSeq = publishChunk(t, b, "test", job, current)
+	// The chunk last ran from a message newer than both; it failed, and
+	// its envelope is the current one.
+	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, newSeq-1, 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return job, oldSeq, newSeq, current, settled
+}
+
+// TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes: a chunk message
+// older than the one its chunk last ran from is dropped unrun by a worker,
+// and, exhausted, gets no envelope from the dead-letterer — above all it
+// does not hand the chunk to its old, settled envelope, superseding the
+// current one before its strategy ran (chaos once saw that leave a
+// replayed order's effects standing, compensated by no one).
+func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
+	t.Parallel()
+	t.Run("dead-letterer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{noDeadLetter: true})
+		job, oldSeq, _, current, settled := staleChunk(t, b)
+		// The newer message runs next (it is the chunk's current one):
+		// let the chunk's record say so.
+		if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error { cp.MsgSeq++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := consumers.Exhausted(dl, b.ctx, oldSeq, 3); err != nil {
+			t.Fatal(err)
+		}
+		cp := b.checkpoint(t, job, 1)
+		if cp.Envelope != current {
+			t.Fatalf("the chunk names envelope %s; want %s, the current one (the old message's %s took it over)", cp.Envelope, current, settled)
+		}
+		if rec, _, err := b.stores.Envelopes.Get(b.ctx, current); err != nil || rec.Status != kv.EnvelopeRecovering {
+			t.Fatalf("current envelope = %+v, %v; want it still recovering, not superseded", rec, err)
+		}
+		if rec, _, err := b.stores.Envelopes.Get(b.ctx, settled); err != nil || rec.SupersededBy != "someone-else" {
+			t.Fatalf("settled envelope = %+v, %v; want it untouched", rec, err)
+		}
+		s, err := b.JS.Stream(b.ctx, streams.Chunks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetMsg(b.ctx, oldSeq); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Fatalf("the old message is still on %s: %v", streams.Chunks, err)
+		}
+	})
+	t.Run("worker", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{})
+		job, current := ulid.Make().String(), ulid.Make().String()
+		if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		oldSeq := publishChunk(t, b, "test", job, "")
+		// The chunk last ran from a newer message (here one of a pipeline
+		// nobody runs stands in for it), and a recovery requeued it.
+		newer := publishChunk(t, b, "idle", job, "")
+		if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+			cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusPending, current, newer, 1
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		b.startWorker(t, "w1")
+		s, err := b.JS.Stream(b.ctx, streams.Chunks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		salvagetest.Eventually(t, 10*time.Second, func() bool {
+			_, err := s.GetMsg(b.ctx, oldSeq)
+			return errors.Is(err, jetstream.ErrMsgNotFound)
+		}, "the old message to leave %s", streams.Chunks)
+		if n := callCount(job, 1, 1); n != 0 {
+			t.Fatalf("the old message ran the chunk (stage 1 called %d times)", n)
+		}
+		if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusPending || cp.MsgSeq != newer {
+			t.Fatalf("checkpoint after the old message = %s from message %d; want pending, from %d", cp.Status, cp.MsgSeq, newer)
+		}
+		// The recovery's message runs it, once.
+		newSeq := publishChunk(t, b, "test", job, current)
+		b.waitJob(t, job, kv.JobDone)
+		if n := callCount(job, 1, 2); n != 1 {
+			t.Fatalf("stage 2 ran %d times; want once", n)
+		}
+		if cp := b.checkpoint(t, job, 1); cp.MsgSeq != newSeq {
+			t.Fatalf("the chunk ran from message %d; want %d", cp.MsgSeq, newSeq)
+		}
+		salvagetest.Eventually(t, 10*time.Second, func() bool {
+			rec, _, err := b.stores.Envelopes.Get(b.ctx, current)
+			return err == nil && rec.Status == kv.EnvelopeResolved
+		}, "the current envelope resolved by its chunk")
+	})
+}
