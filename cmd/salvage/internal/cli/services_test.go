@@ -122,14 +122,6 @@ func TestAgentInTypeScript(t *testing.T) {
 		t.Fatalf("submit: %s %s", out, errOut)
 	}
 	job := strings.TrimSpace(out)
-	salvagetest.Eventually(t, 30*time.Second, func() bool { return len(answered()) >= 4 }, "the agent to answer some turns")
-	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = first.Wait()
-	killedAfter := len(answered())
-	node()
-
 	js, err := jetstream.New(salvagetest.Connect(t, url))
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +130,29 @@ func TestAgentInTypeScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	salvagetest.Eventually(t, 30*time.Second, func() bool { return len(answered()) >= 4 }, "the agent to answer some turns")
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	killedAfter := len(answered())
+	// The service stays down until a chunk has felt it (a turn nobody
+	// answered, retried, or held while the agent's breaker is open): on a
+	// loaded machine the restart could otherwise land before the worker
+	// asked anything.
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		st, err := c.Status(context.Background(), job, &salvage.Page{Limit: 24})
+		if err != nil {
+			return false
+		}
+		for _, ch := range st.Chunks {
+			if ch.Tier1Retries > 0 || ch.Status == salvage.ChunkHeld {
+				return true
+			}
+		}
+		return false
+	}, "a chunk to find the agent gone")
+	node()
 	j := salvagetest.WaitJob(t, c, job, 2*time.Minute)
 	if j.Status != salvage.JobDone || j.Chunks != 24 {
 		t.Fatalf("job = %+v", j)
