@@ -28,17 +28,55 @@ type repairer struct {
 	log     zerolog.Logger
 	idle    time.Duration
 
+	now func() time.Time
+
 	mu   sync.Mutex
 	jobs map[string]kv.Job
-	envs map[string]kv.EnvelopeRecord
+	// backoff spaces out the repairs of a job found with nothing to
+	// repair: a job waiting for hours (held at a breaker, parked for an
+	// approval) is not re-derived every sweep, O(its chunks) each time.
+	backoff map[string]jobBackoff
+	envs    map[string]kv.EnvelopeRecord
 	// budgets are settled jobs their budget stopped whose
 	// BUDGET_EXCEEDED envelope may not be written yet.
 	budgets map[string]kv.Job
 }
 
+// jobBackoff is when a job found with nothing to repair is looked at
+// next: next, after waiting wait, unless its record changes (seen is the
+// UpdatedAt it had).
+type jobBackoff struct {
+	next time.Time
+	wait time.Duration
+	seen time.Time
+}
+
+// repairBackoffMax bounds a job's backoff, in idle periods: a job idle
+// for long is re-derived at least every 16 idle periods (4 minutes with
+// the default 15-s sweep), so a crash while it waits is repaired that
+// late at most.
+const repairBackoffMax = 16
+
 func newRepairer(js jetstream.JetStream, stores *kv.Stores, idle time.Duration, log zerolog.Logger) *repairer {
-	return &repairer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log, idle: idle,
-		jobs: map[string]kv.Job{}, envs: map[string]kv.EnvelopeRecord{}, budgets: map[string]kv.Job{}}
+	return &repairer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log, idle: idle, now: time.Now,
+		jobs: map[string]kv.Job{}, backoff: map[string]jobBackoff{}, envs: map[string]kv.EnvelopeRecord{}, budgets: map[string]kv.Job{}}
+}
+
+// backOff spaces out j's next repair after one that found nothing to do:
+// twice the last wait, from one idle period up to repairBackoffMax.
+func (r *repairer) backOff(j kv.Job, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, running := r.jobs[j.ID]; !running {
+		return
+	}
+	b := r.backoff[j.ID]
+	if !b.seen.Equal(j.UpdatedAt) {
+		b.wait = 0
+	}
+	b.wait = min(max(2*b.wait, r.idle), repairBackoffMax*r.idle)
+	b.next, b.seen = now.Add(b.wait), j.UpdatedAt
+	r.backoff[j.ID] = b
 }
 
 // follow keeps the indexes current until ctx ends. It blocks.
@@ -66,6 +104,7 @@ func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
 		return
 	}
 	delete(r.jobs, e.Key())
+	delete(r.backoff, e.Key())
 }
 
 func (r *repairer) updateEnvelope(e jetstream.KeyValueEntry) {
@@ -88,7 +127,10 @@ func (r *repairer) stuck(now time.Time) ([]kv.Job, []kv.EnvelopeRecord) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var jobs []kv.Job
-	for _, j := range r.jobs {
+	for id, j := range r.jobs {
+		if b, ok := r.backoff[id]; ok && b.seen.Equal(j.UpdatedAt) && now.Before(b.next) {
+			continue
+		}
 		if now.Sub(j.UpdatedAt) >= r.idle {
 			jobs = append(jobs, j)
 		}
@@ -104,7 +146,8 @@ func (r *repairer) stuck(now time.Time) ([]kv.Job, []kv.EnvelopeRecord) {
 
 // repair runs one pass and returns how many jobs and envelopes it changed.
 func (r *repairer) repair(ctx context.Context) (int, error) {
-	jobs, envs := r.stuck(time.Now())
+	now := r.now()
+	jobs, envs := r.stuck(now)
 	n := 0
 	var errs []error
 	r.mu.Lock()
@@ -128,6 +171,9 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 		changed, err := r.repairJob(ctx, j)
 		if changed {
 			n++
+		}
+		if !changed && err == nil {
+			r.backOff(j, now)
 		}
 		errs = append(errs, err)
 	}

@@ -1,0 +1,85 @@
+package consumers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// TestSweeperBacksOffAJobWithNothingToRepair: a running job idle for
+// long (its chunks held, parked, or slow) is re-derived after one idle
+// period, then after 1, 2, 4, … up to 16 idle periods, while
+// nothing changes; a change to its record brings it back at once. (It
+// used to be re-derived, O(its chunks) reads, every sweep.)
+func TestSweeperBacksOffAJobWithNothingToRepair(t *testing.T) {
+	t.Parallel()
+	srv, err := natsconf.StartServer(natsconf.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), ServerName: "backoff-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: srv.ClientURL(), Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stores, err := kv.Provision(ctx, js, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := kv.Job{ID: "01JBACKOFF0000000000000000", Pipeline: "p", Chunks: 3}
+	if err := stores.Jobs.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if job, err = stores.Jobs.Get(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	const idle = 10 * time.Second
+	r := newRepairer(js, stores, idle, zerolog.Nop())
+	r.jobs[job.ID] = job
+	now := job.UpdatedAt
+	r.now = func() time.Time { return now }
+	derived := func() bool { jobs, _ := r.stuck(now); return len(jobs) == 1 }
+
+	// At each step: not looked at just before the wait is over, looked
+	// at (and found unchanged) when it is.
+	// The first look comes once the job has been idle for idle; each
+	// that finds nothing doubles the next wait, from idle.
+	var waits []time.Duration
+	for _, wait := range []time.Duration{idle, idle, 2 * idle, 4 * idle, 8 * idle, 16 * idle, 16 * idle} {
+		now = now.Add(wait - time.Second)
+		if derived() {
+			t.Fatalf("after %v: the job is looked at %v before its wait of %v is over (waits so far %v)", now.Sub(job.UpdatedAt), time.Second, wait, waits)
+		}
+		now = now.Add(time.Second)
+		if !derived() {
+			t.Fatalf("after %v: the job is not looked at once its wait of %v is over (waits so far %v)", now.Sub(job.UpdatedAt), wait, waits)
+		}
+		if n, err := r.repair(ctx); err != nil || n != 0 {
+			t.Fatalf("repair: %d changed, %v; want nothing to repair", n, err)
+		}
+		waits = append(waits, wait)
+	}
+	if last := waits[len(waits)-1]; last != repairBackoffMax*idle {
+		t.Fatalf("waits %v: want them capped at %v", waits, repairBackoffMax*idle)
+	}
+	// Its record changes (as the watch delivers it): looked at again one
+	// idle period later.
+	job.UpdatedAt = now
+	r.jobs[job.ID] = job
+	now = now.Add(idle)
+	if !derived() {
+		t.Fatal("a job whose record changed is still backed off")
+	}
+}
