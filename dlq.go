@@ -89,7 +89,10 @@ type Envelope struct {
 	CompletedEntries     []string `json:"completed_entries"`
 	InFlightEntries      []string `json:"in_flight_entries"`
 	PendingCompensations []string `json:"pending_compensations"`
-	Checkpoint           struct {
+	// EntriesDropped counts keys left out of those lists, each at most
+	// EnvelopeEntriesMax long (the newest kept); the journal has them all.
+	EntriesDropped int `json:"entries_dropped,omitempty"`
+	Checkpoint     struct {
 		Stage  int         `json:"stage"`
 		Status ChunkStatus `json:"status"`
 		Epoch  int         `json:"epoch"`

@@ -58,7 +58,7 @@ func envelopeOf(e recovery.Envelope) Envelope {
 		ErrorClass: e.ErrorClass, FailedAgent: e.FailedAgent, FailedCall: e.FailedCall, FailedTool: e.FailedTool,
 		FailedStage: e.FailedStage, Deliveries: e.Deliveries, Tier1Attempts: e.Tier1Attempts, Recoveries: e.Recoveries,
 		CompletedEntries: e.CompletedEntries, InFlightEntries: e.InFlightEntries,
-		PendingCompensations: e.PendingCompensations, CreatedAt: e.CreatedAt}
+		PendingCompensations: e.PendingCompensations, EntriesDropped: e.EntriesDropped, CreatedAt: e.CreatedAt}
 	out.Checkpoint.Stage, out.Checkpoint.Status, out.Checkpoint.Epoch = e.Checkpoint.Stage, ChunkStatus(e.Checkpoint.Status), e.Checkpoint.Epoch
 	out.Original.Stream, out.Original.Seq, out.Original.Subject, out.Original.Data = e.Original.Stream, e.Original.Seq, e.Original.Subject, e.Original.Data
 	return out

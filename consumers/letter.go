@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -156,6 +157,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	f.Recoveries = cp.Recoveries
 	category, strategy := recovery.Classify(f, d.limits)
 	completed, inFlight, pending, failed := journalEntries(rows)
+	completed, inFlight, pending, dropped := envelopeEntries(completed, inFlight, pending)
 	if l.FailedAgent == "" && l.FailedTool == "" && l.FailedCall == "" {
 		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
 	}
@@ -164,7 +166,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
 		Error: streams.Clip(l.Err, streams.ErrorTextMax), ErrorClass: f.Class.String(), FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
 		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
-		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending,
+		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending, EntriesDropped: dropped,
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
 		Original:   recovery.Original{Stream: streams.Chunks, Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
 		CreatedAt:  time.Now().UTC(),
@@ -324,7 +326,7 @@ func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending 
 		case kv.CallSucceeded:
 			completed = append(completed, r.Key)
 			if r.Fingerprint != nil && r.Fingerprint.Reversible {
-				pending = append([]string{r.Key}, pending...)
+				pending = append(pending, r.Key)
 			}
 		case kv.CallInitiated, kv.CallUnknown:
 			inFlight = append(inFlight, r.Key)
@@ -332,5 +334,27 @@ func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending 
 			failed = r.JournalRow
 		}
 	}
+	slices.Reverse(pending) // newest first
 	return completed, inFlight, pending, failed
+}
+
+// envelopeEntries bounds journalEntries' lists for an envelope: each
+// keeps its newest recovery.EnvelopeEntriesMax keys (completed and
+// in-flight are oldest first, pending newest first); dropped counts the
+// rest. Recovery reads the whole journal, never these lists.
+func envelopeEntries(completed, inFlight, pending []string) (c, i, p []string, dropped int) {
+	newest := func(keys []string, newestFirst bool) []string {
+		n := len(keys) - recovery.EnvelopeEntriesMax
+		switch {
+		case n <= 0:
+			return keys
+		case newestFirst:
+			dropped += n
+			return keys[:recovery.EnvelopeEntriesMax]
+		default:
+			dropped += n
+			return keys[n:]
+		}
+	}
+	return newest(completed, false), newest(inFlight, false), newest(pending, true), dropped
 }

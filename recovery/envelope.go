@@ -52,19 +52,27 @@ type Envelope struct {
 	FailedTool string `json:"failed_tool,omitempty"`
 	// FailedAgent and FailedCall (a journal key) name the agent and call
 	// whose failure sent the chunk here, never a sibling it stopped.
-	FailedAgent          string             `json:"failed_agent,omitempty"`
-	FailedCall           string             `json:"failed_call,omitempty"`
-	FailedStage          int                `json:"failed_stage"`
-	Deliveries           uint64             `json:"deliveries"`
-	Tier1Attempts        int                `json:"tier1_attempts"`
-	Recoveries           int                `json:"recoveries"`
-	CompletedEntries     []string           `json:"completed_entries"`
-	InFlightEntries      []string           `json:"in_flight_entries"`
-	PendingCompensations []string           `json:"pending_compensations"`
-	Checkpoint           EnvelopeCheckpoint `json:"checkpoint"`
-	Original             Original           `json:"original"`
-	CreatedAt            time.Time          `json:"created_at"`
+	FailedAgent          string   `json:"failed_agent,omitempty"`
+	FailedCall           string   `json:"failed_call,omitempty"`
+	FailedStage          int      `json:"failed_stage"`
+	Deliveries           uint64   `json:"deliveries"`
+	Tier1Attempts        int      `json:"tier1_attempts"`
+	Recoveries           int      `json:"recoveries"`
+	CompletedEntries     []string `json:"completed_entries"`
+	InFlightEntries      []string `json:"in_flight_entries"`
+	PendingCompensations []string `json:"pending_compensations"`
+	// EntriesDropped counts the journal keys left out of the three lists
+	// above, each of which holds at most EnvelopeEntriesMax (the newest):
+	// a chunk of thousands of calls would otherwise push its envelope
+	// past the message size. Recovery reads the journal, never the lists.
+	EntriesDropped int                `json:"entries_dropped,omitempty"`
+	Checkpoint     EnvelopeCheckpoint `json:"checkpoint"`
+	Original       Original           `json:"original"`
+	CreatedAt      time.Time          `json:"created_at"`
 }
+
+// EnvelopeEntriesMax bounds each journal-key list of an Envelope.
+const EnvelopeEntriesMax = 1000
 
 // EnvelopeCheckpoint is the chunk's checkpoint when it was dead-lettered.
 type EnvelopeCheckpoint struct {
