@@ -18,7 +18,7 @@
 //   NATS_URL       the server (default nats://127.0.0.1:4222)
 //   AGENT_SUBJECT  the subject to serve (default agents.summarize)
 //   AGENT_DELAY_MS how long each turn takes (default 0)
-//   AGENT_LOG      a file to append "answered <idempotency key>" to
+//   AGENT_LOG      a file to append "answered <idempotency key>" to, once the answer is flushed
 import { appendFileSync } from "node:fs";
 import { connect, headers } from "@nats-io/transport-node";
 import { Svcm } from "@nats-io/services";
@@ -89,6 +89,10 @@ async function answer(msg: ServiceMsg): Promise<void> {
   const out = { ...summarize(req.input), chunk: req.chunk, agent: req.agent, prior: req.prior?.length ?? 0 };
   msg.respond(JSON.stringify(out));
   if (log) {
+    // The answer leaves this process before it is called given: a
+    // respond is buffered, and a process killed before the flush never
+    // sent it (Salvage then asks again, as it should).
+    await nc.flush();
     appendFileSync(log, `answered ${key}\n`);
   }
 }
