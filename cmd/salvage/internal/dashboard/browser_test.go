@@ -441,13 +441,22 @@ func startWorker(t *testing.T, f *fixture) *salvage.Client {
 // the views are gone and a mutation is refused again.
 func TestSignInInABrowser(t *testing.T) {
 	t.Parallel()
+	for _, width := range []int64{1280, 1920} {
+		t.Run(fmt.Sprint(width), func(t *testing.T) {
+			t.Parallel()
+			signInInABrowser(t, width)
+		})
+	}
+}
+
+func signInInABrowser(t *testing.T, width int64) {
 	token := randomToken(t)
 	f := setupWith(t, dashboard.Config{Token: token})
 	ctx := browse(t, f.url+"/#envelope/"+f.envID)
 	step, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	bg := context.Background()
-	if err := chromedp.Do(step, chromedp.WaitVisible(`#signin-token`)); err != nil {
+	if err := chromedp.Do(step, chromedp.EmulateViewport(width, 1000), chromedp.WaitVisible(`#signin-token`)); err != nil {
 		t.Fatal(err)
 	}
 	if html, err := chromedp.Run(step, chromedp.Evaluate[string](`document.documentElement.outerHTML`)); err != nil || strings.Contains(html, token) {

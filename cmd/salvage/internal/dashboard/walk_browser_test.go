@@ -145,6 +145,32 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 				t.Fatal(err)
 			}
 			poll("the list shows the incomplete job alone", `document.querySelectorAll('#job-list tr').length === 1 && document.querySelector('#job-list tr').dataset.job === '`+walkJob+`'`)
+			// The list's paging, a job a page: all three jobs, newest first,
+			// then back; then the incomplete tab again.
+			if _, err := chromedp.Run(step, chromedp.Evaluate[bool](`jobLimit = 1; jobStatus = ''; jobOffset = 0; loadJobs(); true`)); err != nil {
+				t.Fatal(err)
+			}
+			poll("a list of one job a page", `document.querySelectorAll('#job-list tr').length === 1 && document.querySelector('#job-list tr').dataset.job === '`+walkJob+`'`)
+			var pages []string
+			for _, b := range []string{"older", "older", "newer", "newer"} {
+				before, _ := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('#job-list tr').dataset.job`))
+				if err := click(step, `#job-paging button[data-page="`+b+`"]`); err != nil {
+					t.Fatal(err)
+				}
+				poll("the list after "+b, `document.querySelector('#job-list tr')?.dataset.job !== '`+before+`'`)
+				now, _ := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('#job-list tr').dataset.job`))
+				pages = append(pages, now)
+			}
+			if len(pages) != 4 || pages[1] == pages[0] || pages[2] != pages[0] || pages[3] != walkJob {
+				t.Fatalf("paging went %v; want two older jobs, then back to %s", pages, walkJob)
+			}
+			if _, err := chromedp.Run(step, chromedp.Evaluate[bool](`jobLimit = 50; true`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := click(step, tab); err != nil {
+				t.Fatal(err)
+			}
+			poll("the incomplete tab again", `document.querySelectorAll('#job-list tr').length === 1 && document.querySelector('#job-list tr').dataset.job === '`+walkJob+`'`)
 			if err := click(step, `#job-list tr[data-job="`+walkJob+`"] a`); err != nil {
 				t.Fatal(err)
 			}
