@@ -24,6 +24,7 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -125,6 +126,41 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	job := strings.TrimSpace(out)
 	if !strings.Contains(errOut, "6/6 done") {
 		t.Errorf("progress output lacks the final count: %q", errOut)
+	}
+
+	// What the job left in the store, and when it goes.
+	code, out, errOut = run(t, "", "storage", "--json", "--server", url)
+	var stores []struct {
+		Name          string    `json:"name"`
+		Kind          string    `json:"kind"`
+		Messages      uint64    `json:"messages"`
+		Bytes         uint64    `json:"bytes"`
+		MaxAgeSeconds float64   `json:"max_age_seconds"`
+		History       int64     `json:"history"`
+		Oldest        time.Time `json:"oldest"`
+		Expires       time.Time `json:"expires"`
+	}
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &stores) != nil {
+		t.Fatalf("storage --json: %d %s %s", code, out, errOut)
+	}
+	found := map[string]bool{}
+	for _, s := range stores {
+		found[s.Kind+" "+s.Name] = true
+		if s.Name == kv.BucketJournal && (s.Kind != "bucket" || s.Messages == 0 || s.Bytes == 0 || s.MaxAgeSeconds != kv.RetentionDefault.Seconds() ||
+			!s.Expires.Equal(s.Oldest.Add(kv.RetentionDefault))) {
+			t.Errorf("the journal's storage: %+v; want the job's rows, kept %v from the oldest", s, kv.RetentionDefault)
+		}
+	}
+	for _, want := range []string{"stream " + streams.Chunks, "stream " + streams.DLQ, "bucket " + kv.BucketJournal, "bucket " + kv.BucketCheckpoints} {
+		if !found[want] {
+			t.Errorf("storage lists no %s: %s", want, out)
+		}
+	}
+	if code, out, _ := run(t, "", "storage", "--server", url); code != cli.ExitOK || !strings.Contains(out, "salvage_journal") || !strings.Contains(out, "30 days") || !strings.Contains(out, "total") {
+		t.Errorf("salvage storage:\n%s", out)
+	}
+	if code, _, _ := run(t, "", "storage", "extra", "--server", url); code == cli.ExitOK {
+		t.Errorf("salvage storage with an argument exits 0")
 	}
 
 	code, out, _ = run(t, "", "status", job, "--server", url)

@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage"
+)
+
+// storeRow is one stream or KV bucket of Salvage's in `salvage storage`.
+type storeRow struct {
+	Name string `json:"name"`
+	// Kind is "stream" or "bucket" (a KV bucket, named without KV_).
+	Kind     string `json:"kind"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+	// MaxAgeSeconds is how long a message is kept (0: until it is
+	// removed); History, for a bucket, the revisions kept per key.
+	MaxAgeSeconds float64 `json:"max_age_seconds"`
+	History       int64   `json:"history,omitempty"`
+	// Oldest is the oldest message's time; Expires when it expires
+	// (Oldest + MaxAge), when it does.
+	Oldest  time.Time `json:"oldest,omitzero"`
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+func (e *env) storageCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "storage",
+		Short: "Show what Salvage's streams and buckets hold: messages, bytes, how long they keep them, and what expires next",
+		Long: `Show every Salvage stream (SALVAGE_*) and KV bucket (salvage_*) on the server: its
+messages and bytes, how long it keeps a message (its max age; a bucket's revisions per key),
+its oldest message and when that one expires. It reads the streams' state, so it needs a
+user allowed JetStream stream info (an admin, or the embedded server's default user).`,
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = e.withConn("salvage storage", func(ctx context.Context, nc *nats.Conn, _ *salvage.Client) error {
+		rows, err := storageOf(ctx, nc)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return e.writeJSON(rows)
+		}
+		e.printStorage(rows)
+		return nil
+	})
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// storageOf reads the state of every Salvage stream and bucket, streams
+// first, each kind by name.
+func storageOf(ctx context.Context, nc *nats.Conn) ([]storeRow, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	rows := []storeRow{}
+	list := js.ListStreams(ctx)
+	for info := range list.Info() {
+		r := storeRow{Name: info.Config.Name, Kind: "stream", Messages: info.State.Msgs, Bytes: info.State.Bytes,
+			MaxAgeSeconds: info.Config.MaxAge.Seconds()}
+		switch {
+		case strings.HasPrefix(info.Config.Name, "SALVAGE_"):
+		case strings.HasPrefix(info.Config.Name, "KV_salvage_"):
+			r.Name, r.Kind, r.History = strings.TrimPrefix(info.Config.Name, "KV_"), "bucket", info.Config.MaxMsgsPerSubject
+		default:
+			continue
+		}
+		if info.State.Msgs > 0 {
+			r.Oldest = info.State.FirstTime.UTC()
+			if info.Config.MaxAge > 0 {
+				r.Expires = r.Oldest.Add(info.Config.MaxAge)
+			}
+		}
+		rows = append(rows, r)
+	}
+	if err := list.Err(); err != nil {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
+	sort.Slice(rows, func(i, k int) bool {
+		if rows[i].Kind != rows[k].Kind {
+			return rows[i].Kind == "stream"
+		}
+		return rows[i].Name < rows[k].Name
+	})
+	return rows, nil
+}
+
+func (e *env) printStorage(rows []storeRow) {
+	tw := table(e.stdout)
+	fmt.Fprintln(tw, "NAME\tKIND\tMESSAGES\tBYTES\tKEEPS\tOLDEST\tEXPIRES")
+	var msgs, bytes uint64
+	for _, r := range rows {
+		keeps := "until removed"
+		if r.MaxAgeSeconds > 0 {
+			keeps = (time.Duration(r.MaxAgeSeconds) * time.Second).String()
+			switch d := r.MaxAgeSeconds / 86400; {
+			case d == 1:
+				keeps = "1 day"
+			case d > 1 && d == float64(int(d)):
+				keeps = fmt.Sprintf("%d days", int(d))
+			}
+		}
+		if r.History > 0 {
+			keeps += fmt.Sprintf(", %d per key", r.History)
+		}
+		when := func(t time.Time) string {
+			if t.IsZero() {
+				return "-"
+			}
+			return t.Local().Format("2006-01-02 15:04")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, r.Messages, sizeText(r.Bytes), keeps, when(r.Oldest), when(r.Expires))
+		msgs, bytes = msgs+r.Messages, bytes+r.Bytes
+	}
+	fmt.Fprintf(tw, "total\t\t%d\t%s\t\t\t\n", msgs, sizeText(bytes))
+	_ = tw.Flush()
+}
+
+// sizeText is n bytes for a person: B, KiB, MiB or GiB.
+func sizeText(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
