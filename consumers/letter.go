@@ -126,7 +126,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	if _, _, err := d.stores.Envelopes.Get(ctx, id); err == nil {
 		// Published and recorded by an earlier attempt, which may have
 		// died before finishing.
-		return id, d.finish(ctx, l, id)
+		return id, d.finish(ctx, l, id, nil)
 	} else if !errors.Is(err, kv.ErrNotFound) {
 		return "", err
 	}
@@ -190,14 +190,16 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	d.log.Warn().Str("envelope_id", id).Str("job_id", env.Job).Int("chunk", env.Chunk).
 		Str("trace_id", env.TraceID).Int("stage", env.FailedStage).Str("category", category).
 		Uint64("deliveries", l.Deliveries).Str("error", l.Err).Msg(msg)
-	return id, d.finish(ctx, l, id)
+	return id, d.finish(ctx, l, id, &cp)
 }
 
 // finish marks the checkpoint dead-lettered (counting it in its job),
 // supersedes the chunk's earlier envelope, and removes the original. When
 // the checkpoint was marked already, an earlier attempt died part-way:
 // the job is settled against its checkpoints in case its count was lost.
-func (d letterer) finish(ctx context.Context, l letter, id string) error {
+// seen is the checkpoint send already read and found not stale (nil: read
+// it here, for an earlier attempt's envelope).
+func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Checkpoint) error {
 	var previous string
 	var delta kv.Delta
 	marked := false
@@ -205,17 +207,22 @@ func (d letterer) finish(ctx context.Context, l letter, id string) error {
 	if l.Stopped != "" {
 		status = kv.CancelledAtStage(l.Stage)
 	}
-	current, _, err := d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
-	if err != nil && !errors.Is(err, kv.ErrNotFound) {
-		return err
-	}
-	if stale, err := d.stale(ctx, l, current); err != nil || stale {
-		// An earlier attempt stored id for this message and died before
-		// this step; a newer message has run the chunk since.
-		if err != nil {
+	var current kv.Checkpoint
+	if seen != nil {
+		current = *seen
+	} else {
+		var err error
+		if current, _, err = d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err != nil && !errors.Is(err, kv.ErrNotFound) {
 			return err
 		}
-		return d.dropStale(ctx, l, current)
+		if stale, err := d.stale(ctx, l, current); err != nil || stale {
+			// An earlier attempt stored id for this message and died
+			// before this step; a newer message has run the chunk since.
+			if err != nil {
+				return err
+			}
+			return d.dropStale(ctx, l, current)
+		}
 	}
 	cp, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
 		previous, delta, marked = "", kv.Delta{}, false

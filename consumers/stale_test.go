@@ -37,9 +37,10 @@ func publishChunk(t *testing.T, b *bundle, pipeline, job, link string) uint64 {
 // messages on SALVAGE_CHUNKS, an old one (its first run died after storing
 // its envelope, which recovery has since settled and which a later failure
 // superseded) and a newer one a recovery published for the chunk's
-// current envelope, which is open and whose strategy has not run. It
-// returns the job, the two sequences and the two envelope ids.
-func staleChunk(t *testing.T, b *bundle) (job string, oldSeq, newSeq uint64, current, settled string) {
+// current envelope, which is open and whose strategy has not run; the
+// chunk last ran from that newer message. It returns the job, the old
+// message's sequence and the two envelope ids.
+func staleChunk(t *testing.T, b *bundle) (job string, oldSeq uint64, current, settled string) {
 	t.Helper()
 	job, current, settled = ulid.Make().String(), ulid.Make().String(), ulid.Make().String()
 	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
@@ -58,16 +59,16 @@ func staleChunk(t *testing.T, b *bundle) (job string, oldSeq, newSeq uint64, cur
 			t.Fatal(err)
 		}
 	}
-	newSeq = publishChunk(t, b, "test", job, current)
-	// The chunk last ran from a message newer than both; it failed, and
-	// its envelope is the current one.
+	newSeq := publishChunk(t, b, "test", job, current)
+	// The chunk ran from the newer message; it failed, and its envelope
+	// is the current one.
 	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, newSeq-1, 1
+		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, newSeq, 1
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return job, oldSeq, newSeq, current, settled
+	return job, oldSeq, current, settled
 }
 
 // TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes: a chunk message
@@ -81,12 +82,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 	t.Run("dead-letterer", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{noDeadLetter: true})
-		job, oldSeq, _, current, settled := staleChunk(t, b)
-		// The newer message runs next (it is the chunk's current one):
-		// let the chunk's record say so.
-		if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error { cp.MsgSeq++; return nil }); err != nil {
-			t.Fatal(err)
-		}
+		job, oldSeq, current, settled := staleChunk(t, b)
 		dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{})
 		if err != nil {
 			t.Fatal(err)

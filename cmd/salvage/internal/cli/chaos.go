@@ -425,35 +425,50 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 
 // explainLeftovers adds to each leftover effect what the records say of
 // its order: the job's status, its envelopes, and the journal row that
-// made the effect (its status, epoch and earlier runs).
+// made the effect (its status, epoch and earlier runs). Each job is read
+// once, however many of its effects were left.
 func explainLeftovers(ctx context.Context, c *salvage.Client, order map[string]string, envs []salvage.EnvelopeRecord, r *chaosReport) {
+	jobOf := make(map[string]string, len(order))
+	for job, o := range order {
+		jobOf[o] = job
+	}
+	type told struct {
+		head, tail string
+		calls      []salvage.Call
+	}
+	seen := map[string]told{}
 	for i, e := range r.leftover {
-		for job, o := range order {
-			if o != e.Order {
-				continue
-			}
-			s := " — job " + job
+		job, ok := jobOf[e.Order]
+		if !ok {
+			continue
+		}
+		t, ok := seen[job]
+		if !ok {
+			t.head = " — job " + job
 			if j, err := c.Get(ctx, job); err == nil {
-				s += " " + string(j.Status)
+				t.head += " " + string(j.Status)
 			}
 			for _, rec := range envs {
 				if rec.Job == job {
-					s += fmt.Sprintf("; envelope %s %s %s %s notes %q", rec.ID, rec.Category, rec.Strategy, rec.Status, rec.Notes)
+					t.head += fmt.Sprintf("; envelope %s %s %s %s notes %q", rec.ID, rec.Category, rec.Strategy, rec.Status, rec.Notes)
 				}
 			}
 			if tc, err := c.TraceChunk(ctx, job, 1); err == nil {
-				for _, call := range tc.Calls {
-					if call.IdempotencyKey == e.Key {
-						s += fmt.Sprintf("; journal %s %s epoch %d stage %d history %d", call.Tool, call.Status, call.Epoch, call.Stage, len(call.History))
-					}
-				}
-				s += fmt.Sprintf("; chunk %s epoch %d events %d", tc.Status, tc.Epoch, len(tc.Events))
+				t.calls = tc.Calls
+				t.tail = fmt.Sprintf("; chunk %s epoch %d events %d", tc.Status, tc.Epoch, len(tc.Events))
 				for _, ev := range tc.Events {
-					s += fmt.Sprintf(" [%s %s %s %s]", ev.Kind, ev.At.Format("15:04:05.000"), ev.Worker, ev.Detail)
+					t.tail += fmt.Sprintf(" [%s %s %s %s]", ev.Kind, ev.At.Format("15:04:05.000"), ev.Worker, ev.Detail)
 				}
 			}
-			r.Leftovers[i] += s
+			seen[job] = t
 		}
+		s := t.head
+		for _, call := range t.calls {
+			if call.IdempotencyKey == e.Key {
+				s += fmt.Sprintf("; journal %s %s epoch %d stage %d history %d", call.Tool, call.Status, call.Epoch, call.Stage, len(call.History))
+			}
+		}
+		r.Leftovers[i] += s + t.tail
 	}
 }
 
