@@ -257,9 +257,12 @@ func (c *Client) jobsFor(ctx context.Context) (*kv.Jobs, error) {
 	return j, nil
 }
 
+// configureJournal configures the stores' writes: how journal rows are
+// written, and how long settled envelope records are kept.
 func (c *Client) configureJournal(st *kv.Stores) {
 	atomic := c.cfg.JournalWrites == JournalAtomic
 	st.Journal.Configure(kv.JournalConfig{Atomic: &atomic})
+	st.Envelopes.Keep(c.cfg.Retention.WithDefaults().Records)
 }
 
 // operator is the one implementation of the operator's actions.
@@ -278,7 +281,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	if c.cfg.has(RoleWorker) {
 		sp, err := consumers.NewSplitter(c.js, stores, consumers.SplitterConfig{
 			Registry: c.registry, MaxPayload: c.cfg.MaxPayload, MaxChunks: c.cfg.MaxChunks,
-			ChunkWindow: c.cfg.ChunkWindow, Logger: &log,
+			ChunkWindow: c.cfg.ChunkWindow, Retention: c.cfg.Retention, Logger: &log,
 		})
 		if err != nil {
 			return nil, err
@@ -298,7 +301,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	if c.cfg.has(RoleDeadLetter) {
 		dl, err := consumers.NewDeadLetterer(c.js, stores, consumers.DeadLetterConfig{
 			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), UnknownPipelineWait: c.cfg.UnknownPipelineWait,
-			Logger: &log, TracerProvider: c.cfg.TracerProvider,
+			Retention: c.cfg.Retention, Logger: &log, TracerProvider: c.cfg.TracerProvider,
 		})
 		if err != nil {
 			return nil, err

@@ -84,10 +84,25 @@ const (
 	AlertBurstWindowDefault    = recovery.BurstWindowDefault
 	AlertUnresolvedDefault     = recovery.UnresolvedAfterDefault
 	AlertUnackedDefault        = recovery.UnackedAfterDefault
-	// RetentionDefault is how long job records, checkpoints, journal rows,
-	// envelope records and snapshots are kept.
+	// RetentionDefault is how long agent snapshots are kept, and a
+	// finished job's records (Retention.Records' default).
 	RetentionDefault = kv.RetentionDefault
+	// CallsRetentionDefault, EffectsRetentionDefault and
+	// RecordsRetentionDefault are Retention's defaults: 1 hour, 14 days,
+	// 30 days.
+	CallsRetentionDefault   = kv.CallsRetentionDefault
+	EffectsRetentionDefault = kv.EffectsRetentionDefault
+	RecordsRetentionDefault = kv.RecordsRetentionDefault
 )
+
+// Retention is how long what a finished job leaves behind is kept, by
+// data class: Calls (the journal rows of pure calls: model calls and
+// reads), Effects (the journal rows of side effects, their keys and
+// outcomes) and Records (the job's record, its checkpoints, its settled
+// envelopes, and the whole journal of a chunk whose envelope settled).
+// The clocks start when the job finishes; nothing an open envelope, a
+// held, parked or running chunk needs is removed.
+type Retention = kv.Retention
 
 // Config is what a Client runs with. Every field has a default, stated in
 // its comment; a zero field takes it. NewClient validates the whole and
@@ -166,6 +181,11 @@ type Config struct {
 	// MaxPayload bounds a job message and each chunk message. Default
 	// 512 KiB (the server's max_payload is 1 MiB).
 	MaxPayload int
+
+	// Retention is how long what a finished job leaves behind is kept, by
+	// data class; a Pipeline may set its own. Defaults: pure calls 1 hour
+	// after the job finished, side effects 14 days, records 30 days.
+	Retention Retention
 
 	// Replicas of every stream and bucket: 1 on one server, 3 on a
 	// cluster. Default 1.
@@ -307,6 +327,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: JournalWrites %q: want %q or %q", ErrInvalidConfig, c.JournalWrites, JournalAtomic, JournalPipelined)
 	case c.Replicas > 5:
 		return fmt.Errorf("%w: Replicas %d: JetStream allows at most 5", ErrInvalidConfig, c.Replicas)
+	}
+	if err := c.Retention.Validate(); err != nil {
+		return fmt.Errorf("%w: Retention: %w", ErrInvalidConfig, err)
 	}
 	if err := recovery.Prices(c.Prices).Validate(); err != nil {
 		return fmt.Errorf("%w: Prices: %w", ErrInvalidConfig, err)

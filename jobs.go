@@ -52,6 +52,13 @@ type Job struct {
 	UpdatedAt        time.Time  `json:"updated_at"`
 	// FinishedAt is when the job reached its status; nil while running.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Retention is how long what the job leaves is kept, as recorded when
+	// it was split (its pipeline's, else its deployment's); nil when
+	// neither set one (the defaults apply).
+	Retention *Retention `json:"retention,omitempty"`
+	// KeptUntil is when the job's record expires: set once retention ran
+	// on the finished job.
+	KeptUntil *time.Time `json:"kept_until,omitempty"`
 }
 
 // Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
@@ -125,6 +132,9 @@ type Chunk struct {
 	// was recorded and has not ended with an error of its own.
 	LastErrorOlder bool      `json:"last_error_older,omitempty"`
 	UpdatedAt      time.Time `json:"updated_at"`
+	// KeptUntil is when the checkpoint expires: set once retention ran on
+	// the finished chunk.
+	KeptUntil *time.Time `json:"kept_until,omitempty"`
 }
 
 // Approval is a person's yes to one stage of one chunk.

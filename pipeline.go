@@ -44,6 +44,10 @@ type Pipeline struct {
 	Concurrency int
 	AckWait     time.Duration
 	MaxDeliver  int
+	// Retention is how long what this pipeline's finished jobs leave is
+	// kept, by data class (see Retention); zero fields take
+	// Config.Retention's.
+	Retention Retention
 }
 
 // Stage runs its agents in parallel; see recovery.Stage for its fields
@@ -160,8 +164,11 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Plan, error) {
 	if p.Concurrency < 0 || p.AckWait < 0 || p.MaxDeliver < 0 || p.AckWait > kv.AckWaitMax || (p.AckWait > 0 && p.AckWait < 3*time.Millisecond) {
 		return nil, fmt.Errorf("%w: pipeline %s: Concurrency, AckWait and MaxDeliver must not be negative, and AckWait must be at most %s", ErrInvalidConfig, p.Name, kv.AckWaitMax)
 	}
+	if err := p.Retention.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: pipeline %s: %w", ErrInvalidConfig, p.Name, err)
+	}
 	out := &recovery.Plan{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks, Result: p.Result,
-		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver}
+		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver, Retention: p.Retention}
 	for _, st := range p.Stages {
 		bs := st
 		bs.Agents = make([]Agent, 0, len(st.Agents))

@@ -18,7 +18,7 @@ func jobOf(j kv.Job) Job {
 		Budget: j.Budget, Metadata: j.Metadata, Window: j.Window, InputHash: j.InputHash, Summary: j.Summary,
 		Explanation: j.Explanation, CancelledAt: j.CancelledAt, CancelReason: j.CancelReason,
 		BudgetExceededAt: j.BudgetExceededAt, BudgetEnvelope: j.BudgetEnvelope,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt}
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt, Retention: j.Retention, KeptUntil: j.KeptUntil}
 }
 
 // bulkResultOf is what a bulk action matched and did.
@@ -38,7 +38,7 @@ func chunkOf(cp kv.Checkpoint) Chunk {
 		DeadLetters: cp.DeadLetters, Envelope: cp.Envelope, Reason: cp.Reason, HeldOn: cp.HeldOn, Holds: cp.Holds,
 		Approvals: cp.Approvals, LastError: cp.LastError, LastErrorClass: cp.LastErrorClass,
 		LastErrorStatus: cp.LastErrorStatus, LastErrorAgent: cp.LastErrorAgent, LastErrorTool: cp.LastErrorTool,
-		LastErrorCall: cp.LastErrorCall, LastErrorOlder: cp.LastErrorOlder, UpdatedAt: cp.UpdatedAt}
+		LastErrorCall: cp.LastErrorCall, LastErrorOlder: cp.LastErrorOlder, UpdatedAt: cp.UpdatedAt, KeptUntil: cp.KeptUntil}
 }
 
 // envelopeRecordOf is an envelope's record: all but the orchestrator's

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,6 +34,9 @@ type DeadLetterConfig struct {
 	// ever run waits before the sweeper rejects it. Default
 	// UnknownPipelineWaitDefault.
 	UnknownPipelineWait time.Duration
+	// Retention applies to finished jobs whose record names none (fields
+	// they leave zero). Zero fields take kv's defaults.
+	Retention kv.Retention
 	// Logger receives dead-letter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 	// TracerProvider receives the span of a job whose last chunk the
@@ -55,6 +59,7 @@ type DeadLetterer struct {
 	log    zerolog.Logger
 	letter letterer
 	repair *repairer
+	retain *retainer
 }
 
 // NewDeadLetterer returns a dead-letterer; it does not start it.
@@ -74,6 +79,7 @@ func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterCo
 		js: js, stores: stores, cfg: cfg, log: log,
 		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores, tracer: tracerOf(cfg.TracerProvider)}, log: log, limits: cfg.Limits},
 		repair: newRepairer(js, stores, max(cfg.SweepInterval, time.Second), log),
+		retain: &retainer{js: js, stores: stores, defaults: cfg.Retention.WithDefaults(), log: log, now: time.Now},
 	}, nil
 }
 
@@ -88,6 +94,9 @@ func (d *DeadLetterer) Run(ctx context.Context) error {
 		go d.repair.follow(ctx)
 		go d.sweepLoop(ctx)
 	}
+	var wg sync.WaitGroup
+	wg.Go(func() { d.retain.run(ctx) })
+	defer wg.Wait()
 	fetchLoop(ctx, cons, 16, d.log, func(m jetstream.Msg) { d.handleAdvisory(ctx, m) })
 	return nil
 }

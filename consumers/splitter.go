@@ -54,6 +54,10 @@ type SplitterConfig struct {
 	// last delivery a job message that still cannot be split is reported
 	// as split-failed. Default streams.SplitterMaxDeliverDefault.
 	MaxDeliver int
+	// Retention is what a job records as its retention when its pipeline
+	// sets none (fields it leaves zero). Zero fields are left to whoever
+	// applies retention (DeadLetterConfig.Retention).
+	Retention kv.Retention
 	// Logger receives splitter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -242,6 +246,9 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	if b := p.msg.Budget; b != nil {
 		job.Budget = &kv.Budget{Tokens: b.Tokens, Cost: b.Cost}
+	}
+	if keep := p.pipeline.Retention.Or(s.cfg.Retention); keep != (kv.Retention{}) {
+		job.Retention = &keep
 	}
 	err = s.stores.Jobs.Create(ctx, job)
 	if errors.Is(err, kv.ErrJobExists) {

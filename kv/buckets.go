@@ -28,8 +28,10 @@ const claimsTTL = 24 * time.Hour
 // AckWaitMax caps AckWait, the claim lease, well under claimsTTL.
 const AckWaitMax = time.Hour
 
-// RetentionDefault is how long job, checkpoint and envelope records are kept.
-const RetentionDefault = 30 * 24 * time.Hour
+// RetentionDefault is how long a finished job's records are kept
+// (RecordsRetentionDefault): the retention of the agent snapshots, which
+// the object store keeps by age.
+const RetentionDefault = RecordsRetentionDefault
 
 // Stores bundles the typed stores.
 type Stores struct {
@@ -56,10 +58,14 @@ func bucketConfigs(o Options) []jetstream.KeyValueConfig {
 		o.Replicas = 1
 	}
 	return []jetstream.KeyValueConfig{
-		{Bucket: BucketJobs, Description: "Job records; status derived from chunk outcomes.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
+		// Job, checkpoint and envelope records have no age limit: a record
+		// is kept while its job runs or its envelope is open, and gets a
+		// per-message TTL once settled (Retention). A key that expires
+		// leaves a delete marker for markerTTL, so watches see it go.
+		{Bucket: BucketJobs, Description: "Job records; status derived from chunk outcomes.", History: 5, LimitMarkerTTL: markerTTL, Replicas: o.Replicas},
 		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: claimsTTL, Replicas: o.Replicas},
-		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
-		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, TTL: RetentionDefault, Replicas: o.Replicas},
+		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 1, LimitMarkerTTL: markerTTL, Replicas: o.Replicas},
+		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, LimitMarkerTTL: markerTTL, Replicas: o.Replicas},
 		{Bucket: BucketBreakers, Description: "One circuit breaker per external system: closed, open, half-open.", History: 5, Replicas: o.Replicas},
 		{Bucket: BucketPipelines, Description: "What operators set on a pipeline: paused or not.", History: 5, Replicas: o.Replicas},
 		{Bucket: BucketWorkers, Description: "Live Salvage processes: roles, pipelines, chunks in flight; refreshed by a heartbeat.", History: 1, TTL: workersTTL, Replicas: o.Replicas},
@@ -118,7 +124,7 @@ func OpenJobs(ctx context.Context, js jetstream.JetStream) (*Jobs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", BucketJobs, err)
 	}
-	return &Jobs{b: b, now: time.Now}, nil
+	return &Jobs{b: b, js: js, now: time.Now}, nil
 }
 
 // Open binds to buckets that already exist. It returns an error wrapping
@@ -166,10 +172,10 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	jr := &Journal{js: js, b: journal}
 	jr.Configure(JournalConfig{})
 	return &Stores{
-		Jobs:        &Jobs{b: jobs, now: time.Now},
+		Jobs:        &Jobs{b: jobs, js: js, now: time.Now},
 		Claims:      &Claims{b: claims, now: time.Now},
 		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now},
-		Envelopes:   &Envelopes{b: envs, now: time.Now},
+		Envelopes:   &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault},
 		Journal:     jr,
 		Snapshots:   &Snapshots{os: snaps},
 		Breakers:    &Breakers{b: breakers, js: js, now: time.Now},

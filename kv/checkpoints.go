@@ -122,6 +122,10 @@ type Checkpoint struct {
 	Events        []ChunkEvent `json:"events,omitempty"`
 	EventsDropped int          `json:"events_dropped,omitempty"`
 	UpdatedAt     time.Time    `json:"updated_at"`
+	// KeptUntil is set once retention ran on the finished chunk: the
+	// checkpoint expires then, and its outputs (published on
+	// SALVAGE_RESULTS) and snapshot names are gone.
+	KeptUntil *time.Time `json:"kept_until,omitempty"`
 }
 
 // ChunkEvent is one thing that happened to a chunk, for its timeline.
@@ -258,7 +262,7 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 		return cp, Fence{}, fmt.Errorf("%w: %s is %s", ErrFinished, key, cp.Status)
 	}
 	cp.ClaimedBy, cp.ClaimRevision = worker, claimRevision
-	cp.UpdatedAt = s.now()
+	cp.UpdatedAt, cp.KeptUntil = s.now(), nil
 	if mutate != nil {
 		mutate(&cp)
 	}
@@ -296,7 +300,7 @@ func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error 
 // writers that do not hold the chunk (the dead-letterer, cancellation of a
 // chunk nobody runs). It breaks any holder's fence, which is the point.
 func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func(cp *Checkpoint) error) (Checkpoint, error) {
-	cp, _, err := mutateJSON(ctx, s.b, ChunkKey(job, chunk), func(cp *Checkpoint, exists bool) error {
+	cp, _, err := mutateJSONWith(ctx, s.b, ChunkKey(job, chunk), s.update, func(cp *Checkpoint, exists bool) error {
 		if !exists {
 			*cp = Checkpoint{Job: job, Chunk: chunk, Stage: 1}
 		}
@@ -319,10 +323,44 @@ func (s *Checkpoints) ForJob(ctx context.Context, job string, n int) ([]Checkpoi
 // with direct-get batches of up to 1000 named keys (the last message of
 // each), so a 10,000-chunk job costs ten round trips, not one per chunk.
 func (s *Checkpoints) ForJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, error) {
+	cps, _, err := s.forJobRange(ctx, job, from, to)
+	return cps, err
+}
+
+// update writes cp if its checkpoint is still at rev. A chunk that is
+// no longer finished loses the expiry retention gave it; a finished one
+// keeps it (see keptUpdate).
+func (s *Checkpoints) update(ctx context.Context, key string, cp Checkpoint, rev uint64) (uint64, error) {
+	if !cp.Terminal() {
+		cp.KeptUntil = nil
+	}
+	return keptUpdate(ctx, s.js, s.b, key, cp, rev, cp.KeptUntil, s.now())
+}
+
+// Revisions is ForJobRange with each checkpoint's revision (0: none
+// stored).
+func (s *Checkpoints) Revisions(ctx context.Context, job string, from, to int) ([]Checkpoint, []uint64, error) {
+	return s.forJobRange(ctx, job, from, to)
+}
+
+// Retain makes cp, read at rev, the chunk's only checkpoint revision,
+// expiring after ttl, without the outputs and snapshot names only a run
+// needs. ErrConflict when the checkpoint changed since: the chunk is
+// live again.
+func (s *Checkpoints) Retain(ctx context.Context, cp Checkpoint, rev uint64, ttl time.Duration) error {
+	until := s.now().Add(ttl).UTC()
+	cp.KeptUntil = &until
+	cp.Outputs, cp.Snapshots = nil, nil
+	_, err := retainJSON(ctx, s.js, BucketCheckpoints, ChunkKey(cp.Job, cp.Chunk), cp, rev, ttl)
+	return err
+}
+
+func (s *Checkpoints) forJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, []uint64, error) {
 	from = max(from, 1)
 	if to < from {
-		return []Checkpoint{}, nil
+		return []Checkpoint{}, []uint64{}, nil
 	}
+	revs := make([]uint64, to-from+1)
 	out := make([]Checkpoint, to-from+1)
 	for i := range out {
 		out[i] = Checkpoint{Job: job, Chunk: from + i, Stage: 1, Status: StatusPending}
@@ -334,21 +372,21 @@ func (s *Checkpoints) ForJobRange(ctx context.Context, job string, from, to int)
 			keys = append(keys, ChunkKey(job, c))
 		}
 		err := streams.Retry(ctx, func(ctx context.Context) error {
-			return lastValuesOf(ctx, s.js, BucketCheckpoints, keys, func(key string, value []byte, _ uint64) error {
+			return lastValuesOf(ctx, s.js, BucketCheckpoints, keys, func(key string, value []byte, seq uint64) error {
 				var cp Checkpoint
 				if err := json.Unmarshal(value, &cp); err != nil {
 					return fmt.Errorf("kv: decode checkpoint %s: %w", key, err)
 				}
 				i, err := strconv.Atoi(key[strings.LastIndexByte(key, '.')+1:])
 				if err == nil && i >= from && i <= to {
-					out[i-from] = cp
+					out[i-from], revs[i-from] = cp, seq
 				}
 				return nil
 			})
 		})
 		if err != nil {
-			return nil, fmt.Errorf("kv: checkpoints of %s %d-%d: %w", job, lo, hi, err)
+			return nil, nil, fmt.Errorf("kv: checkpoints of %s %d-%d: %w", job, lo, hi, err)
 		}
 	}
-	return out, nil
+	return out, revs, nil
 }

@@ -153,8 +153,25 @@ type Guard struct {
 // Envelopes is the salvage_envelopes store.
 type Envelopes struct {
 	b   jetstream.KeyValue
+	js  jetstream.JetStream
 	now func() time.Time
+	// keep is how long a settled record and a guard key are kept.
+	keep time.Duration
 }
+
+// Keep sets how long a settled envelope record (resolved, superseded,
+// dead-end, abandoned) and a guard key are kept: Retention.Records.
+// Default RecordsRetentionDefault.
+func (s *Envelopes) Keep(d time.Duration) {
+	if d > 0 {
+		s.keep = d
+	}
+}
+
+// Settled reports whether the envelope reached an outcome nobody acts on
+// any more: resolved, superseded, dead-end or abandoned (not escalated,
+// which waits for a person).
+func (r EnvelopeRecord) Settled() bool { return r.Final() && !r.Open() }
 
 // GuardKey is the guard key of a chunk message.
 func GuardKey(streamSeq uint64) string { return "chunkmsg." + strconv.FormatUint(streamSeq, 10) }
@@ -179,7 +196,7 @@ func (s *Envelopes) Guard(ctx context.Context, streamSeq uint64, envelopeID stri
 // GuardKeyed is Guard for any guard key (GuardKey, StopGuardKey).
 func (s *Envelopes) GuardKeyed(ctx context.Context, key, envelopeID string) (Guard, error) {
 	g := Guard{Envelope: envelopeID, CreatedAt: s.now()}
-	_, err := createJSON(ctx, s.b, key, g)
+	_, err := createJSON(ctx, s.b, key, g, jetstream.KeyTTL(s.keep))
 	if err == nil {
 		return g, nil
 	}
@@ -200,7 +217,11 @@ func (s *Envelopes) Put(ctx context.Context, r EnvelopeRecord) error {
 		r.CreatedAt = now
 	}
 	r.UpdatedAt = now
-	_, err := createJSON(ctx, s.b, r.ID, r)
+	var opts []jetstream.KVCreateOpt
+	if r.Settled() {
+		opts = append(opts, jetstream.KeyTTL(s.keep))
+	}
+	_, err := createJSON(ctx, s.b, r.ID, r, opts...)
 	if err != nil && !isConflict(err) {
 		return fmt.Errorf("kv: put envelope %s: %w", r.ID, err)
 	}
@@ -213,8 +234,21 @@ func (s *Envelopes) Get(ctx context.Context, id string) (EnvelopeRecord, uint64,
 }
 
 // Mutate applies fn to an envelope record by CAS; ErrNotFound when absent.
+// A record that fn settles is written as its key's only revision, set to
+// expire once kept for Keep's duration; one that opens again is written
+// as usual and kept until it settles.
 func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRecord) error) (EnvelopeRecord, error) {
-	r, _, err := mutateJSON(ctx, s.b, id, func(r *EnvelopeRecord, exists bool) error {
+	w := func(ctx context.Context, key string, r EnvelopeRecord, rev uint64) (uint64, error) {
+		if !r.Settled() {
+			return updateJSON(ctx, s.b, key, r, rev)
+		}
+		seq, err := retainJSON(ctx, s.js, BucketEnvelopes, key, r, rev, s.keep)
+		if errors.Is(err, ErrConflict) {
+			return 0, jetstream.ErrKeyRevisionMismatch
+		}
+		return seq, err
+	}
+	r, _, err := mutateJSONWith(ctx, s.b, id, w, func(r *EnvelopeRecord, exists bool) error {
 		if !exists {
 			return fmt.Errorf("%w: envelope %s", ErrNotFound, id)
 		}

@@ -34,6 +34,11 @@ var (
 	// ErrGuardExists is returned by Envelopes.Guard when a chunk message
 	// already has an envelope guard.
 	ErrGuardExists = errors.New("kv: envelope guard exists")
+	// ErrInvalidRetention is returned by Retention.Validate.
+	ErrInvalidRetention = errors.New("kv: invalid retention")
+	// ErrConflict is returned by a retention write when the record
+	// changed since it was read: it is live again, and left as it is.
+	ErrConflict = errors.New("kv: record changed since it was read")
 )
 
 // HeldError says who holds a claim and until when.

@@ -78,6 +78,12 @@ type Job struct {
 	// Finishes counts the times the job finished: a recovery that
 	// re-runs a dead-lettered chunk makes it run, and finish, again.
 	Finishes int `json:"finishes,omitempty"`
+	// Retention is how long what the job leaves behind is kept, by data
+	// class: its pipeline's, or its deployment's, when it was split.
+	Retention *Retention `json:"retention,omitempty"`
+	// KeptUntil is set once retention ran on the finished job: its record
+	// expires then.
+	KeptUntil *time.Time `json:"kept_until,omitempty"`
 }
 
 // Finished reports whether every chunk reached a terminal state.
@@ -302,6 +308,7 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 // Jobs is the salvage_jobs store.
 type Jobs struct {
 	b   jetstream.KeyValue
+	js  jetstream.JetStream
 	now func() time.Time
 }
 
@@ -329,10 +336,37 @@ func (s *Jobs) Get(ctx context.Context, id string) (Job, error) {
 	return j, err
 }
 
+// update writes j if its record is still at rev. A job that runs again
+// is live, and loses the expiry retention gave it; a finished one keeps
+// it (see keptUpdate).
+func (s *Jobs) update(ctx context.Context, key string, j Job, rev uint64) (uint64, error) {
+	if j.Status == JobRunning {
+		j.KeptUntil = nil
+	}
+	return keptUpdate(ctx, s.js, s.b, key, j, rev, j.KeptUntil, s.now())
+}
+
+// GetRev returns a job record and its revision, or ErrNotFound.
+func (s *Jobs) GetRev(ctx context.Context, id string) (Job, uint64, error) {
+	return getJSON[Job](ctx, s.b, id)
+}
+
+// Retain makes j, read at rev, the record's only revision, expiring
+// after ttl (KeptUntil says when). ErrConflict when the record changed
+// since: the job is live again.
+func (s *Jobs) Retain(ctx context.Context, j Job, rev uint64, ttl time.Duration) (Job, error) {
+	until := s.now().Add(ttl).UTC()
+	j.KeptUntil = &until
+	if _, err := retainJSON(ctx, s.js, BucketJobs, j.ID, j, rev, ttl); err != nil {
+		return j, err
+	}
+	return j, nil
+}
+
 // Cancel marks a job cancelled. It is idempotent; it returns ErrNotFound
 // for an unknown job and the job as it now stands.
 func (s *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
-	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
 		if !exists {
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
@@ -364,7 +398,7 @@ func (j Job) StopReason() string {
 // already (or the job was cancelled before, which it leaves as it was).
 func (s *Jobs) ExceedBudget(ctx context.Context, id string) (Job, bool, error) {
 	changed := false
-	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
 		changed = false
 		if !exists {
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
@@ -386,7 +420,7 @@ func (s *Jobs) ExceedBudget(ctx context.Context, id string) (Job, bool, error) {
 // SetBudgetEnvelope records the job's BUDGET_EXCEEDED envelope id once:
 // it returns the id already recorded, if any.
 func (s *Jobs) SetBudgetEnvelope(ctx context.Context, id, envelope string) (string, error) {
-	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
 		if !exists {
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
@@ -467,7 +501,7 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 		if err := apply(&j); errors.Is(err, ErrNoChange) {
 			return cur, recounted || j.Summary.Terminal() >= j.Chunks && j.Status == JobRunning, nil
 		}
-		rev, err := updateJSON(ctx, s.b, id, j, cur.Rev)
+		rev, err := s.update(ctx, id, j, cur.Rev)
 		if err == nil {
 			settle := recounted || j.Summary.Terminal() >= j.Chunks && (j.Status == JobRunning || (wasFinished && moved))
 			return JobRev{Job: j, Rev: rev}, settle, nil
@@ -487,7 +521,7 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 // and whenever a crash may have lost a count.
 func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bool, error) {
 	var finishedNow bool
-	j, _, err := mutateJSON(ctx, s.b, id, func(j *Job, exists bool) error {
+	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
 		finishedNow = false
 		if !exists {
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)

@@ -148,7 +148,9 @@ func HashInput(input []byte) string {
 }
 
 // journalStreamConfig is the bucket's stream, written as a stream config so
-// it keeps AllowAtomicPublish: a KeyValueConfig would drop it.
+// it keeps AllowAtomicPublish: a KeyValueConfig would drop it. It has no
+// age limit: rows are removed, or given a per-message TTL, by retention
+// once their job finished and their chunk has no open envelope.
 func journalStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:               "KV_" + BucketJournal,
@@ -156,7 +158,6 @@ func journalStreamConfig(replicas int) jetstream.StreamConfig {
 		Subjects:           []string{"$KV." + BucketJournal + ".>"},
 		MaxMsgsPerSubject:  5,
 		MaxBytes:           -1,
-		MaxAge:             RetentionDefault,
 		MaxMsgSize:         -1,
 		MaxMsgs:            -1,
 		MaxConsumers:       -1,
@@ -168,6 +169,7 @@ func journalStreamConfig(replicas int) jetstream.StreamConfig {
 		AllowDirect:        true,
 		Discard:            jetstream.DiscardNew,
 		AllowAtomicPublish: true,
+		AllowMsgTTL:        true,
 	}
 }
 

@@ -57,6 +57,8 @@ type JournalConfig struct {
 type Journal struct {
 	js jetstream.JetStream
 	b  jetstream.KeyValue
+	// handle is the bucket's stream, for Retire's purges.
+	handle journalStream
 
 	atomic   bool
 	flushers int

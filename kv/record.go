@@ -38,7 +38,7 @@ func getJSON[T any](ctx context.Context, b jetstream.KeyValue, key string) (T, u
 
 // createJSON stores v under key if the key is absent. A conflict is
 // returned as jetstream.ErrKeyExists.
-func createJSON(ctx context.Context, b jetstream.KeyValue, key string, v any) (uint64, error) {
+func createJSON(ctx context.Context, b jetstream.KeyValue, key string, v any, opts ...jetstream.KVCreateOpt) (uint64, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode %s: %w", key, err)
@@ -46,7 +46,7 @@ func createJSON(ctx context.Context, b jetstream.KeyValue, key string, v any) (u
 	var rev uint64
 	err = streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
-		rev, err = b.Create(ctx, key, data)
+		rev, err = b.Create(ctx, key, data, opts...)
 		return err
 	})
 	return rev, err
@@ -77,6 +77,14 @@ func isConflict(err error) bool {
 // absent, with exists false) and writes it back by CAS, retrying lost races
 // up to casAttempts times. fn returning ErrNoChange leaves the record unchanged.
 func mutateJSON[T any](ctx context.Context, b jetstream.KeyValue, key string, fn func(v *T, exists bool) error) (T, uint64, error) {
+	return mutateJSONWith(ctx, b, key, func(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
+		return updateJSON(ctx, b, key, v, rev)
+	}, fn)
+}
+
+// mutateJSONWith is mutateJSON writing an existing key with update,
+// which returns a lost race as jetstream.ErrKeyRevisionMismatch.
+func mutateJSONWith[T any](ctx context.Context, b jetstream.KeyValue, key string, update func(ctx context.Context, key string, v T, rev uint64) (uint64, error), fn func(v *T, exists bool) error) (T, uint64, error) {
 	for range casAttempts {
 		v, rev, err := getJSON[T](ctx, b, key)
 		exists := err == nil
@@ -90,7 +98,7 @@ func mutateJSON[T any](ctx context.Context, b jetstream.KeyValue, key string, fn
 			return v, rev, err
 		}
 		if exists {
-			rev, err = updateJSON(ctx, b, key, v, rev)
+			rev, err = update(ctx, key, v, rev)
 		} else {
 			rev, err = createJSON(ctx, b, key, v)
 		}
@@ -131,7 +139,7 @@ func lastValuesOf(ctx context.Context, js jetstream.JetStream, bucket string, fi
 		if err != nil {
 			return err
 		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
 			continue
 		}
 		if err := fn(m.Subject[len(prefix):], m.Data, m.Sequence); err != nil {

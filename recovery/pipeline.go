@@ -43,6 +43,9 @@ type Plan struct {
 	Concurrency int
 	AckWait     time.Duration
 	MaxDeliver  int
+	// Retention is how long what its finished jobs leave is kept, by data
+	// class; zero fields take the deployment's.
+	Retention kv.Retention
 }
 
 // Stage runs its agents in parallel. When one fails, the others are

@@ -30,6 +30,9 @@ const (
 	LegacySplitterConsumer = "splitter"
 	// DeadLetterConsumer turns max-deliveries advisories into envelopes.
 	DeadLetterConsumer = "dead-letter"
+	// RetentionConsumer reads the finished events on SALVAGE_EVENTS and
+	// applies retention to each finished job once its window passed.
+	RetentionConsumer = "retention"
 	// LegacyRecoveryConsumer is the one DLQ consumer every orchestrator
 	// shared before worker pools. An upgraded deployment keeps it, filtered
 	// on the envelopes of that time (DLQLegacy), until they are settled.

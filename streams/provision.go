@@ -172,6 +172,24 @@ func deadLetterConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// retentionConfig is the durable consumer of finished events that
+// retention works from. A finished job's event is asked for again (a nak
+// with the time left) until its window passed, so any number of jobs may
+// wait at once: MaxAckPending only bounds how many are looked at
+// together, and redeliveries are unlimited.
+func retentionConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       RetentionConsumer,
+		Description:   "Retention: removes or expires what a finished job leaves, by data class, once its window passed.",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxDeliver:    -1,
+		MaxAckPending: 256,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: EventSubject("*", EventFinished),
+	}
+}
+
 // RecoveryConfig is pipeline's recovery pool on SALVAGE_DLQ, the
 // consumer its orchestrators share. Its AckWait is the time one
 // orchestrator may spend on an envelope before another may take it over.
@@ -210,6 +228,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		cfg    jetstream.ConsumerConfig
 	}{
 		{Advisories, deadLetterConfig()},
+		{Events, retentionConfig()},
 	}
 	for _, c := range consumers {
 		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {

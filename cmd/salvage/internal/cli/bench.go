@@ -41,6 +41,7 @@ type benchReport struct {
 	Crash          *crashRow    `json:"crash_to_resume,omitempty"`
 	Growth         []growthRow  `json:"growth,omitempty"`
 	Storage        []storageRow `json:"storage,omitempty"`
+	Soak           *soakRow     `json:"soak,omitempty"`
 	WallSecs       float64      `json:"wall_seconds"`
 }
 
@@ -56,10 +57,11 @@ type benchOpts struct {
 	growthConc  int
 	report      string
 	natsServer  string
+	soak        time.Duration
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
@@ -83,7 +85,11 @@ print one table:
                elsewhere, and model calls made twice per kill;
   growth       one job each of --growth chunks on one fresh worker process each: time
                per chunk, the worker's peak memory, and what the streams and buckets
-               hold before and after.
+               hold before and after, and once retention ran on the largest job (its
+               calls window shortened to 1s);
+  soak         --soak of 20-chunk jobs back to back, two at a time, with every role in one
+               process and retention shortened to 1s / 3s / 6s (calls, effects, records):
+               the disk use of what retention governs, sampled every 2s, levels off.
 
 Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
@@ -125,6 +131,7 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 	f.IntVar(&o.workers, "workers", 4, "crash: worker processes running at once")
 	f.IntSliceVar(&o.growth, "growth", []int{100, 1_000, 10_000}, "growth: job sizes in chunks")
 	f.IntVar(&o.growthConc, "growth-concurrency", 16, "growth: chunks in flight in the worker")
+	f.DurationVar(&o.soak, "soak", 2*time.Minute, "soak: how long jobs run back to back")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
 	return cmd
@@ -170,11 +177,34 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintln(tw)
 	}
 	if len(r.Storage) > 0 {
-		fmt.Fprintln(tw, "STORAGE\tduring the largest job\tafter it\tkept for")
+		fmt.Fprintln(tw, "STORAGE\tduring the largest job\tafter it\tonce retention ran\tkept for")
+		var total [3]uint64
 		for _, s := range r.Storage {
-			fmt.Fprintf(tw, "  %s\t%s msgs, %s\t%s msgs, %s\t%s\n", s.Name, thousands(int(s.PeakMsgs)), mib(int64(s.PeakBytes)),
-				thousands(int(s.AfterMsgs)), mib(int64(s.AfterBytes)), s.Kept)
+			fmt.Fprintf(tw, "  %s\t%s msgs, %s\t%s msgs, %s\t%s msgs, %s\t%s\n", s.Name, thousands(int(s.PeakMsgs)), mib(int64(s.PeakBytes)),
+				thousands(int(s.AfterMsgs)), mib(int64(s.AfterBytes)), thousands(int(s.RetainedMsgs)), mib(int64(s.RetainedBytes)), s.Kept)
+			total[0], total[1], total[2] = total[0]+s.PeakBytes, total[1]+s.AfterBytes, total[2]+s.RetainedBytes
 		}
+		fmt.Fprintf(tw, "  total\t%s\t%s\t%s\t\n", mib(int64(total[0])), mib(int64(total[1])), mib(int64(total[2])))
+		if v := retentionVerdict(r.Storage); v != "" {
+			fmt.Fprintf(tw, "  %s\n", v)
+		}
+		fmt.Fprintln(tw)
+	}
+	if k := r.Soak; k != nil {
+		fmt.Fprintln(tw, "SOAK\tsync_interval\tjobs\tchunks (dead-lettered)\tretention (calls/effects/records)\tgoverned bytes at 25/50/75/100%\taged bytes at the end\ttarget")
+		at := func(f float64) string {
+			if len(k.Samples) == 0 {
+				return "-"
+			}
+			return mib(int64(k.Samples[min(int(f*float64(len(k.Samples))), len(k.Samples)-1)].Governed))
+		}
+		aged := "-"
+		if n := len(k.Samples); n > 0 {
+			aged = mib(int64(k.Samples[n-1].Aged))
+		}
+		fmt.Fprintf(tw, "  %s of jobs of %d chunks, %d at once\t%s\t%s\t%s (%s)\t%s / %s / %s\t%s %s %s %s\t%s\t%s\n",
+			k.Duration, soakJobChunks, soakInFlight, k.SyncInterval, thousands(k.Jobs), thousands(k.Chunks), thousands(k.DeadLettered),
+			k.Retention.Calls, k.Retention.Effects, k.Retention.Records, at(0.25), at(0.5), at(0.75), at(1), aged, k.verdict())
 	}
 	_ = tw.Flush()
 }

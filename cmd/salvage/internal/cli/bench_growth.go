@@ -42,7 +42,38 @@ type storageRow struct {
 	PeakBytes  uint64 `json:"peak_bytes"`
 	AfterMsgs  uint64 `json:"after_msgs"`
 	AfterBytes uint64 `json:"after_bytes"`
-	Kept       string `json:"kept"`
+	// RetainedMsgs and RetainedBytes are what it holds once retention
+	// ran on the largest job (its calls window shortened to growthKeepCalls).
+	RetainedMsgs  uint64 `json:"retained_msgs"`
+	RetainedBytes uint64 `json:"retained_bytes"`
+	Kept          string `json:"kept"`
+}
+
+// growthKeepCalls is the growth runs' calls window: retention runs on a
+// job a second after it finished, so the storage table shows what a
+// deployment keeps once it has.
+const growthKeepCalls = time.Second
+
+// targetRetainedJournal is the share of the largest job's journal that
+// may remain once retention ran.
+const targetRetainedJournal = 0.15
+
+// retentionVerdict compares the journal once retention ran with the
+// journal the job left.
+func retentionVerdict(rows []storageRow) string {
+	for _, s := range rows {
+		if s.Name != "KV_salvage_journal" || s.AfterBytes == 0 {
+			continue
+		}
+		share := float64(s.RetainedBytes) / float64(s.AfterBytes)
+		v := "met"
+		if share > targetRetainedJournal {
+			v = "NOT MET"
+		}
+		return fmt.Sprintf("journal once retention ran: %s of %s (%.1f%%); target ≤ %.0f%%: %s",
+			mib(int64(s.RetainedBytes)), mib(int64(s.AfterBytes)), 100*share, 100*targetRetainedJournal, v)
+	}
+	return ""
 }
 
 // growthVerdict checks time per chunk and peak memory are flat across the
@@ -143,7 +174,8 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 		return nil, nil, err
 	}
 	defer s.close()
-	c, stop, err := b.startClient(ctx, s, &salvage.Config{Roles: []salvage.Role{salvage.RoleDeadLetter}})
+	c, stop, err := b.startClient(ctx, s, &salvage.Config{Roles: []salvage.Role{salvage.RoleDeadLetter},
+		Retention: salvage.Retention{Calls: growthKeepCalls}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -190,6 +222,12 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 		if n == largest {
 			storage, err = sampler.after(ctx)
 			if err != nil {
+				return nil, nil, err
+			}
+			if err := waitRetained(ctx, c, job); err != nil {
+				return nil, nil, err
+			}
+			if err := sampler.retained(ctx, storage); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -277,6 +315,40 @@ func (s *streamSampler) after(ctx context.Context) ([]storageRow, error) {
 	return out, nil
 }
 
+// waitRetained waits until retention ran on job: its record says when it
+// expires.
+func waitRetained(ctx context.Context, c *salvage.Client, job string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	for {
+		j, err := c.Get(ctx, job)
+		if err == nil && j.KeptUntil != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("retention did not run on job %s: %w", job, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// retained fills the rows' retention columns.
+func (s *streamSampler) retained(ctx context.Context, rows []storageRow) error {
+	byName := map[string]*storageRow{}
+	for i := range rows {
+		byName[rows[i].Name] = &rows[i]
+	}
+	lister := s.js.ListStreams(ctx)
+	for info := range lister.Info() {
+		if r := byName[info.Config.Name]; r != nil {
+			r.RetainedMsgs, r.RetainedBytes = info.State.Msgs, info.State.Bytes
+			r.Kept = kept(info.Config)
+		}
+	}
+	return lister.Err()
+}
+
 // kept says how long a stream keeps what it stores.
 func kept(cfg jetstream.StreamConfig) string {
 	switch {
@@ -287,6 +359,8 @@ func kept(cfg jetstream.StreamConfig) string {
 			return fmt.Sprintf("%d days", d)
 		}
 		return cfg.MaxAge.String()
+	case cfg.AllowMsgTTL:
+		return "while live, then by retention"
 	case cfg.MaxMsgsPerSubject == 1:
 		return "latest per key, no expiry"
 	}

@@ -69,6 +69,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 		}
 		r.Growth, r.Storage = g, s
 	}
+	if slices.Contains(b.o.only, "soak") {
+		k, err := b.soak(ctx, b.o.soak)
+		if err != nil {
+			return nil, fmt.Errorf("soak: %w", err)
+		}
+		r.Soak = &k
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

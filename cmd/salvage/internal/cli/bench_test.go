@@ -12,8 +12,8 @@ import (
 // what was measured.
 func TestBench(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "bench", "--only", "critical,crash,growth", "--kills", "2", "--kill-every", "1s",
-		"--workers", "2", "--growth", "20,60", "--growth-concurrency", "4", "--report", "json", "--log-level", "error").Output()
+	out, err := exec.Command(binary, "bench", "--only", "critical,crash,growth,soak", "--kills", "2", "--kill-every", "1s",
+		"--workers", "2", "--growth", "20,60", "--growth-concurrency", "4", "--soak", "14s", "--report", "json", "--log-level", "error").Output()
 	if err != nil {
 		t.Fatalf("salvage bench: %v", err)
 	}
@@ -42,8 +42,16 @@ func TestBench(t *testing.T) {
 			Name      string `json:"stream"`
 			PeakMsgs  uint64 `json:"peak_msgs"`
 			AfterMsgs uint64 `json:"after_msgs"`
+			Retained  uint64 `json:"retained_msgs"`
 			Kept      string `json:"kept"`
 		} `json:"storage"`
+		Soak struct {
+			Jobs    int `json:"jobs"`
+			Chunks  int `json:"chunks"`
+			Samples []struct {
+				Governed uint64 `json:"governed_bytes"`
+			} `json:"samples"`
+		} `json:"soak"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("report: %v\n%s", err, out)
@@ -56,9 +64,9 @@ func TestBench(t *testing.T) {
 	if c.MeasuredPath < c.CriticalPath || c.Wall < c.MeasuredPath || c.Ratio < 1 {
 		t.Errorf("wall %v, measured path %v, ratio %.2f: the job cannot beat its critical path", c.Wall, c.MeasuredPath, c.Ratio)
 	}
-	k := r.Crash
-	if k.Kills != 2 || k.Chunks < 2 || k.P50 < 5*time.Second || k.Requests < k.Unique || k.Unique == 0 {
-		t.Errorf("crash = %+v: want 2 kills, their chunks resumed about AckWait (10s) later, requests counted", k)
+	kc := r.Crash
+	if kc.Kills != 2 || kc.Chunks < 2 || kc.P50 < 5*time.Second || kc.Requests < kc.Unique || kc.Unique == 0 {
+		t.Errorf("crash = %+v: want 2 kills, their chunks resumed about AckWait (10s) later, requests counted", kc)
 	}
 	if len(r.Growth) != 2 {
 		t.Fatalf("growth rows = %+v", r.Growth)
@@ -74,8 +82,22 @@ func TestBench(t *testing.T) {
 		if s.Name == "SALVAGE_CHUNKS" && s.AfterMsgs != 0 {
 			t.Errorf("SALVAGE_CHUNKS holds %d messages after the job", s.AfterMsgs)
 		}
+		if s.Name == "KV_salvage_journal" && (s.AfterMsgs == 0 || s.Retained != 0) {
+			// Contract review makes pure calls only: none is kept.
+			t.Errorf("the journal held %d messages after the job and %d once retention ran; want some, then none", s.AfterMsgs, s.Retained)
+		}
 	}
-	if kept["KV_salvage_claims"] != "24h0m0s" || kept["SALVAGE_CHUNKS"] != "until acked" {
+	if kept["KV_salvage_claims"] != "24h0m0s" || kept["SALVAGE_CHUNKS"] != "until acked" || kept["KV_salvage_journal"] != "while live, then by retention" {
 		t.Errorf("kept = %v", kept)
+	}
+	// The soak wrote about a KiB per call (116 per chunk); retention keeps
+	// a fraction of it at any time.
+	k := r.Soak
+	if k.Jobs == 0 || len(k.Samples) < 5 {
+		t.Fatalf("soak = %+v: want jobs run and samples taken", k)
+	}
+	written := uint64(k.Chunks) * 116 << 10
+	if last := k.Samples[len(k.Samples)-1].Governed; last == 0 || last > written/4 {
+		t.Errorf("the soak ends with %d bytes governed by retention after writing about %d: want some, at most a quarter", last, written)
 	}
 }

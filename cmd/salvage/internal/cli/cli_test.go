@@ -137,6 +137,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 		Bytes         uint64    `json:"bytes"`
 		MaxAgeSeconds float64   `json:"max_age_seconds"`
 		History       int64     `json:"history"`
+		Retention     bool      `json:"retention"`
 		Oldest        time.Time `json:"oldest"`
 		Expires       time.Time `json:"expires"`
 	}
@@ -146,9 +147,12 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	found := map[string]bool{}
 	for _, s := range stores {
 		found[s.Kind+" "+s.Name] = true
-		if s.Name == kv.BucketJournal && (s.Kind != "bucket" || s.Messages == 0 || s.Bytes == 0 || s.MaxAgeSeconds != kv.RetentionDefault.Seconds() ||
-			!s.Expires.Equal(s.Oldest.Add(kv.RetentionDefault))) {
-			t.Errorf("the journal's storage: %+v; want the job's rows, kept %v from the oldest", s, kv.RetentionDefault)
+		if s.Name == kv.BucketJournal && (s.Kind != "bucket" || s.Messages == 0 || s.Bytes == 0 || s.MaxAgeSeconds != 0 ||
+			!s.Retention || !s.Expires.IsZero()) {
+			t.Errorf("the journal's storage: %+v; want the job's rows, kept while live, then by retention, no age limit", s)
+		}
+		if s.Name == streams.DLQ && (s.MaxAgeSeconds != 14*24*3600 || s.Retention || s.Messages > 0 && !s.Expires.Equal(s.Oldest.Add(14*24*time.Hour))) {
+			t.Errorf("the DLQ's storage: %+v; want kept 14 days from the oldest", s)
 		}
 	}
 	for _, want := range []string{"stream " + streams.Chunks, "stream " + streams.DLQ, "bucket " + kv.BucketJournal, "bucket " + kv.BucketCheckpoints} {
@@ -156,7 +160,8 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 			t.Errorf("storage lists no %s: %s", want, out)
 		}
 	}
-	if code, out, _ := run(t, "", "storage", "--server", url); code != cli.ExitOK || !strings.Contains(out, "salvage_journal") || !strings.Contains(out, "30 days") || !strings.Contains(out, "total") {
+	if code, out, _ := run(t, "", "storage", "--server", url); code != cli.ExitOK || !strings.Contains(out, "salvage_journal") || !strings.Contains(out, "while live, then by retention") ||
+		!strings.Contains(out, "14 days") || !strings.Contains(out, "total") {
 		t.Errorf("salvage storage:\n%s", out)
 	}
 	if code, _, _ := run(t, "", "storage", "extra", "--server", url); code == cli.ExitOK {
@@ -485,6 +490,9 @@ func TestUpJoinsNATSURL(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "", "up", "--server", url, "--listen", "127.0.0.1:0"); code != cli.ExitError || !strings.Contains(errOut, "one or the other") {
 		t.Errorf("up --server with --listen: exit %d, %q; want refused", code, errOut)
+	}
+	if code, _, errOut := run(t, "", "up", "--server", url, "--keep-calls", "200h"); code != cli.ExitError || !strings.Contains(errOut, "calls 200h0m0s is over 168h0m0s") {
+		t.Errorf("up --keep-calls 200h: exit %d, %q; want refused, naming the limit", code, errOut)
 	}
 
 	dead := "nats://127.0.0.1:1"

@@ -25,6 +25,10 @@ type storeRow struct {
 	// removed); History, for a bucket, the revisions kept per key.
 	MaxAgeSeconds float64 `json:"max_age_seconds"`
 	History       int64   `json:"history,omitempty"`
+	// Retention says a message of it is kept while its job runs or its
+	// envelope is open, then expires by a per-message TTL retention sets
+	// (the journal, the job, checkpoint and envelope buckets).
+	Retention bool `json:"retention,omitempty"`
 	// Oldest is the oldest message's time; Expires when it expires
 	// (Oldest + MaxAge), when it does.
 	Oldest  time.Time `json:"oldest,omitzero"`
@@ -38,8 +42,12 @@ func (e *env) storageCmd() *cobra.Command {
 		Short: "Show what Salvage's streams and buckets hold: messages, bytes, how long they keep them, and what expires next",
 		Long: `Show every Salvage stream (SALVAGE_*) and KV bucket (salvage_*) on the server: its
 messages and bytes, how long it keeps a message (its max age; a bucket's revisions per key),
-its oldest message and when that one expires. It reads the streams' state, so it needs a
-user allowed JetStream stream info (an admin, or the embedded server's default user).`,
+its oldest message and when that one expires. The journal and the job, checkpoint and envelope
+buckets keep what a running job, a held chunk or an open envelope needs for as long as it does;
+once a job finished, retention (salvage up --keep-calls, --keep-effects, --keep-records)
+removes or expires it by data class: "while live, then by retention". It reads the streams'
+state, so it needs a user allowed JetStream stream info (an admin, or the embedded server's
+default user).`,
 		Args: cobra.NoArgs,
 	}
 	cmd.RunE = e.withConn("salvage storage", func(ctx context.Context, nc *nats.Conn, _ *salvage.Client) error {
@@ -68,7 +76,7 @@ func storageOf(ctx context.Context, nc *nats.Conn) ([]storeRow, error) {
 	list := js.ListStreams(ctx)
 	for info := range list.Info() {
 		r := storeRow{Name: info.Config.Name, Kind: "stream", Messages: info.State.Msgs, Bytes: info.State.Bytes,
-			MaxAgeSeconds: info.Config.MaxAge.Seconds()}
+			MaxAgeSeconds: info.Config.MaxAge.Seconds(), Retention: info.Config.AllowMsgTTL && info.Config.MaxAge == 0}
 		switch {
 		case strings.HasPrefix(info.Config.Name, "SALVAGE_"):
 		case strings.HasPrefix(info.Config.Name, "KV_salvage_"):
@@ -102,6 +110,9 @@ func (e *env) printStorage(rows []storeRow) {
 	var msgs, bytes uint64
 	for _, r := range rows {
 		keeps := "until removed"
+		if r.Retention {
+			keeps = "while live, then by retention"
+		}
 		if r.MaxAgeSeconds > 0 {
 			keeps = (time.Duration(r.MaxAgeSeconds) * time.Second).String()
 			switch d := r.MaxAgeSeconds / 86400; {

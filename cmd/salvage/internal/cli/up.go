@@ -51,6 +51,7 @@ type runFlags struct {
 	coolDown      time.Duration
 	breaker       salvage.BreakerPolicy
 	prices        []string
+	retention     salvage.Retention
 }
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
@@ -85,6 +86,9 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.alerts.BurstWindow, "alert-burst-window", salvage.AlertBurstWindowDefault, "window of the envelope burst alert")
 	f.DurationVar(&r.alerts.UnresolvedAfter, "alert-unresolved", salvage.AlertUnresolvedDefault, "alert when an envelope stays unresolved this long")
 	f.DurationVar(&r.alerts.UnackedAfter, "alert-unacked", salvage.AlertUnackedDefault, "alert when an escalation involving money, or any COMPENSATION_NEEDED envelope, is not acknowledged this long")
+	f.DurationVar(&r.retention.Calls, "keep-calls", salvage.CallsRetentionDefault, "retention: how long after its job finished a done chunk keeps the journal rows of its pure calls (model calls, reads); at most 168h")
+	f.DurationVar(&r.retention.Effects, "keep-effects", salvage.EffectsRetentionDefault, "retention: how long after its job finished a done chunk keeps the journal rows of its side effects (keys, outcomes)")
+	f.DurationVar(&r.retention.Records, "keep-records", salvage.RecordsRetentionDefault, "retention: how long a finished job's record, its checkpoints, its settled envelopes and the journal of a chunk whose envelope settled are kept")
 	f.DurationVar(&r.alertInterval, "alert-interval", salvage.AlertIntervalDefault, "how often the alert rules are evaluated")
 	f.StringVar(&r.journalWrites, "journal-writes", "auto", "journal rows as atomic group-commit batches (atomic) or pipelined publishes (pipelined); auto: atomic unless an embedded server acks before fsync")
 	f.Int64Var(&r.model.Seed, "model-seed", defaults.Seed, "simulated model: seed")
@@ -104,6 +108,7 @@ func (r *runFlags) args() []string {
 		"--sim-timeout", r.simTimeout.String(), "--cool-down", r.coolDown.String(),
 		"--breaker-failures", strconv.Itoa(r.breaker.Failures), "--breaker-window", r.breaker.Window.String(),
 		"--breaker-cool-down", r.breaker.CoolDown.String(),
+		"--keep-calls", r.retention.Calls.String(), "--keep-effects", r.retention.Effects.String(), "--keep-records", r.retention.Records.String(),
 		"--pipelines", r.pipelinesFile, "--model-api", r.modelFlags.api, "--model-url", r.modelFlags.url, "--model", r.modelFlags.name, "--model-timeout", r.modelFlags.timeout.String(),
 		"--model-seed", strconv.FormatInt(r.model.Seed, 10), "--model-latency", r.model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.model.FailureRate, 'g', -1, 64),
@@ -156,6 +161,7 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
 		SweepInterval: r.sweepInterval, UnknownPipelineWait: r.unknownWait, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
 		CoolDown: r.coolDown, Breaker: r.breaker, Prices: prices, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
+		Retention: r.retention,
 	}, nil
 }
 

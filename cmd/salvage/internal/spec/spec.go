@@ -43,6 +43,17 @@ type Pipeline struct {
 	Concurrency int    `yaml:"concurrency"`
 	AckWait     string `yaml:"ack_wait"`
 	MaxDeliver  int    `yaml:"max_deliver"`
+	// Retention is how long what its finished jobs leave is kept, by data
+	// class; absent fields take salvage up's --keep-calls, --keep-effects
+	// and --keep-records.
+	Retention Retention `yaml:"retention"`
+}
+
+// Retention is a pipeline's salvage.Retention, as durations (1h, 336h).
+type Retention struct {
+	Calls   string `yaml:"calls"`
+	Effects string `yaml:"effects"`
+	Records string `yaml:"records"`
 }
 
 // Stage declares one stage; its agents run in parallel.
@@ -161,6 +172,18 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 			return nil, fail(pp+".ack_wait", "%v", err)
 		}
 		sp.Concurrency, sp.AckWait, sp.MaxDeliver = p.Concurrency, ackWait, p.MaxDeliver
+		for _, f := range []struct {
+			name string
+			in   string
+			out  *time.Duration
+		}{{"calls", p.Retention.Calls, &sp.Retention.Calls}, {"effects", p.Retention.Effects, &sp.Retention.Effects}, {"records", p.Retention.Records, &sp.Retention.Records}} {
+			if *f.out, err = duration(f.in); err != nil {
+				return nil, fail(pp+".retention."+f.name, "%v", err)
+			}
+		}
+		if err := sp.Retention.Validate(); err != nil {
+			return nil, fail(pp+".retention", "%v", err)
+		}
 		tools := map[string]bool{}
 		for j, t := range p.Tools {
 			tp := fmt.Sprintf("%s.tools[%d]", pp, j)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/spec"
 )
@@ -15,6 +16,9 @@ const good = `pipelines:
     concurrency: 2
     ack_wait: 45s
     max_deliver: 5
+    retention:
+      calls: 10m
+      records: 2160h
     stages:
       - name: analyze
         agents:
@@ -46,7 +50,8 @@ func TestParse(t *testing.T) {
 	}
 	p := ps[0]
 	if p.Name != "review" || p.MaxChunks != 100 || len(p.Stages) != 2 || !p.Stages[1].Optional || len(p.Tools) != 2 ||
-		p.Concurrency != 2 || p.AckWait.Seconds() != 45 || p.MaxDeliver != 5 {
+		p.Concurrency != 2 || p.AckWait.Seconds() != 45 || p.MaxDeliver != 5 ||
+		p.Retention.Calls != 10*time.Minute || p.Retention.Effects != 0 || p.Retention.Records != 90*24*time.Hour {
 		t.Fatalf("pipeline = %+v", p)
 	}
 	if a := p.Stages[0].Agents[0]; a.Subject != "agents.reviewer" || a.Timeout.Seconds() != 5 || a.Run != nil {
@@ -73,20 +78,22 @@ func TestErrorsNameTheLine(t *testing.T) {
 	}{
 		{"unknown split", "split: paragraphs", "split: sentences", "p.yaml:3: split \"sentences\""},
 		{"unknown field", "max_chunks: 100", "max_chunk: 100", "[4:5] unknown field \"max_chunk\""},
-		{"agent without subject or tool", "            subject: agents.reviewer\n", "", "p.yaml:11: agent reviewer needs a subject"},
-		{"undeclared tool", "tool: charge", "tool: charger", "p.yaml:18: tool charger is not declared"},
-		{"bad timeout", "timeout: 5s", "timeout: soon", "p.yaml:13: \"soon\""},
+		{"agent without subject or tool", "            subject: agents.reviewer\n", "", "p.yaml:14: agent reviewer needs a subject"},
+		{"undeclared tool", "tool: charge", "tool: charger", "p.yaml:21: tool charger is not declared"},
+		{"bad timeout", "timeout: 5s", "timeout: soon", "p.yaml:16: \"soon\""},
 		{"bad name", "name: review", "name: re.view", "p.yaml:2: bad subject token: pipeline name \"re.view\""},
-		{"effect without verify", "          verify_subject: tools.charge.verify\n", "", "p.yaml:24: a side effect needs a verify_subject"},
-		{"undeclared compensation", "compensation: refund", "compensation: refunds", "p.yaml:25: compensation tool refunds"},
+		{"effect without verify", "          verify_subject: tools.charge.verify\n", "", "p.yaml:27: a side effect needs a verify_subject"},
+		{"undeclared compensation", "compensation: refund", "compensation: refunds", "p.yaml:28: compensation tool refunds"},
 		{"not YAML", "pipelines:", "pipelines: [", "p.yaml"},
 		{"bad ack_wait", "ack_wait: 45s", "ack_wait: soon", "p.yaml:6: \"soon\""},
 		{"negative concurrency", "concurrency: 2", "concurrency: -1", "p.yaml:5: concurrency must not be negative"},
-		{"the server's API", "subject: agents.reviewer", "subject: $JS.API.STREAM.DELETE.SALVAGE_DLQ", "p.yaml:12: salvage: invalid config: agent reviewer subject \"$JS.API.STREAM.DELETE.SALVAGE_DLQ\": subjects starting with $"},
-		{"another's replies", "subject: tools.refund", "subject: _INBOX_operator.x", "p.yaml:28: salvage: invalid config: tool refund subject \"_INBOX_operator.x\": subjects starting with _INBOX"},
-		{"Salvage's own", "verify_subject: tools.charge.verify", "verify_subject: salvage.api.dlq.bulk", "p.yaml:26: salvage: invalid config: tool charge verify subject \"salvage.api.dlq.bulk\""},
-		{"a wildcard", "subject: tools.charge", "subject: tools.*", "p.yaml:21: salvage: invalid config: tool charge subject \"tools.*\": want tokens"},
-		{"its own compensation", "compensation: refund", "compensation: charge", "p.yaml:25: charge is undone by itself"},
+		{"the server's API", "subject: agents.reviewer", "subject: $JS.API.STREAM.DELETE.SALVAGE_DLQ", "p.yaml:15: salvage: invalid config: agent reviewer subject \"$JS.API.STREAM.DELETE.SALVAGE_DLQ\": subjects starting with $"},
+		{"another's replies", "subject: tools.refund", "subject: _INBOX_operator.x", "p.yaml:31: salvage: invalid config: tool refund subject \"_INBOX_operator.x\": subjects starting with _INBOX"},
+		{"Salvage's own", "verify_subject: tools.charge.verify", "verify_subject: salvage.api.dlq.bulk", "p.yaml:29: salvage: invalid config: tool charge verify subject \"salvage.api.dlq.bulk\""},
+		{"a wildcard", "subject: tools.charge", "subject: tools.*", "p.yaml:24: salvage: invalid config: tool charge subject \"tools.*\": want tokens"},
+		{"bad retention", "calls: 10m", "calls: soon", "p.yaml:9: \"soon\""},
+		{"retention past the events", "calls: 10m", "calls: 200h", "p.yaml:9: kv: invalid retention: calls 200h0m0s is over 168h0m0s"},
+		{"its own compensation", "compensation: refund", "compensation: charge", "p.yaml:28: charge is undone by itself"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := strings.Replace(good, tt.old, tt.new, 1)

@@ -1,0 +1,216 @@
+package consumers_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// startRetention runs a dead-letterer (and so retention) with keep.
+func (b *bundle) startRetention(t *testing.T, keep kv.Retention) {
+	t.Helper()
+	dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{
+		SweepInterval: 250 * time.Millisecond, UnknownPipelineWait: 250 * time.Millisecond, Retention: keep,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.goRun(dl.Run)
+}
+
+// journalKeys returns the keys of chunk's journal rows that still have a
+// value, by tool.
+func (b *bundle) journalKeys(t *testing.T, job string, chunk int) map[string]int {
+	t.Helper()
+	rows, err := b.stores.Journal.LoadChunk(b.ctx, job, chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, r := range rows {
+		out[r.Tool]++
+	}
+	return out
+}
+
+// journalMsgs counts the messages the journal stream holds for chunk:
+// what its disk use is made of, markers included.
+func (b *bundle) journalMsgs(t *testing.T, job string, chunk int) uint64 {
+	t.Helper()
+	s, err := b.JS.Stream(b.ctx, "KV_"+kv.BucketJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(b.ctx, jetstream.WithSubjectFilter("$KV."+kv.BucketJournal+"."+job+"."+strconv.Itoa(chunk)+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+// TestRetentionByDataClass runs retention with short windows on real
+// jobs: a job of pure calls loses its rows once finished; a shop job
+// keeps a done order's side-effect rows until the effects' time, an
+// abandoned order's whole record until the records' time, and an
+// escalated (open) order's record whole, with its job, until a person
+// resolves it; then everything goes.
+func TestRetentionByDataClass(t *testing.T) {
+	t.Parallel()
+	s := newShop()
+	b := setup(t, setupOpts{noDeadLetter: true, pipelines: []*recovery.Plan{s.pipeline(t)}})
+	keep := kv.Retention{Calls: 2 * time.Second, Effects: 5 * time.Second, Records: 10 * time.Second}
+	b.startRetention(t, keep)
+	b.startWorker(t, "w1")
+	b.startOrchestrator(t, "o1")
+
+	pure := b.submit(t, modeOK, modeOK)
+	b.waitJob(t, pure, kv.JobDone)
+	if n := b.journalKeys(t, pure, 1)["tool"]; n != 3 {
+		t.Fatalf("chunk 1 of the pure job has %d rows before retention, want 3", n)
+	}
+	salvagetest.Eventually(t, 15*time.Second, func() bool {
+		return b.journalMsgs(t, pure, 1) == 0 && b.journalMsgs(t, pure, 2) == 0
+	}, "the pure job's journal to be removed")
+	if cp := b.checkpoint(t, pure, 1); cp.KeptUntil == nil || cp.Outputs != nil || cp.Status != kv.StatusDone {
+		t.Errorf("the pure job's chunk 1 checkpoint = %s kept until %v, %d outputs; want done, kept until set, no outputs", cp.Status, cp.KeptUntil, len(cp.Outputs))
+	}
+
+	job := b.submitOrders(t, shopOrder{ID: "A"}, shopOrder{ID: "B", Fail: true}, shopOrder{ID: "C", Email: true, Fail: true})
+	b.waitJob(t, job, kv.JobIncomplete)
+	b.envelopeOf(t, job, 2, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeAbandoned }, "abandoned")
+	escalated := b.envelopeOf(t, job, 3, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeEscalated }, "escalated")
+	open := b.journalKeys(t, job, 3)
+
+	// Order A (done): side effects kept with their keys and outcomes.
+	// Order B (abandoned): its whole record kept. Order C: untouched.
+	salvagetest.Eventually(t, 15*time.Second, func() bool {
+		return b.checkpoint(t, job, 1).KeptUntil != nil && b.checkpoint(t, job, 2).KeptUntil != nil
+	}, "orders A and B to be retired")
+	for _, tool := range []string{"reserve", "charge"} {
+		if r := b.row(t, job, 1, tool); r.Status != kv.CallSucceeded || r.IdempotencyKey == "" || r.Fingerprint == nil {
+			t.Errorf("order A's %s row after retention = %+v, want its outcome and key", tool, r.JournalRow)
+		}
+	}
+	if got := b.journalKeys(t, job, 1); got["ship"] != 0 {
+		t.Errorf("order A's journal after retention = %v, want its pure ship call removed", got)
+	}
+	if got := b.journalKeys(t, job, 2); got["charge"] != 1 || got["ship"] != 1 {
+		t.Errorf("order B's journal after retention = %v, want every call kept (the failed shipment too)", got)
+	}
+	if cp := b.checkpoint(t, job, 3); cp.KeptUntil != nil {
+		t.Errorf("order C (envelope escalated, open) was retired: %+v", cp.KeptUntil)
+	}
+	if j := b.waitJob(t, job, kv.JobIncomplete); j.KeptUntil != nil {
+		t.Errorf("the job was retired while order C's envelope is open")
+	}
+
+	// Past the effects' time: A's rows expire, B's and C's stay.
+	salvagetest.Eventually(t, 15*time.Second, func() bool { return b.journalMsgs(t, job, 1) == 0 }, "order A's side-effect rows to expire")
+	if got := b.journalKeys(t, job, 2); len(got) == 0 {
+		t.Errorf("order B's record expired with the side effects' time, want the records' time")
+	}
+	if got := b.journalKeys(t, job, 3); len(got) != len(open) {
+		t.Errorf("order C's journal = %v, was %v: an open envelope's journal changed", got, open)
+	}
+
+	// Past the records' time, C is still whole; resolved, it goes too.
+	salvagetest.Eventually(t, 20*time.Second, func() bool { return b.journalMsgs(t, job, 2) == 0 }, "order B's record to expire")
+	if _, _, err := b.stores.Checkpoints.Get(b.ctx, job, 2); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("order B's checkpoint after the records' time: %v, want not found", err)
+	}
+	if got := b.journalKeys(t, job, 3); len(got) != len(open) || b.checkpoint(t, job, 3).KeptUntil != nil {
+		t.Fatalf("order C's record changed while its envelope was open: %v, was %v", got, open)
+	}
+	if _, err := consumers.NewOperator(b.JS, b.stores).Resolve(b.ctx, escalated.ID, "ops@example.com", "email apologised for"); err != nil {
+		t.Fatal(err)
+	}
+	var last kv.Job
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		var err error
+		last, err = b.stores.Jobs.Get(b.ctx, job)
+		return errors.Is(err, kv.ErrNotFound) && b.journalMsgs(t, job, 3) == 0
+	}, "the job and order C's record to expire once C was resolved (job: %+v)", &last)
+}
+
+// TestRetentionLeavesLiveWork: a finished event for a job that runs
+// again leaves it alone; in a finished job, a held chunk and a chunk
+// whose envelope is open keep everything, while the done chunk beside
+// them is retired.
+func TestRetentionLeavesLiveWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noDeadLetter: true})
+	b.startRetention(t, kv.Retention{Calls: time.Millisecond, Effects: time.Hour, Records: time.Hour})
+
+	running, finished := ulid.Make().String(), ulid.Make().String()
+	now := time.Now().UTC()
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: running, Pipeline: "test", Chunks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: finished, Pipeline: "test", Chunks: 3, Status: kv.JobIncomplete, FinishedAt: &now}); err != nil {
+		t.Fatal(err)
+	}
+	env := ulid.Make().String()
+	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: finished, Chunk: 3, Status: kv.EnvelopeOpen}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		job    string
+		chunk  int
+		status string
+	}{{running, 1, kv.StatusDone}, {finished, 1, kv.StatusDone}, {finished, 2, kv.StatusHeld}, {finished, 3, kv.StatusDeadLettered}} {
+		if _, err := b.stores.Checkpoints.Mutate(b.ctx, c.job, c.chunk, func(cp *kv.Checkpoint) error {
+			cp.Status = c.status
+			if c.status == kv.StatusDeadLettered {
+				cp.Envelope = env
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for seq := range 2 {
+			row := kv.JournalRow{Key: kv.JournalKey(c.job, c.chunk, 0, 1, "a", seq), Job: c.job, Chunk: c.chunk, Tool: "model", Status: kv.CallSucceeded}
+			if _, err := b.stores.Journal.Put(b.ctx, row, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, id := range []string{running, finished} {
+		ev, _ := json.Marshal(streams.JobEvent{Job: id, Kind: streams.EventFinished, At: now})
+		if _, err := b.JS.Publish(b.ctx, streams.EventSubject(id, streams.EventFinished), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	salvagetest.Eventually(t, 15*time.Second, func() bool { return b.journalMsgs(t, finished, 1) == 0 }, "the finished job's done chunk to be retired")
+	// The same pass looked at the held chunk and the open envelope's.
+	for _, c := range []struct {
+		job   string
+		chunk int
+	}{{running, 1}, {finished, 2}, {finished, 3}} {
+		if n := b.journalMsgs(t, c.job, c.chunk); n != 2 {
+			t.Errorf("job %s chunk %d has %d journal messages, want its 2 rows untouched", c.job, c.chunk, n)
+		}
+		if cp := b.checkpoint(t, c.job, c.chunk); cp.KeptUntil != nil {
+			t.Errorf("job %s chunk %d (%s) was retired", c.job, c.chunk, cp.Status)
+		}
+	}
+	for _, id := range []string{running, finished} {
+		if j, err := b.stores.Jobs.Get(b.ctx, id); err != nil || j.KeptUntil != nil {
+			t.Errorf("job %s: %v, kept until %v; want it kept, no expiry", id, err, j.KeptUntil)
+		}
+	}
+}

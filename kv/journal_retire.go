@@ -1,0 +1,172 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Effectful reports whether row is, or may be, a side effect: it took
+// effect (a fingerprint), its outcome is unknown or still open, or it was
+// compensated. What a replay or a verification looks up by idempotency
+// key.
+func (row JournalRow) Effectful() bool {
+	return row.Fingerprint != nil || row.Status == CallInitiated || row.Status == CallUnknown || row.Status == CallCompensated
+}
+
+// RowRetention says what Retire keeps of a finished chunk's journal.
+type RowRetention struct {
+	// Effects is how long side-effect rows (JournalRow.Effectful) are
+	// kept from now. At least a second.
+	Effects time.Duration
+	// Calls is how long the other rows are kept from now; zero removes
+	// them now.
+	Calls time.Duration
+}
+
+// Retired counts what Retire did to one chunk's journal.
+type Retired struct {
+	// Removed rows are gone; Kept rows now expire on their own.
+	Removed, Kept int
+}
+
+// Retire applies retention to every row of one finished chunk: the rows r
+// keeps are rewritten as their key's only revision with a per-message TTL,
+// the others are purged. A chunk with nothing to keep costs one purge of
+// its subjects. It is repeat-safe: a second run finds what the first left.
+// Call it only for a chunk that will not run again.
+func (j *Journal) Retire(ctx context.Context, job string, chunk int, r RowRetention) (Retired, error) {
+	var out Retired
+	rows, err := j.LoadChunk(ctx, job, chunk)
+	if err != nil || len(rows) == 0 {
+		return out, err
+	}
+	keep := func(row JournalRow) time.Duration {
+		if row.Effectful() {
+			return max(r.Effects, time.Second)
+		}
+		return r.Calls
+	}
+	// Groups are one agent's calls in one stage of one epoch: a group
+	// with nothing to keep goes in one purge.
+	kept := map[string]bool{}
+	for key, row := range rows {
+		if keep(row.JournalRow) > 0 {
+			kept[callGroup(key)] = true
+		}
+	}
+	var purges []string
+	if len(kept) == 0 {
+		purges = append(purges, job+"."+strconv.Itoa(chunk)+".>")
+		out.Removed = len(rows)
+	} else {
+		groups := map[string]bool{}
+		for key, row := range rows {
+			g := callGroup(key)
+			switch {
+			case keep(row.JournalRow) > 0:
+			case !kept[g]:
+				if !groups[g] {
+					groups[g] = true
+					purges = append(purges, g+".>")
+				}
+				out.Removed++
+			default:
+				purges = append(purges, key)
+				out.Removed++
+			}
+		}
+	}
+	for _, filter := range purges {
+		if err := j.purge(ctx, filter); err != nil {
+			return out, err
+		}
+	}
+	// The rows kept are written pipelined, then awaited together.
+	var acks []jetstream.PubAckFuture
+	for key, row := range rows {
+		ttl := keep(row.JournalRow)
+		if ttl <= 0 {
+			continue
+		}
+		data, err := json.Marshal(row.JournalRow)
+		if err != nil {
+			return out, fmt.Errorf("kv: encode journal row %s: %w", key, err)
+		}
+		m := retainMsg(BucketJournal, key, data, row.Seq, ttl)
+		if row.TraceID != "" {
+			m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(key)))
+		}
+		f, err := j.js.PublishMsgAsync(m)
+		if err != nil {
+			return out, fmt.Errorf("kv: retain journal row %s: %w", key, err)
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+			out.Kept++
+		case err := <-f.Err():
+			if !isWrongLast(err) {
+				return out, fmt.Errorf("kv: retain journal row %s: %w", f.Msg().Subject, err)
+			}
+			// A run of Retire that got there first.
+			out.Kept++
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// callGroup is the key of a call without its seq: job.chunk.epoch.stage.agent.
+func callGroup(key string) string {
+	if i := strings.LastIndexByte(key, '.'); i > 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// purge removes every message of the journal keys matching filter.
+func (j *Journal) purge(ctx context.Context, filter string) error {
+	s, err := j.stream(ctx)
+	if err != nil {
+		return err
+	}
+	err = streams.Retry(ctx, func(ctx context.Context) error {
+		return s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketJournal+"."+filter))
+	})
+	if err != nil {
+		return fmt.Errorf("kv: purge journal %s: %w", filter, err)
+	}
+	return nil
+}
+
+// journalStream caches the journal's stream handle for purges.
+type journalStream struct {
+	mu sync.Mutex
+	s  jetstream.Stream
+}
+
+func (j *Journal) stream(ctx context.Context) (jetstream.Stream, error) {
+	j.handle.mu.Lock()
+	defer j.handle.mu.Unlock()
+	if j.handle.s != nil {
+		return j.handle.s, nil
+	}
+	s, err := j.js.Stream(ctx, "KV_"+BucketJournal)
+	if err != nil {
+		return nil, fmt.Errorf("kv: open stream KV_%s: %w", BucketJournal, err)
+	}
+	j.handle.s = s
+	return s, nil
+}
