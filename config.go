@@ -87,6 +87,13 @@ const (
 	// RetentionDefault is how long agent snapshots are kept, and a
 	// finished job's records (Retention.Records' default).
 	RetentionDefault = kv.RetentionDefault
+	// ReleaseRampStart and ReleaseRampDouble pace the return of a
+	// system's held chunks once its breaker closed: each worker process
+	// returns them at ReleaseRampStart a second (one at once), the rate
+	// doubling every ReleaseRampDouble the breaker stays closed, so a
+	// system that just came back is not met by its whole backlog at once.
+	ReleaseRampStart  = consumers.RampStart
+	ReleaseRampDouble = consumers.RampDouble
 	// CallsRetentionDefault, EffectsRetentionDefault and
 	// RecordsRetentionDefault are Retention's defaults: 1 hour, 14 days,
 	// 30 days.
@@ -155,7 +162,7 @@ type Config struct {
 	// open it (defaults 5, 10s); while open, calls fail at once and their
 	// chunks are held on SALVAGE_HOLD; after CoolDown (default 30s) one
 	// held chunk is released as the probe, and its success closes the
-	// breaker and releases the rest.
+	// breaker and releases the rest, ramped (ReleaseRampStart).
 	Breaker BreakerPolicy
 	// Breakers overrides Breaker for named systems.
 	Breakers map[string]BreakerPolicy

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,10 +26,28 @@ import (
 type extSystem struct {
 	down     atomic.Bool
 	requests atomic.Int64
+	mu       sync.Mutex
+	at       []time.Time
+}
+
+// since counts the requests made from t to t+d.
+func (s *extSystem) within(t time.Time, d time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.at {
+		if !a.Before(t) && a.Before(t.Add(d)) {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *extSystem) call(ctx context.Context) error {
 	s.requests.Add(1)
+	s.mu.Lock()
+	s.at = append(s.at, time.Now())
+	s.mu.Unlock()
 	if !s.down.Load() {
 		return nil
 	}
@@ -103,12 +123,13 @@ func (b *bundle) breaker(t *testing.T, system string) kv.Breaker {
 // An outage of a required system holds chunks instead of failing them:
 // the breaker opens after its failures, at most one probe per cool-down
 // reaches the system while it is down, nothing is dead-lettered, and
-// every chunk finishes once the system is back.
+// every chunk finishes once the system is back, its held chunks returned
+// at a ramped rate rather than all at once.
 func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
-	const workers, concurrency, chunks = 2, 4, 40
+	const workers, concurrency, chunks = 2, 4, 60
 	policy := recovery.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: time.Second}
 	for i := range workers {
 		b.startWorkerWith(t, fmt.Sprintf("w%d", i+1), func(c *consumers.WorkerConfig) {
@@ -158,6 +179,19 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 
 	crm.down.Store(false)
 	j := b.waitJob(t, job, kv.JobDone)
+	// The ramp: each worker's holder returns one chunk at the close, then
+	// RampStart a second, doubling every RampDouble. Released at once,
+	// every held chunk would call crm within the first second.
+	closed := b.breaker(t, "crm").UpdatedAt
+	first := crm.within(closed, time.Second)
+	bound := workers*(1+int(math.Ceil(consumers.RampStart*math.Exp2(float64(time.Second)/float64(consumers.RampDouble))))) + 1
+	if held <= bound {
+		t.Fatalf("only %d chunks were held: too few to tell a ramp from a flood (bound %d)", held, bound)
+	}
+	if first > bound {
+		t.Errorf("crm got %d requests in the first second after its breaker closed, with %d chunks held; want at most %d (the ramp)", first, held, bound)
+	}
+	t.Logf("crm after the close: %d requests in the first second, %d in the first five (%d chunks were held)", first, crm.within(closed, 5*time.Second), held)
 	if j.Summary.Done != chunks || j.Summary.DeadLetters != 0 {
 		t.Fatalf("job summary %+v; want %d done and no dead letters", j.Summary, chunks)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -31,6 +32,16 @@ const (
 	// holdAckWait is the hold consumers' AckWait: a holder that dies
 	// while releasing a chunk leaves it to be released again.
 	holdAckWait = 30 * time.Second
+	// RampStart is the rate, in chunks a second, at which one holder
+	// process returns a system's held chunks once its breaker closed;
+	// it doubles every RampDouble the breaker stays closed. A system that
+	// just came back gets its backlog gradually instead of all at once.
+	RampStart  = 4.0
+	RampDouble = 2 * time.Second
+	// rampEnd is how long after the close the rate stops mattering: by
+	// then it is past what one pass releases (RampStart doubled ten
+	// times is ~4,000 a second).
+	rampEnd = 10 * RampDouble
 	// pauseSlack is how far past its breaker's cool-down a hold consumer
 	// is paused; the holder resumes it explicitly when the breaker closes
 	// and pauses it again should the breaker stay open longer.
@@ -44,7 +55,8 @@ const (
 // held, lets the first chunk that calls be the probe); a probe with no
 // answer within a cool-down opens the breaker again; once the breaker is
 // closed the consumer resumes and every held chunk returns to
-// SALVAGE_CHUNKS with a fresh message id and a fresh delivery budget.
+// SALVAGE_CHUNKS with a fresh message id and a fresh delivery budget, at
+// a rate that ramps up from the close (ramp).
 // Every worker process runs one; they agree through the breakers' CAS
 // and share the hold consumers.
 type holder struct {
@@ -65,6 +77,38 @@ type holder struct {
 	pools      map[string]bool
 	poolPaused map[string]time.Time
 	poolSeen   map[string]bool
+	// ramps are the releases of systems whose breaker closed less than
+	// rampEnd ago.
+	ramps map[string]*ramp
+}
+
+// ramp paces one system's release after its breaker closed at from:
+// allowance accrues at RampStart a second, doubling every RampDouble.
+type ramp struct {
+	from      time.Time
+	last      time.Time
+	allowance float64
+}
+
+// rampRate is the release rate, in chunks a second, since after a close.
+func rampRate(since time.Duration) float64 {
+	return RampStart * math.Exp2(float64(since)/float64(RampDouble))
+}
+
+// budget returns how many chunks may be released now, at least one the
+// first time, and whether the ramp still limits the release.
+func (r *ramp) budget(now time.Time) (int, bool) {
+	if now.Sub(r.from) >= rampEnd {
+		return releaseBatch * releaseBatches, false
+	}
+	if r.last.IsZero() {
+		r.allowance, r.last = 1, now
+		return 1, true
+	}
+	rate := rampRate(now.Sub(r.from))
+	r.allowance = min(r.allowance+rate*now.Sub(r.last).Seconds(), max(rate, 1))
+	r.last = now
+	return int(r.allowance), true
 }
 
 func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines []string, log zerolog.Logger) *holder {
@@ -74,7 +118,7 @@ func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines
 	}
 	return &holder{js: js, gate: g, pauses: ps, id: id, log: log.With().Str("part", "holder").Logger(),
 		pausedFor: map[string]time.Time{}, pausedAt: map[string]time.Time{}, checked: map[string]time.Time{},
-		pools: pools, poolPaused: map[string]time.Time{}, poolSeen: map[string]bool{}}
+		pools: pools, poolPaused: map[string]time.Time{}, poolSeen: map[string]bool{}, ramps: map[string]*ramp{}}
 }
 
 // run makes a pass every holdTick until ctx ends. It blocks.
@@ -123,7 +167,7 @@ func (h *holder) pass(ctx context.Context) {
 		if p.Paused {
 			err = errors.Join(h.pauseFor(ctx, system, p.PausedAt), h.pausePool(ctx, p))
 		} else {
-			err = errors.Join(h.resumePool(ctx, p.Pipeline), h.release(ctx, system, func() bool { return !h.pauses.paused(p.Pipeline) }))
+			err = errors.Join(h.resumePool(ctx, p.Pipeline), h.release(ctx, system, func() bool { return !h.pauses.paused(p.Pipeline) }, nil))
 		}
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn().Err(err).Str("pipeline", p.Pipeline).Bool("paused", p.Paused).Msg("holder pass")
@@ -239,19 +283,37 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 	return deleteMsg(ctx, h.js, streams.Hold, m.Sequence)
 }
 
-// whileClosed releases the chunks held for a closed breaker's system.
+// whileClosed releases the chunks held for a closed breaker's system,
+// ramping up from the close (the breaker's last state change).
 func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
-	return h.release(ctx, b.System, func() bool { return h.gate.state(b.System).State == kv.BreakerClosed })
+	r := h.ramps[b.System]
+	switch {
+	case b.OpenedAt.IsZero() || time.Since(b.UpdatedAt) >= rampEnd:
+		// Never opened, or closed long ago.
+		delete(h.ramps, b.System)
+		r = nil
+	case r == nil || !r.from.Equal(b.UpdatedAt):
+		r = &ramp{from: b.UpdatedAt}
+		h.ramps[b.System] = r
+	}
+	return h.release(ctx, b.System, func() bool { return h.gate.state(b.System).State == kv.BreakerClosed }, r)
 }
 
 // release returns the chunks held for system to SALVAGE_CHUNKS while
-// still() holds (a closed breaker, a resumed pipeline): at once after
-// this process saw it paused, then every heldCheckInterval for a park
-// that raced the release.
-func (h *holder) release(ctx context.Context, system string, still func() bool) error {
+// still() holds (a closed breaker, a resumed pipeline), paced by r when
+// set: at once after this process saw it paused, on every pass while a
+// ramp holds some back, then every heldCheckInterval for a park that
+// raced the release.
+func (h *holder) release(ctx context.Context, system string, still func() bool, r *ramp) error {
 	_, wasPaused := h.pausedFor[system]
-	if !wasPaused && time.Since(h.checked[system]) < heldCheckInterval {
+	if !wasPaused && r == nil && time.Since(h.checked[system]) < heldCheckInterval {
 		return nil
+	}
+	limit, ramping := releaseBatch*releaseBatches, false
+	if r != nil {
+		if limit, ramping = r.budget(time.Now()); ramping && limit == 0 && !wasPaused {
+			return nil
+		}
 	}
 	h.checked[system] = time.Now()
 	s, err := h.js.Stream(ctx, streams.Hold)
@@ -276,11 +338,16 @@ func (h *holder) release(ctx context.Context, system string, still func() bool) 
 	}
 	delete(h.pausedFor, system)
 	released := 0
+	defer func() {
+		if r != nil {
+			r.allowance -= float64(released)
+		}
+	}()
 	for range releaseBatches {
-		if !still() {
+		if !still() || released >= limit {
 			break
 		}
-		batch, err := cons.FetchNoWait(releaseBatch)
+		batch, err := cons.FetchNoWait(min(releaseBatch, limit-released))
 		if err != nil {
 			return err
 		}
@@ -308,7 +375,11 @@ func (h *holder) release(ctx context.Context, system string, still func() bool) 
 		}
 	}
 	if released > 0 {
-		h.log.Info().Str("system", system).Int("released", released).Msg("held chunks returned to the work queue")
+		ev := h.log.Info().Str("system", system).Int("released", released)
+		if ramping {
+			ev = ev.Float64("rate_per_second", rampRate(time.Since(r.from)))
+		}
+		ev.Msg("held chunks returned to the work queue")
 	}
 	return nil
 }

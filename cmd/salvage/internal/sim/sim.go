@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -127,6 +128,29 @@ type Config struct {
 type Requests struct {
 	Requests     int `json:"requests"`
 	DuringOutage int `json:"during_outage"`
+	// PerSecond counts the requests of each wall-clock second that had
+	// any, oldest first, the last perSecondMax of them.
+	PerSecond []SecondCount `json:"per_second,omitempty"`
+}
+
+// SecondCount is the requests one system got in one second.
+type SecondCount struct {
+	Unix int64 `json:"unix"`
+	N    int   `json:"n"`
+}
+
+// perSecondMax bounds Requests.PerSecond: an hour of busy seconds.
+const perSecondMax = 3600
+
+// Peak returns the most requests of any second from since on.
+func (r Requests) Peak(since time.Time) int {
+	peak := 0
+	for _, s := range r.PerSecond {
+		if s.Unix >= since.Unix() {
+			peak = max(peak, s.N)
+		}
+	}
+	return peak
 }
 
 // State is the sim's memory: effects by system and key, faults.
@@ -166,7 +190,16 @@ func (s *State) hit(system string) (down bool) {
 		s.requests[system] = r
 	}
 	r.Requests++
-	if time.Now().Before(s.cfg.Systems[system].OutageUntil) {
+	now := time.Now()
+	if n := len(r.PerSecond); n > 0 && r.PerSecond[n-1].Unix == now.Unix() {
+		r.PerSecond[n-1].N++
+	} else {
+		r.PerSecond = append(r.PerSecond, SecondCount{Unix: now.Unix(), N: 1})
+		if len(r.PerSecond) > perSecondMax {
+			r.PerSecond = r.PerSecond[len(r.PerSecond)-perSecondMax:]
+		}
+	}
+	if now.Before(s.cfg.Systems[system].OutageUntil) {
 		r.DuringOutage++
 		return true
 	}
@@ -179,7 +212,9 @@ func (s *State) Requests() map[string]Requests {
 	defer s.mu.Unlock()
 	out := make(map[string]Requests, len(s.requests))
 	for k, v := range s.requests {
-		out[k] = *v
+		c := *v
+		c.PerSecond = slices.Clone(v.PerSecond)
+		out[k] = c
 	}
 	return out
 }
