@@ -192,11 +192,14 @@ type parsed struct {
 	pipeline *recovery.Plan
 	msg      streams.JobMsg
 	// hash is what the job id stands for (streams.InputHash).
-	hash    string
-	chunks  []*nats.Msg
-	jobID   string
-	traceID string
-	window  int
+	hash string
+	// inputs are the chunks' inputs; each chunk's message is built from
+	// its input when it is published (message builds it).
+	inputs    []json.RawMessage
+	sourceSeq uint64
+	jobID     string
+	traceID   string
+	window    int
 }
 
 func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
@@ -241,7 +244,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		s.afterPublish()
 	}
 	job := kv.Job{
-		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.chunks), Window: p.window,
+		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.inputs), Window: p.window,
 		TraceID: p.traceID, Metadata: p.msg.Metadata, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
 	}
 	if b := p.msg.Budget; b != nil {
@@ -277,14 +280,14 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 func (s *Splitter) accepted(ctx context.Context, m jetstream.Msg, p parsed, log zerolog.Logger) error {
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, p.jobID+".accepted")
-	ev := streams.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.chunks), TraceID: p.traceID, At: time.Now().UTC()}
+	ev := streams.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.inputs), TraceID: p.traceID, At: time.Now().UTC()}
 	if err := publishJSON(ctx, s.js, streams.EventSubject(p.jobID, streams.EventAccepted), ev, h); err != nil {
 		return err
 	}
 	if err := m.DoubleAck(ctx); err != nil {
 		log.Warn().Err(err).Msg("ack job message")
 	}
-	log.Info().Int("chunks", len(p.chunks)).Int("window", p.window).Msg("job accepted")
+	log.Info().Int("chunks", len(p.inputs)).Int("window", p.window).Msg("job accepted")
 	return nil
 }
 
@@ -309,7 +312,11 @@ func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed)
 		futures = futures[:0]
 		return nil
 	}
-	for _, cm := range p.chunks {
+	for i := range p.inputs {
+		cm, err := p.message(i)
+		if err != nil {
+			return err
+		}
 		f, err := s.js.PublishMsgAsync(cm)
 		if err != nil {
 			return fmt.Errorf("consumers: publish %s: %w", cm.Subject, err)
@@ -393,20 +400,26 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 		p.window = s.cfg.ChunkWindow
 	}
 	// Every chunk message is built and measured before anything is
-	// written: a job that cannot be split leaves no trace.
-	p.chunks = make([]*nats.Msg, len(inputs))
-	for i, input := range inputs {
-		cm, err := chunkMessage(streams.ChunkMsg{Job: p.jobID, Chunk: i + 1, Pipeline: p.pipeline.Name, TraceID: p.traceID,
-			SourceSeq: meta.Sequence.Stream, Input: input}, p.window)
+	// written, so a job that cannot be split leaves no trace; each is
+	// dropped once measured and built again when it is published, so a
+	// job of 10,000 chunks never holds 10,000 messages at once.
+	p.inputs, p.sourceSeq = inputs, meta.Sequence.Stream
+	for i := range inputs {
+		cm, err := p.message(i)
 		if err != nil {
 			return p, reject(streams.RejectBadInput, fmt.Errorf("chunk %d: %w", i+1, err))
 		}
 		if n := len(cm.Data); n > s.cfg.MaxPayload {
 			return p, reject(streams.RejectOversizedChunk, fmt.Errorf("chunk %d is %d bytes as a message (JSON escaping included), the limit is %d", i+1, n, s.cfg.MaxPayload))
 		}
-		p.chunks[i] = cm
 	}
 	return p, nil
+}
+
+// message builds the message of chunk i+1.
+func (p parsed) message(i int) (*nats.Msg, error) {
+	return chunkMessage(streams.ChunkMsg{Job: p.jobID, Chunk: i + 1, Pipeline: p.pipeline.Name, TraceID: p.traceID,
+		SourceSeq: p.sourceSeq, Input: p.inputs[i]}, p.window)
 }
 
 // chunkMessage is the message of one chunk: on SALVAGE_CHUNKS when it is

@@ -85,10 +85,14 @@ func FuzzParseJob(f *testing.F) {
 		if streams.ValidateJobID(p.jobID) != nil || len(p.traceID) != 32 {
 			t.Fatalf("job id %q, trace id %q", p.jobID, p.traceID)
 		}
-		if n := len(p.chunks); n < 1 || n > s.cfg.MaxChunks {
+		if n := len(p.inputs); n < 1 || n > s.cfg.MaxChunks {
 			t.Fatalf("%d chunks", n)
 		}
-		for i, m := range p.chunks {
+		for i := range p.inputs {
+			m, err := p.message(i)
+			if err != nil {
+				t.Fatalf("chunk %d: %v", i+1, err)
+			}
 			if len(m.Data) > s.cfg.MaxPayload {
 				t.Fatalf("chunk %d is %d bytes, over the limit", i+1, len(m.Data))
 			}

@@ -78,11 +78,11 @@ func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 	if err != nil {
 		return job, err
 	}
-	cps, err := t.stores.Checkpoints.ForJob(ctx, jobID, job.Chunks)
+	d, err := t.stores.Checkpoints.Derive(ctx, jobID, job.Chunks)
 	if err != nil {
 		return job, err
 	}
-	job, finished, err := t.stores.Jobs.Settle(ctx, jobID, cps)
+	job, finished, err := t.stores.Jobs.SettleDerived(ctx, jobID, d)
 	if err != nil || !finished {
 		return job, err
 	}

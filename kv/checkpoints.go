@@ -319,7 +319,8 @@ func (s *Checkpoints) ForJob(ctx context.Context, job string, n int) ([]Checkpoi
 }
 
 // ForJobRange returns the checkpoints of chunks from..to of job, in chunk
-// order; a missing one is returned as a pending checkpoint. It reads them
+// order, without their outputs and snapshot names (which only a run reads,
+// by Get); a missing one is returned as a pending checkpoint. It reads them
 // with direct-get batches of up to 1000 named keys (the last message of
 // each), so a 10,000-chunk job costs ten round trips, not one per chunk.
 func (s *Checkpoints) ForJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, error) {
@@ -335,6 +336,21 @@ func (s *Checkpoints) update(ctx context.Context, key string, cp Checkpoint, rev
 		cp.KeptUntil = nil
 	}
 	return keptUpdate(ctx, s.js, s.b, key, cp, rev, cp.KeptUntil, s.now())
+}
+
+// Derive reads the checkpoints of chunks 1..n of job a page of
+// maxBatchKeys at a time into a derivation of the job's status
+// (Jobs.SettleDerived): memory stays a page's whatever the job's size.
+func (s *Checkpoints) Derive(ctx context.Context, job string, n int) (*Derivation, error) {
+	d := NewDerivation()
+	for lo := 1; lo <= n; lo += maxBatchKeys {
+		cps, err := s.ForJobRange(ctx, job, lo, min(lo+maxBatchKeys-1, n))
+		if err != nil {
+			return nil, err
+		}
+		d.Add(cps)
+	}
+	return d, nil
 }
 
 // Revisions is ForJobRange with each checkpoint's revision (0: none
@@ -377,6 +393,9 @@ func (s *Checkpoints) forJobRange(ctx context.Context, job string, from, to int)
 				if err := json.Unmarshal(value, &cp); err != nil {
 					return fmt.Errorf("kv: decode checkpoint %s: %w", key, err)
 				}
+				// Only a run reads its outputs and snapshots (by Get):
+				// a job's worth of them is not kept in memory.
+				cp.Outputs, cp.Snapshots = nil, nil
 				i, err := strconv.Atoi(key[strings.LastIndexByte(key, '.')+1:])
 				if err == nil && i >= from && i <= to {
 					out[i-from], revs[i-from] = cp, seq

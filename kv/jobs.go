@@ -248,9 +248,50 @@ func (s *Summary) count(outcome string, n int) {
 // done. It reads no store: it is the repair path's arithmetic, run once
 // per job and when a crash may have lost an update, never per chunk.
 func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
-	var s Summary
-	var ex explainer
-	unfinished := 0
+	d := derivation{cancelled: cancelled}
+	d.add(cps)
+	return d.result()
+}
+
+// derivation is Derive over checkpoints given a page at a time: its state
+// is bounded (counts, and an explainer of at most explanationMax lines of
+// each kind), so a job's checkpoints need not be in memory at once.
+type derivation struct {
+	cancelled  bool
+	s          Summary
+	ex         explainer
+	unfinished int
+}
+
+// Derivation is Derive for both answers to "was the job cancelled?",
+// over checkpoints added a page at a time (Add): Settle picks the one its
+// job record says, so 10,000 checkpoints are read a thousand at a time
+// and never held together.
+type Derivation struct {
+	as [2]derivation
+}
+
+// NewDerivation returns an empty derivation.
+func NewDerivation() *Derivation {
+	return &Derivation{as: [2]derivation{{cancelled: false}, {cancelled: true}}}
+}
+
+// Add counts cps, the next chunks' checkpoints.
+func (d *Derivation) Add(cps []Checkpoint) {
+	d.as[0].add(cps)
+	d.as[1].add(cps)
+}
+
+// Result is Derive's answer for a job cancelled or not.
+func (d *Derivation) Result(cancelled bool) (string, Summary, []string) {
+	if cancelled {
+		return d.as[1].result()
+	}
+	return d.as[0].result()
+}
+
+func (d *derivation) add(cps []Checkpoint) {
+	cancelled, s, ex := d.cancelled, &d.s, &d.ex
 	for _, cp := range cps {
 		// A chunk that has not reached an outcome adds only what the job
 		// already counted of it (its last Recount): the rest comes with
@@ -285,12 +326,16 @@ func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
 			s.DeadLettered++
 			ex.add(&ex.failed, fmt.Sprintf("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope))
 		default:
-			unfinished++
+			d.unfinished++
 		}
 	}
-	why := ex.lines()
+}
+
+func (d *derivation) result() (string, Summary, []string) {
+	cancelled, s := d.cancelled, d.s
+	why := d.ex.lines()
 	switch {
-	case unfinished > 0:
+	case d.unfinished > 0:
 		return JobRunning, s, nil
 	case cancelled && s.Cancelled > 0:
 		// A cancel that came after every chunk had ended stopped
@@ -520,13 +565,21 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 // is the repair path: called once when the counts say the job is over,
 // and whenever a crash may have lost a count.
 func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bool, error) {
+	d := NewDerivation()
+	d.Add(cps)
+	return s.SettleDerived(ctx, id, d)
+}
+
+// SettleDerived is Settle from a derivation of every chunk's checkpoint
+// (Checkpoints.Derive reads one a page at a time).
+func (s *Jobs) SettleDerived(ctx context.Context, id string, d *Derivation) (Job, bool, error) {
 	var finishedNow bool
 	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
 		finishedNow = false
 		if !exists {
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
-		status, sum, why := Derive(j.CancelledAt != nil, cps)
+		status, sum, why := d.Result(j.CancelledAt != nil)
 		if j.BudgetExceededAt != nil && status != JobRunning && status != JobCancelled {
 			// Its last chunks passed the budget as they finished: what
 			// they did stands, and nothing was left to stop.

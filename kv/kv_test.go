@@ -283,6 +283,36 @@ func TestExplanationPutsFailuresFirst(t *testing.T) {
 	}
 }
 
+// TestDerivationByPagesIsDerive: a job's checkpoints given a page at a
+// time derive what they derive all at once, cancelled or not.
+func TestDerivationByPagesIsDerive(t *testing.T) {
+	t.Parallel()
+	var cps []kv.Checkpoint
+	for n := 1; n <= 2500; n++ {
+		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: kv.StatusDone, Tier1Retries: n % 3, PromptTokens: int64(n)}
+		switch {
+		case n%97 == 0:
+			cp.Status, cp.Envelope = kv.StatusDeadLettered, fmt.Sprintf("E%d", n)
+		case n%13 == 0:
+			cp.Gaps = []string{fmt.Sprintf("step-%d", n%5)}
+		case n > 2400:
+			cp.Status = kv.StatusPending
+		}
+		cps = append(cps, cp)
+	}
+	d := kv.NewDerivation()
+	for lo := 0; lo < len(cps); lo += 7 {
+		d.Add(cps[lo:min(lo+7, len(cps))])
+	}
+	for _, cancelled := range []bool{false, true} {
+		ws, wsum, wwhy := kv.Derive(cancelled, cps)
+		gs, gsum, gwhy := d.Result(cancelled)
+		if gs != ws || gsum != wsum || !slices.Equal(gwhy, wwhy) {
+			t.Errorf("cancelled %v: by pages %s %+v %q; all at once %s %+v %q", cancelled, gs, gsum, gwhy, ws, wsum, wwhy)
+		}
+	}
+}
+
 func TestDeriveSumsRetries(t *testing.T) {
 	t.Parallel()
 	_, s, _ := kv.Derive(false, []kv.Checkpoint{

@@ -102,15 +102,7 @@ func (m *Model) Config() Config { return m.cfg }
 // run stays reproducible. It returns a *salvage.CallError on failure and
 // ctx's error when cancelled.
 func (m *Model) Complete(ctx context.Context, req Request) (Response, error) {
-	m.mu.Lock()
-	if len(m.attempts) > maxKeys {
-		// Long-running processes forget old call sites; only retries
-		// close together need distinct draws.
-		clear(m.attempts)
-	}
-	m.attempts[req.Key]++
-	n := m.attempts[req.Key]
-	m.mu.Unlock()
+	n := m.attempt(req.Key)
 
 	u := m.uniform("fail", req.Key, n)
 	lat := m.latency(req.Key, n)
@@ -152,6 +144,25 @@ func (m *Model) Complete(ctx context.Context, req Request) (Response, error) {
 	}
 	score := int(m.uniform("score", req.Prompt, 0) * 11)
 	return Response{Score: min(score, 10), Tokens: PromptTokens(req.Prompt)}, nil
+}
+
+// attempt counts a call of key and returns its number. A model that
+// never fails and answers at once draws the same for every attempt, so
+// it remembers nothing: in a benchmark's worker it would be memory that
+// grows with the job and is not Salvage's.
+func (m *Model) attempt(key string) int {
+	if m.cfg.FailureRate == 0 && m.cfg.PermanentRate == 0 && m.cfg.Latency == 0 {
+		return 1
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.attempts) > maxKeys {
+		// Long-running processes forget old call sites; only retries
+		// close together need distinct draws.
+		clear(m.attempts)
+	}
+	m.attempts[key]++
+	return m.attempts[key]
 }
 
 // uniform draws in [0,1) from the seed and the given parts.
