@@ -222,8 +222,11 @@ func (r *retainer) chunk(ctx context.Context, cp kv.Checkpoint, rev uint64, keep
 	}
 	if err := r.stores.Checkpoints.Retain(ctx, cp, rev, records); err != nil {
 		if errors.Is(err, kv.ErrConflict) {
-			// It moved since it was read: live again.
-			return false, nil
+			// It moved since it was read: live again (a replay took it
+			// while its journal was being retired). Its rows must not
+			// expire under it.
+			_, err := r.stores.Journal.Unretire(ctx, cp.Job, cp.Chunk)
+			return false, err
 		}
 		return false, err
 	}

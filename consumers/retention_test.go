@@ -214,3 +214,67 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 		}
 	}
 }
+
+// TestARetiredChunkThatRunsAgainKeepsItsJournal: retention retired a
+// dead-lettered chunk whose envelope settled (its rows now expire); a
+// replay runs it again, and the worker takes the rows' TTLs back before
+// it runs, in every epoch, so nothing the running chunk reads expires.
+func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noDeadLetter: true})
+	b.startRetention(t, kv.Retention{Calls: 3 * time.Second, Effects: time.Hour, Records: time.Hour})
+
+	job, env := ulid.Make().String(), ulid.Make().String()
+	now := time.Now().UTC()
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1, Status: kv.JobIncomplete, FinishedAt: &now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: job, Chunk: 1, Status: kv.EnvelopeDeadEnd}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.Envelope, cp.Stage, cp.MsgSeq = kv.StatusDeadLettered, env, 1, 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, epoch := range []int{0, 1} {
+		row := kv.JournalRow{Key: kv.JournalKey(job, 1, epoch, 1, "earlier", 0), Job: job, Chunk: 1, Epoch: epoch, Tool: "model", Status: kv.CallSucceeded}
+		if _, err := b.stores.Journal.Put(b.ctx, row, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, _ := json.Marshal(streams.JobEvent{Job: job, Kind: streams.EventFinished, At: now})
+	if _, err := b.JS.Publish(b.ctx, streams.EventSubject(job, streams.EventFinished), ev); err != nil {
+		t.Fatal(err)
+	}
+	expiring := func() int {
+		rows, err := b.stores.Journal.LoadChunk(b.ctx, job, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range rows {
+			if r.Expires {
+				n++
+			}
+		}
+		return n
+	}
+	salvagetest.Eventually(t, 15*time.Second, func() bool { return b.checkpoint(t, job, 1).KeptUntil != nil && expiring() == 2 },
+		"the settled chunk to be retired, its rows given a TTL")
+
+	b.startWorker(t, "w1")
+	publishChunk(t, b, "test", job, "")
+	var last kv.Checkpoint
+	salvagetest.Eventually(t, 15*time.Second, func() bool {
+		last = b.checkpoint(t, job, 1)
+		return last.Status == kv.StatusDone
+	}, "the chunk to run again (last %+v)", &last)
+	if n := expiring(); n != 0 {
+		t.Errorf("%d journal rows of the chunk that ran again still expire", n)
+	}
+	if cp := b.checkpoint(t, job, 1); cp.KeptUntil != nil {
+		t.Errorf("the chunk that ran again still says kept until %v", cp.KeptUntil)
+	}
+}

@@ -215,10 +215,11 @@ func (r *run) run(ctx context.Context) error {
 	r.lease = lease
 	approval, approved := r.approval()
 	var taken kv.Delta
-	fresh := false
+	fresh, retired := false, false
 	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		// Never taken before: no worker has written a journal row for it.
 		fresh = cp.MsgSeq == 0
+		retired = cp.KeptUntil != nil
 		if approved && cp.Status == kv.StatusAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
 			cp.Approvals = append(cp.Approvals, approval)
 			cp.Record(kv.ChunkEvent{Kind: kv.EventApproved, At: approval.At, Worker: w.cfg.ID, Stage: approval.Stage,
@@ -288,8 +289,7 @@ func (r *run) run(ctx context.Context) error {
 	}
 	rows := map[string]kv.StoredRow{}
 	if !fresh {
-		rows, err = w.stores.Journal.Load(ctx, r.chunk.Job, r.chunk.Chunk, cp.Epoch)
-		if err != nil {
+		if rows, err = r.loadJournal(ctx, cp.Epoch, retired); err != nil {
 			return err
 		}
 	}
@@ -574,6 +574,29 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 		log.Debug().Msg("stage done")
 	}
 	return r.finish(ctx, p, cp, fence)
+}
+
+// loadJournal reads the rows of the chunk's epoch. A chunk retention had
+// retired (its envelope settled; a replay runs it again) first takes its
+// rows' TTLs back, in every epoch: nothing a running chunk needs expires.
+func (r *run) loadJournal(ctx context.Context, epoch int, retired bool) (map[string]kv.StoredRow, error) {
+	j := r.w.stores.Journal
+	rows, err := j.Load(ctx, r.chunk.Job, r.chunk.Chunk, epoch)
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		retired = retired || row.Expires
+	}
+	if !retired {
+		return rows, nil
+	}
+	n, err := j.Unretire(ctx, r.chunk.Job, r.chunk.Chunk)
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info().Int("rows", n).Msg("the chunk runs again after retention retired it: its journal rows no longer expire")
+	return j.Load(ctx, r.chunk.Job, r.chunk.Chunk, epoch)
 }
 
 // snapshot saves each agent of a finished stage that keeps more than the

@@ -127,6 +127,9 @@ func (row *JournalRow) CarryHistory(prev JournalRow) {
 type StoredRow struct {
 	JournalRow
 	Seq uint64
+	// Expires says retention gave the stored row a TTL (Journal.Retire):
+	// a chunk that runs again takes it back first (Journal.Unretire).
+	Expires bool
 }
 
 // JournalKey is the key of one call: <job>.<chunk>.<epoch>.<stage>.<agent>.<seq>.
@@ -189,12 +192,12 @@ func (j *Journal) LoadChunk(ctx context.Context, job string, chunk int) (map[str
 // direct-get batch when the server allows as many keys, else key by key.
 func (j *Journal) load(ctx context.Context, filter string) (map[string]StoredRow, error) {
 	out := map[string]StoredRow{}
-	err := lastValues(ctx, j.js, BucketJournal, filter, func(key string, value []byte, seq uint64) error {
+	err := lastMsgsOf(ctx, j.js, BucketJournal, []string{filter}, func(key string, m *jetstream.RawStreamMsg) error {
 		var r JournalRow
-		if err := json.Unmarshal(value, &r); err != nil {
+		if err := json.Unmarshal(m.Data, &r); err != nil {
 			return fmt.Errorf("kv: decode journal row %s: %w", key, err)
 		}
-		out[key] = StoredRow{JournalRow: r, Seq: seq}
+		out[key] = StoredRow{JournalRow: r, Seq: m.Sequence, Expires: m.Header.Get(jetstream.MsgTTLHeader) != ""}
 		return nil
 	})
 	if err == nil {

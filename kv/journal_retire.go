@@ -90,42 +90,76 @@ func (j *Journal) Retire(ctx context.Context, job string, chunk int, r RowRetent
 			return out, err
 		}
 	}
-	// The rows kept are written pipelined, then awaited together.
+	n, err := j.rewrite(ctx, rows, func(row JournalRow) (time.Duration, bool) {
+		d := keep(row)
+		return d, d > 0
+	})
+	out.Kept = n
+	return out, err
+}
+
+// Unretire takes back the TTLs retention gave a chunk's journal rows, for
+// a chunk that runs again (a replay of an envelope that had settled):
+// each row that expires is written again as its key's only revision,
+// with none. It returns how many rows it rewrote.
+func (j *Journal) Unretire(ctx context.Context, job string, chunk int) (int, error) {
+	rows, err := j.LoadChunk(ctx, job, chunk)
+	if err != nil {
+		return 0, err
+	}
+	expiring := map[string]StoredRow{}
+	for key, row := range rows {
+		if row.Expires {
+			expiring[key] = row
+		}
+	}
+	if len(expiring) == 0 {
+		return 0, nil
+	}
+	return j.rewrite(ctx, expiring, func(JournalRow) (time.Duration, bool) { return 0, true })
+}
+
+// rewrite writes each row of rows that ttl says to write again, with
+// the TTL it says (0: none), as its key's only revision, if the key is
+// still at the row's sequence; pipelined, then awaited together. A row
+// another writer changed meanwhile is left to it.
+func (j *Journal) rewrite(ctx context.Context, rows map[string]StoredRow, ttl func(JournalRow) (time.Duration, bool)) (int, error) {
 	var acks []jetstream.PubAckFuture
 	for key, row := range rows {
-		ttl := keep(row.JournalRow)
-		if ttl <= 0 {
+		d, write := ttl(row.JournalRow)
+		if !write {
 			continue
 		}
 		data, err := json.Marshal(row.JournalRow)
 		if err != nil {
-			return out, fmt.Errorf("kv: encode journal row %s: %w", key, err)
+			return 0, fmt.Errorf("kv: encode journal row %s: %w", key, err)
 		}
-		m := retainMsg(BucketJournal, key, data, row.Seq, ttl)
+		m := retainMsg(BucketJournal, key, data, row.Seq, d)
 		if row.TraceID != "" {
 			m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(key)))
 		}
 		f, err := j.js.PublishMsgAsync(m)
 		if err != nil {
-			return out, fmt.Errorf("kv: retain journal row %s: %w", key, err)
+			return 0, fmt.Errorf("kv: rewrite journal row %s: %w", key, err)
 		}
 		acks = append(acks, f)
 	}
+	n := 0
 	for _, f := range acks {
 		select {
 		case <-f.Ok():
-			out.Kept++
+			n++
 		case err := <-f.Err():
 			if !isWrongLast(err) {
-				return out, fmt.Errorf("kv: retain journal row %s: %w", f.Msg().Subject, err)
+				return n, fmt.Errorf("kv: rewrite journal row %s: %w", f.Msg().Subject, err)
 			}
-			// A run of Retire that got there first.
-			out.Kept++
+			// Another writer got there first.
+			n++
 		case <-ctx.Done():
-			return out, ctx.Err()
+			return n, ctx.Err()
 		}
 	}
-	return out, nil
+	return n, nil
 }
 
 // callGroup is the key of a call without its seq: job.chunk.epoch.stage.agent.

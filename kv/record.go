@@ -123,6 +123,13 @@ func lastValues(ctx context.Context, js jetstream.JetStream, bucket, filter stri
 
 // lastValuesOf is lastValues for several keys or filters at once.
 func lastValuesOf(ctx context.Context, js jetstream.JetStream, bucket string, filters []string, fn func(key string, value []byte, seq uint64) error) error {
+	return lastMsgsOf(ctx, js, bucket, filters, func(key string, m *jetstream.RawStreamMsg) error {
+		return fn(key, m.Data, m.Sequence)
+	})
+}
+
+// lastMsgsOf is lastValuesOf handing over each message, headers and all.
+func lastMsgsOf(ctx context.Context, js jetstream.JetStream, bucket string, filters []string, fn func(key string, m *jetstream.RawStreamMsg) error) error {
 	prefix := "$KV." + bucket + "."
 	subjects := make([]string, len(filters))
 	for i, f := range filters {
@@ -142,7 +149,7 @@ func lastValuesOf(ctx context.Context, js jetstream.JetStream, bucket string, fi
 		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
 			continue
 		}
-		if err := fn(m.Subject[len(prefix):], m.Data, m.Sequence); err != nil {
+		if err := fn(m.Subject[len(prefix):], m); err != nil {
 			return err
 		}
 	}

@@ -145,12 +145,15 @@ func retainRaw(ctx context.Context, js jetstream.JetStream, bucket, key string, 
 }
 
 // retainMsg is the message retainRaw publishes: data as key's only
-// revision (a subject roll-up), expiring after ttl, if key is at rev.
+// revision (a subject roll-up), expiring after ttl (never: 0), if key is
+// at rev.
 func retainMsg(bucket, key string, data []byte, rev uint64, ttl time.Duration) *nats.Msg {
 	m := nats.NewMsg("$KV." + bucket + "." + key)
 	m.Data = data
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	m.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(int64(ttl/time.Second), 10))
+	if ttl > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(int64(ttl/time.Second), 10))
+	}
 	if rev > 0 {
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	}
