@@ -340,13 +340,17 @@ func (s *Checkpoints) update(ctx context.Context, key string, cp Checkpoint, rev
 	return keptUpdate(ctx, s.js, s.b, key, cp, rev, cp.KeptUntil, s.now())
 }
 
+// derivePage is how many checkpoints Derive reads at once: a page's
+// replies are buffered whole by the client before they are decoded.
+const derivePage = 250
+
 // Derive reads the checkpoints of chunks 1..n of job a page of
-// maxBatchKeys at a time into a derivation of the job's status
+// derivePage at a time into a derivation of the job's status
 // (Jobs.SettleDerived): memory stays a page's whatever the job's size.
 func (s *Checkpoints) Derive(ctx context.Context, job string, n int) (*Derivation, error) {
 	d := NewDerivation()
-	for lo := 1; lo <= n; lo += maxBatchKeys {
-		cps, err := s.ForJobRange(ctx, job, lo, min(lo+maxBatchKeys-1, n))
+	for lo := 1; lo <= n; lo += derivePage {
+		cps, err := s.ForJobRange(ctx, job, lo, min(lo+derivePage-1, n))
 		if err != nil {
 			return nil, err
 		}
