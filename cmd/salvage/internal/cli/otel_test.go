@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -174,8 +175,13 @@ func TestOneTracePerJobOverOTLP(t *testing.T) {
 	// The job's span is exported when it finishes; the last chunk's and
 	// a recovery's spans may end a moment later: wait for a whole tree.
 	var spans []span
+	var missing struct {
+		Spans   int
+		Missing string
+	}
 	salvagetest.Eventually(t, 20*time.Second, func() bool {
 		spans = rcv.inTrace(st.Job.TraceID)
+		missing.Spans = len(spans)
 		ids, done := map[string]bool{}, map[string]bool{}
 		for _, s := range spans {
 			ids[s.id] = true
@@ -184,15 +190,17 @@ func TestOneTracePerJobOverOTLP(t *testing.T) {
 			}
 		}
 		if !ids[root.SpanID().String()] || len(done) < st.Job.Summary.Done {
+			missing.Missing = fmt.Sprintf("job span %v, %d of %d done chunks' spans", ids[root.SpanID().String()], len(done), st.Job.Summary.Done)
 			return false
 		}
 		for _, s := range spans {
 			if s.parent != "" && !ids[s.parent] {
+				missing.Missing = fmt.Sprintf("the parent %s of span %q (chunk %s)", s.parent, s.name, s.attrs["salvage.chunk"])
 				return false
 			}
 		}
 		return true
-	}, "the job's whole tree of spans to arrive (%d spans of its trace so far)", &spans)
+	}, "the job's whole tree of spans to arrive (%+v)", &missing)
 
 	byID := map[string]span{}
 	kinds := map[string][]span{}
