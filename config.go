@@ -23,7 +23,9 @@ const (
 	// RoleWorker runs the splitter and the chunk workers.
 	RoleWorker Role = "worker"
 	// RoleDeadLetter runs the dead-letterer, the sweeper (which also
-	// repairs what crashes left half-written) and the DLQ alerts.
+	// repairs what crashes left half-written), the DLQ alerts and
+	// retention (what finished jobs leave, removed or expired by data
+	// class: Config.Retention).
 	RoleDeadLetter Role = "dead-letter"
 	// RoleRecovery runs the recovery orchestrator.
 	RoleRecovery Role = "recovery"

@@ -81,7 +81,11 @@ func (r *retainer) handle(ctx context.Context, m jetstream.Msg) {
 	switch {
 	case err != nil:
 		r.log.Warn().Err(err).Str("job_id", ev.Job).Msg("retention: will retry")
-		_ = m.NakWithDelay(retryDelay(meta))
+		// Retried less and less often, at most daily, for as long as
+		// SALVAGE_EVENTS keeps the event (14 days): a job whose retention
+		// keeps failing (a permission, a server refusing) costs one look
+		// a day, not one a minute.
+		_ = m.NakWithDelay(backoff(meta, time.Second))
 	case later > 0:
 		_ = m.NakWithDelay(later)
 	default:
@@ -125,11 +129,7 @@ func (r *retainer) retain(ctx context.Context, m jetstream.Msg, ev streams.JobEv
 	if left > 0 {
 		// Chunks whose envelope is open: looked at again, less and less
 		// often.
-		n := uint64(1)
-		if meta != nil {
-			n = max(meta.NumDelivered, 1)
-		}
-		return min(max(keep.Calls, time.Second)<<min(n-1, 10), retainLaterMax), nil
+		return backoff(meta, max(keep.Calls, time.Second)), nil
 	}
 	if _, err := r.stores.Jobs.Retain(ctx, job, rev, kv.TTLFrom(keep.Records, finished, r.now())); err != nil {
 		if errors.Is(err, kv.ErrConflict) {
@@ -139,6 +139,16 @@ func (r *retainer) retain(ctx context.Context, m jetstream.Msg, ev streams.JobEv
 		return 0, err
 	}
 	return 0, nil
+}
+
+// backoff is base doubled for each earlier delivery of m, at most
+// retainLaterMax.
+func backoff(meta *jetstream.MsgMetadata, base time.Duration) time.Duration {
+	n := uint64(1)
+	if meta != nil {
+		n = max(meta.NumDelivered, 1)
+	}
+	return min(base<<min(n-1, 20), retainLaterMax)
 }
 
 type retainStats struct {

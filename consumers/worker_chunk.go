@@ -213,13 +213,21 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.lease = lease
+	if cp.KeptUntil != nil {
+		// Retention retired the chunk (its envelope had settled) and a
+		// replay runs it again: its rows stop expiring before the fence
+		// moves, so a crash between the two leaves kept_until to say so
+		// to the next delivery.
+		if err := r.unretire(ctx); err != nil {
+			return err
+		}
+	}
 	approval, approved := r.approval()
 	var taken kv.Delta
-	fresh, retired := false, false
+	fresh := false
 	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		// Never taken before: no worker has written a journal row for it.
 		fresh = cp.MsgSeq == 0
-		retired = cp.KeptUntil != nil
 		if approved && cp.Status == kv.StatusAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
 			cp.Approvals = append(cp.Approvals, approval)
 			cp.Record(kv.ChunkEvent{Kind: kv.EventApproved, At: approval.At, Worker: w.cfg.ID, Stage: approval.Stage,
@@ -289,7 +297,7 @@ func (r *run) run(ctx context.Context) error {
 	}
 	rows := map[string]kv.StoredRow{}
 	if !fresh {
-		if rows, err = r.loadJournal(ctx, cp.Epoch, retired); err != nil {
+		if rows, err = r.loadJournal(ctx, cp.Epoch); err != nil {
 			return err
 		}
 	}
@@ -576,27 +584,35 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 	return r.finish(ctx, p, cp, fence)
 }
 
-// loadJournal reads the rows of the chunk's epoch. A chunk retention had
-// retired (its envelope settled; a replay runs it again) first takes its
-// rows' TTLs back, in every epoch: nothing a running chunk needs expires.
-func (r *run) loadJournal(ctx context.Context, epoch int, retired bool) (map[string]kv.StoredRow, error) {
+// loadJournal reads the rows of the chunk's epoch. A row that still
+// expires (retention retired the chunk while this run took it) makes the
+// chunk's rows stop expiring first, in every epoch.
+func (r *run) loadJournal(ctx context.Context, epoch int) (map[string]kv.StoredRow, error) {
 	j := r.w.stores.Journal
 	rows, err := j.Load(ctx, r.chunk.Job, r.chunk.Chunk, epoch)
 	if err != nil {
 		return nil, err
 	}
 	for _, row := range rows {
-		retired = retired || row.Expires
+		if row.Expires {
+			if err := r.unretire(ctx); err != nil {
+				return nil, err
+			}
+			return j.Load(ctx, r.chunk.Job, r.chunk.Chunk, epoch)
+		}
 	}
-	if !retired {
-		return rows, nil
-	}
-	n, err := j.Unretire(ctx, r.chunk.Job, r.chunk.Chunk)
+	return rows, nil
+}
+
+// unretire takes back the TTLs retention gave the chunk's journal rows,
+// in every epoch: nothing a running chunk needs expires.
+func (r *run) unretire(ctx context.Context) error {
+	n, err := r.w.stores.Journal.Unretire(ctx, r.chunk.Job, r.chunk.Chunk)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.log.Info().Int("rows", n).Msg("the chunk runs again after retention retired it: its journal rows no longer expire")
-	return j.Load(ctx, r.chunk.Job, r.chunk.Chunk, epoch)
+	return nil
 }
 
 // snapshot saves each agent of a finished stage that keeps more than the

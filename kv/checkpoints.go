@@ -262,12 +262,10 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 		return cp, Fence{}, fmt.Errorf("%w: %s is %s", ErrFinished, key, cp.Status)
 	}
 	cp.ClaimedBy, cp.ClaimRevision = worker, claimRevision
-	cp.UpdatedAt = s.now()
+	cp.UpdatedAt, cp.KeptUntil = s.now(), nil
 	if mutate != nil {
-		// mutate sees KeptUntil: a chunk retention retired runs again.
 		mutate(&cp)
 	}
-	cp.KeptUntil = nil
 	if rev == 0 {
 		rev, err = createJSON(ctx, s.b, key, cp)
 	} else {

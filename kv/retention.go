@@ -119,15 +119,9 @@ func retainJSON(ctx context.Context, js jetstream.JetStream, bucket, key string,
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode %s: %w", key, err)
 	}
-	return retainRaw(ctx, js, bucket, key, data, rev, ttl)
-}
-
-// retainRaw is retainJSON for a value already encoded, with headers to
-// carry (a journal row's traceparent).
-func retainRaw(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	m := retainMsg(bucket, key, data, rev, ttl)
 	var seq uint64
-	err := streams.Retry(ctx, func(ctx context.Context) error {
+	err = streams.Retry(ctx, func(ctx context.Context) error {
 		ack, err := js.PublishMsg(ctx, m)
 		if err != nil {
 			return err

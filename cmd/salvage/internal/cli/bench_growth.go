@@ -359,7 +359,7 @@ func kept(cfg jetstream.StreamConfig) string {
 			return fmt.Sprintf("%d days", d)
 		}
 		return cfg.MaxAge.String()
-	case cfg.AllowMsgTTL:
+	case byRetention(cfg):
 		return "while live, then by retention"
 	case cfg.MaxMsgsPerSubject == 1:
 		return "latest per key, no expiry"

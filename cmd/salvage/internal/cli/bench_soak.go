@@ -157,7 +157,7 @@ func (b *bench) soak(ctx context.Context, d time.Duration) (soakRow, error) {
 func diskUse(ctx context.Context, js jetstream.JetStream) (governed, aged uint64) {
 	for info := range js.ListStreams(ctx).Info() {
 		switch {
-		case info.Config.AllowMsgTTL && info.Config.MaxAge == 0:
+		case byRetention(info.Config):
 			governed += info.State.Bytes
 		case strings.HasPrefix(info.Config.Name, "SALVAGE_") || strings.HasPrefix(info.Config.Name, "KV_salvage_") || strings.HasPrefix(info.Config.Name, "OBJ_salvage_"):
 			aged += info.State.Bytes

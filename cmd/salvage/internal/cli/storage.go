@@ -65,6 +65,12 @@ default user).`,
 	return cmd
 }
 
+// byRetention says a stream keeps a message while the work it belongs to
+// is live, then as long as retention's per-message TTL says: no age
+// limit, per-message TTLs allowed (the journal, the job, checkpoint and
+// envelope buckets).
+func byRetention(cfg jetstream.StreamConfig) bool { return cfg.AllowMsgTTL && cfg.MaxAge == 0 }
+
 // storageOf reads the state of every Salvage stream and bucket, streams
 // first, each kind by name.
 func storageOf(ctx context.Context, nc *nats.Conn) ([]storeRow, error) {
@@ -76,7 +82,7 @@ func storageOf(ctx context.Context, nc *nats.Conn) ([]storeRow, error) {
 	list := js.ListStreams(ctx)
 	for info := range list.Info() {
 		r := storeRow{Name: info.Config.Name, Kind: "stream", Messages: info.State.Msgs, Bytes: info.State.Bytes,
-			MaxAgeSeconds: info.Config.MaxAge.Seconds(), Retention: info.Config.AllowMsgTTL && info.Config.MaxAge == 0}
+			MaxAgeSeconds: info.Config.MaxAge.Seconds(), Retention: byRetention(info.Config)}
 		switch {
 		case strings.HasPrefix(info.Config.Name, "SALVAGE_"):
 		case strings.HasPrefix(info.Config.Name, "KV_salvage_"):
