@@ -49,6 +49,9 @@ type EnvelopeRecord struct {
 	AckedAt   time.Time `json:"acked_at,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// StatusAt is when the envelope entered its status (zero on a record
+	// written before Salvage kept it: then CreatedAt stands in).
+	StatusAt time.Time `json:"status_at,omitzero"`
 }
 
 // LeftEffect is an effect that may stand and that Salvage did not undo,
@@ -195,17 +198,21 @@ type EnvelopeFilter struct {
 	Category Category       `json:"category,omitempty"`
 	Status   EnvelopeStatus `json:"status,omitempty"`
 	Job      string         `json:"job_id,omitempty"`
-	// MinAge keeps envelopes at least this old.
+	// MinAge keeps envelopes in their status at least this long.
 	MinAge time.Duration `json:"-"`
+	// Newest lists the envelope that entered its status last first;
+	// otherwise the one that entered it first comes first.
+	Newest bool `json:"newest,omitempty"`
 }
 
 // Match reports whether f matches r at now.
 func (f EnvelopeFilter) Match(r EnvelopeRecord, now time.Time) bool {
 	return (f.Category == "" || r.Category == f.Category) && (f.Status == "" || r.Status == f.Status) &&
-		(f.Job == "" || r.Job == f.Job) && (f.MinAge <= 0 || now.Sub(r.CreatedAt) >= f.MinAge)
+		(f.Job == "" || r.Job == f.Job) && (f.MinAge <= 0 || now.Sub(r.Since()) >= f.MinAge)
 }
 
-// EnvelopeList is a page of envelope records, oldest first.
+// EnvelopeList is a page of envelope records, in the order they entered
+// their status.
 type EnvelopeList struct {
 	Envelopes []EnvelopeRecord `json:"envelopes"`
 	// Total is how many match in all.
@@ -215,9 +222,22 @@ type EnvelopeList struct {
 	NextOffset int `json:"next_offset,omitempty"`
 }
 
+// Since is when r entered its status: StatusAt, or CreatedAt on a record
+// written before Salvage kept StatusAt.
+func (r EnvelopeRecord) Since() time.Time {
+	if r.StatusAt.IsZero() {
+		return r.CreatedAt
+	}
+	return r.StatusAt
+}
+
 // ListEnvelopes returns one page (nil: the first PageDefault) of the
-// envelope records f matches, oldest first; a filter naming a category
-// or status that does not exist is refused (ErrBadFilter).
+// envelope records f matches, in the order they entered their status
+// (f.Newest: the latest first); a filter naming a category or status that
+// does not exist is refused (ErrBadFilter). It reads the envelope index,
+// O(log n + page) whatever the DLQ holds. A page can be shorter than its
+// limit by the records that changed status or expired while it was read;
+// NextOffset still moves by the limit.
 func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page) (*EnvelopeList, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -226,17 +246,16 @@ func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page
 	if err != nil {
 		return nil, err
 	}
-	recs, err := op.List(ctx, f.machinery())
+	offset, limit := page.window()
+	pg, err := op.Page(ctx, f.machinery(), offset, limit, f.Newest)
 	if err != nil {
 		return nil, err
 	}
-	from, to := page.Bounds(len(recs))
-	out := &EnvelopeList{Total: len(recs), Offset: from}
-	if to < len(recs) {
-		out.NextOffset = to
+	out := &EnvelopeList{Total: pg.Total, Offset: min(offset, pg.Total), Envelopes: make([]EnvelopeRecord, 0, len(pg.Records))}
+	if offset+limit < pg.Total {
+		out.NextOffset = offset + limit
 	}
-	out.Envelopes = make([]EnvelopeRecord, 0, to-from)
-	for _, r := range recs[from:to] {
+	for _, r := range pg.Records {
 		out.Envelopes = append(out.Envelopes, envelopeRecordOf(r))
 	}
 	return out, nil

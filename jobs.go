@@ -168,17 +168,22 @@ const (
 // Bounds is the slice [from, to) of n items p selects; a nil Page
 // selects the first PageDefault.
 func (p *Page) Bounds(n int) (from, to int) {
+	offset, limit := p.window()
+	from = min(offset, n)
+	return from, min(from+limit, n)
+}
+
+// window is the offset and limit p selects (nil: the first PageDefault).
+func (p *Page) window() (offset, limit int) {
 	var q Page
 	if p != nil {
 		q = *p
 	}
-	limit := q.Limit
+	limit = q.Limit
 	if limit <= 0 {
 		limit = PageDefault
 	}
-	limit = min(limit, PageMax)
-	from = min(max(q.Offset, 0), n)
-	return from, min(from+limit, n)
+	return max(q.Offset, 0), min(limit, PageMax)
 }
 
 // ValidateBudget returns an error wrapping ErrInvalidJob unless b (nil:
@@ -580,20 +585,23 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (*Job, error) {
 }
 
 // ListJobs returns one page (nil: the first PageDefault) of the job
-// records, newest first (job ids are ULIDs unless named otherwise). It
-// reads every record: a listing for people, not for a loop.
+// records, newest first, from the job index: O(log n + page) whatever the
+// bucket holds. A job is listed while its record is kept, and at most
+// kv.JobListedExtra longer than its pipeline's records retention after it
+// was submitted (found by id after that); a page can be shorter than its
+// limit by the records that expired.
 func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := st.Jobs.List(ctx)
+	offset, limit := page.window()
+	pg, err := st.Jobs.Page(ctx, offset, limit)
 	if err != nil {
 		return nil, err
 	}
-	from, to := page.Bounds(len(jobs))
-	out := make([]Job, 0, to-from)
-	for _, j := range jobs[from:to] {
+	out := make([]Job, 0, len(pg.Jobs))
+	for _, j := range pg.Jobs {
 		out = append(out, jobOf(j))
 	}
 	return out, nil

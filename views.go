@@ -48,7 +48,7 @@ func envelopeRecordOf(r kv.EnvelopeRecord) EnvelopeRecord {
 		Status: EnvelopeStatus(r.Status), Attempts: r.Attempts, Notes: r.Notes, StreamSeq: r.StreamSeq, Subject: r.Subject,
 		DLQSeq: r.DLQSeq, TraceID: r.TraceID, Replays: r.Replays, Requeued: r.Requeued, Left: r.Left,
 		SupersededBy: r.SupersededBy, Human: r.Human, ResolvedBy: r.ResolvedBy, Stopped: r.Stopped,
-		AckedBy: r.AckedBy, AckedAt: r.AckedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		AckedBy: r.AckedBy, AckedAt: r.AckedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, StatusAt: r.StatusAt}
 }
 
 // envelopeOf is an envelope as published, every field.

@@ -25,7 +25,7 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 		// hidden are the machinery's fields users do not see, as paths.
 		hidden []string
 	}{
-		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes"}},
+		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes", "IndexSeq"}},
 		{"BulkResult", consumers.BulkResult{}, func(v any) any { return bulkResultOf(v.(consumers.BulkResult)) }, nil},
 		{"Worker", kv.WorkerState{}, func(v any) any { return workerOf(v.(kv.WorkerState)) }, nil},
 		{"Chunk", kv.Checkpoint{}, func(v any) any { return chunkOf(v.(kv.Checkpoint)) }, []string{"ClaimRevision", "Snapshots",
@@ -33,12 +33,12 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 			"CountedCompletionTokens", "CountedCostMicros", "Outputs",
 			"Events", "EventsDropped"}}, // the timeline is the trace's (TraceChunk), not every status page's
 		{"EnvelopeRecord", kv.EnvelopeRecord{}, func(v any) any { return envelopeRecordOf(v.(kv.EnvelopeRecord)) },
-			[]string{"RecoveringBy", "LeaseUntil", "Alerts"}},
+			[]string{"RecoveringBy", "LeaseUntil", "Alerts", "IndexSeq", "JobIndexSeq"}},
 		{"Envelope", recovery.Envelope{}, func(v any) any { return envelopeOf(v.(recovery.Envelope)) }, nil},
 		{"Call", kv.JournalRow{}, func(v any) any { return callOf(v.(kv.JournalRow)) }, []string{"RetryableAfterCompensation",
 			"HistoryDropped", "Fingerprint.CompensationKey", "History.StartedAt", "History.FinishedAt"}},
 		{"EnvelopeDetail", consumers.Detail{}, func(v any) any { return detailOf(v.(consumers.Detail)) }, []string{
-			"Record.RecoveringBy", "Record.LeaseUntil", "Record.Alerts", "Checkpoint.ClaimRevision", "Checkpoint.Snapshots",
+			"Record.RecoveringBy", "Record.LeaseUntil", "Record.Alerts", "Record.IndexSeq", "Record.JobIndexSeq", "Checkpoint.ClaimRevision", "Checkpoint.Snapshots",
 			"Checkpoint.MsgSeq", "Checkpoint.CostMicros", "Checkpoint.Counted", "Checkpoint.CountedTier1",
 			"Checkpoint.CountedRedeliveries", "Checkpoint.CountedPromptTokens", "Checkpoint.CountedCompletionTokens",
 			"Checkpoint.CountedCostMicros", "Checkpoint.Outputs", "Checkpoint.Events", "Checkpoint.EventsDropped", "Journal.RetryableAfterCompensation",

@@ -72,17 +72,67 @@ func (a *Alerter) Run(ctx context.Context) error {
 	}
 }
 
-// Check evaluates the rules once and raises the alerts not raised before.
-// It returns the alerts it raised.
-func (a *Alerter) Check(ctx context.Context) ([]recovery.Alert, error) {
-	recs, err := a.stores.Envelopes.List(ctx)
+// burstScanMax caps how many recent envelopes one evaluation reads for
+// the burst rule: a burst that large fires anyway.
+const burstScanMax = 10_000
+
+// candidates reads, from the envelope index, the envelopes a rule can
+// fire on: those that entered their status within two burst windows of
+// now (at most burstScanMax, newest first: every envelope that arrived
+// then is among them), the open, recovering and escalated ones, and the
+// COMPENSATION_NEEDED ones. Not the settled history.
+func (a *Alerter) candidates(ctx context.Context, now time.Time, rules recovery.AlertRules) (map[string]kv.EnvelopeRecord, error) {
+	byID := map[string]kv.EnvelopeRecord{}
+	since := now.Add(-2 * rules.BurstWindow)
+	recent := 0
+	err := eachEnvelope(ctx, a.stores, kv.IndexFilter{}, true, func(r kv.EnvelopeRecord) bool {
+		if r.StatusAt.Before(since) || recent >= burstScanMax {
+			return false
+		}
+		recent++
+		byID[r.ID] = r
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	subjects := make([]recovery.AlertSubject, 0, len(recs))
-	byID := map[string]kv.EnvelopeRecord{}
-	for _, r := range recs {
-		byID[r.ID] = r
+	for _, f := range []kv.IndexFilter{{Status: kv.EnvelopeOpen}, {Status: kv.EnvelopeRecovering}, {Status: kv.EnvelopeEscalated}, {Category: recovery.CategoryCompensationNeeded}} {
+		if err := eachEnvelope(ctx, a.stores, f, false, func(r kv.EnvelopeRecord) bool { byID[r.ID] = r; return true }); err != nil {
+			return nil, err
+		}
+	}
+	return byID, nil
+}
+
+// eachEnvelope hands fn the records f matches from the envelope index, a
+// page at a time, until fn returns false.
+func eachEnvelope(ctx context.Context, stores *kv.Stores, f kv.IndexFilter, newest bool, fn func(kv.EnvelopeRecord) bool) error {
+	const page = 1000
+	for offset := 0; ; offset += page {
+		pg, err := stores.Envelopes.Page(ctx, f, 0, offset, page, newest)
+		if err != nil {
+			return err
+		}
+		for _, r := range pg.Records {
+			if !fn(r) {
+				return nil
+			}
+		}
+		if offset+page >= pg.Total {
+			return nil
+		}
+	}
+}
+
+// Check evaluates the rules once and raises the alerts not raised before.
+// It returns the alerts it raised.
+func (a *Alerter) Check(ctx context.Context) ([]recovery.Alert, error) {
+	byID, err := a.candidates(ctx, a.cfg.Now(), a.cfg.Rules.WithDefaults())
+	if err != nil {
+		return nil, err
+	}
+	subjects := make([]recovery.AlertSubject, 0, len(byID))
+	for _, r := range byID {
 		s := recovery.AlertSubject{ID: r.ID, Category: r.Category, Status: r.Status, CreatedAt: r.CreatedAt, Acked: r.AckedBy != ""}
 		for _, l := range r.Left {
 			s.LeftSystems = append(s.LeftSystems, l.System)

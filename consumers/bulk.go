@@ -98,16 +98,13 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 			return res, err
 		}
 	}
-	recs, err := o.List(ctx, req.Filter)
+	pg, err := o.Page(ctx, req.Filter, 0, req.Limit, false)
 	if err != nil {
 		return res, err
 	}
-	res.Matched = len(recs)
-	if len(recs) > req.Limit {
-		res.Remaining = len(recs) - req.Limit
-		recs = recs[:req.Limit]
-	}
-	for _, r := range recs {
+	res.Matched = max(pg.Total, len(pg.Records))
+	res.Remaining = max(pg.Total-req.Limit, 0)
+	for _, r := range pg.Records {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}

@@ -96,9 +96,23 @@ func (d *DeadLetterer) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { d.retain.run(ctx) })
+	wg.Go(func() { d.buildIndex(ctx) })
 	defer wg.Wait()
 	fetchLoop(ctx, cons, 16, d.log, func(m jetstream.Msg) { d.handleAdvisory(ctx, m) })
 	return nil
+}
+
+// buildIndex gives the records written before SALVAGE_INDEX existed their
+// entries (once per deployment; a failure is tried again at the next
+// start).
+func (d *DeadLetterer) buildIndex(ctx context.Context) {
+	n, err := d.stores.BuildIndex(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		d.log.Error().Err(err).Msg("build the listing index from the records written before it; listings miss them until the next start")
+	case n > 0:
+		d.log.Info().Int("records", n).Msg("built the listing index from the records written before it")
+	}
 }
 
 func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,7 +42,7 @@ type EnvelopeFilter struct {
 	Category string `json:"category,omitempty"`
 	Status   string `json:"status,omitempty"`
 	Job      string `json:"job_id,omitempty"`
-	// MinAge keeps envelopes at least this old.
+	// MinAge keeps envelopes in their status at least this long.
 	MinAge time.Duration `json:"-"`
 }
 
@@ -53,27 +52,17 @@ func (f EnvelopeFilter) Empty() bool {
 	return f.Category == "" && f.Status == "" && f.Job == "" && f.MinAge <= 0
 }
 
-// Select returns the records of recs that f matches at now, oldest first.
-func (f EnvelopeFilter) Select(recs []kv.EnvelopeRecord, now time.Time) []kv.EnvelopeRecord {
-	out := make([]kv.EnvelopeRecord, 0, len(recs))
-	for _, r := range recs {
-		if (f.Category != "" && r.Category != f.Category) || (f.Status != "" && r.Status != f.Status) ||
-			(f.Job != "" && r.Job != f.Job) || (f.MinAge > 0 && now.Sub(r.CreatedAt) < f.MinAge) {
-			continue
-		}
-		out = append(out, r)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out
+// index is f as a filter of the envelope index.
+func (f EnvelopeFilter) index() kv.IndexFilter {
+	return kv.IndexFilter{Status: f.Status, Category: f.Category, Job: f.Job}
 }
 
-// List returns the matching envelope records, oldest first.
-func (o *Operator) List(ctx context.Context, f EnvelopeFilter) ([]kv.EnvelopeRecord, error) {
-	recs, err := o.stores.Envelopes.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return f.Select(recs, time.Now()), nil
+// Page returns the records f matches at [offset, offset+limit), in the
+// order they entered their status (newest first when newest is set), read
+// from the envelope index: O(log n + limit) whatever the bucket holds.
+// MinAge keeps those in their status at least that long.
+func (o *Operator) Page(ctx context.Context, f EnvelopeFilter, offset, limit int, newest bool) (kv.EnvelopePage, error) {
+	return o.stores.Envelopes.Page(ctx, f.index(), f.MinAge, offset, limit, newest)
 }
 
 // Detail is everything about one envelope: its record, the envelope as

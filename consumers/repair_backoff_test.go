@@ -10,6 +10,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // TestSweeperBacksOffAJobWithNothingToRepair: a running job idle for
@@ -34,6 +35,9 @@ func TestSweeperBacksOffAJobWithNothingToRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	if err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	stores, err := kv.Provision(ctx, js, kv.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -238,11 +238,11 @@ func (b *bundle) envelopeOf(t *testing.T, job string, chunk int, ok func(kv.Enve
 	t.Helper()
 	var last kv.EnvelopeRecord
 	salvagetest.Eventually(t, 30*time.Second, func() bool {
-		recs, err := consumers.NewOperator(b.JS, b.stores).List(b.ctx, consumers.EnvelopeFilter{Job: job})
+		pg, err := consumers.NewOperator(b.JS, b.stores).Page(b.ctx, consumers.EnvelopeFilter{Job: job}, 0, 1000, false)
 		if err != nil {
 			return false
 		}
-		for _, r := range recs {
+		for _, r := range pg.Records {
 			if r.Chunk == chunk && r.Status != kv.EnvelopeSuperseded {
 				last = r
 				return ok(r)
@@ -446,8 +446,8 @@ func TestOperator(t *testing.T) {
 		len(byHand.Notes) == 0 || byHand.Notes[len(byHand.Notes)-1] == "" {
 		t.Errorf("resolve by hand = %+v, %v", byHand, err)
 	}
-	if recs, err := op.List(b.ctx, consumers.EnvelopeFilter{Status: kv.EnvelopeResolved}); err != nil || len(recs) != 2 {
-		t.Errorf("resolved envelopes listed: %d, %v; want 2", len(recs), err)
+	if pg, err := op.Page(b.ctx, consumers.EnvelopeFilter{Status: kv.EnvelopeResolved}, 0, 10, false); err != nil || len(pg.Records) != 2 || pg.Total != 2 {
+		t.Errorf("resolved envelopes listed: %d of %d, %v; want 2", len(pg.Records), pg.Total, err)
 	}
 
 	for _, tt := range []struct {

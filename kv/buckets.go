@@ -124,7 +124,7 @@ func OpenJobs(ctx context.Context, js jetstream.JetStream) (*Jobs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", BucketJobs, err)
 	}
-	return &Jobs{b: b, js: js, now: time.Now}, nil
+	return &Jobs{b: b, js: js, now: time.Now, idx: &indexWriter{js: js}}, nil
 }
 
 // Open binds to buckets that already exist. It returns an error wrapping
@@ -171,11 +171,12 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	}
 	jr := &Journal{js: js, b: journal}
 	jr.Configure(JournalConfig{})
+	idx := &indexWriter{js: js}
 	return &Stores{
-		Jobs:        &Jobs{b: jobs, js: js, now: time.Now},
+		Jobs:        &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
 		Claims:      &Claims{b: claims, now: time.Now},
 		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now},
-		Envelopes:   &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault},
+		Envelopes:   &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
 		Journal:     jr,
 		Snapshots:   &Snapshots{os: snaps},
 		Breakers:    &Breakers{b: breakers, js: js, now: time.Now},

@@ -86,6 +86,12 @@ type EnvelopeRecord struct {
 	AckedAt   time.Time `json:"acked_at,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// StatusAt is when the record entered its status.
+	StatusAt time.Time `json:"status_at,omitzero"`
+	// IndexSeq and JobIndexSeq are the sequences of the record's entries
+	// in SALVAGE_INDEX, by status and by job (see Envelopes.Page).
+	IndexSeq    uint64 `json:"index_seq,omitempty"`
+	JobIndexSeq uint64 `json:"job_index_seq,omitempty"`
 }
 
 // LeftEffect is an effect that may stand and that Salvage did not undo,
@@ -157,6 +163,8 @@ type Envelopes struct {
 	now func() time.Time
 	// keep is how long a settled record and a guard key are kept.
 	keep time.Duration
+	// idx writes the envelope index.
+	idx *indexWriter
 }
 
 // Keep sets how long a settled envelope record (resolved, superseded,
@@ -216,13 +224,21 @@ func (s *Envelopes) Put(ctx context.Context, r EnvelopeRecord) error {
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = now
 	}
-	r.UpdatedAt = now
+	r.UpdatedAt, r.StatusAt = now, now
 	var opts []jetstream.KVCreateOpt
 	if r.Settled() {
 		opts = append(opts, jetstream.KeyTTL(s.keep))
 	}
+	// The index entries first: a record is never without them.
+	if err := s.index(ctx, &r); err != nil {
+		return err
+	}
 	_, err := createJSON(ctx, s.b, r.ID, r, opts...)
-	if err != nil && !isConflict(err) {
+	if isConflict(err) {
+		// The record stands, with its own entries.
+		return s.idx.remove(ctx, r.IndexSeq, r.JobIndexSeq)
+	}
+	if err != nil {
 		return fmt.Errorf("kv: put envelope %s: %w", r.ID, err)
 	}
 	return nil
@@ -236,8 +252,13 @@ func (s *Envelopes) Get(ctx context.Context, id string) (EnvelopeRecord, uint64,
 // Mutate applies fn to an envelope record by CAS; ErrNotFound when absent.
 // A record that fn settles is written as its key's only revision, set to
 // expire once kept for Keep's duration; one that opens again is written
-// as usual and kept until it settles.
+// as usual and kept until it settles. A change of status writes the new
+// index entry before the record and deletes the old one after; a record
+// written before the index existed gets its entry on any change.
 func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRecord) error) (EnvelopeRecord, error) {
+	// left are the entries the record leaves; tried those earlier
+	// attempts wrote and lost.
+	var left, tried []uint64
 	w := func(ctx context.Context, key string, r EnvelopeRecord, rev uint64) (uint64, error) {
 		if !r.Settled() {
 			return updateJSON(ctx, s.b, key, r, rev)
@@ -252,13 +273,37 @@ func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRe
 		if !exists {
 			return fmt.Errorf("%w: envelope %s", ErrNotFound, id)
 		}
+		was := *r
+		if left != nil {
+			tried = append(tried, left[2:]...)
+			left = nil
+		}
 		if err := fn(r); err != nil {
 			return err
 		}
-		r.UpdatedAt = s.now()
+		r.UpdatedAt, r.IndexSeq, r.JobIndexSeq = s.now(), was.IndexSeq, was.JobIndexSeq
+		if r.Status == was.Status && was.IndexSeq != 0 {
+			return nil
+		}
+		if err := s.index(ctx, r); err != nil {
+			return err
+		}
+		left = []uint64{was.IndexSeq, was.JobIndexSeq, r.IndexSeq, r.JobIndexSeq}
+		switch {
+		case r.Status != was.Status:
+			r.StatusAt = r.UpdatedAt
+		case r.StatusAt.IsZero():
+			r.StatusAt = was.UpdatedAt // the best guess a record of before has
+		}
 		return nil
 	})
-	return r, err
+	if err != nil && left != nil {
+		tried = append(tried, left[2:]...)
+	}
+	if err == nil && left != nil {
+		tried = append(tried, left[:2]...)
+	}
+	return r, errors.Join(err, s.idx.remove(ctx, tried...))
 }
 
 // List returns every envelope record (guard keys excluded).

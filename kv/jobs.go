@@ -81,6 +81,8 @@ type Job struct {
 	// Retention is how long what the job leaves behind is kept, by data
 	// class: its pipeline's, or its deployment's, when it was split.
 	Retention *Retention `json:"retention,omitempty"`
+	// IndexSeq is the sequence of the job's entry in the job index.
+	IndexSeq uint64 `json:"index_seq,omitempty"`
 	// KeptUntil is set once retention ran on the finished job: its record
 	// expires then.
 	KeptUntil *time.Time `json:"kept_until,omitempty"`
@@ -355,19 +357,25 @@ type Jobs struct {
 	b   jetstream.KeyValue
 	js  jetstream.JetStream
 	now func() time.Time
+	idx *indexWriter
 }
 
-// Create stores a new job record. It returns ErrJobExists when the id is
-// taken, which a redelivered job message hits by design.
+// Create stores a new job record, after its entry in the job index. It
+// returns ErrJobExists when the id is taken, which a redelivered job
+// message hits by design.
 func (s *Jobs) Create(ctx context.Context, j Job) error {
 	now := s.now()
 	j.CreatedAt, j.UpdatedAt = now, now
 	if j.Status == "" {
 		j.Status = JobRunning
 	}
+	if err := s.index(ctx, &j); err != nil {
+		return err
+	}
 	_, err := createJSON(ctx, s.b, j.ID, j)
 	if isConflict(err) {
-		return fmt.Errorf("%w: %s", ErrJobExists, j.ID)
+		// The job stands, with its own entry.
+		return errors.Join(fmt.Errorf("%w: %s", ErrJobExists, j.ID), s.idx.remove(ctx, j.IndexSeq))
 	}
 	if err != nil {
 		return fmt.Errorf("kv: create job %s: %w", j.ID, err)

@@ -14,11 +14,15 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
 )
 
 func setup(t *testing.T) *kv.Stores {
 	t.Helper()
 	b := salvagetest.StartServer(t)
+	if err := streams.Provision(context.Background(), b.JS, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	st, err := kv.Provision(context.Background(), b.JS, kv.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,8 @@ type AlertRules struct {
 	MoneySystems []string
 }
 
-func (r AlertRules) withDefaults() AlertRules {
+// WithDefaults returns r with each zero field set to its default.
+func (r AlertRules) WithDefaults() AlertRules {
 	if r.BurstCount <= 0 {
 		r.BurstCount = BurstCountDefault
 	}
@@ -79,7 +80,7 @@ type Alert struct {
 // EvaluateAlerts returns the alerts the rules raise at now over envs. It is
 // pure: the caller remembers which keys already fired.
 func EvaluateAlerts(now time.Time, envs []AlertSubject, rules AlertRules) []Alert {
-	rules = rules.withDefaults()
+	rules = rules.WithDefaults()
 	var out []Alert
 	// Burst: BurstCount envelopes whose arrivals fit in one window. The
 	// alert is keyed by the first of them and covers every envelope of

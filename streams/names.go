@@ -16,6 +16,10 @@ const (
 	DLQ        = "SALVAGE_DLQ"
 	Advisories = "SALVAGE_ADVISORIES"
 	Events     = "SALVAGE_EVENTS"
+	// Index holds the listing indexes: one message per envelope record
+	// under its status, category and job, one per job record, so a
+	// listing reads a page, never every record.
+	Index = "SALVAGE_INDEX"
 )
 
 // Durable consumer names.

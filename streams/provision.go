@@ -124,6 +124,14 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 			Subjects: []string{EventsAll, AlertsAll, EscalateAll}, MaxAge: 14 * day,
 			Duplicates: duplicateWindowDefault,
 		},
+		{
+			// Few subjects, many entries each: the server counts the
+			// entries of a subject from a sequence without reading every
+			// one. Entries of settled envelopes and of jobs carry a TTL;
+			// the rest are deleted when their record moves.
+			Name: Index, Description: "Listing indexes: envelope records by status and category, and by job; job records. Built from the records when missing.",
+			Subjects: []string{IndexAll}, AllowMsgTTL: true, AllowDirect: true,
+		},
 	}
 }
 

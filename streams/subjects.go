@@ -18,6 +18,7 @@ const (
 	EventsAll    = "salvage.events.>"
 	AlertsAll    = "salvage.alerts.>"
 	EscalateAll  = "salvage.escalations.>"
+	IndexAll     = "salvage.index.>"
 	rejectedRoot = "salvage.events.rejected."
 
 	// AdvisoryMaxDeliveries captures the max-deliveries advisories of
@@ -27,6 +28,45 @@ const (
 	// chunk pool.
 	AdvisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + Chunks + ".*"
 )
+
+// IndexEnvelope is where an envelope record in status, of category, has
+// its entry (the envelope id) in the envelope index; an empty token is
+// written "_".
+func IndexEnvelope(status, category string) string {
+	return "salvage.index.envelopes." + orAny(status) + "." + orAny(category)
+}
+
+// IndexEnvelopes filters the envelope index by status and category; an
+// empty one matches any.
+func IndexEnvelopes(status, category string) string {
+	tok := func(s string) string {
+		if s == "" {
+			return "*"
+		}
+		return s
+	}
+	return "salvage.index.envelopes." + tok(status) + "." + tok(category)
+}
+
+// IndexJobEnvelopes is where an envelope record of job has its entry (the
+// envelope id) in the index of one job's envelopes.
+func IndexJobEnvelopes(job string) string { return "salvage.index.job-envelopes." + job }
+
+// IndexJobs is where a job record has its entry (the job id) in the job
+// index.
+const IndexJobs = "salvage.index.jobs"
+
+// IndexBuilt marks an index built from the records written before it
+// existed.
+const IndexBuilt = "salvage.index.built"
+
+// orAny keeps an empty token a token.
+func orAny(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return s
+}
 
 // chunksFor filters one pipeline's chunk messages in SALVAGE_CHUNKS: the
 // filter of its pool.

@@ -42,6 +42,7 @@ type benchReport struct {
 	Growth         []growthRow  `json:"growth,omitempty"`
 	Storage        []storageRow `json:"storage,omitempty"`
 	Soak           *soakRow     `json:"soak,omitempty"`
+	Listing        *listingRow  `json:"listing,omitempty"`
 	WallSecs       float64      `json:"wall_seconds"`
 }
 
@@ -61,7 +62,7 @@ type benchOpts struct {
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
@@ -205,6 +206,14 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "  %s of jobs of %d chunks, %d at once\t%s\t%s\t%s (%s)\t%s / %s / %s\t%s %s %s %s\t%s\t%s\n",
 			k.Duration, soakJobChunks, soakInFlight, k.SyncInterval, thousands(k.Jobs), thousands(k.Chunks), thousands(k.DeadLettered),
 			k.Retention.Calls, k.Retention.Effects, k.Retention.Records, at(0.25), at(0.5), at(0.75), at(1), aged, k.verdict())
+		fmt.Fprintln(tw)
+	}
+	if l := r.Listing; l != nil {
+		fmt.Fprintf(tw, "LISTING %s ENVELOPES, pages of %d\tsync_interval\tmedian of %d\tbytes to the client\trecords\ttarget\n", thousands(l.Envelopes), listingPage, listingRepeats)
+		for _, p := range l.Pages {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\n", p.What, l.SyncInterval, p.Time.Round(100*time.Microsecond), thousands(int(p.Bytes)), p.Got, l.verdict())
+		}
+		fmt.Fprintf(tw, "  every record read, as listings did before the index\t%s\t%s\t%s\t%s\t\n", l.SyncInterval, l.ScanTime.Round(time.Millisecond), thousands(int(l.ScanBytes)), thousands(l.Envelopes))
 	}
 	_ = tw.Flush()
 }

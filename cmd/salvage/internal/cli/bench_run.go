@@ -76,6 +76,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 		}
 		r.Soak = &k
 	}
+	if slices.Contains(b.o.only, "listing") {
+		l, err := b.listing(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing: %w", err)
+		}
+		r.Listing = &l
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

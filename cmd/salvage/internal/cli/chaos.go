@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -392,16 +394,16 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 			standing[order[id]] = true
 		}
 	}
-	recs, err := allEnvelopes(ctx, d.client, salvage.EnvelopeFilter{})
-	if err != nil {
-		return err
-	}
+	// Its own jobs' envelopes, by job: whatever else the DLQ holds.
 	var ours []salvage.EnvelopeRecord
-	for _, rec := range recs {
-		if order[rec.Job] == "" {
-			continue
+	for _, id := range slices.Sorted(maps.Keys(order)) {
+		recs, err := allEnvelopes(ctx, d.client, salvage.EnvelopeFilter{Job: id})
+		if err != nil {
+			return err
 		}
-		ours = append(ours, rec)
+		ours = append(ours, recs...)
+	}
+	for _, rec := range ours {
 		r.EnvelopesByStatus[string(rec.Status)]++
 		switch rec.Status {
 		case salvage.EnvelopeOpen, salvage.EnvelopeRecovering:

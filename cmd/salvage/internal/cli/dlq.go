@@ -84,21 +84,26 @@ func (e *env) dlqCmd() *cobra.Command {
 			Status   string `json:"status,omitempty"`
 			Job      string `json:"job_id,omitempty"`
 			MinAge   string `json:"min_age,omitempty"`
+			Newest   bool   `json:"newest,omitempty"`
 			Offset   int    `json:"offset,omitempty"`
 			Limit    int    `json:"limit,omitempty"`
 		}
 		note    string
 		allRows bool
+		every   bool
 	)
 	by := operatorName()
 	ls := &cobra.Command{
-		Use: "ls", Short: "List envelopes, oldest first", Args: cobra.NoArgs,
+		Use: "ls", Short: "List envelopes in the order they entered their status, a page at a time", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			recs := []salvage.EnvelopeRecord{}
-			filter.Limit = salvage.PageMax
+			if filter.Limit <= 0 || filter.Limit > salvage.PageMax {
+				filter.Limit = salvage.PageMax
+			}
 			// One listing per status asked for (the service takes one);
 			// the server refuses a status that does not exist.
 			statuses := strings.Split(filter.Status, ",")
+			more := 0
 			for _, status := range statuses {
 				f := filter
 				f.Status = strings.TrimSpace(status)
@@ -111,22 +116,32 @@ func (e *env) dlqCmd() *cobra.Command {
 					if page.NextOffset == 0 {
 						break
 					}
+					if !every {
+						more += page.Total - page.NextOffset
+						break
+					}
 					f.Offset = page.NextOffset
 				}
 			}
 			if len(statuses) > 1 {
 				slices.SortStableFunc(recs, func(a, b salvage.EnvelopeRecord) int {
-					return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+					if filter.Newest {
+						a, b = b, a
+					}
+					return cmp.Or(a.Since().Compare(b.Since()), cmp.Compare(a.ID, b.ID))
 				})
+			}
+			if more > 0 {
+				fmt.Fprintf(e.stderr, "%d more: --offset %d for the next page, --all for every one\n", more, filter.Offset+filter.Limit)
 			}
 			if asJSON {
 				return e.writeJSON(recs)
 			}
 			tw := table(e.stdout)
-			fmt.Fprintln(tw, "ENVELOPE\tJOB\tCHUNK\tCATEGORY\tSTRATEGY\tSTATUS\tAGE\tACKED")
+			fmt.Fprintln(tw, "ENVELOPE\tJOB\tCHUNK\tCATEGORY\tSTRATEGY\tSTATUS\tAGE\tIN STATUS\tACKED")
 			for _, r := range recs {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Job, r.Chunk, r.Category, r.Strategy, r.Status,
-					time.Since(r.CreatedAt).Round(time.Second), r.AckedBy)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Job, r.Chunk, r.Category, r.Strategy, r.Status,
+					time.Since(r.CreatedAt).Round(time.Second), time.Since(r.Since()).Round(time.Second), r.AckedBy)
 			}
 			return tw.Flush()
 		},
@@ -134,7 +149,11 @@ func (e *env) dlqCmd() *cobra.Command {
 	ls.Flags().StringVar(&filter.Category, "category", "", "only this category")
 	ls.Flags().StringVar(&filter.Status, "status", "", "only these statuses, comma-separated (open, recovering, resolved, superseded, escalated, dead-end, abandoned)")
 	ls.Flags().StringVar(&filter.Job, "job", "", "only this job")
-	ls.Flags().StringVar(&filter.MinAge, "min-age", "", "only envelopes at least this old (e.g. 30m)")
+	ls.Flags().StringVar(&filter.MinAge, "min-age", "", "only envelopes in their status at least this long (e.g. 30m)")
+	ls.Flags().BoolVar(&filter.Newest, "newest", false, "the envelope that entered its status last first")
+	ls.Flags().IntVar(&filter.Offset, "offset", 0, "skip this many")
+	ls.Flags().IntVar(&filter.Limit, "limit", salvage.PageMax, "at most this many (per status), up to 1,000")
+	ls.Flags().BoolVar(&every, "all", false, "every matching envelope, a page at a time")
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	show := &cobra.Command{

@@ -1,0 +1,248 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// The envelope index, in SALVAGE_INDEX: each envelope record has one entry
+// (its id) on salvage.index.envelopes.<status>.<category> and one on
+// salvage.index.job-envelopes.<job>, written when it enters its status
+// (before the record) and deleted by sequence once it left it. A listing
+// by status and category is then a subject filter over a few dozen
+// subjects, one of a job a single subject: the server counts and reads a
+// page of either without reading every entry. The record's IndexSeq and
+// JobIndexSeq are its entries' sequences; an entry whose sequence the
+// record does not hold was left by a writer that crashed, and readers skip
+// it (and delete it once the record's entry is a later one).
+
+// strayGrace is how old an index entry whose record does not exist must
+// be before a reader deletes it: a writer makes the entry just before the
+// record.
+const strayGrace = 10 * time.Minute
+
+// IndexFilter selects envelope records by status, category and job; empty
+// fields match any.
+type IndexFilter struct {
+	Status, Category, Job string
+}
+
+// indexWriter writes and deletes index entries.
+type indexWriter struct {
+	js jetstream.JetStream
+	mu sync.Mutex
+	// str is SALVAGE_INDEX, looked up once.
+	str jetstream.Stream
+}
+
+// put writes an entry holding id; with ttl above zero it expires then. It
+// returns the entry's sequence.
+func (w *indexWriter) put(ctx context.Context, subject, id string, ttl time.Duration) (uint64, error) {
+	// A deployment provisioned before the index existed has no stream to
+	// publish to: say so at once instead of retrying "no responders".
+	if _, err := w.stream(ctx); err != nil {
+		return 0, fmt.Errorf("kv: index %s on %s: %s missing, provision again: %w", id, subject, streams.Index, err)
+	}
+	var opts []jetstream.PublishOpt
+	if ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(max(ttl.Truncate(time.Second), time.Second)))
+	}
+	var seq uint64
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		ack, err := w.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: []byte(id)}, opts...)
+		if err == nil {
+			seq = ack.Sequence
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("kv: index %s on %s: %w", id, subject, err)
+	}
+	return seq, nil
+}
+
+// remove deletes the entries at seqs; zero and ones already gone are
+// skipped.
+func (w *indexWriter) remove(ctx context.Context, seqs ...uint64) error {
+	for _, seq := range seqs {
+		if seq == 0 {
+			continue
+		}
+		str, err := w.stream(ctx)
+		if err == nil {
+			err = str.DeleteMsg(ctx, seq)
+		}
+		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+			// The server's refusal comes as text; a sequence that is
+			// gone already (deleted by a reader, expired) is no error.
+			if _, gerr := str.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+				err = nil
+			}
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("kv: unindex %d: %w", seq, err)
+		}
+	}
+	return nil
+}
+
+func (w *indexWriter) stream(ctx context.Context) (jetstream.Stream, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.str != nil {
+		return w.str, nil
+	}
+	str, err := w.js.Stream(ctx, streams.Index)
+	if err != nil {
+		return nil, err
+	}
+	w.str = str
+	return str, nil
+}
+
+// index writes r's two entries and sets their sequences in r.
+func (s *Envelopes) index(ctx context.Context, r *EnvelopeRecord) error {
+	var ttl time.Duration
+	if r.Settled() {
+		ttl = s.keep
+	}
+	seq, err := s.idx.put(ctx, streams.IndexEnvelope(r.Status, r.Category), r.ID, ttl)
+	if err != nil {
+		return err
+	}
+	jseq, err := s.idx.put(ctx, streams.IndexJobEnvelopes(orAny(r.Job)), r.ID, ttl)
+	if err != nil {
+		return errors.Join(err, s.idx.remove(ctx, seq))
+	}
+	r.IndexSeq, r.JobIndexSeq = seq, jseq
+	return nil
+}
+
+// orAny keeps an empty token a token.
+func orAny(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return s
+}
+
+// EnvelopePage is one page of envelope records.
+type EnvelopePage struct {
+	Records []EnvelopeRecord
+	// Total is how many records match: the entries under the filter,
+	// give or take the few whose move is being written.
+	Total int
+}
+
+// Page returns the records f matches at positions [offset, offset+limit),
+// in the order they entered their status, newest first when newest is
+// set; with minAge above zero only those in their status at least that
+// long. Without a job it reads O(log n + limit) entries whatever the DLQ
+// holds; with a job and a status or category, that job's entries. A page
+// is short by the entries it skipped: records that moved or expired while
+// it was read.
+func (s *Envelopes) Page(ctx context.Context, f IndexFilter, minAge time.Duration, offset, limit int, newest bool) (EnvelopePage, error) {
+	x := seqIndex{js: s.js, stream: streams.Index}
+	var upto uint64
+	if minAge > 0 {
+		var err error
+		if upto, err = x.seqAt(ctx, s.now().Add(-minAge)); err != nil {
+			return EnvelopePage{}, err
+		}
+	}
+	if f.Job != "" && (f.Status != "" || f.Category != "") {
+		return s.jobPage(ctx, x, f, upto, offset, limit, newest)
+	}
+	filter, seqOf := streams.IndexEnvelopes(f.Status, f.Category), func(r EnvelopeRecord) uint64 { return r.IndexSeq }
+	if f.Job != "" {
+		filter, seqOf = streams.IndexJobEnvelopes(f.Job), func(r EnvelopeRecord) uint64 { return r.JobIndexSeq }
+	}
+	pg, err := x.page(ctx, filter, upto, offset, limit, newest)
+	if err != nil {
+		return EnvelopePage{}, err
+	}
+	recs, err := s.join(ctx, pg.Msgs, seqOf)
+	return EnvelopePage{Records: recs, Total: pg.Total}, err
+}
+
+// jobPage is Page for a job and a status or category: it reads the job's
+// entries, oldest first, and keeps those f matches.
+func (s *Envelopes) jobPage(ctx context.Context, x seqIndex, f IndexFilter, upto uint64, offset, limit int, newest bool) (EnvelopePage, error) {
+	var all []EnvelopeRecord
+	seqOf := func(r EnvelopeRecord) uint64 { return r.JobIndexSeq }
+	err := x.scan(ctx, streams.IndexJobEnvelopes(f.Job), upto, 256, func(msgs []*jetstream.RawStreamMsg) error {
+		recs, err := s.join(ctx, msgs, seqOf)
+		for _, r := range recs {
+			if (f.Status == "" || r.Status == f.Status) && (f.Category == "" || r.Category == f.Category) {
+				all = append(all, r)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return EnvelopePage{}, err
+	}
+	if newest {
+		slices.Reverse(all)
+	}
+	from := min(max(offset, 0), len(all))
+	return EnvelopePage{Records: all[from:min(from+max(limit, 0), len(all))], Total: len(all)}, nil
+}
+
+// join reads the records msgs' entries name, in one batched read, and
+// returns those whose entry each is (seqOf), in msgs' order. An entry
+// whose record holds a later one, or whose record is gone, is deleted.
+func (s *Envelopes) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, seqOf func(EnvelopeRecord) uint64) ([]EnvelopeRecord, error) {
+	ids := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		ids = append(ids, string(m.Data))
+	}
+	recs, err := s.records(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EnvelopeRecord, 0, len(msgs))
+	now := s.now()
+	for i, m := range msgs {
+		r, ok := recs[ids[i]]
+		switch {
+		case ok && seqOf(r) == m.Sequence:
+			out = append(out, r)
+		case ok && seqOf(r) > m.Sequence, !ok && now.Sub(m.Time) > strayGrace:
+			// The record moved on from this entry, or never came, or
+			// expired.
+			if err := s.idx.remove(ctx, m.Sequence); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// records reads the records ids name in one batched read; absent ones are
+// missing from the map.
+func (s *Envelopes) records(ctx context.Context, ids []string) (map[string]EnvelopeRecord, error) {
+	out := make(map[string]EnvelopeRecord, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := lastValuesOf(ctx, s.js, BucketEnvelopes, ids, func(key string, value []byte, _ uint64) error {
+		var r EnvelopeRecord
+		if err := json.Unmarshal(value, &r); err != nil {
+			return fmt.Errorf("kv: decode envelope %s: %w", key, err)
+		}
+		out[key] = r
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,327 @@
+package kv_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+func ids(recs []kv.EnvelopeRecord) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.ID
+	}
+	return out
+}
+
+// TestEnvelopePagesFollowTheIndex: a listing pages through the records in
+// the order they entered their status, by status, category and job, from
+// either end, and a record that moved is listed under its new status only.
+func TestEnvelopePagesFollowTheIndex(t *testing.T) {
+	t.Parallel()
+	st := setup(t)
+	ctx := context.Background()
+	var all []string
+	for i := range 30 {
+		r := kv.EnvelopeRecord{ID: fmt.Sprintf("01JENV%020d", i), Job: fmt.Sprintf("job%d", i%3), Chunk: i,
+			Category: []string{"TOOL_TIMEOUT", "TRANSIENT_NETWORK"}[i%2], Status: kv.EnvelopeOpen}
+		if err := st.Envelopes.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, r.ID)
+	}
+	// Ten move on: they leave "open" and enter "dead-end", in this order.
+	var moved []string
+	for i := 0; i < 30; i += 3 {
+		if _, err := st.Envelopes.Mutate(ctx, all[i], func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeDeadEnd; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		moved = append(moved, all[i])
+	}
+	// One changes without moving: it keeps its place.
+	if _, err := st.Envelopes.Mutate(ctx, all[1], func(r *kv.EnvelopeRecord) error { r.Attempts = 9; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var open []string
+	for _, id := range all {
+		if !slices.Contains(moved, id) {
+			open = append(open, id)
+		}
+	}
+	page := func(f kv.IndexFilter, offset, limit int, newest bool) kv.EnvelopePage {
+		t.Helper()
+		pg, err := st.Envelopes.Page(ctx, f, 0, offset, limit, newest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pg
+	}
+	if pg := page(kv.IndexFilter{}, 0, 100, false); !slices.Equal(ids(pg.Records), append(slices.Clone(open), moved...)) || pg.Total != 30 {
+		t.Errorf("everything, oldest first = %v (total %d); want the open ones then the moved ones, 30", ids(pg.Records), pg.Total)
+	}
+	if pg := page(kv.IndexFilter{Status: kv.EnvelopeOpen}, 5, 7, false); !slices.Equal(ids(pg.Records), open[5:12]) || pg.Total != 20 {
+		t.Errorf("open [5,12) = %v (total %d); want %v of 20", ids(pg.Records), pg.Total, open[5:12])
+	}
+	newest := slices.Clone(open)
+	slices.Reverse(newest)
+	if pg := page(kv.IndexFilter{Status: kv.EnvelopeOpen}, 15, 10, true); !slices.Equal(ids(pg.Records), newest[15:]) {
+		t.Errorf("open newest first, [15,20) = %v; want %v", ids(pg.Records), newest[15:])
+	}
+	if pg := page(kv.IndexFilter{Status: kv.EnvelopeDeadEnd, Job: "job0"}, 0, 100, true); pg.Total != 10 || len(pg.Records) != 10 || pg.Records[0].ID != moved[9] {
+		t.Errorf("dead ends of job0, newest first = %v (total %d); want %s first of 10", ids(pg.Records), pg.Total, moved[9])
+	}
+	if pg := page(kv.IndexFilter{Category: "TOOL_TIMEOUT", Status: kv.EnvelopeOpen}, 0, 100, false); pg.Total != 10 {
+		t.Errorf("open TOOL_TIMEOUT: %d; want 10", pg.Total)
+	}
+	if pg := page(kv.IndexFilter{Status: kv.EnvelopeOpen}, 20, 10, false); len(pg.Records) != 0 || pg.Total != 20 {
+		t.Errorf("past the end: %v of %d", ids(pg.Records), pg.Total)
+	}
+	for _, r := range page(kv.IndexFilter{}, 0, 100, false).Records {
+		if r.IndexSeq == 0 || (r.Status == kv.EnvelopeDeadEnd && !r.StatusAt.After(r.CreatedAt)) {
+			t.Errorf("%s: index entry %d, in its status since %s, created %s", r.ID, r.IndexSeq, r.StatusAt, r.CreatedAt)
+		}
+	}
+	// In their status at least an hour: none.
+	if pg, err := st.Envelopes.Page(ctx, kv.IndexFilter{}, time.Hour, 0, 100, false); err != nil || pg.Total != 0 || len(pg.Records) != 0 {
+		t.Errorf("an hour in status: %v of %d, %v", ids(pg.Records), pg.Total, err)
+	}
+}
+
+// seedEnvelopes writes records from..to (and their index entries) the
+// way Put would, pipelined: the scale test's fixture.
+func seedEnvelopes(t *testing.T, js jetstream.JetStream, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	statuses := []string{kv.EnvelopeDeadEnd, kv.EnvelopeResolved, kv.EnvelopeAbandoned, kv.EnvelopeSuperseded, kv.EnvelopeOpen}
+	for i := from; i < to; i++ {
+		r := kv.EnvelopeRecord{ID: fmt.Sprintf("01JENV%020d", i), Job: fmt.Sprintf("job%d", i/100), Chunk: i % 100,
+			Category: "TOOL_TIMEOUT", Status: statuses[i%len(statuses)], CreatedAt: time.Now()}
+		// The entries' sequences are known before they are written:
+		// nothing else writes SALVAGE_INDEX here.
+		r.IndexSeq, r.JobIndexSeq = uint64(2*i+1), uint64(2*i+2)
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range []string{streams.IndexEnvelope(r.Status, r.Category), streams.IndexJobEnvelopes(r.Job)} {
+			if _, err := js.PublishAsync(subj, []byte(r.ID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := js.PublishAsync("$KV."+kv.BucketEnvelopes+"."+r.ID, data); err != nil {
+			t.Fatal(err)
+		}
+		if i%5000 == 4999 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				t.Fatal("seeding stalled")
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+	}
+}
+
+// pageBytes is how many bytes one page brings to the client: all it can
+// hold. (The embedded server allocates in this process too, so the
+// client's heap cannot be told apart from the server's.)
+func pageBytes(t *testing.T, nc *nats.Conn, st *kv.Stores, f kv.IndexFilter, offset int) (uint64, kv.EnvelopePage) {
+	t.Helper()
+	before := nc.Stats()
+	pg, err := st.Envelopes.Page(context.Background(), f, 0, offset, 100, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc.Stats().InBytes - before.InBytes, pg
+}
+
+// TestEnvelopeListingStaysFlatAt100000: a page of 100 newest-first records
+// out of 100,000, at the start, the middle and the end, by status and by
+// job, is the right one and brings the client what a page out of 1,000
+// does: the listing reads the index, never every record. (The time a page takes is a benchmark's
+// figure: BenchmarkEnvelopePage, and salvage bench's listing row.)
+func TestEnvelopeListingStaysFlatAt100000(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seeds 100,000 records")
+	}
+	t.Parallel()
+	b := salvagetest.StartServer(t, salvagetest.WithSyncInterval(time.Minute))
+	if err := streams.Provision(context.Background(), b.JS, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Provision(context.Background(), b.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedEnvelopes(t, b.JS, 0, 1000)
+	small, _ := pageBytes(t, b.Conn, st, kv.IndexFilter{}, 500)
+	seedEnvelopes(t, b.JS, 1000, 100_000)
+	for _, tc := range []struct {
+		f      kv.IndexFilter
+		offset int
+		total  int
+		first  int // the index of the newest record on the page
+	}{
+		{kv.IndexFilter{}, 0, 100_000, 99_999},
+		{kv.IndexFilter{}, 50_000, 100_000, 49_999},
+		{kv.IndexFilter{}, 99_950, 100_000, 49},
+		{kv.IndexFilter{Status: kv.EnvelopeOpen}, 10_000, 20_000, 49_999}, // every fifth is open: 4, 9, …
+		{kv.IndexFilter{Job: "job500"}, 0, 100, 50_099},
+	} {
+		start := time.Now()
+		n, pg := pageBytes(t, b.Conn, st, tc.f, tc.offset)
+		took := time.Since(start)
+		want := fmt.Sprintf("01JENV%020d", tc.first)
+		if pg.Total != tc.total || len(pg.Records) == 0 || pg.Records[0].ID != want {
+			var got string
+			if len(pg.Records) > 0 {
+				got = pg.Records[0].ID
+			}
+			t.Errorf("%+v at %d: total %d, first %s; want %d, %s", tc.f, tc.offset, pg.Total, got, tc.total, want)
+		}
+		if n > 2*small {
+			t.Errorf("%+v at %d: a page out of 100,000 brought %d bytes, one out of 1,000 %d: the listing grows with the records", tc.f, tc.offset, n, small)
+		}
+		t.Logf("%+v at %d: %d records, %d bytes, %s", tc.f, tc.offset, len(pg.Records), n, took)
+	}
+}
+
+// TestIndexRepairsAfterACrashBetweenItsWrites: an entry written by a
+// writer that died before its record write is skipped, and deleted once
+// the record moves past it; records written before the index existed get
+// their entries from BuildIndex, once.
+func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
+	t.Parallel()
+	b := salvagetest.StartServer(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, b.JS, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Provision(ctx, b.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := kv.EnvelopeRecord{ID: "01JCRASHED0000000000000000", Job: "jobA", Category: "TOOL_TIMEOUT", Status: kv.EnvelopeOpen}
+	if err := st.Envelopes.Put(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	// A writer moving it to recovering wrote the entries, then died.
+	for _, subj := range []string{streams.IndexEnvelope(kv.EnvelopeRecovering, r.Category), streams.IndexJobEnvelopes(r.Job)} {
+		if _, err := b.JS.Publish(ctx, subj, []byte(r.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(f kv.IndexFilter) kv.EnvelopePage {
+		t.Helper()
+		pg, err := st.Envelopes.Page(ctx, f, 0, 0, 100, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pg
+	}
+	if pg := list(kv.IndexFilter{Status: kv.EnvelopeRecovering}); len(pg.Records) != 0 {
+		t.Errorf("recovering: %v; the dead writer's entry is not the record's", ids(pg.Records))
+	}
+	if pg := list(kv.IndexFilter{Job: "jobA"}); len(pg.Records) != 1 || pg.Records[0].Status != kv.EnvelopeOpen {
+		t.Errorf("jobA: %+v; want the record once, open", pg.Records)
+	}
+	// The record moves on (to dead-end): the dead writer's entries are
+	// behind it, and the first listing that meets them deletes them.
+	if _, err := st.Envelopes.Mutate(ctx, r.ID, func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeDeadEnd; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	list(kv.IndexFilter{})
+	list(kv.IndexFilter{Job: "jobA"})
+	if pg := list(kv.IndexFilter{}); pg.Total != 1 || len(pg.Records) != 1 || pg.Records[0].Status != kv.EnvelopeDeadEnd {
+		t.Errorf("after the move: %d entries, %+v; want one, dead-end", pg.Total, pg.Records)
+	}
+	if pg := list(kv.IndexFilter{Job: "jobA"}); pg.Total != 1 {
+		t.Errorf("jobA after the move: %d entries; want one", pg.Total)
+	}
+
+	// Records of before the index: written straight to the bucket.
+	for i := range 3 {
+		old := kv.EnvelopeRecord{ID: fmt.Sprintf("01JOLD%020d", i), Job: "jobOld", Category: "TOOL_TIMEOUT", Status: kv.EnvelopeEscalated,
+			CreatedAt: time.Now().Add(time.Duration(i-10) * time.Minute)}
+		data, _ := json.Marshal(old)
+		if _, err := b.JS.Publish(ctx, "$KV."+kv.BucketEnvelopes+"."+old.ID, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Jobs.Create(ctx, kv.Job{ID: "jobNew", Pipeline: "p", Chunks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	oldJob, _ := json.Marshal(kv.Job{ID: "jobOld", Pipeline: "p", Chunks: 1, Status: kv.JobRunning, CreatedAt: time.Now().Add(-time.Hour)})
+	if _, err := b.JS.Publish(ctx, "$KV."+kv.BucketJobs+".jobOld", oldJob); err != nil {
+		t.Fatal(err)
+	}
+	if pg := list(kv.IndexFilter{Status: kv.EnvelopeEscalated}); pg.Total != 0 {
+		t.Fatalf("escalated before the build: %d", pg.Total)
+	}
+	n, err := st.BuildIndex(ctx)
+	if err != nil || n != 4 {
+		t.Fatalf("BuildIndex = %d, %v; want the 3 envelopes and the job of before", n, err)
+	}
+	if pg := list(kv.IndexFilter{Status: kv.EnvelopeEscalated}); len(pg.Records) != 3 || pg.Records[0].ID != "01JOLD00000000000000000000" {
+		t.Errorf("escalated after the build: %v; want the three, oldest first", ids(pg.Records))
+	}
+	if jobs, err := st.Jobs.Page(ctx, 0, 10); err != nil || len(jobs.Jobs) != 2 {
+		t.Errorf("jobs after the build: %+v, %v; want both", jobs, err)
+	}
+	if n, err := st.BuildIndex(ctx); err != nil || n != 0 {
+		t.Errorf("BuildIndex again = %d, %v; want nothing: it was built", n, err)
+	}
+}
+
+// TestJobPagesNewestFirst: jobs are listed newest first, once each however
+// often their creation is tried.
+func TestJobPagesNewestFirst(t *testing.T) {
+	t.Parallel()
+	st := setup(t)
+	ctx := context.Background()
+	var want []string
+	for i := range 25 {
+		id := fmt.Sprintf("job-%02d", i)
+		if err := st.Jobs.Create(ctx, kv.Job{ID: id, Pipeline: "p", Chunks: 1}); err != nil {
+			t.Fatal(err)
+		}
+		want = append([]string{id}, want...)
+	}
+	// A redelivered job message tries again: refused, and listed once.
+	if err := st.Jobs.Create(ctx, kv.Job{ID: "job-03", Pipeline: "p", Chunks: 1}); !errors.Is(err, kv.ErrJobExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	var got []string
+	for offset := 0; ; offset += 10 {
+		pg, err := st.Jobs.Page(ctx, offset, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range pg.Jobs {
+			got = append(got, j.ID)
+		}
+		if pg.Total != 25 {
+			t.Errorf("total %d; want 25", pg.Total)
+		}
+		if offset+10 >= pg.Total {
+			break
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("jobs = %v; want %v", got, want)
+	}
+}

@@ -1,0 +1,94 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// JobListedExtra is how much longer than its records are kept a job stays
+// in listings: its entry in the job index (salvage.index.jobs in
+// SALVAGE_INDEX) is written once, when the job is created, to expire
+// Retention.Records plus this later. A job still live then is found by
+// id, no longer listed.
+const JobListedExtra = 14 * 24 * time.Hour
+
+// index writes j's entry and sets its sequence in j.
+func (s *Jobs) index(ctx context.Context, j *Job) error {
+	keep := RecordsRetentionDefault
+	if j.Retention != nil && j.Retention.Records > 0 {
+		keep = j.Retention.Records
+	}
+	seq, err := s.idx.put(ctx, streams.IndexJobs, j.ID, keep+JobListedExtra)
+	if err != nil {
+		return err
+	}
+	j.IndexSeq = seq
+	return nil
+}
+
+// JobPage is one page of job records.
+type JobPage struct {
+	Jobs []Job
+	// Total is how many jobs are listed.
+	Total int
+}
+
+// Page returns the job records at positions [offset, offset+limit),
+// newest first, from the job index: O(log n + limit) whatever the bucket
+// holds. A page is short by the jobs whose records expired.
+func (s *Jobs) Page(ctx context.Context, offset, limit int) (JobPage, error) {
+	x := seqIndex{js: s.js, stream: streams.Index}
+	pg, err := x.page(ctx, streams.IndexJobs, 0, offset, limit, true)
+	if err != nil {
+		return JobPage{}, err
+	}
+	out := JobPage{Total: pg.Total, Jobs: make([]Job, 0, len(pg.Msgs))}
+	ids := make([]string, 0, len(pg.Msgs))
+	for _, m := range pg.Msgs {
+		ids = append(ids, string(m.Data))
+	}
+	recs := make(map[string]Job, len(ids))
+	if len(ids) > 0 {
+		err = lastValuesOf(ctx, s.js, BucketJobs, ids, func(key string, value []byte, _ uint64) error {
+			var j Job
+			if err := json.Unmarshal(value, &j); err != nil {
+				return fmt.Errorf("kv: decode job %s: %w", key, err)
+			}
+			recs[key] = j
+			return nil
+		})
+		if err != nil {
+			return out, err
+		}
+	}
+	now := s.now()
+	for i, m := range pg.Msgs {
+		j, ok := recs[ids[i]]
+		switch {
+		case ok && j.IndexSeq == m.Sequence:
+			out.Jobs = append(out.Jobs, j)
+		case ok && j.IndexSeq > m.Sequence, !ok && now.Sub(m.Time) > strayGrace:
+			// A second entry of a job whose first creation died, or one
+			// whose record expired or never came.
+			if err := s.idx.remove(ctx, m.Sequence); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// reindex gives a record written before the job index its entry.
+func (s *Jobs) reindex(ctx context.Context, id string) error {
+	_, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
+		if !exists || j.IndexSeq != 0 {
+			return ErrNoChange
+		}
+		return s.index(ctx, j)
+	})
+	return err
+}
