@@ -138,15 +138,17 @@ type Config struct {
 	RetryBase, RetryMax, RetryTotal time.Duration
 
 	// AckWait is tier 2: how long a chunk may go without an ack or a
-	// heartbeat before JetStream redelivers it, and the length of a
-	// chunk's claim lease. Set once, used by the consumer and the workers
+	// heartbeat before JetStream redelivers it. A chunk's claim lease is
+	// two fifths of it (at least 2s), renewed three times a lease: once a
+	// dead worker's lease lapsed, a survivor takes its chunk over, before
+	// the redelivery. Set once, used by the consumer and the workers
 	// alike. Default 10s.
 	AckWait time.Duration
 	// MaxDeliver is how many deliveries a chunk gets before it is
 	// dead-lettered. Default 3.
 	MaxDeliver int
 	// Heartbeat is how often a running chunk tells JetStream it is in
-	// progress and renews its claim. Default AckWait/3.
+	// progress. Default AckWait/3.
 	Heartbeat time.Duration
 
 	// MaxRecoveries is how many recoveries one chunk gets, across all its

@@ -196,12 +196,25 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 }
 
 // pool is how a worker runs one pipeline's chunks: at most concurrency
-// at once, each held by a claim lease of ackWait renewed every heartbeat,
-// the last of maxDeliver deliveries handed to the DLQ at once.
+// at once, each kept in progress every heartbeat and held by a claim
+// lease (lease) renewed three times a lease, the last of maxDeliver
+// deliveries handed to the DLQ at once.
 type pool struct {
 	concurrency, maxDeliver int
 	ackWait, heartbeat      time.Duration
 }
+
+// leaseFloor keeps a claim lease above the time a renewal can take on a
+// loaded machine.
+const leaseFloor = 2 * time.Second
+
+// lease is how long a claim lasts unrenewed: two fifths of AckWait (at
+// least leaseFloor, at most AckWait), so a survivor takes a dead holder's
+// chunk over well before the server would redeliver it, even twice.
+func (p pool) lease() time.Duration { return min(max(2*p.ackWait/5, leaseFloor), p.ackWait) }
+
+// renew is how often a held claim is renewed.
+func (p pool) renew() time.Duration { return p.lease() / 3 }
 
 // poolOf is p's pool: its own settings where it has them, else c's.
 func (c *WorkerConfig) poolOf(p *recovery.Plan) (pool, error) {
@@ -269,13 +282,22 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	var pulls sync.WaitGroup
+	slots := make(map[string]chan struct{}, len(names))
+	for _, name := range names {
+		slots[name] = make(chan struct{}, w.poolFor(name).concurrency)
+	}
 	for i, cons := range pools {
 		pulls.Add(1)
 		go func() {
 			defer pulls.Done()
-			w.pull(ctx, workCtx, names[i], cons, &wg)
+			w.pull(ctx, workCtx, names[i], cons, slots[names[i]], &wg)
 		}()
 	}
+	pulls.Add(1)
+	go func() {
+		defer pulls.Done()
+		newTakeovers(w).run(ctx, workCtx, slots, &wg)
+	}()
 	pulls.Wait()
 	w.log.Info().Dur("timeout_ms", w.cfg.DrainTimeout).Msg("draining")
 	done := make(chan struct{})
@@ -291,10 +313,10 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // pull fetches pipeline's chunks from its pool and runs each, at most
-// Concurrency at once, until ctx ends; each run joins wg and outlives ctx
-// (workCtx) so a drain can finish it.
-func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstream.Consumer, wg *sync.WaitGroup) {
-	slots := make(chan struct{}, w.poolFor(pipeline).concurrency)
+// Concurrency at once (a slot each, shared with the chunks taken over),
+// until ctx ends; each run joins wg and outlives ctx (workCtx) so a drain
+// can finish it.
+func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) {
 	log := w.log.With().Str("pipeline", pipeline).Logger()
 	for ctx.Err() == nil {
 		// Wait for a free slot, then ask for as many chunks as are free.

@@ -202,7 +202,7 @@ func (r *run) run(ctx context.Context) error {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}
 
-	lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, r.pool.ackWait)
+	lease, err := w.stores.Claims.AcquireAs(ctx, r.chunk.Job, r.chunk.Chunk, r.claim(), r.pool.lease())
 	if errors.Is(err, kv.ErrClaimHeld) {
 		var held bool
 		lease, held, err = r.waitForHolder(ctx)
@@ -894,12 +894,21 @@ func (r *run) releaseClaim(ctx context.Context) {
 	}
 }
 
-// heartbeat keeps the message in progress and renews the claim every
-// Heartbeat. A lost claim cancels the chunk as stale.
+// claim is the claim this delivery holds: who, which delivery, and where
+// a survivor finds its message and acknowledges it should this process
+// die (see takeovers).
+func (r *run) claim() kv.Claim {
+	return kv.Claim{ClaimedBy: r.w.cfg.ID, Delivery: r.meta.NumDelivered, Pipeline: r.chunk.Pipeline,
+		Seq: r.meta.Sequence.Stream, Reply: r.m.Reply()}
+}
+
+// heartbeat keeps the message in progress every Heartbeat and renews the
+// claim three times a lease. A lost claim cancels the chunk as stale.
 func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done <-chan struct{}, stopped chan<- struct{}) {
 	defer close(stopped)
-	t := time.NewTicker(r.pool.heartbeat)
+	t := time.NewTicker(min(r.pool.renew(), r.pool.heartbeat))
 	defer t.Stop()
+	lastBeat := time.Now()
 	for {
 		select {
 		case <-done:
@@ -908,13 +917,16 @@ func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, don
 			return
 		case <-t.C:
 		}
-		if err := r.m.InProgress(); err != nil {
-			r.log.Debug().Err(err).Msg("in-progress heartbeat")
+		if time.Since(lastBeat) >= r.pool.heartbeat-r.pool.renew()/2 {
+			if err := r.m.InProgress(); err != nil {
+				r.log.Debug().Err(err).Msg("in-progress heartbeat")
+			}
+			lastBeat = time.Now()
 		}
 		r.mu.Lock()
 		l := r.lease
 		r.mu.Unlock()
-		nl, err := r.w.stores.Claims.Renew(ctx, l, r.pool.ackWait)
+		nl, err := r.w.stores.Claims.Renew(ctx, l, r.pool.lease())
 		switch {
 		case errors.Is(err, kv.ErrClaimLost):
 			cancel(errStale)
@@ -960,7 +972,7 @@ func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
 		if err == nil && cp.Status == kv.StatusDeadLettered {
 			return kv.Lease{}, false, nil
 		}
-		lease, err := w.stores.Claims.Acquire(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, r.meta.NumDelivered, r.pool.ackWait)
+		lease, err := w.stores.Claims.AcquireAs(ctx, r.chunk.Job, r.chunk.Chunk, r.claim(), r.pool.lease())
 		if err == nil {
 			r.log.Info().Msg("holder's lease expired; chunk taken over")
 			return lease, true, nil

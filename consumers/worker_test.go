@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -313,8 +314,11 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 
 	b.waitJob(t, job, kv.JobDone)
 	cp := b.checkpoint(t, job, 1)
-	if cp.ClaimedBy != "survivor" || cp.Deliveries != 2 {
-		t.Errorf("checkpoint = %+v, want finished by survivor on delivery 2", cp)
+	// The survivor took it over once the lease lapsed, or took the
+	// redelivery, whichever came first (AckWait and the lease are both
+	// 1.5 s here).
+	if cp.ClaimedBy != "survivor" || cp.Deliveries > 2 {
+		t.Errorf("checkpoint = %+v, want finished by survivor on delivery 1 or 2", cp)
 	}
 	if n := callCount(job, 1, 1); n != 0 {
 		t.Errorf("survivor re-ran stage 1 (%d calls): it should resume from the checkpoint at stage 2", n)
@@ -331,6 +335,49 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	if err != nil || len(st.Completed) != 2 || st.Memory["mode"] == nil {
 		t.Errorf("agent1 state = %+v, %v", st, err)
 	}
+}
+
+// TestSurvivorTakesOverBeforeAckWait SIGKILLs a real worker process
+// mid-chunk under an AckWait of 20 s: a survivor takes the chunk over once
+// the dead holder's lease (two fifths of AckWait) lapsed, on the same
+// delivery, and finishes it from the checkpoint; the server never
+// redelivers it, and the kill costs no delivery.
+func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{ackWait: 20 * time.Second})
+	job := b.submit(t, modeBlockInChild)
+	cmd := b.startChild(t, "child")
+	salvagetest.Eventually(t, 15*time.Second, func() bool {
+		l, err := b.stores.Claims.Get(b.ctx, job, 1)
+		return err == nil && l.ClaimedBy == "child" && l.Reply != "" && b.checkpoint(t, job, 1).Stage == 2
+	}, "the child to hold the chunk in stage 2")
+	b.startWorker(t, "survivor")
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	b.waitJob(t, job, kv.JobDone)
+	cp := b.checkpoint(t, job, 1)
+	if cp.ClaimedBy != "survivor" || cp.Deliveries != 1 || cp.Redeliveries != 0 {
+		t.Errorf("checkpoint = %+v; want finished by the survivor on the first delivery, never redelivered", cp)
+	}
+	if n := callCount(job, 1, 2); n != 1 {
+		t.Errorf("stage 2 ran %d times; want once (the child blocked in it before its call)", n)
+	}
+	var takers []string
+	for _, e := range cp.Events {
+		if e.Kind == kv.EventDelivered {
+			takers = append(takers, e.Worker)
+		}
+	}
+	if !slices.Equal(takers, []string{"child", "survivor"}) {
+		t.Errorf("delivered to %v; want the child, then the survivor taking over", takers)
+	}
+	// Acknowledged through the dead delivery: nothing left pending.
+	salvagetest.Eventually(t, 5*time.Second, func() bool {
+		info, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
+		return err == nil && info.CachedInfo().NumAckPending == 0 && info.CachedInfo().NumPending == 0
+	}, "the chunk message acknowledged")
 }
 
 // TestKilledBeforePureCallRowIsMadeAgain: a worker process is SIGKILLed

@@ -100,8 +100,26 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 	}); err != nil {
 		return nil, fmt.Errorf("kv: provision %s: %w", BucketSnapshots, err)
 	}
-	return Open(ctx, js)
+	// On a forming cluster a store another process just made can be
+	// found by one request and not yet by the next: everything exists
+	// here, so "not found" is waited out (within ctx, at most openWait).
+	deadline := time.Now().Add(openWait)
+	for {
+		st, err := Open(ctx, js)
+		if (!errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound)) || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
+
+// openWait bounds how long Provision waits for what it provisioned to be
+// found.
+const openWait = 10 * time.Second
 
 // ensureBucket makes bucket cfg exist as configured, only reading when
 // its stream carries cfg's fingerprint (streams.ConfigKey).

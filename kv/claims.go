@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,6 +22,18 @@ type Claim struct {
 	Delivery  uint64    `json:"delivery"`
 	ClaimedAt time.Time `json:"claimed_at"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Pipeline, Seq and Reply locate the delivery the holder runs: the
+	// message at Seq of SALVAGE_CHUNKS, in pipeline's pool, acknowledged
+	// through Reply. A survivor takes a chunk whose lease lapsed over
+	// with them (TakeOver), without waiting for the server's AckWait.
+	Pipeline string `json:"pipeline,omitempty"`
+	Seq      uint64 `json:"stream_seq,omitempty"`
+	Reply    string `json:"reply,omitempty"`
+	// Takeovers counts the survivors that took the chunk over from a
+	// dead holder; a chunk taken over as often as it may be delivered
+	// is left to redelivery, so one that kills every worker still ends
+	// in the DLQ.
+	Takeovers int `json:"takeovers,omitempty"`
 }
 
 // Lease is a claim together with the key and the revision its holder last
@@ -40,15 +53,31 @@ type Claims struct {
 // ChunkKey is the key of a chunk in salvage_claims and salvage_checkpoints.
 func ChunkKey(job string, chunk int) string { return job + "." + strconv.Itoa(chunk) }
 
+// ParseChunkKey takes a ChunkKey apart; ok is false for any other key.
+func ParseChunkKey(key string) (job string, chunk int, ok bool) {
+	job, n, found := strings.Cut(key, ".")
+	chunk, err := strconv.Atoi(n)
+	return job, chunk, found && err == nil && job != "" && chunk > 0
+}
+
 // Acquire claims a chunk for worker for ttl. It creates the claim if absent
 // and steals it by CAS if its lease has expired. It returns a *HeldError
 // (errors.Is ErrClaimHeld) when another live worker holds it, and
 // ErrClaimHeld too when a concurrent acquirer won the race. A worker that
-// already holds the claim gets it back, renewed.
+// already holds the claim gets it back, renewed (for the same delivery,
+// when AcquireAs names one by its Reply).
 func (c *Claims) Acquire(ctx context.Context, job string, chunk int, worker string, delivery uint64, ttl time.Duration) (Lease, error) {
+	return c.AcquireAs(ctx, job, chunk, Claim{ClaimedBy: worker, Delivery: delivery}, ttl)
+}
+
+// AcquireAs is Acquire with the claim's other fields (Pipeline, Seq,
+// Reply) set from want; the takeovers counted so far stay.
+func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Claim, ttl time.Duration) (Lease, error) {
 	key := ChunkKey(job, chunk)
 	now := c.now()
-	claim := Claim{ClaimedBy: worker, Delivery: delivery, ClaimedAt: now, ExpiresAt: now.Add(ttl)}
+	claim := want
+	worker := want.ClaimedBy
+	claim.ClaimedAt, claim.ExpiresAt, claim.Takeovers = now, now.Add(ttl), 0
 	rev, err := createJSON(ctx, c.b, key, claim)
 	if err == nil {
 		return Lease{Claim: claim, Key: key, Revision: rev}, nil
@@ -65,9 +94,13 @@ func (c *Claims) Acquire(ctx context.Context, job string, chunk int, worker stri
 	if err != nil {
 		return Lease{}, err
 	}
-	if cur.ClaimedBy != worker && now.Before(cur.ExpiresAt) {
+	// The same worker holding it for another delivery (a chunk it took
+	// over, redelivered meanwhile) is another holder too.
+	other := cur.ClaimedBy != worker || (want.Reply != "" && cur.Reply != "" && cur.Reply != want.Reply)
+	if other && now.Before(cur.ExpiresAt) {
 		return Lease{}, &HeldError{Holder: cur}
 	}
+	claim.Takeovers = cur.Takeovers
 	rev, err = updateJSON(ctx, c.b, key, claim, cur.Revision)
 	if isConflict(err) {
 		return Lease{}, fmt.Errorf("%w: %s taken by a concurrent acquirer", ErrClaimHeld, key)
@@ -76,6 +109,26 @@ func (c *Claims) Acquire(ctx context.Context, job string, chunk int, worker stri
 		return Lease{}, fmt.Errorf("kv: steal claim %s: %w", key, err)
 	}
 	return Lease{Claim: claim, Key: key, Revision: rev}, nil
+}
+
+// TakeOver steals cur, a claim whose lease lapsed, for worker: the same
+// delivery, one more takeover, leased for ttl. ErrClaimHeld when its
+// lease is live or another took it first (the CAS is on cur's revision).
+func (c *Claims) TakeOver(ctx context.Context, cur Lease, worker string, ttl time.Duration) (Lease, error) {
+	now := c.now()
+	if now.Before(cur.ExpiresAt) {
+		return Lease{}, &HeldError{Holder: cur}
+	}
+	claim := cur.Claim
+	claim.ClaimedBy, claim.ClaimedAt, claim.ExpiresAt, claim.Takeovers = worker, now, now.Add(ttl), cur.Takeovers+1
+	rev, err := updateJSON(ctx, c.b, cur.Key, claim, cur.Revision)
+	if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Lease{}, fmt.Errorf("%w: %s taken or released since", ErrClaimHeld, cur.Key)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("kv: take over claim %s: %w", cur.Key, err)
+	}
+	return Lease{Claim: claim, Key: cur.Key, Revision: rev}, nil
 }
 
 // Renew extends a held lease to now+ttl. It returns ErrClaimLost when the

@@ -37,6 +37,11 @@ type IndexFilter struct {
 	Status, Category, Job string
 }
 
+// matches reports whether r is one f selects.
+func (f IndexFilter) matches(r EnvelopeRecord) bool {
+	return (f.Status == "" || r.Status == f.Status) && (f.Category == "" || r.Category == f.Category) && (f.Job == "" || r.Job == f.Job)
+}
+
 // indexWriter writes and deletes index entries.
 type indexWriter struct {
 	js jetstream.JetStream
@@ -171,7 +176,7 @@ func (s *Envelopes) Page(ctx context.Context, f IndexFilter, minAge time.Duratio
 	if err != nil {
 		return EnvelopePage{}, err
 	}
-	recs, err := s.join(ctx, pg.Msgs, seqOf)
+	recs, err := s.join(ctx, pg.Msgs, seqOf, f)
 	return EnvelopePage{Records: recs, Total: pg.Total}, err
 }
 
@@ -179,11 +184,13 @@ func (s *Envelopes) Page(ctx context.Context, f IndexFilter, minAge time.Duratio
 // entries, oldest first, and keeps those f matches.
 func (s *Envelopes) jobPage(ctx context.Context, x seqIndex, f IndexFilter, upto uint64, offset, limit int, newest bool) (EnvelopePage, error) {
 	var all []EnvelopeRecord
+	seen := map[string]bool{}
 	seqOf := func(r EnvelopeRecord) uint64 { return r.JobIndexSeq }
 	err := x.scan(ctx, streams.IndexJobEnvelopes(f.Job), upto, 256, func(msgs []*jetstream.RawStreamMsg) error {
-		recs, err := s.join(ctx, msgs, seqOf)
+		recs, err := s.join(ctx, msgs, seqOf, IndexFilter{Job: f.Job})
 		for _, r := range recs {
-			if (f.Status == "" || r.Status == f.Status) && (f.Category == "" || r.Category == f.Category) {
+			if f.matches(r) && !seen[r.ID] {
+				seen[r.ID] = true
 				all = append(all, r)
 			}
 		}
@@ -200,9 +207,12 @@ func (s *Envelopes) jobPage(ctx context.Context, x seqIndex, f IndexFilter, upto
 }
 
 // join reads the records msgs' entries name, in one batched read, and
-// returns those whose entry each is (seqOf), in msgs' order. An entry
-// whose record holds a later one, or whose record is gone, is deleted.
-func (s *Envelopes) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, seqOf func(EnvelopeRecord) uint64) ([]EnvelopeRecord, error) {
+// returns those whose entry each is (seqOf), in msgs' order, once each. An
+// entry whose record holds a later one, or whose record is gone, is
+// deleted; a record that moved on between the entries' read and its own
+// is listed here all the same when it still matches f (its new entry lies
+// past this page, which was read before it was written).
+func (s *Envelopes) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, seqOf func(EnvelopeRecord) uint64, f IndexFilter) ([]EnvelopeRecord, error) {
 	ids := make([]string, 0, len(msgs))
 	for _, m := range msgs {
 		ids = append(ids, string(m.Data))
@@ -212,17 +222,27 @@ func (s *Envelopes) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, se
 		return nil, err
 	}
 	out := make([]EnvelopeRecord, 0, len(msgs))
+	seen := make(map[string]bool, len(msgs))
+	list := func(r EnvelopeRecord) {
+		if !seen[r.ID] {
+			seen[r.ID] = true
+			out = append(out, r)
+		}
+	}
 	now := s.now()
 	for i, m := range msgs {
 		r, ok := recs[ids[i]]
 		switch {
 		case ok && seqOf(r) == m.Sequence:
-			out = append(out, r)
+			list(r)
 		case ok && seqOf(r) > m.Sequence, !ok && now.Sub(m.Time) > strayGrace:
 			// The record moved on from this entry, or never came, or
 			// expired.
 			if err := s.idx.remove(ctx, m.Sequence); err != nil {
 				return out, err
+			}
+			if ok && f.matches(r) {
+				list(r)
 			}
 		}
 	}

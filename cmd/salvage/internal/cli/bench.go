@@ -25,7 +25,6 @@ const (
 	targetDefaultCalls  = 25_000 // 2.5x River
 	targetFloorRatio    = 0.5
 	targetCriticalRatio = 1.10
-	targetResumeP99     = 15 * time.Second
 	targetGrowthSpread  = 0.25
 )
 

@@ -62,9 +62,11 @@ type crashRow struct {
 	InFlightBound float64 `json:"in_flight_bound_per_kill"`
 }
 
+// verdict holds the resume to AckWait: a survivor takes a dead holder's
+// chunks over once their lease lapses, before the server would redeliver.
 func (c crashRow) verdict() string {
-	return fmt.Sprintf("p99 < %s, only calls in flight: %s", targetResumeP99,
-		verdict(c.P99 < targetResumeP99 && c.TwicePerKill <= c.InFlightBound))
+	return fmt.Sprintf("p99 < AckWait, only calls in flight: %s",
+		verdict(c.P99 < c.AckWait && c.TwicePerKill <= c.InFlightBound))
 }
 
 // modelCounter counts the model requests of every worker, by idempotency

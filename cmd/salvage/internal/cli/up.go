@@ -56,7 +56,7 @@ type runFlags struct {
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.IntVar(&r.replicas, "replicas", 1, "replicas per stream and bucket (3 on a cluster)")
-	f.DurationVar(&r.ackWait, "ack-wait", salvage.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; also the claim lease")
+	f.DurationVar(&r.ackWait, "ack-wait", salvage.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; a claim lease is two fifths of it, after which a survivor takes a dead worker's chunk over")
 	f.IntVar(&r.maxDeliver, "max-deliver", salvage.MaxDeliverDefault, "tier 2: deliveries before a chunk is dead-lettered")
 	f.IntVar(&r.concurrency, "concurrency", salvage.ConcurrencyDefault, "chunks in flight per worker process")
 	f.IntVar(&r.maxChunks, "max-chunks", salvage.MaxChunksDefault, "most chunks one job may split into (a pipeline may set its own); more is rejected as too-many-chunks")

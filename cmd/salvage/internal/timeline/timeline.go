@@ -150,17 +150,20 @@ func eventText(x salvage.ChunkEvent, prev *salvage.ChunkEvent) string {
 			return s
 		}
 		gap := x.At.Sub(prev.At).Round(100 * time.Millisecond)
-		switch prev.Kind {
-		case salvage.EventDelivered:
+		switch {
+		case prev.Kind == salvage.EventDelivered && prev.Delivery == x.Delivery:
+			s = fmt.Sprintf("delivery %d taken over by %s at stage %d — %s after %s took it: that worker was killed, stopped or stalled, and %s took the chunk over once its claim's lease lapsed, before JetStream's AckWait",
+				x.Delivery, x.Worker, x.Stage, gap, prev.Worker, x.Worker)
+		case prev.Kind == salvage.EventDelivered:
 			s += fmt.Sprintf(" — redelivered %s after delivery %d (%s) ended without a result: that worker was killed, stopped or stalled, and JetStream redelivered once its AckWait passed without a heartbeat",
 				gap, prev.Delivery, prev.Worker)
-		case salvage.EventHeld:
+		case prev.Kind == salvage.EventHeld:
 			s += fmt.Sprintf(" — released %s after the hold, when the %s breaker let calls through", gap, prev.Detail)
-		case salvage.EventPaused:
+		case prev.Kind == salvage.EventPaused:
 			s += fmt.Sprintf(" — released %s after the park, when the pipeline resumed", gap)
-		case salvage.EventAwaitingApproval, salvage.EventApproved:
+		case prev.Kind == salvage.EventAwaitingApproval, prev.Kind == salvage.EventApproved:
 			s += fmt.Sprintf(" — released %s after the park, when a person approved", gap)
-		case salvage.EventDeadLettered:
+		case prev.Kind == salvage.EventDeadLettered:
 			s += fmt.Sprintf(" — %s after its envelope %s: a recovery or a replay re-ran it", gap, prev.Detail)
 		}
 		return s

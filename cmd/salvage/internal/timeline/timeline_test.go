@@ -65,3 +65,18 @@ func TestTimelineExplainsTheGaps(t *testing.T) {
 		t.Errorf("offsets %v .. %v, want 0 .. 30.5", got[0].Offset, got[9].Offset)
 	}
 }
+
+// TestTimelineExplainsATakeover: the same delivery taken by a second
+// worker is a takeover after the first one's lease lapsed, not a
+// redelivery.
+func TestTimelineExplainsATakeover(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC)
+	got := timeline.Of(salvage.TraceChunk{Chunk: 1, Events: []salvage.ChunkEvent{
+		{Kind: salvage.EventDelivered, At: t0, Delivery: 1, Worker: "w-1", Stage: 1},
+		{Kind: salvage.EventDelivered, At: t0.Add(4200 * time.Millisecond), Delivery: 1, Worker: "w-2", Stage: 2},
+	}})
+	if len(got) != 2 || !strings.Contains(got[1].Text, "delivery 1 taken over by w-2 at stage 2 — 4.2s after w-1 took it") ||
+		!strings.Contains(got[1].Text, "lease lapsed") || strings.Contains(got[1].Text, "redelivered") {
+		t.Errorf("timeline = %+v; want the second entry to say w-2 took delivery 1 over once w-1's lease lapsed", got)
+	}
+}
