@@ -42,6 +42,7 @@ type benchReport struct {
 	Storage        []storageRow `json:"storage,omitempty"`
 	Soak           *soakRow     `json:"soak,omitempty"`
 	Listing        *listingRow  `json:"listing,omitempty"`
+	Ramp           *rampRow     `json:"release_ramp,omitempty"`
 	WallSecs       float64      `json:"wall_seconds"`
 }
 
@@ -61,13 +62,13 @@ type benchOpts struct {
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure throughput, critical-path overhead, crash-to-resume time and cost growth on embedded servers",
+		Short: "Measure throughput, critical-path overhead, crash-to-resume time, cost growth, listings and the release ramp on embedded servers",
 		Long: `Run the performance harness on embedded NATS servers in temporary directories and
 print one table:
 
@@ -89,7 +90,13 @@ print one table:
                calls window shortened to 1s);
   soak         --soak of 20-chunk jobs back to back, two at a time, with every role in one
                process and retention shortened to 1s / 3s / 6s (calls, effects, records):
-               the disk use of what retention governs, sampled every 2s, levels off.
+               the disk use of what retention governs, sampled every 2s, levels off;
+  listing      100,000 envelope records, then pages of 100 through ListEnvelopes at both
+               ends and the middle, by status and by job: time and bytes per page, beside
+               reading every record;
+  ramp         'salvage demo --scenario outage' (400 orders, 2 worker processes, the CRM
+               down 20s): the orders its breaker held, and the CRM's requests in each
+               second once the breaker closed.
 
 Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
@@ -213,6 +220,12 @@ func (r *benchReport) print(w io.Writer) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\n", p.What, l.SyncInterval, p.Time.Round(100*time.Microsecond), thousands(int(p.Bytes)), p.Got, l.verdict())
 		}
 		fmt.Fprintf(tw, "  every record read, as listings did before the index\t%s\t%s\t%s\t%s\t\n", l.SyncInterval, l.ScanTime.Round(time.Millisecond), thousands(int(l.ScanBytes)), thousands(l.Envelopes))
+		fmt.Fprintln(tw)
+	}
+	if k := r.Ramp; k != nil {
+		fmt.Fprintln(tw, "RELEASE RAMP\torders held (resumed)\tCRM requests a second from its breaker's close\tpeak\ttarget")
+		fmt.Fprintf(tw, "  %d orders, %d worker processes, CRM down %s\t%d (%d)\t%s\t%d\t%s\n", k.Orders, k.Workers, k.Outage, k.Held, k.Resumed,
+			strings.Trim(fmt.Sprint(k.AfterClose), "[]"), k.peak(), k.verdict())
 	}
 	_ = tw.Flush()
 }

@@ -83,6 +83,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 		}
 		r.Listing = &l
 	}
+	if slices.Contains(b.o.only, "ramp") {
+		k, err := b.ramp(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("release ramp: %w", err)
+		}
+		r.Ramp = &k
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

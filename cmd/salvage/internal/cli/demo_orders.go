@@ -48,13 +48,17 @@ type ordersReport struct {
 	Outage              string         `json:"outage,omitempty"`
 	// OutageRequests counts the requests the down system got during the
 	// outage, BreakerOpens how often its breaker opened.
-	OutageRequests int      `json:"outage_requests"`
-	BreakerOpens   int      `json:"breaker_opens"`
-	Escalations    []string `json:"escalations,omitempty"`
-	SyncInterval   string   `json:"sync_interval"`
-	JournalWrites  string   `json:"journal_writes"`
-	WallSeconds    float64  `json:"wall_seconds"`
-	TimedOut       bool     `json:"timed_out"`
+	OutageRequests int `json:"outage_requests"`
+	BreakerOpens   int `json:"breaker_opens"`
+	// AfterClose counts the down system's requests in each second from
+	// the one its breaker last closed in, afterCloseSeconds of them: the
+	// held orders coming back, ramped.
+	AfterClose    []int    `json:"requests_after_close,omitempty"`
+	Escalations   []string `json:"escalations,omitempty"`
+	SyncInterval  string   `json:"sync_interval"`
+	JournalWrites string   `json:"journal_writes"`
+	WallSeconds   float64  `json:"wall_seconds"`
+	TimedOut      bool     `json:"timed_out"`
 }
 
 func (r *ordersReport) ok() bool {
@@ -87,6 +91,9 @@ func (r *ordersReport) print(w io.Writer) {
 	if r.Outage != "" {
 		row("outage", r.Outage)
 		row("requests during the outage / breaker opens", fmt.Sprintf("%d / %d", r.OutageRequests, r.BreakerOpens))
+		if len(r.AfterClose) > 0 {
+			row("requests a second once its breaker closed", strings.Trim(fmt.Sprint(r.AfterClose), "[]"))
+		}
 	}
 	for _, e := range r.Escalations {
 		row("escalated", e)
@@ -237,6 +244,9 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 		for _, b := range bs {
 			if b.System == outageSystem {
 				rep.BreakerOpens = b.Opens
+				if b.State == salvage.BreakerClosed && b.Opens > 0 {
+					rep.AfterClose = perSecondFrom(reqs[outageSystem], b.UpdatedAt, afterCloseSeconds)
+				}
 			}
 		}
 	}
@@ -245,6 +255,22 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 		o.onDone(d, rep)
 	}
 	return rep, err
+}
+
+// afterCloseSeconds is how many seconds after a breaker closed the demo
+// reports the recovered system's requests for.
+const afterCloseSeconds = 10
+
+// perSecondFrom is r's requests in each of the n seconds from the one
+// holding from.
+func perSecondFrom(r sim.Requests, from time.Time, n int) []int {
+	out := make([]int, n)
+	for _, c := range r.PerSecond {
+		if i := int(c.Unix - from.Unix()); i >= 0 && i < n {
+			out[i] = c.N
+		}
+	}
+	return out
 }
 
 // envelopesSettled reports whether every envelope of job is final.
