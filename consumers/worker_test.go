@@ -349,7 +349,8 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	cmd := b.startChild(t, "child")
 	salvagetest.Eventually(t, 15*time.Second, func() bool {
 		l, err := b.stores.Claims.Get(b.ctx, job, 1)
-		return err == nil && l.ClaimedBy == "child" && l.Reply != "" && b.checkpoint(t, job, 1).Stage == 2
+		cp, _, cerr := b.stores.Checkpoints.Get(b.ctx, job, 1)
+		return err == nil && cerr == nil && l.ClaimedBy == "child" && l.Reply != "" && cp.Stage == 2
 	}, "the child to hold the chunk in stage 2")
 	b.startWorker(t, "survivor")
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
