@@ -183,8 +183,8 @@ func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 		values = scrape(t, f.url)
 		// The journal watcher catches up asynchronously, and one scrape
 		// collects the histogram and the counts concurrently.
-		return values["salvage_calls_total,status=SUCCEEDED,tool=charge-payment"] == 2 && values["salvage_call_duration_seconds,count"] == 3 &&
-			values["salvage_job_duration_seconds,count"] == 1
+		return values["salvage_calls_total,status=SUCCEEDED,tool=charge-payment"] == 2 && values["salvage_calls_total,status=FAILED,tool=charge-payment"] == 1 &&
+			values["salvage_call_duration_seconds,count"] == 3 && values["salvage_job_duration_seconds,count"] == 1
 	}, "call metrics from the journal")
 	want := map[string]float64{
 		"salvage_dlq_depth":                                     1, // the one open envelope
