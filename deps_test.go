@@ -12,9 +12,9 @@ import (
 const depsBudget = 250
 
 // TestImportIsLight: importing the root package brings no NATS server,
-// no jsm.go, no gRPC and no model SDK (those live in natsconf, otelsalvage
-// and chatmodel, imported only by who needs them), and stays within
-// depsBudget packages.
+// no jsm.go, no gRPC, no model SDK and no MCP SDK (those live in natsconf,
+// otelsalvage, chatmodel and mcptools, imported only by who needs them),
+// and stays within depsBudget packages.
 func TestImportIsLight(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "github.com/salvagehq/salvage").Output()
@@ -24,7 +24,8 @@ func TestImportIsLight(t *testing.T) {
 	deps := strings.Fields(string(out))
 	for _, d := range deps {
 		for _, heavy := range []string{"github.com/nats-io/nats-server", "github.com/nats-io/jsm.go", "google.golang.org/grpc",
-			"github.com/openai/openai-go", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters"} {
+			"github.com/openai/openai-go", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters",
+			"github.com/modelcontextprotocol/go-sdk"} {
 			if strings.HasPrefix(d, heavy) {
 				t.Errorf("importing salvage imports %s", d)
 			}
