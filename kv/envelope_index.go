@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -125,20 +124,12 @@ func (s *Envelopes) index(ctx context.Context, r *EnvelopeRecord) error {
 	if err != nil {
 		return err
 	}
-	jseq, err := s.idx.put(ctx, streams.IndexJobEnvelopes(orAny(r.Job)), r.ID, ttl)
+	jseq, err := s.idx.put(ctx, streams.IndexJobEnvelopes(r.Job), r.ID, ttl)
 	if err != nil {
 		return errors.Join(err, s.idx.remove(ctx, seq))
 	}
 	r.IndexSeq, r.JobIndexSeq = seq, jseq
 	return nil
-}
-
-// orAny keeps an empty token a token.
-func orAny(s string) string {
-	if s == "" {
-		return "_"
-	}
-	return s
 }
 
 // EnvelopePage is one page of envelope records.
@@ -213,11 +204,7 @@ func (s *Envelopes) jobPage(ctx context.Context, x seqIndex, f IndexFilter, upto
 // is listed here all the same when it still matches f (its new entry lies
 // past this page, which was read before it was written).
 func (s *Envelopes) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, seqOf func(EnvelopeRecord) uint64, f IndexFilter) ([]EnvelopeRecord, error) {
-	ids := make([]string, 0, len(msgs))
-	for _, m := range msgs {
-		ids = append(ids, string(m.Data))
-	}
-	recs, err := s.records(ctx, ids)
+	ids, recs, err := entryRecords[EnvelopeRecord](ctx, s.js, BucketEnvelopes, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -247,22 +234,4 @@ func (s *Envelopes) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, se
 		}
 	}
 	return out, nil
-}
-
-// records reads the records ids name in one batched read; absent ones are
-// missing from the map.
-func (s *Envelopes) records(ctx context.Context, ids []string) (map[string]EnvelopeRecord, error) {
-	out := make(map[string]EnvelopeRecord, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	err := lastValuesOf(ctx, s.js, BucketEnvelopes, ids, func(key string, value []byte, _ uint64) error {
-		var r EnvelopeRecord
-		if err := json.Unmarshal(value, &r); err != nil {
-			return fmt.Errorf("kv: decode envelope %s: %w", key, err)
-		}
-		out[key] = r
-		return nil
-	})
-	return out, err
 }

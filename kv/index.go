@@ -2,8 +2,10 @@ package kv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -137,13 +139,10 @@ func (x seqIndex) page(ctx context.Context, filter string, upto uint64, offset, 
 		return indexPage{}, err
 	}
 	beyond := 0
-	if upto == 0 {
-		if upto, err = x.last(ctx); err != nil {
+	if upto > 0 {
+		if beyond, err = x.countFrom(ctx, filter, upto); err != nil {
 			return indexPage{}, err
 		}
-		upto++
-	} else if beyond, err = x.countFrom(ctx, filter, upto); err != nil {
-		return indexPage{}, err
 	}
 	total := all - beyond
 	offset = max(offset, 0)
@@ -155,9 +154,19 @@ func (x seqIndex) page(ctx context.Context, filter string, upto uint64, offset, 
 		from = max(total-offset-limit, 0)
 		n = total - offset - from
 	}
+	if upto == 0 && from > 0 {
+		// Only a page past the first entry bisects, and needs the end.
+		if upto, err = x.last(ctx); err != nil {
+			return indexPage{Total: total}, err
+		}
+		upto++
+	}
 	seq, err := x.after(ctx, filter, from, total, upto, beyond)
 	if err != nil {
 		return indexPage{Total: total}, err
+	}
+	if upto == 0 {
+		upto = math.MaxUint64 // the whole stream
 	}
 	out := indexPage{Total: total, Msgs: make([]*jetstream.RawStreamMsg, 0, n)}
 	for len(out.Msgs) < n && seq < upto {
@@ -181,6 +190,29 @@ func (x seqIndex) page(ctx context.Context, filter string, upto uint64, offset, 
 		slices.Reverse(out.Msgs)
 	}
 	return out, nil
+}
+
+// entryRecords reads the records of bucket the entries in msgs name (each
+// entry's data is a key), in one batched read, returning the keys in msgs'
+// order and the records found; absent ones are missing from the map.
+func entryRecords[T any](ctx context.Context, js jetstream.JetStream, bucket string, msgs []*jetstream.RawStreamMsg) ([]string, map[string]T, error) {
+	ids := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		ids = append(ids, string(m.Data))
+	}
+	out := make(map[string]T, len(ids))
+	if len(ids) == 0 {
+		return ids, out, nil
+	}
+	err := lastValuesOf(ctx, js, bucket, ids, func(key string, value []byte, _ uint64) error {
+		var v T
+		if err := json.Unmarshal(value, &v); err != nil {
+			return fmt.Errorf("kv: decode %s/%s: %w", bucket, key, err)
+		}
+		out[key] = v
+		return nil
+	})
+	return ids, out, err
 }
 
 // scan hands fn every message under filter stored before upto (0: all),

@@ -2,8 +2,6 @@ package kv
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/salvagehq/salvage/streams"
@@ -47,23 +45,9 @@ func (s *Jobs) Page(ctx context.Context, offset, limit int) (JobPage, error) {
 		return JobPage{}, err
 	}
 	out := JobPage{Total: pg.Total, Jobs: make([]Job, 0, len(pg.Msgs))}
-	ids := make([]string, 0, len(pg.Msgs))
-	for _, m := range pg.Msgs {
-		ids = append(ids, string(m.Data))
-	}
-	recs := make(map[string]Job, len(ids))
-	if len(ids) > 0 {
-		err = lastValuesOf(ctx, s.js, BucketJobs, ids, func(key string, value []byte, _ uint64) error {
-			var j Job
-			if err := json.Unmarshal(value, &j); err != nil {
-				return fmt.Errorf("kv: decode job %s: %w", key, err)
-			}
-			recs[key] = j
-			return nil
-		})
-		if err != nil {
-			return out, err
-		}
+	ids, recs, err := entryRecords[Job](ctx, s.js, BucketJobs, pg.Msgs)
+	if err != nil {
+		return out, err
 	}
 	now := s.now()
 	for i, m := range pg.Msgs {

@@ -50,7 +50,7 @@ func IndexEnvelopes(status, category string) string {
 
 // IndexJobEnvelopes is where an envelope record of job has its entry (the
 // envelope id) in the index of one job's envelopes.
-func IndexJobEnvelopes(job string) string { return "salvage.index.job-envelopes." + job }
+func IndexJobEnvelopes(job string) string { return "salvage.index.job-envelopes." + orAny(job) }
 
 // IndexJobs is where a job record has its entry (the job id) in the job
 // index.
