@@ -1,7 +1,13 @@
 // Package mcptools turns the tools of a Model Context Protocol server into
 // salvage.Tools, so that an agent's MCP calls are journaled, retried by
 // kind of failure, verified before they are repeated and compensated like
-// any other tool's.
+// any other tool's:
+//
+//	srv, err := mcptools.Dial(ctx, mcptools.Command("shop-mcp"))      // or StreamableHTTP(url, nil)
+//	tools, err := srv.Tools(ctx, mcptools.Options{Tools: map[string]mcptools.ToolOptions{
+//		"issue-refund": {Verify: "refund-status", Compensation: "cancel-refund"},
+//	}})
+//	pipeline.Tools = append(pipeline.Tools, tools...)
 //
 // The tool annotations decide each tool's defaults, and every one can be
 // overridden by name (ToolOptions):
@@ -17,15 +23,20 @@
 // (MetaIdempotencyKey), and as an argument too when the tool's input schema
 // declares one (IdempotencyArgument): a server that honours it makes a
 // repeated call a no-op. A result with isError is the tool's own answer: a
-// permanent failure. A JSON-RPC or transport error is transient, and a
-// context deadline a timeout. The breaker system is the server's name.
-// The journaled output is the result's structuredContent when present, else
-// its text.
+// permanent failure. A 429 from a streamable HTTP server is rate-limited,
+// its Retry-After honoured; a context deadline is a timeout; a JSON-RPC
+// "method not found" or "invalid params" is permanent and not applied;
+// any other JSON-RPC or transport error, and a lost session, is transient
+// (the Server connects a new session for the next call). The breaker
+// system is the server's name. The journaled output is the result's
+// structuredContent when present, else its text; tokens a tool reports in
+// its result's _meta[MetaUsage] count toward the job's usage and budget.
 //
 // Only this package imports the MCP SDK: importing salvage alone does not.
 package mcptools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,6 +46,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/salvagehq/salvage"
@@ -42,6 +54,12 @@ import (
 
 // MetaIdempotencyKey is the _meta key of a call's idempotency key.
 const MetaIdempotencyKey = "io.salvagehq/idempotency-key"
+
+// MetaUsage is the key of a result's _meta under which a tool may report
+// the tokens it spent: {"model": "…", "prompt_tokens": n,
+// "completion_tokens": n}. They reach the call's journal row, the job's
+// summary and its token budget.
+const MetaUsage = "io.salvagehq/usage"
 
 // IdempotencyArgument is the input property that receives the idempotency
 // key when a tool's input schema declares it.
@@ -78,13 +96,17 @@ type ToolOptions struct {
 	Compensation string
 }
 
-// Tools lists s's tools and returns them as salvage.Tools: the ones
-// Options.Only names, else all, plus the verify and compensation tools the
+// Tools lists the server's tools and returns them as salvage.Tools: the
+// ones Options.Only names, else all, plus the compensation tools the
 // options name.
-func Tools(ctx context.Context, s *mcp.ClientSession, o Options) ([]salvage.Tool, error) {
+func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
+	cs, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
 	listed := map[string]*mcp.Tool{}
 	var order []string
-	for t, err := range s.Tools(ctx, nil) {
+	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return nil, fmt.Errorf("mcptools: list tools: %w", err)
 		}
@@ -93,9 +115,7 @@ func Tools(ctx context.Context, s *mcp.ClientSession, o Options) ([]salvage.Tool
 	}
 	system := o.System
 	if system == "" {
-		if init := s.InitializeResult(); init != nil && init.ServerInfo != nil {
-			system = token(init.ServerInfo.Name)
-		}
+		system = token(s.Name())
 	}
 	want := o.Only
 	if len(want) == 0 {
@@ -104,11 +124,9 @@ func Tools(ctx context.Context, s *mcp.ClientSession, o Options) ([]salvage.Tool
 	take := map[string]bool{}
 	for _, name := range want {
 		take[name] = true
-		if to, ok := o.Tools[name]; ok {
-			if to.Compensation != "" {
-				// A compensation is a tool of the pipeline too.
-				take[to.Compensation] = true
-			}
+		if to, ok := o.Tools[name]; ok && to.Compensation != "" {
+			// A compensation is a tool of the pipeline too.
+			take[to.Compensation] = true
 		}
 	}
 	var out []salvage.Tool
@@ -116,7 +134,7 @@ func Tools(ctx context.Context, s *mcp.ClientSession, o Options) ([]salvage.Tool
 		if !take[name] {
 			continue
 		}
-		t, err := convert(s, listed, listed[name], system, o.Tools[name])
+		t, err := s.convert(listed, listed[name], system, o.Tools[name])
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +148,7 @@ func Tools(ctx context.Context, s *mcp.ClientSession, o Options) ([]salvage.Tool
 }
 
 // convert is one tool as a salvage.Tool.
-func convert(s *mcp.ClientSession, listed map[string]*mcp.Tool, t *mcp.Tool, system string, to ToolOptions) (salvage.Tool, error) {
+func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string, to ToolOptions) (salvage.Tool, error) {
 	readOnly, idempotent := false, false
 	if a := t.Annotations; a != nil {
 		readOnly, idempotent = a.ReadOnlyHint, a.IdempotentHint
@@ -142,7 +160,7 @@ func convert(s *mcp.ClientSession, listed map[string]*mcp.Tool, t *mcp.Tool, sys
 		idempotent = *to.Idempotent
 	}
 	keyArg := declares(t.InputSchema, IdempotencyArgument)
-	tool := salvage.Tool{Name: t.Name, System: system, Call: caller(s, t.Name, keyArg)}
+	tool := salvage.Tool{Name: t.Name, System: system, Call: s.caller(t.Name, keyArg)}
 	if readOnly {
 		return tool, nil
 	}
@@ -152,21 +170,36 @@ func convert(s *mcp.ClientSession, listed map[string]*mcp.Tool, t *mcp.Tool, sys
 		}
 	}
 	tool.Effect = &salvage.SideEffect{Reversible: to.Compensation != "", Compensation: to.Compensation,
-		Verify: verifier(s, t.Name, to.Verify, idempotent)}
+		Verify: s.verifier(t.Name, to.Verify, idempotent)}
 	return tool, nil
+}
+
+// callTool makes one tools/call on a live session, its failure
+// classified.
+func (s *Server) callTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	cs, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, wait := withWaitNote(ctx)
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		return nil, classify(ctx, p.Name, wait, err)
+	}
+	return res, nil
 }
 
 // caller makes one MCP call: the idempotency key in _meta, and in the
 // arguments when the schema declares it.
-func caller(s *mcp.ClientSession, name string, keyArg bool) func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+func (s *Server) caller(name string, keyArg bool) func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
 	return func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
 		args, err := arguments(c.Input, c.IdempotencyKey, keyArg)
 		if err != nil {
 			return salvage.ToolResult{}, salvage.NotApplied(salvage.Permanent(400, err))
 		}
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args, Meta: mcp.Meta{MetaIdempotencyKey: c.IdempotencyKey}})
+		res, err := s.callTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args, Meta: mcp.Meta{MetaIdempotencyKey: c.IdempotencyKey}})
 		if err != nil {
-			return salvage.ToolResult{}, classify(ctx, name, err)
+			return salvage.ToolResult{}, err
 		}
 		out, err := output(res)
 		if err != nil {
@@ -175,14 +208,18 @@ func caller(s *mcp.ClientSession, name string, keyArg bool) func(ctx context.Con
 		if res.IsError {
 			return salvage.ToolResult{}, salvage.Permanent(422, fmt.Errorf("mcp tool %s answered with an error: %s", name, out))
 		}
-		return salvage.ToolResult{Output: out}, nil
+		usage, err := usageOf(res.Meta)
+		if err != nil {
+			return salvage.ToolResult{}, salvage.Permanent(502, fmt.Errorf("mcp tool %s: %w", name, err))
+		}
+		return salvage.ToolResult{Output: out, Usage: usage}, nil
 	}
 }
 
 // verifier is a side effect's Verify: the named verify tool; for an
 // idempotent tool without one, "not applied" (repeating it is harmless);
 // else an error, so an unknown outcome goes to a person.
-func verifier(s *mcp.ClientSession, name, verify string, idempotent bool) func(ctx context.Context, key string) (salvage.Verification, error) {
+func (s *Server) verifier(name, verify string, idempotent bool) func(ctx context.Context, key string) (salvage.Verification, error) {
 	return func(ctx context.Context, key string) (salvage.Verification, error) {
 		if verify == "" && idempotent {
 			return salvage.Verification{}, nil
@@ -190,10 +227,10 @@ func verifier(s *mcp.ClientSession, name, verify string, idempotent bool) func(c
 		if verify == "" {
 			return salvage.Verification{}, fmt.Errorf("mcp tool %s has no verify tool (mcptools.ToolOptions.Verify) and is not idempotent: its outcome stays unknown", name)
 		}
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: verify, Arguments: map[string]any{IdempotencyArgument: key},
+		res, err := s.callTool(ctx, &mcp.CallToolParams{Name: verify, Arguments: map[string]any{IdempotencyArgument: key},
 			Meta: mcp.Meta{MetaIdempotencyKey: key}})
 		if err != nil {
-			return salvage.Verification{}, classify(ctx, verify, err)
+			return salvage.Verification{}, err
 		}
 		if res.IsError {
 			return salvage.Verification{}, fmt.Errorf("mcp verify tool %s answered with an error", verify)
@@ -213,14 +250,45 @@ func verifier(s *mcp.ClientSession, name, verify string, idempotent bool) func(c
 	}
 }
 
-// classify is a failed call's error: a deadline is a timeout; anything
-// else (JSON-RPC, transport, a lost session) transient.
-func classify(ctx context.Context, name string, err error) error {
+// classify is a failed call's error. A 429 is rate-limited (its
+// Retry-After kept); a deadline a timeout; a JSON-RPC answer that the
+// method or its parameters are wrong is permanent and not applied (the
+// server refused it before running it); anything else (another JSON-RPC
+// error, a transport error, a lost session) transient, so an effect's
+// outcome is verified before it is made again.
+func classify(ctx context.Context, name string, wait *waitNote, err error) error {
 	err = fmt.Errorf("mcp tool %s: %w", name, err)
+	if after, limited := wait.get(); limited {
+		return salvage.RateLimited(after, err)
+	}
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		return salvage.Timeout(err)
 	}
+	var we *jsonrpc.Error
+	if errors.As(err, &we) && (we.Code == jsonrpc.CodeMethodNotFound || we.Code == jsonrpc.CodeInvalidParams) {
+		return salvage.NotApplied(salvage.Permanent(400, err))
+	}
 	return salvage.Transient(503, err)
+}
+
+// usageOf reads the tokens a tool reports in its result's
+// _meta[MetaUsage]; nil when it reports none.
+func usageOf(meta mcp.Meta) (*salvage.Usage, error) {
+	v, ok := meta[MetaUsage]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var u salvage.Usage
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&u); err != nil {
+		return nil, fmt.Errorf("%w: _meta[%q] is not {\"model\", \"prompt_tokens\", \"completion_tokens\"}: %v", salvage.ErrBadUsage, MetaUsage, err)
+	}
+	return &u, nil
 }
 
 // arguments is the call's input as MCP arguments, with the idempotency

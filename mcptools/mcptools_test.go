@@ -4,222 +4,264 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/mcptools"
 	"github.com/salvagehq/salvage/recovery"
 )
 
-// shop is a real MCP server (the SDK's, over its in-memory transport)
-// with a read-only lookup, an idempotent update that declares an
-// idempotency key, a destructive refund with a status and a cancel tool,
-// a tool that answers with an error and one that never answers.
-type shop struct {
-	mu      sync.Mutex
-	refunds map[string]int // idempotency key -> refunds made
-	metas   []string       // idempotency keys seen in _meta
-	args    []string       // idempotency keys seen as arguments
-}
-
-func boolp(b bool) *bool { return &b }
-
-func (s *shop) serve(t *testing.T) *mcp.ClientSession {
+// tools converts the shop's tools with o and returns them by name.
+func tools(t *testing.T, srv *mcptools.Server, o mcptools.Options) map[string]salvage.Tool {
 	t.Helper()
-	srv := mcp.NewServer(&mcp.Implementation{Name: "shop server", Version: "1"}, nil)
-	obj := func(props map[string]any) map[string]any {
-		return map[string]any{"type": "object", "properties": props}
-	}
-	record := func(req *mcp.CallToolRequest) map[string]any {
-		var args map[string]any
-		_ = json.Unmarshal(req.Params.Arguments, &args)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if k, ok := req.Params.Meta[mcptools.MetaIdempotencyKey].(string); ok {
-			s.metas = append(s.metas, k)
-		}
-		if k, ok := args[mcptools.IdempotencyArgument].(string); ok {
-			s.args = append(s.args, k)
-		}
-		return args
-	}
-	srv.AddTool(&mcp.Tool{Name: "lookup", InputSchema: obj(nil), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			record(req)
-			return &mcp.CallToolResult{StructuredContent: map[string]any{"customer": "c-1", "tier": "gold"}}, nil
-		})
-	srv.AddTool(&mcp.Tool{Name: "update-address", InputSchema: obj(map[string]any{"idempotency_key": map[string]any{"type": "string"}}),
-		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: boolp(false)}},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			record(req)
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "address updated"}}}, nil
-		})
-	srv.AddTool(&mcp.Tool{Name: "issue-refund", InputSchema: obj(nil), Annotations: &mcp.ToolAnnotations{DestructiveHint: boolp(true)}},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			record(req)
-			key, _ := req.Params.Meta[mcptools.MetaIdempotencyKey].(string)
-			s.mu.Lock()
-			s.refunds[key]++
-			s.mu.Unlock()
-			return &mcp.CallToolResult{StructuredContent: map[string]any{"refund": "rf-" + key}}, nil
-		})
-	srv.AddTool(&mcp.Tool{Name: "refund-status", InputSchema: obj(map[string]any{"idempotency_key": map[string]any{"type": "string"}}),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			args := record(req)
-			key, _ := args[mcptools.IdempotencyArgument].(string)
-			s.mu.Lock()
-			n := s.refunds[key]
-			s.mu.Unlock()
-			return &mcp.CallToolResult{StructuredContent: map[string]any{"applied": n > 0, "resource_id": "rf-" + key}}, nil
-		})
-	srv.AddTool(&mcp.Tool{Name: "cancel-refund", InputSchema: obj(nil)},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			record(req)
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "cancelled"}}}, nil
-		})
-	srv.AddTool(&mcp.Tool{Name: "close-account", InputSchema: obj(nil)},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			record(req)
-			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "account has open orders"}}}, nil
-		})
-	srv.AddTool(&mcp.Tool{Name: "slow", InputSchema: obj(nil), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			<-ctx.Done()
-			return nil, ctx.Err()
-		})
-	st, ct := mcp.NewInMemoryTransports()
-	ctx := context.Background()
-	ss, err := srv.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "salvage-test", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	return cs
-}
-
-// TestAnnotationsDecideEachToolsBehaviour converts a real server's tools
-// and calls each: read-only tools are pure calls, an idempotent one is a
-// side effect repeated when unknown, a destructive one is verified with
-// its status tool and compensated with its cancel tool; the idempotency
-// key reaches the server in _meta, and as an argument where the schema
-// declares one; an isError answer is permanent, a deadline a timeout, a
-// lost session transient.
-func TestAnnotationsDecideEachToolsBehaviour(t *testing.T) {
-	s := &shop{refunds: map[string]int{}}
-	cs := s.serve(t)
-	ctx := context.Background()
-	tools, err := mcptools.Tools(ctx, cs, mcptools.Options{Tools: map[string]mcptools.ToolOptions{
-		"issue-refund": {Verify: "refund-status", Compensation: "cancel-refund"},
-	}})
+	ts, err := srv.Tools(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	byName := map[string]salvage.Tool{}
-	for _, tool := range tools {
+	for _, tool := range ts {
 		byName[tool.Name] = tool
-		if tool.System != "shop-server" {
-			t.Errorf("%s: system %q, want the server's name as a token", tool.Name, tool.System)
-		}
 	}
-	// They register as a pipeline's tools: every side effect verifiable,
-	// the compensation among them.
-	if _, err := recovery.NewTools(tools...); err != nil {
+	// They register as a pipeline's tools: every side effect
+	// verifiable, every compensation among them.
+	if _, err := recovery.NewTools(ts...); err != nil {
 		t.Fatalf("register: %v", err)
 	}
-	for _, tc := range []struct {
-		name       string
-		pure       bool
-		reversible bool
-	}{
-		{"lookup", true, false}, {"refund-status", true, false}, {"slow", true, false},
-		{"update-address", false, false}, {"issue-refund", false, true}, {"cancel-refund", false, false}, {"close-account", false, false},
-	} {
-		tool, ok := byName[tc.name]
-		if !ok {
-			t.Fatalf("%s not converted (have %v)", tc.name, tools)
+	return byName
+}
+
+var refundOptions = mcptools.Options{Tools: map[string]mcptools.ToolOptions{
+	"issue-refund": {Verify: "refund-status", Compensation: "cancel-refund"},
+}}
+
+// TestAnnotationsDecideEachToolsBehaviour: each combination of
+// annotations, and each override, gives the kind of call the package
+// documents, over the in-memory transport and streamable HTTP.
+func TestAnnotationsDecideEachToolsBehaviour(t *testing.T) {
+	each(t, func(t *testing.T, _ *shop, tr transport) {
+		srv := dial(t, tr)
+		ctx := context.Background()
+		const (
+			pure = iota
+			repeat
+			verified
+			person
+		)
+		for _, o := range []struct {
+			name string
+			opts mcptools.Options
+			want map[string][2]int // tool -> kind, reversible (1)
+		}{
+			{"annotations", refundOptions, map[string][2]int{
+				"lookup":         {pure},   // readOnlyHint
+				"update-address": {repeat}, // idempotentHint, not destructive
+				"purge-cache":    {repeat}, // destructiveHint and idempotentHint
+				"issue-refund":   {verified, 1},
+				"add-note":       {person}, // not destructive, not idempotent
+				"cancel-refund":  {person}, // no annotations: the spec's defaults
+				"close-account":  {person},
+			}},
+			{"overrides", mcptools.Options{Tools: map[string]mcptools.ToolOptions{
+				"lookup":        {ReadOnly: boolp(false), Verify: "refund-status"},
+				"add-note":      {Idempotent: boolp(true)},
+				"purge-cache":   {Idempotent: boolp(false)},
+				"cancel-refund": {ReadOnly: boolp(true)},
+			}}, map[string][2]int{
+				"lookup": {verified}, "add-note": {repeat}, "purge-cache": {person}, "cancel-refund": {pure},
+			}},
+		} {
+			t.Run(o.name, func(t *testing.T) {
+				byName := tools(t, srv, o.opts)
+				for name, want := range o.want {
+					tool, ok := byName[name]
+					if !ok {
+						t.Fatalf("%s not converted", name)
+					}
+					if tool.System != "shop-server" {
+						t.Errorf("%s: system %q, want the server's name as a token", name, tool.System)
+					}
+					kind := pure
+					if e := tool.Effect; e != nil {
+						if (want[1] == 1) != e.Reversible {
+							t.Errorf("%s: reversible %v, want %v", name, e.Reversible, want[1] == 1)
+						}
+						v, err := e.Verify(ctx, "k-never-made")
+						switch {
+						case err != nil:
+							kind = person
+						case v.Applied:
+							t.Errorf("%s: a key never used verified as applied", name)
+						case name == "lookup" || name == "issue-refund":
+							kind = verified // asked the verify tool, which said no
+						default:
+							kind = repeat
+						}
+					}
+					if kind != want[0] {
+						t.Errorf("%s: kind %d, want %d (0 pure, 1 repeated, 2 verified, 3 left to a person)", name, kind, want[0])
+					}
+				}
+			})
 		}
-		if (tool.Effect == nil) != tc.pure || (tool.Effect != nil && tool.Effect.Reversible != tc.reversible) {
-			t.Errorf("%s: effect %+v; want pure %v, reversible %v", tc.name, tool.Effect, tc.pure, tc.reversible)
+		if c := tools(t, srv, refundOptions)["issue-refund"].Effect.Compensation; c != "cancel-refund" {
+			t.Errorf("issue-refund's compensation = %q", c)
 		}
-	}
-	if c := byName["issue-refund"].Effect.Compensation; c != "cancel-refund" {
-		t.Errorf("issue-refund's compensation = %q", c)
-	}
+	})
+}
 
-	call := func(name, key string) (salvage.ToolResult, error) {
-		return byName[name].Call(ctx, salvage.ToolCall{IdempotencyKey: key, Input: json.RawMessage(`{"order":"o-1"}`)})
-	}
-	if res, err := call("lookup", "k-lookup"); err != nil || string(res.Output) != `{"customer":"c-1","tier":"gold"}` {
-		t.Errorf("lookup = %s, %v; want its structured content", res.Output, err)
-	}
-	if res, err := call("update-address", "k-update"); err != nil || string(res.Output) != `"address updated"` {
-		t.Errorf("update-address = %s, %v; want its text", res.Output, err)
-	}
-	if _, err := call("issue-refund", "k-refund"); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	metas, args := append([]string(nil), s.metas...), append([]string(nil), s.args...)
-	s.mu.Unlock()
-	if len(metas) != 3 || metas[2] != "k-refund" || len(args) != 1 || args[0] != "k-update" {
-		t.Errorf("keys in _meta %v, as arguments %v; want all three in _meta, update-address's as an argument too", metas, args)
-	}
+// TestCallsCarryKeysAndResults: the key reaches the server in _meta and,
+// where the schema declares it, as an argument; structured content is
+// the output, else the text; reported usage reaches the result; a
+// refund verifies as applied under its key only.
+func TestCallsCarryKeysAndResults(t *testing.T) {
+	each(t, func(t *testing.T, s *shop, tr transport) {
+		byName := tools(t, dial(t, tr), refundOptions)
+		ctx := context.Background()
+		call := func(name, key string) (salvage.ToolResult, error) {
+			return byName[name].Call(ctx, salvage.ToolCall{IdempotencyKey: key, Input: json.RawMessage(`{"order":"o-1"}`)})
+		}
+		for _, c := range []struct {
+			tool, key, out string
+			usage          *salvage.Usage
+		}{
+			{"lookup", "k-lookup", `{"customer":"c-1","tier":"gold"}`, nil},
+			{"update-address", "k-update", `"address updated"`, nil},
+			{"issue-refund", "k-refund", `{"refund":"rf-k-refund"}`, nil},
+			{"summarize", "k-sum", `"a summary"`, &salvage.Usage{Model: "m-1", PromptTokens: 120, CompletionTokens: 34}},
+		} {
+			res, err := call(c.tool, c.key)
+			if err != nil || string(res.Output) != c.out {
+				t.Errorf("%s = %s, %v; want %s", c.tool, res.Output, err, c.out)
+			}
+			if (res.Usage == nil) != (c.usage == nil) || (c.usage != nil && *res.Usage != *c.usage) {
+				t.Errorf("%s: usage %+v, want %+v", c.tool, res.Usage, c.usage)
+			}
+		}
+		s.mu.Lock()
+		metas, args := append([]string(nil), s.metas...), append([]string(nil), s.args...)
+		s.mu.Unlock()
+		if len(metas) != 4 || metas[2] != "k-refund" || len(args) != 1 || args[0] != "k-update" {
+			t.Errorf("keys in _meta %v, as arguments %v; want all four in _meta, update-address's as an argument too", metas, args)
+		}
+		if v, err := byName["issue-refund"].Effect.Verify(ctx, "k-refund"); err != nil || !v.Applied || v.ResourceID != "rf-k-refund" {
+			t.Errorf("verify k-refund = %+v, %v; want applied", v, err)
+		}
+		if v, err := byName["issue-refund"].Effect.Verify(ctx, "k-other"); err != nil || v.Applied {
+			t.Errorf("verify k-other = %+v, %v; want not applied", v, err)
+		}
+	})
+}
 
-	// Verification: the refund took effect; another key did not; the
-	// idempotent update may simply be made again.
-	if v, err := byName["issue-refund"].Effect.Verify(ctx, "k-refund"); err != nil || !v.Applied || v.ResourceID != "rf-k-refund" {
-		t.Errorf("verify k-refund = %+v, %v; want applied", v, err)
-	}
-	if v, err := byName["issue-refund"].Effect.Verify(ctx, "k-other"); err != nil || v.Applied {
-		t.Errorf("verify k-other = %+v, %v; want not applied", v, err)
-	}
-	if v, err := byName["update-address"].Effect.Verify(ctx, "k-update"); err != nil || v.Applied {
-		t.Errorf("verify of an idempotent tool = %+v, %v; want not applied: repeat it", v, err)
-	}
-	if _, err := byName["close-account"].Effect.Verify(ctx, "k"); err == nil {
-		t.Error("verify of a destructive tool with no verify tool answered; want an error, so its unknown outcome goes to a person")
-	}
+// TestErrorsByKind: every way a call can fail maps to the class the
+// package documents, and whether Salvage must verify its outcome.
+func TestErrorsByKind(t *testing.T) {
+	each(t, func(t *testing.T, _ *shop, tr transport) {
+		srv := dial(t, tr)
+		byName := tools(t, srv, refundOptions)
+		for _, c := range []struct {
+			name    string
+			tool    string
+			input   string
+			timeout time.Duration
+			class   recovery.Class
+			unknown bool // its outcome must be verified
+			skip    bool
+		}{
+			{name: "isError answer", tool: "close-account", input: `{}`, class: recovery.ClassPermanent},
+			{name: "past the deadline", tool: "slow", input: `{}`, timeout: 100 * time.Millisecond, class: recovery.ClassTimeout, unknown: true},
+			{name: "input not an object", tool: "lookup", input: `[1]`, class: recovery.ClassPermanent},
+			{name: "usage not a count", tool: "bad-usage", input: `{}`, class: recovery.ClassPermanent, unknown: true},
+			{name: "429 with Retry-After", tool: "busy", input: `{}`, class: recovery.ClassRateLimited, skip: !tr.limits},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				if c.skip {
+					t.Skip("only a streamable HTTP server answers 429")
+				}
+				ctx := context.Background()
+				if c.timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, c.timeout)
+					defer cancel()
+				}
+				_, err := byName[c.tool].Call(ctx, salvage.ToolCall{IdempotencyKey: "k-" + c.tool, Input: json.RawMessage(c.input)})
+				if got := recovery.ClassOf(err); err == nil || got != c.class {
+					t.Fatalf("%s: %v (class %v); want %v", c.tool, err, got, c.class)
+				}
+				if got := recovery.OutcomeUnknown(err); got != c.unknown {
+					t.Errorf("%s: outcome unknown %v, want %v (%v)", c.tool, got, c.unknown, err)
+				}
+				if c.tool == "bad-usage" && !errors.Is(err, salvage.ErrBadUsage) {
+					t.Errorf("bad usage: %v; want ErrBadUsage", err)
+				}
+				var ce *salvage.CallError
+				if c.class == recovery.ClassRateLimited && (!errors.As(err, &ce) || ce.RetryAfter != 7*time.Second) {
+					t.Errorf("429: %v; want the server's Retry-After of 7s", err)
+				}
+			})
+		}
+		// A tool the server stopped listing: refused before it ran.
+		tr.srv.RemoveTools("add-note")
+		_, err := byName["add-note"].Call(context.Background(), salvage.ToolCall{IdempotencyKey: "k-note", Input: json.RawMessage(`{}`)})
+		if recovery.ClassOf(err) != recovery.ClassPermanent || recovery.OutcomeUnknown(err) {
+			t.Errorf("a tool the server no longer has: %v (class %v); want permanent, not applied", err, recovery.ClassOf(err))
+		}
+	})
+}
 
-	// Errors by kind.
-	if _, err := call("close-account", "k-close"); !errors.Is(err, salvage.ErrPermanent) {
-		t.Errorf("an isError answer: %v; want permanent", err)
-	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = byName["slow"].Call(short, salvage.ToolCall{IdempotencyKey: "k-slow", Input: json.RawMessage(`{}`)})
-	cancel()
-	if !errors.Is(err, salvage.ErrTimeout) {
-		t.Errorf("a call past its deadline: %v; want a timeout", err)
-	}
-	if _, err := byName["lookup"].Call(ctx, salvage.ToolCall{Input: json.RawMessage(`[1]`)}); !errors.Is(err, salvage.ErrPermanent) {
-		t.Errorf("an input that is not an object: %v; want permanent", err)
-	}
-	_ = cs.Close()
-	if _, err := call("lookup", "k-lost"); !errors.Is(err, salvage.ErrTransient) {
-		t.Errorf("a call on a lost session: %v; want transient", err)
-	}
+// TestALostSessionIsReconnected: the server forgets the session (its
+// process or handler restarted); the call that finds it lost fails
+// transient, so its outcome is verified, and a later call runs on a new
+// session.
+func TestALostSessionIsReconnected(t *testing.T) {
+	each(t, func(t *testing.T, s *shop, tr transport) {
+		byName := tools(t, dial(t, tr), refundOptions)
+		ctx := context.Background()
+		lookup := func() error {
+			_, err := byName["lookup"].Call(ctx, salvage.ToolCall{IdempotencyKey: "k", Input: json.RawMessage(`{}`)})
+			return err
+		}
+		if err := lookup(); err != nil {
+			t.Fatal(err)
+		}
+		before := s.sessions.Load()
+		tr.lose()
+		failed := 0
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := lookup()
+			if err == nil {
+				break
+			}
+			failed++
+			if !errors.Is(err, salvage.ErrTransient) {
+				t.Fatalf("a call on a lost session: %v; want transient", err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no call succeeded within 10s of losing the session (%d failed, the last: %v)", failed, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if got := s.sessions.Load(); got != before+1 {
+			t.Errorf("sessions %d after the loss, want %d: one new session", got, before+1)
+		}
+	})
 }
 
 // TestOptionsNamingMissingToolsAreRefused: a verify or compensation tool
 // the server does not list is an error, not a silent pure call.
 func TestOptionsNamingMissingToolsAreRefused(t *testing.T) {
-	cs := (&shop{refunds: map[string]int{}}).serve(t)
-	_, err := mcptools.Tools(context.Background(), cs, mcptools.Options{Tools: map[string]mcptools.ToolOptions{
-		"issue-refund": {Verify: "no-such-tool"},
-	}})
-	if !errors.Is(err, mcptools.ErrNoTool) {
+	s := &shop{refunds: map[string]int{}}
+	srv := dial(t, inMemory(t, s))
+	ctx := context.Background()
+	if _, err := srv.Tools(ctx, mcptools.Options{Tools: map[string]mcptools.ToolOptions{"issue-refund": {Verify: "no-such-tool"}}}); !errors.Is(err, mcptools.ErrNoTool) {
 		t.Errorf("Tools = %v; want ErrNoTool", err)
 	}
-	if _, err := mcptools.Tools(context.Background(), cs, mcptools.Options{Only: []string{"nope"}}); !errors.Is(err, mcptools.ErrNoTool) {
+	if _, err := srv.Tools(ctx, mcptools.Options{Only: []string{"nope"}}); !errors.Is(err, mcptools.ErrNoTool) {
 		t.Errorf("Only naming a missing tool: %v; want ErrNoTool", err)
+	}
+	_ = srv.Close()
+	if _, err := srv.Tools(ctx, mcptools.Options{}); !errors.Is(err, mcptools.ErrClosed) {
+		t.Errorf("Tools after Close: %v; want ErrClosed", err)
 	}
 }

@@ -1,0 +1,123 @@
+package mcptools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/salvagehq/salvage"
+)
+
+// ErrClosed is returned by a call on a Server after Close.
+var ErrClosed = errors.New("mcptools: server closed")
+
+// redialEvery spaces a lost session's reconnects: calls in between fail
+// at once (transient, not applied) instead of each starting a process or
+// opening a connection.
+const redialEvery = 500 * time.Millisecond
+
+// A Server is a connection to one MCP server that outlives its sessions:
+// a call that finds the session lost (the server's process died, its HTTP
+// endpoint restarted and forgot the session) connects a new one first. A
+// call that was in flight when the session was lost is not made again
+// here: it fails transient, so Salvage verifies its outcome before it
+// repeats a side effect. A Server is safe for concurrent use.
+type Server struct {
+	client    *mcp.Client
+	transport Transport
+
+	mu       sync.Mutex
+	session  *mcp.ClientSession
+	lost     chan struct{} // closed when session ends
+	name     string
+	closed   bool
+	lastDial time.Time
+	dialErr  error
+}
+
+// Dial connects to the MCP server that t reaches and returns it as a
+// Server; it fails when the first session cannot be made.
+func Dial(ctx context.Context, t Transport) (*Server, error) {
+	if t == nil {
+		return nil, errors.New("mcptools: Dial needs a Transport")
+	}
+	s := &Server{transport: t, client: mcp.NewClient(&mcp.Implementation{Name: "salvage", Version: "1"}, nil)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.dialLocked(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Name is the name the server gave itself when it was first connected.
+func (s *Server) Name() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.name
+}
+
+// Close ends the session (a server run by Command is stopped) and refuses
+// later calls with ErrClosed.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.session == nil {
+		return nil
+	}
+	err := s.session.Close()
+	s.session = nil
+	return err
+}
+
+// current returns a live session, connecting a new one when the last was
+// lost.
+func (s *Server) current(ctx context.Context) (*mcp.ClientSession, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.session != nil {
+		select {
+		case <-s.lost:
+		default:
+			return s.session, nil
+		}
+		_ = s.session.Close()
+		s.session = nil
+	}
+	if time.Since(s.lastDial) < redialEvery && s.dialErr != nil {
+		return nil, s.dialErr
+	}
+	return s.dialLocked(ctx)
+}
+
+// dialLocked connects a new session; s.mu is held.
+func (s *Server) dialLocked(ctx context.Context) (*mcp.ClientSession, error) {
+	s.lastDial = time.Now()
+	cs, err := s.client.Connect(ctx, s.transport(), nil)
+	if err != nil {
+		// The call never reached the server: nothing to verify.
+		s.dialErr = salvage.NotApplied(salvage.Transient(503, fmt.Errorf("mcptools: connect: %w", err)))
+		return nil, s.dialErr
+	}
+	s.dialErr = nil
+	lost := make(chan struct{})
+	go func() {
+		_ = cs.Wait()
+		close(lost)
+	}()
+	s.session, s.lost = cs, lost
+	if s.name == "" {
+		if init := cs.InitializeResult(); init != nil && init.ServerInfo != nil {
+			s.name = init.ServerInfo.Name
+		}
+	}
+	return cs, nil
+}
