@@ -91,8 +91,10 @@ type ToolOptions struct {
 	// {"idempotency_key": key} and answers {"applied": bool,
 	// "resource_id"?: string} as structured content.
 	Verify string
-	// Compensation names a tool of the same server that undoes an effect;
-	// it receives salvage's compensation input.
+	// Compensation names a tool of the same server that undoes an effect.
+	// Its arguments are salvage.CompensationInput: {"idempotency_key": the
+	// key of the call it undoes, "output": that call's output}; its own
+	// key is in _meta only.
 	Compensation string
 }
 
@@ -122,11 +124,13 @@ func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
 		want = order
 	}
 	take := map[string]bool{}
+	compensations := map[string]bool{}
 	for _, name := range want {
 		take[name] = true
 		if to, ok := o.Tools[name]; ok && to.Compensation != "" {
 			// A compensation is a tool of the pipeline too.
 			take[to.Compensation] = true
+			compensations[to.Compensation] = true
 		}
 	}
 	var out []salvage.Tool
@@ -134,7 +138,7 @@ func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
 		if !take[name] {
 			continue
 		}
-		t, err := s.convert(listed, listed[name], system, o.Tools[name])
+		t, err := s.convert(listed, listed[name], system, o.Tools[name], compensations[name])
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +152,10 @@ func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
 }
 
 // convert is one tool as a salvage.Tool.
-func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string, to ToolOptions) (salvage.Tool, error) {
+// A compensation's input already carries idempotency_key: the key of the
+// effect it undoes (salvage.CompensationInput), which its own key must
+// not replace.
+func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string, to ToolOptions, compensation bool) (salvage.Tool, error) {
 	readOnly, idempotent := false, false
 	if a := t.Annotations; a != nil {
 		readOnly, idempotent = a.ReadOnlyHint, a.IdempotentHint
@@ -159,7 +166,7 @@ func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string
 	if to.Idempotent != nil {
 		idempotent = *to.Idempotent
 	}
-	keyArg := declares(t.InputSchema, IdempotencyArgument)
+	keyArg := declares(t.InputSchema, IdempotencyArgument) && !compensation
 	tool := salvage.Tool{Name: t.Name, System: system, Call: s.caller(t.Name, keyArg)}
 	if readOnly {
 		return tool, nil

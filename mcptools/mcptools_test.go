@@ -144,6 +144,18 @@ func TestCallsCarryKeysAndResults(t *testing.T) {
 		if len(metas) != 4 || metas[2] != "k-refund" || len(args) != 1 || args[0] != "k-update" {
 			t.Errorf("keys in _meta %v, as arguments %v; want all four in _meta, update-address's as an argument too", metas, args)
 		}
+		// A compensation's argument is the key of the effect it undoes;
+		// its own key is in _meta.
+		in, _ := json.Marshal(salvage.CompensationInput{Key: "k-refund", Output: json.RawMessage(`{"refund":"rf-k-refund"}`)})
+		if _, err := byName["cancel-refund"].Call(ctx, salvage.ToolCall{IdempotencyKey: "k-cancel", Input: in}); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		metas, args = s.metas[len(s.metas)-1:], s.args[len(s.args)-1:]
+		s.mu.Unlock()
+		if metas[0] != "k-cancel" || args[0] != "k-refund" {
+			t.Errorf("compensation: key in _meta %s, as argument %s; want its own key k-cancel in _meta, the refund's k-refund as the argument", metas[0], args[0])
+		}
 		if v, err := byName["issue-refund"].Effect.Verify(ctx, "k-refund"); err != nil || !v.Applied || v.ResourceID != "rf-k-refund" {
 			t.Errorf("verify k-refund = %+v, %v; want applied", v, err)
 		}

@@ -93,7 +93,7 @@ func (s *shop) server() *mcp.Server {
 		s.mu.Unlock()
 		return &mcp.CallToolResult{StructuredContent: map[string]any{"applied": n > 0, "resource_id": "rf-" + key}}, nil
 	})
-	add("cancel-refund", obj(nil), nil, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	add("cancel-refund", obj(keyProp), nil, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text("cancelled"), nil
 	})
 	add("purge-cache", obj(nil), &mcp.ToolAnnotations{DestructiveHint: boolp(true), IdempotentHint: true}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
