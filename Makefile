@@ -33,8 +33,9 @@ run: build ## the main job: the demo on an embedded server
 build: ## build ./bin/salvage
 	$(GO) build -o $(BIN)/salvage ./cmd/salvage
 
-test: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded NATS servers (the pinned nats CLI, the Node agent example), then each fuzz target briefly
+test: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded NATS servers (the pinned nats CLI, the Node agent example), the examples' own tests, then each fuzz target briefly
 	$(GO) test $(TEST_FLAGS) ./...
+	cd examples && $(GO) test $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_BRIEF)
 
 fuzz: ## run every fuzz target for FUZZTIME (60s) each
