@@ -37,6 +37,7 @@ package mcptools
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,6 +46,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -78,6 +80,11 @@ type Options struct {
 	Only []string
 	// Tools overrides the annotations' defaults, by tool name.
 	Tools map[string]ToolOptions
+	// Timeout bounds each call and each verification of a tool whose
+	// ToolOptions set none. Default salvage.ServiceTimeoutDefault. A call
+	// past it is a timeout: its outcome unknown, so a side effect is
+	// verified before it is made again.
+	Timeout time.Duration
 }
 
 // ToolOptions overrides what a tool's annotations say.
@@ -91,6 +98,8 @@ type ToolOptions struct {
 	// {"idempotency_key": key} and answers {"applied": bool,
 	// "resource_id"?: string} as structured content.
 	Verify string
+	// Timeout bounds each of its calls; default Options.Timeout.
+	Timeout time.Duration
 	// Compensation names a tool of the same server that undoes an effect.
 	// Its arguments are salvage.CompensationInput: {"idempotency_key": the
 	// key of the call it undoes, "output": that call's output}; its own
@@ -138,7 +147,9 @@ func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
 		if !take[name] {
 			continue
 		}
-		t, err := s.convert(listed, listed[name], system, o.Tools[name], compensations[name])
+		to := o.Tools[name]
+		to.Timeout = cmp.Or(to.Timeout, o.Timeout, salvage.ServiceTimeoutDefault)
+		t, err := s.convert(listed, listed[name], system, to, compensations[name])
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +178,7 @@ func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string
 		idempotent = *to.Idempotent
 	}
 	keyArg := declares(t.InputSchema, IdempotencyArgument) && !compensation
-	tool := salvage.Tool{Name: t.Name, System: system, Call: s.caller(t.Name, keyArg)}
+	tool := salvage.Tool{Name: t.Name, System: system, Call: s.caller(t.Name, keyArg, to.Timeout)}
 	if readOnly {
 		return tool, nil
 	}
@@ -177,7 +188,7 @@ func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string
 		}
 	}
 	tool.Effect = &salvage.SideEffect{Reversible: to.Compensation != "", Compensation: to.Compensation,
-		Verify: s.verifier(t.Name, to.Verify, idempotent)}
+		Verify: s.verifier(t.Name, to.Verify, idempotent, to.Timeout)}
 	return tool, nil
 }
 
@@ -198,8 +209,10 @@ func (s *Server) callTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Call
 
 // caller makes one MCP call: the idempotency key in _meta, and in the
 // arguments when the schema declares it.
-func (s *Server) caller(name string, keyArg bool) func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+func (s *Server) caller(name string, keyArg bool, timeout time.Duration) func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
 	return func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		args, err := arguments(c.Input, c.IdempotencyKey, keyArg)
 		if err != nil {
 			return salvage.ToolResult{}, salvage.NotApplied(salvage.Permanent(400, err))
@@ -226,8 +239,10 @@ func (s *Server) caller(name string, keyArg bool) func(ctx context.Context, c sa
 // verifier is a side effect's Verify: the named verify tool; for an
 // idempotent tool without one, "not applied" (repeating it is harmless);
 // else an error, so an unknown outcome goes to a person.
-func (s *Server) verifier(name, verify string, idempotent bool) func(ctx context.Context, key string) (salvage.Verification, error) {
+func (s *Server) verifier(name, verify string, idempotent bool, timeout time.Duration) func(ctx context.Context, key string) (salvage.Verification, error) {
 	return func(ctx context.Context, key string) (salvage.Verification, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		if verify == "" && idempotent {
 			return salvage.Verification{}, nil
 		}

@@ -212,9 +212,17 @@ func TestErrorsByKind(t *testing.T) {
 				}
 			})
 		}
+		// Options.Timeout bounds a call whose context has no deadline.
+		bounded, err := srv.Tools(context.Background(), mcptools.Options{Only: []string{"slow"}, Timeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bounded[0].Call(context.Background(), salvage.ToolCall{IdempotencyKey: "k-bounded", Input: json.RawMessage(`{}`)}); !errors.Is(err, salvage.ErrTimeout) {
+			t.Errorf("a call past Options.Timeout: %v; want a timeout", err)
+		}
 		// A tool the server stopped listing: refused before it ran.
 		tr.srv.RemoveTools("add-note")
-		_, err := byName["add-note"].Call(context.Background(), salvage.ToolCall{IdempotencyKey: "k-note", Input: json.RawMessage(`{}`)})
+		_, err = byName["add-note"].Call(context.Background(), salvage.ToolCall{IdempotencyKey: "k-note", Input: json.RawMessage(`{}`)})
 		if recovery.ClassOf(err) != recovery.ClassPermanent || recovery.OutcomeUnknown(err) {
 			t.Errorf("a tool the server no longer has: %v (class %v); want permanent, not applied", err, recovery.ClassOf(err))
 		}

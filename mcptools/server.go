@@ -49,6 +49,11 @@ func Dial(ctx context.Context, t Transport) (*Server, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.dialLocked(ctx); err != nil {
+		// Not a call's error: the reason alone, unclassified.
+		var ce *salvage.CallError
+		if errors.As(err, &ce) {
+			err = ce.Err
+		}
 		return nil, err
 	}
 	return s, nil

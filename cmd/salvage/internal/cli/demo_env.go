@@ -83,7 +83,9 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 		// goes through salvage.api.
 		roles = append(roles, salvage.RoleAPI)
 	}
-	cfg, err := o.run.config(roles, log)
+	mcp, closeMCP := mcpFor(roles)
+	d.closers = append(d.closers, closeMCP)
+	cfg, err := o.run.config(roles, mcp, log)
 	if err != nil {
 		return d, err
 	}

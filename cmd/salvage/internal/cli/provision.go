@@ -33,7 +33,8 @@ a process that finds something missing or configured otherwise says so and names
 				return err
 			}
 			run.resolveJournal(false, 0) // journal rows are not written here
-			cfg, err := run.config(nil, log)
+			// Provisioning calls no tool: MCP tools are declared only.
+			cfg, err := run.config(nil, nil, log)
 			if err != nil {
 				return err
 			}

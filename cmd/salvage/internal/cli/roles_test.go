@@ -113,3 +113,37 @@ func TestFleetsOfTheBinary(t *testing.T) {
 		t.Fatalf("salvage workers lists %s", out)
 	}
 }
+
+// mcpPipelines declares a pipeline whose tool comes from an MCP server
+// whose command does not exist.
+const mcpPipelines = `mcp_servers:
+  - name: shop
+    command: ["/nonexistent/shop-mcp"]
+pipelines:
+  - name: refunds
+    split: items
+    stages:
+      - name: refund
+        agents:
+          - name: cashier
+            tool: issue-refund
+    tools:
+      - name: issue-refund
+        mcp: shop
+`
+
+// TestOnlyToolCallersStartMCPServers: a worker process dials the MCP
+// servers its pipelines file declares, and refuses to start, naming the
+// file and line, when one cannot be started; a dashboard-only process,
+// which calls no tool, starts none and runs.
+func TestOnlyToolCallersStartMCPServers(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "mcp.yaml", mcpPipelines)
+	code, _, errOut := run(t, "", "up", "--pipelines", file, "--listen", "127.0.0.1:-1", "--store", t.TempDir(), "--http", "127.0.0.1:0")
+	if code == 0 || !strings.Contains(errOut, "mcp.yaml:13: MCP server shop: mcptools: connect: fork/exec") {
+		t.Errorf("a worker with an MCP server that cannot start: exit %d, %q; want a failure naming mcp.yaml:13 and why", code, errOut)
+	}
+	if url, _ := up(t, "--role", "dashboard", "--pipelines", file); url == "" {
+		t.Error("a dashboard-only process with the same file did not start")
+	}
+}

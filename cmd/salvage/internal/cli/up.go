@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -125,7 +126,10 @@ func (r *runFlags) args() []string {
 
 // config turns the flags into the client's Config: this is all cmd/
 // decides, the rest is the public API.
-func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Config, error) {
+//
+// The pipelines file's MCP tools are taken through mcp (nil: declared
+// only, for a process that calls no tool; see mcpFor).
+func (r *runFlags) config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger) (*salvage.Config, error) {
 	retries := r.retries
 	if retries == 0 {
 		retries = -1 // Config reads 0 as "default"; the flag's 0 means none.
@@ -138,7 +142,9 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 		return nil, err
 	}
 	if r.pipelinesFile != "" {
-		declared, err := spec.Load(r.pipelinesFile)
+		ctx, cancel := context.WithTimeout(context.Background(), mcpDialTimeout)
+		declared, err := spec.Load(ctx, r.pipelinesFile, mcp)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
@@ -163,6 +169,22 @@ func (r *runFlags) config(roles []salvage.Role, log zerolog.Logger) (*salvage.Co
 		CoolDown: r.coolDown, Breaker: r.breaker, Prices: prices, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
 		Retention: r.retention,
 	}, nil
+}
+
+// mcpDialTimeout bounds connecting to the pipelines file's MCP servers
+// and listing their tools.
+const mcpDialTimeout = 30 * time.Second
+
+// mcpFor is how a process running roles takes the pipelines file's MCP
+// tools: a worker and the recovery orchestrator call tools, so their
+// process dials the servers (and the returned func closes them); any
+// other process only declares the tools, and starts no server.
+func mcpFor(roles []salvage.Role) (spec.MCP, func()) {
+	if len(roles) > 0 && !slices.Contains(roles, salvage.RoleWorker) && !slices.Contains(roles, salvage.RoleRecovery) {
+		return nil, func() {}
+	}
+	s := &spec.Servers{}
+	return s, func() { _ = s.Close() }
 }
 
 // resolveJournal settles --journal-writes auto for a server whose
@@ -227,7 +249,11 @@ chunks finish or are released, then the process exits.`,
 				log.Info().Str("listen", listen).Str("store", storeDir).Msg("--listen/--store given: embedding a server; $NATS_URL and $NATS_CONTEXT are ignored")
 			}
 			run.resolveJournal(embedded, sync)
-			cfg, err := run.config(clientRoles, log)
+			mcp, closeMCP := mcpFor(clientRoles)
+			// Deferred first, so it runs after the roles stop: a
+			// draining worker may still call the servers.
+			defer closeMCP()
+			cfg, err := run.config(clientRoles, mcp, log)
 			if err != nil {
 				return err
 			}

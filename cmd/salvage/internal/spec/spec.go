@@ -1,6 +1,7 @@
 // Package spec reads pipelines declared in YAML or JSON (`salvage up
-// --pipelines FILE`): pipelines whose agents and tools are NATS services,
-// so they need no Go. Every error names the file and line.
+// --pipelines FILE`): pipelines whose agents and tools are NATS services
+// or the tools of MCP servers, so they need no Go. Every error names the
+// file and line.
 package spec
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/mcptools"
 )
 
 // ErrInvalid is wrapped by every error about a pipelines file.
@@ -24,9 +26,21 @@ var ErrInvalid = errors.New("invalid pipelines file")
 // maxFile bounds a pipelines file.
 const maxFile = 1 << 20
 
-// File is the document: {"pipelines": [...]}.
+// File is the document: {"mcp_servers": [...], "pipelines": [...]}.
 type File struct {
-	Pipelines []Pipeline `yaml:"pipelines" json:"pipelines"`
+	MCPServers []MCPServer `yaml:"mcp_servers" json:"mcp_servers"`
+	Pipelines  []Pipeline  `yaml:"pipelines" json:"pipelines"`
+}
+
+// MCPServer declares a Model Context Protocol server whose tools
+// pipelines take by name: a command run as a child process speaking MCP
+// on stdio, or the URL of a streamable HTTP endpoint.
+type MCPServer struct {
+	// Name is the server's name in the file and its tools' breaker
+	// system.
+	Name    string   `yaml:"name"`
+	Command []string `yaml:"command"`
+	URL     string   `yaml:"url"`
 }
 
 // Pipeline declares one pipeline.
@@ -74,10 +88,18 @@ type Agent struct {
 	Timeout string `yaml:"timeout"`
 }
 
-// Tool is served on Subject.
+// Tool is served on Subject, or is the tool of that name of the MCP
+// server MCP names: its annotations decide its kind unless ReadOnly or
+// Idempotent say otherwise, Verify and Compensation name tools of the
+// same server (mcptools.ToolOptions).
 type Tool struct {
 	Name                       string  `yaml:"name"`
 	Subject                    string  `yaml:"subject"`
+	MCP                        string  `yaml:"mcp"`
+	ReadOnly                   *bool   `yaml:"read_only"`
+	Idempotent                 *bool   `yaml:"idempotent"`
+	Verify                     string  `yaml:"verify"`
+	Compensation               string  `yaml:"compensation"`
 	System                     string  `yaml:"system"`
 	Timeout                    string  `yaml:"timeout"`
 	RetryableAfterCompensation bool    `yaml:"retryable_after_compensation"`
@@ -91,8 +113,9 @@ type Effect struct {
 	VerifySubject string `yaml:"verify_subject"`
 }
 
-// Load reads and checks the pipelines in path.
-func Load(path string) ([]*salvage.Pipeline, error) {
+// Load reads and checks the pipelines in path; their MCP tools are taken
+// through mcp (nil: declared but not connected, see Parse).
+func Load(ctx context.Context, path string, mcp MCP) ([]*salvage.Pipeline, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -105,11 +128,20 @@ func Load(path string) ([]*salvage.Pipeline, error) {
 	if len(data) > maxFile {
 		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrInvalid, path, maxFile)
 	}
-	return Parse(path, data)
+	return ParseWith(ctx, path, data, mcp)
 }
 
-// Parse checks the pipelines in data, read from name.
+// Parse checks the pipelines in data, read from name, without
+// connecting to an MCP server: each MCP tool is declared by name, and a
+// call of it fails (ErrNotConnected). That is enough for a process that
+// runs no worker and no recovery, which call no tool.
 func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
+	return ParseWith(context.Background(), name, data, nil)
+}
+
+// ParseWith checks the pipelines in data, read from name, and takes their
+// MCP tools through mcp (nil: as Parse).
+func ParseWith(ctx context.Context, name string, data []byte, mcp MCP) ([]*salvage.Pipeline, error) {
 	var doc File
 	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.Strict()); err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, name, yaml.FormatError(err, false, false))
@@ -135,6 +167,17 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 	}
 	if len(doc.Pipelines) == 0 {
 		return nil, fmt.Errorf("%w: %s: no pipelines (want {\"pipelines\": [...]})", ErrInvalid, name)
+	}
+	servers := map[string]MCPServer{}
+	for i, m := range doc.MCPServers {
+		mp := fmt.Sprintf("$.mcp_servers[%d]", i)
+		if err := checkServer(m); err != nil {
+			return nil, fail(mp, "%v", err)
+		}
+		if _, ok := servers[m.Name]; ok {
+			return nil, fail(mp+".name", "MCP server %s is declared twice", m.Name)
+		}
+		servers[m.Name] = m
 	}
 	var out []*salvage.Pipeline
 	seen := map[string]bool{}
@@ -185,8 +228,37 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 			return nil, fail(pp+".retention", "%v", err)
 		}
 		tools := map[string]bool{}
+		fromMCP := map[string]*mcpTools{}
+		var serverOrder []string
 		for j, t := range p.Tools {
 			tp := fmt.Sprintf("%s.tools[%d]", pp, j)
+			if t.MCP != "" {
+				if err := checkMCPTool(t, servers); err != nil {
+					return nil, fail(tp, "%v", err)
+				}
+				if tools[t.Name] {
+					return nil, fail(tp+".name", "tool %s is declared twice", t.Name)
+				}
+				tools[t.Name] = true
+				timeout, err := duration(t.Timeout)
+				if err != nil {
+					return nil, fail(tp+".timeout", "%v", err)
+				}
+				m := fromMCP[t.MCP]
+				if m == nil {
+					m = &mcpTools{server: servers[t.MCP], at: tp, retryable: map[string]bool{}, opts: mcptools.Options{System: t.MCP, Tools: map[string]mcptools.ToolOptions{}}}
+					fromMCP[t.MCP] = m
+					serverOrder = append(serverOrder, t.MCP)
+				}
+				m.opts.Only = append(m.opts.Only, t.Name)
+				m.opts.Tools[t.Name] = mcptools.ToolOptions{ReadOnly: t.ReadOnly, Idempotent: t.Idempotent, Verify: t.Verify,
+					Compensation: t.Compensation, Timeout: timeout}
+				m.retryable[t.Name] = t.RetryableAfterCompensation
+				continue
+			}
+			if t.Verify != "" || t.Compensation != "" || t.ReadOnly != nil || t.Idempotent != nil {
+				return nil, fail(tp, "verify, compensation, read_only and idempotent are for a tool of an MCP server (mcp: NAME); a tool served on a subject declares an effect")
+			}
 			if t.Name == "" || t.Subject == "" {
 				return nil, fail(tp, "a tool needs a name and a subject")
 			}
@@ -218,6 +290,17 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 				st.Effect = &salvage.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation, VerifySubject: e.VerifySubject}
 			}
 			sp.Tools = append(sp.Tools, st)
+		}
+		for _, name := range serverOrder {
+			m := fromMCP[name]
+			ts, err := m.take(ctx, mcp)
+			if err != nil {
+				return nil, fail(m.at, "%v", err)
+			}
+			for _, t := range ts {
+				tools[t.Name] = true
+			}
+			sp.Tools = append(sp.Tools, ts...)
 		}
 		for j, t := range p.Tools {
 			if e := t.Effect; e != nil && e.Compensation != "" && !tools[e.Compensation] {
