@@ -274,3 +274,25 @@ func TestMCPDeclarationErrorsNameTheLine(t *testing.T) {
 		})
 	}
 }
+
+// TestREADMEDeclarationParses: the pipelines file the README shows for
+// MCP servers is one.
+func TestREADMEDeclarationParses(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```yaml\nmcp_servers:")
+	block, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed {
+		t.Fatal("README.md shows no pipelines file with mcp_servers")
+	}
+	ps, err := spec.Parse("README.md", []byte("mcp_servers:"+block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || len(ps[0].Tools) != 2 {
+		t.Errorf("README's pipelines = %+v; want one pipeline with issue-refund and its compensation", ps)
+	}
+}
