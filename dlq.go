@@ -237,7 +237,9 @@ func (r EnvelopeRecord) Since() time.Time {
 // does not exist is refused (ErrBadFilter). It reads the envelope index,
 // O(log n + page) whatever the DLQ holds. A page can be shorter than its
 // limit by the records that changed status or expired while it was read;
-// NextOffset still moves by the limit.
+// NextOffset still moves by the limit. Total is exact when one page holds
+// every match; past that it counts index entries, which a record moving
+// as it is read holds twice for a moment.
 func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page) (*EnvelopeList, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err

@@ -135,8 +135,9 @@ func (s *Envelopes) index(ctx context.Context, r *EnvelopeRecord) error {
 // EnvelopePage is one page of envelope records.
 type EnvelopePage struct {
 	Records []EnvelopeRecord
-	// Total is how many records match: the entries under the filter,
-	// give or take the few whose move is being written.
+	// Total is how many records match: exact when the page holds them
+	// all, else the entries under the filter, give or take the few whose
+	// move is being written.
 	Total int
 }
 
@@ -168,7 +169,14 @@ func (s *Envelopes) Page(ctx context.Context, f IndexFilter, minAge time.Duratio
 		return EnvelopePage{}, err
 	}
 	recs, err := s.join(ctx, pg.Msgs, seqOf, f)
-	return EnvelopePage{Records: recs, Total: pg.Total}, err
+	total := pg.Total
+	if offset <= 0 && len(pg.Msgs) == pg.Total && err == nil {
+		// The page read every entry: it knows exactly how many records
+		// match, without the entry a record moving as it was read
+		// briefly leaves twice.
+		total = len(recs)
+	}
+	return EnvelopePage{Records: recs, Total: total}, err
 }
 
 // jobPage is Page for a job and a status or category: it reads the job's

@@ -185,10 +185,11 @@ func TestErrorsByKind(t *testing.T) {
 			{name: "input not an object", tool: "lookup", input: `[1]`, class: recovery.ClassPermanent},
 			{name: "usage not a count", tool: "bad-usage", input: `{}`, class: recovery.ClassPermanent, unknown: true},
 			{name: "429 with Retry-After", tool: "busy", input: `{}`, class: recovery.ClassRateLimited, skip: !tr.limits},
+			{name: "503 from a proxy", tool: "flaky", input: `{}`, class: recovery.ClassTransient, unknown: true, skip: !tr.limits},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				if c.skip {
-					t.Skip("only a streamable HTTP server answers 429")
+					t.Skip("only a streamable HTTP server answers with an HTTP status")
 				}
 				ctx := context.Background()
 				if c.timeout > 0 {

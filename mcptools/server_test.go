@@ -111,6 +111,9 @@ func (s *shop) server() *mcp.Server {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
+	add("flaky", obj(nil), &mcp.ToolAnnotations{ReadOnlyHint: true}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return text("reached"), nil
+	})
 	add("busy", obj(nil), &mcp.ToolAnnotations{ReadOnlyHint: true}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text("not busy after all"), nil
 	})
@@ -173,7 +176,8 @@ func inMemory(t *testing.T, s *shop) transport {
 
 // overHTTP serves the shop by streamable HTTP on loopback. A call of
 // "busy" is answered 429 with Retry-After: 7, as a rate limiter in front
-// of the server would; lose swaps in a new handler that knows no session,
+// of the server would, and one of "flaky" 503, as a proxy whose upstream
+// is gone; lose swaps in a new handler that knows no session,
 // as a restarted server would.
 func overHTTP(t *testing.T, s *shop) transport {
 	srv := s.server()
@@ -190,6 +194,10 @@ func overHTTP(t *testing.T, s *shop) transport {
 			if strings.Contains(string(body), `"method":"tools/call"`) && strings.Contains(string(body), `"name":"busy"`) {
 				w.Header().Set("Retry-After", "7")
 				http.Error(w, "slow down", http.StatusTooManyRequests)
+				return
+			}
+			if strings.Contains(string(body), `"method":"tools/call"`) && strings.Contains(string(body), `"name":"flaky"`) {
+				http.Error(w, "upstream gone", http.StatusServiceUnavailable)
 				return
 			}
 			if strings.Contains(string(body), `"method":"initialize"`) {
