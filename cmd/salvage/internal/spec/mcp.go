@@ -124,8 +124,12 @@ func checkServer(m MCPServer) error {
 		return fmt.Errorf("MCP server %s: the command's first word is the program", m.Name)
 	case m.URL != "":
 		u, err := url.Parse(m.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("MCP server %s: url %q: want http:// or https:// and a host", m.Name, m.URL)
+		if err != nil {
+			// Not echoed: a URL may carry a password.
+			return fmt.Errorf("MCP server %s: url does not parse: want http:// or https:// and a host", m.Name)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("MCP server %s: url %q: want http:// or https:// and a host", m.Name, u.Redacted())
 		}
 	}
 	return nil

@@ -254,7 +254,8 @@ func TestMCPDeclarationErrorsNameTheLine(t *testing.T) {
 		{"undeclared server", "mcp: crm", "mcp: erp", "orders.yaml:23: MCP server erp is not declared"},
 		{"command and url", "    url: http://127.0.0.1:1/mcp", "    url: http://127.0.0.1:1/mcp\n    command: [x]", "orders.yaml:4: MCP server crm needs a command"},
 		{"neither", "    url: http://127.0.0.1:1/mcp", "", "orders.yaml:4: MCP server crm needs a command"},
-		{"bad url", "url: http://127.0.0.1:1/mcp", "url: ftp://x/mcp", "want http:// or https://"},
+		{"bad url", "url: http://127.0.0.1:1/mcp", "url: ftp://ops:hunter2@x/mcp", "url \"ftp://ops:xxxxx@x/mcp\": want http:// or https://"},
+		{"url that does not parse", "url: http://127.0.0.1:1/mcp", "url: \"http://ops:hunter2@x:port/mcp\"", "url does not parse"},
 		{"bad name", "name: crm", "name: c.r.m", "orders.yaml:4: bad subject token"},
 		{"twice", "name: crm", "name: shop", "orders.yaml:4: MCP server shop is declared twice"},
 		{"subject on an MCP tool", "        mcp: crm", "        mcp: crm\n        subject: tools.lookup", "orders.yaml:23: tool lookup comes from MCP server crm"},
@@ -270,6 +271,9 @@ func TestMCPDeclarationErrorsNameTheLine(t *testing.T) {
 			_, err := spec.Parse("orders.yaml", []byte(doc))
 			if !errors.Is(err, spec.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v; want one containing %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error %v shows the URL's password", err)
 			}
 		})
 	}
