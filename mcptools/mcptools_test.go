@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/mcptools"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetest"
 )
 
 // tools converts the shop's tools with o and returns them by name.
@@ -284,5 +288,80 @@ func TestOptionsNamingMissingToolsAreRefused(t *testing.T) {
 	_ = srv.Close()
 	if _, err := srv.Tools(ctx, mcptools.Options{}); !errors.Is(err, mcptools.ErrClosed) {
 		t.Errorf("Tools after Close: %v; want ErrClosed", err)
+	}
+}
+
+// gatedTransport holds each Connect until its gate opens, as a server
+// slow to start would.
+type gatedTransport struct {
+	mcp.Transport
+	gate     <-chan struct{}
+	entering *atomic.Int32
+}
+
+func (g gatedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	g.entering.Add(1)
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Transport.Connect(ctx)
+}
+
+// TestASlowReconnectHoldsNoCallPastItsDeadline: while one call connects a
+// new session to a server slow to start, another call waits only as long
+// as its own context lets it, and fails not applied: it was never sent.
+// Once the session is up, calls go through it.
+func TestASlowReconnectHoldsNoCallPastItsDeadline(t *testing.T) {
+	s := &shop{refunds: map[string]int{}}
+	tr := inMemory(t, s)
+	gate := make(chan struct{})
+	var gated atomic.Bool
+	var entering atomic.Int32
+	srv := dial(t, transport{dial: func() mcp.Transport {
+		inner := tr.dial()
+		if !gated.Load() {
+			return inner
+		}
+		return gatedTransport{Transport: inner, gate: gate, entering: &entering}
+	}})
+	lookup := tools(t, srv, mcptools.Options{Only: []string{"lookup"}})["lookup"]
+	call := func(ctx context.Context) error {
+		_, err := lookup.Call(ctx, salvage.ToolCall{IdempotencyKey: "k", Input: json.RawMessage(`{}`)})
+		return err
+	}
+	gated.Store(true)
+	tr.lose()
+	// Calls fail on the lost session until one sees it lost and dials.
+	first := make(chan error, 1)
+	go func() {
+		for {
+			err := call(context.Background())
+			if err == nil || entering.Load() > 0 {
+				first <- err
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	salvagetest.Eventually(t, 10*time.Second, func() bool { return entering.Load() > 0 }, "no call began to connect")
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err := call(short)
+	cancel()
+	if !errors.Is(err, salvage.ErrTimeout) || recovery.OutcomeUnknown(err) {
+		t.Errorf("a call waiting for another's dial past its deadline: %v; want a timeout, not applied", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the dialling call returned before its server started: %v", err)
+	default:
+	}
+	close(gate)
+	if err := <-first; err != nil {
+		t.Errorf("the dialling call: %v", err)
+	}
+	if err := call(context.Background()); err != nil {
+		t.Errorf("a call on the new session: %v", err)
 	}
 }

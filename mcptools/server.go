@@ -33,6 +33,7 @@ type Server struct {
 	mu       sync.Mutex
 	session  *mcp.ClientSession
 	lost     chan struct{} // closed when session ends
+	dialing  chan struct{} // closed when the dial under way ends
 	name     string
 	closed   bool
 	lastDial time.Time
@@ -46,9 +47,7 @@ func Dial(ctx context.Context, t Transport) (*Server, error) {
 		return nil, errors.New("mcptools: Dial needs a Transport")
 	}
 	s := &Server{transport: t, client: mcp.NewClient(&mcp.Implementation{Name: "salvage", Version: "1"}, nil)}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.dialLocked(ctx); err != nil {
+	if _, err := s.current(ctx); err != nil {
 		// Not a call's error: the reason alone, unclassified.
 		var ce *salvage.CallError
 		if errors.As(err, &ce) {
@@ -81,36 +80,64 @@ func (s *Server) Close() error {
 }
 
 // current returns a live session, connecting a new one when the last was
-// lost.
+// lost. One call dials at a time, outside the lock; the others wait for
+// it as long as their contexts let them.
 func (s *Server) current(ctx context.Context) (*mcp.ClientSession, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	if s.session != nil {
-		select {
-		case <-s.lost:
-		default:
-			return s.session, nil
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrClosed
 		}
-		_ = s.session.Close()
-		s.session = nil
+		if s.session != nil {
+			select {
+			case <-s.lost:
+				_ = s.session.Close()
+				s.session = nil
+			default:
+				cs := s.session
+				s.mu.Unlock()
+				return cs, nil
+			}
+		}
+		if wait := s.dialing; wait != nil {
+			s.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				// Never sent: waiting for another call's dial.
+				return nil, salvage.NotApplied(salvage.Timeout(fmt.Errorf("mcptools: waiting for a session: %w", ctx.Err())))
+			}
+		}
+		if s.dialErr != nil && time.Since(s.lastDial) < redialEvery {
+			err := s.dialErr
+			s.mu.Unlock()
+			return nil, err
+		}
+		done := make(chan struct{})
+		s.dialing, s.lastDial = done, time.Now()
+		s.mu.Unlock()
+		return s.dial(ctx, done)
 	}
-	if time.Since(s.lastDial) < redialEvery && s.dialErr != nil {
-		return nil, s.dialErr
-	}
-	return s.dialLocked(ctx)
 }
 
-// dialLocked connects a new session; s.mu is held.
-func (s *Server) dialLocked(ctx context.Context) (*mcp.ClientSession, error) {
-	s.lastDial = time.Now()
+// dial connects a new session without holding s.mu, then records the
+// outcome under it and closes done, waking the calls that waited.
+func (s *Server) dial(ctx context.Context, done chan struct{}) (*mcp.ClientSession, error) {
 	cs, err := s.client.Connect(ctx, s.transport(), nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dialing = nil
+	defer close(done)
 	if err != nil {
 		// The call never reached the server: nothing to verify.
 		s.dialErr = salvage.NotApplied(salvage.Transient(503, fmt.Errorf("mcptools: connect: %w", err)))
 		return nil, s.dialErr
+	}
+	if s.closed {
+		_ = cs.Close()
+		return nil, ErrClosed
 	}
 	s.dialErr = nil
 	lost := make(chan struct{})
