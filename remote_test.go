@@ -210,7 +210,13 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 		t.Fatalf("envelope = %+v, %v", d.Envelope, err)
 	}
 
-	// Fixed, and replayed: stage 1's answered turn is not asked again.
+	// Fixed, and replayed once the orchestrator has settled it (a replay
+	// while it runs the envelope's strategy is refused): stage 1's
+	// answered turn is not asked again.
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		d, err := c.ShowEnvelope(ctx, list.Envelopes[0].ID)
+		return err == nil && d.Record.Status.Final()
+	}, "the envelope to settle")
 	upper := svc.count("agents.upper")
 	svc.mu.Lock()
 	delete(svc.fail, "agents.measure")

@@ -52,6 +52,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // MetaIdempotencyKey is the _meta key of a call's idempotency key.
@@ -310,8 +311,13 @@ func usageOf(meta mcp.Meta) (*salvage.Usage, error) {
 	if err := dec.Decode(&u); err != nil {
 		return nil, fmt.Errorf("%w: _meta[%q] is not {\"model\", \"prompt_tokens\", \"completion_tokens\"}: %v", salvage.ErrBadUsage, MetaUsage, err)
 	}
+	// As a NATS tool's model header is: a name, not a document.
+	u.Model = streams.Clip(u.Model, modelNameMax)
 	return &u, nil
 }
+
+// modelNameMax bounds the model name a result reports.
+const modelNameMax = 256
 
 // arguments is the call's input as MCP arguments, with the idempotency
 // key set when the schema declares it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/salvagehq/salvage/mcptools"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // tools converts the shop's tools with o and returns them by name.
@@ -132,7 +134,7 @@ func TestCallsCarryKeysAndResults(t *testing.T) {
 			{"lookup", "k-lookup", `{"customer":"c-1","tier":"gold"}`, nil},
 			{"update-address", "k-update", `"address updated"`, nil},
 			{"issue-refund", "k-refund", `{"refund":"rf-k-refund"}`, nil},
-			{"summarize", "k-sum", `"a summary"`, &salvage.Usage{Model: "m-1", PromptTokens: 120, CompletionTokens: 34}},
+			{"summarize", "k-sum", `"a summary"`, &salvage.Usage{Model: streams.Clip("m-1"+strings.Repeat("x", 1000), 256), PromptTokens: 120, CompletionTokens: 34}},
 		} {
 			res, err := call(c.tool, c.key)
 			if err != nil || string(res.Output) != c.out {

@@ -66,7 +66,7 @@ func (s *shop) server() *mcp.Server {
 	})
 	add("summarize", obj(nil), &mcp.ToolAnnotations{ReadOnlyHint: true}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		r := text("a summary")
-		r.Meta = mcp.Meta{mcptools.MetaUsage: map[string]any{"model": "m-1", "prompt_tokens": 120, "completion_tokens": 34}}
+		r.Meta = mcp.Meta{mcptools.MetaUsage: map[string]any{"model": "m-1" + strings.Repeat("x", 1000), "prompt_tokens": 120, "completion_tokens": 34}}
 		return r, nil
 	})
 	add("bad-usage", obj(nil), &mcp.ToolAnnotations{ReadOnlyHint: true}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
