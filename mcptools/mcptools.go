@@ -68,6 +68,13 @@ const MetaUsage = "io.salvagehq/usage"
 // key when a tool's input schema declares it.
 const IdempotencyArgument = "idempotency_key"
 
+// MaxTools bounds the tools one server may list: a listing past it is
+// refused (ErrTooManyTools) rather than read without end.
+const MaxTools = 10_000
+
+// ErrTooManyTools is returned for a server that lists over MaxTools tools.
+var ErrTooManyTools = errors.New("mcptools: too many tools")
+
 // ErrNoTool is returned for an option naming a tool the server does not
 // list.
 var ErrNoTool = errors.New("mcptools: no such tool on the server")
@@ -121,6 +128,9 @@ func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return nil, fmt.Errorf("mcptools: list tools: %w", err)
+		}
+		if len(order) == MaxTools {
+			return nil, fmt.Errorf("%w: the server lists over %d", ErrTooManyTools, MaxTools)
 		}
 		listed[t.Name] = t
 		order = append(order, t.Name)
@@ -367,7 +377,12 @@ func declares(schema any, name string) bool {
 
 var notToken = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
-// token makes a server's name a subject token for the breaker.
+// systemMax bounds the breaker system a server's name becomes.
+const systemMax = 64
+
+// token makes a server's name a subject token for the breaker, at most
+// systemMax bytes.
 func token(name string) string {
-	return strings.Trim(notToken.ReplaceAllString(name, "-"), "-")
+	t := strings.Trim(notToken.ReplaceAllString(name, "-"), "-")
+	return strings.TrimRight(t[:min(len(t), systemMax)], "-")
 }

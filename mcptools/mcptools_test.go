@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -365,5 +366,36 @@ func TestASlowReconnectHoldsNoCallPastItsDeadline(t *testing.T) {
 	}
 	if err := call(context.Background()); err != nil {
 		t.Errorf("a call on the new session: %v", err)
+	}
+}
+
+// TestListingsAndNamesAreBounded: a server listing more than MaxTools
+// tools is refused, not read without end, and a long server name makes
+// a breaker system of at most 64 bytes of token characters.
+func TestListingsAndNamesAreBounded(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "a very / long: name " + strings.Repeat("x", 200), Version: "1"}, nil)
+	h := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}
+	srv.AddTool(&mcp.Tool{Name: "t-0", InputSchema: obj(nil), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, h)
+	connect := func() mcp.Transport {
+		st, ct := mcp.NewInMemoryTransports()
+		ss, err := srv.Connect(context.Background(), st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ss.Close() })
+		return ct
+	}
+	s := dial(t, transport{dial: connect})
+	ts := tools(t, s, mcptools.Options{})
+	if sys := ts["t-0"].System; len(sys) > 64 || sys != "a-very-long-name-"+strings.Repeat("x", 47) {
+		t.Errorf("system %q (%d bytes); want the name as a token, cut to 64", sys, len(sys))
+	}
+	for i := 1; i <= mcptools.MaxTools; i++ {
+		srv.AddTool(&mcp.Tool{Name: fmt.Sprintf("t-%d", i), InputSchema: obj(nil)}, h)
+	}
+	if _, err := s.Tools(context.Background(), mcptools.Options{}); !errors.Is(err, mcptools.ErrTooManyTools) {
+		t.Errorf("a listing of %d tools: %v; want ErrTooManyTools", mcptools.MaxTools+1, err)
 	}
 }
