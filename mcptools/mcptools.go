@@ -23,7 +23,7 @@
 // (MetaIdempotencyKey), and as an argument too when the tool's input schema
 // declares one (IdempotencyArgument): a server that honours it makes a
 // repeated call a no-op. A result with isError is the tool's own answer: a
-// permanent failure. A 429 from a streamable HTTP server is rate-limited,
+// permanent failure, unless Options.Classify says otherwise. A 429 from a streamable HTTP server is rate-limited,
 // its Retry-After honoured; a context deadline is a timeout; a JSON-RPC
 // "method not found" or "invalid params" is permanent and not applied;
 // any other JSON-RPC or transport error, and a lost session, is transient
@@ -88,6 +88,12 @@ type Options struct {
 	Only []string
 	// Tools overrides the annotations' defaults, by tool name.
 	Tools map[string]ToolOptions
+	// Classify, when set, decides what a result with isError means: it
+	// returns the error the call fails with (salvage.RateLimited,
+	// salvage.Transient, salvage.Permanent, …; wrap with
+	// salvage.NotApplied what surely did not take effect), or nil to keep
+	// the default, permanent (422). A plain error is transient.
+	Classify func(tool string, res *mcp.CallToolResult) error
 	// Timeout bounds each call and each verification of a tool whose
 	// ToolOptions set none. Default salvage.ServiceTimeoutDefault. A call
 	// past it is a timeout: its outcome unknown, so a side effect is
@@ -160,7 +166,7 @@ func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
 		}
 		to := o.Tools[name]
 		to.Timeout = cmp.Or(to.Timeout, o.Timeout, salvage.ServiceTimeoutDefault)
-		t, err := s.convert(listed, listed[name], system, to, compensations[name])
+		t, err := s.convert(listed, listed[name], system, to, compensations[name], o.Classify)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +183,8 @@ func (s *Server) Tools(ctx context.Context, o Options) ([]salvage.Tool, error) {
 // A compensation's input already carries idempotency_key: the key of the
 // effect it undoes (salvage.CompensationInput), which its own key must
 // not replace.
-func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string, to ToolOptions, compensation bool) (salvage.Tool, error) {
+func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string, to ToolOptions, compensation bool,
+	classify func(string, *mcp.CallToolResult) error) (salvage.Tool, error) {
 	readOnly, idempotent := false, false
 	if a := t.Annotations; a != nil {
 		readOnly, idempotent = a.ReadOnlyHint, a.IdempotentHint
@@ -189,7 +196,7 @@ func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string
 		idempotent = *to.Idempotent
 	}
 	keyArg := declares(t.InputSchema, IdempotencyArgument) && !compensation
-	tool := salvage.Tool{Name: t.Name, System: system, Call: s.caller(t.Name, keyArg, to.Timeout)}
+	tool := salvage.Tool{Name: t.Name, System: system, Call: s.caller(t.Name, keyArg, to.Timeout, classify)}
 	if readOnly {
 		return tool, nil
 	}
@@ -219,8 +226,9 @@ func (s *Server) callTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Call
 }
 
 // caller makes one MCP call: the idempotency key in _meta, and in the
-// arguments when the schema declares it.
-func (s *Server) caller(name string, keyArg bool, timeout time.Duration) func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+// arguments when the schema declares it; an isError result is classify's
+// to class, permanent by default.
+func (s *Server) caller(name string, keyArg bool, timeout time.Duration, classify func(string, *mcp.CallToolResult) error) func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
 	return func(ctx context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -237,7 +245,12 @@ func (s *Server) caller(name string, keyArg bool, timeout time.Duration) func(ct
 			return salvage.ToolResult{}, salvage.Permanent(502, fmt.Errorf("mcp tool %s: %w", name, err))
 		}
 		if res.IsError {
-			return salvage.ToolResult{}, salvage.Permanent(422, fmt.Errorf("mcp tool %s answered with an error: %s", name, out))
+			if classify != nil {
+				if err := classify(name, res); err != nil {
+					return salvage.ToolResult{}, err
+				}
+			}
+			return salvage.ToolResult{}, salvage.Permanent(422, fmt.Errorf("mcp tool %s answered with an error: %s", name, streams.Clip(string(out), errorTextMax)))
 		}
 		usage, err := usageOf(res.Meta)
 		if err != nil {
@@ -325,6 +338,9 @@ func usageOf(meta mcp.Meta) (*salvage.Usage, error) {
 	u.Model = streams.Clip(u.Model, modelNameMax)
 	return &u, nil
 }
+
+// errorTextMax bounds how much of an isError answer its error quotes.
+const errorTextMax = 1024
 
 // modelNameMax bounds the model name a result reports.
 const modelNameMax = 256

@@ -220,6 +220,19 @@ func TestErrorsByKind(t *testing.T) {
 				}
 			})
 		}
+		// Options.Classify decides what an isError answer means.
+		classified := tools(t, srv, mcptools.Options{Only: []string{"close-account", "lookup"},
+			Classify: func(tool string, res *mcp.CallToolResult) error {
+				if tool == "close-account" && len(res.Content) == 1 {
+					return salvage.NotApplied(salvage.RateLimited(3*time.Second, errors.New("the account service asks to wait")))
+				}
+				return nil
+			}})
+		_, err := classified["close-account"].Call(context.Background(), salvage.ToolCall{IdempotencyKey: "k-c", Input: json.RawMessage(`{}`)})
+		var ce *salvage.CallError
+		if !errors.As(err, &ce) || recovery.ClassOf(err) != recovery.ClassRateLimited || ce.RetryAfter != 3*time.Second {
+			t.Errorf("an isError answer the classifier calls rate-limited: %v", err)
+		}
 		// Options.Timeout bounds a call whose context has no deadline.
 		bounded, err := srv.Tools(context.Background(), mcptools.Options{Only: []string{"slow"}, Timeout: 100 * time.Millisecond})
 		if err != nil {
