@@ -140,7 +140,16 @@ func JournalKey(job string, chunk, epoch, stage int, agent string, seq int) stri
 // IdempotencyKey is sha256(job, chunk, epoch, stage, agent, seq): the key an
 // external system sees, the same on every retry, redelivery and resume.
 func IdempotencyKey(job string, chunk, epoch, stage int, agent string, seq int) string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%s\x00%d", job, chunk, epoch, stage, agent, seq)))
+	// The bytes of fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%s\x00%d", …),
+	// built without fmt: a key is made for every call.
+	b := make([]byte, 0, 64+len(job)+len(agent))
+	b = append(append(b, job...), 0)
+	b = append(strconv.AppendInt(b, int64(chunk), 10), 0)
+	b = append(strconv.AppendInt(b, int64(epoch), 10), 0)
+	b = append(strconv.AppendInt(b, int64(stage), 10), 0)
+	b = append(append(b, agent...), 0)
+	b = strconv.AppendInt(b, int64(seq), 10)
+	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
 

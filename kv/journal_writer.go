@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -108,9 +107,9 @@ func (j *Journal) Put(ctx context.Context, row JournalRow, expect uint64) (uint6
 // waits for the write's result. A call's SUCCEEDED or FAILED row need not
 // hold the call up: it is waited for before the stage's checkpoint write.
 func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
-	data, err := json.Marshal(row)
+	data, err := encodeRow(&row)
 	if err != nil {
-		return nil, fmt.Errorf("kv: encode journal row %s: %w", row.Key, err)
+		return nil, err
 	}
 	m := nats.NewMsg("$KV." + BucketJournal + "." + row.Key)
 	m.Data = data

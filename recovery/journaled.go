@@ -36,10 +36,11 @@ type Replay struct {
 	pending []pendingRow
 }
 
-// pendingRow is a row written without waiting.
+// pendingRow is a row written without waiting: its key and status (the
+// row itself is in Replay.rows), and what waits for its write.
 type pendingRow struct {
-	row  kv.JournalRow
-	wait func(context.Context) (uint64, error)
+	key, status string
+	wait        func(context.Context) (uint64, error)
 }
 
 // NewReplay wraps rows (from kv.Journal.Load) for a chunk run.
@@ -94,7 +95,7 @@ func (r *Replay) putLater(row kv.JournalRow) error {
 	if err != nil {
 		return err
 	}
-	r.pending = append(r.pending, pendingRow{row: row, wait: wait})
+	r.pending = append(r.pending, pendingRow{key: row.Key, status: row.Status, wait: wait})
 	// Later reads of the key in this run see the row it will hold.
 	r.rows[row.Key] = kv.StoredRow{JournalRow: row, Seq: r.rows[row.Key].Seq}
 	return nil
@@ -113,12 +114,15 @@ func (r *Replay) Flush(ctx context.Context) error {
 	for _, p := range pending {
 		seq, err := p.wait(ctx)
 		if err != nil {
-			first = cmp.Or(first, fmt.Errorf("journal %s: %w", p.row.Key, err))
+			first = cmp.Or(first, fmt.Errorf("journal %s: %w", p.key, err))
 			continue
 		}
 		r.mu.Lock()
-		if r.rows[p.row.Key].Status == p.row.Status {
-			r.rows[p.row.Key] = kv.StoredRow{JournalRow: p.row, Seq: seq}
+		// The next write of the key expects this one, unless a later row
+		// of another status replaced it meanwhile.
+		if cur := r.rows[p.key]; cur.Status == p.status {
+			cur.Seq = seq
+			r.rows[p.key] = cur
 		}
 		r.mu.Unlock()
 	}
