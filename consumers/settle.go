@@ -124,7 +124,7 @@ func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject stri
 	for range 4 {
 		var raw *jetstream.RawStreamMsg
 		err := streams.Retry(ctx, func(ctx context.Context) error {
-			s, err := js.Stream(ctx, streams.Backlog)
+			s, err := streamHandle(ctx, js, streams.Backlog)
 			if err != nil {
 				return err
 			}
@@ -166,7 +166,7 @@ func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject stri
 // deleteMsg removes a message; one already gone is not an error.
 func deleteMsg(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) error {
 	err := streams.Retry(ctx, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, stream)
+		s, err := streamHandle(ctx, js, stream)
 		if err != nil {
 			return err
 		}
