@@ -167,17 +167,19 @@ func (m *Model) attempt(key string) int {
 
 // uniform draws in [0,1) from the seed and the given parts.
 func (m *Model) uniform(kind, key string, n int) float64 {
-	h := sha256.New()
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], uint64(m.cfg.Seed))
-	binary.LittleEndian.PutUint64(b[8:], uint64(n))
-	h.Write(b[:])
-	h.Write([]byte(kind))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	sum := h.Sum(nil)
+	bp := drawBufs.Get().(*[]byte)
+	b := binary.LittleEndian.AppendUint64((*bp)[:0], uint64(m.cfg.Seed))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n))
+	b = append(append(append(b, kind...), 0), key...)
+	sum := sha256.Sum256(b)
+	*bp = b
+	drawBufs.Put(bp)
 	return float64(binary.LittleEndian.Uint64(sum[:8])>>11) / (1 << 53)
 }
+
+// drawBufs holds the buffers uniform hashes its parts in: a draw is made
+// for every simulated call, keyed by a prompt of a kilobyte or more.
+var drawBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // latency draws a log-normal latency around the median.
 func (m *Model) latency(key string, n int) time.Duration {
