@@ -76,8 +76,9 @@ print one table:
                review: 116 zero-latency calls per chunk, --jobs jobs of --chunks chunks
                in flight, --concurrency chunks at once), under sync_interval always and
                the server default, beside the raw JetStream floor measured on the same
-               server: atomic batches of 100 and pipelined async publishes of 512 bytes;
-               then the same on three nats-server processes with R3 streams (--nats-server,
+               server: atomic batches of 100 and pipelined async publishes of 512 bytes,
+               and (shown, not targeted) a journal row's cost alone: async publishes of
+               1,000 bytes, each under a key of its own expected to be new; then the same on three nats-server processes with R3 streams (--nats-server,
                else nats-server on PATH, else ./bin/nats-server; skipped without one);
   critical     the reference job (22 chunks x 116 calls, 15 ms per model call) on the
                default concurrency, against its critical path computed from its stages;
@@ -150,11 +151,11 @@ func (r *benchReport) print(w io.Writer) {
 	fmt.Fprintf(tw, "Reference figures (measured on %s, fsync on): DBOS Transact %s steps/s, River %s jobs/s (FetchCooldown 1 ms)\n\n",
 		refMachine, refDBOS, thousands(refRiverJobsPerSec))
 	if len(r.Throughput) > 0 {
-		fmt.Fprintln(tw, "THROUGHPUT\tservers\tsync_interval\tjournal\tcalls/s\tchunks/s\trows/flush\tfloor: batches/s\tfloor: async/s\tcalls/floor\ttarget")
+		fmt.Fprintln(tw, "THROUGHPUT\tservers\tsync_interval\tjournal\tcalls/s\tchunks/s\trows/flush\tfloor: batches/s\tfloor: async/s\tfloor: rows/s\tcalls/floor\ttarget")
 		for _, t := range r.Throughput {
-			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%.2f (%s)\t%s\n",
+			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t%.2f (%s)\t%s\n",
 				t.Jobs, t.Chunks, t.CallsPerChunk, t.Concurrency, t.Servers, t.SyncInterval, t.Journal, thousands(int(t.CallsPerSec)), t.ChunksPerSec,
-				t.RowsPerFlush, thousands(int(t.FloorBatchPerSec)), thousands(int(t.FloorAsyncPerSec)), t.FloorRatio, t.FloorKind, t.verdict())
+				t.RowsPerFlush, thousands(int(t.FloorBatchPerSec)), thousands(int(t.FloorAsyncPerSec)), thousands(int(t.FloorRowsPerSec)), t.FloorRatio, t.FloorKind, t.verdict())
 		}
 		if r.ClusterSkipped != "" {
 			fmt.Fprintf(tw, "  cluster row skipped: %s\n", r.ClusterSkipped)

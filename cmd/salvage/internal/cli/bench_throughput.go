@@ -25,6 +25,9 @@ const (
 	floorPayload    = 512
 	floorBatch      = 100
 	floorPublishers = 4
+	// floorRowPayload is a journal row's size (0.97 KiB a row in the
+	// storage table of docs/benchmarks.md).
+	floorRowPayload = 1000
 )
 
 // throughputRow is one sync_interval's throughput and floors.
@@ -43,6 +46,11 @@ type throughputRow struct {
 	RowsPerFlush     float64 `json:"rows_per_flush"`
 	FloorBatchPerSec float64 `json:"floor_atomic_batch_msgs_per_sec"`
 	FloorAsyncPerSec float64 `json:"floor_async_msgs_per_sec"`
+	// FloorRowsPerSec is what one call's row costs JetStream by itself:
+	// async publishes of a row's size, each to a key of its own with the
+	// expected-last-sequence check a row's write carries. Shown beside the
+	// async floor, not taken as the target's.
+	FloorRowsPerSec float64 `json:"floor_kv_rows_per_sec"`
 	// FloorKind names the floor the ratio is taken against: atomic
 	// batches under always, async publishes under the default.
 	FloorKind  string  `json:"floor_kind"`
@@ -143,6 +151,9 @@ func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string
 	if row.FloorAsyncPerSec, err = floorAsync(ctx, s.js, s.replicas); err != nil {
 		return row, fmt.Errorf("async floor: %w", err)
 	}
+	if row.FloorRowsPerSec, err = floorRows(ctx, s.js, s.replicas); err != nil {
+		return row, fmt.Errorf("row floor: %w", err)
+	}
 	floor := row.FloorAsyncPerSec
 	if row.FloorKind == "batches" {
 		floor = row.FloorBatchPerSec
@@ -228,6 +239,35 @@ func floorAsync(ctx context.Context, js jetstream.JetStream, replicas int) (floa
 	start := time.Now()
 	for i := range floorMsgs {
 		if _, err := js.PublishAsync(name+"."+strconv.Itoa(i%64), payload, jetstream.WithStallWait(time.Minute)); err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return float64(floorMsgs) / time.Since(start).Seconds(), floorStored(ctx, js, name)
+}
+
+// floorRows stores floorMsgs journal-sized rows with pipelined async
+// publishes, each under a key of its own in a stream kept like a KV
+// bucket (a few messages a subject) and expecting the key to be new, as
+// a call's row is written; it returns rows/s.
+func floorRows(ctx context.Context, js jetstream.JetStream, replicas int) (float64, error) {
+	const name = "FLOOR_ROWS"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, MaxMsgsPerSubject: 5,
+		Discard: jetstream.DiscardNew, AllowDirect: true, Replicas: replicas}); err != nil {
+		return 0, err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
+	payload := make([]byte, floorRowPayload)
+	start := time.Now()
+	for i := range floorMsgs {
+		m := nats.NewMsg(name + ".JOB." + strconv.Itoa(i/116) + ".0.2.agent." + strconv.Itoa(i%116))
+		m.Data = payload
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, err
 		}
 	}
