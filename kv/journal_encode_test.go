@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // TestEncodeRowIsJSONMarshal: the hand-written encoder writes the bytes
@@ -128,7 +129,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 		if err := json.Unmarshal(got, &back); err != nil {
 			t.Fatal(err)
 		}
-		if back.Key != row.Key && !strings.ContainsAny(row.Key, "\xff") {
+		if back.Key != row.Key && utf8.ValidString(row.Key) {
 			t.Fatalf("row %d: key %q decoded as %q", i, row.Key, back.Key)
 		}
 	}
