@@ -151,6 +151,10 @@ type Call struct {
 	Usage *Usage `json:"usage,omitempty"`
 	// Orphan marks a call of an earlier epoch no run will reach again.
 	Orphan bool `json:"orphan,omitempty"`
+	// RetentionRewrite is set on a row retention wrote again (to give it
+	// a TTL, or to take one back): the same call and outcome, not an event
+	// of its own, which counters of calls skip.
+	RetentionRewrite bool `json:"retention_rewrite,omitempty"`
 	// History holds the earlier outcomes of this call a re-run replaced,
 	// oldest first.
 	History    []CallAttempt `json:"history,omitempty"`

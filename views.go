@@ -71,7 +71,7 @@ func callOf(r kv.JournalRow) Call {
 		Tool: r.Tool, System: r.System, InputHash: r.InputHash, Output: r.Output, Status: CallStatus(r.Status),
 		IdempotencyKey: r.IdempotencyKey, Attempts: r.Attempts, LatencyMS: r.LatencyMS, Error: r.Error,
 		ErrorClass: r.ErrorClass, ErrorStatus: r.ErrorStatus, Verified: r.Verified, Usage: r.Usage, Orphan: r.Orphan,
-		TraceID: r.TraceID, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+		RetentionRewrite: r.RetentionRewrite, TraceID: r.TraceID, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
 	if f := r.Fingerprint; f != nil {
 		// The compensation's own key is the machinery's.
 		out.Fingerprint = &Fingerprint{System: f.System, ResourceID: f.ResourceID, Reversible: f.Reversible, Compensation: f.Compensation}

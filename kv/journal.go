@@ -88,6 +88,10 @@ type JournalRow struct {
 	History []PastAttempt `json:"history,omitempty"`
 	// HistoryDropped counts earlier outcomes beyond HistoryMax.
 	HistoryDropped int `json:"history_dropped,omitempty"`
+	// RetentionRewrite marks a row retention wrote again to give it a
+	// TTL, or to take one back: the same call and outcome, not an event of
+	// its own. Every other write clears it.
+	RetentionRewrite bool `json:"retention_rewrite,omitempty"`
 }
 
 // historyMax bounds JournalRow.History.

@@ -140,6 +140,7 @@ func appendRow(b []byte, row *JournalRow) ([]byte, bool, error) {
 		raw("history", row.History)
 	}
 	num("history_dropped", row.HistoryDropped, true)
+	flag("retention_rewrite", row.RetentionRewrite)
 	return append(b, '}'), ok, nil
 }
 

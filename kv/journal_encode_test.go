@@ -27,7 +27,7 @@ func TestEncodeRowIsJSONMarshal(t *testing.T) {
 		Fingerprint: &Fingerprint{System: "payments", ResourceID: "r-1", Reversible: true, Compensation: "cancel-refund", CompensationKey: "k"},
 		Error:       "earlier: 503", ErrorClass: "transient", ErrorStatus: 503, RetryableAfterCompensation: true, Verified: true,
 		Usage: &Usage{Model: "m", PromptTokens: 120, CompletionTokens: 3}, Orphan: true, TraceID: "0af7651916cd43dd8448eb211c80319c",
-		StartedAt: now, FinishedAt: now.Add(time.Millisecond), HistoryDropped: 2,
+		StartedAt: now, FinishedAt: now.Add(time.Millisecond), HistoryDropped: 2, RetentionRewrite: true,
 		History: []PastAttempt{{Status: CallFailed, Error: "boom", Attempts: 4, StartedAt: now}},
 	}
 	rows := map[string]JournalRow{
@@ -103,7 +103,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 			IdempotencyKey: str(), Attempts: r.IntN(5), LatencyMS: r.Float64() * math.Pow(10, float64(r.IntN(12)-4)),
 			Error: str(), ErrorClass: str(), ErrorStatus: r.IntN(600), RetryableAfterCompensation: r.IntN(2) == 0,
 			Verified: r.IntN(2) == 0, Orphan: r.IntN(2) == 0, TraceID: str(),
-			StartedAt: time.Unix(r.Int64N(4e9), r.Int64N(1e9)).UTC(), HistoryDropped: r.IntN(3),
+			StartedAt: time.Unix(r.Int64N(4e9), r.Int64N(1e9)).UTC(), HistoryDropped: r.IntN(3), RetentionRewrite: r.IntN(2) == 0,
 		}
 		if r.IntN(2) == 0 {
 			row.FinishedAt = row.StartedAt.Add(time.Duration(r.IntN(1e9)))

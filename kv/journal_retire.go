@@ -130,7 +130,9 @@ func (j *Journal) rewrite(ctx context.Context, rows map[string]StoredRow, ttl fu
 		if !write {
 			continue
 		}
-		data, err := json.Marshal(row.JournalRow)
+		rewritten := row.JournalRow
+		rewritten.RetentionRewrite = true
+		data, err := json.Marshal(rewritten)
 		if err != nil {
 			return 0, fmt.Errorf("kv: encode journal row %s: %w", key, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -137,12 +138,8 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 // traceparent of its job's trace.
 func TestJournalRowsCarryTheTrace(t *testing.T) {
 	t.Parallel()
-	b := salvagetest.StartServer(t)
+	b, st := provisioned(t)
 	ctx := context.Background()
-	st, err := kv.Provision(ctx, b.JS, kv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := row("T", 1, 1, kv.CallInitiated)
 	r.TraceID = streams.DeriveTraceID("T")
 	seq, err := st.Journal.Put(ctx, r, 0)
@@ -157,4 +154,50 @@ func TestJournalRowsCarryTheTrace(t *testing.T) {
 	if id, ok := streams.ParseTraceParent(m.Header.Get(streams.HeaderTraceParent)); !ok || id != r.TraceID {
 		t.Fatalf("traceparent %q, want trace %s", m.Header.Get(streams.HeaderTraceParent), r.TraceID)
 	}
+}
+
+// TestRetentionRewritesAreMarked: a row retention writes again says so
+// (retention_rewrite), taking its TTL back says so too, and the next
+// write through the journal — a call's new outcome — never does.
+func TestRetentionRewritesAreMarked(t *testing.T) {
+	t.Parallel()
+	_, st := provisioned(t)
+	ctx := context.Background()
+	r := row("R", 1, 1, kv.CallSucceeded)
+	if _, err := st.Journal.Put(ctx, r, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Journal.Retire(ctx, "R", 1, kv.RowRetention{Calls: time.Hour, Effects: time.Hour}); err != nil || got.Kept != 1 {
+		t.Fatalf("Retire = %+v, %v; want 1 kept", got, err)
+	}
+	kept, err := st.Journal.Get(ctx, r.Key)
+	if err != nil || !kept.RetentionRewrite || kept.Status != kv.CallSucceeded {
+		t.Fatalf("retired row = %+v, %v; want SUCCEEDED, marked a retention rewrite", kept.JournalRow, err)
+	}
+	if n, err := st.Journal.Unretire(ctx, "R", 1); err != nil || n != 1 {
+		t.Fatalf("Unretire = %d, %v; want 1", n, err)
+	}
+	back, err := st.Journal.Get(ctx, r.Key)
+	if err != nil || !back.RetentionRewrite {
+		t.Fatalf("unretired row = %+v, %v; want marked a retention rewrite", back.JournalRow, err)
+	}
+	again := back.JournalRow
+	again.Status = kv.CallFailed
+	if _, err := st.Journal.Put(ctx, again, back.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Journal.Get(ctx, r.Key); err != nil || got.RetentionRewrite || got.Status != kv.CallFailed {
+		t.Fatalf("row written again = %+v, %v; want FAILED, not marked", got.JournalRow, err)
+	}
+}
+
+// provisioned starts a server and provisions Salvage's stores on it.
+func provisioned(t *testing.T) (*salvagetest.Server, *kv.Stores) {
+	t.Helper()
+	b := salvagetest.StartServer(t)
+	st, err := kv.Provision(context.Background(), b.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, st
 }

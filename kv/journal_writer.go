@@ -107,6 +107,8 @@ func (j *Journal) Put(ctx context.Context, row JournalRow, expect uint64) (uint6
 // waits for the write's result. A call's SUCCEEDED or FAILED row need not
 // hold the call up: it is waited for before the stage's checkpoint write.
 func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
+	// A write through the journal is an event: a call began or ended.
+	row.RetentionRewrite = false
 	data, err := encodeRow(&row)
 	if err != nil {
 		return nil, err

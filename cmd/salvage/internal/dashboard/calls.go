@@ -11,24 +11,25 @@ import (
 // callStats follows salvage_journal and counts row writes by tool and
 // status: each write is an event (a call began, succeeded, failed, was
 // cancelled or compensated), so a replay that rewrites a FAILED row as
-// SUCCEEDED adds a success and takes nothing away. It also observes the
-// latency of every call that finished while it watched. A watch restart
-// delivers every key's latest row again; those are not counted twice.
+// SUCCEEDED adds a success and takes nothing away; retention's rewrites
+// of a row (Call.RetentionRewrite) are not events. It also observes the
+// latency of every call that finished while it watched. Its memory does
+// not grow with the journal: a watch restart delivers every key's latest
+// row again, in stream order like everything it delivers, so a write is
+// counted once by counting only revisions past the highest one counted.
 type callStats struct {
 	mu       sync.Mutex
-	seen     map[string]uint64 // journal key -> revision last counted
+	high     uint64 // the highest revision counted
 	byStatus map[string]map[string]int
 	latency  *prometheus.HistogramVec
 	// tokens counts model usage by model and kind (prompt, completion),
-	// each call's once: a row rewritten later carries the same usage.
-	tokens    map[string]map[string]int64
-	tokenKeys map[string]bool
+	// from the row that first records a call's success with its usage.
+	tokens map[string]map[string]int64
 }
 
 func newCallStats() *callStats {
 	return &callStats{
-		seen: map[string]uint64{}, byStatus: map[string]map[string]int{},
-		tokens: map[string]map[string]int64{}, tokenKeys: map[string]bool{},
+		byStatus: map[string]map[string]int{}, tokens: map[string]map[string]int64{},
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "salvage_call_duration_seconds", Help: "Latency of journaled calls that succeeded or failed, retries included, by tool and external system (empty for a tool without one).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
@@ -45,10 +46,15 @@ func (c *callStats) update(ch salvage.Change[salvage.Call]) {
 	r := ch.Value
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seen[ch.Key] >= ch.Revision {
+	if ch.Revision <= c.high {
+		// Delivered again by a restarted watch: counted already, or
+		// replaced before this process saw it.
 		return
 	}
-	c.seen[ch.Key] = ch.Revision
+	c.high = ch.Revision
+	if r.RetentionRewrite {
+		return
+	}
 	if c.byStatus[r.Tool] == nil {
 		c.byStatus[r.Tool] = map[string]int{}
 	}
@@ -56,8 +62,9 @@ func (c *callStats) update(ch salvage.Change[salvage.Call]) {
 	if (r.Status == salvage.CallSucceeded || r.Status == salvage.CallFailed) && r.LatencyMS > 0 && !r.Verified {
 		c.latency.WithLabelValues(r.Tool, r.System).Observe(r.LatencyMS / 1000)
 	}
-	if u := r.Usage; u != nil && !c.tokenKeys[ch.Key] {
-		c.tokenKeys[ch.Key] = true
+	// A call's usage is written once, with its success; the rows that
+	// carry it on (a compensation, an orphan's mark) are not new spending.
+	if u := r.Usage; u != nil && r.Status == salvage.CallSucceeded && !r.Orphan {
 		if c.tokens[u.Model] == nil {
 			c.tokens[u.Model] = map[string]int64{}
 		}
