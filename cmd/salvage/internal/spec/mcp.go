@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"sync"
 
@@ -38,9 +40,19 @@ func (s *Servers) Tools(ctx context.Context, server MCPServer, o mcptools.Option
 	defer s.mu.Unlock()
 	srv, ok := s.dialed[server.Name]
 	if !ok {
-		t := mcptools.StreamableHTTP(server.URL, nil)
+		var t mcptools.Transport
 		if len(server.Command) > 0 {
 			t = mcptools.Command(server.Command[0], server.Command[1:]...)
+		} else {
+			var client *http.Client
+			if len(server.Headers) > 0 {
+				h, err := serverHeaders(server, os.LookupEnv)
+				if err != nil {
+					return nil, fmt.Errorf("MCP server %s: %w", server.Name, err)
+				}
+				client = &http.Client{Transport: headerTransport{base: http.DefaultTransport, h: h}}
+			}
+			t = mcptools.StreamableHTTP(server.URL, client)
 		}
 		var err error
 		if srv, err = mcptools.Dial(ctx, t); err != nil {
@@ -132,7 +144,7 @@ func checkServer(m MCPServer) error {
 			return fmt.Errorf("MCP server %s: url %q: want http:// or https:// and a host", m.Name, u.Redacted())
 		}
 	}
-	return nil
+	return checkHeaders(m)
 }
 
 // checkMCPTool checks a tool taken from an MCP server.

@@ -247,10 +247,7 @@ func TestMCPToolsWithoutAConnection(t *testing.T) {
 // tool declaration names its line.
 func TestMCPDeclarationErrorsNameTheLine(t *testing.T) {
 	t.Parallel()
-	base := shopMCP("http://127.0.0.1:1/mcp")
-	for _, tt := range []struct {
-		name, old, new, want string
-	}{
+	declarationErrors(t, "orders.yaml", shopMCP("http://127.0.0.1:1/mcp"), []declarationCase{
 		{"undeclared server", "mcp: crm", "mcp: erp", "orders.yaml:23: MCP server erp is not declared"},
 		{"command and url", "    url: http://127.0.0.1:1/mcp", "    url: http://127.0.0.1:1/mcp\n    command: [x]", "orders.yaml:4: MCP server crm needs a command"},
 		{"neither", "    url: http://127.0.0.1:1/mcp", "", "orders.yaml:4: MCP server crm needs a command"},
@@ -262,18 +259,30 @@ func TestMCPDeclarationErrorsNameTheLine(t *testing.T) {
 		{"verify on a NATS tool", "      - name: ship\n        mcp: shop", "      - name: ship\n        subject: tools.ship\n        verify: x", "are for a tool of an MCP server"},
 		{"its own compensation", "compensation: refund", "compensation: charge", "charge is undone by itself"},
 		{"declared twice", "      - name: ship\n        mcp: shop", "      - name: charge\n        mcp: shop", "tool charge is declared twice"},
-	} {
+	})
+}
+
+// declarationCase is one mistake: the text old of a good document
+// replaced by new, and what the error must say.
+type declarationCase struct{ name, old, new, want string }
+
+// declarationErrors parses base with each mistake in it: the error must
+// be ErrInvalid and say what the case wants, and never show "hunter2",
+// the secret the cases hide in URLs and header values.
+func declarationErrors(t *testing.T, file, base string, cases []declarationCase) {
+	t.Helper()
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := strings.Replace(base, tt.old, tt.new, 1)
 			if doc == base {
 				t.Fatalf("%q is not in the document", tt.old)
 			}
-			_, err := spec.Parse("orders.yaml", []byte(doc))
+			_, err := spec.Parse(file, []byte(doc))
 			if !errors.Is(err, spec.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v; want one containing %q", err, tt.want)
 			}
 			if err != nil && strings.Contains(err.Error(), "hunter2") {
-				t.Errorf("error %v shows the URL's password", err)
+				t.Errorf("error %v shows a secret", err)
 			}
 		})
 	}

@@ -41,6 +41,11 @@ type MCPServer struct {
 	Name    string   `yaml:"name"`
 	Command []string `yaml:"command"`
 	URL     string   `yaml:"url"`
+	// Headers are sent with every request to a URL server: an
+	// Authorization, an API key. A value's ${NAME} is the environment
+	// variable NAME of the process that dials the server, read when it
+	// dials, so a secret need not be in the file.
+	Headers map[string]string `yaml:"headers"`
 }
 
 // Pipeline declares one pipeline.
