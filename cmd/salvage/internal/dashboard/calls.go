@@ -9,21 +9,25 @@ import (
 )
 
 // callStats follows salvage_journal and counts row writes by tool and
-// status: each write is an event (a call began, succeeded, failed, was
-// cancelled or compensated), so a replay that rewrites a FAILED row as
-// SUCCEEDED adds a success and takes nothing away; retention's rewrites
-// of a row (Call.RetentionRewrite) are not events. It also observes the
-// latency of every call that finished while it watched. Its memory does
-// not grow with the journal: a watch restart delivers every key's latest
-// row again, in stream order like everything it delivers, so a write is
-// counted once by counting only revisions past the highest one counted.
+// status. At its start it counts each existing row's latest state once
+// (with its tokens); from then on each write is an event (a call began,
+// succeeded, failed, was cancelled or compensated), so a replay that
+// rewrites a FAILED row as SUCCEEDED adds a success and takes nothing
+// away; retention's rewrites of a row (Call.RetentionRewrite) are not
+// events. It also observes the latency of every call that finished while
+// it watched. Its memory does not grow with the journal: a watch restart
+// delivers every key's latest row again, in stream order like everything
+// it delivers, so a write is counted once by counting only revisions past
+// the highest one counted.
 type callStats struct {
 	mu       sync.Mutex
 	high     uint64 // the highest revision counted
+	started  bool   // the rows that existed at the start are counted
 	byStatus map[string]map[string]int
 	latency  *prometheus.HistogramVec
-	// tokens counts model usage by model and kind (prompt, completion),
-	// from the row that first records a call's success with its usage.
+	// tokens counts model usage by model and kind (prompt, completion):
+	// at the start from each row that carries usage, then from the row
+	// that records a call's success.
 	tokens map[string]map[string]int64
 }
 
@@ -40,19 +44,22 @@ func newCallStats() *callStats {
 // update applies one journal change (removals and the caught-up mark
 // carry no row).
 func (c *callStats) update(ch salvage.Change[salvage.Call]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch.CaughtUp {
+		c.started = true
+	}
 	if ch.Deleted || ch.CaughtUp {
 		return
 	}
 	r := ch.Value
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if ch.Revision <= c.high {
 		// Delivered again by a restarted watch: counted already, or
 		// replaced before this process saw it.
 		return
 	}
 	c.high = ch.Revision
-	if r.RetentionRewrite {
+	if c.started && r.RetentionRewrite {
 		return
 	}
 	if c.byStatus[r.Tool] == nil {
@@ -63,8 +70,11 @@ func (c *callStats) update(ch salvage.Change[salvage.Call]) {
 		c.latency.WithLabelValues(r.Tool, r.System).Observe(r.LatencyMS / 1000)
 	}
 	// A call's usage is written once, with its success; the rows that
-	// carry it on (a compensation, an orphan's mark) are not new spending.
-	if u := r.Usage; u != nil && r.Status == salvage.CallSucceeded && !r.Orphan {
+	// carry it on (a compensation, an orphan's mark) are not new spending
+	// — unless this process never saw that success: a row that existed at
+	// its start. (A success and such a mark both written while a watch
+	// was down are missed: the restart delivers only the mark.)
+	if u := r.Usage; u != nil && (!c.started || r.Status == salvage.CallSucceeded && !r.Orphan) {
 		if c.tokens[u.Model] == nil {
 			c.tokens[u.Model] = map[string]int64{}
 		}

@@ -56,3 +56,27 @@ func TestCallStatsCountEachWriteOnce(t *testing.T) {
 		t.Errorf("tokens = %v, want 400 prompt and 20 completion (a, c, d, b's replay)", got)
 	}
 }
+
+// TestCallStatsCountWhatExistedAtTheStart: the rows that existed when the
+// dashboard started count once each in their latest state, with their
+// tokens, whatever came after the success (a retention rewrite, an
+// orphan's mark): this process never saw the success itself.
+func TestCallStatsCountWhatExistedAtTheStart(t *testing.T) {
+	c := newCallStats()
+	usage := &salvage.Usage{Model: "m", PromptTokens: 100, CompletionTokens: 5}
+	rows := []salvage.Call{
+		{Tool: "model", Status: salvage.CallSucceeded, Usage: usage, RetentionRewrite: true},
+		{Tool: "model", Status: salvage.CallSucceeded, Usage: usage, Orphan: true},
+		{Tool: "refund", Status: salvage.CallCompensated, Usage: usage},
+	}
+	for i, r := range rows {
+		c.update(salvage.Change[salvage.Call]{Key: string(rune('a' + i)), Revision: uint64(10 + i), Value: r})
+	}
+	c.update(salvage.Change[salvage.Call]{CaughtUp: true})
+	if got := c.counts(); got["model"][string(salvage.CallSucceeded)] != 2 || got["refund"][string(salvage.CallCompensated)] != 1 {
+		t.Errorf("calls = %v, want 2 model SUCCEEDED and 1 refund COMPENSATED", got)
+	}
+	if got := c.tokenCounts()["m"]; got["prompt"] != 300 || got["completion"] != 15 {
+		t.Errorf("tokens = %v, want 300 prompt and 15 completion", got)
+	}
+}
