@@ -101,7 +101,7 @@ func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 // apiJob serves one job and a page of its chunks (?offset=&limit=);
 // ?filter=failed pages through only the chunks that failed or wait,
 // dead-lettered first (see Failing): it reads every chunk of the job, as
-// `salvage status --failed` does.
+// `salvage status --failed` does, and keeps only those.
 func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page, err := pageOf(q)
@@ -126,7 +126,9 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 				fail(w, statusOf(err), err)
 				return
 			}
-			all = append(all, st.Chunks...)
+			// Only the chunks it lists are kept: a request holds what
+			// fails, not the whole job.
+			all = append(all, Failing(st.Chunks)...)
 			if st.NextOffset == 0 {
 				break
 			}
