@@ -112,10 +112,19 @@ func (b *bench) soak(ctx context.Context, d time.Duration) (soakRow, error) {
 	go func() {
 		defer close(sampled)
 		for {
-			g, a := diskUse(sampleCtx, s.js)
-			mu.Lock()
-			row.Samples = append(row.Samples, soakSample{AtSecs: time.Since(start).Seconds(), Governed: g, Aged: a})
-			mu.Unlock()
+			g, a, err := diskUse(sampleCtx, s.js)
+			if sampleCtx.Err() != nil {
+				// Stopped while listing: what it summed is part of
+				// the streams, not a sample (CI once saw it as 0 bytes).
+				return
+			}
+			if err == nil {
+				mu.Lock()
+				row.Samples = append(row.Samples, soakSample{AtSecs: time.Since(start).Seconds(), Governed: g, Aged: a})
+				mu.Unlock()
+			} else {
+				b.log.Warn().Err(err).Msg("soak: list the streams; sample skipped")
+			}
 			select {
 			case <-sampleCtx.Done():
 				return
@@ -153,9 +162,10 @@ func (b *bench) soak(ctx context.Context, d time.Duration) (soakRow, error) {
 }
 
 // diskUse sums the bytes of the streams retention governs and of the
-// others.
-func diskUse(ctx context.Context, js jetstream.JetStream) (governed, aged uint64) {
-	for info := range js.ListStreams(ctx).Info() {
+// others; a listing cut short is an error, not a smaller sum.
+func diskUse(ctx context.Context, js jetstream.JetStream) (governed, aged uint64, err error) {
+	lister := js.ListStreams(ctx)
+	for info := range lister.Info() {
 		switch {
 		case byRetention(info.Config):
 			governed += info.State.Bytes
@@ -163,5 +173,5 @@ func diskUse(ctx context.Context, js jetstream.JetStream) (governed, aged uint64
 			aged += info.State.Bytes
 		}
 	}
-	return governed, aged
+	return governed, aged, lister.Err()
 }
