@@ -154,10 +154,20 @@ func TestJobPageInABrowser(t *testing.T) {
 }
 
 // settle waits until the page has read everything once (its panels and
-// the job list filled), so what a test clicks next no longer moves.
+// the job list filled), so what a test clicks next no longer moves. A
+// poll that fails before its deadline is asked again: right after a
+// reload the browser may still answer for the old document's context
+// ("Cannot find context with specified id", seen in CI).
 func settle(t *testing.T, ctx context.Context) {
 	t.Helper()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('updated').textContent.startsWith('updated ') && document.querySelectorAll('#job-list tr').length > 0`)); err != nil {
+	var err error
+	for range 5 {
+		if _, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('updated').textContent.startsWith('updated ') && document.querySelectorAll('#job-list tr').length > 0`)); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
 		t.Fatalf("the page never finished loading: %v", err)
 	}
 }
