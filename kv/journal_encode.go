@@ -34,114 +34,131 @@ func encodeRow(row *JournalRow) ([]byte, error) {
 // appendRow appends row's JSON to b. It reports false when a field needs
 // json.Marshal, and an error when the output is not one JSON value.
 func appendRow(b []byte, row *JournalRow) ([]byte, bool, error) {
-	ok := true
-	str := func(name, s string, omitEmpty bool) {
-		if omitEmpty && s == "" {
-			return
-		}
-		b = append(b, ',', '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-		var sok bool
-		b, sok = appendPlainString(b, s)
-		ok = ok && sok
-	}
-	num := func(name string, n int, omitEmpty bool) {
-		if omitEmpty && n == 0 {
-			return
-		}
-		b = append(b, ',', '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-		b = strconv.AppendInt(b, int64(n), 10)
-	}
-	flag := func(name string, v bool) {
-		if v {
-			b = append(b, ',', '"')
-			b = append(b, name...)
-			b = append(b, `":true`...)
-		}
-	}
-	raw := func(name string, v any) {
-		data, err := json.Marshal(v)
-		if err != nil {
-			ok = false
-			return
-		}
-		b = append(b, ',', '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-		b = append(b, data...)
-	}
-	b = append(b, `{"key":`...)
-	var sok bool
-	b, sok = appendPlainString(b, row.Key)
-	ok = ok && sok
-	str("job_id", row.Job, false)
-	num("chunk", row.Chunk, false)
-	num("epoch", row.Epoch, false)
-	num("stage", row.Stage, false)
-	str("agent", row.Agent, false)
-	num("seq", row.Seq, false)
-	str("tool", row.Tool, false)
-	str("system", row.System, true)
-	str("input_hash", row.InputHash, false)
+	w := rowWriter{b: append(b, '{'), ok: true}
+	w.str("key", row.Key, false)
+	w.str("job_id", row.Job, false)
+	w.num("chunk", row.Chunk, false)
+	w.num("epoch", row.Epoch, false)
+	w.num("stage", row.Stage, false)
+	w.str("agent", row.Agent, false)
+	w.num("seq", row.Seq, false)
+	w.str("tool", row.Tool, false)
+	w.str("system", row.System, true)
+	w.str("input_hash", row.InputHash, false)
 	if len(row.Output) > 0 {
-		b = append(b, `,"output":`...)
+		w.name("output")
 		// Compacted, as json.Marshal does, which also checks it is one
 		// JSON value.
-		buf := bytes.NewBuffer(b)
+		buf := bytes.NewBuffer(w.b)
 		if err := json.Compact(buf, row.Output); err != nil {
 			return nil, false, err
 		}
-		b = buf.Bytes()
+		w.b = buf.Bytes()
 	}
-	str("status", row.Status, false)
+	w.str("status", row.Status, false)
 	if row.Fingerprint != nil {
-		raw("fingerprint", row.Fingerprint)
+		w.raw("fingerprint", row.Fingerprint)
 	}
-	str("idempotency_key", row.IdempotencyKey, false)
-	num("attempts", row.Attempts, false)
-	b = append(b, `,"latency_ms":`...)
-	var fok bool
-	b, fok = appendFloat(b, row.LatencyMS)
-	ok = ok && fok
-	str("error", row.Error, true)
-	str("error_class", row.ErrorClass, true)
-	num("error_status", row.ErrorStatus, true)
-	flag("retryable_after_compensation", row.RetryableAfterCompensation)
-	flag("verified", row.Verified)
+	w.str("idempotency_key", row.IdempotencyKey, false)
+	w.num("attempts", row.Attempts, false)
+	w.name("latency_ms")
+	w.float(row.LatencyMS)
+	w.str("error", row.Error, true)
+	w.str("error_class", row.ErrorClass, true)
+	w.num("error_status", row.ErrorStatus, true)
+	w.flag("retryable_after_compensation", row.RetryableAfterCompensation)
+	w.flag("verified", row.Verified)
 	if u := row.Usage; u != nil {
-		b = append(b, `,"usage":{`...)
-		if u.Model != "" {
-			b = append(b, `"model":`...)
-			b, sok = appendPlainString(b, u.Model)
-			ok = ok && sok
-			b = append(b, ',')
-		}
-		b = append(b, `"prompt_tokens":`...)
-		b = strconv.AppendInt(b, u.PromptTokens, 10)
-		b = append(b, `,"completion_tokens":`...)
-		b = strconv.AppendInt(b, u.CompletionTokens, 10)
-		b = append(b, '}')
+		w.name("usage")
+		w.b = append(w.b, '{')
+		w.str("model", u.Model, true)
+		w.int64("prompt_tokens", u.PromptTokens)
+		w.int64("completion_tokens", u.CompletionTokens)
+		w.b = append(w.b, '}')
 	}
-	flag("orphan", row.Orphan)
-	str("trace_id", row.TraceID, true)
-	b = append(b, `,"started_at":`...)
-	var tok bool
-	b, tok = appendTime(b, row.StartedAt)
-	ok = ok && tok
+	w.flag("orphan", row.Orphan)
+	w.str("trace_id", row.TraceID, true)
+	w.time("started_at", row.StartedAt)
 	if !row.FinishedAt.IsZero() {
-		b = append(b, `,"finished_at":`...)
-		b, tok = appendTime(b, row.FinishedAt)
-		ok = ok && tok
+		w.time("finished_at", row.FinishedAt)
 	}
 	if len(row.History) > 0 {
-		raw("history", row.History)
+		w.raw("history", row.History)
 	}
-	num("history_dropped", row.HistoryDropped, true)
-	flag("retention_rewrite", row.RetentionRewrite)
-	return append(b, '}'), ok, nil
+	w.num("history_dropped", row.HistoryDropped, true)
+	w.flag("retention_rewrite", row.RetentionRewrite)
+	return append(w.b, '}'), w.ok, nil
+}
+
+// rowWriter appends the fields of one JSON object; ok turns false at the
+// first value it cannot write as json.Marshal would.
+type rowWriter struct {
+	b  []byte
+	ok bool
+}
+
+// name starts a field: a comma unless it is the object's first.
+func (w *rowWriter) name(n string) {
+	if last := w.b[len(w.b)-1]; last != '{' {
+		w.b = append(w.b, ',')
+	}
+	w.b = append(w.b, '"')
+	w.b = append(w.b, n...)
+	w.b = append(w.b, '"', ':')
+}
+
+func (w *rowWriter) str(n, s string, omitEmpty bool) {
+	if omitEmpty && s == "" {
+		return
+	}
+	w.name(n)
+	var ok bool
+	w.b, ok = appendPlainString(w.b, s)
+	w.ok = w.ok && ok
+}
+
+func (w *rowWriter) num(n string, v int, omitEmpty bool) {
+	if omitEmpty && v == 0 {
+		return
+	}
+	w.int64(n, int64(v))
+}
+
+func (w *rowWriter) int64(n string, v int64) {
+	w.name(n)
+	w.b = strconv.AppendInt(w.b, v, 10)
+}
+
+func (w *rowWriter) flag(n string, v bool) {
+	if v {
+		w.name(n)
+		w.b = append(w.b, "true"...)
+	}
+}
+
+func (w *rowWriter) float(f float64) {
+	var ok bool
+	w.b, ok = appendFloat(w.b, f)
+	w.ok = w.ok && ok
+}
+
+func (w *rowWriter) time(n string, t time.Time) {
+	w.name(n)
+	var ok bool
+	w.b, ok = appendTime(w.b, t)
+	w.ok = w.ok && ok
+}
+
+// raw writes v by json.Marshal: the rare nested values (a fingerprint,
+// a history).
+func (w *rowWriter) raw(n string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		w.ok = false
+		return
+	}
+	w.name(n)
+	w.b = append(w.b, data...)
 }
 
 // appendPlainString appends s quoted if no byte of it needs escaping

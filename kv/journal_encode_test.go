@@ -153,3 +153,31 @@ func TestIdempotencyKeyIsTheContractsHash(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEncodeRow writes a model call's SUCCEEDED row, as every pure
+// call does, by json.Marshal and by encodeRow.
+func BenchmarkEncodeRow(b *testing.B) {
+	now := time.Now().UTC()
+	row := JournalRow{Key: JournalKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Job: "01KBENCHJOB000000000000000",
+		Chunk: 5, Stage: 2, Agent: "commercial", Seq: 9, Tool: "model", System: "model", InputHash: HashInput([]byte("prompt")),
+		Output: json.RawMessage(`{"content":"7","finish_reason":"stop","usage":{"model":"salvage-sim","prompt_tokens":120,"completion_tokens":1}}`),
+		Status: CallSucceeded, IdempotencyKey: IdempotencyKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Attempts: 1,
+		LatencyMS: 0.012, TraceID: "0af7651916cd43dd8448eb211c80319c", Usage: &Usage{Model: "salvage-sim", PromptTokens: 120, CompletionTokens: 1},
+		StartedAt: now, FinishedAt: now.Add(12 * time.Microsecond)}
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(row); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encodeRow", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := encodeRow(&row); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
