@@ -162,17 +162,16 @@ func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string
 	return row, nil
 }
 
-// floorStream creates a stream for one floor measurement.
-func floorStream(ctx context.Context, js jetstream.JetStream, name string, replicas int) error {
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowAtomicPublish: true, Replicas: replicas})
-	return err
+// floorConfig is the stream of one floor measurement.
+func floorConfig(name string, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowAtomicPublish: true, Replicas: replicas}
 }
 
 // floorBatches stores floorMsgs messages as atomic batches of floorBatch
 // from floorPublishers concurrent publishers, and returns messages/s.
 func floorBatches(ctx context.Context, js jetstream.JetStream, replicas int) (float64, error) {
 	const name = "FLOOR_BATCH"
-	if err := floorStream(ctx, js, name, replicas); err != nil {
+	if _, err := js.CreateStream(ctx, floorConfig(name, replicas)); err != nil {
 		return 0, err
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
@@ -231,23 +230,10 @@ func floorStored(ctx context.Context, js jetstream.JetStream, name string) error
 // returns messages/s.
 func floorAsync(ctx context.Context, js jetstream.JetStream, replicas int) (float64, error) {
 	const name = "FLOOR_ASYNC"
-	if err := floorStream(ctx, js, name, replicas); err != nil {
-		return 0, err
-	}
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
 	payload := make([]byte, floorPayload)
-	start := time.Now()
-	for i := range floorMsgs {
-		if _, err := js.PublishAsync(name+"."+strconv.Itoa(i%64), payload, jetstream.WithStallWait(time.Minute)); err != nil {
-			return 0, err
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	return float64(floorMsgs) / time.Since(start).Seconds(), floorStored(ctx, js, name)
+	return floorPipelined(ctx, js, floorConfig(name, replicas), func(i int) *nats.Msg {
+		return &nats.Msg{Subject: name + "." + strconv.Itoa(i%64), Data: payload}
+	})
 }
 
 // floorRows stores floorMsgs journal-sized rows with pipelined async
@@ -256,18 +242,28 @@ func floorAsync(ctx context.Context, js jetstream.JetStream, replicas int) (floa
 // a call's row is written; it returns rows/s.
 func floorRows(ctx context.Context, js jetstream.JetStream, replicas int) (float64, error) {
 	const name = "FLOOR_ROWS"
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, MaxMsgsPerSubject: 5,
-		Discard: jetstream.DiscardNew, AllowDirect: true, Replicas: replicas}); err != nil {
-		return 0, err
-	}
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }()
+	cfg := jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, MaxMsgsPerSubject: 5,
+		Discard: jetstream.DiscardNew, AllowDirect: true, Replicas: replicas}
 	payload := make([]byte, floorRowPayload)
-	start := time.Now()
-	for i := range floorMsgs {
+	return floorPipelined(ctx, js, cfg, func(i int) *nats.Msg {
 		m := nats.NewMsg(name + ".JOB." + strconv.Itoa(i/116) + ".0.2.agent." + strconv.Itoa(i%116))
 		m.Data = payload
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
+		return m
+	})
+}
+
+// floorPipelined creates the stream cfg describes, publishes msg(i) for
+// each of floorMsgs messages without waiting between them, and returns
+// messages/s once every one is stored; the stream is deleted after.
+func floorPipelined(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, msg func(i int) *nats.Msg) (float64, error) {
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		return 0, err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), cfg.Name) }()
+	start := time.Now()
+	for i := range floorMsgs {
+		if _, err := js.PublishMsgAsync(msg(i), jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, err
 		}
 	}
@@ -276,5 +272,5 @@ func floorRows(ctx context.Context, js jetstream.JetStream, replicas int) (float
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	return float64(floorMsgs) / time.Since(start).Seconds(), floorStored(ctx, js, name)
+	return float64(floorMsgs) / time.Since(start).Seconds(), floorStored(ctx, js, cfg.Name)
 }
