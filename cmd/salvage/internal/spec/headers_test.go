@@ -108,12 +108,18 @@ func TestMCPServerHeadersFromTheEnvironment(t *testing.T) {
 // refused by name, without quoting a value.
 func TestMCPHeaderDeclarationErrors(t *testing.T) {
 	t.Parallel()
-	declarationErrors(t, "lookups.yaml", lockedDoc("http://127.0.0.1:1/mcp", "CRM_TOKEN"), []declarationCase{
+	base := lockedDoc("http://127.0.0.1:1/mcp", "SPEC_TEST_UNSET_TOKEN")
+	// A process that dials no server (a dashboard, the API) reads the file
+	// without the secret in its environment.
+	if _, err := spec.Parse("lookups.yaml", []byte(base)); err != nil {
+		t.Fatalf("the file without its variable set: %v", err)
+	}
+	declarationErrors(t, "lookups.yaml", base, []declarationCase{
 		{"on a command server", "    url: http://127.0.0.1:1/mcp", "    command: [crm-mcp]", "headers are for a url server"},
 		{"not a header name", "X-Tenant: acme", "\"X Tenant\": acme", `"X Tenant" is not a header name`},
 		{"the transport's own", "X-Tenant: acme", "mcp-session-id: hunter2", "header mcp-session-id is the MCP transport's own"},
-		{"a ${ left open", "${CRM_TOKEN}", "${CRM_TOKEN", "a ${ without its }"},
-		{"not a variable's name", "${CRM_TOKEN}", "${CRM-TOKEN}", "${CRM-TOKEN} is not an environment variable's name"},
+		{"a ${ left open", "${SPEC_TEST_UNSET_TOKEN}", "${SPEC_TEST_UNSET_TOKEN", "a ${ without its }"},
+		{"not a variable's name", "${SPEC_TEST_UNSET_TOKEN}", "${CRM-TOKEN}", "${CRM-TOKEN} is not an environment variable's name"},
 		{"a line break", "X-Tenant: acme", "X-Tenant: \"acme\\nhunter2\"", "header X-Tenant has a line break"},
 	})
 }

@@ -235,19 +235,28 @@ func ParseWith(ctx context.Context, name string, data []byte, mcp MCP) ([]*salva
 		tools := map[string]bool{}
 		fromMCP := map[string]*mcpTools{}
 		var serverOrder []string
+		// declare records a checked tool's name, once, and reads its
+		// timeout.
+		declare := func(tp string, t Tool) (time.Duration, error) {
+			if tools[t.Name] {
+				return 0, fail(tp+".name", "tool %s is declared twice", t.Name)
+			}
+			tools[t.Name] = true
+			timeout, err := duration(t.Timeout)
+			if err != nil {
+				return 0, fail(tp+".timeout", "%v", err)
+			}
+			return timeout, nil
+		}
 		for j, t := range p.Tools {
 			tp := fmt.Sprintf("%s.tools[%d]", pp, j)
 			if t.MCP != "" {
 				if err := checkMCPTool(t, servers); err != nil {
 					return nil, fail(tp, "%v", err)
 				}
-				if tools[t.Name] {
-					return nil, fail(tp+".name", "tool %s is declared twice", t.Name)
-				}
-				tools[t.Name] = true
-				timeout, err := duration(t.Timeout)
+				timeout, err := declare(tp, t)
 				if err != nil {
-					return nil, fail(tp+".timeout", "%v", err)
+					return nil, err
 				}
 				m := fromMCP[t.MCP]
 				if m == nil {
@@ -270,13 +279,9 @@ func ParseWith(ctx context.Context, name string, data []byte, mcp MCP) ([]*salva
 			if err := salvage.ValidateSubject("tool "+t.Name, t.Subject); err != nil {
 				return nil, fail(tp+".subject", "%v", err)
 			}
-			if tools[t.Name] {
-				return nil, fail(tp+".name", "tool %s is declared twice", t.Name)
-			}
-			tools[t.Name] = true
-			timeout, err := duration(t.Timeout)
+			timeout, err := declare(tp, t)
 			if err != nil {
-				return nil, fail(tp+".timeout", "%v", err)
+				return nil, err
 			}
 			st := salvage.Tool{Name: t.Name, Subject: t.Subject, System: t.System, Timeout: timeout, RetryableAfterCompensation: t.RetryableAfterCompensation}
 			if e := t.Effect; e != nil {
