@@ -240,8 +240,10 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 
 // TestChunkMessagesAreCheckedAgainstTheRecords is case 6: a chunk message
 // naming another job's envelope in Salvage-Replay-Of, one whose chunk
-// number is past its job's, and one whose subject and body disagree are
-// rejected: they run nothing and touch no envelope.
+// number is past its job's, one whose subject and body disagree, one
+// whose input is not the one split, one ahead of its checkpoint's epoch,
+// one of a job that does not exist and one that is not JSON are rejected
+// at once: they run nothing and touch no envelope.
 func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
@@ -267,8 +269,10 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk := func(job string, n int) []byte {
-		return []byte(fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"words","epoch":0,"trace_id":"","input":"again"}`, job, n))
+	// The job's one chunk as split ("fine"; a job of one chunk needs no
+	// proof), and the same chunk with another input.
+	chunk := func(job string, n int, input string) []byte {
+		return []byte(fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"words","epoch":0,"trace_id":"","input":%q}`, job, n, input))
 	}
 	for _, tc := range []struct {
 		reason  string
@@ -276,10 +280,21 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 		data    []byte
 		header  map[string]string
 	}{
-		{"bad-replay", "salvage.chunks.words." + id + ".1", chunk(id, 1), map[string]string{"Salvage-Replay-Of": envs[0].ID}},
-		{"bad-replay", "salvage.chunks.words." + id + ".1", chunk(id, 1), map[string]string{"Salvage-Recovery-Of": envs[0].ID}},
-		{"bad-chunk", "salvage.chunks.words." + id + ".2", chunk(id, 2), nil},
-		{"bad-chunk", "salvage.chunks.words." + id + ".1", chunk(failed, 1), nil},
+		{"bad-replay", "salvage.chunks.words." + id + ".1", chunk(id, 1, "fine"), map[string]string{"Salvage-Replay-Of": envs[0].ID}},
+		{"bad-replay", "salvage.chunks.words." + id + ".1", chunk(id, 1, "fine"), map[string]string{"Salvage-Recovery-Of": envs[0].ID}},
+		{"bad-chunk", "salvage.chunks.words." + id + ".2", chunk(id, 2, "fine"), nil},
+		{"bad-chunk", "salvage.chunks.words." + id + ".1", chunk(failed, 1, "fine"), nil},
+		// Another input than the one split: forged.
+		{"bad-chunk", "salvage.chunks.words." + id + ".1", chunk(id, 1, "forged"), nil},
+		// An epoch its checkpoint never reached: its effects would run
+		// again under new keys.
+		{"bad-chunk", "salvage.chunks.words." + id + ".1", []byte(fmt.Sprintf(`{"job_id":%q,"chunk":1,"pipeline":"words","epoch":7,"input":"fine"}`, id)), nil},
+		// A job that does not exist, with and without a source message.
+		{"bad-chunk", "salvage.chunks.words.nojob.1", chunk("nojob", 1, "fine"), nil},
+		{"bad-chunk", "salvage.chunks.words.nojob.1", []byte(`{"job_id":"nojob","chunk":1,"pipeline":"words","source_seq":1,"input":"fine"}`), nil},
+		// A body that is not a chunk: rejected, not dead-lettered onto the
+		// real chunk of its subject.
+		{"bad-chunk", "salvage.chunks.words." + id + ".1", []byte(`not json`), nil},
 	} {
 		m := nats.NewMsg(tc.subject)
 		m.Data = tc.data

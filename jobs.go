@@ -33,6 +33,11 @@ type Job struct {
 	// InputHash is what the job id stands for: a hash of the pipeline and
 	// the input, in canonical JSON. A job id names one input.
 	InputHash string `json:"input_hash,omitempty"`
+	// ChunksRoot is the root of the Merkle tree over the job's chunks
+	// (each chunk's job, number, pipeline and input): a worker runs a
+	// chunk message only when the proof it carries leads here. Empty on
+	// a job split before chunk proofs.
+	ChunksRoot string `json:"chunks_root,omitempty"`
 	// Summary counts the chunks' outcomes.
 	Summary Summary `json:"summary"`
 	// Explanation names the chunks, stages and envelopes behind a status

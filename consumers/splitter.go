@@ -200,6 +200,8 @@ type parsed struct {
 	jobID     string
 	traceID   string
 	window    int
+	// tree binds each chunk to the job (streams.VerifyChunk).
+	tree *streams.ChunkTree
 }
 
 func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
@@ -246,6 +248,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	job := kv.Job{
 		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.inputs), Window: p.window,
 		TraceID: p.traceID, Metadata: p.msg.Metadata, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
+		ChunksRoot: p.tree.Root(),
 	}
 	if b := p.msg.Budget; b != nil {
 		job.Budget = &kv.Budget{Tokens: b.Tokens, Cost: b.Cost}
@@ -404,6 +407,7 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 	// dropped once measured and built again when it is published, so a
 	// job of 10,000 chunks never holds 10,000 messages at once.
 	p.inputs, p.sourceSeq = inputs, meta.Sequence.Stream
+	p.tree = streams.NewChunkTree(p.jobID, p.pipeline.Name, inputs)
 	for i := range inputs {
 		cm, err := p.message(i)
 		if err != nil {
@@ -419,7 +423,7 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 // message builds the message of chunk i+1.
 func (p parsed) message(i int) (*nats.Msg, error) {
 	return chunkMessage(streams.ChunkMsg{Job: p.jobID, Chunk: i + 1, Pipeline: p.pipeline.Name, TraceID: p.traceID,
-		SourceSeq: p.sourceSeq, Input: p.inputs[i]}, p.window)
+		SourceSeq: p.sourceSeq, Input: p.inputs[i], Proof: p.tree.Proof(i + 1)}, p.window)
 }
 
 // chunkMessage is the message of one chunk: on SALVAGE_CHUNKS when it is

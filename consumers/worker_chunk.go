@@ -122,25 +122,19 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
 	endChunkSpan(span, r.outcome, err)
 }
 
-// malformed dead-letters a chunk whose body cannot be read.
+// malformed removes a chunk message whose body cannot be read, with a
+// bad-chunk event: Salvage only publishes chunks it built, and a replay
+// by hand publishes an envelope's original verbatim, so the body is not
+// one of Salvage's; dead-lettering it would mark the real chunk of its
+// subject dead-lettered.
 func (r *run) malformed(ctx context.Context, err error) {
-	ref, perr := streams.ParseChunkSubject(r.m.Subject())
-	if perr != nil {
-		r.log.Error().Str("subject", r.m.Subject()).Msg("chunk message with neither a readable body nor subject; terminated")
-		_ = r.m.TermWithReason("malformed chunk")
-		return
+	if ref, perr := streams.ParseChunkSubject(r.m.Subject()); perr == nil {
+		r.chunk.Job = ref.Job
 	}
-	l := letter{
-		Seq: r.meta.Sequence.Stream, Subject: r.m.Subject(), Data: r.m.Data(), Deliveries: r.meta.NumDelivered,
-		Chunk:   streams.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline},
-		Failure: recovery.Failure{Class: recovery.ClassPermanent},
-		Err:     fmt.Sprintf("malformed chunk message: %v", err),
+	if err == nil {
+		err = errors.New(`no "job_id" or no "chunk" from 1`)
 	}
-	if _, lerr := r.w.letter.send(ctx, l); lerr != nil {
-		r.log.Error().Err(lerr).Msg("dead-letter malformed chunk; will retry")
-		return
-	}
-	_ = r.m.TermWithReason("malformed chunk")
+	r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("malformed chunk message: %w", err))
 }
 
 func (r *run) run(ctx context.Context) error {
@@ -150,6 +144,10 @@ func (r *run) run(ctx context.Context) error {
 		return r.permanent(ctx, err)
 	}
 	job, err := r.job(ctx)
+	if errors.Is(err, errNoJob) {
+		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("job %s does not exist and no job message will create it", r.chunk.Job))
+		return nil
+	}
 	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= r.pool.maxDeliver {
 		// Still no record: an envelope that resumes the chunk later, once
 		// a splitter has created it, or shows an operator a stray chunk.
@@ -173,6 +171,14 @@ func (r *run) run(ctx context.Context) error {
 		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s: job %s has %d chunks of pipeline %s", r.chunk.Chunk, r.chunk.Pipeline, job.ID, job.Chunks, job.Pipeline))
 		return nil
 	}
+	if job.ChunksRoot != "" {
+		// The record owns the input: a message whose input is not the one
+		// split for this chunk runs nothing (invariant 11).
+		if err := streams.VerifyChunk(job.ChunksRoot, job.Chunks, r.chunk); err != nil {
+			r.reject(ctx, streams.RejectBadChunk, err)
+			return nil
+		}
+	}
 	linked, byHand := r.linkedEnvelope()
 	freshEpoch, err := r.checkLinked(ctx, linked, byHand)
 	if err != nil || r.outcome != "" {
@@ -181,6 +187,13 @@ func (r *run) run(ctx context.Context) error {
 	cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
+	}
+	if r.chunk.Epoch > cp.Epoch {
+		// Epochs move only in the checkpoint, before a requeue publishes
+		// the new one: a message ahead of its checkpoint was not sent by
+		// Salvage, and would run the chunk's effects again under new keys.
+		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("epoch %d: chunk %d of job %s is at epoch %d", r.chunk.Epoch, r.chunk.Chunk, r.chunk.Job, cp.Epoch))
+		return nil
 	}
 	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
 		r.log.Info().Str("status", cp.Status).Msg("chunk already finished; acked without re-running")
@@ -238,9 +251,6 @@ func (r *run) run(ctx context.Context) error {
 		countRedeliveries(cp, r.meta)
 		// The last error stays until this delivery ends with its own.
 		cp.LastErrorOlder = cp.LastError != ""
-		if r.chunk.Epoch > cp.Epoch {
-			cp.Epoch = r.chunk.Epoch
-		}
 		if freshEpoch.ok && cp.Epoch == freshEpoch.from {
 			// A replay by hand of a chunk whose effects were all
 			// compensated: it runs fresh, never on undone outcomes.
@@ -338,10 +348,26 @@ func (r *run) job(ctx context.Context) (kv.Job, error) {
 	deadline := time.Now().Add(r.w.cfg.JobWait)
 	lastBeat := time.Now()
 	poll := 2 * time.Millisecond
-	for {
+	for first := true; ; first = false {
 		job, err := r.w.stores.Jobs.Get(ctx, r.chunk.Job)
 		if !errors.Is(err, kv.ErrNotFound) || time.Now().After(deadline) {
 			return job, err
+		}
+		if first {
+			pending, err := r.jobPending(ctx)
+			if err != nil {
+				return job, err
+			}
+			if !pending {
+				// Its job message is gone, so its record would exist by
+				// now (the splitter creates it before it acks): a look
+				// after that tells a job just created from none at all.
+				job, err = r.w.stores.Jobs.Get(ctx, r.chunk.Job)
+				if errors.Is(err, kv.ErrNotFound) {
+					return job, errNoJob
+				}
+				return job, err
+			}
 		}
 		if time.Since(lastBeat) >= r.pool.heartbeat {
 			_ = r.m.InProgress()
@@ -356,6 +382,37 @@ func (r *run) job(ctx context.Context) (kv.Job, error) {
 		// publishing the job's last chunks): look again soon, then back off.
 		poll = min(poll*3/2, 250*time.Millisecond)
 	}
+}
+
+// errNoJob: the chunk names a job that has no record and no job message
+// that would create one.
+var errNoJob = errors.New("no such job")
+
+// jobPending reports whether the chunk's job message (SALVAGE_JOBS at its
+// source_seq) is still there and names the chunk's job: a splitter is
+// creating the job, or will. A chunk without a source, or whose source is
+// gone or another job's, has no record coming.
+func (r *run) jobPending(ctx context.Context) (bool, error) {
+	if r.chunk.SourceSeq == 0 {
+		return false, nil
+	}
+	var raw *jetstream.RawStreamMsg
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		s, err := streamHandle(ctx, r.w.js, streams.Jobs)
+		if err != nil {
+			return err
+		}
+		raw, err = s.GetMsg(ctx, r.chunk.SourceSeq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			raw = nil
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("consumers: read the chunk's job message: %w", err)
+	}
+	return raw != nil && intakeJobID(raw) == r.chunk.Job, nil
 }
 
 // countRedeliveries adds the deliveries of the message being taken that

@@ -55,6 +55,10 @@ type Job struct {
 	// pipeline and input): a later submission under the id with the same
 	// hash is the same job, with another it is refused.
 	InputHash string `json:"input_hash,omitempty"`
+	// ChunksRoot is the root of the Merkle tree of the job's chunks
+	// (streams.NewChunkTree): a worker runs a chunk message only when its
+	// proof leads here. Empty on a job split before chunk proofs.
+	ChunksRoot string `json:"chunks_root,omitempty"`
 	// Window is how many of the job's chunks were queued at once: chunks
 	// 1..Window went to SALVAGE_CHUNKS, the rest to SALVAGE_BACKLOG, and
 	// starting chunk k admits chunk k+Window. Zero: all were queued.

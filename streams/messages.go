@@ -40,6 +40,10 @@ type ChunkMsg struct {
 	// for the same job id. Zero (hand-made chunks) is always accepted.
 	SourceSeq uint64          `json:"source_seq,omitempty"`
 	Input     json.RawMessage `json:"input"`
+	// Proof binds the chunk to its job's chunks_root (see VerifyChunk):
+	// a worker runs a chunk only when its input is the one split for it.
+	// Absent only on a job of one chunk or one split before proofs.
+	Proof string `json:"proof,omitempty"`
 }
 
 // Rejection is published on salvage.events.rejected.<reason> for input that
