@@ -105,7 +105,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 		Original:   recovery.Original{Stream: streams.Chunks, Subject: subject, Data: data},
 		CreatedAt:  time.Now().UTC(),
 	}
-	ack, err := publishEnvelope(ctx, t.js, env)
+	ack, err := publishEnvelope(ctx, t.js, t.stores, env)
 	if err != nil {
 		return err
 	}

@@ -171,7 +171,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		Original:   recovery.Original{Stream: streams.Chunks, Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
 		CreatedAt:  time.Now().UTC(),
 	}
-	ack, err := publishEnvelope(ctx, d.js, env)
+	ack, err := publishEnvelope(ctx, d.js, d.stores, env)
 	if err != nil {
 		return "", err
 	}
@@ -296,19 +296,32 @@ func (d letterer) dropStale(ctx context.Context, l letter, cp kv.Checkpoint) err
 	return errStaleMessage
 }
 
-// publishEnvelope publishes env on salvage.dlq.<category>.<pipeline>.<job>.<chunk>
-// under its id as Nats-Msg-Id, so publishing it again is deduplicated.
-func publishEnvelope(ctx context.Context, js jetstream.JetStream, env recovery.Envelope) (*jetstream.PubAck, error) {
+// publishEnvelope stores env's body beside its record-to-be, then
+// publishes it on salvage.dlq.<category>.<pipeline>.<job>.<chunk> under
+// its id as Nats-Msg-Id, so publishing it again is deduplicated. The
+// caller writes the record last: a record never exists without its body,
+// from which an envelope whose DLQ message is gone is restored.
+func publishEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, env recovery.Envelope) (*jetstream.PubAck, error) {
+	data, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Envelopes.PutBody(ctx, env.ID, data); err != nil {
+		return nil, err
+	}
+	return publishEnvelopeMsg(ctx, js, env, data, env.ID)
+}
+
+// publishEnvelopeMsg publishes the envelope env, encoded as data, to
+// SALVAGE_DLQ under msgID.
+func publishEnvelopeMsg(ctx context.Context, js jetstream.JetStream, env recovery.Envelope, data []byte, msgID string) (*jetstream.PubAck, error) {
 	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, env.ID)
+	h.Set(streams.HeaderMsgID, msgID)
+	h.Set(streams.HeaderEnvelope, env.ID)
 	h.Set(streams.HeaderJob, env.Job)
 	h.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
 	if env.TraceID != "" {
 		h.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(env.ID)))
-	}
-	data, err := json.Marshal(env)
-	if err != nil {
-		return nil, err
 	}
 	return publish(ctx, js, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, env.Job, env.Chunk), Data: data, Header: h})
 }

@@ -22,6 +22,10 @@ var (
 	// ErrSuperseded is returned when replaying or resolving an envelope a
 	// later envelope of the same chunk replaced; act on that one.
 	ErrSuperseded = errors.New("envelope superseded")
+	// ErrEnvelopeLost is returned when an envelope's DLQ message is gone
+	// and its record, written before records kept the envelope's body, has
+	// nothing to read it from.
+	ErrEnvelopeLost = errors.New("envelope lost")
 )
 
 // Operator holds what an operator can do to the DLQ: list, show, replay,
@@ -82,7 +86,7 @@ func (o *Operator) Show(ctx context.Context, id string) (Detail, error) {
 		return d, err
 	}
 	d.Record = rec
-	if d.Envelope, err = readEnvelope(ctx, o.js, rec); err != nil {
+	if d.Envelope, err = readEnvelope(ctx, o.js, o.stores, rec); err != nil {
 		return d, err
 	}
 	if cp, _, err := o.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk); err == nil {
@@ -111,18 +115,42 @@ func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, er
 	return rec, err
 }
 
-// readEnvelope reads the envelope as published in SALVAGE_DLQ.
-func readEnvelope(ctx context.Context, js jetstream.JetStream, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
+// readEnvelope reads the envelope of rec as published: its message in
+// SALVAGE_DLQ, else, when that message is gone (purged, aged out, lost)
+// or is not this envelope's (the stream was made again), the body kept
+// beside the record. The orchestrator publishes such an envelope again
+// (restoreLost); until then everything reads it from its body.
+func readEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
 	var env recovery.Envelope
-	s, err := js.Stream(ctx, streams.DLQ)
-	if err != nil {
-		return env, err
-	}
-	m, err := s.GetMsg(ctx, rec.DLQSeq)
+	var m *jetstream.RawStreamMsg
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		s, err := streamHandle(ctx, js, streams.DLQ)
+		if err != nil {
+			return err
+		}
+		m, err = s.GetMsg(ctx, rec.DLQSeq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m = nil
+			return nil
+		}
+		return err
+	})
 	if err != nil {
 		return env, fmt.Errorf("envelope %s at SALVAGE_DLQ %d: %w", rec.ID, rec.DLQSeq, err)
 	}
-	if env, err = recovery.DecodeEnvelope(m.Data); err != nil {
+	if m != nil {
+		if env, err = recovery.DecodeEnvelope(m.Data); err == nil && env.ID == rec.ID {
+			return env, nil
+		}
+	}
+	body, err := st.Envelopes.Body(ctx, rec.ID)
+	if errors.Is(err, kv.ErrNotFound) {
+		return env, fmt.Errorf("%w: envelope %s: its message SALVAGE_DLQ %d is gone and it was recorded before bodies were kept", ErrEnvelopeLost, rec.ID, rec.DLQSeq)
+	}
+	if err != nil {
+		return env, err
+	}
+	if env, err = recovery.DecodeEnvelope(body); err != nil {
 		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)
 	}
 	return env, nil

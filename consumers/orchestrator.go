@@ -54,6 +54,11 @@ type OrchestratorConfig struct {
 	// still failing on the last delivery escalates the envelope. Default
 	// streams.RecoveryMaxDeliverDefault.
 	MaxDeliver uint64
+	// RestoreInterval is how often the orchestrator looks for unsettled
+	// envelopes of its pipelines whose SALVAGE_DLQ message is gone and
+	// publishes them again from their records. Default
+	// RestoreIntervalDefault.
+	RestoreInterval time.Duration
 	// Logger receives recovery logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 	// TracerProvider receives a span per recovery an orchestrator runs,
@@ -94,6 +99,9 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 	if cfg.MaxDeliver == 0 {
 		cfg.MaxDeliver = streams.RecoveryMaxDeliverDefault
 	}
+	if cfg.RestoreInterval <= 0 {
+		cfg.RestoreInterval = RestoreIntervalDefault
+	}
 	cfg.Limits = cfg.Limits.WithDefaults()
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
@@ -133,6 +141,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 			fetchLoop(ctx, cons, 8, o.log, func(m jetstream.Msg) { o.handle(ctx, m) })
 		}()
 	}
+	wg.Go(func() { o.restoreLoop(ctx) })
 	wg.Wait()
 	return nil
 }

@@ -293,7 +293,7 @@ func (r *repairer) requeueLost(ctx context.Context, e kv.EnvelopeRecord, cp kv.C
 	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.Subject)); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, err // queued (or an error): nothing lost
 	}
-	env, err := readEnvelope(ctx, r.js, e)
+	env, err := readEnvelope(ctx, r.js, r.stores, e)
 	if err != nil {
 		return false, err
 	}

@@ -74,7 +74,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 // replayEnvelope reads the envelope of rec as published and checks its
 // chunk message can be sent again.
 func (o *Operator) replayEnvelope(ctx context.Context, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
-	env, err := readEnvelope(ctx, o.js, rec)
+	env, err := readEnvelope(ctx, o.js, o.stores, rec)
 	if err != nil {
 		return env, err
 	}

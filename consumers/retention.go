@@ -225,6 +225,13 @@ func (r *retainer) chunk(ctx context.Context, cp kv.Checkpoint, rev uint64, keep
 		if err == nil && !env.Settled() {
 			return false, nil
 		}
+		if err == nil {
+			// Its body expires with the records (a crash between the
+			// record's settling write and its body's left it kept).
+			if err := r.stores.Envelopes.KeepBody(ctx, cp.Envelope, records); err != nil {
+				return false, err
+			}
+		}
 	}
 	done, err := r.stores.Journal.Retire(ctx, cp.Job, cp.Chunk, rows)
 	if err != nil {

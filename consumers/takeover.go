@@ -2,7 +2,6 @@ package consumers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -53,12 +52,16 @@ func (t *takeovers) update(e jetstream.KeyValueEntry) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var c kv.Claim
-	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &c) != nil || c.Reply == "" {
+	if e.Operation() != jetstream.KeyValuePut {
 		delete(t.claims, e.Key())
 		return
 	}
-	t.claims[e.Key()] = kv.Lease{Claim: c, Key: e.Key(), Revision: e.Revision()}
+	l := kv.LeaseOf(e)
+	if l.Unreadable != "" || l.Reply == "" {
+		delete(t.claims, e.Key())
+		return
+	}
+	t.claims[e.Key()] = l
 }
 
 // run follows the claims and takes over lapsed ones until ctx ends; the
@@ -88,7 +91,7 @@ func (t *takeovers) lapsed(now time.Time, slots map[string]chan struct{}) []kv.L
 	defer t.mu.Unlock()
 	var out []kv.Lease
 	for key, l := range t.claims {
-		if _, ok := slots[l.Pipeline]; !ok || t.trying[key] || l.ClaimedBy == t.w.cfg.ID || l.Live(now) {
+		if _, ok := slots[l.Pipeline]; !ok || t.trying[key] || l.ClaimedBy == t.w.cfg.ID || l.Believed(now, now, t.w.poolFor(l.Pipeline).lease()) {
 			continue
 		}
 		if int(l.Delivery)+l.Takeovers >= t.w.poolFor(l.Pipeline).maxDeliver {

@@ -226,6 +226,9 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.lease = lease
+	if lease.Replaced != "" {
+		r.log.Warn().Str("claim", lease.Key).Str("replaced", lease.Replaced).Msg("chunk claimed over something no live holder wrote")
+	}
 	if cp.KeptUntil != nil {
 		// Retention retired the chunk (its envelope had settled) and a
 		// replay runs it again: its rows stop expiring before the fence
@@ -984,6 +987,14 @@ func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, don
 		l := r.lease
 		r.mu.Unlock()
 		nl, err := r.w.stores.Claims.Renew(ctx, l, r.pool.lease())
+		if errors.Is(err, kv.ErrClaimLost) {
+			// Taken over by another holder — or overwritten by something
+			// no holder writes, which the records do not believe.
+			nl, err = r.w.stores.Claims.Reclaim(ctx, l, r.pool.lease())
+			if err == nil {
+				r.log.Warn().Str("claim", l.Key).Str("replaced", nl.Replaced).Msg("claim overwritten by something no holder writes; taken back")
+			}
+		}
 		switch {
 		case errors.Is(err, kv.ErrClaimLost):
 			cancel(errStale)

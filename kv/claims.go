@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,6 +43,29 @@ type Lease struct {
 	Claim
 	Key      string `json:"key"`
 	Revision uint64 `json:"revision"`
+	// Written is when the server stored Revision: a claim is believed
+	// only within one lease of its last write (Believed), whatever
+	// ExpiresAt says.
+	Written time.Time `json:"-"`
+	// Unreadable holds the first bytes of a value that is not a claim
+	// (ClaimedBy is then empty: nobody holds the chunk).
+	Unreadable string `json:"-"`
+	// Replaced says what an acquire took the chunk from when that was
+	// not a live claim: a claim that could not be read, or one whose
+	// lease its last write could not vouch for. Empty otherwise.
+	Replaced string `json:"-"`
+}
+
+// Believed reports whether l is held at time now by a holder that wrote
+// it within lease of wall, the time of day (Written is the server's): a
+// claim's ExpiresAt counts only as far as one lease past its last write,
+// so a claim written with a far-off expiry (by hand, or by a process
+// whose clock runs ahead) holds a chunk one lease at most.
+func (l Lease) Believed(now, wall time.Time, lease time.Duration) bool {
+	if !l.Live(now) {
+		return false
+	}
+	return l.Written.IsZero() || wall.Before(l.Written.Add(lease))
 }
 
 // Claims is the salvage_claims store.
@@ -97,8 +121,16 @@ func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Clai
 	// The same worker holding it for another delivery (a chunk it took
 	// over, redelivered meanwhile) is another holder too.
 	other := cur.ClaimedBy != worker || (want.Reply != "" && cur.Reply != "" && cur.Reply != want.Reply)
-	if other && now.Before(cur.ExpiresAt) {
+	if other && cur.Believed(now, time.Now(), ttl) {
 		return Lease{}, &HeldError{Holder: cur}
+	}
+	replaced := ""
+	switch {
+	case cur.Unreadable != "":
+		replaced = fmt.Sprintf("a value that is not a claim (%q)", cur.Unreadable)
+	case other && cur.Live(now):
+		replaced = fmt.Sprintf("a claim of %s to %s its last write (%s) does not vouch for",
+			cur.ClaimedBy, cur.ExpiresAt.UTC().Format(time.RFC3339), cur.Written.UTC().Format(time.RFC3339))
 	}
 	claim.Takeovers = cur.Takeovers
 	rev, err = updateJSON(ctx, c.b, key, claim, cur.Revision)
@@ -108,7 +140,7 @@ func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Clai
 	if err != nil {
 		return Lease{}, fmt.Errorf("kv: steal claim %s: %w", key, err)
 	}
-	return Lease{Claim: claim, Key: key, Revision: rev}, nil
+	return Lease{Claim: claim, Key: key, Revision: rev, Replaced: replaced}, nil
 }
 
 // TakeOver steals cur, a claim whose lease lapsed, for worker: the same
@@ -116,7 +148,7 @@ func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Clai
 // lease is live or another took it first (the CAS is on cur's revision).
 func (c *Claims) TakeOver(ctx context.Context, cur Lease, worker string, ttl time.Duration) (Lease, error) {
 	now := c.now()
-	if now.Before(cur.ExpiresAt) {
+	if cur.Believed(now, time.Now(), ttl) {
 		return Lease{}, &HeldError{Holder: cur}
 	}
 	claim := cur.Claim
@@ -146,6 +178,39 @@ func (c *Claims) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, 
 	return l, nil
 }
 
+// Reclaim takes back the claim of l's holder, whose renewal lost its CAS,
+// when what replaced it is not a claim Salvage writes: a value that is not
+// a claim, or one whose ExpiresAt runs past two leases (ttl) from its own
+// write. It returns the renewed lease with Replaced saying what it
+// replaced, or ErrClaimLost when another holder took the chunk as
+// Salvage's holders do (or released it): the caller is stale.
+func (c *Claims) Reclaim(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
+	cur, err := c.get(ctx, l.Key)
+	if errors.Is(err, ErrNotFound) {
+		return l, fmt.Errorf("%w: %s released", ErrClaimLost, l.Key)
+	}
+	if err != nil {
+		return l, err
+	}
+	var replaced string
+	switch {
+	case cur.Unreadable != "":
+		replaced = fmt.Sprintf("a value that is not a claim (%q)", cur.Unreadable)
+	case !cur.Written.IsZero() && cur.ExpiresAt.After(cur.Written.Add(2*ttl)):
+		replaced = fmt.Sprintf("a claim of %s to %s, written %s: no holder renews that far", cur.ClaimedBy,
+			cur.ExpiresAt.UTC().Format(time.RFC3339), cur.Written.UTC().Format(time.RFC3339))
+	default:
+		return l, fmt.Errorf("%w: %s taken by %s", ErrClaimLost, l.Key, cur.ClaimedBy)
+	}
+	l.Revision = cur.Revision
+	nl, err := c.Renew(ctx, l, ttl)
+	if err != nil {
+		return nl, err
+	}
+	nl.Replaced = replaced
+	return nl, nil
+}
+
 // Release deletes the claim if l is still its latest revision, so a stale
 // holder can never release a thief's claim. ErrClaimLost otherwise.
 func (c *Claims) Release(ctx context.Context, l Lease) error {
@@ -161,14 +226,35 @@ func (c *Claims) Release(ctx context.Context, l Lease) error {
 	return nil
 }
 
-// Get returns the current claim of a chunk, or ErrNotFound.
+// Get returns the current claim of a chunk, or ErrNotFound. A value that
+// is not a claim comes back with Unreadable set and nobody holding it.
 func (c *Claims) Get(ctx context.Context, job string, chunk int) (Lease, error) {
-	key := ChunkKey(job, chunk)
-	claim, rev, err := getJSON[Claim](ctx, c.b, key)
-	if err != nil {
-		return Lease{}, err
+	return c.get(ctx, ChunkKey(job, chunk))
+}
+
+func (c *Claims) get(ctx context.Context, key string) (Lease, error) {
+	var e jetstream.KeyValueEntry
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		e, err = c.b.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return Lease{}, fmt.Errorf("%w: %s/%s", ErrNotFound, BucketClaims, key)
 	}
-	return Lease{Claim: claim, Key: key, Revision: rev}, nil
+	if err != nil {
+		return Lease{}, fmt.Errorf("kv: get %s/%s: %w", BucketClaims, key, err)
+	}
+	return LeaseOf(e), nil
+}
+
+// LeaseOf reads a salvage_claims entry (a watched one too) as a lease.
+func LeaseOf(e jetstream.KeyValueEntry) Lease {
+	l := Lease{Key: e.Key(), Revision: e.Revision(), Written: e.Created()}
+	if err := json.Unmarshal(e.Value(), &l.Claim); err != nil {
+		l.Claim, l.Unreadable = Claim{}, streams.Clip(string(e.Value()), 256)
+	}
+	return l
 }
 
 // Live reports whether l is held at time now.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Envelope record statuses. Each means one thing.
@@ -190,8 +192,83 @@ func StopGuardKey(job string, chunk, epoch int) string {
 	return "stopped." + ChunkKey(job, chunk) + "." + strconv.Itoa(epoch)
 }
 
-// isGuardKey tells guard keys (they hold a dot) from envelope ids (ULIDs).
+// isGuardKey tells the keys beside the records — guard keys and bodies,
+// which hold a dot — from envelope ids (ULIDs).
 func isGuardKey(key string) bool { return strings.Contains(key, ".") }
+
+// BodyKey is the key of an envelope's body: the envelope as published on
+// SALVAGE_DLQ, kept beside its record so that the record is enough to
+// show, replay and recover the envelope when its DLQ message is gone
+// (purged, aged out, lost).
+func BodyKey(id string) string { return "body." + id }
+
+// PutBody stores the body of envelope id (its JSON as published). It is
+// written before the record and repeat-safe; the body lives as long as
+// its record: kept while the record is unsettled, expiring with it once
+// settled (Mutate keeps the two in step).
+func (s *Envelopes) PutBody(ctx context.Context, id string, body []byte) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		_, err := s.b.Put(ctx, BodyKey(id), body)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kv: put envelope body %s: %w", id, err)
+	}
+	return nil
+}
+
+// Body returns the body of envelope id, or ErrNotFound (an envelope
+// recorded before bodies were kept).
+func (s *Envelopes) Body(ctx context.Context, id string) ([]byte, error) {
+	var e jetstream.KeyValueEntry
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		e, err = s.b.Get(ctx, BodyKey(id))
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, fmt.Errorf("%w: envelope body %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv: get envelope body %s: %w", id, err)
+	}
+	return e.Value(), nil
+}
+
+// KeepBody sets the body of envelope id to expire after ttl, or to be
+// kept (ttl 0), rewriting it as its key's only revision. A missing body
+// is no error. Mutate calls it when a record settles or opens again; the
+// retainer calls it for the settled envelopes of a job it retires, which
+// repairs a crash between a record's settling write and its body's.
+func (s *Envelopes) KeepBody(ctx context.Context, id string, ttl time.Duration) error {
+	for range casAttempts {
+		var e jetstream.KeyValueEntry
+		err := streams.Retry(ctx, func(ctx context.Context) error {
+			var err error
+			e, err = s.b.Get(ctx, BodyKey(id))
+			return err
+		})
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("kv: get envelope body %s: %w", id, err)
+		}
+		m := retainMsg(BucketEnvelopes, BodyKey(id), e.Value(), e.Revision(), ttl)
+		err = streams.Retry(ctx, func(ctx context.Context) error {
+			_, err := s.js.PublishMsg(ctx, m)
+			return err
+		})
+		if isWrongLast(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("kv: keep envelope body %s: %w", id, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: envelope body %s kept changing", ErrConflict, id)
+}
 
 // Guard reserves the single envelope of the chunk message at streamSeq for
 // envelopeID. When a guard already exists it returns that guard and
@@ -259,8 +336,18 @@ func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRe
 	// left are the entries the record leaves; tried those earlier
 	// attempts wrote and lost.
 	var left, tried []uint64
+	// wasSettled is the record's state before fn: a record that settles
+	// has its body expire with it (after the record's write: a crash
+	// between the two keeps the body, which the retainer repairs); one
+	// that opens again has its body kept first.
+	var wasSettled bool
 	w := func(ctx context.Context, key string, r EnvelopeRecord, rev uint64) (uint64, error) {
 		if !r.Settled() {
+			if wasSettled {
+				if err := s.KeepBody(ctx, id, 0); err != nil {
+					return 0, err
+				}
+			}
 			return updateJSON(ctx, s.b, key, r, rev)
 		}
 		seq, err := retainJSON(ctx, s.js, BucketEnvelopes, key, r, rev, s.keep)
@@ -274,6 +361,7 @@ func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRe
 			return fmt.Errorf("%w: envelope %s", ErrNotFound, id)
 		}
 		was := *r
+		wasSettled = was.Settled()
 		if left != nil {
 			tried = append(tried, left[2:]...)
 			left = nil
@@ -302,6 +390,11 @@ func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRe
 	}
 	if err == nil && left != nil {
 		tried = append(tried, left[:2]...)
+	}
+	if err == nil && r.Settled() && !wasSettled {
+		// Best effort: a body left without its TTL is kept too long, never
+		// lost, and the retainer gives it one.
+		_ = s.KeepBody(ctx, id, s.keep)
 	}
 	return r, errors.Join(err, s.idx.remove(ctx, tried...))
 }

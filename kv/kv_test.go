@@ -485,3 +485,84 @@ func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
 		t.Errorf("job = %s %+v; want 3 retries and 150+9 tokens, once", j.Status, j.Summary)
 	}
 }
+
+// An envelope's body lives as long as its record: kept while the record
+// is unsettled, expiring with it once settled, kept again when a replay
+// opens the record again.
+func TestEnvelopeBodyLivesWithItsRecord(t *testing.T) {
+	t.Parallel()
+	st := setup(t)
+	ctx := context.Background()
+	st.Envelopes.Keep(time.Second)
+	for _, id := range []string{"SETTLES", "REOPENS"} {
+		if err := st.Envelopes.PutBody(ctx, id, []byte(`{"envelope_id":"`+id+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Status: kv.EnvelopeOpen}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeDeadEnd; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Envelopes.Mutate(ctx, "REOPENS", func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeRecovering; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		_, err := st.Envelopes.Body(ctx, "SETTLES")
+		return errors.Is(err, kv.ErrNotFound)
+	}, "the settled envelope's body to expire with it")
+	// The reopened one outlived the settled one's TTL by now.
+	if b, err := st.Envelopes.Body(ctx, "REOPENS"); err != nil || !strings.Contains(string(b), "REOPENS") {
+		t.Fatalf("the reopened envelope's body: %q, %v", b, err)
+	}
+}
+
+// A claim is believed only one lease past its last write, whatever its
+// expiry says; a holder whose claim was overwritten by something no holder
+// writes takes it back, one stolen as holders steal stays stolen.
+func TestClaimsAreBelievedOnlyAsFarAsTheirWrite(t *testing.T) {
+	t.Parallel()
+	srv := salvagetest.StartServer(t)
+	ctx := context.Background()
+	st, err := kv.Provision(ctx, srv.JS, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := srv.JS.KeyValue(ctx, kv.BucketClaims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := `{"claimed_by":"ghost","expires_at":"2099-01-01T00:00:00Z"}`
+	if _, err := b.Put(ctx, kv.ChunkKey("J", 1), []byte(forged)); err != nil {
+		t.Fatal(err)
+	}
+	var l kv.Lease
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		l, err = st.Claims.Acquire(ctx, "J", 1, "w", 1, time.Second)
+		return err == nil
+	}, "the forged claim to stop holding the chunk (last: %v)", &err)
+	if !strings.Contains(l.Replaced, "ghost") {
+		t.Fatalf("replaced = %q", l.Replaced)
+	}
+
+	if _, err := b.Put(ctx, l.Key, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Claims.Renew(ctx, l, time.Second); !errors.Is(err, kv.ErrClaimLost) {
+		t.Fatalf("renew over garbage: %v", err)
+	}
+	back, err := st.Claims.Reclaim(ctx, l, time.Second)
+	if err != nil || back.ClaimedBy != "w" || !strings.Contains(back.Replaced, "garbage") {
+		t.Fatalf("reclaim over garbage: %+v, %v", back, err)
+	}
+	// A real steal once the lease lapsed is not undone.
+	var stolen kv.Lease
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		stolen, err = st.Claims.Acquire(ctx, "J", 1, "thief", 2, time.Second)
+		return err == nil
+	}, "the lapsed claim to be stolen")
+	if _, err := st.Claims.Reclaim(ctx, back, time.Second); !errors.Is(err, kv.ErrClaimLost) {
+		t.Fatalf("reclaim after a steal: %v (thief %+v)", err, stolen)
+	}
+}
