@@ -91,6 +91,11 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.cfg.has(RoleWorker) || c.cfg.has(RoleRecovery) {
+		if err := c.define(ctx, stores); err != nil {
+			return err
+		}
+	}
 	runs, err := c.roles(stores)
 	if err != nil {
 		return err

@@ -126,6 +126,13 @@ type Config struct {
 	// Roles to run on Start. Default RolesDefault (worker, dead-letter,
 	// recovery); RolesAll adds the micro service; RoleNone runs nothing.
 	Roles []Role
+	// Upgrades are the definition fingerprints (Pipeline.Definition) this
+	// client may register in place of the ones its pipelines' workers
+	// run: the documented rollout of a new version of a pipeline (drain
+	// it, then start the new version with its fingerprint here). Without
+	// it, Start refuses a pipeline whose definition differs from the
+	// registered one (ErrDefinitionDiffers). Default none.
+	Upgrades []string
 
 	// Retries is tier 1: how often one call is retried inside the worker
 	// (attempts = Retries+1). Default 3; negative means none.

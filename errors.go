@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -61,6 +62,12 @@ const (
 	MaxUsageTokens = streams.UsageTokensMax
 )
 
+// DefinitionError is the error behind ErrDefinitionDiffers: the pipeline,
+// the fingerprint its workers run (Registered) and this process's (Ours),
+// who registered the first and when, and the definition lines only one of
+// them has (Diff).
+type DefinitionError = kv.DefinitionError
+
 // BreakerOpenError is the error behind ErrBreakerOpen: which system's
 // breaker refused the call, its state and when it lets a probe through.
 type BreakerOpenError = recovery.BreakerOpenError
@@ -100,6 +107,13 @@ var (
 	// a job id names one input. Submitting the same input again is not an
 	// error: it returns the id.
 	ErrJobExists = streams.ErrJobExists
+	// ErrDefinitionDiffers is returned by Start when a pipeline this
+	// client runs (as a worker or recovery) is registered with another
+	// definition: its stages, agents, tools, effects or Version differ
+	// from what the pool's processes run. The error (a *DefinitionError)
+	// names both fingerprints and what differs; Config.Upgrades rolls a
+	// new definition out on purpose.
+	ErrDefinitionDiffers = kv.ErrDefinitionDiffers
 	// ErrReplayRefused is returned by Replay (409 from dlq.replay) for a
 	// replay Salvage will not run because it could leak or repeat an
 	// effect: the chunk's job was cancelled, a recovery strategy is

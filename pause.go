@@ -34,6 +34,16 @@ type PipelineStatus struct {
 	// yet (on salvage.jobs.<pipeline>).
 	Workers int `json:"workers"`
 	Waiting int `json:"waiting"`
+	// Fingerprint names the definition the pipeline's workers and
+	// recovery run (Pipeline.Fingerprint), Definition is it (its first
+	// 200 lines), DefinedBy and DefinedAt say which process registered
+	// it and when, and PreviousFingerprint is the one the latest upgrade
+	// replaced.
+	Fingerprint         string    `json:"fingerprint,omitempty"`
+	Definition          []string  `json:"definition,omitempty"`
+	DefinedBy           string    `json:"defined_by,omitempty"`
+	DefinedAt           time.Time `json:"defined_at,omitzero"`
+	PreviousFingerprint string    `json:"previous_fingerprint,omitempty"`
 }
 
 // Pipelines lists every pipeline a worker of the deployment runs (and any
@@ -114,7 +124,8 @@ func (c *Client) setPaused(ctx context.Context, pipeline string, paused bool, by
 
 func (c *Client) pipelineStatus(ctx context.Context, r kv.PipelineState) (PipelineStatus, error) {
 	p := PipelineStatus{Pipeline: r.Pipeline, Paused: r.Paused, PausedAt: r.PausedAt, PausedBy: r.PausedBy,
-		Reason: r.Reason, ResumedAt: r.ResumedAt, ResumedBy: r.ResumedBy}
+		Reason: r.Reason, ResumedAt: r.ResumedAt, ResumedBy: r.ResumedBy, Fingerprint: r.Fingerprint, Definition: r.Definition,
+		DefinedBy: r.DefinedBy, DefinedAt: r.DefinedAt, PreviousFingerprint: r.PreviousFingerprint}
 	var err error
 	if p.Parked, err = c.held(ctx, streams.PausedSystem(r.Pipeline)); err != nil {
 		return p, err

@@ -48,6 +48,13 @@ type Pipeline struct {
 	// kept, by data class (see Retention); zero fields take
 	// Config.Retention's.
 	Retention Retention
+	// Version is part of the pipeline's definition: every process that
+	// runs the pipeline's workers or recovery must run one definition (its
+	// stages, agents, tools and effects, and Version), checked when a
+	// client starts (ErrDefinitionDiffers). Change it when the agents'
+	// code changes in a way that matters to jobs in flight, and roll the
+	// new version out as an upgrade (Config.Upgrades). Default empty.
+	Version string
 }
 
 // Stage runs its agents in parallel; see recovery.Stage for its fields
@@ -168,7 +175,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Plan, error) {
 		return nil, fmt.Errorf("%w: pipeline %s: %w", ErrInvalidConfig, p.Name, err)
 	}
 	out := &recovery.Plan{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks, Result: p.Result,
-		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver, Retention: p.Retention}
+		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver, Retention: p.Retention, Version: p.Version}
 	for _, st := range p.Stages {
 		bs := st
 		bs.Agents = make([]Agent, 0, len(st.Agents))

@@ -1,6 +1,11 @@
 package kv
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
 
 var (
 	// ErrNotFound is returned when a job, checkpoint, claim or envelope
@@ -39,7 +44,38 @@ var (
 	// ErrConflict is returned by a retention write when the record
 	// changed since it was read: it is live again, and left as it is.
 	ErrConflict = errors.New("kv: record changed since it was read")
+	// ErrDefinitionDiffers is returned by Pipelines.Define when the
+	// pipeline is registered with another definition; the error is a
+	// *DefinitionError saying what differs.
+	ErrDefinitionDiffers = errors.New("kv: pipeline definition differs from the registered one")
 )
+
+// DefinitionError says how a process's definition of a pipeline differs
+// from the one its pool runs.
+type DefinitionError struct {
+	Pipeline string
+	// Registered is the fingerprint the pool runs, Ours the process's.
+	Registered, Ours string
+	// By and At say who registered it and when.
+	By string
+	At time.Time
+	// Diff lists the lines only the registered definition has ("- …")
+	// and those only ours has ("+ …").
+	Diff []string
+}
+
+// Error names both fingerprints, what differs and how to upgrade.
+func (e *DefinitionError) Error() string {
+	s := fmt.Sprintf("pipeline %s: this process defines it as %s, but its workers run %s (registered by %s at %s)",
+		e.Pipeline, e.Ours, e.Registered, e.By, e.At.UTC().Format(time.RFC3339))
+	if len(e.Diff) > 0 {
+		s += "; differs: " + strings.Join(e.Diff, "; ")
+	}
+	return s + fmt.Sprintf("; to roll out this definition, drain the pipeline's workers and start it as an upgrade to %s", e.Ours)
+}
+
+// Is makes errors.Is(err, ErrDefinitionDiffers) true.
+func (e *DefinitionError) Is(target error) bool { return target == ErrDefinitionDiffers }
 
 // HeldError says who holds a claim and until when.
 type HeldError struct {

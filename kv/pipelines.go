@@ -26,6 +26,16 @@ type PipelineState struct {
 	ResumedAt time.Time `json:"resumed_at,omitzero"`
 	ResumedBy string    `json:"resumed_by,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Fingerprint names the definition every process running the
+	// pipeline's workers or recovery runs (recovery.Fingerprint), and
+	// Definition is that definition, at most DefinitionLinesMax lines.
+	// DefinedBy and DefinedAt say which process registered it and when;
+	// PreviousFingerprint is the one an upgrade replaced.
+	Fingerprint         string    `json:"fingerprint,omitempty"`
+	Definition          []string  `json:"definition,omitempty"`
+	DefinedBy           string    `json:"defined_by,omitempty"`
+	DefinedAt           time.Time `json:"defined_at,omitzero"`
+	PreviousFingerprint string    `json:"previous_fingerprint,omitempty"`
 }
 
 // Pipelines is the salvage_pipelines store.
@@ -64,6 +74,60 @@ func (s *Pipelines) Register(ctx context.Context, pipeline string) error {
 		return fmt.Errorf("kv: register pipeline %s: %w", pipeline, err)
 	}
 	return nil
+}
+
+// Define registers fingerprint and definition as pipeline's definition, by
+// process by, when none is registered (or the same is). When another one
+// is, it returns a *DefinitionError (errors.Is ErrDefinitionDiffers)
+// unless upgrade is set: an operator asked for this definition to
+// replace the registered one. definition is kept to its first maxLines
+// lines (the fingerprint covers them all).
+func (s *Pipelines) Define(ctx context.Context, pipeline, fingerprint string, definition []string, maxLines int, by string, upgrade bool) (PipelineState, error) {
+	shown := definition[:min(len(definition), maxLines)]
+	p, _, err := mutateJSON(ctx, s.b, pipeline, func(p *PipelineState, exists bool) error {
+		if !exists {
+			*p = PipelineState{Pipeline: pipeline}
+		}
+		switch {
+		case p.Fingerprint == fingerprint:
+			return ErrNoChange
+		case p.Fingerprint != "" && !upgrade:
+			return &DefinitionError{Pipeline: pipeline, Registered: p.Fingerprint, Ours: fingerprint, By: p.DefinedBy, At: p.DefinedAt,
+				Diff: definitionDiff(p.Definition, shown, 20)}
+		}
+		now := s.now().UTC()
+		if p.Fingerprint != "" {
+			p.PreviousFingerprint = p.Fingerprint
+		}
+		p.Fingerprint, p.Definition, p.DefinedBy, p.DefinedAt, p.UpdatedAt = fingerprint, shown, by, now, now
+		return nil
+	})
+	return p, err
+}
+
+// definitionDiff lists the lines only was has ("- …") and those only now
+// has ("+ …"), at most max.
+func definitionDiff(was, now []string, max int) []string {
+	in := func(lines []string) map[string]bool {
+		m := make(map[string]bool, len(lines))
+		for _, l := range lines {
+			m[l] = true
+		}
+		return m
+	}
+	inWas, inNow := in(was), in(now)
+	var out []string
+	for _, l := range was {
+		if !inNow[l] && len(out) < max {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range now {
+		if !inWas[l] && len(out) < max {
+			out = append(out, "+ "+l)
+		}
+	}
+	return out
 }
 
 // SetPaused pauses or resumes pipeline by CAS; by and reason say who and

@@ -46,6 +46,11 @@ type Plan struct {
 	// Retention is how long what its finished jobs leave is kept, by data
 	// class; zero fields take the deployment's.
 	Retention kv.Retention
+	// Version is part of the pipeline's definition (Definition): every
+	// process that runs the pipeline's workers or recovery must run the
+	// same definition, so a change of code that matters to jobs in flight
+	// changes it, and rolls out as an upgrade.
+	Version string
 }
 
 // Stage runs its agents in parallel. When one fails, the others are

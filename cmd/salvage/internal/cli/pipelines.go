@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -12,11 +13,16 @@ import (
 )
 
 func (e *env) pipelinesCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, definitions bool
 	cmd := &cobra.Command{
 		Use:   "pipelines",
-		Short: "List the pipelines: running or paused, their live workers, jobs waiting to be split, chunks parked",
-		Args:  cobra.NoArgs,
+		Short: "List the pipelines: running or paused, the definition their workers run, their live workers, jobs waiting to be split, chunks parked",
+		Long: `List the pipelines. FINGERPRINT names the definition every process running a
+pipeline's workers or recovery runs (its stages, agents, tools, effects and version); a
+process with another definition is refused at start, naming both fingerprints and what
+differs. --definitions prints each definition. To roll out a new version: pause the
+pipeline or stop its workers, then start the new version with --upgrade FINGERPRINT.`,
+		Args: cobra.NoArgs,
 	}
 	cmd.RunE = func(*cobra.Command, []string) error {
 		var ps []salvage.PipelineStatus
@@ -26,8 +32,17 @@ func (e *env) pipelinesCmd() *cobra.Command {
 		if asJSON {
 			return e.writeJSON(ps)
 		}
+		if definitions {
+			for _, p := range ps {
+				fmt.Fprintf(e.stdout, "%s %s (registered by %s at %s)\n", p.Pipeline, cmp.Or(p.Fingerprint, "-"), cmp.Or(p.DefinedBy, "-"), p.DefinedAt.Local().Format(time.DateTime))
+				for _, l := range p.Definition {
+					fmt.Fprintf(e.stdout, "  %s\n", l)
+				}
+			}
+			return nil
+		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "PIPELINE\tSTATE\tWORKERS\tWAITING\tPARKED\tSINCE\tBY\tREASON")
+		fmt.Fprintln(tw, "PIPELINE\tSTATE\tFINGERPRINT\tWORKERS\tWAITING\tPARKED\tSINCE\tBY\tREASON")
 		for _, p := range ps {
 			state, since, by := "running", p.ResumedAt, p.ResumedBy
 			if p.Paused {
@@ -49,11 +64,12 @@ func (e *env) pipelinesCmd() *cobra.Command {
 				// Its jobs wait in SALVAGE_JOBS until one starts.
 				workers = "no workers"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Pipeline, state, workers, p.Waiting, p.Parked, when, by, reason)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Pipeline, state, cmp.Or(p.Fingerprint, "-"), workers, p.Waiting, p.Parked, when, by, reason)
 		}
 		return tw.Flush()
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&definitions, "definitions", false, "print each pipeline's definition, line by line")
 	return cmd
 }
 

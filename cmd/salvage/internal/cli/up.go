@@ -53,6 +53,7 @@ type runFlags struct {
 	breaker       salvage.BreakerPolicy
 	prices        []string
 	retention     salvage.Retention
+	upgrades      []string
 }
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
@@ -63,6 +64,7 @@ func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.IntVar(&r.maxChunks, "max-chunks", salvage.MaxChunksDefault, "most chunks one job may split into (a pipeline may set its own); more is rejected as too-many-chunks")
 	f.IntVar(&r.chunkWindow, "chunk-window", salvage.ChunkWindowDefault, "chunks of one job queued at once; the rest wait in SALVAGE_BACKLOG, so a job behind a large one waits for at most this many of its chunks")
 	f.StringVar(&r.workerID, "worker-id", "", "worker id in claims and checkpoints (default host-pid-random)")
+	f.StringArrayVar(&r.upgrades, "upgrade", nil, "a pipeline definition's fingerprint (salvage pipelines --definitions) this process may register in place of the one its pool runs: the rollout of a new version, once its workers are drained (repeat for several)")
 	f.IntVar(&r.retries, "retries", salvage.RetriesDefault, "tier 1: retries per call (attempts = retries+1)")
 	f.DurationVar(&r.retryBase, "retry-base", salvage.RetryBaseDefault, "tier 1: upper bound of the first full-jitter wait")
 	f.DurationVar(&r.retryMax, "retry-max", salvage.RetryMaxDefault, "tier 1: upper bound of any one wait")
@@ -167,7 +169,7 @@ func (r *runFlags) config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
 		SweepInterval: r.sweepInterval, UnknownPipelineWait: r.unknownWait, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
 		CoolDown: r.coolDown, Breaker: r.breaker, Prices: prices, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
-		Retention: r.retention,
+		Retention: r.retention, Upgrades: r.upgrades,
 	}, nil
 }
 

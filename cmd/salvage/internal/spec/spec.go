@@ -6,10 +6,14 @@ package spec
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -118,6 +122,22 @@ type Effect struct {
 	VerifySubject string `yaml:"verify_subject"`
 }
 
+// Reserved are the names of salvage's built-in pipelines: a file may not
+// declare one (it would join the built-in pipeline's pool with another
+// definition).
+var Reserved = []string{"contract-review", "order-fulfillment"}
+
+// version is the part of p's declaration its definition fingerprint does
+// not see from the pipeline it builds: how it splits, what tool each agent
+// calls, the MCP options of its tools, timeouts. Tuning (concurrency,
+// ack_wait, max_deliver, retention, max_chunks) is left out.
+func version(p Pipeline) string {
+	p.Concurrency, p.AckWait, p.MaxDeliver, p.Retention, p.MaxChunks = 0, "", 0, Retention{}, 0
+	data, _ := json.Marshal(p)
+	sum := sha256.Sum256(data)
+	return "file:" + hex.EncodeToString(sum[:8])
+}
+
 // Load reads and checks the pipelines in path; their MCP tools are taken
 // through mcp (nil: declared but not connected, see Parse).
 func Load(ctx context.Context, path string, mcp MCP) ([]*salvage.Pipeline, error) {
@@ -194,8 +214,11 @@ func ParseWith(ctx context.Context, name string, data []byte, mcp MCP) ([]*salva
 		if seen[p.Name] {
 			return nil, fail(pp+".name", "pipeline %s is declared twice", p.Name)
 		}
+		if slices.Contains(Reserved, p.Name) {
+			return nil, fail(pp+".name", "pipeline name %s is reserved for the built-in pipeline of that name: choose another", p.Name)
+		}
 		seen[p.Name] = true
-		sp := &salvage.Pipeline{Name: p.Name, MaxChunks: p.MaxChunks}
+		sp := &salvage.Pipeline{Name: p.Name, MaxChunks: p.MaxChunks, Version: version(p)}
 		switch p.Split {
 		case "whole", "":
 			sp.Split = salvage.SplitWhole

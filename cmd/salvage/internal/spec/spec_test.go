@@ -2,10 +2,13 @@ package spec_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/spec"
 )
 
@@ -94,6 +97,8 @@ func TestErrorsNameTheLine(t *testing.T) {
 		{"bad retention", "calls: 10m", "calls: soon", "p.yaml:9: \"soon\""},
 		{"retention past the events", "calls: 10m", "calls: 200h", "p.yaml:9: kv: invalid retention: calls 200h0m0s is over 168h0m0s"},
 		{"its own compensation", "compensation: refund", "compensation: charge", "p.yaml:28: charge is undone by itself"},
+		{"a built-in's name", "name: review", "name: order-fulfillment", "p.yaml:2: pipeline name order-fulfillment is reserved"},
+		{"the other built-in's", "name: review", "name: contract-review", "p.yaml:2: pipeline name contract-review is reserved"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := strings.Replace(good, tt.old, tt.new, 1)
@@ -102,5 +107,39 @@ func TestErrorsNameTheLine(t *testing.T) {
 				t.Errorf("error %v; want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The names reserved are the built-in pipelines'.
+func TestReservedAreTheBuiltIns(t *testing.T) {
+	t.Parallel()
+	if !slices.Equal(spec.Reserved, []string{contractreview.Name, orders.Name}) {
+		t.Fatalf("reserved %v", spec.Reserved)
+	}
+}
+
+// A file's pipeline's definition covers what its agents call, so two
+// files whose pipelines differ only there have two fingerprints; tuning
+// does not count.
+func TestFileDefinitionsDiffer(t *testing.T) {
+	t.Parallel()
+	fp := func(doc string) string {
+		t.Helper()
+		ps, err := spec.Parse("p.yaml", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := ps[0].Fingerprint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	base := fp(good)
+	if tuned := fp(strings.Replace(good, "concurrency: 2", "concurrency: 7", 1)); tuned != base {
+		t.Errorf("tuning changed the fingerprint")
+	}
+	if other := fp(strings.Replace(good, "split: paragraphs", "split: whole", 1)); other == base {
+		t.Errorf("another split kept the fingerprint")
 	}
 }
