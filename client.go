@@ -305,7 +305,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	}
 	if c.cfg.has(RoleDeadLetter) {
 		dl, err := consumers.NewDeadLetterer(c.js, stores, consumers.DeadLetterConfig{
-			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), UnknownPipelineWait: c.cfg.UnknownPipelineWait,
+			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), UnknownPipelineWait: c.cfg.UnknownPipelineWait, Prices: c.cfg.Prices,
 			Retention: c.cfg.Retention, Logger: &log, TracerProvider: c.cfg.TracerProvider,
 		})
 		if err != nil {

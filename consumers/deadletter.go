@@ -27,6 +27,10 @@ type DeadLetterConfig struct {
 	// SweepInterval is the sweeper's period. Default SweepIntervalDefault;
 	// negative disables the sweeper.
 	SweepInterval time.Duration
+	// Prices price the usage of a dead-lettered chunk's calls, counted
+	// from its journal. Default none: its cost stays as its worker
+	// counted it.
+	Prices recovery.Prices
 	// Limits are the recovery limits an envelope is classified against;
 	// zero fields take recovery's defaults.
 	Limits recovery.Limits
@@ -77,7 +81,7 @@ func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterCo
 	log = log.With().Str("role", "dead-letter").Logger()
 	return &DeadLetterer{
 		js: js, stores: stores, cfg: cfg, log: log,
-		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores, tracer: tracerOf(cfg.TracerProvider)}, log: log, limits: cfg.Limits},
+		letter: letterer{js: js, stores: stores, tracker: tracker{js: js, stores: stores, tracer: tracerOf(cfg.TracerProvider)}, log: log, limits: cfg.Limits, prices: cfg.Prices},
 		repair: newRepairer(js, stores, max(cfg.SweepInterval, time.Second), log),
 		retain: &retainer{js: js, stores: stores, defaults: cfg.Retention.WithDefaults(), log: log, now: time.Now},
 	}, nil

@@ -46,6 +46,11 @@ const (
 	// is paused; the holder resumes it explicitly when the breaker closes
 	// and pauses it again should the breaker stay open longer.
 	pauseSlack = 24 * time.Hour
+	// probeScan bounds the held chunks looked at for a probe that can
+	// run; probeLookAgain is how long a process that found none waits
+	// before it looks again.
+	probeScan      = 16
+	probeLookAgain = 2 * time.Second
 )
 
 // holder moves chunks between SALVAGE_HOLD and SALVAGE_CHUNKS as the
@@ -80,6 +85,9 @@ type holder struct {
 	// ramps are the releases of systems whose breaker closed less than
 	// rampEnd ago.
 	ramps map[string]*ramp
+	// noProbe is, per system, until when this process looks for no probe
+	// (it found held chunks, none of which it can run).
+	noProbe map[string]time.Time
 }
 
 // ramp paces one system's release after its breaker closed at from:
@@ -118,7 +126,7 @@ func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines
 	}
 	return &holder{js: js, gate: g, pauses: ps, id: id, log: log.With().Str("part", "holder").Logger(),
 		pausedFor: map[string]time.Time{}, pausedAt: map[string]time.Time{}, checked: map[string]time.Time{},
-		pools: pools, poolPaused: map[string]time.Time{}, poolSeen: map[string]bool{}, ramps: map[string]*ramp{}}
+		pools: pools, poolPaused: map[string]time.Time{}, poolSeen: map[string]bool{}, ramps: map[string]*ramp{}, noProbe: map[string]time.Time{}}
 }
 
 // run makes a pass every holdTick until ctx ends. It blocks.
@@ -242,16 +250,24 @@ func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
 }
 
 // releaseProbe moves an open breaker whose cool-down is over to half-open
-// and releases the system's oldest held chunk as its probe. Only the
-// process whose CAS wins releases it.
+// and releases the system's oldest held chunk that can run now as its
+// probe: one of a pipeline this process's pools run and that is not
+// paused (a probe released onto a paused pool never calls, and its
+// silence would open the breaker again). While chunks are held but none
+// can run here, the breaker is left as it is: a process that can run one
+// releases it, or a resume lets this one. Only the process whose CAS wins
+// releases it.
 func (h *holder) releaseProbe(ctx context.Context, system string) error {
-	s, err := h.js.Stream(ctx, streams.Hold)
+	if time.Now().Before(h.noProbe[system]) {
+		return nil
+	}
+	m, held, err := h.probeCandidate(ctx, system)
 	if err != nil {
 		return err
 	}
-	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForSystem(system)))
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return err
+	if held && m == nil {
+		h.noProbe[system] = time.Now().Add(probeLookAgain)
+		return nil
 	}
 	probe := ""
 	if m != nil {
@@ -281,6 +297,34 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 	// A crash before the delete leaves the copy to be released again on
 	// close; the chunk's checkpoint keeps it from running twice.
 	return deleteMsg(ctx, h.js, streams.Hold, m.Sequence)
+}
+
+// probeCandidate returns the oldest chunk held for system that can run in
+// this process now, looking at the first probeScan held; held says
+// whether any chunk is held for it at all.
+func (h *holder) probeCandidate(ctx context.Context, system string) (*jetstream.RawStreamMsg, bool, error) {
+	s, err := streamHandle(ctx, h.js, streams.Hold)
+	if err != nil {
+		return nil, false, err
+	}
+	held := false
+	seq := uint64(1)
+	for range probeScan {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.HoldForSystem(system)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, held, nil
+		}
+		if err != nil {
+			return nil, held, err
+		}
+		held = true
+		var c streams.ChunkMsg
+		if json.Unmarshal(m.Data, &c) == nil && h.pools[c.Pipeline] && !h.pauses.paused(c.Pipeline) {
+			return m, true, nil
+		}
+		seq = m.Sequence + 1
+	}
+	return nil, held, nil
 }
 
 // whileClosed releases the chunks held for a closed breaker's system,

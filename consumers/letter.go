@@ -48,6 +48,9 @@ type letter struct {
 	Stopped string
 	Stage   int
 	Epoch   int
+	// tally is what the chunk's calls came to by its journal, set by send
+	// for finish.
+	tally *recovery.Tally
 }
 
 // errStaleMessage: the letter's chunk message is older than the one the
@@ -109,6 +112,9 @@ type letterer struct {
 	log     zerolog.Logger
 	// limits escalate a chunk past its recoveries from the start.
 	limits recovery.Limits
+	// prices price the usage of the chunk's calls, counted from its
+	// journal when it is dead-lettered (nil: its cost stays as counted).
+	prices recovery.Prices
 }
 
 // send dead-letters l and returns the envelope id. It is idempotent per
@@ -183,6 +189,14 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
 		return "", err
 	}
+	// Its calls count from its journal: a worker that died mid-stage
+	// never counted the ones it made in that stage.
+	tally, err := pastTally(ctx, d.stores, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch, d.prices)
+	if err != nil {
+		return "", err
+	}
+	all := tally.Plus(recovery.TallyRows(rows, d.prices))
+	l.tally = &all
 	msg := "chunk dead-lettered"
 	if l.Stopped != "" {
 		msg = "cancelled chunk's effects sent to be settled"
@@ -247,6 +261,9 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 		}
 		cp.Record(kv.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
 		cp.Reason = streams.Clip(l.Err, streams.ErrorTextMax)
+		if l.tally != nil {
+			setTally(cp, *l.tally)
+		}
 		if l.Deliveries > cp.Deliveries {
 			cp.Redeliveries += int(l.Deliveries - max(cp.Deliveries, 1))
 			cp.Deliveries = l.Deliveries

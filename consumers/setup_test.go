@@ -54,6 +54,15 @@ const (
 	// modeFailThenGate: stage 2 fails transiently on its first three
 	// calls (one delivery's tier 1), then waits for the gate.
 	modeFailThenGate = "fail-then-gate"
+	// modeUsage: each stage's agent makes usageCalls model calls of one
+	// completion token each; in a child worker process stage 2 blocks
+	// forever at its call usageBlockAt, to be SIGKILLed there.
+	modeUsage = "usage"
+)
+
+const (
+	usageCalls   = 25
+	usageBlockAt = 10
 )
 
 // calls counts agent calls per "job/chunk/stage".
@@ -81,6 +90,7 @@ var failedOnce sync.Map
 type toolInput struct {
 	Mode  string `json:"mode"`
 	Stage int    `json:"stage"`
+	N     int    `json:"n,omitempty"`
 }
 
 func testPipeline(inChild bool) *recovery.Plan {
@@ -93,6 +103,13 @@ func testPipeline(inChild bool) *recovery.Plan {
 		cnt, _ := calls.LoadOrStore(fmt.Sprintf("%s/%d/%d", job, chunk, in.Stage), new(atomic.Int64))
 		cnt.(*atomic.Int64).Add(1)
 		ok := recovery.ToolResult{Output: json.RawMessage(`"ok"`)}
+		if in.Mode == modeUsage {
+			if inChild && in.Stage == 2 && in.N == usageBlockAt {
+				select {}
+			}
+			ok.Usage = &kv.Usage{Model: "m", CompletionTokens: 1}
+			return ok, nil
+		}
 		if in.Stage != 2 {
 			return ok, nil
 		}
@@ -171,6 +188,17 @@ func testPipeline(inChild bool) *recovery.Plan {
 				if string(st.Memory["mode"]) != strconv.Quote(mode) {
 					return nil, recovery.Permanent(0, fmt.Errorf("agent1 lost its stage-1 memory: %v", st.Memory))
 				}
+			}
+			if mode == modeUsage {
+				if stage == 3 {
+					return map[string]any{"stage": stage, "mode": mode}, nil
+				}
+				for n := range usageCalls {
+					if _, err := t.Tool(withJobChunk(ctx, t.Job, t.Chunk), "tool", toolInput{Mode: mode, Stage: stage, N: n}); err != nil {
+						return nil, err
+					}
+				}
+				return map[string]any{"stage": stage, "mode": mode}, nil
 			}
 			_, err := t.Tool(withJobChunk(ctx, t.Job, t.Chunk), "tool", toolInput{Mode: mode, Stage: stage})
 			return map[string]any{"stage": stage, "mode": mode}, err

@@ -2,7 +2,9 @@ package consumers_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -173,5 +176,113 @@ func TestClaimsNoHolderWroteHoldNothing(t *testing.T) {
 	}
 	if envs := b.dlq(t); len(envs) != 0 {
 		t.Fatalf("%d envelopes; want none", len(envs))
+	}
+}
+
+// TestUsageSurvivesACrash is the token count of issue 33: a chunk of two
+// stages of 25 model calls of one completion token each; its worker
+// process is SIGKILLed in stage 2 after ten of its calls, and a survivor
+// finishes it. The job's summary, its chunk's checkpoint and the journal
+// agree on 50 calls and 50 tokens — three times over (the crashed stage's
+// journaled calls were lost from the counts: 48 or 49 of 50).
+func TestUsageSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	for run := range 3 {
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, setupOpts{ackWait: 1500 * time.Millisecond})
+			job := b.submit(t, modeUsage)
+			child := b.startChild(t, "child")
+			salvagetest.Eventually(t, 30*time.Second, func() bool {
+				rows, err := b.stores.Journal.Load(b.ctx, job, 1, 0)
+				n := 0
+				for _, r := range rows {
+					if r.Stage == 2 && r.Status == kv.CallSucceeded {
+						n++
+					}
+				}
+				return err == nil && n == usageBlockAt
+			}, "the child to journal %d calls of stage 2", usageBlockAt)
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = child.Wait()
+			b.startWorker(t, "survivor")
+			j := b.waitJob(t, job, kv.JobDone)
+
+			rows, err := b.stores.Journal.Load(b.ctx, job, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var journal int64
+			for _, r := range rows {
+				if r.Usage != nil {
+					journal += r.Usage.CompletionTokens
+				}
+			}
+			cp := b.checkpoint(t, job, 1)
+			if journal != 2*usageCalls || cp.CompletionTokens != journal || cp.Calls != len(rows) || j.Summary.CompletionTokens != journal {
+				t.Fatalf("tokens: journal %d (%d rows), checkpoint %d (%d calls), job summary %d; want %d everywhere",
+					journal, len(rows), cp.CompletionTokens, cp.Calls, j.Summary.CompletionTokens, 2*usageCalls)
+			}
+		})
+	}
+}
+
+// TestAPauseLeavesAnOpenBreakerAsItWas is the probe under pause of issue
+// 33: chunks held at an open breaker, then their pipeline paused. Cool-
+// downs pass; no probe is released onto the paused pool (it never ran,
+// and its silence opened the breaker again: opens 1 → 2), the breaker
+// stays as it was and the chunks stay held. After the resume, with the
+// system back, the probe runs and the job finishes.
+func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
+	t.Parallel()
+	crm, extra := &extSystem{}, &extSystem{}
+	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
+	policy := recovery.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: 500 * time.Millisecond}
+	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
+		c.Breakers = consumers.BreakerPolicies{Systems: map[string]recovery.BreakerPolicy{"crm": policy}}
+	})
+	crm.down.Store(true)
+	const chunks = 4
+	job := submitOutage(t, b, chunks)
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		for c := 1; c <= chunks; c++ {
+			if cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, c); err != nil || cp.Status != kv.StatusHeld {
+				return false
+			}
+		}
+		return true
+	}, "every chunk to be held at the crm breaker")
+	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, "outage", true, "ann", "deploy"); err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, 10*time.Second, func() bool {
+		c, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("outage"))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(b.ctx)
+		return err == nil && info.Paused
+	}, "the outage pool to pause")
+	at := b.breaker(t, "crm")
+	// Four cool-downs past the breaker's retry time: a probe would have
+	// been released, and its silence would have opened the breaker again.
+	for time.Now().Before(at.RetryAt.Add(4 * policy.CoolDown)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if now := b.breaker(t, "crm"); now.Opens != at.Opens || now.State != kv.BreakerOpen {
+		t.Fatalf("breaker while its only chunks' pipeline is paused: %s after %d opens; it was %s after %d", now.State, now.Opens, at.State, at.Opens)
+	}
+	if n := b.streamMsgs(t, streams.Hold); n != chunks {
+		t.Fatalf("%d messages on SALVAGE_HOLD; want the %d held chunks", n, chunks)
+	}
+	crm.down.Store(false)
+	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, "outage", false, "ann", ""); err != nil {
+		t.Fatal(err)
+	}
+	j := b.waitJob(t, job, kv.JobDone)
+	if j.Summary.Done != chunks || j.Summary.DeadLetters != 0 {
+		t.Fatalf("summary %+v", j.Summary)
 	}
 }

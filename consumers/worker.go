@@ -187,7 +187,7 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	return &Worker{
 		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), log),
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
-		letter:  letterer{js: js, stores: stores, tracker: tr, log: log},
+		letter:  letterer{js: js, stores: stores, tracker: tr, log: log, prices: cfg.Prices},
 		cancels: newCancelRegistry(),
 		tails:   make(chan struct{}, max(slots, 1)),
 		journal: stores.Journal,

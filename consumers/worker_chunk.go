@@ -46,6 +46,8 @@ type run struct {
 	outcome string
 	// pool is how the worker runs the chunk's pipeline.
 	pool pool
+	// past is what the calls of the chunk's earlier epochs came to.
+	past recovery.Tally
 }
 
 // pipelineOf is the pipeline token of a chunk subject ("" when it has
@@ -315,6 +317,11 @@ func (r *run) run(ctx context.Context) error {
 		}
 	}
 	r.replay = recovery.NewReplay(w.journal, rows)
+	// The calls of the chunk's earlier epochs (a compensate-and-retry ran
+	// it fresh) count too; read once, they do not change.
+	if r.past, err = pastTally(ctx, w.stores, r.chunk.Job, r.chunk.Chunk, cp.Epoch, w.cfg.Prices); err != nil {
+		return err
+	}
 	r.states = map[string]*recovery.AgentState{}
 	for agent, ref := range cp.Snapshots {
 		st, err := recovery.LoadSnapshot(ctx, w.stores.Snapshots, ref)
@@ -569,12 +576,9 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 	w := r.w
 	var stats recovery.Stats
 	flushStats := func(cp *kv.Checkpoint) {
-		cp.Calls += int(stats.Calls.Swap(0))
 		cp.Tier1Retries += int(stats.Retries.Swap(0))
 		cp.CachedCalls += int(stats.Cached.Swap(0))
-		cp.PromptTokens += stats.PromptTokens.Swap(0)
-		cp.CompletionTokens += stats.CompletionTokens.Swap(0)
-		cp.CostMicros += stats.CostMicros.Swap(0)
+		r.tally(cp)
 	}
 	for s := cp.Stage; s <= len(p.Stages); s++ {
 		st := p.Stages[s-1]
@@ -642,6 +646,12 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 		log.Debug().Msg("stage done")
 	}
 	return r.finish(ctx, p, cp, fence)
+}
+
+// tally sets cp's calls, tokens and cost from the journal: the rows of
+// its earlier epochs and those of this one as this run knows them.
+func (r *run) tally(cp *kv.Checkpoint) {
+	setTally(cp, r.past.Plus(r.replay.Tally(r.w.cfg.Prices)))
 }
 
 // loadJournal reads the rows of the chunk's epoch. A row that still

@@ -1,0 +1,34 @@
+package consumers
+
+import (
+	"context"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+// pastTally is what the calls of a chunk's epochs before epoch came to,
+// from their journal rows: a chunk runs in a later epoch only after a
+// compensate-and-retry, so this reads nothing for almost every chunk.
+func pastTally(ctx context.Context, st *kv.Stores, job string, chunk, epoch int, prices recovery.Prices) (recovery.Tally, error) {
+	var t recovery.Tally
+	for e := range epoch {
+		rows, err := st.Journal.Load(ctx, job, chunk, e)
+		if err != nil {
+			return t, err
+		}
+		t = t.Plus(recovery.TallyRows(rows, prices))
+	}
+	return t, nil
+}
+
+// setTally sets cp's calls, tokens and cost to t, what its journal rows
+// say (invariant 12). A row retention removed after it was counted (the
+// pure calls of a finished chunk a replay runs again) is not uncounted:
+// each figure only grows, as the job's counts built from it do.
+func setTally(cp *kv.Checkpoint, t recovery.Tally) {
+	cp.Calls = max(cp.Calls, t.Calls)
+	cp.PromptTokens = max(cp.PromptTokens, t.PromptTokens)
+	cp.CompletionTokens = max(cp.CompletionTokens, t.CompletionTokens)
+	cp.CostMicros = max(cp.CostMicros, t.CostMicros)
+}
