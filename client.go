@@ -39,6 +39,8 @@ type Client struct {
 	// heartbeat's count of chunks in flight; id names the process.
 	worker *consumers.Worker
 	id     string
+	// beat is the heartbeat's last outcome (Health).
+	beat beatState
 
 	runMu   sync.Mutex
 	stop    context.CancelFunc

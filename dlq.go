@@ -44,7 +44,11 @@ type EnvelopeRecord struct {
 	// a chunk its job's cancel stopped: unknown outcomes verified,
 	// reversible effects compensated newest first, the rest escalated by
 	// name. It cannot be replayed; the chunk stays cancelled-at-stage-N.
-	Stopped   string    `json:"stopped,omitempty"`
+	Stopped string `json:"stopped,omitempty"`
+	// Rejected is set on the envelope of a chunk whose approval a person
+	// rejected: a decision, not a failure (AutoRecoveryRate leaves the
+	// chunk out).
+	Rejected  bool      `json:"rejected,omitempty"`
 	AckedBy   string    `json:"acked_by,omitempty"`
 	AckedAt   time.Time `json:"acked_at,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
@@ -331,13 +335,15 @@ type RecoveryStats = recovery.RecoveryStats
 // whose latest envelope is resolved because the chunk finished, or
 // abandoned with nothing left standing, with no person acting on any
 // envelope of the chunk. Dead ends, escalations and chunks still
-// recovering count against it; 1 when recs is empty.
+// recovering count against it; a person's decision (a cancelled job's
+// settlement, a rejected approval) is no failure; 1 when recs is empty.
 func AutoRecoveryRate(recs []EnvelopeRecord) RecoveryStats {
 	machine := make([]kv.EnvelopeRecord, len(recs))
 	for i, r := range recs {
 		// The fields the rate reads; no copy of notes or effects.
 		machine[i] = kv.EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Status: string(r.Status), ResolvedBy: r.ResolvedBy,
-			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]kv.LeftEffect, len(r.Left))}
+			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]kv.LeftEffect, len(r.Left)),
+			Stopped: r.Stopped, Rejected: r.Rejected}
 	}
 	return recovery.AutoRecoveryRate(machine)
 }

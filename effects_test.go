@@ -466,7 +466,7 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 // TestReplayThatCannotBeHonouredIsRefused: an envelope whose chunk's job
 // was cancelled, and one whose compensated effects sit beside one that
 // stands, are refused — by the API, and in a bulk dry run, which counts
-// them unchanged.
+// them refused (it counted them unchanged: "already so").
 func TestReplayThatCannotBeHonouredIsRefused(t *testing.T) {
 	t.Parallel()
 	l := newLedger()
@@ -493,8 +493,11 @@ func TestReplayThatCannotBeHonouredIsRefused(t *testing.T) {
 		t.Fatalf("replay of a chunk with its charge refunded and its email sent: %v, want ErrReplayRefused", err)
 	}
 	res, err := c.Bulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Job: id}, DryRun: true})
-	if err != nil || res.Acted != 0 || res.Unchanged != 1 {
-		t.Fatalf("bulk dry run = %+v, %v; want it counted unchanged", res, err)
+	if err != nil || res.Acted != 0 || res.Refused != 1 || res.Unchanged != 0 {
+		t.Fatalf("bulk dry run = %+v, %v; want it counted refused", res, err)
+	}
+	if res, err := c.Bulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Job: id}}); err != nil || res.Acted != 0 || res.Refused != 1 {
+		t.Fatalf("bulk replay = %+v, %v; want it refused", res, err)
 	}
 	if r, err := c.ShowEnvelope(ctx, envs[0].ID); err != nil || r.Record.Status != salvage.EnvelopeEscalated || r.Record.Replays != 0 {
 		t.Fatalf("a refused replay changed the envelope: %+v, %v", r.Record, err)

@@ -82,6 +82,10 @@ var (
 	ErrUnknownPipeline = recovery.ErrUnknownPipeline
 	// ErrUnknownJob is returned for a job id no record has.
 	ErrUnknownJob = consumers.ErrUnknownJob
+	// ErrJobFinished is returned by Cancel (409 from jobs.cancel, exit 1
+	// from salvage cancel) for a job that already finished: nothing of it
+	// runs, and a cancel would only forbid replaying its envelopes.
+	ErrJobFinished = consumers.ErrJobFinished
 	// ErrUnknownEnvelope is returned for an envelope id no record has.
 	ErrUnknownEnvelope = consumers.ErrUnknownEnvelope
 	// ErrAlreadyResolved is returned when replaying or resolving an

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -101,13 +103,18 @@ type Chunk struct {
 	Recoveries int `json:"recoveries"`
 	// Gaps names the optional stages it finished without.
 	Gaps []string `json:"gaps,omitempty"`
-	// Deliveries, Redeliveries and Tier1Retries count JetStream
-	// deliveries, tier-2 redeliveries and tier-1 retries.
+	// Deliveries is JetStream's delivery count of the message the chunk
+	// last ran from; Redeliveries adds up the tier-2 redeliveries of all
+	// its messages; Takeovers counts the times a survivor took it over
+	// from a dead worker on the same delivery; Tier1Retries the retries
+	// inside the worker.
 	Deliveries   uint64 `json:"deliveries"`
 	Redeliveries int    `json:"redeliveries,omitempty"`
+	Takeovers    int    `json:"takeovers,omitempty"`
 	Tier1Retries int    `json:"tier1_retries"`
-	// Calls counts the calls its agents made; CachedCalls those answered
-	// from the journal on a resume, without running again.
+	// Calls counts its calls as its journal has them (one row each,
+	// however often a crash or replay made the chunk run); CachedCalls
+	// those answered from the journal on a resume, without running again.
 	Calls       int `json:"calls"`
 	CachedCalls int `json:"cached_calls,omitempty"`
 	// PromptTokens and CompletionTokens add up its model calls' usage.
@@ -291,9 +298,15 @@ func (c *Client) sameJob(ctx context.Context, id, hash string) (bool, error) {
 }
 
 // Wait blocks until job id has finished (done, partial, incomplete or
-// cancelled) and returns it. It returns an error wrapping ErrRejected when
-// the job was rejected instead, and ctx's error when ctx ends first. A job
-// not recorded yet (being split) is waited for.
+// cancelled) and its envelopes reached the state they will be listed in,
+// and returns it: an envelope a recovery process has yet to take up
+// (open), or whose strategy is running, is waited for — a recovery that
+// sends its chunk back to work makes the job run, and Wait waits for it to
+// finish again — unless no live process recovers the job's pipeline, or
+// this client's user may not read envelope records (a submitter). It
+// returns an error wrapping ErrRejected when the job was rejected instead,
+// and ctx's error when ctx ends first. A job not recorded yet (being
+// split) is waited for.
 func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 	if err := streams.ValidateJobID(id); err != nil {
 		return nil, err
@@ -304,8 +317,14 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 	// one delivers the record as it then stands.
 	for {
 		j, err := c.waitOnce(ctx, id, tick.C)
-		if j != nil || err != nil {
+		if err != nil {
 			return j, err
+		}
+		if j != nil {
+			settling, err := c.settling(ctx, j)
+			if err != nil || !settling {
+				return j, err
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -314,6 +333,51 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 		}
 	}
 }
+
+// settling reports whether finished job j has an envelope a live recovery
+// process is yet to decide: open, or recovering with its strategy running
+// (not requeued: a requeued chunk makes the job run again). A user who may
+// not read envelope records (a submitter) is not kept waiting: it is told
+// false at once.
+func (c *Client) settling(ctx context.Context, j *Job) (bool, error) {
+	if j.Summary.DeadLetters == 0 {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, waitEnvelopesLook)
+	defer cancel()
+	op, err := c.operator(ctx)
+	if err != nil {
+		return false, nil
+	}
+	pg, err := op.Page(ctx, consumers.EnvelopeFilter{Job: j.ID}, 0, waitEnvelopesMax, false)
+	if err != nil {
+		return false, nil
+	}
+	undecided := false
+	for _, r := range pg.Records {
+		undecided = undecided || r.Status == kv.EnvelopeOpen || (r.Status == kv.EnvelopeRecovering && !r.Requeued)
+	}
+	if !undecided {
+		return false, nil
+	}
+	workers, err := c.Workers(ctx)
+	if err != nil {
+		return false, nil
+	}
+	for _, w := range workers {
+		if slices.Contains(w.Recovers, j.Pipeline) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// waitEnvelopesMax bounds the envelopes of a job Wait looks at;
+// waitEnvelopesLook how long one look may take.
+const (
+	waitEnvelopesMax  = 1000
+	waitEnvelopesLook = 2 * time.Second
+)
 
 // waitOnce watches job id's record, and reads it every tick, until it
 // finishes, the job is rejected, or the watch ends (nil, nil).

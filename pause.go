@@ -34,6 +34,10 @@ type PipelineStatus struct {
 	// yet (on salvage.jobs.<pipeline>).
 	Workers int `json:"workers"`
 	Waiting int `json:"waiting"`
+	// Recovery counts the live processes that recover its envelopes
+	// (RoleRecovery with the pipeline): with none, its envelopes stay
+	// open and the alerter raises no-recovery.
+	Recovery int `json:"recovery"`
 	// Fingerprint names the definition the pipeline's workers and
 	// recovery run (Pipeline.Fingerprint), Definition is it (its first
 	// 200 lines), DefinedBy and DefinedAt say which process registered
@@ -141,6 +145,9 @@ func (c *Client) pipelineStatus(ctx context.Context, r kv.PipelineState) (Pipeli
 	for _, w := range workers {
 		if w.Runs(r.Pipeline) {
 			p.Workers++
+		}
+		if w.Recovering(r.Pipeline) {
+			p.Recovery++
 		}
 	}
 	p.Waiting, err = c.waitingJobs(ctx, r.Pipeline)

@@ -99,7 +99,7 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline):
 			code = CodeUnknown
 		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotAwaitingApproval),
-			errors.Is(err, ErrJobExists), errors.Is(err, ErrReplayRefused):
+			errors.Is(err, ErrJobExists), errors.Is(err, ErrReplayRefused), errors.Is(err, ErrJobFinished):
 			code = CodeAlreadyResolved
 		case errors.Is(err, errTooLarge):
 			code = CodeTooLarge
@@ -153,7 +153,33 @@ func decodeBytes(data []byte, v any, empty bool, limit int) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: data after the JSON object", errMalformed)
 	}
+	if err := streams.CheckDuplicateKeys(data); err != nil {
+		// The last would win, silently: which one the sender meant is
+		// not ours to guess.
+		return fmt.Errorf("%w: %v", errMalformed, err)
+	}
 	return nil
+}
+
+// checkPage refuses a page that asks for nothing sensible: a negative
+// offset or limit (absent or 0 is the default).
+func checkPage(p Page) error {
+	if p.Offset < 0 || p.Limit < 0 {
+		return fmt.Errorf("%w: offset %d, limit %d: want 0 or more (0 is the default)", errMalformed, p.Offset, p.Limit)
+	}
+	return nil
+}
+
+// parseMinAge reads a min_age ("30m"): a Go duration, not negative.
+func parseMinAge(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: min_age: %v", errMalformed, err)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%w: min_age %s: want 0 or more", errMalformed, s)
+	}
+	return d, nil
 }
 
 // envelopeRequest is the body of dlq.show, dlq.replay, dlq.resolve and
@@ -195,10 +221,13 @@ func (c *Client) apiList(ctx context.Context, req micro.Request) (any, error) {
 	if err := decode(req, &r, true); err != nil {
 		return nil, err
 	}
+	if err := checkPage(r.Page); err != nil {
+		return nil, err
+	}
 	if r.MinAge != "" {
-		d, err := time.ParseDuration(r.MinAge)
+		d, err := parseMinAge(r.MinAge)
 		if err != nil {
-			return nil, fmt.Errorf("%w: min_age: %v", errMalformed, err)
+			return nil, err
 		}
 		r.EnvelopeFilter.MinAge = d
 	}
@@ -220,10 +249,13 @@ func (c *Client) apiBulk(ctx context.Context, req micro.Request) (any, error) {
 	if err := decode(req, &r, false); err != nil {
 		return nil, err
 	}
+	if r.Limit < 0 {
+		return nil, fmt.Errorf("%w: limit %d: want 0 (the default) or more", errMalformed, r.Limit)
+	}
 	if r.MinAge != "" {
-		d, err := time.ParseDuration(r.MinAge)
+		d, err := parseMinAge(r.MinAge)
 		if err != nil {
-			return nil, fmt.Errorf("%w: min_age: %v", errMalformed, err)
+			return nil, err
 		}
 		r.EnvelopeFilter.MinAge = d
 	}
@@ -276,6 +308,9 @@ func readJobRequest(req micro.Request) (jobRequest, error) {
 	}
 	if r.By == "" {
 		r.By = "api"
+	}
+	if err := checkPage(r.Page); err != nil {
+		return r, err
 	}
 	return r, streams.ValidateJobID(r.JobID)
 }
@@ -373,6 +408,9 @@ func (c *Client) apiJobs(ctx context.Context, req micro.Request) (any, error) {
 	if err := decode(req, &p, true); err != nil {
 		return nil, err
 	}
+	if err := checkPage(p); err != nil {
+		return nil, err
+	}
 	jobs, err := c.ListJobs(ctx, &p)
 	if jobs == nil {
 		jobs = []Job{}
@@ -393,6 +431,9 @@ func (c *Client) apiTrace(ctx context.Context, req micro.Request) (any, error) {
 		return nil, err
 	}
 	if err := streams.ValidateJobID(r.JobID); err != nil {
+		return nil, err
+	}
+	if err := checkPage(r.Page); err != nil {
 		return nil, err
 	}
 	if r.Chunk < 0 {

@@ -48,6 +48,15 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 		{"jobs.cancel", `{"job_id":"01JNOSUCHJOB0000000000000"}`, "404"},
 		{"jobs.status", `{"job_id":"01JNOSUCHJOB0000000000000","verbose":true}`, "400"},
 		{"approve", `{"job_id":"x","chunk":1,"aprove":true}`, "400"},
+		// Issue 33: taken silently before — a key named twice (the last
+		// won), a negative limit or offset, a negative age.
+		{"jobs.cancel", `{"job_id":"01JNOSUCHJOB0000000000000","job_id":"01JOTHERJOB00000000000000"}`, "400"},
+		{"jobs.list", `{"limit":-1}`, "400"},
+		{"jobs.status", `{"job_id":"01JNOSUCHJOB0000000000000","offset":-3}`, "400"},
+		{"dlq.list", `{"min_age":"-5s"}`, "400"},
+		{"dlq.list", `{"limit":-1}`, "400"},
+		{"dlq.bulk", `{"action":"ack","status":"open","min_age":"-5s"}`, "400"},
+		{"dlq.bulk", `{"action":"ack","status":"open","limit":-1}`, "400"},
 	} {
 		// Two seconds, well inside a cancel's wait for a job still being
 		// split: an unknown id is answered at once.

@@ -22,16 +22,20 @@ type Trace struct {
 // TraceChunk is one chunk's part of a Trace: its calls in the order they
 // began, every epoch, each with the earlier outcomes a re-run replaced.
 type TraceChunk struct {
-	Chunk      int         `json:"chunk"`
-	Status     ChunkStatus `json:"status"`
-	Stage      int         `json:"stage"`
-	Epoch      int         `json:"epoch"`
-	Deliveries uint64      `json:"deliveries"`
-	Tier1      int         `json:"tier1_retries"`
-	Recoveries int         `json:"recoveries"`
-	Envelope   string      `json:"envelope,omitempty"`
-	Error      string      `json:"error,omitempty"`
-	Calls      []Call      `json:"calls"`
+	Chunk  int         `json:"chunk"`
+	Status ChunkStatus `json:"status"`
+	Stage  int         `json:"stage"`
+	Epoch  int         `json:"epoch"`
+	// Deliveries is JetStream's delivery count of the message the chunk
+	// last ran from (as Chunk.Deliveries); Redeliveries adds up every
+	// redelivery of every message of the chunk.
+	Deliveries   uint64 `json:"deliveries"`
+	Redeliveries int    `json:"redeliveries,omitempty"`
+	Tier1        int    `json:"tier1_retries"`
+	Recoveries   int    `json:"recoveries"`
+	Envelope     string `json:"envelope,omitempty"`
+	Error        string `json:"error,omitempty"`
+	Calls        []Call `json:"calls"`
 	// Events are what happened to the chunk besides its calls: each
 	// delivery a worker took (a redelivery after a crash shows as a
 	// second delivery by another worker), holds, parks and outcomes,
@@ -141,7 +145,7 @@ func traceChunk(cp kv.Checkpoint, rows map[string]kv.StoredRow) (TraceChunk, err
 		return calls[a].StartedAt.Before(calls[b].StartedAt)
 	})
 	tc := TraceChunk{Chunk: cp.Chunk, Status: ChunkStatus(cp.Status), Stage: cp.Stage, Epoch: cp.Epoch,
-		Deliveries: cp.Deliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope, Error: cp.Reason,
+		Deliveries: cp.Deliveries, Redeliveries: cp.Redeliveries, Tier1: cp.Tier1Retries, Recoveries: cp.Recoveries, Envelope: cp.Envelope, Error: cp.Reason,
 		Events: cp.Events, EventsDropped: cp.EventsDropped}
 	tc.Calls = callsOf(calls)
 	return tc, nil

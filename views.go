@@ -33,7 +33,7 @@ func bulkResultOf(r consumers.BulkResult) BulkResult {
 func chunkOf(cp kv.Checkpoint) Chunk {
 	return Chunk{Job: cp.Job, Chunk: cp.Chunk, Stage: cp.Stage, Status: ChunkStatus(cp.Status), ClaimedBy: cp.ClaimedBy,
 		Epoch: cp.Epoch, Compensated: cp.Compensated, Recoveries: cp.Recoveries, Gaps: cp.Gaps,
-		Deliveries: cp.Deliveries, Redeliveries: cp.Redeliveries, Tier1Retries: cp.Tier1Retries,
+		Deliveries: cp.Deliveries, Redeliveries: cp.Redeliveries, Takeovers: cp.Takeovers, Tier1Retries: cp.Tier1Retries,
 		Calls: cp.Calls, CachedCalls: cp.CachedCalls, PromptTokens: cp.PromptTokens, CompletionTokens: cp.CompletionTokens,
 		DeadLetters: cp.DeadLetters, Envelope: cp.Envelope, Reason: cp.Reason, HeldOn: cp.HeldOn, Holds: cp.Holds,
 		Approvals: cp.Approvals, LastError: cp.LastError, LastErrorClass: cp.LastErrorClass,
@@ -47,7 +47,7 @@ func envelopeRecordOf(r kv.EnvelopeRecord) EnvelopeRecord {
 	return EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Category: Category(r.Category), Strategy: Strategy(r.Strategy),
 		Status: EnvelopeStatus(r.Status), Attempts: r.Attempts, Notes: r.Notes, StreamSeq: r.StreamSeq, Subject: r.Subject,
 		DLQSeq: r.DLQSeq, TraceID: r.TraceID, Replays: r.Replays, Requeued: r.Requeued, Left: r.Left,
-		SupersededBy: r.SupersededBy, Human: r.Human, ResolvedBy: r.ResolvedBy, Stopped: r.Stopped,
+		SupersededBy: r.SupersededBy, Human: r.Human, ResolvedBy: r.ResolvedBy, Stopped: r.Stopped, Rejected: r.Rejected,
 		AckedBy: r.AckedBy, AckedAt: r.AckedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, StatusAt: r.StatusAt}
 }
 
@@ -104,7 +104,7 @@ func detailOf(d consumers.Detail) EnvelopeDetail {
 
 // workerOf is a live process's heartbeat record, every field.
 func workerOf(r kv.WorkerState) Worker {
-	w := Worker{ID: r.ID, Host: r.Host, PID: r.PID, Pipelines: r.Pipelines, Concurrency: r.Concurrency,
+	w := Worker{ID: r.ID, Host: r.Host, PID: r.PID, Pipelines: r.Pipelines, Recovers: r.Recovers, Concurrency: r.Concurrency,
 		InFlight: r.InFlight, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt}
 	for _, role := range r.Roles {
 		w.Roles = append(w.Roles, Role(role))

@@ -2,9 +2,12 @@ package salvage
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/salvagehq/salvage/consumers"
@@ -21,6 +24,9 @@ type Worker struct {
 	PID       int      `json:"pid,omitempty"`
 	Roles     []Role   `json:"roles"`
 	Pipelines []string `json:"pipelines"`
+	// Recovers are the pipelines whose envelopes it recovers (its
+	// recovery role runs their verify and compensation tools).
+	Recovers []string `json:"recovers,omitempty"`
 	// Concurrency is how many chunks of each pipeline it runs at once;
 	// InFlight how many it runs now.
 	Concurrency int       `json:"concurrency,omitempty"`
@@ -66,15 +72,21 @@ func (c *Client) heartbeat(ctx context.Context, stores *kv.Stores) {
 		state.Pipelines, state.Concurrency = c.registry.Names(), c.cfg.Concurrency
 		slices.Sort(state.Pipelines)
 	}
+	if c.cfg.has(RoleRecovery) {
+		state.Recovers = c.registry.Names()
+		slices.Sort(state.Recovers)
+	}
 	t := time.NewTicker(kv.WorkerHeartbeat)
 	defer t.Stop()
 	for {
 		if c.worker != nil {
 			state.InFlight = c.worker.InFlight()
 		}
-		if err := stores.Workers.Beat(ctx, state); err != nil && ctx.Err() == nil {
-			c.log.Debug().Err(err).Msg("heartbeat")
+		err := stores.Workers.Beat(ctx, state)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn().Err(err).Msg("heartbeat: this process cannot write its record (it drops out of salvage workers, and /healthz says so)")
 		}
+		c.beat.record(err)
 		select {
 		case <-ctx.Done():
 			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -84,4 +96,50 @@ func (c *Client) heartbeat(ctx context.Context, stores *kv.Stores) {
 		case <-t.C:
 		}
 	}
+}
+
+// ErrStalled is returned by Health for a process that runs roles but
+// cannot write to JetStream: its heartbeat fails (a full disk, a server
+// that disabled JetStream, lost permissions), so it has dropped out of
+// Workers and its work does not move.
+var ErrStalled = errors.New("salvage: process stalled")
+
+// beatState is the heartbeat's last outcome.
+type beatState struct {
+	mu     sync.Mutex
+	failed time.Time // since when the heartbeat fails; zero when it works
+	err    error
+}
+
+func (b *beatState) record(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case err == nil:
+		b.failed, b.err = time.Time{}, nil
+	case b.failed.IsZero():
+		b.failed, b.err = time.Now(), err
+	default:
+		b.err = err
+	}
+}
+
+// Health reports whether this process can do its work: nil, or an error
+// saying why not — not connected to NATS; JetStream not answering (a
+// server that disabled it, on a full disk say); or, for a client running
+// roles, its heartbeat failing to write (ErrStalled: it has dropped out of
+// Workers). It makes one request to the server. /healthz answers with it.
+func (c *Client) Health(ctx context.Context) error {
+	if !c.js.Conn().IsConnected() {
+		return fmt.Errorf("%w: not connected to NATS", ErrStalled)
+	}
+	if _, err := c.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("%w: JetStream does not answer: %w", ErrStalled, err)
+	}
+	c.beat.mu.Lock()
+	defer c.beat.mu.Unlock()
+	if c.beat.err != nil {
+		return fmt.Errorf("%w: its heartbeat has failed since %s: %w", ErrStalled, c.beat.failed.UTC().Format(time.RFC3339), c.beat.err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package consumers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,6 +40,9 @@ type Alerter struct {
 	stores *kv.Stores
 	cfg    AlerterConfig
 	log    zerolog.Logger
+	// uncovered are the pipelines this alerter raised no-recovery for,
+	// until a recovery process covers them again.
+	uncovered map[string]bool
 }
 
 // NewAlerter returns an alerter; it does not start it.
@@ -53,7 +57,7 @@ func NewAlerter(js jetstream.JetStream, stores *kv.Stores, cfg AlerterConfig) *A
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	return &Alerter{js: js, stores: stores, cfg: cfg, log: log.With().Str("role", "alerts").Logger()}
+	return &Alerter{js: js, stores: stores, cfg: cfg, log: log.With().Str("role", "alerts").Logger(), uncovered: map[string]bool{}}
 }
 
 // Run evaluates the rules every Interval until ctx ends. It blocks.
@@ -63,6 +67,9 @@ func (a *Alerter) Run(ctx context.Context) error {
 	for {
 		if _, err := a.Check(ctx); err != nil && ctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("evaluate alerts")
+		}
+		if _, err := a.CheckCoverage(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("look for pipelines nobody recovers")
 		}
 		select {
 		case <-ctx.Done():
@@ -170,4 +177,71 @@ func (a *Alerter) Check(ctx context.Context) ([]recovery.Alert, error) {
 		raised = append(raised, al)
 	}
 	return raised, nil
+}
+
+// CheckCoverage raises no-recovery for each pipeline whose envelopes wait
+// in its recovery pool while no live process recovers it (salvage_workers
+// names none with the recovery role for it): its envelopes would stay open
+// however long. It is raised once per pipeline until a recovery process
+// covers it again, and returns the alerts it raised. Cost: one read of
+// the live processes and the pipelines, and one consumer info per
+// pipeline nobody recovers.
+func (a *Alerter) CheckCoverage(ctx context.Context) ([]recovery.Alert, error) {
+	workers, err := a.stores.Workers.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pipes, err := a.stores.Pipelines.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var raised []recovery.Alert
+	for _, p := range pipes {
+		covered := false
+		for _, w := range workers {
+			covered = covered || w.Recovering(p.Pipeline)
+		}
+		if covered {
+			delete(a.uncovered, p.Pipeline)
+			continue
+		}
+		if a.uncovered[p.Pipeline] {
+			continue
+		}
+		waiting, err := a.waitingEnvelopes(ctx, p.Pipeline)
+		if err != nil {
+			return raised, err
+		}
+		if waiting == 0 {
+			continue
+		}
+		now := a.cfg.Now().UTC()
+		al := recovery.Alert{Kind: recovery.AlertNoRecovery, Key: recovery.AlertNoRecovery + "." + p.Pipeline, Count: waiting, At: now,
+			Message: fmt.Sprintf("%d envelope(s) of pipeline %s wait and no live process recovers it: start one with the recovery role and the pipeline", waiting, p.Pipeline)}
+		h := nats.Header{}
+		// Alerters of several processes raising it in one minute raise
+		// it once.
+		h.Set(streams.HeaderMsgID, "alert."+al.Key+"."+now.Truncate(time.Minute).Format("200601021504"))
+		if err := publishJSON(ctx, a.js, streams.AlertSubject(al.Kind), al, h); err != nil {
+			return raised, err
+		}
+		a.uncovered[p.Pipeline] = true
+		a.log.Warn().Str("alert", al.Kind).Str("pipeline", p.Pipeline).Int("waiting", waiting).Msg(al.Message)
+		raised = append(raised, al)
+	}
+	return raised, nil
+}
+
+// waitingEnvelopes counts the envelopes of pipeline its recovery pool has
+// not settled: waiting to be delivered, or delivered and not acked.
+func (a *Alerter) waitingEnvelopes(ctx context.Context, pipeline string) (int, error) {
+	c, err := a.js.Consumer(ctx, streams.DLQ, streams.RecoveryConsumer(pipeline))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	info := c.CachedInfo()
+	return int(info.NumPending) + info.NumAckPending, nil
 }

@@ -51,10 +51,10 @@ type BulkResult struct {
 	Matched   int `json:"matched"`
 	Remaining int `json:"remaining"`
 	// Acted counts envelopes the action changed; Unchanged those it
-	// found already so (a replay in flight, an envelope acknowledged) or
-	// whose replay Salvage refuses (ErrReplayRefused), in a dry run as in
-	// a real one; Refused those it may not act on (resolved or
-	// superseded).
+	// found already so (a replay in flight, an envelope acknowledged);
+	// Refused those it may not act on: resolved or superseded, or whose
+	// replay Salvage refuses (ErrReplayRefused) — in a dry run as in a
+	// real one.
 	Acted     int `json:"acted"`
 	Unchanged int `json:"unchanged"`
 	Refused   int `json:"refused"`
@@ -119,10 +119,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 		if req.DryRun && req.Action == BulkReplay {
 			// What the replay itself would refuse is not counted acted.
 			switch err := o.CheckReplay(ctx, r.ID); {
-			case errors.Is(err, ErrReplayRefused):
-				res.Unchanged++
-				continue
-			case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+			case errors.Is(err, ErrReplayRefused), errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
 				res.Refused++
 				continue
 			}
@@ -138,13 +135,11 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 				_, err = o.Ack(ctx, r.ID, req.By)
 			}
 			switch {
-			case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+			case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrReplayRefused):
+				// Resolved or replaced already, or a replay Salvage will
+				// not run (a cancelled job, a recovery running,
+				// compensated effects beside standing ones): refused.
 				res.Refused++
-				continue
-			case errors.Is(err, ErrReplayRefused):
-				// Salvage will not run it (a cancelled job, a recovery
-				// running, compensated effects beside standing ones).
-				res.Unchanged++
 				continue
 			case err != nil:
 				if len(res.Failed) < bulkIDsMax {

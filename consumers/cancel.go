@@ -17,6 +17,11 @@ import (
 // ErrUnknownJob is returned for a job id no record has.
 var ErrUnknownJob = errors.New("unknown job")
 
+// ErrJobFinished is returned by Cancel for a job that already finished
+// (done, partial, incomplete): nothing of it runs, and a cancel would
+// only forbid replaying its envelopes. Resolve those instead.
+var ErrJobFinished = errors.New("job already finished")
+
 // cancelWaitDefault is how long Cancel waits for the record of a job that
 // has none yet: a job is recorded once its chunks are published, a moment
 // after it was submitted.
@@ -30,7 +35,8 @@ const cancelWaitDefault = 5 * time.Second
 // chunks that were still being recovered are resolved, as a person's
 // doing. A job submitted a moment ago, its message still in SALVAGE_JOBS,
 // is waited for up to cancelWaitDefault; an id that names no record and
-// no waiting message is ErrUnknownJob at once. Cancelling twice is harmless, and the sweeper
+// no waiting message is ErrUnknownJob at once, and a job that finished is
+// ErrJobFinished. Cancelling twice is harmless, and the sweeper
 // finishes a cancel whose caller died part-way. It returns the job as it
 // then stands, or ErrUnknownJob.
 func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
@@ -60,6 +66,9 @@ func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 	}
 	if errors.Is(err, kv.ErrNotFound) {
 		return job, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+	}
+	if errors.Is(err, kv.ErrJobFinished) {
+		return job, fmt.Errorf("%w: %s is %s; nothing of it runs (resolve its envelopes to close them)", ErrJobFinished, id, job.Status)
 	}
 	if err != nil {
 		return job, err

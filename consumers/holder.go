@@ -239,6 +239,20 @@ func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
 	if !recovery.ProbeOverdue(b, p, time.Now()) {
 		return nil
 	}
+	if b.ProbePipeline != "" && h.pauses.paused(b.ProbePipeline) {
+		// Released before its pipeline was paused: it waits on the paused
+		// pool, and its silence says nothing of the system. It gets a
+		// whole cool-down from now on, once more each cool-down until the
+		// pipeline resumes.
+		h.gate.transition(ctx, b.System, func(cur *kv.Breaker) bool {
+			if cur.State != kv.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
+				return false
+			}
+			cur.ProbeAt = time.Now().UTC()
+			return true
+		}, "the probe's pipeline is paused: the probe waits for it")
+		return nil
+	}
 	h.gate.transition(ctx, b.System, func(cur *kv.Breaker) bool {
 		if cur.State != kv.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
 			return false
@@ -269,19 +283,24 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 		h.noProbe[system] = time.Now().Add(probeLookAgain)
 		return nil
 	}
-	probe := ""
+	probe, pipeline := "", ""
 	if m != nil {
 		ref, perr := streams.ParseHoldSubject(m.Subject)
 		if perr != nil {
 			return perr
 		}
 		probe = kv.ChunkKey(ref.Job, ref.Chunk)
+		var c streams.ChunkMsg
+		if json.Unmarshal(m.Data, &c) == nil {
+			pipeline = c.Pipeline
+		}
 	}
 	now := time.Now()
 	won := false
 	h.gate.transition(ctx, system, func(b *kv.Breaker) bool {
 		if won = b.State == kv.BreakerOpen && !now.Before(b.RetryAt); won {
 			recovery.HalfOpen(b, probe, now)
+			b.ProbePipeline = pipeline
 		}
 		return won
 	}, "circuit breaker half-open after its cool-down")

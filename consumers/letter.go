@@ -184,7 +184,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	rec := kv.EnvelopeRecord{
 		ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy,
 		Status: kv.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence,
-		TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped,
+		TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped, Rejected: l.Failure.Rejected,
 	}
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
 		return "", err

@@ -135,10 +135,22 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for _, cons := range pools {
+		// An envelope is kept in progress three times an AckWait while a
+		// step runs on it.
+		beat := streams.RecoveryAckWait / 3
+		if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+			beat = info.Config.AckWait / 3
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fetchLoop(ctx, cons, 8, o.log, func(m jetstream.Msg) { o.handle(ctx, m) })
+			// One at a time: an envelope waiting in a fetched batch
+			// behind a long step would pass its AckWait unbeaten.
+			fetchLoop(ctx, cons, 1, o.log, func(m jetstream.Msg) {
+				stop := inProgress(m, beat)
+				defer stop()
+				o.handle(ctx, m)
+			})
 		}()
 	}
 	wg.Go(func() { o.restoreLoop(ctx) })
@@ -427,4 +439,24 @@ func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv
 	}
 	log.Info().Str("status", status).Int("left", len(left)).Msg(note)
 	return outcome{ack: true}, nil
+}
+
+// inProgress keeps m in progress every beat until the returned stop is
+// called; stop waits for the heartbeat to end.
+func inProgress(m jetstream.Msg, beat time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(beat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }

@@ -199,16 +199,24 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 	if err != nil {
 		return false, err
 	}
-	compensated := cp.Compensated
+	undone := 0
 	for _, r := range rows {
-		compensated = compensated || r.Status == kv.CallCompensated
+		if r.Status == kv.CallCompensated {
+			undone++
+		}
 	}
-	if !compensated {
+	if undone == 0 && !cp.Compensated {
 		return false, nil
 	}
 	if left := standingEffects(rows); len(left) > 0 {
-		return false, fmt.Errorf("%w: chunk %d of job %s had effects compensated while %d stand (%s): resuming would finish on undone effects and a fresh run would repeat these; resolve it by hand",
-			ErrReplayRefused, rec.Chunk, rec.Job, len(left), left[0])
+		if undone == 0 {
+			// A compensation began (the checkpoint says so before the
+			// first) and undid nothing it could confirm.
+			return false, fmt.Errorf("%w: a compensation of chunk %d of job %s began and undid nothing it could confirm, so whether its %d effects stand (%s) is for a person to check: resuming could finish on an undone effect, a fresh run would repeat them; resolve it by hand",
+				ErrReplayRefused, rec.Chunk, rec.Job, len(left), left[0])
+		}
+		return false, fmt.Errorf("%w: chunk %d of job %s had %d effects compensated while %d stand (%s): resuming would finish on undone effects and a fresh run would repeat these; resolve it by hand",
+			ErrReplayRefused, rec.Chunk, rec.Job, undone, len(left), left[0])
 	}
 	return true, nil
 }

@@ -357,6 +357,9 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 	if dec.More() {
 		return p, reject(streams.RejectMalformedJSON, errors.New("job message: trailing data after the JSON object"))
 	}
+	if err := streams.CheckDuplicateKeys(data); err != nil {
+		return p, reject(streams.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
+	}
 	if len(p.msg.Input) == 0 || string(p.msg.Input) == "null" {
 		return p, reject(streams.RejectBadInput, errors.New(`job message has no "input"`))
 	}

@@ -29,6 +29,8 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 	}{
 		{"salvage.jobs.test", `{"input": {"chunks": [`, streams.RejectMalformedJSON},
 		{"salvage.jobs.test", `{"input": {}} trailing`, streams.RejectMalformedJSON},
+		// Two job ids (or two inputs): the last won, silently.
+		{"salvage.jobs.test", `{"job_id": "a", "input": {"chunks": ["ok"]}, "job_id": "b"}`, streams.RejectMalformedJSON},
 		{"salvage.jobs.nope", `{"input": {"chunks": ["ok"]}}`, streams.RejectUnknownPipeline},
 		{"salvage.jobs.test", `{"input": {"chunks": ["` + strings.Repeat("x", 5000) + `"]}}`, streams.RejectOversized},
 		{"salvage.jobs.test", `{"job_id": "a.b", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},

@@ -176,7 +176,7 @@ func (t *takeovers) take(ctx context.Context, l kv.Lease) (jetstream.Msg, error)
 	if err != nil {
 		return nil, err
 	}
-	return &takenMsg{nc: t.w.js.Conn(), raw: raw, reply: l.Reply, meta: jetstream.MsgMetadata{
+	return &takenMsg{nc: t.w.js.Conn(), raw: raw, reply: l.Reply, from: l.ClaimedBy, meta: jetstream.MsgMetadata{
 		Sequence: jetstream.SequencePair{Stream: l.Seq}, NumDelivered: l.Delivery, Timestamp: raw.Time,
 		Stream: streams.Chunks, Consumer: streams.WorkersConsumer(l.Pipeline),
 	}}, nil
@@ -189,6 +189,8 @@ type takenMsg struct {
 	raw   *jetstream.RawStreamMsg
 	reply string
 	meta  jetstream.MsgMetadata
+	// from is the dead holder.
+	from string
 }
 
 func (m *takenMsg) Metadata() (*jetstream.MsgMetadata, error) { meta := m.meta; return &meta, nil }

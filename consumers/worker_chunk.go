@@ -252,7 +252,14 @@ func (r *run) run(ctx context.Context) error {
 				Detail: strings.TrimSuffix(approval.By+": "+approval.Note, ": ")})
 		}
 		cp.Status, cp.HeldOn = kv.StatusRunning, ""
-		cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)})
+		ev := kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)}
+		if tm, ok := r.m.(*takenMsg); ok {
+			// The same delivery, taken over from a dead holder: no
+			// redelivery, a takeover.
+			cp.Takeovers++
+			ev.Detail = "taken over from " + tm.from
+		}
+		cp.Record(ev)
 		countRedeliveries(cp, r.meta)
 		// The last error stays until this delivery ends with its own.
 		cp.LastErrorOlder = cp.LastError != ""

@@ -34,6 +34,9 @@ type Breaker struct {
 	// calls take the probe. ProbeAt is when the probe was chosen.
 	Probe   string    `json:"probe,omitempty"`
 	ProbeAt time.Time `json:"probe_at,omitzero"`
+	// ProbePipeline is the probe's pipeline: while it is paused the probe
+	// cannot run, and its silence is not the system's.
+	ProbePipeline string `json:"probe_pipeline,omitempty"`
 	// Opens counts how often the breaker opened.
 	Opens int `json:"opens"`
 	// Reason is the failure that last opened it.

@@ -69,8 +69,11 @@ type Checkpoint struct {
 	Deliveries   uint64 `json:"deliveries"`
 	MsgSeq       uint64 `json:"msg_seq,omitempty"`
 	Redeliveries int    `json:"redeliveries,omitempty"`
-	Tier1Retries int    `json:"tier1_retries"`
-	Calls        int    `json:"calls"`
+	// Takeovers counts the times a survivor took the chunk over from a
+	// dead worker on the same delivery (no redelivery was spent).
+	Takeovers    int `json:"takeovers,omitempty"`
+	Tier1Retries int `json:"tier1_retries"`
+	Calls        int `json:"calls"`
 	// PromptTokens and CompletionTokens add up the usage its model calls
 	// reported, replays of recorded calls excluded.
 	PromptTokens     int64 `json:"prompt_tokens,omitempty"`

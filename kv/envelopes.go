@@ -82,6 +82,10 @@ type EnvelopeRecord struct {
 	// budget) while effects of it may stand. Its chunk never runs again,
 	// and the chunk's own end (cancelled-at-stage-N) never resolves it.
 	Stopped string `json:"stopped,omitempty"`
+	// Rejected is set on the envelope of a chunk whose approval a person
+	// rejected: a decision, not a failure — the automatic recovery rate
+	// leaves its chunk out.
+	Rejected bool `json:"rejected,omitempty"`
 	// Alerts lists the per-envelope alert kinds already raised.
 	Alerts    []string  `json:"alerts,omitempty"`
 	AckedBy   string    `json:"acked_by,omitempty"`

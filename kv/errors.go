@@ -44,6 +44,9 @@ var (
 	// ErrConflict is returned by a retention write when the record
 	// changed since it was read: it is live again, and left as it is.
 	ErrConflict = errors.New("kv: record changed since it was read")
+	// ErrJobFinished is returned by Jobs.Cancel for a job that already
+	// finished (done, partial, incomplete): nothing of it runs to cancel.
+	ErrJobFinished = errors.New("kv: job already finished")
 	// ErrDefinitionDiffers is returned by Pipelines.Define when the
 	// pipeline is registered with another definition; the error is a
 	// *DefinitionError saying what differs.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Job statuses. A job's status is derived from its chunks (see Derive);
@@ -109,8 +111,12 @@ func (j Job) View(cps []Checkpoint) []Checkpoint {
 	return cps
 }
 
-// explanationMax bounds Job.Explanation.
-const explanationMax = 20
+// explanationMax bounds Job.Explanation; explanationReasonMax the
+// reason each failure's line quotes.
+const (
+	explanationMax       = 20
+	explanationReasonMax = 200
+)
 
 // explainer builds a job's explanation: failures first, then cancelled
 // chunks that settled effects, then one line per set of skipped optional
@@ -330,7 +336,14 @@ func (d *derivation) add(cps []Checkpoint) {
 			}
 		case StatusDeadLettered:
 			s.DeadLettered++
-			ex.add(&ex.failed, fmt.Sprintf("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope))
+			line := fmt.Sprintf("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)
+			if cp.Reason != "" {
+				// Why, in its first line: a panic's stack stays in the
+				// envelope.
+				why, _, _ := strings.Cut(cp.Reason, "\n")
+				line += " (" + streams.Clip(why, explanationReasonMax) + ")"
+			}
+			ex.add(&ex.failed, line)
 		default:
 			d.unfinished++
 		}
@@ -429,6 +442,11 @@ func (s *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 		}
 		if j.CancelledAt != nil {
 			return ErrNoChange
+		}
+		if j.Finished() {
+			// Cancelling would change nothing that runs, and forbid every
+			// replay of its envelopes from then on.
+			return fmt.Errorf("%w: job %s is %s", ErrJobFinished, id, j.Status)
 		}
 		now := s.now()
 		j.CancelledAt = &now

@@ -278,9 +278,11 @@ func TestExplanationPutsFailuresFirst(t *testing.T) {
 		why[20] != "and 6 more" {
 		t.Fatalf("explanation (%d lines):\n%s", len(why), strings.Join(why, "\n"))
 	}
-	// With room, the skipped step is one line naming the first chunks.
+	// With room, the skipped step is one line naming the first chunks;
+	// a failure names its reason, its first line.
+	cps[15].Reason = "agent a: tool t: permanent (status 422): refused\npanic stack"
 	_, _, why = kv.Derive(false, cps[:20])
-	want := []string{"chunk 8 failed at stage 2: envelope E8", "chunk 16 failed at stage 2: envelope E16",
+	want := []string{"chunk 8 failed at stage 2: envelope E8", "chunk 16 failed at stage 2: envelope E16 (agent a: tool t: permanent (status 422): refused)",
 		"18 chunks done without [profile]: 1, 2, 3, 4, 5, 6, 7, 9, …"}
 	if !slices.Equal(why, want) {
 		t.Fatalf("explanation:\n%s\nwant:\n%s", strings.Join(why, "\n"), strings.Join(want, "\n"))

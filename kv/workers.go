@@ -30,6 +30,9 @@ type WorkerState struct {
 	PID       int      `json:"pid,omitempty"`
 	Roles     []string `json:"roles"`
 	Pipelines []string `json:"pipelines"`
+	// Recovers are the pipelines whose envelopes it recovers (the
+	// recovery role: it has their verify and compensation tools).
+	Recovers []string `json:"recovers,omitempty"`
 	// Concurrency is how many chunks of each pipeline it runs at once;
 	// InFlight how many it runs now.
 	Concurrency int       `json:"concurrency,omitempty"`
@@ -41,6 +44,16 @@ type WorkerState struct {
 // Runs reports whether w runs pipeline's chunks.
 func (w WorkerState) Runs(pipeline string) bool {
 	for _, p := range w.Pipelines {
+		if p == pipeline {
+			return true
+		}
+	}
+	return false
+}
+
+// Recovering reports whether w recovers pipeline's envelopes.
+func (w WorkerState) Recovering(pipeline string) bool {
+	for _, p := range w.Recovers {
 		if p == pipeline {
 			return true
 		}

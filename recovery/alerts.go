@@ -12,6 +12,9 @@ const (
 	AlertBurst          = "dlq-burst"
 	AlertUnresolved     = "unresolved"
 	AlertUnacknowledged = "unacknowledged-escalation"
+	// AlertNoRecovery: a pipeline's envelopes wait and no live process
+	// recovers that pipeline (none runs the recovery role with it).
+	AlertNoRecovery = "no-recovery"
 )
 
 // Alert rule defaults (docs/design.md, Defaults).

@@ -172,19 +172,19 @@ func BreakerAllows(b kv.Breaker, chunk string) BreakerVerdict {
 func Open(b *kv.Breaker, p BreakerPolicy, now time.Time, reason string) {
 	p = p.WithDefaults()
 	b.State, b.OpenedAt, b.RetryAt = kv.BreakerOpen, now.UTC(), now.Add(p.CoolDown).UTC()
-	b.Probe, b.ProbeAt, b.Reason = "", time.Time{}, reason
+	b.Probe, b.ProbeAt, b.ProbePipeline, b.Reason = "", time.Time{}, "", reason
 	b.Opens++
 }
 
 // Close moves b to closed.
 func Close(b *kv.Breaker) {
-	b.State, b.Probe, b.ProbeAt = kv.BreakerClosed, "", time.Time{}
+	b.State, b.Probe, b.ProbeAt, b.ProbePipeline = kv.BreakerClosed, "", time.Time{}, ""
 }
 
 // HalfOpen moves b to half-open with probe (empty: the first chunk to
 // call takes it) at now.
 func HalfOpen(b *kv.Breaker, probe string, now time.Time) {
-	b.State, b.Probe, b.ProbeAt = kv.BreakerHalfOpen, probe, now.UTC()
+	b.State, b.Probe, b.ProbeAt, b.ProbePipeline = kv.BreakerHalfOpen, probe, now.UTC(), ""
 }
 
 // ProbeOverdue reports whether b's probe has had a whole cool-down

@@ -106,6 +106,9 @@ func TestAutoRecoveryRate(t *testing.T) {
 		{ID: "G", Job: "J", Chunk: 6, Status: kv.EnvelopeResolved, ResolvedBy: "alice", Human: true, CreatedAt: at(1)},
 		// chunk 7: still recovering.
 		{ID: "H", Job: "J", Chunk: 7, Status: kv.EnvelopeRecovering, CreatedAt: at(1)},
+		// chunk 8: a person rejected its approval — a decision, not a
+		// failure: it is not counted at all.
+		{ID: "I", Job: "J", Chunk: 8, Status: kv.EnvelopeDeadEnd, Human: true, Rejected: true, CreatedAt: at(1)},
 	}
 	got := recovery.AutoRecoveryRate(recs)
 	if got.DeadLettered != 7 || got.Recovered != 2 || got.Rate != 2.0/7 {

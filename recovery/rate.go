@@ -24,8 +24,9 @@ type RecoveryStats struct {
 // escalations and chunks still recovering count against it; a chunk
 // dead-lettered several times (its older envelopes superseded) counts
 // once, by its latest envelope. The envelope that settles a cancelled
-// chunk's effects is not a failure: it counts only as a person's doing on
-// a chunk that failed before.
+// chunk's effects, and that of a chunk whose approval a person rejected,
+// is not a failure: it counts only as a person's doing on a chunk that
+// failed before.
 func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
 	type chunkKey struct {
 		job   string
@@ -39,9 +40,10 @@ func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
 	var stopped []chunkKey
 	for _, r := range recs {
 		k := chunkKey{r.Job, r.Chunk}
-		if r.Stopped != "" {
-			// It settles a cancelled chunk's effects: not a failure of
-			// its own, but a person stopped the chunk.
+		if r.Stopped != "" || r.Rejected {
+			// It settles a cancelled chunk's effects, or a chunk whose
+			// approval a person rejected: not a failure of its own, but a
+			// person's decision about the chunk.
 			stopped = append(stopped, k)
 			continue
 		}

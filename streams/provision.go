@@ -23,6 +23,8 @@ const (
 	resultsRetentionDefault = 7 * 24 * time.Hour
 	// duplicateWindowDefault is the Nats-Msg-Id dedup window.
 	duplicateWindowDefault = 2 * time.Minute
+	// jobsDuplicateWindow is SALVAGE_JOBS's: the server's least (100 ms).
+	jobsDuplicateWindow = 100 * time.Millisecond
 	// SplitterAckWaitDefault is the splitter consumer's AckWait.
 	SplitterAckWaitDefault = 10 * time.Second
 	// maxAckPendingDefault bounds chunks in flight across all workers.
@@ -38,6 +40,11 @@ const (
 	// the orchestrators: on the last one a step that fails again
 	// escalates the envelope instead of trying later.
 	RecoveryMaxDeliverDefault = 25
+	// RecoveryAckWait is how long a recovery pool's envelope may go
+	// without an ack or a heartbeat: an orchestrator working on one keeps
+	// it in progress, so a delivery lost in a server restart (or with a
+	// dead orchestrator) comes back within seconds, not a minute.
+	RecoveryAckWait = 10 * time.Second
 )
 
 // Options tunes provisioning. Zero fields take their defaults.
@@ -88,7 +95,12 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 		{
 			Name: Jobs, Description: "Submitted jobs; any salvage.jobs.> shape is captured so a bad one is rejected, not dropped.",
 			Subjects: []string{JobsAll}, Retention: jetstream.WorkQueuePolicy,
-			Duplicates: duplicateWindowDefault,
+			// The splitter decides a job's identity (a job id names one
+			// input: the same again is acked, another rejected
+			// duplicate-job, with an event); the server's own dedup would
+			// drop a second job under a reused Nats-Msg-Id unseen, so it
+			// keeps only the shortest window the server allows.
+			Duplicates: jobsDuplicateWindow,
 		},
 		{
 			Name: Chunks, Description: "Chunk work queue, consumed by the workers consumer.",
@@ -206,7 +218,7 @@ func RecoveryConfig(pipeline string) jetstream.ConsumerConfig {
 		Durable:       RecoveryConsumer(pipeline),
 		Description:   "Recovery orchestrators of pipeline " + pipeline + ": one strategy run per envelope at a time.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       time.Minute,
+		AckWait:       RecoveryAckWait,
 		MaxDeliver:    RecoveryMaxDeliverDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: dlqFor(pipeline),

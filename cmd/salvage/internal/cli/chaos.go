@@ -42,7 +42,10 @@ type chaosReport struct {
 	// of the run: jobs cancelled mid-flight, envelopes a bulk replay
 	// put back to work, and replays Salvage refused (a cancelled job, a
 	// recovery running, compensated effects beside standing ones).
-	Cancels        int     `json:"cancels"`
+	Cancels int `json:"cancels"`
+	// CancelsTooLate counts the cancels refused because their job had
+	// finished first (ErrJobFinished).
+	CancelsTooLate int     `json:"cancels_too_late"`
 	Replayed       int     `json:"replayed"`
 	ReplaysRefused int     `json:"replays_refused"`
 	PublishedWith  string  `json:"published_with"`
@@ -73,7 +76,7 @@ func (r *chaosReport) print(w io.Writer) {
 	row("duplicate side effects", r.DuplicateSideEffects)
 	row("leftover side effects", r.LeftoverSideEffects)
 	row("automatic recovery rate", fmt.Sprintf("%.2f", r.AutoRecoveryRate))
-	row("operator actions", fmt.Sprintf("%d jobs cancelled, %d envelopes replayed in bulk, %d replays refused", r.Cancels, r.Replayed, r.ReplaysRefused))
+	row("operator actions", fmt.Sprintf("%d jobs cancelled (%d more had finished first), %d envelopes replayed in bulk, %d replays refused", r.Cancels, r.CancelsTooLate, r.Replayed, r.ReplaysRefused))
 	row("tier-1 retries / redeliveries", fmt.Sprintf("%d / %d", r.Tier1Retries, r.Redeliveries))
 	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
 	verdict := "every job settled; nothing lost, nothing repeated"
@@ -221,7 +224,7 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 		return rep, err
 	}
 	acts := <-operated
-	rep.Cancels, rep.Replayed, rep.ReplaysRefused = acts.cancels, acts.replayed, acts.refused
+	rep.Cancels, rep.CancelsTooLate, rep.Replayed, rep.ReplaysRefused = acts.cancels, acts.late, acts.replayed, acts.refused
 	restarted := !o.restart
 	for {
 		settled, done := chaosProgress(waitCtx, d.client, jobs)
@@ -254,7 +257,7 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 
 // operatorActions counts what operate did.
 type operatorActions struct {
-	cancels, replayed, refused int
+	cancels, late, replayed, refused int
 }
 
 // operate is the operator of a chaos run, acting while workers die: it
@@ -281,7 +284,13 @@ func operate(ctx context.Context, c *salvage.Client, jobs []string, log zerolog.
 			if _, err := c.Get(ctx, id); err != nil {
 				continue // not recorded yet
 			}
-			if _, err := c.Cancel(ctx, id, "chaos"); err != nil {
+			if _, err := c.Cancel(ctx, id, "chaos"); errors.Is(err, salvage.ErrJobFinished) {
+				// It finished before the operator got to it: a cancel
+				// is refused, and the job stands as it ended.
+				delete(toCancel, id)
+				acts.late++
+				continue
+			} else if err != nil {
 				log.Warn().Err(err).Str("job_id", id).Msg("chaos cancel")
 				continue
 			}
@@ -296,7 +305,7 @@ func operate(ctx context.Context, c *salvage.Client, jobs []string, log zerolog.
 					continue
 				}
 				acts.replayed += res.Acted
-				acts.refused += res.Unchanged
+				acts.refused += res.Refused
 			}
 			bulks++
 			nextBulk = time.Now().Add(2 * time.Second)

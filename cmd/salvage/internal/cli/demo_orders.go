@@ -39,6 +39,7 @@ type ordersReport struct {
 	Compensations       int            `json:"compensations"`
 	Tier1Retries        int            `json:"tier1_retries"`
 	Redeliveries        int            `json:"redeliveries"`
+	Takeovers           int            `json:"takeovers"`
 	Recoveries          int            `json:"recoveries"`
 	Workers             int            `json:"workers"`
 	KilledWorker        string         `json:"killed_worker,omitempty"`
@@ -84,7 +85,7 @@ func (r *ordersReport) print(w io.Writer) {
 	row("envelopes", fmt.Sprintf("%d  %s", r.Envelopes, counts(r.EnvelopesByCategory)))
 	row("envelope outcomes", counts(r.EnvelopesByStatus))
 	row("automatic recovery rate", fmt.Sprintf("%.2f", r.AutoRecoveryRate))
-	row("tier-1 retries / redeliveries / recoveries", fmt.Sprintf("%d / %d / %d", r.Tier1Retries, r.Redeliveries, r.Recoveries))
+	row("tier-1 retries / redeliveries / takeovers / recoveries", fmt.Sprintf("%d / %d / %d / %d", r.Tier1Retries, r.Redeliveries, r.Takeovers, r.Recoveries))
 	if r.KilledWorker != "" {
 		row("killed", fmt.Sprintf("%s with SIGKILL in stage %d of order %d", r.KilledWorker, r.KilledAtStage, r.KilledChunk))
 	}
@@ -312,6 +313,7 @@ func collectOrders(ctx context.Context, c *salvage.Client, simClient *sim.Client
 		orderID := fmt.Sprintf("o-%04d", i+1)
 		r.Tier1Retries += ch.Tier1Retries
 		r.Redeliveries += ch.Redeliveries
+		r.Takeovers += ch.Takeovers
 		r.Recoveries += ch.Recoveries
 		rec := byID[ch.Envelope]
 		if ch.Holds > 0 {

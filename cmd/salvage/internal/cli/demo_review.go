@@ -17,29 +17,32 @@ import (
 
 // demoReport is the demo's outcome; the JSON names are a contract.
 type demoReport struct {
-	Jobs               int     `json:"jobs"`
-	JobsDone           int     `json:"jobs_done"`
-	Chunks             int     `json:"chunks"`
-	ChunksDone         int     `json:"chunks_done"`
-	ChunksDeadLettered int     `json:"chunks_dead_lettered"`
-	ChunksCancelled    int     `json:"chunks_cancelled"`
-	ChunksMissing      int     `json:"chunks_missing"`
-	Results            int     `json:"results"`
-	CallsPerChunk      int     `json:"calls_per_chunk"`
-	Calls              int     `json:"calls"`
-	Tier1Retries       int     `json:"tier1_retries"`
-	Redeliveries       int     `json:"redeliveries"`
-	Envelopes          int     `json:"envelopes"`
-	WallSeconds        float64 `json:"wall_seconds"`
-	Workers            int     `json:"workers"`
-	KilledWorker       string  `json:"killed_worker,omitempty"`
-	KilledJob          string  `json:"killed_job,omitempty"`
-	KilledChunk        int     `json:"killed_chunk,omitempty"`
-	KilledAtStage      int     `json:"killed_at_stage,omitempty"`
-	SyncInterval       string  `json:"sync_interval"`
-	JournalWrites      string  `json:"journal_writes"`
-	ModelLatencyMS     float64 `json:"model_latency_ms"`
-	ModelFailureRate   float64 `json:"model_failure_rate"`
+	Jobs               int `json:"jobs"`
+	JobsDone           int `json:"jobs_done"`
+	Chunks             int `json:"chunks"`
+	ChunksDone         int `json:"chunks_done"`
+	ChunksDeadLettered int `json:"chunks_dead_lettered"`
+	ChunksCancelled    int `json:"chunks_cancelled"`
+	ChunksMissing      int `json:"chunks_missing"`
+	Results            int `json:"results"`
+	CallsPerChunk      int `json:"calls_per_chunk"`
+	Calls              int `json:"calls"`
+	Tier1Retries       int `json:"tier1_retries"`
+	Redeliveries       int `json:"redeliveries"`
+	// Takeovers counts the chunks a survivor took over from a dead
+	// worker on the same delivery, before JetStream would redeliver them.
+	Takeovers        int     `json:"takeovers"`
+	Envelopes        int     `json:"envelopes"`
+	WallSeconds      float64 `json:"wall_seconds"`
+	Workers          int     `json:"workers"`
+	KilledWorker     string  `json:"killed_worker,omitempty"`
+	KilledJob        string  `json:"killed_job,omitempty"`
+	KilledChunk      int     `json:"killed_chunk,omitempty"`
+	KilledAtStage    int     `json:"killed_at_stage,omitempty"`
+	SyncInterval     string  `json:"sync_interval"`
+	JournalWrites    string  `json:"journal_writes"`
+	ModelLatencyMS   float64 `json:"model_latency_ms"`
+	ModelFailureRate float64 `json:"model_failure_rate"`
 	// ModelURL is the OpenAI-compatible API the model calls went to
 	// ("" for the in-process simulation); the token counts are what it
 	// reported, as the journal recorded them.
@@ -71,10 +74,11 @@ func (r *demoReport) print(w io.Writer) {
 	row("chunks dead-lettered", r.ChunksDeadLettered)
 	row("chunks missing", r.ChunksMissing)
 	row("results published", r.Results)
-	row("model calls (recorded)", r.Calls)
+	row("model calls (journaled)", r.Calls)
 	row("model tokens (prompt / completion)", fmt.Sprintf("%d / %d", r.PromptTokens, r.CompletionTokens))
 	row("tier-1 retries (in worker)", r.Tier1Retries)
 	row("tier-2 redeliveries (JetStream)", r.Redeliveries)
+	row("takeovers (a survivor took a dead worker's chunk)", r.Takeovers)
 	row("envelopes in DLQ", r.Envelopes)
 	if r.KilledWorker != "" {
 		row("killed", fmt.Sprintf("%s with SIGKILL in stage %d of chunk %d", r.KilledWorker, r.KilledAtStage, r.KilledChunk))
@@ -166,6 +170,7 @@ func collect(ctx context.Context, client *salvage.Client, jobs []string, r *demo
 			r.Calls += c.Calls
 			r.Tier1Retries += c.Tier1Retries
 			r.Redeliveries += c.Redeliveries
+			r.Takeovers += c.Takeovers
 		}
 		res, err := client.Results(ctx, id)
 		if err != nil {

@@ -276,7 +276,7 @@ prints how many would be acted on and acts on none.`,
 			if res.DryRun {
 				verb = "would be " + verb
 			}
-			fmt.Fprintf(e.stdout, "%d matched: %d %s, %d unchanged (already so), %d refused (resolved or superseded), %d failed",
+			fmt.Fprintf(e.stdout, "%d matched: %d %s, %d unchanged (already so), %d refused (resolved, superseded, or a replay Salvage will not run), %d failed",
 				res.Matched, res.Acted, verb, res.Unchanged, res.Refused, len(res.Failed))
 			if res.Remaining > 0 {
 				fmt.Fprintf(e.stdout, "; %d left for another run (--limit)", res.Remaining)

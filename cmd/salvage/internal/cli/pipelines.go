@@ -16,7 +16,7 @@ func (e *env) pipelinesCmd() *cobra.Command {
 	var asJSON, definitions bool
 	cmd := &cobra.Command{
 		Use:   "pipelines",
-		Short: "List the pipelines: running or paused, the definition their workers run, their live workers, jobs waiting to be split, chunks parked",
+		Short: "List the pipelines: running or paused, the definition their workers run, their live workers and recovery processes, jobs waiting to be split, chunks parked",
 		Long: `List the pipelines. FINGERPRINT names the definition every process running a
 pipeline's workers or recovery runs (its stages, agents, tools, effects and version); a
 process with another definition is refused at start, naming both fingerprints and what
@@ -42,7 +42,7 @@ pipeline or stop its workers, then start the new version with --upgrade FINGERPR
 			return nil
 		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "PIPELINE\tSTATE\tFINGERPRINT\tWORKERS\tWAITING\tPARKED\tSINCE\tBY\tREASON")
+		fmt.Fprintln(tw, "PIPELINE\tSTATE\tFINGERPRINT\tWORKERS\tRECOVERY\tWAITING\tPARKED\tSINCE\tBY\tREASON")
 		for _, p := range ps {
 			state, since, by := "running", p.ResumedAt, p.ResumedBy
 			if p.Paused {
@@ -64,7 +64,12 @@ pipeline or stop its workers, then start the new version with --upgrade FINGERPR
 				// Its jobs wait in SALVAGE_JOBS until one starts.
 				workers = "no workers"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Pipeline, state, cmp.Or(p.Fingerprint, "-"), workers, p.Waiting, p.Parked, when, by, reason)
+			recovery := fmt.Sprint(p.Recovery)
+			if p.Recovery == 0 {
+				// Its envelopes stay open until one starts.
+				recovery = "none"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Pipeline, state, cmp.Or(p.Fingerprint, "-"), workers, recovery, p.Waiting, p.Parked, when, by, reason)
 		}
 		return tw.Flush()
 	}
@@ -165,8 +170,8 @@ func (e *env) workersCmd() *cobra.Command {
 		Use:   "workers",
 		Short: "List the live Salvage processes: roles, pipelines, concurrency, chunks in flight",
 		Long: `List the live Salvage processes, from their heartbeats (every 10s; a process silent
-for 30s drops out): their id, host and pid, roles, the pipelines whose chunks they run,
-how many of each they run at once and how many they run now, since when, last seen.`,
+for 30s drops out): their id, host and pid, roles, the pipelines whose chunks they run and
+those whose envelopes they recover, how many of each they run at once and how many they run now, since when, last seen.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.RunE = func(*cobra.Command, []string) error {
@@ -177,8 +182,14 @@ how many of each they run at once and how many they run now, since when, last se
 		if asJSON {
 			return e.writeJSON(ws)
 		}
+		if len(ws) == 0 {
+			// Nobody beats: none runs, or none can write (a process whose
+			// writes fail drops out; its /healthz says why).
+			fmt.Fprintln(e.stdout, "no live process: none has written its heartbeat in the last 30s (a process that cannot write to JetStream drops out too: its /healthz says why)")
+			return nil
+		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "ID\tHOST\tPID\tROLES\tPIPELINES\tCONCURRENCY\tIN FLIGHT\tUP\tLAST SEEN")
+		fmt.Fprintln(tw, "ID\tHOST\tPID\tROLES\tPIPELINES\tRECOVERS\tCONCURRENCY\tIN FLIGHT\tUP\tLAST SEEN")
 		for _, w := range ws {
 			roles := make([]string, len(w.Roles))
 			for i, r := range w.Roles {
@@ -188,7 +199,7 @@ how many of each they run at once and how many they run now, since when, last se
 			if pipes == "" {
 				pipes = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s ago\n", w.ID, w.Host, w.PID, strings.Join(roles, ","), pipes,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s ago\n", w.ID, w.Host, w.PID, strings.Join(roles, ","), pipes, cmp.Or(strings.Join(w.Recovers, ","), "-"),
 				w.Concurrency, w.InFlight, time.Since(w.StartedAt).Round(time.Second), time.Since(w.UpdatedAt).Round(time.Second))
 		}
 		return tw.Flush()

@@ -125,13 +125,23 @@ func (e *env) printTrace(tr *salvage.Trace) {
 	}
 	fmt.Fprintln(e.stdout)
 	for _, c := range tr.Chunks {
-		// Every delivery the timeline kept, not only the last message's
-		// count; with events dropped it is a lower bound.
-		deliveries := fmt.Sprint(max(uint64(countEvents(c.Events, salvage.EventDelivered)), c.Deliveries))
-		if c.EventsDropped > 0 {
-			deliveries = "at least " + deliveries
+		// Deliveries means one thing everywhere (status, --json, the
+		// dashboard): JetStream's count for the message the chunk last ran
+		// from. Runs are the times a worker took the chunk — deliveries,
+		// takeovers of a dead worker's and releases from a hold alike —
+		// from its timeline (a lower bound once events were dropped).
+		fmt.Fprintf(e.stdout, "chunk %d: %s  stage %d  epoch %d  deliveries %d", c.Chunk, c.Status, c.Stage, c.Epoch, c.Deliveries)
+		if c.Redeliveries > 0 {
+			fmt.Fprintf(e.stdout, "  redeliveries %d", c.Redeliveries)
 		}
-		fmt.Fprintf(e.stdout, "chunk %d: %s  stage %d  epoch %d  deliveries %s  tier-1 retries %d  recoveries %d", c.Chunk, c.Status, c.Stage, c.Epoch, deliveries, c.Tier1, c.Recoveries)
+		if runs := countEvents(c.Events, salvage.EventDelivered); runs > 1 {
+			at := ""
+			if c.EventsDropped > 0 {
+				at = "at least "
+			}
+			fmt.Fprintf(e.stdout, "  runs %s%d", at, runs)
+		}
+		fmt.Fprintf(e.stdout, "  tier-1 retries %d  recoveries %d", c.Tier1, c.Recoveries)
 		if c.Envelope != "" {
 			fmt.Fprintf(e.stdout, "  envelope %s", c.Envelope)
 		}

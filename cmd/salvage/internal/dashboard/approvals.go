@@ -23,7 +23,7 @@ func (s *Server) apiApprovals(w http.ResponseWriter, r *http.Request) {
 // /api/approvals/<job>/<chunk>/approve|reject with {"note"?}.
 func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r); err != nil {
-		fail(w, http.StatusForbidden, err)
+		fail(w, authStatus(w, err), err)
 		return
 	}
 	chunk, err := strconv.Atoi(r.PathValue("chunk"))

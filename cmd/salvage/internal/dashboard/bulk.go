@@ -14,7 +14,7 @@ import (
 // dry_run first and confirms the count before it acts.
 func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r); err != nil {
-		fail(w, http.StatusForbidden, err)
+		fail(w, authStatus(w, err), err)
 		return
 	}
 	var body struct {

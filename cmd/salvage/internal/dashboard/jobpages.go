@@ -156,7 +156,7 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 // origin).
 func (s *Server) apiCancelJob(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r); err != nil {
-		fail(w, http.StatusForbidden, err)
+		fail(w, authStatus(w, err), err)
 		return
 	}
 	var body struct{}

@@ -35,7 +35,7 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 // /api/pipelines/<name>/pause|resume with {"reason"?}.
 func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r); err != nil {
-		fail(w, http.StatusForbidden, err)
+		fail(w, authStatus(w, err), err)
 		return
 	}
 	var body struct {

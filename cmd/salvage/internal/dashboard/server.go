@@ -77,8 +77,10 @@ type Server struct {
 	// never carries it, people sign in.
 	configured bool
 	sessions   *sessions
-	hosts      *hostGuard
-	hist       history
+	// guard bounds guesses at the token (sign-in and the header alike).
+	guard *guard
+	hosts *hostGuard
+	hist  history
 }
 
 // Listen binds the dashboard's address. It refuses a non-loopback address
@@ -114,14 +116,16 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	}
 	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex(), breakers: &breakerPoll{}},
 		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token,
-		configured: cfg.Token != "", sessions: newSessions(cfg.SessionTTL)}
+		configured: cfg.Token != "", sessions: newSessions(cfg.SessionTTL), guard: newGuard()}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency, s.sum.jobs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !js.Conn().IsConnected() {
-			http.Error(w, "not connected to NATS", http.StatusServiceUnavailable)
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := client.Health(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
@@ -277,7 +281,7 @@ func (s *Server) apiEnvelope(w http.ResponseWriter, r *http.Request) {
 // the token, from this origin.
 func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r); err != nil {
-		fail(w, http.StatusForbidden, err)
+		fail(w, authStatus(w, err), err)
 		return
 	}
 	id, by := r.PathValue("id"), "dashboard"
@@ -314,9 +318,16 @@ func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 // them to its page as before.
 func (s *Server) reads(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.configured && !s.signedIn(r) {
-			fail(w, http.StatusUnauthorized, errNoToken)
-			return
+		if s.configured {
+			ok, err := s.signedIn(r)
+			if err != nil {
+				fail(w, authStatus(w, err), err)
+				return
+			}
+			if !ok {
+				fail(w, http.StatusUnauthorized, errNoToken)
+				return
+			}
 		}
 		h(w, r)
 	}
@@ -324,12 +335,26 @@ func (s *Server) reads(h http.HandlerFunc) http.HandlerFunc {
 
 // signedIn reports whether r carries the token in X-Salvage-Token or a
 // signed-in session's cookie.
-func (s *Server) signedIn(r *http.Request) bool {
+// A token in the header is checked as a sign-in is (guard): one check
+// at a time per address, locked out after wrong ones.
+func (s *Server) signedIn(r *http.Request) (bool, error) {
 	if got := r.Header.Get(TokenHeader); got != "" {
-		return subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+		done, err := s.guard.admit(clientAddr(r))
+		if err != nil {
+			s.refused(r, TokenHeader, err)
+			return false, err
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+			time.Sleep(failedSignInDelay)
+			done(false)
+			s.refused(r, TokenHeader, errBadSignIn)
+			return false, nil
+		}
+		done(true)
+		return true, nil
 	}
 	_, _, ok := s.sessionOf(r)
-	return ok
+	return ok, nil
 }
 
 var (
@@ -344,7 +369,11 @@ func (s *Server) authorize(r *http.Request) error {
 	if err := s.sameOrigin(r); err != nil {
 		return err
 	}
-	if !s.signedIn(r) {
+	ok, err := s.signedIn(r)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		return errNoToken
 	}
 	return nil
@@ -370,7 +399,7 @@ func statusOf(err error) int {
 	case errors.Is(err, salvage.ErrUnknownEnvelope), errors.Is(err, salvage.ErrUnknownJob), errors.Is(err, salvage.ErrUnknownPipeline):
 		return http.StatusNotFound
 	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded), errors.Is(err, salvage.ErrNotAwaitingApproval),
-		errors.Is(err, salvage.ErrReplayRefused):
+		errors.Is(err, salvage.ErrReplayRefused), errors.Is(err, salvage.ErrJobFinished):
 		return http.StatusConflict
 	case errors.Is(err, salvage.ErrInvalidToken), errors.Is(err, salvage.ErrBadFilter), errors.Is(err, salvage.ErrBadBulk):
 		return http.StatusBadRequest

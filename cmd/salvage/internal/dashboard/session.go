@@ -110,11 +110,22 @@ func (s *Server) apiSignIn(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
+	done, err := s.guard.admit(clientAddr(r))
+	if err != nil {
+		s.refused(r, "sign-in", err)
+		fail(w, authStatus(w, err), err)
+		return
+	}
 	if !s.configured || subtle.ConstantTimeCompare([]byte(body.Token), []byte(s.token)) != 1 {
+		// The check stays in flight while it is slowed down: the same
+		// address gets no other check meanwhile.
 		time.Sleep(failedSignInDelay)
+		done(false)
+		s.refused(r, "sign-in", errBadSignIn)
 		fail(w, http.StatusForbidden, errBadSignIn)
 		return
 	}
+	done(true)
 	id, exp := s.sessions.open()
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: id, Path: "/", Expires: exp, MaxAge: int(time.Until(exp).Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
@@ -182,3 +193,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 // errBadBody is a mutation's body that is not one small JSON object of
 // the fields it takes.
 var errBadBody = errors.New("malformed request body")
+
+// refused logs a refused token: where it came from and why, never the
+// token itself.
+func (s *Server) refused(r *http.Request, what string, why error) {
+	s.log.Warn().Str("remote", clientAddr(r)).Str("path", r.URL.Path).Str("attempt", what).Err(why).Msg("token refused")
+}
