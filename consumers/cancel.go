@@ -116,11 +116,17 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 			}
 			continue
 		}
+		// Its dead worker made calls nobody counted yet.
+		tally, err := chunkTally(ctx, t.stores, cp, nil)
+		if err != nil {
+			return job, err
+		}
 		done, err := t.stores.Checkpoints.Mutate(ctx, job.ID, cp.Chunk, func(c *kv.Checkpoint) error {
 			if c.Terminal() {
 				return kv.ErrNoChange
 			}
 			c.Status, c.Reason, c.ClaimedBy = kv.CancelledAtStage(c.Stage), job.StopReason(), ""
+			setTally(c, tally)
 			c.Recount() // counted by the Settle below
 			return nil
 		})

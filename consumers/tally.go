@@ -32,3 +32,13 @@ func setTally(cp *kv.Checkpoint, t recovery.Tally) {
 	cp.CompletionTokens = max(cp.CompletionTokens, t.CompletionTokens)
 	cp.CostMicros = max(cp.CostMicros, t.CostMicros)
 }
+
+// chunkTally is what every call of a chunk came to, in every epoch up to
+// epoch, from the journal; nothing is read for a chunk no worker ever took
+// (taken is false): it has no rows.
+func chunkTally(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, prices recovery.Prices) (recovery.Tally, error) {
+	if cp.MsgSeq == 0 {
+		return recovery.Tally{}, nil
+	}
+	return pastTally(ctx, st, cp.Job, cp.Chunk, cp.Epoch+1, prices)
+}

@@ -844,6 +844,11 @@ func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint)
 	if settled {
 		return r.stoppedWithEffects(ctx, stage)
 	}
+	// A worker that died in it made calls nobody counted yet.
+	tally, err := chunkTally(ctx, r.w.stores, cp, r.w.cfg.Prices)
+	if err != nil {
+		return err
+	}
 	var d kv.Delta
 	cp, err = r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
 		d = kv.Delta{}
@@ -851,6 +856,7 @@ func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint)
 			return kv.ErrNoChange
 		}
 		cp.Status, cp.Stage, cp.Reason = kv.CancelledAtStage(stage), stage, reason
+		setTally(cp, tally)
 		d = cp.Recount()
 		return nil
 	})

@@ -140,6 +140,14 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 		[]string{"worker", "stream", "purge", "SALVAGE_DLQ", "-f"},
 		[]string{"operator", "stream", "purge", "SALVAGE_DLQ", "-f"},
 		[]string{"submitter", "stream", "purge", "SALVAGE_DLQ", "-f"},
+		[]string{"operator", "stream", "rmm", "SALVAGE_DLQ", "1", "-f"},
+		// Chunks: the operator may replay by hand (its chunk is checked
+		// against its job's record); nobody else may publish one.
+		[]string{"submitter", "pub", "salvage.chunks.contract-review.x.1", "{}"},
+		[]string{"agent", "pub", "salvage.chunks.contract-review.x.1", "{}"},
+		// Claims: only Salvage's processes.
+		[]string{"operator", "kv", "put", "salvage_claims", "x.1", "y"},
+		[]string{"submitter", "kv", "put", "salvage_claims", "x.1", "y"},
 		// Buckets: the operator and the submitter write none, the
 		// submitter reads only job records, the agent nothing at all.
 		[]string{"operator", "kv", "put", "salvage_jobs", "x", "y"},

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
@@ -35,6 +37,7 @@ type chaosReport struct {
 	EnvelopesUnsettled int            `json:"envelopes_unsettled"`
 	EnvelopesByStatus  map[string]int `json:"envelopes_by_status"`
 	ledgerCheck
+	truthCheck
 	AutoRecoveryRate float64 `json:"auto_recovery_rate"`
 	Kills            int     `json:"kills"`
 	ServerRestarts   int     `json:"server_restarts"`
@@ -60,7 +63,7 @@ type chaosReport struct {
 // repeated, nothing left standing that nobody owns.
 func (r *chaosReport) ok() bool {
 	return !r.TimedOut && r.JobsSettled == r.Jobs && r.ChunksMissing == 0 && r.EnvelopesUnsettled == 0 &&
-		r.DuplicateSideEffects == 0 && r.LeftoverSideEffects == 0
+		r.DuplicateSideEffects == 0 && r.LeftoverSideEffects == 0 && len(r.Disagreements) == 0
 }
 
 func (r *chaosReport) print(w io.Writer) {
@@ -78,6 +81,11 @@ func (r *chaosReport) print(w io.Writer) {
 	row("automatic recovery rate", fmt.Sprintf("%.2f", r.AutoRecoveryRate))
 	row("operator actions", fmt.Sprintf("%d jobs cancelled (%d more had finished first), %d envelopes replayed in bulk, %d replays refused", r.Cancels, r.CancelsTooLate, r.Replayed, r.ReplaysRefused))
 	row("tier-1 retries / redeliveries", fmt.Sprintf("%d / %d", r.Tier1Retries, r.Redeliveries))
+	truth := fmt.Sprintf("journal %d calls, %d tokens: summaries, chunks, salvage.api, the dashboard and /metrics agree", r.JournalCalls, r.JournalTokens)
+	if len(r.Disagreements) > 0 {
+		truth = fmt.Sprintf("%d disagreements: %s", len(r.Disagreements), strings.Join(r.Disagreements, "; "))
+	}
+	row("counts against the records", truth)
 	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
 	verdict := "every job settled; nothing lost, nothing repeated"
 	if !r.ok() {
@@ -160,12 +168,23 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 		return rep, err
 	}
 	o.run.simURL = simURL
+	o.api = true // the truth check asks salvage.api too
 	d, err := e.startDemoEnv(ctx, &o.demoOpts, log)
 	defer d.close()
 	rep.SyncInterval = d.syncInterval
 	if err != nil {
 		return rep, err
 	}
+	// A dashboard watches the whole run: at the end its counts and
+	// /metrics must be the records' (truthCheck).
+	dash, err := dashboard.Listen(d.js, d.client, dashboard.Config{Addr: "127.0.0.1:0", Logger: &log})
+	if err != nil {
+		return rep, err
+	}
+	dctx, stopDash := context.WithCancel(ctx)
+	dashDone := make(chan struct{})
+	go func() { defer close(dashDone); _ = dash.Run(dctx) }()
+	defer func() { stopDash(); <-dashDone }()
 	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	start := time.Now()
@@ -252,7 +271,11 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 	stopKilling()
 	rep.Kills = <-killed
 	rep.WallSeconds = time.Since(start).Seconds()
-	return rep, collectChaos(ctx, d, client, jobs, rep)
+	if err := collectChaos(ctx, d, client, jobs, rep); err != nil {
+		return rep, err
+	}
+	rep.truthCheck = checkTruth(ctx, d, dash.URL(), jobs)
+	return rep, nil
 }
 
 // operatorActions counts what operate did.

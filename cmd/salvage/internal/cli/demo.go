@@ -41,6 +41,8 @@ type demoOpts struct {
 	notice  io.Writer
 	timeout time.Duration
 	sync    string
+	// api runs the salvage.api service in process (--keep does too).
+	api bool
 }
 
 // demoResult is what a run that ends in a report (demo, chaos) reports.

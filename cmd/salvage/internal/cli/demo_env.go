@@ -78,9 +78,9 @@ func (e *env) startDemoEnv(ctx context.Context, o *demoOpts, log zerolog.Logger)
 		return d, err
 	}
 	roles := []salvage.Role{salvage.RoleDeadLetter, salvage.RoleRecovery}
-	if o.keep {
+	if o.keep || o.api {
 		// What an operator types while watching (dlq, pause, approve)
-		// goes through salvage.api.
+		// goes through salvage.api; chaos asks it for every job.
 		roles = append(roles, salvage.RoleAPI)
 	}
 	mcp, closeMCP := mcpFor(roles)

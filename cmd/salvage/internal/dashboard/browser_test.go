@@ -186,10 +186,12 @@ func dashboardInABrowser(t *testing.T, width int64) {
 		t.Fatalf("the page never showed the replayed envelope resolved: %v", err)
 	}
 	// The Workers panel lists the live worker and the pipeline counts it;
-	// once it stops, the pipeline has no workers.
+	// once it stops, the pipeline has no workers. The worker runs no
+	// recovery: the pipeline's row says nobody recovers it.
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelector('tr[data-pipeline="order-fulfillment"]')?.dataset.workers === '1' && `+
+		`document.querySelector('tr[data-pipeline="order-fulfillment"]')?.cells[3].textContent === 'none' && `+
 		`[...document.querySelectorAll('tr[data-worker]')].some(r => r.cells[2].textContent.includes('order-fulfillment'))`)); err != nil {
-		t.Fatalf("the page never showed the live worker: %v", err)
+		t.Fatalf("the page never showed the live worker, and nobody recovering its pipeline: %v", err)
 	}
 	if err := worker.Stop(context.Background()); err != nil {
 		t.Fatal(err)
