@@ -2,9 +2,13 @@ package consumers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // handlesMax bounds the stream handle cache; past it the cache starts
@@ -47,4 +51,27 @@ func streamHandle(ctx context.Context, js jetstream.JetStream, name string) (jet
 	handles.m[k] = s
 	handles.mu.Unlock()
 	return s, nil
+}
+
+// getMsg reads the message at seq of stream: nil without an error when
+// there is none (deleted, purged, aged out, or never written).
+// Infrastructure errors are retried.
+func getMsg(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		s, err := streamHandle(ctx, js, stream)
+		if err != nil {
+			return err
+		}
+		m, err = s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m = nil
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumers: read %s %d: %w", stream, seq, err)
+	}
+	return m, nil
 }

@@ -122,21 +122,9 @@ func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, er
 // (restoreLost); until then everything reads it from its body.
 func readEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
 	var env recovery.Envelope
-	var m *jetstream.RawStreamMsg
-	err := streams.Retry(ctx, func(ctx context.Context) error {
-		s, err := streamHandle(ctx, js, streams.DLQ)
-		if err != nil {
-			return err
-		}
-		m, err = s.GetMsg(ctx, rec.DLQSeq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			m = nil
-			return nil
-		}
-		return err
-	})
+	m, err := getMsg(ctx, js, streams.DLQ, rec.DLQSeq)
 	if err != nil {
-		return env, fmt.Errorf("envelope %s at SALVAGE_DLQ %d: %w", rec.ID, rec.DLQSeq, err)
+		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)
 	}
 	if m != nil {
 		if env, err = recovery.DecodeEnvelope(m.Data); err == nil && env.ID == rec.ID {

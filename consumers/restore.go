@@ -113,7 +113,7 @@ func (o *Orchestrator) restoreLost(ctx context.Context, mark *dlqMark) (int, err
 					continue
 				}
 				seen[rec.ID] = true
-				lost, err := envelopeLost(ctx, s, st, rec, read)
+				lost, err := envelopeLost(ctx, o.js, st, rec, read)
 				if err != nil {
 					return restored, err
 				}
@@ -138,7 +138,7 @@ func (o *Orchestrator) restoreLost(ctx context.Context, mark *dlqMark) (int, err
 // envelopeLost reports whether rec's message is gone from SALVAGE_DLQ
 // (whose state is st): before the stream's first sequence, or, when read
 // is set, a hole or another envelope's message at its sequence.
-func envelopeLost(ctx context.Context, s jetstream.Stream, st jetstream.StreamState, rec kv.EnvelopeRecord, read bool) (bool, error) {
+func envelopeLost(ctx context.Context, js jetstream.JetStream, st jetstream.StreamState, rec kv.EnvelopeRecord, read bool) (bool, error) {
 	if rec.DLQSeq == 0 {
 		return false, nil // being written: its dead-letterer finishes it
 	}
@@ -150,18 +150,9 @@ func envelopeLost(ctx context.Context, s jetstream.Stream, st jetstream.StreamSt
 		// round among them); a hole there shows in the next look.
 		return false, nil
 	}
-	var m *jetstream.RawStreamMsg
-	err := streams.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		m, err = s.GetMsg(ctx, rec.DLQSeq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			m = nil
-			return nil
-		}
-		return err
-	})
+	m, err := getMsg(ctx, js, streams.DLQ, rec.DLQSeq)
 	if err != nil {
-		return false, fmt.Errorf("consumers: read SALVAGE_DLQ %d: %w", rec.DLQSeq, err)
+		return false, err
 	}
 	if m == nil {
 		return true, nil

@@ -51,6 +51,8 @@ type shop struct {
 	late         []string
 	// shippingBroken refuses every shipment.
 	shippingBroken bool
+	// refundsBroken refuses every refund.
+	refundsBroken bool
 }
 
 func newShop() *shop {
@@ -150,6 +152,9 @@ func (s *shop) undo(tool string) recovery.Tool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.requests[tool]++
+		if tool == "refund" && s.refundsBroken {
+			return recovery.ToolResult{}, recovery.Permanent(422, fmt.Errorf("refund of %s refused", id))
+		}
 		s.undone = append(s.undone, tool+":"+id)
 		s.undoCalls = append(s.undoCalls, c)
 		return recovery.ToolResult{Output: json.RawMessage(`"undone"`)}, nil

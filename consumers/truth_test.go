@@ -2,6 +2,7 @@ package consumers_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -307,5 +308,28 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	j := b.waitJob(t, job, kv.JobDone)
 	if j.Summary.Done != chunks || j.Summary.DeadLetters != 0 {
 		t.Fatalf("summary %+v", j.Summary)
+	}
+}
+
+// TestARefusedReplaySaysWhy is the escalated replay of issue 33: an order
+// refused at shipping whose refund is refused in turn is escalated with
+// nothing undone; its replay is refused — rightly — but said the chunk
+// "had effects compensated while 2 stand" when none was. It now says the
+// compensation undid nothing it could confirm.
+func TestARefusedReplaySaysWhy(t *testing.T) {
+	t.Parallel()
+	b, s := setupShop(t)
+	s.mu.Lock()
+	s.refundsBroken = true
+	s.mu.Unlock()
+	b.startOrchestrator(t, "o1")
+	job := b.submitOrders(t, shopOrder{ID: "refused", Fail: true})
+	rec := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Final() }, "final")
+	if rec.Status != kv.EnvelopeEscalated {
+		t.Fatalf("envelope %s; want escalated", rec.Status)
+	}
+	_, err := consumers.NewOperator(b.JS, b.stores).Replay(b.ctx, rec.ID, "ann")
+	if !errors.Is(err, consumers.ErrReplayRefused) || !strings.Contains(err.Error(), "undid nothing it could confirm") || strings.Contains(err.Error(), "had ") {
+		t.Fatalf("replay: %v", err)
 	}
 }

@@ -413,21 +413,9 @@ func (r *run) jobPending(ctx context.Context) (bool, error) {
 	if r.chunk.SourceSeq == 0 {
 		return false, nil
 	}
-	var raw *jetstream.RawStreamMsg
-	err := streams.Retry(ctx, func(ctx context.Context) error {
-		s, err := streamHandle(ctx, r.w.js, streams.Jobs)
-		if err != nil {
-			return err
-		}
-		raw, err = s.GetMsg(ctx, r.chunk.SourceSeq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			raw = nil
-			return nil
-		}
-		return err
-	})
+	raw, err := getMsg(ctx, r.w.js, streams.Jobs, r.chunk.SourceSeq)
 	if err != nil {
-		return false, fmt.Errorf("consumers: read the chunk's job message: %w", err)
+		return false, err
 	}
 	return raw != nil && intakeJobID(raw) == r.chunk.Job, nil
 }

@@ -224,6 +224,15 @@ func (s *Envelopes) PutBody(ctx context.Context, id string, body []byte) error {
 // Body returns the body of envelope id, or ErrNotFound (an envelope
 // recorded before bodies were kept).
 func (s *Envelopes) Body(ctx context.Context, id string) ([]byte, error) {
+	e, err := s.bodyEntry(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
+}
+
+// bodyEntry reads the body of envelope id, or ErrNotFound.
+func (s *Envelopes) bodyEntry(ctx context.Context, id string) (jetstream.KeyValueEntry, error) {
 	var e jetstream.KeyValueEntry
 	err := streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -236,7 +245,7 @@ func (s *Envelopes) Body(ctx context.Context, id string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: get envelope body %s: %w", id, err)
 	}
-	return e.Value(), nil
+	return e, nil
 }
 
 // KeepBody sets the body of envelope id to expire after ttl, or to be
@@ -246,17 +255,12 @@ func (s *Envelopes) Body(ctx context.Context, id string) ([]byte, error) {
 // repairs a crash between a record's settling write and its body's.
 func (s *Envelopes) KeepBody(ctx context.Context, id string, ttl time.Duration) error {
 	for range casAttempts {
-		var e jetstream.KeyValueEntry
-		err := streams.Retry(ctx, func(ctx context.Context) error {
-			var err error
-			e, err = s.b.Get(ctx, BodyKey(id))
-			return err
-		})
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		e, err := s.bodyEntry(ctx, id)
+		if errors.Is(err, ErrNotFound) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("kv: get envelope body %s: %w", id, err)
+			return err
 		}
 		m := retainMsg(BucketEnvelopes, BodyKey(id), e.Value(), e.Revision(), ttl)
 		err = streams.Retry(ctx, func(ctx context.Context) error {
