@@ -102,11 +102,19 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !c.cfg.has(RoleNone) {
-		runs = append(runs, func(ctx context.Context) error { c.heartbeat(ctx, stores); return nil })
-	}
 	// The roles outlive the ctx of Start; Stop ends them.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	beatDone := make(chan struct{})
+	if c.cfg.has(RoleNone) {
+		close(beatDone)
+	} else {
+		// The process's record exists before its worker claims anything,
+		// and outlives its roles' draining.
+		state := c.processState()
+		c.beatOnce(ctx, stores, state)
+		go func() { defer close(beatDone); c.heartbeat(beatCtx, stores, state) }()
+	}
 	c.stop, c.done, c.runErrs = stop, make(chan struct{}), make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i, run := range runs {
@@ -119,7 +127,7 @@ func (c *Client) Start(ctx context.Context) error {
 			}
 		}()
 	}
-	go func() { wg.Wait(); close(c.done) }()
+	go func() { wg.Wait(); stopBeat(); <-beatDone; close(c.done) }()
 	return nil
 }
 
@@ -297,7 +305,7 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 			ID: c.cfg.WorkerID, Registry: c.registry, Concurrency: c.cfg.Concurrency, AckWait: c.cfg.AckWait,
 			Heartbeat: c.cfg.Heartbeat, MaxDeliver: c.cfg.MaxDeliver, Retry: c.cfg.retryPolicy(),
 			DrainTimeout: c.cfg.DrainTimeout, JobWait: c.cfg.JobWait, Breakers: c.cfg.breakerPolicies(), Prices: c.cfg.Prices, Logger: &log,
-			TracerProvider: c.cfg.TracerProvider,
+			TracerProvider: c.cfg.TracerProvider, Alive: alive(stores),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -173,3 +173,45 @@ func TestHealthTellsAStalledProcess(t *testing.T) {
 		t.Fatalf("health: %v", err)
 	}
 }
+
+// TestAClaimOfNoLiveProcessHoldsNothing: a claim is believed only while
+// its holder's process lives (salvage_workers has its record). Here one
+// is forged every 100 ms for a holder that never ran, each time with an
+// expiry in 2099 — fresh enough that its write vouches for it — and the
+// chunk still runs: the worker takes it from a holder with no record,
+// and takes it back from each rewrite at its next renewal.
+func TestAClaimOfNoLiveProcessHoldsNothing(t *testing.T) {
+	t.Parallel()
+	srv := salvagetest.StartServer(t)
+	ctx := context.Background()
+	id := ulid.Make().String()
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: []salvage.Role{salvage.RoleNone}})
+	claims, err := srv.JS.KeyValue(ctx, "salvage_claims")
+	if err != nil {
+		// The buckets exist once a client provisioned them.
+		t.Fatal(err)
+	}
+	forge, stop := context.WithCancel(ctx)
+	defer stop()
+	forged := make(chan struct{})
+	go func() {
+		defer close(forged)
+		ghost := []byte(`{"claimed_by":"ghost","delivery":1,"expires_at":"2099-01-01T00:00:00Z"}`)
+		for forge.Err() == nil {
+			_, _ = claims.Put(forge, id+".1", ghost)
+			select {
+			case <-forge.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
+	if _, err := c.Submit(ctx, "words", map[string]any{"words": []string{"held"}}, &salvage.SubmitOpts{JobID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if j := salvagetest.WaitJob(t, c, id, 60*time.Second); j.Status != salvage.JobDone {
+		t.Fatalf("job %+v", j)
+	}
+	stop()
+	<-forged
+}

@@ -56,9 +56,8 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	return out, nil
 }
 
-// heartbeat writes this process's record every kv.WorkerHeartbeat until
-// ctx ends, then removes it.
-func (c *Client) heartbeat(ctx context.Context, stores *kv.Stores) {
+// processState is this process's record as its heartbeat writes it.
+func (c *Client) processState() kv.WorkerState {
 	id := c.id
 	if id == "" {
 		id = consumers.ProcessID()
@@ -76,25 +75,48 @@ func (c *Client) heartbeat(ctx context.Context, stores *kv.Stores) {
 		state.Recovers = c.registry.Names()
 		slices.Sort(state.Recovers)
 	}
+	return state
+}
+
+// beatOnce writes state now.
+func (c *Client) beatOnce(ctx context.Context, stores *kv.Stores, state kv.WorkerState) {
+	if c.worker != nil {
+		state.InFlight = c.worker.InFlight()
+	}
+	err := stores.Workers.Beat(ctx, state)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn().Err(err).Msg("heartbeat: this process cannot write its record (it drops out of salvage workers, and /healthz says so)")
+	}
+	c.beat.record(err)
+}
+
+// heartbeat writes this process's record every kv.WorkerHeartbeat until
+// ctx ends, then removes it. Start writes the first before any role runs
+// (a claim of this process's worker is believed only while the record
+// exists), and ends it only after every role stopped.
+func (c *Client) heartbeat(ctx context.Context, stores *kv.Stores, state kv.WorkerState) {
 	t := time.NewTicker(kv.WorkerHeartbeat)
 	defer t.Stop()
 	for {
-		if c.worker != nil {
-			state.InFlight = c.worker.InFlight()
-		}
-		err := stores.Workers.Beat(ctx, state)
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn().Err(err).Msg("heartbeat: this process cannot write its record (it drops out of salvage workers, and /healthz says so)")
-		}
-		c.beat.record(err)
 		select {
 		case <-ctx.Done():
 			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = stores.Workers.Gone(gctx, id)
+			_ = stores.Workers.Gone(gctx, state.ID)
 			cancel()
 			return
 		case <-t.C:
 		}
+		c.beatOnce(ctx, stores, state)
+	}
+}
+
+// alive reports whether process id has a live record in salvage_workers:
+// a worker believes another's claim only while it does. A store it cannot
+// read (a deployment provisioned before the bucket) says yes.
+func alive(stores *kv.Stores) func(ctx context.Context, id string) bool {
+	return func(ctx context.Context, id string) bool {
+		_, err := stores.Workers.Get(ctx, id)
+		return !errors.Is(err, kv.ErrNotFound)
 	}
 }
 

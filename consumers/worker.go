@@ -61,6 +61,12 @@ type WorkerConfig struct {
 	NakDelay time.Duration
 	// DrainTimeout bounds the drain on shutdown. Default DrainTimeoutDefault.
 	DrainTimeout time.Duration
+	// Alive, when set, says whether the process that holds a claim lives
+	// (salvage_workers has its record): a claim of a holder that does not
+	// is not believed, however recently it was written. The root package's
+	// client sets it (its processes write their record before they claim
+	// anything). Default nil: every holder is believed for its lease.
+	Alive func(ctx context.Context, holder string) bool
 	// JobWait is how long a chunk whose job has no record yet is held
 	// (in progress) waiting for it: the splitter creates the record after
 	// publishing every chunk. Default JobWaitDefault.

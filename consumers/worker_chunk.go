@@ -217,7 +217,7 @@ func (r *run) run(ctx context.Context) error {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}
 
-	lease, err := w.stores.Claims.AcquireAs(ctx, r.chunk.Job, r.chunk.Chunk, r.claim(), r.pool.lease())
+	lease, err := r.acquire(ctx)
 	if errors.Is(err, kv.ErrClaimHeld) {
 		var held bool
 		lease, held, err = r.waitForHolder(ctx)
@@ -965,6 +965,18 @@ func (r *run) releaseClaim(ctx context.Context) {
 	}
 }
 
+// acquire claims the chunk for this delivery (Claims.AcquireAs). A claim
+// another process holds is believed only while that process lives
+// (WorkerConfig.Alive): one whose holder has no record is taken at once.
+func (r *run) acquire(ctx context.Context) (kv.Lease, error) {
+	lease, err := r.w.stores.Claims.AcquireAs(ctx, r.chunk.Job, r.chunk.Chunk, r.claim(), r.pool.lease())
+	var held *kv.HeldError
+	if !errors.As(err, &held) || r.w.cfg.Alive == nil || held.Holder.ClaimedBy == r.w.cfg.ID || r.w.cfg.Alive(ctx, held.Holder.ClaimedBy) {
+		return lease, err
+	}
+	return r.w.stores.Claims.Steal(ctx, held.Holder, r.claim(), r.pool.lease(), "a claim of "+held.Holder.ClaimedBy+", a process with no live record")
+}
+
 // claim is the claim this delivery holds: who, which delivery, and where
 // a survivor finds its message and acknowledges it should this process
 // die (see takeovers).
@@ -1051,7 +1063,7 @@ func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
 		if err == nil && cp.Status == kv.StatusDeadLettered {
 			return kv.Lease{}, false, nil
 		}
-		lease, err := w.stores.Claims.AcquireAs(ctx, r.chunk.Job, r.chunk.Chunk, r.claim(), r.pool.lease())
+		lease, err := r.acquire(ctx)
 		if err == nil {
 			r.log.Info().Msg("holder's lease expired; chunk taken over")
 			return lease, true, nil

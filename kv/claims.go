@@ -143,6 +143,24 @@ func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Clai
 	return Lease{Claim: claim, Key: key, Revision: rev, Replaced: replaced}, nil
 }
 
+// Steal takes cur, a claim another holder's lease still covers but that
+// its caller does not believe (why: its holder's process is gone), for
+// want, leased for ttl, by CAS on cur's revision; the takeovers counted
+// so far stay. ErrClaimHeld when the claim changed since cur was read.
+func (c *Claims) Steal(ctx context.Context, cur Lease, want Claim, ttl time.Duration, why string) (Lease, error) {
+	now := c.now()
+	claim := want
+	claim.ClaimedAt, claim.ExpiresAt, claim.Takeovers = now, now.Add(ttl), cur.Takeovers
+	rev, err := updateJSON(ctx, c.b, cur.Key, claim, cur.Revision)
+	if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Lease{}, fmt.Errorf("%w: %s changed since it was read", ErrClaimHeld, cur.Key)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("kv: steal claim %s: %w", cur.Key, err)
+	}
+	return Lease{Claim: claim, Key: cur.Key, Revision: rev, Replaced: why}, nil
+}
+
 // TakeOver steals cur, a claim whose lease lapsed, for worker: the same
 // delivery, one more takeover, leased for ttl. ErrClaimHeld when its
 // lease is live or another took it first (the CAS is on cur's revision).

@@ -103,6 +103,17 @@ func (s *Workers) Beat(ctx context.Context, w WorkerState) error {
 	return nil
 }
 
+// Get returns process id's record, or ErrNotFound when it has none (it
+// stopped, or has not written one for workersTTL).
+func (s *Workers) Get(ctx context.Context, id string) (WorkerState, error) {
+	b, err := s.bucket(ctx)
+	if err != nil {
+		return WorkerState{}, err
+	}
+	w, _, err := getJSON[WorkerState](ctx, b, id)
+	return w, err
+}
+
 // Gone removes w's record at once (a process that stops).
 func (s *Workers) Gone(ctx context.Context, id string) error {
 	b, err := s.bucket(ctx)
