@@ -90,3 +90,28 @@ func TestChunkProofSize(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkChunkTree builds the tree of a 10,000-chunk job (what a
+// splitter does once per job) and verifies one chunk (what a worker does
+// once per delivery).
+func BenchmarkChunkTree(b *testing.B) {
+	inputs := make([]json.RawMessage, 10_000)
+	for i := range inputs {
+		inputs[i] = json.RawMessage(fmt.Sprintf(`{"clause": %d, "text": "the supplier shall deliver the goods within thirty days of the order"}`, i))
+	}
+	b.Run("build-10000", func(b *testing.B) {
+		for b.Loop() {
+			streams.NewChunkTree("job", "contract-review", inputs)
+		}
+	})
+	tree := streams.NewChunkTree("job", "contract-review", inputs)
+	c := streams.ChunkMsg{Job: "job", Chunk: 5_000, Pipeline: "contract-review", Input: inputs[4_999], Proof: tree.Proof(5_000)}
+	root := tree.Root()
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if err := streams.VerifyChunk(root, len(inputs), c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
