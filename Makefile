@@ -12,7 +12,7 @@ AGENT_TS := examples/agent-ts
 # Packages whose tests start goroutines that race: all of them, in practice.
 TEST_FLAGS ?= -race -count=1 -timeout 10m
 
-.PHONY: help run build test lint bench tools clean fuzz
+.PHONY: help run build test lint bench tools clean fuzz stress
 # Fuzz targets, as package:target; make test runs each for FUZZ_BRIEF,
 # make fuzz for FUZZTIME. Crashers land in the package's testdata/fuzz
 # and from then on run in every go test as regression tests. FUZZ_BRIEF is
@@ -37,6 +37,20 @@ test: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded
 	$(GO) test $(TEST_FLAGS) ./...
 	cd examples && $(GO) test $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_BRIEF)
+
+# The flake hunt: STRESS_PKGS run STRESS_COUNT times each, with -race,
+# while two busy loops keep both cores loaded, as CI's machine is when
+# every package tests at once. A test that fails here decides by the
+# machine's speed; the output names it, and go test -run NAME -count N
+# reproduces it.
+STRESS_PKGS ?= ./recovery ./kv ./consumers
+STRESS_COUNT ?= 5
+
+stress: ## run STRESS_PKGS STRESS_COUNT times under a CPU hog on both cores, then list what failed
+	@set -o pipefail; hog() { while :; do :; done; }; hog & h1=$$!; hog & h2=$$!; \
+	  trap 'kill $$h1 $$h2 2>/dev/null' EXIT; \
+	  $(GO) test -race -count=$(STRESS_COUNT) -timeout 30m $(STRESS_PKGS) 2>&1 | tee $(CURDIR)/stress.out | grep -E '^(ok|FAIL|--- FAIL|panic)' ; \
+	  rc=$$?; echo "failures (full output in stress.out):"; grep -E -- '--- FAIL' $(CURDIR)/stress.out | sort | uniq -c || echo "  none"; exit $$rc
 
 fuzz: ## run every fuzz target for FUZZTIME (60s) each
 	@set -e; for t in $(FUZZ_TARGETS); do \

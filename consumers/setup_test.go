@@ -376,7 +376,8 @@ func submitTo(t *testing.T, ctx context.Context, js jetstream.JetStream, modes .
 func (b *bundle) waitJob(t *testing.T, id, status string) kv.Job {
 	t.Helper()
 	var j kv.Job
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	// A bound on the wait, not a speed: a loaded machine makes it slower.
+	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		var err error
 		j, err = b.stores.Jobs.Get(b.ctx, id)
 		return err == nil && j.Status == status

@@ -242,7 +242,7 @@ func (b *bundle) submitOrders(t *testing.T, orders ...shopOrder) string {
 func (b *bundle) envelopeOf(t *testing.T, job string, chunk int, ok func(kv.EnvelopeRecord) bool, what string) kv.EnvelopeRecord {
 	t.Helper()
 	var last kv.EnvelopeRecord
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		pg, err := consumers.NewOperator(b.JS, b.stores).Page(b.ctx, consumers.EnvelopeFilter{Job: job}, 0, 1000, false)
 		if err != nil {
 			return false
