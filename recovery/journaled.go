@@ -71,12 +71,21 @@ func (r *Replay) get(key string) (kv.StoredRow, bool) {
 	return row, ok
 }
 
-// put writes row expecting the sequence last seen for its key.
+// rowWriteTimeout bounds one journal write that a cancellation does not
+// interrupt.
+const rowWriteTimeout = 10 * time.Second
+
+// put writes row expecting the sequence last seen for its key. A job's
+// cancel does not interrupt the write: abandoned half-way, the row could
+// stand in the journal unknown to this run (an INITIATED row nobody
+// settles, a call nobody counts); written, the run's cancel settles it.
 func (r *Replay) put(ctx context.Context, row kv.JournalRow) (kv.StoredRow, error) {
 	r.mu.Lock()
 	expect := r.rows[row.Key].Seq
 	r.mu.Unlock()
-	seq, err := r.store.Put(ctx, row, expect)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rowWriteTimeout)
+	defer cancel()
+	seq, err := r.store.Put(wctx, row, expect)
 	if err != nil {
 		return kv.StoredRow{}, err
 	}
