@@ -10,9 +10,13 @@ NATS_SERVER_VERSION := v2.15.2
 # The TypeScript agent example, built with Node's npm (npm ci: the lock file).
 AGENT_TS := examples/agent-ts
 # Packages whose tests start goroutines that race: all of them, in practice.
-TEST_FLAGS ?= -race -count=1 -timeout 10m
+# -parallel 4: most tests wait on servers, timers and child processes, not
+# on the CPU (the consumers package used 45 CPU-seconds in 95 s on two
+# cores); four at a time instead of GOMAXPROCS (2) took the suite from 322
+# to 286 s (docs/development.md).
+TEST_FLAGS ?= -race -count=1 -timeout 10m -parallel 4
 
-.PHONY: help run build test lint bench tools clean fuzz stress
+.PHONY: help run build test lint bench tools clean fuzz stress timings
 # Fuzz targets, as package:target; make test runs each for FUZZ_BRIEF,
 # make fuzz for FUZZTIME. Crashers land in the package's testdata/fuzz
 # and from then on run in every go test as regression tests. FUZZ_BRIEF is
@@ -51,6 +55,14 @@ stress: ## run STRESS_PKGS STRESS_COUNT times under a CPU hog on both cores, the
 	  trap 'kill $$h1 $$h2 2>/dev/null' EXIT; \
 	  $(GO) test -race -count=$(STRESS_COUNT) -timeout 30m $(STRESS_PKGS) 2>&1 | tee $(CURDIR)/stress.out | grep -E '^(ok|FAIL|--- FAIL|panic)' ; \
 	  rc=$$?; echo "failures (full output in stress.out):"; grep -E -- '--- FAIL' $(CURDIR)/stress.out | sort | uniq -c || echo "  none"; exit $$rc
+
+# Where the suite spends its time: every top-level test's seconds, the
+# slowest first (timings.json has go test -json's whole record).
+timings: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## run the suite with go test -json and list the slowest tests
+	@$(GO) test $(TEST_FLAGS) -json ./... > $(CURDIR)/timings.json || echo "(the suite failed: see timings.json)"
+	@grep -E '"Action":"(pass|fail)".*"Test":"[^"/]*",' $(CURDIR)/timings.json | \
+	  sed -E 's/.*"Package":"github.com\/salvagehq\/salvage\/?([^"]*)","Test":"([^"]*)","Elapsed":([0-9.]+).*/\3 s  \2  \1/' | sort -rn | head -$(TIMINGS_TOP)
+TIMINGS_TOP ?= 30
 
 fuzz: ## run every fuzz target for FUZZTIME (60s) each
 	@set -e; for t in $(FUZZ_TARGETS); do \

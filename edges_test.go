@@ -113,7 +113,7 @@ func TestServiceAnswersThatMayHaveApplied(t *testing.T) {
 		}, 1, 1},
 		{"too slow: past the deadline it must not apply", func(n int, _ micro.Request) (bool, string, micro.Headers) {
 			if n == 1 {
-				time.Sleep(timeout + 200*time.Millisecond)
+				time.Sleep(timeout + 200*time.Millisecond) // the fault: an answer after the caller's deadline
 			}
 			return true, "", nil
 		}, 2, 1},
@@ -255,7 +255,7 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	salvagetest.WaitJob(t, c, failed, 30*time.Second)
-	envs := settled(t, c, failed, 30*time.Second)
+	envs := settled(t, srv, c, failed, 30*time.Second)
 	if len(envs) != 1 {
 		t.Fatalf("envelopes = %+v", envs)
 	}
@@ -368,7 +368,7 @@ func TestBudgetsAtEveryEntry(t *testing.T) {
 	if j.Status != salvage.JobIncomplete || j.Summary.PromptTokens != 0 {
 		t.Fatalf("a reply reporting -1000000 tokens: job %s with %d prompt tokens; want incomplete, nothing counted", j.Status, j.Summary.PromptTokens)
 	}
-	envs := settled(t, c, id, 30*time.Second)
+	envs := settled(t, srv, c, id, 30*time.Second)
 	d, err := c.ShowEnvelope(ctx, envs[0].ID)
 	if err != nil || !strings.Contains(d.Envelope.Error, "usage") || d.Envelope.ErrorClass != "permanent" || d.Envelope.Deliveries != 1 {
 		t.Fatalf("envelope = %+v, %v", d.Envelope, err)
@@ -414,7 +414,7 @@ func TestReplyTooLargeFailsAtOnce(t *testing.T) {
 	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobIncomplete || j.Summary.Tier1Retries != 0 || j.Summary.Redeliveries != 0 {
 		t.Fatalf("job = %+v", j)
 	}
-	envs := settled(t, c, id, 30*time.Second)
+	envs := settled(t, srv, c, id, 30*time.Second)
 	d, err := c.ShowEnvelope(ctx, envs[0].ID)
 	if err != nil {
 		t.Fatal(err)

@@ -202,26 +202,13 @@ func envelopes(t *testing.T, c *salvage.Client, job string) []salvage.EnvelopeRe
 	}
 }
 
-// settled waits until job has envelopes and every one has a final status.
-// Every caller expects at least one: an empty list is "not yet" (it was
-// seen once, under load, right after the job ended incomplete).
-func settled(t *testing.T, c *salvage.Client, job string, timeout time.Duration) []salvage.EnvelopeRecord {
+// settled waits until job settled (salvagetest.Settled: its record
+// finished, each of its envelopes at an outcome) and returns its
+// envelopes as the client lists them. Every caller expects at least one.
+func settled(t *testing.T, srv *salvagetest.Server, c *salvage.Client, job string, timeout time.Duration) []salvage.EnvelopeRecord {
 	t.Helper()
-	var envs []salvage.EnvelopeRecord
-	salvagetest.Eventually(t, timeout, func() bool {
-		envs = envelopes(t, c, job)
-		if len(envs) == 0 {
-			return false
-		}
-		for _, e := range envs {
-			switch e.Status {
-			case salvage.EnvelopeOpen, salvage.EnvelopeRecovering:
-				return false
-			}
-		}
-		return true
-	}, "envelopes of %s still open: %+v", job, &envs)
-	return envs
+	salvagetest.Settled(t, srv.JS, job, timeout, func(s salvagetest.Settlement) bool { return len(s.Envelopes) > 0 })
+	return envelopes(t, c, job)
 }
 
 // chunks returns every chunk of job by number.
@@ -296,7 +283,8 @@ func TestCancelSettlesCallsInFlight(t *testing.T) {
 	t.Parallel()
 	l := newLedger()
 	l.chargeTook = 500 * time.Millisecond
-	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}})
+	srv := salvagetest.StartServer(t)
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}})
 	ctx := context.Background()
 	id, err := c.Submit(ctx, "orders", 30, nil)
 	if err != nil {
@@ -314,7 +302,7 @@ func TestCancelSettlesCallsInFlight(t *testing.T) {
 	if j.Status != salvage.JobCancelled {
 		t.Fatalf("job = %+v", j)
 	}
-	envs := settled(t, c, id, time.Minute)
+	envs := settled(t, srv, c, id, time.Minute)
 	stopped := 0
 	for _, e := range envs {
 		if e.Stopped != "" {
@@ -360,7 +348,8 @@ func TestVerificationThatFailsNamesTheCall(t *testing.T) {
 			l := newLedger()
 			l.chargeAnswer = salvage.Timeout(errors.New("payment API: no answer"))
 			l.verifyErr = tc.verifyErr
-			c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}, MaxDeliver: 1, Retries: 1})
+			srv := salvagetest.StartServer(t)
+			c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}, MaxDeliver: 1, Retries: 1})
 			ctx := context.Background()
 			id, err := c.Submit(ctx, "orders", 1, nil)
 			if err != nil {
@@ -369,7 +358,7 @@ func TestVerificationThatFailsNamesTheCall(t *testing.T) {
 			if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobIncomplete {
 				t.Fatalf("job = %+v", j)
 			}
-			envs := settled(t, c, id, time.Minute)
+			envs := settled(t, srv, c, id, time.Minute)
 			if len(envs) != 1 || envs[0].Status != salvage.EnvelopeEscalated {
 				t.Fatalf("envelopes = %+v, want one escalated", envs)
 			}
@@ -411,7 +400,7 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobIncomplete {
 		t.Fatalf("job = %+v", j)
 	}
-	envs := settled(t, c, id, time.Minute)
+	envs := settled(t, srv, c, id, time.Minute)
 	if len(envs) != 2 {
 		t.Fatalf("envelopes = %+v", envs)
 	}
@@ -447,7 +436,7 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 		j, err = c.Get(ctx, id)
 		return err == nil && j.Status == salvage.JobDone
 	}, "replayed job not done: %+v", &j)
-	envs = settled(t, c, id, time.Minute)
+	envs = settled(t, srv, c, id, time.Minute)
 	for _, e := range envs {
 		if e.Status != salvage.EnvelopeResolved || e.ResolvedBy != "chunk" || e.Replays != 1 {
 			t.Errorf("envelope %s is %s by %q after %d replays; want resolved by its chunk, replayed once", e.ID, e.Status, e.ResolvedBy, e.Replays)
@@ -475,14 +464,15 @@ func TestReplayThatCannotBeHonouredIsRefused(t *testing.T) {
 	p.Stages = append(p.Stages, salvage.Stage{Name: "ship", Agents: []salvage.Agent{{Name: "shipper", Run: func(context.Context, *salvage.Turn) (any, error) {
 		return nil, salvage.Permanent(422, errors.New("no address"))
 	}}}})
-	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}})
+	srv := salvagetest.StartServer(t)
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}})
 	ctx := context.Background()
 	id, err := c.Submit(ctx, "orders", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.WaitJob(t, c, id, time.Minute)
-	envs := settled(t, c, id, time.Minute)
+	envs := settled(t, srv, c, id, time.Minute)
 	if len(envs) != 1 || envs[0].Status != salvage.EnvelopeEscalated || envs[0].Category != salvage.CategoryCompensationNeeded {
 		t.Fatalf("envelopes = %+v", envs)
 	}

@@ -157,7 +157,7 @@ func TestPipelinePoolSettings(t *testing.T) {
 			running++
 			most = max(most, running)
 			mu.Unlock()
-			time.Sleep(30 * time.Millisecond) // held, so chunks would overlap if they could
+			time.Sleep(30 * time.Millisecond) // the fault: a slow tool, so chunks that could overlap would
 			mu.Lock()
 			running--
 			mu.Unlock()

@@ -31,7 +31,7 @@ func TestCancellingAFinishedJobIsRefused(t *testing.T) {
 	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobIncomplete {
 		t.Fatalf("job %s", j.Status)
 	}
-	envs := settled(t, c, id, 30*time.Second)
+	envs := settled(t, srv, c, id, 30*time.Second)
 	if _, err := c.Cancel(ctx, id, "ann"); !errors.Is(err, salvage.ErrJobFinished) {
 		t.Fatalf("cancel of an incomplete job: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestAPipelineNobodyRecoversIsSeen(t *testing.T) {
 		t.Fatalf("pipelines: %+v", ps)
 	}
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: []salvage.Role{salvage.RoleRecovery}})
-	settled(t, c, id, 30*time.Second)
+	settled(t, srv, c, id, 30*time.Second)
 	salvagetest.Eventually(t, 30*time.Second, func() bool {
 		ps, err = c.Pipelines(ctx)
 		return err == nil && len(ps) == 1 && ps[0].Recovery == 1

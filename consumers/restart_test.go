@@ -68,25 +68,19 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 	if srv, err = natsconf.StartServer(cfg); err != nil {
 		t.Fatal(err)
 	}
+	// A publish right after the restart may fail while the client
+	// reconnects: it is tried again until one is accepted.
 	var id string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		id = submitTo(t, ctx, js, modeOK, modeFailOnce)
-		if id != "" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	for {
-		j, err := stores.Jobs.Get(ctx, id)
-		if err == nil && j.Status == kv.JobDone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job not done after restart: %+v %v", j, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return id != ""
+	}, "a job to be accepted after the restart")
+	var j kv.Job
+	salvagetest.Eventually(t, 2*time.Minute, func() bool {
+		var err error
+		j, err = stores.Jobs.Get(ctx, id)
+		return err == nil && j.Status == kv.JobDone
+	}, "the job to be done after the restart (last: %+v)", &j)
 	select {
 	case err := <-errs:
 		t.Fatalf("a role ended: %v", err)

@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
@@ -421,7 +423,8 @@ func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
 func TestStaleWorkerIsFencedOut(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{ackWait: 30 * time.Second})
-	b.startWorker(t, "stale")
+	log, fenced := logSays("fenced out; stopping without ack")
+	b.startWorkerWith(t, "stale", func(c *consumers.WorkerConfig) { c.Logger = log })
 	job := b.submit(t, modeGate)
 	salvagetest.Eventually(t, 10*time.Second, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
 
@@ -437,16 +440,18 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	}
 	close(gate(job, 1))
 
-	// The stale worker's stage-2 checkpoint write fails: the checkpoint
-	// stays the thief's, at stage 2, and the message stays unacked.
-	cons, _ := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
-	for range 20 {
-		time.Sleep(50 * time.Millisecond)
-		cp := b.checkpoint(t, job, 1)
-		if cp.ClaimedBy != "thief" || cp.Stage != 2 {
-			t.Fatalf("stale worker wrote the checkpoint: %+v", cp)
-		}
+	// The stale worker's stage-2 checkpoint write fails (it says so, and
+	// stops): the checkpoint stays the thief's, at stage 2, and the
+	// message stays unacked.
+	select {
+	case <-fenced:
+	case <-time.After(time.Minute):
+		t.Fatal("the stale worker never found itself fenced out")
 	}
+	if cp := b.checkpoint(t, job, 1); cp.ClaimedBy != "thief" || cp.Stage != 2 {
+		t.Fatalf("stale worker wrote the checkpoint: %+v", cp)
+	}
+	cons, _ := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
 	info, err := cons.Info(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -493,7 +498,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		if lease, err = b.stores.Claims.Renew(b.ctx, lease, 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the fault: a holder alive for 5 s that renews and sends no in-progress
 	}
 	info, err := cons.Info(b.ctx)
 	if err != nil {
@@ -590,4 +595,28 @@ func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
 	if e := b.dlq(t)[0]; e.Job != job || e.Chunk != 1 {
 		t.Errorf("envelope for %s.%d, want %s.1", e.Job, e.Chunk, job)
 	}
+}
+
+// logSays returns a logger, and a channel closed once a line it wrote
+// has the message msg: a test waits for what a role did by what it said.
+func logSays(msg string) (*zerolog.Logger, <-chan struct{}) {
+	w := &saysWriter{msg: msg, said: make(chan struct{})}
+	log := zerolog.New(w)
+	return &log, w.said
+}
+
+type saysWriter struct {
+	msg  string
+	once sync.Once
+	said chan struct{}
+}
+
+func (w *saysWriter) Write(p []byte) (int, error) {
+	var line struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(p, &line) == nil && line.Message == w.msg {
+		w.once.Do(func() { close(w.said) })
+	}
+	return len(p), nil
 }

@@ -268,21 +268,17 @@ func TestALostSessionIsReconnected(t *testing.T) {
 		before := s.sessions.Load()
 		tr.lose()
 		failed := 0
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := lookup()
-			if err == nil {
-				break
+		var last error
+		salvagetest.Eventually(t, time.Minute, func() bool {
+			if last = lookup(); last == nil {
+				return true
 			}
 			failed++
-			if !errors.Is(err, salvage.ErrTransient) {
-				t.Fatalf("a call on a lost session: %v; want transient", err)
+			if !errors.Is(last, salvage.ErrTransient) {
+				t.Fatalf("a call on a lost session: %v; want transient", last)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no call succeeded within 10s of losing the session (%d failed, the last: %v)", failed, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return false
+		}, "a call to succeed after the session was lost (%d failed, the last: %v)", &failed, &last)
 		if got := s.sessions.Load(); got != before+1 {
 			t.Errorf("sessions %d after the loss, want %d: one new session", got, before+1)
 		}
@@ -352,13 +348,14 @@ func TestASlowReconnectHoldsNoCallPastItsDeadline(t *testing.T) {
 	// Calls fail on the lost session until one sees it lost and dials.
 	first := make(chan error, 1)
 	go func() {
-		for {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for ; ; <-tick.C {
 			err := call(context.Background())
 			if err == nil || entering.Load() > 0 {
 				first <- err
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}()
 	salvagetest.Eventually(t, 10*time.Second, func() bool { return entering.Load() > 0 }, "no call began to connect")

@@ -1,6 +1,7 @@
 // Package salvagetest is Salvage's test kit: a real embedded JetStream
 // server in a temporary directory, a started Client with given pipelines,
-// one agent run against given tools, a wait for a job, and a TestMain
+// one agent run against given tools, a wait for a job, a wait until a
+// job's records settled (Settled), and a TestMain
 // check that no goroutine outlives a package's tests (VerifyNoLeaks). It
 // never mocks NATS. Salvage's own tests use it; so can a team testing its
 // pipelines.
@@ -198,11 +199,27 @@ func RunAgent(t testing.TB, agent salvage.Agent, tools []salvage.Tool, input any
 // passes, then fails the test with msg. Tests use it instead of sleeps.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("salvagetest: timed out after %s: "+msg, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if !poll(ctx, cond) {
+		t.Fatalf("salvagetest: timed out after %s: "+msg, append([]any{timeout}, args...)...)
 	}
+}
+
+// pollEvery is how often Eventually and Settled look again.
+const pollEvery = 20 * time.Millisecond
+
+// poll asks cond every pollEvery until it holds (true) or ctx ends
+// (false).
+func poll(ctx context.Context, cond func() bool) bool {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }

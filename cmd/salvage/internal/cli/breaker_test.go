@@ -21,8 +21,8 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// TestOutageHoldsOrdersInsteadOfDeadLettering takes the CRM down for 30
-// seconds — two and a half times what tier 2 alone would last (3
+// TestOutageHoldsOrdersInsteadOfDeadLettering takes the CRM down for 20
+// seconds — five cool-downs, and longer than tier 2 alone would last (3
 // deliveries of 4 s) — while jobs keep arriving, with two worker
 // processes: no chunk reaches the DLQ because of it, once its breaker is
 // open at most one probe per cool-down (plus the calls already in flight)
@@ -32,8 +32,10 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	t.Parallel()
 	const (
 		procs, concurrency = 2, 4
-		outage             = 30 * time.Second
-		coolDown           = 5 * time.Second
+		outage             = 20 * time.Second
+		coolDown           = 4 * time.Second
+		// after is how many jobs arrive once the CRM is back.
+		after = 6
 	)
 	s := startSim(t)
 	// AckWait 4s, not 2s: on two cores under -race, beside another
@@ -54,14 +56,14 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// Jobs of three orders keep arriving, before, during and after the
-	// outage.
+	// Jobs of three orders keep arriving, two a second, before, during
+	// and after the outage, until stop.
 	var mu sync.Mutex
 	var jobs []string
-	submitted := make(chan struct{})
+	submitted, stop := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(submitted)
-		for i := 0; ctx.Err() == nil && i < 150; i++ {
+		for i := 0; ctx.Err() == nil; i++ {
 			var list []orders.Order
 			for k := range 3 {
 				list = append(list, order(fmt.Sprintf("o-%03d-%d", i, k)))
@@ -76,6 +78,8 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 			mu.Unlock()
 			select {
 			case <-ctx.Done():
+			case <-stop:
+				return
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
@@ -135,6 +139,15 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	}
 	t.Logf("crm: %d requests during the outage, %d after the breaker opened; breaker opened %d times", reqs["crm"].DuringOutage, during, b.Opens)
 
+	mu.Lock()
+	atEnd := len(jobs)
+	mu.Unlock()
+	salvagetest.Eventually(t, 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(jobs) >= atEnd+after
+	}, "%d jobs to arrive after the outage", after)
+	close(stop)
 	<-submitted
 	mu.Lock()
 	all := append([]string(nil), jobs...)

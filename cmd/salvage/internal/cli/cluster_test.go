@@ -71,12 +71,15 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 				if err == nil {
 					break
 				}
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
 			}
 			mu.Lock()
 			jobs = append(jobs, id)
 			mu.Unlock()
-			time.Sleep(150 * time.Millisecond)
+			time.Sleep(150 * time.Millisecond) // the fault's load: jobs keep arriving through the failovers, not all before them
 		}
 	}()
 	finished := func() int {

@@ -7,29 +7,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
-// settledEnvelopes waits until every envelope of job is final and
-// returns them, as `salvage dlq ls --job` lists them.
+// settledEnvelopes waits until job settled (salvagetest.Settled, with
+// at least one envelope) and returns its envelopes as `salvage dlq ls
+// --job` lists them.
 func (c *cluster) settledEnvelopes(t *testing.T, job string) []kv.EnvelopeRecord {
 	t.Helper()
+	js, err := jetstream.New(salvagetest.Connect(t, c.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Settled(t, js, job, 2*time.Minute, func(s salvagetest.Settlement) bool { return len(s.Envelopes) > 0 })
+	code, stdout, stderr := run(t, "", "dlq", "ls", "--job", job, "--json", "--server", c.url)
 	var recs []kv.EnvelopeRecord
-	salvagetest.Eventually(t, 60*time.Second, func() bool {
-		code, stdout, _ := run(t, "", "dlq", "ls", "--job", job, "--json", "--server", c.url)
-		recs = nil
-		if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) == 0 {
-			return false
+	if code != 0 || json.Unmarshal([]byte(stdout), &recs) != nil || len(recs) == 0 {
+		t.Fatalf("dlq ls --job %s: %d %s %s", job, code, stdout, stderr)
+	}
+	for _, r := range recs {
+		if !r.Final() {
+			t.Fatalf("dlq ls lists envelope %s %s after the records settled", r.ID, r.Status)
 		}
-		for _, r := range recs {
-			if !r.Final() {
-				return false
-			}
-		}
-		return true
-	}, "the envelopes of %s to settle: %+v", job, &recs)
+	}
 	return recs
 }
 

@@ -165,7 +165,7 @@ func settle(t *testing.T, ctx context.Context) {
 		if _, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('updated').textContent.startsWith('updated ') && document.querySelectorAll('#job-list tr').length > 0`)); err == nil || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		again(ctx, 200*time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("the page never finished loading: %v", err)
@@ -194,7 +194,16 @@ func click(ctx context.Context, sel string) error {
 		if err = chromedp.Do(ctx, chromedp.Click(sel)); err == nil {
 			return nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		again(ctx, 100*time.Millisecond)
 	}
 	return err
+}
+
+// again waits d, or until ctx ends, before a browser action that failed
+// for a moment (a node re-rendered, a document replaced) is tried again.
+func again(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
