@@ -67,12 +67,14 @@ func TestModelFallbackChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobDone {
+	if j := salvagetest.WaitJob(t, c, id, 2*time.Minute); j.Status != salvage.JobDone {
 		t.Fatalf("job %+v", j)
 	}
-	if time.Since(start) > 20*time.Second || premiumAsked.Load() != 3 {
-		t.Fatalf("premium asked %d times in %s; want once per chunk, and no wait for its Retry-After", premiumAsked.Load(), time.Since(start))
+	// Once per chunk: a chain that waited out the Retry-After would ask
+	// again. (That it does not wait at all is recovery's
+	// TestFallbackChainPassesRateLimitsAndOpenBreakers, on a fake clock.)
+	if premiumAsked.Load() != 3 {
+		t.Fatalf("premium asked %d times; want once per chunk", premiumAsked.Load())
 	}
 	tr, err := c.Trace(ctx, id)
 	if err != nil {

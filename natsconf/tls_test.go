@@ -111,13 +111,12 @@ func TestTLS(t *testing.T) {
 		t.Cleanup(srv.Shutdown)
 		return strings.Replace(srv.ClientURL(), "nats://", "tls://", 1)
 	}
+	// A client that does not wait for a server (ConnectConfig.Wait) tries
+	// once: a failure that names the certificate is the handshake's, not a
+	// timeout's, however long the machine took.
 	connect := func(c natsconf.ConnectConfig) error {
 		t.Helper()
-		begin := time.Now()
 		nc, err := natsconf.Connect(c)
-		if took := time.Since(begin); took > 10*time.Second {
-			t.Errorf("connect took %s", took)
-		}
 		if err == nil {
 			if !nc.TLSRequired() {
 				t.Error("connected without TLS")
