@@ -15,4 +15,7 @@ var (
 	// errNoRecord is an envelope in SALVAGE_DLQ whose record the
 	// dead-letterer has not written (yet).
 	errNoRecord = errors.New("consumers: envelope has no record yet")
+	// errSplitStalled ends a split that made no progress for three
+	// AckWaits.
+	errSplitStalled = errors.New("consumers: split made no progress")
 )

@@ -35,6 +35,9 @@ const (
 	// chunk a worker starts admits the next. A job submitted behind a
 	// large one therefore waits behind at most this many of its chunks.
 	ChunkWindowDefault = 16
+	// buildBeat is how many chunk messages the splitter builds between two
+	// reports of progress.
+	buildBeat = 256
 )
 
 // SplitterConfig configures a Splitter.
@@ -135,17 +138,24 @@ func (s *Splitter) Run(ctx context.Context) error {
 
 // pull splits the job messages of one consumer until ctx ends.
 func (s *Splitter) pull(ctx context.Context, cons jetstream.Consumer) {
-	// One job message gets a bounded time: infrastructure errors are
-	// retried inside it, but a message that cannot be handled in time
-	// counts a delivery, so it cannot hold the splitter forever.
+	// One job message may stall a bounded time: infrastructure errors
+	// are retried inside it, but a split that makes no progress for
+	// three AckWaits counts a delivery, so it cannot hold the splitter
+	// forever. Progress (each window of chunks built or published, which
+	// the splitter reports to JetStream as in progress) starts the bound
+	// again: a big job on a slow machine is slower, not failed — a
+	// deadline for the whole split failed a 5,000-chunk job on a loaded
+	// machine, split after split.
 	timeout := 3 * streams.SplitterAckWaitDefault
 	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		timeout = 3 * info.Config.AckWait
 	}
 	fetchLoop(ctx, cons, 8, s.log, func(m jetstream.Msg) {
-		hctx, cancel := context.WithTimeout(ctx, timeout)
-		err := s.handle(hctx, m)
-		cancel()
+		hctx, cancel := context.WithCancelCause(ctx)
+		stall := time.AfterFunc(timeout, func() { cancel(errSplitStalled) })
+		err := s.handle(hctx, progressMsg{Msg: m, progress: func() { stall.Reset(timeout) }})
+		stall.Stop()
+		cancel(nil)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
@@ -164,6 +174,19 @@ func (s *Splitter) pull(ctx context.Context, cons jetstream.Consumer) {
 			s.log.Error().Err(errors.Join(err, rerr)).Uint64("stream_seq", meta.Sequence.Stream).Msg("split failed for good and could not be reported")
 		}
 	})
+}
+
+// progressMsg is a job message whose InProgress also tells the
+// splitter's stall bound that the split moved.
+type progressMsg struct {
+	jetstream.Msg
+	progress func()
+}
+
+// InProgress reports progress to JetStream and to the stall bound.
+func (m progressMsg) InProgress() error {
+	m.progress()
+	return m.Msg.InProgress()
 }
 
 // retryDelay spaces the deliveries of a message that failed on an
@@ -209,7 +232,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	p, err := s.parse(m.Subject(), m.Data(), m.Headers(), meta)
+	p, err := s.parse(m.Subject(), m.Data(), m.Headers(), meta, func() { _ = m.InProgress() })
 	var rej *rejectError
 	if errors.As(err, &rej) {
 		return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, rej)
@@ -337,8 +360,9 @@ func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed)
 
 // parse reads a job message (its subject, body and headers as delivered)
 // into what the splitter publishes, or a *rejectError saying why not. It
-// writes nothing.
-func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jetstream.MsgMetadata) (parsed, error) {
+// writes nothing; it calls progress (if set) after every buildBeat chunk
+// messages it built.
+func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jetstream.MsgMetadata, progress func()) (parsed, error) {
 	var p parsed
 	if len(data) > s.cfg.MaxPayload {
 		return p, reject(streams.RejectOversized, fmt.Errorf("payload is %d bytes, the limit is %d", len(data), s.cfg.MaxPayload))
@@ -412,6 +436,9 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 	p.inputs, p.sourceSeq = inputs, meta.Sequence.Stream
 	p.tree = streams.NewChunkTree(p.jobID, p.pipeline.Name, inputs)
 	for i := range inputs {
+		if progress != nil && i%buildBeat == buildBeat-1 {
+			progress()
+		}
 		cm, err := p.message(i)
 		if err != nil {
 			return p, reject(streams.RejectBadInput, fmt.Errorf("chunk %d: %w", i+1, err))

@@ -74,7 +74,7 @@ func FuzzParseJob(f *testing.F) {
 		hdr.Set(streams.HeaderMsgID, msgID)
 		hdr.Set(streams.HeaderTraceParent, tp)
 		meta := &jetstream.MsgMetadata{Stream: streams.Jobs, Sequence: jetstream.SequencePair{Stream: 42}, Timestamp: time.Unix(1_700_000_000, 0)}
-		p, err := s.parse(subject, body, hdr, meta)
+		p, err := s.parse(subject, body, hdr, meta, nil)
 		if err != nil {
 			var rej *rejectError
 			if !errors.As(err, &rej) || !rejectReasons[rej.reason] {
