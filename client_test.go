@@ -72,7 +72,7 @@ func TestClientRunsAJob(t *testing.T) {
 	if err != nil || id != "my-job-1" {
 		t.Fatalf("submit: %s, %v", id, err)
 	}
-	j := salvagetest.WaitJob(t, c, id, 30*time.Second)
+	j := salvagetest.WaitJob(t, c, id, time.Minute)
 	if j.Status != salvage.JobDone || j.Summary.Done != 2 {
 		t.Fatalf("job = %+v", j)
 	}
@@ -101,7 +101,7 @@ func TestClientRunsAJob(t *testing.T) {
 func TestWaitReportsARejection(t *testing.T) {
 	t.Parallel()
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id, err := c.Submit(ctx, "words", map[string]any{"nothing": true}, nil)
 	if err != nil {
@@ -127,7 +127,7 @@ func TestPanickingAgentFailsOnlyItsChunk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := salvagetest.WaitJob(t, c, id, 30*time.Second)
+	j := salvagetest.WaitJob(t, c, id, time.Minute)
 	if j.Status != salvage.JobIncomplete || j.Summary.Done != 2 || j.Summary.DeadLettered != 1 {
 		t.Fatalf("job = %+v", j)
 	}

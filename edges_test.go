@@ -181,7 +181,7 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := salvagetest.WaitJob(t, c, id, 30*time.Second)
+	first := salvagetest.WaitJob(t, c, id, time.Minute)
 	if first.Status != salvage.JobDone || first.InputHash == "" {
 		t.Fatalf("job = %+v", first)
 	}
@@ -220,7 +220,7 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := srv.Client(t, &salvage.Config{Roles: []salvage.Role{salvage.RoleAPI}})
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, err := other.Wait(ctx, "order-43")
 		return errors.Is(err, salvage.ErrRejected)
 	}, "the message to an unknown pipeline was not rejected")
@@ -228,12 +228,12 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := c.WaitAccepted(actx, id); err != nil {
 		t.Fatalf("WaitAccepted reported another message's rejection: %v", err)
 	}
-	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobDone {
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone {
 		t.Fatalf("job = %+v", j)
 	}
 }
@@ -254,8 +254,8 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.WaitJob(t, c, failed, 30*time.Second)
-	envs := settled(t, srv, c, failed, 30*time.Second)
+	salvagetest.WaitJob(t, c, failed, time.Minute)
+	envs := settled(t, srv, c, failed, time.Minute)
 	if len(envs) != 1 {
 		t.Fatalf("envelopes = %+v", envs)
 	}
@@ -263,7 +263,7 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.WaitJob(t, c, id, 30*time.Second)
+	salvagetest.WaitJob(t, c, id, time.Minute)
 
 	rejected, err := srv.Conn.SubscribeSync("salvage.events.rejected.>")
 	if err != nil {
@@ -351,7 +351,7 @@ func TestBudgetsAtEveryEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := salvagetest.WaitJob(t, c, id, 30*time.Second)
+	j := salvagetest.WaitJob(t, c, id, time.Minute)
 	if j.Status != salvage.JobDone || j.BudgetExceededAt == nil || len(j.Explanation) != 1 || !strings.Contains(j.Explanation[0], "budget exceeded") {
 		t.Fatalf("a job whose last chunk passed its budget = %s %v %q; want done, saying so", j.Status, j.BudgetExceededAt, j.Explanation)
 	}
@@ -364,11 +364,11 @@ func TestBudgetsAtEveryEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j = salvagetest.WaitJob(t, c, id, 30*time.Second)
+	j = salvagetest.WaitJob(t, c, id, time.Minute)
 	if j.Status != salvage.JobIncomplete || j.Summary.PromptTokens != 0 {
 		t.Fatalf("a reply reporting -1000000 tokens: job %s with %d prompt tokens; want incomplete, nothing counted", j.Status, j.Summary.PromptTokens)
 	}
-	envs := settled(t, srv, c, id, 30*time.Second)
+	envs := settled(t, srv, c, id, time.Minute)
 	d, err := c.ShowEnvelope(ctx, envs[0].ID)
 	if err != nil || !strings.Contains(d.Envelope.Error, "usage") || d.Envelope.ErrorClass != "permanent" || d.Envelope.Deliveries != 1 {
 		t.Fatalf("envelope = %+v, %v", d.Envelope, err)
@@ -411,10 +411,10 @@ func TestReplyTooLargeFailsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobIncomplete || j.Summary.Tier1Retries != 0 || j.Summary.Redeliveries != 0 {
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobIncomplete || j.Summary.Tier1Retries != 0 || j.Summary.Redeliveries != 0 {
 		t.Fatalf("job = %+v", j)
 	}
-	envs := settled(t, srv, c, id, 30*time.Second)
+	envs := settled(t, srv, c, id, time.Minute)
 	d, err := c.ShowEnvelope(ctx, envs[0].ID)
 	if err != nil {
 		t.Fatal(err)

@@ -290,7 +290,7 @@ func TestCancelSettlesCallsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return len(l.applied) >= 3 && l.inflight > 0

@@ -31,7 +31,7 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		info, err := pool.Info(ctx)
 		return err == nil && info.Paused
 	}, "the pool of words paused")
@@ -41,7 +41,7 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	}
 	// The splitter publishes the chunks before it creates the job's
 	// record (a job is split all or nothing): wait for both.
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		info, err := pool.Info(ctx)
 		_, gerr := c.Get(ctx, id)
 		return err == nil && info.NumPending == 2 && gerr == nil
@@ -60,7 +60,7 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	reply := func(subject string, body any) (string, string) {
 		data, _ := json.Marshal(body)
 		var m *nats.Msg
-		salvagetest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			var err error
 			m, err = srv.Conn.Request(subject, data, 5*time.Second)
 			return err == nil
@@ -91,7 +91,7 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	if code, body := reply("salvage.api.pipelines.resume", map[string]string{"pipeline": "words", "by": "bob"}); code != "" {
 		t.Fatalf("resume answered %s: %s", code, body)
 	}
-	j := salvagetest.WaitJob(t, c, id, 30*time.Second)
+	j := salvagetest.WaitJob(t, c, id, time.Minute)
 	if j.Status != salvage.JobDone || j.Summary.Done != 2 {
 		t.Fatalf("job after the resume = %+v", j)
 	}

@@ -85,7 +85,7 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 	p := fleetPipeline("gamma", "fleet-g", &ran)
 	first := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, WorkerID: "first"})
 	ctx := context.Background()
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	stopCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := first.Stop(stopCtx); err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer wcancel()
 	if _, err := api.Wait(wctx, never); !errors.Is(err, salvage.ErrUnknownPipeline) {
 		t.Fatalf("Wait for a never-run pipeline's job: %v", err)
@@ -126,7 +126,7 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 	}
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, WorkerID: "second"})
 	var ws []salvage.Worker
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		ws, err = api.Workers(ctx)
 		var runs []string
 		for _, w := range ws {

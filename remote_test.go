@@ -116,7 +116,7 @@ func TestAgentsServedOnSubjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobDone || j.Summary.PromptTokens != 24 {
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone || j.Summary.PromptTokens != 24 {
 		t.Fatalf("job = %+v", j)
 	}
 	res, err := c.Results(ctx, id)
@@ -163,7 +163,7 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		st, err := c.Status(ctx, id, nil)
 		return err == nil && len(st.Chunks) == 1 && st.Chunks[0].Tier1Retries > 0
 	}, "retries while nobody answers")
@@ -179,7 +179,7 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 		return "", ""
 	}
 	svc.mu.Unlock()
-	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobDone {
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone {
 		t.Fatalf("job = %+v", j)
 	}
 	if n := svc.count("agents.upper"); n != 3 {
@@ -213,7 +213,7 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 	// Fixed, and replayed once the orchestrator has settled it (a replay
 	// while it runs the envelope's strategy is refused): stage 1's
 	// answered turn is not asked again.
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		d, err := c.ShowEnvelope(ctx, list.Envelopes[0].ID)
 		return err == nil && d.Record.Status.Final()
 	}, "the envelope to settle")
@@ -224,7 +224,7 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 	if _, err := c.Replay(ctx, list.Envelopes[0].ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		j, err := c.Get(ctx, id2)
 		return err == nil && j.Status == salvage.JobDone
 	}, "the replayed job to finish")

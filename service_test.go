@@ -22,7 +22,7 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
 	ctx := context.Background()
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, err := srv.Conn.Request("salvage.api.pipelines.list", nil, time.Second)
 		return err == nil
 	}, "the service to answer")

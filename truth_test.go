@@ -28,10 +28,10 @@ func TestCancellingAFinishedJobIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := salvagetest.WaitJob(t, c, id, 30*time.Second); j.Status != salvage.JobIncomplete {
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobIncomplete {
 		t.Fatalf("job %s", j.Status)
 	}
-	envs := settled(t, srv, c, id, 30*time.Second)
+	envs := settled(t, srv, c, id, time.Minute)
 	if _, err := c.Cancel(ctx, id, "ann"); !errors.Is(err, salvage.ErrJobFinished) {
 		t.Fatalf("cancel of an incomplete job: %v", err)
 	}
@@ -63,12 +63,12 @@ func TestAPipelineNobodyRecoversIsSeen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.WaitJob(t, c, id, 30*time.Second)
+	salvagetest.WaitJob(t, c, id, time.Minute)
 	if m, err := alerts.NextMsg(30 * time.Second); err != nil || !strings.Contains(string(m.Data), "words") {
 		t.Fatalf("no no-recovery alert: %v", err)
 	}
 	var ps []salvage.PipelineStatus
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		ps, err = c.Pipelines(ctx)
 		return err == nil && len(ps) == 1 && ps[0].Workers == 1
 	}, "the worker's heartbeat")
@@ -76,8 +76,8 @@ func TestAPipelineNobodyRecoversIsSeen(t *testing.T) {
 		t.Fatalf("pipelines: %+v", ps)
 	}
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: []salvage.Role{salvage.RoleRecovery}})
-	settled(t, srv, c, id, 30*time.Second)
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	settled(t, srv, c, id, time.Minute)
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		ps, err = c.Pipelines(ctx)
 		return err == nil && len(ps) == 1 && ps[0].Recovery == 1
 	}, "the recovery process to be counted (last %+v)", &ps)
@@ -133,7 +133,7 @@ func TestAReusedMsgIDIsRejectedWithAnEvent(t *testing.T) {
 		m.Data = []byte(`{"input": {"words": ["` + word + `"]}}`)
 		// Within the window the server answers "duplicate" (the
 		// publisher is told); the message after it is stored.
-		salvagetest.Eventually(t, 30*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			ack, err := srv.JS.PublishMsg(ctx, m)
 			return err == nil && !ack.Duplicate
 		}, "the %s message to be stored", word)
@@ -142,7 +142,7 @@ func TestAReusedMsgIDIsRejectedWithAnEvent(t *testing.T) {
 	if err != nil || !strings.Contains(string(ev.Data), id) {
 		t.Fatalf("no duplicate-job event for the second input: %v", err)
 	}
-	j := salvagetest.WaitJob(t, c, id, 30*time.Second)
+	j := salvagetest.WaitJob(t, c, id, time.Minute)
 	if j.Status != salvage.JobDone || j.Chunks != 1 {
 		t.Fatalf("job %+v", j)
 	}
@@ -160,7 +160,7 @@ func TestHealthTellsAStalledProcess(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
-	salvagetest.Eventually(t, 30*time.Second, func() bool { return c.Health(ctx) == nil }, "the process to be healthy")
+	salvagetest.Eventually(t, time.Minute, func() bool { return c.Health(ctx) == nil }, "the process to be healthy")
 	if err := srv.JS.DeleteKeyValue(ctx, "salvage_workers"); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 	set(2 * time.Hour)
 	check(map[string]int{})
 
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(alerts()) == 3 }, "three alert events")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(alerts()) == 3 }, "three alert events")
 	for _, m := range alerts() {
 		if m.Header.Get(streams.HeaderMsgID) == "" {
 			t.Errorf("alert %s without a dedup id", m.Subject)

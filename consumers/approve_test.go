@@ -32,7 +32,7 @@ func setupApprovalShop(t *testing.T) (*bundle, *shop) {
 func (b *bundle) waitStatus(t *testing.T, job string, chunk int, status string) kv.Checkpoint {
 	t.Helper()
 	var cp kv.Checkpoint
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		var err error
 		cp, _, err = b.stores.Checkpoints.Get(b.ctx, job, chunk)
 		return err == nil && cp.Status == status
@@ -52,7 +52,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	if cp.Stage != 2 || s.count("ship") != 0 || s.count("charge") != 1 {
 		t.Fatalf("parked at stage %d with %d shipments and %d charges; want stage 2, none shipped, one charge", cp.Stage, s.count("ship"), s.count("charge"))
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(events()) == 1 }, "the approval event")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(events()) == 1 }, "the approval event")
 	var ev streams.ApprovalEvent
 	if err := json.Unmarshal(events()[0].Data, &ev); err != nil || ev.Job != job || ev.Chunk != 1 || ev.Stage != 2 || ev.StageName != "ship" {
 		t.Fatalf("approval event %s: %v", events()[0].Data, err)

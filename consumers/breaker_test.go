@@ -140,11 +140,11 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	crm.down.Store(true)
 	job := submitOutage(t, b, chunks)
 
-	salvagetest.Eventually(t, 20*time.Second, func() bool { return b.breaker(t, "crm").State != kv.BreakerClosed }, "the crm breaker to open")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.breaker(t, "crm").State != kv.BreakerClosed }, "the crm breaker to open")
 	atOpen := crm.requests.Load()
 	// Three cool-downs: three probes may reach crm, each failing and
 	// opening the breaker again.
-	salvagetest.Eventually(t, 20*time.Second, func() bool { return b.breaker(t, "crm").Opens >= 4 }, "three failed probes")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.breaker(t, "crm").Opens >= 4 }, "three failed probes")
 	br := b.breaker(t, "crm")
 	since := crm.requests.Load() - atOpen
 	// Calls already in flight when it opened (at most one per slot), then
@@ -201,7 +201,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	if br := b.breaker(t, "crm"); br.State != kv.BreakerClosed {
 		t.Fatalf("breaker %+v; want closed after the outage", br)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return b.streamMsgs(t, streams.Hold) == 0 }, "SALVAGE_HOLD to be empty")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Hold) == 0 }, "SALVAGE_HOLD to be empty")
 	ci, err := info.Info(b.ctx)
 	if err != nil || ci.Paused {
 		t.Fatalf("hold-crm consumer should run again once the breaker closed: %+v, %v", ci, err)
@@ -259,7 +259,7 @@ func TestCancelEndsHeldChunks(t *testing.T) {
 	crm.down.Store(true)
 	const chunks = 6
 	job := submitOutage(t, b, chunks)
-	salvagetest.Eventually(t, 20*time.Second, func() bool { return b.streamMsgs(t, streams.Hold) == chunks }, "every chunk held")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Hold) == chunks }, "every chunk held")
 	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, job, "tester"); err != nil {
 		t.Fatal(err)
 	}

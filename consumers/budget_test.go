@@ -109,7 +109,7 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	if j.Summary.CostMicros != spent {
 		t.Fatalf("job cost %d; its chunks' costs add up to %d", j.Summary.CostMicros, spent)
 	}
-	salvagetest.Eventually(t, 20*time.Second, func() bool { return len(b.dlq(t)) == 1 }, "one BUDGET_EXCEEDED envelope")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(b.dlq(t)) == 1 }, "one BUDGET_EXCEEDED envelope")
 	env := b.dlq(t)[0]
 	if env.Category != recovery.CategoryBudgetExceeded || env.Strategy != recovery.StrategyEscalate || fmt.Sprint(env.StoppedChunks) != fmt.Sprint(stopped) {
 		t.Fatalf("envelope %+v; want BUDGET_EXCEEDED listing %v", env, stopped)
@@ -118,7 +118,7 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	if rec.ID != env.ID {
 		t.Fatalf("record %+v", rec)
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(escalations()) == 1 }, "the escalation event")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(escalations()) == 1 }, "the escalation event")
 	if n := b.streamMsgs(t, streams.Results); n != uint64(j.Summary.Done) {
 		t.Fatalf("%d results; want one per done chunk (%d)", n, j.Summary.Done)
 	}

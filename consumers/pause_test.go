@@ -20,7 +20,7 @@ func (b *bundle) pauseShop(t *testing.T, paused bool) {
 		t.Fatal(err)
 	}
 	for stream, name := range map[string]string{streams.Hold: streams.HoldConsumer(streams.PausedSystem(shopPipeline)), streams.Chunks: streams.WorkersConsumer(shopPipeline)} {
-		salvagetest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			c, err := b.JS.Consumer(b.ctx, stream, name)
 			if err != nil {
 				return false
@@ -38,7 +38,7 @@ func (b *bundle) pauseShop(t *testing.T, paused bool) {
 func TestPausedPipelineDeliversNothingUntilResumed(t *testing.T) {
 	t.Parallel()
 	b, s := setupShop(t)
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, err := b.stores.Pipelines.Get(b.ctx, shopPipeline)
 		return err == nil
 	}, "the worker to record the shop pipeline")

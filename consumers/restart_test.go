@@ -59,7 +59,7 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 	defer func() { cancel(); b.wg.Wait(); srv.Shutdown() }()
 
 	srv.Shutdown()
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return nc.Status() != nats.CONNECTED }, "the client to see the outage")
+	salvagetest.Eventually(t, time.Minute, func() bool { return nc.Status() != nats.CONNECTED }, "the client to see the outage")
 	select {
 	case err := <-errs:
 		t.Fatalf("a role ended during the outage: %v", err)

@@ -83,7 +83,7 @@ func TestRetentionByDataClass(t *testing.T) {
 	if n := b.journalKeys(t, pure, 1)["tool"]; n != 3 {
 		t.Fatalf("chunk 1 of the pure job has %d rows before retention, want 3", n)
 	}
-	salvagetest.Eventually(t, 15*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		return b.journalMsgs(t, pure, 1) == 0 && b.journalMsgs(t, pure, 2) == 0
 	}, "the pure job's journal to be removed")
 	if cp := b.checkpoint(t, pure, 1); cp.KeptUntil == nil || cp.Outputs != nil || cp.Status != kv.StatusDone {
@@ -98,7 +98,7 @@ func TestRetentionByDataClass(t *testing.T) {
 
 	// Order A (done): side effects kept with their keys and outcomes.
 	// Order B (abandoned): its whole record kept. Order C: untouched.
-	salvagetest.Eventually(t, 15*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		return b.checkpoint(t, job, 1).KeptUntil != nil && b.checkpoint(t, job, 2).KeptUntil != nil
 	}, "orders A and B to be retired")
 	for _, tool := range []string{"reserve", "charge"} {
@@ -120,7 +120,7 @@ func TestRetentionByDataClass(t *testing.T) {
 	}
 
 	// Past the effects' time: A's rows expire, B's and C's stay.
-	salvagetest.Eventually(t, 15*time.Second, func() bool { return b.journalMsgs(t, job, 1) == 0 }, "order A's side-effect rows to expire")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.journalMsgs(t, job, 1) == 0 }, "order A's side-effect rows to expire")
 	if got := b.journalKeys(t, job, 2); len(got) == 0 {
 		t.Errorf("order B's record expired with the side effects' time, want the records' time")
 	}
@@ -130,7 +130,7 @@ func TestRetentionByDataClass(t *testing.T) {
 
 	// Past the records' time, C is still whole; resolved, it goes too.
 	// Its checkpoint was retired after its rows, so it goes a moment later.
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, _, err := b.stores.Checkpoints.Get(b.ctx, job, 2)
 		return b.journalMsgs(t, job, 2) == 0 && errors.Is(err, kv.ErrNotFound)
 	}, "order B's record (journal and checkpoint) to expire")
@@ -141,7 +141,7 @@ func TestRetentionByDataClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last kv.Job
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		var err error
 		last, err = b.stores.Jobs.Get(b.ctx, job)
 		return errors.Is(err, kv.ErrNotFound) && b.journalMsgs(t, job, 3) == 0
@@ -196,7 +196,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	salvagetest.Eventually(t, 15*time.Second, func() bool { return b.journalMsgs(t, finished, 1) == 0 }, "the finished job's done chunk to be retired")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.journalMsgs(t, finished, 1) == 0 }, "the finished job's done chunk to be retired")
 	// The same pass looked at the held chunk and the open envelope's.
 	for _, c := range []struct {
 		job   string
@@ -262,13 +262,13 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 		}
 		return n
 	}
-	salvagetest.Eventually(t, 15*time.Second, func() bool { return b.checkpoint(t, job, 1).KeptUntil != nil && expiring() == 2 },
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.checkpoint(t, job, 1).KeptUntil != nil && expiring() == 2 },
 		"the settled chunk to be retired, its rows given a TTL")
 
 	b.startWorker(t, "w1")
 	publishChunk(t, b, "test", job, "")
 	var last kv.Checkpoint
-	salvagetest.Eventually(t, 15*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		last = b.checkpoint(t, job, 1)
 		return last.Status == kv.StatusDone
 	}, "the chunk to run again (last %+v)", &last)

@@ -47,7 +47,7 @@ func TestKilledRightAfterDoneSettles(t *testing.T) {
 	if j.Summary.Done != 1 || j.Summary.DeadLettered != 0 || j.Summary.DeadLetters != 1 {
 		t.Errorf("settled summary = %+v", j.Summary)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
 		return err == nil && rec.Status == kv.EnvelopeResolved && rec.ResolvedBy == "chunk"
 	}, "the replayed envelope to be resolved")
@@ -71,9 +71,9 @@ func TestHandReplayIsLinked(t *testing.T) {
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(b.dlq(t)) == 2 }, "the replay's own envelope")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(b.dlq(t)) == 2 }, "the replay's own envelope")
 	second := b.dlq(t)[1]
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		old, _, err := b.stores.Envelopes.Get(b.ctx, first.ID)
 		return err == nil && old.Status == kv.EnvelopeSuperseded
 	}, "the first envelope superseded")
@@ -184,14 +184,14 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "one rejection")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "one rejection")
 	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectOversizedChunk) {
 		t.Fatalf("rejected on %s", m.Subject)
 	}
 	if jobs, _ := b.stores.Jobs.List(b.ctx); len(jobs) != 0 {
 		t.Errorf("%d job records for a job that could not be split", len(jobs))
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
 	if n := b.streamMsgs(t, streams.Chunks); n != 0 {
 		t.Errorf("%d chunks published for a rejected job", n)
 	}
@@ -203,7 +203,7 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 		modes[i] = modeOK
 	}
 	b2.submit(t, modes...)
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected2()) == 1 }, "a too-many-chunks rejection")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected2()) == 1 }, "a too-many-chunks rejection")
 	if m := rejected2()[0]; m.Subject != streams.RejectedSubject(streams.RejectTooManyChunks) {
 		t.Fatalf("rejected on %s", m.Subject)
 	}
@@ -224,7 +224,7 @@ func TestRejectionsAreBounded(t *testing.T) {
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the rejection")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the rejection")
 	m := rejected()[0]
 	var r streams.Rejection
 	if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -233,7 +233,7 @@ func TestRejectionsAreBounded(t *testing.T) {
 	if len(m.Data) > 2*streams.RejectionDataMax || r.Size != len(body) || !r.DataTruncated || len(r.SHA256) != 64 || r.Reason != streams.RejectMalformedJSON {
 		t.Errorf("rejection of %d bytes: size %d, truncated %v, sha %q, reason %s", len(m.Data), r.Size, r.DataTruncated, r.SHA256, r.Reason)
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
 }
 
 // TestSplitFailedAfterBoundedDeliveries: a job message the splitter cannot
@@ -248,7 +248,7 @@ func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.submit(t, modeOK)
-	salvagetest.Eventually(t, 20*time.Second, func() bool { return len(rejected()) == 1 }, "the split-failed report")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the split-failed report")
 	m := rejected()[0]
 	var r streams.Rejection
 	_ = json.Unmarshal(m.Data, &r)
@@ -312,7 +312,7 @@ func TestLostReplayIsRepublished(t *testing.T) {
 	}
 	b.startChild(t, "child")
 	b.waitJob(t, job, kv.JobDone)
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
 		return err == nil && rec.Status == kv.EnvelopeResolved
 	}, "the replayed envelope to resolve")
@@ -343,7 +343,7 @@ func TestReplayKilledBeforeItsCheckpointIsFinished(t *testing.T) {
 	}
 	b.startChild(t, "child")
 	b.waitJob(t, job, kv.JobDone)
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
 		return err == nil && rec.Status == kv.EnvelopeResolved && rec.Replays == 1
 	}, "the replayed envelope to resolve")

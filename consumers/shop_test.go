@@ -302,7 +302,7 @@ func TestOrchestratorCompensates(t *testing.T) {
 		len(escalated.Left) != 1 || escalated.Left[0].Tool != "email" || escalated.Left[0].System != "email" || escalated.Left[0].ResourceID == "" {
 		t.Errorf("order C's envelope = %s %s, left %+v; want COMPENSATION_NEEDED escalated, the email left", escalated.Category, escalated.Status, escalated.Left)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(escalations()) == 1 }, "the escalation of order C")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(escalations()) == 1 }, "the escalation of order C")
 	if m := escalations()[0]; m.Header.Get(streams.HeaderEnvelope) != escalated.ID {
 		t.Errorf("escalation names envelope %q, want %s", m.Header.Get(streams.HeaderEnvelope), escalated.ID)
 	}

@@ -52,7 +52,7 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == len(tests) }, "%d rejections", len(tests))
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == len(tests) }, "%d rejections", len(tests))
 	// The splitter of a pipeline rejects its jobs in order; a subject no
 	// splitter takes (an unknown pipeline, a bad shape) is rejected by the
 	// sweeper's intake: match each by its message.
@@ -81,7 +81,7 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 	}
 	// Still serving.
 	b.waitJob(t, b.submit(t, modeOK), kv.JobDone)
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "rejected messages removed")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "rejected messages removed")
 }
 
 // TestSplitterCrashRedeliveryMakesOneJob: the splitter dies right after
@@ -124,7 +124,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	sp2, _ := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
 	b2.goRun(sp2.Run)
 	var jobs []kv.Job
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		jobs, _ = b2.stores.Jobs.List(b2.ctx)
 		return len(jobs) == 1
 	}, "the redelivered job message to create the job")
@@ -132,7 +132,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	if all, _ := b2.stores.Jobs.List(b2.ctx); len(all) != 1 || j.Summary.Done != 2 || len(b2.dlq(t)) != 0 {
 		t.Fatalf("%d jobs after redelivery (want 1), summary %+v, %d envelopes", len(all), j.Summary, len(b2.dlq(t)))
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(accepted()) == 1 }, "one accepted event")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(accepted()) == 1 }, "one accepted event")
 	var ev streams.JobEvent
 	_ = json.Unmarshal(accepted()[0].Data, &ev)
 	if ev.Job != jobs[0].ID {
@@ -176,7 +176,7 @@ func TestSubmitWithMsgIDKeepsThatID(t *testing.T) {
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, err := b.stores.Jobs.Get(b.ctx, id)
 		return err == nil
 	}, "job with the Nats-Msg-Id ULID")

@@ -133,7 +133,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		salvagetest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			_, err := s.GetMsg(b.ctx, oldSeq)
 			return errors.Is(err, jetstream.ErrMsgNotFound)
 		}, "the old message to leave %s", streams.Chunks)
@@ -152,7 +152,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		if cp := b.checkpoint(t, job, 1); cp.MsgSeq != newSeq {
 			t.Fatalf("the chunk ran from message %d; want %d", cp.MsgSeq, newSeq)
 		}
-		salvagetest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			rec, _, err := b.stores.Envelopes.Get(b.ctx, current)
 			return err == nil && rec.Status == kv.EnvelopeResolved
 		}, "the current envelope resolved by its chunk")

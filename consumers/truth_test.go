@@ -60,7 +60,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 			t.Errorf("%d %s effects; want one per real order", n, tool)
 		}
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		for _, ev := range rejected() {
 			var r streams.Rejection
 			if json.Unmarshal(ev.Data, &r) == nil && r.JobID == job && r.Subject == m.Subject {
@@ -162,11 +162,11 @@ func TestClaimsNoHolderWroteHoldNothing(t *testing.T) {
 	// A running chunk whose claim is overwritten with garbage.
 	running := b.submit(t, modeGate)
 	key := kv.ChunkKey(running, 1)
-	salvagetest.Eventually(t, 30*time.Second, func() bool { return callCount(running, 1, 2) > 0 }, "chunk 1 to reach stage 2")
+	salvagetest.Eventually(t, time.Minute, func() bool { return callCount(running, 1, 2) > 0 }, "chunk 1 to reach stage 2")
 	if _, err := claims.Put(b.ctx, key, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		l, err := b.stores.Claims.Get(b.ctx, running, 1)
 		return err == nil && l.Unreadable == "" && l.ClaimedBy == "w1"
 	}, "the holder to take its claim back")
@@ -195,7 +195,7 @@ func TestUsageSurvivesACrash(t *testing.T) {
 			b := setup(t, setupOpts{ackWait: 1500 * time.Millisecond})
 			job := b.submit(t, modeUsage)
 			child := b.startChild(t, "child")
-			salvagetest.Eventually(t, 30*time.Second, func() bool {
+			salvagetest.Eventually(t, time.Minute, func() bool {
 				rows, err := b.stores.Journal.Load(b.ctx, job, 1, 0)
 				n := 0
 				for _, r := range rows {
@@ -266,7 +266,7 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	crm.down.Store(true)
 	const chunks = 4
 	job := submitOutage(t, b, chunks)
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		held := 0
 		for c := 1; c <= chunks; c++ {
 			if cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
@@ -278,7 +278,7 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, "outage", true, "ann", "deploy"); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		c, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("outage"))
 		if err != nil {
 			return false

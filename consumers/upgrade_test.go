@@ -158,7 +158,7 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 		t.Fatalf("the old DLQ consumer after the upgrade: %v, %v", c, err)
 	}
 	b.startOrchestrator(t, "upgraded")
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
 		return err == nil && rec.Status == kv.EnvelopeDeadEnd
 	}, "the old envelope to be recovered")

@@ -96,11 +96,11 @@ func TestJobRunsToDone(t *testing.T) {
 	if j.Summary.Done != 3 {
 		t.Fatalf("summary = %+v", j.Summary)
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return len(results()) == 3 }, "3 results")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(results()) == 3 }, "3 results")
 	if got := b.checkpoint(t, job, 2).Tier1Retries; got != 1 {
 		t.Errorf("chunk 2 tier-1 retries = %d, want 1", got)
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "chunks stream to drain")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "chunks stream to drain")
 }
 
 func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
@@ -128,7 +128,7 @@ func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
 		t.Errorf("permanent error was called %d times, want 1 (never retried)", n)
 	}
 	// The worker terms the message right after the envelope is stored.
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "the original removed from SALVAGE_CHUNKS")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "the original removed from SALVAGE_CHUNKS")
 }
 
 // TestEnvelopeNamesTheFailingAgent: agent2b's call fails with a 400 while
@@ -167,7 +167,7 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 	job := b.submit(t, modeAlwaysFails)
 	b.waitJob(t, job, kv.JobIncomplete)
 	// Give a second advisory or sweep the chance to double it.
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "original removed")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "original removed")
 	envs := b.dlq(t)
 	if len(envs) != 1 {
 		t.Fatalf("%d envelopes, want exactly 1", len(envs))
@@ -200,7 +200,7 @@ func TestLastErrorSurvivesARedelivery(t *testing.T) {
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeFailThenGate)
-	salvagetest.Eventually(t, 20*time.Second, func() bool { return callCount(job, 1, 2) >= 4 }, "the second delivery to reach stage 2")
+	salvagetest.Eventually(t, time.Minute, func() bool { return callCount(job, 1, 2) >= 4 }, "the second delivery to reach stage 2")
 	cp := b.checkpoint(t, job, 1)
 	if cp.Status != kv.StatusRunning || cp.Deliveries != 2 || !strings.Contains(cp.LastError, "unavailable for a moment") ||
 		!strings.Contains(cp.LastError, "the limit of 2 retries") || !cp.LastErrorOlder || cp.LastErrorStatus != 503 {
@@ -220,7 +220,7 @@ func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
 			b := setup(t, setupOpts{noDeadLetter: true})
 			b.startWorker(t, "w1")
 			job := b.submit(t, modeAlwaysFails)
-			salvagetest.Eventually(t, 20*time.Second, func() bool { return b.streamMsgs(t, streams.Advisories) == 1 }, "the advisory")
+			salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Advisories) == 1 }, "the advisory")
 			if tc.purge {
 				s, _ := b.JS.Stream(b.ctx, streams.Advisories)
 				if err := s.Purge(b.ctx); err != nil {
@@ -244,7 +244,7 @@ func TestCancellationAtStage(t *testing.T) {
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeWaitCancel, modeOK)
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, 2)
 		return callCount(job, 1, 2) == 1 && err == nil && cp.Status == kv.StatusDone
 	}, "chunk 1 blocked in stage 2 and chunk 2 done")
@@ -262,7 +262,7 @@ func TestCancellationAtStage(t *testing.T) {
 	if j.Summary.Cancelled != 1 || j.Summary.Done != 1 {
 		t.Errorf("summary = %+v", j.Summary)
 	}
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "cancelled chunk acked")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "cancelled chunk acked")
 	if n := len(b.dlq(t)); n != 0 {
 		t.Errorf("%d envelopes for a cancelled chunk", n)
 	}
@@ -272,7 +272,7 @@ func TestCancelledJobChunksNeverStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	job := b.submit(t, modeOK, modeOK)
-	salvagetest.Eventually(t, 5*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, err := b.stores.Jobs.Get(b.ctx, job)
 		return err == nil && b.streamMsgs(t, streams.Chunks) == 2
 	}, "chunks published and the job recorded")
@@ -300,7 +300,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	cmd := b.startChild(t, "child")
 
 	var first kv.Lease
-	salvagetest.Eventually(t, 15*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		l, err := b.stores.Claims.Get(b.ctx, job, 1)
 		if err == nil && first.Revision == 0 {
 			first = l
@@ -349,7 +349,7 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	b := setup(t, setupOpts{ackWait: 20 * time.Second})
 	job := b.submit(t, modeBlockInChild)
 	cmd := b.startChild(t, "child")
-	salvagetest.Eventually(t, 15*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		l, err := b.stores.Claims.Get(b.ctx, job, 1)
 		cp, _, cerr := b.stores.Checkpoints.Get(b.ctx, job, 1)
 		return err == nil && cerr == nil && l.ClaimedBy == "child" && l.Reply != "" && cp.Stage == 2
@@ -377,7 +377,7 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 		t.Errorf("delivered to %v; want the child, then the survivor taking over", takers)
 	}
 	// Acknowledged through the dead delivery: nothing left pending.
-	salvagetest.Eventually(t, 5*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		info, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
 		return err == nil && info.CachedInfo().NumAckPending == 0 && info.CachedInfo().NumPending == 0
 	}, "the chunk message acknowledged")
@@ -426,7 +426,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	log, fenced := logSays("fenced out; stopping without ack")
 	b.startWorkerWith(t, "stale", func(c *consumers.WorkerConfig) { c.Logger = log })
 	job := b.submit(t, modeGate)
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
+	salvagetest.Eventually(t, time.Minute, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
 
 	// Another worker steals the claim after expiry and takes the fence.
 	b.stores.Claims.SetClock(func() time.Time { return time.Now().Add(time.Minute) })
@@ -476,7 +476,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	var held jetstream.Msg
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		batch, err := cons.FetchNoWait(1)
 		if err != nil {
 			return false
@@ -521,7 +521,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = held.Ack()
-	salvagetest.Eventually(t, 5*time.Second, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "message gone")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "message gone")
 	if n := len(b.dlq(t)); n != 0 || callCount(job, 1, 1) != 0 {
 		t.Fatalf("envelopes %d, calls %d", n, callCount(job, 1, 1))
 	}
@@ -554,7 +554,7 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), []byte(`{"input": {"chunks": ["ok"], "panic": true}}`)); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return len(rejected()) == 1 }, "the split panic's rejection")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the split panic's rejection")
 	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectPanic) || !strings.Contains(string(m.Data), "split cannot cope") {
 		t.Errorf("rejection on %s: %.300s", m.Subject, m.Data)
 	}
@@ -575,7 +575,7 @@ func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seq uint64
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		m, err := s.GetLastMsgForSubject(b.ctx, streams.ChunkSubject("test", job, 1))
 		if err == nil {
 			seq = m.Sequence
@@ -591,7 +591,7 @@ func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.startDeadLetterer(t)
-	salvagetest.Eventually(t, 15*time.Second, func() bool { return len(b.dlq(t)) == 1 }, "the envelope once the lease ran out")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(b.dlq(t)) == 1 }, "the envelope once the lease ran out")
 	if e := b.dlq(t)[0]; e.Job != job || e.Chunk != 1 {
 		t.Errorf("envelope for %s.%d, want %s.1", e.Job, e.Chunk, job)
 	}

@@ -510,7 +510,7 @@ func TestEnvelopeBodyLivesWithItsRecord(t *testing.T) {
 	if _, err := st.Envelopes.Mutate(ctx, "REOPENS", func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeRecovering; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, err := st.Envelopes.Body(ctx, "SETTLES")
 		return errors.Is(err, kv.ErrNotFound)
 	}, "the settled envelope's body to expire with it")
@@ -540,7 +540,7 @@ func TestClaimsAreBelievedOnlyAsFarAsTheirWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	var l kv.Lease
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		l, err = st.Claims.Acquire(ctx, "J", 1, "w", 1, time.Second)
 		return err == nil
 	}, "the forged claim to stop holding the chunk (last: %v)", &err)
@@ -560,7 +560,7 @@ func TestClaimsAreBelievedOnlyAsFarAsTheirWrite(t *testing.T) {
 	}
 	// A real steal once the lease lapsed is not undone.
 	var stolen kv.Lease
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		stolen, err = st.Claims.Acquire(ctx, "J", 1, "thief", 2, time.Second)
 		return err == nil
 	}, "the lapsed claim to be stolen")

@@ -42,7 +42,7 @@ func TestClusterSurvivesItsStreamLeader(t *testing.T) {
 	publish := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			salvagetest.Eventually(t, 20*time.Second, func() bool {
+			salvagetest.Eventually(t, time.Minute, func() bool {
 				// A publish the old leader took but never acked is
 				// asked again, under the same id, after a short wait.
 				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -63,7 +63,7 @@ func TestClusterSurvivesItsStreamLeader(t *testing.T) {
 	}
 	c.Stop(leader)
 	publish(10, 20)
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		info, err := s.Info(ctx)
 		return err == nil && info.Cluster.Leader != "" && info.Cluster.Leader != c.Names()[leader]
 	}, "a new leader")
@@ -73,7 +73,7 @@ func TestClusterSurvivesItsStreamLeader(t *testing.T) {
 	if err := c.WaitReady(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		info, err := s.Info(ctx)
 		if err != nil || info.State.Msgs != 20 {
 			return false

@@ -96,7 +96,7 @@ func TestShippedConfigs(t *testing.T) {
 	for _, s := range servers {
 		ready(t, s)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		for _, s := range servers {
 			if s.JetStreamIsLeader() {
 				return true
@@ -105,7 +105,7 @@ func TestShippedConfigs(t *testing.T) {
 		return false
 	}, "a JetStream meta leader among the three nodes")
 	js, _ = jetstream.New(salvagetest.Connect(t, servers[0].ClientURL()))
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		// A request the forming cluster drops is asked again.
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()

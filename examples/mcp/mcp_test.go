@@ -277,7 +277,7 @@ func build(t *testing.T) string {
 func awaitRefund(t *testing.T, ledger, order string) entry {
 	t.Helper()
 	var got entry
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		es, _ := readLedger(ledger)
 		for _, e := range es {
 			if e.Op == "refund" && e.Order == order {

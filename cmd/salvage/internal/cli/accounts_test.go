@@ -31,7 +31,7 @@ func as(user string) []string {
 // everything it printed and its exit error.
 func natsAs(t *testing.T, url string, user []string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, natsBinary(t), append(append([]string{"--server", url, "--timeout", "2s"}, user...), args...)...)
 	out, err := cmd.CombinedOutput()
@@ -96,7 +96,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 
 	// The operator works through the API: the DLQ, jobs, traces, breakers,
 	// pipelines — with no bucket of its own to read.
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		code, out, _ := run(t, "", append([]string{"dlq", "ls", "--server", url}, as("operator")...)...)
 		return code == 0 && strings.Count(out, "\n") > 1
 	}, "the operator to list envelopes")

@@ -69,7 +69,7 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 	awaiting := func(st salvage.JobState) bool {
 		return len(st.Chunks) == 2 && st.Chunks[0].Status == salvage.ChunkAwaitingApproval && st.Chunks[1].Status == salvage.ChunkAwaitingApproval
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool { return awaiting(status()) }, "both chunks to await approval")
+	salvagetest.Eventually(t, time.Minute, func() bool { return awaiting(status()) }, "both chunks to await approval")
 
 	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 		t.Fatalf("approve --reject: %d %s %s", code, out, errOut)
 	}
 	var st salvage.JobState
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		st = status()
 		return st.Job.Status == salvage.JobIncomplete
 	}, "the job to end incomplete: one chunk done, one rejected (last %+v)", &st)
@@ -105,7 +105,7 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 	if code, _, errOut := run(t, "", "approve", job, "1", "--server", url); code == 0 || !strings.Contains(errOut, "not awaiting approval") {
 		t.Fatalf("approving a done chunk: %d %s", code, errOut)
 	}
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, out, _ := run(t, "", "dlq", "show", st.Chunks[1].Envelope, "--json", "--server", url)
 		var d struct {
 			Record salvage.EnvelopeRecord `json:"record"`

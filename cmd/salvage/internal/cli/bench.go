@@ -213,6 +213,9 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "  %s of jobs of %d chunks, %d at once\t%s\t%s\t%s (%s)\t%s / %s / %s\t%s %s %s %s\t%s\t%s\n",
 			k.Duration, soakJobChunks, soakInFlight, k.SyncInterval, thousands(k.Jobs), thousands(k.Chunks), thousands(k.DeadLettered),
 			k.Retention.Calls, k.Retention.Effects, k.Retention.Records, at(0.25), at(0.5), at(0.75), at(1), aged, k.verdict())
+		if d := k.Drained; d != nil {
+			fmt.Fprintf(tw, "  once the jobs stopped, retention brought the governed stores to %s (peak %s) at %.0f s\t\t\t\t\t\t\t\n", mib(int64(d.Governed)), mib(int64(k.peak())), d.AtSecs)
+		}
 		fmt.Fprintln(tw)
 	}
 	if l := r.Listing; l != nil {

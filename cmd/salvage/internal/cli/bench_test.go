@@ -51,6 +51,9 @@ func TestBench(t *testing.T) {
 			Samples []struct {
 				Governed uint64 `json:"governed_bytes"`
 			} `json:"samples"`
+			Drained *struct {
+				Governed uint64 `json:"governed_bytes"`
+			} `json:"drained"`
 		} `json:"soak"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
@@ -96,8 +99,16 @@ func TestBench(t *testing.T) {
 	if k.Jobs == 0 || len(k.Samples) < 5 {
 		t.Fatalf("soak = %+v: want jobs run and samples taken", k)
 	}
+	// Once the jobs stopped, retention brings the governed stores to at
+	// most a quarter of what the soak wrote — decided by the drain's
+	// sample, taken once retention caught up (on a loaded machine the
+	// last sample of the run itself held a third: retention lags, it
+	// does not fail).
 	written := uint64(k.Chunks) * 116 << 10
-	if last := k.Samples[len(k.Samples)-1].Governed; last == 0 || last > written/4 {
-		t.Errorf("the soak ends with %d bytes governed by retention after writing about %d: want some, at most a quarter", last, written)
+	if last := k.Samples[len(k.Samples)-1].Governed; last == 0 {
+		t.Errorf("the soak's last sample says 0 bytes governed after writing about %d: the listing is broken", written)
+	}
+	if k.Drained == nil || k.Drained.Governed > written/4 {
+		t.Errorf("once its jobs stopped, the soak's stores held %+v bytes governed by retention after writing about %d: want at most a quarter", k.Drained, written)
 	}
 }

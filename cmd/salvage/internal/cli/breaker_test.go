@@ -84,7 +84,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 			}
 		}
 	}()
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(jobs) < 5 {
@@ -105,7 +105,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 		}
 		return b
 	}
-	salvagetest.Eventually(t, 20*time.Second, func() bool { return breaker().State != kv.BreakerClosed }, "the crm breaker to open")
+	salvagetest.Eventually(t, time.Minute, func() bool { return breaker().State != kv.BreakerClosed }, "the crm breaker to open")
 	reqs, err := s.Requests(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	atOpen := reqs["crm"]
 
 	// An operator sees the breaker and what it holds.
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		code, out, _ := run(t, "", "breakers", "--json", "--server", url)
 		var bs []salvage.Breaker
 		return code == 0 && json.Unmarshal([]byte(out), &bs) == nil && len(bs) == 1 && bs[0].System == "crm" && bs[0].Held > 0
@@ -142,7 +142,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	mu.Lock()
 	atEnd := len(jobs)
 	mu.Unlock()
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(jobs) >= atEnd+after

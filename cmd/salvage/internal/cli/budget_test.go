@@ -39,7 +39,7 @@ func TestBudgetFromTheCLI(t *testing.T) {
 		t.Fatalf("results of the finished chunks (%d):\n%s", st.Job.Summary.Done, out)
 	}
 	var envs []salvage.EnvelopeRecord
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, out, _ := run(t, "", "dlq", "ls", "--job", job, "--json", "--server", url)
 		return json.Unmarshal([]byte(out), &envs) == nil && len(envs) == 1 && envs[0].Status == salvage.EnvelopeEscalated
 	}, "one escalated envelope for the job (last %+v)", &envs)

@@ -230,7 +230,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "cancelled") {
 		t.Fatalf("cancel (%d): %s", code, out)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, out, _ := run(t, "", "status", ev.Job, "--server", url)
 		return strings.Contains(out, "status cancelled")
 	}, "job to end cancelled")
@@ -292,7 +292,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatalf("submit: %s", errOut)
 	}
 	job := strings.TrimSpace(out)
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, out, _ := run(t, "", "status", job, "--server", url)
 		return strings.Contains(out, "drainer")
 	}, "the worker to take a chunk")
@@ -446,7 +446,7 @@ func TestTwoServersOneStore(t *testing.T) {
 	t.Parallel()
 	store := t.TempDir()
 	_, first := up(t, "--store", store, "--role", "api")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	second := exec.CommandContext(ctx, binary, "up", "--store", store, "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0", "--role", "api")
 	var stderr bytes.Buffer

@@ -97,7 +97,7 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	failover := func(stream string) {
 		t.Helper()
 		var leader string
-		salvagetest.Eventually(t, 30*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			st, err := js.Stream(ctx, stream)
 			if err != nil {
 				return false
@@ -112,16 +112,16 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 		before := finished()
 		c.Stop(i)
 		t.Logf("%s: leader %s shut down with %d jobs finished", stream, leader, before)
-		salvagetest.Eventually(t, 60*time.Second, func() bool { return finished() >= before+3 }, "jobs finishing with %s's old leader down", stream)
+		salvagetest.Eventually(t, 2*time.Minute, func() bool { return finished() >= before+3 }, "jobs finishing with %s's old leader down", stream)
 		if err := c.Restart(i); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.WaitReady(30 * time.Second); err != nil {
+		if err := c.WaitReady(2 * time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s: %s restarted with %d jobs finished", stream, leader, finished())
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool { return finished() >= 3 }, "the first jobs to finish")
+	salvagetest.Eventually(t, time.Minute, func() bool { return finished() >= 3 }, "the first jobs to finish")
 	failover(streams.Chunks)
 	failover("KV_" + kv.BucketClaims)
 	<-submitted

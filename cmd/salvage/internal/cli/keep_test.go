@@ -126,7 +126,7 @@ func TestDemoKeep(t *testing.T) {
 	if code, out, errOut := run(t, "", "dlq", "ls", "--server", u[0]); code != 0 {
 		t.Errorf("salvage dlq ls against the kept demo (its API): %d %s %s", code, out, errOut)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		resp, err := http.Get(u[1] + "/metrics")
 		if err != nil {
 			return false

@@ -57,7 +57,7 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 
 	// Cancel while the three charges hang, applied, in the payment system.
 	cancelled := c.submit(t, "o-cx1", "o-cx2", "o-cx3")
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		n := 0
 		for _, o := range []string{"o-cx1", "o-cx2", "o-cx3"} {
 			n += len(c.effects(t, o)["payments"])

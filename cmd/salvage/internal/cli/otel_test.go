@@ -179,7 +179,7 @@ func TestOneTracePerJobOverOTLP(t *testing.T) {
 		Spans   int
 		Missing string
 	}
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		spans = rcv.inTrace(st.Job.TraceID)
 		missing.Spans = len(spans)
 		ids, done := map[string]bool{}, map[string]bool{}

@@ -19,7 +19,7 @@ import (
 func TestPauseAndResumeFromTheCLI(t *testing.T) {
 	t.Parallel()
 	url, _ := up(t, append([]string{"--role", "worker,dead-letter,recovery,api", "--model-latency", "1ms"}, fastTiers...)...)
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		code, out, _ := run(t, "", "pipelines", "--server", url)
 		return code == 0 && strings.Contains(out, "contract-review")
 	}, "the worker to record its pipelines")
@@ -41,7 +41,7 @@ func TestPauseAndResumeFromTheCLI(t *testing.T) {
 		t.Fatalf("submit exit %d: %s", code, errOut)
 	}
 	job := strings.TrimSpace(out)
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		code, out, _ = run(t, "", "status", job, "--server", url)
 		return code == 0 && strings.Contains(out, "3 paused") && strings.Contains(out, "pipeline contract-review paused by ann")
 	}, "`salvage status` to show 3 paused chunks and the pause (last:\n%s)", out)
@@ -56,7 +56,7 @@ func TestPauseAndResumeFromTheCLI(t *testing.T) {
 		} `json:"config"`
 	}
 	var raw []byte
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		raw = natsCmdQuiet(t, url, "consumer", "info", "SALVAGE_HOLD", "hold-paused-contract-review", "--json")
 		return json.Unmarshal(raw, &info) == nil && info.Paused && info.Config.FilterSubject == "salvage.hold.paused-contract-review.>"
 	}, "nats consumer info to show hold-paused-contract-review paused (last:\n%s)", raw)
@@ -66,7 +66,7 @@ func TestPauseAndResumeFromTheCLI(t *testing.T) {
 	if err := json.Unmarshal(raw, &p); err != nil || p.Paused || p.ResumedBy != "bob" {
 		t.Fatalf("salvage.api.pipelines.resume answered %s", raw)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		code, out, _ = run(t, "", "status", job, "--server", url)
 		return code == 0 && strings.Contains(out, "status done")
 	}, "the job to finish after the resume (last:\n%s)", out)

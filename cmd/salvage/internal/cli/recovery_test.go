@@ -123,7 +123,7 @@ func (c *cluster) effects(t *testing.T, orderID string) map[string][]sim.Effect 
 func (c *cluster) envelopeOf(t *testing.T, job string, chunk int) kv.EnvelopeRecord {
 	t.Helper()
 	var rec kv.EnvelopeRecord
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		cp, _, err := c.stores.Checkpoints.Get(context.Background(), job, chunk)
 		if err != nil || cp.Envelope == "" {
 			return false
@@ -157,7 +157,7 @@ func TestOrderRecovery(t *testing.T) {
 	// A worker whose sim calls wait long enough to be killed mid-charge.
 	victim := c.worker(t, "victim", "--sim-timeout", "25s")
 	crashJob := c.submit(t, "o-crash")
-	salvagetest.Eventually(t, 30*time.Second, func() bool { return len(c.effects(t, "o-crash")["payments"]) == 1 }, "the charge to take effect")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(c.effects(t, "o-crash")["payments"]) == 1 }, "the charge to take effect")
 	row := chargeRow(t, c, crashJob, 1)
 	if row.Status != kv.CallInitiated {
 		t.Fatalf("charge row is %s before the kill, want INITIATED", row.Status)
@@ -277,7 +277,7 @@ func TestOrderRecovery(t *testing.T) {
 		}
 		// The job counts the chunk before its envelope settles.
 		var mine []kv.EnvelopeRecord
-		salvagetest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			recs, _ := c.stores.Envelopes.List(context.Background())
 			mine = mine[:0]
 			for _, r := range recs {

@@ -119,7 +119,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		// in the job; one run of many was seen with the envelope still
 		// recovering when the job read done, so this waits a little.
 		var rec kv.EnvelopeRecord
-		salvagetest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			rec, _, err = stores.Envelopes.Get(context.Background(), e.ID)
 			return err == nil && rec.Status == kv.EnvelopeResolved
 		}, "envelope %s resolved: %+v", e.ID, &rec)
@@ -220,7 +220,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	if err := json.Unmarshal(out, &sub); err != nil || sub.JobID == "" {
 		t.Fatalf("jobs.submit answered %s", out)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		out := natsCmdQuiet(t, url, "req", "--raw", "salvage.api.jobs.status", `{"job_id":"`+sub.JobID+`"}`)
 		var st struct {
 			Job kv.Job `json:"job"`
@@ -351,7 +351,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 		t.Fatalf("rejected jobs left %d records", len(jobs))
 	}
 	for _, name := range []string{streams.Jobs, streams.Chunks, streams.Backlog} {
-		salvagetest.Eventually(t, 10*time.Second, func() bool {
+		salvagetest.Eventually(t, time.Minute, func() bool {
 			s, err := js.Stream(ctx, name)
 			if err != nil {
 				return false
@@ -371,7 +371,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 		Chunks     []kv.Checkpoint `json:"chunks"`
 		NextOffset int             `json:"next_offset"`
 	}
-	salvagetest.Eventually(t, 20*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		out := natsCmdQuiet(t, url, "req", "--raw", "salvage.api.jobs.status", `{"job_id":"`+job+`","offset":100}`)
 		return json.Unmarshal(out, &st) == nil && st.Job.Chunks == 300
 	}, "the big job's status")
@@ -381,7 +381,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 	if code, out, errOut := run(t, "", "cancel", job, "--server", url); code != 0 {
 		t.Fatalf("cancel: %s %s", out, errOut)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		j, err := stores.Jobs.Get(ctx, job)
 		return err == nil && j.Status == kv.JobCancelled
 	}, "the cancelled job to settle")

@@ -133,7 +133,7 @@ func TestAgentInTypeScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 30*time.Second, func() bool { return len(answered()) >= 4 }, "the agent to answer some turns")
+	salvagetest.Eventually(t, time.Minute, func() bool { return len(answered()) >= 4 }, "the agent to answer some turns")
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

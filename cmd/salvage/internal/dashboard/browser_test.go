@@ -258,7 +258,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject("order-fulfillment", job, 2))
 		return err == nil && m.Header.Get(streams.HeaderApprovedBy) == "dashboard" && m.Header.Get(streams.HeaderApprovedStage) == "2"
 	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
@@ -272,7 +272,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if msg := <-asked; msg != "reject chunk 1 of job "+job+"?" {
 		t.Fatalf("the rejection asked %q", msg)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		cp, _, err := f.stores.Checkpoints.Get(bg, job, 1)
 		return err == nil && cp.Status == kv.StatusDeadLettered && strings.Contains(cp.Reason+cp.LastError, "rejected by dashboard")
 	}, "the rejected chunk dead-lettered")

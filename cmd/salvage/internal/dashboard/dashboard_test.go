@@ -179,7 +179,7 @@ func TestMetricsParseAndMatchTheStreams(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "")
 	var values map[string]float64
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		values = scrape(t, f.url)
 		// The journal watcher catches up asynchronously, and one scrape
 		// collects the histogram and the counts concurrently.
@@ -424,7 +424,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 	ctx := context.Background()
 	job := "01JDASHBOARD00000000000000"
 	failedRow := kv.JournalKey(job, 3, 0, 1, "billing", 3)
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		v := scrape(t, f.url)
 		return v["salvage_calls_total,status=FAILED,tool=charge-payment"] == 1 && v["salvage_chunks_total,status=dead-lettered"] == 1
 	}, "the first counts")
@@ -458,7 +458,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v map[string]float64
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_calls_total,status=SUCCEEDED,tool=charge-payment"] == 3 && v["salvage_chunks_total,status=done"] == 7 && v["salvage_dlq_depth"] == 0
 	}, "the replay's counts (last: %v)", v)
@@ -481,7 +481,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_dlq_depth"] == 7
 	}, "seven open escalations (last: %v)", v)
@@ -504,7 +504,7 @@ func TestEnvelopeListingIsPaged(t *testing.T) {
 		}
 	}
 	var list salvage.EnvelopeList
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, body := get(t, f.url+"/api/envelopes?newest=1&limit=2")
 		return json.Unmarshal([]byte(body), &list) == nil && list.Total == 6
 	}, "six envelopes listed")
@@ -545,7 +545,7 @@ func TestModelTokensAreCountedOncePerCall(t *testing.T) {
 		}
 	}
 	var v map[string]float64
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_model_tokens_total,kind=prompt,model=local-llm"] == 100
 	}, "token metrics from the journal")
@@ -583,7 +583,7 @@ func TestBreakersInSummaryAndMetrics(t *testing.T) {
 		}
 	}
 	var v map[string]float64
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_held_chunks,system=crm"] == 2
 	}, "held chunks in /metrics (last %v)", &v)
@@ -638,14 +638,14 @@ func TestPauseFromTheDashboard(t *testing.T) {
 		t.Fatalf("/api/pipelines: %s", body)
 	}
 	var v map[string]float64
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_pipeline_paused,pipeline=order-fulfillment"] == 1
 	}, "salvage_pipeline_paused in /metrics (last %v)", &v)
 	if code, body := post(t, f.url+"/api/pipelines/order-fulfillment/resume", auth); code != http.StatusOK || !strings.Contains(body, `"paused":false`) {
 		t.Fatalf("resume: %d %s", code, body)
 	}
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		v = scrape(t, f.url)
 		return v["salvage_pipeline_paused,pipeline=order-fulfillment"] == 0
 	}, "salvage_pipeline_paused back to 0 (last %v)", &v)
@@ -657,7 +657,7 @@ func TestHistoryIsKeptByTheServer(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "")
 	var h dashboard.History
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, body := get(t, f.url+"/api/history")
 		return json.Unmarshal([]byte(body), &h) == nil && len(h.Points) > 0 && h.Points[len(h.Points)-1].Envelopes == 1
 	}, "a sample with the fixture's envelope (last %+v)", &h)

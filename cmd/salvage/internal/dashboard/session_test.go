@@ -212,7 +212,7 @@ func TestSignInSignOutAndExpiry(t *testing.T) {
 	unacked("a refused request with a cookie")
 
 	// Expiry: the session ends after its TTL, whatever the cookie says.
-	salvagetest.Eventually(t, 10*time.Second, func() bool { return state(c)["signed_in"] == false }, "the session to expire")
+	salvagetest.Eventually(t, time.Minute, func() bool { return state(c)["signed_in"] == false }, "the session to expire")
 	if resp, _ := send(t, http.MethodPost, ack, "{}", origin, c); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("ack with an expired session: %d", resp.StatusCode)
 	}
@@ -301,7 +301,7 @@ func TestBodiesAreCheckedBeforeActing(t *testing.T) {
 	}
 	// A minimum age counts in the envelope's status: the fixture's
 	// entered "open" when it was written, just now.
-	salvagetest.Eventually(t, 10*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		resp, out := send(t, http.MethodPost, f.url+"/api/bulk", `{"action":"ack","min_age":"1s","dry_run":true}`, auth)
 		return resp.StatusCode == 200 && strings.Contains(out, `"matched":1`)
 	}, "bulk with a minimum age matches the envelope once it is a second in its status")

@@ -181,7 +181,7 @@ func TestDeclaredMCPTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if _, err := c.Wait(wctx, id); err != nil {
 		tr, _ := c.Trace(ctx, id)
@@ -196,7 +196,7 @@ func TestDeclaredMCPTools(t *testing.T) {
 		t.Fatalf("job = %s, %d done; want incomplete, 2 done", j.Status, j.Summary.Done)
 	}
 	var got []string
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		data, _ := os.ReadFile(ledger)
 		got = strings.Split(strings.TrimSpace(string(data)), "\n")
 		return strings.Contains(string(data), "refund ")

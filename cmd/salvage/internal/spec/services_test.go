@@ -139,7 +139,7 @@ func TestDeclaredToolsWithSideEffects(t *testing.T) {
 		t.Fatalf("job = %+v", j)
 	}
 	var rec salvage.EnvelopeRecord
-	salvagetest.Eventually(t, 30*time.Second, func() bool {
+	salvagetest.Eventually(t, time.Minute, func() bool {
 		list, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Job: id}, nil)
 		if err != nil || len(list.Envelopes) != 1 {
 			return false
