@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
@@ -259,7 +260,13 @@ func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, _ := cons.Info(b.ctx)
+	// After its last delivery the message is pending until its AckWait
+	// passes; then the consumer lets it go, delivering it no more.
+	var info *jetstream.ConsumerInfo
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		info, err = cons.Info(b.ctx)
+		return err == nil && info.NumAckPending == 0
+	}, "the consumer to let the job message go after its last delivery")
 	if b.streamMsgs(t, streams.Jobs) != 1 || info.NumAckPending != 0 || info.Delivered.Consumer != 2 {
 		t.Errorf("job message kept %d, ack pending %d, deliveries %d; want kept, none pending, 2 deliveries",
 			b.streamMsgs(t, streams.Jobs), info.NumAckPending, info.Delivered.Consumer)

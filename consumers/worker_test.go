@@ -469,7 +469,10 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 // naking, so the delivery count stays put and nothing is dead-lettered.
 func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{ackWait: time.Second})
+	// AckWait 3 s: the waiter's in-progress beats (every AckWait/3) keep
+	// its copy while the holder lives; at 1 s, a beat a loaded machine
+	// sent late spent a delivery the test would blame on the waiter.
+	b := setup(t, setupOpts{ackWait: 3 * time.Second})
 	job := b.submit(t, modeOK)
 	cons, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
 	if err != nil {
@@ -493,12 +496,12 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 	// The holder renews its claim but sends no in-progress: JetStream
 	// redelivers the message to the real worker after AckWait.
 	b.startWorker(t, "waiter")
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if lease, err = b.stores.Claims.Renew(b.ctx, lease, 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // the fault: a holder alive for 5 s that renews and sends no in-progress
+		time.Sleep(200 * time.Millisecond) // the fault: a holder alive for 10 s that renews and sends no in-progress
 	}
 	info, err := cons.Info(b.ctx)
 	if err != nil {
