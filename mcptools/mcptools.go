@@ -27,7 +27,9 @@
 // its Retry-After honoured; a context deadline is a timeout; a JSON-RPC
 // "method not found" or "invalid params" is permanent and not applied;
 // any other JSON-RPC or transport error, and a lost session, is transient
-// (the Server connects a new session for the next call). The breaker
+// (the Server connects a new session for the next call), except a
+// streamable HTTP server's 404 for a session it forgot: it ran nothing,
+// and the call is made again at once on a new session. The breaker
 // system is the server's name. The journaled output is the result's
 // structuredContent when present, else its text; tokens a tool reports in
 // its result's _meta[MetaUsage] count toward the job's usage and budget.
@@ -211,18 +213,30 @@ func (s *Server) convert(listed map[string]*mcp.Tool, t *mcp.Tool, system string
 }
 
 // callTool makes one tools/call on a live session, its failure
-// classified.
+// classified. A server that answers that it does not know the session
+// (streamable HTTP's 404: its process restarted) ran nothing: the session
+// is dropped and the call made once more on a new one, so a restarted
+// server costs a reconnect, not a failed call and a breaker's count.
 func (s *Server) callTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	cs, err := s.current(ctx)
-	if err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		cs, err := s.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		callCtx, wait := withWaitNote(ctx)
+		res, err := cs.CallTool(callCtx, p)
+		if err == nil {
+			return res, nil
+		}
+		if errors.Is(err, mcp.ErrSessionMissing) {
+			s.drop(cs)
+			if attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			return nil, salvage.NotApplied(classify(callCtx, p.Name, wait, err))
+		}
+		return nil, classify(callCtx, p.Name, wait, err)
 	}
-	ctx, wait := withWaitNote(ctx)
-	res, err := cs.CallTool(ctx, p)
-	if err != nil {
-		return nil, classify(ctx, p.Name, wait, err)
-	}
-	return res, nil
 }
 
 // caller makes one MCP call: the idempotency key in _meta, and in the

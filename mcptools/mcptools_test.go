@@ -253,7 +253,9 @@ func TestErrorsByKind(t *testing.T) {
 // TestALostSessionIsReconnected: the server forgets the session (its
 // process or handler restarted); the call that finds it lost fails
 // transient, so its outcome is verified, and a later call runs on a new
-// session.
+// session. Over streamable HTTP the server says so before it runs the
+// call (404, session not found): the same call goes on a new session and
+// succeeds, and no call fails.
 func TestALostSessionIsReconnected(t *testing.T) {
 	each(t, func(t *testing.T, s *shop, tr transport) {
 		byName := tools(t, dial(t, tr), refundOptions)
@@ -267,6 +269,15 @@ func TestALostSessionIsReconnected(t *testing.T) {
 		}
 		before := s.sessions.Load()
 		tr.lose()
+		if tr.name == "streamable-http" {
+			if err := lookup(); err != nil {
+				t.Fatalf("the first call after the server forgot the session: %v; want it made on a new session", err)
+			}
+			if got := s.sessions.Load(); got != before+1 {
+				t.Errorf("sessions %d after the loss, want %d: one new session", got, before+1)
+			}
+			return
+		}
 		failed := 0
 		var last error
 		salvagetest.Eventually(t, time.Minute, func() bool {

@@ -25,7 +25,8 @@ const redialEvery = 500 * time.Millisecond
 // endpoint restarted and forgot the session) connects a new one first. A
 // call that was in flight when the session was lost is not made again
 // here: it fails transient, so Salvage verifies its outcome before it
-// repeats a side effect. A Server is safe for concurrent use.
+// repeats a side effect; a call the server refused for not knowing its
+// session (it never ran) is made again on the new session. A Server is safe for concurrent use.
 type Server struct {
 	client    *mcp.Client
 	transport Transport
@@ -77,6 +78,18 @@ func (s *Server) Close() error {
 	err := s.session.Close()
 	s.session = nil
 	return err
+}
+
+// drop forgets cs, the current session, once a call learnt that the
+// server no longer knows it; the next call connects a new one.
+func (s *Server) drop(cs *mcp.ClientSession) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.session != cs {
+		return
+	}
+	_ = s.session.Close()
+	s.session = nil
 }
 
 // current returns a live session, connecting a new one when the last was

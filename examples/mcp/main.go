@@ -9,7 +9,7 @@
 //	mcp                       the demo: an embedded NATS server, the shop over stdio, six orders
 //	mcp shop --ledger FILE [--http ADDR] [--hang-refund ORDER]
 //	                          the MCP server (stdio, or streamable HTTP at http://ADDR/mcp)
-//	mcp worker --nats URL (--mcp-url URL | --ledger FILE [--hang-refund ORDER])
+//	mcp worker --nats URL (--mcp-url URL | --ledger FILE [--hang-refund ORDER]) [--ack-wait D] [--breaker-cool-down D]
 //	                          a Salvage worker whose pipeline "refunds" calls the shop
 //	                          (at a URL, or run as its child over stdio)
 //
@@ -105,6 +105,7 @@ func runWorker(args []string) error {
 	ledger := fs.String("ledger", "", "without --mcp-url: run the shop on stdio with this ledger")
 	hang := fs.String("hang-refund", "", "without --mcp-url: the shop's --hang-refund")
 	ackWait := fs.Duration("ack-wait", 10*time.Second, "JetStream AckWait of the chunk pool")
+	coolDown := fs.Duration("breaker-cool-down", salvage.BreakerCoolDownDefault, "how long the shop's circuit breaker stays open before a probe")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func runWorker(args []string) error {
 		return err
 	}
 	client, err := salvage.NewClient(js, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, AckWait: *ackWait,
-		Concurrency: 2, RetryBase: 20 * time.Millisecond})
+		Concurrency: 2, RetryBase: 20 * time.Millisecond, Breaker: salvage.BreakerPolicy{CoolDown: *coolDown}})
 	if err != nil {
 		return err
 	}

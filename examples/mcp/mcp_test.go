@@ -61,7 +61,7 @@ func start(t *testing.T, bin string, args ...string) *proc {
 // await waits for the line that starts with prefix.
 func (p *proc) await(t *testing.T, prefix string) {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(time.Minute)
 	for {
 		select {
 		case l := <-p.lines:
@@ -69,7 +69,7 @@ func (p *proc) await(t *testing.T, prefix string) {
 				return
 			}
 		case <-deadline:
-			t.Fatalf("no %q within 30s; stderr:\n%s", prefix, p.stderr)
+			t.Fatalf("no %q within a minute; stderr:\n%s", prefix, p.stderr)
 		}
 	}
 }
@@ -111,7 +111,10 @@ func refundsSurviveKills(t *testing.T, bin, over string) {
 	ns := salvagetest.StartServer(t)
 	ledger := filepath.Join(t.TempDir(), "ledger.jsonl")
 	const hang = "o-2,o-7"
-	worker := []string{"worker", "--nats", ns.NATS.ClientURL(), "--ack-wait", "6s"}
+	// Killing the shop over HTTP is an outage the worker may see (calls
+	// refused until it is back): its breaker opens, and a short cool-down
+	// keeps the test from waiting the default 30 s for the probe.
+	worker := []string{"worker", "--nats", ns.NATS.ClientURL(), "--ack-wait", "6s", "--breaker-cool-down", "2s"}
 	shopArgs := []string{"shop", "--ledger", ledger, "--hang-refund", hang}
 	var shop *proc
 	if over == "http" {
@@ -143,7 +146,7 @@ func refundsSurviveKills(t *testing.T, bin, over string) {
 		// The worker's child, found by the pid the ledger recorded.
 		_ = syscall.Kill(hung.PID, syscall.SIGKILL)
 	}
-	j1 := salvagetest.WaitJob(t, c, job1, 60*time.Second)
+	j1 := salvagetest.WaitJob(t, c, job1, 2*time.Minute)
 
 	// Job 2: o-7's refund is paid and its answer lost; the worker is
 	// killed mid-job and another takes over.
@@ -158,7 +161,7 @@ func refundsSurviveKills(t *testing.T, bin, over string) {
 	}
 	b := start(t, bin, worker...)
 	b.await(t, "worker: ready")
-	j2 := salvagetest.WaitJob(t, c, job2, 90*time.Second)
+	j2 := salvagetest.WaitJob(t, c, job2, 2*time.Minute)
 
 	for _, j := range []*salvage.Job{j1, j2} {
 		if j.Status != salvage.JobIncomplete || j.Summary.Done != 4 || j.Summary.DeadLettered != 1 {
@@ -199,7 +202,7 @@ func refundsSurviveKills(t *testing.T, bin, over string) {
 	}
 	// One refund per order, and the two that could not be notified are
 	// cancelled, once each.
-	salvagetest.Eventually(t, 60*time.Second, func() bool {
+	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		es, _ := readLedger(ledger)
 		return count(es, "cancel", "") >= 2
 	}, "the refunds of o-5 and o-10 were not cancelled")
