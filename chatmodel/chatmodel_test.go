@@ -51,7 +51,7 @@ func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
 		{"529 overloaded", answer{status: 529, header: map[string]string{"Retry-After": "1"}, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}, salvage.ErrRateLimited, 529, time.Second, false},
 		{"500", answer{status: 500, body: apiError("server_error", "", "The server had an error")}, salvage.ErrTransient, 500, 0, false},
 		{"503", answer{status: 503, body: "upstream connect error"}, salvage.ErrTransient, 503, 0, false},
-		{"timeout", answer{status: 200, sleep: 2 * time.Second}, salvage.ErrTimeout, 0, 0, false},
+		{"timeout", answer{status: 200, sleep: time.Minute}, salvage.ErrTimeout, 0, 0, false},
 		{"400 context length", answer{status: 400, body: apiError("invalid_request_error", "context_length_exceeded", "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens.")}, chatmodel.ErrContextLength, 400, 0, false},
 		{"400", answer{status: 400, body: apiError("invalid_request_error", "", "Invalid value for 'temperature'")}, salvage.ErrPermanent, 400, 0, false},
 		{"401", answer{status: 401, body: apiError("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-test-****shown")}, salvage.ErrPermanent, 401, 0, false},
@@ -63,6 +63,9 @@ func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
 			var requests atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				requests.Add(1)
+				// Read to the end: only then does the server notice a client
+				// that gave up (r.Context ends), which ends the hang.
+				_, _ = io.Copy(io.Discard, r.Body)
 				if tt.answer.sleep > 0 {
 					select {
 					case <-time.After(tt.answer.sleep):
@@ -78,7 +81,7 @@ func TestChatModelClassifiesEveryErrorShape(t *testing.T) {
 				_, _ = io.WriteString(w, tt.answer.body)
 			}))
 			defer srv.Close()
-			_, err := callModel(t, srv.URL, 300*time.Millisecond)
+			_, err := callModel(t, srv.URL, clientTimeout(tt.answer.sleep))
 			if !errors.Is(err, tt.is) {
 				t.Fatalf("error %v; want it to match %v", err, tt.is)
 			}
@@ -157,6 +160,17 @@ func TestChatModelAnswers(t *testing.T) {
 	}
 }
 
+// clientTimeout is how long a call waits for a server that answers after
+// sleep: a server that hangs (sleep, a minute, holds the request until the
+// client gives up) is given up on after 2 s; any other is waited for as
+// long as a loaded machine could need.
+func clientTimeout(sleep time.Duration) time.Duration {
+	if sleep > 0 {
+		return 2 * time.Second
+	}
+	return time.Minute
+}
+
 func callModel(t *testing.T, url string, timeout time.Duration) (salvage.ToolResult, error) {
 	t.Helper()
 	tool, err := chatmodel.New("model", chatmodel.Config{BaseURL: url, Model: "test-model", APIKey: testKey, Timeout: timeout})
@@ -189,7 +203,7 @@ func TestAnthropicMessagesClassifiesEveryErrorShape(t *testing.T) {
 		{"529 overloaded", 529, map[string]string{"Retry-After": "1"}, anthropicError("overloaded_error", "Overloaded"), 0, salvage.ErrRateLimited, time.Second},
 		{"529 without a wait", 529, nil, anthropicError("overloaded_error", "Overloaded"), 0, salvage.ErrTransient, 0},
 		{"500", 500, nil, anthropicError("api_error", "Internal server error"), 0, salvage.ErrTransient, 0},
-		{"timeout", 200, nil, "", 2 * time.Second, salvage.ErrTimeout, 0},
+		{"timeout", 200, nil, "", time.Minute, salvage.ErrTimeout, 0},
 		{"400 prompt too long", 400, nil, anthropicError("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"), 0, salvage.ErrPermanent, 0},
 		{"401", 401, nil, anthropicError("authentication_error", "invalid x-api-key"), 0, salvage.ErrPermanent, 0},
 	} {
@@ -197,6 +211,9 @@ func TestAnthropicMessagesClassifiesEveryErrorShape(t *testing.T) {
 			var requests atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				requests.Add(1)
+				// Read to the end: only then does the server notice a client
+				// that gave up (r.Context ends), which ends the hang.
+				_, _ = io.Copy(io.Discard, r.Body)
 				if tt.sleep > 0 {
 					select {
 					case <-time.After(tt.sleep):
@@ -211,7 +228,7 @@ func TestAnthropicMessagesClassifiesEveryErrorShape(t *testing.T) {
 				_, _ = io.WriteString(w, tt.body)
 			}))
 			defer srv.Close()
-			_, err := callAnthropic(t, srv.URL+"/v1", 300*time.Millisecond)
+			_, err := callAnthropic(t, srv.URL+"/v1", clientTimeout(tt.sleep))
 			var ce *salvage.CallError
 			if !errors.Is(err, tt.is) || !errors.As(err, &ce) {
 				t.Fatalf("error %v; want a CallError matching %v", err, tt.is)

@@ -60,7 +60,7 @@ func TestDashboardInABrowser(t *testing.T) {
 func dashboardInABrowser(t *testing.T, width int64) {
 	f := setup(t, "")
 	ctx := browse(t, f.url+"/")
-	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
+	step, cancelStep := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancelStep()
 	// The page confirms what changes things (a replay, a bulk action).
 	asked := acceptDialogs(ctx)
@@ -455,7 +455,7 @@ func signInInABrowser(t *testing.T, width int64) {
 	token := randomToken(t)
 	f := setupWith(t, dashboard.Config{Token: token})
 	ctx := browse(t, f.url+"/#envelope/"+f.envID)
-	step, cancel := context.WithTimeout(ctx, 60*time.Second)
+	step, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	bg := context.Background()
 	if err := chromedp.Do(step, chromedp.EmulateViewport(width, 1000), chromedp.WaitVisible(`#signin-token`)); err != nil {

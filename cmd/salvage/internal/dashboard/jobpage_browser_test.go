@@ -31,7 +31,7 @@ func TestJobPageInABrowser(t *testing.T) {
 			}
 			job := "01JDASHBOARD00000000000000"
 			ctx := browse(t, f.url+"/")
-			step, cancel := context.WithTimeout(ctx, 60*time.Second)
+			step, cancel := context.WithTimeout(ctx, 3*time.Minute)
 			defer cancel()
 			asked := acceptDialogs(ctx)
 			if err := chromedp.Do(step, chromedp.EmulateViewport(width, 900), chromedp.Navigate(f.url+"/#job/"+job),

@@ -125,7 +125,7 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 			f := setup(t, "")
 			addWalkJob(t, f)
 			ctx := browse(t, f.url+"/")
-			step, cancel := context.WithTimeout(ctx, 90*time.Second)
+			step, cancel := context.WithTimeout(ctx, 3*time.Minute)
 			defer cancel()
 			asked := acceptDialogs(ctx)
 			poll := func(what, js string) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 )
 
-// apiTool points the real client for api at a sim whose model has cfg.
-func apiTool(t *testing.T, cfg simmodel.Config, api chatmodel.API) salvage.Tool {
+// apiTool points the real client for api at a sim whose model has cfg;
+// the client gives up on a request after timeout.
+func apiTool(t *testing.T, cfg simmodel.Config, api chatmodel.API, timeout time.Duration) salvage.Tool {
 	t.Helper()
 	m, err := simmodel.New(cfg)
 	if err != nil {
@@ -25,7 +27,7 @@ func apiTool(t *testing.T, cfg simmodel.Config, api chatmodel.API) salvage.Tool 
 	}
 	srv := httptest.NewServer(sim.Handler(sim.NewState(sim.Config{}), m))
 	t.Cleanup(srv.Close)
-	tool, err := chatmodel.New("model", chatmodel.Config{API: api, BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, Timeout: 100 * time.Millisecond})
+	tool, err := chatmodel.New("model", chatmodel.Config{API: api, BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,8 @@ func TestChatCompletionsAnswer(t *testing.T) {
 }
 
 func answers(t *testing.T, api chatmodel.API) {
-	tool := apiTool(t, simmodel.Config{Seed: 3}, api)
+	// No call here times out: the bound only ends a test gone wrong.
+	tool := apiTool(t, simmodel.Config{Seed: 3}, api, time.Minute)
 	a, err := chat(tool, "k1", "The Supplier shall indemnify the Customer.")
 	if err != nil {
 		t.Fatal(err)
@@ -72,39 +75,59 @@ func answers(t *testing.T, api chatmodel.API) {
 // classifies each as specified.
 func TestChatCompletionsFailLikeARealAPI(t *testing.T) {
 	for _, api := range []chatmodel.API{chatmodel.OpenAI, chatmodel.Anthropic} {
-		t.Run(string(api), func(t *testing.T) { failLikeARealAPI(t, api) })
+		t.Run(string(api), func(t *testing.T) {
+			t.Parallel()
+			failLikeARealAPI(t, api)
+		})
 	}
 }
 
 func failLikeARealAPI(t *testing.T, api chatmodel.API) {
-	tool := apiTool(t, simmodel.Config{Seed: 1, FailureRate: 1}, api)
+	// A simulated timeout holds its request until the client gives up,
+	// after failTimeout; every other failure is answered at once. The
+	// calls go together, so the test waits about one failTimeout, and an
+	// answer as slow as failTimeout (a loaded machine) is not taken for a
+	// timeout.
+	const failTimeout = 3 * time.Second
+	tool := apiTool(t, simmodel.Config{Seed: 1, FailureRate: 1}, api, failTimeout)
+	var mu sync.Mutex
 	seen := map[string]int{}
+	var wg sync.WaitGroup
 	for i := range 120 {
-		_, err := chat(tool, fmt.Sprintf("key-%d", i), "clause")
-		var ce *salvage.CallError
-		if !errors.As(err, &ce) {
-			t.Fatalf("call %d: %v is not a CallError", i, err)
-		}
-		switch {
-		case errors.Is(err, salvage.ErrRateLimited) && ce.Status == 429 && ce.RetryAfter > 0:
-			seen["429"]++
-		case errors.Is(err, salvage.ErrRateLimited) && ce.Status == 529 && ce.RetryAfter > 0:
-			seen["529"]++
-		case errors.Is(err, salvage.ErrTransient) && (ce.Status == 500 || ce.Status == 503):
-			seen[strconv.Itoa(ce.Status)]++
-		case errors.Is(err, salvage.ErrTimeout):
-			seen["timeout"]++
-		default:
-			t.Errorf("call %d: unexpected %v (status %d)", i, err, ce.Status)
-		}
+		wg.Go(func() {
+			_, err := chat(tool, fmt.Sprintf("key-%d", i), "clause")
+			var ce *salvage.CallError
+			if !errors.As(err, &ce) {
+				t.Errorf("call %d: %v is not a CallError", i, err)
+				return
+			}
+			var class string
+			switch {
+			case errors.Is(err, salvage.ErrRateLimited) && ce.Status == 429 && ce.RetryAfter > 0:
+				class = "429"
+			case errors.Is(err, salvage.ErrRateLimited) && ce.Status == 529 && ce.RetryAfter > 0:
+				class = "529"
+			case errors.Is(err, salvage.ErrTransient) && (ce.Status == 500 || ce.Status == 503):
+				class = strconv.Itoa(ce.Status)
+			case errors.Is(err, salvage.ErrTimeout):
+				class = "timeout"
+			default:
+				t.Errorf("call %d: unexpected %v (status %d)", i, err, ce.Status)
+				return
+			}
+			mu.Lock()
+			seen[class]++
+			mu.Unlock()
+		})
 	}
+	wg.Wait()
 	for _, want := range []string{"429", "529", "500", "503", "timeout"} {
 		if seen[want] == 0 {
 			t.Errorf("no %s in 120 failing calls: %v", want, seen)
 		}
 	}
 
-	perm := apiTool(t, simmodel.Config{PermanentRate: 1}, api)
+	perm := apiTool(t, simmodel.Config{PermanentRate: 1}, api, time.Minute)
 	if _, err := chat(perm, "k", "clause"); !errors.Is(err, salvage.ErrPermanent) {
 		t.Errorf("a rejected prompt: %v, want permanent", err)
 	}

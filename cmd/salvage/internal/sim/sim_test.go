@@ -12,12 +12,15 @@ import (
 	"github.com/salvagehq/salvage/recovery"
 )
 
+// start serves a sim with cfg; its client waits for an answer as long as
+// a test could want (the few calls meant to time out use a copy with a
+// short Timeout).
 func start(t *testing.T, cfg sim.Config) *sim.Client {
 	t.Helper()
 	m, _ := simmodel.New(simmodel.Config{})
 	srv := httptest.NewServer(sim.Handler(sim.NewState(cfg), m))
 	t.Cleanup(srv.Close)
-	return &sim.Client{BaseURL: srv.URL, Timeout: 300 * time.Millisecond}
+	return &sim.Client{BaseURL: srv.URL, Timeout: time.Minute}
 }
 
 func TestIdempotencyKeyRepeatsTheFirstResult(t *testing.T) {
@@ -69,22 +72,27 @@ func TestVerifyAndCompensate(t *testing.T) {
 }
 
 func TestInjectedFaults(t *testing.T) {
-	c := start(t, sim.Config{Hang: time.Second, Rules: []sim.Rule{
+	// A timeout rule holds its request for Hang (or until the caller
+	// gives up); the calls it catches go through hung, which gives up
+	// after 2 s, far past any answer but far short of Hang.
+	c := start(t, sim.Config{Hang: time.Minute, Rules: []sim.Rule{
 		{System: "payments", Order: "after", Mode: "timeout-after", Times: 1},
 		{System: "payments", Order: "before", Mode: "timeout-before", Times: 1},
 		{System: "email", Order: "bad", Mode: "permanent"},
 		{System: "payments", Order: "stuck", Mode: "compensation-fails"},
 	}, Systems: map[string]sim.Faults{"crm": {OutageUntil: time.Now().Add(time.Hour)}}})
 	ctx := context.Background()
+	hung := *c
+	hung.Timeout = 2 * time.Second
 
-	_, err := c.Effect(ctx, "payments", "charge", "ka", map[string]any{"order": "after"})
+	_, err := hung.Effect(ctx, "payments", "charge", "ka", map[string]any{"order": "after"})
 	if !errors.Is(err, recovery.ErrTimeout) {
 		t.Fatalf("timeout after commit: %v", err)
 	}
 	if v, _ := c.Verify(ctx, "payments", "ka"); !v.Applied {
 		t.Fatal("a timeout after commit must leave the effect applied")
 	}
-	_, err = c.Effect(ctx, "payments", "charge", "kb", map[string]any{"order": "before"})
+	_, err = hung.Effect(ctx, "payments", "charge", "kb", map[string]any{"order": "before"})
 	if !errors.Is(err, recovery.ErrTimeout) {
 		t.Fatalf("timeout before commit: %v", err)
 	}
