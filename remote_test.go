@@ -195,7 +195,7 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := salvagetest.WaitJob(t, c, id2, 30*time.Second); j.Status != salvage.JobIncomplete {
+	if j := salvagetest.WaitJob(t, c, id2, time.Minute); j.Status != salvage.JobIncomplete {
 		t.Fatalf("job = %+v", j)
 	}
 	if n := svc.count("agents.measure") - before; n != 1 {

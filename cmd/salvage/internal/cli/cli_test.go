@@ -99,7 +99,7 @@ func startPrinting(t *testing.T, cmd *exec.Cmd, prefix string) string {
 	select {
 	case v := <-lines:
 		return v
-	case <-time.After(30 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatalf("%s printed no %s", cmd.Args, prefix)
 	}
 	return ""
@@ -223,7 +223,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	select {
 	case m := <-accepted:
 		_ = json.Unmarshal(m.Data, &ev)
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("no accepted event for a plain publish")
 	}
 	code, out, _ = run(t, "", "cancel", ev.Job, "--server", url)
@@ -306,8 +306,8 @@ func TestSIGTERMDrains(t *testing.T) {
 		if err != nil {
 			t.Fatalf("worker exit after SIGTERM: %v", err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker did not drain within 30s")
+	case <-time.After(time.Minute):
+		t.Fatal("worker did not drain within a minute")
 	}
 	_, out, _ = run(t, "", "status", job, "--server", url)
 	if !strings.Contains(out, "status done") {

@@ -91,7 +91,7 @@ func TestDemoKeep(t *testing.T) {
 	var report []byte
 	select {
 	case report = <-reports:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("no report on stdout")
 	}
 	if err := json.Unmarshal(report, &rep); err != nil || rep.ChunksDone != 2 {
@@ -150,7 +150,7 @@ func TestDemoKeep(t *testing.T) {
 		if err != nil {
 			t.Fatalf("demo --keep after SIGINT: %v", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("demo --keep did not stop on SIGINT")
 	}
 }

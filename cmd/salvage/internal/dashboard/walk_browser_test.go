@@ -265,7 +265,7 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 				if msg != "replay envelope "+walkEnvelope+"?" {
 					t.Fatalf("the replay asked %q", msg)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(time.Minute):
 				t.Fatal("the replay asked nothing")
 			}
 			poll("the replay's answer", `document.getElementById('d-result').textContent.startsWith('replay: ')`)
