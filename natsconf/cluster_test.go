@@ -21,7 +21,7 @@ func TestClusterSurvivesItsStreamLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Shutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	nc := salvagetest.Connect(t, c.URLs())
 	js, _ := jetstream.New(nc)
@@ -29,7 +29,7 @@ func TestClusterSurvivesItsStreamLeader(t *testing.T) {
 	// machine one create waited out the whole minute for an answer that
 	// never came. A create of the same config again is no change.
 	var s jetstream.Stream
-	salvagetest.Eventually(t, 50*time.Second, func() bool {
+	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		var err error
