@@ -3,7 +3,6 @@ package kv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/salvagehq/salvage/streams"
 )
@@ -46,29 +44,29 @@ func (x seqIndex) countFrom(ctx context.Context, filter string, from uint64) (in
 // read hands fn up to n messages under filter from sequence from, each
 // with how many match after it; fn returning false stops.
 func (x seqIndex) read(ctx context.Context, filter string, from uint64, n int, fn func(m *jetstream.RawStreamMsg, pending int) bool) error {
-	return x.get(ctx, filter, n, fn, jetstreamext.GetBatchSeq(max(from, 1)), jetstreamext.GetBatchSubject(filter))
+	return x.get(ctx, filter, fn, batchGet{Seq: max(from, 1), NextBySubject: filter, Batch: n})
 }
 
-// get is one batched direct get of up to n messages; what names it in
-// errors.
-func (x seqIndex) get(ctx context.Context, what string, n int, fn func(m *jetstream.RawStreamMsg, pending int) bool, opts ...jetstreamext.GetBatchOpt) error {
-	opts = append(opts, jetstreamext.GetBatchMaxBytes(pageBatchBytes))
+// batchGet is the body of a batched direct get (ADR-31).
+type batchGet struct {
+	Seq           uint64     `json:"seq,omitempty"`
+	NextBySubject string     `json:"next_by_subj,omitempty"`
+	Batch         int        `json:"batch"`
+	MaxBytes      int        `json:"max_bytes,omitempty"`
+	StartTime     *time.Time `json:"start_time,omitempty"`
+}
+
+// get is one batched direct get of up to req.Batch messages, each handed
+// to fn with how many match after it; what names it in errors.
+func (x seqIndex) get(ctx context.Context, what string, fn func(m *jetstream.RawStreamMsg, pending int) bool, req batchGet) error {
+	req.MaxBytes = pageBatchBytes
 	return streams.Retry(ctx, func(ctx context.Context) error {
-		msgs, err := jetstreamext.GetBatch(ctx, x.js, x.stream, n, opts...)
+		err := directBatch(ctx, x.js, x.stream, req, func(m *jetstream.RawStreamMsg) bool {
+			pending, _ := strconv.Atoi(m.Header.Get("Nats-Num-Pending"))
+			return fn(m, pending)
+		})
 		if err != nil {
 			return fmt.Errorf("kv: read %s %s: %w", x.stream, what, err)
-		}
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("kv: read %s %s: %w", x.stream, what, err)
-			}
-			pending, _ := strconv.Atoi(m.Header.Get("Nats-Num-Pending"))
-			if !fn(m, pending) {
-				return nil
-			}
 		}
 		return nil
 	})
@@ -78,10 +76,10 @@ func (x seqIndex) get(ctx context.Context, what string, n int, fn func(m *jetstr
 // bound of what was stored before t.
 func (x seqIndex) seqAt(ctx context.Context, t time.Time) (uint64, error) {
 	seq := uint64(0)
-	err := x.get(ctx, "at "+t.String(), 1, func(m *jetstream.RawStreamMsg, _ int) bool {
+	err := x.get(ctx, "at "+t.String(), func(m *jetstream.RawStreamMsg, _ int) bool {
 		seq = m.Sequence
 		return false
-	}, jetstreamext.GetBatchStartTime(t))
+	}, batchGet{StartTime: &t, Batch: 1})
 	if err != nil || seq > 0 {
 		return seq, err
 	}

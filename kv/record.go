@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/salvagehq/salvage/streams"
 )
@@ -135,23 +134,18 @@ func lastMsgsOf(ctx context.Context, js jetstream.JetStream, bucket string, filt
 	for i, f := range filters {
 		subjects[i] = prefix + f
 	}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, js, "KV_"+bucket, subjects)
+	var ferr error
+	err := directBatch(ctx, js, "KV_"+bucket, struct {
+		MultiLast []string `json:"multi_last"`
+	}{subjects}, func(m *jetstream.RawStreamMsg) bool {
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			return true
+		}
+		ferr = fn(m.Subject[len(prefix):], m)
+		return ferr == nil
+	})
 	if err != nil {
 		return err
 	}
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
-			continue
-		}
-		if err := fn(m.Subject[len(prefix):], m); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ferr
 }
