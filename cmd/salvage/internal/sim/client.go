@@ -18,6 +18,14 @@ import (
 // CallTimeoutDefault is how long a client waits for one sim request.
 const CallTimeoutDefault = time.Second
 
+// MaxAnswer is the most of one answer a client reads.
+const MaxAnswer = 1 << 20
+
+// ErrAnswerTooLarge is an answer longer than MaxAnswer (a ledger of many
+// thousands of effects): refused whole, never decoded from its first
+// MaxAnswer bytes.
+var ErrAnswerTooLarge = errors.New("sim: answer larger than 1 MiB")
+
 // Client calls a running sim. Failures come back as *salvage.CallError
 // classified by HTTP status, never by message text.
 type Client struct {
@@ -115,12 +123,15 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 		return salvage.Transient(0, fmt.Errorf("%s %s: %w", method, path, err))
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer+1))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return salvage.Timeout(fmt.Errorf("%s %s: no answer in %s", method, path, timeout))
 		}
 		return salvage.Transient(resp.StatusCode, err)
+	}
+	if len(data) > MaxAnswer {
+		return salvage.Permanent(resp.StatusCode, fmt.Errorf("%s %s: %w", method, path, ErrAnswerTooLarge))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return statusError(resp, method, path, data)

@@ -3,7 +3,10 @@ package sim_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +129,29 @@ func TestRateLimitCarriesRetryAfter(t *testing.T) {
 	var ce *recovery.CallError
 	if !errors.As(err, &ce) || ce.Class != recovery.ClassRateLimited || ce.RetryAfter <= 0 || ce.RetryAfter > time.Second {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestAnAnswerPastTheBoundIsRefusedWhole: a ledger larger than MaxAnswer
+// is an error that says so, not JSON cut at the bound ("unexpected end of
+// JSON input", as a cluster test that ran 1,500 effects once saw).
+func TestAnAnswerPastTheBoundIsRefusedWhole(t *testing.T) {
+	big := `{"effects":[` + strings.Repeat(`{"system":"payments"},`, sim.MaxAnswer/len(`{"system":"payments"},`)) + `{"system":"payments"}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, big)
+	}))
+	t.Cleanup(srv.Close)
+	c := &sim.Client{BaseURL: srv.URL, Timeout: time.Minute}
+	_, err := c.Ledger(t.Context())
+	if !errors.Is(err, sim.ErrAnswerTooLarge) {
+		t.Fatalf("a %d-byte ledger: %v; want ErrAnswerTooLarge", len(big), err)
+	}
+	small := `{"effects":[{"system":"payments"}]}`
+	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, small)
+	}))
+	t.Cleanup(srv2.Close)
+	if l, err := (&sim.Client{BaseURL: srv2.URL, Timeout: time.Minute}).Ledger(t.Context()); err != nil || len(l.Effects) != 1 {
+		t.Fatalf("a small ledger: %+v, %v", l, err)
 	}
 }
