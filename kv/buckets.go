@@ -91,7 +91,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 	}
 	fp := streams.Fingerprint(snaps)
 	snaps.Metadata = map[string]string{streams.ConfigKey: fp}
-	if err := streams.EnsureStreamOf(ctx, js, "object store "+snaps.Bucket, "OBJ_"+snaps.Bucket, fp, func() error {
+	if err := streams.EnsureStreamOf(ctx, js, "object store "+snaps.Bucket, "OBJ_"+snaps.Bucket, fp, func(ctx context.Context) error {
 		_, err := js.CreateObjectStore(ctx, snaps)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			_, err = js.UpdateObjectStore(ctx, snaps)
@@ -126,7 +126,7 @@ const openWait = 10 * time.Second
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
 	fp := streams.Fingerprint(cfg)
 	cfg.Metadata = map[string]string{streams.ConfigKey: fp}
-	return streams.EnsureStreamOf(ctx, js, "bucket "+cfg.Bucket, "KV_"+cfg.Bucket, fp, func() error {
+	return streams.EnsureStreamOf(ctx, js, "bucket "+cfg.Bucket, "KV_"+cfg.Bucket, fp, func(ctx context.Context) error {
 		_, err := js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			_, err = js.UpdateKeyValue(ctx, cfg)

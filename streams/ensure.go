@@ -59,6 +59,15 @@ func stamp(md map[string]string, fp string) map[string]string {
 // this is treated as "not current" and the create goes ahead.
 const readWait = 2 * time.Second
 
+// changeWait bounds one request that creates or updates a stream, bucket
+// or consumer. A forming cluster can leave such a request unanswered (a
+// meta leader elected while it was in flight): it is asked again after
+// changeWait instead of waited on until the caller's context ends, which
+// took a provisioning process past 90 s on a loaded machine
+// (TestConcurrentProvisioningOnACluster). Asking again is safe: a create
+// that did land finds the same configuration and updates nothing.
+const changeWait = 10 * time.Second
+
 // streamCurrent reports whether stream name exists carrying fingerprint
 // fp: provisioned as asked, nothing to change. It only reads, for at most
 // two seconds.
@@ -76,13 +85,18 @@ func streamCurrent(ctx context.Context, js jetstream.JetStream, name, fp string)
 // after all (another process provisioned it in the meantime). Transient
 // errors (a cluster still placing peers, a leader election) are retried
 // until ctx ends.
-func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, fp string, change func() error) error {
+func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, fp string, change func(ctx context.Context) error) error {
 	if streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
 	// A forming or restarting cluster answers "no suitable peers" or not
-	// at all for a while: wait that out (within ctx), not a refusal.
-	err := Retry(ctx, func(context.Context) error { return Change(js, what, change) })
+	// at all for a while: wait that out (within ctx), not a refusal. A
+	// request it never answers is asked again after changeWait.
+	err := Retry(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, changeWait)
+		defer cancel()
+		return Change(js, what, func() error { return change(ctx) })
+	})
 	if errors.Is(err, ErrNeedsProvisioning) && streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
@@ -100,7 +114,7 @@ func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, f
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
 	fp := Fingerprint(cfg)
 	cfg.Metadata = stamp(cfg.Metadata, fp)
-	return EnsureStreamOf(ctx, js, "stream "+cfg.Name, cfg.Name, fp, func() error {
+	return EnsureStreamOf(ctx, js, "stream "+cfg.Name, cfg.Name, fp, func(ctx context.Context) error {
 		_, err := js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			_, err = js.UpdateStream(ctx, cfg)
@@ -125,7 +139,9 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	cfg.Metadata = stamp(cfg.Metadata, fp)
 	var c jetstream.Consumer
-	err := Retry(ctx, func(context.Context) error {
+	err := Retry(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, changeWait)
+		defer cancel()
 		return Change(js, "consumer "+cfg.Durable+" on "+stream, func() error {
 			var err error
 			c, err = js.CreateConsumer(ctx, stream, cfg)
