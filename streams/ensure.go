@@ -92,11 +92,7 @@ func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, f
 	// A forming or restarting cluster answers "no suitable peers" or not
 	// at all for a while: wait that out (within ctx), not a refusal. A
 	// request it never answers is asked again after changeWait.
-	err := Retry(ctx, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, changeWait)
-		defer cancel()
-		return Change(js, what, func() error { return change(ctx) })
-	})
+	err := retryChange(ctx, js, what, change)
 	if errors.Is(err, ErrNeedsProvisioning) && streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
@@ -139,17 +135,13 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	cfg.Metadata = stamp(cfg.Metadata, fp)
 	var c jetstream.Consumer
-	err := Retry(ctx, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, changeWait)
-		defer cancel()
-		return Change(js, "consumer "+cfg.Durable+" on "+stream, func() error {
-			var err error
-			c, err = js.CreateConsumer(ctx, stream, cfg)
-			if errors.Is(err, jetstream.ErrConsumerExists) {
-				c, err = js.UpdateConsumer(ctx, stream, cfg)
-			}
-			return err
-		})
+	err := retryChange(ctx, js, "consumer "+cfg.Durable+" on "+stream, func(ctx context.Context) error {
+		var err error
+		c, err = js.CreateConsumer(ctx, stream, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			c, err = js.UpdateConsumer(ctx, stream, cfg)
+		}
+		return err
 	})
 	if errors.Is(err, ErrNeedsProvisioning) {
 		if c, ok := current(); ok {
@@ -157,6 +149,16 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 		}
 	}
 	return c, err
+}
+
+// retryChange runs change (see Change) until it succeeds, is refused or
+// ctx ends, each attempt within changeWait.
+func retryChange(ctx context.Context, js jetstream.JetStream, what string, change func(ctx context.Context) error) error {
+	return Retry(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, changeWait)
+		defer cancel()
+		return Change(js, what, func() error { return change(ctx) })
+	})
 }
 
 // Change runs change, a request that creates, updates or deletes what
