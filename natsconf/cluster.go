@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -58,7 +60,40 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = clusterNodesDefault
 	}
-	ports, err := FreePorts(2 * cfg.Nodes)
+	// The ports are picked free and bound a moment later, so a server of
+	// another process (or test) can take one in between; that start is
+	// made again on fresh ports, a bounded number of times.
+	var err error
+	for range startAttempts {
+		var c *Cluster
+		if c, err = startClusterOnce(cfg); err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, err
+		}
+		for i := range cfg.Nodes {
+			if rmErr := os.RemoveAll(filepath.Join(cfg.Dir, nodeName(cfg, i))); rmErr != nil {
+				return nil, fmt.Errorf("natsconf: clear a node's store after a port clash: %w", rmErr)
+			}
+		}
+	}
+	return nil, err
+}
+
+// startAttempts bounds how often StartCluster picks fresh ports after one
+// it picked was taken before its server bound it.
+const startAttempts = 3
+
+// pickPorts picks a cluster's ports; a test puts a taken one among them.
+var pickPorts = FreePorts
+
+// nodeName is the server name of node i of cfg's cluster.
+func nodeName(cfg ClusterConfig, i int) string { return cfg.Name + "-" + strconv.Itoa(i+1) }
+
+// startClusterOnce starts cfg's cluster on ports it picks free.
+func startClusterOnce(cfg ClusterConfig) (*Cluster, error) {
+	ports, err := pickPorts(2 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -68,15 +103,14 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg, nodes: make([]*Server, cfg.Nodes)}
 	for i := range cfg.Nodes {
-		name := cfg.Name + "-" + strconv.Itoa(i+1)
+		name := nodeName(cfg, i)
 		c.confs = append(c.confs, ServerConfig{
 			Host: HostDefault, Port: ports[i], StoreDir: filepath.Join(cfg.Dir, name), SyncInterval: cfg.SyncInterval,
 			ServerName: name, Logging: cfg.Logging, ClusterName: cfg.Name,
 			ClusterListen: net.JoinHostPort(HostDefault, strconv.Itoa(ports[cfg.Nodes+i])), Routes: routes,
 		})
 	}
-	// The nodes start together: each waits for a quorum of routes before
-	// it reports ready.
+	// The nodes start together, each on its own goroutine.
 	errs := make([]error, cfg.Nodes)
 	var wg sync.WaitGroup
 	for i := range cfg.Nodes {

@@ -200,16 +200,29 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	case cfg.SyncInterval > 0:
 		opts.SyncInterval = cfg.SyncInterval
 	}
+	// Fail fast with the real reason when a port is taken; the server
+	// itself would only log it and never become ready.
 	if cfg.Port > 0 {
-		// Fail fast with the real reason when the port is taken; the server
-		// itself would only log it.
-		l, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
-		if err != nil {
-			return nil, fmt.Errorf("natsconf: listen %s:%d: %w", cfg.Host, cfg.Port, err)
+		if err := probeListen(net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))); err != nil {
+			return nil, err
 		}
-		_ = l.Close()
+	}
+	if opts.Cluster.Port > 0 {
+		if err := probeListen(net.JoinHostPort(opts.Cluster.Host, strconv.Itoa(opts.Cluster.Port))); err != nil {
+			return nil, err
+		}
 	}
 	return start(opts, cfg.ReadyTimeout, cfg.Logging)
+}
+
+// probeListen binds addr and lets it go: the listen error (wrapping
+// syscall.EADDRINUSE when the port is taken) or nil.
+func probeListen(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("natsconf: listen %s: %w", addr, err)
+	}
+	return l.Close()
 }
 
 // start locks opts.StoreDir, starts a server with opts and waits up to

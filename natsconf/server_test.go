@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,8 +69,24 @@ func TestStartServerPortTaken(t *testing.T) {
 	cfg := natsconf.DefaultServerConfig()
 	cfg.StoreDir = t.TempDir()
 	cfg.Port = b.NATS.NATS().Addr().(*net.TCPAddr).Port
-	if _, err := natsconf.StartServer(cfg); err == nil {
-		t.Fatal("second server on a taken port started")
+	if _, err := natsconf.StartServer(cfg); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("second server on a taken port: err = %v, want EADDRINUSE", err)
+	}
+}
+
+// TestStartServerRoutePortTaken: a taken route port is the listen error at
+// once, not a server that never becomes ready.
+func TestStartServerRoutePortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := natsconf.DefaultServerConfig()
+	cfg.StoreDir, cfg.Port, cfg.ServerName = t.TempDir(), -1, "n1"
+	cfg.ClusterName, cfg.ClusterListen = "c", l.Addr().String()
+	if _, err := natsconf.StartServer(cfg); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("err = %v, want EADDRINUSE", err)
 	}
 }
 
