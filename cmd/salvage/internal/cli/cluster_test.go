@@ -50,10 +50,21 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 
 	var mu sync.Mutex
 	var jobs []string
-	submitted := make(chan struct{})
+	// Jobs keep arriving until both failovers are over, however long they
+	// take on this machine: a failover that waits for jobs to finish must
+	// have jobs to finish. At least 20, at most 400.
+	const minJobs, maxJobs = 20, 400
+	submitted, failedOver := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(submitted)
-		for i := 0; ctx.Err() == nil && i < 60; i++ {
+		for i := 0; ctx.Err() == nil && i < maxJobs; i++ {
+			if i >= minJobs {
+				select {
+				case <-failedOver:
+					return
+				default:
+				}
+			}
 			var list []orders.Order
 			for k := range 3 {
 				list = append(list, order(fmt.Sprintf("f-%03d-%d", i, k)))
@@ -82,17 +93,22 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 			time.Sleep(150 * time.Millisecond) // the fault's load: jobs keep arriving through the failovers, not all before them
 		}
 	}()
+	// finished counts the jobs whose records say they are over; a job seen
+	// over is not read again.
+	over := map[string]bool{}
 	finished := func() int {
 		mu.Lock()
 		ids := append([]string(nil), jobs...)
 		mu.Unlock()
-		n := 0
 		for _, id := range ids {
+			if over[id] {
+				continue
+			}
 			if j, err := stores.Jobs.Get(ctx, id); err == nil && j.Status != kv.JobRunning {
-				n++
+				over[id] = true
 			}
 		}
-		return n
+		return len(over)
 	}
 	failover := func(stream string) {
 		t.Helper()
@@ -124,12 +140,13 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool { return finished() >= 3 }, "the first jobs to finish")
 	failover(streams.Chunks)
 	failover("KV_" + kv.BucketClaims)
+	close(failedOver)
 	<-submitted
 
 	mu.Lock()
 	all := append([]string(nil), jobs...)
 	mu.Unlock()
-	salvagetest.Eventually(t, 120*time.Second, func() bool { return finished() == len(all) }, "all %d jobs to finish", len(all))
+	salvagetest.Eventually(t, 3*time.Minute, func() bool { return finished() == len(all) }, "all %d jobs to finish", len(all))
 	for _, id := range all {
 		j, err := stores.Jobs.Get(ctx, id)
 		if err != nil || j.Summary.Done != j.Chunks || j.Chunks != 3 {
