@@ -233,8 +233,11 @@ func TestWaitOutlivesAServerRestart(t *testing.T) {
 		}}}}},
 	}
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, AckWait: 5 * time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Generous: 3.4 s here, once 60+ s with four packages testing at once
+	// on two cores. Each step is logged, so a slow run says which was slow.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	start := time.Now()
 	id, err := c.Submit(ctx, "gated", 1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +253,9 @@ func TestWaitOutlivesAServerRestart(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the agent never ran")
 	}
+	t.Logf("%s: the agent runs; restarting the server", time.Since(start))
 	srv.Restart(t)
+	t.Logf("%s: the server is back", time.Since(start))
 	select {
 	case r := <-waited:
 		t.Fatalf("Wait returned across the restart: %+v, %v", r.job, r.err)
@@ -264,10 +269,11 @@ func TestWaitOutlivesAServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, time.Minute, func() bool {
+	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		j, err := jobs.Get(ctx, id)
 		return err == nil && j.Status == kv.JobDone
 	}, "the job's record to say done")
+	t.Logf("%s: the job's record says done", time.Since(start))
 	select {
 	case r := <-waited:
 		if r.err != nil || r.job.Status != salvage.JobDone {

@@ -320,6 +320,13 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 		if err != nil {
 			return j, err
 		}
+		if j == nil {
+			// The watch ended or never started: the record says where the
+			// job stands meanwhile.
+			if j, err = c.lookJob(ctx, id); err != nil {
+				return j, err
+			}
+		}
 		if j != nil {
 			settling, err := c.settling(ctx, j)
 			if err != nil || !settling {
@@ -382,11 +389,12 @@ const (
 // waitOnce watches job id's record, and reads it every tick, until it
 // finishes, the job is rejected, or the watch ends (nil, nil).
 func (c *Client) waitOnce(ctx context.Context, id string, tick <-chan time.Time) (*Job, error) {
-	b, err := c.js.KeyValue(ctx, kv.BucketJobs)
-	if err != nil {
-		return nil, c.waitError(ctx, id, err)
-	}
-	w, err := b.Watch(ctx, id)
+	// The watch lives until waitOnce returns; setting it up is one bounded
+	// ask, so a request a restarting server never answers is asked again
+	// instead of holding Wait until ctx ends.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w, err := c.watchJob(wctx, id)
 	if err != nil {
 		return nil, c.waitError(ctx, id, err)
 	}
@@ -415,19 +423,69 @@ func (c *Client) waitOnce(ctx context.Context, id string, tick <-chan time.Time)
 		case <-tick:
 			// A watch can stall for a while after a server restart before
 			// its consumer is recreated: the record is read as well.
-			if j, err := c.Get(ctx, id); err == nil {
-				if err := c.notMine(*j); err != nil {
-					return nil, err
-				}
-				if j.Status.Finished() {
-					return j, nil
-				}
-			}
-			if err := c.rejected(ctx, id); err != nil {
-				return nil, err
+			if j, err := c.lookJob(ctx, id); j != nil || err != nil {
+				return j, err
 			}
 		}
 	}
+}
+
+// waitAsk bounds one request Wait makes. A request sent while the server
+// restarts can go unanswered; it is asked again, not waited on until the
+// caller's deadline.
+const waitAsk = 5 * time.Second
+
+// errAskUnanswered is a request of Wait's that waitAsk passed without an
+// answer; Wait asks again.
+var errAskUnanswered = errors.New("salvage: no answer in time")
+
+// watchJob starts a watch of job id's record that lasts until ctx ends,
+// or fails after waitAsk. An unanswered watch is stopped when ctx ends.
+func (c *Client) watchJob(ctx context.Context, id string) (jetstream.KeyWatcher, error) {
+	actx, cancel := context.WithTimeout(ctx, waitAsk)
+	defer cancel()
+	b, err := c.js.KeyValue(actx, kv.BucketJobs)
+	if err != nil {
+		return nil, err
+	}
+	type started struct {
+		w   jetstream.KeyWatcher
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		w, err := b.Watch(ctx, id)
+		ch <- started{w, err}
+	}()
+	select {
+	case s := <-ch:
+		return s.w, s.err
+	case <-actx.Done():
+		go func() {
+			if s := <-ch; s.w != nil {
+				_ = s.w.Stop()
+			}
+		}()
+		return nil, errAskUnanswered
+	}
+}
+
+// lookJob reads job id's record and rejection, each ask bounded by
+// waitAsk: the job when it is finished, an error when it is not this
+// client's or was rejected, and nil, nil otherwise (not finished, or no
+// answer: the next look asks again).
+func (c *Client) lookJob(ctx context.Context, id string) (*Job, error) {
+	actx, cancel := context.WithTimeout(ctx, waitAsk)
+	defer cancel()
+	if j, err := c.Get(actx, id); err == nil {
+		if err := c.notMine(*j); err != nil {
+			return nil, err
+		}
+		if j.Status.Finished() {
+			return j, nil
+		}
+	}
+	return nil, c.rejected(actx, id)
 }
 
 // notMine returns an error wrapping ErrJobExists when j, recorded under
