@@ -49,7 +49,9 @@ type Cluster struct {
 }
 
 // StartCluster starts cfg.Nodes servers that route to each other and
-// blocks until the JetStream meta group has a leader.
+// blocks until the JetStream meta group has a leader. It picks free
+// loopback ports; when one was taken before its server bound it, the
+// cluster is started again on fresh ports (at most startAttempts times).
 func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Dir == "" {
 		return nil, fmt.Errorf("%w: ClusterConfig.Dir is empty", ErrInvalidConfig)
