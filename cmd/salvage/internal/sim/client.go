@@ -73,6 +73,14 @@ func (c *Client) Ledger(ctx context.Context) (Ledger, error) {
 	return out, err
 }
 
+// LedgerSummary returns the ledger's counts alone: a bounded answer where
+// Ledger's grows with every effect (past MaxAnswer at ~1,500).
+func (c *Client) LedgerSummary(ctx context.Context) (Summary, error) {
+	var out Summary
+	err := c.do(ctx, http.MethodGet, "/ledger/summary", "", nil, &out)
+	return out, err
+}
+
 // Requests returns how many requests each system got.
 func (c *Client) Requests(ctx context.Context) (map[string]Requests, error) {
 	var out map[string]Requests

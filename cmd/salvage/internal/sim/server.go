@@ -58,6 +58,7 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /ledger", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Ledger()) })
+	mux.HandleFunc("GET /ledger/summary", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Summary()) })
 	mux.HandleFunc("GET /admin/requests", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Requests()) })
 	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, _ *http.Request) {
 		state.mu.Lock()

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 )
@@ -294,32 +293,43 @@ func (s *State) apply(sys System, key, order string, body json.RawMessage) *Effe
 func (s *State) Ledger() Ledger {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := Ledger{Effects: make([]Effect, 0, len(s.order))}
-	standing := map[string]int{}
+	l := Ledger{Effects: make([]Effect, 0, len(s.order)), Summary: s.summary()}
 	for _, e := range s.order {
 		l.Effects = append(l.Effects, *e)
-		l.Summary.Effects++
+	}
+	return l
+}
+
+// Summary counts the ledger without listing it: an answer of the same
+// size however many effects the sim has seen.
+func (s *State) Summary() Summary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.summary()
+}
+
+// summary counts the ledger; s.mu is held.
+func (s *State) summary() Summary {
+	var sum Summary
+	standing := map[string]int{}
+	for _, e := range s.order {
+		sum.Effects++
 		if e.Applied > 1 {
-			l.Summary.DuplicateKeys++
+			sum.DuplicateKeys++
 		}
 		if e.Compensated {
-			l.Summary.Compensated++
+			sum.Compensated++
 			continue
 		}
-		l.Summary.Standing++
+		sum.Standing++
 		if e.Order != "" {
 			standing[e.System+"/"+e.Order]++
 		}
 	}
-	keys := make([]string, 0, len(standing))
-	for k := range standing {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if standing[k] > 1 {
-			l.Summary.DuplicateOrders++
+	for _, n := range standing {
+		if n > 1 {
+			sum.DuplicateOrders++
 		}
 	}
-	return l
+	return sum
 }

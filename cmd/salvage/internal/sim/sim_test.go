@@ -48,6 +48,10 @@ func TestIdempotencyKeyRepeatsTheFirstResult(t *testing.T) {
 	if l, _ := c.Ledger(ctx); l.Summary.DuplicateOrders != 1 {
 		t.Fatalf("duplicate charge not counted: %+v", l.Summary)
 	}
+	// The summary alone counts the same, without the effects.
+	if sum, err := c.LedgerSummary(ctx); err != nil || sum != (sim.Summary{Effects: 2, Standing: 2, DuplicateOrders: 1}) {
+		t.Fatalf("ledger summary = %+v, %v", sum, err)
+	}
 }
 
 func TestVerifyAndCompensate(t *testing.T) {
