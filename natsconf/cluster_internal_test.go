@@ -8,7 +8,8 @@ import (
 
 // TestStartClusterPicksAgainWhenAPortIsTaken: a port taken between being
 // picked and being bound costs StartCluster one more pick, not the test
-// that asked for a cluster.
+// that asked for a cluster. Not parallel: it swaps the package's
+// pickPorts, and the package's parallel tests start only after it ends.
 func TestStartClusterPicksAgainWhenAPortIsTaken(t *testing.T) {
 	taken, err := net.Listen("tcp", net.JoinHostPort(HostDefault, "0"))
 	if err != nil {
