@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // BucketSnapshots is the object store that holds large agent snapshots.
@@ -50,8 +52,8 @@ func (s *Snapshots) Save(ctx context.Context, name string, seq int, data []byte)
 	if len(z) <= snapshotInlineMax {
 		return SnapshotRef{Seq: seq, Inline: z}, nil
 	}
-	if _, err := s.os.PutBytes(ctx, name, z); err != nil {
-		return SnapshotRef{}, fmt.Errorf("kv: put snapshot %s: %w", name, err)
+	if err := s.put(ctx, name, z); err != nil {
+		return SnapshotRef{}, err
 	}
 	return SnapshotRef{Seq: seq, Object: name}, nil
 }
@@ -63,7 +65,19 @@ func (s *Snapshots) Put(ctx context.Context, name string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("kv: compress snapshot %s: %w", name, err)
 	}
-	if _, err := s.os.PutBytes(ctx, name, z); err != nil {
+	return s.put(ctx, name, z)
+}
+
+// put stores z under name, asked again while the store cannot answer (a
+// leader election, a node restarting): an agent must not take the
+// store's hiccup for its own failure and spend the chunk's deliveries on
+// it. A put again replaces the object whole.
+func (s *Snapshots) put(ctx context.Context, name string, z []byte) error {
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		_, err := s.os.PutBytes(ctx, name, z)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("kv: put snapshot %s: %w", name, err)
 	}
 	return nil
@@ -73,8 +87,11 @@ func (s *Snapshots) Put(ctx context.Context, name string, data []byte) error {
 func (s *Snapshots) Load(ctx context.Context, ref SnapshotRef) ([]byte, error) {
 	z := ref.Inline
 	if ref.Object != "" {
-		var err error
-		z, err = s.os.GetBytes(ctx, ref.Object)
+		err := streams.Retry(ctx, func(ctx context.Context) error {
+			var err error
+			z, err = s.os.GetBytes(ctx, ref.Object)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			return nil, fmt.Errorf("%w: snapshot %s", ErrNotFound, ref.Object)
 		}
