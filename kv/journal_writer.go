@@ -1,10 +1,12 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,9 +74,11 @@ type Journal struct {
 }
 
 type journalWrite struct {
-	msg  *nats.Msg
-	seq  uint64
-	err  error
+	msg *nats.Msg
+	seq uint64
+	err error
+	// lost says an earlier attempt's answer was lost: it may have landed.
+	lost bool
 	done chan struct{}
 }
 
@@ -182,8 +186,12 @@ func (j *Journal) flush(batch []*journalWrite) {
 			return
 		}
 		// One failed expectation fails the whole batch: write each row
-		// on its own so only the row that lost its race fails.
+		// on its own so only the row that lost its race fails. A batch
+		// whose answer was lost may have been committed: its rows are
+		// checked against the stored ones if they meet a conflict.
+		lost := !errors.Is(journalError("", err), ErrJournalConflict)
 		for _, w := range batch {
+			w.lost = lost
 			for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader} {
 				w.msg.Header.Del(h)
 			}
@@ -212,6 +220,44 @@ func (j *Journal) flush(batch []*journalWrite) {
 			w.err = fmt.Errorf("kv: journal write %s: %w", w.msg.Subject, ctx.Err())
 		}
 	}
+	for _, w := range batch {
+		if w.err != nil && !errors.Is(w.err, ErrJournalConflict) || w.lost && errors.Is(w.err, ErrJournalConflict) {
+			w.seq, w.err = j.writeAgain(ctx, w.msg, true)
+		}
+	}
+}
+
+// writeAgain writes m again after a failure that was not its expectation's
+// (a server restarting, a leader election, a lost answer), until it lands,
+// fails for good or ctx ends (invariant 8: the store's hiccup is not the
+// call's failure). An earlier attempt whose answer was lost may have
+// landed (lost): a conflict is then checked against the stored row, and
+// the same bytes are this write's own — a row's bytes hold its start time,
+// so another writer's never match.
+func (j *Journal) writeAgain(ctx context.Context, m *nats.Msg, lost bool) (uint64, error) {
+	key := strings.TrimPrefix(m.Subject, "$KV."+BucketJournal+".")
+	var seq uint64
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		if lost {
+			if e, err := j.b.Get(ctx, key); err == nil && bytes.Equal(e.Value(), m.Data) {
+				seq = e.Revision()
+				return nil
+			} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return err
+			}
+		}
+		ack, err := j.js.PublishMsg(ctx, m)
+		if err != nil {
+			lost = true
+			return err
+		}
+		seq = ack.Sequence
+		return nil
+	})
+	if err != nil {
+		return 0, journalError(m.Subject, err)
+	}
+	return seq, nil
 }
 
 func (j *Journal) publishAsync(m *nats.Msg) (func(context.Context) (uint64, error), error) {
@@ -226,7 +272,10 @@ func (j *Journal) publishAsync(m *nats.Msg) (func(context.Context) (uint64, erro
 		case ack := <-f.Ok():
 			return ack.Sequence, nil
 		case err := <-f.Err():
-			return 0, journalError(m.Subject, err)
+			if err = journalError(m.Subject, err); errors.Is(err, ErrJournalConflict) {
+				return 0, err
+			}
+			return j.writeAgain(ctx, m, true)
 		case <-ctx.Done():
 			return 0, fmt.Errorf("kv: journal write %s: %w", m.Subject, ctx.Err())
 		}

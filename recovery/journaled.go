@@ -41,6 +41,10 @@ type Replay struct {
 type pendingRow struct {
 	key, status string
 	wait        func(context.Context) (uint64, error)
+	// prev is the key's row before this one (had: there was one): what
+	// the journal holds if this write fails.
+	prev kv.StoredRow
+	had  bool
 }
 
 // NewReplay wraps rows (from kv.Journal.Load) for a chunk run.
@@ -100,11 +104,12 @@ func (r *Replay) put(ctx context.Context, row kv.JournalRow) (kv.StoredRow, erro
 func (r *Replay) putLater(row kv.JournalRow) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	wait, err := r.store.PutAsync(row, r.rows[row.Key].Seq)
+	prev, had := r.rows[row.Key]
+	wait, err := r.store.PutAsync(row, prev.Seq)
 	if err != nil {
 		return err
 	}
-	r.pending = append(r.pending, pendingRow{key: row.Key, status: row.Status, wait: wait})
+	r.pending = append(r.pending, pendingRow{key: row.Key, status: row.Status, wait: wait, prev: prev, had: had})
 	// Later reads of the key in this run see the row it will hold.
 	r.rows[row.Key] = kv.StoredRow{JournalRow: row, Seq: r.rows[row.Key].Seq}
 	return nil
@@ -124,6 +129,18 @@ func (r *Replay) Flush(ctx context.Context) error {
 		seq, err := p.wait(ctx)
 		if err != nil {
 			first = cmp.Or(first, fmt.Errorf("journal %s: %w", p.key, err))
+			r.mu.Lock()
+			// The journal does not hold the row: neither may this run,
+			// which counts its calls from its rows (a call counted here
+			// and missing from the journal is a disagreement).
+			if cur := r.rows[p.key]; cur.Status == p.status && cur.Seq == p.prev.Seq {
+				if p.had {
+					r.rows[p.key] = p.prev
+				} else {
+					delete(r.rows, p.key)
+				}
+			}
+			r.mu.Unlock()
 			continue
 		}
 		r.mu.Lock()

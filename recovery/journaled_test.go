@@ -421,3 +421,41 @@ func TestACancelDoesNotCutARowWriteShort(t *testing.T) {
 		t.Fatalf("the journal holds %d rows, the run knows %d and counts %d; want every row it wrote known and counted", stored, len(known), replay.Tally(nil).Calls)
 	}
 }
+
+// lossyJournal fails every asynchronous write with err, as a store
+// that stayed away longer than the write may wait does.
+type lossyJournal struct {
+	memJournal
+	err error
+}
+
+func (l *lossyJournal) PutAsync(kv.JournalRow, uint64) (func(context.Context) (uint64, error), error) {
+	return func(context.Context) (uint64, error) { return 0, l.err }, nil
+}
+
+// TestAFailedRowWriteIsNotCounted: a model call whose row could not be
+// written is not in this run's rows, so the run counts what its journal
+// holds. The row stayed in the run's rows, and a chunk whose optional
+// stage was skipped for it counted 25 calls over a journal of 24 (found
+// by salvage chaos's truth check, the server restarting under the write).
+func TestAFailedRowWriteIsNotCounted(t *testing.T) {
+	t.Parallel()
+	tools, err := recovery.NewTools(recovery.Tool{Name: "model", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+		return recovery.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &lossyJournal{memJournal: memJournal{rows: map[string]kv.StoredRow{}}, err: errors.New("kv: journal write: nats: server is disconnected")}
+	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
+	replay := recovery.NewReplay(j, nil)
+	_, err = recovery.RunStage(t.Context(), recovery.Stage{Agents: []recovery.Agent{{Name: "profiler", Run: func(ctx context.Context, turn *recovery.Turn) (any, error) {
+		return turn.Tool(ctx, "model", "who")
+	}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &recovery.Stats{}, Tools: tools, Replay: replay})
+	if !errors.Is(err, j.err) {
+		t.Fatalf("stage error = %v, want the row write's", err)
+	}
+	if known, calls := replay.Rows(), replay.Tally(nil).Calls; len(known) != 0 || calls != 0 {
+		t.Fatalf("the journal holds no row; the run knows %d and counts %d calls", len(known), calls)
+	}
+}
