@@ -73,7 +73,11 @@ func TestRetentionByDataClass(t *testing.T) {
 	t.Parallel()
 	s := newShop()
 	b := setup(t, setupOpts{noDeadLetter: true, pipelines: []*recovery.Plan{s.pipeline(t)}})
-	keep := kv.Retention{Calls: 2 * time.Second, Effects: 5 * time.Second, Records: 10 * time.Second}
+	// Effect rows live 20 s from the job's finish: order A's are read
+	// once A is retired, which on a loaded machine came more than the 5 s
+	// they once had after the finish (CI: "order A's reserve row after
+	// retention = <nil>": expired before they were read).
+	keep := kv.Retention{Calls: 2 * time.Second, Effects: 20 * time.Second, Records: 30 * time.Second}
 	b.startRetention(t, keep)
 	b.startWorker(t, "w1")
 	b.startOrchestrator(t, "o1")
@@ -101,9 +105,9 @@ func TestRetentionByDataClass(t *testing.T) {
 	// Order A (done): side effects kept with their keys and outcomes.
 	// Order B (abandoned): its whole record kept. Order C: untouched.
 	// A's rows are read as soon as A is retired: they live the effects'
-	// 5 s from then, and B retires only after its compensation, which on
-	// a loaded machine came more than 5 s after A (CI: "chunk 1 has no
-	// reserve row", read once both were retired).
+	// time from the job's finish, and B retires only after its
+	// compensation, which on a loaded machine came more than 5 s after A
+	// (CI: "chunk 1 has no reserve row", read once both were retired).
 	var rowsA map[string]kv.StoredRow // every epoch's rows of chunk 1, by key
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		if b.checkpoint(t, job, 1).KeptUntil == nil {
