@@ -60,9 +60,9 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	t.Parallel()
 	s := startSim(t)
 	if err := s.SetFaults(context.Background(), sim.Config{Rules: []sim.Rule{
-		// CRM fails through both tiers (4 attempts x 3 deliveries), then works.
-		{System: "crm", Order: "o-r1", Mode: "error", Times: 12},
-		{System: "crm", Order: "o-r2", Mode: "error", Times: 12},
+		// CRM fails through both tiers, until both chunks are in the DLQ.
+		{System: "crm", Order: "o-r1", Mode: "error"},
+		{System: "crm", Order: "o-r2", Mode: "error"},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +92,14 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		// is unknown until the CRM is asked (no orchestrator runs here).
 		if e.Category != recovery.CategoryToolTimeout || e.Job != job || len(e.InFlightEntries) != 1 {
 			t.Fatalf("envelope = %+v", e)
+		}
+	}
+
+	// The CRM works again: ended by the event, not after a count of
+	// requests a stalled worker's takeover could outrun.
+	for _, o := range []string{"o-r1", "o-r2"} {
+		if err := s.StopRules(context.Background(), "crm", o); err != nil {
+			t.Fatal(err)
 		}
 	}
 

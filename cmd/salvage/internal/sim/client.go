@@ -93,6 +93,12 @@ func (c *Client) SetFaults(ctx context.Context, cfg Config) error {
 	return c.do(ctx, http.MethodPost, "/admin/faults", "", cfg, nil)
 }
 
+// StopRules stops the fault rules of system for order (POST
+// /admin/faults/stop); the other rules keep firing, their counts kept.
+func (c *Client) StopRules(ctx context.Context, system, order string) error {
+	return c.do(ctx, http.MethodPost, "/admin/faults/stop", "", Rule{System: system, Order: order}, nil)
+}
+
 func (c *Client) do(ctx context.Context, method, path, key string, body, out any) error {
 	timeout := c.Timeout
 	if timeout <= 0 {

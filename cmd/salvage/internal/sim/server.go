@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -76,6 +77,19 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 		state.setConfig(cfg)
 		state.mu.Unlock()
 		writeJSON(w, 200, cfg)
+	})
+	mux.HandleFunc("POST /admin/faults/stop", func(w http.ResponseWriter, r *http.Request) {
+		var rule Rule
+		if err := decode(r, &rule); err != nil {
+			httpError(w, 400, err)
+			return
+		}
+		n := state.StopRules(rule.System, rule.Order)
+		if n == 0 {
+			httpError(w, 404, fmt.Errorf("no rule of system %q for order %q is firing", rule.System, rule.Order))
+			return
+		}
+		writeJSON(w, 200, map[string]int{"stopped": n})
 	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { serveChat(w, r, model) })
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { serveMessages(w, r, model) })

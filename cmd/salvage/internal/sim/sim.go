@@ -160,6 +160,7 @@ type State struct {
 	order    []*Effect
 	cfg      Config
 	fired    map[int]int // rule index -> times fired
+	stopped  map[int]bool
 	rng      *rand.Rand
 	seq      int
 }
@@ -176,7 +177,7 @@ func (s *State) setConfig(cfg Config) {
 		cfg.Hang = 2 * time.Second
 	}
 	s.cfg = cfg
-	s.fired = map[int]int{}
+	s.fired, s.stopped = map[int]int{}, map[int]bool{}
 	s.rng = rand.New(rand.NewPCG(cfg.Seed, 0x51a))
 }
 
@@ -227,10 +228,28 @@ type decision struct {
 	undoFails  bool
 }
 
+// StopRules stops the rules of system for order from firing again,
+// leaving every other rule and its count as it is, and returns how many
+// it stopped. A test ends a fault when it has seen what the fault was
+// for, not after a count of requests that depends on how often a
+// loaded machine retried.
+func (s *State) StopRules(system, order string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for i, r := range s.cfg.Rules {
+		if r.System == system && r.Order == order && !s.stopped[i] {
+			s.stopped[i] = true
+			n++
+		}
+	}
+	return n
+}
+
 // decide draws the fault for a request at system for order. Lock held.
 func (s *State) decide(system, order string, undo bool) decision {
 	for i, r := range s.cfg.Rules {
-		if r.System != system || r.Order != order || (r.Times > 0 && s.fired[i] >= r.Times) {
+		if r.System != system || r.Order != order || (r.Times > 0 && s.fired[i] >= r.Times) || s.stopped[i] {
 			continue
 		}
 		if undo != (r.Mode == "compensation-fails") {

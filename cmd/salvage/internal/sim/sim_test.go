@@ -127,6 +127,42 @@ func TestInjectedFaults(t *testing.T) {
 	}
 }
 
+// TestStopRules: stopping one order's rules ends its fault at once and
+// leaves another rule's count where it was; stopping a rule that does not
+// exist is refused.
+func TestStopRules(t *testing.T) {
+	c := start(t, sim.Config{Rules: []sim.Rule{
+		{System: "crm", Order: "a", Mode: "error"},
+		{System: "crm", Order: "b", Mode: "error", Times: 2},
+	}})
+	ctx := context.Background()
+	update := func(key, order string) error {
+		_, err := c.Effect(ctx, "crm", "update", key, map[string]any{"order": order})
+		return err
+	}
+	if err := update("a1", "a"); !errors.Is(err, recovery.ErrTransient) {
+		t.Fatalf("order a before the stop: %v", err)
+	}
+	if err := update("b1", "b"); !errors.Is(err, recovery.ErrTransient) {
+		t.Fatalf("order b, first of two: %v", err)
+	}
+	if err := c.StopRules(ctx, "crm", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := update("a2", "a"); err != nil {
+		t.Fatalf("order a after the stop: %v", err)
+	}
+	if err := update("b2", "b"); !errors.Is(err, recovery.ErrTransient) {
+		t.Fatalf("order b, second of two, after a's stop: %v (its count was reset)", err)
+	}
+	if err := update("b3", "b"); err != nil {
+		t.Fatalf("order b past its two: %v", err)
+	}
+	if err := c.StopRules(ctx, "crm", "nope"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("stop a rule that does not exist: %v, want a 404", err)
+	}
+}
+
 func TestRateLimitCarriesRetryAfter(t *testing.T) {
 	c := start(t, sim.Config{Systems: map[string]sim.Faults{"wms": {RateLimitRate: 1}}})
 	_, err := c.Effect(context.Background(), "wms", "reserve", "k", map[string]any{"order": "o"})
