@@ -146,15 +146,20 @@ func (o *Operator) CheckReplay(ctx context.Context, id string) error {
 }
 
 // replayable refuses a replay the record alone rules out: settling a
-// cancelled chunk, or under a live recovery lease; and, when final is
-// set (a replay asked of Salvage, not published by hand), resolved or
-// superseded.
+// cancelled chunk, superseded, or under a live recovery lease; and, when
+// final is set (a replay asked of Salvage, not published by hand),
+// resolved (ErrAlreadyResolved) or superseded (ErrSuperseded).
 func replayable(r kv.EnvelopeRecord, now time.Time, final bool) error {
 	switch {
 	case final && r.Status == kv.EnvelopeResolved:
 		return fmt.Errorf("%w: %s", ErrAlreadyResolved, r.ID)
 	case final && r.Status == kv.EnvelopeSuperseded:
 		return fmt.Errorf("%w: %s by %s", ErrSuperseded, r.ID, r.SupersededBy)
+	case r.Status == kv.EnvelopeSuperseded:
+		// By hand too: the chunk failed again since, and the envelope
+		// that superseded this one carries it (its recovery may be
+		// running); a replay of this one would run beside it.
+		return fmt.Errorf("%w: envelope %s was superseded by %s (the chunk failed again since): replay that one", ErrReplayRefused, r.ID, r.SupersededBy)
 	case r.Stopped != "":
 		return fmt.Errorf("%w: envelope %s settles the effects of a chunk whose job was cancelled; it never runs again", ErrReplayRefused, r.ID)
 	case r.Status == kv.EnvelopeRecovering && !r.Requeued && r.RecoveringBy != "" && now.Before(r.LeaseUntil):

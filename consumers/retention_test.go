@@ -264,8 +264,11 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: job, Chunk: 1, Status: kv.EnvelopeDeadEnd}); err != nil {
 		t.Fatal(err)
 	}
+	// It last ran from an earlier message (one of a pipeline nobody runs
+	// stands in for it): the message that runs it again is another one.
+	earlier := publishChunk(t, b, "idle", job, "")
 	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Envelope, cp.Stage, cp.MsgSeq = kv.StatusDeadLettered, env, 1, 1
+		cp.Status, cp.Envelope, cp.Stage, cp.MsgSeq = kv.StatusDeadLettered, env, 1, earlier
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package consumers_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +158,139 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 			return err == nil && rec.Status == kv.EnvelopeResolved
 		}, "the current envelope resolved by its chunk")
 	})
+}
+
+// TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain: the message a chunk
+// last ran from, whose run ended in the DLQ, comes back (its worker was
+// killed before its term left, or a server restart lost it) and is
+// removed unrun: the chunk's envelope decides what runs next. Chaos once
+// saw the redelivered replay of an envelope superseded since run the
+// chunk fresh in a new epoch after the order had been compensated and
+// abandoned: a reservation, an invoice and a charge no envelope accounted
+// for.
+func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// replay publishes the message as a replay of the first envelope,
+		// superseded since by the current one, which compensated the
+		// epoch and abandoned the chunk; else as the chunk's own message,
+		// whose envelope is open.
+		replay bool
+	}{{"its own envelope open", false}, {"a replay of an envelope superseded since", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, setupOpts{noDeadLetter: true})
+			job, first, current := ulid.Make().String(), ulid.Make().String(), ulid.Make().String()
+			if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+				t.Fatal(err)
+			}
+			m := nats.NewMsg(streams.ChunkSubject("test", job, 1))
+			m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
+			envs := []kv.EnvelopeRecord{{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeOpen, CreatedAt: time.Now()}}
+			if tc.replay {
+				m.Header.Set(streams.HeaderReplayOf, first)
+				envs = []kv.EnvelopeRecord{
+					{ID: first, Job: job, Chunk: 1, Status: kv.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
+					{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeAbandoned, CreatedAt: time.Now()},
+				}
+			}
+			for _, r := range envs {
+				if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ack, err := b.JS.PublishMsg(b.ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The chunk ran from this message, in epoch 1, and was
+			// dead-lettered under the current envelope.
+			if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+				cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries, cp.Epoch = kv.StatusDeadLettered, current, ack.Sequence, 1, 1
+				cp.Compensated = tc.replay
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			b.startWorker(t, "w1")
+			s, err := b.JS.Stream(b.ctx, streams.Chunks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			salvagetest.Eventually(t, time.Minute, func() bool {
+				_, err := s.GetMsg(b.ctx, ack.Sequence)
+				return errors.Is(err, jetstream.ErrMsgNotFound)
+			}, "the message to leave %s", streams.Chunks)
+			if n := callCount(job, 1, 1); n != 0 {
+				t.Fatalf("the message ran the chunk again (stage 1 called %d times)", n)
+			}
+			cp := b.checkpoint(t, job, 1)
+			if cp.Status != kv.StatusDeadLettered || cp.Envelope != current || cp.Epoch != 1 || cp.MsgSeq != ack.Sequence {
+				t.Fatalf("checkpoint = %s under %s in epoch %d from message %d; want it as it was: dead-lettered under %s in epoch 1 from %d",
+					cp.Status, cp.Envelope, cp.Epoch, cp.MsgSeq, current, ack.Sequence)
+			}
+		})
+	}
+}
+
+// TestAReplayByHandOfASupersededEnvelopeIsRefused: a chunk message
+// published by hand with Salvage-Replay-Of naming an envelope that a later
+// failure superseded runs nothing — the superseding envelope carries the
+// chunk, its recovery perhaps running — and the old envelope says why, as
+// Operator.Replay refuses it with ErrSuperseded.
+func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noDeadLetter: true})
+	job, first, current := ulid.Make().String(), ulid.Make().String(), ulid.Make().String()
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []kv.EnvelopeRecord{
+		{ID: first, Job: job, Chunk: 1, Status: kv.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
+		{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeOpen, CreatedAt: time.Now()},
+	} {
+		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The chunk last ran from an earlier message (one of a pipeline
+	// nobody runs stands in for it), dead-lettered under current.
+	earlier := publishChunk(t, b, "idle", job, "")
+	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, earlier, 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(streams.ChunkSubject("test", job, 1))
+	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
+	m.Header.Set(streams.HeaderReplayOf, first)
+	ack, err := b.JS.PublishMsg(b.ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.startWorker(t, "w1")
+	var rec kv.EnvelopeRecord
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		rec, _, err = b.stores.Envelopes.Get(b.ctx, first)
+		return err == nil && len(rec.Notes) > 0
+	}, "the superseded envelope to say why its replay was refused")
+	if !strings.Contains(rec.Notes[0], "refused") || !strings.Contains(rec.Notes[0], "superseded by "+current) {
+		t.Fatalf("notes = %q; want the refusal, naming %s", rec.Notes, current)
+	}
+	s, err := b.JS.Stream(b.ctx, streams.Chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		_, err := s.GetMsg(b.ctx, ack.Sequence)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, "the replay to leave %s", streams.Chunks)
+	if n := callCount(job, 1, 1); n != 0 {
+		t.Fatalf("the replay ran the chunk (stage 1 called %d times)", n)
+	}
+	if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusDeadLettered || cp.Envelope != current {
+		t.Fatalf("checkpoint = %s under %s; want dead-lettered under %s", cp.Status, cp.Envelope, current)
+	}
 }

@@ -181,13 +181,24 @@ func (r *run) run(ctx context.Context) error {
 			return nil
 		}
 	}
+	cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return err
+	}
+	if cp.Status == kv.StatusDeadLettered && cp.MsgSeq == r.meta.Sequence.Stream {
+		// This very message ran the chunk last, and that run ended in the
+		// DLQ: a redelivery whose earlier ack was lost (a worker killed
+		// before its term left, a server restart). Its envelope decides
+		// what runs next; run again here, it would resume the chunk beside
+		// its recovery — or, a replay of an envelope superseded since, run
+		// it fresh in a new epoch, effects no envelope accounts for.
+		r.log.Info().Uint64("stream_seq", r.meta.Sequence.Stream).Str("envelope_id", cp.Envelope).
+			Msg("a message whose run was dead-lettered came back; removed without running")
+		return r.dropStale("its run was dead-lettered")
+	}
 	linked, byHand := r.linkedEnvelope()
 	freshEpoch, err := r.checkLinked(ctx, linked, byHand)
 	if err != nil || r.outcome != "" {
-		return err
-	}
-	cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
-	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
 	}
 	if r.chunk.Epoch > cp.Epoch {
@@ -211,7 +222,7 @@ func (r *run) run(ctx context.Context) error {
 		}
 		r.log.Info().Uint64("stream_seq", r.meta.Sequence.Stream).Uint64("current_seq", cp.MsgSeq).
 			Msg("an older message of the chunk: a newer one has run it since; dropped without running")
-		return r.dropStale()
+		return r.dropStale("a newer message of the chunk has run it")
 	}
 	if job.CancelledAt != nil {
 		return r.cancelUnclaimed(ctx, job, cp)
@@ -930,7 +941,7 @@ func (r *run) deadLetter(ctx context.Context, f recovery.Failure, cause error) e
 	id, err := r.w.letter.send(ctx, l)
 	if errors.Is(err, errStaleMessage) {
 		r.releaseClaim(ctx)
-		return r.dropStale()
+		return r.dropStale("a newer message of the chunk has run it")
 	}
 	if err != nil {
 		// Without an envelope the message must stay: JetStream redelivers.
@@ -942,11 +953,13 @@ func (r *run) deadLetter(ctx context.Context, f recovery.Failure, cause error) e
 	return r.m.TermWithReason("dead-lettered: envelope " + id)
 }
 
-// dropStale terms a message older than the one the chunk last ran from:
-// that newer message (a recovery's, a replay's) carries the chunk now.
-func (r *run) dropStale() error {
+// dropStale terms a message the records say must not run the chunk: one
+// older than the message the chunk last ran from (that newer one, a
+// recovery's or a replay's, carries the chunk now), or the message whose
+// run was dead-lettered (its envelope carries it).
+func (r *run) dropStale(why string) error {
 	r.outcome = "stale"
-	return r.m.TermWithReason("stale: a newer message of the chunk has run it")
+	return r.m.TermWithReason("stale: " + why)
 }
 
 func (r *run) ack(ctx context.Context) error {
