@@ -34,6 +34,19 @@ func publishChunk(t *testing.T, b *bundle, pipeline, job, link string) uint64 {
 	return ack.Sequence
 }
 
+// waitGone waits for message seq to leave SALVAGE_CHUNKS.
+func waitGone(t *testing.T, b *bundle, seq uint64) {
+	t.Helper()
+	s, err := b.JS.Stream(b.ctx, streams.Chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		_, err := s.GetMsg(b.ctx, seq)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, "message %d to leave %s", seq, streams.Chunks)
+}
+
 // staleChunk makes the state chaos once left: a job of one chunk with two
 // messages on SALVAGE_CHUNKS, an old one (its first run died after storing
 // its envelope, which recovery has since settled and which a later failure
@@ -130,14 +143,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.startWorker(t, "w1")
-		s, err := b.JS.Stream(b.ctx, streams.Chunks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		salvagetest.Eventually(t, time.Minute, func() bool {
-			_, err := s.GetMsg(b.ctx, oldSeq)
-			return errors.Is(err, jetstream.ErrMsgNotFound)
-		}, "the old message to leave %s", streams.Chunks)
+		waitGone(t, b, oldSeq)
 		if n := callCount(job, 1, 1); n != 0 {
 			t.Fatalf("the old message ran the chunk (stage 1 called %d times)", n)
 		}
@@ -214,14 +220,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			b.startWorker(t, "w1")
-			s, err := b.JS.Stream(b.ctx, streams.Chunks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			salvagetest.Eventually(t, time.Minute, func() bool {
-				_, err := s.GetMsg(b.ctx, ack.Sequence)
-				return errors.Is(err, jetstream.ErrMsgNotFound)
-			}, "the message to leave %s", streams.Chunks)
+			waitGone(t, b, ack.Sequence)
 			if n := callCount(job, 1, 1); n != 0 {
 				t.Fatalf("the message ran the chunk again (stage 1 called %d times)", n)
 			}
@@ -279,14 +278,7 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 	if !strings.Contains(rec.Notes[0], "refused") || !strings.Contains(rec.Notes[0], "superseded by "+current) {
 		t.Fatalf("notes = %q; want the refusal, naming %s", rec.Notes, current)
 	}
-	s, err := b.JS.Stream(b.ctx, streams.Chunks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	salvagetest.Eventually(t, time.Minute, func() bool {
-		_, err := s.GetMsg(b.ctx, ack.Sequence)
-		return errors.Is(err, jetstream.ErrMsgNotFound)
-	}, "the replay to leave %s", streams.Chunks)
+	waitGone(t, b, ack.Sequence)
 	if n := callCount(job, 1, 1); n != 0 {
 		t.Fatalf("the replay ran the chunk (stage 1 called %d times)", n)
 	}
