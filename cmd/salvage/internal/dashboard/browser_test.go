@@ -168,7 +168,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('bulk-result').textContent.startsWith('replay: ')`)); err != nil {
 		t.Fatal(err)
 	}
-	if msg := <-asked; !strings.Contains(msg, "replay 1 envelope") {
+	if msg := confirmed(t, asked); !strings.Contains(msg, "replay 1 envelope") {
 		t.Fatalf("the bulk replay asked %q", msg)
 	}
 	if got, _ := chromedp.Run(step, chromedp.Text(`#bulk-result`)); !strings.HasPrefix(got, "replay: 1 done") {
@@ -209,7 +209,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="paused"]`)); err != nil {
 		t.Fatal(err)
 	}
-	if msg := <-asked; !strings.Contains(msg, "Pause order-fulfillment?") {
+	if msg := confirmed(t, asked); !strings.Contains(msg, "Pause order-fulfillment?") {
 		t.Fatalf("the pause asked %q", msg)
 	}
 	if st, err := f.stores.Pipelines.Get(context.Background(), "order-fulfillment"); err != nil || !st.Paused || st.PausedBy != "dashboard" || st.Reason != "deploy" {
@@ -221,7 +221,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if err := chromedp.Do(step, chromedp.WaitVisible(pipeRow+`[data-state="running"]`)); err != nil {
 		t.Fatal(err)
 	}
-	if msg := <-asked; !strings.Contains(msg, "Resume order-fulfillment?") {
+	if msg := confirmed(t, asked); !strings.Contains(msg, "Resume order-fulfillment?") {
 		t.Fatalf("the resume asked %q", msg)
 	}
 
@@ -248,10 +248,10 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if err != nil || !strings.Contains(approval, job) || !strings.Contains(approval, "2 payment (order-fulfillment)") || !strings.Contains(approval, `"order":"o-42"`) {
 		t.Fatalf("the approvals panel shows %q (%v); want the job id, the stage and the input", approval, err)
 	}
-	if err := click(step, approveButton); err != nil {
+	if err := press(step, approveButton); err != nil {
 		t.Fatal(err)
 	}
-	if msg := <-asked; msg != "approve chunk 2 of job "+job+"?" {
+	if msg := confirmed(t, asked); msg != "approve chunk 2 of job "+job+"?" {
 		t.Fatalf("the approval asked %q", msg)
 	}
 	chunks, err := f.b.JS.Stream(bg, streams.Chunks)
@@ -266,10 +266,10 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	// leaves SALVAGE_HOLD without running.
 	awaitApproval(t, f, job, 1, `{"order":"o-41","amount":9000}`)
 	rejectButton := `#approvals tr[data-job="` + job + `"][data-chunk="1"] button[data-action="reject"]`
-	if err := click(step, rejectButton); err != nil {
+	if err := press(step, rejectButton); err != nil {
 		t.Fatal(err)
 	}
-	if msg := <-asked; msg != "reject chunk 1 of job "+job+"?" {
+	if msg := confirmed(t, asked); msg != "reject chunk 1 of job "+job+"?" {
 		t.Fatalf("the rejection asked %q", msg)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
@@ -306,7 +306,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.getElementById('bulk-result').textContent.startsWith('ack: ')`)); err != nil {
 		t.Fatal(err)
 	}
-	if msg := <-asked; !strings.Contains(msg, "ack 1 envelope") {
+	if msg := confirmed(t, asked); !strings.Contains(msg, "ack 1 envelope") {
 		t.Fatalf("the confirmation asked %q", msg)
 	}
 	if got, _ := chromedp.Run(step, chromedp.Text(`#bulk-result`)); !strings.HasPrefix(got, "ack: 1 done") {
@@ -387,6 +387,38 @@ func acceptDialogs(ctx context.Context) <-chan string {
 		}
 	}()
 	return asked
+}
+
+// confirmed returns the message of the next confirm dialog the page
+// opened, or fails the test after a minute without one (a bound for a
+// click that was lost, not a speed: the test waited 19 minutes once).
+func confirmed(t *testing.T, asked <-chan string) string {
+	t.Helper()
+	select {
+	case msg := <-asked:
+		return msg
+	case <-time.After(time.Minute):
+		t.Fatal("no confirm dialog opened within a minute of the click")
+		return ""
+	}
+}
+
+// press clicks what sel finds when the click happens, from the page
+// itself: a panel that re-renders on every poll replaces its rows, and a
+// mouse click aimed at the row found a moment before landed on nothing
+// (CI: an approval whose confirm never opened). The click runs in a task
+// of its own, so the confirm it opens does not hold up the call.
+func press(ctx context.Context, sel string) error {
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(sel)); err != nil {
+		return err
+	}
+	q, _ := json.Marshal(sel)
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+		`document.querySelector(%s) !== null && (setTimeout(() => document.querySelector(%s)?.click(), 0), true)`, q, q)))
+	if err == nil && !found {
+		err = fmt.Errorf("press %s: no such element", sel)
+	}
+	return err
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
