@@ -197,7 +197,7 @@ func (r *run) run(ctx context.Context) error {
 		return r.dropStale("its run was dead-lettered")
 	}
 	linked, byHand := r.linkedEnvelope()
-	freshEpoch, err := r.checkLinked(ctx, linked, byHand)
+	freshEpoch, err := r.checkLinked(ctx, linked, byHand, cp.Epoch)
 	if err != nil || r.outcome != "" {
 		return err
 	}
@@ -469,9 +469,10 @@ type freshFrom struct {
 // against the records: it must be this chunk's (else the message is
 // rejected as bad-replay), and a replay published by hand must be one
 // Salvage may run (else it is refused, noted on the envelope). It returns
-// whether the chunk runs fresh; a message it rejected or refused sets
-// r.outcome and is gone.
-func (r *run) checkLinked(ctx context.Context, id string, byHand bool) (freshFrom, error) {
+// whether the chunk runs fresh, leaving epoch (the checkpoint's, as read
+// for this message); a message it rejected or refused sets r.outcome and
+// is gone.
+func (r *run) checkLinked(ctx context.Context, id string, byHand bool, epoch int) (freshFrom, error) {
 	if id == "" {
 		return freshFrom{}, nil
 	}
@@ -485,7 +486,7 @@ func (r *run) checkLinked(ctx context.Context, id string, byHand bool) (freshFro
 		}
 		return freshFrom{}, nil
 	}
-	rec, fresh, err := byHandReplay(ctx, r.w.stores, id, r.chunk)
+	_, fresh, err := byHandReplay(ctx, r.w.stores, id, r.chunk)
 	switch {
 	case errors.Is(err, errForged):
 		r.reject(ctx, streams.RejectBadReplay, fmt.Errorf("%s: %w", streams.HeaderReplayOf, err))
@@ -499,11 +500,7 @@ func (r *run) checkLinked(ctx context.Context, id string, byHand bool) (freshFro
 	if !fresh {
 		return freshFrom{}, nil
 	}
-	cp, _, err := r.w.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
-	if err != nil {
-		return freshFrom{}, err
-	}
-	return freshFrom{ok: true, from: cp.Epoch}, nil
+	return freshFrom{ok: true, from: epoch}, nil
 }
 
 // refuseReplay removes a replay published by hand that Salvage will not

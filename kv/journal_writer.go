@@ -222,7 +222,7 @@ func (j *Journal) flush(batch []*journalWrite) {
 	}
 	for _, w := range batch {
 		if w.err != nil && !errors.Is(w.err, ErrJournalConflict) || w.lost && errors.Is(w.err, ErrJournalConflict) {
-			w.seq, w.err = j.writeAgain(ctx, w.msg, true)
+			w.seq, w.err = j.writeAgain(ctx, w.msg)
 		}
 	}
 }
@@ -230,25 +230,23 @@ func (j *Journal) flush(batch []*journalWrite) {
 // writeAgain writes m again after a failure that was not its expectation's
 // (a server restarting, a leader election, a lost answer), until it lands,
 // fails for good or ctx ends (invariant 8: the store's hiccup is not the
-// call's failure). An earlier attempt whose answer was lost may have
-// landed (lost): a conflict is then checked against the stored row, and
-// the same bytes are this write's own — a row's bytes hold its start time,
-// so another writer's never match.
-func (j *Journal) writeAgain(ctx context.Context, m *nats.Msg, lost bool) (uint64, error) {
+// call's failure). Every earlier attempt may have landed with its answer
+// lost: the stored row is read first, and the same bytes are this write's
+// own — a row's bytes hold its start time, so another writer's never match.
+func (j *Journal) writeAgain(ctx context.Context, m *nats.Msg) (uint64, error) {
 	key := strings.TrimPrefix(m.Subject, "$KV."+BucketJournal+".")
 	var seq uint64
 	err := streams.Retry(ctx, func(ctx context.Context) error {
-		if lost {
-			if e, err := j.b.Get(ctx, key); err == nil && bytes.Equal(e.Value(), m.Data) {
-				seq = e.Revision()
-				return nil
-			} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-				return err
-			}
+		e, err := j.b.Get(ctx, key)
+		if err == nil && bytes.Equal(e.Value(), m.Data) {
+			seq = e.Revision()
+			return nil
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return err
 		}
 		ack, err := j.js.PublishMsg(ctx, m)
 		if err != nil {
-			lost = true
 			return err
 		}
 		seq = ack.Sequence
@@ -275,7 +273,10 @@ func (j *Journal) publishAsync(m *nats.Msg) (func(context.Context) (uint64, erro
 			if err = journalError(m.Subject, err); errors.Is(err, ErrJournalConflict) {
 				return 0, err
 			}
-			return j.writeAgain(ctx, m, true)
+			// Bounded as a flush is: the caller's wait may have no end.
+			wctx, cancel := context.WithTimeout(ctx, journalWriteTimeout)
+			defer cancel()
+			return j.writeAgain(wctx, m)
 		case <-ctx.Done():
 			return 0, fmt.Errorf("kv: journal write %s: %w", m.Subject, ctx.Err())
 		}

@@ -41,10 +41,9 @@ type Replay struct {
 type pendingRow struct {
 	key, status string
 	wait        func(context.Context) (uint64, error)
-	// prev is the key's row before this one (had: there was one): what
-	// the journal holds if this write fails.
+	// prev is the key's row before this one (none: Key empty), what the
+	// journal holds if this write fails.
 	prev kv.StoredRow
-	had  bool
 }
 
 // NewReplay wraps rows (from kv.Journal.Load) for a chunk run.
@@ -104,14 +103,14 @@ func (r *Replay) put(ctx context.Context, row kv.JournalRow) (kv.StoredRow, erro
 func (r *Replay) putLater(row kv.JournalRow) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	prev, had := r.rows[row.Key]
+	prev := r.rows[row.Key]
 	wait, err := r.store.PutAsync(row, prev.Seq)
 	if err != nil {
 		return err
 	}
-	r.pending = append(r.pending, pendingRow{key: row.Key, status: row.Status, wait: wait, prev: prev, had: had})
+	r.pending = append(r.pending, pendingRow{key: row.Key, status: row.Status, wait: wait, prev: prev})
 	// Later reads of the key in this run see the row it will hold.
-	r.rows[row.Key] = kv.StoredRow{JournalRow: row, Seq: r.rows[row.Key].Seq}
+	r.rows[row.Key] = kv.StoredRow{JournalRow: row, Seq: prev.Seq}
 	return nil
 }
 
@@ -134,7 +133,7 @@ func (r *Replay) Flush(ctx context.Context) error {
 			// which counts its calls from its rows (a call counted here
 			// and missing from the journal is a disagreement).
 			if cur := r.rows[p.key]; cur.Status == p.status && cur.Seq == p.prev.Seq {
-				if p.had {
+				if p.prev.Key != "" {
 					r.rows[p.key] = p.prev
 				} else {
 					delete(r.rows, p.key)

@@ -105,7 +105,7 @@ func (c *cluster) waitJob(t *testing.T, job string, statuses ...string) kv.Job {
 }
 
 // stopRulesAfter stops the sim's fault rules for order once chunk 1 of
-// job was dead-lettered for the n-th time (its n-th envelope exists):
+// job was dead-lettered for the n-th time (its checkpoint counts them):
 // every delivery until then met the fault, whatever a loaded machine
 // made of the timing. It watches from a goroutine, ended with the test.
 func (c *cluster) stopRulesAfter(t *testing.T, job string, n int, order string) {
@@ -115,17 +115,16 @@ func (c *cluster) stopRulesAfter(t *testing.T, job string, n int, order string) 
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		seen := map[string]bool{}
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
-		for len(seen) < n {
+		for dead := 0; dead < n; {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			if cp, _, err := c.stores.Checkpoints.Get(ctx, job, 1); err == nil && cp.Envelope != "" {
-				seen[cp.Envelope] = true
+			if cp, _, err := c.stores.Checkpoints.Get(ctx, job, 1); err == nil {
+				dead = cp.DeadLetters
 			}
 		}
 		if err := c.sim.StopRules(ctx, "crm", order); err != nil && ctx.Err() == nil {

@@ -158,8 +158,8 @@ func TestStopRules(t *testing.T) {
 	if err := update("b3", "b"); err != nil {
 		t.Fatalf("order b past its two: %v", err)
 	}
-	if err := c.StopRules(ctx, "crm", "nope"); err == nil || !strings.Contains(err.Error(), "404") {
-		t.Fatalf("stop a rule that does not exist: %v, want a 404", err)
+	if err := c.StopRules(ctx, "crm", "nope"); !errors.Is(err, recovery.ErrPermanent) || recovery.StatusOf(err) != 404 {
+		t.Fatalf("stop a rule that does not exist: %v, want a permanent 404", err)
 	}
 }
 
