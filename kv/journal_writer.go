@@ -233,24 +233,38 @@ func (j *Journal) flush(batch []*journalWrite) {
 // call's failure). Every earlier attempt may have landed with its answer
 // lost: the stored row is read first, and the same bytes are this write's
 // own — a row's bytes hold its start time, so another writer's never match.
+// An earlier attempt can also land between that read and this write (it
+// waited in the connection's reconnect buffer): a conflict is read again
+// before it is returned.
 func (j *Journal) writeAgain(ctx context.Context, m *nats.Msg) (uint64, error) {
 	key := strings.TrimPrefix(m.Subject, "$KV."+BucketJournal+".")
 	var seq uint64
-	err := streams.Retry(ctx, func(ctx context.Context) error {
+	own := func(ctx context.Context) (bool, error) {
 		e, err := j.b.Get(ctx, key)
 		if err == nil && bytes.Equal(e.Value(), m.Data) {
 			seq = e.Revision()
-			return nil
+			return true, nil
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, err
+		}
+		return false, nil
+	}
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		if ok, err := own(ctx); ok || err != nil {
 			return err
 		}
 		ack, err := j.js.PublishMsg(ctx, m)
-		if err != nil {
-			return err
+		if err == nil {
+			seq = ack.Sequence
+			return nil
 		}
-		seq = ack.Sequence
-		return nil
+		if errors.Is(journalError("", err), ErrJournalConflict) {
+			if ok, rerr := own(ctx); ok || rerr != nil {
+				return rerr
+			}
+		}
+		return err
 	})
 	if err != nil {
 		return 0, journalError(m.Subject, err)

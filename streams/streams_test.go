@@ -7,9 +7,8 @@ import (
 	"math"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -141,25 +140,23 @@ func TestProvisionedOnlyReads(t *testing.T) {
 	t.Parallel()
 	b := salvagetest.StartServer(t)
 	ctx := context.Background()
-	var changes atomic.Int64
-	var mu sync.Mutex
-	var seen []string
+	// Sync subscriptions: once a flush returns, every request the
+	// provisioning sent is queued on them (the connection reads in order),
+	// where an async handler might not have run yet.
+	var subs []*nats.Subscription
 	for _, subject := range []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
 		"$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.DELETE.>"} {
-		sub, err := b.Conn.Subscribe(subject, func(m *nats.Msg) {
-			changes.Add(1)
-			mu.Lock()
-			seen = append(seen, m.Subject)
-			mu.Unlock()
-		})
+		sub, err := b.Conn.SubscribeSync(subject)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		subs = append(subs, sub)
 	}
-	provision := func(o streams.Options) int64 {
+	var seen []string
+	provision := func(o streams.Options) int {
 		t.Helper()
-		before := changes.Load()
+		seen = nil
 		if err := streams.Provision(ctx, b.JS, o); err != nil {
 			t.Fatal(err)
 		}
@@ -169,18 +166,26 @@ func TestProvisionedOnlyReads(t *testing.T) {
 		if err := b.Conn.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		return changes.Load() - before
+		for _, sub := range subs {
+			n, _, err := sub.Pending()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				m, err := sub.NextMsg(time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen = append(seen, m.Subject)
+			}
+		}
+		return len(seen)
 	}
 	if n := provision(streams.Options{}); n == 0 {
 		t.Fatal("the first provisioning sent no create request: the probe sees nothing")
 	}
-	mu.Lock()
-	seen = nil
-	mu.Unlock()
 	if n := provision(streams.Options{}); n != 0 {
-		mu.Lock()
 		t.Errorf("the second provisioning sent %d changes: %v", n, seen)
-		mu.Unlock()
 	}
 	// Another configuration is a change again, and then current.
 	if n := provision(streams.Options{MaxDeliver: 5}); n == 0 {

@@ -18,7 +18,8 @@
 //   NATS_URL       the server (default nats://127.0.0.1:4222)
 //   AGENT_SUBJECT  the subject to serve (default agents.summarize)
 //   AGENT_DELAY_MS how long each turn takes (default 0)
-//   AGENT_LOG      a file to append "answered <idempotency key>" to, once the answer is flushed
+//   AGENT_LOG      a file to append "asked <idempotency key>" to when a turn arrives, and
+//                  "answered <idempotency key>" once its answer is flushed
 import { appendFileSync } from "node:fs";
 import { connect, headers } from "@nats-io/transport-node";
 import { Svcm } from "@nats-io/services";
@@ -68,6 +69,9 @@ function pastDeadline(msg: ServiceMsg): boolean {
 
 async function answer(msg: ServiceMsg): Promise<void> {
   const key = msg.headers?.get("Salvage-Idempotency-Key") ?? "";
+  if (log) {
+    appendFileSync(log, `asked ${key}\n`);
+  }
   let req: ServiceRequest;
   try {
     req = msg.json<ServiceRequest>();
