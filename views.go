@@ -11,8 +11,8 @@ import (
 // which fails otherwise (and when a field shown is not copied).
 
 // jobOf is job record j as users see it: all but SourceSeq (the job
-// message's sequence) and Finishes (how often it finished), which only
-// the machinery reads.
+// message's sequence), Finishes (how often it finished) and Unannounced
+// (a finish whose announcement is owed), which only the machinery reads.
 func jobOf(j kv.Job) Job {
 	return Job{ID: j.ID, Pipeline: j.Pipeline, Status: JobStatus(j.Status), Chunks: j.Chunks, TraceID: j.TraceID,
 		Budget: j.Budget, Metadata: j.Metadata, Window: j.Window, InputHash: j.InputHash, ChunksRoot: j.ChunksRoot, Summary: j.Summary,

@@ -16,6 +16,10 @@ func SetAfterPublish(s *Splitter, f func()) { s.afterPublish = f }
 // the worker process there.
 func SetAfterDone(w *Worker, f func()) { w.afterDone = f }
 
+// SetAfterFinish sets a hook a worker runs between a job's finish and its
+// announcement (the finished event, the span).
+func SetAfterFinish(w *Worker, f func()) { w.tracker.afterFinish = f }
+
 // SetJournal wraps the store a worker writes journal rows to, so a test
 // can kill the worker process between a call's return and its row.
 func SetJournal(w *Worker, wrap func(recovery.JournalStore) recovery.JournalStore) {

@@ -40,6 +40,10 @@ type repairer struct {
 	// budgets are settled jobs their budget stopped whose
 	// BUDGET_EXCEEDED envelope may not be written yet.
 	budgets map[string]kv.Job
+	// unannounced are finished jobs whose finish is not announced yet
+	// (kv.Job's Unannounced): announced by the sweep once idle, when a
+	// crash took the call that finished them.
+	unannounced map[string]kv.Job
 }
 
 // jobBackoff is when a job found with nothing to repair is looked at
@@ -59,7 +63,8 @@ const repairBackoffMax = 16
 
 func newRepairer(js jetstream.JetStream, stores *kv.Stores, idle time.Duration, log zerolog.Logger) *repairer {
 	return &repairer{js: js, stores: stores, tracker: tracker{js: js, stores: stores}, log: log, idle: idle, now: time.Now,
-		jobs: map[string]kv.Job{}, backoff: map[string]jobBackoff{}, envs: map[string]kv.EnvelopeRecord{}, budgets: map[string]kv.Job{}}
+		jobs: map[string]kv.Job{}, backoff: map[string]jobBackoff{}, envs: map[string]kv.EnvelopeRecord{}, budgets: map[string]kv.Job{},
+		unannounced: map[string]kv.Job{}}
 }
 
 // backOff spaces out j's next repair after one that found nothing to do:
@@ -98,6 +103,11 @@ func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
 	ok := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil
 	if ok && j.BudgetExceededAt != nil && j.BudgetEnvelope != "-" && j.Status != kv.JobRunning {
 		r.budgets[e.Key()] = j
+	}
+	if ok && j.Finished() && j.Unannounced > 0 && j.Unannounced == j.Finishes {
+		r.unannounced[e.Key()] = j
+	} else {
+		delete(r.unannounced, e.Key())
 	}
 	if ok && j.Status == kv.JobRunning {
 		r.jobs[e.Key()] = j
@@ -144,6 +154,26 @@ func (r *repairer) stuck(now time.Time) ([]kv.Job, []kv.EnvelopeRecord) {
 	return jobs, envs
 }
 
+// announceAfter is how long at least a finish stays unannounced before
+// the sweep announces it: the call that finished the job is given that
+// long to do it, so that only a crash, not a slow machine, makes two
+// announcements (the job's span is the one part a second one repeats).
+const announceAfter = 10 * time.Second
+
+// owed returns the finished jobs whose announcement nobody has made for
+// the idle time, and at least announceAfter.
+func (r *repairer) owed(now time.Time) []kv.Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var jobs []kv.Job
+	for _, j := range r.unannounced {
+		if now.Sub(j.UpdatedAt) >= max(r.idle, announceAfter) {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs
+}
+
 // repair runs one pass and returns how many jobs and envelopes it changed.
 func (r *repairer) repair(ctx context.Context) (int, error) {
 	now := r.now()
@@ -166,6 +196,15 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 			delete(r.budgets, j.ID)
 		}
 		r.mu.Unlock()
+	}
+	for _, j := range r.owed(now) {
+		after, err := r.tracker.announce(ctx, j)
+		if err == nil {
+			n++
+			r.log.Info().Str("job_id", j.ID).Str("trace_id", j.TraceID).Str("status", after.Status).
+				Msg("announced a finish a crash left unannounced")
+		}
+		errs = append(errs, err)
 	}
 	for _, j := range jobs {
 		changed, err := r.repairJob(ctx, j)

@@ -2,6 +2,7 @@ package consumers_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -52,6 +53,46 @@ func TestKilledRightAfterDoneSettles(t *testing.T) {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
 		return err == nil && rec.Status == kv.EnvelopeResolved && rec.ResolvedBy == "chunk"
 	}, "the replayed envelope to be resolved")
+}
+
+// TestKilledBetweenFinishAndAnnouncementAnnounces: a worker process is
+// SIGKILLed right after the write that finished its job, before the
+// finished event retention works from. The job record keeps the debt,
+// and the dead-letterer's repair sweep announces it (it used to be lost
+// for good: only the call whose write finished the job announced, and
+// no later settle finishes it again).
+func TestKilledBetweenFinishAndAnnouncementAnnounces(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	child := b.startChild(t, "child", "SALVAGE_TEST_KILL_AFTER_FINISH=1")
+	job := b.submit(t, modeOK)
+	if err := child.Wait(); err == nil {
+		t.Fatal("the child worker exited cleanly; it should have been killed after the finish")
+	}
+	j, err := b.stores.Jobs.Get(b.ctx, job)
+	if err != nil || j.Status != kv.JobDone || j.Finishes != 1 || j.Unannounced != 1 {
+		t.Fatalf("job after the kill = %+v, %v: want done, finished once, its finish owed", j, err)
+	}
+	s, err := b.JS.Stream(b.ctx, streams.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := streams.EventSubject(job, streams.EventFinished)
+	if _, err := s.GetLastMsgForSubject(b.ctx, finished); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a finished event before the announcement (%v)", err)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		j, err = b.stores.Jobs.Get(b.ctx, job)
+		return err == nil && j.Unannounced == 0
+	}, "the repair sweep to announce the finish")
+	m, err := s.GetLastMsgForSubject(b.ctx, finished)
+	if err != nil {
+		t.Fatalf("no finished event for job %s: %v", job, err)
+	}
+	var ev streams.JobEvent
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Status != kv.JobDone || ev.Done != j.Chunks {
+		t.Errorf("finished event %s (%v); want done, %d chunks done", m.Data, err, j.Chunks)
+	}
 }
 
 // TestHandReplayIsLinked: an operator republishes a dead-lettered chunk by

@@ -27,6 +27,9 @@ type tracker struct {
 	// tracer exports the span of a job this tracker finishes; nil takes
 	// the global provider's.
 	tracer trace.Tracer
+	// afterFinish, when set by tests, runs between a job's finishing
+	// write and its announcement.
+	afterFinish func()
 }
 
 // apply records one chunk's transition in its job's counts — one CAS on
@@ -71,8 +74,7 @@ func (t tracker) apply(ctx context.Context, jobID string, chunk int, status stri
 // settle rewrites a job's counts and status from every checkpoint: the
 // repair path, for a job whose counts say it is over and for any place
 // that sees signs of a crash between a chunk's checkpoint and its count.
-// It publishes the finished event from the one call that finished the job,
-// and clears what is left of a finished job's backlog.
+// The call that finished the job announces the finish.
 func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 	job, err := t.stores.Jobs.Get(ctx, jobID)
 	if err != nil {
@@ -86,16 +88,24 @@ func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 	if err != nil || !finished {
 		return job, err
 	}
+	if t.afterFinish != nil {
+		t.afterFinish()
+	}
+	return t.announce(ctx, job)
+}
+
+// announce makes the announcement job's finish is owed (kv.Job's
+// Unannounced): what is left of its backlog cleared, the finished event
+// retention works from, the job's span; then it clears the debt. Made by
+// the call that finished the job, or after a crash in between by the
+// repair sweep; both at once publish one event (its message id is the
+// finish's) and, rarely, two spans.
+func (t tracker) announce(ctx context.Context, job kv.Job) (kv.Job, error) {
 	if job.Window > 0 {
 		if err := purgeSubject(ctx, t.js, streams.Backlog, streams.BacklogForJob(job.Pipeline, job.ID)); err != nil {
 			return job, err
 		}
 	}
-	tracer := t.tracer
-	if tracer == nil {
-		tracer = tracerOf(nil)
-	}
-	exportJobSpan(tracer, job)
 	ev := streams.JobEvent{
 		Job: job.ID, Kind: streams.EventFinished, Pipeline: job.Pipeline, Status: job.Status,
 		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,
@@ -103,7 +113,15 @@ func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 	}
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.finished.%d.%d.%d", job.ID, job.Summary.Done, job.Summary.DeadLettered, job.Summary.Cancelled))
-	return job, publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, h)
+	if err := publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, h); err != nil {
+		return job, err
+	}
+	tracer := t.tracer
+	if tracer == nil {
+		tracer = tracerOf(nil)
+	}
+	exportJobSpan(tracer, job)
+	return t.stores.Jobs.MarkAnnounced(ctx, job.ID, job.Unannounced)
 }
 
 // publishProgress announces one chunk's new outcome with its job's counts.

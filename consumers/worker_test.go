@@ -50,6 +50,9 @@ func runChildWorker(url string) int {
 	if os.Getenv("SALVAGE_TEST_KILL_AFTER_DONE") != "" {
 		consumers.SetAfterDone(w, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
 	}
+	if os.Getenv("SALVAGE_TEST_KILL_AFTER_FINISH") != "" {
+		consumers.SetAfterFinish(w, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} })
+	}
 	if os.Getenv("SALVAGE_TEST_KILL_BEFORE_ROW") != "" {
 		consumers.SetJournal(w, func(s recovery.JournalStore) recovery.JournalStore { return killBeforeRow{s} })
 	}

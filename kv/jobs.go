@@ -84,6 +84,13 @@ type Job struct {
 	// Finishes counts the times the job finished: a recovery that
 	// re-runs a dead-lettered chunk makes it run, and finish, again.
 	Finishes int `json:"finishes,omitempty"`
+	// Unannounced is the finish (a value of Finishes) whose announcement
+	// is still owed: the finished event retention works from, the job's
+	// span, the purge of what is left of its backlog. The write that
+	// finishes a job sets it and the announcement clears it; set on a
+	// job idle for a while, a crash came in between, and the
+	// dead-letterer's repair sweep makes the announcement.
+	Unannounced int `json:"unannounced,omitempty"`
 	// Retention is how long what the job leaves behind is kept, by data
 	// class: its pipeline's, or its deployment's, when it was split.
 	Retention *Retention `json:"retention,omitempty"`
@@ -604,6 +611,11 @@ func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bo
 // (Checkpoints.Derive reads one a page at a time).
 func (s *Jobs) SettleDerived(ctx context.Context, id string, d *Derivation) (Job, bool, error) {
 	var finishedNow bool
+	// mine is when this call's finishing write, if it made one, says the
+	// job finished: a write whose answer was lost is tried again, meets
+	// its own first attempt and sees nothing to change — still this
+	// call's finish.
+	var mine *time.Time
 	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
 		finishedNow = false
 		if !exists {
@@ -623,21 +635,40 @@ func (s *Jobs) SettleDerived(ctx context.Context, id string, d *Derivation) (Job
 		sum.CostMicros = max(sum.CostMicros, j.Summary.CostMicros)
 		sum.Redeliveries = max(sum.Redeliveries, j.Summary.Redeliveries)
 		if status == j.Status && sum == j.Summary && slices.Equal(why, j.Explanation) {
+			finishedNow = mine != nil && j.FinishedAt != nil && j.FinishedAt.Equal(*mine) && j.Unannounced == j.Finishes
 			return ErrNoChange
 		}
 		now := s.now()
 		if j.Status == JobRunning && status != JobRunning {
-			finishedNow = true
+			finishedNow, mine = true, &now
 			j.FinishedAt = &now
 			j.Finishes++
+			j.Unannounced = j.Finishes
 		}
 		if status == JobRunning {
-			j.FinishedAt = nil
+			// Running again: its next finish is the one to announce.
+			j.FinishedAt, j.Unannounced = nil, 0
 		}
 		j.Status, j.Summary, j.Explanation, j.UpdatedAt = status, sum, why, now
 		return nil
 	})
 	return j, finishedNow, err
+}
+
+// MarkAnnounced records that the announcement of the job's finish number
+// finish was made. A job since finished again keeps its own debt.
+func (s *Jobs) MarkAnnounced(ctx context.Context, id string, finish int) (Job, error) {
+	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
+		if !exists {
+			return fmt.Errorf("%w: job %s", ErrNotFound, id)
+		}
+		if j.Unannounced != finish {
+			return ErrNoChange
+		}
+		j.Unannounced = 0
+		return nil
+	})
+	return j, err
 }
 
 // List returns every job record, newest first (job ids are ULIDs).
