@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +37,9 @@ type Decision struct {
 // the chunk, so a crash between the release and the delete of the parked
 // copy loses nothing (the worker purges the copy). A rejection
 // dead-letters the chunk with a COMPENSATE_AND_ABANDON envelope marked
-// human. It returns the chunk's checkpoint as Approve left it, or an
+// human. A chunk whose checkpoint says it awaits approval while its
+// parked copy is still on its way is waited for, up to parkWait. It
+// returns the chunk's checkpoint as Approve left it, or an
 // error wrapping ErrUnknownJob or ErrNotAwaitingApproval.
 func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decision) (kv.Checkpoint, error) {
 	if _, err := o.stores.Jobs.Get(ctx, job); errors.Is(err, kv.ErrNotFound) {
@@ -64,7 +67,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	if err != nil {
 		return cp, err
 	}
-	parked, err := hold.GetLastMsgForSubject(ctx, subject)
+	parked, err := parkedCopy(ctx, hold, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return cp, fmt.Errorf("%w: chunk %d of job %s is being parked; try again in a moment", ErrNotAwaitingApproval, chunk, job)
 	}
@@ -104,4 +107,35 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	}
 	cp, _, err = o.stores.Checkpoints.Get(ctx, job, chunk)
 	return cp, err
+}
+
+// parkWait bounds how long Approve waits for the parked copy of a chunk
+// whose checkpoint already says it awaits approval: a worker writes the
+// checkpoint, then the copy, a moment apart. A copy still missing after
+// it means the worker died in between; the redelivery parks the chunk
+// again (after the AckWait) and the caller is told to try again.
+const parkWait = 5 * time.Second
+
+// parkedCopy reads the last message on subject of SALVAGE_HOLD, waiting
+// up to parkWait for one to arrive.
+func parkedCopy(parent context.Context, hold jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(parent, parkWait)
+	defer cancel()
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		m, err := hold.GetLastMsgForSubject(ctx, subject)
+		if err != nil && ctx.Err() != nil && parent.Err() == nil {
+			return nil, jetstream.ErrMsgNotFound // parkWait is up
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return nil, parent.Err()
+			}
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
 }
