@@ -123,18 +123,16 @@ func parkedCopy(parent context.Context, hold jetstream.Stream, subject string) (
 	defer cancel()
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		m, err := hold.GetLastMsgForSubject(ctx, subject)
-		if err != nil && ctx.Err() != nil && parent.Err() == nil {
-			return nil, jetstream.ErrMsgNotFound // parkWait is up
-		}
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		switch {
+		case err == nil || parent.Err() != nil:
 			return m, err
+		case ctx.Err() != nil:
+			return nil, jetstream.ErrMsgNotFound // parkWait is up
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			if parent.Err() != nil {
-				return nil, parent.Err()
-			}
-			return nil, err
 		case <-time.After(wait):
 		}
 	}

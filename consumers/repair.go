@@ -104,7 +104,7 @@ func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
 	if ok && j.BudgetExceededAt != nil && j.BudgetEnvelope != "-" && j.Status != kv.JobRunning {
 		r.budgets[e.Key()] = j
 	}
-	if ok && j.Finished() && j.Unannounced > 0 && j.Unannounced == j.Finishes {
+	if ok && j.AnnouncementOwed() {
 		r.unannounced[e.Key()] = j
 	} else {
 		delete(r.unannounced, e.Key())
@@ -198,8 +198,11 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 		r.mu.Unlock()
 	}
 	for _, j := range r.owed(now) {
-		after, err := r.tracker.announce(ctx, j)
-		if err == nil {
+		after, announced, err := r.tracker.announceOwed(ctx, j.ID)
+		if errors.Is(err, kv.ErrNotFound) {
+			continue // retained and expired since
+		}
+		if announced {
 			n++
 			r.log.Info().Str("job_id", j.ID).Str("trace_id", j.TraceID).Str("status", after.Status).
 				Msg("announced a finish a crash left unannounced")

@@ -96,10 +96,12 @@ func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 
 // announce makes the announcement job's finish is owed (kv.Job's
 // Unannounced): what is left of its backlog cleared, the finished event
-// retention works from, the job's span; then it clears the debt. Made by
-// the call that finished the job, or after a crash in between by the
-// repair sweep; both at once publish one event (its message id is the
-// finish's) and, rarely, two spans.
+// retention works from, then the debt cleared by compare-and-swap, and the
+// job's span exported by the one call that cleared it. Made by the call
+// that finished the job, or after a crash in between by a repair sweep;
+// announcers at once publish one event (its message id is the finish's)
+// and one span. A crash between the clearing and the span loses the span,
+// never the event.
 func (t tracker) announce(ctx context.Context, job kv.Job) (kv.Job, error) {
 	if job.Window > 0 {
 		if err := purgeSubject(ctx, t.js, streams.Backlog, streams.BacklogForJob(job.Pipeline, job.ID)); err != nil {
@@ -116,12 +118,27 @@ func (t tracker) announce(ctx context.Context, job kv.Job) (kv.Job, error) {
 	if err := publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, h); err != nil {
 		return job, err
 	}
-	tracer := t.tracer
-	if tracer == nil {
-		tracer = tracerOf(nil)
+	after, cleared, err := t.stores.Jobs.MarkAnnounced(ctx, job.ID, job.Unannounced)
+	if cleared {
+		tracer := t.tracer
+		if tracer == nil {
+			tracer = tracerOf(nil)
+		}
+		exportJobSpan(tracer, job)
 	}
-	exportJobSpan(tracer, job)
-	return t.stores.Jobs.MarkAnnounced(ctx, job.ID, job.Unannounced)
+	return after, err
+}
+
+// announceOwed announces job id's finish if its record, read now, still
+// owes it: a repair sweep's index can lag the record (announced since,
+// or running again after a replay).
+func (t tracker) announceOwed(ctx context.Context, id string) (kv.Job, bool, error) {
+	job, err := t.stores.Jobs.Get(ctx, id)
+	if err != nil || !job.AnnouncementOwed() {
+		return job, false, err
+	}
+	job, err = t.announce(ctx, job)
+	return job, err == nil, err
 }
 
 // publishProgress announces one chunk's new outcome with its job's counts.

@@ -104,6 +104,12 @@ type Job struct {
 // Finished reports whether every chunk reached a terminal state.
 func (j Job) Finished() bool { return j.Status != JobRunning }
 
+// AnnouncementOwed reports whether the job's current finish is not yet
+// announced (see Unannounced).
+func (j Job) AnnouncementOwed() bool {
+	return j.Finished() && j.Unannounced > 0 && j.Unannounced == j.Finishes
+}
+
 // View returns cps (the job's checkpoints) as operators see them: without
 // agent outputs and snapshots, and, when the job was cancelled, its
 // pending chunks (never started; their messages were purged) reading
@@ -635,7 +641,7 @@ func (s *Jobs) SettleDerived(ctx context.Context, id string, d *Derivation) (Job
 		sum.CostMicros = max(sum.CostMicros, j.Summary.CostMicros)
 		sum.Redeliveries = max(sum.Redeliveries, j.Summary.Redeliveries)
 		if status == j.Status && sum == j.Summary && slices.Equal(why, j.Explanation) {
-			finishedNow = mine != nil && j.FinishedAt != nil && j.FinishedAt.Equal(*mine) && j.Unannounced == j.Finishes
+			finishedNow = mine != nil && j.FinishedAt != nil && j.FinishedAt.Equal(*mine) && j.AnnouncementOwed()
 			return ErrNoChange
 		}
 		now := s.now()
@@ -656,19 +662,22 @@ func (s *Jobs) SettleDerived(ctx context.Context, id string, d *Derivation) (Job
 }
 
 // MarkAnnounced records that the announcement of the job's finish number
-// finish was made. A job since finished again keeps its own debt.
-func (s *Jobs) MarkAnnounced(ctx context.Context, id string, finish int) (Job, error) {
+// finish was made, and reports whether this call cleared the debt (false:
+// another announcer did, or the job finished again and keeps its own).
+func (s *Jobs) MarkAnnounced(ctx context.Context, id string, finish int) (Job, bool, error) {
+	cleared := false
 	j, _, err := mutateJSONWith(ctx, s.b, id, s.update, func(j *Job, exists bool) error {
+		cleared = false
 		if !exists {
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
 		if j.Unannounced != finish {
 			return ErrNoChange
 		}
-		j.Unannounced = 0
+		j.Unannounced, cleared = 0, true
 		return nil
 	})
-	return j, err
+	return j, cleared, err
 }
 
 // List returns every job record, newest first (job ids are ULIDs).
