@@ -210,7 +210,7 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 		errs = append(errs, err)
 	}
 	for _, j := range jobs {
-		changed, err := r.repairJob(ctx, j)
+		changed, err := r.repairJob(ctx, j, now)
 		if changed {
 			n++
 		}
@@ -231,14 +231,25 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 
 // repairJob settles a running job nobody updated for a while: its counts
 // against its checkpoints, a cancel that stopped part-way, a backlog
-// whose admissions a crash lost.
-func (r *repairer) repairJob(ctx context.Context, j kv.Job) (bool, error) {
+// whose admissions a crash lost. The watch's copy only nominates the job:
+// the record, read now, decides, so a job whose worker is counting it
+// this moment (the copy lagging its writes) is left to that worker.
+func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool, error) {
+	cur, err := r.stores.Jobs.Get(ctx, j.ID)
+	if errors.Is(err, kv.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if cur.Status != kv.JobRunning || now.Sub(cur.UpdatedAt) < r.idle {
+		return false, nil // finished or moving since: the watch brings the change
+	}
 	var after kv.Job
-	var err error
-	if j.CancelledAt != nil {
-		after, err = cancelRest(ctx, r.tracker, j, "cancel")
+	if cur.CancelledAt != nil {
+		after, err = cancelRest(ctx, r.tracker, cur, "cancel")
 	} else {
-		after, err = r.tracker.settle(ctx, j.ID)
+		after, err = r.tracker.settleRecord(ctx, cur)
 	}
 	if errors.Is(err, kv.ErrNotFound) {
 		return false, nil
@@ -246,7 +257,7 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	changed := after.Status != j.Status || after.Summary != j.Summary
+	changed := after.Status != cur.Status || after.Summary != cur.Summary
 	if after.Status == kv.JobRunning && after.Window > 0 && after.CancelledAt == nil {
 		admitted, err := r.restartBacklog(ctx, after)
 		if err != nil {

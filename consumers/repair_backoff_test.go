@@ -1,7 +1,6 @@
 package consumers
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -20,33 +19,14 @@ import (
 // used to be re-derived, O(its chunks) reads, every sweep.)
 func TestSweeperBacksOffAJobWithNothingToRepair(t *testing.T) {
 	t.Parallel()
-	srv, err := natsconf.StartServer(natsconf.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), ServerName: "backoff-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: srv.ClientURL(), Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := streams.Provision(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	stores, err := kv.Provision(ctx, js, kv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	js, stores := repairServer(t)
 	job := kv.Job{ID: "01JBACKOFF0000000000000000", Pipeline: "p", Chunks: 3}
 	if err := stores.Jobs.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	if job, err = stores.Jobs.Get(ctx, job.ID); err != nil {
+	job, err := stores.Jobs.Get(ctx, job.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	const idle = 10 * time.Second
@@ -86,4 +66,77 @@ func TestSweeperBacksOffAJobWithNothingToRepair(t *testing.T) {
 	if !derived() {
 		t.Fatal("a job whose record changed is still backed off")
 	}
+}
+
+// TestRepairDecidesByTheRecordNotItsCopy: the sweep's copy of a job (from
+// its watch) can lag the record. A copy that looks idle while the record
+// was written a moment ago — a worker counting the job's last chunk right
+// now — is not settled by the sweep: that worker finishes it. Once the
+// record itself has been idle for the idle time, the sweep settles it.
+func TestRepairDecidesByTheRecordNotItsCopy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	js, stores := repairServer(t)
+	job := kv.Job{ID: "01JREPAIRCOPY0000000000000", Pipeline: "p", Chunks: 1}
+	if err := stores.Jobs.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stores.Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
+		cp.Status = kv.StatusDone
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := stores.Jobs.Get(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 10 * time.Second
+	r := newRepairer(js, stores, idle, zerolog.Nop())
+	stale := rec
+	stale.UpdatedAt = rec.UpdatedAt.Add(-time.Hour)
+	r.jobs[job.ID] = stale
+	now := rec.UpdatedAt.Add(time.Second)
+	r.now = func() time.Time { return now }
+	if n, err := r.repair(ctx); err != nil || n != 0 {
+		t.Fatalf("repair with a stale copy of a record written 1s ago: %d changed, %v; want nothing", n, err)
+	}
+	if got, err := stores.Jobs.Get(ctx, job.ID); err != nil || got.Status != kv.JobRunning || got.Finishes != 0 {
+		t.Fatalf("job = %+v, %v: the sweep settled a job its record says is moving", got, err)
+	}
+	now = rec.UpdatedAt.Add(2 * idle)
+	if n, err := r.repair(ctx); err != nil || n != 1 {
+		t.Fatalf("repair once the record was idle for %v: %d changed, %v; want the job settled", 2*idle, n, err)
+	}
+	if got, err := stores.Jobs.Get(ctx, job.ID); err != nil || got.Status != kv.JobDone || got.Finishes != 1 || got.AnnouncementOwed() {
+		t.Fatalf("job = %+v, %v: want done, finished once and announced", got, err)
+	}
+}
+
+// repairServer starts an embedded server for the repairer's tests and
+// provisions the streams and stores.
+func repairServer(t *testing.T) (jetstream.JetStream, *kv.Stores) {
+	t.Helper()
+	srv, err := natsconf.StartServer(natsconf.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), ServerName: "repair-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: srv.ClientURL(), Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Provision(t.Context(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	stores, err := kv.Provision(t.Context(), js, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, stores
 }

@@ -65,8 +65,38 @@ func TestKilledBetweenFinishAndAnnouncementAnnounces(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	child := b.startChild(t, "child", "SALVAGE_TEST_KILL_AFTER_FINISH=1")
-	job := b.submit(t, modeOK)
-	if err := child.Wait(); err == nil {
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = child.Wait(); close(exited) }()
+	// Before startChild's own cleanup, which waits for the child too.
+	t.Cleanup(func() { _ = child.Process.Kill(); <-exited })
+	// The child makes the finishing write unless the repair sweep beats it
+	// to it (a sweep that read the record just before the child counted
+	// its last chunk, with the job idle since it was created): then the
+	// sweep announces at once and the child lives on. Another job, then.
+	var job string
+	for attempt := 1; ; attempt++ {
+		job = b.submit(t, modeOK)
+		killed := false
+		salvagetest.Eventually(t, 2*time.Minute, func() bool {
+			select {
+			case <-exited:
+				killed = true
+				return true
+			default:
+			}
+			j, err := b.stores.Jobs.Get(b.ctx, job)
+			return err == nil && j.Finishes > 0 && !j.AnnouncementOwed()
+		}, "the child killed after finishing the job, or the job finished and announced by the sweep")
+		if killed {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("three jobs in a row were finished by the repair sweep before the child, which was never killed")
+		}
+		t.Logf("job %s was finished by the repair sweep, not the child; another job", job)
+	}
+	if waitErr == nil {
 		t.Fatal("the child worker exited cleanly; it should have been killed after the finish")
 	}
 	j, err := b.stores.Jobs.Get(b.ctx, job)

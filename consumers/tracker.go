@@ -80,11 +80,16 @@ func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 	if err != nil {
 		return job, err
 	}
-	d, err := t.stores.Checkpoints.Derive(ctx, jobID, job.Chunks)
+	return t.settleRecord(ctx, job)
+}
+
+// settleRecord is settle for a job record its caller has just read.
+func (t tracker) settleRecord(ctx context.Context, job kv.Job) (kv.Job, error) {
+	d, err := t.stores.Checkpoints.Derive(ctx, job.ID, job.Chunks)
 	if err != nil {
 		return job, err
 	}
-	job, finished, err := t.stores.Jobs.SettleDerived(ctx, jobID, d)
+	job, finished, err := t.stores.Jobs.SettleDerived(ctx, job.ID, d)
 	if err != nil || !finished {
 		return job, err
 	}
