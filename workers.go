@@ -32,13 +32,18 @@ type Worker struct {
 	Concurrency int       `json:"concurrency,omitempty"`
 	InFlight    int       `json:"in_flight"`
 	StartedAt   time.Time `json:"started_at"`
-	// UpdatedAt is its last heartbeat (every 10 seconds).
+	// UpdatedAt is its last heartbeat (three a lease).
 	UpdatedAt time.Time `json:"updated_at"`
+	// LeaseMS is the process's lease in milliseconds: once that long
+	// has passed since its last heartbeat, it is dead to the others and
+	// the chunks it held go back to their pools.
+	LeaseMS int64 `json:"lease_ms,omitempty"`
 }
 
 // Workers lists the live processes of the deployment (those that run a
 // role), by id. It reads the salvage_workers bucket, which each started
-// client refreshes every 10 seconds.
+// client refreshes three times a lease (a worker's lease is its pools'
+// shortest claim lease, at most 20 s; another process's 30 s).
 func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
@@ -63,7 +68,7 @@ func (c *Client) processState() kv.WorkerState {
 		id = consumers.ProcessID()
 	}
 	host, _ := os.Hostname()
-	state := kv.WorkerState{ID: id, Host: host, PID: os.Getpid(), StartedAt: time.Now().UTC()}
+	state := kv.WorkerState{ID: id, Host: host, PID: os.Getpid(), StartedAt: time.Now().UTC(), LeaseMS: c.processLease().Milliseconds()}
 	for _, r := range c.cfg.Roles {
 		state.Roles = append(state.Roles, string(r))
 	}
@@ -90,12 +95,21 @@ func (c *Client) beatOnce(ctx context.Context, stores *kv.Stores, state kv.Worke
 	c.beat.record(err)
 }
 
-// heartbeat writes this process's record every kv.WorkerHeartbeat until
-// ctx ends, then removes it. Start writes the first before any role runs
-// (a claim of this process's worker is believed only while the record
-// exists), and ends it only after every role stopped.
+// processLease is this process's lease: its worker's (kv.ProcessLeaseMax
+// at most), or kv.ProcessLeaseDefault for a process that claims nothing.
+func (c *Client) processLease() time.Duration {
+	if c.worker != nil {
+		return c.worker.Lease()
+	}
+	return kv.ProcessLeaseDefault
+}
+
+// heartbeat writes this process's record three times a lease until ctx
+// ends, then removes it. Start writes the first before any role runs
+// (a claim of this process's worker is believed only while its lease
+// holds), and ends it only after every role stopped.
 func (c *Client) heartbeat(ctx context.Context, stores *kv.Stores, state kv.WorkerState) {
-	t := time.NewTicker(kv.WorkerHeartbeat)
+	t := time.NewTicker(state.Lease() / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -110,13 +124,17 @@ func (c *Client) heartbeat(ctx context.Context, stores *kv.Stores, state kv.Work
 	}
 }
 
-// alive reports whether process id has a live record in salvage_workers:
-// a worker believes another's claim only while it does. A store it cannot
-// read (a deployment provisioned before the bucket) says yes.
+// alive reports whether process id has a record in salvage_workers whose
+// lease holds: a worker believes another's claim only while it does. A
+// store it cannot read (a deployment provisioned before the bucket) says
+// yes.
 func alive(stores *kv.Stores) func(ctx context.Context, id string) bool {
 	return func(ctx context.Context, id string) bool {
-		_, err := stores.Workers.Get(ctx, id)
-		return !errors.Is(err, kv.ErrNotFound)
+		w, err := stores.Workers.Get(ctx, id)
+		if errors.Is(err, kv.ErrNotFound) {
+			return false
+		}
+		return err != nil || !w.Lapsed(time.Now())
 	}
 }
 

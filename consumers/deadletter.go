@@ -54,8 +54,11 @@ type DeadLetterConfig struct {
 // SALVAGE_CHUNKS for messages at or below the workers' ack floor. Each
 // sweep also repairs what a killed process left half-written: a job or an
 // envelope whose chunks all ended settles within one sweep interval of
-// going quiet. Several copies may run at once: the guard key makes each
-// envelope happen once, and every repair is repeat-safe.
+// going quiet. And it reaps dead processes: when a worker process's lease
+// in salvage_workers lapses, the chunks it held go back to their pools at
+// once (see reaper). Several copies may run at once: the guard key makes
+// each envelope happen once, every repair is repeat-safe, and a claim is
+// handed back by CAS.
 type DeadLetterer struct {
 	js     jetstream.JetStream
 	stores *kv.Stores
@@ -99,6 +102,7 @@ func (d *DeadLetterer) Run(ctx context.Context) error {
 		go d.sweepLoop(ctx)
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { newReaper(d.js, d.stores, d.log).run(ctx) })
 	wg.Go(func() { d.retain.run(ctx) })
 	wg.Go(func() { d.buildIndex(ctx) })
 	defer wg.Wait()

@@ -233,7 +233,8 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 // against its checkpoints, a cancel that stopped part-way, a backlog
 // whose admissions a crash lost. The watch's copy only nominates the job:
 // the record, read now, decides, so a job whose worker is counting it
-// this moment (the copy lagging its writes) is left to that worker.
+// this moment (the copy lagging its writes) is left to that worker, and
+// so is one a chunk's checkpoint moved in since (its count write follows).
 func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool, error) {
 	cur, err := r.stores.Jobs.Get(ctx, j.ID)
 	if errors.Is(err, kv.ErrNotFound) {
@@ -249,7 +250,17 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool
 	if cur.CancelledAt != nil {
 		after, err = cancelRest(ctx, r.tracker, cur, "cancel")
 	} else {
-		after, err = r.tracker.settleRecord(ctx, cur)
+		var d *kv.Derivation
+		if d, err = r.stores.Checkpoints.Derive(ctx, cur.ID, cur.Chunks); err != nil {
+			return false, err
+		}
+		if now.Sub(d.LastWrite()) < r.idle {
+			// A chunk moved while the record sat still: its writer is
+			// about to count it (a count settled now would be counted
+			// again), or a later sweep finds the job quiet.
+			return false, nil
+		}
+		after, err = r.tracker.settleDerived(ctx, cur, d)
 	}
 	if errors.Is(err, kv.ErrNotFound) {
 		return false, nil

@@ -140,3 +140,54 @@ func repairServer(t *testing.T) (jetstream.JetStream, *kv.Stores) {
 	}
 	return js, stores
 }
+
+// TestRepairLeavesAJobWhoseChunkJustMoved: a chunk's count change rides in
+// its checkpoint's write and reaches the job record right after. A sweep
+// that settled the job in between — its record idle, its chunk's
+// checkpoint just written — counted the chunk's 25 tokens, and the
+// writer's count write then added them again: 75 of 50 in
+// TestUsageSurvivesACrash. The sweep waits for the checkpoints too.
+func TestRepairLeavesAJobWhoseChunkJustMoved(t *testing.T) {
+	t.Parallel()
+	js, stores := repairServer(t)
+	ctx := t.Context()
+	job := kv.Job{ID: "01JREPAIRMOVED000000000000", Pipeline: "p", Chunks: 1}
+	if err := stores.Jobs.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := stores.Jobs.Get(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The chunk finishes an hour after the record's last write.
+	written := rec.UpdatedAt.Add(time.Hour)
+	stores.Checkpoints.SetClock(func() time.Time { return written })
+	var d kv.Delta
+	if _, err := stores.Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
+		cp.Status, cp.CompletionTokens = kv.StatusDone, 25
+		d = cp.Recount()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const idle = 10 * time.Second
+	r := newRepairer(js, stores, idle, zerolog.Nop())
+	r.jobs[job.ID] = rec
+	now := written.Add(time.Second)
+	r.now = func() time.Time { return now }
+	if n, err := r.repair(ctx); err != nil || n != 0 {
+		t.Fatalf("repair a second after the chunk's checkpoint moved: %d changed, %v; want nothing", n, err)
+	}
+	// The writer's count lands, as a worker's does after its checkpoint.
+	if _, _, err := stores.Jobs.Apply(ctx, job.ID, d); err != nil {
+		t.Fatal(err)
+	}
+	now = written.Add(2 * idle)
+	if _, err := r.repair(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stores.Jobs.Get(ctx, job.ID)
+	if err != nil || got.Status != kv.JobDone || got.Summary.CompletionTokens != 25 || got.Summary.Done != 1 {
+		t.Fatalf("job = %+v (%v); want done with its chunk's 25 tokens counted once", got, err)
+	}
+}

@@ -346,8 +346,40 @@ func (b *bundle) startWorkerWith(t *testing.T, id string, tune func(*consumers.W
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan struct{})
 	b.wg.Add(1)
-	go func() { defer b.wg.Done(); defer close(done); _ = w.Run(ctx) }()
+	go func() {
+		defer b.wg.Done()
+		defer close(done)
+		beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+		beaten := make(chan struct{})
+		keepRecord(beatCtx, b.stores, w, beaten)
+		_ = w.Run(ctx)
+		stopBeat()
+		<-beaten
+	}()
 	return func() { cancel(); <-done }
+}
+
+// keepRecord writes w's process record with its lease, as the root
+// package's client does (a reaper hands back the chunks of a process whose
+// lease lapsed): once now, then three times a lease until ctx ends, when
+// it removes the record and closes done.
+func keepRecord(ctx context.Context, stores *kv.Stores, w *consumers.Worker, done chan<- struct{}) {
+	state := kv.WorkerState{ID: w.ID(), Roles: []string{"worker"}, LeaseMS: w.Lease().Milliseconds(), StartedAt: time.Now()}
+	_ = stores.Workers.Beat(ctx, state)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(w.Lease() / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				_ = stores.Workers.Gone(context.WithoutCancel(ctx), state.ID)
+				return
+			case <-t.C:
+				_ = stores.Workers.Beat(ctx, state)
+			}
+		}
+	}()
 }
 
 // submit publishes a job of the test pipeline and returns its id.

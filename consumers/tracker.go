@@ -89,6 +89,11 @@ func (t tracker) settleRecord(ctx context.Context, job kv.Job) (kv.Job, error) {
 	if err != nil {
 		return job, err
 	}
+	return t.settleDerived(ctx, job, d)
+}
+
+// settleDerived is settleRecord from a derivation of the job's checkpoints.
+func (t tracker) settleDerived(ctx context.Context, job kv.Job, d *kv.Derivation) (kv.Job, error) {
 	job, finished, err := t.stores.Jobs.SettleDerived(ctx, job.ID, d)
 	if err != nil || !finished {
 		return job, err

@@ -249,6 +249,18 @@ func (w *Worker) poolFor(pipeline string) pool {
 	return pool{concurrency: w.cfg.Concurrency, maxDeliver: w.cfg.MaxDeliver, ackWait: w.cfg.AckWait, heartbeat: w.cfg.Heartbeat}
 }
 
+// Lease is the process lease this worker's process must keep in its
+// salvage_workers record (three writes a lease): the shortest claim
+// lease of its pools, at most kv.ProcessLeaseMax. Once it lapses, a
+// reaper hands the chunks the process held back to their pools.
+func (w *Worker) Lease() time.Duration {
+	lease := kv.ProcessLeaseMax
+	for _, p := range w.pools {
+		lease = min(lease, p.lease())
+	}
+	return lease
+}
+
 // ID returns the worker's id as written in claims and checkpoints.
 func (w *Worker) ID() string { return w.cfg.ID }
 
@@ -272,6 +284,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			// Pausing it from a console that does not know it fails.
 			w.log.Warn().Err(err).Str("pipeline", name).Msg("record the pipeline")
 		}
+	}
+	// What a previous life of this id held goes back to the pools now,
+	// not when its lease would have lapsed (the reaper no longer can:
+	// this process's record is live).
+	if n, err := handBack(ctx, w.js, w.stores, w.log, w.cfg.ID); err != nil {
+		w.log.Warn().Err(err).Msg("hand back what a previous process of this id held")
+	} else if n > 0 {
+		w.log.Warn().Int("chunks", n).Msg("handed back the chunks a previous process of this id held")
 	}
 	// Chunks outlive ctx so a drain can finish them.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -299,11 +319,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.pull(ctx, workCtx, names[i], cons, slots[names[i]], &wg)
 		}()
 	}
-	pulls.Add(1)
-	go func() {
-		defer pulls.Done()
-		newTakeovers(w).run(ctx, workCtx, slots, &wg)
-	}()
 	pulls.Wait()
 	w.log.Info().Dur("timeout_ms", w.cfg.DrainTimeout).Msg("draining")
 	done := make(chan struct{})

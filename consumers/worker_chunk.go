@@ -30,6 +30,9 @@ type run struct {
 
 	mu    sync.Mutex
 	lease kv.Lease
+	// heldRev is the revision of the claim's listing under this worker
+	// (listClaim), 0 when there is none.
+	heldRev uint64
 	// replay is the chunk epoch's journal, loaded once at take.
 	replay *recovery.Replay
 	// states are the agents' states, from their latest stage snapshots.
@@ -93,6 +96,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
 	defer func() {
 		r.bg.Wait()
 		r.freeOnce.Do(free)
+		r.unlistClaim(ctx)
 		if r.tail {
 			<-w.tails
 		}
@@ -239,6 +243,7 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.lease = lease
+	r.listClaim(ctx)
 	if lease.Replaced != "" {
 		r.log.Warn().Str("claim", lease.Key).Str("replaced", lease.Replaced).Msg("chunk claimed over something no live holder wrote")
 	}
@@ -264,11 +269,11 @@ func (r *run) run(ctx context.Context) error {
 		}
 		cp.Status, cp.HeldOn = kv.StatusRunning, ""
 		ev := kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)}
-		if tm, ok := r.m.(*takenMsg); ok {
-			// The same delivery, taken over from a dead holder: no
-			// redelivery, a takeover.
+		if lease.TakenFrom != "" {
+			// Handed back by the reaper when its holder's process
+			// lease lapsed: a redelivery that is a takeover.
 			cp.Takeovers++
-			ev.Detail = "taken over from " + tm.from
+			ev.Detail = "taken over from " + lease.TakenFrom + " (its process's lease lapsed)"
 		}
 		cp.Record(ev)
 		countRedeliveries(cp, r.meta)
@@ -975,6 +980,34 @@ func (r *run) releaseClaim(ctx context.Context) {
 	}
 }
 
+// listClaim lists the claim under this worker (Claims.Hold), for the reaper
+// to find should the process die; a listing that fails leaves the chunk
+// to JetStream's redelivery in that case.
+func (r *run) listClaim(ctx context.Context) {
+	rev, err := r.w.stores.Claims.Hold(ctx, r.lease)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("list the claim under this process; should it die, the chunk waits for AckWait")
+		return
+	}
+	r.mu.Lock()
+	r.heldRev = rev
+	r.mu.Unlock()
+}
+
+// unlistClaim removes the listing listClaim wrote, once the run is over.
+func (r *run) unlistClaim(ctx context.Context) {
+	r.mu.Lock()
+	rev, key := r.heldRev, r.lease.Key
+	r.heldRev = 0
+	r.mu.Unlock()
+	if rev == 0 {
+		return
+	}
+	if err := r.w.stores.Claims.Unhold(context.WithoutCancel(ctx), r.w.cfg.ID, key, rev); err != nil {
+		r.log.Debug().Err(err).Msg("unlist the claim")
+	}
+}
+
 // acquire claims the chunk for this delivery (Claims.AcquireAs). A claim
 // another process holds is believed only while that process lives
 // (WorkerConfig.Alive): one whose holder has no record is taken at once.
@@ -987,9 +1020,8 @@ func (r *run) acquire(ctx context.Context) (kv.Lease, error) {
 	return r.w.stores.Claims.Steal(ctx, held.Holder, r.claim(), r.pool.lease(), "a claim of "+held.Holder.ClaimedBy+", a process with no live record")
 }
 
-// claim is the claim this delivery holds: who, which delivery, and where
-// a survivor finds its message and acknowledges it should this process
-// die (see takeovers).
+// claim is the claim this delivery holds: who, which delivery, and the
+// reply subject through which a reaper naks it should this process die.
 func (r *run) claim() kv.Claim {
 	return kv.Claim{ClaimedBy: r.w.cfg.ID, Delivery: r.meta.NumDelivered, Pipeline: r.chunk.Pipeline,
 		Seq: r.meta.Sequence.Stream, Reply: r.m.Reply()}

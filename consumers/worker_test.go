@@ -56,6 +56,7 @@ func runChildWorker(url string) int {
 	if os.Getenv("SALVAGE_TEST_KILL_BEFORE_ROW") != "" {
 		consumers.SetJournal(w, func(s recovery.JournalStore) recovery.JournalStore { return killBeforeRow{s} })
 	}
+	keepRecord(ctx, stores, w, make(chan struct{}))
 	_ = w.Run(ctx)
 	return 0
 }
@@ -184,10 +185,10 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 	}
 	cp := b.checkpoint(t, job, 1)
 	// Each run of stage 2 is 1 call + 2 tier-1 retries: one run per
-	// delivery, and one more for each takeover (a loaded machine can
-	// keep a worker from renewing its claim, and the other takes the
-	// chunk over on the same delivery). The records say how many.
-	runs := int(cp.Deliveries) + cp.Takeovers
+	// delivery, a takeover among them (a loaded machine can keep a
+	// process from renewing its lease, and the reaper hands its chunk
+	// back: a redelivery). The records say how many.
+	runs := int(cp.Deliveries)
 	if cp.Tier1Retries != 2*runs || cp.Deliveries != 3 || cp.Takeovers > 2 || cp.Envelope != e.ID {
 		t.Errorf("tier-1 retries %d, deliveries %d, takeovers %d, envelope %q; want 2 retries per run, 3 deliveries, at most 2 takeovers, envelope %s",
 			cp.Tier1Retries, cp.Deliveries, cp.Takeovers, cp.Envelope, e.ID)
@@ -348,10 +349,11 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 }
 
 // TestSurvivorTakesOverBeforeAckWait SIGKILLs a real worker process
-// mid-chunk under an AckWait of 20 s: a survivor takes the chunk over once
-// the dead holder's lease (two fifths of AckWait) lapsed, on the same
-// delivery, and finishes it from the checkpoint; the server never
-// redelivers it, and the kill costs no delivery.
+// mid-chunk under an AckWait of 20 s: once the dead process's lease (two
+// fifths of AckWait) lapsed, the reaper hands its claim back and naks its
+// delivery, and a survivor finishes the chunk from the checkpoint on the
+// next delivery, a takeover. (AckWait's own redelivery would take the
+// claim without a takeover: the records say which it was.)
 func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{ackWait: 20 * time.Second})
@@ -369,8 +371,8 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	_ = cmd.Wait()
 	b.waitJob(t, job, kv.JobDone)
 	cp := b.checkpoint(t, job, 1)
-	if cp.ClaimedBy != "survivor" || cp.Deliveries != 1 || cp.Redeliveries != 0 {
-		t.Errorf("checkpoint = %+v; want finished by the survivor on the first delivery, never redelivered", cp)
+	if cp.ClaimedBy != "survivor" || cp.Deliveries != 2 || cp.Takeovers != 1 {
+		t.Errorf("checkpoint = %+v; want finished by the survivor on the second delivery, a takeover", cp)
 	}
 	if n := callCount(job, 1, 2); n != 1 {
 		t.Errorf("stage 2 ran %d times; want once (the child blocked in it before its call)", n)
@@ -378,13 +380,16 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	var takers []string
 	for _, e := range cp.Events {
 		if e.Kind == kv.EventDelivered {
-			takers = append(takers, e.Worker)
+			takers = append(takers, e.Worker+": "+e.Detail)
 		}
 	}
-	if !slices.Equal(takers, []string{"child", "survivor"}) {
-		t.Errorf("delivered to %v; want the child, then the survivor taking over", takers)
+	if want := []string{"child: ", "survivor: taken over from child (its process's lease lapsed)"}; !slices.Equal(takers, want) {
+		t.Errorf("delivered to %q; want %q", takers, want)
 	}
-	// Acknowledged through the dead delivery: nothing left pending.
+	if keys, err := b.stores.Claims.HeldBy(b.ctx, "child"); err != nil || len(keys) != 0 {
+		t.Errorf("claims still listed under the dead child: %v (%v)", keys, err)
+	}
+	// Nothing left pending.
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		info, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
 		return err == nil && info.CachedInfo().NumAckPending == 0 && info.CachedInfo().NumPending == 0
@@ -630,4 +635,35 @@ func (w *saysWriter) Write(p []byte) (int, error) {
 		w.once.Do(func() { close(w.said) })
 	}
 	return len(p), nil
+}
+
+// TestNoWorkerFollowsTheClaims is the cost of liveness at any fleet size:
+// with workers running, no one follows salvage_claims (every claim write
+// of the fleet delivered to every worker, as a takeover watch did), and
+// salvage_workers is followed by the dead-letter process's reaper alone.
+func TestNoWorkerFollowsTheClaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for _, id := range []string{"w1", "w2", "w3"} {
+		b.startWorker(t, id)
+	}
+	job := b.submit(t, modeOK, modeOK, modeOK, modeOK)
+	b.waitJob(t, job, kv.JobDone)
+	consumersOf := func(stream string) int {
+		s, err := b.JS.Stream(b.ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	if n := consumersOf("KV_" + kv.BucketClaims); n != 0 {
+		t.Errorf("%d consumers follow salvage_claims with three workers running; want none", n)
+	}
+	if n := consumersOf("KV_" + kv.BucketWorkers); n != 1 {
+		t.Errorf("%d consumers follow salvage_workers; want one, the reaper's", n)
+	}
 }

@@ -416,3 +416,7 @@ func (s *Checkpoints) forJobRange(ctx context.Context, job string, from, to int)
 	}
 	return out, revs, nil
 }
+
+// SetClock replaces the store's clock (the UpdatedAt of what it writes);
+// tests use it to age a checkpoint.
+func (s *Checkpoints) SetClock(now func() time.Time) { s.now = now }

@@ -30,11 +30,13 @@ type Claim struct {
 	Pipeline string `json:"pipeline,omitempty"`
 	Seq      uint64 `json:"stream_seq,omitempty"`
 	Reply    string `json:"reply,omitempty"`
-	// Takeovers counts the survivors that took the chunk over from a
-	// dead holder; a chunk taken over as often as it may be delivered
-	// is left to redelivery, so one that kills every worker still ends
-	// in the DLQ.
+	// Takeovers counts the times the chunk was handed back from a dead
+	// holder (Orphan). Each such handover is a redelivery, so a chunk
+	// that kills every worker still ends in the DLQ after MaxDeliver.
 	Takeovers int `json:"takeovers,omitempty"`
+	// From names the dead holder of a claim handed back by Orphan, which
+	// names no holder (ClaimedBy is empty) until the next acquire.
+	From string `json:"from,omitempty"`
 }
 
 // Lease is a claim together with the key and the revision its holder last
@@ -54,6 +56,9 @@ type Lease struct {
 	// not a live claim: a claim that could not be read, or one whose
 	// lease its last write could not vouch for. Empty otherwise.
 	Replaced string `json:"-"`
+	// TakenFrom is set by an acquire that took a claim Orphan handed
+	// back: the dead holder it was taken from.
+	TakenFrom string `json:"-"`
 }
 
 // Believed reports whether l is held at time now by a holder that wrote
@@ -140,7 +145,11 @@ func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Clai
 	if err != nil {
 		return Lease{}, fmt.Errorf("kv: steal claim %s: %w", key, err)
 	}
-	return Lease{Claim: claim, Key: key, Revision: rev, Replaced: replaced}, nil
+	l := Lease{Claim: claim, Key: key, Revision: rev, Replaced: replaced}
+	if cur.ClaimedBy == "" {
+		l.TakenFrom = cur.From
+	}
+	return l, nil
 }
 
 // Steal takes cur, a claim another holder's lease still covers but that
@@ -161,24 +170,93 @@ func (c *Claims) Steal(ctx context.Context, cur Lease, want Claim, ttl time.Dura
 	return Lease{Claim: claim, Key: cur.Key, Revision: rev, Replaced: why}, nil
 }
 
-// TakeOver steals cur, a claim whose lease lapsed, for worker: the same
-// delivery, one more takeover, leased for ttl. ErrClaimHeld when its
-// lease is live or another took it first (the CAS is on cur's revision).
-func (c *Claims) TakeOver(ctx context.Context, cur Lease, worker string, ttl time.Duration) (Lease, error) {
-	now := c.now()
-	if cur.Believed(now, time.Now(), ttl) {
-		return Lease{}, &HeldError{Holder: cur}
-	}
+// Orphan hands cur back to its pool after its holder's process lease
+// lapsed (the process died): by CAS on cur's revision the claim names no
+// holder, so the next acquire takes it at once, and From names the dead
+// one; one more takeover is counted. A holder that was only stalled
+// finds its claim gone at its next renewal and stands down (ErrClaimLost).
+// ErrClaimHeld when the claim changed since cur was read.
+func (c *Claims) Orphan(ctx context.Context, cur Lease) (Lease, error) {
 	claim := cur.Claim
-	claim.ClaimedBy, claim.ClaimedAt, claim.ExpiresAt, claim.Takeovers = worker, now, now.Add(ttl), cur.Takeovers+1
+	claim.From, claim.ClaimedBy, claim.ExpiresAt, claim.Takeovers = cur.ClaimedBy, "", c.now(), cur.Takeovers+1
 	rev, err := updateJSON(ctx, c.b, cur.Key, claim, cur.Revision)
 	if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Lease{}, fmt.Errorf("%w: %s taken or released since", ErrClaimHeld, cur.Key)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("kv: take over claim %s: %w", cur.Key, err)
+		return Lease{}, fmt.Errorf("kv: hand back claim %s: %w", cur.Key, err)
 	}
 	return Lease{Claim: claim, Key: cur.Key, Revision: rev}, nil
+}
+
+// HeldKey is the key under which a holder's claim on a chunk is listed:
+// by/<holder>.<job>.<chunk>. A job id holds no '/', so no chunk key is one.
+func HeldKey(holder, job string, chunk int) string { return heldPrefix(holder) + ChunkKey(job, chunk) }
+
+func heldPrefix(holder string) string { return "by/" + holder + "." }
+
+// Hold lists l under its holder (HeldKey), so that when the holder's
+// process dies its claims are found by one listing of its own keys
+// (HeldBy), not by following every claim of the fleet. A claim acquired
+// and not yet listed (a crash between the two writes) is found by
+// JetStream's redelivery after AckWait instead.
+// It returns the listing's revision, for Unhold.
+func (c *Claims) Hold(ctx context.Context, l Lease) (uint64, error) {
+	job, chunk, ok := ParseChunkKey(l.Key)
+	if !ok {
+		return 0, fmt.Errorf("kv: list claim %q under its holder: not a chunk key", l.Key)
+	}
+	data, err := json.Marshal(l.Claim)
+	if err != nil {
+		return 0, err
+	}
+	key := HeldKey(l.ClaimedBy, job, chunk)
+	var rev uint64
+	err = streams.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		rev, err = c.b.Put(ctx, key, data)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("kv: list claim %s under %s: %w", l.Key, l.ClaimedBy, err)
+	}
+	return rev, nil
+}
+
+// Unhold removes holder's listing of the claim on a chunk (its ChunkKey):
+// the listing at revision rev (Hold's), so that a later listing of the
+// same chunk stays, or whatever is there when rev is 0.
+func (c *Claims) Unhold(ctx context.Context, holder, chunkKey string, rev uint64) error {
+	key := heldPrefix(holder) + chunkKey
+	var opts []jetstream.KVDeleteOpt
+	if rev > 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	err := streams.Retry(ctx, func(ctx context.Context) error {
+		return c.b.Delete(ctx, key, opts...)
+	})
+	if isConflict(err) {
+		return nil // listed again since: that listing stays
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("kv: unlist claim %s of %s: %w", chunkKey, holder, err)
+	}
+	return nil
+}
+
+// HeldBy returns the chunk keys holder's claims are listed under: one
+// listing of its own keys, O(the chunks it held).
+func (c *Claims) HeldBy(ctx context.Context, holder string) ([]string, error) {
+	lister, err := c.b.ListKeysFiltered(ctx, heldPrefix(holder)+">")
+	if err != nil {
+		return nil, fmt.Errorf("kv: list the claims of %s: %w", holder, err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, strings.TrimPrefix(k, heldPrefix(holder)))
+	}
+	return keys, nil
 }
 
 // Renew extends a held lease to now+ttl. It returns ErrClaimLost when the

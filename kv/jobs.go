@@ -294,7 +294,16 @@ type derivation struct {
 // and never held together.
 type Derivation struct {
 	as [2]derivation
+	// last is the newest UpdatedAt of the checkpoints added.
+	last time.Time
 }
+
+// LastWrite is when the newest of the checkpoints added was written (by
+// its writer's clock). A chunk's count change rides in its checkpoint's
+// write and reaches the job record just after it: a repair that settles
+// a job whose checkpoints moved since it went quiet would count a change
+// its writer is about to apply, twice.
+func (d *Derivation) LastWrite() time.Time { return d.last }
 
 // NewDerivation returns an empty derivation.
 func NewDerivation() *Derivation {
@@ -303,6 +312,11 @@ func NewDerivation() *Derivation {
 
 // Add counts cps, the next chunks' checkpoints.
 func (d *Derivation) Add(cps []Checkpoint) {
+	for _, cp := range cps {
+		if cp.UpdatedAt.After(d.last) {
+			d.last = cp.UpdatedAt
+		}
+	}
 	d.as[0].add(cps)
 	d.as[1].add(cps)
 }

@@ -9,17 +9,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
 )
 
 // BucketWorkers holds one key per live Salvage process, refreshed by its
 // heartbeat; a key not refreshed within workersTTL ages out.
 const BucketWorkers = "salvage_workers"
 
-// workersTTL is how long a process's record outlives its last heartbeat;
-// WorkerHeartbeat is how often a live process writes it.
+// workersTTL is how long a process's record outlives its last heartbeat.
+// ProcessLeaseDefault is the lease of a process that holds no claims (it
+// runs no worker); ProcessLeaseMax caps a worker's, well under workersTTL,
+// so a dead worker's lease lapses while its record still says so.
 const (
-	workersTTL      = 30 * time.Second
-	WorkerHeartbeat = 10 * time.Second
+	workersTTL          = 30 * time.Second
+	ProcessLeaseDefault = 30 * time.Second
+	ProcessLeaseMax     = 20 * time.Second
 )
 
 // WorkerState is the value of a salvage_workers key: what one live process
@@ -39,6 +44,23 @@ type WorkerState struct {
 	InFlight    int       `json:"in_flight"`
 	StartedAt   time.Time `json:"started_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// LeaseMS is the process's lease: it renews its record three times
+	// a lease, and once a lease has passed since the last write the
+	// process is dead to the others (Lapsed), its claims handed back to
+	// their pools. Zero (a process of an older version): alive while the
+	// record exists.
+	LeaseMS int64 `json:"lease_ms,omitempty"`
+	// Written is when the server stored the record (not stored in it).
+	Written time.Time `json:"-"`
+}
+
+// Lease is the process's lease as a duration.
+func (w WorkerState) Lease() time.Duration { return time.Duration(w.LeaseMS) * time.Millisecond }
+
+// Lapsed reports whether the process's lease had passed at now: its last
+// write, as the server stamped it, is more than a lease old.
+func (w WorkerState) Lapsed(now time.Time) bool {
+	return w.LeaseMS > 0 && !w.Written.IsZero() && now.After(w.Written.Add(w.Lease()))
 }
 
 // Runs reports whether w runs pipeline's chunks.
@@ -103,15 +125,37 @@ func (s *Workers) Beat(ctx context.Context, w WorkerState) error {
 	return nil
 }
 
-// Get returns process id's record, or ErrNotFound when it has none (it
-// stopped, or has not written one for workersTTL).
+// Get returns process id's record, Written set, or ErrNotFound when it
+// has none (it stopped, or has not written one for workersTTL).
 func (s *Workers) Get(ctx context.Context, id string) (WorkerState, error) {
 	b, err := s.bucket(ctx)
 	if err != nil {
 		return WorkerState{}, err
 	}
-	w, _, err := getJSON[WorkerState](ctx, b, id)
-	return w, err
+	var e jetstream.KeyValueEntry
+	err = streams.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		e, err = b.Get(ctx, id)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return WorkerState{}, fmt.Errorf("%w: %s/%s", ErrNotFound, BucketWorkers, id)
+	}
+	if err != nil {
+		return WorkerState{}, fmt.Errorf("kv: get %s/%s: %w", BucketWorkers, id, err)
+	}
+	return WorkerOf(e)
+}
+
+// WorkerOf reads a salvage_workers entry (a watched one too), Written
+// set from the server's stamp.
+func WorkerOf(e jetstream.KeyValueEntry) (WorkerState, error) {
+	var w WorkerState
+	if err := json.Unmarshal(e.Value(), &w); err != nil {
+		return w, fmt.Errorf("kv: decode %s/%s: %w", BucketWorkers, e.Key(), err)
+	}
+	w.Written = e.Created()
+	return w, nil
 }
 
 // Gone removes w's record at once (a process that stops).
@@ -135,11 +179,12 @@ func (s *Workers) List(ctx context.Context) ([]WorkerState, error) {
 		return nil, err
 	}
 	var out []WorkerState
-	err := lastValues(ctx, s.js, BucketWorkers, ">", func(_ string, value []byte, _ uint64) error {
+	err := lastMsgsOf(ctx, s.js, BucketWorkers, []string{">"}, func(_ string, m *jetstream.RawStreamMsg) error {
 		var w WorkerState
-		if err := json.Unmarshal(value, &w); err != nil {
+		if err := json.Unmarshal(m.Data, &w); err != nil {
 			return fmt.Errorf("kv: decode worker state: %w", err)
 		}
+		w.Written = m.Time
 		out = append(out, w)
 		return nil
 	})

@@ -77,7 +77,7 @@ func (r *demoReport) print(w io.Writer) {
 	row("model calls (journaled)", r.Calls)
 	row("model tokens (prompt / completion)", fmt.Sprintf("%d / %d", r.PromptTokens, r.CompletionTokens))
 	row("tier-1 retries (in worker)", r.Tier1Retries)
-	row("tier-2 redeliveries (JetStream)", r.Redeliveries)
+	row("tier-2 redeliveries (JetStream; takeovers too)", r.Redeliveries)
 	row("takeovers (a survivor took a dead worker's chunk)", r.Takeovers)
 	row("envelopes in DLQ", r.Envelopes)
 	if r.KilledWorker != "" {
