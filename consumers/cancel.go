@@ -27,8 +27,9 @@ var ErrJobFinished = errors.New("job already finished")
 // after it was submitted.
 const cancelWaitDefault = 5 * time.Second
 
-// Cancel cancels a job: its record says so at once, so running chunks stop
-// at their next stage (workers watch for it) as cancelled-at-stage-N; its
+// Cancel cancels a job: its record says so at once, and its cancelled
+// event follows, so running chunks stop at their next stage (workers
+// follow the cancellations) as cancelled-at-stage-N; its
 // queued chunks leave the work queue and the backlog in one purge each and
 // count as cancelled at stage 0; chunks that started but that no live
 // worker holds are recorded cancelled at their stage; envelopes of its
@@ -79,6 +80,9 @@ func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 // cancelRest does what a cancelled job needs after its record says so:
 // purge, record, settle. It is repeat-safe.
 func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, error) {
+	if err := publishCancelled(ctx, t.js, job); err != nil {
+		return job, err
+	}
 	if err := purgeSubject(ctx, t.js, streams.Chunks, streams.ChunksForJob(job.Pipeline, job.ID)); err != nil {
 		return job, err
 	}

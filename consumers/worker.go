@@ -2,7 +2,6 @@ package consumers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -296,14 +295,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Chunks outlive ctx so a drain can finish them.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
-	go w.watchCancellations(workCtx)
+	cancelsReady := make(chan struct{})
+	go w.followCancellations(workCtx, cancelsReady)
 	go w.gate.follow(workCtx)
 	go w.pauses.follow(workCtx)
 	go w.holder.run(workCtx)
-	// A chunk of a paused pipeline must not start before the worker knows.
-	select {
-	case <-w.pauses.ready:
-	case <-ctx.Done():
+	// A chunk of a paused pipeline must not start before the worker
+	// knows, nor one whose job's cancellation it could miss.
+	for _, ready := range []<-chan struct{}{w.pauses.ready, cancelsReady} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
 	}
 
 	var wg sync.WaitGroup
@@ -383,17 +386,6 @@ func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstr
 			sleepCtx(ctx, 250*time.Millisecond)
 		}
 	}
-}
-
-// watchCancellations cancels the running chunks of a job the moment its
-// record says cancelled, so in-flight calls stop through their context.
-func (w *Worker) watchCancellations(ctx context.Context) {
-	kv.Follow(ctx, w.js, kv.BucketJobs, func(e jetstream.KeyValueEntry) {
-		var j kv.Job
-		if e != nil && e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil && j.CancelledAt != nil {
-			w.cancels.cancelJob(e.Key(), j.StopReason())
-		}
-	}, func(err error) { w.log.Debug().Err(err).Msg("job watch ended; restarting") })
 }
 
 // nakDelay draws the tier-2 redelivery delay with full jitter.

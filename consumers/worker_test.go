@@ -248,6 +248,10 @@ func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
 	}
 }
 
+// TestCancellationAtStage cancels a job by its record alone, as a
+// canceller that died before its cancelled event would: the repair sweep
+// finds the cancelled job idle and finishes the cancel, event included, and
+// the chunk blocked in stage 2 stops there.
 func TestCancellationAtStage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
@@ -637,10 +641,13 @@ func (w *saysWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestNoWorkerFollowsTheClaims is the cost of liveness at any fleet size:
+// TestNoWorkerFollowsTheClaims is what a worker costs at any fleet size:
 // with workers running, no one follows salvage_claims (every claim write
-// of the fleet delivered to every worker, as a takeover watch did), and
-// salvage_workers is followed by the dead-letter process's reaper alone.
+// of the fleet delivered to every worker, as a takeover watch did) nor
+// salvage_jobs but the dead-letter process's repairer (every job record
+// write delivered to every worker, as the cancellation watch did: the
+// workers follow only the cancelled events now), and salvage_workers is
+// followed by the dead-letter process's reaper alone.
 func TestNoWorkerFollowsTheClaims(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
@@ -665,5 +672,8 @@ func TestNoWorkerFollowsTheClaims(t *testing.T) {
 	}
 	if n := consumersOf("KV_" + kv.BucketWorkers); n != 1 {
 		t.Errorf("%d consumers follow salvage_workers; want one, the reaper's", n)
+	}
+	if n := consumersOf("KV_" + kv.BucketJobs); n != 1 {
+		t.Errorf("%d consumers follow salvage_jobs; want one, the repairer's", n)
 	}
 }

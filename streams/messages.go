@@ -150,18 +150,20 @@ const (
 // names the chunk whose outcome changed (Chunk, ChunkStatus) and carries
 // the job's counts after it.
 type JobEvent struct {
-	Job         string    `json:"job_id"`
-	Kind        string    `json:"kind"`
-	Pipeline    string    `json:"pipeline,omitempty"`
-	Status      string    `json:"status,omitempty"`
-	Chunks      int       `json:"chunks"`
-	Done        int       `json:"done"`
-	Failed      int       `json:"failed"`
-	Cancelled   int       `json:"cancelled"`
-	Chunk       int       `json:"chunk,omitempty"`
-	ChunkStatus string    `json:"chunk_status,omitempty"`
-	TraceID     string    `json:"trace_id,omitempty"`
-	At          time.Time `json:"at"`
+	Job         string `json:"job_id"`
+	Kind        string `json:"kind"`
+	Pipeline    string `json:"pipeline,omitempty"`
+	Status      string `json:"status,omitempty"`
+	Chunks      int    `json:"chunks"`
+	Done        int    `json:"done"`
+	Failed      int    `json:"failed"`
+	Cancelled   int    `json:"cancelled"`
+	Chunk       int    `json:"chunk,omitempty"`
+	ChunkStatus string `json:"chunk_status,omitempty"`
+	// Reason is why a cancelled job was cancelled (EventCancelled).
+	Reason  string    `json:"reason,omitempty"`
+	TraceID string    `json:"trace_id,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // Advisory is the part of a JetStream consumer advisory Salvage reads.

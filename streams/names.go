@@ -72,6 +72,11 @@ const (
 	// EventApproval says a chunk waits for a person's approval (see
 	// ApprovalEvent).
 	EventApproval = "approval"
+	// EventCancelled says a job was cancelled (by a person or its budget;
+	// JobEvent.Reason says which): workers stop its running chunks at
+	// their next stage. The job record is the truth; the event is how
+	// workers hear of it without following every job record write.
+	EventCancelled = "cancelled"
 )
 
 // workersPrefix begins the name of every chunk pool consumer.

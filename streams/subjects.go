@@ -122,6 +122,9 @@ const DLQLegacy = "salvage.dlq.*.*.*"
 // EventFinished).
 func EventSubject(job, kind string) string { return "salvage.events." + job + "." + kind }
 
+// CancelledEvents matches every job's EventCancelled subject.
+const CancelledEvents = "salvage.events.*." + EventCancelled
+
 // RejectedSubject is where a rejected input is reported.
 func RejectedSubject(reason string) string { return rejectedRoot + reason }
 
