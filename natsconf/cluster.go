@@ -83,6 +83,12 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	return nil, err
 }
 
+// clusterReadyTimeout bounds how long a node may take to accept
+// connections: three nodes starting at once on a loaded machine took more
+// than the single server's 10 s (a CI run under load). A bound on the
+// wait, not a speed.
+const clusterReadyTimeout = time.Minute
+
 // startAttempts bounds how often StartCluster picks fresh ports after one
 // it picked was taken before its server bound it.
 const startAttempts = 3
@@ -108,7 +114,7 @@ func startClusterOnce(cfg ClusterConfig) (*Cluster, error) {
 		name := nodeName(cfg, i)
 		c.confs = append(c.confs, ServerConfig{
 			Host: HostDefault, Port: ports[i], StoreDir: filepath.Join(cfg.Dir, name), SyncInterval: cfg.SyncInterval,
-			ServerName: name, Logging: cfg.Logging, ClusterName: cfg.Name,
+			ServerName: name, Logging: cfg.Logging, ClusterName: cfg.Name, ReadyTimeout: clusterReadyTimeout,
 			ClusterListen: net.JoinHostPort(HostDefault, strconv.Itoa(ports[cfg.Nodes+i])), Routes: routes,
 		})
 	}
