@@ -52,7 +52,7 @@ build: ## build ./bin/salvage
 # package's other tests.
 SCALE_PKGS := ./kv
 SCALE_RUN := ^TestEnvelopeListingStaysFlatAt100000$$
-test: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded NATS servers (the pinned nats CLI, the Node agent example), and beside it the examples' own tests, the scale tests and each fuzz target briefly
+test: $(BIN)/nats $(BIN)/nats-server $(AGENT_TS)/dist/agent.js ## the whole suite, on real embedded NATS servers (the pinned nats CLI and nats-server, the Node agent example), and beside it the examples' own tests, the scale tests and each fuzz target briefly
 	@side=$$(mktemp -d); \
 	  ( cd examples && $(GO) test $(TEST_FLAGS) ./... > $$side/examples.out 2>&1; echo $$? > $$side/examples.rc; \
 	    cd .. && $(GO) test -count=1 -timeout 10m -run '$(SCALE_RUN)' $(SCALE_PKGS) > $$side/scale.out 2>&1; echo $$? > $$side/scale.rc; \
@@ -80,7 +80,7 @@ stress: ## run STRESS_PKGS STRESS_COUNT times under a CPU hog on both cores, the
 
 # Where the suite spends its time: every top-level test's seconds, the
 # slowest first (timings.json has go test -json's whole record).
-timings: $(BIN)/nats $(AGENT_TS)/dist/agent.js ## run the suite with go test -json and list the slowest tests
+timings: $(BIN)/nats $(BIN)/nats-server $(AGENT_TS)/dist/agent.js ## run the suite with go test -json and list the slowest tests
 	@$(GO) test $(TEST_FLAGS) -json ./... > $(CURDIR)/timings.json || echo "(the suite failed: see timings.json)"
 	@grep -E '"Action":"(pass|fail)".*"Test":"[^"/]*",' $(CURDIR)/timings.json | \
 	  sed -E 's/.*"Package":"github.com\/salvagehq\/salvage\/?([^"]*)","Test":"([^"]*)","Elapsed":([0-9.]+).*/\3 s  \2  \1/' | sort -rn | head -$(TIMINGS_TOP)

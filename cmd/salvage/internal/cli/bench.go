@@ -43,7 +43,10 @@ type benchReport struct {
 	Soak           *soakRow     `json:"soak,omitempty"`
 	Listing        *listingRow  `json:"listing,omitempty"`
 	Ramp           *rampRow     `json:"release_ramp,omitempty"`
-	WallSecs       float64      `json:"wall_seconds"`
+	Fleet          []fleetRow   `json:"fleet,omitempty"`
+	// FleetSkipped says why the fleet rows are missing.
+	FleetSkipped string  `json:"fleet_skipped,omitempty"`
+	WallSecs     float64 `json:"wall_seconds"`
 }
 
 type benchOpts struct {
@@ -59,10 +62,13 @@ type benchOpts struct {
 	report      string
 	natsServer  string
 	soak        time.Duration
+	fleet       []int
+	fleetConc   int
+	fleetChunks int
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
@@ -97,7 +103,12 @@ print one table:
                reading every record;
   ramp         'salvage demo --scenario outage' (400 orders, 2 worker processes, the CRM
                down 20s): the orders its breaker held, and the CRM's requests in each
-               second once the breaker closed.
+               second once the breaker closed;
+  fleet        one contract-review job of --fleet-chunks chunks (model 5 ms) on a
+               nats-server process (as for the cluster row) at --fleet-concurrency slots
+               in all, spread over each of --fleet worker processes: wall time, CPU per
+               chunk of the workers and the server, and the messages the server delivered
+               to the workers per chunk.
 
 Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
@@ -110,8 +121,13 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 					return fmt.Errorf("--only %q: want some of %s", p, strings.Join(benchParts, ","))
 				}
 			}
-			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 {
-				return errors.New("--jobs, --chunks, --concurrency, --kills and --growth-concurrency must be positive, --workers at least 2")
+			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 || o.fleetConc < 1 || o.fleetChunks < 1 {
+				return errors.New("--jobs, --chunks, --concurrency, --kills, --growth-concurrency, --fleet-concurrency and --fleet-chunks must be positive, --workers at least 2")
+			}
+			for _, n := range o.fleet {
+				if n < 1 || n > o.fleetConc {
+					return fmt.Errorf("--fleet %d: want from 1 to --fleet-concurrency (%d) processes", n, o.fleetConc)
+				}
 			}
 			log, err := e.logger()
 			if err != nil {
@@ -140,6 +156,9 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 	f.IntSliceVar(&o.growth, "growth", []int{100, 1_000, 10_000}, "growth: job sizes in chunks")
 	f.IntVar(&o.growthConc, "growth-concurrency", 16, "growth: chunks in flight in the worker")
 	f.DurationVar(&o.soak, "soak", 2*time.Minute, "soak: how long jobs run back to back")
+	f.IntSliceVar(&o.fleet, "fleet", []int{2, 8, 32, 64}, "fleet: worker process counts")
+	f.IntVar(&o.fleetConc, "fleet-concurrency", 64, "fleet: chunks in flight across the worker processes")
+	f.IntVar(&o.fleetChunks, "fleet-chunks", 2_000, "fleet: chunks of the job")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
 	return cmd
@@ -230,6 +249,19 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintln(tw, "RELEASE RAMP\torders held (resumed)\tCRM requests a second from its breaker's close\tpeak\ttarget")
 		fmt.Fprintf(tw, "  %d orders, %d worker processes, CRM down %s\t%d (%d)\t%s\t%d\t%s\n", k.Orders, k.Workers, k.Outage, k.Held, k.Resumed,
 			strings.Trim(fmt.Sprint(k.AfterClose), "[]"), k.peak(), k.verdict())
+		fmt.Fprintln(tw)
+	}
+	if len(r.Fleet) > 0 || r.FleetSkipped != "" {
+		fmt.Fprintln(tw, "FLEET	processes x slots	wall	workers CPU	server CPU	control CPU	CPU/chunk (workers+server)	delivered to workers/chunk	job")
+		for _, f := range r.Fleet {
+			fmt.Fprintf(tw, "  one job of %s chunks, model %s\t%d x %d\t%.1f s\t%.1f s\t%.1f s\t%.1f s\t%.2f ms\t%.1f\t%s\n", thousands(f.Chunks), fleetLatency,
+				f.Processes, f.Concurrency, f.WallSecs, f.WorkersCPU, f.ServerCPU, f.ControlCPU, f.CPUPerChunkMS, f.DeliveredPerChunk, f.Status)
+		}
+		if r.FleetSkipped != "" {
+			fmt.Fprintf(tw, "  fleet rows skipped: %s\n", r.FleetSkipped)
+		} else {
+			fmt.Fprintf(tw, "  %s\n", fleetVerdict(r.Fleet))
+		}
 	}
 	_ = tw.Flush()
 }

@@ -90,6 +90,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 		}
 		r.Ramp = &k
 	}
+	if slices.Contains(b.o.only, "fleet") {
+		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
+			r.FleetSkipped = err.Error()
+		} else if r.Fleet, err = b.fleet(ctx, bin); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

@@ -112,3 +112,41 @@ func TestBench(t *testing.T) {
 		t.Errorf("once its jobs stopped, the soak's stores held %+v bytes governed by retention after writing about %d: want at most a quarter", k.Drained, written)
 	}
 }
+
+// TestBenchFleet runs the fleet rows small: one job of 12 chunks on one
+// and on two worker processes sharing two slots, on a nats-server
+// process. Each row finishes its job and reports the CPU and the
+// deliveries it measured.
+func TestBenchFleet(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(binary, "bench", "--only", "fleet", "--fleet", "1,2", "--fleet-chunks", "12", "--fleet-concurrency", "2",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
+	if err != nil {
+		t.Fatalf("salvage bench --only fleet: %v", err)
+	}
+	var r struct {
+		Fleet []struct {
+			Processes   int     `json:"processes"`
+			Concurrency int     `json:"concurrency_per_process"`
+			Chunks      int     `json:"chunks"`
+			WorkersCPU  float64 `json:"workers_cpu_seconds"`
+			ServerCPU   float64 `json:"server_cpu_seconds"`
+			PerChunk    float64 `json:"cpu_per_chunk_ms"`
+			Delivered   float64 `json:"delivered_to_workers_per_chunk"`
+			Status      string  `json:"job_status"`
+		} `json:"fleet"`
+		Skipped string `json:"fleet_skipped"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if len(r.Fleet) != 2 || r.Skipped != "" {
+		t.Fatalf("fleet rows = %+v (skipped: %q); want two", r.Fleet, r.Skipped)
+	}
+	for i, f := range r.Fleet {
+		if f.Processes != i+1 || f.Concurrency != 2/(i+1) || f.Chunks != 12 || f.Status != "done" ||
+			f.WorkersCPU <= 0 || f.ServerCPU <= 0 || f.PerChunk <= 0 || f.Delivered <= 0 {
+			t.Errorf("row %d = %+v; want %d processes of %d slots finishing 12 chunks, with CPU and deliveries measured", i, f, i+1, 2/(i+1))
+		}
+	}
+}

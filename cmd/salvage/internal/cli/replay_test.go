@@ -28,13 +28,20 @@ import (
 // natsBinary is the pinned natscli v0.5.0 that `make tools` installs.
 func natsBinary(t *testing.T) string {
 	t.Helper()
+	return toolBinary(t, "nats")
+}
+
+// toolBinary is ./bin/name, installed pinned by `make tools` (make test
+// installs what the tests use).
+func toolBinary(t *testing.T, name string) string {
+	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "bin", "nats")
+	bin := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "bin", name)
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("the nats CLI is not at %s: run `make tools` (make test does)", bin)
+		t.Fatalf("%s is not at %s: run `make tools` (make test does)", name, bin)
 	}
 	return bin
 }

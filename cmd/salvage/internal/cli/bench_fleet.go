@@ -1,0 +1,285 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/natsconf"
+)
+
+// fleetLatency is the simulated model's latency in the fleet rows.
+const fleetLatency = 5 * time.Millisecond
+
+// fleetRow is one fleet size: the same job at the same total concurrency
+// on Processes worker processes of Concurrency slots each.
+type fleetRow struct {
+	Processes   int     `json:"processes"`
+	Concurrency int     `json:"concurrency_per_process"`
+	Chunks      int     `json:"chunks"`
+	WallSecs    float64 `json:"wall_seconds"`
+	// WorkersCPU, ServerCPU and ControlCPU are CPU seconds from the
+	// job's submission to its finish: the worker processes together, the
+	// nats-server process, and the bench's own process (the dead-letter
+	// role and the simulated model).
+	WorkersCPU float64 `json:"workers_cpu_seconds"`
+	ServerCPU  float64 `json:"server_cpu_seconds"`
+	ControlCPU float64 `json:"control_cpu_seconds"`
+	// CPUPerChunkMS is (WorkersCPU + ServerCPU) per chunk, in ms.
+	CPUPerChunkMS float64 `json:"cpu_per_chunk_ms"`
+	// DeliveredPerChunk is the messages the server delivered to the
+	// worker processes' connections, per chunk (its out_msgs).
+	DeliveredPerChunk float64 `json:"delivered_to_workers_per_chunk"`
+	Status            string  `json:"job_status"`
+}
+
+// fleetVerdict holds the rows to the bars of issue 35: CPU per chunk at
+// the largest fleet within 1.3x the smallest's, and messages delivered
+// per chunk within 10% across them.
+func fleetVerdict(rows []fleetRow) string {
+	if len(rows) < 2 {
+		return "-"
+	}
+	first, last := rows[0], rows[len(rows)-1]
+	lo, hi := first.DeliveredPerChunk, first.DeliveredPerChunk
+	for _, r := range rows {
+		lo, hi = min(lo, r.DeliveredPerChunk), max(hi, r.DeliveredPerChunk)
+	}
+	cpu := last.CPUPerChunkMS / first.CPUPerChunkMS
+	spread := (hi - lo) / lo
+	return fmt.Sprintf("cpu/chunk %.2fx (<= 1.3x) %s; delivered/chunk spread %.0f%% (<= 10%%) %s",
+		cpu, verdict(cpu <= 1.3), 100*spread, verdict(spread <= 0.10))
+}
+
+// fleetServerConf is the fleet rows' nats-server: one node, the server's
+// default sync_interval, a monitoring port for the connections' counts.
+const fleetServerConf = `server_name: bench-fleet
+listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
+max_payload: 1MB
+jetstream { store_dir: %q }
+`
+
+// fleet runs the fleet rows: for each size in b.o.fleet, a fresh
+// nats-server process, the dead-letter role in this process, and that
+// many `salvage up --role worker` processes sharing b.o.fleetConc slots,
+// then one contract-review job of b.o.fleetChunks chunks.
+func (b *bench) fleet(ctx context.Context, binary string) ([]fleetRow, error) {
+	var rows []fleetRow
+	for _, procs := range b.o.fleet {
+		row, err := b.fleetRow(ctx, binary, procs)
+		if err != nil {
+			return rows, fmt.Errorf("%d processes: %w", procs, err)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fleetRow, err error) {
+	conc := max(b.o.fleetConc/procs, 1)
+	row = fleetRow{Processes: procs, Concurrency: conc, Chunks: b.o.fleetChunks}
+	dir, err := os.MkdirTemp("", "salvage-bench-fleet-")
+	if err != nil {
+		return row, err
+	}
+	defer os.RemoveAll(dir)
+	ports, err := natsconf.FreePorts(2)
+	if err != nil {
+		return row, err
+	}
+	conf := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, fleetServerConf, ports[0], ports[1], filepath.Join(dir, "store")), 0o600); err != nil {
+		return row, err
+	}
+	srv := exec.Command(binary, "-c", conf)
+	dieWithParent(srv)
+	if err := srv.Start(); err != nil {
+		return row, fmt.Errorf("start %s: %w", binary, err)
+	}
+	defer func() { _ = srv.Process.Signal(syscall.SIGTERM); _ = srv.Wait() }()
+	url := "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	monitor := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+
+	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: fleetLatency})
+	if err != nil {
+		return row, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return row, err
+	}
+	hs := &http.Server{Handler: sim.Handler(sim.NewState(sim.Config{}), model), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+
+	var o demoOpts
+	o.run.register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: fleetLatency})
+	o.run.simURL = "http://" + ln.Addr().String()
+	o.run.concurrency = conc
+	o.run.maxChunks = max(o.run.maxChunks, b.o.fleetChunks)
+	// The job's window admits every slot of the fleet.
+	o.run.chunkWindow = max(o.run.chunkWindow, 2*b.o.fleetConc)
+	o.run.resolveJournal(false, 0)
+
+	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: url, Name: "salvage bench", Wait: true})
+	if err != nil {
+		return row, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return row, err
+	}
+	roles := []salvage.Role{salvage.RoleDeadLetter}
+	mcp, closeMCP := mcpFor(roles)
+	defer closeMCP()
+	cfg, err := o.run.config(roles, mcp, b.log)
+	if err != nil {
+		return row, err
+	}
+	client, err := salvage.NewClient(js, cfg)
+	if err != nil {
+		return row, err
+	}
+	if err := client.Start(ctx); err != nil {
+		return row, err
+	}
+	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
+
+	b.log.Info().Int("processes", procs).Int("concurrency", conc).Msg("fleet: starting worker processes")
+	var workers []*worker
+	defer func() { stopWorkers(workers) }()
+	for i := range procs {
+		w, err := b.e.startWorker(ctx, o, url, fmt.Sprintf("fleet-w%d", i+1))
+		if w != nil {
+			workers = append(workers, w)
+		}
+		if err != nil {
+			return row, err
+		}
+	}
+
+	cpu := func() (fleet, server, control float64) {
+		for _, pid := range workersOf(workers) {
+			fleet += procCPU(pid)
+		}
+		return fleet, procCPU(srv.Process.Pid), selfCPU()
+	}
+	before, err := deliveredTo(ctx, monitor, "salvage up")
+	if err != nil {
+		return row, err
+	}
+	w0, s0, c0 := cpu()
+	start := time.Now()
+	id, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(b.o.fleetChunks, 1)}, nil)
+	if err != nil {
+		return row, err
+	}
+	job, err := client.Wait(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	row.WallSecs = time.Since(start).Seconds()
+	w1, s1, c1 := cpu()
+	after, err := deliveredTo(ctx, monitor, "salvage up")
+	if err != nil {
+		return row, err
+	}
+	row.Status = string(job.Status)
+	row.Chunks = job.Chunks
+	row.WorkersCPU, row.ServerCPU, row.ControlCPU = w1-w0, s1-s0, c1-c0
+	row.CPUPerChunkMS = 1000 * (row.WorkersCPU + row.ServerCPU) / float64(max(row.Chunks, 1))
+	row.DeliveredPerChunk = float64(after-before) / float64(max(row.Chunks, 1))
+	return row, nil
+}
+
+// workersOf are the pids of the worker processes still running.
+func workersOf(ws []*worker) []int {
+	var out []int
+	for _, w := range ws {
+		if w.cmd.ProcessState == nil {
+			out = append(out, w.cmd.Process.Pid)
+		}
+	}
+	return out
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's CPU
+// times (100 on every Linux Go supports).
+const clockTicks = 100
+
+// procCPU reads a process's user + system CPU seconds from /proc; 0 where
+// /proc is not there.
+func procCPU(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from after its closing parenthesis (utime and stime are fields 14
+	// and 15 of the line, 12 and 13 after it).
+	rest := string(data[strings.LastIndexByte(string(data), ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / clockTicks
+}
+
+// selfCPU is this process's user + system CPU seconds.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// deliveredTo sums the messages the server delivered to the connections
+// named name (its /connz out_msgs), open or closed.
+func deliveredTo(ctx context.Context, monitor, name string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, monitor+"/connz?state=all&limit=100000", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var connz struct {
+		Conns []struct {
+			Name    string `json:"name"`
+			OutMsgs int64  `json:"out_msgs"`
+		} `json:"connections"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&connz); err != nil {
+		return 0, fmt.Errorf("read %s/connz: %w", monitor, err)
+	}
+	var n int64
+	for _, c := range connz.Conns {
+		if c.Name == name {
+			n += c.OutMsgs
+		}
+	}
+	return n, nil
+}
