@@ -79,12 +79,13 @@ func (w *Worker) followCancellationsOnce(ctx context.Context, cfg jetstream.Orde
 	stopped := make(chan error, 1)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		var ev streams.JobEvent
-		if json.Unmarshal(m.Data(), &ev) == nil && ev.Job != "" {
-			reason := ev.Reason
-			if reason == "" {
-				reason = "job cancelled"
+		if json.Unmarshal(m.Data(), &ev) == nil && streams.ValidateJobID(ev.Job) == nil {
+			// The event only says where to look: the job's record decides
+			// (one read per cancelled job), so a message on the subject
+			// that no cancel wrote stops nothing.
+			if j, err := w.stores.Jobs.Get(ctx, ev.Job); err == nil && j.CancelledAt != nil {
+				w.cancels.cancelJob(ev.Job, j.StopReason())
 			}
-			w.cancels.cancelJob(ev.Job, reason)
 		}
 		if meta, err := m.Metadata(); err == nil {
 			next.Store(meta.Sequence.Stream + 1)

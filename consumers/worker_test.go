@@ -677,3 +677,31 @@ func TestNoWorkerFollowsTheClaims(t *testing.T) {
 		t.Errorf("%d consumers follow salvage_jobs; want one, the repairer's", n)
 	}
 }
+
+// TestCancelledEventIsCheckedAgainstTheRecord: a cancelled event no
+// cancel wrote (the job's record says running) stops nothing. The worker
+// handles events in order, so once a real cancel of another job, published
+// after the forged one, has stopped that job's chunk, the forged event was
+// read; the first job then finishes done.
+func TestCancelledEventIsCheckedAgainstTheRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.startWorker(t, "w1")
+	forged := b.submit(t, modeGate)
+	real := b.submit(t, modeWaitCancel)
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		return callCount(real, 1, 2) == 1 && b.checkpoint(t, forged, 1).Stage == 2
+	}, "both chunks in stage 2")
+	ev, _ := json.Marshal(streams.JobEvent{Job: forged, Kind: streams.EventCancelled, Reason: "forged"})
+	if _, err := b.JS.Publish(b.ctx, streams.EventSubject(forged, streams.EventCancelled), ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, real, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJob(t, real, kv.JobCancelled)
+	close(gate(forged, 1))
+	if j := b.waitJob(t, forged, kv.JobDone); j.Summary.Done != 1 {
+		t.Errorf("job with a forged cancelled event = %+v; want its chunk done", j.Summary)
+	}
+}
