@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -229,8 +230,10 @@ func TestOrderRecovery(t *testing.T) {
 		code, out, errOut := run(t, "", "trace", crashJob, "--server", c.url)
 		// A survivor takes it over once the victim's lease lapses, or
 		// takes the redelivery, whichever comes first.
-		redelivered := strings.Contains(out, "delivery 2 taken by w") && strings.Contains(out, "ended without a result")
-		takenOver := strings.Contains(out, "delivery 1 taken over by w") && strings.Contains(out, "lease lapsed")
+		// (A reaper's hand-back that met AckWait's redelivery costs one
+		// more delivery: the later one explains itself the same way.)
+		redelivered := regexp.MustCompile(`delivery \d taken by w`).MatchString(out) && strings.Contains(out, "ended without a result")
+		takenOver := strings.Contains(out, " taken over by w") && strings.Contains(out, "lease lapsed")
 		if code != 0 || !strings.Contains(out, "delivery 1 taken by victim") || !(redelivered || takenOver) || !strings.Contains(out, "done") ||
 			!strings.Contains(out, "verified: payments said an earlier attempt had taken effect") {
 			t.Errorf("salvage trace of the killed chunk does not explain the redelivery: %d %s\n%s", code, errOut, out)

@@ -151,6 +151,11 @@ func eventText(x salvage.ChunkEvent, prev *salvage.ChunkEvent) string {
 		}
 		gap := x.At.Sub(prev.At).Round(100 * time.Millisecond)
 		switch {
+		case strings.HasPrefix(x.Detail, "taken over from "):
+			// Handed back by the reaper once the holder's process
+			// lease lapsed: a redelivery, but not AckWait's.
+			s = fmt.Sprintf("delivery %d taken over by %s at stage %d — %s after the last event: %s; the reaper handed the chunk back to its pool before JetStream's AckWait",
+				x.Delivery, x.Worker, x.Stage, gap, x.Detail)
 		case prev.Kind == salvage.EventDelivered && prev.Delivery == x.Delivery:
 			s = fmt.Sprintf("delivery %d taken over by %s at stage %d — %s after %s took it: that worker was killed, stopped or stalled, and %s took the chunk over once its claim's lease lapsed, before JetStream's AckWait",
 				x.Delivery, x.Worker, x.Stage, gap, prev.Worker, x.Worker)

@@ -80,3 +80,22 @@ func TestTimelineExplainsATakeover(t *testing.T) {
 		t.Errorf("timeline = %+v; want the second entry to say w-2 took delivery 1 over once w-1's lease lapsed", got)
 	}
 }
+
+// TestReapersTakeoverIsNotCalledAckWait: a delivery the reaper handed back
+// (its delivered event says "taken over from …") is explained as the
+// reaper's takeover, not as AckWait's redelivery.
+func TestReapersTakeoverIsNotCalledAckWait(t *testing.T) {
+	at := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	entries := timeline.Of(salvage.TraceChunk{Chunk: 1, Events: []salvage.ChunkEvent{
+		{Kind: salvage.EventDelivered, Delivery: 1, Worker: "w-1", Stage: 2, At: at},
+		{Kind: salvage.EventDelivered, Delivery: 2, Worker: "w-2", Stage: 2, At: at.Add(4 * time.Second),
+			Detail: "taken over from w-1 (its process's lease lapsed)"},
+	}})
+	if len(entries) != 2 {
+		t.Fatalf("timeline = %+v; want two entries", entries)
+	}
+	got := entries[1].Text
+	if !strings.Contains(got, "delivery 2 taken over by w-2") || !strings.Contains(got, "lease lapsed") || strings.Contains(got, "AckWait passed") {
+		t.Errorf("text = %q; want the reaper's takeover, not AckWait's redelivery", got)
+	}
+}
