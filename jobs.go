@@ -603,6 +603,20 @@ func (c *Client) job(ctx context.Context, id string) (kv.Job, *kv.Stores, error)
 	return j, st, err
 }
 
+// jobOrWhy is job, its ErrUnknownJob saying why when the job waits to be
+// split.
+func (c *Client) jobOrWhy(ctx context.Context, id string) (kv.Job, *kv.Stores, error) {
+	j, st, err := c.job(ctx, id)
+	if errors.Is(err, ErrUnknownJob) {
+		// No record: the job may wait to be split, its pipeline's
+		// workers all stopped.
+		if why := c.notSplit(ctx, st, id); why != "" {
+			return j, st, fmt.Errorf("%w: %s", ErrUnknownJob, why)
+		}
+	}
+	return j, st, err
+}
+
 // Get returns job id's record, or an error wrapping ErrUnknownJob.
 func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 	if err := streams.ValidateJobID(id); err != nil {
@@ -627,14 +641,7 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 // PageDefault). A cancelled job's chunks that never started read
 // cancelled-at-stage-0. It costs one read per 1,000 chunks of the page.
 func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, error) {
-	j, st, err := c.job(ctx, id)
-	if errors.Is(err, ErrUnknownJob) {
-		// No record: the job may wait to be split, its pipeline's
-		// workers all stopped.
-		if why := c.notSplit(ctx, st, id); why != "" {
-			return nil, fmt.Errorf("%w: %s", ErrUnknownJob, why)
-		}
-	}
+	j, st, err := c.jobOrWhy(ctx, id)
 	if err != nil {
 		return nil, err
 	}

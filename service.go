@@ -62,7 +62,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 	}
 	g := svc.AddGroup(ServicePrefix)
 	for subject, fn := range map[string]func(context.Context, micro.Request) (any, error){
-		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.cancel": c.apiCancel,
+		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.failing": c.apiFailing, "jobs.cancel": c.apiCancel,
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
 		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove,
 		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
@@ -399,6 +399,16 @@ func (c *Client) apiStatus(ctx context.Context, req micro.Request) (any, error) 
 		return nil, err
 	}
 	return c.Status(ctx, r.JobID, &r.Page)
+}
+
+// apiFailing takes {"job_id", "offset"?, "limit"?}: the job and a page
+// of its chunks that failed or wait, with how many match (Failing).
+func (c *Client) apiFailing(ctx context.Context, req micro.Request) (any, error) {
+	r, err := readJobRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.Failing(ctx, r.JobID, &r.Page)
 }
 
 // apiJobs takes {"offset"?, "limit"?}: a page of job records, newest

@@ -25,13 +25,13 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 		// hidden are the machinery's fields users do not see, as paths.
 		hidden []string
 	}{
-		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes", "Unannounced", "IndexSeq"}},
+		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes", "Unannounced", "IndexSeq", "AttentionIndexed"}},
 		{"BulkResult", consumers.BulkResult{}, func(v any) any { return bulkResultOf(v.(consumers.BulkResult)) }, nil},
 		{"Worker", kv.WorkerState{}, func(v any) any { return workerOf(v.(kv.WorkerState)) }, []string{"Written"}}, // the server's stamp of UpdatedAt, for the lease
 		{"Chunk", kv.Checkpoint{}, func(v any) any { return chunkOf(v.(kv.Checkpoint)) }, []string{"ClaimRevision", "Snapshots",
 			"MsgSeq", "CostMicros", "Counted", "CountedTier1", "CountedRedeliveries", "CountedPromptTokens",
 			"CountedCompletionTokens", "CountedCostMicros", "Outputs",
-			"Events", "EventsDropped"}}, // the timeline is the trace's (TraceChunk), not every status page's
+			"Events", "EventsDropped", "AttentionUntil"}}, // the timeline is the trace's (TraceChunk), not every status page's
 		{"EnvelopeRecord", kv.EnvelopeRecord{}, func(v any) any { return envelopeRecordOf(v.(kv.EnvelopeRecord)) },
 			[]string{"RecoveringBy", "LeaseUntil", "Alerts", "IndexSeq", "JobIndexSeq"}},
 		{"Envelope", recovery.Envelope{}, func(v any) any { return envelopeOf(v.(recovery.Envelope)) }, nil},
@@ -41,7 +41,7 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 			"Record.RecoveringBy", "Record.LeaseUntil", "Record.Alerts", "Record.IndexSeq", "Record.JobIndexSeq", "Checkpoint.ClaimRevision", "Checkpoint.Snapshots",
 			"Checkpoint.MsgSeq", "Checkpoint.CostMicros", "Checkpoint.Counted", "Checkpoint.CountedTier1",
 			"Checkpoint.CountedRedeliveries", "Checkpoint.CountedPromptTokens", "Checkpoint.CountedCompletionTokens",
-			"Checkpoint.CountedCostMicros", "Checkpoint.Outputs", "Checkpoint.Events", "Checkpoint.EventsDropped", "Journal.RetryableAfterCompensation",
+			"Checkpoint.CountedCostMicros", "Checkpoint.Outputs", "Checkpoint.Events", "Checkpoint.EventsDropped", "Checkpoint.AttentionUntil", "Journal.RetryableAfterCompensation",
 			"Journal.HistoryDropped", "Journal.Fingerprint.CompensationKey", "Journal.History.StartedAt",
 			"Journal.History.FinishedAt"}},
 	} {

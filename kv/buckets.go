@@ -193,7 +193,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	return &Stores{
 		Jobs:        &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
 		Claims:      &Claims{b: claims, now: time.Now},
-		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now},
+		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now, idx: idx},
 		Envelopes:   &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
 		Journal:     jr,
 		Snapshots:   &Snapshots{os: snaps},

@@ -129,6 +129,9 @@ type Checkpoint struct {
 	// checkpoint expires then, and its outputs (published on
 	// SALVAGE_RESULTS) and snapshot names are gone.
 	KeptUntil *time.Time `json:"kept_until,omitempty"`
+	// AttentionUntil is set once the chunk needed attention: its entry in
+	// the job's attention index lasts until then (see AttentionOf).
+	AttentionUntil *time.Time `json:"attention_until,omitempty"`
 }
 
 // ChunkEvent is one thing that happened to a chunk, for its timeline.
@@ -229,6 +232,9 @@ func (c Checkpoint) Approved(stage int) bool {
 type Fence struct {
 	Key      string
 	Revision uint64
+	// attention is the AttentionUntil last stored under the fence: a
+	// holder writes its own copy of the checkpoint, which may predate it.
+	attention *time.Time
 }
 
 // Checkpoints is the salvage_checkpoints store.
@@ -236,6 +242,8 @@ type Checkpoints struct {
 	b   jetstream.KeyValue
 	js  jetstream.JetStream
 	now func() time.Time
+	// idx writes the attention index (attention.go).
+	idx *indexWriter
 }
 
 // maxBatchKeys stays under the server's cap (1024) on keys in one
@@ -269,6 +277,9 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 	if mutate != nil {
 		mutate(&cp)
 	}
+	if err := s.flag(ctx, &cp, RecordsRetentionDefault); err != nil {
+		return cp, Fence{}, err
+	}
 	if rev == 0 {
 		rev, err = createJSON(ctx, s.b, key, cp)
 	} else {
@@ -280,7 +291,7 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 	if err != nil {
 		return cp, Fence{}, fmt.Errorf("kv: take checkpoint %s: %w", key, err)
 	}
-	return cp, Fence{Key: key, Revision: rev}, nil
+	return cp, Fence{Key: key, Revision: rev, attention: cp.AttentionUntil}, nil
 }
 
 // Write stores cp if the checkpoint is still at f's revision and advances
@@ -288,6 +299,12 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 // stale worker and must stop without acking.
 func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error {
 	cp.UpdatedAt = s.now()
+	if f.attention != nil && (cp.AttentionUntil == nil || cp.AttentionUntil.Before(*f.attention)) {
+		cp.AttentionUntil = f.attention
+	}
+	if err := s.flag(ctx, &cp, RecordsRetentionDefault); err != nil {
+		return err
+	}
 	rev, err := updateJSON(ctx, s.b, f.Key, cp, f.Revision)
 	if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("%w: %s at revision %d", ErrFenced, f.Key, f.Revision)
@@ -295,7 +312,7 @@ func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error 
 	if err != nil {
 		return fmt.Errorf("kv: write checkpoint %s: %w", f.Key, err)
 	}
-	f.Revision = rev
+	f.Revision, f.attention = rev, cp.AttentionUntil
 	return nil
 }
 
@@ -311,7 +328,7 @@ func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func
 			return err
 		}
 		cp.UpdatedAt = s.now()
-		return nil
+		return s.flag(ctx, cp, RecordsRetentionDefault)
 	})
 	return cp, err
 }
@@ -374,6 +391,9 @@ func (s *Checkpoints) Retain(ctx context.Context, cp Checkpoint, rev uint64, ttl
 	until := s.now().Add(ttl).UTC()
 	cp.KeptUntil = &until
 	cp.Outputs, cp.Snapshots = nil, nil
+	if err := s.flag(ctx, &cp, max(ttl, RecordsRetentionDefault)); err != nil {
+		return err
+	}
 	_, err := retainJSON(ctx, s.js, BucketCheckpoints, ChunkKey(cp.Job, cp.Chunk), cp, rev, ttl)
 	return err
 }
@@ -383,15 +403,28 @@ func (s *Checkpoints) forJobRange(ctx context.Context, job string, from, to int)
 	if to < from {
 		return []Checkpoint{}, []uint64{}, nil
 	}
-	revs := make([]uint64, to-from+1)
-	out := make([]Checkpoint, to-from+1)
-	for i := range out {
-		out[i] = Checkpoint{Job: job, Chunk: from + i, Stage: 1, Status: StatusPending}
+	chunks := make([]int, to-from+1)
+	for i := range chunks {
+		chunks[i] = from + i
 	}
-	for lo := from; lo <= to; lo += maxBatchKeys {
-		hi := min(lo+maxBatchKeys-1, to)
-		keys := make([]string, 0, hi-lo+1)
-		for c := lo; c <= hi; c++ {
+	return s.read(ctx, job, chunks)
+}
+
+// read returns the checkpoints of the named chunks of job and their
+// revisions, in the order named, maxBatchKeys at a time; a missing one is
+// a pending checkpoint at revision 0.
+func (s *Checkpoints) read(ctx context.Context, job string, chunks []int) ([]Checkpoint, []uint64, error) {
+	revs := make([]uint64, len(chunks))
+	out := make([]Checkpoint, len(chunks))
+	at := make(map[int]int, len(chunks))
+	for i, c := range chunks {
+		out[i] = Checkpoint{Job: job, Chunk: c, Stage: 1, Status: StatusPending}
+		at[c] = i
+	}
+	for lo := 0; lo < len(chunks); lo += maxBatchKeys {
+		hi := min(lo+maxBatchKeys, len(chunks))
+		keys := make([]string, 0, hi-lo)
+		for _, c := range chunks[lo:hi] {
 			keys = append(keys, ChunkKey(job, c))
 		}
 		err := streams.Retry(ctx, func(ctx context.Context) error {
@@ -403,15 +436,15 @@ func (s *Checkpoints) forJobRange(ctx context.Context, job string, from, to int)
 				// Only a run reads its outputs and snapshots (by Get):
 				// a job's worth of them is not kept in memory.
 				cp.Outputs, cp.Snapshots = nil, nil
-				i, err := strconv.Atoi(key[strings.LastIndexByte(key, '.')+1:])
-				if err == nil && i >= from && i <= to {
-					out[i-from], revs[i-from] = cp, seq
+				c, err := strconv.Atoi(key[strings.LastIndexByte(key, '.')+1:])
+				if i, ok := at[c]; err == nil && ok {
+					out[i], revs[i] = cp, seq
 				}
 				return nil
 			})
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("kv: checkpoints of %s %d-%d: %w", job, lo, hi, err)
+			return nil, nil, fmt.Errorf("kv: checkpoints of %s %d-%d: %w", job, chunks[lo], chunks[hi-1], err)
 		}
 	}
 	return out, revs, nil

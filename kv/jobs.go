@@ -96,6 +96,10 @@ type Job struct {
 	Retention *Retention `json:"retention,omitempty"`
 	// IndexSeq is the sequence of the job's entry in the job index.
 	IndexSeq uint64 `json:"index_seq,omitempty"`
+	// AttentionIndexed is set on a job created since chunks needing
+	// attention are indexed (attention.go): its failing chunks are read
+	// from the index, an older job's from every checkpoint.
+	AttentionIndexed bool `json:"attention_indexed,omitempty"`
 	// KeptUntil is set once retention ran on the finished job: its record
 	// expires then.
 	KeptUntil *time.Time `json:"kept_until,omitempty"`
@@ -413,6 +417,7 @@ func (s *Jobs) Create(ctx context.Context, j Job) error {
 	if j.Status == "" {
 		j.Status = JobRunning
 	}
+	j.AttentionIndexed = true
 	if err := s.index(ctx, &j); err != nil {
 		return err
 	}

@@ -52,6 +52,11 @@ func IndexEnvelopes(status, category string) string {
 // envelope id) in the index of one job's envelopes.
 func IndexJobEnvelopes(job string) string { return "salvage.index.job-envelopes." + orAny(job) }
 
+// IndexJobAttention is where a chunk of job that came to need a person
+// (failed, parked, or carrying an envelope or an error) has its entry (the
+// chunk number) in the index of one job's chunks needing attention.
+func IndexJobAttention(job string) string { return "salvage.index.job-attention." + orAny(job) }
+
 // IndexJobs is where a job record has its entry (the job id) in the job
 // index.
 const IndexJobs = "salvage.index.jobs"

@@ -17,7 +17,6 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 )
 
 // withClient connects and makes a client (not started: it only reads and
@@ -88,12 +87,16 @@ dead-lettered first.`,
 			return err
 		}
 		return e.withReader("salvage status", func(ctx context.Context, c *reader) error {
-			j, chunks, err := allChunks(ctx, c, id)
+			var j *salvage.Job
+			var chunks []salvage.Chunk
+			var err error
+			if failed {
+				j, chunks, err = allFailing(ctx, c, id)
+			} else {
+				j, chunks, err = allChunks(ctx, c, id)
+			}
 			if err != nil {
 				return noJob(id, err)
-			}
-			if failed {
-				chunks = dashboard.Failing(chunks)
 			}
 			if asJSON {
 				if chunks == nil {

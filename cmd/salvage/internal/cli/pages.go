@@ -29,6 +29,24 @@ func allChunks(ctx context.Context, c statusReader, job string) (*salvage.Job, [
 	}
 }
 
+// allFailing returns the job and every chunk of it that failed or waits,
+// a page at a time, dead-lettered first.
+func allFailing(ctx context.Context, c *reader, job string) (*salvage.Job, []salvage.Chunk, error) {
+	page := &salvage.Page{Limit: salvage.PageMax}
+	var out []salvage.Chunk
+	for {
+		st, err := c.Failing(ctx, job, page)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, st.Chunks...)
+		if st.NextOffset == 0 {
+			return &st.Job, out, nil
+		}
+		page.Offset = st.NextOffset
+	}
+}
+
 // allEnvelopes returns every envelope record f matches, a page at a time.
 func allEnvelopes(ctx context.Context, c *salvage.Client, f salvage.EnvelopeFilter) ([]salvage.EnvelopeRecord, error) {
 	page := &salvage.Page{Limit: salvage.PageMax}

@@ -62,6 +62,18 @@ func (r *reader) Status(ctx context.Context, id string, page *salvage.Page) (*sa
 	return r.c.Status(ctx, id, page)
 }
 
+// Failing is one page of job id's chunks that failed or wait. A service
+// too old to know jobs.failing does not answer it; the chunks are read
+// directly then.
+func (r *reader) Failing(ctx context.Context, id string, page *salvage.Page) (*salvage.FailingState, error) {
+	var st salvage.FailingState
+	body := map[string]any{"job_id": id, "offset": page.Offset, "limit": page.Limit}
+	if ok, err := r.ask(ctx, "jobs.failing", body, &st); ok {
+		return &st, unknownJob(err)
+	}
+	return r.c.Failing(ctx, id, page)
+}
+
 // ListJobs is a page of job records, newest first.
 func (r *reader) ListJobs(ctx context.Context, page *salvage.Page) ([]salvage.Job, error) {
 	var jobs []salvage.Job

@@ -100,8 +100,8 @@ func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 
 // apiJob serves one job and a page of its chunks (?offset=&limit=);
 // ?filter=failed pages through only the chunks that failed or wait,
-// dead-lettered first (see Failing): it reads every chunk of the job, as
-// `salvage status --failed` does, and keeps only those.
+// dead-lettered first (salvage.Client.Failing: it reads the chunks the
+// job's attention index names, not every chunk), with how many match.
 func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page, err := pageOf(q)
@@ -110,45 +110,21 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	var st any
 	switch q.Get("filter") {
 	case "":
-		st, err := s.client.Status(r.Context(), id, &page)
-		if err != nil {
-			fail(w, statusOf(err), err)
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
+		st, err = s.client.Status(r.Context(), id, &page)
 	case "failed":
-		var all []salvage.Chunk
-		var st *salvage.JobState
-		for p := (&salvage.Page{Limit: salvage.PageMax}); ; p.Offset = st.NextOffset {
-			if st, err = s.client.Status(r.Context(), id, p); err != nil {
-				fail(w, statusOf(err), err)
-				return
-			}
-			// Only the chunks it lists are kept: a request holds what
-			// fails, not the whole job.
-			all = append(all, Failing(st.Chunks)...)
-			if st.NextOffset == 0 {
-				break
-			}
-		}
-		failing := Failing(all)
-		from, to := page.Bounds(len(failing))
-		out := salvage.JobState{Job: st.Job, Chunks: failing[from:to], Offset: from}
-		if out.Chunks == nil {
-			out.Chunks = []salvage.Chunk{}
-		}
-		if to < len(failing) {
-			out.NextOffset = to
-		}
-		writeJSON(w, http.StatusOK, struct {
-			salvage.JobState
-			Matched int `json:"matched"`
-		}{out, len(failing)})
+		st, err = s.client.Failing(r.Context(), id, &page)
 	default:
 		fail(w, http.StatusBadRequest, fmt.Errorf("filter %q: want failed, or none", q.Get("filter")))
+		return
 	}
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 // apiCancelJob cancels a job from the page: POST /api/jobs/{id}/cancel,

@@ -1,0 +1,93 @@
+package salvage
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// Attention ranks the chunk for an operator, lowest first: 0
+// dead-lettered, 1 parked (held at a breaker, awaiting approval, paused),
+// 2 cancelled with effects an envelope settles, 3 unfinished (running or
+// pending) carrying an envelope or an error; -1 a chunk that needs
+// nobody: every done chunk, whatever it went through on the way (a hold,
+// a failure a recovery mended), and one cancelled before it had effects.
+func (ch Chunk) Attention() int { return kv.AttentionOf(string(ch.Status), ch.Envelope, ch.LastError) }
+
+// NeedingAttention keeps the chunks that need a person or are not
+// finished (Attention 0 and up), dead-lettered first, then parked, then
+// cancelled with settled effects, then unfinished ones with an envelope
+// or an error, each group in the order given.
+func NeedingAttention(chunks []Chunk) []Chunk {
+	var out []Chunk
+	for _, ch := range chunks {
+		if ch.Attention() >= 0 {
+			out = append(out, ch)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Chunk) int { return cmp.Compare(a.Attention(), b.Attention()) })
+	return out
+}
+
+// FailingState is a job and one page of the chunks of it that failed or
+// wait (NeedingAttention).
+type FailingState struct {
+	JobState
+	// Matched counts them all, every page's.
+	Matched int `json:"matched"`
+}
+
+// Failing returns job id and one page of its chunks that failed or wait,
+// dead-lettered first, each group by chunk number (see NeedingAttention):
+// what `salvage status --failed` and the dashboard's failed filter show.
+// It reads the chunks the job's attention index names — O(chunks that
+// ever failed or waited), whatever the job's size — except for a job
+// created before that index, whose chunks it reads all, a thousand at a
+// time, keeping only the failing ones.
+func (c *Client) Failing(ctx context.Context, id string, page *Page) (*FailingState, error) {
+	j, st, err := c.jobOrWhy(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var chunks []Chunk
+	keep := func(cps []kv.Checkpoint) {
+		for _, cp := range j.View(cps) {
+			if ch := chunkOf(cp); ch.Attention() >= 0 {
+				chunks = append(chunks, ch)
+			}
+		}
+	}
+	if j.AttentionIndexed {
+		flagged, err := st.Checkpoints.Flagged(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		// A number past the job's chunks is no chunk of it.
+		flagged = slices.DeleteFunc(flagged, func(n int) bool { return n > j.Chunks })
+		cps, err := st.Checkpoints.Chunks(ctx, id, flagged)
+		if err != nil {
+			return nil, err
+		}
+		keep(cps)
+	} else {
+		for lo := 1; lo <= j.Chunks; lo += PageMax {
+			cps, err := st.Checkpoints.ForJobRange(ctx, id, lo, min(lo+PageMax-1, j.Chunks))
+			if err != nil {
+				return nil, err
+			}
+			keep(cps)
+		}
+	}
+	failing := NeedingAttention(chunks)
+	from, to := page.Bounds(len(failing))
+	out := &FailingState{JobState: JobState{Job: jobOf(j), Chunks: failing[from:to:to], Offset: from}, Matched: len(failing)}
+	if out.Chunks == nil {
+		out.Chunks = []Chunk{}
+	}
+	if to < len(failing) {
+		out.NextOffset = to
+	}
+	return out, nil
+}

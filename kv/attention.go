@@ -1,0 +1,135 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// The attention index, in SALVAGE_INDEX: a chunk whose checkpoint comes to
+// need a person (Checkpoint.Attention) has an entry, its chunk number, on
+// salvage.index.job-attention.<job>, written before the checkpoint that
+// needs it, once: the checkpoint's AttentionUntil says until when its
+// entry lasts. A job's failing chunks are then the chunks that one subject
+// names, read with their checkpoints: O(chunks that ever needed
+// attention), whatever the job's size. Entries are never deleted; a
+// reader reads each named chunk's checkpoint and drops the ones that no
+// longer need anybody (and a stray entry, of a write that lost its CAS).
+// An entry expires AttentionKept after it was written, and a write of a
+// checkpoint that still needs attention renews it when less than the
+// records' retention is left (Retain: less than the checkpoint's own).
+
+// Attention ranks, lowest first: what an operator looks at first.
+const (
+	// AttentionNone: the chunk needs nobody (done, or running clean).
+	AttentionNone = -1
+	// AttentionDeadLettered: the chunk's envelope waits in the DLQ.
+	AttentionDeadLettered = 0
+	// AttentionParked: held at a breaker, awaiting approval, or paused.
+	AttentionParked = 1
+	// AttentionCancelledSettled: cancelled after effects an envelope
+	// settles.
+	AttentionCancelledSettled = 2
+	// AttentionUnfinished: not finished, carrying an envelope or an
+	// error.
+	AttentionUnfinished = 3
+)
+
+// AttentionKept is how long an attention entry lasts: the records'
+// default retention and the job index's extra (JobListedExtra), so it
+// outlives the job's listing.
+const AttentionKept = RecordsRetentionDefault + JobListedExtra
+
+// AttentionOf ranks a chunk by its status, envelope and last error; see
+// the Attention constants. A done chunk needs nobody, whatever it went
+// through on the way (a hold, a failure a recovery mended); nor does a
+// chunk cancelled before it had effects.
+func AttentionOf(status, envelope, lastError string) int {
+	switch status {
+	case StatusDone:
+		return AttentionNone
+	case StatusDeadLettered:
+		return AttentionDeadLettered
+	case StatusHeld, StatusAwaitingApproval, StatusPaused:
+		return AttentionParked
+	}
+	if IsCancelled(status) {
+		if envelope != "" {
+			return AttentionCancelledSettled
+		}
+		return AttentionNone
+	}
+	if envelope != "" || lastError != "" {
+		return AttentionUnfinished
+	}
+	return AttentionNone
+}
+
+// Attention ranks the checkpoint; see AttentionOf.
+func (c Checkpoint) Attention() int { return AttentionOf(c.Status, c.Envelope, c.LastError) }
+
+// flag writes cp's attention entry when cp needs attention and has no
+// entry that lasts need from now, and notes the entry's expiry in cp. It
+// runs before cp is written: a crash or a lost CAS after it leaves a
+// stray entry, which readers drop; the other order could lose one.
+func (s *Checkpoints) flag(ctx context.Context, cp *Checkpoint, need time.Duration) error {
+	if s.idx == nil || cp.Attention() == AttentionNone {
+		return nil
+	}
+	now := s.now()
+	if cp.AttentionUntil != nil && cp.AttentionUntil.After(now.Add(need)) {
+		return nil
+	}
+	ttl := max(need+JobListedExtra, AttentionKept)
+	if _, err := s.idx.put(ctx, streams.IndexJobAttention(cp.Job), strconv.Itoa(cp.Chunk), ttl); err != nil {
+		return err
+	}
+	until := now.Add(ttl).UTC()
+	cp.AttentionUntil = &until
+	return nil
+}
+
+// attentionPage is how many entries one read of the attention index
+// takes.
+const attentionPage = 1000
+
+// Flagged returns the chunks of job its attention index names, each once,
+// in chunk order: every chunk that needed attention since its entry was
+// written, and maybe a stray. It reads the index alone, a thousand entries
+// at a time.
+func (s *Checkpoints) Flagged(ctx context.Context, job string) ([]int, error) {
+	x := seqIndex{js: s.js, stream: streams.Index}
+	filter := streams.IndexJobAttention(job)
+	seen := map[int]bool{}
+	var out []int
+	for from, more := uint64(1), true; more; {
+		more = false
+		err := x.read(ctx, filter, from, attentionPage, func(m *jetstream.RawStreamMsg, pending int) bool {
+			from, more = m.Sequence+1, pending > 0
+			if c, err := strconv.Atoi(string(m.Data)); err == nil && c > 0 && !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kv: attention index of %s: %w", job, err)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Chunks returns the checkpoints of the named chunks of job, in the order
+// named, without outputs and snapshot names; a missing one is returned as
+// a pending checkpoint. It reads a thousand at a time (see ForJobRange).
+func (s *Checkpoints) Chunks(ctx context.Context, job string, chunks []int) ([]Checkpoint, error) {
+	cps, _, err := s.read(ctx, job, chunks)
+	return cps, err
+}
