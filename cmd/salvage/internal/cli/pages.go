@@ -14,28 +14,27 @@ type statusReader interface {
 
 // allChunks returns every chunk of job, a page of up to 1,000 at a time.
 func allChunks(ctx context.Context, c statusReader, job string) (*salvage.Job, []salvage.Chunk, error) {
-	page := &salvage.Page{Limit: salvage.PageMax}
-	var out []salvage.Chunk
-	for {
-		st, err := c.Status(ctx, job, page)
-		if err != nil {
-			return nil, nil, err
-		}
-		out = append(out, st.Chunks...)
-		if st.NextOffset == 0 {
-			return &st.Job, out, nil
-		}
-		page.Offset = st.NextOffset
-	}
+	return chunkPages(func(p *salvage.Page) (*salvage.JobState, error) { return c.Status(ctx, job, p) })
 }
 
 // allFailing returns the job and every chunk of it that failed or waits,
 // a page at a time, dead-lettered first.
 func allFailing(ctx context.Context, c *reader, job string) (*salvage.Job, []salvage.Chunk, error) {
+	return chunkPages(func(p *salvage.Page) (*salvage.JobState, error) {
+		st, err := c.Failing(ctx, job, p)
+		if err != nil {
+			return nil, err
+		}
+		return &st.JobState, nil
+	})
+}
+
+// chunkPages reads pages of up to 1,000 chunks until the last.
+func chunkPages(read func(*salvage.Page) (*salvage.JobState, error)) (*salvage.Job, []salvage.Chunk, error) {
 	page := &salvage.Page{Limit: salvage.PageMax}
 	var out []salvage.Chunk
 	for {
-		st, err := c.Failing(ctx, job, page)
+		st, err := read(page)
 		if err != nil {
 			return nil, nil, err
 		}
