@@ -60,12 +60,10 @@ func (c *Client) Failing(ctx context.Context, id string, page *Page) (*FailingSt
 		}
 	}
 	if j.AttentionIndexed {
-		flagged, err := st.Checkpoints.Flagged(ctx, id)
+		flagged, err := st.Checkpoints.Flagged(ctx, id, j.Chunks)
 		if err != nil {
 			return nil, err
 		}
-		// A number past the job's chunks is no chunk of it.
-		flagged = slices.DeleteFunc(flagged, func(n int) bool { return n > j.Chunks })
 		cps, err := st.Checkpoints.Chunks(ctx, id, flagged)
 		if err != nil {
 			return nil, err
@@ -82,7 +80,7 @@ func (c *Client) Failing(ctx context.Context, id string, page *Page) (*FailingSt
 	}
 	failing := NeedingAttention(chunks)
 	from, to := page.Bounds(len(failing))
-	out := &FailingState{JobState: JobState{Job: jobOf(j), Chunks: failing[from:to:to], Offset: from}, Matched: len(failing)}
+	out := &FailingState{JobState: JobState{Job: jobOf(j), Chunks: failing[from:to], Offset: from}, Matched: len(failing)}
 	if out.Chunks == nil {
 		out.Chunks = []Chunk{}
 	}

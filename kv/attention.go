@@ -21,54 +21,52 @@ import (
 // attention), whatever the job's size. Entries are never deleted; a
 // reader reads each named chunk's checkpoint and drops the ones that no
 // longer need anybody (and a stray entry, of a write that lost its CAS).
-// An entry expires AttentionKept after it was written, and a write of a
-// checkpoint that still needs attention renews it when less than the
-// records' retention is left (Retain: less than the checkpoint's own).
+// An entry lasts the records' retention and the job index's extra
+// (JobListedExtra: 44 days at the defaults) after it was written, and a
+// write of a checkpoint that still needs attention renews it when less
+// than the records' retention is left (Retain: less than the
+// checkpoint's own).
 
-// Attention ranks, lowest first: what an operator looks at first.
+// The attention ranks, lowest first: what an operator looks at first.
 const (
-	// AttentionNone: the chunk needs nobody (done, or running clean).
-	AttentionNone = -1
-	// AttentionDeadLettered: the chunk's envelope waits in the DLQ.
-	AttentionDeadLettered = 0
-	// AttentionParked: held at a breaker, awaiting approval, or paused.
-	AttentionParked = 1
-	// AttentionCancelledSettled: cancelled after effects an envelope
+	// attentionNone: the chunk needs nobody (done, or running clean).
+	attentionNone = -1
+	// attentionDeadLettered: the chunk's envelope waits in the DLQ.
+	attentionDeadLettered = 0
+	// attentionParked: held at a breaker, awaiting approval, or paused.
+	attentionParked = 1
+	// attentionCancelledSettled: cancelled after effects an envelope
 	// settles.
-	AttentionCancelledSettled = 2
-	// AttentionUnfinished: not finished, carrying an envelope or an
+	attentionCancelledSettled = 2
+	// attentionUnfinished: not finished, carrying an envelope or an
 	// error.
-	AttentionUnfinished = 3
+	attentionUnfinished = 3
 )
 
-// AttentionKept is how long an attention entry lasts: the records'
-// default retention and the job index's extra (JobListedExtra), so it
-// outlives the job's listing.
-const AttentionKept = RecordsRetentionDefault + JobListedExtra
-
-// AttentionOf ranks a chunk by its status, envelope and last error; see
-// the Attention constants. A done chunk needs nobody, whatever it went
+// AttentionOf ranks a chunk by its status, envelope and last error, lowest
+// first: 0 dead-lettered, 1 parked, 2 cancelled after effects an envelope
+// settles, 3 unfinished with an envelope or an error; -1 needs nobody. A done chunk needs nobody, whatever it went
 // through on the way (a hold, a failure a recovery mended); nor does a
 // chunk cancelled before it had effects.
 func AttentionOf(status, envelope, lastError string) int {
 	switch status {
 	case StatusDone:
-		return AttentionNone
+		return attentionNone
 	case StatusDeadLettered:
-		return AttentionDeadLettered
+		return attentionDeadLettered
 	case StatusHeld, StatusAwaitingApproval, StatusPaused:
-		return AttentionParked
+		return attentionParked
 	}
 	if IsCancelled(status) {
 		if envelope != "" {
-			return AttentionCancelledSettled
+			return attentionCancelledSettled
 		}
-		return AttentionNone
+		return attentionNone
 	}
 	if envelope != "" || lastError != "" {
-		return AttentionUnfinished
+		return attentionUnfinished
 	}
-	return AttentionNone
+	return attentionNone
 }
 
 // Attention ranks the checkpoint; see AttentionOf.
@@ -79,14 +77,14 @@ func (c Checkpoint) Attention() int { return AttentionOf(c.Status, c.Envelope, c
 // runs before cp is written: a crash or a lost CAS after it leaves a
 // stray entry, which readers drop; the other order could lose one.
 func (s *Checkpoints) flag(ctx context.Context, cp *Checkpoint, need time.Duration) error {
-	if s.idx == nil || cp.Attention() == AttentionNone {
+	if s.idx == nil || cp.Attention() == attentionNone {
 		return nil
 	}
 	now := s.now()
 	if cp.AttentionUntil != nil && cp.AttentionUntil.After(now.Add(need)) {
 		return nil
 	}
-	ttl := max(need+JobListedExtra, AttentionKept)
+	ttl := need + JobListedExtra
 	if _, err := s.idx.put(ctx, streams.IndexJobAttention(cp.Job), strconv.Itoa(cp.Chunk), ttl); err != nil {
 		return err
 	}
@@ -99,11 +97,12 @@ func (s *Checkpoints) flag(ctx context.Context, cp *Checkpoint, need time.Durati
 // takes.
 const attentionPage = 1000
 
-// Flagged returns the chunks of job its attention index names, each once,
-// in chunk order: every chunk that needed attention since its entry was
-// written, and maybe a stray. It reads the index alone, a thousand entries
-// at a time.
-func (s *Checkpoints) Flagged(ctx context.Context, job string) ([]int, error) {
+// Flagged returns the chunks 1..chunks of job its attention index names,
+// each once, in chunk order: every chunk that needed attention since its
+// entry was written, and maybe a stray. It reads the index alone, a
+// thousand entries at a time, and keeps at most chunks numbers whatever
+// the index holds (a number that is no chunk of the job is dropped).
+func (s *Checkpoints) Flagged(ctx context.Context, job string, chunks int) ([]int, error) {
 	x := seqIndex{js: s.js, stream: streams.Index}
 	filter := streams.IndexJobAttention(job)
 	seen := map[int]bool{}
@@ -112,7 +111,7 @@ func (s *Checkpoints) Flagged(ctx context.Context, job string) ([]int, error) {
 		more = false
 		err := x.read(ctx, filter, from, attentionPage, func(m *jetstream.RawStreamMsg, pending int) bool {
 			from, more = m.Sequence+1, pending > 0
-			if c, err := strconv.Atoi(string(m.Data)); err == nil && c > 0 && !seen[c] {
+			if c, err := strconv.Atoi(string(m.Data)); err == nil && c > 0 && c <= chunks && !seen[c] {
 				seen[c] = true
 				out = append(out, c)
 			}

@@ -102,15 +102,22 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := st.Checkpoints.Flagged(ctx, "J1")
+	// Numbers that are no chunk of the job, written by anybody, are not
+	// kept.
+	for _, forged := range []string{"99", "0", "x"} {
+		if _, err := b.JS.Publish(ctx, streams.IndexJobAttention("J1"), []byte(forged)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.Checkpoints.Flagged(ctx, "J1", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []int{2, 3, 4, 6}; !slices.Equal(got, want) {
 		t.Fatalf("flagged %v; want %v", got, want)
 	}
-	if n := entries(); n != 4 {
-		t.Fatalf("%d attention entries; want 4, one per chunk", n)
+	if n := entries(); n != 4+3 {
+		t.Fatalf("%d attention entries; want 4, one per chunk, and the 3 forged", n)
 	}
 	for _, c := range []int{2, 3, 4, 6} {
 		cp, _, err := st.Checkpoints.Get(ctx, "J1", c)
@@ -130,7 +137,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	if cps[0].Chunk != 6 || cps[0].Envelope != "E6" || cps[1].Chunk != 99 || cps[1].Status != kv.StatusPending || cps[2].Status != kv.StatusHeld {
 		t.Fatalf("chunks 6, 99, 3 read %+v", cps)
 	}
-	if got, err := st.Checkpoints.Flagged(ctx, "J2"); err != nil || len(got) != 0 {
+	if got, err := st.Checkpoints.Flagged(ctx, "J2", 10); err != nil || len(got) != 0 {
 		t.Fatalf("a job with no entry: %v, %v", got, err)
 	}
 }

@@ -54,24 +54,14 @@ func unknownJob(err error) error {
 
 // Status is one page of job id's chunks.
 func (r *reader) Status(ctx context.Context, id string, page *salvage.Page) (*salvage.JobState, error) {
-	var st salvage.JobState
-	body := map[string]any{"job_id": id, "offset": page.Offset, "limit": page.Limit}
-	if ok, err := r.ask(ctx, "jobs.status", body, &st); ok {
-		return &st, unknownJob(err)
-	}
-	return r.c.Status(ctx, id, page)
+	return askJobPage(ctx, r, "jobs.status", id, page, r.c.Status)
 }
 
 // Failing is one page of job id's chunks that failed or wait. A service
 // too old to know jobs.failing does not answer it; the chunks are read
 // directly then.
 func (r *reader) Failing(ctx context.Context, id string, page *salvage.Page) (*salvage.FailingState, error) {
-	var st salvage.FailingState
-	body := map[string]any{"job_id": id, "offset": page.Offset, "limit": page.Limit}
-	if ok, err := r.ask(ctx, "jobs.failing", body, &st); ok {
-		return &st, unknownJob(err)
-	}
-	return r.c.Failing(ctx, id, page)
+	return askJobPage(ctx, r, "jobs.failing", id, page, r.c.Failing)
 }
 
 // ListJobs is a page of job records, newest first.
@@ -85,12 +75,19 @@ func (r *reader) ListJobs(ctx context.Context, page *salvage.Page) ([]salvage.Jo
 
 // TracePage is a page of job id's timeline.
 func (r *reader) TracePage(ctx context.Context, id string, page *salvage.Page) (*salvage.Trace, error) {
-	var tr salvage.Trace
+	return askJobPage(ctx, r, "jobs.trace", id, page, r.c.TracePage)
+}
+
+// askJobPage asks endpoint for a page of job id, or reads it with direct
+// when no service answers.
+func askJobPage[T any](ctx context.Context, r *reader, endpoint, id string, page *salvage.Page,
+	direct func(context.Context, string, *salvage.Page) (*T, error)) (*T, error) {
+	var out T
 	body := map[string]any{"job_id": id, "offset": page.Offset, "limit": page.Limit}
-	if ok, err := r.ask(ctx, "jobs.trace", body, &tr); ok {
-		return &tr, unknownJob(err)
+	if ok, err := r.ask(ctx, endpoint, body, &out); ok {
+		return &out, unknownJob(err)
 	}
-	return r.c.TracePage(ctx, id, page)
+	return direct(ctx, id, page)
 }
 
 // TraceChunk is chunk's part of job id's timeline, as a Trace.
