@@ -185,17 +185,43 @@ func TestAgentInTypeScript(t *testing.T) {
 	// Each turn was answered once. The killed process may have sent an
 	// answer and died before it logged it: such a turn was asked of it
 	// alone, never again — the job's results below hold its answer.
-	answers, askedAfter := map[string]int{}, map[string]bool{}
-	asked := map[string]bool{}
-	for i, l := range lines() {
-		switch l[0] {
-		case "asked":
-			asked[l[1]] = true
-			if i >= beforeKill {
-				askedAfter[l[1]] = true
+	var answers map[string]int
+	var asked, askedAfter map[string]bool
+	tally := func() {
+		answers, asked, askedAfter = map[string]int{}, map[string]bool{}, map[string]bool{}
+		for i, l := range lines() {
+			switch l[0] {
+			case "asked":
+				asked[l[1]] = true
+				if i >= beforeKill {
+					askedAfter[l[1]] = true
+				}
+			case "answered":
+				answers[l[1]]++
 			}
-		case "answered":
-			answers[l[1]]++
+		}
+	}
+	// The live agent logs "answered" once its flush came back, which on
+	// a loaded machine can be after the answer reached Salvage and the
+	// job finished: read the log once every turn asked after the kill has
+	// its line, or a minute passed (then the check below names the turn).
+	allAnswered := func() bool {
+		tally()
+		for k := range askedAfter {
+			if answers[k] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	logged, cancelLogged := context.WithTimeout(t.Context(), time.Minute)
+	defer cancelLogged()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !allAnswered() && logged.Err() == nil {
+		select {
+		case <-logged.Done():
+		case <-tick.C:
 		}
 	}
 	for k := range asked {
