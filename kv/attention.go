@@ -45,9 +45,10 @@ const (
 
 // AttentionOf ranks a chunk by its status, envelope and last error, lowest
 // first: 0 dead-lettered, 1 parked, 2 cancelled after effects an envelope
-// settles, 3 unfinished with an envelope or an error; -1 needs nobody. A done chunk needs nobody, whatever it went
-// through on the way (a hold, a failure a recovery mended); nor does a
-// chunk cancelled before it had effects.
+// settles, 3 unfinished with an envelope or an error; -1 needs nobody. A
+// done chunk needs nobody, whatever it went through on the way (a hold, a
+// failure a recovery mended); nor does a chunk cancelled before it had
+// effects.
 func AttentionOf(status, envelope, lastError string) int {
 	switch status {
 	case StatusDone:

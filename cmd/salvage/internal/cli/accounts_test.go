@@ -55,6 +55,13 @@ func refused(t *testing.T, url, user string, args ...string) {
 			t.Errorf("%s's `nats %s` was not refused by the server: %v\n%s", user, strings.Join(args, " "), err, out)
 			return
 		}
+		// A CLI that fails at once (a refused connection) must not be
+		// started back to back for a minute.
+		select {
+		case <-t.Context().Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }
 
