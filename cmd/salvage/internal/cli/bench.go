@@ -252,10 +252,11 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintln(tw)
 	}
 	if len(r.Fleet) > 0 || r.FleetSkipped != "" {
-		fmt.Fprintln(tw, "FLEET	processes x slots	wall	workers CPU	server CPU	control CPU	CPU/chunk (workers+server)	delivered to workers/chunk	job")
+		fmt.Fprintln(tw, "FLEET	processes x slots	wall	workers CPU	server CPU	control CPU	CPU/chunk (workers+server)	delivered to workers/chunk	job record, journal writes/chunk	job")
 		for _, f := range r.Fleet {
-			fmt.Fprintf(tw, "  one job of %s chunks, model %s\t%d x %d\t%.1f s\t%.1f s\t%.1f s\t%.1f s\t%.2f ms\t%.1f\t%s\n", thousands(f.Chunks), fleetLatency,
-				f.Processes, f.Concurrency, f.WallSecs, f.WorkersCPU, f.ServerCPU, f.ControlCPU, f.CPUPerChunkMS, f.DeliveredPerChunk, f.Status)
+			fmt.Fprintf(tw, "  one job of %s chunks, model %s\t%d x %d\t%.1f s\t%.1f s\t%.1f s\t%.1f s\t%.2f ms\t%.1f\t%.1f, %.1f\t%s\n", thousands(f.Chunks), fleetLatency,
+				f.Processes, f.Concurrency, f.WallSecs, f.WorkersCPU, f.ServerCPU, f.ControlCPU, f.CPUPerChunkMS, f.DeliveredPerChunk,
+				f.JobWritesPerChunk, f.JournalWritesPerChunk, f.Status)
 		}
 		if r.FleetSkipped != "" {
 			fmt.Fprintf(tw, "  fleet rows skipped: %s\n", r.FleetSkipped)

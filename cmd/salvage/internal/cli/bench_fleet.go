@@ -46,7 +46,11 @@ type fleetRow struct {
 	// DeliveredPerChunk is the messages the server delivered to the
 	// worker processes' connections, per chunk (its out_msgs).
 	DeliveredPerChunk float64 `json:"delivered_to_workers_per_chunk"`
-	Status            string  `json:"job_status"`
+	// JobWritesPerChunk is the job record's writes per chunk (its KV
+	// stream's sequence), JournalWritesPerChunk the journal's.
+	JobWritesPerChunk     float64 `json:"job_writes_per_chunk"`
+	JournalWritesPerChunk float64 `json:"journal_writes_per_chunk"`
+	Status                string  `json:"job_status"`
 }
 
 // fleetVerdict holds the rows to the bars of issue 35: CPU per chunk at
@@ -187,6 +191,7 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 		return row, err
 	}
 	w0, s0, c0 := cpu()
+	jobs0, journal0 := lastSeq(ctx, js, "KV_salvage_jobs"), lastSeq(ctx, js, "KV_salvage_journal")
 	start := time.Now()
 	id, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(b.o.fleetChunks, 1)}, nil)
 	if err != nil {
@@ -207,6 +212,8 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 	row.WorkersCPU, row.ServerCPU, row.ControlCPU = w1-w0, s1-s0, c1-c0
 	row.CPUPerChunkMS = 1000 * (row.WorkersCPU + row.ServerCPU) / float64(max(row.Chunks, 1))
 	row.DeliveredPerChunk = float64(after-before) / float64(max(row.Chunks, 1))
+	row.JobWritesPerChunk = float64(lastSeq(ctx, js, "KV_salvage_jobs")-jobs0) / float64(max(row.Chunks, 1))
+	row.JournalWritesPerChunk = float64(lastSeq(ctx, js, "KV_salvage_journal")-journal0) / float64(max(row.Chunks, 1))
 	return row, nil
 }
 
@@ -282,4 +289,13 @@ func deliveredTo(ctx context.Context, monitor, name string) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// lastSeq is a stream's last sequence: the writes it has taken.
+func lastSeq(ctx context.Context, js jetstream.JetStream, name string) uint64 {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0
+	}
+	return s.CachedInfo().State.LastSeq
 }

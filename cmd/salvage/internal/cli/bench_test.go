@@ -133,6 +133,8 @@ func TestBenchFleet(t *testing.T) {
 			ServerCPU   float64 `json:"server_cpu_seconds"`
 			PerChunk    float64 `json:"cpu_per_chunk_ms"`
 			Delivered   float64 `json:"delivered_to_workers_per_chunk"`
+			JobWrites   float64 `json:"job_writes_per_chunk"`
+			Journal     float64 `json:"journal_writes_per_chunk"`
 			Status      string  `json:"job_status"`
 		} `json:"fleet"`
 		Skipped string `json:"fleet_skipped"`
@@ -145,8 +147,9 @@ func TestBenchFleet(t *testing.T) {
 	}
 	for i, f := range r.Fleet {
 		if f.Processes != i+1 || f.Concurrency != 2/(i+1) || f.Chunks != 12 || f.Status != "done" ||
-			f.WorkersCPU <= 0 || f.ServerCPU <= 0 || f.PerChunk <= 0 || f.Delivered <= 0 {
-			t.Errorf("row %d = %+v; want %d processes of %d slots finishing 12 chunks, with CPU and deliveries measured", i, f, i+1, 2/(i+1))
+			f.WorkersCPU <= 0 || f.ServerCPU <= 0 || f.PerChunk <= 0 || f.Delivered <= 0 ||
+			f.JobWrites <= 0 || f.Journal < 1 {
+			t.Errorf("row %d = %+v; want %d processes of %d slots finishing 12 chunks, with CPU, deliveries and writes measured", i, f, i+1, 2/(i+1))
 		}
 	}
 }
