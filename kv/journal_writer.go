@@ -34,9 +34,6 @@ const (
 	journalAtomicMin = 16
 	// journalWriteTimeout bounds one flush.
 	journalWriteTimeout = 10 * time.Second
-	// journalLingerDefault is how long a row nobody waits for yet may wait
-	// for others to share its flush.
-	journalLingerDefault = 100 * time.Millisecond
 )
 
 // JournalConfig tunes how rows are written.
@@ -52,23 +49,12 @@ type JournalConfig struct {
 	Flushers int
 	// MaxBatch caps rows per flush. Default 500.
 	MaxBatch int
-	// Linger is how long a row written with PutAsync, and not yet waited
-	// for, may wait for others to share its flush (atomic writes only).
-	// A row is flushed at once when someone waits for it or when enough
-	// rows for an atomic batch are queued. Default 100ms.
-	Linger time.Duration
 }
 
 // Journal is the salvage_journal store. Writes from concurrent calls are
-// coalesced: a row someone waits for starts a flush unless one is running,
-// and every row queued meanwhile rides in the next flush, so a call pays
-// for its two durable writes shared with every call writing at the same
-// time. A row nobody waits for yet (a pure call's result, waited for at
-// the stage's end) lingers until someone waits, until enough rows for an
-// atomic batch are queued, or for Linger at most: a process running one
-// chunk writes its calls in a few batches, not a write each, so the cost
-// of a chunk does not grow as a fleet spreads the same work over more
-// processes (issue 35).
+// coalesced: whoever writes while no flush is running starts one, and
+// every row queued meanwhile rides in the next flush, so a call pays for
+// its two durable writes shared with every call writing at the same time.
 type Journal struct {
 	js jetstream.JetStream
 	b  jetstream.KeyValue
@@ -78,13 +64,10 @@ type Journal struct {
 	atomic   bool
 	flushers int
 	maxBatch int
-	linger   time.Duration
 
 	mu       sync.Mutex
 	pending  []*journalWrite
 	flushing int
-	// lingering is the timer that flushes rows nobody waited for.
-	lingering *time.Timer
 
 	batches atomic.Int64
 	rows    atomic.Int64
@@ -109,10 +92,6 @@ func (j *Journal) Configure(cfg JournalConfig) {
 	j.maxBatch = cfg.MaxBatch
 	if j.maxBatch <= 0 || j.maxBatch > 1000 {
 		j.maxBatch = journalMaxBatchDefault
-	}
-	j.linger = cfg.Linger
-	if j.linger <= 0 {
-		j.linger = journalLingerDefault
 	}
 }
 
@@ -151,20 +130,12 @@ func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context)
 	w := &journalWrite{msg: m, done: make(chan struct{})}
 	j.mu.Lock()
 	j.pending = append(j.pending, w)
-	switch {
-	case len(j.pending) >= journalAtomicMin:
-		j.startFlushLocked()
-	case j.lingering == nil:
-		j.lingering = time.AfterFunc(j.lingerFor(), j.flushNow)
+	if j.flushing < j.flushers {
+		j.flushing++
+		go j.flushLoop()
 	}
 	j.mu.Unlock()
 	return func(ctx context.Context) (uint64, error) {
-		select {
-		case <-w.done:
-			return w.seq, w.err
-		default:
-		}
-		j.flushNow()
 		select {
 		case <-w.done:
 			return w.seq, w.err
@@ -172,36 +143,6 @@ func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context)
 			return 0, fmt.Errorf("kv: journal write %s: %w", row.Key, ctx.Err())
 		}
 	}, nil
-}
-
-// lingerFor is the journal's linger: Configure's, or the default for a
-// journal never configured.
-func (j *Journal) lingerFor() time.Duration {
-	if j.linger <= 0 {
-		return journalLingerDefault
-	}
-	return j.linger
-}
-
-// flushNow starts a flush of the queued rows unless every flusher is
-// busy: a busy flusher takes them next.
-func (j *Journal) flushNow() {
-	j.mu.Lock()
-	j.startFlushLocked()
-	j.mu.Unlock()
-}
-
-// startFlushLocked starts a flusher if rows are queued and one is free,
-// and disarms the linger timer; j.mu is held.
-func (j *Journal) startFlushLocked() {
-	if j.lingering != nil {
-		j.lingering.Stop()
-		j.lingering = nil
-	}
-	if len(j.pending) > 0 && j.flushing < max(j.flushers, 1) {
-		j.flushing++
-		go j.flushLoop()
-	}
 }
 
 // Stats reports how many flushes wrote how many rows, to show the
