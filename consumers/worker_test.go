@@ -331,9 +331,13 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	cp := b.checkpoint(t, job, 1)
 	// The survivor took it over once the lease lapsed, or took the
 	// redelivery, whichever came first (AckWait and the lease are both
-	// 1.5 s here).
-	if cp.ClaimedBy != "survivor" || cp.Deliveries > 2 {
-		t.Errorf("checkpoint = %+v, want finished by survivor on delivery 1 or 2", cp)
+	// 1.5 s here). On a loaded machine neither may come first: a
+	// redelivery that meets the child's claim while its process's lease
+	// still holds is put back, and the takeover comes on the next — the
+	// last MaxDeliver allows. Any later, and the chunk is dead-lettered
+	// and the job is not done.
+	if cp.ClaimedBy != "survivor" || cp.Deliveries > uint64(b.opts.MaxDeliver) {
+		t.Errorf("checkpoint = %+v, want finished by survivor within MaxDeliver (%d) deliveries", cp, b.opts.MaxDeliver)
 	}
 	if n := callCount(job, 1, 1); n != 0 {
 		t.Errorf("survivor re-ran stage 1 (%d calls): it should resume from the checkpoint at stage 2", n)
