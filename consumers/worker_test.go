@@ -339,6 +339,17 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	if cp.ClaimedBy != "survivor" || cp.Deliveries > uint64(b.opts.MaxDeliver) {
 		t.Errorf("checkpoint = %+v, want finished by survivor within MaxDeliver (%d) deliveries", cp, b.opts.MaxDeliver)
 	}
+	// A delivery put back is not a take: the chunk ran on two deliveries,
+	// the child's and then the survivor's.
+	var takers []string
+	for _, e := range cp.Events {
+		if e.Kind == kv.EventDelivered {
+			takers = append(takers, e.Worker)
+		}
+	}
+	if !slices.Equal(takers, []string{"child", "survivor"}) {
+		t.Errorf("delivered to %q; want the child, then the survivor", takers)
+	}
 	if n := callCount(job, 1, 1); n != 0 {
 		t.Errorf("survivor re-ran stage 1 (%d calls): it should resume from the checkpoint at stage 2", n)
 	}

@@ -191,7 +191,10 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 		return row, err
 	}
 	w0, s0, c0 := cpu()
-	jobs0, journal0 := lastSeq(ctx, js, "KV_salvage_jobs"), lastSeq(ctx, js, "KV_salvage_journal")
+	writes0, err := writesTaken(ctx, js)
+	if err != nil {
+		return row, err
+	}
 	start := time.Now()
 	id, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(b.o.fleetChunks, 1)}, nil)
 	if err != nil {
@@ -212,8 +215,12 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 	row.WorkersCPU, row.ServerCPU, row.ControlCPU = w1-w0, s1-s0, c1-c0
 	row.CPUPerChunkMS = 1000 * (row.WorkersCPU + row.ServerCPU) / float64(max(row.Chunks, 1))
 	row.DeliveredPerChunk = float64(after-before) / float64(max(row.Chunks, 1))
-	row.JobWritesPerChunk = float64(lastSeq(ctx, js, "KV_salvage_jobs")-jobs0) / float64(max(row.Chunks, 1))
-	row.JournalWritesPerChunk = float64(lastSeq(ctx, js, "KV_salvage_journal")-journal0) / float64(max(row.Chunks, 1))
+	writes1, err := writesTaken(ctx, js)
+	if err != nil {
+		return row, err
+	}
+	row.JobWritesPerChunk = float64(writes1[0]-writes0[0]) / float64(max(row.Chunks, 1))
+	row.JournalWritesPerChunk = float64(writes1[1]-writes0[1]) / float64(max(row.Chunks, 1))
 	return row, nil
 }
 
@@ -291,11 +298,16 @@ func deliveredTo(ctx context.Context, monitor, name string) (int64, error) {
 	return n, nil
 }
 
-// lastSeq is a stream's last sequence: the writes it has taken.
-func lastSeq(ctx context.Context, js jetstream.JetStream, name string) uint64 {
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		return 0
+// writesTaken is the writes the job and journal buckets have taken so
+// far: their streams' last sequences, which only grow.
+func writesTaken(ctx context.Context, js jetstream.JetStream) ([2]uint64, error) {
+	var out [2]uint64
+	for i, name := range []string{"KV_salvage_jobs", "KV_salvage_journal"} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return out, fmt.Errorf("read %s: %w", name, err)
+		}
+		out[i] = s.CachedInfo().State.LastSeq
 	}
-	return s.CachedInfo().State.LastSeq
+	return out, nil
 }
