@@ -35,15 +35,16 @@ type benchReport struct {
 	GoVersion  string          `json:"go_version"`
 	Throughput []throughputRow `json:"throughput,omitempty"`
 	// ClusterSkipped says why the cluster row is missing.
-	ClusterSkipped string       `json:"cluster_skipped,omitempty"`
-	Critical       *criticalRow `json:"critical_path,omitempty"`
-	Crash          *crashRow    `json:"crash_to_resume,omitempty"`
-	Growth         []growthRow  `json:"growth,omitempty"`
-	Storage        []storageRow `json:"storage,omitempty"`
-	Soak           *soakRow     `json:"soak,omitempty"`
-	Listing        *listingRow  `json:"listing,omitempty"`
-	Ramp           *rampRow     `json:"release_ramp,omitempty"`
-	Fleet          []fleetRow   `json:"fleet,omitempty"`
+	ClusterSkipped string         `json:"cluster_skipped,omitempty"`
+	Critical       *criticalRow   `json:"critical_path,omitempty"`
+	Crash          *crashRow      `json:"crash_to_resume,omitempty"`
+	Growth         []growthRow    `json:"growth,omitempty"`
+	Storage        []storageRow   `json:"storage,omitempty"`
+	Soak           *soakRow       `json:"soak,omitempty"`
+	Listing        *listingRow    `json:"listing,omitempty"`
+	Ramp           *rampRow       `json:"release_ramp,omitempty"`
+	Fleet          []fleetRow     `json:"fleet,omitempty"`
+	Dashboard      []dashboardRow `json:"dashboard,omitempty"`
 	// FleetSkipped says why the fleet rows are missing.
 	FleetSkipped string  `json:"fleet_skipped,omitempty"`
 	WallSecs     float64 `json:"wall_seconds"`
@@ -65,10 +66,11 @@ type benchOpts struct {
 	fleet       []int
 	fleetConc   int
 	fleetChunks int
+	dashboard   []int
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
@@ -108,7 +110,10 @@ print one table:
                nats-server process (as for the cluster row) at --fleet-concurrency slots
                in all, spread over each of --fleet worker processes: wall time, CPU per
                chunk of the workers and the server, and the messages the server delivered
-               to the workers per chunk.
+               to the workers per chunk;
+  dashboard    10,000 job records and --dashboard envelope records (a fifth open), each
+               count watched by a fresh 'salvage up --role dashboard' process: its resident
+               memory once its summary counts every record and it served its pages.
 
 Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
@@ -128,6 +133,9 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 				if n < 1 || n > o.fleetConc {
 					return fmt.Errorf("--fleet %d: want from 1 to --fleet-concurrency (%d) processes", n, o.fleetConc)
 				}
+			}
+			if !slices.IsSorted(o.dashboard) || (len(o.dashboard) > 0 && o.dashboard[0] < 1) {
+				return fmt.Errorf("--dashboard %v: want positive envelope counts, ascending", o.dashboard)
 			}
 			log, err := e.logger()
 			if err != nil {
@@ -159,6 +167,7 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 	f.IntSliceVar(&o.fleet, "fleet", []int{2, 8, 32, 64}, "fleet: worker process counts")
 	f.IntVar(&o.fleetConc, "fleet-concurrency", 64, "fleet: chunks in flight across the worker processes")
 	f.IntVar(&o.fleetChunks, "fleet-chunks", 2_000, "fleet: chunks of the job")
+	f.IntSliceVar(&o.dashboard, "dashboard", []int{1_000, 100_000}, "dashboard: envelope counts, ascending")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
 	return cmd
@@ -263,6 +272,15 @@ func (r *benchReport) print(w io.Writer) {
 		} else {
 			fmt.Fprintf(tw, "  %s\n", fleetVerdict(r.Fleet))
 		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Dashboard) > 0 {
+		fmt.Fprintln(tw, "DASHBOARD MEMORY\tenvelopes\tjobs\tcatch-up\tRSS\tpeak RSS")
+		for _, d := range r.Dashboard {
+			fmt.Fprintf(tw, "  one 'salvage up --role dashboard' process\t%s\t%s\t%s\t%s\t%s\n", thousands(d.Envelopes), thousands(d.Jobs),
+				d.CatchUp.Round(10*time.Millisecond), mib(d.RSS), mib(d.Peak))
+		}
+		fmt.Fprintf(tw, "  %s\n", dashboardVerdict(r.Dashboard))
 	}
 	_ = tw.Flush()
 }

@@ -1,13 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -217,7 +214,7 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 		}
 		wall := time.Since(start)
 		stopSampling()
-		row.PeakRSS = peakRSS(w.cmd.Process.Pid)
+		_, row.PeakRSS = procMemory(w.cmd.Process.Pid)
 		stopWorkers([]*worker{w})
 		if err != nil {
 			return nil, nil, err
@@ -239,24 +236,6 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 		}
 	}
 	return rows, storage, nil
-}
-
-// peakRSS reads a process's peak resident set (VmHWM) in bytes; 0 where
-// /proc is not there.
-func peakRSS(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // streamSampler keeps the largest size of every stream it sees.

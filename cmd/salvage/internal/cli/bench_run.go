@@ -97,6 +97,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 	}
+	if slices.Contains(b.o.only, "dashboard") {
+		d, err := b.dashboard(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: %w", err)
+		}
+		r.Dashboard = d
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

@@ -77,13 +77,7 @@ func (s *Server) sample(ctx context.Context) {
 
 func (s *Server) apiHistory(w http.ResponseWriter, _ *http.Request) {
 	now := time.Now().UTC().Truncate(time.Minute).Add(time.Minute)
-	per := make([]int, arrivalMinutes)
-	recs, _, _ := s.sum.envs.snapshot()
-	for _, r := range recs {
-		if age := now.Sub(r.CreatedAt); age > 0 && age <= arrivalMinutes*time.Minute {
-			per[arrivalMinutes-1-int((age-1)/time.Minute)]++
-		}
-	}
+	per := s.sum.envs.arrivalsPerMinute(now, arrivalMinutes)
 	writeJSON(w, http.StatusOK, History{IntervalSeconds: int(historyInterval / time.Second), Points: s.hist.snapshot(),
 		EnvelopesPerMinute: per, EnvelopesPerMinEnds: now})
 }

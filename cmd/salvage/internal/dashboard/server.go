@@ -13,7 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sort"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -114,7 +114,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeIndex(), breakers: &breakerPoll{}},
+	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeStats(), breakers: &breakerPoll{}},
 		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token,
 		configured: cfg.Token != "", sessions: newSessions(cfg.SessionTTL), guard: newGuard()}
 	reg := prometheus.NewRegistry()
@@ -170,6 +170,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.client.WatchEnvelopes(ctx, s.sum.envs.update) })
 	wg.Go(func() { s.sum.breakers.run(ctx, s.client, s.log) })
 	wg.Go(func() { s.sample(ctx) })
+	wg.Go(func() { s.release(ctx) })
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
 	select {
@@ -183,6 +184,23 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// release hands the memory the watches' catch-up went through back to the
+// operating system, once, when the job and envelope watches have caught
+// up: the server sends a bucket's records faster than they are decoded,
+// so at start the connection holds up to all of them at once (about 60
+// MB for 100,000 envelopes), while what the dashboard keeps of them is a
+// few bytes each.
+func (s *Server) release(ctx context.Context) {
+	for _, ready := range []chan struct{}{s.sum.jobs.ready, s.sum.envs.ready} {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ready:
+		}
+	}
+	debug.FreeOSMemory()
 }
 
 func securityHeaders(next http.Handler) http.Handler {
@@ -222,9 +240,11 @@ func (s *Server) apiSummary(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.sum.summary())
 }
 
-// apiEnvelopes lists envelope records from the watched index (a listing
-// reads no store), filtered by category, status, job and min_age, one page
-// at a time (offset, limit), oldest first or with newest=1 newest first.
+// apiEnvelopes lists envelope records a page at a time from SALVAGE_INDEX
+// (Client.ListEnvelopes: O(log n + page) whatever the DLQ holds), filtered
+// by category, status, job and min_age (in its status at least that long),
+// in the order they entered their status, or with newest=1 the latest
+// first; offset and limit choose the page.
 func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := salvage.EnvelopeFilter{Category: salvage.Category(q.Get("category")), Status: salvage.EnvelopeStatus(q.Get("status")), Job: q.Get("job")}
@@ -245,27 +265,13 @@ func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 		fail(w, statusOf(err), err)
 		return
 	}
-	all, _, _ := s.sum.envs.snapshot()
-	now := time.Now()
-	recs := make([]salvage.EnvelopeRecord, 0, len(all))
-	for _, rec := range all {
-		if f.Match(rec, now) {
-			recs = append(recs, rec)
-		}
+	f.Newest = q.Get("newest") == "1"
+	list, err := s.client.ListEnvelopes(r.Context(), f, &page)
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
 	}
-	newest := q.Get("newest") == "1"
-	sort.Slice(recs, func(i, k int) bool {
-		if newest {
-			i, k = k, i
-		}
-		return recs[i].CreatedAt.Before(recs[k].CreatedAt) || (recs[i].CreatedAt.Equal(recs[k].CreatedAt) && recs[i].ID < recs[k].ID)
-	})
-	from, to := page.Bounds(len(recs))
-	out := salvage.EnvelopeList{Envelopes: recs[from:to], Total: len(recs), Offset: from}
-	if to < len(recs) {
-		out.NextOffset = to
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) apiEnvelope(w http.ResponseWriter, r *http.Request) {

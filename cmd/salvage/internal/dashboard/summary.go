@@ -69,12 +69,12 @@ type JobProgress struct {
 	Failed   int    `json:"failed"`
 }
 
-// summarizer computes summaries from in-memory indexes of the job and
-// envelope buckets and the journal, each kept current by a watch, at most
-// once per second: a summary reads no store.
+// summarizer computes summaries from what watches of the job and envelope
+// buckets and the journal keep in memory (the job records, the envelopes'
+// counts), at most once per second: a summary reads no store.
 type summarizer struct {
 	jobs     *jobIndex
-	envs     *envelopeIndex
+	envs     *envelopeStats
 	calls    *callStats
 	breakers *breakerPoll
 
@@ -99,28 +99,12 @@ func (s *summarizer) summary() Summary {
 	}
 	sum := Summary{At: time.Now().UTC(), ByCategory: map[string]int{}, ByStatus: map[string]int{},
 		Chunks: map[string]int{}, ChunkEvents: map[string]int{}, Jobs: []JobProgress{}}
-	recs, cats, outcomes := s.envs.snapshot()
-	sum.CategoryEvents, sum.Recoveries = cats, outcomes
-	var oldest time.Time
-	for _, r := range recs {
-		sum.Envelopes++
-		sum.ByCategory[string(r.Category)]++
-		sum.ByStatus[string(r.Status)]++
-		if !r.Status.Open() {
-			continue
-		}
-		sum.DLQDepth++
-		if oldest.IsZero() || r.CreatedAt.Before(oldest) {
-			oldest = r.CreatedAt
-		}
-		if r.AckedBy == "" && (r.Status == salvage.EnvelopeEscalated || r.Category == salvage.CategoryCompensationNeeded) {
-			sum.Unacknowledged++
-		}
+	envs := s.envs.counts()
+	sum.Envelopes, sum.ByCategory, sum.ByStatus, sum.DLQDepth, sum.Unacknowledged = envs.total, envs.byCategory, envs.byStatus, uint64(envs.depth), envs.unacknowledged
+	sum.CategoryEvents, sum.Recoveries, sum.RecoveryStats = envs.arrived, envs.outcomes, envs.RecoveryStats
+	if !envs.oldest.IsZero() {
+		sum.OldestUnresolvedSeconds = time.Since(envs.oldest).Seconds()
 	}
-	if !oldest.IsZero() {
-		sum.OldestUnresolvedSeconds = time.Since(oldest).Seconds()
-	}
-	sum.RecoveryStats = salvage.AutoRecoveryRate(recs)
 	jobs, byPipeline := s.jobs.snapshot()
 	sum.ChunkEventsByPipeline, sum.JobsFinished, sum.JobsByStatus = map[string]map[string]int{}, map[string]map[string]int{}, map[string]map[string]int{}
 	for pipeline, events := range byPipeline {
