@@ -103,6 +103,7 @@ bench: build $(BIN)/nats-server ## the performance table (salvage bench: through
 	$(BIN)/salvage bench --log-level error --nats-server $(BIN)/nats-server
 	$(GO) test -run '^$$' -bench BenchmarkWorkers -benchtime 3x -count 1 ./cmd/salvage/internal/contractreview/
 	$(GO) test -run '^$$' -bench BenchmarkJournal -benchtime 2x -count 1 ./kv/
+	$(GO) test -run '^$$' -bench BenchmarkEnvelopeStatsMemory -benchtime 1x -count 1 ./cmd/salvage/internal/dashboard/
 
 screenshots: ## regenerate docs/screenshots: the operator walk in Chromium at 1,280 and 1,920 px
 	mkdir -p docs/screenshots

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"hash/maphash"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -13,9 +14,9 @@ import (
 // the summary, the metrics and the history need, and no record: per
 // envelope 8 bytes (envState), per chunk that was ever dead-lettered the
 // fate the automatic recovery rate reads, and per open envelope its age
-// and whether it waits for an acknowledgement: about 80 bytes an envelope
-// in all (TestEnvelopeStatsMemory). Listings
-// read pages of SALVAGE_INDEX instead (Client.ListEnvelopes).
+// and whether it waits for an acknowledgement: about 85 bytes an envelope
+// in all, the maps' slack included (BenchmarkEnvelopeStatsMemory).
+// Listings read pages of SALVAGE_INDEX instead (Client.ListEnvelopes).
 //
 // It counts envelope events: each envelope once by the category it
 // arrived with, and each move of an envelope into a final status by its
@@ -172,11 +173,11 @@ func (x *envelopeStats) update(ch salvage.Change[salvage.EnvelopeRecord]) {
 	f := x.fates[st.chunk()]
 	switch {
 	case st.stopped():
-		f.stopped++
+		f.stopped = incr(f.stopped)
 	default:
-		f.n++
+		f.n = incr(f.n)
 		if st.human() {
-			f.humans++
+			f.humans = incr(f.humans)
 		}
 		// The latest envelope of the chunk carries its fate: by creation,
 		// then by id (its hash, within this process).
@@ -196,11 +197,11 @@ func (x *envelopeStats) take(h uint64, st envState) {
 	delete(x.open, h)
 	f := x.fates[st.chunk()]
 	if st.stopped() {
-		f.stopped--
+		f.stopped = decrCount(f.stopped)
 	} else {
-		f.n--
+		f.n = decrCount(f.n)
 		if st.human() {
-			f.humans--
+			f.humans = decrCount(f.humans)
 		}
 	}
 	// A chunk's latest envelope that expires leaves the fate it carried:
@@ -211,6 +212,12 @@ func (x *envelopeStats) take(h uint64, st envState) {
 	}
 	x.fates[st.chunk()] = f
 }
+
+// incr and decrCount move a chunk's count, stuck at its bounds: only
+// forged records put 65,535 envelopes on one chunk.
+func incr(n uint16) uint16 { return n + min(math.MaxUint16-n, 1) }
+
+func decrCount(n uint16) uint16 { return n - min(n, 1) }
 
 func decr[K comparable](m map[K]int, k K) {
 	if m[k] <= 1 {

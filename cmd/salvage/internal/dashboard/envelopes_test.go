@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -139,4 +140,28 @@ func sum(ns []int) (n int) {
 		n += v
 	}
 	return n
+}
+
+// BenchmarkEnvelopeStatsMemory reports the heap envelopeStats keeps per
+// envelope: 100,000 records, each on a chunk of its own, a fifth open (as
+// salvage bench --only dashboard writes them).
+func BenchmarkEnvelopeStatsMemory(b *testing.B) {
+	const n = 100_000
+	statuses := []salvage.EnvelopeStatus{salvage.EnvelopeDeadEnd, salvage.EnvelopeResolved, salvage.EnvelopeAbandoned, salvage.EnvelopeSuperseded, salvage.EnvelopeOpen}
+	now := time.Now()
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		x := newEnvelopeStats()
+		for i := range n {
+			id := fmt.Sprintf("01K%023d", i)
+			x.update(salvage.Change[salvage.EnvelopeRecord]{Key: id, Value: salvage.EnvelopeRecord{ID: id, Job: fmt.Sprintf("listing%04d", i/100), Chunk: i%100 + 1,
+				Category: salvage.CategoryToolTimeout, Strategy: salvage.StrategyResume, Status: statuses[i%len(statuses)], CreatedAt: now}})
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/envelope")
+		runtime.KeepAlive(x)
+	}
 }
