@@ -38,6 +38,10 @@ type envelopeStats struct {
 	// arrivals are events, which a record's removal does not take back.
 	arrivals map[int64]int
 
+	// gen is the watch's generation: it flips at each caught-up mark;
+	// caughtUp is set after the first.
+	gen, caughtUp bool
+
 	arrived  map[uint8]int           // category -> envelopes
 	outcomes map[uint8]map[uint8]int // strategy -> status -> moves
 	ready    chan struct{}
@@ -46,16 +50,20 @@ type envelopeStats struct {
 
 // envState is what one envelope record contributes to the counts, kept
 // so a change of the record or its removal takes back what it added,
-// packed in 8 bytes: bits 0-49 a hash of its job and chunk, 50-53 its
+// packed in 8 bytes: bits 0-48 a hash of its job and chunk, 49 the
+// generation of the watch that last delivered it (see sweep), 50-53 its
 // status, 54-57 its category, 58-61 its strategy (each a number from its
 // interned names), 62 whether a person touched it, 63 whether it settles
 // a stop or a rejection.
 type envState uint64
 
-const chunkBits = 50
+const chunkBits = 49
 
-func packState(chunk uint64, status, category, strategy uint8, human, stopped bool) envState {
+func packState(chunk uint64, gen bool, status, category, strategy uint8, human, stopped bool) envState {
 	s := chunk&(1<<chunkBits-1) | uint64(status&0xf)<<50 | uint64(category&0xf)<<54 | uint64(strategy&0xf)<<58
+	if gen {
+		s |= 1 << 49
+	}
 	if human {
 		s |= 1 << 62
 	}
@@ -66,6 +74,7 @@ func packState(chunk uint64, status, category, strategy uint8, human, stopped bo
 }
 
 func (s envState) chunk() uint64   { return uint64(s) & (1<<chunkBits - 1) }
+func (s envState) gen() bool       { return s&(1<<49) != 0 }
 func (s envState) status() uint8   { return uint8(s>>50) & 0xf }
 func (s envState) category() uint8 { return uint8(s>>54) & 0xf }
 func (s envState) strategy() uint8 { return uint8(s>>58) & 0xf }
@@ -133,12 +142,13 @@ func newEnvelopeStats() *envelopeStats {
 
 // update applies one envelope record change.
 func (x *envelopeStats) update(ch salvage.Change[salvage.EnvelopeRecord]) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if ch.CaughtUp {
+		x.sweep()
 		x.once.Do(func() { close(x.ready) })
 		return
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	h := maphash.String(x.seed, ch.Key)
 	prev, seen := x.recs[h]
 	if seen {
@@ -149,7 +159,7 @@ func (x *envelopeStats) update(ch salvage.Change[salvage.EnvelopeRecord]) {
 		return
 	}
 	r := ch.Value
-	st := packState(x.chunkHash(r.Job, r.Chunk), x.statuses.id(string(r.Status)), x.categories.id(string(r.Category)), x.strategies.id(string(r.Strategy)),
+	st := packState(x.chunkHash(r.Job, r.Chunk), x.gen, x.statuses.id(string(r.Status)), x.categories.id(string(r.Category)), x.strategies.id(string(r.Strategy)),
 		r.Human || r.Replays > 0, r.Stopped != "" || r.Rejected)
 	if !seen {
 		x.arrived[st.category()]++
@@ -187,6 +197,24 @@ func (x *envelopeStats) update(ch salvage.Change[salvage.EnvelopeRecord]) {
 		}
 	}
 	x.fates[st.chunk()] = f
+}
+
+// sweep ends a generation of the watch: a watch that (re)starts delivers
+// every record that exists, then the caught-up mark, so a record no
+// delivery touched since the last mark was removed while the watch was
+// down (its delete marker gone before the watch came back). Its counts
+// are taken back; then the next generation begins. O(records), once per
+// (re)start.
+func (x *envelopeStats) sweep() {
+	if x.caughtUp {
+		for h, st := range x.recs {
+			if st.gen() != x.gen {
+				x.take(h, st)
+				delete(x.recs, h)
+			}
+		}
+	}
+	x.caughtUp, x.gen = true, !x.gen
 }
 
 // take removes what the record of hash h, in state st, added to the

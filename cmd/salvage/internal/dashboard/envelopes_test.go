@@ -113,6 +113,42 @@ func checkEnvelopeStats(t *testing.T, seed uint64) {
 	}
 }
 
+// TestEnvelopeStatsForgetWhatARestartDidNotRedeliver: a watch that
+// restarts redelivers every record that exists; a record it does not
+// redeliver was removed while it was down, and its counts go, while the
+// event counts stay. A record written live between two restarts counts.
+func TestEnvelopeStatsForgetWhatARestartDidNotRedeliver(t *testing.T) {
+	t.Parallel()
+	x := newEnvelopeStats()
+	rec := func(id string, chunk int, status salvage.EnvelopeStatus) salvage.Change[salvage.EnvelopeRecord] {
+		return salvage.Change[salvage.EnvelopeRecord]{Key: id, Value: salvage.EnvelopeRecord{ID: id, Job: "J", Chunk: chunk, Category: salvage.CategoryToolTimeout,
+			Strategy: salvage.StrategyResume, Status: status, CreatedAt: time.Unix(int64(chunk), 0)}}
+	}
+	caughtUp := salvage.Change[salvage.EnvelopeRecord]{CaughtUp: true}
+	for i, id := range []string{"A", "B", "C"} {
+		x.update(rec(id, i+1, salvage.EnvelopeOpen))
+	}
+	x.update(caughtUp)
+	x.update(rec("D", 4, salvage.EnvelopeResolved)) // live, between restarts
+	// The watch restarts: A, C and D are redelivered, B was removed.
+	for i, id := range []string{"A", "C"} {
+		x.update(rec(id, 2*i+1, salvage.EnvelopeOpen))
+	}
+	x.update(rec("D", 4, salvage.EnvelopeResolved))
+	x.update(caughtUp)
+	got := x.counts()
+	if got.total != 3 || got.depth != 2 || got.byStatus["open"] != 2 || got.byStatus["resolved"] != 1 || got.DeadLettered != 3 || got.arrived[string(salvage.CategoryToolTimeout)] != 4 {
+		t.Fatalf("after a restart that did not redeliver B: %+v", got)
+	}
+	// Another restart redelivers all three: nothing more goes.
+	for _, c := range []salvage.Change[salvage.EnvelopeRecord]{rec("A", 1, salvage.EnvelopeOpen), rec("C", 3, salvage.EnvelopeOpen), rec("D", 4, salvage.EnvelopeResolved), caughtUp} {
+		x.update(c)
+	}
+	if got := x.counts(); got.total != 3 || got.DeadLettered != 3 {
+		t.Fatalf("after a full redelivery: %+v", got)
+	}
+}
+
 // TestEnvelopeArrivalsPerMinute: the history's last hour of arrivals
 // comes from the creation minutes of the envelopes seen, each once, and a
 // record's removal does not take its arrival back.

@@ -21,11 +21,21 @@ type jobIndex struct {
 	duration *prometheus.HistogramVec
 
 	mu      sync.Mutex
-	jobs    map[string]salvage.Job
+	jobs    map[string]jobEntry
 	counted map[string]jobCounts
 	retired map[string]jobCounts // pipeline -> counts of removed jobs
 	ready   chan struct{}
 	once    sync.Once
+	// gen is the watch's generation, flipped at each caught-up mark
+	// (see envelopeStats.sweep); caughtUp is set after the first.
+	gen, caughtUp bool
+}
+
+// jobEntry is a job record and the generation of the watch that last
+// delivered it.
+type jobEntry struct {
+	job salvage.Job
+	gen bool
 }
 
 // jobCounts are the event counts of one job, or a sum of them: chunk
@@ -64,7 +74,7 @@ func (c jobCounts) seen(j salvage.Job) jobCounts {
 }
 
 func newJobIndex() *jobIndex {
-	return &jobIndex{jobs: map[string]salvage.Job{}, counted: map[string]jobCounts{}, retired: map[string]jobCounts{}, ready: make(chan struct{}),
+	return &jobIndex{jobs: map[string]jobEntry{}, counted: map[string]jobCounts{}, retired: map[string]jobCounts{}, ready: make(chan struct{}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "salvage_job_duration_seconds", Help: "Time from a job's creation to a final status (done, partial, incomplete, cancelled), by pipeline and that status; a job replayed from incomplete to done is observed at each.",
 			// 1 s to about 9 hours.
@@ -75,22 +85,26 @@ func newJobIndex() *jobIndex {
 // update applies one job record change; the caught-up mark means every
 // existing record has been delivered.
 func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if ch.CaughtUp {
+		// A job a restarted watch did not deliver again was removed
+		// while it was down.
+		for id, e := range x.jobs {
+			if x.caughtUp && e.gen != x.gen {
+				x.remove(id)
+			}
+		}
+		x.caughtUp, x.gen = true, !x.gen
 		x.once.Do(func() { close(x.ready) })
 		return
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	if ch.Deleted {
-		if j, ok := x.jobs[ch.Key]; ok {
-			x.retired[j.Pipeline] = x.retired[j.Pipeline].add(x.counted[ch.Key])
-		}
-		delete(x.jobs, ch.Key)
-		delete(x.counted, ch.Key)
+		x.remove(ch.Key)
 		return
 	}
 	j, before := ch.Value, x.counted[ch.Key]
-	x.jobs[ch.Key] = j
+	x.jobs[ch.Key] = jobEntry{job: j, gen: x.gen}
 	x.counted[ch.Key] = before.seen(j)
 	if j.Status.Finished() && before.Finished[j.Status] == 0 {
 		end := j.UpdatedAt
@@ -101,6 +115,16 @@ func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
 			x.duration.WithLabelValues(j.Pipeline, string(j.Status)).Observe(d.Seconds())
 		}
 	}
+}
+
+// remove forgets job id, keeping its counts among its pipeline's retired
+// ones so the totals never go back.
+func (x *jobIndex) remove(id string) {
+	if e, ok := x.jobs[id]; ok {
+		x.retired[e.job.Pipeline] = x.retired[e.job.Pipeline].add(x.counted[id])
+	}
+	delete(x.jobs, id)
+	delete(x.counted, id)
 }
 
 // Describe and Collect make the index the collector of its duration
@@ -131,7 +155,8 @@ func (x *jobIndex) snapshot() ([]salvage.Job, map[string]jobCounts) {
 	defer x.mu.Unlock()
 	out := make([]salvage.Job, 0, len(x.jobs))
 	totals := maps.Clone(x.retired)
-	for id, j := range x.jobs {
+	for id, e := range x.jobs {
+		j := e.job
 		out = append(out, j)
 		totals[j.Pipeline] = totals[j.Pipeline].add(x.counted[id])
 	}
