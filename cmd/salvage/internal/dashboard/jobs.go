@@ -10,8 +10,8 @@ import (
 	"github.com/salvagehq/salvage"
 )
 
-// jobIndex keeps every job record in memory, current through a watch on
-// salvage_jobs, so a summary costs no read per job. It also keeps the
+// jobIndex keeps every job's listing fields (listed) in memory, current
+// through a watch on salvage_jobs, so a summary costs no read per job. It also keeps the
 // counts behind the chunk and job counters: per job the most it has seen
 // of each (a job's counts only grow, but a repair may briefly lower one),
 // and, per pipeline, the counts of jobs whose records are gone, so the
@@ -29,6 +29,13 @@ type jobIndex struct {
 	// gen is the watch's generation, flipped at each caught-up mark
 	// (see envelopeStats.sweep); caughtUp is set after the first.
 	gen, caughtUp bool
+}
+
+// listed is what the index keeps of a job record: what the job list and
+// the summary show. The rest (metadata, explanation, budget, hashes, trace
+// id) stays in the store, where a job's page reads it.
+func listed(j salvage.Job) salvage.Job {
+	return salvage.Job{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks, Summary: j.Summary, CreatedAt: j.CreatedAt}
 }
 
 // jobEntry is a job record and the generation of the watch that last
@@ -104,7 +111,7 @@ func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
 		return
 	}
 	j, before := ch.Value, x.counted[ch.Key]
-	x.jobs[ch.Key] = jobEntry{job: j, gen: x.gen}
+	x.jobs[ch.Key] = jobEntry{job: listed(j), gen: x.gen}
 	x.counted[ch.Key] = before.seen(j)
 	if j.Status.Finished() && before.Finished[j.Status] == 0 {
 		end := j.UpdatedAt
