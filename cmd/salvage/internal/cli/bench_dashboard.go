@@ -2,11 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -15,7 +12,6 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 )
@@ -65,20 +61,11 @@ func dashboardVerdict(rows []dashboardRow) string {
 // every record, serves the summary, a page of envelopes and the metrics
 // three times each, and reads the process's memory.
 func (b *bench) dashboard(ctx context.Context) ([]dashboardRow, error) {
-	s, err := startBenchServer(0)
-	if err != nil {
-		return nil, err
-	}
-	defer s.close()
-	_, stop, err := b.startClient(ctx, s, &salvage.Config{Roles: []salvage.Role{salvage.RoleNone}})
+	s, _, stores, stop, err := b.startStores(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	stores, err := kv.Open(ctx, s.js)
-	if err != nil {
-		return nil, err
-	}
 	statuses := []string{kv.JobRunning, kv.JobDone, kv.JobDone, kv.JobPartial}
 	err = putAll(ctx, 0, dashboardJobs, func(i int) error {
 		return stores.Jobs.Create(ctx, kv.Job{ID: ulid.Make().String(), Pipeline: "contract-review", Chunks: 100, Status: statuses[i%len(statuses)]})
@@ -123,7 +110,7 @@ func (b *bench) dashboardRow(ctx context.Context, url string, envelopes int) (da
 			Envelopes    int                       `json:"envelopes"`
 			JobsByStatus map[string]map[string]int `json:"jobs_by_status"`
 		}
-		if err := getJSONFrom(ctx, base+"/api/summary", &sum); err == nil {
+		if err := getJSON(ctx, base+"/api/summary", &sum); err == nil {
 			jobs := 0
 			for _, m := range sum.JobsByStatus {
 				for _, n := range m {
@@ -146,7 +133,7 @@ func (b *bench) dashboardRow(ctx context.Context, url string, envelopes int) (da
 	row.CatchUp = time.Since(start)
 	for range 3 {
 		for _, path := range []string{"/api/summary", "/api/envelopes?limit=100", "/metrics"} {
-			if err := getJSONFrom(ctx, base+path, nil); err != nil {
+			if err := getJSON(ctx, base+path, nil); err != nil {
 				return row, err
 			}
 		}
@@ -167,27 +154,6 @@ func (b *bench) dashboardRow(ctx context.Context, url string, envelopes int) (da
 	slices.Sort(samples)
 	row.RSS = samples[len(samples)/2]
 	return row, nil
-}
-
-// getJSONFrom GETs url and decodes its body into v (nil: reads it).
-func getJSONFrom(ctx context.Context, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	if v == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		return err
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // procMemory reads a process's resident memory and its high-water mark

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -271,22 +270,13 @@ func selfCPU() float64 {
 // deliveredTo sums the messages the server delivered to the connections
 // named name (its /connz out_msgs), open or closed.
 func deliveredTo(ctx context.Context, monitor, name string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, monitor+"/connz?state=all&limit=100000", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
 	var connz struct {
 		Conns []struct {
 			Name    string `json:"name"`
 			OutMsgs int64  `json:"out_msgs"`
 		} `json:"connections"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&connz); err != nil {
+	if err := getJSON(ctx, monitor+"/connz?state=all&limit=100000", &connz); err != nil {
 		return 0, fmt.Errorf("read %s/connz: %w", monitor, err)
 	}
 	var n int64

@@ -54,20 +54,11 @@ func (r listingRow) verdict() string {
 // newest end, the middle and the oldest end, by status and by job.
 func (b *bench) listing(ctx context.Context) (listingRow, error) {
 	row := listingRow{Envelopes: listingEnvelopes, SyncInterval: "default"}
-	s, err := startBenchServer(0)
-	if err != nil {
-		return row, err
-	}
-	defer s.close()
-	c, stop, err := b.startClient(ctx, s, &salvage.Config{Roles: []salvage.Role{salvage.RoleNone}})
+	s, c, stores, stop, err := b.startStores(ctx)
 	if err != nil {
 		return row, err
 	}
 	defer stop()
-	stores, err := kv.Open(ctx, s.js)
-	if err != nil {
-		return row, err
-	}
 	if err := putEnvelopes(ctx, stores, 0, listingEnvelopes); err != nil {
 		return row, err
 	}
@@ -106,6 +97,26 @@ func (b *bench) listing(ctx context.Context) (listingRow, error) {
 	}
 	row.ScanTime, row.ScanBytes = time.Since(start), s.nc.Stats().InBytes-before
 	return row, nil
+}
+
+// startStores starts an embedded server (the server default
+// sync_interval) provisioned by a client that runs no role, and opens its
+// stores; stop stops both.
+func (b *bench) startStores(ctx context.Context) (s *benchServer, c *salvage.Client, stores *kv.Stores, stop func(), err error) {
+	if s, err = startBenchServer(0); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	c, stopClient, err := b.startClient(ctx, s, &salvage.Config{Roles: []salvage.Role{salvage.RoleNone}})
+	if err != nil {
+		s.close()
+		return nil, nil, nil, nil, err
+	}
+	stop = func() { stopClient(); s.close() }
+	if stores, err = kv.Open(ctx, s.js); err != nil {
+		stop()
+		return nil, nil, nil, nil, err
+	}
+	return s, c, stores, stop, nil
 }
 
 // putEnvelopes writes envelope records from..to-1 through the real record

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -156,7 +157,8 @@ func metricsDisagree(ctx context.Context, dash string, byStatus map[string]int, 
 	return ""
 }
 
-// getJSON GETs url and decodes its JSON answer into out.
+// getJSON GETs url and decodes its JSON answer into out; with out nil it
+// reads the answer and drops it.
 func getJSON(ctx context.Context, url string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -169,6 +171,10 @@ func getJSON(ctx context.Context, url string, out any) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
