@@ -38,14 +38,10 @@ type envelopeStats struct {
 	// arrivals are events, which a record's removal does not take back.
 	arrivals map[int64]int
 
-	// gen is the watch's generation: it flips at each caught-up mark;
-	// caughtUp is set after the first.
-	gen, caughtUp bool
+	gens generations
 
 	arrived  map[uint8]int           // category -> envelopes
 	outcomes map[uint8]map[uint8]int // strategy -> status -> moves
-	ready    chan struct{}
-	once     sync.Once
 }
 
 // envState is what one envelope record contributes to the counts, kept
@@ -137,7 +133,7 @@ const arrivalWindow = 120
 func newEnvelopeStats() *envelopeStats {
 	return &envelopeStats{seed: maphash.MakeSeed(), now: time.Now, recs: map[uint64]envState{}, open: map[uint64]openEnv{}, fates: map[uint64]chunkFate{},
 		byStatus: map[uint8]int{}, byCategory: map[uint8]int{}, arrivals: map[int64]int{},
-		arrived: map[uint8]int{}, outcomes: map[uint8]map[uint8]int{}, ready: make(chan struct{})}
+		arrived: map[uint8]int{}, outcomes: map[uint8]map[uint8]int{}, gens: newGenerations()}
 }
 
 // update applies one envelope record change.
@@ -146,7 +142,6 @@ func (x *envelopeStats) update(ch salvage.Change[salvage.EnvelopeRecord]) {
 	defer x.mu.Unlock()
 	if ch.CaughtUp {
 		x.sweep()
-		x.once.Do(func() { close(x.ready) })
 		return
 	}
 	h := maphash.String(x.seed, ch.Key)
@@ -159,13 +154,11 @@ func (x *envelopeStats) update(ch salvage.Change[salvage.EnvelopeRecord]) {
 		return
 	}
 	r := ch.Value
-	st := packState(x.chunkHash(r.Job, r.Chunk), x.gen, x.statuses.id(string(r.Status)), x.categories.id(string(r.Category)), x.strategies.id(string(r.Strategy)),
+	st := packState(x.chunkHash(r.Job, r.Chunk), x.gens.current(), x.statuses.id(string(r.Status)), x.categories.id(string(r.Category)), x.strategies.id(string(r.Strategy)),
 		r.Human || r.Replays > 0, r.Stopped != "" || r.Rejected)
 	if !seen {
 		x.arrived[st.category()]++
-		if m, now := r.CreatedAt.Unix()/60, x.now().Unix()/60; m > now-arrivalWindow && m <= now {
-			x.arrivals[m]++
-		}
+		x.arrive(r.CreatedAt)
 	}
 	if r.Status.Final() && (!seen || prev.status() != st.status()) {
 		if x.outcomes[st.strategy()] == nil {
@@ -199,22 +192,17 @@ func (x *envelopeStats) update(ch salvage.Change[salvage.EnvelopeRecord]) {
 	x.fates[st.chunk()] = f
 }
 
-// sweep ends a generation of the watch: a watch that (re)starts delivers
-// every record that exists, then the caught-up mark, so a record no
-// delivery touched since the last mark was removed while the watch was
-// down (its delete marker gone before the watch came back). Its counts
-// are taken back; then the next generation begins. O(records), once per
+// sweep ends a generation of the watch (see generations): the counts of
+// a record it did not deliver again are taken back. O(records), once per
 // (re)start.
 func (x *envelopeStats) sweep() {
-	if x.caughtUp {
-		for h, st := range x.recs {
-			if st.gen() != x.gen {
-				x.take(h, st)
-				delete(x.recs, h)
-			}
+	for h, st := range x.recs {
+		if x.gens.stale(st.gen()) {
+			x.take(h, st)
+			delete(x.recs, h)
 		}
 	}
-	x.caughtUp, x.gen = true, !x.gen
+	x.gens.end()
 }
 
 // take removes what the record of hash h, in state st, added to the
@@ -264,15 +252,6 @@ func (x *envelopeStats) chunkHash(job string, chunk int) uint64 {
 	return h.Sum64()
 }
 
-// wait blocks until the watch has caught up, or a short while, so a
-// summary never hangs.
-func (x *envelopeStats) wait() {
-	select {
-	case <-x.ready:
-	case <-time.After(2 * time.Second):
-	}
-}
-
 // envelopeCounts is what the summary takes from envelopeStats.
 type envelopeCounts struct {
 	total                 int
@@ -287,7 +266,7 @@ type envelopeCounts struct {
 // counts returns the counts as they stand: O(open envelopes and chunks
 // dead-lettered), no record read.
 func (x *envelopeStats) counts() envelopeCounts {
-	x.wait()
+	x.gens.wait()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	status, category, strategy := x.statuses.names, x.categories.names, x.strategies.names
@@ -340,7 +319,7 @@ func (x *envelopeStats) counts() envelopeCounts {
 // arrivalsPerMinute counts the envelopes created in each of the minutes
 // minutes before end (a minute boundary), oldest first.
 func (x *envelopeStats) arrivalsPerMinute(end time.Time, minutes int) []int {
-	x.wait()
+	x.gens.wait()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	per := make([]int, minutes)
@@ -349,9 +328,24 @@ func (x *envelopeStats) arrivalsPerMinute(end time.Time, minutes int) []int {
 		if back := last - m; back >= 0 && back < int64(minutes) {
 			per[minutes-1-int(back)] += n
 		}
-		if m <= x.now().Unix()/60-arrivalWindow {
-			delete(x.arrivals, m)
-		}
 	}
 	return per
+}
+
+// arrive counts an envelope created at t, when that is within the last
+// arrivalWindow minutes; a minute's first arrival drops the minutes that
+// fell out of the window, so the map holds arrivalWindow minutes at most.
+func (x *envelopeStats) arrive(t time.Time) {
+	m, now := t.Unix()/60, x.now().Unix()/60
+	if m <= now-arrivalWindow || m > now {
+		return
+	}
+	if _, ok := x.arrivals[m]; !ok {
+		for old := range x.arrivals {
+			if old <= now-arrivalWindow {
+				delete(x.arrivals, old)
+			}
+		}
+	}
+	x.arrivals[m]++
 }

@@ -150,8 +150,9 @@ func TestEnvelopeStatsForgetWhatARestartDidNotRedeliver(t *testing.T) {
 }
 
 // TestEnvelopeArrivalsPerMinute: the history's last hour of arrivals
-// comes from the creation minutes of the envelopes seen, each once, and a
-// record's removal does not take its arrival back.
+// comes from the creation minutes of the envelopes seen, each once, a
+// record's removal does not take its arrival back, and minutes out of the
+// window are dropped.
 func TestEnvelopeArrivalsPerMinute(t *testing.T) {
 	t.Parallel()
 	end := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
@@ -168,6 +169,14 @@ func TestEnvelopeArrivalsPerMinute(t *testing.T) {
 	x.update(salvage.Change[salvage.EnvelopeRecord]{Key: "1", Deleted: true})
 	if per := x.arrivalsPerMinute(end, 60); per[58] != 1 || sum(per) != 3 {
 		t.Fatalf("after a removal, per minute %v", per)
+	}
+	// Three hours on, a new minute's arrival drops the minutes out of the
+	// window: what is kept does not grow with the process's age.
+	later := end.Add(3 * time.Hour)
+	x.now = func() time.Time { return later }
+	x.update(salvage.Change[salvage.EnvelopeRecord]{Key: "9", Value: salvage.EnvelopeRecord{ID: "9", Status: salvage.EnvelopeOpen, CreatedAt: later.Add(-time.Second)}})
+	if len(x.arrivals) != 1 {
+		t.Fatalf("minutes kept three hours on: %v, want only the latest", x.arrivals)
 	}
 }
 

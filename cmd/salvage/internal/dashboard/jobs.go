@@ -3,7 +3,6 @@ package dashboard
 import (
 	"maps"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,11 +23,7 @@ type jobIndex struct {
 	jobs    map[string]jobEntry
 	counted map[string]jobCounts
 	retired map[string]jobCounts // pipeline -> counts of removed jobs
-	ready   chan struct{}
-	once    sync.Once
-	// gen is the watch's generation, flipped at each caught-up mark
-	// (see envelopeStats.sweep); caughtUp is set after the first.
-	gen, caughtUp bool
+	gens    generations
 }
 
 // listed is what the index keeps of a job record: what the job list and
@@ -81,7 +76,7 @@ func (c jobCounts) seen(j salvage.Job) jobCounts {
 }
 
 func newJobIndex() *jobIndex {
-	return &jobIndex{jobs: map[string]jobEntry{}, counted: map[string]jobCounts{}, retired: map[string]jobCounts{}, ready: make(chan struct{}),
+	return &jobIndex{jobs: map[string]jobEntry{}, counted: map[string]jobCounts{}, retired: map[string]jobCounts{}, gens: newGenerations(),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "salvage_job_duration_seconds", Help: "Time from a job's creation to a final status (done, partial, incomplete, cancelled), by pipeline and that status; a job replayed from incomplete to done is observed at each.",
 			// 1 s to about 9 hours.
@@ -98,12 +93,11 @@ func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
 		// A job a restarted watch did not deliver again was removed
 		// while it was down.
 		for id, e := range x.jobs {
-			if x.caughtUp && e.gen != x.gen {
+			if x.gens.stale(e.gen) {
 				x.remove(id)
 			}
 		}
-		x.caughtUp, x.gen = true, !x.gen
-		x.once.Do(func() { close(x.ready) })
+		x.gens.end()
 		return
 	}
 	if ch.Deleted {
@@ -111,7 +105,7 @@ func (x *jobIndex) update(ch salvage.Change[salvage.Job]) {
 		return
 	}
 	j, before := ch.Value, x.counted[ch.Key]
-	x.jobs[ch.Key] = jobEntry{job: listed(j), gen: x.gen}
+	x.jobs[ch.Key] = jobEntry{job: listed(j), gen: x.gens.current()}
 	x.counted[ch.Key] = before.seen(j)
 	if j.Status.Finished() && before.Finished[j.Status] == 0 {
 		end := j.UpdatedAt
@@ -141,23 +135,14 @@ func (x *jobIndex) Describe(ch chan<- *prometheus.Desc) { x.duration.Describe(ch
 
 // Collect collects the duration histogram once the watch caught up.
 func (x *jobIndex) Collect(ch chan<- prometheus.Metric) {
-	x.wait()
+	x.gens.wait()
 	x.duration.Collect(ch)
-}
-
-// wait blocks until the watch has caught up, or a short while, so a
-// summary never hangs.
-func (x *jobIndex) wait() {
-	select {
-	case <-x.ready:
-	case <-time.After(2 * time.Second):
-	}
 }
 
 // snapshot returns the jobs as they stand and the event totals by
 // pipeline.
 func (x *jobIndex) snapshot() ([]salvage.Job, map[string]jobCounts) {
-	x.wait()
+	x.gens.wait()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := make([]salvage.Job, 0, len(x.jobs))

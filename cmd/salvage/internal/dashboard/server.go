@@ -193,7 +193,7 @@ func (s *Server) Run(ctx context.Context) error {
 // MB for 100,000 envelopes), while what the dashboard keeps of them is a
 // few bytes each.
 func (s *Server) release(ctx context.Context) {
-	for _, ready := range []chan struct{}{s.sum.jobs.ready, s.sum.envs.ready} {
+	for _, ready := range []chan struct{}{s.sum.jobs.gens.ready, s.sum.envs.gens.ready} {
 		select {
 		case <-ctx.Done():
 			return
