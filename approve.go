@@ -123,7 +123,7 @@ func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
 		if st != nil {
 			// The stage it waits before, from its timeline: one read
 			// per chunk listed.
-			if cp, _, err := st.Checkpoints.Get(ctx, ref.Job, ref.Chunk); err == nil {
+			if cp, err := checkpointOf(ctx, st, msg.Partition, ref.Job, ref.Chunk); err == nil {
 				a.Stage = cp.Stage
 				for i := len(cp.Events) - 1; i >= 0; i-- {
 					if cp.Events[i].Kind == kv.EventAwaitingApproval {
@@ -136,4 +136,14 @@ func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// checkpointOf reads one chunk's checkpoint in partition k.
+func checkpointOf(ctx context.Context, st *kv.Stores, k int, job string, chunk int) (kv.Checkpoint, error) {
+	part, err := st.Part(ctx, k)
+	if err != nil {
+		return kv.Checkpoint{}, err
+	}
+	cp, _, err := part.Checkpoints.Get(ctx, job, chunk)
+	return cp, err
 }

@@ -196,7 +196,23 @@ func (c *Client) ensure(ctx context.Context, pools, register bool) (*kv.Stores, 
 		// attempt gets its own deadline, so it is asked again.
 		ctx, cancel := context.WithTimeout(ctx, provisionAttempt)
 		defer cancel()
-		if err := streams.Provision(ctx, c.js, c.cfg.streamOptions()); err != nil {
+		// Every partition the deployment has, and more when configured
+		// so: a deployment never loses one (Config.Partitions).
+		o := c.cfg.streamOptions()
+		made, err := streams.Partitions(ctx, c.js)
+		if err != nil {
+			return err
+		}
+		o.Partitions = max(o.Partitions, made)
+		if err := streams.Provision(ctx, c.js, o); err != nil {
+			return err
+		}
+		// A partition's storage before its chunk stream: the stream is
+		// what makes it count.
+		if stores, err = kv.Provision(ctx, c.js, kv.Options{Replicas: c.cfg.Replicas, Partitions: o.Partitions}); err != nil {
+			return err
+		}
+		if err := streams.ProvisionPartitions(ctx, c.js, o); err != nil {
 			return err
 		}
 		if pools {
@@ -204,16 +220,12 @@ func (c *Client) ensure(ctx context.Context, pools, register bool) (*kv.Stores, 
 			// own AckWait and MaxDeliver where it sets them.
 			for _, name := range c.registry.Names() {
 				p, _ := c.registry.Get(name)
-				o := c.cfg.streamOptions()
+				o := o
 				o.AckWait, o.MaxDeliver = cmp.Or(p.AckWait, o.AckWait), cmp.Or(p.MaxDeliver, o.MaxDeliver)
 				if err := streams.ProvisionPipeline(ctx, c.js, name, o); err != nil {
 					return err
 				}
 			}
-		}
-		var err error
-		if stores, err = kv.Provision(ctx, c.js, kv.Options{Replicas: c.cfg.Replicas}); err != nil {
-			return err
 		}
 		if register {
 			// Registered before Start returns: a job submitted next is
@@ -276,7 +288,7 @@ func (c *Client) jobsFor(ctx context.Context) (*kv.Jobs, error) {
 // written, and how long settled envelope records are kept.
 func (c *Client) configureJournal(st *kv.Stores) {
 	atomic := c.cfg.JournalWrites == JournalAtomic
-	st.Journal.Configure(kv.JournalConfig{Atomic: &atomic})
+	st.ConfigureJournal(kv.JournalConfig{Atomic: &atomic})
 	st.Envelopes.Keep(c.cfg.Retention.WithDefaults().Records)
 }
 
@@ -350,5 +362,5 @@ func (c *Client) JournalStats() (flushes, rows int64) {
 	if st == nil {
 		return 0, 0
 	}
-	return st.Journal.Stats()
+	return st.JournalStats()
 }

@@ -61,12 +61,14 @@ const (
 // Defaults of Config; each field's comment names its own. Each is the
 // machinery's own constant, defined once.
 const (
-	RetriesDefault             = recovery.MaxRetriesDefault
-	RetryBaseDefault           = recovery.BaseDelayDefault
-	RetryMaxDefault            = recovery.MaxDelayDefault
-	RetryTotalDefault          = recovery.TotalCapDefault
-	AckWaitDefault             = streams.AckWaitDefault
-	MaxDeliverDefault          = streams.MaxDeliverDefault
+	RetriesDefault    = recovery.MaxRetriesDefault
+	RetryBaseDefault  = recovery.BaseDelayDefault
+	RetryMaxDefault   = recovery.MaxDelayDefault
+	RetryTotalDefault = recovery.TotalCapDefault
+	AckWaitDefault    = streams.AckWaitDefault
+	MaxDeliverDefault = streams.MaxDeliverDefault
+	// PartitionsMax bounds Config.Partitions.
+	PartitionsMax              = streams.PartitionsMax
 	MaxRecoveriesDefault       = recovery.MaxRecoveriesDefault
 	MaxStrategyAttemptsDefault = recovery.MaxStrategyAttemptsDefault
 	CoolDownDefault            = consumers.CoolDownDefault
@@ -208,6 +210,15 @@ type Config struct {
 	// Replicas of every stream and bucket: 1 on one server, 3 on a
 	// cluster. Default 1.
 	Replicas int
+	// Partitions splits the chunk work: each partition has its own chunk
+	// stream and pools and its own claims, checkpoints and journal, so on
+	// a cluster their stream leaders can be on different servers. A job
+	// belongs to one partition, chosen when it is split (FNV-1a of its id
+	// modulo the partitions then) and kept in its record. A deployment
+	// never loses a partition: provisioning with more adds them, with
+	// fewer (or on a process that sets none) keeps and uses every one
+	// made. 1 to PartitionsMax; default 1.
+	Partitions int
 	// JournalWrites is how journal rows are written. Default
 	// JournalAtomic; JournalPipelined is faster on a server that acks
 	// before fsync.
@@ -301,6 +312,9 @@ func (c Config) withDefaults() Config {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
+	if c.Partitions <= 0 {
+		c.Partitions = 1
+	}
 	if c.JournalWrites == "" {
 		c.JournalWrites = JournalAtomic
 	}
@@ -345,6 +359,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: JournalWrites %q: want %q or %q", ErrInvalidConfig, c.JournalWrites, JournalAtomic, JournalPipelined)
 	case c.Replicas > 5:
 		return fmt.Errorf("%w: Replicas %d: JetStream allows at most 5", ErrInvalidConfig, c.Replicas)
+	case c.Partitions > PartitionsMax:
+		return fmt.Errorf("%w: Partitions %d: at most %d", ErrInvalidConfig, c.Partitions, PartitionsMax)
 	}
 	if err := c.Retention.Validate(); err != nil {
 		return fmt.Errorf("%w: Retention: %w", ErrInvalidConfig, err)
@@ -389,7 +405,7 @@ func (c Config) limits() recovery.Limits {
 
 // streamOptions provision the streams and consumers with c's tier 2.
 func (c Config) streamOptions() streams.Options {
-	return streams.Options{Replicas: c.Replicas, AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
+	return streams.Options{Replicas: c.Replicas, AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Partitions: c.Partitions}
 }
 
 // AlertRules are the DLQ alert thresholds (Config.Alerts); zero fields

@@ -59,19 +59,23 @@ func (c *Client) Failing(ctx context.Context, id string, page *Page) (*FailingSt
 			}
 		}
 	}
+	part, err := st.PartOf(ctx, j)
+	if err != nil {
+		return nil, err
+	}
 	if j.AttentionIndexed {
-		flagged, err := st.Checkpoints.Flagged(ctx, id, j.Chunks)
+		flagged, err := part.Checkpoints.Flagged(ctx, id, j.Chunks)
 		if err != nil {
 			return nil, err
 		}
-		cps, err := st.Checkpoints.Chunks(ctx, id, flagged)
+		cps, err := part.Checkpoints.Chunks(ctx, id, flagged)
 		if err != nil {
 			return nil, err
 		}
 		keep(cps)
 	} else {
 		for lo := 1; lo <= j.Chunks; lo += PageMax {
-			cps, err := st.Checkpoints.ForJobRange(ctx, id, lo, min(lo+PageMax-1, j.Chunks))
+			cps, err := part.Checkpoints.ForJobRange(ctx, id, lo, min(lo+PageMax-1, j.Chunks))
 			if err != nil {
 				return nil, err
 			}

@@ -62,7 +62,7 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 	}
 	set := func(job string, chunk int, fn func(*kv.Checkpoint)) {
 		t.Helper()
-		if _, err := st.Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error { fn(cp); return nil }); err != nil {
+		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error { fn(cp); return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

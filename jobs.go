@@ -32,6 +32,9 @@ type Job struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// Window is how many of the job's chunks were queued at once (0: all).
 	Window int `json:"window,omitempty"`
+	// Partition holds the job's chunks (Config.Partitions): chosen when
+	// it was split, never changed. 0 in a deployment of one partition.
+	Partition int `json:"partition"`
 	// InputHash is what the job id stands for: a hash of the pipeline and
 	// the input, in canonical JSON. A job id names one input.
 	InputHash string `json:"input_hash,omitempty"`
@@ -646,7 +649,11 @@ func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, 
 		return nil, err
 	}
 	from, to := page.Bounds(j.Chunks)
-	cps, err := st.Checkpoints.ForJobRange(ctx, id, from+1, to)
+	part, err := st.PartOf(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	cps, err := part.Checkpoints.ForJobRange(ctx, id, from+1, to)
 	if err != nil {
 		return nil, err
 	}

@@ -90,12 +90,16 @@ func traceOf(ctx context.Context, j kv.Job, st *kv.Stores, first, last int) (*Tr
 	if first > last {
 		return tr, nil
 	}
-	cps, err := st.Checkpoints.ForJobRange(ctx, j.ID, first, last)
+	part, err := st.PartOf(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	cps, err := part.Checkpoints.ForJobRange(ctx, j.ID, first, last)
 	if err != nil {
 		return nil, err
 	}
 	for _, cp := range j.View(cps) {
-		rows, err := st.Journal.LoadChunk(ctx, j.ID, cp.Chunk)
+		rows, err := part.Journal.LoadChunk(ctx, j.ID, cp.Chunk)
 		if err != nil {
 			return nil, err
 		}
@@ -119,11 +123,15 @@ func (c *Client) TraceChunk(ctx context.Context, id string, chunk int) (*TraceCh
 	if chunk < 1 || chunk > j.Chunks {
 		return nil, fmt.Errorf("%w: job %s has no chunk %d", ErrUnknownJob, id, chunk)
 	}
-	cps, err := st.Checkpoints.ForJobRange(ctx, id, chunk, chunk)
+	part, err := st.PartOf(ctx, j)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.Journal.LoadChunk(ctx, id, chunk)
+	cps, err := part.Checkpoints.ForJobRange(ctx, id, chunk, chunk)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := part.Journal.LoadChunk(ctx, id, chunk)
 	if err != nil {
 		return nil, err
 	}

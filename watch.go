@@ -3,10 +3,14 @@ package salvage
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Change is one update a watch delivers: a record as it now stands, its
@@ -42,10 +46,43 @@ func (c *Client) WatchEnvelopes(ctx context.Context, fn func(Change[EnvelopeReco
 }
 
 // WatchCalls is WatchJobs for the journal: every call as it begins and
-// ends, its key the journal key. Records leave with the journal's
-// retention (RetentionDefault).
+// ends, its key the journal key, in every partition the deployment had
+// when the watch started (Config.Partitions). Records leave with the
+// journal's retention (RetentionDefault). CaughtUp comes once every
+// partition's journal has been delivered, and again after a partition's
+// watch restarts and catches up.
 func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
-	watch(ctx, c, kv.BucketJournal, jetstream.AllKeys, fn)
+	n := 1
+	for ctx.Err() == nil {
+		var err error
+		if n, err = streams.Partitions(ctx, c.js); err == nil {
+			break
+		}
+		c.cfg.Logger.Debug().Err(err).Msg("count the partitions to watch the journal of; trying again")
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	var mu sync.Mutex
+	caught := make([]bool, max(n, 1))
+	var wg sync.WaitGroup
+	for k := range caught {
+		wg.Go(func() {
+			watch(ctx, c, kv.BucketJournalIn(k), jetstream.AllKeys, func(ch Change[Call]) {
+				mu.Lock()
+				defer mu.Unlock()
+				if ch.CaughtUp {
+					caught[k] = true
+					if slices.Contains(caught, false) {
+						return
+					}
+				}
+				fn(ch)
+			})
+		})
+	}
+	wg.Wait()
 }
 
 // watch follows bucket's keys matching filter, decoding each value into

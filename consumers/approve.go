@@ -42,12 +42,17 @@ type Decision struct {
 // returns the chunk's checkpoint as Approve left it, or an
 // error wrapping ErrUnknownJob or ErrNotAwaitingApproval.
 func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decision) (kv.Checkpoint, error) {
-	if _, err := o.stores.Jobs.Get(ctx, job); errors.Is(err, kv.ErrNotFound) {
+	j, err := o.stores.Jobs.Get(ctx, job)
+	if errors.Is(err, kv.ErrNotFound) {
 		return kv.Checkpoint{}, fmt.Errorf("%w: %s", ErrUnknownJob, job)
 	} else if err != nil {
 		return kv.Checkpoint{}, err
 	}
-	cp, _, err := o.stores.Checkpoints.Get(ctx, job, chunk)
+	part, err := o.stores.PartOf(ctx, j)
+	if err != nil {
+		return kv.Checkpoint{}, err
+	}
+	cp, _, err := part.Checkpoints.Get(ctx, job, chunk)
 	if errors.Is(err, kv.ErrNotFound) {
 		return cp, fmt.Errorf("%w: job %s has no chunk %d that started", ErrNotAwaitingApproval, job, chunk)
 	}
@@ -97,7 +102,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	tr := tracker{js: o.js, stores: o.stores}
 	l := letterer{js: o.js, stores: o.stores, tracker: tr, log: zerolog.Nop()}
 	if _, err := l.send(ctx, letter{
-		Seq: cp.MsgSeq, Subject: streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk), Data: parked.Data, Chunk: c,
+		Seq: cp.MsgSeq, Subject: streams.ChunkSubject(j.Partition, c.Pipeline, c.Job, c.Chunk), Data: parked.Data, Chunk: c,
 		Deliveries: cp.Deliveries, Failure: recovery.Failure{Class: recovery.ClassPermanent, Rejected: true}, Err: why, Human: true,
 	}); err != nil {
 		return cp, err
@@ -105,7 +110,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	if err := purgeSubject(ctx, o.js, streams.Hold, subject); err != nil {
 		return cp, err
 	}
-	cp, _, err = o.stores.Checkpoints.Get(ctx, job, chunk)
+	cp, _, err = part.Checkpoints.Get(ctx, job, chunk)
 	return cp, err
 }
 

@@ -34,7 +34,7 @@ func (b *bundle) waitStatus(t *testing.T, job string, chunk int, status string) 
 	var cp kv.Checkpoint
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		var err error
-		cp, _, err = b.stores.Checkpoints.Get(b.ctx, job, chunk)
+		cp, _, err = b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, chunk)
 		return err == nil && cp.Status == status
 	}, "chunk %d of %s to be %s (last %+v)", chunk, job, status, &cp)
 	return cp

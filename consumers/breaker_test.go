@@ -166,7 +166,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	}
 	held := 0
 	for c := 1; c <= chunks; c++ {
-		if cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
+		if cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
 			held++
 			if cp.HeldOn != "crm" || cp.Stage != 1 {
 				t.Fatalf("chunk %d held on %q at stage %d; want crm, stage 1", c, cp.HeldOn, cp.Stage)

@@ -53,7 +53,11 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 			return err
 		}
 	}
-	cps, err := t.stores.Checkpoints.ForJob(ctx, job.ID, job.Chunks)
+	part, err := t.stores.PartOf(ctx, job)
+	if err != nil {
+		return err
+	}
+	cps, err := part.Checkpoints.ForJob(ctx, job.ID, job.Chunks)
 	if err != nil {
 		return err
 	}
@@ -93,8 +97,8 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	if b := job.Budget; b != nil {
 		limit = fmt.Sprintf(" (budget: %d tokens, cost %g)", b.Tokens, b.Cost)
 	}
-	subject := streams.ChunkSubject(job.Pipeline, job.ID, first.Chunk)
-	data, _ := json.Marshal(streams.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID})
+	subject := streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, first.Chunk)
+	data, _ := json.Marshal(streams.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID, Partition: job.Partition})
 	env := recovery.Envelope{
 		ID: id, Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, TraceID: job.TraceID,
 		Category: recovery.CategoryBudgetExceeded, Strategy: recovery.StrategyEscalate,
@@ -102,7 +106,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 		StoppedChunks: stopped, FailedStage: max(first.Stage, 1), Recoveries: first.Recoveries,
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(first.Stage, 1), Status: first.Status, Epoch: first.Epoch},
-		Original:   recovery.Original{Stream: streams.Chunks, Subject: subject, Data: data},
+		Original:   recovery.Original{Stream: streams.ChunksStream(job.Partition), Subject: subject, Data: data},
 		CreatedAt:  time.Now().UTC(),
 	}
 	ack, err := publishEnvelope(ctx, t.js, t.stores, env)

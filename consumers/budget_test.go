@@ -84,7 +84,7 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	}
 	var spent int64 // a chunk stopped after its first stage spent that stage's call
 	var stopped []int
-	cps, err := b.stores.Checkpoints.ForJob(b.ctx, job, chunks)
+	cps, err := b.stores.Parts()[0].Checkpoints.ForJob(b.ctx, job, chunks)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 	if err := publishCancelled(ctx, t.js, job); err != nil {
 		return job, err
 	}
-	if err := purgeSubject(ctx, t.js, streams.Chunks, streams.ChunksForJob(job.Pipeline, job.ID)); err != nil {
+	if err := purgeSubject(ctx, t.js, streams.ChunksStream(job.Partition), streams.ChunksForJob(job.Partition, job.Pipeline, job.ID)); err != nil {
 		return job, err
 	}
 	if job.Window > 0 {
@@ -96,7 +96,11 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 	if err := purgeSubject(ctx, t.js, streams.Hold, streams.HoldForJob(job.ID)); err != nil {
 		return job, err
 	}
-	cps, err := t.stores.Checkpoints.ForJob(ctx, job.ID, job.Chunks)
+	part, err := t.stores.PartOf(ctx, job)
+	if err != nil {
+		return job, err
+	}
+	cps, err := part.Checkpoints.ForJob(ctx, job.ID, job.Chunks)
 	if err != nil {
 		return job, err
 	}
@@ -108,7 +112,7 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 		if cp.Status == kv.StatusPending && cp.ClaimedBy == "" && cp.Envelope == "" {
 			continue // never started: Derive counts it cancelled at stage 0
 		}
-		if lease, err := t.stores.Claims.Get(ctx, job.ID, cp.Chunk); err == nil && lease.Live(now) {
+		if lease, err := part.Claims.Get(ctx, job.ID, cp.Chunk); err == nil && lease.Live(now) {
 			continue // its worker records the cancellation itself
 		}
 		if cp.Status == kv.StatusDeadLettered {
@@ -121,11 +125,11 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 			continue
 		}
 		// Its dead worker made calls nobody counted yet.
-		tally, err := chunkTally(ctx, t.stores, cp, nil)
+		tally, err := chunkTally(ctx, part, cp, nil)
 		if err != nil {
 			return job, err
 		}
-		done, err := t.stores.Checkpoints.Mutate(ctx, job.ID, cp.Chunk, func(c *kv.Checkpoint) error {
+		done, err := part.Checkpoints.Mutate(ctx, job.ID, cp.Chunk, func(c *kv.Checkpoint) error {
 			if c.Terminal() {
 				return kv.ErrNoChange
 			}
@@ -158,7 +162,11 @@ func settleStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint,
 	if cp.MsgSeq == 0 {
 		return false, nil // never taken: no worker wrote a row for it
 	}
-	rows, err := t.stores.Journal.Load(ctx, job.ID, cp.Chunk, cp.Epoch)
+	part, err := t.stores.PartOf(ctx, job)
+	if err != nil {
+		return false, err
+	}
+	rows, err := part.Journal.Load(ctx, job.ID, cp.Chunk, cp.Epoch)
 	if err != nil {
 		return false, err
 	}
@@ -172,11 +180,11 @@ func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, r
 		return false, nil
 	}
 	if chunk.Job == "" {
-		chunk = streams.ChunkMsg{Job: job.ID, Chunk: cp.Chunk, Pipeline: job.Pipeline, Epoch: cp.Epoch, TraceID: job.TraceID}
+		chunk = streams.ChunkMsg{Job: job.ID, Chunk: cp.Chunk, Pipeline: job.Pipeline, Epoch: cp.Epoch, TraceID: job.TraceID, Partition: job.Partition}
 	}
 	l := base
 	if l.Subject == "" {
-		l.Subject = streams.ChunkSubject(job.Pipeline, job.ID, cp.Chunk)
+		l.Subject = streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, cp.Chunk)
 		l.Data, _ = json.Marshal(chunk)
 	}
 	l.Chunk = chunk

@@ -130,7 +130,13 @@ func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	err := d.exhausted(ctx, adv.StreamSeq, adv.Deliveries)
+	k, ok := streams.PartitionOfStream(adv.Stream)
+	if !ok {
+		d.log.Error().Str("stream", adv.Stream).Str("subject", m.Subject()).Msg("advisory of a stream that holds no chunks, dropped")
+		_ = m.Term()
+		return
+	}
+	err := d.exhausted(ctx, k, adv.StreamSeq, adv.Deliveries)
 	var held *heldError
 	if errors.As(err, &held) {
 		// The advisory can beat the expiry of a dead holder's lease by a
@@ -158,14 +164,18 @@ func (d *DeadLetterer) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
-// exhausted dead-letters the chunk message at seq, which used up its
-// deliveries. A message already gone or a chunk already done gets no
-// envelope; one held by a live worker gets none yet: *heldError says until
-// when (invariant 6).
-func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) error {
+// exhausted dead-letters the chunk message at seq of partition k's chunk
+// stream, which used up its deliveries. A message already gone or a chunk
+// already done gets no envelope; one held by a live worker gets none yet:
+// *heldError says until when (invariant 6).
+func (d *DeadLetterer) exhausted(ctx context.Context, k int, seq, deliveries uint64) error {
+	part, err := d.stores.Part(ctx, k)
+	if err != nil {
+		return err
+	}
 	var raw *jetstream.RawStreamMsg
-	err := streams.Retry(ctx, func(ctx context.Context) error {
-		s, err := d.js.Stream(ctx, streams.Chunks)
+	err = streams.Retry(ctx, func(ctx context.Context) error {
+		s, err := d.js.Stream(ctx, streams.ChunksStream(k))
 		if err != nil {
 			return err
 		}
@@ -179,20 +189,23 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 		return fmt.Errorf("consumers: fetch chunk message %d: %w", seq, err)
 	}
 	l := letter{Seq: seq, Subject: raw.Subject, Data: raw.Data, Deliveries: deliveries, DeleteOriginal: true}
-	if err := json.Unmarshal(raw.Data, &l.Chunk); err != nil || l.Chunk.Job == "" {
+	err = json.Unmarshal(raw.Data, &l.Chunk)
+	// The stream the message is in is its partition, whatever it says.
+	l.Chunk.Partition = k
+	if err != nil || l.Chunk.Job == "" {
 		ref, perr := streams.ParseChunkSubject(raw.Subject)
 		if perr != nil {
 			// Neither body nor subject names a chunk: nothing to recover.
 			d.log.Error().Uint64("stream_seq", seq).Str("subject", raw.Subject).Msg("unidentifiable chunk message")
 			return nil
 		}
-		l.Chunk = streams.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline}
+		l.Chunk = streams.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline, Partition: k}
 		l.Failure = recovery.Failure{Class: recovery.ClassPermanent}
 		l.Err = "malformed chunk message"
 		_, err := d.letter.send(ctx, l)
 		return err
 	}
-	cp, _, err := d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
+	cp, _, err := part.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
 	}
@@ -200,12 +213,12 @@ func (d *DeadLetterer) exhausted(ctx context.Context, seq, deliveries uint64) er
 		// Finished, only its ack was lost — its worker died right after
 		// the checkpoint: remove it, no envelope, and settle what that
 		// worker did not.
-		if err := deleteMsg(ctx, d.js, streams.Chunks, seq); err != nil {
+		if err := deleteMsg(ctx, d.js, streams.ChunksStream(k), seq); err != nil {
 			return err
 		}
 		return finishedAgain(ctx, d.js, d.letter.tracker, cp, "dead-letterer")
 	}
-	if lease, err := d.stores.Claims.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err == nil && lease.Live(time.Now()) {
+	if lease, err := part.Claims.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err == nil && lease.Live(time.Now()) {
 		d.log.Info().Str("job_id", l.Chunk.Job).Int("chunk", l.Chunk.Chunk).Str("holder", lease.ClaimedBy).
 			Msg("exhausted chunk still held by a live worker; not dead-lettered")
 		return &heldError{holder: lease.ClaimedBy, until: lease.ExpiresAt}
@@ -268,15 +281,29 @@ func (d *DeadLetterer) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Sweep dead-letters every message left in SALVAGE_CHUNKS that used up its
-// deliveries yet got no envelope from an advisory, in every chunk pool.
+// Sweep dead-letters every message left in a chunk stream that used up its
+// deliveries yet got no envelope from an advisory, in every chunk pool of
+// every partition.
 // Such a message sits at or below its pool's ack floor — but the server
 // (v2.15.2) moves the floor past an exhausted message only once a later
 // message is acked, so when nothing at all is pending, every delivered
 // message still in the stream counts as exhausted too. It returns how many
 // it handled.
 func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
-	s, err := d.js.Stream(ctx, streams.Chunks)
+	n := 0
+	for _, part := range d.stores.Parts() {
+		k, err := d.sweepPartition(ctx, part.Index)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// sweepPartition sweeps the chunk pools of partition k (see Sweep).
+func (d *DeadLetterer) sweepPartition(ctx context.Context, k int) (int, error) {
+	s, err := d.js.Stream(ctx, streams.ChunksStream(k))
 	if err != nil {
 		return 0, fmt.Errorf("consumers: sweep: %w", err)
 	}
@@ -292,8 +319,8 @@ func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, name := range pools {
-		k, err := d.sweepPool(ctx, s, name)
-		n += k
+		swept, err := d.sweepPool(ctx, k, s, name)
+		n += swept
 		if err != nil {
 			return n, err
 		}
@@ -302,7 +329,7 @@ func (d *DeadLetterer) Sweep(ctx context.Context) (int, error) {
 }
 
 // sweepPool sweeps one chunk pool (see Sweep).
-func (d *DeadLetterer) sweepPool(ctx context.Context, s jetstream.Stream, name string) (int, error) {
+func (d *DeadLetterer) sweepPool(ctx context.Context, k int, s jetstream.Stream, name string) (int, error) {
 	cons, err := s.Consumer(ctx, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, nil // deleted meanwhile (a legacy consumer an upgrade removed)
@@ -318,7 +345,7 @@ func (d *DeadLetterer) sweepPool(ctx context.Context, s jetstream.Stream, name s
 	if info.NumAckPending == 0 && info.Delivered.Stream > floor {
 		floor = info.Delivered.Stream
 	}
-	filter := cmp.Or(info.Config.FilterSubject, streams.ChunksAll)
+	filter := cmp.Or(info.Config.FilterSubject, streams.ChunksIn(k))
 	n := 0
 	for seq := uint64(1); seq <= floor; seq++ {
 		raw, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
@@ -332,7 +359,7 @@ func (d *DeadLetterer) sweepPool(ctx context.Context, s jetstream.Stream, name s
 			break
 		}
 		var held *heldError
-		if err := d.exhausted(ctx, raw.Sequence, uint64(info.Config.MaxDeliver)); err != nil && !errors.As(err, &held) {
+		if err := d.exhausted(ctx, k, raw.Sequence, uint64(info.Config.MaxDeliver)); err != nil && !errors.As(err, &held) {
 			return n, err
 		}
 		n++

@@ -23,11 +23,12 @@ func SetAfterFinish(w *Worker, f func()) { w.tracker.afterFinish = f }
 // SetJournal wraps the store a worker writes journal rows to, so a test
 // can kill the worker process between a call's return and its row.
 func SetJournal(w *Worker, wrap func(recovery.JournalStore) recovery.JournalStore) {
-	w.journal = wrap(w.journal)
+	inner := w.journal
+	w.journal = func(j recovery.JournalStore) recovery.JournalStore { return wrap(inner(j)) }
 }
 
 // Exhausted runs the dead-letterer's handling of a chunk message that
 // used up its deliveries, as a max-deliveries advisory does.
 func Exhausted(d *DeadLetterer, ctx context.Context, seq, deliveries uint64) error {
-	return d.exhausted(ctx, seq, deliveries)
+	return d.exhausted(ctx, 0, seq, deliveries)
 }

@@ -62,7 +62,7 @@ func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fen
 func (r *run) park(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, system, reason string) error {
 	w := r.w
 	d := cp.Recount()
-	if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
 	h := nats.Header{}

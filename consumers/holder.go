@@ -70,6 +70,8 @@ type holder struct {
 	pauses *pauses
 	id     string
 	log    zerolog.Logger
+	// partitions are how many chunk streams hold the pools it pauses.
+	partitions int
 	// pausedFor is the cool-down end (or pause time) each system's
 	// consumer was paused for by this process, pausedAt when; checked is
 	// when a closed system was last looked at for held chunks.
@@ -119,12 +121,12 @@ func (r *ramp) budget(now time.Time) (int, bool) {
 	return int(r.allowance), true
 }
 
-func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines []string, log zerolog.Logger) *holder {
+func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines []string, partitions int, log zerolog.Logger) *holder {
 	pools := map[string]bool{}
 	for _, p := range pipelines {
 		pools[p] = true
 	}
-	return &holder{js: js, gate: g, pauses: ps, id: id, log: log.With().Str("part", "holder").Logger(),
+	return &holder{js: js, gate: g, pauses: ps, id: id, partitions: max(partitions, 1), log: log.With().Str("part", "holder").Logger(),
 		pausedFor: map[string]time.Time{}, pausedAt: map[string]time.Time{}, checked: map[string]time.Time{},
 		pools: pools, poolPaused: map[string]time.Time{}, poolSeen: map[string]bool{}, ramps: map[string]*ramp{}, noProbe: map[string]time.Time{}}
 }
@@ -195,8 +197,10 @@ func (h *holder) pausePool(ctx context.Context, p kv.PipelineState) error {
 	if at, ok := h.poolPaused[p.Pipeline]; ok && at.Equal(p.PausedAt) && time.Since(h.pausedAt["pool:"+p.Pipeline]) < pauseSlack/2 {
 		return nil
 	}
-	if _, err := h.js.PauseConsumer(ctx, streams.Chunks, streams.WorkersConsumer(p.Pipeline), time.Now().Add(pauseSlack)); err != nil {
-		return fmt.Errorf("pause the pool of %s: %w", p.Pipeline, err)
+	for k := range h.partitions {
+		if _, err := h.js.PauseConsumer(ctx, streams.ChunksStream(k), streams.WorkersConsumer(p.Pipeline), time.Now().Add(pauseSlack)); err != nil {
+			return fmt.Errorf("pause the pool of %s in %s: %w", p.Pipeline, streams.ChunksStream(k), err)
+		}
 	}
 	h.poolPaused[p.Pipeline], h.pausedAt["pool:"+p.Pipeline], h.poolSeen[p.Pipeline] = p.PausedAt, time.Now(), true
 	return nil
@@ -212,9 +216,11 @@ func (h *holder) resumePool(ctx context.Context, pipeline string) error {
 	if _, paused := h.poolPaused[pipeline]; !paused && h.poolSeen[pipeline] {
 		return nil
 	}
-	_, err := h.js.ResumeConsumer(ctx, streams.Chunks, streams.WorkersConsumer(pipeline))
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("resume the pool of %s: %w", pipeline, err)
+	for k := range h.partitions {
+		_, err := h.js.ResumeConsumer(ctx, streams.ChunksStream(k), streams.WorkersConsumer(pipeline))
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("resume the pool of %s in %s: %w", pipeline, streams.ChunksStream(k), err)
+		}
 	}
 	delete(h.poolPaused, pipeline)
 	h.poolSeen[pipeline] = true
@@ -448,7 +454,9 @@ func (h *holder) release(ctx context.Context, system string, still func() bool, 
 }
 
 // unpark publishes the parked chunk message data (from subject, at
-// sequence seq of SALVAGE_HOLD, with headers hdr) back to SALVAGE_CHUNKS
+// sequence seq of SALVAGE_HOLD, with headers hdr) back to its partition's
+// chunk stream (the worker that parked it checked that the message names
+// its job's partition)
 // with extra headers: a new message (a fresh delivery budget) whose id
 // derives from seq, so releasing one parked copy twice publishes it once.
 func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []byte, hdr, extra nats.Header, seq uint64) error {
@@ -468,7 +476,7 @@ func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []
 	out.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.release.%d", c.Job, c.Chunk, seq))
 	out.Set(streams.HeaderJob, c.Job)
 	out.Set(streams.HeaderChunk, strconv.Itoa(c.Chunk))
-	_, err := publish(ctx, js, &nats.Msg{Subject: streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk), Data: data, Header: out})
+	_, err := publish(ctx, js, &nats.Msg{Subject: streams.ChunkSubject(c.Partition, c.Pipeline, c.Job, c.Chunk), Data: data, Header: out})
 	return err
 }
 

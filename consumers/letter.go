@@ -34,7 +34,7 @@ type letter struct {
 	// FailedAgent, FailedTool and FailedCall name the failing agent and
 	// call; empty ones are taken from the journal's last FAILED row.
 	FailedAgent, FailedTool, FailedCall string
-	// DeleteOriginal removes the original from SALVAGE_CHUNKS once the
+	// DeleteOriginal removes the original from its chunk stream once the
 	// envelope is stored; the worker's permanent path terms it instead.
 	DeleteOriginal bool
 	// Human marks an envelope a person caused (a rejected approval): it
@@ -68,21 +68,21 @@ func (d letterer) stale(ctx context.Context, l letter, cp kv.Checkpoint) (bool, 
 	if l.Stopped != "" {
 		return false, nil
 	}
-	return olderMessage(ctx, d.js, l.Seq, cp)
+	return olderMessage(ctx, d.js, l.Chunk.Partition, l.Seq, cp)
 }
 
-// olderMessage reports whether the SALVAGE_CHUNKS message at seq is older
-// than the one cp last ran from: cp.MsgSeq is higher. Sequences only grow
+// olderMessage reports whether the message at seq of partition k's chunk
+// stream is older than the one cp last ran from: cp.MsgSeq is higher. Sequences only grow
 // in a stream, unless it was deleted and made again: a cp.MsgSeq past the
 // stream's last sequence says so, and nothing is called older then. Only
 // a message that looks older costs a read of the stream's state.
-func olderMessage(ctx context.Context, js jetstream.JetStream, seq uint64, cp kv.Checkpoint) (bool, error) {
+func olderMessage(ctx context.Context, js jetstream.JetStream, k int, seq uint64, cp kv.Checkpoint) (bool, error) {
 	if seq == 0 || cp.MsgSeq <= seq {
 		return false, nil
 	}
 	var last uint64
 	err := streams.Retry(ctx, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, streams.Chunks)
+		s, err := js.Stream(ctx, streams.ChunksStream(k))
 		if err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func olderMessage(ctx context.Context, js jetstream.JetStream, seq uint64, cp kv
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("consumers: read %s: %w", streams.Chunks, err)
+		return false, fmt.Errorf("consumers: read %s: %w", streams.ChunksStream(k), err)
 	}
 	return cp.MsgSeq <= last, nil
 }
@@ -137,7 +137,11 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		return "", err
 	}
 
-	cp, _, err := d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
+	part, err := d.stores.Part(ctx, l.Chunk.Partition)
+	if err != nil {
+		return "", err
+	}
+	cp, _, err := part.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return "", err
 	}
@@ -147,13 +151,13 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		}
 		return "", d.dropStale(ctx, l, cp)
 	}
-	rows, err := d.stores.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch)
+	rows, err := part.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch)
 	if err != nil {
 		return "", err
 	}
 	if l.Stopped != "" && cp.Epoch != l.Epoch {
 		// The chunk moved to another epoch since: load the one stopped.
-		if rows, err = d.stores.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, l.Epoch); err != nil {
+		if rows, err = part.Journal.Load(ctx, l.Chunk.Job, l.Chunk.Chunk, l.Epoch); err != nil {
 			return "", err
 		}
 		cp.Epoch = l.Epoch
@@ -174,7 +178,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
 		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending, EntriesDropped: dropped,
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
-		Original:   recovery.Original{Stream: streams.Chunks, Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
+		Original:   recovery.Original{Stream: streams.ChunksStream(l.Chunk.Partition), Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
 		CreatedAt:  time.Now().UTC(),
 	}
 	ack, err := publishEnvelope(ctx, d.js, d.stores, env)
@@ -191,7 +195,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	}
 	// Its calls count from its journal: a worker that died mid-stage
 	// never counted the ones it made in that stage.
-	tally, err := pastTally(ctx, d.stores, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch, d.prices)
+	tally, err := pastTally(ctx, part, l.Chunk.Job, l.Chunk.Chunk, cp.Epoch, d.prices)
 	if err != nil {
 		return "", err
 	}
@@ -221,12 +225,16 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 	if l.Stopped != "" {
 		status = kv.CancelledAtStage(l.Stage)
 	}
+	part, err := d.stores.Part(ctx, l.Chunk.Partition)
+	if err != nil {
+		return err
+	}
 	var current kv.Checkpoint
 	if seen != nil {
 		current = *seen
 	} else {
 		var err error
-		if current, _, err = d.stores.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err != nil && !errors.Is(err, kv.ErrNotFound) {
+		if current, _, err = part.Checkpoints.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err != nil && !errors.Is(err, kv.ErrNotFound) {
 			return err
 		}
 		if stale, err := d.stale(ctx, l, current); err != nil || stale {
@@ -238,7 +246,7 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 			return d.dropStale(ctx, l, current)
 		}
 	}
-	cp, err := d.stores.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
+	cp, err := part.Checkpoints.Mutate(ctx, l.Chunk.Job, l.Chunk.Chunk, func(cp *kv.Checkpoint) error {
 		previous, delta, marked = "", kv.Delta{}, false
 		if l.Stopped == "" && l.Seq != 0 && cp.MsgSeq > current.MsgSeq && cp.MsgSeq > l.Seq {
 			// A newer message took the chunk since the look above.
@@ -285,7 +293,7 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 		}
 	}
 	if l.DeleteOriginal {
-		if err := deleteMsg(ctx, d.js, streams.Chunks, l.Seq); err != nil {
+		if err := deleteMsg(ctx, d.js, streams.ChunksStream(l.Chunk.Partition), l.Seq); err != nil {
 			return err
 		}
 	}
@@ -306,7 +314,7 @@ func (d letterer) dropStale(ctx context.Context, l letter, cp kv.Checkpoint) err
 	d.log.Info().Str("job_id", l.Chunk.Job).Int("chunk", l.Chunk.Chunk).Uint64("stream_seq", l.Seq).Uint64("current_seq", cp.MsgSeq).
 		Msg("an older message of the chunk failed after a newer one ran it; no envelope")
 	if l.DeleteOriginal {
-		if err := deleteMsg(ctx, d.js, streams.Chunks, l.Seq); err != nil {
+		if err := deleteMsg(ctx, d.js, streams.ChunksStream(l.Chunk.Partition), l.Seq); err != nil {
 			return err
 		}
 	}

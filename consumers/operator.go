@@ -89,11 +89,15 @@ func (o *Operator) Show(ctx context.Context, id string) (Detail, error) {
 	if d.Envelope, err = readEnvelope(ctx, o.js, o.stores, rec); err != nil {
 		return d, err
 	}
-	if cp, _, err := o.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk); err == nil {
+	part, err := envelopePart(ctx, o.stores, d.Envelope)
+	if err != nil {
+		return d, err
+	}
+	if cp, _, err := part.Checkpoints.Get(ctx, rec.Job, rec.Chunk); err == nil {
 		cp.Outputs, cp.Snapshots = nil, nil
 		d.Checkpoint = &cp
 	}
-	rows, err := o.stores.Journal.Load(ctx, rec.Job, rec.Chunk, d.Envelope.Checkpoint.Epoch)
+	rows, err := part.Journal.Load(ctx, rec.Job, rec.Chunk, d.Envelope.Checkpoint.Epoch)
 	if err != nil {
 		return d, err
 	}

@@ -280,7 +280,11 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 		return outcome{delay: otherPipelineDelay}, nil
 	}
-	cp, _, err := o.stores.Checkpoints.Get(ctx, env.Job, env.Chunk)
+	part, err := envelopePart(ctx, o.stores, env)
+	if err != nil {
+		return o.failed(ctx, env, rec, err, log)
+	}
+	cp, _, err := part.Checkpoints.Get(ctx, env.Job, env.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return o.failed(ctx, env, rec, err, log)
 	}

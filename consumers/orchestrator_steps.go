@@ -24,7 +24,7 @@ import (
 // is tried again within the strategy's attempts, then escalated naming the
 // call (invariant 9).
 func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (string, string, error) {
-	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return "", "", err
 	}
@@ -47,7 +47,11 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv
 			return "", "", fmt.Errorf("verify %s: %w", key, err)
 		}
 		next := tool.Settle(row.JournalRow, v, time.Now().UTC())
-		if _, err := o.stores.Journal.Put(ctx, next, row.Seq); err != nil {
+		part, err := envelopePart(ctx, o.stores, env)
+		if err != nil {
+			return "", "", err
+		}
+		if _, err := part.Journal.Put(ctx, next, row.Seq); err != nil {
 			return "", "", fmt.Errorf("record verification of %s: %w", key, err)
 		}
 		rows[key] = kv.StoredRow{JournalRow: next, Seq: row.Seq}
@@ -68,7 +72,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv
 // made has an unknown outcome in the journal as it is now: one verify
 // would settle.
 func (o *Orchestrator) inFlight(ctx context.Context, env recovery.Envelope, p *recovery.Plan) (bool, error) {
-	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return false, err
 	}
@@ -95,7 +99,7 @@ func (o *Orchestrator) failureOf(cp kv.Checkpoint, rec kv.EnvelopeRecord) recove
 // resuming it, what it did is verified, compensated or escalated as a
 // cancelled chunk's effects are. It returns the new category and strategy.
 func (o *Orchestrator) stopByCancel(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, cp kv.Checkpoint) (kv.EnvelopeRecord, error) {
-	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return rec, err
 	}
@@ -118,8 +122,12 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
 	}
 	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(kv.EnvelopeRecovering))
+	part, err := envelopePart(ctx, o.stores, env)
+	if err != nil {
+		return outcome{delay: retryStrategyDelay}, err
+	}
 	var delta kv.Delta
-	cp, err := o.stores.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
+	cp, err := part.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Recoveries++
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
 		cp.ClearLastError()
@@ -166,7 +174,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 // stops at the first failure; permanent says the failure will not go away
 // by retrying.
 func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Plan, log zerolog.Logger) (bool, error) {
-	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return false, err
 	}
@@ -182,7 +190,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 		}
 		if !marked {
 			// Before anything is undone: this epoch can never resume.
-			if err := markCompensated(ctx, o.stores, env.Job, env.Chunk, env.Checkpoint.Epoch); err != nil {
+			if err := markCompensated(ctx, o.stores, env, env.Job, env.Chunk, env.Checkpoint.Epoch); err != nil {
 				return false, err
 			}
 			marked = true
@@ -210,7 +218,11 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 		}
 		next := row.JournalRow
 		next.Status = kv.CallCompensated
-		if _, err := o.stores.Journal.Put(ctx, next, row.Seq); err != nil {
+		part, err := envelopePart(ctx, o.stores, env)
+		if err != nil {
+			return false, err
+		}
+		if _, err := part.Journal.Put(ctx, next, row.Seq); err != nil {
 			return false, fmt.Errorf("record compensation of %s: %w", key, err)
 		}
 		if _, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
@@ -223,7 +235,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 		// loses no state (the journal row says COMPENSATED). A chunk a
 		// worker holds, or one in a later epoch, is left alone: any write
 		// would fence its holder out.
-		if _, err := o.stores.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
+		if _, err := part.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
 			if cp.ClaimedBy != "" || cp.Epoch != env.Checkpoint.Epoch {
 				return kv.ErrNoChange
 			}
@@ -241,8 +253,12 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 // markCompensated records, before anything of epoch is undone, that the
 // chunk can no longer resume in it. A chunk already in a later epoch is
 // left alone.
-func markCompensated(ctx context.Context, st *kv.Stores, job string, chunk, epoch int) error {
-	_, err := st.Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error {
+func markCompensated(ctx context.Context, st *kv.Stores, env recovery.Envelope, job string, chunk, epoch int) error {
+	part, err := envelopePart(ctx, st, env)
+	if err != nil {
+		return err
+	}
+	_, err = part.Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error {
 		if cp.Compensated || cp.Epoch != epoch {
 			return kv.ErrNoChange
 		}
@@ -257,7 +273,7 @@ func markCompensated(ctx context.Context, st *kv.Stores, job string, chunk, epoc
 // outcome nobody knows (in flight, unverified). An escalation names each
 // of them, so a person sees what is left (invariant 9).
 func (o *Orchestrator) standing(ctx context.Context, env recovery.Envelope) []kv.LeftEffect {
-	rows, err := o.stores.Journal.Load(ctx, env.Job, env.Chunk, env.Checkpoint.Epoch)
+	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return []kv.LeftEffect{{Tool: "journal unreadable: " + err.Error(), Unknown: true}}
 	}

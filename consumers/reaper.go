@@ -131,19 +131,37 @@ func (r *reaper) reap(ctx context.Context, w kv.WorkerState) {
 }
 
 // handBack hands back every chunk holder's claims are listed under
-// (Claims.HeldBy) whose claim still names it, and removes the listings;
-// it returns how many it handed back. The reaper calls it for a dead
-// process, a worker for its own id when it starts (what a previous life
-// under that id held).
+// (Claims.HeldBy), in every partition, whose claim still names it, and
+// removes the listings; it returns how many it handed back. The reaper
+// calls it for a dead process, a worker for its own id when it starts
+// (what a previous life under that id held).
 func handBack(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, log zerolog.Logger, holder string) (int, error) {
-	keys, err := stores.Claims.HeldBy(ctx, holder)
+	n := 0
+	for _, part := range stores.Parts() {
+		back, err := handBackIn(ctx, js, part, log, holder)
+		n += back
+		if err != nil {
+			return n, err
+		}
+	}
+	if n > 0 {
+		if err := js.Conn().FlushTimeout(5 * time.Second); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// handBackIn is handBack in one partition.
+func handBackIn(ctx context.Context, js jetstream.JetStream, part *kv.Part, log zerolog.Logger, holder string) (int, error) {
+	keys, err := part.Claims.HeldBy(ctx, holder)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, key := range keys {
 		if job, chunk, ok := kv.ParseChunkKey(key); ok {
-			back, err := handBackOne(ctx, js, stores, holder, job, chunk)
+			back, err := handBackOne(ctx, js, part, holder, job, chunk)
 			if err != nil {
 				return n, err
 			}
@@ -152,12 +170,7 @@ func handBack(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, lo
 				log.Info().Str("job_id", job).Int("chunk", chunk).Str("holder", holder).Msg("dead holder's chunk handed back to its pool")
 			}
 		}
-		if err := stores.Claims.Unhold(ctx, holder, key, 0); err != nil {
-			return n, err
-		}
-	}
-	if n > 0 {
-		if err := js.Conn().FlushTimeout(5 * time.Second); err != nil {
+		if err := part.Claims.Unhold(ctx, holder, key, 0); err != nil {
 			return n, err
 		}
 	}
@@ -170,8 +183,8 @@ func handBack(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, lo
 // redelivers the message to the pool at once (a nak of a delivery
 // acknowledged since is ignored). At MaxDeliver the server dead-letters
 // it instead, as for any delivery.
-func handBackOne(ctx context.Context, js jetstream.JetStream, stores *kv.Stores, holder, job string, chunk int) (bool, error) {
-	cur, err := stores.Claims.Get(ctx, job, chunk)
+func handBackOne(ctx context.Context, js jetstream.JetStream, part *kv.Part, holder, job string, chunk int) (bool, error) {
+	cur, err := part.Claims.Get(ctx, job, chunk)
 	if errors.Is(err, kv.ErrNotFound) {
 		return false, nil // released
 	}
@@ -182,7 +195,7 @@ func handBackOne(ctx context.Context, js jetstream.JetStream, stores *kv.Stores,
 	case cur.Reply == "":
 		return false, nil
 	case cur.ClaimedBy == holder:
-		cur, err = stores.Claims.Orphan(ctx, cur)
+		cur, err = part.Claims.Orphan(ctx, cur)
 		if errors.Is(err, kv.ErrClaimHeld) {
 			return false, nil // taken or released meanwhile
 		}

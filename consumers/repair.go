@@ -251,7 +251,11 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool
 		after, err = cancelRest(ctx, r.tracker, cur, "cancel")
 	} else {
 		var d *kv.Derivation
-		if d, err = r.stores.Checkpoints.Derive(ctx, cur.ID, cur.Chunks); err != nil {
+		var part *kv.Part
+		if part, err = r.stores.PartOf(ctx, cur); err != nil {
+			return false, err
+		}
+		if d, err = part.Checkpoints.Derive(ctx, cur.ID, cur.Chunks); err != nil {
 			return false, err
 		}
 		if now.Sub(d.LastWrite()) < r.idle {
@@ -283,14 +287,14 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool
 }
 
 // restartBacklog admits up to a window of a job's backlog when none of its
-// chunks is left in SALVAGE_CHUNKS: the admissions that should have let
-// them in were lost.
+// chunks is left in its partition's chunk stream: the admissions that
+// should have let them in were lost.
 func (r *repairer) restartBacklog(ctx context.Context, j kv.Job) (int, error) {
-	s, err := r.js.Stream(ctx, streams.Chunks)
+	s, err := r.js.Stream(ctx, streams.ChunksStream(j.Partition))
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.ChunksForJob(j.Pipeline, j.ID))); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.ChunksForJob(j.Partition, j.Pipeline, j.ID))); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, err // queued chunks will admit the rest, or an error
 	}
 	hold, err := r.js.Stream(ctx, streams.Hold)
@@ -317,7 +321,11 @@ func (r *repairer) restartBacklog(ctx context.Context, j kv.Job) (int, error) {
 // pending with no message queued lost its requeue to a crash between
 // marking it and publishing it: the chunk is published again.
 func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (bool, error) {
-	cp, _, err := r.stores.Checkpoints.Get(ctx, e.Job, e.Chunk)
+	part, err := recordPart(ctx, r.stores, e)
+	if err != nil {
+		return false, err
+	}
+	cp, _, err := part.Checkpoints.Get(ctx, e.Job, e.Chunk)
 	if errors.Is(err, kv.ErrNotFound) {
 		return false, nil
 	}
@@ -350,7 +358,11 @@ func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (boo
 // message of it is queued. Its id is derived from the envelope's state,
 // so two sweepers repairing at once publish one message.
 func (r *repairer) requeueLost(ctx context.Context, e kv.EnvelopeRecord, cp kv.Checkpoint) (bool, error) {
-	s, err := r.js.Stream(ctx, streams.Chunks)
+	ref, err := streams.ParseChunkSubject(e.Subject)
+	if err != nil {
+		return false, err
+	}
+	s, err := r.js.Stream(ctx, streams.ChunksStream(ref.Partition))
 	if err != nil {
 		return false, err
 	}

@@ -81,7 +81,7 @@ func TestRepairDecidesByTheRecordNotItsCopy(t *testing.T) {
 	if err := stores.Jobs.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stores.Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
+	if _, err := stores.Parts()[0].Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
 		cp.Status = kv.StatusDone
 		return nil
 	}); err != nil {
@@ -161,9 +161,9 @@ func TestRepairLeavesAJobWhoseChunkJustMoved(t *testing.T) {
 	}
 	// The chunk finishes an hour after the record's last write.
 	written := rec.UpdatedAt.Add(time.Hour)
-	stores.Checkpoints.SetClock(func() time.Time { return written })
+	stores.Parts()[0].Checkpoints.SetClock(func() time.Time { return written })
 	var d kv.Delta
-	if _, err := stores.Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
+	if _, err := stores.Parts()[0].Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.CompletionTokens = kv.StatusDone, 25
 		d = cp.Recount()
 		return nil

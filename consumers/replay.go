@@ -89,7 +89,11 @@ func (o *Operator) replayEnvelope(ctx context.Context, rec kv.EnvelopeRecord) (r
 // sent the chunk back. A chunk already on its way is left alone. Replay
 // calls it when asked again; the sweeper calls it for one nobody asks.
 func (o *Operator) finishReplay(ctx context.Context, rec kv.EnvelopeRecord) error {
-	cp, _, err := o.stores.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
+	part, err := recordPart(ctx, o.stores, rec)
+	if err != nil {
+		return err
+	}
+	cp, _, err := part.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
 	if err != nil || cp.Envelope != rec.ID || cp.Status != kv.StatusDeadLettered {
 		return nil // on its way (or gone): nothing was lost
 	}
@@ -111,8 +115,12 @@ func (o *Operator) finishReplay(ctx context.Context, rec kv.EnvelopeRecord) erro
 // it once. A crash before the checkpoint is repaired by finishReplay, one
 // before the publish by the sweeper's requeueLost.
 func sendReplay(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord, env recovery.Envelope, fresh bool) error {
+	part, err := recordPart(ctx, st, rec)
+	if err != nil {
+		return err
+	}
 	var delta kv.Delta
-	cp, err := st.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
+	cp, err := part.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", rec.ID
 		cp.ClearLastError()
 		if fresh && cp.Epoch == env.Checkpoint.Epoch {
@@ -189,7 +197,11 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 	if job.CancelledAt != nil {
 		return false, fmt.Errorf("%w: job %s was cancelled (%s); its chunks do not run again", ErrReplayRefused, rec.Job, job.StopReason())
 	}
-	cp, _, err := st.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
+	part, err := recordPart(ctx, st, rec)
+	if err != nil {
+		return false, err
+	}
+	cp, _, err := part.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return false, err
 	}
@@ -200,7 +212,7 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 		// The chunk already moved to a later epoch: it resumes there.
 		return false, nil
 	}
-	rows, err := st.Journal.Load(ctx, rec.Job, rec.Chunk, epoch)
+	rows, err := part.Journal.Load(ctx, rec.Job, rec.Chunk, epoch)
 	if err != nil {
 		return false, err
 	}

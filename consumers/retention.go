@@ -160,10 +160,14 @@ type retainStats struct {
 // checkpoints at a time, and returns how many it left.
 func (r *retainer) chunks(ctx context.Context, m jetstream.Msg, job kv.Job, keep kv.Retention, finished time.Time) (int, *retainStats, error) {
 	stats := &retainStats{}
+	part, err := r.stores.PartOf(ctx, job)
+	if err != nil {
+		return 0, stats, err
+	}
 	var left atomic.Int32
 	for lo := 1; lo <= job.Chunks; lo += retainPage {
 		hi := min(lo+retainPage-1, job.Chunks)
-		cps, revs, err := r.stores.Checkpoints.Revisions(ctx, job.ID, lo, hi)
+		cps, revs, err := part.Checkpoints.Revisions(ctx, job.ID, lo, hi)
 		if err != nil {
 			return 0, stats, err
 		}
@@ -175,7 +179,7 @@ func (r *retainer) chunks(ctx context.Context, m jetstream.Msg, job kv.Job, keep
 		for range retainParallel {
 			wg.Go(func() {
 				for i := range next {
-					kept, err := r.chunk(ctx, cps[i], revs[i], keep, finished, stats)
+					kept, err := r.chunk(ctx, part, cps[i], revs[i], keep, finished, stats)
 					if err != nil {
 						once.Do(func() { first = err })
 					}
@@ -199,7 +203,7 @@ func (r *retainer) chunks(ctx context.Context, m jetstream.Msg, job kv.Job, keep
 
 // chunk retires one chunk, and reports false when it must be left as it
 // is (not finished, or its envelope is open).
-func (r *retainer) chunk(ctx context.Context, cp kv.Checkpoint, rev uint64, keep kv.Retention, finished time.Time, stats *retainStats) (bool, error) {
+func (r *retainer) chunk(ctx context.Context, part *kv.Part, cp kv.Checkpoint, rev uint64, keep kv.Retention, finished time.Time, stats *retainStats) (bool, error) {
 	if rev == 0 || cp.KeptUntil != nil {
 		// Never started (nothing stored), or retired already.
 		return true, nil
@@ -233,16 +237,16 @@ func (r *retainer) chunk(ctx context.Context, cp kv.Checkpoint, rev uint64, keep
 			}
 		}
 	}
-	done, err := r.stores.Journal.Retire(ctx, cp.Job, cp.Chunk, rows)
+	done, err := part.Journal.Retire(ctx, cp.Job, cp.Chunk, rows)
 	if err != nil {
 		return false, err
 	}
-	if err := r.stores.Checkpoints.Retain(ctx, cp, rev, records); err != nil {
+	if err := part.Checkpoints.Retain(ctx, cp, rev, records); err != nil {
 		if errors.Is(err, kv.ErrConflict) {
 			// It moved since it was read: live again (a replay took it
 			// while its journal was being retired). Its rows must not
 			// expire under it.
-			_, err := r.stores.Journal.Unretire(ctx, cp.Job, cp.Chunk)
+			_, err := part.Journal.Unretire(ctx, cp.Job, cp.Chunk)
 			return false, err
 		}
 		return false, err

@@ -33,7 +33,7 @@ func (b *bundle) startRetention(t *testing.T, keep kv.Retention) {
 // value, by tool.
 func (b *bundle) journalKeys(t *testing.T, job string, chunk int) map[string]int {
 	t.Helper()
-	rows, err := b.stores.Journal.LoadChunk(b.ctx, job, chunk)
+	rows, err := b.stores.Parts()[0].Journal.LoadChunk(b.ctx, job, chunk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestRetentionByDataClass(t *testing.T) {
 			return false
 		}
 		var err error
-		rowsA, err = b.stores.Journal.LoadChunk(b.ctx, job, 1)
+		rowsA, err = b.stores.Parts()[0].Journal.LoadChunk(b.ctx, job, 1)
 		return err == nil
 	}, "order A to be retired")
 	byTool := map[string]int{}
@@ -159,7 +159,7 @@ func TestRetentionByDataClass(t *testing.T) {
 	// Past the records' time, C is still whole; resolved, it goes too.
 	// Its checkpoint was retired after its rows, so it goes a moment later.
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		_, _, err := b.stores.Checkpoints.Get(b.ctx, job, 2)
+		_, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, 2)
 		return b.journalMsgs(t, job, 2) == 0 && errors.Is(err, kv.ErrNotFound)
 	}, "order B's record (journal and checkpoint) to expire")
 	if got := b.journalKeys(t, job, 3); len(got) != len(open) || b.checkpoint(t, job, 3).KeptUntil != nil {
@@ -205,7 +205,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 		chunk  int
 		status string
 	}{{running, 1, kv.StatusDone}, {finished, 1, kv.StatusDone}, {finished, 2, kv.StatusHeld}, {finished, 3, kv.StatusDeadLettered}} {
-		if _, err := b.stores.Checkpoints.Mutate(b.ctx, c.job, c.chunk, func(cp *kv.Checkpoint) error {
+		if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, c.job, c.chunk, func(cp *kv.Checkpoint) error {
 			cp.Status = c.status
 			if c.status == kv.StatusDeadLettered {
 				cp.Envelope = env
@@ -216,7 +216,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 		}
 		for seq := range 2 {
 			row := kv.JournalRow{Key: kv.JournalKey(c.job, c.chunk, 0, 1, "a", seq), Job: c.job, Chunk: c.chunk, Tool: "model", Status: kv.CallSucceeded}
-			if _, err := b.stores.Journal.Put(b.ctx, row, 0); err != nil {
+			if _, err := b.stores.Parts()[0].Journal.Put(b.ctx, row, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -267,7 +267,7 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 	// It last ran from an earlier message (one of a pipeline nobody runs
 	// stands in for it): the message that runs it again is another one.
 	earlier := publishChunk(t, b, "idle", job, "")
-	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Envelope, cp.Stage, cp.MsgSeq = kv.StatusDeadLettered, env, 1, earlier
 		return nil
 	}); err != nil {
@@ -275,7 +275,7 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 	}
 	for _, epoch := range []int{0, 1} {
 		row := kv.JournalRow{Key: kv.JournalKey(job, 1, epoch, 1, "earlier", 0), Job: job, Chunk: 1, Epoch: epoch, Tool: "model", Status: kv.CallSucceeded}
-		if _, err := b.stores.Journal.Put(b.ctx, row, 0); err != nil {
+		if _, err := b.stores.Parts()[0].Journal.Put(b.ctx, row, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -284,7 +284,7 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	expiring := func() int {
-		rows, err := b.stores.Journal.LoadChunk(b.ctx, job, 1)
+		rows, err := b.stores.Parts()[0].Journal.LoadChunk(b.ctx, job, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

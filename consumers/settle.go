@@ -144,7 +144,7 @@ func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject stri
 			stray = true
 		}
 		if !stray {
-			m := nats.NewMsg(streams.ChunkSubject(job.Pipeline, job.ID, n))
+			m := nats.NewMsg(streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, n))
 			m.Data = raw.Data
 			for k, v := range raw.Header {
 				m.Header[k] = v

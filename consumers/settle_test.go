@@ -227,7 +227,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 			t.Errorf("%d messages left in %s after the cancel", m, s)
 		}
 	}
-	cps, err := b.stores.Checkpoints.ForJobRange(b.ctx, big, n-1, n)
+	cps, err := b.stores.Parts()[0].Checkpoints.ForJobRange(b.ctx, big, n-1, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestLostReplayIsRepublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d kv.Delta
-	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
 		d = cp.Recount()
 		return nil

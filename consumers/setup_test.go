@@ -419,7 +419,7 @@ func (b *bundle) waitJob(t *testing.T, id, status string) kv.Job {
 
 func (b *bundle) checkpoint(t *testing.T, job string, chunk int) kv.Checkpoint {
 	t.Helper()
-	cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, chunk)
+	cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, chunk)
 	if err != nil {
 		t.Fatal(err)
 	}

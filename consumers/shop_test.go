@@ -261,7 +261,7 @@ func (b *bundle) envelopeOf(t *testing.T, job string, chunk int, ok func(kv.Enve
 // row returns chunk's journal row for tool in epoch 0.
 func (b *bundle) row(t *testing.T, job string, chunk int, tool string) kv.StoredRow {
 	t.Helper()
-	rows, err := b.stores.Journal.Load(b.ctx, job, chunk, 0)
+	rows, err := b.stores.Parts()[0].Journal.Load(b.ctx, job, chunk, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -223,6 +223,9 @@ type parsed struct {
 	jobID     string
 	traceID   string
 	window    int
+	// partition holds the job's chunks: PartitionOf its id among the
+	// partitions this process knows, written in its record.
+	partition int
 	// tree binds each chunk to the job (streams.VerifyChunk).
 	tree *streams.ChunkTree
 }
@@ -271,7 +274,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	job := kv.Job{
 		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.inputs), Window: p.window,
 		TraceID: p.traceID, Metadata: p.msg.Metadata, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
-		ChunksRoot: p.tree.Root(),
+		ChunksRoot: p.tree.Root(), Partition: p.partition,
 	}
 	if b := p.msg.Budget; b != nil {
 		job.Budget = &kv.Budget{Tokens: b.Tokens, Cost: b.Cost}
@@ -400,6 +403,7 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 	default:
 		p.jobID = jobIDFor(hdr.Get(streams.HeaderMsgID), meta)
 	}
+	p.partition = streams.PartitionOf(p.jobID, s.stores.Partitions())
 	// Looked up once the job id is known, so a waiter hears of it.
 	if p.pipeline, err = s.cfg.Registry.Get(name); err != nil {
 		return p, reject(streams.RejectUnknownPipeline, err)
@@ -453,11 +457,11 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 // message builds the message of chunk i+1.
 func (p parsed) message(i int) (*nats.Msg, error) {
 	return chunkMessage(streams.ChunkMsg{Job: p.jobID, Chunk: i + 1, Pipeline: p.pipeline.Name, TraceID: p.traceID,
-		SourceSeq: p.sourceSeq, Input: p.inputs[i], Proof: p.tree.Proof(i + 1)}, p.window)
+		SourceSeq: p.sourceSeq, Input: p.inputs[i], Proof: p.tree.Proof(i + 1), Partition: p.partition}, p.window)
 }
 
-// chunkMessage is the message of one chunk: on SALVAGE_CHUNKS when it is
-// within the job's window (or the job has none), else on SALVAGE_BACKLOG.
+// chunkMessage is the message of one chunk: on its partition's chunk
+// stream when it is within the job's window (or the job has none), else on SALVAGE_BACKLOG.
 // Its Nats-Msg-Id names the job, chunk and source message, so a repeat is
 // dropped and admitting it from the backlog later is one more repeat-safe
 // publish.
@@ -468,7 +472,7 @@ func chunkMessage(c streams.ChunkMsg, window int) (*nats.Msg, error) {
 	if err := enc.Encode(c); err != nil {
 		return nil, err
 	}
-	subject := streams.ChunkSubject(c.Pipeline, c.Job, c.Chunk)
+	subject := streams.ChunkSubject(c.Partition, c.Pipeline, c.Job, c.Chunk)
 	if window > 0 && c.Chunk > window {
 		subject = streams.BacklogSubject(c.Pipeline, c.Job, c.Chunk)
 	}

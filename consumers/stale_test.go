@@ -22,7 +22,7 @@ import (
 // returns its sequence.
 func publishChunk(t *testing.T, b *bundle, pipeline, job, link string) uint64 {
 	t.Helper()
-	m := nats.NewMsg(streams.ChunkSubject(pipeline, job, 1))
+	m := nats.NewMsg(streams.ChunkSubject(0, pipeline, job, 1))
 	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
 	if link != "" {
 		m.Header.Set(streams.HeaderRecoveryOf, link)
@@ -76,7 +76,7 @@ func staleChunk(t *testing.T, b *bundle) (job string, oldSeq uint64, current, se
 	newSeq := publishChunk(t, b, "test", job, current)
 	// The chunk ran from the newer message; it failed, and its envelope
 	// is the current one.
-	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, newSeq, 1
 		return nil
 	}); err != nil {
@@ -136,7 +136,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		// The chunk last ran from a newer message (here one of a pipeline
 		// nobody runs stands in for it), and a recovery requeued it.
 		newer := publishChunk(t, b, "idle", job, "")
-		if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+		if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusPending, current, newer, 1
 			return nil
 		}); err != nil {
@@ -191,7 +191,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 			if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
 				t.Fatal(err)
 			}
-			m := nats.NewMsg(streams.ChunkSubject("test", job, 1))
+			m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
 			m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
 			envs := []kv.EnvelopeRecord{{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeOpen, CreatedAt: time.Now()}}
 			if tc.replay {
@@ -212,7 +212,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 			}
 			// The chunk ran from this message, in epoch 1, and was
 			// dead-lettered under the current envelope.
-			if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+			if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
 				cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries, cp.Epoch = kv.StatusDeadLettered, current, ack.Sequence, 1, 1
 				cp.Compensated = tc.replay
 				return nil
@@ -256,13 +256,13 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 	// The chunk last ran from an earlier message (one of a pipeline
 	// nobody runs stands in for it), dead-lettered under current.
 	earlier := publishChunk(t, b, "idle", job, "")
-	if _, err := b.stores.Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
+	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, earlier, 1
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	m := nats.NewMsg(streams.ChunkSubject("test", job, 1))
+	m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
 	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
 	m.Header.Set(streams.HeaderReplayOf, first)
 	ack, err := b.JS.PublishMsg(b.ctx, m)

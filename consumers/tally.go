@@ -10,10 +10,10 @@ import (
 // pastTally is what the calls of a chunk's epochs before epoch came to,
 // from their journal rows: a chunk runs in a later epoch only after a
 // compensate-and-retry, so this reads nothing for almost every chunk.
-func pastTally(ctx context.Context, st *kv.Stores, job string, chunk, epoch int, prices recovery.Prices) (recovery.Tally, error) {
+func pastTally(ctx context.Context, part *kv.Part, job string, chunk, epoch int, prices recovery.Prices) (recovery.Tally, error) {
 	var t recovery.Tally
 	for e := range epoch {
-		rows, err := st.Journal.Load(ctx, job, chunk, e)
+		rows, err := part.Journal.Load(ctx, job, chunk, e)
 		if err != nil {
 			return t, err
 		}
@@ -36,9 +36,9 @@ func setTally(cp *kv.Checkpoint, t recovery.Tally) {
 // chunkTally is what every call of a chunk came to, in every epoch up to
 // epoch, from the journal; nothing is read for a chunk no worker ever took
 // (taken is false): it has no rows.
-func chunkTally(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, prices recovery.Prices) (recovery.Tally, error) {
+func chunkTally(ctx context.Context, part *kv.Part, cp kv.Checkpoint, prices recovery.Prices) (recovery.Tally, error) {
 	if cp.MsgSeq == 0 {
 		return recovery.Tally{}, nil
 	}
-	return pastTally(ctx, st, cp.Job, cp.Chunk, cp.Epoch+1, prices)
+	return pastTally(ctx, part, cp.Job, cp.Chunk, cp.Epoch+1, prices)
 }

@@ -85,7 +85,11 @@ func (t tracker) settle(ctx context.Context, jobID string) (kv.Job, error) {
 
 // settleRecord is settle for a job record its caller has just read.
 func (t tracker) settleRecord(ctx context.Context, job kv.Job) (kv.Job, error) {
-	d, err := t.stores.Checkpoints.Derive(ctx, job.ID, job.Chunks)
+	part, err := t.stores.PartOf(ctx, job)
+	if err != nil {
+		return job, err
+	}
+	d, err := part.Checkpoints.Derive(ctx, job.ID, job.Chunks)
 	if err != nil {
 		return job, err
 	}

@@ -42,7 +42,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 	// any proof leads to another root.
 	forged.Proof = strings.Repeat("A", 43)
 	data, _ := json.Marshal(forged)
-	m := nats.NewMsg(streams.ChunkSubject(shopPipeline, job, 2))
+	m := nats.NewMsg(streams.ChunkSubject(0, shopPipeline, job, 2))
 	m.Data = data
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestClaimsNoHolderWroteHoldNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		l, err := b.stores.Claims.Get(b.ctx, running, 1)
+		l, err := b.stores.Parts()[0].Claims.Get(b.ctx, running, 1)
 		return err == nil && l.Unreadable == "" && l.ClaimedBy == "w1"
 	}, "the holder to take its claim back")
 	close(gate(running, 1))
@@ -196,7 +196,7 @@ func TestUsageSurvivesACrash(t *testing.T) {
 			job := b.submit(t, modeUsage)
 			child := b.startChild(t, "child")
 			salvagetest.Eventually(t, time.Minute, func() bool {
-				rows, err := b.stores.Journal.Load(b.ctx, job, 1, 0)
+				rows, err := b.stores.Parts()[0].Journal.Load(b.ctx, job, 1, 0)
 				n := 0
 				for _, r := range rows {
 					if r.Stage == 2 && r.Status == kv.CallSucceeded {
@@ -223,7 +223,7 @@ func TestUsageSurvivesACrash(t *testing.T) {
 				j = b.waitJob(t, job, kv.JobDone)
 			}
 
-			rows, err := b.stores.Journal.Load(b.ctx, job, 1, 0)
+			rows, err := b.stores.Parts()[0].Journal.Load(b.ctx, job, 1, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -269,7 +269,7 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		held := 0
 		for c := 1; c <= chunks; c++ {
-			if cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
+			if cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
 				held++
 			}
 		}

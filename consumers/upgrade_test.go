@@ -59,7 +59,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	legacy := streams.WorkersConfig(opts, "test")
+	legacy := streams.WorkersConfig(opts, 0, "test")
 	legacy.Durable, legacy.FilterSubject, legacy.Description = streams.LegacyWorkersConsumer, streams.ChunksAll, "the single chunk consumer"
 	if _, err := nb.JS.CreateConsumer(ctx, streams.Chunks, legacy); err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 	env := recovery.Envelope{ID: "01JOLDENVELOPE0000000000EN", Job: job, Chunk: 1, Pipeline: "test",
 		Category: recovery.CategoryUnrecoverable, Strategy: recovery.StrategyDeadEnd, CreatedAt: time.Now().UTC(),
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
-		Original: recovery.Original{Stream: streams.Chunks, Subject: streams.ChunkSubject("test", job, 1), Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"test"}`)}}
+		Original: recovery.Original{Stream: streams.Chunks, Subject: streams.ChunkSubject(0, "test", job, 1), Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"test"}`)}}
 	data, _ := json.Marshal(env)
 	ack, err := b.JS.Publish(b.ctx, "salvage.dlq."+env.Category+"."+job+".1", data)
 	if err != nil {

@@ -147,9 +147,9 @@ type Worker struct {
 	// tails bounds the finished chunks still doing their bookkeeping
 	// after giving their slot to the next chunk.
 	tails chan struct{}
-	// journal is where the chunks' journal rows go: stores.Journal, or a
-	// test's wrapper of it.
-	journal recovery.JournalStore
+	// journal is where a chunk's journal rows go, given its partition's
+	// journal: that journal, or a test's wrapper of it.
+	journal func(recovery.JournalStore) recovery.JournalStore
 	// inFlight counts the chunks being handled now.
 	inFlight atomic.Int64
 	// pools are each pipeline's settings (the worker's, or the
@@ -190,12 +190,12 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 		pools[name], slots = pl, slots+pl.concurrency
 	}
 	return &Worker{
-		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), log),
+		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), stores.Partitions(), log),
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log, prices: cfg.Prices},
 		cancels: newCancelRegistry(),
 		tails:   make(chan struct{}, max(slots, 1)),
-		journal: stores.Journal,
+		journal: func(j recovery.JournalStore) recovery.JournalStore { return j },
 		pools:   pools,
 	}, nil
 }
@@ -271,12 +271,22 @@ func (w *Worker) InFlight() int { return int(w.inFlight.Load()) }
 // releases the rest for another worker. It blocks until the drain is over
 // and returns nil, or an error if the consumer cannot be bound.
 func (w *Worker) Run(ctx context.Context) error {
-	// One pool per pipeline: a worker never receives a chunk of a
-	// pipeline it does not run (invariant 10).
+	// One pool per pipeline in each partition: a worker never receives a
+	// chunk of a pipeline it does not run (invariant 10).
 	names := w.cfg.Registry.Names()
-	pools, err := bindPools(ctx, w.js, streams.Chunks, names, streams.WorkersConsumer)
-	if err != nil || pools == nil {
-		return err
+	type bound struct {
+		pipeline string
+		cons     jetstream.Consumer
+	}
+	var pools []bound
+	for k := range w.stores.Partitions() {
+		cons, err := bindPools(ctx, w.js, streams.ChunksStream(k), names, streams.WorkersConsumer)
+		if err != nil || cons == nil {
+			return err
+		}
+		for i, c := range cons {
+			pools = append(pools, bound{names[i], c})
+		}
 	}
 	for _, name := range names {
 		if err := w.stores.Pipelines.Register(ctx, name); err != nil {
@@ -315,11 +325,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, name := range names {
 		slots[name] = make(chan struct{}, w.poolFor(name).concurrency)
 	}
-	for i, cons := range pools {
+	for _, p := range pools {
 		pulls.Add(1)
 		go func() {
 			defer pulls.Done()
-			w.pull(ctx, workCtx, names[i], cons, slots[names[i]], &wg)
+			w.pull(ctx, workCtx, p.pipeline, p.cons, slots[p.pipeline], &wg)
 		}()
 	}
 	pulls.Wait()
@@ -374,6 +384,12 @@ func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstr
 			err = run(batch)
 		}
 		if got == 0 && (err == nil || errors.Is(err, jetstream.ErrNoMessages)) {
+			// Wait holding one slot: the pipeline's pulls of other
+			// partitions may take the rest meanwhile.
+			for range free - 1 {
+				<-slots
+			}
+			free = 1
 			if batch, err = cons.Fetch(1, jetstream.FetchMaxWait(time.Second)); err == nil {
 				err = run(batch)
 			}

@@ -51,6 +51,9 @@ type run struct {
 	pool pool
 	// past is what the calls of the chunk's earlier epochs came to.
 	past recovery.Tally
+	// part is the storage of the chunk's partition: the one whose chunk
+	// stream delivered the message.
+	part *kv.Part
 }
 
 // pipelineOf is the pipeline token of a chunk subject ("" when it has
@@ -107,12 +110,23 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
 		return
 	}
 	r.meta = meta
+	k, ok := streams.PartitionOfStream(meta.Stream)
+	if !ok {
+		w.log.Error().Str("stream", meta.Stream).Msg("chunk message from a stream that is no partition's")
+		return
+	}
+	if r.part, err = w.stores.Part(ctx, k); err != nil {
+		w.log.Error().Err(err).Int("partition", k).Msg("open the partition's storage; JetStream will redeliver")
+		return
+	}
 	if err := json.Unmarshal(m.Data(), &r.chunk); err != nil || r.chunk.Job == "" || r.chunk.Chunk < 1 {
 		r.malformed(ctx, err)
 		return
 	}
-	if ref, err := streams.ParseChunkSubject(m.Subject()); err != nil || ref.Job != r.chunk.Job || ref.Chunk != r.chunk.Chunk || ref.Pipeline != r.chunk.Pipeline {
-		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("subject %s and body (chunk %d of job %s, pipeline %s) disagree", m.Subject(), r.chunk.Chunk, r.chunk.Job, r.chunk.Pipeline))
+	if ref, err := streams.ParseChunkSubject(m.Subject()); err != nil || ref.Job != r.chunk.Job || ref.Chunk != r.chunk.Chunk || ref.Pipeline != r.chunk.Pipeline ||
+		ref.Partition != k || r.chunk.Partition != k {
+		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("subject %s, stream %s and body (chunk %d of job %s, pipeline %s, partition %d) disagree",
+			m.Subject(), meta.Stream, r.chunk.Chunk, r.chunk.Job, r.chunk.Pipeline, r.chunk.Partition))
 		return
 	}
 	r.log = w.log.With().Str("job_id", r.chunk.Job).Int("chunk", r.chunk.Chunk).
@@ -173,8 +187,9 @@ func (r *run) run(ctx context.Context) error {
 		r.log.Warn().Uint64("source_seq", r.chunk.SourceSeq).Uint64("job_source_seq", job.SourceSeq).Msg("chunk of a duplicate job message; dropped")
 		return r.ack(ctx)
 	}
-	if r.chunk.Chunk > job.Chunks || r.chunk.Pipeline != job.Pipeline {
-		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s: job %s has %d chunks of pipeline %s", r.chunk.Chunk, r.chunk.Pipeline, job.ID, job.Chunks, job.Pipeline))
+	if r.chunk.Chunk > job.Chunks || r.chunk.Pipeline != job.Pipeline || r.part.Index != job.Partition {
+		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s in partition %d: job %s has %d chunks of pipeline %s in partition %d",
+			r.chunk.Chunk, r.chunk.Pipeline, r.part.Index, job.ID, job.Chunks, job.Pipeline, job.Partition))
 		return nil
 	}
 	if job.ChunksRoot != "" {
@@ -185,7 +200,7 @@ func (r *run) run(ctx context.Context) error {
 			return nil
 		}
 	}
-	cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
+	cp, _, err := r.part.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
 	}
@@ -220,7 +235,7 @@ func (r *run) run(ctx context.Context) error {
 		// Its worker may have died before counting it or acking it.
 		return finishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
 	}
-	if older, err := olderMessage(ctx, w.js, r.meta.Sequence.Stream, cp); err != nil || older {
+	if older, err := olderMessage(ctx, w.js, r.part.Index, r.meta.Sequence.Stream, cp); err != nil || older {
 		if err != nil {
 			return err
 		}
@@ -259,7 +274,7 @@ func (r *run) run(ctx context.Context) error {
 	approval, approved := r.approval()
 	var taken kv.Delta
 	fresh := false
-	cp, fence, err := w.stores.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
+	cp, fence, err := r.part.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		// Never taken before: no worker has written a journal row for it.
 		fresh = cp.MsgSeq == 0
 		if approved && cp.Status == kv.StatusAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
@@ -339,10 +354,10 @@ func (r *run) run(ctx context.Context) error {
 			return err
 		}
 	}
-	r.replay = recovery.NewReplay(w.journal, rows)
+	r.replay = recovery.NewReplay(w.journal(r.part.Journal), rows)
 	// The calls of the chunk's earlier epochs (a compensate-and-retry ran
 	// it fresh) count too; read once, they do not change.
-	if r.past, err = pastTally(ctx, w.stores, r.chunk.Job, r.chunk.Chunk, cp.Epoch, w.cfg.Prices); err != nil {
+	if r.past, err = pastTally(ctx, r.part, r.chunk.Job, r.chunk.Chunk, cp.Epoch, w.cfg.Prices); err != nil {
 		return err
 	}
 	r.states = map[string]*recovery.AgentState{}
@@ -513,7 +528,7 @@ func (r *run) checkLinked(ctx context.Context, id string, byHand bool, epoch int
 // as it was.
 func (r *run) refuseReplay(ctx context.Context, id string, why error) {
 	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
-		rec.Notes = append(rec.Notes, streams.Clip(fmt.Sprintf("replay by hand (%s message %d) refused: %v", streams.Chunks, r.meta.Sequence.Stream, why), 1024))
+		rec.Notes = append(rec.Notes, streams.Clip(fmt.Sprintf("replay by hand (%s message %d) refused: %v", r.meta.Stream, r.meta.Sequence.Stream, why), 1024))
 		return nil
 	})
 	if err != nil {
@@ -567,7 +582,7 @@ func (r *run) replayedByHand(ctx context.Context, id string, fresh bool) {
 		}
 		rec.Replays++
 		rec.Status, rec.Requeued, rec.Human, rec.RecoveringBy, rec.LeaseUntil = kv.EnvelopeRecovering, true, true, "", time.Time{}
-		note := fmt.Sprintf("replayed by hand (%s on %s message %d)", streams.HeaderReplayOf, streams.Chunks, r.meta.Sequence.Stream)
+		note := fmt.Sprintf("replayed by hand (%s on %s message %d)", streams.HeaderReplayOf, r.meta.Stream, r.meta.Sequence.Stream)
 		if fresh {
 			note += ", fresh in a new epoch: its effects were compensated"
 		}
@@ -631,7 +646,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 				return r.hold(ctx, cp, fence, system, err)
 			case recovery.ClassOf(err).Permanent():
 				recordError(&cp, err)
-				if werr := w.stores.Checkpoints.Write(ctx, fence, cp); werr != nil {
+				if werr := r.part.Checkpoints.Write(ctx, fence, cp); werr != nil {
 					return r.fencedOr(werr)
 				}
 				return r.permanent(ctx, err)
@@ -648,7 +663,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 			break
 		}
 		cp.Stage = s + 1
-		if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+		if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 			return r.fencedOr(err)
 		}
 		log.Debug().Msg("stage done")
@@ -666,7 +681,7 @@ func (r *run) tally(cp *kv.Checkpoint) {
 // expires (retention retired the chunk while this run took it) makes the
 // chunk's rows stop expiring first, in every epoch.
 func (r *run) loadJournal(ctx context.Context, epoch int) (map[string]kv.StoredRow, error) {
-	j := r.w.stores.Journal
+	j := r.part.Journal
 	rows, err := j.Load(ctx, r.chunk.Job, r.chunk.Chunk, epoch)
 	if err != nil {
 		return nil, err
@@ -685,7 +700,7 @@ func (r *run) loadJournal(ctx context.Context, epoch int) (map[string]kv.StoredR
 // unretire takes back the TTLs retention gave the chunk's journal rows,
 // in every epoch: nothing a running chunk needs expires.
 func (r *run) unretire(ctx context.Context) error {
-	n, err := r.w.stores.Journal.Unretire(ctx, r.chunk.Job, r.chunk.Chunk)
+	n, err := r.part.Journal.Unretire(ctx, r.chunk.Job, r.chunk.Chunk)
 	if err != nil {
 		return err
 	}
@@ -737,7 +752,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 	cp.Stage = len(p.Stages)
 	cp.Record(kv.ChunkEvent{Kind: kv.EventDone, Worker: w.cfg.ID, Stage: cp.Stage})
 	d := cp.Recount()
-	if err := w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
 	if w.afterDone != nil {
@@ -792,7 +807,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 		cp.Stage = stage
 		// What this delivery counted (calls, tokens) is kept first,
 		// while the fence is still ours.
-		if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+		if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 			return r.fencedOr(err)
 		}
 		job := kv.Job{ID: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, CancelReason: r.w.cancels.reason(r.chunk.Job)}
@@ -806,7 +821,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 	cp.Reason = r.w.cancels.reason(r.chunk.Job)
 	cp.Record(kv.ChunkEvent{Kind: kv.EventCancelled, Worker: r.w.cfg.ID, Stage: stage})
 	d := cp.Recount()
-	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
 	r.log.Info().Int("stage", stage).Msg("chunk cancelled")
@@ -846,12 +861,12 @@ func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint)
 		return r.stoppedWithEffects(ctx, stage)
 	}
 	// A worker that died in it made calls nobody counted yet.
-	tally, err := chunkTally(ctx, r.w.stores, cp, r.w.cfg.Prices)
+	tally, err := chunkTally(ctx, r.part, cp, r.w.cfg.Prices)
 	if err != nil {
 		return err
 	}
 	var d kv.Delta
-	cp, err = r.w.stores.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
+	cp, err = r.part.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
 		d = kv.Delta{}
 		if cp.Terminal() && cp.Status != kv.StatusDeadLettered {
 			return kv.ErrNoChange
@@ -877,7 +892,7 @@ func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint)
 // delay — or at once on the last delivery, so the advisory comes promptly.
 func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, cause error) error {
 	recordError(&cp, cause)
-	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
 	r.releaseClaim(ctx)
@@ -911,7 +926,7 @@ func recordError(cp *kv.Checkpoint, cause error) {
 func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, why string) error {
 	cp.ClearLastError()
 	cp.LastError, cp.LastErrorClass = why, recovery.ClassTransient.String()
-	if err := r.w.stores.Checkpoints.Write(ctx, fence, cp); err != nil {
+	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
 	r.releaseClaim(ctx)
@@ -975,7 +990,7 @@ func (r *run) releaseClaim(ctx context.Context) {
 	if l.Key == "" {
 		return
 	}
-	if err := r.w.stores.Claims.Release(ctx, l); err != nil {
+	if err := r.part.Claims.Release(ctx, l); err != nil {
 		r.log.Debug().Err(err).Msg("release claim")
 	}
 }
@@ -984,7 +999,7 @@ func (r *run) releaseClaim(ctx context.Context) {
 // to find should the process die; a listing that fails leaves the chunk
 // to JetStream's redelivery in that case.
 func (r *run) listClaim(ctx context.Context) {
-	rev, err := r.w.stores.Claims.Hold(ctx, r.lease)
+	rev, err := r.part.Claims.Hold(ctx, r.lease)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("list the claim under this process; should it die, the chunk waits for AckWait")
 		return
@@ -1003,7 +1018,7 @@ func (r *run) unlistClaim(ctx context.Context) {
 	if rev == 0 {
 		return
 	}
-	if err := r.w.stores.Claims.Unhold(context.WithoutCancel(ctx), r.w.cfg.ID, key, rev); err != nil {
+	if err := r.part.Claims.Unhold(context.WithoutCancel(ctx), r.w.cfg.ID, key, rev); err != nil {
 		r.log.Debug().Err(err).Msg("unlist the claim")
 	}
 }
@@ -1012,12 +1027,12 @@ func (r *run) unlistClaim(ctx context.Context) {
 // another process holds is believed only while that process lives
 // (WorkerConfig.Alive): one whose holder has no record is taken at once.
 func (r *run) acquire(ctx context.Context) (kv.Lease, error) {
-	lease, err := r.w.stores.Claims.AcquireAs(ctx, r.chunk.Job, r.chunk.Chunk, r.claim(), r.pool.lease())
+	lease, err := r.part.Claims.AcquireAs(ctx, r.chunk.Job, r.chunk.Chunk, r.claim(), r.pool.lease())
 	var held *kv.HeldError
 	if !errors.As(err, &held) || r.w.cfg.Alive == nil || held.Holder.ClaimedBy == r.w.cfg.ID || r.w.cfg.Alive(ctx, held.Holder.ClaimedBy) {
 		return lease, err
 	}
-	return r.w.stores.Claims.Steal(ctx, held.Holder, r.claim(), r.pool.lease(), "a claim of "+held.Holder.ClaimedBy+", a process with no live record")
+	return r.part.Claims.Steal(ctx, held.Holder, r.claim(), r.pool.lease(), "a claim of "+held.Holder.ClaimedBy+", a process with no live record")
 }
 
 // claim is the claim this delivery holds: who, which delivery, and the
@@ -1051,11 +1066,11 @@ func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, don
 		r.mu.Lock()
 		l := r.lease
 		r.mu.Unlock()
-		nl, err := r.w.stores.Claims.Renew(ctx, l, r.pool.lease())
+		nl, err := r.part.Claims.Renew(ctx, l, r.pool.lease())
 		if errors.Is(err, kv.ErrClaimLost) {
 			// Taken over by another holder — or overwritten by something
 			// no holder writes, which the records do not believe.
-			nl, err = r.w.stores.Claims.Reclaim(ctx, l, r.pool.lease())
+			nl, err = r.part.Claims.Reclaim(ctx, l, r.pool.lease())
 			if err == nil {
 				r.log.Warn().Str("claim", l.Key).Str("replaced", nl.Replaced).Msg("claim overwritten by something no holder writes; taken back")
 			}
@@ -1080,7 +1095,6 @@ func (r *run) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, don
 // the chunk is finished (acked here, held false) or the lease expired and
 // this worker stole it (held true).
 func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
-	w := r.w
 	r.log.Info().Msg("chunk held by a live worker; waiting")
 	t := time.NewTicker(min(r.pool.heartbeat, time.Second))
 	defer t.Stop()
@@ -1097,7 +1111,7 @@ func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
 			}
 			lastBeat = time.Now()
 		}
-		cp, _, err := w.stores.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
+		cp, _, err := r.part.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
 		if err == nil && (cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status)) {
 			r.log.Info().Str("status", cp.Status).Msg("holder finished the chunk; acking this delivery")
 			return kv.Lease{}, false, r.ack(ctx)

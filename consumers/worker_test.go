@@ -153,11 +153,11 @@ func TestEnvelopeNamesTheFailingAgent(t *testing.T) {
 	if e.FailedAgent != "agent2b" || e.FailedCall != kv.JournalKey(job, 1, 0, 2, "agent2b", 1) || e.FailedTool != "tool" || e.FailedStage != 2 {
 		t.Errorf("envelope blames agent %q call %q tool %q stage %d; want agent2b's first call in stage 2", e.FailedAgent, e.FailedCall, e.FailedTool, e.FailedStage)
 	}
-	sibling, err := b.stores.Journal.Get(b.ctx, kv.JournalKey(job, 1, 0, 2, "agent2", 1))
+	sibling, err := b.stores.Parts()[0].Journal.Get(b.ctx, kv.JournalKey(job, 1, 0, 2, "agent2", 1))
 	if err != nil || sibling.Status != kv.CallCancelled || sibling.ErrorStatus != 0 || strings.Contains(sibling.Error, "too long") {
 		t.Errorf("agent2's row = %+v (%v), want CANCELLED without agent2b's error", sibling.JournalRow, err)
 	}
-	failed, err := b.stores.Journal.Get(b.ctx, e.FailedCall)
+	failed, err := b.stores.Parts()[0].Journal.Get(b.ctx, e.FailedCall)
 	if err != nil || failed.Status != kv.CallFailed || failed.ErrorStatus != 400 {
 		t.Errorf("agent2b's row = %+v (%v), want FAILED 400", failed.JournalRow, err)
 	}
@@ -258,7 +258,7 @@ func TestCancellationAtStage(t *testing.T) {
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeWaitCancel, modeOK)
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		cp, _, err := b.stores.Checkpoints.Get(b.ctx, job, 2)
+		cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, 2)
 		return callCount(job, 1, 2) == 1 && err == nil && cp.Status == kv.StatusDone
 	}, "chunk 1 blocked in stage 2 and chunk 2 done")
 	if _, err := b.stores.Jobs.Cancel(b.ctx, job); err != nil {
@@ -314,7 +314,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 
 	var first kv.Lease
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		l, err := b.stores.Claims.Get(b.ctx, job, 1)
+		l, err := b.stores.Parts()[0].Claims.Get(b.ctx, job, 1)
 		if err == nil && first.Revision == 0 {
 			first = l
 		}
@@ -379,8 +379,8 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	job := b.submit(t, modeBlockInChild)
 	cmd := b.startChild(t, "child")
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		l, err := b.stores.Claims.Get(b.ctx, job, 1)
-		cp, _, cerr := b.stores.Checkpoints.Get(b.ctx, job, 1)
+		l, err := b.stores.Parts()[0].Claims.Get(b.ctx, job, 1)
+		cp, _, cerr := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, 1)
 		return err == nil && cerr == nil && l.ClaimedBy == "child" && l.Reply != "" && cp.Stage == 2
 	}, "the child to hold the chunk in stage 2")
 	b.startWorker(t, "survivor")
@@ -405,7 +405,7 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	if want := []string{"child: ", "survivor: taken over from child (its process's lease lapsed)"}; !slices.Equal(takers, want) {
 		t.Errorf("delivered to %q; want %q", takers, want)
 	}
-	if keys, err := b.stores.Claims.HeldBy(b.ctx, "child"); err != nil || len(keys) != 0 {
+	if keys, err := b.stores.Parts()[0].Claims.HeldBy(b.ctx, "child"); err != nil || len(keys) != 0 {
 		t.Errorf("claims still listed under the dead child: %v (%v)", keys, err)
 	}
 	// Nothing left pending.
@@ -433,7 +433,7 @@ func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
 		t.Fatalf("checkpoint after the kill = stage %d %s, want stage 2 running", cp.Stage, cp.Status)
 	}
 	key := kv.JournalKey(job, 1, cp.Epoch, 2, "agent2", 1)
-	if row, err := b.stores.Journal.Get(b.ctx, key); !errors.Is(err, kv.ErrNotFound) {
+	if row, err := b.stores.Parts()[0].Journal.Get(b.ctx, key); !errors.Is(err, kv.ErrNotFound) {
 		t.Fatalf("row %s after the kill = %+v, %v; want none", key, row, err)
 	}
 	b.startWorker(t, "survivor")
@@ -444,7 +444,7 @@ func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
 	if n := callCount(job, 1, 1); n != 0 {
 		t.Errorf("survivor re-ran stage 1 (%d calls): its checkpoint was durable", n)
 	}
-	row, err := b.stores.Journal.Get(b.ctx, key)
+	row, err := b.stores.Parts()[0].Journal.Get(b.ctx, key)
 	if err != nil || row.Status != kv.CallSucceeded || row.Attempts != 1 {
 		t.Errorf("row %s = %+v, %v; want SUCCEEDED after one attempt", key, row, err)
 	}
@@ -461,13 +461,13 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
 
 	// Another worker steals the claim after expiry and takes the fence.
-	b.stores.Claims.SetClock(func() time.Time { return time.Now().Add(time.Minute) })
-	lease, err := b.stores.Claims.Acquire(b.ctx, job, 1, "thief", 2, time.Hour)
-	b.stores.Claims.SetClock(time.Now)
+	b.stores.Parts()[0].Claims.SetClock(func() time.Time { return time.Now().Add(time.Minute) })
+	lease, err := b.stores.Parts()[0].Claims.Acquire(b.ctx, job, 1, "thief", 2, time.Hour)
+	b.stores.Parts()[0].Claims.SetClock(time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.stores.Checkpoints.Take(b.ctx, job, 1, "thief", lease.Revision, nil); err != nil {
+	if _, _, err := b.stores.Parts()[0].Checkpoints.Take(b.ctx, job, 1, "thief", lease.Revision, nil); err != nil {
 		t.Fatal(err)
 	}
 	close(gate(job, 1))
@@ -521,7 +521,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		}
 		return held != nil
 	}, "the holder to take the chunk")
-	lease, err := b.stores.Claims.Acquire(b.ctx, job, 1, "holder", 1, 2*time.Second)
+	lease, err := b.stores.Parts()[0].Claims.Acquire(b.ctx, job, 1, "holder", 1, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +530,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 	b.startWorker(t, "waiter")
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if lease, err = b.stores.Claims.Renew(b.ctx, lease, 2*time.Second); err != nil {
+		if lease, err = b.stores.Parts()[0].Claims.Renew(b.ctx, lease, 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond) // the fault: a holder alive for 10 s that renews and sends no in-progress
@@ -546,13 +546,13 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		t.Fatal("waiter ran a chunk held by a live worker")
 	}
 	// The holder finishes: the waiter acks its copy without running it.
-	_, fence, err := b.stores.Checkpoints.Take(b.ctx, job, 1, "holder", lease.Revision, nil)
+	_, fence, err := b.stores.Parts()[0].Checkpoints.Take(b.ctx, job, 1, "holder", lease.Revision, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cp := b.checkpoint(t, job, 1)
 	cp.Status = kv.StatusDone
-	if err := b.stores.Checkpoints.Write(b.ctx, &fence, cp); err != nil {
+	if err := b.stores.Parts()[0].Checkpoints.Write(b.ctx, &fence, cp); err != nil {
 		t.Fatal(err)
 	}
 	_ = held.Ack()
@@ -582,7 +582,7 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 			t.Errorf("envelope of chunk %d: class %q, category %s, error %.300q", e.Chunk, e.ErrorClass, e.Category, e.Error)
 		}
 	}
-	row, err := b.stores.Journal.Get(b.ctx, kv.JournalKey(job, 3, 0, 2, "agent2", 1))
+	row, err := b.stores.Parts()[0].Journal.Get(b.ctx, kv.JournalKey(job, 3, 0, 2, "agent2", 1))
 	if err != nil || row.Status != kv.CallFailed || row.ErrorClass != "panic" || !strings.Contains(row.Error, "the tool fell over") {
 		t.Errorf("the panicking tool's row = %+v, %v", row.JournalRow, err)
 	}
@@ -611,14 +611,14 @@ func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
 	}
 	var seq uint64
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		m, err := s.GetLastMsgForSubject(b.ctx, streams.ChunkSubject("test", job, 1))
+		m, err := s.GetLastMsgForSubject(b.ctx, streams.ChunkSubject(0, "test", job, 1))
 		if err == nil {
 			seq = m.Sequence
 		}
 		return err == nil
 	}, "the chunk message")
 	// The dead holder's lease, with two seconds left.
-	if _, err := b.stores.Claims.Acquire(b.ctx, job, 1, "dead-worker", 3, 2*time.Second); err != nil {
+	if _, err := b.stores.Parts()[0].Claims.Acquire(b.ctx, job, 1, "dead-worker", 3, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	adv, _ := json.Marshal(streams.Advisory{Stream: streams.Chunks, Consumer: streams.WorkersConsumer("test"), StreamSeq: seq, Deliveries: 3})

@@ -43,7 +43,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	}
 	take := func(chunk int, mutate func(*kv.Checkpoint)) (kv.Checkpoint, kv.Fence) {
 		t.Helper()
-		cp, f, err := st.Checkpoints.Take(ctx, "J1", chunk, "w", 1, mutate)
+		cp, f, err := st.Parts()[0].Checkpoints.Take(ctx, "J1", chunk, "w", 1, mutate)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	// 1 runs clean to done: no entry.
 	cp, f := take(1, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
 	cp.Status = kv.StatusDone
-	if err := st.Checkpoints.Write(ctx, &f, cp); err != nil {
+	if err := st.Parts()[0].Checkpoints.Write(ctx, &f, cp); err != nil {
 		t.Fatal(err)
 	}
 	// 2 fails back to tier 2 with an error, is taken again and written
@@ -61,25 +61,25 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	cp, f = take(2, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
 	cp.LastError = "503 from the model"
 	for range 3 {
-		if err := st.Checkpoints.Write(ctx, &f, cp); err != nil {
+		if err := st.Parts()[0].Checkpoints.Write(ctx, &f, cp); err != nil {
 			t.Fatal(err)
 		}
 	}
 	cp, f = take(2, nil)
-	if err := st.Checkpoints.Write(ctx, &f, cp); err != nil {
+	if err := st.Parts()[0].Checkpoints.Write(ctx, &f, cp); err != nil {
 		t.Fatal(err)
 	}
 	// 3 is held by its worker.
 	cp, f = take(3, func(cp *kv.Checkpoint) { cp.Status = kv.StatusHeld })
 	// 4 is dead-lettered by a writer that does not hold it.
-	if _, err := st.Checkpoints.Mutate(ctx, "J1", 4, func(cp *kv.Checkpoint) error {
+	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J1", 4, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Envelope = kv.StatusDeadLettered, "E4"
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	// 5 is cancelled before it had effects: nobody's business.
-	if _, err := st.Checkpoints.Mutate(ctx, "J1", 5, func(cp *kv.Checkpoint) error {
+	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J1", 5, func(cp *kv.Checkpoint) error {
 		cp.Status = kv.CancelledAtStage(0)
 		return nil
 	}); err != nil {
@@ -87,18 +87,18 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	}
 	// 6 is cancelled after effects an envelope settles; retention keeps
 	// its checkpoint a while, which keeps its entry at least as long.
-	cp6, err := st.Checkpoints.Mutate(ctx, "J1", 6, func(cp *kv.Checkpoint) error {
+	cp6, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J1", 6, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Envelope = kv.CancelledAtStage(2), "E6"
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rev, err := st.Checkpoints.Get(ctx, "J1", 6)
+	_, rev, err := st.Parts()[0].Checkpoints.Get(ctx, "J1", 6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Checkpoints.Retain(ctx, cp6, rev, time.Hour); err != nil {
+	if err := st.Parts()[0].Checkpoints.Retain(ctx, cp6, rev, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 
@@ -109,7 +109,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := st.Checkpoints.Flagged(ctx, "J1", 10)
+	got, err := st.Parts()[0].Checkpoints.Flagged(ctx, "J1", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 		t.Fatalf("%d attention entries; want 4, one per chunk, and the 3 forged", n)
 	}
 	for _, c := range []int{2, 3, 4, 6} {
-		cp, _, err := st.Checkpoints.Get(ctx, "J1", c)
+		cp, _, err := st.Parts()[0].Checkpoints.Get(ctx, "J1", c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,14 +130,14 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	}
 	// The named chunks read back in the order asked, a missing one as
 	// pending.
-	cps, err := st.Checkpoints.Chunks(ctx, "J1", []int{6, 99, 3})
+	cps, err := st.Parts()[0].Checkpoints.Chunks(ctx, "J1", []int{6, 99, 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cps[0].Chunk != 6 || cps[0].Envelope != "E6" || cps[1].Chunk != 99 || cps[1].Status != kv.StatusPending || cps[2].Status != kv.StatusHeld {
 		t.Fatalf("chunks 6, 99, 3 read %+v", cps)
 	}
-	if got, err := st.Checkpoints.Flagged(ctx, "J2", 10); err != nil || len(got) != 0 {
+	if got, err := st.Parts()[0].Checkpoints.Flagged(ctx, "J2", 10); err != nil || len(got) != 0 {
 		t.Fatalf("a job with no entry: %v, %v", got, err)
 	}
 }

@@ -33,23 +33,26 @@ const AckWaitMax = time.Hour
 // the object store keeps by age.
 const RetentionDefault = RecordsRetentionDefault
 
-// Stores bundles the typed stores.
+// Stores bundles the typed stores. A chunk's claims, checkpoints and
+// journal are in its job's partition: Part.
 type Stores struct {
-	Jobs        *Jobs
-	Claims      *Claims
-	Checkpoints *Checkpoints
-	Envelopes   *Envelopes
-	Journal     *Journal
-	Snapshots   *Snapshots
-	Breakers    *Breakers
-	Pipelines   *Pipelines
-	Workers     *Workers
+	Jobs      *Jobs
+	Envelopes *Envelopes
+	Snapshots *Snapshots
+	Breakers  *Breakers
+	Pipelines *Pipelines
+	Workers   *Workers
+
+	parts      *parts
+	partitions int
 }
 
 // Options tunes provisioning; zero fields take defaults.
 type Options struct {
 	// Replicas per bucket. Default 1.
 	Replicas int
+	// Partitions whose storage is made: 0 to Partitions − 1. Default 1.
+	Partitions int
 }
 
 // bucketConfigs returns the configuration of every bucket.
@@ -58,13 +61,11 @@ func bucketConfigs(o Options) []jetstream.KeyValueConfig {
 		o.Replicas = 1
 	}
 	return []jetstream.KeyValueConfig{
-		// Job, checkpoint and envelope records have no age limit: a record
+		// Job and envelope records have no age limit: a record
 		// is kept while its job runs or its envelope is open, and gets a
 		// per-message TTL once settled (Retention). A key that expires
 		// leaves a delete marker for markerTTL, so watches see it go.
 		{Bucket: BucketJobs, Description: "Job records; status derived from chunk outcomes.", History: 5, LimitMarkerTTL: markerTTL, Replicas: o.Replicas},
-		{Bucket: BucketClaims, Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: claimsTTL, Replicas: o.Replicas},
-		{Bucket: BucketCheckpoints, Description: "Chunk checkpoints; the fence against stale workers.", History: 1, LimitMarkerTTL: markerTTL, Replicas: o.Replicas},
 		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, LimitMarkerTTL: markerTTL, Replicas: o.Replicas},
 		{Bucket: BucketBreakers, Description: "One circuit breaker per external system: closed, open, half-open.", History: 5, Replicas: o.Replicas},
 		{Bucket: BucketPipelines, Description: "What operators set on a pipeline: paused or not.", History: 5, Replicas: o.Replicas},
@@ -83,8 +84,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 		}
 	}
 	replicas := max(o.Replicas, 1)
-	if err := streams.EnsureStream(ctx, js, journalStreamConfig(replicas)); err != nil {
-		return nil, fmt.Errorf("kv: provision %s: %w", BucketJournal, err)
+	if err := streams.ValidatePartitions(max(o.Partitions, 1)); err != nil {
+		return nil, err
+	}
+	for k := range max(o.Partitions, 1) {
+		if err := provisionPart(ctx, js, k, replicas); err != nil {
+			return nil, err
+		}
 	}
 	snaps := jetstream.ObjectStoreConfig{
 		Bucket: BucketSnapshots, Description: "Agent state snapshots, gzip.", TTL: RetentionDefault, Replicas: replicas,
@@ -105,7 +111,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 	// here, so "not found" is waited out (within ctx, at most openWait).
 	deadline := time.Now().Add(openWait)
 	for {
-		st, err := Open(ctx, js)
+		st, err := open(ctx, js, max(o.Partitions, 1))
 		if (!errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound)) || time.Now().After(deadline) {
 			return st, err
 		}
@@ -145,9 +151,19 @@ func OpenJobs(ctx context.Context, js jetstream.JetStream) (*Jobs, error) {
 	return &Jobs{b: b, js: js, now: time.Now, idx: &indexWriter{js: js}}, nil
 }
 
-// Open binds to buckets that already exist. It returns an error wrapping
+// Open binds to buckets that already exist, with every partition the
+// deployment has (streams.Partitions). It returns an error wrapping
 // jetstream.ErrBucketNotFound when Salvage was never provisioned there.
 func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
+	n, err := streams.Partitions(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("kv: open: %w", err)
+	}
+	return open(ctx, js, max(n, 1))
+}
+
+// open binds to the buckets, partitions 0 to n − 1 among them.
+func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 	get := func(name string) (jetstream.KeyValue, error) {
 		b, err := js.KeyValue(ctx, name)
 		if err != nil {
@@ -156,14 +172,6 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 		return b, nil
 	}
 	jobs, err := get(BucketJobs)
-	if err != nil {
-		return nil, err
-	}
-	claims, err := get(BucketClaims)
-	if err != nil {
-		return nil, err
-	}
-	cps, err := get(BucketCheckpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -179,26 +187,25 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	journal, err := get(BucketJournal)
-	if err != nil {
-		return nil, err
-	}
 	snaps, err := js.ObjectStore(ctx, BucketSnapshots)
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", BucketSnapshots, err)
 	}
-	jr := &Journal{js: js, b: journal}
-	jr.Configure(JournalConfig{})
 	idx := &indexWriter{js: js}
-	return &Stores{
-		Jobs:        &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
-		Claims:      &Claims{b: claims, now: time.Now},
-		Checkpoints: &Checkpoints{b: cps, js: js, now: time.Now, idx: idx},
-		Envelopes:   &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
-		Journal:     jr,
-		Snapshots:   &Snapshots{os: snaps},
-		Breakers:    &Breakers{b: breakers, js: js, now: time.Now},
-		Pipelines:   &Pipelines{b: pipelines, js: js, now: time.Now},
-		Workers:     &Workers{js: js, now: time.Now},
-	}, nil
+	st := &Stores{
+		Jobs:       &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
+		Envelopes:  &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
+		Snapshots:  &Snapshots{os: snaps},
+		Breakers:   &Breakers{b: breakers, js: js, now: time.Now},
+		Pipelines:  &Pipelines{b: pipelines, js: js, now: time.Now},
+		Workers:    &Workers{js: js, now: time.Now},
+		parts:      &parts{js: js, idx: idx},
+		partitions: n,
+	}
+	for k := range n {
+		if _, err := st.Part(ctx, k); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
 }

@@ -239,9 +239,11 @@ type Fence struct {
 
 // Checkpoints is the salvage_checkpoints store.
 type Checkpoints struct {
-	b   jetstream.KeyValue
-	js  jetstream.JetStream
-	now func() time.Time
+	b jetstream.KeyValue
+	// bucket is b's name: one partition's checkpoints.
+	bucket string
+	js     jetstream.JetStream
+	now    func() time.Time
 	// idx writes the attention index (attention.go).
 	idx *indexWriter
 }
@@ -394,7 +396,7 @@ func (s *Checkpoints) Retain(ctx context.Context, cp Checkpoint, rev uint64, ttl
 	if err := s.flag(ctx, &cp, max(ttl, RecordsRetentionDefault)); err != nil {
 		return err
 	}
-	_, err := retainJSON(ctx, s.js, BucketCheckpoints, ChunkKey(cp.Job, cp.Chunk), cp, rev, ttl)
+	_, err := retainJSON(ctx, s.js, s.bucket, ChunkKey(cp.Job, cp.Chunk), cp, rev, ttl)
 	return err
 }
 
@@ -428,7 +430,7 @@ func (s *Checkpoints) read(ctx context.Context, job string, chunks []int) ([]Che
 			keys = append(keys, ChunkKey(job, c))
 		}
 		err := streams.Retry(ctx, func(ctx context.Context) error {
-			return lastValuesOf(ctx, s.js, BucketCheckpoints, keys, func(key string, value []byte, seq uint64) error {
+			return lastValuesOf(ctx, s.js, s.bucket, keys, func(key string, value []byte, seq uint64) error {
 				var cp Checkpoint
 				if err := json.Unmarshal(value, &cp); err != nil {
 					return fmt.Errorf("kv: decode checkpoint %s: %w", key, err)

@@ -75,8 +75,10 @@ func (l Lease) Believed(now, wall time.Time, lease time.Duration) bool {
 
 // Claims is the salvage_claims store.
 type Claims struct {
-	b   jetstream.KeyValue
-	now func() time.Time
+	b jetstream.KeyValue
+	// bucket is b's name: one partition's claims.
+	bucket string
+	now    func() time.Time
 }
 
 // ChunkKey is the key of a chunk in salvage_claims and salvage_checkpoints.
@@ -336,10 +338,10 @@ func (c *Claims) get(ctx context.Context, key string) (Lease, error) {
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return Lease{}, fmt.Errorf("%w: %s/%s", ErrNotFound, BucketClaims, key)
+		return Lease{}, fmt.Errorf("%w: %s/%s", ErrNotFound, c.bucket, key)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("kv: get %s/%s: %w", BucketClaims, key, err)
+		return Lease{}, fmt.Errorf("kv: get %s/%s: %w", c.bucket, key, err)
 	}
 	return LeaseOf(e), nil
 }

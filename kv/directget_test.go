@@ -22,20 +22,20 @@ func TestAReadCutShortIsAnErrorNotAShorterAnswer(t *testing.T) {
 	ctx := t.Context()
 	const job = "01JDIRECTGETCUTSHORT000000"
 	for chunk := 1; chunk <= 3; chunk++ {
-		if _, err := st.Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error {
+		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error {
 			cp.Status = kv.StatusHeld
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cps, revs, err := st.Checkpoints.Revisions(ctx, job, 1, 3)
+	cps, revs, err := st.Parts()[0].Checkpoints.Revisions(ctx, job, 1, 3)
 	if err != nil || len(cps) != 3 || revs[2] == 0 || cps[2].Status != kv.StatusHeld {
 		t.Fatalf("a read with time to finish: %v, %+v, revisions %v", err, cps, revs)
 	}
 	over, cancel := context.WithDeadline(ctx, time.Now())
 	defer cancel()
-	_, revs, err = st.Checkpoints.Revisions(over, job, 1, 3)
+	_, revs, err = st.Parts()[0].Checkpoints.Revisions(over, job, 1, 3)
 	if !errors.Is(err, kv.ErrBatchCut) {
 		t.Fatalf("a read whose wait ran out: %v, revisions %v; want ErrBatchCut, not chunks that look never started", err, revs)
 	}

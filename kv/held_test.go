@@ -17,27 +17,27 @@ func TestClaimsAreListedByHolder(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := t.Context()
-	a1, err := st.Claims.AcquireAs(ctx, "J1", 1, kv.Claim{ClaimedBy: "a", Delivery: 1, Reply: "r1"}, time.Minute)
+	a1, err := st.Parts()[0].Claims.AcquireAs(ctx, "J1", 1, kv.Claim{ClaimedBy: "a", Delivery: 1, Reply: "r1"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := st.Claims.AcquireAs(ctx, "J1", 2, kv.Claim{ClaimedBy: "a", Delivery: 1, Reply: "r2"}, time.Minute)
+	a2, err := st.Parts()[0].Claims.AcquireAs(ctx, "J1", 2, kv.Claim{ClaimedBy: "a", Delivery: 1, Reply: "r2"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b3, err := st.Claims.AcquireAs(ctx, "J1", 3, kv.Claim{ClaimedBy: "ab", Delivery: 1, Reply: "r3"}, time.Minute)
+	b3, err := st.Parts()[0].Claims.AcquireAs(ctx, "J1", 3, kv.Claim{ClaimedBy: "ab", Delivery: 1, Reply: "r3"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	revs := map[string]uint64{}
 	for _, l := range []kv.Lease{a1, a2, b3} {
-		rev, err := st.Claims.Hold(ctx, l)
+		rev, err := st.Parts()[0].Claims.Hold(ctx, l)
 		if err != nil {
 			t.Fatal(err)
 		}
 		revs[l.Key] = rev
 	}
-	keys, err := st.Claims.HeldBy(ctx, "a")
+	keys, err := st.Parts()[0].Claims.HeldBy(ctx, "a")
 	slices.Sort(keys)
 	if err != nil || !slices.Equal(keys, []string{"J1.1", "J1.2"}) {
 		t.Fatalf("claims of a = %v (%v); want J1.1 and J1.2, not ab's", keys, err)
@@ -47,39 +47,39 @@ func TestClaimsAreListedByHolder(t *testing.T) {
 	}
 
 	// a dies: its claim on chunk 1 is handed back.
-	back, err := st.Claims.Orphan(ctx, a1)
+	back, err := st.Parts()[0].Claims.Orphan(ctx, a1)
 	if err != nil || back.ClaimedBy != "" || back.From != "a" || back.Takeovers != 1 || back.Live(time.Now()) {
 		t.Fatalf("handed back = %+v (%v); want no holder, from a, one takeover", back.Claim, err)
 	}
-	if _, err := st.Claims.Orphan(ctx, a1); !errors.Is(err, kv.ErrClaimHeld) {
+	if _, err := st.Parts()[0].Claims.Orphan(ctx, a1); !errors.Is(err, kv.ErrClaimHeld) {
 		t.Errorf("a second hand-back of the same revision: %v; want ErrClaimHeld", err)
 	}
-	if _, err := st.Claims.Renew(ctx, a1, time.Minute); !errors.Is(err, kv.ErrClaimLost) {
+	if _, err := st.Parts()[0].Claims.Renew(ctx, a1, time.Minute); !errors.Is(err, kv.ErrClaimLost) {
 		t.Errorf("a stalled a renews its handed-back claim: %v; want ErrClaimLost", err)
 	}
-	c1, err := st.Claims.AcquireAs(ctx, "J1", 1, kv.Claim{ClaimedBy: "c", Delivery: 2, Reply: "r1b"}, time.Minute)
+	c1, err := st.Parts()[0].Claims.AcquireAs(ctx, "J1", 1, kv.Claim{ClaimedBy: "c", Delivery: 2, Reply: "r1b"}, time.Minute)
 	if err != nil || c1.TakenFrom != "a" || c1.Takeovers != 1 || c1.From != "" {
 		t.Fatalf("acquire after the hand-back = %+v taken from %q (%v); want taken from a at once, one takeover", c1.Claim, c1.TakenFrom, err)
 	}
 
 	// a's listing of chunk 2 made again (a later delivery): removing the
 	// older one by its revision leaves it.
-	again, err := st.Claims.Hold(ctx, a2)
+	again, err := st.Parts()[0].Claims.Hold(ctx, a2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Claims.Unhold(ctx, "a", a2.Key, revs[a2.Key]); err != nil {
+	if err := st.Parts()[0].Claims.Unhold(ctx, "a", a2.Key, revs[a2.Key]); err != nil {
 		t.Fatal(err)
 	}
-	if keys, _ := st.Claims.HeldBy(ctx, "a"); !slices.Contains(keys, "J1.2") {
+	if keys, _ := st.Parts()[0].Claims.HeldBy(ctx, "a"); !slices.Contains(keys, "J1.2") {
 		t.Errorf("claims of a = %v; the listing made again was removed by the older one's removal", keys)
 	}
 	for key, rev := range map[string]uint64{a1.Key: 0, a2.Key: again} {
-		if err := st.Claims.Unhold(ctx, "a", key, rev); err != nil {
+		if err := st.Parts()[0].Claims.Unhold(ctx, "a", key, rev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if keys, err := st.Claims.HeldBy(ctx, "a"); err != nil || len(keys) != 0 {
+	if keys, err := st.Parts()[0].Claims.HeldBy(ctx, "a"); err != nil || len(keys) != 0 {
 		t.Errorf("claims of a after unlisting = %v (%v); want none", keys, err)
 	}
 }

@@ -65,6 +65,10 @@ type Job struct {
 	// 1..Window went to SALVAGE_CHUNKS, the rest to SALVAGE_BACKLOG, and
 	// starting chunk k admits chunk k+Window. Zero: all were queued.
 	Window int `json:"window,omitempty"`
+	// Partition holds the job's chunks: their chunk stream, claims,
+	// checkpoints and journal (Stores.Part). Chosen when the job is split
+	// and never changed; 0 on a job split before partitions.
+	Partition int `json:"partition,omitempty"`
 	// Summary counts chunk outcomes; every outcome updates it in O(1).
 	Summary Summary `json:"summary"`
 	// Explanation names the chunks, stages and envelopes behind a status

@@ -167,11 +167,11 @@ func HashInput(input []byte) string {
 // it keeps AllowAtomicPublish: a KeyValueConfig would drop it. It has no
 // age limit: rows are removed, or given a per-message TTL, by retention
 // once their job finished and their chunk has no open envelope.
-func journalStreamConfig(replicas int) jetstream.StreamConfig {
+func journalStreamConfig(bucket string, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:               "KV_" + BucketJournal,
+		Name:               "KV_" + bucket,
 		Description:        "Execution journal: every call, before and after it runs.",
-		Subjects:           []string{"$KV." + BucketJournal + ".>"},
+		Subjects:           []string{"$KV." + bucket + ".>"},
 		MaxMsgsPerSubject:  5,
 		MaxBytes:           -1,
 		MaxMsgSize:         -1,
@@ -205,7 +205,7 @@ func (j *Journal) LoadChunk(ctx context.Context, job string, chunk int) (map[str
 // direct-get batch when the server allows as many keys, else key by key.
 func (j *Journal) load(ctx context.Context, filter string) (map[string]StoredRow, error) {
 	out := map[string]StoredRow{}
-	err := lastMsgsOf(ctx, j.js, BucketJournal, []string{filter}, func(key string, m *jetstream.RawStreamMsg) error {
+	err := lastMsgsOf(ctx, j.js, j.bucket, []string{filter}, func(key string, m *jetstream.RawStreamMsg) error {
 		var r JournalRow
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			return fmt.Errorf("kv: decode journal row %s: %w", key, err)

@@ -38,7 +38,7 @@ func benchJournal(b *testing.B, si time.Duration, atomicBatch bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st.Journal.Configure(kv.JournalConfig{Atomic: &atomicBatch})
+	st.Parts()[0].Journal.Configure(kv.JournalConfig{Atomic: &atomicBatch})
 	if _, err := nb.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"}}); err != nil {
 		b.Fatal(err)
 	}
@@ -53,12 +53,12 @@ func benchJournal(b *testing.B, si time.Duration, atomicBatch bool) {
 		var waits []func(context.Context) (uint64, error)
 		journalSecs += parallel(b, calls, func(i int) error {
 			r := kv.JournalRow{Key: kv.JournalKey("B", i%50, 0, 1, "a", i), Tool: "t", Status: kv.CallInitiated}
-			seq, err := st.Journal.Put(ctx, r, 0)
+			seq, err := st.Parts()[0].Journal.Put(ctx, r, 0)
 			if err != nil {
 				return err
 			}
 			r.Status = kv.CallSucceeded
-			wait, err := st.Journal.PutAsync(r, seq)
+			wait, err := st.Parts()[0].Journal.PutAsync(r, seq)
 			if err != nil {
 				return err
 			}
@@ -85,7 +85,7 @@ func benchJournal(b *testing.B, si time.Duration, atomicBatch bool) {
 	}
 	callsPerSec := float64(calls*b.N) / journalSecs
 	floorPerSec := float64(calls*b.N) / floorSecs
-	batches, rows := st.Journal.Stats()
+	batches, rows := st.Parts()[0].Journal.Stats()
 	b.ReportMetric(callsPerSec, "calls/s")
 	b.ReportMetric(floorPerSec, "floor_pubs/s")
 	b.ReportMetric(callsPerSec/floorPerSec, "ratio")

@@ -33,7 +33,7 @@ func TestJournalWritesOutliveAServerRestart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st.Journal.Configure(kv.JournalConfig{Atomic: &atomicWrites})
+			st.Parts()[0].Journal.Configure(kv.JournalConfig{Atomic: &atomicWrites})
 
 			const writers = 8
 			var (
@@ -52,7 +52,7 @@ func TestJournalWritesOutliveAServerRestart(t *testing.T) {
 					for i := 1; after < 40; i++ {
 						r := row(fmt.Sprintf("W%d", w), 1, i, kv.CallInitiated)
 						r.StartedAt = time.Now().UTC()
-						wait, err := st.Journal.PutAsync(r, 0)
+						wait, err := st.Parts()[0].Journal.PutAsync(r, 0)
 						var seq uint64
 						if err == nil {
 							seq, err = wait(ctx)
@@ -85,7 +85,7 @@ func TestJournalWritesOutliveAServerRestart(t *testing.T) {
 				return
 			}
 			for key, seq := range seqs {
-				got, err := st.Journal.Get(ctx, key)
+				got, err := st.Parts()[0].Journal.Get(ctx, key)
 				if err != nil || got.Seq != seq {
 					t.Fatalf("row %s at %d, %v; its write returned %d", key, got.Seq, err, seq)
 				}

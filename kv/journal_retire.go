@@ -136,7 +136,7 @@ func (j *Journal) rewrite(ctx context.Context, rows map[string]StoredRow, ttl fu
 		if err != nil {
 			return 0, fmt.Errorf("kv: encode journal row %s: %w", key, err)
 		}
-		m := retainMsg(BucketJournal, key, data, row.Seq, d)
+		m := retainMsg(j.bucket, key, data, row.Seq, d)
 		if row.TraceID != "" {
 			m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(key)))
 		}
@@ -179,7 +179,7 @@ func (j *Journal) purge(ctx context.Context, filter string) error {
 		return err
 	}
 	err = streams.Retry(ctx, func(ctx context.Context) error {
-		return s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketJournal+"."+filter))
+		return s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+j.bucket+"."+filter))
 	})
 	if err != nil {
 		return fmt.Errorf("kv: purge journal %s: %w", filter, err)
@@ -199,9 +199,9 @@ func (j *Journal) stream(ctx context.Context) (jetstream.Stream, error) {
 	if j.handle.s != nil {
 		return j.handle.s, nil
 	}
-	s, err := j.js.Stream(ctx, "KV_"+BucketJournal)
+	s, err := j.js.Stream(ctx, "KV_"+j.bucket)
 	if err != nil {
-		return nil, fmt.Errorf("kv: open stream KV_%s: %w", BucketJournal, err)
+		return nil, fmt.Errorf("kv: open stream KV_%s: %w", j.bucket, err)
 	}
 	j.handle.s = s
 	return s, nil

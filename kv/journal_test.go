@@ -24,20 +24,20 @@ func TestJournalPutNeverOverwritesBlindly(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	seq, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0)
+	seq, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0); !errors.Is(err, kv.ErrJournalConflict) {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0); !errors.Is(err, kv.ErrJournalConflict) {
 		t.Fatalf("second create: %v, want ErrJournalConflict", err)
 	}
-	if _, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallSucceeded), seq); err != nil {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallSucceeded), seq); err != nil {
 		t.Fatalf("update at the seen sequence: %v", err)
 	}
-	if _, err := st.Journal.Put(ctx, row("J", 1, 1, kv.CallFailed), seq); !errors.Is(err, kv.ErrJournalConflict) {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallFailed), seq); !errors.Is(err, kv.ErrJournalConflict) {
 		t.Fatalf("stale update: %v", err)
 	}
-	got, err := st.Journal.Get(ctx, kv.JournalKey("J", 1, 0, 1, "agent", 1))
+	got, err := st.Parts()[0].Journal.Get(ctx, kv.JournalKey("J", 1, 0, 1, "agent", 1))
 	if err != nil || got.Status != kv.CallSucceeded {
 		t.Fatalf("row = %+v, %v", got, err)
 	}
@@ -55,10 +55,10 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := row("J", 1+i%4, i, kv.CallInitiated)
-			seq, err := st.Journal.Put(ctx, r, 0)
+			seq, err := st.Parts()[0].Journal.Put(ctx, r, 0)
 			if err == nil {
 				r.Status = kv.CallSucceeded
-				_, err = st.Journal.Put(ctx, r, seq)
+				_, err = st.Parts()[0].Journal.Put(ctx, r, seq)
 			}
 			errs <- err
 		}()
@@ -67,7 +67,7 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if _, err := st.Journal.Put(ctx, row("J", 1, 0, kv.CallInitiated), 12345); !errors.Is(err, kv.ErrJournalConflict) {
+		if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 0, kv.CallInitiated), 12345); !errors.Is(err, kv.ErrJournalConflict) {
 			errs <- fmt.Errorf("conflicting write: %v", err)
 		}
 	}()
@@ -78,12 +78,12 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	batches, rows := st.Journal.Stats()
+	batches, rows := st.Parts()[0].Journal.Stats()
 	if rows < 2*n || batches >= rows {
 		t.Fatalf("%d rows in %d flushes: no coalescing", rows, batches)
 	}
 	t.Logf("%d rows in %d flushes", rows, batches)
-	loaded, err := st.Journal.Load(ctx, "J", 1, 0)
+	loaded, err := st.Parts()[0].Journal.Load(ctx, "J", 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := st.Journal.Put(ctx, row("BIG", 1, i+1, kv.CallSucceeded), 0)
+			_, err := st.Parts()[0].Journal.Put(ctx, row("BIG", 1, i+1, kv.CallSucceeded), 0)
 			errs <- err
 		}()
 	}
@@ -121,14 +121,14 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.Journal.Put(ctx, row("BIG", 2, 1, kv.CallSucceeded), 0); err != nil {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("BIG", 2, 1, kv.CallSucceeded), 0); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := st.Journal.Load(ctx, "BIG", 1, 0)
+	rows, err := st.Parts()[0].Journal.Load(ctx, "BIG", 1, 0)
 	if err != nil || len(rows) != n {
 		t.Fatalf("Load: %d rows, %v; want %d", len(rows), err, n)
 	}
-	all, err := st.Journal.LoadJob(ctx, "BIG", 2)
+	all, err := st.Parts()[0].Journal.LoadJob(ctx, "BIG", 2)
 	if err != nil || len(all) != n+1 {
 		t.Fatalf("LoadJob: %d rows, %v; want %d", len(all), err, n+1)
 	}
@@ -142,7 +142,7 @@ func TestJournalRowsCarryTheTrace(t *testing.T) {
 	ctx := context.Background()
 	r := row("T", 1, 1, kv.CallInitiated)
 	r.TraceID = streams.DeriveTraceID("T")
-	seq, err := st.Journal.Put(ctx, r, 0)
+	seq, err := st.Parts()[0].Journal.Put(ctx, r, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,29 +164,29 @@ func TestRetentionRewritesAreMarked(t *testing.T) {
 	_, st := provisioned(t)
 	ctx := context.Background()
 	r := row("R", 1, 1, kv.CallSucceeded)
-	if _, err := st.Journal.Put(ctx, r, 0); err != nil {
+	if _, err := st.Parts()[0].Journal.Put(ctx, r, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.Journal.Retire(ctx, "R", 1, kv.RowRetention{Calls: time.Hour, Effects: time.Hour}); err != nil || got.Kept != 1 {
+	if got, err := st.Parts()[0].Journal.Retire(ctx, "R", 1, kv.RowRetention{Calls: time.Hour, Effects: time.Hour}); err != nil || got.Kept != 1 {
 		t.Fatalf("Retire = %+v, %v; want 1 kept", got, err)
 	}
-	kept, err := st.Journal.Get(ctx, r.Key)
+	kept, err := st.Parts()[0].Journal.Get(ctx, r.Key)
 	if err != nil || !kept.RetentionRewrite || kept.Status != kv.CallSucceeded {
 		t.Fatalf("retired row = %+v, %v; want SUCCEEDED, marked a retention rewrite", kept.JournalRow, err)
 	}
-	if n, err := st.Journal.Unretire(ctx, "R", 1); err != nil || n != 1 {
+	if n, err := st.Parts()[0].Journal.Unretire(ctx, "R", 1); err != nil || n != 1 {
 		t.Fatalf("Unretire = %d, %v; want 1", n, err)
 	}
-	back, err := st.Journal.Get(ctx, r.Key)
+	back, err := st.Parts()[0].Journal.Get(ctx, r.Key)
 	if err != nil || !back.RetentionRewrite {
 		t.Fatalf("unretired row = %+v, %v; want marked a retention rewrite", back.JournalRow, err)
 	}
 	again := back.JournalRow
 	again.Status = kv.CallFailed
-	if _, err := st.Journal.Put(ctx, again, back.Seq); err != nil {
+	if _, err := st.Parts()[0].Journal.Put(ctx, again, back.Seq); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.Journal.Get(ctx, r.Key); err != nil || got.RetentionRewrite || got.Status != kv.CallFailed {
+	if got, err := st.Parts()[0].Journal.Get(ctx, r.Key); err != nil || got.RetentionRewrite || got.Status != kv.CallFailed {
 		t.Fatalf("row written again = %+v, %v; want FAILED, not marked", got.JournalRow, err)
 	}
 }

@@ -58,6 +58,8 @@ type JournalConfig struct {
 type Journal struct {
 	js jetstream.JetStream
 	b  jetstream.KeyValue
+	// bucket is b's name: one partition's journal.
+	bucket string
 	// handle is the bucket's stream, for Retire's purges.
 	handle journalStream
 
@@ -117,7 +119,7 @@ func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context)
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg("$KV." + BucketJournal + "." + row.Key)
+	m := nats.NewMsg("$KV." + j.bucket + "." + row.Key)
 	m.Data = data
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 	if row.TraceID != "" {
@@ -237,7 +239,7 @@ func (j *Journal) flush(batch []*journalWrite) {
 // waited in the connection's reconnect buffer): a conflict is read again
 // before it is returned.
 func (j *Journal) writeAgain(ctx context.Context, m *nats.Msg) (uint64, error) {
-	key := strings.TrimPrefix(m.Subject, "$KV."+BucketJournal+".")
+	key := strings.TrimPrefix(m.Subject, "$KV."+j.bucket+".")
 	var seq uint64
 	own := func(ctx context.Context) (bool, error) {
 		e, err := j.b.Get(ctx, key)

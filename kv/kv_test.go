@@ -46,7 +46,7 @@ func TestClaimRaceExactlyOneWins(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, err := st.Claims.Acquire(ctx, "J1", 1, fmt.Sprintf("w%d", i), 1, time.Minute)
+			_, err := st.Parts()[0].Claims.Acquire(ctx, "J1", 1, fmt.Sprintf("w%d", i), 1, time.Minute)
 			switch {
 			case err == nil:
 				wins.Add(1)
@@ -71,38 +71,38 @@ func TestClaimLeaseExpiresAfterRenewal(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	st.Claims.SetClock(clock)
+	st.Parts()[0].Claims.SetClock(clock)
 
-	l, err := st.Claims.Acquire(ctx, "J1", 2, "a", 1, 10*time.Second)
+	l, err := st.Parts()[0].Claims.Acquire(ctx, "J1", 2, "a", 1, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	advance(8 * time.Second)
-	if l, err = st.Claims.Renew(ctx, l, 10*time.Second); err != nil {
+	if l, err = st.Parts()[0].Claims.Renew(ctx, l, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// 8s after the renewal the lease is still live: no steal.
 	advance(8 * time.Second)
 	var held *kv.HeldError
-	if _, err := st.Claims.Acquire(ctx, "J1", 2, "b", 2, 10*time.Second); !errors.As(err, &held) || held.Holder.ClaimedBy != "a" {
+	if _, err := st.Parts()[0].Claims.Acquire(ctx, "J1", 2, "b", 2, 10*time.Second); !errors.As(err, &held) || held.Holder.ClaimedBy != "a" {
 		t.Fatalf("steal of a renewed live lease: err = %v", err)
 	}
 	// The renewed lease still expires: 3s later it can be stolen.
 	advance(3 * time.Second)
-	stolen, err := st.Claims.Acquire(ctx, "J1", 2, "b", 2, 10*time.Second)
+	stolen, err := st.Parts()[0].Claims.Acquire(ctx, "J1", 2, "b", 2, 10*time.Second)
 	if err != nil {
 		t.Fatalf("steal after expiry: %v", err)
 	}
-	if _, err := st.Claims.Renew(ctx, l, 10*time.Second); !errors.Is(err, kv.ErrClaimLost) {
+	if _, err := st.Parts()[0].Claims.Renew(ctx, l, 10*time.Second); !errors.Is(err, kv.ErrClaimLost) {
 		t.Fatalf("stale renew: err = %v, want ErrClaimLost", err)
 	}
-	if err := st.Claims.Release(ctx, l); !errors.Is(err, kv.ErrClaimLost) {
+	if err := st.Parts()[0].Claims.Release(ctx, l); !errors.Is(err, kv.ErrClaimLost) {
 		t.Fatalf("stale release: err = %v, want ErrClaimLost", err)
 	}
-	if err := st.Claims.Release(ctx, stolen); err != nil {
+	if err := st.Parts()[0].Claims.Release(ctx, stolen); err != nil {
 		t.Fatalf("holder release: %v", err)
 	}
-	if _, err := st.Claims.Get(ctx, "J1", 2); !errors.Is(err, kv.ErrNotFound) {
+	if _, err := st.Parts()[0].Claims.Get(ctx, "J1", 2); !errors.Is(err, kv.ErrNotFound) {
 		t.Fatalf("after release: %v", err)
 	}
 }
@@ -111,16 +111,16 @@ func TestCheckpointFence(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	cpA, fa, err := st.Checkpoints.Take(ctx, "J1", 1, "a", 1, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
+	cpA, fa, err := st.Parts()[0].Checkpoints.Take(ctx, "J1", 1, "a", 1, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
 	if err != nil {
 		t.Fatal(err)
 	}
 	cpA.Stage = 2
-	if err := st.Checkpoints.Write(ctx, &fa, cpA); err != nil {
+	if err := st.Parts()[0].Checkpoints.Write(ctx, &fa, cpA); err != nil {
 		t.Fatal(err)
 	}
 	// b takes the chunk over (it stole the expired claim).
-	cpB, fb, err := st.Checkpoints.Take(ctx, "J1", 1, "b", 2, nil)
+	cpB, fb, err := st.Parts()[0].Checkpoints.Take(ctx, "J1", 1, "b", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestCheckpointFence(t *testing.T) {
 		t.Fatalf("b resumed at stage %d, want 2", cpB.Stage)
 	}
 	cpA.Stage = 3
-	if err := st.Checkpoints.Write(ctx, &fa, cpA); !errors.Is(err, kv.ErrFenced) {
+	if err := st.Parts()[0].Checkpoints.Write(ctx, &fa, cpA); !errors.Is(err, kv.ErrFenced) {
 		t.Fatalf("stale write: err = %v, want ErrFenced", err)
 	}
 	cpB.Status = kv.StatusDone
-	if err := st.Checkpoints.Write(ctx, &fb, cpB); err != nil {
+	if err := st.Parts()[0].Checkpoints.Write(ctx, &fb, cpB); err != nil {
 		t.Fatalf("holder write: %v", err)
 	}
-	got, _, err := st.Checkpoints.Get(ctx, "J1", 1)
+	got, _, err := st.Parts()[0].Checkpoints.Get(ctx, "J1", 1)
 	if err != nil || got.Status != kv.StatusDone || got.ClaimedBy != "b" || got.Stage != 2 {
 		t.Fatalf("checkpoint = %+v, %v", got, err)
 	}
@@ -200,17 +200,17 @@ func TestForJobReadsEveryChunkInBatches(t *testing.T) {
 		if i == 7 {
 			continue // never written: reported pending
 		}
-		if _, err := st.Checkpoints.Mutate(ctx, "J", i, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusDone; cp.Calls = i; return nil }); err != nil {
+		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J", i, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusDone; cp.Calls = i; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Another job's chunk 1 and a longer job id sharing the prefix.
-	_, _ = st.Checkpoints.Mutate(ctx, "JX", 1, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusRunning; return nil })
-	cps, err := st.Checkpoints.ForJob(ctx, "J", n)
+	_, _ = st.Parts()[0].Checkpoints.Mutate(ctx, "JX", 1, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusRunning; return nil })
+	cps, err := st.Parts()[0].Checkpoints.ForJob(ctx, "J", n)
 	if err != nil || len(cps) != n {
 		t.Fatalf("%d checkpoints, %v", len(cps), err)
 	}
-	page, err := st.Checkpoints.ForJobRange(ctx, "J", 1999, 2002)
+	page, err := st.Parts()[0].Checkpoints.ForJobRange(ctx, "J", 1999, 2002)
 	if err != nil || len(page) != 4 || page[0].Chunk != 1999 || page[3].Calls != 2002 {
 		t.Fatalf("range 1999-2002 = %+v, %v", page, err)
 	}
@@ -344,7 +344,7 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 	outcome := func(chunk int, status string, apply bool) kv.Job {
 		t.Helper()
 		var d kv.Delta
-		if _, err := st.Checkpoints.Mutate(ctx, "J", chunk, func(cp *kv.Checkpoint) error {
+		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J", chunk, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Tier1Retries = status, cp.Tier1Retries+1
 			d = cp.Recount()
 			return nil
@@ -377,7 +377,7 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 	if j.Summary.Done != 2 || j.Status != kv.JobRunning {
 		t.Fatalf("before repair: %+v", j)
 	}
-	cps, err := st.Checkpoints.ForJob(ctx, "J", 3)
+	cps, err := st.Parts()[0].Checkpoints.ForJob(ctx, "J", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +420,7 @@ func TestCancelledJobCountsStayWhole(t *testing.T) {
 	if _, err := st.Jobs.Cancel(ctx, "C"); err != nil {
 		t.Fatal(err)
 	}
-	cps, err := st.Checkpoints.ForJob(ctx, "C", 2)
+	cps, err := st.Parts()[0].Checkpoints.ForJob(ctx, "C", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestCancelledJobCountsStayWhole(t *testing.T) {
 		t.Fatalf("settled: %+v finished %v, %v", j, finished, err)
 	}
 	var d kv.Delta
-	if _, err := st.Checkpoints.Mutate(ctx, "C", 1, func(cp *kv.Checkpoint) error {
+	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "C", 1, func(cp *kv.Checkpoint) error {
 		cp.Status = kv.CancelledAtStage(0)
 		d = cp.Recount()
 		return nil
@@ -454,19 +454,19 @@ func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
 	}
 	// The chunk runs a stage: retries and tokens in its checkpoint, not
 	// yet counted in the job.
-	if _, err := st.Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
+	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Tier1Retries, cp.PromptTokens, cp.CompletionTokens = kv.StatusRunning, 3, 100, 7
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cps, _ := st.Checkpoints.ForJob(ctx, "R", 1)
+	cps, _ := st.Parts()[0].Checkpoints.ForJob(ctx, "R", 1)
 	if j, _, err := st.Jobs.Settle(ctx, "R", cps); err != nil || j.Summary.Tier1Retries != 0 || j.Summary.PromptTokens != 0 {
 		t.Fatalf("repair while running: %+v, %v", j.Summary, err)
 	}
 	// It finishes: its Recount carries everything it spent.
 	var d kv.Delta
-	if _, err := st.Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
+	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.PromptTokens, cp.CompletionTokens = kv.StatusDone, 150, 9
 		d = cp.Recount()
 		return nil
@@ -478,7 +478,7 @@ func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	if settle {
-		cps, _ = st.Checkpoints.ForJob(ctx, "R", 1)
+		cps, _ = st.Parts()[0].Checkpoints.ForJob(ctx, "R", 1)
 		if j, _, err = st.Jobs.Settle(ctx, "R", cps); err != nil {
 			t.Fatal(err)
 		}
@@ -541,7 +541,7 @@ func TestClaimsAreBelievedOnlyAsFarAsTheirWrite(t *testing.T) {
 	}
 	var l kv.Lease
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		l, err = st.Claims.Acquire(ctx, "J", 1, "w", 1, time.Second)
+		l, err = st.Parts()[0].Claims.Acquire(ctx, "J", 1, "w", 1, time.Second)
 		return err == nil
 	}, "the forged claim to stop holding the chunk (last: %v)", &err)
 	if !strings.Contains(l.Replaced, "ghost") {
@@ -551,20 +551,20 @@ func TestClaimsAreBelievedOnlyAsFarAsTheirWrite(t *testing.T) {
 	if _, err := b.Put(ctx, l.Key, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Claims.Renew(ctx, l, time.Second); !errors.Is(err, kv.ErrClaimLost) {
+	if _, err := st.Parts()[0].Claims.Renew(ctx, l, time.Second); !errors.Is(err, kv.ErrClaimLost) {
 		t.Fatalf("renew over garbage: %v", err)
 	}
-	back, err := st.Claims.Reclaim(ctx, l, time.Second)
+	back, err := st.Parts()[0].Claims.Reclaim(ctx, l, time.Second)
 	if err != nil || back.ClaimedBy != "w" || !strings.Contains(back.Replaced, "garbage") {
 		t.Fatalf("reclaim over garbage: %+v, %v", back, err)
 	}
 	// A real steal once the lease lapsed is not undone.
 	var stolen kv.Lease
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		stolen, err = st.Claims.Acquire(ctx, "J", 1, "thief", 2, time.Second)
+		stolen, err = st.Parts()[0].Claims.Acquire(ctx, "J", 1, "thief", 2, time.Second)
 		return err == nil
 	}, "the lapsed claim to be stolen")
-	if _, err := st.Claims.Reclaim(ctx, back, time.Second); !errors.Is(err, kv.ErrClaimLost) {
+	if _, err := st.Parts()[0].Claims.Reclaim(ctx, back, time.Second); !errors.Is(err, kv.ErrClaimLost) {
 		t.Fatalf("reclaim after a steal: %v (thief %+v)", err, stolen)
 	}
 }

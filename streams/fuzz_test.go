@@ -29,7 +29,7 @@ func FuzzValidateToken(f *testing.F) {
 		if !tokenRE.MatchString(tok) || len(tok) > streams.MaxTokenLen {
 			t.Fatalf("accepted %q", tok)
 		}
-		if ref, err := streams.ParseChunkSubject(streams.ChunkSubject(tok, tok, 7)); err != nil || ref.Pipeline != tok || ref.Job != tok || ref.Chunk != 7 {
+		if ref, err := streams.ParseChunkSubject(streams.ChunkSubject(0, tok, tok, 7)); err != nil || ref.Pipeline != tok || ref.Job != tok || ref.Chunk != 7 {
 			t.Fatalf("chunk subject of %q parsed as %+v, %v", tok, ref, err)
 		}
 		if ref, err := streams.ParseHoldSubject(streams.HoldSubject(tok, tok, 3)); err != nil || ref.System != tok || ref.Job != tok || ref.Chunk != 3 {
@@ -54,7 +54,7 @@ func FuzzParseSubjects(f *testing.F) {
 			if streams.ValidateToken("pipeline", ref.Pipeline) != nil || streams.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
 				t.Fatalf("%q parsed as %+v", subject, ref)
 			}
-			if again := streams.ChunkSubject(ref.Pipeline, ref.Job, ref.Chunk); again != subject {
+			if again := streams.ChunkSubject(0, ref.Pipeline, ref.Job, ref.Chunk); again != subject {
 				t.Fatalf("%q parsed as %+v, which builds %q", subject, ref, again)
 			}
 		}

@@ -34,6 +34,10 @@ type ChunkMsg struct {
 	Pipeline string `json:"pipeline"`
 	Epoch    int    `json:"epoch"`
 	TraceID  string `json:"trace_id"`
+	// Partition is the job's partition (its record's), whose chunk
+	// subject the message is published on. A worker runs a chunk only
+	// when the message, its subject and the job record agree on it.
+	Partition int `json:"partition,omitempty"`
 	// SourceSeq is the SALVAGE_JOBS sequence of the job message the chunk
 	// was split from. A worker drops a chunk whose job record names
 	// another source: it came from a second message that lost the race

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,11 +64,17 @@ type Options struct {
 	// SplitterMaxDeliver bounds the deliveries of one job message.
 	// Default SplitterMaxDeliverDefault.
 	SplitterMaxDeliver int
+	// Partitions is how many chunk partitions there are (see
+	// ChunksStream). Default 1.
+	Partitions int
 }
 
 func (o Options) withDefaults() Options {
 	if o.Replicas <= 0 {
 		o.Replicas = 1
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = 1
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = AckWaitDefault
@@ -102,11 +109,7 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 			// keeps only the shortest window the server allows.
 			Duplicates: jobsDuplicateWindow,
 		},
-		{
-			Name: Chunks, Description: "Chunk work queue, consumed by the workers consumer.",
-			Subjects: []string{ChunksAll}, Retention: jetstream.WorkQueuePolicy,
-			Duplicates: duplicateWindowDefault,
-		},
+		chunksConfig(0),
 		{
 			Name: Backlog, Description: "Chunks of large jobs waiting for admission to SALVAGE_CHUNKS (a job keeps at most its window queued there).",
 			Subjects: []string{BacklogAll}, Retention: jetstream.LimitsPolicy,
@@ -129,7 +132,7 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 		},
 		{
 			Name: Advisories, Description: "Max-deliveries and msg-terminated advisories of SALVAGE_CHUNKS.",
-			Subjects: []string{AdvisoryMaxDeliveries, AdvisoryTerminated}, MaxAge: 14 * day,
+			Subjects: advisoriesOf(o.Partitions), MaxAge: 14 * day,
 		},
 		{
 			Name: Events, Description: "Job events, rejections, alerts and escalations.",
@@ -147,9 +150,44 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 	}
 }
 
-// WorkersConfig is pipeline's chunk pool: the durable pull consumer the
-// workers of pipeline share, filtered on its chunks.
-func WorkersConfig(o Options, pipeline string) jetstream.ConsumerConfig {
+// chunksConfig is partition k's chunk stream.
+func chunksConfig(k int) jetstream.StreamConfig {
+	desc := "Chunk work queue, consumed by the pipelines' chunk pools."
+	if k > 0 {
+		desc = "Chunk work queue of partition " + strconv.Itoa(k) + ", consumed by the pipelines' chunk pools."
+	}
+	return jetstream.StreamConfig{
+		Name: ChunksStream(k), Description: desc,
+		Subjects: []string{ChunksIn(k)}, Retention: jetstream.WorkQueuePolicy,
+		Duplicates: duplicateWindowDefault,
+	}
+}
+
+// ProvisionPartitions creates or updates the chunk streams of partitions
+// 1 to o.Partitions − 1 (Provision makes partition 0's), in order. Run it
+// once their storage exists (kv.Provision): a partition's stream is what
+// makes it count (Partitions).
+func ProvisionPartitions(ctx context.Context, js jetstream.JetStream, o Options) error {
+	o = o.withDefaults()
+	if err := ValidatePartitions(o.Partitions); err != nil {
+		return err
+	}
+	for k := 1; k < o.Partitions; k++ {
+		cfg := chunksConfig(k)
+		cfg.Replicas = o.Replicas
+		cfg.Storage = jetstream.FileStorage
+		if err := EnsureStream(ctx, js, cfg); err != nil {
+			return fmt.Errorf("streams: provision %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// WorkersConfig is pipeline's chunk pool in partition k: the durable pull
+// consumer the workers of pipeline share on that partition's chunk
+// stream, filtered on its chunks. Every partition's pool of a pipeline
+// has the same name.
+func WorkersConfig(o Options, k int, pipeline string) jetstream.ConsumerConfig {
 	o = o.withDefaults()
 	return jetstream.ConsumerConfig{
 		Durable:       WorkersConsumer(pipeline),
@@ -159,7 +197,7 @@ func WorkersConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 		MaxDeliver:    o.MaxDeliver,
 		MaxAckPending: maxAckPendingDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: chunksFor(pipeline),
+		FilterSubject: chunksFor(k, pipeline),
 	}
 }
 
@@ -178,17 +216,26 @@ func SplitterConfig(o Options, pipeline string) jetstream.ConsumerConfig {
 	}
 }
 
-// deadLetterConfig is the durable consumer that reads max-deliveries
-// advisories.
-func deadLetterConfig() jetstream.ConsumerConfig {
+// deadLetterConfig is the durable consumer that reads the max-deliveries
+// advisories of n partitions' chunk pools.
+func deadLetterConfig(n int) jetstream.ConsumerConfig {
+	filter, filters := maxDeliveriesOf(0), []string(nil)
+	if n > 1 {
+		// One partition keeps the single filter it had before partitions.
+		filter = ""
+		for k := range n {
+			filters = append(filters, maxDeliveriesOf(k))
+		}
+	}
 	return jetstream.ConsumerConfig{
-		Durable:       DeadLetterConsumer,
-		Description:   "Dead-letterer: one failure envelope per exhausted chunk.",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    DeadLetterMaxDeliverDefault,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: AdvisoryMaxDeliveries,
+		Durable:        DeadLetterConsumer,
+		Description:    "Dead-letterer: one failure envelope per exhausted chunk.",
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxDeliver:     DeadLetterMaxDeliverDefault,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		FilterSubject:  filter,
+		FilterSubjects: filters,
 	}
 }
 
@@ -247,7 +294,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		stream string
 		cfg    jetstream.ConsumerConfig
 	}{
-		{Advisories, deadLetterConfig()},
+		{Advisories, deadLetterConfig(o.Partitions)},
 		{Events, retentionConfig()},
 	}
 	for _, c := range consumers {
@@ -283,10 +330,18 @@ func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline str
 			return fmt.Errorf("streams: delete the legacy %s consumer on %s: %w", legacy.name, legacy.stream, err)
 		}
 	}
-	for _, c := range []struct {
+	o = o.withDefaults()
+	pools := []struct {
 		stream string
 		cfg    jetstream.ConsumerConfig
-	}{{Chunks, WorkersConfig(o, pipeline)}, {Jobs, SplitterConfig(o, pipeline)}, {DLQ, RecoveryConfig(pipeline)}} {
+	}{{Jobs, SplitterConfig(o, pipeline)}, {DLQ, RecoveryConfig(pipeline)}}
+	for k := range o.Partitions {
+		pools = append(pools, struct {
+			stream string
+			cfg    jetstream.ConsumerConfig
+		}{ChunksStream(k), WorkersConfig(o, k, pipeline)})
+	}
+	for _, c := range pools {
 		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {
 			return fmt.Errorf("streams: provision %s of %s: %w", c.cfg.Durable, pipeline, err)
 		}

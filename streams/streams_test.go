@@ -66,7 +66,7 @@ func TestSubjects(t *testing.T) {
 			t.Errorf("ParseJobSubject(%q) = %v, want ErrBadSubject", s, err)
 		}
 	}
-	ref, err := streams.ParseChunkSubject(streams.ChunkSubject("p", "J", 7))
+	ref, err := streams.ParseChunkSubject(streams.ChunkSubject(0, "p", "J", 7))
 	if err != nil || ref != (streams.ChunkRef{Pipeline: "p", Job: "J", Chunk: 7}) {
 		t.Errorf("chunk subject round trip = %+v, %v", ref, err)
 	}

@@ -20,13 +20,6 @@ const (
 	EscalateAll  = "salvage.escalations.>"
 	IndexAll     = "salvage.index.>"
 	rejectedRoot = "salvage.events.rejected."
-
-	// AdvisoryMaxDeliveries captures the max-deliveries advisories of
-	// every chunk pool (the last token is the consumer's name).
-	AdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + Chunks + ".*"
-	// AdvisoryTerminated captures the msg-terminated advisories of every
-	// chunk pool.
-	AdvisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + Chunks + ".*"
 )
 
 // IndexEnvelope is where an envelope record in status, of category, has
@@ -73,21 +66,24 @@ func orAny(s string) string {
 	return s
 }
 
-// chunksFor filters one pipeline's chunk messages in SALVAGE_CHUNKS: the
-// filter of its pool.
-func chunksFor(pipeline string) string { return "salvage.chunks." + pipeline + ".>" }
+// chunksFor filters one pipeline's chunk messages in partition k's chunk
+// stream: the filter of its pool there.
+func chunksFor(k int, pipeline string) string { return chunksRoot(k) + pipeline + ".>" }
 
 // JobSubject is where a job for pipeline is submitted.
 func JobSubject(pipeline string) string { return jobsPrefix + pipeline }
 
-// ChunkSubject is the work-queue subject of one chunk.
-func ChunkSubject(pipeline, job string, chunk int) string {
-	return "salvage.chunks." + pipeline + "." + job + "." + strconv.Itoa(chunk)
+// ChunkSubject is the work-queue subject of one chunk of a job in
+// partition k: salvage.chunks.<pipeline>.<job>.<chunk> in partition 0,
+// salvage.part.<k>.chunks.<pipeline>.<job>.<chunk> in the others.
+func ChunkSubject(k int, pipeline, job string, chunk int) string {
+	return chunksRoot(k) + pipeline + "." + job + "." + strconv.Itoa(chunk)
 }
 
-// ChunksForJob filters one job's chunk messages in SALVAGE_CHUNKS.
-func ChunksForJob(pipeline, job string) string {
-	return "salvage.chunks." + pipeline + "." + job + ".*"
+// ChunksForJob filters the chunk messages of one job of partition k in
+// its chunk stream.
+func ChunksForJob(k int, pipeline, job string) string {
+	return chunksRoot(k) + pipeline + "." + job + ".*"
 }
 
 // BacklogSubject is where a chunk waits for admission to SALVAGE_CHUNKS.
@@ -146,16 +142,29 @@ func ParseJobSubject(subject string) (string, error) {
 	return rest, nil
 }
 
-// ChunkRef names one chunk of one job.
+// ChunkRef names one chunk of one job, and the partition whose subject
+// named it.
 type ChunkRef struct {
-	Pipeline string
-	Job      string
-	Chunk    int
+	Pipeline  string
+	Job       string
+	Chunk     int
+	Partition int
 }
 
-// ParseChunkSubject splits salvage.chunks.<pipeline>.<job>.<chunk>.
+// ParseChunkSubject splits salvage.chunks.<pipeline>.<job>.<chunk> (a
+// chunk of partition 0) or salvage.part.<k>.chunks.<pipeline>.<job>.<chunk>
+// (of partition k ≥ 1, written as ChunkSubject writes it).
 func ParseChunkSubject(subject string) (ChunkRef, error) {
-	parts := strings.Split(subject, ".")
+	k, tokens := 0, subject
+	if rest, ok := strings.CutPrefix(subject, partRoot); ok {
+		num, tail, _ := strings.Cut(rest, ".")
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 1 || n >= PartitionsMax || strconv.Itoa(n) != num || !strings.HasPrefix(tail, "chunks.") {
+			return ChunkRef{}, badSubject(subject, "want salvage.part.<partition>.chunks.<pipeline>.<job>.<chunk>")
+		}
+		k, tokens = n, "salvage."+tail
+	}
+	parts := strings.Split(tokens, ".")
 	if len(parts) != 5 || parts[0] != "salvage" || parts[1] != "chunks" {
 		return ChunkRef{}, badSubject(subject, "want salvage.chunks.<pipeline>.<job>.<chunk>")
 	}
@@ -163,7 +172,7 @@ func ParseChunkSubject(subject string) (ChunkRef, error) {
 	if err != nil {
 		return ChunkRef{}, err
 	}
-	return ChunkRef{Pipeline: parts[2], Job: parts[3], Chunk: n}, nil
+	return ChunkRef{Pipeline: parts[2], Job: parts[3], Chunk: n, Partition: k}, nil
 }
 
 // parseRef checks the tokens of a five-token subject

@@ -166,7 +166,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 		if j.Status == kv.JobPartial {
 			partial++
 		}
-		cps, err := stores.Checkpoints.ForJob(ctx, id, j.Chunks)
+		cps, err := stores.Parts()[0].Checkpoints.ForJob(ctx, id, j.Chunks)
 		if err != nil {
 			t.Fatal(err)
 		}

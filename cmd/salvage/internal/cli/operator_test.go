@@ -107,7 +107,7 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 		t.Fatalf("dlq replay: %d %s %s", code, stdout, errOut)
 	}
 	c.waitJob(t, fixed, kv.JobDone)
-	cp, _, err := c.stores.Checkpoints.Get(ctx, fixed, 1)
+	cp, _, err := c.stores.Parts()[0].Checkpoints.Get(ctx, fixed, 1)
 	if err != nil || cp.Epoch != 1 || cp.Status != kv.StatusDone {
 		t.Fatalf("replayed chunk = %+v, %v; want done in epoch 1", cp, err)
 	}

@@ -124,7 +124,7 @@ func (c *cluster) stopRulesAfter(t *testing.T, job string, n int, order string) 
 				return
 			case <-tick.C:
 			}
-			if cp, _, err := c.stores.Checkpoints.Get(ctx, job, 1); err == nil {
+			if cp, _, err := c.stores.Parts()[0].Checkpoints.Get(ctx, job, 1); err == nil {
 				dead = cp.DeadLetters
 			}
 		}
@@ -154,7 +154,7 @@ func (c *cluster) envelopeOf(t *testing.T, job string, chunk int) kv.EnvelopeRec
 	t.Helper()
 	var rec kv.EnvelopeRecord
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		cp, _, err := c.stores.Checkpoints.Get(context.Background(), job, chunk)
+		cp, _, err := c.stores.Parts()[0].Checkpoints.Get(context.Background(), job, chunk)
 		if err != nil || cp.Envelope == "" {
 			return false
 		}
@@ -309,7 +309,7 @@ func TestOrderRecovery(t *testing.T) {
 
 	t.Run("a recovery that fails again: the first envelope is superseded, the chunk still completes", func(t *testing.T) {
 		c.waitJob(t, twiceJob, kv.JobDone)
-		cp, _, err := c.stores.Checkpoints.Get(context.Background(), twiceJob, 1)
+		cp, _, err := c.stores.Parts()[0].Checkpoints.Get(context.Background(), twiceJob, 1)
 		// Two, unless the fault was stopped after the second recovery's
 		// deliveries had all failed too (a third then finished it).
 		if err != nil || cp.Recoveries < 2 {
@@ -397,7 +397,7 @@ func TestOrderRecovery(t *testing.T) {
 
 func chargeRow(t *testing.T, c *cluster, job string, chunk int) kv.StoredRow {
 	t.Helper()
-	rows, err := c.stores.Journal.Load(context.Background(), job, chunk, 0)
+	rows, err := c.stores.Parts()[0].Journal.Load(context.Background(), job, chunk, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 // runFlags are the settings of the roles, shared by up and demo.
 type runFlags struct {
 	replicas      int
+	partitions    int
 	ackWait       time.Duration
 	maxDeliver    int
 	concurrency   int
@@ -58,6 +59,7 @@ type runFlags struct {
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.IntVar(&r.replicas, "replicas", 1, "replicas per stream and bucket (3 on a cluster)")
+	f.IntVar(&r.partitions, "partitions", 1, "chunk partitions, each with its own chunk stream, claims, checkpoints and journal (their stream leaders spread over a cluster's servers); a deployment never loses one: more adds them, fewer keeps all; restart every process after adding")
 	f.DurationVar(&r.ackWait, "ack-wait", salvage.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; a claim lease is two fifths of it, after which a survivor takes a dead worker's chunk over")
 	f.IntVar(&r.maxDeliver, "max-deliver", salvage.MaxDeliverDefault, "tier 2: deliveries before a chunk is dead-lettered")
 	f.IntVar(&r.concurrency, "concurrency", salvage.ConcurrencyDefault, "chunks in flight per worker process")
@@ -164,7 +166,7 @@ func (r *runFlags) config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger
 		return nil, err
 	}
 	return &salvage.Config{
-		Pipelines: pipes, Roles: roles, Replicas: r.replicas, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
+		Pipelines: pipes, Roles: roles, Replicas: r.replicas, Partitions: r.partitions, AckWait: r.ackWait, MaxDeliver: r.maxDeliver,
 		Concurrency: r.concurrency, WorkerID: r.workerID, MaxChunks: r.maxChunks, ChunkWindow: r.chunkWindow,
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
 		SweepInterval: r.sweepInterval, UnknownPipelineWait: r.unknownWait, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),

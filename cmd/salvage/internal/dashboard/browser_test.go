@@ -259,7 +259,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject("order-fulfillment", job, 2))
+		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject(0, "order-fulfillment", job, 2))
 		return err == nil && m.Header.Get(streams.HeaderApprovedBy) == "dashboard" && m.Header.Get(streams.HeaderApprovedStage) == "2"
 	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
 	// Another chunk is rejected: it is dead-lettered with the reason, and
@@ -273,10 +273,10 @@ func dashboardInABrowser(t *testing.T, width int64) {
 		t.Fatalf("the rejection asked %q", msg)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		cp, _, err := f.stores.Checkpoints.Get(bg, job, 1)
+		cp, _, err := f.stores.Parts()[0].Checkpoints.Get(bg, job, 1)
 		return err == nil && cp.Status == kv.StatusDeadLettered && strings.Contains(cp.Reason+cp.LastError, "rejected by dashboard")
 	}, "the rejected chunk dead-lettered")
-	if _, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject("order-fulfillment", job, 1)); err == nil {
+	if _, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject(0, "order-fulfillment", job, 1)); err == nil {
 		t.Fatal("the rejected chunk went back to SALVAGE_CHUNKS")
 	}
 
@@ -322,7 +322,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 func awaitApproval(t *testing.T, f *fixture, job string, chunk int, input string) {
 	t.Helper()
 	bg := context.Background()
-	if _, err := f.stores.Checkpoints.Mutate(bg, job, chunk, func(cp *kv.Checkpoint) error {
+	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(bg, job, chunk, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Stage = kv.StatusAwaitingApproval, 2
 		cp.Record(kv.ChunkEvent{Kind: kv.EventAwaitingApproval, Stage: 2, Detail: "payment"})
 		return nil

@@ -67,7 +67,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	}
 	for i, status := range []string{kv.StatusDone, kv.StatusDone, kv.StatusDeadLettered} {
 		var d kv.Delta
-		if _, err := stores.Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
+		if _, err := stores.Parts()[0].Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Tier1Retries, cp.Deliveries, cp.Redeliveries = status, 2, uint64(i+1), i
 			cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: uint64(i + 1), Worker: "w-fixture", Stage: 1})
 			d = cp.Recount()
@@ -82,13 +82,13 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	for i, st := range []string{kv.CallSucceeded, kv.CallSucceeded, kv.CallFailed} {
 		row := kv.JournalRow{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Job: job, Chunk: 3, Stage: 1, Agent: "billing", Seq: i + 1,
 			Tool: "charge-payment", System: "payments", Status: st, LatencyMS: 12, StartedAt: time.Now().Add(time.Duration(i) * time.Millisecond)}
-		if _, err := stores.Journal.Put(ctx, row, 0); err != nil {
+		if _, err := stores.Parts()[0].Journal.Put(ctx, row, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	env := recovery.Envelope{ID: "01JENVELOPE000000000000000", Job: job, Chunk: 3, Pipeline: "order-fulfillment",
 		Category: recovery.CategoryTransientNetwork, Strategy: recovery.StrategyResume, CreatedAt: time.Now().Add(-time.Minute),
-		Original: recovery.Original{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject("order-fulfillment", job, 3),
+		Original: recovery.Original{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject(0, "order-fulfillment", job, 3),
 			Data: json.RawMessage(`{"job_id":"` + job + `","chunk":3,"pipeline":"order-fulfillment","epoch":0,"input":{}}`)}}
 	data, _ := json.Marshal(env)
 	ack, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, job, 3), Data: data})
@@ -431,7 +431,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 
 	// The replay: chunk 3 runs again and finishes; its call succeeds.
 	var d kv.Delta
-	if _, err := f.stores.Checkpoints.Mutate(ctx, job, 3, func(cp *kv.Checkpoint) error {
+	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, job, 3, func(cp *kv.Checkpoint) error {
 		cp.Status = kv.StatusDone
 		d = cp.Recount()
 		return nil
@@ -441,14 +441,14 @@ func TestCountersNeverGoBack(t *testing.T) {
 	if _, _, err := f.stores.Jobs.Apply(ctx, job, d); err != nil {
 		t.Fatal(err)
 	}
-	row, err := f.stores.Journal.Get(ctx, failedRow)
+	row, err := f.stores.Parts()[0].Journal.Get(ctx, failedRow)
 	if err != nil {
 		t.Fatal(err)
 	}
 	next := row.JournalRow
 	next.CarryHistory(row.JournalRow)
 	next.Status, next.Error = kv.CallSucceeded, ""
-	if _, err := f.stores.Journal.Put(ctx, next, row.Seq); err != nil {
+	if _, err := f.stores.Parts()[0].Journal.Put(ctx, next, row.Seq); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.stores.Envelopes.Mutate(ctx, f.envID, func(r *kv.EnvelopeRecord) error {
@@ -532,14 +532,14 @@ func TestModelTokensAreCountedOncePerCall(t *testing.T) {
 	for i, model := range []string{"gpt-test", "gpt-test", "local-llm"} {
 		row := kv.JournalRow{Key: kv.JournalKey(job, 1, 0, 1, "analyst", i+1), Tool: "model", Status: kv.CallSucceeded, LatencyMS: 5,
 			Usage: &kv.Usage{Model: model, PromptTokens: 100, CompletionTokens: 7}}
-		seq, err := f.stores.Journal.Put(ctx, row, 0)
+		seq, err := f.stores.Parts()[0].Journal.Put(ctx, row, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i == 0 {
 			// The same call's row written again (a later flag on it).
 			row.Orphan = true
-			if _, err := f.stores.Journal.Put(ctx, row, seq); err != nil {
+			if _, err := f.stores.Parts()[0].Journal.Put(ctx, row, seq); err != nil {
 				t.Fatal(err)
 			}
 		}

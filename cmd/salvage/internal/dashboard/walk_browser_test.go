@@ -47,7 +47,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 		if n == walkChunk {
 			continue
 		}
-		if _, err := f.stores.Checkpoints.Mutate(ctx, walkJob, n, func(cp *kv.Checkpoint) error {
+		if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, walkJob, n, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Stage, cp.Deliveries = kv.StatusDone, 3, 1
 			cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1})
 			cp.Record(kv.ChunkEvent{Kind: kv.EventDone, At: at(1), Worker: "w-1", Stage: 3})
@@ -68,11 +68,11 @@ func addWalkJob(t *testing.T, f *fixture) {
 	}
 	for i, r := range rows {
 		r.Job, r.Chunk, r.Seq, r.IdempotencyKey = walkJob, walkChunk, 1, fmt.Sprintf("idem-%d", i)
-		if _, err := f.stores.Journal.Put(ctx, r, 0); err != nil {
+		if _, err := f.stores.Parts()[0].Journal.Put(ctx, r, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.stores.Checkpoints.Mutate(ctx, walkJob, walkChunk, func(cp *kv.Checkpoint) error {
+	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, walkJob, walkChunk, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Stage, cp.Deliveries, cp.Redeliveries, cp.Holds, cp.Compensated = kv.StatusDeadLettered, 3, 3, 2, 1, true
 		cp.Envelope, cp.Reason, cp.LastError = walkEnvelope, "send-email: 422 mailbox unavailable", "422 mailbox unavailable"
 		for _, ev := range []kv.ChunkEvent{
@@ -94,7 +94,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 		Error: "send-email: 422 mailbox unavailable", ErrorClass: "permanent", FailedTool: "send-email", FailedAgent: "notify", FailedCall: email, FailedStage: 3,
 		Deliveries: 3, CompletedEntries: []string{stock, charge}, InFlightEntries: []string{}, PendingCompensations: []string{charge},
 		Checkpoint: recovery.EnvelopeCheckpoint{Stage: 3, Status: kv.StatusRunning}, CreatedAt: at(49),
-		Original: recovery.Original{Stream: streams.Chunks, Seq: 500, Subject: streams.ChunkSubject("order-fulfillment", walkJob, walkChunk),
+		Original: recovery.Original{Stream: streams.Chunks, Seq: 500, Subject: streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk),
 			Data: json.RawMessage(fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"order-fulfillment","epoch":0,"input":{"order":"o-117"}}`, walkJob, walkChunk))}}
 	data, _ := json.Marshal(env)
 	ack, err := f.b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, walkJob, walkChunk), Data: data})
@@ -297,8 +297,8 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, err := chunks.Info(context.Background(), jetstream.WithSubjectFilter(streams.ChunkSubject("order-fulfillment", walkJob, walkChunk)))
-			if err != nil || info.State.Subjects[streams.ChunkSubject("order-fulfillment", walkJob, walkChunk)] != 1 {
+			info, err := chunks.Info(context.Background(), jetstream.WithSubjectFilter(streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk)))
+			if err != nil || info.State.Subjects[streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk)] != 1 {
 				t.Fatalf("chunk 117 on SALVAGE_CHUNKS: %+v, %v; want one message", info.State.Subjects, err)
 			}
 			// The list's "all" tab, and "Cancel…" on the running job there.

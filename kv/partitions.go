@@ -1,0 +1,187 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// Part is one partition's chunk storage (see streams.ChunksStream): the
+// claims, checkpoints and journal of the chunks of the jobs in that
+// partition. Every compare-and-swap a chunk makes is on one Part's
+// buckets, so a partition's writes go through its own stream leaders.
+type Part struct {
+	// Index is the partition's number, 0 to the deployment's count − 1.
+	Index       int
+	Claims      *Claims
+	Checkpoints *Checkpoints
+	Journal     *Journal
+}
+
+// BucketClaimsIn names partition k's claims bucket: salvage_claims for
+// partition 0, salvage_claims_<k> for the others.
+func BucketClaimsIn(k int) string { return partName(BucketClaims, k) }
+
+// BucketCheckpointsIn names partition k's checkpoints bucket.
+func BucketCheckpointsIn(k int) string { return partName(BucketCheckpoints, k) }
+
+// BucketJournalIn names partition k's journal bucket.
+func BucketJournalIn(k int) string { return partName(BucketJournal, k) }
+
+func partName(base string, k int) string {
+	if k == 0 {
+		return base
+	}
+	return base + "_" + strconv.Itoa(k)
+}
+
+// partConfigs are the configurations of partition k's claims and
+// checkpoints buckets; its journal is a stream (journalStreamConfig).
+func partConfigs(k, replicas int) []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		{Bucket: BucketClaimsIn(k), Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: claimsTTL, Replicas: replicas},
+		// Checkpoint records have no age limit: a record is kept while its
+		// job runs and gets a per-message TTL once settled (Retention).
+		{Bucket: BucketCheckpointsIn(k), Description: "Chunk checkpoints; the fence against stale workers.", History: 1, LimitMarkerTTL: markerTTL, Replicas: replicas},
+	}
+}
+
+// provisionPart creates or updates partition k's buckets.
+func provisionPart(ctx context.Context, js jetstream.JetStream, k, replicas int) error {
+	for _, cfg := range partConfigs(k, replicas) {
+		if err := ensureBucket(ctx, js, cfg); err != nil {
+			return fmt.Errorf("kv: provision %s: %w", cfg.Bucket, err)
+		}
+	}
+	if err := streams.EnsureStream(ctx, js, journalStreamConfig(BucketJournalIn(k), replicas)); err != nil {
+		return fmt.Errorf("kv: provision %s: %w", BucketJournalIn(k), err)
+	}
+	return nil
+}
+
+// openPart binds to partition k's buckets.
+func openPart(ctx context.Context, js jetstream.JetStream, k int, idx *indexWriter, cfg JournalConfig) (*Part, error) {
+	get := func(name string) (jetstream.KeyValue, error) {
+		b, err := js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("kv: open %s: %w", name, err)
+		}
+		return b, nil
+	}
+	claims, err := get(BucketClaimsIn(k))
+	if err != nil {
+		return nil, err
+	}
+	cps, err := get(BucketCheckpointsIn(k))
+	if err != nil {
+		return nil, err
+	}
+	journal, err := get(BucketJournalIn(k))
+	if err != nil {
+		return nil, err
+	}
+	jr := &Journal{js: js, b: journal, bucket: BucketJournalIn(k)}
+	jr.Configure(cfg)
+	return &Part{
+		Index:       k,
+		Claims:      &Claims{b: claims, bucket: BucketClaimsIn(k), now: time.Now},
+		Checkpoints: &Checkpoints{b: cps, bucket: BucketCheckpointsIn(k), js: js, now: time.Now, idx: idx},
+		Journal:     jr,
+	}, nil
+}
+
+// parts are the partitions a Stores has bound, opened as they are asked
+// for: a job split by a process that knew more partitions than this one
+// did at its start names a partition this one binds on first use.
+type parts struct {
+	js  jetstream.JetStream
+	idx *indexWriter
+
+	mu      sync.Mutex
+	journal JournalConfig
+	bound   []*Part
+}
+
+// Part returns partition k's storage, binding to it on first use. A k
+// outside 0 to streams.PartitionsMax − 1 is refused; one the deployment
+// does not have fails to open (jetstream.ErrBucketNotFound).
+func (s *Stores) Part(ctx context.Context, k int) (*Part, error) {
+	if k < 0 || k >= streams.PartitionsMax {
+		return nil, fmt.Errorf("%w: partition %d", streams.ErrPartitions, k)
+	}
+	p := s.parts
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k < len(p.bound) && p.bound[k] != nil {
+		return p.bound[k], nil
+	}
+	part, err := openPart(ctx, p.js, k, p.idx, p.journal)
+	if err != nil {
+		return nil, err
+	}
+	for len(p.bound) <= k {
+		p.bound = append(p.bound, nil)
+	}
+	p.bound[k] = part
+	return part, nil
+}
+
+// PartOf returns the storage of job's chunks: its partition's.
+func (s *Stores) PartOf(ctx context.Context, job Job) (*Part, error) {
+	return s.Part(ctx, job.Partition)
+}
+
+// Parts returns the partitions bound so far, in order: at least those
+// the deployment had when the stores were opened.
+func (s *Stores) Parts() []*Part {
+	p := s.parts
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*Part, 0, len(p.bound))
+	for _, b := range p.bound {
+		if b != nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Partitions is how many partitions the stores bound when opened: the
+// deployment's count then, which new jobs are spread over.
+func (s *Stores) Partitions() int {
+	if s == nil {
+		return 1
+	}
+	return s.partitions
+}
+
+// ConfigureJournal configures the journal writes of every partition,
+// bound now or later.
+func (s *Stores) ConfigureJournal(cfg JournalConfig) {
+	p := s.parts
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.journal = cfg
+	for _, b := range p.bound {
+		if b != nil {
+			b.Journal.Configure(cfg)
+		}
+	}
+}
+
+// JournalStats sums the journal writes of every bound partition: batches
+// flushed and rows in them.
+func (s *Stores) JournalStats() (batches, rows int64) {
+	for _, p := range s.Parts() {
+		b, r := p.Journal.Stats()
+		batches += b
+		rows += r
+	}
+	return batches, rows
+}

@@ -1,0 +1,227 @@
+package salvage_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
+)
+
+// runCounter counts the finished runs of each chunk.
+type runCounter struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (c *runCounter) add(job string, chunk int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs[fmt.Sprintf("%s/%d", job, chunk)]++
+}
+
+func (c *runCounter) of(job string, chunk int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[fmt.Sprintf("%s/%d", job, chunk)]
+}
+
+// gatedPipeline is a pipeline of two chunks per job whose agent waits
+// for gate to close (nil: runs at once) and counts each finished run.
+func gatedPipeline(name string, gate <-chan struct{}, started chan<- string, runs *runCounter) *salvage.Pipeline {
+	return &salvage.Pipeline{
+		Name: name,
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
+			return []json.RawMessage{in, in}, nil
+		},
+		Stages: []salvage.Stage{{Name: "work", Agents: []salvage.Agent{{Name: "worker", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
+			if started != nil {
+				select {
+				case started <- fmt.Sprintf("%s/%d", t.Job, t.Chunk):
+				default:
+				}
+			}
+			if gate != nil {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			runs.add(t.Job, t.Chunk)
+			return "ok", nil
+		}}}}},
+	}
+}
+
+// chunkIn reports whether partition k's checkpoint bucket has a record
+// of chunk of job.
+func chunkIn(t *testing.T, js jetstream.JetStream, k int, job string, chunk int) bool {
+	t.Helper()
+	b, err := js.KeyValue(context.Background(), kv.BucketCheckpointsIn(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Get(context.Background(), kv.ChunkKey(job, chunk))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestPartitionsSpreadJobsAndKeepEachJobInOne: with three partitions,
+// jobs are spread over them by their ids, and every chunk of a job runs
+// once and is recorded in its job's partition's storage only.
+func TestPartitionsSpreadJobsAndKeepEachJobInOne(t *testing.T) {
+	t.Parallel()
+	srv := salvagetest.StartServer(t)
+	runs := &runCounter{runs: map[string]int{}}
+	c := srv.Client(t, &salvage.Config{Partitions: 3, Pipelines: []*salvage.Pipeline{gatedPipeline("spread", nil, nil, runs)}})
+	ctx := context.Background()
+	var ids []string
+	for i := range 12 {
+		id, err := c.Submit(ctx, "spread", map[string]int{"n": i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	used := map[int]bool{}
+	for _, id := range ids {
+		j := salvagetest.WaitJob(t, c, id, time.Minute)
+		if j.Status != salvage.JobDone {
+			t.Fatalf("job %s: %+v", id, j)
+		}
+		if want := streams.PartitionOf(id, 3); j.Partition != want {
+			t.Fatalf("job %s is in partition %d, its id says %d", id, j.Partition, want)
+		}
+		used[j.Partition] = true
+		for chunk := 1; chunk <= 2; chunk++ {
+			if n := runs.of(id, chunk); n != 1 {
+				t.Errorf("chunk %d of %s ran %d times", chunk, id, n)
+			}
+			for k := range 3 {
+				if in := chunkIn(t, srv.JS, k, id, chunk); in != (k == j.Partition) {
+					t.Errorf("chunk %d of %s (partition %d) recorded in partition %d: %v", chunk, id, j.Partition, k, in)
+				}
+			}
+		}
+	}
+	if len(used) < 2 {
+		t.Fatalf("12 jobs all in partitions %v", used)
+	}
+	if n, err := streams.Partitions(ctx, srv.JS); err != nil || n != 3 {
+		t.Fatalf("partitions = %d, %v", n, err)
+	}
+}
+
+// TestUpgradeFromOneToThreePartitions: a deployment of one partition with
+// chunks running and queued is provisioned again with three while its
+// worker runs. Nothing moves: the jobs split before stay in partition 0
+// and finish there, each chunk once; jobs split after spread over the
+// three, and a process started with no partitions configured uses all
+// three. A configuration asking for fewer never removes one.
+func TestUpgradeFromOneToThreePartitions(t *testing.T) {
+	t.Parallel()
+	srv := salvagetest.StartServer(t)
+	runs := &runCounter{runs: map[string]int{}}
+	gate := make(chan struct{})
+	started := make(chan string, 64)
+	old := srv.Client(t, &salvage.Config{Concurrency: 2, WorkerID: "old",
+		Pipelines: []*salvage.Pipeline{gatedPipeline("upgrade", gate, started, runs)}})
+	ctx := context.Background()
+	var before []string
+	for i := range 3 {
+		id, err := old.Submit(ctx, "upgrade", map[string]int{"n": i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, id)
+	}
+	// Two chunks run (the old worker's two slots), four wait queued.
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("no chunk started")
+		}
+	}
+	s, err := srv.JS.Stream(ctx, streams.Chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs == 6
+	}, "SALVAGE_CHUNKS before the upgrade: want 6 messages (2 running, 4 queued)")
+	upgraded := srv.Client(t, &salvage.Config{Partitions: 3, WorkerID: "new",
+		Pipelines: []*salvage.Pipeline{gatedPipeline("upgrade", gate, started, runs)}})
+	if n, err := streams.Partitions(ctx, srv.JS); err != nil || n != 3 {
+		t.Fatalf("partitions after the upgrade = %d, %v", n, err)
+	}
+	close(gate)
+	var after []string
+	for i := range 12 {
+		id, err := upgraded.Submit(ctx, "upgrade", map[string]int{"m": i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = append(after, id)
+	}
+	used := map[int]bool{}
+	for i, id := range append(before, after...) {
+		j := salvagetest.WaitJob(t, upgraded, id, time.Minute)
+		if j.Status != salvage.JobDone {
+			t.Fatalf("job %s: %+v", id, j)
+		}
+		if i < len(before) && j.Partition != 0 {
+			t.Fatalf("job %s split before the upgrade moved to partition %d", id, j.Partition)
+		}
+		if i >= len(before) {
+			used[j.Partition] = true
+		}
+		for chunk := 1; chunk <= 2; chunk++ {
+			if n := runs.of(id, chunk); n != 1 {
+				t.Errorf("chunk %d of %s finished %d times", chunk, id, n)
+			}
+		}
+	}
+	if len(used) < 2 {
+		t.Fatalf("12 jobs split after the upgrade all in partitions %v", used)
+	}
+	// A process configured with one partition (the default) keeps and
+	// runs all three.
+	later := srv.Client(t, &salvage.Config{WorkerID: "later", Pipelines: []*salvage.Pipeline{gatedPipeline("upgrade", nil, nil, runs)}})
+	if n, err := streams.Partitions(ctx, srv.JS); err != nil || n != 3 {
+		t.Fatalf("partitions after a process with the default = %d, %v", n, err)
+	}
+	for _, c := range []*salvage.Client{old, upgraded} {
+		stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := c.Stop(stopCtx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	var last []string
+	for i := range 6 {
+		id, err := later.Submit(ctx, "upgrade", map[string]int{"k": i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = append(last, id)
+	}
+	for _, id := range last {
+		if j := salvagetest.WaitJob(t, later, id, time.Minute); j.Status != salvage.JobDone || j.Partition != streams.PartitionOf(id, 3) {
+			t.Fatalf("job %s after the old processes stopped: %+v", id, j)
+		}
+	}
+}
