@@ -241,6 +241,15 @@ func (c *Client) ensure(ctx context.Context, pools, register bool) (*kv.Stores, 
 	if err != nil {
 		return nil, fmt.Errorf("salvage: provision: %w", err)
 	}
+	if n := stores.Partitions(); n > 1 && c.cfg.Replicas > 1 {
+		// Each partition led from another server; a user not allowed to
+		// ask a leader to step down leaves them where they are.
+		if moved, err := kv.SpreadLeaders(ctx, c.js, n); err != nil {
+			c.cfg.Logger.Warn().Err(err).Int("moved", moved).Msg("spread the partitions' stream leaders over the servers")
+		} else if moved > 0 {
+			c.cfg.Logger.Info().Int("moved", moved).Msg("asked stream leaders to move so that each partition is led from its own server")
+		}
+	}
 	c.configureJournal(stores)
 	c.storesMu.Lock()
 	c.stores = stores

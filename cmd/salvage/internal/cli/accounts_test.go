@@ -81,8 +81,9 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	t.Cleanup(srv.Shutdown)
 	url := srv.ClientURL()
 	// Chunks fail often enough, with no tier-1 retry and one delivery,
-	// for the DLQ to fill and the recovery roles to work.
-	shape := []string{"--max-deliver", "1", "--ack-wait", "2s"}
+	// for the DLQ to fill and the recovery roles to work; in the three
+	// partitions the file lists.
+	shape := []string{"--max-deliver", "1", "--ack-wait", "2s", "--partitions", "3"}
 
 	// Before provisioning the worker cannot start, and says what to do.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -19,12 +19,15 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// TestJobsFinishThroughLeaderFailovers runs two Salvage processes with
-// R3 streams and buckets on an in-process 3-node cluster while order
-// jobs keep arriving, shuts down the node leading SALVAGE_CHUNKS and
-// restarts it on its store, then does the same to the leader of the
-// claims bucket: every job completes with every chunk done, and the
-// sim's ledger shows no side effect made twice.
+// TestJobsFinishThroughLeaderFailovers runs Salvage processes with R3
+// streams and buckets in three partitions on an in-process 3-node
+// cluster while order jobs keep arriving: each partition is led from its
+// own node; a worker process is SIGKILLed mid-run and another started;
+// the node leading partition 0's chunk stream is shut down and restarted
+// on its store, then the one leading partition 1's, then the one leading
+// partition 2's claims bucket. Every job completes with every chunk done
+// (none lost, none stuck), the jobs are spread over the partitions, and
+// the sim's ledger shows no side effect made twice.
 func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	t.Parallel()
 	c, err := natsconf.StartCluster(natsconf.ClusterConfig{Dir: t.TempDir()})
@@ -33,9 +36,9 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	}
 	t.Cleanup(c.Shutdown)
 	s := startSim(t)
-	flags := append([]string{"--server", c.URLs(), "--replicas", "3", "--sim", s.BaseURL, "--concurrency", "4"}, fastTiers...)
+	flags := append([]string{"--server", c.URLs(), "--replicas", "3", "--partitions", "3", "--sim", s.BaseURL, "--concurrency", "4"}, fastTiers...)
 	up(t, append([]string{"--role", "worker,dead-letter,recovery,api"}, flags...)...)
-	up(t, append([]string{"--role", "worker"}, flags...)...)
+	_, victim := up(t, append([]string{"--role", "worker"}, flags...)...)
 	nc := salvagetest.Connect(t, c.URLs())
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -47,6 +50,32 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	if info, err := js.Stream(ctx, streams.Chunks); err != nil || info.CachedInfo().Config.Replicas != 3 {
 		t.Fatalf("SALVAGE_CHUNKS: %v; want 3 replicas", err)
 	}
+	// leaderOf is the server leading stream now ("" while none is).
+	leaderOf := func(stream string) string {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return ""
+		}
+		info, err := st.Info(ctx)
+		if err != nil || info.Cluster == nil {
+			return ""
+		}
+		return info.Cluster.Leader
+	}
+	// Each partition led from its own node, its buckets with its stream.
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		leaders := map[string]bool{}
+		for k := range 3 {
+			for _, name := range kv.PartitionStreams(k) {
+				if leaderOf(name) != leaderOf(streams.ChunksStream(k)) {
+					return false
+				}
+			}
+			leaders[leaderOf(streams.ChunksStream(k))] = true
+		}
+		delete(leaders, "")
+		return len(leaders) == 3
+	}, "the three partitions led from three nodes")
 
 	var mu sync.Mutex
 	var jobs []string
@@ -125,14 +154,7 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 		t.Helper()
 		var leader string
 		salvagetest.Eventually(t, time.Minute, func() bool {
-			st, err := js.Stream(ctx, stream)
-			if err != nil {
-				return false
-			}
-			info, err := st.Info(ctx)
-			if err == nil && info.Cluster != nil {
-				leader = info.Cluster.Leader
-			}
+			leader = leaderOf(stream)
 			return leader != ""
 		}, "the leader of %s", stream)
 		i := c.Index(leader)
@@ -149,8 +171,17 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 		t.Logf("%s: %s restarted with %d jobs finished", stream, leader, finished())
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return finished() >= 3 }, "the first jobs to finish")
+	// A worker killed mid-run (SIGKILL: no drain, no release), another
+	// started in its place.
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	before := finished()
+	up(t, append([]string{"--role", "worker"}, flags...)...)
+	salvagetest.Eventually(t, 2*time.Minute, func() bool { return finished() >= before+3 }, "jobs finishing after a worker was killed")
 	failover(streams.Chunks)
-	failover("KV_" + kv.BucketClaims)
+	failover(streams.ChunksStream(1))
+	failover("KV_" + kv.BucketClaimsIn(2))
 	close(failedOver)
 	<-submitted
 
@@ -158,11 +189,16 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	all := append([]string(nil), jobs...)
 	mu.Unlock()
 	salvagetest.Eventually(t, 3*time.Minute, func() bool { return finished() == len(all) }, "all %d jobs to finish", len(all))
+	spread := map[int]int{}
 	for _, id := range all {
 		j, err := stores.Jobs.Get(ctx, id)
 		if err != nil || j.Summary.Done != j.Chunks || j.Chunks != 3 {
 			t.Errorf("job %s: %+v, %v; want its 3 chunks done", id, j, err)
 		}
+		spread[j.Partition]++
+	}
+	if len(spread) != 3 {
+		t.Errorf("jobs by partition: %v; want all three used", spread)
 	}
 	// The counts alone: the whole ledger of a long run passes the sim
 	// client's 1 MiB bound.
@@ -173,5 +209,5 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	if sum.DuplicateKeys != 0 || sum.DuplicateOrders != 0 {
 		t.Fatalf("ledger %+v: a side effect was repeated", sum)
 	}
-	t.Logf("%d jobs of 3 orders finished across two leader failovers; ledger %+v", len(all), sum)
+	t.Logf("%d jobs of 3 orders (by partition %v) finished across a worker SIGKILL and three leader failovers; ledger %+v", len(all), spread, sum)
 }
