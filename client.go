@@ -111,7 +111,7 @@ func (c *Client) Start(ctx context.Context) error {
 	} else {
 		// The process's record exists before its worker claims anything,
 		// and outlives its roles' draining.
-		state := c.processState()
+		state := c.processState(stores)
 		c.beatOnce(ctx, stores, state)
 		go func() { defer close(beatDone); c.heartbeat(beatCtx, stores, state) }()
 	}

@@ -1,6 +1,9 @@
 package salvage
 
-import "github.com/salvagehq/salvage/streams"
+import (
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/streams"
+)
 
 // MaxTokenLen is the longest id Salvage accepts in a subject or key
 // token: a pipeline name, job id, envelope id or an id a pipeline uses in
@@ -21,3 +24,10 @@ func ValidateJobID(id string) error { return streams.ValidateJobID(id) }
 // JobSubject is the subject a job for pipeline is published on,
 // salvage.jobs.<pipeline>: what Submit and `nats pub` use.
 func JobSubject(pipeline string) string { return streams.JobSubject(pipeline) }
+
+// StorePartition is the partition (Config.Partitions) whose chunks a
+// stream or bucket holds: SALVAGE_CHUNKS and salvage_claims,
+// salvage_checkpoints, salvage_journal are partition 0's,
+// SALVAGE_CHUNKS_<k> and salvage_claims_<k>, … partition k's. ok is false
+// for the streams and buckets every partition shares.
+func StorePartition(name string) (k int, ok bool) { return kv.PartitionOfStore(name) }

@@ -204,6 +204,15 @@ func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 	if n, err := streams.Partitions(ctx, srv.JS); err != nil || n != 3 {
 		t.Fatalf("partitions after a process with the default = %d, %v", n, err)
 	}
+	ws, err := later.Workers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if want := map[string]int{"old": 1, "new": 3, "later": 3}[w.ID]; w.Partitions != want {
+			t.Errorf("process %s takes chunks from %d partitions, want %d", w.ID, w.Partitions, want)
+		}
+	}
 	for _, c := range []*salvage.Client{old, upgraded} {
 		stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		if err := c.Stop(stopCtx); err != nil {

@@ -105,7 +105,7 @@ func detailOf(d consumers.Detail) EnvelopeDetail {
 // workerOf is a live process's heartbeat record, every field.
 func workerOf(r kv.WorkerState) Worker {
 	w := Worker{ID: r.ID, Host: r.Host, PID: r.PID, Pipelines: r.Pipelines, Recovers: r.Recovers, Concurrency: r.Concurrency,
-		InFlight: r.InFlight, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, LeaseMS: r.LeaseMS}
+		InFlight: r.InFlight, Partitions: r.Partitions, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, LeaseMS: r.LeaseMS}
 	for _, role := range r.Roles {
 		w.Roles = append(w.Roles, Role(role))
 	}

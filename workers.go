@@ -29,9 +29,13 @@ type Worker struct {
 	Recovers []string `json:"recovers,omitempty"`
 	// Concurrency is how many chunks of each pipeline it runs at once;
 	// InFlight how many it runs now.
-	Concurrency int       `json:"concurrency,omitempty"`
-	InFlight    int       `json:"in_flight"`
-	StartedAt   time.Time `json:"started_at"`
+	Concurrency int `json:"concurrency,omitempty"`
+	InFlight    int `json:"in_flight"`
+	// Partitions is how many partitions its worker takes chunks from
+	// (Config.Partitions): 0 to Partitions − 1, those the deployment had
+	// when it started; 0 for a process that runs no worker.
+	Partitions int       `json:"partitions,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
 	// UpdatedAt is its last heartbeat (three a lease).
 	UpdatedAt time.Time `json:"updated_at"`
 	// LeaseMS is the process's lease in milliseconds: once that long
@@ -62,7 +66,7 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 }
 
 // processState is this process's record as its heartbeat writes it.
-func (c *Client) processState() kv.WorkerState {
+func (c *Client) processState(stores *kv.Stores) kv.WorkerState {
 	id := c.id
 	if id == "" {
 		id = consumers.ProcessID()
@@ -73,7 +77,7 @@ func (c *Client) processState() kv.WorkerState {
 		state.Roles = append(state.Roles, string(r))
 	}
 	if c.cfg.has(RoleWorker) {
-		state.Pipelines, state.Concurrency = c.registry.Names(), c.cfg.Concurrency
+		state.Pipelines, state.Concurrency, state.Partitions = c.registry.Names(), c.cfg.Concurrency, stores.Partitions()
 		slices.Sort(state.Pipelines)
 	}
 	if c.cfg.has(RoleRecovery) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,4 +185,29 @@ func (s *Stores) JournalStats() (batches, rows int64) {
 		rows += r
 	}
 	return batches, rows
+}
+
+// PartitionOfStore is the partition whose chunks a stream or bucket
+// holds: a chunk stream (streams.PartitionOfStream) or a claims,
+// checkpoints or journal bucket, named with or without its stream's KV_.
+// ok is false for any other name.
+func PartitionOfStore(name string) (int, bool) {
+	if k, ok := streams.PartitionOfStream(name); ok {
+		return k, true
+	}
+	name = strings.TrimPrefix(name, "KV_")
+	for _, base := range []string{BucketClaims, BucketCheckpoints, BucketJournal} {
+		if name == base {
+			return 0, true
+		}
+		rest, ok := strings.CutPrefix(name, base+"_")
+		if !ok {
+			continue
+		}
+		k, err := strconv.Atoi(rest)
+		if err == nil && k >= 1 && k < streams.PartitionsMax && strconv.Itoa(k) == rest {
+			return k, true
+		}
+	}
+	return 0, false
 }

@@ -40,10 +40,14 @@ type WorkerState struct {
 	Recovers []string `json:"recovers,omitempty"`
 	// Concurrency is how many chunks of each pipeline it runs at once;
 	// InFlight how many it runs now.
-	Concurrency int       `json:"concurrency,omitempty"`
-	InFlight    int       `json:"in_flight"`
-	StartedAt   time.Time `json:"started_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	Concurrency int `json:"concurrency,omitempty"`
+	InFlight    int `json:"in_flight"`
+	// Partitions is how many partitions' pools its worker takes chunks
+	// from: partitions 0 to Partitions − 1, as many as the deployment had
+	// when it started.
+	Partitions int       `json:"partitions,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 	// LeaseMS is the process's lease: it renews its record three times
 	// a lease, and once a lease has passed since the last write the
 	// process is dead to the others (Lapsed), its claims handed back to

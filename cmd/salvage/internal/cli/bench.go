@@ -35,16 +35,19 @@ type benchReport struct {
 	GoVersion  string          `json:"go_version"`
 	Throughput []throughputRow `json:"throughput,omitempty"`
 	// ClusterSkipped says why the cluster row is missing.
-	ClusterSkipped string         `json:"cluster_skipped,omitempty"`
-	Critical       *criticalRow   `json:"critical_path,omitempty"`
-	Crash          *crashRow      `json:"crash_to_resume,omitempty"`
-	Growth         []growthRow    `json:"growth,omitempty"`
-	Storage        []storageRow   `json:"storage,omitempty"`
-	Soak           *soakRow       `json:"soak,omitempty"`
-	Listing        *listingRow    `json:"listing,omitempty"`
-	Ramp           *rampRow       `json:"release_ramp,omitempty"`
-	Fleet          []fleetRow     `json:"fleet,omitempty"`
-	Dashboard      []dashboardRow `json:"dashboard,omitempty"`
+	ClusterSkipped string          `json:"cluster_skipped,omitempty"`
+	Critical       *criticalRow    `json:"critical_path,omitempty"`
+	Crash          *crashRow       `json:"crash_to_resume,omitempty"`
+	Growth         []growthRow     `json:"growth,omitempty"`
+	Storage        []storageRow    `json:"storage,omitempty"`
+	Soak           *soakRow        `json:"soak,omitempty"`
+	Listing        *listingRow     `json:"listing,omitempty"`
+	Ramp           *rampRow        `json:"release_ramp,omitempty"`
+	Fleet          []fleetRow      `json:"fleet,omitempty"`
+	Dashboard      []dashboardRow  `json:"dashboard,omitempty"`
+	Partitions     []partitionsRow `json:"partitions,omitempty"`
+	// PartitionsSkipped says why the partitions rows are missing.
+	PartitionsSkipped string `json:"partitions_skipped,omitempty"`
 	// FleetSkipped says why the fleet rows are missing.
 	FleetSkipped string  `json:"fleet_skipped,omitempty"`
 	WallSecs     float64 `json:"wall_seconds"`
@@ -70,7 +73,7 @@ type benchOpts struct {
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard", "partitions"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
@@ -113,7 +116,11 @@ print one table:
                to the workers per chunk;
   dashboard    10,000 job records and --dashboard envelope records (a fifth open), each
                count watched by a fresh 'salvage up --role dashboard' process: its resident
-               memory once its summary counts every record and it served its pages.
+               memory once its summary counts every record and it served its pages;
+  partitions   the throughput job shape (24 jobs of --chunks chunks, --concurrency at once)
+               on three nats-server processes with R3 streams, in 1 and then 3 partitions
+               (each led from its own node): calls per second, and each node's share of
+               the servers' CPU.
 
 Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
@@ -281,6 +288,23 @@ func (r *benchReport) print(w io.Writer) {
 				d.CatchUp.Round(10*time.Millisecond), mib(d.RSS), mib(d.Peak))
 		}
 		fmt.Fprintf(tw, "  %s\n", dashboardVerdict(r.Dashboard))
+		fmt.Fprintln(tw)
+	}
+	if len(r.Partitions) > 0 || r.PartitionsSkipped != "" {
+		fmt.Fprintln(tw, "PARTITIONS\tservers\tpartitions (jobs in each)\tleaders\tcalls/s\tCPU share of each node")
+		for _, p := range r.Partitions {
+			shares := make([]string, len(p.NodeShare))
+			for i, s := range p.NodeShare {
+				shares[i] = fmt.Sprintf("%.0f%% (%.1f s)", 100*s, p.NodeCPU[i])
+			}
+			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%d %v\t%s\t%s\t%s\n", p.Jobs, p.Chunks, p.CallsPerChunk, p.Concurrency,
+				p.Servers, p.Partitions, p.JobsPerPartition, strings.Join(p.Leaders, ","), thousands(int(p.CallsPerSec)), strings.Join(shares, ", "))
+		}
+		if r.PartitionsSkipped != "" {
+			fmt.Fprintf(tw, "  partitions rows skipped: %s\n", r.PartitionsSkipped)
+		} else {
+			fmt.Fprintf(tw, "  %s\n", partitionsVerdict(r.Partitions))
+		}
 	}
 	_ = tw.Flush()
 }

@@ -104,6 +104,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 		}
 		r.Dashboard = d
 	}
+	if slices.Contains(b.o.only, "partitions") {
+		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
+			r.PartitionsSkipped = err.Error()
+		} else if r.Partitions, err = b.partitions(ctx, bin, []int{1, benchClusterNodes}); err != nil {
+			return nil, fmt.Errorf("partitions: %w", err)
+		}
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

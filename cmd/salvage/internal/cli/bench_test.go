@@ -184,3 +184,51 @@ func TestBenchDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchPartitions runs the partitions rows small: 24 jobs of 4
+// chunks on three nats-server processes, in one partition and in three,
+// each partition led from its own node.
+func TestBenchPartitions(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(binary, "bench", "--only", "partitions", "--chunks", "4", "--concurrency", "8",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
+	if err != nil {
+		t.Fatalf("salvage bench --only partitions: %v", err)
+	}
+	var r struct {
+		Partitions []struct {
+			Partitions  int       `json:"partitions"`
+			Jobs        int       `json:"jobs"`
+			PerPart     []int     `json:"jobs_per_partition"`
+			CallsPerSec float64   `json:"calls_per_sec"`
+			NodeCPU     []float64 `json:"node_cpu_seconds"`
+			NodeShare   []float64 `json:"node_cpu_share"`
+			Leaders     []string  `json:"leaders"`
+		} `json:"partitions"`
+		Skipped string `json:"partitions_skipped"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if len(r.Partitions) != 2 || r.Skipped != "" {
+		t.Fatalf("partitions rows = %+v (skipped: %q); want two", r.Partitions, r.Skipped)
+	}
+	for i, p := range r.Partitions {
+		n := []int{1, 3}[i]
+		sum, share := 0, 0.0
+		for _, k := range p.PerPart {
+			sum += k
+		}
+		for _, s := range p.NodeShare {
+			share += s
+		}
+		leaders := map[string]bool{}
+		for _, l := range p.Leaders {
+			leaders[l] = true
+		}
+		if p.Partitions != n || len(p.PerPart) != n || sum != p.Jobs || p.CallsPerSec <= 0 || len(p.NodeCPU) != 3 ||
+			share < 0.99 || share > 1.01 || len(p.Leaders) != n || len(leaders) != n || leaders[""] {
+			t.Errorf("row %d = %+v; want %d partitions, every job counted in one, each node's CPU measured, each partition led from its own node", i, p, n)
+		}
+	}
+}

@@ -133,6 +133,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	var stores []struct {
 		Name          string    `json:"name"`
 		Kind          string    `json:"kind"`
+		Partition     *int      `json:"partition"`
 		Messages      uint64    `json:"messages"`
 		Bytes         uint64    `json:"bytes"`
 		MaxAgeSeconds float64   `json:"max_age_seconds"`
@@ -150,6 +151,10 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 		if s.Name == kv.BucketJournal && (s.Kind != "bucket" || s.Messages == 0 || s.Bytes == 0 || s.MaxAgeSeconds != 0 ||
 			!s.Retention || !s.Expires.IsZero()) {
 			t.Errorf("the journal's storage: %+v; want the job's rows, kept while live, then by retention, no age limit", s)
+		}
+		if (s.Partition != nil) != (s.Name == kv.BucketJournal || s.Name == kv.BucketClaims || s.Name == kv.BucketCheckpoints || s.Name == streams.Chunks) ||
+			s.Partition != nil && *s.Partition != 0 {
+			t.Errorf("%s %s: partition %v; want 0 for the chunk stream and the chunks' buckets, none for the rest", s.Kind, s.Name, s.Partition)
 		}
 		if s.Name == streams.DLQ && (s.MaxAgeSeconds != 14*24*3600 || s.Retention || s.Messages > 0 && !s.Expires.Equal(s.Oldest.Add(14*24*time.Hour))) {
 			t.Errorf("the DLQ's storage: %+v; want kept 14 days from the oldest", s)

@@ -189,7 +189,7 @@ those whose envelopes they recover, how many of each they run at once and how ma
 			return nil
 		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "ID\tHOST\tPID\tROLES\tPIPELINES\tRECOVERS\tCONCURRENCY\tIN FLIGHT\tUP\tLAST SEEN")
+		fmt.Fprintln(tw, "ID\tHOST\tPID\tROLES\tPIPELINES\tRECOVERS\tCONCURRENCY\tPARTITIONS\tIN FLIGHT\tUP\tLAST SEEN")
 		for _, w := range ws {
 			roles := make([]string, len(w.Roles))
 			for i, r := range w.Roles {
@@ -199,8 +199,15 @@ those whose envelopes they recover, how many of each they run at once and how ma
 			if pipes == "" {
 				pipes = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s ago\n", w.ID, w.Host, w.PID, strings.Join(roles, ","), pipes, cmp.Or(strings.Join(w.Recovers, ","), "-"),
-				w.Concurrency, w.InFlight, time.Since(w.StartedAt).Round(time.Second), time.Since(w.UpdatedAt).Round(time.Second))
+			parts := "-"
+			if w.Partitions > 0 {
+				parts = fmt.Sprintf("0-%d", w.Partitions-1)
+				if w.Partitions == 1 {
+					parts = "0"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s ago\n", w.ID, w.Host, w.PID, strings.Join(roles, ","), pipes, cmp.Or(strings.Join(w.Recovers, ","), "-"),
+				w.Concurrency, parts, w.InFlight, time.Since(w.StartedAt).Round(time.Second), time.Since(w.UpdatedAt).Round(time.Second))
 		}
 		return tw.Flush()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,9 +19,12 @@ import (
 type storeRow struct {
 	Name string `json:"name"`
 	// Kind is "stream" or "bucket" (a KV bucket, named without KV_).
-	Kind     string `json:"kind"`
-	Messages uint64 `json:"messages"`
-	Bytes    uint64 `json:"bytes"`
+	Kind string `json:"kind"`
+	// Partition is the partition whose chunks it holds (--partitions);
+	// absent for what every partition shares.
+	Partition *int   `json:"partition,omitempty"`
+	Messages  uint64 `json:"messages"`
+	Bytes     uint64 `json:"bytes"`
 	// MaxAgeSeconds is how long a message is kept (0: until it is
 	// removed); History, for a bucket, the revisions kept per key.
 	MaxAgeSeconds float64 `json:"max_age_seconds"`
@@ -90,6 +94,9 @@ func storageOf(ctx context.Context, nc *nats.Conn) ([]storeRow, error) {
 		default:
 			continue
 		}
+		if k, ok := salvage.StorePartition(info.Config.Name); ok {
+			r.Partition = &k
+		}
 		if info.State.Msgs > 0 {
 			r.Oldest = info.State.FirstTime.UTC()
 			if info.Config.MaxAge > 0 {
@@ -112,7 +119,7 @@ func storageOf(ctx context.Context, nc *nats.Conn) ([]storeRow, error) {
 
 func (e *env) printStorage(rows []storeRow) {
 	tw := table(e.stdout)
-	fmt.Fprintln(tw, "NAME\tKIND\tMESSAGES\tBYTES\tKEEPS\tOLDEST\tEXPIRES")
+	fmt.Fprintln(tw, "NAME\tKIND\tPARTITION\tMESSAGES\tBYTES\tKEEPS\tOLDEST\tEXPIRES")
 	var msgs, bytes uint64
 	for _, r := range rows {
 		keeps := "until removed"
@@ -137,10 +144,14 @@ func (e *env) printStorage(rows []storeRow) {
 			}
 			return t.Local().Format("2006-01-02 15:04")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, r.Messages, sizeText(r.Bytes), keeps, when(r.Oldest), when(r.Expires))
+		part := "-"
+		if r.Partition != nil {
+			part = strconv.Itoa(*r.Partition)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, part, r.Messages, sizeText(r.Bytes), keeps, when(r.Oldest), when(r.Expires))
 		msgs, bytes = msgs+r.Messages, bytes+r.Bytes
 	}
-	fmt.Fprintf(tw, "total\t\t%d\t%s\t\t\t\n", msgs, sizeText(bytes))
+	fmt.Fprintf(tw, "total\t\t\t%d\t%s\t\t\t\n", msgs, sizeText(bytes))
 	_ = tw.Flush()
 }
 

@@ -190,8 +190,8 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	// recovery: the pipeline's row says nobody recovers it.
 	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelector('tr[data-pipeline="order-fulfillment"]')?.dataset.workers === '1' && `+
 		`document.querySelector('tr[data-pipeline="order-fulfillment"]')?.cells[3].textContent === 'none' && `+
-		`[...document.querySelectorAll('tr[data-worker]')].some(r => r.cells[2].textContent.includes('order-fulfillment'))`)); err != nil {
-		t.Fatalf("the page never showed the live worker, and nobody recovering its pipeline: %v", err)
+		`[...document.querySelectorAll('tr[data-worker]')].some(r => r.cells[2].textContent.includes('order-fulfillment') && r.cells[3].textContent === '0')`)); err != nil {
+		t.Fatalf("the page never showed the live worker (in partition 0), and nobody recovering its pipeline: %v", err)
 	}
 	if err := worker.Stop(context.Background()); err != nil {
 		t.Fatal(err)
