@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -13,6 +15,28 @@ import (
 
 // casAttempts caps every re-read-and-retry loop.
 const casAttempts = 16
+
+// Waits after a lost compare-and-swap: full jitter, the bound doubling
+// from casBackoffBase to casBackoffMax. Writers that all retry at once
+// on a hot key (a job record many processes count into) lose again
+// together; spread out, most of them win on the next attempt.
+const (
+	casBackoffBase = time.Millisecond
+	casBackoffMax  = 64 * time.Millisecond
+)
+
+// casBackoff waits before attempt (counted from 1) of a compare-and-swap
+// that lost a race, or until ctx ends.
+func casBackoff(ctx context.Context, attempt int) error {
+	t := time.NewTimer(rand.N(min(casBackoffMax, casBackoffBase<<min(attempt, 10))) + 1)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // getJSON reads key and decodes it; ErrNotFound when absent or deleted.
 func getJSON[T any](ctx context.Context, b jetstream.KeyValue, key string) (T, uint64, error) {
@@ -84,7 +108,13 @@ func mutateJSON[T any](ctx context.Context, b jetstream.KeyValue, key string, fn
 // mutateJSONWith is mutateJSON writing an existing key with update,
 // which returns a lost race as jetstream.ErrKeyRevisionMismatch.
 func mutateJSONWith[T any](ctx context.Context, b jetstream.KeyValue, key string, update func(ctx context.Context, key string, v T, rev uint64) (uint64, error), fn func(v *T, exists bool) error) (T, uint64, error) {
-	for range casAttempts {
+	for attempt := range casAttempts {
+		if attempt > 0 {
+			if err := casBackoff(ctx, attempt); err != nil {
+				var zero T
+				return zero, 0, err
+			}
+		}
 		v, rev, err := getJSON[T](ctx, b, key)
 		exists := err == nil
 		if err != nil && !errors.Is(err, ErrNotFound) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage"
 )
 
 // The reference figures the bench table is read against: peers measured
@@ -69,7 +71,10 @@ type benchOpts struct {
 	fleet       []int
 	fleetConc   int
 	fleetChunks int
-	dashboard   []int
+	// fleetJournal is the fleet rows' journal writes: atomic (each
+	// process group-commits its concurrent calls' rows) or pipelined.
+	fleetJournal string
+	dashboard    []int
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
@@ -141,6 +146,9 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 					return fmt.Errorf("--fleet %d: want from 1 to --fleet-concurrency (%d) processes", n, o.fleetConc)
 				}
 			}
+			if o.fleetJournal != string(salvage.JournalAtomic) && o.fleetJournal != string(salvage.JournalPipelined) {
+				return fmt.Errorf("--fleet-journal %q: want %s or %s", o.fleetJournal, salvage.JournalAtomic, salvage.JournalPipelined)
+			}
 			if !slices.IsSorted(o.dashboard) || (len(o.dashboard) > 0 && o.dashboard[0] < 1) {
 				return fmt.Errorf("--dashboard %v: want positive envelope counts, ascending", o.dashboard)
 			}
@@ -174,6 +182,7 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 	f.IntSliceVar(&o.fleet, "fleet", []int{2, 8, 32, 64}, "fleet: worker process counts")
 	f.IntVar(&o.fleetConc, "fleet-concurrency", 64, "fleet: chunks in flight across the worker processes")
 	f.IntVar(&o.fleetChunks, "fleet-chunks", 2_000, "fleet: chunks of the job")
+	f.StringVar(&o.fleetJournal, "fleet-journal", string(salvage.JournalAtomic), "fleet: journal writes, atomic (each process group-commits the rows of its concurrent calls) or pipelined (a row, an acknowledgement)")
 	f.IntSliceVar(&o.dashboard, "dashboard", []int{1_000, 100_000}, "dashboard: envelope counts, ascending")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
@@ -270,7 +279,7 @@ func (r *benchReport) print(w io.Writer) {
 	if len(r.Fleet) > 0 || r.FleetSkipped != "" {
 		fmt.Fprintln(tw, "FLEET	processes x slots	wall	workers CPU	server CPU	control CPU	CPU/chunk (workers+server)	delivered to workers/chunk	job record, journal writes/chunk	job")
 		for _, f := range r.Fleet {
-			fmt.Fprintf(tw, "  one job of %s chunks, model %s\t%d x %d\t%.1f s\t%.1f s\t%.1f s\t%.1f s\t%.2f ms\t%.1f\t%.1f, %.1f\t%s\n", thousands(f.Chunks), fleetLatency,
+			fmt.Fprintf(tw, "  one job of %s chunks, model %s, %s journal\t%d x %d\t%.1f s\t%.1f s\t%.1f s\t%.1f s\t%.2f ms\t%.1f\t%.1f, %.1f\t%s\n", thousands(f.Chunks), fleetLatency, f.Journal,
 				f.Processes, f.Concurrency, f.WallSecs, f.WorkersCPU, f.ServerCPU, f.ControlCPU, f.CPUPerChunkMS, f.DeliveredPerChunk,
 				f.JobWritesPerChunk, f.JournalWritesPerChunk, f.Status)
 		}

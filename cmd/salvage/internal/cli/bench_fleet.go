@@ -50,6 +50,8 @@ type fleetRow struct {
 	JobWritesPerChunk     float64 `json:"job_writes_per_chunk"`
 	JournalWritesPerChunk float64 `json:"journal_writes_per_chunk"`
 	Status                string  `json:"job_status"`
+	// Journal is how the journal rows were written (--fleet-journal).
+	Journal string `json:"journal_writes"`
 }
 
 // fleetVerdict holds the rows to the bars of issue 35: CPU per chunk at
@@ -97,7 +99,7 @@ func (b *bench) fleet(ctx context.Context, binary string) ([]fleetRow, error) {
 
 func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fleetRow, err error) {
 	conc := max(b.o.fleetConc/procs, 1)
-	row = fleetRow{Processes: procs, Concurrency: conc, Chunks: b.o.fleetChunks}
+	row = fleetRow{Processes: procs, Concurrency: conc, Chunks: b.o.fleetChunks, Journal: b.o.fleetJournal}
 	dir, err := os.MkdirTemp("", "salvage-bench-fleet-")
 	if err != nil {
 		return row, err
@@ -139,7 +141,7 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 	o.run.maxChunks = max(o.run.maxChunks, b.o.fleetChunks)
 	// The job's window admits every slot of the fleet.
 	o.run.chunkWindow = max(o.run.chunkWindow, 2*b.o.fleetConc)
-	o.run.resolveJournal(false, 0)
+	o.run.journalWrites = b.o.fleetJournal
 
 	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: url, Name: "salvage bench", Wait: true})
 	if err != nil {
