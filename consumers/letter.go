@@ -100,7 +100,7 @@ func (l letter) guardKey() string {
 	if l.Stopped != "" {
 		return kv.StopGuardKey(l.Chunk.Job, l.Chunk.Chunk, l.Epoch)
 	}
-	return kv.GuardKey(l.Seq)
+	return kv.GuardKey(l.Chunk.Partition, l.Seq)
 }
 
 // letterer writes failure envelopes (invariant 6): one guard key per chunk

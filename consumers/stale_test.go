@@ -62,7 +62,7 @@ func staleChunk(t *testing.T, b *bundle) (job string, oldSeq uint64, current, se
 	}
 	oldSeq = publishChunk(t, b, "test", job, "")
 	// The old message's envelope: stored, settled, superseded since.
-	if _, err := b.stores.Envelopes.GuardKeyed(b.ctx, kv.GuardKey(oldSeq), settled); err != nil {
+	if _, err := b.stores.Envelopes.GuardKeyed(b.ctx, kv.GuardKey(0, oldSeq), settled); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []kv.EnvelopeRecord{

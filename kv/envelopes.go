@@ -155,8 +155,9 @@ func (r EnvelopeRecord) Open() bool {
 	return r.Status == EnvelopeOpen || r.Status == EnvelopeRecovering || r.Status == EnvelopeEscalated
 }
 
-// Guard is the value of a chunkmsg.<stream_seq> key: the one envelope a
-// chunk message may have.
+// Guard is the value of a chunkmsg.<stream_seq> key
+// (chunkmsg.p<k>.<stream_seq> in partition k): the one envelope a chunk
+// message may have.
 type Guard struct {
 	Envelope  string    `json:"envelope_id"`
 	CreatedAt time.Time `json:"created_at"`
@@ -187,8 +188,16 @@ func (s *Envelopes) Keep(d time.Duration) {
 // which waits for a person).
 func (r EnvelopeRecord) Settled() bool { return r.Final() && !r.Open() }
 
-// GuardKey is the guard key of a chunk message.
-func GuardKey(streamSeq uint64) string { return "chunkmsg." + strconv.FormatUint(streamSeq, 10) }
+// GuardKey is the guard key of the chunk message at streamSeq of
+// partition k's chunk stream: chunkmsg.<stream_seq> in partition 0,
+// chunkmsg.p<k>.<stream_seq> in the others (each stream numbers its
+// messages from 1, so a sequence alone names a message of one stream).
+func GuardKey(k int, streamSeq uint64) string {
+	if k == 0 {
+		return "chunkmsg." + strconv.FormatUint(streamSeq, 10)
+	}
+	return "chunkmsg.p" + strconv.Itoa(k) + "." + strconv.FormatUint(streamSeq, 10)
+}
 
 // StopGuardKey is the guard key of the one envelope that settles the
 // effects of epoch of a chunk a person stopped (its job cancelled).
@@ -278,12 +287,12 @@ func (s *Envelopes) KeepBody(ctx context.Context, id string, ttl time.Duration) 
 	return fmt.Errorf("%w: envelope body %s kept changing", ErrConflict, id)
 }
 
-// Guard reserves the single envelope of the chunk message at streamSeq for
-// envelopeID. When a guard already exists it returns that guard and
-// ErrGuardExists: the caller must finish the existing envelope instead of
-// making a second one.
-func (s *Envelopes) Guard(ctx context.Context, streamSeq uint64, envelopeID string) (Guard, error) {
-	return s.GuardKeyed(ctx, GuardKey(streamSeq), envelopeID)
+// Guard reserves the single envelope of the chunk message at streamSeq of
+// partition k's chunk stream for envelopeID. When a guard already exists
+// it returns that guard and ErrGuardExists: the caller must finish the
+// existing envelope instead of making a second one.
+func (s *Envelopes) Guard(ctx context.Context, k int, streamSeq uint64, envelopeID string) (Guard, error) {
+	return s.GuardKeyed(ctx, GuardKey(k, streamSeq), envelopeID)
 }
 
 // GuardKeyed is Guard for any guard key (GuardKey, StopGuardKey).

@@ -179,12 +179,20 @@ func TestEnvelopeGuardOnce(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	if _, err := st.Envelopes.Guard(ctx, 42, "E1"); err != nil {
+	if _, err := st.Envelopes.Guard(ctx, 0, 42, "E1"); err != nil {
 		t.Fatal(err)
 	}
-	g, err := st.Envelopes.Guard(ctx, 42, "E2")
+	g, err := st.Envelopes.Guard(ctx, 0, 42, "E2")
 	if !errors.Is(err, kv.ErrGuardExists) || g.Envelope != "E1" {
 		t.Fatalf("second guard: %+v %v", g, err)
+	}
+	// Message 42 of another partition's chunk stream is another message:
+	// its envelope is its own (chaos with three partitions once gave a
+	// chunk the envelope of another job's chunk at the same sequence).
+	for k, id := range map[int]string{1: "E3", 2: "E4"} {
+		if g, err := st.Envelopes.Guard(ctx, k, 42, id); err != nil || g.Envelope != id {
+			t.Fatalf("guard of message 42 in partition %d: %+v %v", k, g, err)
+		}
 	}
 }
 

@@ -522,16 +522,17 @@ func TestUpJoinsNATSURL(t *testing.T) {
 	}
 }
 
-// TestChaos: order jobs published with the real nats CLI while worker
-// processes are SIGKILLed every second, the server restarts once and an
-// operator cancels jobs and replays the DLQ in bulk; the run's own checks
+// TestChaos: order jobs published with the real nats CLI, spread over
+// three partitions, while worker processes are SIGKILLed every second, the
+// server restarts once and an operator cancels jobs and replays the DLQ in
+// bulk; the run's own checks
 // (every job and envelope settled, nothing lost, the sim's ledger free of
 // repeated effects and of effects standing unaccounted) must hold.
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "chaos", "--jobs", "40", "--kill-every", "1s", "--report", "json",
+	cmd := exec.CommandContext(ctx, binary, "chaos", "--jobs", "40", "--kill-every", "1s", "--partitions", "3", "--report", "json",
 		"--log-level", "error", "--nats", natsBinary(t))
 	cmd.Dir = t.TempDir()
 	// Killed at the deadline, chaos cannot stop its children, which hold
