@@ -102,6 +102,9 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !c.cfg.has(RoleNone) {
+		runs = append(runs, func(ctx context.Context) error { c.growPartitions(ctx, stores); return nil })
+	}
 	// The roles outlive the ctx of Start; Stop ends them.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))

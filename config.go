@@ -217,7 +217,8 @@ type Config struct {
 	// modulo the partitions then) and kept in its record. A deployment
 	// never loses a partition: provisioning with more adds them, with
 	// fewer (or on a process that sets none) keeps and uses every one
-	// made. 1 to PartitionsMax; default 1.
+	// made, and a running process finds partitions added since it
+	// started within 30 s. 1 to PartitionsMax; default 1.
 	Partitions int
 	// JournalWrites is how journal rows are written. Default
 	// JournalAtomic; JournalPipelined is faster on a server that acks

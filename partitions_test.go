@@ -129,7 +129,9 @@ func TestPartitionsSpreadJobsAndKeepEachJobInOne(t *testing.T) {
 // worker runs. Nothing moves: the jobs split before stay in partition 0
 // and finish there, each chunk once; jobs split after spread over the
 // three, and a process started with no partitions configured uses all
-// three. A configuration asking for fewer never removes one.
+// three. A configuration asking for fewer never removes one, and the
+// process started before the upgrade finds the new partitions while it
+// runs: alone, it splits into and runs all three.
 func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
@@ -199,38 +201,50 @@ func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 		t.Fatalf("12 jobs split after the upgrade all in partitions %v", used)
 	}
 	// A process configured with one partition (the default) keeps and
-	// runs all three.
+	// runs all three, and the one started before the upgrade finds them
+	// while it runs.
 	later := srv.Client(t, &salvage.Config{WorkerID: "later", Pipelines: []*salvage.Pipeline{gatedPipeline("upgrade", nil, nil, runs)}})
 	if n, err := streams.Partitions(ctx, srv.JS); err != nil || n != 3 {
 		t.Fatalf("partitions after a process with the default = %d, %v", n, err)
 	}
-	ws, err := later.Workers(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range ws {
-		if want := map[string]int{"old": 1, "new": 3, "later": 3}[w.ID]; w.Partitions != want {
-			t.Errorf("process %s takes chunks from %d partitions, want %d", w.ID, w.Partitions, want)
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		ws, err := later.Workers(ctx)
+		if err != nil || len(ws) != 3 {
+			return false
 		}
-	}
-	for _, c := range []*salvage.Client{old, upgraded} {
+		for _, w := range ws {
+			if w.Partitions != 3 {
+				return false
+			}
+		}
+		return true
+	}, "every process, the one started before the upgrade too, taking chunks from three partitions")
+	// Only the process started with one partition is left: it splits
+	// into all three and runs them.
+	for _, c := range []*salvage.Client{upgraded, later} {
 		stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		if err := c.Stop(stopCtx); err != nil {
 			t.Fatal(err)
 		}
 		cancel()
 	}
+	used = map[int]bool{}
 	var last []string
-	for i := range 6 {
-		id, err := later.Submit(ctx, "upgrade", map[string]int{"k": i}, nil)
+	for i := range 9 {
+		id, err := old.Submit(ctx, "upgrade", map[string]int{"k": i}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		last = append(last, id)
 	}
 	for _, id := range last {
-		if j := salvagetest.WaitJob(t, later, id, time.Minute); j.Status != salvage.JobDone || j.Partition != streams.PartitionOf(id, 3) {
-			t.Fatalf("job %s after the old processes stopped: %+v", id, j)
+		j := salvagetest.WaitJob(t, old, id, time.Minute)
+		if j.Status != salvage.JobDone || j.Partition != streams.PartitionOf(id, 3) {
+			t.Fatalf("job %s split by the process started before the upgrade: %+v", id, j)
 		}
+		used[j.Partition] = true
+	}
+	if len(used) < 2 {
+		t.Fatalf("9 jobs split by the old process all in partitions %v", used)
 	}
 }

@@ -90,7 +90,7 @@ func (c *Client) processState(stores *kv.Stores) kv.WorkerState {
 // beatOnce writes state now.
 func (c *Client) beatOnce(ctx context.Context, stores *kv.Stores, state kv.WorkerState) {
 	if c.worker != nil {
-		state.InFlight = c.worker.InFlight()
+		state.InFlight, state.Partitions = c.worker.InFlight(), stores.Partitions()
 	}
 	err := stores.Workers.Beat(ctx, state)
 	if err != nil && ctx.Err() == nil {
@@ -186,4 +186,32 @@ func (c *Client) Health(ctx context.Context) error {
 		return fmt.Errorf("%w: its heartbeat has failed since %s: %w", ErrStalled, c.beat.failed.UTC().Format(time.RFC3339), c.beat.err)
 	}
 	return nil
+}
+
+// partitionsCheckEvery is how often a process looks for partitions made
+// since it started (Config.Partitions raised by another process): one
+// stream lookup each time. Its splitter spreads new jobs over them and
+// its worker takes their chunks from then on.
+var partitionsCheckEvery = 30 * time.Second
+
+// growPartitions binds the partitions made while the process runs, every
+// partitionsCheckEvery, until ctx ends.
+func (c *Client) growPartitions(ctx context.Context, stores *kv.Stores) {
+	t := time.NewTicker(partitionsCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		before := stores.Partitions()
+		n, err := stores.Grow(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.log.Warn().Err(err).Msg("look for partitions made since the start")
+		case n > before:
+			c.log.Info().Int("partitions", n).Int("before", before).Msg("partitions added since the start: new jobs spread over them, and this process's worker takes their chunks")
+		}
+	}
 }

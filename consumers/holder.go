@@ -70,8 +70,8 @@ type holder struct {
 	pauses *pauses
 	id     string
 	log    zerolog.Logger
-	// partitions are how many chunk streams hold the pools it pauses.
-	partitions int
+	// partitions is how many chunk streams hold the pools it pauses.
+	partitions func() int
 	// pausedFor is the cool-down end (or pause time) each system's
 	// consumer was paused for by this process, pausedAt when; checked is
 	// when a closed system was last looked at for held chunks.
@@ -121,12 +121,12 @@ func (r *ramp) budget(now time.Time) (int, bool) {
 	return int(r.allowance), true
 }
 
-func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines []string, partitions int, log zerolog.Logger) *holder {
+func newHolder(js jetstream.JetStream, g *gate, ps *pauses, id string, pipelines []string, partitions func() int, log zerolog.Logger) *holder {
 	pools := map[string]bool{}
 	for _, p := range pipelines {
 		pools[p] = true
 	}
-	return &holder{js: js, gate: g, pauses: ps, id: id, partitions: max(partitions, 1), log: log.With().Str("part", "holder").Logger(),
+	return &holder{js: js, gate: g, pauses: ps, id: id, partitions: partitions, log: log.With().Str("part", "holder").Logger(),
 		pausedFor: map[string]time.Time{}, pausedAt: map[string]time.Time{}, checked: map[string]time.Time{},
 		pools: pools, poolPaused: map[string]time.Time{}, poolSeen: map[string]bool{}, ramps: map[string]*ramp{}, noProbe: map[string]time.Time{}}
 }
@@ -197,7 +197,7 @@ func (h *holder) pausePool(ctx context.Context, p kv.PipelineState) error {
 	if at, ok := h.poolPaused[p.Pipeline]; ok && at.Equal(p.PausedAt) && time.Since(h.pausedAt["pool:"+p.Pipeline]) < pauseSlack/2 {
 		return nil
 	}
-	for k := range h.partitions {
+	for k := range h.partitions() {
 		if _, err := h.js.PauseConsumer(ctx, streams.ChunksStream(k), streams.WorkersConsumer(p.Pipeline), time.Now().Add(pauseSlack)); err != nil {
 			return fmt.Errorf("pause the pool of %s in %s: %w", p.Pipeline, streams.ChunksStream(k), err)
 		}
@@ -216,7 +216,7 @@ func (h *holder) resumePool(ctx context.Context, pipeline string) error {
 	if _, paused := h.poolPaused[pipeline]; !paused && h.poolSeen[pipeline] {
 		return nil
 	}
-	for k := range h.partitions {
+	for k := range h.partitions() {
 		_, err := h.js.ResumeConsumer(ctx, streams.ChunksStream(k), streams.WorkersConsumer(pipeline))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("resume the pool of %s in %s: %w", pipeline, streams.ChunksStream(k), err)

@@ -190,7 +190,7 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 		pools[name], slots = pl, slots+pl.concurrency
 	}
 	return &Worker{
-		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), stores.Partitions(), log),
+		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), stores.Partitions, log),
 		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log, prices: cfg.Prices},
 		cancels: newCancelRegistry(),
@@ -279,13 +279,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		cons     jetstream.Consumer
 	}
 	var pools []bound
-	for k := range w.stores.Partitions() {
+	bindPartition := func(k int) error {
 		cons, err := bindPools(ctx, w.js, streams.ChunksStream(k), names, streams.WorkersConsumer)
-		if err != nil || cons == nil {
-			return err
-		}
 		for i, c := range cons {
 			pools = append(pools, bound{names[i], c})
+		}
+		return err
+	}
+	bound0 := w.stores.Partitions()
+	for k := range bound0 {
+		if err := bindPartition(k); err != nil || ctx.Err() != nil {
+			return err
 		}
 	}
 	for _, name := range names {
@@ -325,13 +329,40 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, name := range names {
 		slots[name] = make(chan struct{}, w.poolFor(name).concurrency)
 	}
-	for _, p := range pools {
-		pulls.Add(1)
-		go func() {
-			defer pulls.Done()
-			w.pull(ctx, workCtx, p.pipeline, p.cons, slots[p.pipeline], &wg)
-		}()
+	start := func(ps []bound) {
+		for _, p := range ps {
+			pulls.Add(1)
+			go func() {
+				defer pulls.Done()
+				w.pull(ctx, workCtx, p.pipeline, p.cons, slots[p.pipeline], &wg)
+			}()
+		}
 	}
+	start(pools)
+	// Partitions made while it runs (Stores.Grow finds them): their pools
+	// too. Counted in pulls, so the pulls it starts are waited for.
+	pulls.Add(1)
+	go func() {
+		defer pulls.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for next := bound0; ; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for ; next < w.stores.Partitions() && ctx.Err() == nil; next++ {
+				pools = pools[:0]
+				if err := bindPartition(next); err != nil {
+					w.log.Warn().Err(err).Int("partition", next).Msg("bind the pools of a partition made since the start; trying again")
+					break
+				}
+				start(pools)
+				w.log.Info().Int("partition", next).Msg("taking chunks from a partition made since the start")
+			}
+		}
+	}()
 	pulls.Wait()
 	w.log.Info().Dur("timeout_ms", w.cfg.DrainTimeout).Msg("draining")
 	done := make(chan struct{})

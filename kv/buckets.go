@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,8 +44,10 @@ type Stores struct {
 	Pipelines *Pipelines
 	Workers   *Workers
 
-	parts      *parts
-	partitions int
+	parts *parts
+	// partitions is how many partitions new jobs are spread over: those
+	// found when the stores were opened, and since by Grow.
+	partitions atomic.Int32
 }
 
 // Options tunes provisioning; zero fields take defaults.
@@ -193,15 +196,15 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 	}
 	idx := &indexWriter{js: js}
 	st := &Stores{
-		Jobs:       &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
-		Envelopes:  &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
-		Snapshots:  &Snapshots{os: snaps},
-		Breakers:   &Breakers{b: breakers, js: js, now: time.Now},
-		Pipelines:  &Pipelines{b: pipelines, js: js, now: time.Now},
-		Workers:    &Workers{js: js, now: time.Now},
-		parts:      &parts{js: js, idx: idx},
-		partitions: n,
+		Jobs:      &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
+		Envelopes: &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
+		Snapshots: &Snapshots{os: snaps},
+		Breakers:  &Breakers{b: breakers, js: js, now: time.Now},
+		Pipelines: &Pipelines{b: pipelines, js: js, now: time.Now},
+		Workers:   &Workers{js: js, now: time.Now},
+		parts:     &parts{js: js, idx: idx},
 	}
+	st.partitions.Store(int32(n))
 	for k := range n {
 		if _, err := st.Part(ctx, k); err != nil {
 			return nil, err

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -153,13 +154,39 @@ func (s *Stores) Parts() []*Part {
 	return out
 }
 
-// Partitions is how many partitions the stores bound when opened: the
-// deployment's count then, which new jobs are spread over.
+// Partitions is how many partitions the stores know: the deployment's
+// count when they were opened, or when Grow last found more. New jobs
+// are spread over them, and a worker takes chunks from each. Nil stores
+// know one.
 func (s *Stores) Partitions() int {
 	if s == nil {
 		return 1
 	}
-	return s.partitions
+	return int(s.partitions.Load())
+}
+
+// Grow binds the partitions made since the stores were opened or last
+// grew, in order, and returns how many the stores know: one stream
+// lookup when there is no new one (partition Partitions()'s chunk stream,
+// made only once its storage exists).
+func (s *Stores) Grow(ctx context.Context) (int, error) {
+	for {
+		n := s.Partitions()
+		if n >= streams.PartitionsMax {
+			return n, nil
+		}
+		_, err := s.parts.js.Stream(ctx, streams.ChunksStream(n))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("kv: look for partition %d: %w", n, err)
+		}
+		if _, err := s.Part(ctx, n); err != nil {
+			return n, err
+		}
+		s.partitions.CompareAndSwap(int32(n), int32(n+1))
+	}
 }
 
 // ConfigureJournal configures the journal writes of every partition,

@@ -59,7 +59,7 @@ type runFlags struct {
 
 func (r *runFlags) register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.IntVar(&r.replicas, "replicas", 1, "replicas per stream and bucket (3 on a cluster)")
-	f.IntVar(&r.partitions, "partitions", 1, "chunk partitions, each with its own chunk stream, claims, checkpoints and journal (their stream leaders spread over a cluster's servers); a deployment never loses one: more adds them, fewer keeps all; restart every process after adding")
+	f.IntVar(&r.partitions, "partitions", 1, "chunk partitions, each with its own chunk stream, claims, checkpoints and journal (their stream leaders spread over a cluster's servers); a deployment never loses one: more adds them, fewer keeps all; running processes find added ones within 30s")
 	f.DurationVar(&r.ackWait, "ack-wait", salvage.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; a claim lease is two fifths of it, after which a survivor takes a dead worker's chunk over")
 	f.IntVar(&r.maxDeliver, "max-deliver", salvage.MaxDeliverDefault, "tier 2: deliveries before a chunk is dead-lettered")
 	f.IntVar(&r.concurrency, "concurrency", salvage.ConcurrencyDefault, "chunks in flight per worker process")
