@@ -116,25 +116,13 @@ func (b *bench) partitionRow(ctx context.Context, binary string, n int) (partiti
 	for i, p := range s.procs {
 		cpu0[i] = procCPU(p.Process.Pid)
 	}
-	input := contractreview.Input{Text: contractreview.Contract(b.o.chunks, 1)}
-	start := time.Now()
-	ids := make([]string, row.Jobs)
-	for i := range ids {
-		if ids[i], err = c.Submit(ctx, contractreview.Name, input, nil); err != nil {
-			return row, err
-		}
+	jobs, secs, err := referenceJobs(ctx, c, row.Jobs, row.Chunks)
+	if err != nil {
+		return row, err
 	}
-	for _, id := range ids {
-		j, err := c.Wait(ctx, id)
-		if err != nil {
-			return row, err
-		}
-		if j.Status != salvage.JobDone {
-			return row, fmt.Errorf("job %s ended %s", id, j.Status)
-		}
+	for _, j := range jobs {
 		row.JobsPerPartition[j.Partition]++
 	}
-	secs := time.Since(start).Seconds()
 	total := 0.0
 	for i, p := range s.procs {
 		row.NodeCPU = append(row.NodeCPU, procCPU(p.Process.Pid)-cpu0[i])

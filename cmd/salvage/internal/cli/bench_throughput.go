@@ -108,24 +108,14 @@ func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string
 	}
 	defer stop()
 	b.log.Info().Str("sync_interval", row.SyncInterval).Msg("throughput: running the reference job shape")
-	input := contractreview.Input{Text: contractreview.Contract(b.o.chunks, 1)}
-	start := time.Now()
-	ids := make([]string, b.o.jobs)
-	for i := range ids {
-		if ids[i], err = c.Submit(ctx, contractreview.Name, input, nil); err != nil {
-			return row, err
-		}
+	jobs, secs, err := referenceJobs(ctx, c, b.o.jobs, b.o.chunks)
+	if err != nil {
+		return row, err
 	}
-	for _, id := range ids {
-		j, err := c.Wait(ctx, id)
-		if err != nil {
-			return row, err
-		}
-		if j.Status != salvage.JobDone {
-			return row, fmt.Errorf("job %s ended %s", id, j.Status)
-		}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
 	}
-	secs := time.Since(start).Seconds()
 	calls := 0
 	for _, id := range ids {
 		st, err := c.Status(ctx, id, &salvage.Page{Limit: b.o.chunks})
@@ -160,6 +150,33 @@ func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string
 	}
 	row.FloorRatio = row.CallsPerSec / floor
 	return row, nil
+}
+
+// referenceJobs submits n contract-review jobs of chunks chunks at once,
+// waits for each to finish done, and returns them with the seconds from
+// the first submission to the last finish.
+func referenceJobs(ctx context.Context, c *salvage.Client, n, chunks int) ([]*salvage.Job, float64, error) {
+	input := contractreview.Input{Text: contractreview.Contract(chunks, 1)}
+	start := time.Now()
+	ids := make([]string, n)
+	for i := range ids {
+		var err error
+		if ids[i], err = c.Submit(ctx, contractreview.Name, input, nil); err != nil {
+			return nil, 0, err
+		}
+	}
+	jobs := make([]*salvage.Job, 0, n)
+	for _, id := range ids {
+		j, err := c.Wait(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		if j.Status != salvage.JobDone {
+			return nil, 0, fmt.Errorf("job %s ended %s", id, j.Status)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, time.Since(start).Seconds(), nil
 }
 
 // floorConfig is the stream of one floor measurement.
