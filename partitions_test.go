@@ -248,3 +248,83 @@ func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 		t.Fatalf("9 jobs split by the old process all in partitions %v", used)
 	}
 }
+
+// echoPipeline is a pipeline of one chunk per job whose agent makes one
+// journaled tool call.
+func echoPipeline(name string) *salvage.Pipeline {
+	return &salvage.Pipeline{
+		Name:  name,
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) { return []json.RawMessage{in}, nil },
+		Stages: []salvage.Stage{{Name: "work", Agents: []salvage.Agent{{Name: "caller", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
+			return t.Tool(ctx, "echo", t.Input)
+		}}}}},
+		Tools: []salvage.Tool{{Name: "echo", Call: func(_ context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+			return salvage.ToolResult{Output: c.Input}, nil
+		}}},
+	}
+}
+
+// TestWatchCallsFollowsEveryPartition: a watch of the calls started on a
+// deployment of one partition sees the calls of jobs in the partitions
+// added while it runs.
+func TestWatchCallsFollowsEveryPartition(t *testing.T) {
+	t.Parallel()
+	srv := salvagetest.StartServer(t)
+	one := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{echoPipeline("echo")}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	watched, caughtUp := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(watched)
+		one.WatchCalls(ctx, func(ch salvage.Change[salvage.Call]) {
+			if ch.CaughtUp {
+				once.Do(func() { close(caughtUp) })
+			}
+			if ch.Deleted || ch.CaughtUp {
+				return
+			}
+			mu.Lock()
+			seen[ch.Value.Job] = true
+			mu.Unlock()
+		})
+	}()
+	defer func() { cancel(); <-watched }()
+	// The watch has its partitions (one) before the others are made.
+	select {
+	case <-caughtUp:
+	case <-time.After(time.Minute):
+		t.Fatal("the watch never caught up")
+	}
+	three := srv.Client(t, &salvage.Config{Partitions: 3, Pipelines: []*salvage.Pipeline{echoPipeline("echo")}})
+	parts := map[int]bool{}
+	var ids []string
+	for i := range 9 {
+		id, err := three.Submit(ctx, "echo", map[string]int{"n": i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		j := salvagetest.WaitJob(t, three, id, time.Minute)
+		if j.Status != salvage.JobDone {
+			t.Fatalf("job %s: %+v", id, j)
+		}
+		parts[j.Partition] = true
+	}
+	if len(parts) < 2 {
+		t.Fatalf("9 jobs all in partitions %v", parts)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	}, "the watch started with one partition to see the calls of jobs in %v", parts)
+}

@@ -3,6 +3,7 @@ package salvage
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -46,28 +47,18 @@ func (c *Client) WatchEnvelopes(ctx context.Context, fn func(Change[EnvelopeReco
 }
 
 // WatchCalls is WatchJobs for the journal: every call as it begins and
-// ends, its key the journal key, in every partition the deployment had
-// when the watch started (Config.Partitions). Records leave with the
-// journal's retention (RetentionDefault). CaughtUp comes once every
-// partition's journal has been delivered, and again after a partition's
-// watch restarts and catches up.
+// ends, its key the journal key, in every partition (Config.Partitions):
+// those the deployment has when the watch starts, and those added while
+// it runs (looked for as often as a process looks for them). Records
+// leave with the journal's retention (RetentionDefault). CaughtUp comes
+// once every partition's journal watched has been delivered, and again
+// after a partition's watch restarts and catches up.
 func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
-	n := 1
-	for ctx.Err() == nil {
-		var err error
-		if n, err = streams.Partitions(ctx, c.js); err == nil {
-			break
-		}
-		c.cfg.Logger.Debug().Err(err).Msg("count the partitions to watch the journal of; trying again")
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
 	var mu sync.Mutex
-	caught := make([]bool, max(n, 1))
+	var caught []bool
 	var wg sync.WaitGroup
-	for k := range caught {
+	// follow watches partition k's journal; caught[k] must exist.
+	follow := func(k int) {
 		wg.Go(func() {
 			watch(ctx, c, kv.BucketJournalIn(k), jetstream.AllKeys, func(ch Change[Call]) {
 				mu.Lock()
@@ -82,6 +73,44 @@ func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
 			})
 		})
 	}
+	n := 0
+	for ctx.Err() == nil {
+		var err error
+		if n, err = streams.Partitions(ctx, c.js); err == nil {
+			break
+		}
+		c.cfg.Logger.Debug().Err(err).Msg("count the partitions to watch the journal of; trying again")
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	// Every partition there is, before any watch can say it caught up.
+	caught = make([]bool, max(n, 1))
+	for k := range max(n, 1) {
+		follow(k)
+	}
+	wg.Go(func() {
+		// Each next partition once its chunk stream exists.
+		for next := max(n, 1); ctx.Err() == nil && next < streams.PartitionsMax; {
+			_, err := c.js.Stream(ctx, streams.ChunksStream(next))
+			if err == nil {
+				mu.Lock()
+				caught = append(caught, false)
+				mu.Unlock()
+				follow(next)
+				next++
+				continue
+			}
+			if !errors.Is(err, jetstream.ErrStreamNotFound) && ctx.Err() == nil {
+				c.cfg.Logger.Debug().Err(err).Int("partition", next).Msg("look for a partition to watch the journal of")
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(partitionsCheckEvery):
+			}
+		}
+	})
 	wg.Wait()
 }
 
