@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // as returns the connection flags of a user of natsconf/accounts.conf:
@@ -129,8 +131,10 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	if out, err := natsAs(t, url, as("operator"), "stream", "get", "SALVAGE_DLQ", "1"); err != nil || !strings.Contains(out, "salvage.dlq.") {
 		t.Errorf("the operator's read of the DLQ's first message: %v\n%s", err, out)
 	}
-	// The submitter asks the service for its job's status.
-	if code, out, errOut := run(t, "", append([]string{"status", job, "--server", url}, as("submitter")...)...); code != cli.ExitOK || !strings.Contains(out, job) {
+	// The submitter asks the service for its job's status, which names
+	// the job's partition when it is not 0.
+	if code, out, errOut := run(t, "", append([]string{"status", job, "--server", url}, as("submitter")...)...); code != cli.ExitOK || !strings.Contains(out, job) ||
+		strings.Contains(out, "partition") != (streams.PartitionOf(job, 3) > 0) || !strings.Contains(out+"  partition 0", fmt.Sprintf("  partition %d", streams.PartitionOf(job, 3))) {
 		t.Errorf("the submitter's status: exit %d: %s%s", code, out, errOut)
 	}
 

@@ -104,7 +104,11 @@ dead-lettered first.`,
 				}
 				return e.writeJSON(map[string]any{"job": j, "chunks": chunks})
 			}
-			fmt.Fprintf(e.stdout, "job %s  pipeline %s  status %s  trace %s\n", j.ID, j.Pipeline, j.Status, j.TraceID)
+			part := ""
+			if j.Partition > 0 {
+				part = fmt.Sprintf("  partition %d", j.Partition)
+			}
+			fmt.Fprintf(e.stdout, "job %s  pipeline %s  status %s  trace %s%s\n", j.ID, j.Pipeline, j.Status, j.TraceID, part)
 			fmt.Fprintf(e.stdout, "chunks %d: %s\n", j.Chunks, chunkCounts(j, chunks, failed))
 			if j.Status == salvage.JobRunning {
 				if ps, err := c.Pipelines(ctx); err == nil {
