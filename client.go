@@ -105,6 +105,11 @@ func (c *Client) Start(ctx context.Context) error {
 	if !c.cfg.has(RoleNone) {
 		runs = append(runs, func(ctx context.Context) error { c.growPartitions(ctx, stores); return nil })
 	}
+	if c.cfg.has(RoleDeadLetter) {
+		// Once, beside the roles: the deployment's control role, not every
+		// worker, moves leaders, and a refusal does not hold up Start.
+		runs = append(runs, func(ctx context.Context) error { c.spreadLeaders(ctx, stores); return nil })
+	}
 	// The roles outlive the ctx of Start; Stop ends them.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
@@ -172,8 +177,28 @@ const provisionAttempt = 10 * time.Second
 // workers start with users that may not. A change the server refuses
 // this user wraps ErrNeedsProvisioning.
 func (c *Client) Provision(ctx context.Context) error {
-	_, err := c.ensure(ctx, true, true)
+	stores, err := c.ensure(ctx, true, true)
+	if err == nil {
+		c.spreadLeaders(ctx, stores)
+	}
 	return err
+}
+
+// spreadLeaders leads each partition from its own server
+// (kv.SpreadLeaders) when the deployment is replicated and partitioned.
+// A user not allowed to ask a leader to step down leaves them where they
+// are, with a warning: its first request goes unanswered (stepdownWait),
+// and no other is asked.
+func (c *Client) spreadLeaders(ctx context.Context, stores *kv.Stores) {
+	n := stores.Partitions()
+	if n <= 1 || c.cfg.Replicas <= 1 {
+		return
+	}
+	if moved, err := kv.SpreadLeaders(ctx, c.js, n); err != nil && ctx.Err() == nil {
+		c.cfg.Logger.Warn().Err(err).Int("moved", moved).Msg("spread the partitions' stream leaders over the servers")
+	} else if moved > 0 {
+		c.cfg.Logger.Info().Int("moved", moved).Msg("asked stream leaders to move so that each partition is led from its own server")
+	}
 }
 
 // ErrNeedsProvisioning is returned by Start and Provision when a stream,
@@ -243,15 +268,6 @@ func (c *Client) ensure(ctx context.Context, pools, register bool) (*kv.Stores, 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("salvage: provision: %w", err)
-	}
-	if n := stores.Partitions(); n > 1 && c.cfg.Replicas > 1 {
-		// Each partition led from another server; a user not allowed to
-		// ask a leader to step down leaves them where they are.
-		if moved, err := kv.SpreadLeaders(ctx, c.js, n); err != nil {
-			c.cfg.Logger.Warn().Err(err).Int("moved", moved).Msg("spread the partitions' stream leaders over the servers")
-		} else if moved > 0 {
-			c.cfg.Logger.Info().Int("moved", moved).Msg("asked stream leaders to move so that each partition is led from its own server")
-		}
 	}
 	c.configureJournal(stores)
 	c.storesMu.Lock()

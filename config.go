@@ -360,8 +360,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: JournalWrites %q: want %q or %q", ErrInvalidConfig, c.JournalWrites, JournalAtomic, JournalPipelined)
 	case c.Replicas > 5:
 		return fmt.Errorf("%w: Replicas %d: JetStream allows at most 5", ErrInvalidConfig, c.Replicas)
-	case c.Partitions > PartitionsMax:
-		return fmt.Errorf("%w: Partitions %d: at most %d", ErrInvalidConfig, c.Partitions, PartitionsMax)
+	}
+	if err := streams.ValidatePartitions(c.Partitions); err != nil {
+		return fmt.Errorf("%w: Partitions: %w", ErrInvalidConfig, err)
 	}
 	if err := c.Retention.Validate(); err != nil {
 		return fmt.Errorf("%w: Retention: %w", ErrInvalidConfig, err)

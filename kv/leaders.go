@@ -31,8 +31,8 @@ const stepdownWait = 5 * time.Second
 // ($JS.API.STREAM.LEADER.STEPDOWN with placement.preferred, nats-server
 // 2.11 and later). Streams of one replica, or whose peers do not include
 // the server, are left alone. It returns how many step-downs it asked
-// for; a stream that answers with an error is skipped and the first
-// error returned after the rest were asked.
+// for. A refused or unanswered step-down ends it: a user refused one is
+// refused every one, and each would wait stepdownWait for an answer.
 func SpreadLeaders(ctx context.Context, js jetstream.JetStream, n int) (int, error) {
 	moved := 0
 	var first error
@@ -56,8 +56,7 @@ func SpreadLeaders(ctx context.Context, js jetstream.JetStream, n int) (int, err
 				continue
 			}
 			if err := stepDown(ctx, js, name, target); err != nil {
-				first = cmpErr(first, err)
-				continue
+				return moved, err
 			}
 			moved++
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -80,15 +79,7 @@ func (b *bench) partitionRow(ctx context.Context, binary string, n int) (partiti
 	}
 	defer s.close()
 	row.Servers = s.servers
-	model, err := simmodel.New(simmodel.Config{Seed: 1})
-	if err != nil {
-		return row, err
-	}
-	c, stop, err := b.startClient(ctx, s, &salvage.Config{
-		Pipelines:   []*salvage.Pipeline{contractreview.New(model.Tool(contractreview.ModelTool))},
-		Roles:       []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
-		Concurrency: b.o.concurrency, Retries: -1, JournalWrites: salvage.JournalPipelined, Partitions: n,
-	})
+	c, stop, err := b.startReference(ctx, s, salvage.JournalPipelined, n)
 	if err != nil {
 		return row, err
 	}

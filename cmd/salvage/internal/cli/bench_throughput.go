@@ -94,15 +94,7 @@ func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string
 		// The targets are the single node's; a cluster row is context.
 		row.Target = 0
 	}
-	model, err := simmodel.New(simmodel.Config{Seed: 1})
-	if err != nil {
-		return row, err
-	}
-	c, stop, err := b.startClient(ctx, s, &salvage.Config{
-		Pipelines:   []*salvage.Pipeline{contractreview.New(model.Tool(contractreview.ModelTool))},
-		Roles:       []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
-		Concurrency: b.o.concurrency, Retries: -1, JournalWrites: mode,
-	})
+	c, stop, err := b.startReference(ctx, s, mode, 1)
 	if err != nil {
 		return row, err
 	}
@@ -150,6 +142,22 @@ func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string
 	}
 	row.FloorRatio = row.CallsPerSec / floor
 	return row, nil
+}
+
+// startReference starts a client on s that runs the reference job shape
+// (contract review against the zero-latency simulated model, no tier-1
+// retries, --concurrency chunks at once) with the worker and dead-letter
+// roles, journal writes mode and partitions partitions.
+func (b *bench) startReference(ctx context.Context, s *benchServer, mode salvage.JournalMode, partitions int) (*salvage.Client, func(), error) {
+	model, err := simmodel.New(simmodel.Config{Seed: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.startClient(ctx, s, &salvage.Config{
+		Pipelines:   []*salvage.Pipeline{contractreview.New(model.Tool(contractreview.ModelTool))},
+		Roles:       []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter},
+		Concurrency: b.o.concurrency, Retries: -1, JournalWrites: mode, Partitions: partitions,
+	})
 }
 
 // referenceJobs submits n contract-review jobs of chunks chunks at once,
