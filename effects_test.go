@@ -46,6 +46,11 @@ type ledger struct {
 	// chargeTook is how long a charge takes; the provider ignores the
 	// caller giving up (the request was sent).
 	chargeTook time.Duration
+	// holdAfter, when above 0, makes every charge that starts once
+	// holdAfter charges have landed wait for its caller to give up (at
+	// most holdMax) before it lands: a charge sure to be on the wire when
+	// the worker sees its job cancelled, however slow the machine.
+	holdAfter int
 	// chargeAnswer, when set, is what a charge answers after it applied.
 	chargeAnswer error
 	// verifyErr, when set, is what verification answers.
@@ -53,6 +58,10 @@ type ledger struct {
 	// emailBroken refuses every email, permanently.
 	emailBroken bool
 }
+
+// holdMax bounds a held charge's wait for its caller to give up, so that a
+// worker that never does fails the test's checks instead of hanging it.
+const holdMax = 30 * time.Second
 
 func newLedger() *ledger { return &ledger{refunds: map[string]int{}} }
 
@@ -90,7 +99,14 @@ func (l *ledger) charge(ctx context.Context, c salvage.ToolCall) (salvage.ToolRe
 	l.mu.Lock()
 	l.inflight++
 	took, answer := l.chargeTook, l.chargeAnswer
+	hold := l.holdAfter > 0 && len(l.applied) >= l.holdAfter
 	l.mu.Unlock()
+	if hold {
+		select {
+		case <-ctx.Done():
+		case <-time.After(holdMax):
+		}
+	}
 	select {
 	case <-time.After(took):
 	case <-ctx.Done():
@@ -275,7 +291,9 @@ func accountFor(t *testing.T, c *salvage.Client, l *ledger, job string, envs []s
 }
 
 // TestCancelSettlesCallsInFlight is case 1: a job whose charges take
-// 500ms is cancelled while charges are on the wire. Those charges land;
+// 500ms is cancelled while charges are on the wire (from the fourth on,
+// a charge waits for its caller to give up, so that it is still on the
+// wire when the worker sees the cancel). Those charges land;
 // their chunks end cancelled-at-stage-1 and an envelope each settles what
 // they did: verified, refunded newest first. Chunks that finished stay
 // done with their charge.
@@ -283,6 +301,7 @@ func TestCancelSettlesCallsInFlight(t *testing.T) {
 	t.Parallel()
 	l := newLedger()
 	l.chargeTook = 500 * time.Millisecond
+	l.holdAfter = 3
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}})
 	ctx := context.Background()
