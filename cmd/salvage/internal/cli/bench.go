@@ -118,7 +118,9 @@ print one table:
                nats-server process (as for the cluster row) at --fleet-concurrency slots
                in all, spread over each of --fleet worker processes: wall time, CPU per
                chunk of the workers and the server, and the messages the server delivered
-               to the workers per chunk;
+               to the workers per chunk; beside each, the same calls in a bare loop of the
+               same shape (no Salvage, one acknowledged row per call), for what the machine
+               charges for more processes;
   dashboard    10,000 job records and --dashboard envelope records (a fifth open), each
                count watched by a fresh 'salvage up --role dashboard' process: its resident
                memory once its summary counts every record and it served its pages;
@@ -282,6 +284,10 @@ func (r *benchReport) print(w io.Writer) {
 			fmt.Fprintf(tw, "  one job of %s chunks, model %s, %s journal\t%d x %d\t%.1f s\t%.1f s\t%.1f s\t%.1f s\t%.2f ms\t%.1f\t%.1f, %.1f\t%s\n", thousands(f.Chunks), fleetLatency, f.Journal,
 				f.Processes, f.Concurrency, f.WallSecs, f.WorkersCPU, f.ServerCPU, f.ControlCPU, f.CPUPerChunkMS, f.DeliveredPerChunk,
 				f.JobWritesPerChunk, f.JournalWritesPerChunk, f.Status)
+			if fl := f.Baseline; fl != nil {
+				fmt.Fprintf(tw, "    the same calls in a bare loop, a row acknowledged each\t%d x %d\t%.1f s\t\t\t\t%.2f ms\t%.1f\t-, %d\t\n",
+					f.Processes, f.Concurrency, fl.WallSecs, fl.CPUPerChunkMS, fl.DeliveredPerChunk, fl.CallsPerChunk)
+			}
 		}
 		if r.FleetSkipped != "" {
 			fmt.Fprintf(tw, "  fleet rows skipped: %s\n", r.FleetSkipped)
@@ -300,14 +306,14 @@ func (r *benchReport) print(w io.Writer) {
 		fmt.Fprintln(tw)
 	}
 	if len(r.Partitions) > 0 || r.PartitionsSkipped != "" {
-		fmt.Fprintln(tw, "PARTITIONS\tservers\tpartitions (jobs in each)\tleaders\tcalls/s\tCPU share of each node")
+		fmt.Fprintln(tw, "PARTITIONS\tservers\tpartitions (jobs in each)\tleaders\tworkers on\tcalls/s\tCPU share of each node")
 		for _, p := range r.Partitions {
 			shares := make([]string, len(p.NodeShare))
 			for i, s := range p.NodeShare {
 				shares[i] = fmt.Sprintf("%.0f%% (%.1f s)", 100*s, p.NodeCPU[i])
 			}
-			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%d %v\t%s\t%s\t%s\n", p.Jobs, p.Chunks, p.CallsPerChunk, p.Concurrency,
-				p.Servers, p.Partitions, p.JobsPerPartition, strings.Join(p.Leaders, ","), thousands(int(p.CallsPerSec)), strings.Join(shares, ", "))
+			fmt.Fprintf(tw, "  %d jobs x %d chunks x %d calls, %d at once\t%s\t%d %v\t%s\t%s\t%s\t%s\n", p.Jobs, p.Chunks, p.CallsPerChunk, p.Concurrency,
+				p.Servers, p.Partitions, p.JobsPerPartition, strings.Join(p.Leaders, ","), p.ConnectedTo, thousands(int(p.CallsPerSec)), strings.Join(shares, ", "))
 		}
 		if r.PartitionsSkipped != "" {
 			fmt.Fprintf(tw, "  partitions rows skipped: %s\n", r.PartitionsSkipped)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -52,6 +53,9 @@ type fleetRow struct {
 	Status                string  `json:"job_status"`
 	// Journal is how the journal rows were written (--fleet-journal).
 	Journal string `json:"journal_writes"`
+	// Floor is the same shape of fleet doing the same calls with none of
+	// Salvage (see baselineStream).
+	Baseline *baselineResult `json:"baseline,omitempty"`
 }
 
 // fleetVerdict holds the rows to the bars of issue 35: CPU per chunk at
@@ -68,8 +72,15 @@ func fleetVerdict(rows []fleetRow) string {
 	}
 	cpu := last.CPUPerChunkMS / first.CPUPerChunkMS
 	spread := (hi - lo) / lo
-	return fmt.Sprintf("cpu/chunk %.2fx (<= 1.3x) %s; delivered/chunk spread %.0f%% (<= 10%%) %s",
+	out := fmt.Sprintf("cpu/chunk %.2fx (<= 1.3x) %s; delivered/chunk spread %.0f%% (<= 10%%) %s",
 		cpu, verdict(cpu <= 1.3), 100*spread, verdict(spread <= 0.10))
+	if first.Baseline != nil && last.Baseline != nil && first.Baseline.CPUPerChunkMS > 0 && last.Baseline.CPUPerChunkMS > 0 {
+		out += fmt.Sprintf("\n  the bare loop's cpu/chunk %.2fx; Salvage over the loop %.2fx at %d x %d, %.2fx at %d x %d",
+			last.Baseline.CPUPerChunkMS/first.Baseline.CPUPerChunkMS,
+			first.CPUPerChunkMS/first.Baseline.CPUPerChunkMS, first.Processes, first.Concurrency,
+			last.CPUPerChunkMS/last.Baseline.CPUPerChunkMS, last.Processes, last.Concurrency)
+	}
+	return out
 }
 
 // fleetServerConf is the fleet rows' nats-server: one node, the server's
@@ -80,6 +91,69 @@ http: 127.0.0.1:%d
 max_payload: 1MB
 jetstream { store_dir: %q }
 `
+
+// fleetServer is what every fleet row and its baseline run on: a fresh
+// nats-server process and the simulated model behind HTTP, in this
+// process.
+type fleetServer struct {
+	srv          *exec.Cmd
+	url, monitor string
+	simURL       string
+	stop         func()
+}
+
+// startFleetServer starts a fleet row's nats-server (fleetServerConf) and
+// simulated model (latency fleetLatency).
+func startFleetServer(binary string) (*fleetServer, error) {
+	dir, err := os.MkdirTemp("", "salvage-bench-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	var undo []func()
+	stop := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	undo = append(undo, func() { _ = os.RemoveAll(dir) })
+	ports, err := natsconf.FreePorts(2)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	conf := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, fleetServerConf, ports[0], ports[1], filepath.Join(dir, "store")), 0o600); err != nil {
+		stop()
+		return nil, err
+	}
+	srv := exec.Command(binary, "-c", conf)
+	dieWithParent(srv)
+	if err := srv.Start(); err != nil {
+		stop()
+		return nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	undo = append(undo, func() { _ = srv.Process.Signal(syscall.SIGTERM); _ = srv.Wait() })
+	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: fleetLatency})
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	hs := &http.Server{Handler: sim.Handler(sim.NewState(sim.Config{}), model), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	undo = append(undo, func() { _ = hs.Close() })
+	return &fleetServer{
+		srv:     srv,
+		url:     "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		monitor: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
+		simURL:  "http://" + ln.Addr().String(),
+		stop:    stop,
+	}, nil
+}
 
 // fleet runs the fleet rows: for each size in b.o.fleet, a fresh
 // nats-server process, the dead-letter role in this process, and that
@@ -92,6 +166,12 @@ func (b *bench) fleet(ctx context.Context, binary string) ([]fleetRow, error) {
 		if err != nil {
 			return rows, fmt.Errorf("%d processes: %w", procs, err)
 		}
+		calls := max(int(math.Round(row.JournalWritesPerChunk)), 1)
+		fl, err := b.baseline(ctx, binary, row.Processes, row.Concurrency, row.Chunks, calls)
+		if err != nil {
+			return rows, fmt.Errorf("%d processes, the baseline: %w", procs, err)
+		}
+		row.Baseline = &fl
 		rows = append(rows, row)
 	}
 	return rows, nil
@@ -100,43 +180,16 @@ func (b *bench) fleet(ctx context.Context, binary string) ([]fleetRow, error) {
 func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fleetRow, err error) {
 	conc := max(b.o.fleetConc/procs, 1)
 	row = fleetRow{Processes: procs, Concurrency: conc, Chunks: b.o.fleetChunks, Journal: b.o.fleetJournal}
-	dir, err := os.MkdirTemp("", "salvage-bench-fleet-")
+	fs, err := startFleetServer(binary)
 	if err != nil {
 		return row, err
 	}
-	defer os.RemoveAll(dir)
-	ports, err := natsconf.FreePorts(2)
-	if err != nil {
-		return row, err
-	}
-	conf := filepath.Join(dir, "server.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, fleetServerConf, ports[0], ports[1], filepath.Join(dir, "store")), 0o600); err != nil {
-		return row, err
-	}
-	srv := exec.Command(binary, "-c", conf)
-	dieWithParent(srv)
-	if err := srv.Start(); err != nil {
-		return row, fmt.Errorf("start %s: %w", binary, err)
-	}
-	defer func() { _ = srv.Process.Signal(syscall.SIGTERM); _ = srv.Wait() }()
-	url := "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	monitor := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
-
-	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: fleetLatency})
-	if err != nil {
-		return row, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return row, err
-	}
-	hs := &http.Server{Handler: sim.Handler(sim.NewState(sim.Config{}), model), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
+	defer fs.stop()
+	url, monitor, srv := fs.url, fs.monitor, fs.srv
 
 	var o demoOpts
 	o.run.register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: fleetLatency})
-	o.run.simURL = "http://" + ln.Addr().String()
+	o.run.simURL = fs.simURL
 	o.run.concurrency = conc
 	o.run.maxChunks = max(o.run.maxChunks, b.o.fleetChunks)
 	// The job's window admits every slot of the fleet.

@@ -37,6 +37,9 @@ type partitionsRow struct {
 	Leaders []string `json:"leaders"`
 	// LeaderShare is the share of the node leading partition 0.
 	LeaderShare float64 `json:"leader_cpu_share"`
+	// ConnectedTo is the server the workers' connection is on: where it
+	// leads a partition's streams, that partition's writes take no route.
+	ConnectedTo string `json:"connected_to"`
 }
 
 // maxShare is the largest node's share.
@@ -102,6 +105,7 @@ func (b *bench) partitionRow(ctx context.Context, binary string, n int) (partiti
 		}
 	}
 	row.Leaders = leaders()
+	row.ConnectedTo = s.nc.ConnectedServerName()
 	b.log.Info().Int("partitions", n).Strs("leaders", row.Leaders).Msg("partitions: running the reference job shape")
 	cpu0 := make([]float64, len(s.procs))
 	for i, p := range s.procs {

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"math"
 	"os/exec"
 	"testing"
 	"time"
@@ -116,7 +117,8 @@ func TestBench(t *testing.T) {
 // TestBenchFleet runs the fleet rows small: one job of 12 chunks on one
 // and on two worker processes sharing two slots, on a nats-server
 // process. Each row finishes its job and reports the CPU and the
-// deliveries it measured.
+// deliveries it measured, and the bare loop beside it made the same calls
+// per chunk.
 func TestBenchFleet(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command(binary, "bench", "--only", "fleet", "--fleet", "1,2", "--fleet-chunks", "12", "--fleet-concurrency", "2",
@@ -136,6 +138,11 @@ func TestBenchFleet(t *testing.T) {
 			JobWrites   float64 `json:"job_writes_per_chunk"`
 			Journal     float64 `json:"journal_writes_per_chunk"`
 			Status      string  `json:"job_status"`
+			Baseline    *struct {
+				PerChunk  float64 `json:"cpu_per_chunk_ms"`
+				Delivered float64 `json:"delivered_to_workers_per_chunk"`
+				Calls     int     `json:"calls_per_chunk"`
+			} `json:"baseline"`
 		} `json:"fleet"`
 		Skipped string `json:"fleet_skipped"`
 	}
@@ -150,6 +157,11 @@ func TestBenchFleet(t *testing.T) {
 			f.WorkersCPU <= 0 || f.ServerCPU <= 0 || f.PerChunk <= 0 || f.Delivered <= 0 ||
 			f.JobWrites <= 0 || f.Journal < 1 {
 			t.Errorf("row %d = %+v; want %d processes of %d slots finishing 12 chunks, with CPU, deliveries and writes measured", i, f, i+1, 2/(i+1))
+		}
+		// The loop's calls are the job's journal rows per chunk; each
+		// call's acknowledged row is one delivery, the chunk one more.
+		if b := f.Baseline; b == nil || b.Calls != int(math.Round(f.Journal)) || b.PerChunk <= 0 || b.Delivered < float64(b.Calls+1) {
+			t.Errorf("row %d: baseline %+v; want the job's %.0f calls per chunk in a bare loop, its CPU and at least a delivery per call and chunk", i, b, f.Journal)
 		}
 	}
 }
