@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,13 +164,19 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 		c.Stop(i)
 		t.Logf("%s: leader %s shut down with %d jobs finished", stream, leader, before)
 		salvagetest.Eventually(t, 2*time.Minute, func() bool { return finished() >= before+3 }, "jobs finishing with %s's old leader down", stream)
+		restart := time.Now()
 		if err := c.Restart(i); err != nil {
-			t.Fatal(err)
+			// Once (make test under load) a restart did not accept
+			// connections in a minute where it takes 30 ms: where the
+			// server's start waits is what to look at next time.
+			t.Fatalf("%v\nthe goroutines of a server starting:\n%s", err, stacksWith("(*Server).Start("))
 		}
+		accepting := time.Since(restart)
 		if err := c.WaitReady(2 * time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %s restarted with %d jobs finished", stream, leader, finished())
+		t.Logf("%s: %s restarted with %d jobs finished (accepting connections after %s, the cluster ready after %s)",
+			stream, leader, finished(), accepting.Round(time.Millisecond), time.Since(restart).Round(time.Millisecond))
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return finished() >= 3 }, "the first jobs to finish")
 	// A worker killed mid-run (SIGKILL: no drain, no release), another
@@ -218,4 +226,19 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 		t.Fatalf("ledger %+v: a side effect was repeated", sum)
 	}
 	t.Logf("%d jobs of 3 orders (by partition %v) finished across a worker SIGKILL and three leader failovers; ledger %+v", len(all), spread, sum)
+}
+
+// stacksWith returns the stacks of this process's goroutines that hold
+// frame, at most 64 KiB of them.
+func stacksWith(frame string) string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out strings.Builder
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, frame) && out.Len() < 64<<10 {
+			out.WriteString(g)
+			out.WriteString("\n\n")
+		}
+	}
+	return out.String()
 }
