@@ -21,6 +21,7 @@ func (e *env) simCmd() *cobra.Command {
 		faults sim.Faults
 		hang   time.Duration
 		seed   uint64
+		quota  sim.Quota
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -38,7 +39,15 @@ score, a digit from 0 to 9, deterministic per prompt and seed, and reports token
 A drawn failure is a 429 or 529 with Retry-After, a 500 or 503, a 400, or a timeout: the
 request is held for 30 seconds (or until the caller hangs up), then answered 504. A client
 whose timeout is longer than that (chatmodel's default is 60 s) sees a 504, not a
-timeout: give the model tool a Timeout under 30 s to see timeouts as timeouts.`,
+timeout: give the model tool a Timeout under 30 s to see timeouts as timeouts.
+
+--model-rpm and --model-tpm give the model a provider's quota: requests and tokens per
+minute over a sliding minute, per model name a request gives. A request past it is
+answered 429 with Retry-After and Retry-After-Ms; every answer carries the rate-limit
+headers OpenAI sends (x-ratelimit-limit-, -remaining-, -reset-requests and -tokens), or
+Anthropic's on /v1/messages (anthropic-ratelimit-requests-*, -tokens-*). GET /admin/quota
+counts what each model's quota admitted and refused, second by second; POST /admin/faults
+sets quotas per model ("quotas": {"model": {"rpm": 600, "tpm": 200000}}).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			host, _, err := net.SplitHostPort(listen)
@@ -52,7 +61,13 @@ timeout: give the model tool a Timeout under 30 s to see timeouts as timeouts.`,
 			if err != nil {
 				return err
 			}
+			if quota.RPM < 0 || quota.TPM < 0 {
+				return errors.New("--model-rpm and --model-tpm: want 0 (no limit) or more")
+			}
 			cfg := sim.Config{Systems: map[string]sim.Faults{}, Hang: hang, Seed: seed}
+			if quota != (sim.Quota{}) {
+				cfg.Quotas = map[string]sim.Quota{simmodel.ModelName: quota}
+			}
 			for _, s := range sim.Systems {
 				cfg.Systems[s.Name] = faults
 			}
@@ -89,5 +104,7 @@ timeout: give the model tool a Timeout under 30 s to see timeouts as timeouts.`,
 	f.DurationVar(&model.Latency, "model-latency", 20*time.Millisecond, "simulated model: median latency")
 	f.Float64Var(&model.FailureRate, "model-failure-rate", 0, "simulated model: transient failure fraction")
 	f.Float64Var(&model.PermanentRate, "model-permanent-rate", 0, "simulated model: permanent failure fraction")
+	f.IntVar(&quota.RPM, "model-rpm", 0, "simulated model: requests a minute its quota admits (0: no limit)")
+	f.Int64Var(&quota.TPM, "model-tpm", 0, "simulated model: tokens a minute its quota admits (0: no limit)")
 	return cmd
 }

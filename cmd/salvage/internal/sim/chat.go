@@ -24,8 +24,10 @@ const chatHangMax = 30 * time.Second
 // chatRequest is the part of an OpenAI chat completions request the sim
 // reads.
 type chatRequest struct {
-	Model    string        `json:"model"`
-	Messages []wireMessage `json:"messages"`
+	Model               string        `json:"model"`
+	Messages            []wireMessage `json:"messages"`
+	MaxTokens           int64         `json:"max_tokens"`
+	MaxCompletionTokens int64         `json:"max_completion_tokens"`
 }
 
 // wireMessage is one message of either API; content is a string or text
@@ -61,7 +63,7 @@ var chatSeq atomic.Int64
 // with the error shapes a real API sends: 429 and 529 with Retry-After
 // (and retry-after-ms), 500 and 503, a 400 for a rejected prompt, and a
 // timeout that holds the request until the caller gives up.
-func serveChat(w http.ResponseWriter, r *http.Request, model *simmodel.Model) {
+func serveChat(w http.ResponseWriter, r *http.Request, state *State, model *simmodel.Model) {
 	body, err := readBody(r)
 	if err != nil {
 		chatError(w, 400, "invalid_request_error", err.Error())
@@ -73,13 +75,19 @@ func serveChat(w http.ResponseWriter, r *http.Request, model *simmodel.Model) {
 		return
 	}
 	key, req := modelCall(r, body, "", in.Messages)
+	name := cmp.Or(in.Model, simmodel.ModelName)
+	q := state.quotas.admit(name, estimateTokens(req, max(in.MaxTokens, in.MaxCompletionTokens)))
+	q.write(w.Header(), false)
+	if q.refusal(w, name, chatError) {
+		return
+	}
 	resp, err := model.Chat(r.Context(), key, req)
 	if err != nil {
 		chatFailure(w, r, err)
 		return
 	}
-	name := cmp.Or(in.Model, simmodel.ModelName)
 	u := resp.Usage
+	state.quotas.settle(q, u.PromptTokens+u.CompletionTokens)
 	writeJSON(w, 200, map[string]any{
 		"id": "chatcmpl-sim-" + strconv.FormatInt(chatSeq.Add(1), 10), "object": "chat.completion",
 		"created": time.Now().Unix(), "model": name,
@@ -164,14 +172,15 @@ func readBody(r *http.Request) ([]byte, error) {
 // messagesRequest is the part of an Anthropic Messages request the sim
 // reads.
 type messagesRequest struct {
-	Model    string        `json:"model"`
-	System   string        `json:"system"`
-	Messages []wireMessage `json:"messages"`
+	Model     string        `json:"model"`
+	System    string        `json:"system"`
+	Messages  []wireMessage `json:"messages"`
+	MaxTokens int64         `json:"max_tokens"`
 }
 
 // serveMessages answers POST /v1/messages as Anthropic's Messages API
 // would, from the same simulated model and failures as serveChat.
-func serveMessages(w http.ResponseWriter, r *http.Request, model *simmodel.Model) {
+func serveMessages(w http.ResponseWriter, r *http.Request, state *State, model *simmodel.Model) {
 	body, err := readBody(r)
 	if err != nil {
 		messagesError(w, 400, "invalid_request_error", err.Error())
@@ -183,14 +192,21 @@ func serveMessages(w http.ResponseWriter, r *http.Request, model *simmodel.Model
 		return
 	}
 	key, req := modelCall(r, body, in.System, in.Messages)
+	name := cmp.Or(in.Model, simmodel.ModelName)
+	q := state.quotas.admit(name, estimateTokens(req, in.MaxTokens))
+	q.write(w.Header(), true)
+	if q.refusal(w, name, messagesError) {
+		return
+	}
 	resp, err := model.Chat(r.Context(), key, req)
 	if err != nil {
 		modelFailure(w, r, err, messagesError)
 		return
 	}
+	state.quotas.settle(q, resp.Usage.PromptTokens+resp.Usage.CompletionTokens)
 	writeJSON(w, 200, map[string]any{
 		"id": "msg_sim_" + strconv.FormatInt(chatSeq.Add(1), 10), "type": "message", "role": "assistant",
-		"model": cmp.Or(in.Model, simmodel.ModelName), "content": []map[string]string{{"type": "text", "text": resp.Content}},
+		"model": name, "content": []map[string]string{{"type": "text", "text": resp.Content}},
 		"stop_reason": "end_turn", "usage": map[string]int64{"input_tokens": resp.Usage.PromptTokens, "output_tokens": resp.Usage.CompletionTokens},
 	})
 }

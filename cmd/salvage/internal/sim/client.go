@@ -88,6 +88,13 @@ func (c *Client) Requests(ctx context.Context) (map[string]Requests, error) {
 	return out, err
 }
 
+// Quota returns what each model's quota admitted and refused.
+func (c *Client) Quota(ctx context.Context) (map[string]QuotaUse, error) {
+	var out map[string]QuotaUse
+	err := c.do(ctx, http.MethodGet, "/admin/quota", "", nil, &out)
+	return out, err
+}
+
 // SetFaults replaces the sim's fault configuration.
 func (c *Client) SetFaults(ctx context.Context, cfg Config) error {
 	return c.do(ctx, http.MethodPost, "/admin/faults", "", cfg, nil)

@@ -61,6 +61,7 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 	mux.HandleFunc("GET /ledger", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Ledger()) })
 	mux.HandleFunc("GET /ledger/summary", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Summary()) })
 	mux.HandleFunc("GET /admin/requests", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Requests()) })
+	mux.HandleFunc("GET /admin/quota", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.QuotaUse()) })
 	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, _ *http.Request) {
 		state.mu.Lock()
 		cfg := state.cfg
@@ -91,8 +92,8 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 		}
 		writeJSON(w, 200, map[string]int{"stopped": n})
 	})
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { serveChat(w, r, model) })
-	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { serveMessages(w, r, model) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { serveChat(w, r, state, model) })
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { serveMessages(w, r, state, model) })
 	mux.HandleFunc("GET /v1/{system}/effects/{key}", func(w http.ResponseWriter, r *http.Request) {
 		sys, ok := systemByName(r.PathValue("system"))
 		if !ok {

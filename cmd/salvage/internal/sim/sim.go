@@ -116,6 +116,9 @@ type Rule struct {
 type Config struct {
 	Systems map[string]Faults `json:"systems,omitempty"`
 	Rules   []Rule            `json:"rules,omitempty"`
+	// Quotas are the model's rate limits, by the model a request names
+	// (salvage-sim when it names none).
+	Quotas map[string]Quota `json:"quotas,omitempty"`
 	// Hang is how long a timeout hangs. Default 2s.
 	Hang time.Duration `json:"hang,omitempty"`
 	Seed uint64        `json:"seed,omitempty"`
@@ -163,6 +166,8 @@ type State struct {
 	stopped  map[int]bool
 	rng      *rand.Rand
 	seq      int
+	// quotas has a lock of its own: model calls do not wait on effects.
+	quotas quotas
 }
 
 // NewState returns an empty sim.
@@ -177,6 +182,7 @@ func (s *State) setConfig(cfg Config) {
 		cfg.Hang = 2 * time.Second
 	}
 	s.cfg = cfg
+	s.quotas.set(cfg.Quotas)
 	s.fired, s.stopped = map[int]int{}, map[int]bool{}
 	s.rng = rand.New(rand.NewPCG(cfg.Seed, 0x51a))
 }
@@ -205,6 +211,9 @@ func (s *State) hit(system string) (down bool) {
 	}
 	return false
 }
+
+// QuotaUse returns what each model's quota admitted and refused.
+func (s *State) QuotaUse() map[string]QuotaUse { return s.quotas.Use() }
 
 // Requests returns the request counts by system.
 func (s *State) Requests() map[string]Requests {
