@@ -93,6 +93,9 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := c.declareLimits(ctx, stores); err != nil {
+		return err
+	}
 	if c.cfg.has(RoleWorker) || c.cfg.has(RoleRecovery) {
 		if err := c.define(ctx, stores); err != nil {
 			return err

@@ -179,6 +179,10 @@ type Config struct {
 	Breaker BreakerPolicy
 	// Breakers overrides Breaker for named systems.
 	Breakers map[string]BreakerPolicy
+	// Limits are rate limits this process declares when it starts (as
+	// SetLimit would): every process of the deployment follows them,
+	// wherever they were declared.
+	Limits []Limit
 	// Prices price model usage for job budgets: by model name (as a
 	// call's Usage reports it), per million prompt and completion tokens.
 	// A model not listed costs nothing (its tokens still count against a
@@ -372,6 +376,16 @@ func (c Config) validate() error {
 	}
 	if err := c.breakerPolicies().Validate(); err != nil {
 		return fmt.Errorf("%w: Breaker, Breakers: %w", ErrInvalidConfig, err)
+	}
+	seen := map[string]bool{}
+	for _, l := range c.Limits {
+		if err := l.record().Validate(); err != nil {
+			return fmt.Errorf("%w: Limits: %w", ErrInvalidConfig, err)
+		}
+		if seen[l.Key] {
+			return fmt.Errorf("%w: Limits: %s twice", ErrInvalidConfig, l.Key)
+		}
+		seen[l.Key] = true
 	}
 	return nil
 }

@@ -142,6 +142,8 @@ type Worker struct {
 	// and releases the chunks they hold.
 	gate   *gate
 	holder *holder
+	// limiter paces the requests to what rate limits are declared on.
+	limiter *limiter
 	// pauses is this process's view of the paused pipelines.
 	pauses *pauses
 	// tails bounds the finished chunks still doing their bookkeeping
@@ -191,7 +193,8 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	}
 	return &Worker{
 		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), stores.Partitions, log),
-		js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
+		limiter: newLimiter(js, stores.Limits, cfg.ID, log),
+		js:      js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
 		letter:  letterer{js: js, stores: stores, tracker: tr, log: log, prices: cfg.Prices},
 		cancels: newCancelRegistry(),
 		tails:   make(chan struct{}, max(slots, 1)),
@@ -313,10 +316,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	go w.followCancellations(workCtx, cancelsReady)
 	go w.gate.follow(workCtx)
 	go w.pauses.follow(workCtx)
+	limiterDone := make(chan struct{})
+	go func() { defer close(limiterDone); w.limiter.run(workCtx) }()
+	defer func() { stopWork(nil); <-limiterDone }()
 	go w.holder.run(workCtx)
 	// A chunk of a paused pipeline must not start before the worker
-	// knows, nor one whose job's cancellation it could miss.
-	for _, ready := range []<-chan struct{}{w.pauses.ready, cancelsReady} {
+	// knows, nor one whose job's cancellation it could miss, nor before
+	// the rate limits are known.
+	for _, ready := range []<-chan struct{}{w.pauses.ready, cancelsReady, w.limiter.ready} {
 		select {
 		case <-ready:
 		case <-ctx.Done():

@@ -41,6 +41,7 @@ type Stores struct {
 	Envelopes *Envelopes
 	Snapshots *Snapshots
 	Breakers  *Breakers
+	Limits    *Limits
 	Pipelines *Pipelines
 	Workers   *Workers
 
@@ -72,6 +73,7 @@ func bucketConfigs(o Options) []jetstream.KeyValueConfig {
 		{Bucket: BucketEnvelopes, Description: "Envelope records and chunkmsg guard keys.", History: 5, LimitMarkerTTL: markerTTL, Replicas: o.Replicas},
 		{Bucket: BucketBreakers, Description: "One circuit breaker per external system: closed, open, half-open.", History: 5, Replicas: o.Replicas},
 		{Bucket: BucketPipelines, Description: "What operators set on a pipeline: paused or not.", History: 5, Replicas: o.Replicas},
+		{Bucket: BucketLimits, Description: "Rate limits per key, and the shares of each the processes calling it hold.", History: 1, Replicas: o.Replicas},
 		{Bucket: BucketWorkers, Description: "Live Salvage processes: roles, pipelines, chunks in flight; refreshed by a heartbeat.", History: 1, TTL: workersTTL, Replicas: o.Replicas},
 	}
 }
@@ -190,6 +192,10 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
+	limits, err := get(BucketLimits)
+	if err != nil {
+		return nil, err
+	}
 	snaps, err := js.ObjectStore(ctx, BucketSnapshots)
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", BucketSnapshots, err)
@@ -200,6 +206,7 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 		Envelopes: &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
 		Snapshots: &Snapshots{os: snaps},
 		Breakers:  &Breakers{b: breakers, js: js, now: time.Now},
+		Limits:    &Limits{b: limits, js: js, now: time.Now},
 		Pipelines: &Pipelines{b: pipelines, js: js, now: time.Now},
 		Workers:   &Workers{js: js, now: time.Now},
 		parts:     &parts{js: js, idx: idx},

@@ -331,6 +331,10 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	// taken effect without saying so (no answer, a 5xx, …): the next
 	// attempt asks the system first (invariant 9).
 	unsure := false
+	var estimate int64
+	if t.limiter != nil {
+		estimate = EstimateTokens(in)
+	}
 	var stop func(error) bool
 	if link {
 		stop = func(err error) bool { return ClassOf(err) == ClassRateLimited }
@@ -345,10 +349,10 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		attempts++
 		if unsure {
 			var v Verification
-			err := t.guarded(ctx, tool, func() error {
+			err := t.guarded(ctx, tool, 0, func() (int64, error) {
 				var err error
 				v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
-				return err
+				return 0, err
 			})
 			if err != nil {
 				// Still unknown: the row says so, whatever ends the call.
@@ -362,14 +366,14 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			}
 			unsure = false
 		}
-		err := t.guarded(ctx, tool, func() error {
+		err := t.guarded(ctx, tool, estimate, func() (int64, error) {
 			var err error
 			res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
 				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
 			if err == nil {
 				err = checkResult(name, res)
 			}
-			return err
+			return spentTokens(res), err
 		})
 		unsure = err != nil && tool.Effect != nil && OutcomeUnknown(err)
 		return err
@@ -468,10 +472,10 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 				return err
 			}
 		}
-		return t.guarded(ctx, tool, func() error {
+		return t.guarded(ctx, tool, 0, func() (int64, error) {
 			var err error
 			v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
-			return err
+			return 0, err
 		})
 	})
 	if err != nil {
@@ -502,9 +506,21 @@ func (t *Turn) allow(ctx context.Context, tool *Tool) error {
 	return nil
 }
 
-// guarded runs one request to tool's system and tells the gate how it went.
-func (t *Turn) guarded(ctx context.Context, tool *Tool, fn func() error) error {
-	err := fn()
+// guarded runs one request to tool's system, paced by the limiter (tokens:
+// what it is estimated to spend; fn returns what it spent), and tells the
+// limiter and the gate how it went.
+func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, fn func() (int64, error)) error {
+	var done func(int64, error)
+	if t.limiter != nil {
+		var err error
+		if done, err = t.limiter.Acquire(ctx, tool, tokens); err != nil {
+			return err
+		}
+	}
+	spent, err := fn()
+	if done != nil {
+		done(spent, err)
+	}
 	if t.gate != nil && tool.System != "" && ctx.Err() == nil {
 		t.gate.Done(ctx, tool.System, kv.ChunkKey(t.Job, t.Chunk), err)
 	}

@@ -115,16 +115,17 @@ type Turn struct {
 	// Prior holds the outputs of earlier stages.
 	Prior []kv.StageOutput
 
-	exec   *Executor
-	stats  *Stats
-	tools  *Tools
-	replay *Replay
-	state  *AgentState
-	snaps  SnapshotStore
-	gate   Gate
-	prices Prices
-	tracer trace.Tracer
-	seq    int
+	exec    *Executor
+	stats   *Stats
+	tools   *Tools
+	replay  *Replay
+	state   *AgentState
+	snaps   SnapshotStore
+	gate    Gate
+	limiter Limiter
+	prices  Prices
+	tracer  trace.Tracer
+	seq     int
 	// failedTool and failedKey name the call whose failure the agent
 	// returned, for AgentError.
 	failedTool, failedKey string
@@ -155,6 +156,9 @@ type StageRun struct {
 	// Gate, when set, guards every call to a tool with a System: the
 	// circuit breakers.
 	Gate Gate
+	// Limiter, when set, paces every request to what a rate limit is
+	// declared on.
+	Limiter Limiter
 	// Prices price the usage model calls report, into Stats.CostMicros.
 	Prices Prices
 	// Tracer, when set, records a span for the stage, each agent's turn
@@ -193,7 +197,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
-				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate, prices: r.Prices, tracer: r.Tracer,
+				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate, limiter: r.Limiter, prices: r.Prices, tracer: r.Tracer,
 			}
 			turnCtx, turn := startTurn(ctx, r.Tracer, t)
 			out, err := runAgent(turnCtx, a, t)

@@ -1,0 +1,477 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
+)
+
+// Rate limits (issue 36). A limit declared on a key (kv.Limit) is shared
+// by every process that calls the key: each leases a share of it from the
+// key's record in salvage_limits by CAS, renews the lease while it calls
+// the key, and spends its share locally, so a request costs no round
+// trip. A process takes only what the others' unexpired shares leave, so
+// the shares never add up past the limit; a dead process's share is free
+// once its lease lapses. A provider's 429 holds the key for the wait it
+// names, in this process at once and in every other at its next renewal.
+const (
+	// limitLease is how long a share lasts unless renewed.
+	limitLease = 3 * time.Second
+	// limitRenewEvery is how often a process renews the shares it uses:
+	// a third of the lease, so one lost renewal does not end it.
+	limitRenewEvery = time.Second
+	// limitIdle is how long a share is kept without a request before it
+	// is handed back.
+	limitIdle = 2 * limitLease
+	// limitBurst is how much of its share a process may send at once
+	// after a pause in its requests: a second's worth.
+	limitBurst = time.Second
+	// limitPoll bounds one wait for budget before it looks again.
+	limitPoll = 250 * time.Millisecond
+)
+
+// limiter is a process's side of the rate limits: the declared limits
+// (followed from salvage_limits' spec keys) and, for each key its calls
+// touch, its share and the local budget it spends.
+type limiter struct {
+	js     jetstream.JetStream
+	limits *kv.Limits
+	id     string
+	log    zerolog.Logger
+	now    func() time.Time
+
+	// declared counts the specs, so that a process with none asks for no
+	// lock per request.
+	declared atomic.Int32
+
+	mu    sync.Mutex
+	specs map[string]kv.Limit
+	keys  map[string]*limitKey
+	// changed is closed, and replaced, when a share, a pause or what is
+	// in flight changes: waiters look again.
+	changed chan struct{}
+	// wake asks the renewal loop to renew now (a key without a share, a
+	// pause to tell the others).
+	wake chan struct{}
+	// ready is closed once the watch has delivered every declared limit:
+	// no request goes unpaced before the limits are known.
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// limitKey is one key's share in this process and the budget left of it.
+type limitKey struct {
+	spec  kv.Limit
+	share kv.LimitShare
+	// requests and tokens are the local buckets, refilled at the share's
+	// rates up to limitBurst of them; tokens may go below zero (a request
+	// larger than what is left is let through once the bucket is not in
+	// debt, and waits nothing more).
+	requests, tokens float64
+	refilled         time.Time
+	inFlight         int
+	pausedUntil      time.Time
+	pauseReason      string
+	// tell is set when this process learnt a pause the record does not
+	// hold yet.
+	tell bool
+	// waiting counts requests waiting now; wanted is set when one waited
+	// since the last renewal.
+	waiting int
+	wanted  bool
+	used    time.Time
+}
+
+func newLimiter(js jetstream.JetStream, limits *kv.Limits, id string, log zerolog.Logger) *limiter {
+	return &limiter{
+		js: js, limits: limits, id: id, log: log.With().Str("part", "limits").Logger(), now: time.Now,
+		specs: map[string]kv.Limit{}, keys: map[string]*limitKey{},
+		changed: make(chan struct{}), wake: make(chan struct{}, 1), ready: make(chan struct{}),
+	}
+}
+
+// run follows the declared limits and renews the shares in use until ctx
+// ends, then hands every share back. It blocks.
+func (l *limiter) run(ctx context.Context) {
+	go kv.FollowKeys(ctx, l.js, kv.BucketLimits, "spec.>", l.update, func(err error) {
+		// Until it has read the declared limits once, the worker starts
+		// no chunk: say why (a user without the permission, a bucket
+		// not provisioned).
+		select {
+		case <-l.ready:
+			l.log.Debug().Err(err).Msg("limit watch ended; restarting")
+		default:
+			l.log.Warn().Err(err).Msg("cannot read the declared rate limits from " + kv.BucketLimits + "; no chunk starts until they are read")
+		}
+	})
+	t := time.NewTicker(limitRenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.handBack(context.WithoutCancel(ctx))
+			return
+		case <-t.C:
+		case <-l.wake:
+		}
+		l.renew(ctx)
+	}
+}
+
+// update applies one entry of the spec watch.
+func (l *limiter) update(e jetstream.KeyValueEntry) {
+	if e == nil {
+		l.readyOnce.Do(func() { close(l.ready) })
+		return
+	}
+	key := kv.LimitKeyOf(e.Key())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	spec, ok := kv.DecodeLimit(e)
+	if !ok {
+		delete(l.specs, key)
+		delete(l.keys, key)
+		l.declared.Store(int32(len(l.specs)))
+		l.broadcast()
+		return
+	}
+	l.specs[key] = spec
+	l.declared.Store(int32(len(l.specs)))
+	if k := l.keys[key]; k != nil {
+		k.spec = spec
+	}
+}
+
+// broadcast wakes every waiter. Lock held.
+func (l *limiter) broadcast() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// nudge asks the renewal loop to renew now.
+func (l *limiter) nudge() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// keysOf returns the declared limits a request of tool counts against:
+// its system's and its own. Lock held.
+func (l *limiter) keysOf(tool *recovery.Tool) []*limitKey {
+	var out []*limitKey
+	for _, key := range []string{kv.LimitKey(kv.LimitSystem, tool.System), kv.LimitKey(kv.LimitTool, tool.Name)} {
+		spec, ok := l.specs[key]
+		if !ok || (key == kv.LimitKey(kv.LimitSystem, "") && tool.System == "") {
+			continue
+		}
+		k := l.keys[key]
+		if k == nil {
+			k = &limitKey{spec: spec}
+			l.keys[key] = k
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// Acquire implements recovery.Limiter.
+func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64) (func(int64, error), error) {
+	if l.declared.Load() == 0 {
+		return func(int64, error) {}, nil
+	}
+	l.mu.Lock()
+	keys := l.keysOf(tool)
+	if len(keys) == 0 {
+		l.mu.Unlock()
+		return func(int64, error) {}, nil
+	}
+	for {
+		now := l.now()
+		var wait time.Duration
+		renew := false
+		for _, k := range keys {
+			w, noShare := k.waitFor(now, tokens)
+			wait, renew = max(wait, w), renew || noShare
+		}
+		if wait == 0 {
+			for _, k := range keys {
+				k.take(now, tokens)
+			}
+			l.mu.Unlock()
+			var once sync.Once
+			return func(spent int64, err error) { once.Do(func() { l.done(keys, tokens, spent, err) }) }, nil
+		}
+		for _, k := range keys {
+			k.waiting++
+			k.wanted = true
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		if renew {
+			l.nudge()
+		}
+		t := time.NewTimer(min(wait, limitPoll))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-changed:
+		}
+		t.Stop()
+		l.mu.Lock()
+		for _, k := range keys {
+			k.waiting--
+		}
+		if err := ctx.Err(); err != nil {
+			l.mu.Unlock()
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// done settles a request: its slot in flight, its tokens as spent, and a
+// rate limit's pause.
+func (l *limiter) done(keys []*limitKey, estimate, spent int64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	var ce *recovery.CallError
+	limited := errors.Is(err, recovery.ErrRateLimited) && errors.As(err, &ce) && ce.RetryAfter > 0
+	for _, k := range keys {
+		k.inFlight--
+		if spent > 0 {
+			k.tokens += float64(estimate - spent)
+		}
+		if limited && now.Add(ce.RetryAfter).After(k.pausedUntil) {
+			k.pausedUntil, k.pauseReason, k.tell = now.Add(ce.RetryAfter), err.Error(), true
+		}
+	}
+	if limited {
+		l.nudge()
+	}
+	l.broadcast()
+}
+
+// waitFor is how long a request of tokens must wait at now, and whether
+// the key has no share to spend (a renewal is due). Lock held.
+func (k *limitKey) waitFor(now time.Time, tokens int64) (time.Duration, bool) {
+	if now.Before(k.pausedUntil) {
+		return k.pausedUntil.Sub(now), false
+	}
+	if !now.Before(k.share.Expires) {
+		return limitPoll, true
+	}
+	k.refill(now)
+	var wait time.Duration
+	if k.spec.RequestsPerMinute > 0 {
+		rate := k.share.RequestsPerMinute / 60
+		if rate <= 0 {
+			return limitPoll, true
+		}
+		if k.requests < 1 {
+			wait = max(wait, seconds((1-k.requests)/rate))
+		}
+	}
+	if k.spec.TokensPerMinute > 0 {
+		rate := k.share.TokensPerMinute / 60
+		if rate <= 0 {
+			return limitPoll, true
+		}
+		if k.tokens < 0 {
+			wait = max(wait, seconds(-k.tokens/rate))
+		}
+	}
+	if k.spec.InFlight > 0 && k.inFlight >= k.share.InFlight {
+		wait = max(wait, limitPoll)
+		if k.share.InFlight == 0 {
+			return wait, true
+		}
+	}
+	return wait, false
+}
+
+// take spends a request of tokens. Lock held.
+func (k *limitKey) take(now time.Time, tokens int64) {
+	k.requests--
+	k.tokens -= float64(tokens)
+	k.inFlight++
+	k.used = now
+}
+
+// refill adds what the share's rates earned since the last refill, up to
+// limitBurst of each. Lock held.
+func (k *limitKey) refill(now time.Time) {
+	if !k.refilled.IsZero() {
+		dt := now.Sub(k.refilled).Seconds()
+		k.requests += dt * k.share.RequestsPerMinute / 60
+		k.tokens += dt * k.share.TokensPerMinute / 60
+	}
+	k.requests = min(k.requests, math.Max(1, limitBurst.Seconds()*k.share.RequestsPerMinute/60))
+	k.tokens = min(k.tokens, limitBurst.Seconds()*k.share.TokensPerMinute/60)
+	k.refilled = now
+}
+
+// seconds converts a wait in seconds, at least a millisecond.
+func seconds(s float64) time.Duration {
+	return max(time.Duration(s*float64(time.Second)), time.Millisecond)
+}
+
+// renew renews the share of every key in use, takes one for a key that
+// has none, tells the others of a pause, and hands back the shares of
+// keys idle for limitIdle.
+func (l *limiter) renew(ctx context.Context) {
+	l.mu.Lock()
+	type job struct {
+		key         string
+		wants, idle bool
+		pause       time.Time
+		reason      string
+		tell        bool
+	}
+	var jobs []job
+	now := l.now()
+	for key, k := range l.keys {
+		idle := k.waiting == 0 && k.inFlight == 0 && now.Sub(k.used) > limitIdle
+		jobs = append(jobs, job{key: key, wants: k.wanted || k.waiting > 0, idle: idle, pause: k.pausedUntil, reason: k.pauseReason, tell: k.tell})
+		k.wanted = false
+	}
+	l.mu.Unlock()
+	for _, j := range jobs {
+		var mine kv.LimitShare
+		var spec kv.Limit
+		l.mu.Lock()
+		if k := l.keys[j.key]; k != nil {
+			spec = k.spec
+		}
+		l.mu.Unlock()
+		sh, err := l.limits.MutateShares(ctx, j.key, func(sh *kv.LimitShares) error {
+			now := l.now()
+			for id, s := range sh.Shares {
+				if !now.Before(s.Expires) {
+					delete(sh.Shares, id)
+				}
+			}
+			if j.idle {
+				delete(sh.Shares, l.id)
+				return nil
+			}
+			mine = allot(spec, sh, l.id, j.wants, now)
+			sh.Shares[l.id] = mine
+			if j.tell && j.pause.After(sh.PausedUntil) {
+				sh.PausedUntil, sh.PauseReason = j.pause, j.reason
+			}
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn().Err(err).Str("limit", j.key).Msg("renew the share of a limit; the one held lasts until its lease ends")
+			}
+			continue
+		}
+		l.mu.Lock()
+		k := l.keys[j.key]
+		switch {
+		case k == nil:
+		case j.idle && k.waiting == 0 && k.inFlight == 0:
+			delete(l.keys, j.key)
+		default:
+			k.refill(l.now())
+			k.share = mine
+			if j.tell {
+				k.tell = false
+			}
+			if sh.PausedUntil.After(k.pausedUntil) {
+				k.pausedUntil, k.pauseReason = sh.PausedUntil, sh.PauseReason
+			}
+		}
+		l.broadcast()
+		l.mu.Unlock()
+	}
+}
+
+// handBack gives back every share this process holds, so that the others
+// need not wait for the leases to lapse.
+func (l *limiter) handBack(ctx context.Context) {
+	l.mu.Lock()
+	keys := make([]string, 0, len(l.keys))
+	for key := range l.keys {
+		keys = append(keys, key)
+	}
+	l.keys = map[string]*limitKey{}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, key := range keys {
+		if _, err := l.limits.MutateShares(ctx, key, func(sh *kv.LimitShares) error {
+			if _, ok := sh.Shares[l.id]; !ok {
+				return kv.ErrNoChange
+			}
+			delete(sh.Shares, l.id)
+			return nil
+		}); err != nil {
+			l.log.Debug().Err(err).Str("limit", key).Msg("hand back the share of a limit; it lapses with its lease")
+		}
+	}
+}
+
+// allot is what process me takes of spec at now, given the unexpired
+// shares sh holds: per bound, its fair part — an equal part of what the
+// processes that do not want more leave, when it wants more; at most an
+// equal part and no more than it holds, when it does not — within what
+// the others' shares leave free.
+func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Time) kv.LimitShare {
+	held := sh.Shares[me]
+	var othersN, wantingN int
+	var others, othersIdle kv.LimitShare
+	for id, s := range sh.Shares {
+		if id == me || !now.Before(s.Expires) {
+			continue
+		}
+		othersN++
+		others.RequestsPerMinute += s.RequestsPerMinute
+		others.TokensPerMinute += s.TokensPerMinute
+		others.InFlight += s.InFlight
+		if s.Wants {
+			wantingN++
+		} else {
+			othersIdle.RequestsPerMinute += s.RequestsPerMinute
+			othersIdle.TokensPerMinute += s.TokensPerMinute
+			othersIdle.InFlight += s.InFlight
+		}
+	}
+	n := float64(othersN + 1)
+	part := func(limit, heldNow, othersSum, idleSum float64) float64 {
+		if limit <= 0 {
+			return 0
+		}
+		target := limit / n
+		if wants {
+			target = (limit - idleSum) / float64(wantingN+1)
+		} else if heldNow > 0 {
+			target = min(target, heldNow)
+		}
+		return max(0, min(target, limit-othersSum))
+	}
+	out := kv.LimitShare{
+		RequestsPerMinute: part(float64(spec.RequestsPerMinute), held.RequestsPerMinute, others.RequestsPerMinute, othersIdle.RequestsPerMinute),
+		TokensPerMinute:   part(float64(spec.TokensPerMinute), held.TokensPerMinute, others.TokensPerMinute, othersIdle.TokensPerMinute),
+		InFlight:          int(part(float64(spec.InFlight), float64(held.InFlight), float64(others.InFlight), float64(othersIdle.InFlight))),
+		Wants:             wants,
+		// A little jitter keeps the fleet's renewals from lining up.
+		Expires: now.Add(limitLease - time.Duration(rand.N(int64(limitLease/10)))),
+	}
+	if spec.InFlight > 0 && wants && out.InFlight == 0 && spec.InFlight-others.InFlight >= 1 {
+		out.InFlight = 1
+	}
+	return out
+}

@@ -1,0 +1,205 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/salvagehq/salvage/streams"
+)
+
+// BucketLimits holds the rate limits declared per key (spec.<key>) and,
+// per key, the shares of it the processes calling it hold
+// (share.<key>).
+const BucketLimits = "salvage_limits"
+
+// Limit kinds: what a limit's key names.
+const (
+	// LimitSystem limits every call to an external system: the tools
+	// whose System is the key's name (a model provider's endpoint, a
+	// payment API).
+	LimitSystem = "system"
+	// LimitTool limits the calls of one tool (one model).
+	LimitTool = "tool"
+)
+
+// ErrBadLimit is wrapped by the error of a limit that cannot be stored.
+var ErrBadLimit = errors.New("kv: invalid limit")
+
+// Limit caps the calls made to one key by every process together.
+type Limit struct {
+	// Key is <kind>.<name>: system.<system> or tool.<tool>.
+	Key string `json:"key"`
+	// RequestsPerMinute and TokensPerMinute bound what the fleet sends
+	// in any minute; InFlight the calls it has open at once. 0 is no
+	// bound.
+	RequestsPerMinute int       `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64     `json:"tokens_per_minute,omitempty"`
+	InFlight          int       `json:"in_flight,omitempty"`
+	SetBy             string    `json:"set_by,omitempty"`
+	SetAt             time.Time `json:"set_at,omitzero"`
+}
+
+// LimitKey is the key of a limit of kind on name.
+func LimitKey(kind, name string) string { return kind + "." + name }
+
+// Validate reports a limit that cannot be stored: a key that is not
+// <kind>.<name> with a known kind and a name fit for a subject token, a
+// negative bound, or no bound at all.
+func (l Limit) Validate() error {
+	kind, name, ok := strings.Cut(l.Key, ".")
+	if !ok || (kind != LimitSystem && kind != LimitTool) {
+		return fmt.Errorf("%w: key %q: want %s.<name> or %s.<name>", ErrBadLimit, l.Key, LimitSystem, LimitTool)
+	}
+	if err := streams.ValidateToken("limit name", name); err != nil {
+		return fmt.Errorf("%w: key %q: %w", ErrBadLimit, l.Key, err)
+	}
+	if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.InFlight < 0 {
+		return fmt.Errorf("%w: %s: bounds must not be negative", ErrBadLimit, l.Key)
+	}
+	if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.InFlight == 0 {
+		return fmt.Errorf("%w: %s: no bound (requests or tokens per minute, or calls in flight)", ErrBadLimit, l.Key)
+	}
+	return nil
+}
+
+// LimitShares is the value of share.<key>: what each process holds of
+// the key's limit until its lease expires, and a pause every process
+// honours (a provider's 429 or rate-limit headers asked the fleet to
+// wait). A process changes only its own share, and takes only what the
+// others' unexpired shares leave: the shares never add up past the
+// limit, and a dead process's share is free once its lease lapses.
+type LimitShares struct {
+	Key    string                `json:"key"`
+	Shares map[string]LimitShare `json:"shares,omitempty"`
+	// PausedUntil, when in the future, holds every call to the key.
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	PauseReason string    `json:"pause_reason,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// LimitShare is one process's share of a limit.
+type LimitShare struct {
+	RequestsPerMinute float64 `json:"rpm,omitempty"`
+	TokensPerMinute   float64 `json:"tpm,omitempty"`
+	InFlight          int     `json:"in_flight,omitempty"`
+	// Wants is set when the holder had calls waiting in its last lease:
+	// it would use more than it holds.
+	Wants bool `json:"wants,omitempty"`
+	// Expires ends the share unless renewed.
+	Expires time.Time `json:"expires"`
+}
+
+// Limits is the salvage_limits store.
+type Limits struct {
+	b   jetstream.KeyValue
+	js  jetstream.JetStream
+	now func() time.Time
+}
+
+const (
+	limitSpecPrefix  = "spec."
+	limitSharePrefix = "share."
+)
+
+// Set stores l (Validate first), by whom.
+func (s *Limits) Set(ctx context.Context, l Limit, by string) (Limit, error) {
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	l.SetBy, l.SetAt = by, s.now().UTC()
+	data, err := json.Marshal(l)
+	if err != nil {
+		return l, err
+	}
+	if err := streams.Retry(ctx, func(ctx context.Context) error {
+		_, err := s.b.Put(ctx, limitSpecPrefix+l.Key, data)
+		return err
+	}); err != nil {
+		return l, fmt.Errorf("kv: set limit %s: %w", l.Key, err)
+	}
+	return l, nil
+}
+
+// Remove deletes the limit of key and its shares; ErrNotFound when none
+// is declared.
+func (s *Limits) Remove(ctx context.Context, key string) error {
+	if _, _, err := s.Get(ctx, key); err != nil {
+		return err
+	}
+	if err := s.b.Delete(ctx, limitSpecPrefix+key); err != nil {
+		return fmt.Errorf("kv: remove limit %s: %w", key, err)
+	}
+	if err := s.b.Delete(ctx, limitSharePrefix+key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("kv: remove the shares of limit %s: %w", key, err)
+	}
+	return nil
+}
+
+// Get returns the limit of key (ErrNotFound when none is declared) and
+// its revision.
+func (s *Limits) Get(ctx context.Context, key string) (Limit, uint64, error) {
+	return getJSON[Limit](ctx, s.b, limitSpecPrefix+key)
+}
+
+// List returns every declared limit, in one multi-last direct get.
+func (s *Limits) List(ctx context.Context) ([]Limit, error) {
+	var out []Limit
+	err := lastValues(ctx, s.js, BucketLimits, limitSpecPrefix+">", func(_ string, value []byte, _ uint64) error {
+		var l Limit
+		if err := json.Unmarshal(value, &l); err != nil {
+			return fmt.Errorf("kv: decode limit: %w", err)
+		}
+		out = append(out, l)
+		return nil
+	})
+	return out, err
+}
+
+// Shares returns the shares of key's limit (ErrNotFound when nobody
+// holds one yet).
+func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, error) {
+	return getJSON[LimitShares](ctx, s.b, limitSharePrefix+key)
+}
+
+// MutateShares applies fn to the shares of key (empty when absent) and
+// writes them by CAS, retrying lost races; fn returning ErrNoChange
+// writes nothing.
+func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *LimitShares) error) (LimitShares, error) {
+	sh, _, err := mutateJSON(ctx, s.b, limitSharePrefix+key, func(sh *LimitShares, _ bool) error {
+		if sh.Shares == nil {
+			sh.Shares = map[string]LimitShare{}
+		}
+		if err := fn(sh); err != nil {
+			return err
+		}
+		sh.Key, sh.UpdatedAt = key, s.now().UTC()
+		return nil
+	})
+	return sh, err
+}
+
+// WatchSpecs follows the declared limits: every current one, then each
+// change (a removed limit arrives as a delete entry). The watcher stops
+// with ctx.
+func (s *Limits) WatchSpecs(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.b.Watch(ctx, limitSpecPrefix+">")
+}
+
+// LimitKeyOf returns the limit key of a spec watch entry's key.
+func LimitKeyOf(entryKey string) string { return strings.TrimPrefix(entryKey, limitSpecPrefix) }
+
+// DecodeLimit reads a limit from a spec watch entry; ok is false for a
+// deleted key or a value that does not decode.
+func DecodeLimit(e jetstream.KeyValueEntry) (Limit, bool) {
+	var l Limit
+	if e == nil || e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &l) != nil {
+		return l, false
+	}
+	return l, true
+}

@@ -1,0 +1,158 @@
+package salvage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/salvagehq/salvage/kv"
+)
+
+// Limit caps the requests every process of a deployment makes together to
+// one key: a model provider or another external system (every tool whose
+// System is its name: LimitSystem), or one tool (LimitTool). Each process
+// calling the key leases a share of it from salvage_limits and spends the
+// share without a round trip per request; a request that must wait waits
+// in its worker (its chunk's heartbeat keeps its message). A provider's
+// 429 holds the key for every process for the wait it names.
+type Limit struct {
+	// Key is LimitKey(kind, name): "system.<system>" or "tool.<tool>".
+	Key string `json:"key"`
+	// RequestsPerMinute and TokensPerMinute bound what the fleet sends in
+	// any minute (tokens as a model call's input is estimated before it
+	// is sent, corrected by the usage it reports); InFlight the requests
+	// open at once. 0 is no bound; at least one is required.
+	RequestsPerMinute int   `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64 `json:"tokens_per_minute,omitempty"`
+	InFlight          int   `json:"in_flight,omitempty"`
+	// SetBy and SetAt say who declared it last, and when.
+	SetBy string    `json:"set_by,omitempty"`
+	SetAt time.Time `json:"set_at,omitzero"`
+}
+
+// Limit kinds: what a limit's key names.
+const (
+	// LimitSystem limits every request to an external system: the tools
+	// whose System is the key's name. chatmodel names a model endpoint's
+	// System "model-<host>".
+	LimitSystem = kv.LimitSystem
+	// LimitTool limits the requests of one tool (one model).
+	LimitTool = kv.LimitTool
+)
+
+var (
+	// ErrInvalidLimit is wrapped by the error of a limit that cannot be
+	// set.
+	ErrInvalidLimit = kv.ErrBadLimit
+	// ErrUnknownLimit is returned for a key no limit is declared on.
+	ErrUnknownLimit = errors.New("salvage: no limit is declared on that key")
+)
+
+// LimitKey is the key of a limit of kind on name.
+func LimitKey(kind, name string) string { return kv.LimitKey(kind, name) }
+
+// LimitState is a declared limit and what the processes calling its key
+// hold of it now.
+type LimitState struct {
+	Limit
+	// Holders counts the processes holding an unexpired share.
+	Holders int `json:"holders"`
+	// Held is what their shares add up to (never past the limit).
+	HeldRequestsPerMinute float64 `json:"held_requests_per_minute"`
+	HeldTokensPerMinute   float64 `json:"held_tokens_per_minute"`
+	HeldInFlight          int     `json:"held_in_flight"`
+	// Waiting counts the holders that had requests waiting in their last
+	// lease.
+	Waiting int `json:"waiting"`
+	// PausedUntil, when in the future, holds every request to the key: a
+	// provider asked to wait. PauseReason is its answer.
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	PauseReason string    `json:"pause_reason,omitempty"`
+}
+
+func (l Limit) record() kv.Limit {
+	return kv.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight}
+}
+
+func limitOf(r kv.Limit) Limit {
+	return Limit{Key: r.Key, RequestsPerMinute: r.RequestsPerMinute, TokensPerMinute: r.TokensPerMinute, InFlight: r.InFlight, SetBy: r.SetBy, SetAt: r.SetAt}
+}
+
+// SetLimit declares l, or changes it, for every process at once (they
+// follow the declarations); by says who, for the record. The error wraps
+// ErrInvalidLimit for a key that is not <kind>.<name>, a negative bound
+// or no bound.
+func (c *Client) SetLimit(ctx context.Context, l Limit, by string) (Limit, error) {
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return l, err
+	}
+	r, err := st.Limits.Set(ctx, l.record(), by)
+	return limitOf(r), err
+}
+
+// RemoveLimit removes the limit of key: requests to it are no longer
+// paced. ErrUnknownLimit when none is declared.
+func (c *Client) RemoveLimit(ctx context.Context, key string) error {
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return err
+	}
+	err = st.Limits.Remove(ctx, key)
+	if errors.Is(err, kv.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrUnknownLimit, key)
+	}
+	return err
+}
+
+// Limits lists every declared limit, by key, with what is held of it.
+func (c *Client) Limits(ctx context.Context) ([]LimitState, error) {
+	st, err := c.storesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := st.Limits.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := make([]LimitState, 0, len(specs))
+	for _, s := range specs {
+		ls := LimitState{Limit: limitOf(s)}
+		sh, _, err := st.Limits.Shares(ctx, s.Key)
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return nil, err
+		}
+		for _, h := range sh.Shares {
+			if !now.Before(h.Expires) {
+				continue
+			}
+			ls.Holders++
+			ls.HeldRequestsPerMinute += h.RequestsPerMinute
+			ls.HeldTokensPerMinute += h.TokensPerMinute
+			ls.HeldInFlight += h.InFlight
+			if h.Wants {
+				ls.Waiting++
+			}
+		}
+		if sh.PausedUntil.After(now) {
+			ls.PausedUntil, ls.PauseReason = sh.PausedUntil, sh.PauseReason
+		}
+		out = append(out, ls)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// declareLimits writes the limits of Config.Limits, as this process's
+// configuration declares them.
+func (c *Client) declareLimits(ctx context.Context, st *kv.Stores) error {
+	for _, l := range c.cfg.Limits {
+		if _, err := st.Limits.Set(ctx, l.record(), "config"); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package salvage_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/salvagetest"
+)
+
+// provider is a tool's external system that notes when each request
+// came.
+type provider struct {
+	mu    sync.Mutex
+	calls []time.Time
+}
+
+// pipeline runs chunks of four calls each to the provider, through a tool
+// of system "provider".
+func (p *provider) pipeline() *salvage.Pipeline {
+	return &salvage.Pipeline{
+		Name: "paced",
+		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
+			var n int
+			if err := json.Unmarshal(in, &n); err != nil || n < 1 {
+				return nil, fmt.Errorf("%w: want a count", salvage.ErrBadInput)
+			}
+			out := make([]json.RawMessage, n)
+			for i := range out {
+				out[i] = json.RawMessage(fmt.Sprint(i))
+			}
+			return out, nil
+		},
+		Stages: []salvage.Stage{{Name: "ask", Agents: []salvage.Agent{{Name: "asker", Run: func(ctx context.Context, t *salvage.Turn) (any, error) {
+			for range 4 {
+				if _, err := t.Tool(ctx, "ask", t.Input); err != nil {
+					return nil, err
+				}
+			}
+			return "asked", nil
+		}}}}},
+		Tools: []salvage.Tool{{Name: "ask", System: "provider", Call: func(_ context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.calls = append(p.calls, time.Now())
+			return salvage.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
+		}}},
+	}
+}
+
+// mostIn returns the most requests made in any window of d.
+func (p *provider) mostIn(d time.Duration) int {
+	p.mu.Lock()
+	calls := slices.Clone(p.calls)
+	p.mu.Unlock()
+	slices.SortFunc(calls, func(a, b time.Time) int { return a.Compare(b) })
+	most, lo := 0, 0
+	for hi, t := range calls {
+		for t.Sub(calls[lo]) >= d {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
+}
+
+// TestLimitHoldsTheFleetToItsRate: two worker processes share a limit of
+// 1,200 requests a minute (20 a second) on a system whose tool answers at
+// once. The limit is declared in one process's Config; the other learns
+// it from salvage_limits. Both hold a share at once, their shares never
+// add up past the limit, and in no 5 s window do they send more than 5 s
+// of the rate and a second's burst; the job finishes.
+func TestLimitHoldsTheFleetToItsRate(t *testing.T) {
+	t.Parallel()
+	const rpm, calls = 1200, 200
+	p := &provider{}
+	srv := salvagetest.StartServer(t)
+	key := salvage.LimitKey(salvage.LimitSystem, "provider")
+	a := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: salvage.RolesAll, Concurrency: 8,
+		Limits: []salvage.Limit{{Key: key, RequestsPerMinute: rpm}}})
+	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: []salvage.Role{salvage.RoleWorker}, Concurrency: 8})
+	ctx := context.Background()
+	id, err := a.Submit(ctx, "paced", calls/4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		ls, err := a.Limits(ctx)
+		if err != nil || len(ls) != 1 {
+			return false
+		}
+		if l := ls[0]; l.HeldRequestsPerMinute > rpm {
+			t.Fatalf("shares add up to %.1f requests a minute, past the limit of %d: %+v", l.HeldRequestsPerMinute, rpm, l)
+		}
+		return ls[0].Holders == 2
+	}, "both processes holding a share of %s", key)
+	if j := salvagetest.WaitJob(t, a, id, 2*time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("job = %+v", j)
+	}
+	perSec := rpm / 60
+	if most := p.mostIn(5 * time.Second); most > 5*perSec+perSec {
+		t.Errorf("%d requests in 5 s; the limit allows %d and a second's burst (%d)", most, 5*perSec, perSec)
+	}
+	if ls, err := a.Limits(ctx); err != nil || len(ls) != 1 || ls[0].RequestsPerMinute != rpm || ls[0].SetBy != "config" {
+		t.Errorf("limits = %+v, %v", ls, err)
+	}
+}
+
+// TestSetLimitRefusesWhatCannotBeKept: a key that is not <kind>.<name>,
+// a name no subject token can carry, a negative bound or no bound at all
+// is refused with ErrInvalidLimit, and so is Config.Limits naming one;
+// removing a limit nobody declared says so.
+func TestSetLimitRefusesWhatCannotBeKept(t *testing.T) {
+	t.Parallel()
+	srv := salvagetest.StartServer(t)
+	c := srv.Client(t, &salvage.Config{Roles: []salvage.Role{salvage.RoleNone}})
+	ctx := context.Background()
+	for _, l := range []salvage.Limit{
+		{Key: "provider", RequestsPerMinute: 1},
+		{Key: "region.eu", RequestsPerMinute: 1},
+		{Key: "system.a.b", RequestsPerMinute: 1},
+		{Key: "tool.*", RequestsPerMinute: 1},
+		{Key: "system.x", RequestsPerMinute: -1},
+		{Key: "system.x"},
+	} {
+		if _, err := c.SetLimit(ctx, l, "ann"); !errors.Is(err, salvage.ErrInvalidLimit) {
+			t.Errorf("SetLimit(%+v) = %v; want ErrInvalidLimit", l, err)
+		}
+	}
+	if _, err := salvage.NewClient(srv.JS, &salvage.Config{Limits: []salvage.Limit{{Key: "system.x"}}}); !errors.Is(err, salvage.ErrInvalidConfig) {
+		t.Errorf("a Config with a limit of no bound: %v; want ErrInvalidConfig", err)
+	}
+	if err := c.RemoveLimit(ctx, "system.nobody"); !errors.Is(err, salvage.ErrUnknownLimit) {
+		t.Errorf("RemoveLimit of an undeclared key = %v; want ErrUnknownLimit", err)
+	}
+	l, err := c.SetLimit(ctx, salvage.Limit{Key: "tool.model", TokensPerMinute: 200_000, InFlight: 8}, "ann")
+	if err != nil || l.SetBy != "ann" || l.SetAt.IsZero() {
+		t.Fatalf("SetLimit = %+v, %v", l, err)
+	}
+	if err := c.RemoveLimit(ctx, "tool.model"); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := c.Limits(ctx); err != nil || len(ls) != 0 {
+		t.Errorf("limits after the remove = %+v, %v; want none", ls, err)
+	}
+}

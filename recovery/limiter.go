@@ -1,0 +1,50 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Limiter paces the requests to what every process of a deployment
+// shares a rate limit on (issue 36): a model provider, an external
+// system, one tool. Turn asks it before each request a call makes (every
+// attempt, every verification) and tells it how the request went.
+type Limiter interface {
+	// Acquire waits until a request of tool may be sent, or ctx ends;
+	// tokens is what the request is estimated to spend (0 for a request
+	// that is not a model's). It returns done, to be called once with the
+	// tokens the request spent (0 keeps the estimate) and its error: a
+	// rate limit holds every process's requests to the key for the wait
+	// it names.
+	Acquire(ctx context.Context, tool *Tool, tokens int64) (done func(spent int64, err error), err error)
+}
+
+// EstimateTokens is what a call's input will spend at a model before it
+// is sent, as providers count it against a tokens-per-minute limit: about
+// four characters a token of its messages, plus the completion it asks
+// for (max_tokens, at least 1). An input that is not a chat request
+// counts four characters a token of its JSON.
+func EstimateTokens(in json.RawMessage) int64 {
+	var req struct {
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	if json.Unmarshal(in, &req) != nil || len(req.Messages) == 0 {
+		return int64(len(in)+3) / 4
+	}
+	var chars int
+	for _, m := range req.Messages {
+		chars += len(m.Content)
+	}
+	return int64(chars+3)/4 + max(req.MaxTokens, 1)
+}
+
+// spentTokens is what a tool result says its call spent.
+func spentTokens(res ToolResult) int64 {
+	if res.Usage == nil {
+		return 0
+	}
+	return res.Usage.PromptTokens + res.Usage.CompletionTokens
+}
