@@ -3,7 +3,6 @@ package consumers
 import (
 	"context"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -33,8 +32,9 @@ const (
 	// limitIdle is how long a share is kept without a request before it
 	// is handed back.
 	limitIdle = 2 * limitLease
-	// limitBurst is how much of its share a process may send at once
-	// after a pause in its requests: a second's worth.
+	// limitBurst is how much of its tokens a process may spend at once
+	// after a pause in its requests: a second's worth. Of requests it may
+	// send one.
 	limitBurst = time.Second
 	// limitPoll bounds one wait for budget before it looks again.
 	limitPoll = 250 * time.Millisecond
@@ -90,6 +90,27 @@ type limitKey struct {
 	waiting int
 	wanted  bool
 	used    time.Time
+	// holders counts the processes holding a share at the last renewal.
+	holders int
+}
+
+// requestRate is the requests a second this process may send of its
+// share. Each holder may also send one request ahead of its rate, so the
+// rates leave room for one request a holder: in any minute the fleet
+// sends at most its shares' sum, the limit.
+func (k *limitKey) requestRate() float64 {
+	limit := float64(k.spec.RequestsPerMinute)
+	if limit <= 0 {
+		return 0
+	}
+	f := max(limit-float64(max(k.holders, 1)), limit/2) / limit
+	return f * k.share.RequestsPerMinute / 60
+}
+
+// tokenRate is the tokens a second this process may spend of its share,
+// less the second's burst it may spend at once.
+func (k *limitKey) tokenRate() float64 {
+	return (1 - limitBurst.Seconds()/60) * k.share.TokensPerMinute / 60
 }
 
 func newLimiter(js jetstream.JetStream, limits *kv.Limits, id string, log zerolog.Logger) *limiter {
@@ -274,7 +295,7 @@ func (k *limitKey) waitFor(now time.Time, tokens int64) (time.Duration, bool) {
 	k.refill(now)
 	var wait time.Duration
 	if k.spec.RequestsPerMinute > 0 {
-		rate := k.share.RequestsPerMinute / 60
+		rate := k.requestRate()
 		if rate <= 0 {
 			return limitPoll, true
 		}
@@ -283,7 +304,7 @@ func (k *limitKey) waitFor(now time.Time, tokens int64) (time.Duration, bool) {
 		}
 	}
 	if k.spec.TokensPerMinute > 0 {
-		rate := k.share.TokensPerMinute / 60
+		rate := k.tokenRate()
 		if rate <= 0 {
 			return limitPoll, true
 		}
@@ -309,14 +330,14 @@ func (k *limitKey) take(now time.Time, tokens int64) {
 }
 
 // refill adds what the share's rates earned since the last refill, up to
-// limitBurst of each. Lock held.
+// one request and limitBurst of tokens. Lock held.
 func (k *limitKey) refill(now time.Time) {
 	if !k.refilled.IsZero() {
 		dt := now.Sub(k.refilled).Seconds()
-		k.requests += dt * k.share.RequestsPerMinute / 60
-		k.tokens += dt * k.share.TokensPerMinute / 60
+		k.requests += dt * k.requestRate()
+		k.tokens += dt * k.tokenRate()
 	}
-	k.requests = min(k.requests, math.Max(1, limitBurst.Seconds()*k.share.RequestsPerMinute/60))
+	k.requests = min(k.requests, 1)
 	k.tokens = min(k.tokens, limitBurst.Seconds()*k.share.TokensPerMinute/60)
 	k.refilled = now
 }
@@ -387,6 +408,12 @@ func (l *limiter) renew(ctx context.Context) {
 		default:
 			k.refill(l.now())
 			k.share = mine
+			k.holders = 0
+			for _, h := range sh.Shares {
+				if l.now().Before(h.Expires) {
+					k.holders++
+				}
+			}
 			if j.tell {
 				k.tell = false
 			}

@@ -50,6 +50,10 @@ type benchReport struct {
 	Partitions     []partitionsRow `json:"partitions,omitempty"`
 	// PartitionsSkipped says why the partitions rows are missing.
 	PartitionsSkipped string `json:"partitions_skipped,omitempty"`
+	// Limits are the rate-limit rows; LimitsSkipped says why they are
+	// missing.
+	Limits        []limitsRow `json:"limits,omitempty"`
+	LimitsSkipped string      `json:"limits_skipped,omitempty"`
 	// FleetSkipped says why the fleet rows are missing.
 	FleetSkipped string  `json:"fleet_skipped,omitempty"`
 	WallSecs     float64 `json:"wall_seconds"`
@@ -74,11 +78,13 @@ type benchOpts struct {
 	// fleetJournal is the fleet rows' journal writes: atomic (each
 	// process group-commits its concurrent calls' rows) or pipelined.
 	fleetJournal string
+	// limitsChunks is the chunks of the limits rows' job.
+	limitsChunks int
 	dashboard    []int
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard", "partitions"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard", "partitions", "limits"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
@@ -127,7 +133,12 @@ print one table:
   partitions   the throughput job shape (24 jobs of --chunks chunks, --concurrency at once)
                on three nats-server processes with R3 streams, in 1 and then 3 partitions
                (each led from its own node): calls per second, and each node's share of
-               the servers' CPU.
+               the servers' CPU;
+  limits       4 worker processes of 32 slots against a simulated provider whose model
+               admits 600 requests and 200,000 tokens a minute, one contract-review job of
+               --limits-chunks chunks (about 2,000 calls), first without a limit declared,
+               then with one: the provider's 429s, the most sent in a minute, the share of
+               the quota used, the job's tier-1 retries and redeliveries.
 
 Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
@@ -140,8 +151,8 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 					return fmt.Errorf("--only %q: want some of %s", p, strings.Join(benchParts, ","))
 				}
 			}
-			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 || o.fleetConc < 1 || o.fleetChunks < 1 {
-				return errors.New("--jobs, --chunks, --concurrency, --kills, --growth-concurrency, --fleet-concurrency and --fleet-chunks must be positive, --workers at least 2")
+			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 || o.fleetConc < 1 || o.fleetChunks < 1 || o.limitsChunks < 1 {
+				return errors.New("--jobs, --chunks, --concurrency, --kills, --growth-concurrency, --fleet-concurrency, --fleet-chunks and --limits-chunks must be positive, --workers at least 2")
 			}
 			for _, n := range o.fleet {
 				if n < 1 || n > o.fleetConc {
@@ -185,6 +196,7 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 	f.IntVar(&o.fleetConc, "fleet-concurrency", 64, "fleet: chunks in flight across the worker processes")
 	f.IntVar(&o.fleetChunks, "fleet-chunks", 2_000, "fleet: chunks of the job")
 	f.StringVar(&o.fleetJournal, "fleet-journal", string(salvage.JournalAtomic), "fleet: journal writes, atomic (each process group-commits the rows of its concurrent calls) or pipelined (a row, an acknowledgement)")
+	f.IntVar(&o.limitsChunks, "limits-chunks", 17, "limits: chunks of the job (116 model calls each)")
 	f.IntSliceVar(&o.dashboard, "dashboard", []int{1_000, 100_000}, "dashboard: envelope counts, ascending")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
@@ -293,6 +305,23 @@ func (r *benchReport) print(w io.Writer) {
 			fmt.Fprintf(tw, "  fleet rows skipped: %s\n", r.FleetSkipped)
 		} else {
 			fmt.Fprintf(tw, "  %s\n", fleetVerdict(r.Fleet))
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Limits) > 0 || r.LimitsSkipped != "" {
+		fmt.Fprintln(tw, "LIMITS\tlimit\twall\tadmitted\t429s\tmost sent in a minute\tadmitted a minute (quota 600)\ttier-1 retries\tredeliveries\tjob")
+		for _, l := range r.Limits {
+			declared := "none"
+			if l.Limited {
+				declared = "600 rpm, 200,000 tpm"
+			}
+			fmt.Fprintf(tw, "  %d x %d slots, %d chunks\t%s\t%.1f s\t%s\t%s\t%d\t%.0f (%.0f%%)\t%d\t%d\t%s\n", l.Workers, l.Slots, l.Chunks, declared, l.WallSecs,
+				thousands(l.Admitted), thousands(l.Refused), l.MostInAMinute, l.PerMinute, 100*l.Share, l.Tier1Retries, l.Redeliveries, l.Status)
+		}
+		if r.LimitsSkipped != "" {
+			fmt.Fprintf(tw, "  limits rows skipped: %s\n", r.LimitsSkipped)
+		} else {
+			fmt.Fprintf(tw, "  %s\n", limitsVerdict(r.Limits))
 		}
 		fmt.Fprintln(tw)
 	}

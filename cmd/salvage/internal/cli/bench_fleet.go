@@ -103,8 +103,8 @@ type fleetServer struct {
 }
 
 // startFleetServer starts a fleet row's nats-server (fleetServerConf) and
-// simulated model (latency fleetLatency).
-func startFleetServer(binary string) (*fleetServer, error) {
+// simulated model (latency fleetLatency), with quotas on its models.
+func startFleetServer(binary string, quotas map[string]sim.Quota) (*fleetServer, error) {
 	dir, err := os.MkdirTemp("", "salvage-bench-fleet-")
 	if err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func startFleetServer(binary string) (*fleetServer, error) {
 		stop()
 		return nil, err
 	}
-	hs := &http.Server{Handler: sim.Handler(sim.NewState(sim.Config{}), model), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: sim.Handler(sim.NewState(sim.Config{Quotas: quotas}), model), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	undo = append(undo, func() { _ = hs.Close() })
 	return &fleetServer{
@@ -180,7 +180,7 @@ func (b *bench) fleet(ctx context.Context, binary string) ([]fleetRow, error) {
 func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fleetRow, err error) {
 	conc := max(b.o.fleetConc/procs, 1)
 	row = fleetRow{Processes: procs, Concurrency: conc, Chunks: b.o.fleetChunks, Journal: b.o.fleetJournal}
-	fs, err := startFleetServer(binary)
+	fs, err := startFleetServer(binary, nil)
 	if err != nil {
 		return row, err
 	}

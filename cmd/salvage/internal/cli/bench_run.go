@@ -111,6 +111,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 			return nil, fmt.Errorf("partitions: %w", err)
 		}
 	}
+	if slices.Contains(b.o.only, "limits") {
+		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
+			r.LimitsSkipped = err.Error()
+		} else if r.Limits, err = b.limits(ctx, bin); err != nil {
+			return nil, fmt.Errorf("limits: %w", err)
+		}
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

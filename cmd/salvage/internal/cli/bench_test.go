@@ -244,3 +244,44 @@ func TestBenchPartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchLimits runs the limits rows small: one chunk (116 model calls)
+// on four worker processes against a provider admitting 600 requests a
+// minute. Without a limit the calls fit the quota and none is refused;
+// with one, the worker processes learn it from salvage_limits and pace
+// their requests: none refused, never more than the quota in a minute,
+// and the job finishes.
+func TestBenchLimits(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(binary, "bench", "--only", "limits", "--limits-chunks", "1",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
+	if err != nil {
+		t.Fatalf("salvage bench --only limits: %v", err)
+	}
+	var r struct {
+		Limits []struct {
+			Limited  bool    `json:"limit_declared"`
+			Admitted int     `json:"admitted"`
+			Refused  int     `json:"refused_429"`
+			Most     int     `json:"most_sent_in_a_minute"`
+			Wall     float64 `json:"wall_seconds"`
+			Status   string  `json:"job_status"`
+		} `json:"limits"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if len(r.Limits) != 2 || r.Limits[0].Limited || !r.Limits[1].Limited {
+		t.Fatalf("limits rows = %+v; want one without a limit, then one with", r.Limits)
+	}
+	for _, l := range r.Limits {
+		if l.Status != "done" || l.Admitted != 116 || l.Refused != 0 || l.Most > 600 {
+			t.Errorf("row %+v; want the job done in 116 requests, none refused, at most 600 in a minute", l)
+		}
+	}
+	// 116 requests at 10 a second, less the one each process may send
+	// ahead: at least 11 s. Without the limit nothing holds them back.
+	if l := r.Limits[1]; l.Wall < 10 {
+		t.Errorf("with the limit the job took %.1f s: its 116 requests went faster than 600 a minute", l.Wall)
+	}
+}
