@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
+
 	"github.com/salvagehq/salvage/kv"
 )
 
@@ -155,4 +157,44 @@ func (c *Client) declareLimits(ctx context.Context, st *kv.Stores) error {
 		}
 	}
 	return nil
+}
+
+// limitRequest is the body of limits.set and limits.remove.
+type limitRequest struct {
+	Limit
+	By string `json:"by,omitempty"`
+}
+
+// apiLimits lists the limits; the request body is ignored.
+func (c *Client) apiLimits(ctx context.Context, _ micro.Request) (any, error) {
+	ls, err := c.Limits(ctx)
+	if ls == nil {
+		ls = []LimitState{}
+	}
+	return ls, err
+}
+
+// apiSetLimit takes {"key", "requests_per_minute"?, "tokens_per_minute"?,
+// "in_flight"?, "by"?}.
+func (c *Client) apiSetLimit(ctx context.Context, req micro.Request) (any, error) {
+	var r limitRequest
+	if err := decode(req, &r, false); err != nil {
+		return nil, err
+	}
+	return c.SetLimit(ctx, r.Limit, r.By)
+}
+
+// apiRemoveLimit takes {"key", "by"?}.
+func (c *Client) apiRemoveLimit(ctx context.Context, req micro.Request) (any, error) {
+	var r limitRequest
+	if err := decode(req, &r, false); err != nil {
+		return nil, err
+	}
+	if r.Key == "" {
+		return nil, fmt.Errorf(`%w: want {"key", "by"?}`, errMalformed)
+	}
+	if err := c.RemoveLimit(ctx, r.Key); err != nil {
+		return nil, err
+	}
+	return map[string]string{"removed": r.Key}, nil
 }

@@ -55,7 +55,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit, list, watch and trace jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes",
+		Description: "Salvage: submit, list, watch and trace jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes, list, set and remove rate limits",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -67,6 +67,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove,
 		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
 		"workers.list": c.apiWorkers, "jobs.list": c.apiJobs, "jobs.trace": c.apiTrace,
+		"limits.list": c.apiLimits, "limits.set": c.apiSetLimit, "limits.remove": c.apiRemoveLimit,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -94,9 +95,9 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		code := CodeInternal
 		switch {
 		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob),
-			errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadBulk):
+			errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadBulk), errors.Is(err, ErrInvalidLimit):
 			code = CodeMalformed
-		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline):
+		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline), errors.Is(err, ErrUnknownLimit):
 			code = CodeUnknown
 		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotAwaitingApproval),
 			errors.Is(err, ErrJobExists), errors.Is(err, ErrReplayRefused), errors.Is(err, ErrJobFinished):

@@ -116,6 +116,15 @@ func (r *reader) Breakers(ctx context.Context) ([]salvage.Breaker, error) {
 	return r.c.Breakers(ctx)
 }
 
+// Limits lists the rate limits.
+func (r *reader) Limits(ctx context.Context) ([]salvage.LimitState, error) {
+	var ls []salvage.LimitState
+	if ok, err := r.ask(ctx, "limits.list", struct{}{}, &ls); ok {
+		return ls, err
+	}
+	return r.c.Limits(ctx)
+}
+
 // Pipelines lists the pipelines.
 func (r *reader) Pipelines(ctx context.Context) ([]salvage.PipelineStatus, error) {
 	var ps []salvage.PipelineStatus

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage"
+)
+
+func (e *env) limitsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "limits",
+		Short: "List the rate limits and what the processes calling each hold of it",
+		Long: `List every declared rate limit: its key (system.<system>: every tool whose System it
+names; tool.<tool>: one tool), its requests and tokens per minute and requests in
+flight, the processes holding a share of it and what their shares add up to, how many
+had requests waiting, and a pause a provider asked for. Every worker follows the
+declarations; 'salvage limits set' and 'salvage limits rm' change them for all at once.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = e.withReader("salvage limits", func(ctx context.Context, r *reader) error {
+		ls, err := r.Limits(ctx)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			if ls == nil {
+				ls = []salvage.LimitState{}
+			}
+			return e.writeJSON(ls)
+		}
+		tw := table(e.stdout)
+		fmt.Fprintln(tw, "KEY\tREQUESTS/MIN\tTOKENS/MIN\tIN FLIGHT\tHOLDERS\tHELD (req/min, tok/min, in flight)\tWAITING\tPAUSED UNTIL\tSET BY")
+		bound := func(n int64) string {
+			if n == 0 {
+				return "-"
+			}
+			return thousands(int(n))
+		}
+		for _, l := range ls {
+			paused := "-"
+			if !l.PausedUntil.IsZero() {
+				paused = l.PausedUntil.Local().Format(time.TimeOnly)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f, %.0f, %d\t%d\t%s\t%s\n", l.Key, bound(int64(l.RequestsPerMinute)), bound(l.TokensPerMinute),
+				bound(int64(l.InFlight)), l.Holders, l.HeldRequestsPerMinute, l.HeldTokensPerMinute, l.HeldInFlight, l.Waiting, paused, l.SetBy)
+		}
+		return tw.Flush()
+	})
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(e.limitsSetCmd(), e.limitsRmCmd())
+	return cmd
+}
+
+func (e *env) limitsSetCmd() *cobra.Command {
+	var l salvage.Limit
+	var asJSON bool
+	by := operatorName()
+	cmd := &cobra.Command{
+		Use:   "set KEY",
+		Short: "Declare or change a rate limit: requests and tokens per minute, requests in flight",
+		Long: `Declare a rate limit on KEY, or change it: system.<system> (every tool whose System
+is <system>; chatmodel names a model endpoint's system model-<host>, dots as _) or
+tool.<tool>. Every worker process follows the change within a moment and paces its
+requests to its share; a flag left out is no bound, and at least one is needed.`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		l.Key = args[0]
+		var out salvage.Limit
+		if err := e.request("limits.set", map[string]any{"key": l.Key, "requests_per_minute": l.RequestsPerMinute,
+			"tokens_per_minute": l.TokensPerMinute, "in_flight": l.InFlight, "by": by}, &out); err != nil {
+			return err
+		}
+		if asJSON {
+			return e.writeJSON(out)
+		}
+		fmt.Fprintf(e.stdout, "limit %s set by %s\n", out.Key, out.SetBy)
+		return nil
+	}
+	f := cmd.Flags()
+	f.IntVar(&l.RequestsPerMinute, "rpm", 0, "requests a minute, the fleet together (0: no bound)")
+	f.Int64Var(&l.TokensPerMinute, "tpm", 0, "tokens a minute, the fleet together (0: no bound)")
+	f.IntVar(&l.InFlight, "in-flight", 0, "requests open at once, the fleet together (0: no bound)")
+	f.StringVar(&by, "by", by, "who sets it, recorded with the limit")
+	f.BoolVar(&asJSON, "json", false, "print the limit as JSON")
+	return cmd
+}
+
+func (e *env) limitsRmCmd() *cobra.Command {
+	by := operatorName()
+	cmd := &cobra.Command{
+		Use:   "rm KEY",
+		Short: "Remove a rate limit: requests to its key are no longer paced",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		var out map[string]string
+		if err := e.request("limits.remove", map[string]string{"key": args[0], "by": by}, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "limit %s removed\n", args[0])
+		return nil
+	}
+	cmd.Flags().StringVar(&by, "by", by, "who removes it")
+	return cmd
+}
