@@ -150,3 +150,65 @@ func TestSetLimitRefusesWhatCannotBeKept(t *testing.T) {
 		t.Errorf("limits after the remove = %+v, %v; want none", ls, err)
 	}
 }
+
+// TestRateLimitHoldsEveryProcess: one 429 asking for a 5 s wait holds the
+// key in every process, not only the one refused: the limit's record
+// carries the pause, and from a renewal later (2.5 s after the refusal,
+// a second's renewal and margin for a slow machine) until the wait ends
+// no process sends a request; then the job finishes.
+func TestRateLimitHoldsEveryProcess(t *testing.T) {
+	t.Parallel()
+	const wait = 5 * time.Second
+	var (
+		mu      sync.Mutex
+		calls   []time.Time
+		refused time.Time
+	)
+	p := &provider{}
+	pl := p.pipeline()
+	pl.Tools[0].Call = func(_ context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		calls = append(calls, now)
+		if len(calls) == 40 {
+			refused = now
+			return salvage.ToolResult{}, salvage.RateLimited(wait, errors.New("429 Too Many Requests"))
+		}
+		return salvage.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
+	}
+	srv := salvagetest.StartServer(t)
+	key := salvage.LimitKey(salvage.LimitSystem, "provider")
+	cfg := func(roles ...salvage.Role) *salvage.Config {
+		return &salvage.Config{Pipelines: []*salvage.Pipeline{pl}, Roles: roles, Concurrency: 4, RetryMax: 10 * time.Second,
+			Limits: []salvage.Limit{{Key: key, RequestsPerMinute: 3000}}}
+	}
+	a := srv.Client(t, cfg(salvage.RolesAll...))
+	srv.Client(t, cfg(salvage.RoleWorker))
+	ctx := context.Background()
+	id, err := a.Submit(ctx, "paced", 60, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		ls, err := a.Limits(ctx)
+		return err == nil && len(ls) == 1 && ls[0].PausedUntil.After(time.Now())
+	}, "the pause on %s's record", key)
+	if j := salvagetest.WaitJob(t, a, id, 2*time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("job = %+v", j)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var during, after int
+	for _, c := range calls {
+		switch {
+		case c.After(refused.Add(2500*time.Millisecond)) && c.Before(refused.Add(wait)):
+			during++
+		case !c.Before(refused.Add(wait)):
+			after++
+		}
+	}
+	if during != 0 || after == 0 {
+		t.Errorf("%d requests from 2.5 s after the 429 until its wait ended, %d after it; want none, then the rest", during, after)
+	}
+}

@@ -1,12 +1,19 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+	"github.com/salvagehq/salvage/salvagetest"
 )
 
 // TestLimitsFromTheCLI: `salvage limits set` declares a limit through the
@@ -45,5 +52,71 @@ func TestLimitsFromTheCLI(t *testing.T) {
 	}
 	if code, out, _ := run(t, "", "limits", "--json", "--server", url); code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
 		t.Errorf("limits after the rm: exit %d, %s; want []", code, out)
+	}
+}
+
+// TestKilledWorkersShareReturnsWithinALease: two worker processes of two
+// slots each, a job of four chunks, share a limit of 1,200 requests a
+// minute on the sim's model, whose quota is the same. One is SIGKILLed while it holds its share: within its lease (3 s)
+// and a renewal the survivor holds the whole limit; the job finishes; the
+// sim refused nothing and counted no minute past the quota.
+func TestKilledWorkersShareReturnsWithinALease(t *testing.T) {
+	t.Parallel()
+	const rpm = 1200
+	simCmd := exec.Command(binary, "sim", "--listen", "127.0.0.1:0", "--model-latency", "1ms", "--model-rpm", "1200")
+	s := &sim.Client{BaseURL: startPrinting(t, simCmd, "SIM_URL="), Timeout: 5 * time.Second}
+	url, _ := up(t, append([]string{"--role", "dead-letter,api", "--sim", s.BaseURL}, fastTiers...)...)
+	key := "system.model-127_0_0_1"
+	if code, out, errOut := run(t, "", "limits", "set", key, "--rpm", "1200", "--server", url); code != cli.ExitOK {
+		t.Fatalf("limits set exit %d: %s%s", code, out, errOut)
+	}
+	worker := func() *exec.Cmd {
+		_, cmd := up(t, append([]string{"--server", url, "--role", "worker", "--sim", s.BaseURL, "--concurrency", "2"}, fastTiers...)...)
+		return cmd
+	}
+	worker()
+	victim := worker()
+	contract := writeFile(t, "contract.txt", contractreview.Contract(4, 0))
+	code, out, errOut := run(t, "", "submit", "contract-review", contract, "--server", url)
+	if code != cli.ExitOK {
+		t.Fatalf("submit exit %d: %s", code, errOut)
+	}
+	job := strings.TrimSpace(out)
+	limit := func() salvage.LimitState {
+		code, out, _ := run(t, "", "limits", "--json", "--server", url)
+		var ls []salvage.LimitState
+		if code != cli.ExitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
+			return salvage.LimitState{}
+		}
+		return ls[0]
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool { return limit().Holders == 2 }, "both workers holding a share of %s", key)
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var back time.Duration
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		l := limit()
+		back = time.Since(killed)
+		return l.Holders == 1 && l.HeldRequestsPerMinute >= 0.95*rpm
+	}, "the survivor holding the whole limit")
+	t.Logf("the killed worker's share back in the survivor's %s after the SIGKILL", back.Round(10*time.Millisecond))
+	// One lease (3 s), one renewal (1 s), and a second for a loaded
+	// machine's requests.
+	if back > 5*time.Second {
+		t.Errorf("the killed worker's share took %s to return; want within its lease and a renewal", back)
+	}
+	salvagetest.Eventually(t, 2*time.Minute, func() bool {
+		code, out, _ := run(t, "", "status", job, "--server", url)
+		return code == cli.ExitOK && strings.Contains(out, "status done")
+	}, "job %s done", job)
+	use, err := s.Quota(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := use[simmodel.ModelName]
+	if most, _ := u.MaxMinute(); u.Refused != 0 || most > rpm*105/100 || u.Admitted < 4*contractreview.CallsPerChunk {
+		t.Errorf("the sim's quota: %d admitted, %d refused, at most %d in a minute; want the job's calls, none refused, at most 5%% past %d", u.Admitted, u.Refused, most, rpm)
 	}
 }
