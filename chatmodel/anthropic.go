@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/salvagehq/salvage"
 )
@@ -138,7 +139,7 @@ func (m messagesModel) call(ctx context.Context, c salvage.ToolCall) (salvage.To
 	if err != nil {
 		return salvage.ToolResult{}, err
 	}
-	return salvage.ToolResult{Output: data, Usage: &res.Usage}, nil
+	return salvage.ToolResult{Output: data, Usage: &res.Usage, Wait: budgetWait(resp.Header, time.Now())}, nil
 }
 
 // failed classifies a request that got no answer.

@@ -172,7 +172,8 @@ func (m chatModel) call(ctx context.Context, c salvage.ToolCall) (salvage.ToolRe
 	}
 	attempt, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
-	resp, err := m.client.Chat.Completions.New(attempt, params, option.WithHeader("Idempotency-Key", c.IdempotencyKey))
+	var httpResp *http.Response
+	resp, err := m.client.Chat.Completions.New(attempt, params, option.WithHeader("Idempotency-Key", c.IdempotencyKey), option.WithResponseInto(&httpResp))
 	if err != nil {
 		return salvage.ToolResult{}, classifyChat(ctx, attempt, m.cfg.Timeout, err)
 	}
@@ -191,7 +192,11 @@ func (m chatModel) call(ctx context.Context, c salvage.ToolCall) (salvage.ToolRe
 	if err != nil {
 		return salvage.ToolResult{}, err
 	}
-	return salvage.ToolResult{Output: data, Usage: &out.Usage}, nil
+	res := salvage.ToolResult{Output: data, Usage: &out.Usage}
+	if httpResp != nil {
+		res.Wait = budgetWait(httpResp.Header, time.Now())
+	}
+	return res, nil
 }
 
 // classifyChat turns a failed attempt into a typed error. The caller's

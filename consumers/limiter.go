@@ -207,15 +207,15 @@ func (l *limiter) keysOf(tool *recovery.Tool) []*limitKey {
 }
 
 // Acquire implements recovery.Limiter.
-func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64) (func(int64, error), error) {
+func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64) (func(recovery.Spent, error), error) {
 	if l.declared.Load() == 0 {
-		return func(int64, error) {}, nil
+		return func(recovery.Spent, error) {}, nil
 	}
 	l.mu.Lock()
 	keys := l.keysOf(tool)
 	if len(keys) == 0 {
 		l.mu.Unlock()
-		return func(int64, error) {}, nil
+		return func(recovery.Spent, error) {}, nil
 	}
 	for {
 		now := l.now()
@@ -231,7 +231,7 @@ func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64
 			}
 			l.mu.Unlock()
 			var once sync.Once
-			return func(spent int64, err error) { once.Do(func() { l.done(keys, tokens, spent, err) }) }, nil
+			return func(spent recovery.Spent, err error) { once.Do(func() { l.done(keys, tokens, spent, err) }) }, nil
 		}
 		for _, k := range keys {
 			k.waiting++
@@ -260,24 +260,27 @@ func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64
 	}
 }
 
-// done settles a request: its slot in flight, its tokens as spent, and a
-// rate limit's pause.
-func (l *limiter) done(keys []*limitKey, estimate, spent int64, err error) {
+// done settles a request: its slot in flight, its tokens as spent, and
+// the pause a rate limit, or headers saying the budget is spent, ask for.
+func (l *limiter) done(keys []*limitKey, estimate int64, spent recovery.Spent, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	wait, reason := spent.Wait, "the provider's rate-limit headers: nothing left"
 	var ce *recovery.CallError
-	limited := errors.Is(err, recovery.ErrRateLimited) && errors.As(err, &ce) && ce.RetryAfter > 0
+	if errors.Is(err, recovery.ErrRateLimited) && errors.As(err, &ce) && ce.RetryAfter > wait {
+		wait, reason = ce.RetryAfter, err.Error()
+	}
 	for _, k := range keys {
 		k.inFlight--
-		if spent > 0 {
-			k.tokens += float64(estimate - spent)
+		if spent.Tokens > 0 {
+			k.tokens += float64(estimate - spent.Tokens)
 		}
-		if limited && now.Add(ce.RetryAfter).After(k.pausedUntil) {
-			k.pausedUntil, k.pauseReason, k.tell = now.Add(ce.RetryAfter), err.Error(), true
+		if wait > 0 && now.Add(wait).After(k.pausedUntil) {
+			k.pausedUntil, k.pauseReason, k.tell = now.Add(wait), reason, true
 		}
 	}
-	if limited {
+	if wait > 0 {
 		l.nudge()
 	}
 	l.broadcast()

@@ -1,10 +1,12 @@
 package consumers
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 )
 
 // TestAllotNeverPassesTheLimit: however the shares stand, what a process
@@ -53,5 +55,37 @@ func TestAllotNeverPassesTheLimit(t *testing.T) {
 	}
 	if rpm, _, _ := sum(); rpm > 600+1e-9 {
 		t.Errorf("shares add up to %.1f: past the limit", rpm)
+	}
+}
+
+// TestLimiterHoldsAKeyForWhatItIsTold: a request whose answer says the
+// provider's budget is spent for a while (Spent.Wait), or a 429 naming a
+// wait, holds the key for that long; one that says nothing holds nothing.
+func TestLimiterHoldsAKeyForWhatItIsTold(t *testing.T) {
+	now := time.Now()
+	l := &limiter{now: func() time.Time { return now }, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
+	k := &limitKey{spec: kv.Limit{Key: "system.p", RequestsPerMinute: 600},
+		share: kv.LimitShare{RequestsPerMinute: 600, Expires: now.Add(time.Hour)}, requests: 1, refilled: now, holders: 1}
+	keys := []*limitKey{k}
+	k.take(now, 0)
+	l.done(keys, 0, recovery.Spent{}, nil)
+	if !k.pausedUntil.IsZero() {
+		t.Fatalf("an answer that said nothing paused the key until %s", k.pausedUntil)
+	}
+	k.take(now, 0)
+	l.done(keys, 0, recovery.Spent{Wait: 40 * time.Second}, nil)
+	if got := k.pausedUntil.Sub(now); got != 40*time.Second || !k.tell {
+		t.Fatalf("paused for %s (tell the others: %v); want 40s, told", got, k.tell)
+	}
+	if w, _ := k.waitFor(now.Add(39*time.Second), 0); w != time.Second {
+		t.Errorf("a request 39 s in waits %s; want the last second", w)
+	}
+	k.take(now, 0)
+	l.done(keys, 0, recovery.Spent{}, recovery.RateLimited(90*time.Second, errors.New("429")))
+	if got := k.pausedUntil.Sub(now); got != 90*time.Second {
+		t.Errorf("after a 429 asking 90 s: paused for %s", got)
+	}
+	if k.inFlight != 0 {
+		t.Errorf("in flight %d after three requests settled", k.inFlight)
 	}
 }

@@ -349,10 +349,10 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		attempts++
 		if unsure {
 			var v Verification
-			err := t.guarded(ctx, tool, 0, func() (int64, error) {
+			err := t.guarded(ctx, tool, 0, func() (Spent, error) {
 				var err error
 				v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
-				return 0, err
+				return Spent{}, err
 			})
 			if err != nil {
 				// Still unknown: the row says so, whatever ends the call.
@@ -366,14 +366,14 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			}
 			unsure = false
 		}
-		err := t.guarded(ctx, tool, estimate, func() (int64, error) {
+		err := t.guarded(ctx, tool, estimate, func() (Spent, error) {
 			var err error
 			res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
 				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
 			if err == nil {
 				err = checkResult(name, res)
 			}
-			return spentTokens(res), err
+			return spentBy(res), err
 		})
 		unsure = err != nil && tool.Effect != nil && OutcomeUnknown(err)
 		return err
@@ -472,10 +472,10 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 				return err
 			}
 		}
-		return t.guarded(ctx, tool, 0, func() (int64, error) {
+		return t.guarded(ctx, tool, 0, func() (Spent, error) {
 			var err error
 			v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
-			return 0, err
+			return Spent{}, err
 		})
 	})
 	if err != nil {
@@ -509,8 +509,8 @@ func (t *Turn) allow(ctx context.Context, tool *Tool) error {
 // guarded runs one request to tool's system, paced by the limiter (tokens:
 // what it is estimated to spend; fn returns what it spent), and tells the
 // limiter and the gate how it went.
-func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, fn func() (int64, error)) error {
-	var done func(int64, error)
+func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, fn func() (Spent, error)) error {
+	var done func(Spent, error)
 	if t.limiter != nil {
 		var err error
 		if done, err = t.limiter.Acquire(ctx, tool, tokens); err != nil {

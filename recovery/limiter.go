@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 // Limiter paces the requests to what every process of a deployment
@@ -12,11 +13,19 @@ import (
 type Limiter interface {
 	// Acquire waits until a request of tool may be sent, or ctx ends;
 	// tokens is what the request is estimated to spend (0 for a request
-	// that is not a model's). It returns done, to be called once with the
-	// tokens the request spent (0 keeps the estimate) and its error: a
-	// rate limit holds every process's requests to the key for the wait
-	// it names.
-	Acquire(ctx context.Context, tool *Tool, tokens int64) (done func(spent int64, err error), err error)
+	// that is not a model's). It returns done, to be called once with
+	// what the request spent and its error: a rate limit holds every
+	// process's requests to the key for the wait it names.
+	Acquire(ctx context.Context, tool *Tool, tokens int64) (done func(spent Spent, err error), err error)
+}
+
+// Spent is what one request spent, as its answer says.
+type Spent struct {
+	// Tokens is the usage it reported (0 keeps the estimate).
+	Tokens int64
+	// Wait is how long its rate-limit headers say the budget is spent
+	// (ToolResult.Wait).
+	Wait time.Duration
 }
 
 // EstimateTokens is what a call's input will spend at a model before it
@@ -41,10 +50,11 @@ func EstimateTokens(in json.RawMessage) int64 {
 	return int64(chars+3)/4 + max(req.MaxTokens, 1)
 }
 
-// spentTokens is what a tool result says its call spent.
-func spentTokens(res ToolResult) int64 {
-	if res.Usage == nil {
-		return 0
+// spentBy is what a tool result says its call spent.
+func spentBy(res ToolResult) Spent {
+	s := Spent{Wait: res.Wait}
+	if res.Usage != nil {
+		s.Tokens = res.Usage.PromptTokens + res.Usage.CompletionTokens
 	}
-	return res.Usage.PromptTokens + res.Usage.CompletionTokens
+	return s
 }

@@ -86,6 +86,12 @@ type ToolResult struct {
 	// Usage is what a model call spent: recorded in the call's journal
 	// row, counted in salvage_model_tokens_total, shown by salvage trace.
 	Usage *kv.Usage
+	// Wait, when above 0, is how long the system's rate-limit headers
+	// say nothing is left of its budget (x-ratelimit-remaining-requests
+	// 0, until x-ratelimit-reset-requests): every process holds the
+	// limits declared on the tool for that long, before a 429 says so.
+	// Not journaled.
+	Wait time.Duration
 }
 
 // Tool is an external call an agent can make.

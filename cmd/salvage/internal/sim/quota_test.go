@@ -116,3 +116,27 @@ func post(t *testing.T, base string, api chatmodel.API, prompt string) *http.Res
 	resp.Body.Close()
 	return resp
 }
+
+// TestQuotaHeadersSayTheBudgetIsSpent: the answer that uses the minute's
+// last request says so in its rate-limit headers, and the real client
+// reads them as a wait (ToolResult.Wait) before any 429: none while some
+// is left, the minute's rest once none is.
+func TestQuotaHeadersSayTheBudgetIsSpent(t *testing.T) {
+	for _, api := range []chatmodel.API{chatmodel.OpenAI, chatmodel.Anthropic} {
+		t.Run(string(api), func(t *testing.T) {
+			srv, _ := quotaSim(t, sim.Quota{RPM: 2})
+			tool, err := chatmodel.New("model", chatmodel.Config{API: api, BaseURL: srv.URL + "/v1", Model: simmodel.ModelName, APIKey: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := chat(tool, "k1", "first clause")
+			if err != nil || first.Wait != 0 {
+				t.Fatalf("the first of two: wait %s, %v; want none (one request left)", first.Wait, err)
+			}
+			last, err := chat(tool, "k2", "second clause")
+			if err != nil || last.Wait <= 58*time.Second || last.Wait > time.Minute {
+				t.Fatalf("the minute's last request: wait %s, %v; want the rest of the minute", last.Wait, err)
+			}
+		})
+	}
+}
