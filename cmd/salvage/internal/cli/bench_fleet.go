@@ -196,30 +196,11 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 	o.run.chunkWindow = max(o.run.chunkWindow, 2*b.o.fleetConc)
 	o.run.journalWrites = b.o.fleetJournal
 
-	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: url, Name: "salvage bench", Wait: true})
+	client, js, stopClient, err := b.startDeadLetter(ctx, o, url)
 	if err != nil {
 		return row, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return row, err
-	}
-	roles := []salvage.Role{salvage.RoleDeadLetter}
-	mcp, closeMCP := mcpFor(roles)
-	defer closeMCP()
-	cfg, err := o.run.config(roles, mcp, b.log)
-	if err != nil {
-		return row, err
-	}
-	client, err := salvage.NewClient(js, cfg)
-	if err != nil {
-		return row, err
-	}
-	if err := client.Start(ctx); err != nil {
-		return row, err
-	}
-	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
+	defer stopClient()
 
 	b.log.Info().Int("processes", procs).Int("concurrency", conc).Msg("fleet: starting worker processes")
 	var workers []*worker
@@ -276,6 +257,43 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 	row.JobWritesPerChunk = float64(writes1[0]-writes0[0]) / float64(max(row.Chunks, 1))
 	row.JournalWritesPerChunk = float64(writes1[1]-writes0[1]) / float64(max(row.Chunks, 1))
 	return row, nil
+}
+
+// startDeadLetter starts the bench's own client on the server at url:
+// the dead-letter role with o's settings. stop stops it and closes its
+// connection.
+func (b *bench) startDeadLetter(ctx context.Context, o demoOpts, url string) (*salvage.Client, jetstream.JetStream, func(), error) {
+	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: url, Name: "salvage bench", Wait: true})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	roles := []salvage.Role{salvage.RoleDeadLetter}
+	mcp, closeMCP := mcpFor(roles)
+	fail := func(err error) (*salvage.Client, jetstream.JetStream, func(), error) {
+		closeMCP()
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(err)
+	}
+	cfg, err := o.run.config(roles, mcp, b.log)
+	if err != nil {
+		return fail(err)
+	}
+	client, err := salvage.NewClient(js, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		return fail(err)
+	}
+	return client, js, func() {
+		_ = client.Stop(context.WithoutCancel(ctx))
+		closeMCP()
+		nc.Close()
+	}, nil
 }
 
 // workersOf are the pids of the worker processes still running.

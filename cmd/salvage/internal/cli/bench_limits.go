@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/salvagehq/salvage"
@@ -14,7 +13,6 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
-	"github.com/salvagehq/salvage/natsconf"
 )
 
 // The limits rows (issue 36): limitsWorkers worker processes of
@@ -99,30 +97,11 @@ func (b *bench) limitsRow(ctx context.Context, binary string, limited bool) (row
 	o.run.chunkWindow = max(o.run.chunkWindow, 2*limitsWorkers*limitsSlots)
 	o.run.journalWrites = string(salvage.JournalAtomic)
 
-	nc, err := natsconf.Connect(natsconf.ConnectConfig{URL: fs.url, Name: "salvage bench", Wait: true})
+	client, _, stopClient, err := b.startDeadLetter(ctx, o, fs.url)
 	if err != nil {
 		return row, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return row, err
-	}
-	roles := []salvage.Role{salvage.RoleDeadLetter}
-	mcp, closeMCP := mcpFor(roles)
-	defer closeMCP()
-	cfg, err := o.run.config(roles, mcp, b.log)
-	if err != nil {
-		return row, err
-	}
-	client, err := salvage.NewClient(js, cfg)
-	if err != nil {
-		return row, err
-	}
-	if err := client.Start(ctx); err != nil {
-		return row, err
-	}
-	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
+	defer stopClient()
 	if limited {
 		// The model tool's system, as chatmodel names it from the URL.
 		tool, err := chatmodel.New(contractreview.ModelTool, chatmodel.Config{BaseURL: strings.TrimSuffix(fs.simURL, "/") + "/v1", Model: simmodel.ModelName})
