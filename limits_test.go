@@ -212,3 +212,64 @@ func TestRateLimitHoldsEveryProcess(t *testing.T) {
 		t.Errorf("%d requests from 2.5 s after the 429 until its wait ended, %d after it; want none, then the rest", during, after)
 	}
 }
+
+// TestFallbackTakesACallTheLimitWouldHold: a fallback chain whose first
+// model is limited to 60 requests a minute (one a second) passes a call
+// over to the next model when the first's budget is further away than
+// the pipeline's FallbackAfter, instead of waiting for it: the job's 30
+// calls finish in a few seconds, most of them on the second model, and
+// the first is never sent more than its rate allows.
+func TestFallbackTakesACallTheLimitWouldHold(t *testing.T) {
+	t.Parallel()
+	var (
+		mu  sync.Mutex
+		got = map[string][]time.Time{}
+	)
+	tool := func(name, system string) salvage.Tool {
+		return salvage.Tool{Name: name, System: system, Call: func(_ context.Context, c salvage.ToolCall) (salvage.ToolResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			got[name] = append(got[name], time.Now())
+			return salvage.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
+		}}
+	}
+	p := &provider{}
+	pl := p.pipeline()
+	pl.Tools = []salvage.Tool{tool("premium", "premium"), tool("cheap", "cheap")}
+	pl.Stages[0].Agents[0].Run = func(ctx context.Context, t *salvage.Turn) (any, error) {
+		for range 10 {
+			if _, _, err := t.ToolWithFallback(ctx, []string{"premium", "cheap"}, t.Input); err != nil {
+				return nil, err
+			}
+		}
+		return "asked", nil
+	}
+	pl.FallbackAfter = 100 * time.Millisecond
+	srv := salvagetest.StartServer(t)
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{pl}, Roles: salvage.RolesAll, Concurrency: 3,
+		Limits: []salvage.Limit{{Key: salvage.LimitKey(salvage.LimitSystem, "premium"), RequestsPerMinute: 60}}})
+	ctx := context.Background()
+	id, err := c.Submit(ctx, "paced", 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("job = %+v", j)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	premium, cheap := got["premium"], got["cheap"]
+	if len(premium)+len(cheap) != 30 || len(cheap) < 15 {
+		t.Errorf("%d calls to premium, %d to cheap; want 30 in all, most passed over to cheap", len(premium), len(cheap))
+	}
+	if len(premium) > 1 {
+		if span := premium[len(premium)-1].Sub(premium[0]); float64(len(premium)-2) > span.Seconds() {
+			t.Errorf("%d calls to premium in %s: past its one a second", len(premium), span)
+		}
+	}
+	bad := *pl
+	bad.Name, bad.FallbackAfter = "bad", -time.Second
+	if _, err := salvage.NewClient(srv.JS, &salvage.Config{Pipelines: []*salvage.Pipeline{&bad}}); !errors.Is(err, salvage.ErrInvalidConfig) {
+		t.Errorf("a negative FallbackAfter: %v; want ErrInvalidConfig", err)
+	}
+}

@@ -48,6 +48,12 @@ type Pipeline struct {
 	// kept, by data class (see Retention); zero fields take
 	// Config.Retention's.
 	Retention Retention
+	// FallbackAfter bounds how long a link of a fallback chain
+	// (Turn.ToolWithFallback) waits for a rate limit's budget (Limit):
+	// a link that would wait longer is passed over for the next, as after
+	// a 429. The chain's last link waits as long as it must. Default
+	// FallbackAfterDefault.
+	FallbackAfter time.Duration
 	// Version is part of the pipeline's definition: every process that
 	// runs the pipeline's workers or recovery must run one definition (its
 	// stages, agents, tools and effects, and Version), checked when a
@@ -56,6 +62,10 @@ type Pipeline struct {
 	// new version out as an upgrade (Config.Upgrades). Default empty.
 	Version string
 }
+
+// FallbackAfterDefault is how long a link of a fallback chain waits for a
+// rate limit's budget before the chain passes it over (Pipeline.FallbackAfter).
+const FallbackAfterDefault = time.Second
 
 // Stage runs its agents in parallel; see recovery.Stage for its fields
 // (Name, Agents, Optional, RequiresApproval). When one agent fails, the
@@ -168,6 +178,9 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: pipeline %s: %w", ErrInvalidConfig, p.Name, err)
 	}
+	if p.FallbackAfter < 0 {
+		return nil, fmt.Errorf("%w: pipeline %s: FallbackAfter must not be negative", ErrInvalidConfig, p.Name)
+	}
 	if p.Concurrency < 0 || p.AckWait < 0 || p.MaxDeliver < 0 || p.AckWait > kv.AckWaitMax || (p.AckWait > 0 && p.AckWait < 3*time.Millisecond) {
 		return nil, fmt.Errorf("%w: pipeline %s: Concurrency, AckWait and MaxDeliver must not be negative, and AckWait must be at most %s", ErrInvalidConfig, p.Name, kv.AckWaitMax)
 	}
@@ -175,7 +188,8 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Plan, error) {
 		return nil, fmt.Errorf("%w: pipeline %s: %w", ErrInvalidConfig, p.Name, err)
 	}
 	out := &recovery.Plan{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks, Result: p.Result,
-		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver, Retention: p.Retention, Version: p.Version}
+		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver, Retention: p.Retention, Version: p.Version,
+		FallbackAfter: cmp.Or(p.FallbackAfter, FallbackAfterDefault)}
 	for _, st := range p.Stages {
 		bs := st
 		bs.Agents = make([]Agent, 0, len(st.Agents))

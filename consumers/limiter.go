@@ -3,6 +3,7 @@ package consumers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -207,7 +208,7 @@ func (l *limiter) keysOf(tool *recovery.Tool) []*limitKey {
 }
 
 // Acquire implements recovery.Limiter.
-func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64) (func(recovery.Spent, error), error) {
+func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64, maxWait time.Duration) (func(recovery.Spent, error), error) {
 	if l.declared.Load() == 0 {
 		return func(recovery.Spent, error) {}, nil
 	}
@@ -236,6 +237,13 @@ func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64
 		for _, k := range keys {
 			k.waiting++
 			k.wanted = true
+		}
+		if maxWait > 0 && wait > maxWait && !renew {
+			for _, k := range keys {
+				k.waiting--
+			}
+			l.mu.Unlock()
+			return nil, recovery.RateLimited(wait, fmt.Errorf("%s: its rate limit has no budget for %s, past the fallback bound %s", tool.Name, wait.Round(time.Millisecond), maxWait))
 		}
 		changed := l.changed
 		l.mu.Unlock()

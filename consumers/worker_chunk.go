@@ -624,7 +624,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 		outs, err := recovery.RunStage(chunkCtx, st, recovery.StageRun{
 			Job: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, Chunk: r.chunk.Chunk,
 			Stage: s, Epoch: cp.Epoch, Input: r.chunk.Input, Prior: cp.Outputs, Exec: w.exec, Stats: &stats,
-			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots, Gate: w.gate, Limiter: w.limiter, Prices: w.cfg.Prices,
+			Tools: p.Tools, Replay: r.replay, States: r.states, Snapshots: w.stores.Snapshots, Gate: w.gate, Limiter: w.limiter, FallbackAfter: p.FallbackAfter, Prices: w.cfg.Prices,
 			Tracer: w.tracer,
 		})
 		flushStats(&cp)

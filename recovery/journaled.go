@@ -349,7 +349,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		attempts++
 		if unsure {
 			var v Verification
-			err := t.guarded(ctx, tool, 0, func() (Spent, error) {
+			err := t.guarded(ctx, tool, 0, false, func() (Spent, error) {
 				var err error
 				v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
 				return Spent{}, err
@@ -366,7 +366,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			}
 			unsure = false
 		}
-		err := t.guarded(ctx, tool, estimate, func() (Spent, error) {
+		err := t.guarded(ctx, tool, estimate, link, func() (Spent, error) {
 			var err error
 			res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
 				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
@@ -472,7 +472,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 				return err
 			}
 		}
-		return t.guarded(ctx, tool, 0, func() (Spent, error) {
+		return t.guarded(ctx, tool, 0, false, func() (Spent, error) {
 			var err error
 			v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
 			return Spent{}, err
@@ -509,11 +509,15 @@ func (t *Turn) allow(ctx context.Context, tool *Tool) error {
 // guarded runs one request to tool's system, paced by the limiter (tokens:
 // what it is estimated to spend; fn returns what it spent), and tells the
 // limiter and the gate how it went.
-func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, fn func() (Spent, error)) error {
+func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, link bool, fn func() (Spent, error)) error {
 	var done func(Spent, error)
 	if t.limiter != nil {
+		var maxWait time.Duration
+		if link {
+			maxWait = t.fallbackAfter
+		}
 		var err error
-		if done, err = t.limiter.Acquire(ctx, tool, tokens); err != nil {
+		if done, err = t.limiter.Acquire(ctx, tool, tokens, maxWait); err != nil {
 			return err
 		}
 	}

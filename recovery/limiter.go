@@ -15,8 +15,11 @@ type Limiter interface {
 	// tokens is what the request is estimated to spend (0 for a request
 	// that is not a model's). It returns done, to be called once with
 	// what the request spent and its error: a rate limit holds every
-	// process's requests to the key for the wait it names.
-	Acquire(ctx context.Context, tool *Tool, tokens int64) (done func(spent Spent, err error), err error)
+	// process's requests to the key for the wait it names. When maxWait
+	// is above 0 and the wait for budget would pass it, Acquire returns
+	// at once an error of class ClassRateLimited naming the wait (a
+	// fallback chain then takes its next link).
+	Acquire(ctx context.Context, tool *Tool, tokens int64, maxWait time.Duration) (done func(spent Spent, err error), err error)
 }
 
 // Spent is what one request spent, as its answer says.

@@ -46,6 +46,10 @@ type Plan struct {
 	// Retention is how long what its finished jobs leave is kept, by data
 	// class; zero fields take the deployment's.
 	Retention kv.Retention
+	// FallbackAfter bounds how long a link of a fallback chain waits for
+	// a rate limit's budget before it is passed over; 0 waits as long as
+	// it must.
+	FallbackAfter time.Duration
 	// Version is part of the pipeline's definition (Definition): every
 	// process that runs the pipeline's workers or recovery must run the
 	// same definition, so a change of code that matters to jobs in flight
@@ -123,9 +127,11 @@ type Turn struct {
 	snaps   SnapshotStore
 	gate    Gate
 	limiter Limiter
-	prices  Prices
-	tracer  trace.Tracer
-	seq     int
+	// fallbackAfter bounds a fallback link's wait for a rate limit.
+	fallbackAfter time.Duration
+	prices        Prices
+	tracer        trace.Tracer
+	seq           int
 	// failedTool and failedKey name the call whose failure the agent
 	// returned, for AgentError.
 	failedTool, failedKey string
@@ -157,8 +163,9 @@ type StageRun struct {
 	// circuit breakers.
 	Gate Gate
 	// Limiter, when set, paces every request to what a rate limit is
-	// declared on.
-	Limiter Limiter
+	// declared on. FallbackAfter bounds a fallback link's wait for it.
+	Limiter       Limiter
+	FallbackAfter time.Duration
 	// Prices price the usage model calls report, into Stats.CostMicros.
 	Prices Prices
 	// Tracer, when set, records a span for the stage, each agent's turn
@@ -197,7 +204,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,
-				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate, limiter: r.Limiter, prices: r.Prices, tracer: r.Tracer,
+				state: r.States[a.Name], snaps: r.Snapshots, gate: r.Gate, limiter: r.Limiter, fallbackAfter: r.FallbackAfter, prices: r.Prices, tracer: r.Tracer,
 			}
 			turnCtx, turn := startTurn(ctx, r.Tracer, t)
 			out, err := runAgent(turnCtx, a, t)
