@@ -74,6 +74,11 @@ type LimitState struct {
 	PauseReason string    `json:"pause_reason,omitempty"`
 }
 
+// Validate reports a limit that cannot be set (ErrInvalidLimit): a key
+// that is not <kind>.<name> with a name fit for a subject token, a
+// negative bound, or no bound at all.
+func (l Limit) Validate() error { return l.record().Validate() }
+
 func (l Limit) record() kv.Limit {
 	return kv.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight}
 }

@@ -145,13 +145,16 @@ func (r *runFlags) config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger
 	if err != nil {
 		return nil, err
 	}
+	var limits []salvage.Limit
 	if r.pipelinesFile != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), mcpDialTimeout)
-		declared, err := spec.Load(ctx, r.pipelinesFile, mcp)
+		file, err := spec.LoadFile(ctx, r.pipelinesFile, mcp)
 		cancel()
 		if err != nil {
 			return nil, err
 		}
+		declared := file.Pipelines
+		limits = file.Limits
 		for _, d := range declared {
 			for _, p := range pipes {
 				if p.Name == d.Name {
@@ -171,7 +174,7 @@ func (r *runFlags) config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
 		SweepInterval: r.sweepInterval, UnknownPipelineWait: r.unknownWait, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.journalWrites),
 		CoolDown: r.coolDown, Breaker: r.breaker, Prices: prices, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
-		Retention: r.retention, Upgrades: r.upgrades,
+		Retention: r.retention, Upgrades: r.upgrades, Limits: limits,
 	}, nil
 }
 

@@ -34,6 +34,24 @@ const maxFile = 1 << 20
 type File struct {
 	MCPServers []MCPServer `yaml:"mcp_servers" json:"mcp_servers"`
 	Pipelines  []Pipeline  `yaml:"pipelines" json:"pipelines"`
+	// Limits are rate limits the process that loads the file declares
+	// when it starts (salvage.Config.Limits).
+	Limits []Limit `yaml:"limits" json:"limits"`
+}
+
+// Limit declares a rate limit (salvage.Limit): key system.<system> or
+// tool.<tool>, at least one bound.
+type Limit struct {
+	Key               string `yaml:"key"`
+	RequestsPerMinute int    `yaml:"requests_per_minute"`
+	TokensPerMinute   int64  `yaml:"tokens_per_minute"`
+	InFlight          int    `yaml:"in_flight"`
+}
+
+// Declared is what a pipelines file declares.
+type Declared struct {
+	Pipelines []*salvage.Pipeline
+	Limits    []salvage.Limit
 }
 
 // MCPServer declares a Model Context Protocol server whose tools
@@ -141,6 +159,15 @@ func version(p Pipeline) string {
 // Load reads and checks the pipelines in path; their MCP tools are taken
 // through mcp (nil: declared but not connected, see Parse).
 func Load(ctx context.Context, path string, mcp MCP) ([]*salvage.Pipeline, error) {
+	d, err := LoadFile(ctx, path, mcp)
+	if err != nil {
+		return nil, err
+	}
+	return d.Pipelines, nil
+}
+
+// LoadFile is Load, with the rate limits the file declares.
+func LoadFile(ctx context.Context, path string, mcp MCP) (*Declared, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -153,7 +180,7 @@ func Load(ctx context.Context, path string, mcp MCP) ([]*salvage.Pipeline, error
 	if len(data) > maxFile {
 		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrInvalid, path, maxFile)
 	}
-	return ParseWith(ctx, path, data, mcp)
+	return parse(ctx, path, data, mcp)
 }
 
 // Parse checks the pipelines in data, read from name, without
@@ -167,6 +194,15 @@ func Parse(name string, data []byte) ([]*salvage.Pipeline, error) {
 // ParseWith checks the pipelines in data, read from name, and takes their
 // MCP tools through mcp (nil: as Parse).
 func ParseWith(ctx context.Context, name string, data []byte, mcp MCP) ([]*salvage.Pipeline, error) {
+	d, err := parse(ctx, name, data, mcp)
+	if err != nil {
+		return nil, err
+	}
+	return d.Pipelines, nil
+}
+
+// parse checks what data, read from name, declares.
+func parse(ctx context.Context, name string, data []byte, mcp MCP) (*Declared, error) {
 	var doc File
 	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.Strict()); err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, name, yaml.FormatError(err, false, false))
@@ -380,7 +416,21 @@ func ParseWith(ctx context.Context, name string, data []byte, mcp MCP) ([]*salva
 		}
 		out = append(out, sp)
 	}
-	return out, nil
+	var limits []salvage.Limit
+	keys := map[string]bool{}
+	for i, l := range doc.Limits {
+		lp := fmt.Sprintf("$.limits[%d]", i)
+		limit := salvage.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight}
+		if err := limit.Validate(); err != nil {
+			return nil, fail(lp, "%v", err)
+		}
+		if keys[l.Key] {
+			return nil, fail(lp+".key", "limit %s is declared twice", l.Key)
+		}
+		keys[l.Key] = true
+		limits = append(limits, limit)
+	}
+	return &Declared{Pipelines: out, Limits: limits}, nil
 }
 
 // callsTool is an agent whose turn is one call of tool with the chunk's

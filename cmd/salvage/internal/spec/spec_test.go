@@ -1,12 +1,16 @@
 package spec_test
 
 import (
+	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/spec"
@@ -141,5 +145,42 @@ func TestFileDefinitionsDiffer(t *testing.T) {
 	}
 	if other := fp(strings.Replace(good, "split: paragraphs", "split: whole", 1)); other == base {
 		t.Errorf("another split kept the fingerprint")
+	}
+}
+
+// TestLimitsInTheFile: a pipelines file declares rate limits beside its
+// pipelines; a limit that cannot be kept, or one key twice, is refused
+// with the line it is on.
+func TestLimitsInTheFile(t *testing.T) {
+	write := func(body string) string {
+		path := filepath.Join(t.TempDir(), "p.yaml")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	d, err := spec.LoadFile(context.Background(), write(good+`limits:
+  - key: system.model-api_openai_com
+    requests_per_minute: 600
+    tokens_per_minute: 200000
+  - key: tool.charge
+    in_flight: 4
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []salvage.Limit{{Key: "system.model-api_openai_com", RequestsPerMinute: 600, TokensPerMinute: 200_000}, {Key: "tool.charge", InFlight: 4}}
+	if len(d.Pipelines) != 1 || !slices.Equal(d.Limits, want) {
+		t.Fatalf("declared %d pipelines, limits %+v; want 1 and %+v", len(d.Pipelines), d.Limits, want)
+	}
+	for _, bad := range []string{
+		"limits:\n  - key: region.eu\n    requests_per_minute: 1\n",
+		"limits:\n  - key: system.crm\n",
+		"limits:\n  - key: system.crm\n    requests_per_minute: 5\n  - key: system.crm\n    in_flight: 1\n",
+	} {
+		_, err := spec.LoadFile(context.Background(), write(good+bad), nil)
+		if !errors.Is(err, spec.ErrInvalid) || !strings.Contains(err.Error(), "p.yaml:") {
+			t.Errorf("%q: %v; want ErrInvalid naming the line", bad, err)
+		}
 	}
 }
