@@ -50,6 +50,10 @@ var (
 	ErrInvalidLimit = kv.ErrBadLimit
 	// ErrUnknownLimit is returned for a key no limit is declared on.
 	ErrUnknownLimit = errors.New("salvage: no limit is declared on that key")
+	// ErrLimitsNotProvisioned is returned by the limit methods of a
+	// deployment provisioned before salvage_limits existed; its workers
+	// run unlimited until it is provisioned again (salvage provision).
+	ErrLimitsNotProvisioned = kv.ErrNoLimits
 )
 
 // LimitKey is the key of a limit of kind on name.
@@ -156,6 +160,9 @@ func (c *Client) Limits(ctx context.Context) ([]LimitState, error) {
 // declareLimits writes the limits of Config.Limits, as this process's
 // configuration declares them.
 func (c *Client) declareLimits(ctx context.Context, st *kv.Stores) error {
+	if len(c.cfg.Limits) == 0 {
+		return nil
+	}
 	for _, l := range c.cfg.Limits {
 		if _, err := st.Limits.Set(ctx, l.record(), "config"); err != nil {
 			return err

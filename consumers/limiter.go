@@ -125,6 +125,14 @@ func newLimiter(js jetstream.JetStream, limits *kv.Limits, id string, log zerolo
 // run follows the declared limits and renews the shares in use until ctx
 // ends, then hands every share back. It blocks.
 func (l *limiter) run(ctx context.Context) {
+	if l.limits == nil {
+		// A deployment provisioned before salvage_limits: no limit can
+		// be declared, none is waited for.
+		l.readyOnce.Do(func() { close(l.ready) })
+		l.log.Warn().Err(kv.ErrNoLimits).Msg("rate limits are off")
+		<-ctx.Done()
+		return
+	}
 	go kv.FollowKeys(ctx, l.js, kv.BucketLimits, "spec.>", l.update, func(err error) {
 		// Until it has read the declared limits once, the worker starts
 		// no chunk: say why (a user without the permission, a bucket

@@ -41,6 +41,8 @@ type Stores struct {
 	Envelopes *Envelopes
 	Snapshots *Snapshots
 	Breakers  *Breakers
+	// Limits is nil in a deployment provisioned before salvage_limits
+	// existed, until it is provisioned again.
 	Limits    *Limits
 	Pipelines *Pipelines
 	Workers   *Workers
@@ -192,9 +194,13 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	limits, err := get(BucketLimits)
-	if err != nil {
-		return nil, err
+	// salvage_limits came with rate limits: a deployment provisioned
+	// before has none until it is provisioned again, and runs unlimited.
+	var limits *Limits
+	if b, err := js.KeyValue(ctx, BucketLimits); err == nil {
+		limits = &Limits{b: b, js: js, now: time.Now}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("kv: open %s: %w", BucketLimits, err)
 	}
 	snaps, err := js.ObjectStore(ctx, BucketSnapshots)
 	if err != nil {
@@ -206,7 +212,7 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 		Envelopes: &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
 		Snapshots: &Snapshots{os: snaps},
 		Breakers:  &Breakers{b: breakers, js: js, now: time.Now},
-		Limits:    &Limits{b: limits, js: js, now: time.Now},
+		Limits:    limits,
 		Pipelines: &Pipelines{b: pipelines, js: js, now: time.Now},
 		Workers:   &Workers{js: js, now: time.Now},
 		parts:     &parts{js: js, idx: idx},

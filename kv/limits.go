@@ -28,8 +28,14 @@ const (
 	LimitTool = "tool"
 )
 
-// ErrBadLimit is wrapped by the error of a limit that cannot be stored.
-var ErrBadLimit = errors.New("kv: invalid limit")
+var (
+	// ErrBadLimit is wrapped by the error of a limit that cannot be
+	// stored.
+	ErrBadLimit = errors.New("kv: invalid limit")
+	// ErrNoLimits is returned by the methods of a nil *Limits: the
+	// deployment was provisioned before salvage_limits existed.
+	ErrNoLimits = errors.New("kv: " + BucketLimits + " is not provisioned: run salvage provision (or start a process allowed to provision)")
+)
 
 // Limit caps the calls made to one key by every process together.
 type Limit struct {
@@ -109,6 +115,9 @@ const (
 
 // Set stores l (Validate first), by whom.
 func (s *Limits) Set(ctx context.Context, l Limit, by string) (Limit, error) {
+	if s == nil {
+		return l, ErrNoLimits
+	}
 	if err := l.Validate(); err != nil {
 		return l, err
 	}
@@ -129,6 +138,9 @@ func (s *Limits) Set(ctx context.Context, l Limit, by string) (Limit, error) {
 // Remove deletes the limit of key and its shares; ErrNotFound when none
 // is declared.
 func (s *Limits) Remove(ctx context.Context, key string) error {
+	if s == nil {
+		return ErrNoLimits
+	}
 	if _, _, err := s.Get(ctx, key); err != nil {
 		return err
 	}
@@ -144,11 +156,17 @@ func (s *Limits) Remove(ctx context.Context, key string) error {
 // Get returns the limit of key (ErrNotFound when none is declared) and
 // its revision.
 func (s *Limits) Get(ctx context.Context, key string) (Limit, uint64, error) {
+	if s == nil {
+		return Limit{}, 0, ErrNoLimits
+	}
 	return getJSON[Limit](ctx, s.b, limitSpecPrefix+key)
 }
 
 // List returns every declared limit, in one multi-last direct get.
 func (s *Limits) List(ctx context.Context) ([]Limit, error) {
+	if s == nil {
+		return nil, ErrNoLimits
+	}
 	var out []Limit
 	err := lastValues(ctx, s.js, BucketLimits, limitSpecPrefix+">", func(_ string, value []byte, _ uint64) error {
 		var l Limit
@@ -164,6 +182,9 @@ func (s *Limits) List(ctx context.Context) ([]Limit, error) {
 // Shares returns the shares of key's limit (ErrNotFound when nobody
 // holds one yet).
 func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, error) {
+	if s == nil {
+		return LimitShares{}, 0, ErrNoLimits
+	}
 	return getJSON[LimitShares](ctx, s.b, limitSharePrefix+key)
 }
 
@@ -171,6 +192,9 @@ func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, e
 // writes them by CAS, retrying lost races; fn returning ErrNoChange
 // writes nothing.
 func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *LimitShares) error) (LimitShares, error) {
+	if s == nil {
+		return LimitShares{}, ErrNoLimits
+	}
 	sh, _, err := mutateJSON(ctx, s.b, limitSharePrefix+key, func(sh *LimitShares, _ bool) error {
 		if sh.Shares == nil {
 			sh.Shares = map[string]LimitShare{}
@@ -188,6 +212,9 @@ func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *Limit
 // change (a removed limit arrives as a delete entry). The watcher stops
 // with ctx.
 func (s *Limits) WatchSpecs(ctx context.Context) (jetstream.KeyWatcher, error) {
+	if s == nil {
+		return nil, ErrNoLimits
+	}
 	return s.b.Watch(ctx, limitSpecPrefix+">")
 }
 
