@@ -141,6 +141,9 @@ type Call struct {
 	Attempts int `json:"attempts"`
 	// LatencyMS is the call's duration, retries included.
 	LatencyMS float64 `json:"latency_ms"`
+	// LimitWaitMS is how long its requests waited for a rate limit's
+	// budget, part of LatencyMS.
+	LimitWaitMS float64 `json:"limit_wait_ms,omitempty"`
 	// Error, ErrorClass (transient, rate-limited, timeout, permanent,
 	// cancelled, panic) and ErrorStatus describe a failed call.
 	Error       string `json:"error,omitempty"`

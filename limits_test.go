@@ -110,6 +110,23 @@ func TestLimitHoldsTheFleetToItsRate(t *testing.T) {
 	if ls, err := a.Limits(ctx); err != nil || len(ls) != 1 || ls[0].RequestsPerMinute != rpm || ls[0].SetBy != "config" {
 		t.Errorf("limits = %+v, %v", ls, err)
 	}
+	// 16 slots at 20 requests a second: calls waited, and their journal
+	// rows, which salvage trace shows, say how long.
+	tr, err := a.TracePage(ctx, id, &salvage.Page{Limit: salvage.PageMax})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := 0
+	for _, ch := range tr.Chunks {
+		for _, c := range ch.Calls {
+			if c.LimitWaitMS > 0 && c.LimitWaitMS <= c.LatencyMS {
+				waited++
+			}
+		}
+	}
+	if waited == 0 {
+		t.Errorf("no call of %d chunks says it waited for the rate limit (limit_wait_ms within latency_ms)", len(tr.Chunks))
+	}
 }
 
 // TestSetLimitRefusesWhatCannotBeKept: a key that is not <kind>.<name>,

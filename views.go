@@ -69,7 +69,7 @@ func envelopeOf(e recovery.Envelope) Envelope {
 func callOf(r kv.JournalRow) Call {
 	out := Call{Key: r.Key, Job: r.Job, Chunk: r.Chunk, Epoch: r.Epoch, Stage: r.Stage, Agent: r.Agent, Seq: r.Seq,
 		Tool: r.Tool, System: r.System, InputHash: r.InputHash, Output: r.Output, Status: CallStatus(r.Status),
-		IdempotencyKey: r.IdempotencyKey, Attempts: r.Attempts, LatencyMS: r.LatencyMS, Error: r.Error,
+		IdempotencyKey: r.IdempotencyKey, Attempts: r.Attempts, LatencyMS: r.LatencyMS, LimitWaitMS: r.LimitWaitMS, Error: r.Error,
 		ErrorClass: r.ErrorClass, ErrorStatus: r.ErrorStatus, Verified: r.Verified, Usage: r.Usage, Orphan: r.Orphan,
 		RetentionRewrite: r.RetentionRewrite, TraceID: r.TraceID, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
 	if f := r.Fingerprint; f != nil {

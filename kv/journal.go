@@ -67,8 +67,11 @@ type JournalRow struct {
 	IdempotencyKey string          `json:"idempotency_key"`
 	Attempts       int             `json:"attempts"`
 	LatencyMS      float64         `json:"latency_ms"`
-	Error          string          `json:"error,omitempty"`
-	ErrorClass     string          `json:"error_class,omitempty"`
+	// LimitWaitMS is how long the call's requests waited, in all, for a
+	// rate limit's budget (part of LatencyMS).
+	LimitWaitMS float64 `json:"limit_wait_ms,omitempty"`
+	Error       string  `json:"error,omitempty"`
+	ErrorClass  string  `json:"error_class,omitempty"`
 	// ErrorStatus is the status code of the failure (503: system down).
 	ErrorStatus int `json:"error_status,omitempty"`
 	// RetryableAfterCompensation copies the failing tool's declaration.

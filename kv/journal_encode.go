@@ -63,6 +63,10 @@ func appendRow(b []byte, row *JournalRow) ([]byte, bool, error) {
 	w.num("attempts", row.Attempts, false)
 	w.name("latency_ms")
 	w.float(row.LatencyMS)
+	if row.LimitWaitMS != 0 {
+		w.name("limit_wait_ms")
+		w.float(row.LimitWaitMS)
+	}
 	w.str("error", row.Error, true)
 	w.str("error_class", row.ErrorClass, true)
 	w.num("error_status", row.ErrorStatus, true)

@@ -101,7 +101,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 			Key: str(), Job: str(), Chunk: r.IntN(1000), Epoch: r.IntN(3), Stage: r.IntN(5), Agent: str(), Seq: r.IntN(200),
 			Tool: str(), System: str(), InputHash: str(), Output: json.RawMessage(outputs[r.IntN(len(outputs))]), Status: str(),
 			IdempotencyKey: str(), Attempts: r.IntN(5), LatencyMS: r.Float64() * math.Pow(10, float64(r.IntN(12)-4)),
-			Error: str(), ErrorClass: str(), ErrorStatus: r.IntN(600), RetryableAfterCompensation: r.IntN(2) == 0,
+			LimitWaitMS: float64(r.IntN(3)) * r.Float64() * 1000, Error: str(), ErrorClass: str(), ErrorStatus: r.IntN(600), RetryableAfterCompensation: r.IntN(2) == 0,
 			Verified: r.IntN(2) == 0, Orphan: r.IntN(2) == 0, TraceID: str(),
 			StartedAt: time.Unix(r.Int64N(4e9), r.Int64N(1e9)).UTC(), HistoryDropped: r.IntN(3), RetentionRewrite: r.IntN(2) == 0,
 		}

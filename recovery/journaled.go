@@ -335,6 +335,9 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	if t.limiter != nil {
 		estimate = EstimateTokens(in)
 	}
+	// waited adds up the time the call's requests waited for a rate
+	// limit's budget.
+	var waited time.Duration
 	var stop func(error) bool
 	if link {
 		stop = func(err error) bool { return ClassOf(err) == ClassRateLimited }
@@ -349,7 +352,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		attempts++
 		if unsure {
 			var v Verification
-			err := t.guarded(ctx, tool, 0, false, func() (Spent, error) {
+			err := t.guarded(ctx, tool, 0, false, &waited, func() (Spent, error) {
 				var err error
 				v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
 				return Spent{}, err
@@ -366,7 +369,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			}
 			unsure = false
 		}
-		err := t.guarded(ctx, tool, estimate, link, func() (Spent, error) {
+		err := t.guarded(ctx, tool, estimate, link, &waited, func() (Spent, error) {
 			var err error
 			res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
 				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
@@ -380,6 +383,9 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	})
 	row.Attempts += attempts
 	row.FinishedAt = time.Now().UTC()
+	if waited >= time.Millisecond {
+		row.LimitWaitMS = float64(waited.Microseconds()) / 1000
+	}
 	row.LatencyMS = float64(row.FinishedAt.Sub(row.StartedAt).Microseconds()) / 1000
 	if err != nil && ClassOf(err) == ClassCancelled {
 		return nil, t.stopped(row, attempts, tool, err)
@@ -472,7 +478,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 				return err
 			}
 		}
-		return t.guarded(ctx, tool, 0, false, func() (Spent, error) {
+		return t.guarded(ctx, tool, 0, false, nil, func() (Spent, error) {
 			var err error
 			v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
 			return Spent{}, err
@@ -509,15 +515,20 @@ func (t *Turn) allow(ctx context.Context, tool *Tool) error {
 // guarded runs one request to tool's system, paced by the limiter (tokens:
 // what it is estimated to spend; fn returns what it spent), and tells the
 // limiter and the gate how it went.
-func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, link bool, fn func() (Spent, error)) error {
+func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, link bool, waited *time.Duration, fn func() (Spent, error)) error {
 	var done func(Spent, error)
 	if t.limiter != nil {
 		var maxWait time.Duration
 		if link {
 			maxWait = t.fallbackAfter
 		}
+		start := time.Now()
 		var err error
-		if done, err = t.limiter.Acquire(ctx, tool, tokens, maxWait); err != nil {
+		done, err = t.limiter.Acquire(ctx, tool, tokens, maxWait)
+		if waited != nil {
+			*waited += time.Since(start)
+		}
+		if err != nil {
 			return err
 		}
 	}

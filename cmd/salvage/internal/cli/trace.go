@@ -191,6 +191,9 @@ func (e *env) printTimeline(c salvage.TraceChunk) {
 			} else if x.Text != "" {
 				mark = "  (" + x.Text + ")"
 			}
+			if r.LimitWaitMS > 0 {
+				mark += fmt.Sprintf("  (waited %.0fms for a rate limit)", r.LimitWaitMS)
+			}
 			if u := r.Usage; u != nil && x.Failed {
 				mark += fmt.Sprintf("  %s %d+%d tokens", u.Model, u.PromptTokens, u.CompletionTokens)
 			}
