@@ -21,6 +21,8 @@ type breakerPoll struct {
 	mu        sync.Mutex
 	last      []salvage.Breaker
 	pipelines []salvage.PipelineStatus
+	// limits are the declared rate limits and what is held of each.
+	limits []salvage.LimitState
 }
 
 // run reads the breakers every breakerPollInterval until ctx ends.
@@ -37,6 +39,15 @@ func (p *breakerPoll) run(ctx context.Context, c *salvage.Client, log zerolog.Lo
 			p.mu.Unlock()
 		}
 		p.readPipelines(ctx, c, log)
+		if ls, err := c.Limits(ctx); err != nil {
+			if ctx.Err() == nil {
+				log.Debug().Err(err).Msg("read the rate limits")
+			}
+		} else {
+			p.mu.Lock()
+			p.limits = ls
+			p.mu.Unlock()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -64,6 +75,12 @@ func (p *breakerPoll) pipelineSnapshot() []salvage.PipelineStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]salvage.PipelineStatus{}, p.pipelines...)
+}
+
+func (p *breakerPoll) limitSnapshot() []salvage.LimitState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]salvage.LimitState{}, p.limits...)
 }
 
 func (p *breakerPoll) snapshot() []salvage.Breaker {

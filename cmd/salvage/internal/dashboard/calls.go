@@ -25,6 +25,8 @@ type callStats struct {
 	started  bool   // the rows that existed at the start are counted
 	byStatus map[string]map[string]int
 	latency  *prometheus.HistogramVec
+	// limitWait observes how long calls waited for a rate limit's budget.
+	limitWait *prometheus.HistogramVec
 	// tokens counts model usage by model and kind (prompt, completion):
 	// at the start from each row that carries usage, then from the row
 	// that records a call's success.
@@ -37,6 +39,10 @@ func newCallStats() *callStats {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "salvage_call_duration_seconds", Help: "Latency of journaled calls that succeeded or failed, retries included, by tool and external system (empty for a tool without one).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"tool", "system"}),
+		limitWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "salvage_limit_wait_seconds", Help: "How long journaled calls that succeeded or failed waited for a rate limit's budget (part of salvage_call_duration_seconds), by tool and external system; calls that did not wait are not observed.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}, []string{"tool", "system"}),
 	}
 }
@@ -68,6 +74,9 @@ func (c *callStats) update(ch salvage.Change[salvage.Call]) {
 	c.byStatus[r.Tool][string(r.Status)]++
 	if (r.Status == salvage.CallSucceeded || r.Status == salvage.CallFailed) && r.LatencyMS > 0 && !r.Verified {
 		c.latency.WithLabelValues(r.Tool, r.System).Observe(r.LatencyMS / 1000)
+		if r.LimitWaitMS > 0 {
+			c.limitWait.WithLabelValues(r.Tool, r.System).Observe(r.LimitWaitMS / 1000)
+		}
 	}
 	// A call's usage is written once, with its success; the rows that
 	// carry it on (a compensation, an orphan's mark) are not new spending

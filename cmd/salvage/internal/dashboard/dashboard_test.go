@@ -721,3 +721,46 @@ func TestJobListAndPage(t *testing.T) {
 		t.Fatalf("chunk trace %d %s: %v", code, body, err)
 	}
 }
+
+// TestLimitsInMetrics: a declared limit and what a process holds of it
+// show in /metrics and the summary; a bound not declared is not reported.
+func TestLimitsInMetrics(t *testing.T) {
+	t.Parallel()
+	f := setup(t, "")
+	ctx := context.Background()
+	if _, err := f.stores.Limits.Set(ctx, kv.Limit{Key: "system.crm", RequestsPerMinute: 600, InFlight: 4}, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.stores.Limits.MutateShares(ctx, "system.crm", func(sh *kv.LimitShares) error {
+		sh.Shares["w1"] = kv.LimitShare{RequestsPerMinute: 150, InFlight: 1, Wants: true, Expires: time.Now().Add(time.Hour)}
+		sh.PausedUntil = time.Now().Add(time.Hour)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]float64
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		v = scrape(t, f.url)
+		return v["salvage_limit_held,bound=requests_per_minute,key=system.crm"] == 150
+	}, "the held share in /metrics (last %v)", &v)
+	for k, want := range map[string]float64{
+		"salvage_limit,bound=requests_per_minute,key=system.crm": 600,
+		"salvage_limit,bound=in_flight,key=system.crm":           4,
+		"salvage_limit_held,bound=in_flight,key=system.crm":      1,
+		"salvage_limit_holders,key=system.crm,waiting=true":      1,
+		"salvage_limit_holders,key=system.crm,waiting=false":     0,
+		"salvage_limit_paused,key=system.crm":                    1,
+	} {
+		if v[k] != want {
+			t.Errorf("%s = %v, want %v", k, v[k], want)
+		}
+	}
+	if _, ok := v["salvage_limit,bound=tokens_per_minute,key=system.crm"]; ok {
+		t.Errorf("a bound not declared is reported: %v", v)
+	}
+	_, body := get(t, f.url+"/api/summary")
+	var sum dashboard.Summary
+	if err := json.Unmarshal([]byte(body), &sum); err != nil || len(sum.Limits) != 1 || sum.Limits[0].Holders != 1 || sum.Limits[0].SetBy != "ann" {
+		t.Fatalf("summary limits %+v, %v", sum.Limits, err)
+	}
+}

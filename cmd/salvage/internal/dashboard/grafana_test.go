@@ -19,7 +19,9 @@ func exported(t *testing.T) map[string][]string {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
 		collector{}.Describe(ch)
-		newCallStats().latency.Describe(ch)
+		calls := newCallStats()
+		calls.latency.Describe(ch)
+		calls.limitWait.Describe(ch)
 		newJobIndex().duration.Describe(ch)
 		close(ch)
 	}()
@@ -35,7 +37,7 @@ func exported(t *testing.T) map[string][]string {
 		out[n[1]] = strings.FieldsFunc(l[1], func(r rune) bool { return r == ',' })
 	}
 	// A histogram's series.
-	for _, h := range []string{"salvage_call_duration_seconds", "salvage_job_duration_seconds"} {
+	for _, h := range []string{"salvage_call_duration_seconds", "salvage_limit_wait_seconds", "salvage_job_duration_seconds"} {
 		if _, ok := out[h]; !ok {
 			t.Fatalf("histogram %s is not registered", h)
 		}

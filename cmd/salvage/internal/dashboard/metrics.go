@@ -33,13 +33,17 @@ var (
 	descParked     = prometheus.NewDesc("salvage_parked_chunks", "Chunks parked on SALVAGE_HOLD while their pipeline is paused.", []string{"pipeline"}, nil)
 	descHeld       = prometheus.NewDesc("salvage_held_chunks", "Chunks held on SALVAGE_HOLD while their system's circuit breaker is open.", []string{"system"}, nil)
 	descOpens      = prometheus.NewDesc("salvage_breaker_opens_total", "Times a system's circuit breaker opened.", []string{"system"}, nil)
+	descLimit      = prometheus.NewDesc("salvage_limit", "A declared rate limit's bound, by key and bound (requests_per_minute, tokens_per_minute, in_flight); a bound not declared is not reported.", []string{"key", "bound"}, nil)
+	descLimitHeld  = prometheus.NewDesc("salvage_limit_held", "What the processes calling a limited key hold of its bound now (the budget left unheld is salvage_limit less this).", []string{"key", "bound"}, nil)
+	descHolders    = prometheus.NewDesc("salvage_limit_holders", "Processes holding a share of a limit, and (waiting=\"true\") those of them that had requests waiting.", []string{"key", "waiting"}, nil)
+	descLimitPause = prometheus.NewDesc("salvage_limit_paused", "1 while a provider's 429 or rate-limit headers hold every request to the key, else 0.", []string{"key"}, nil)
 )
 
 // breakerStates are the values of salvage_breaker_state's state label.
 var breakerStates = []salvage.BreakerState{salvage.BreakerClosed, salvage.BreakerOpen, salvage.BreakerHalfOpen}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descJobsDone, descJobs, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens, descPaused, descParked} {
+	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descJobsDone, descJobs, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens, descPaused, descParked, descLimit, descLimitHeld, descHolders, descLimitPause} {
 		ch <- d
 	}
 }
@@ -91,6 +95,28 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for status, n := range byStatus {
 			ch <- prometheus.MustNewConstMetric(descCalls, prometheus.CounterValue, float64(n), tool, status)
 		}
+	}
+	for _, l := range sum.Limits {
+		for _, b := range []struct {
+			name        string
+			bound, held float64
+		}{
+			{"requests_per_minute", float64(l.RequestsPerMinute), l.HeldRequestsPerMinute},
+			{"tokens_per_minute", float64(l.TokensPerMinute), l.HeldTokensPerMinute},
+			{"in_flight", float64(l.InFlight), float64(l.HeldInFlight)},
+		} {
+			if b.bound > 0 {
+				ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, b.bound, l.Key, b.name)
+				ch <- prometheus.MustNewConstMetric(descLimitHeld, prometheus.GaugeValue, b.held, l.Key, b.name)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(l.Holders-l.Waiting), l.Key, "false")
+		ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(l.Waiting), l.Key, "true")
+		paused := 0.0
+		if !l.PausedUntil.IsZero() {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLimitPause, prometheus.GaugeValue, paused, l.Key)
 	}
 }
 

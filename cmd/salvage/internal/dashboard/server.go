@@ -118,7 +118,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token,
 		configured: cfg.Token != "", sessions: newSessions(cfg.SessionTTL), guard: newGuard()}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency, s.sum.jobs)
+	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency, s.sum.calls.limitWait, s.sum.jobs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -54,7 +54,10 @@ type Summary struct {
 	// Breakers are the systems whose circuit breaker ever opened, with
 	// the chunks each holds; Held adds those up.
 	Breakers []salvage.Breaker `json:"breakers"`
-	Held     int               `json:"held"`
+	// Limits are the declared rate limits, with what the processes
+	// calling each hold of it.
+	Limits []salvage.LimitState `json:"limits"`
+	Held   int                  `json:"held"`
 	// Pipelines are the pipelines the workers run, paused or not.
 	Pipelines []salvage.PipelineStatus `json:"pipelines"`
 }
@@ -142,6 +145,7 @@ func (s *summarizer) summary() Summary {
 		sum.Held += b.Held
 	}
 	sum.Pipelines = s.breakers.pipelineSnapshot()
+	sum.Limits = s.breakers.limitSnapshot()
 	s.cached = sum
 	return sum
 }
