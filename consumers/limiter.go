@@ -201,8 +201,10 @@ func (l *limiter) nudge() {
 func (l *limiter) keysOf(tool *recovery.Tool) []*limitKey {
 	var out []*limitKey
 	for _, key := range []string{kv.LimitKey(kv.LimitSystem, tool.System), kv.LimitKey(kv.LimitTool, tool.Name)} {
+		// A tool without a System makes the key "system.", which no
+		// declared limit can be (its name must be a token).
 		spec, ok := l.specs[key]
-		if !ok || (key == kv.LimitKey(kv.LimitSystem, "") && tool.System == "") {
+		if !ok {
 			continue
 		}
 		k := l.keys[key]
@@ -287,6 +289,7 @@ func (l *limiter) done(keys []*limitKey, estimate int64, spent recovery.Spent, e
 	if errors.Is(err, recovery.ErrRateLimited) && errors.As(err, &ce) && ce.RetryAfter > wait {
 		wait, reason = ce.RetryAfter, err.Error()
 	}
+	waiting := false
 	for _, k := range keys {
 		k.inFlight--
 		if spent.Tokens > 0 {
@@ -295,11 +298,16 @@ func (l *limiter) done(keys []*limitKey, estimate int64, spent recovery.Spent, e
 		if wait > 0 && now.Add(wait).After(k.pausedUntil) {
 			k.pausedUntil, k.pauseReason, k.tell = now.Add(wait), reason, true
 		}
+		waiting = waiting || k.waiting > 0
 	}
 	if wait > 0 {
 		l.nudge()
 	}
-	l.broadcast()
+	// Only a waiter can use a freed slot or a refund; without one, no
+	// channel is made again for every request.
+	if waiting {
+		l.broadcast()
+	}
 }
 
 // waitFor is how long a request of tokens must wait at now, and whether
