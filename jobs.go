@@ -30,6 +30,9 @@ type Job struct {
 	TraceID  string         `json:"trace_id"`
 	Budget   *Budget        `json:"budget,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Tenant is whose job it is (SubmitOpts.Tenant, or the pipeline's
+	// TenantFrom field of Metadata); empty for nobody's in particular.
+	Tenant string `json:"tenant,omitempty"`
 	// Window is how many of the job's chunks were queued at once (0: all).
 	Window int `json:"window,omitempty"`
 	// Partition holds the job's chunks (Config.Partitions): chosen when
@@ -217,6 +220,11 @@ type SubmitOpts struct {
 	Budget *Budget
 	// Metadata is kept in the job's record.
 	Metadata map[string]any
+	// Tenant names whose job it is (a token): its chunks and calls count
+	// against the limit of tenant.<Tenant> (Limit.Chunks caps its chunks
+	// in flight across the fleet). Empty takes the pipeline's
+	// TenantFrom field of Metadata, if any.
+	Tenant string
 }
 
 // Submit publishes a job for pipeline with input (anything that marshals
@@ -256,6 +264,12 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 		if msg["metadata"], err = json.Marshal(opts.Metadata); err != nil {
 			return "", fmt.Errorf("%w: metadata: %v", streams.ErrBadJob, err)
 		}
+	}
+	if opts.Tenant != "" {
+		if err := streams.ValidateToken("tenant", opts.Tenant); err != nil {
+			return "", err
+		}
+		msg["tenant"], _ = json.Marshal(opts.Tenant)
 	}
 	id, body, err := streams.PrepareJob(msg)
 	if err != nil {

@@ -14,13 +14,16 @@ import (
 
 // Limit caps the requests every process of a deployment makes together to
 // one key: a model provider or another external system (every tool whose
-// System is its name: LimitSystem), or one tool (LimitTool). Each process
+// System is its name: LimitSystem), one tool (LimitTool), or the work of
+// one tenant's jobs (LimitTenant: its calls, and its chunks in flight).
+// Each process
 // calling the key leases a share of it from salvage_limits and spends the
 // share without a round trip per request; a request that must wait waits
 // in its worker (its chunk's heartbeat keeps its message). A provider's
 // 429 holds the key for every process for the wait it names.
 type Limit struct {
-	// Key is LimitKey(kind, name): "system.<system>" or "tool.<tool>".
+	// Key is LimitKey(kind, name): "system.<system>", "tool.<tool>" or
+	// "tenant.<tenant>".
 	Key string `json:"key"`
 	// RequestsPerMinute and TokensPerMinute bound what the fleet sends in
 	// any minute (tokens as a model call's input is estimated before it
@@ -29,6 +32,12 @@ type Limit struct {
 	RequestsPerMinute int   `json:"requests_per_minute,omitempty"`
 	TokensPerMinute   int64 `json:"tokens_per_minute,omitempty"`
 	InFlight          int   `json:"in_flight,omitempty"`
+	// Chunks bounds how many of a tenant's chunks run at once across the
+	// fleet (tenant keys only). A chunk past it waits for its turn in a
+	// worker without holding the worker's slot, which goes to another
+	// tenant's chunk: a tenant with thousands of chunks queued leaves
+	// room for the others. 0 is no bound.
+	Chunks int `json:"chunks,omitempty"`
 	// SetBy and SetAt say who declared it last, and when.
 	SetBy string    `json:"set_by,omitempty"`
 	SetAt time.Time `json:"set_at,omitzero"`
@@ -42,6 +51,10 @@ const (
 	LimitSystem = kv.LimitSystem
 	// LimitTool limits the requests of one tool (one model).
 	LimitTool = kv.LimitTool
+	// LimitTenant limits the work of one tenant's jobs (SubmitOpts.Tenant):
+	// its chunks in flight (Limit.Chunks), and the requests its chunks'
+	// calls make (the other bounds).
+	LimitTenant = kv.LimitTenant
 )
 
 var (
@@ -69,6 +82,7 @@ type LimitState struct {
 	HeldRequestsPerMinute float64 `json:"held_requests_per_minute"`
 	HeldTokensPerMinute   float64 `json:"held_tokens_per_minute"`
 	HeldInFlight          int     `json:"held_in_flight"`
+	HeldChunks            int     `json:"held_chunks"`
 	// Waiting counts the holders that had requests waiting in their last
 	// lease.
 	Waiting int `json:"waiting"`
@@ -84,11 +98,11 @@ type LimitState struct {
 func (l Limit) Validate() error { return l.record().Validate() }
 
 func (l Limit) record() kv.Limit {
-	return kv.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight}
+	return kv.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight, Chunks: l.Chunks}
 }
 
 func limitOf(r kv.Limit) Limit {
-	return Limit{Key: r.Key, RequestsPerMinute: r.RequestsPerMinute, TokensPerMinute: r.TokensPerMinute, InFlight: r.InFlight, SetBy: r.SetBy, SetAt: r.SetAt}
+	return Limit{Key: r.Key, RequestsPerMinute: r.RequestsPerMinute, TokensPerMinute: r.TokensPerMinute, InFlight: r.InFlight, Chunks: r.Chunks, SetBy: r.SetBy, SetAt: r.SetAt}
 }
 
 // SetLimit declares l, or changes it, for every process at once (they
@@ -144,6 +158,7 @@ func (c *Client) Limits(ctx context.Context) ([]LimitState, error) {
 			ls.HeldRequestsPerMinute += h.RequestsPerMinute
 			ls.HeldTokensPerMinute += h.TokensPerMinute
 			ls.HeldInFlight += h.InFlight
+			ls.HeldChunks += h.Chunks
 			if h.Wants {
 				ls.Waiting++
 			}
@@ -187,7 +202,7 @@ func (c *Client) apiLimits(ctx context.Context, _ micro.Request) (any, error) {
 }
 
 // apiSetLimit takes {"key", "requests_per_minute"?, "tokens_per_minute"?,
-// "in_flight"?, "by"?}.
+// "in_flight"?, "chunks"?, "by"?}.
 func (c *Client) apiSetLimit(ctx context.Context, req micro.Request) (any, error) {
 	var r limitRequest
 	if err := decode(req, &r, false); err != nil {

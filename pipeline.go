@@ -30,6 +30,10 @@ type Pipeline struct {
 	// MaxChunks bounds the chunks one job may split into; a job past it
 	// is rejected (too-many-chunks). Zero takes Config.MaxChunks.
 	MaxChunks int
+	// TenantFrom names the metadata field (SubmitOpts.Metadata) whose
+	// string is a job's tenant when its submission names none
+	// (SubmitOpts.Tenant). Empty: a job has the tenant it is given.
+	TenantFrom string
 	// Result builds the findings published on SALVAGE_RESULTS for a
 	// finished chunk from its input and every stage's outputs. Nil
 	// publishes the outputs as a JSON array. An error or a panic fails
@@ -187,7 +191,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Plan, error) {
 	if err := p.Retention.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: pipeline %s: %w", ErrInvalidConfig, p.Name, err)
 	}
-	out := &recovery.Plan{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks, Result: p.Result,
+	out := &recovery.Plan{Name: p.Name, Split: p.Split, Tools: reg, MaxChunks: p.MaxChunks, TenantFrom: p.TenantFrom, Result: p.Result,
 		Concurrency: p.Concurrency, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver, Retention: p.Retention, Version: p.Version,
 		FallbackAfter: cmp.Or(p.FallbackAfter, FallbackAfterDefault)}
 	for _, st := range p.Stages {

@@ -484,9 +484,11 @@ type submitRequest struct {
 	JobID    *string         `json:"job_id"`
 	Budget   *Budget         `json:"budget"`
 	Metadata map[string]any  `json:"metadata"`
+	Tenant   string          `json:"tenant"`
 }
 
-// apiSubmit takes {"pipeline", "input", "job_id"?, "budget"?, "metadata"?}.
+// apiSubmit takes {"pipeline", "input", "job_id"?, "budget"?, "metadata"?,
+// "tenant"?}.
 func (c *Client) apiSubmit(ctx context.Context, req micro.Request) (any, error) {
 	var r submitRequest
 	if err := decodeBytes(req.Data(), &r, false, c.cfg.MaxPayload); err != nil {
@@ -498,7 +500,7 @@ func (c *Client) apiSubmit(ctx context.Context, req micro.Request) (any, error) 
 	if len(r.Input) == 0 {
 		return nil, fmt.Errorf("%w: job message has no input", streams.ErrBadJob)
 	}
-	opts := &SubmitOpts{Budget: r.Budget, Metadata: r.Metadata, TraceParent: req.Headers().Get(streams.HeaderTraceParent)}
+	opts := &SubmitOpts{Budget: r.Budget, Metadata: r.Metadata, Tenant: r.Tenant, TraceParent: req.Headers().Get(streams.HeaderTraceParent)}
 	if r.JobID != nil {
 		if err := streams.ValidateJobID(*r.JobID); err != nil {
 			return nil, err

@@ -15,7 +15,7 @@ import (
 // (a finish whose announcement is owed), which only the machinery reads.
 func jobOf(j kv.Job) Job {
 	return Job{ID: j.ID, Pipeline: j.Pipeline, Status: JobStatus(j.Status), Chunks: j.Chunks, TraceID: j.TraceID,
-		Budget: j.Budget, Metadata: j.Metadata, Window: j.Window, Partition: j.Partition, InputHash: j.InputHash, ChunksRoot: j.ChunksRoot, Summary: j.Summary,
+		Budget: j.Budget, Metadata: j.Metadata, Tenant: j.Tenant, Window: j.Window, Partition: j.Partition, InputHash: j.InputHash, ChunksRoot: j.ChunksRoot, Summary: j.Summary,
 		Explanation: j.Explanation, CancelledAt: j.CancelledAt, CancelReason: j.CancelReason,
 		BudgetExceededAt: j.BudgetExceededAt, BudgetEnvelope: j.BudgetEnvelope,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt, Retention: j.Retention, KeptUntil: j.KeptUntil}

@@ -81,8 +81,10 @@ type limitKey struct {
 	requests, tokens float64
 	refilled         time.Time
 	inFlight         int
-	pausedUntil      time.Time
-	pauseReason      string
+	// chunks counts the tenant's chunks running in this process.
+	chunks      int
+	pausedUntil time.Time
+	pauseReason string
 	// tell is set when this process learnt a pause the record does not
 	// hold yet.
 	tell bool
@@ -196,25 +198,32 @@ func (l *limiter) nudge() {
 	}
 }
 
-// keysOf returns the declared limits a request of tool counts against:
-// its system's and its own. Lock held.
-func (l *limiter) keysOf(tool *recovery.Tool) []*limitKey {
+// keysOf returns the declared limits a request of tool for tenant counts
+// against: its system's, its own and its tenant's calls. Lock held.
+func (l *limiter) keysOf(tool *recovery.Tool, tenant string) []*limitKey {
 	var out []*limitKey
-	for _, key := range []string{kv.LimitKey(kv.LimitSystem, tool.System), kv.LimitKey(kv.LimitTool, tool.Name)} {
-		// A tool without a System makes the key "system.", which no
-		// declared limit can be (its name must be a token).
+	for _, key := range []string{kv.LimitKey(kv.LimitSystem, tool.System), kv.LimitKey(kv.LimitTool, tool.Name), kv.LimitKey(kv.LimitTenant, tenant)} {
+		// A tool without a System, or a job without a tenant, makes a key
+		// ending in ".", which no declared limit can be (its name must
+		// be a token).
 		spec, ok := l.specs[key]
-		if !ok {
+		if !ok || (spec.RequestsPerMinute == 0 && spec.TokensPerMinute == 0 && spec.InFlight == 0) {
 			continue
 		}
-		k := l.keys[key]
-		if k == nil {
-			k = &limitKey{spec: spec}
-			l.keys[key] = k
-		}
-		out = append(out, k)
+		out = append(out, l.key(key, spec))
 	}
 	return out
+}
+
+// key returns the local state of a declared key, made on first use. Lock
+// held.
+func (l *limiter) key(key string, spec kv.Limit) *limitKey {
+	k := l.keys[key]
+	if k == nil {
+		k = &limitKey{spec: spec}
+		l.keys[key] = k
+	}
+	return k
 }
 
 // Acquire implements recovery.Limiter.
@@ -223,7 +232,7 @@ func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64
 		return func(recovery.Spent, error) {}, nil
 	}
 	l.mu.Lock()
-	keys := l.keysOf(tool)
+	keys := l.keysOf(tool, recovery.TenantOf(ctx))
 	if len(keys) == 0 {
 		l.mu.Unlock()
 		return func(recovery.Spent, error) {}, nil
@@ -389,7 +398,7 @@ func (l *limiter) renew(ctx context.Context) {
 	var jobs []job
 	now := l.now()
 	for key, k := range l.keys {
-		idle := k.waiting == 0 && k.inFlight == 0 && now.Sub(k.used) > limitIdle
+		idle := k.waiting == 0 && k.inFlight == 0 && k.chunks == 0 && now.Sub(k.used) > limitIdle
 		jobs = append(jobs, job{key: key, wants: k.wanted || k.waiting > 0, idle: idle, pause: k.pausedUntil, reason: k.pauseReason, tell: k.tell})
 		k.wanted = false
 	}
@@ -430,7 +439,7 @@ func (l *limiter) renew(ctx context.Context) {
 		k := l.keys[j.key]
 		switch {
 		case k == nil:
-		case j.idle && k.waiting == 0 && k.inFlight == 0:
+		case j.idle && k.waiting == 0 && k.inFlight == 0 && k.chunks == 0:
 			delete(l.keys, j.key)
 		default:
 			k.refill(l.now())
@@ -495,12 +504,14 @@ func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Ti
 		others.RequestsPerMinute += s.RequestsPerMinute
 		others.TokensPerMinute += s.TokensPerMinute
 		others.InFlight += s.InFlight
+		others.Chunks += s.Chunks
 		if s.Wants {
 			wantingN++
 		} else {
 			othersIdle.RequestsPerMinute += s.RequestsPerMinute
 			othersIdle.TokensPerMinute += s.TokensPerMinute
 			othersIdle.InFlight += s.InFlight
+			othersIdle.Chunks += s.Chunks
 		}
 	}
 	n := float64(othersN + 1)
@@ -520,12 +531,16 @@ func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Ti
 		RequestsPerMinute: part(float64(spec.RequestsPerMinute), held.RequestsPerMinute, others.RequestsPerMinute, othersIdle.RequestsPerMinute),
 		TokensPerMinute:   part(float64(spec.TokensPerMinute), held.TokensPerMinute, others.TokensPerMinute, othersIdle.TokensPerMinute),
 		InFlight:          int(part(float64(spec.InFlight), float64(held.InFlight), float64(others.InFlight), float64(othersIdle.InFlight))),
+		Chunks:            int(part(float64(spec.Chunks), float64(held.Chunks), float64(others.Chunks), float64(othersIdle.Chunks))),
 		Wants:             wants,
 		// A little jitter keeps the fleet's renewals from lining up.
 		Expires: now.Add(limitLease - time.Duration(rand.N(int64(limitLease/10)))),
 	}
 	if spec.InFlight > 0 && wants && out.InFlight == 0 && spec.InFlight-others.InFlight >= 1 {
 		out.InFlight = 1
+	}
+	if spec.Chunks > 0 && wants && out.Chunks == 0 && spec.Chunks-others.Chunks >= 1 {
+		out.Chunks = 1
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // TestAllotNeverPassesTheLimit: however the shares stand, what a process
@@ -15,13 +16,18 @@ import (
 // no more does not grow; an expired share is free.
 func TestAllotNeverPassesTheLimit(t *testing.T) {
 	now := time.Now()
-	spec := kv.Limit{Key: "system.p", RequestsPerMinute: 600, TokensPerMinute: 200_000, InFlight: 10}
+	spec := kv.Limit{Key: "tenant.p", RequestsPerMinute: 600, TokensPerMinute: 200_000, InFlight: 10, Chunks: 9}
 	sh := &kv.LimitShares{Shares: map[string]kv.LimitShare{}}
 	sum := func() (rpm, tpm float64, in int) {
+		chunks := 0
 		for _, s := range sh.Shares {
 			if now.Before(s.Expires) {
 				rpm, tpm, in = rpm+s.RequestsPerMinute, tpm+s.TokensPerMinute, in+s.InFlight
+				chunks += s.Chunks
 			}
+		}
+		if chunks > spec.Chunks {
+			t.Fatalf("shares hold %d chunks in flight; the limit is %d", chunks, spec.Chunks)
 		}
 		return rpm, tpm, in
 	}
@@ -35,8 +41,8 @@ func TestAllotNeverPassesTheLimit(t *testing.T) {
 		}
 	}
 	for _, p := range procs {
-		if s := sh.Shares[p]; s.RequestsPerMinute < 149.99 || s.RequestsPerMinute > 150.01 || s.InFlight != 2 {
-			t.Errorf("%s after three rounds: %+v; want a quarter of the requests (150) and 2 in flight", p, s)
+		if s := sh.Shares[p]; s.RequestsPerMinute < 149.99 || s.RequestsPerMinute > 150.01 || s.InFlight != 2 || s.Chunks != 2 {
+			t.Errorf("%s after three rounds: %+v; want a quarter of the requests (150), 2 in flight and 2 chunks", p, s)
 		}
 	}
 	// d wants no more: it keeps what it has, and does not grow when the
@@ -87,5 +93,37 @@ func TestLimiterHoldsAKeyForWhatItIsTold(t *testing.T) {
 	}
 	if k.inFlight != 0 {
 		t.Errorf("in flight %d after three requests settled", k.inFlight)
+	}
+}
+
+// TestTenantOf: the job message's tenant wins, else the metadata field
+// the pipeline names, else none; a tenant that is no token, or a field
+// that is no string, is refused.
+func TestTenantOf(t *testing.T) {
+	given := "acme"
+	for _, tc := range []struct {
+		msg   streams.JobMsg
+		from  string
+		want  string
+		fails bool
+	}{
+		{msg: streams.JobMsg{Tenant: given, Metadata: map[string]any{"customer": "other"}}, from: "customer", want: "acme"},
+		{msg: streams.JobMsg{Metadata: map[string]any{"customer": "other"}}, from: "customer", want: "other"},
+		{msg: streams.JobMsg{Metadata: map[string]any{"customer": "other"}}, want: ""},
+		{msg: streams.JobMsg{}, from: "customer", want: ""},
+		{msg: streams.JobMsg{Metadata: map[string]any{"customer": 7.0}}, from: "customer", fails: true},
+		{msg: streams.JobMsg{Metadata: map[string]any{"customer": "a.b"}}, from: "customer", fails: true},
+		{msg: streams.JobMsg{Tenant: "a>"}, fails: true},
+	} {
+		got, err := tenantOf(tc.msg, tc.from)
+		if tc.fails {
+			if !errors.Is(err, streams.ErrBadToken) {
+				t.Errorf("tenantOf(%+v, %q) = %q, %v; want ErrBadToken", tc.msg, tc.from, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("tenantOf(%+v, %q) = %q, %v; want %q", tc.msg, tc.from, got, err, tc.want)
+		}
 	}
 }

@@ -223,6 +223,8 @@ type parsed struct {
 	jobID     string
 	traceID   string
 	window    int
+	// tenant is whose job it is (kv.Job.Tenant).
+	tenant string
 	// partition holds the job's chunks: PartitionOf its id among the
 	// partitions this process knows, written in its record.
 	partition int
@@ -273,7 +275,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	job := kv.Job{
 		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.inputs), Window: p.window,
-		TraceID: p.traceID, Metadata: p.msg.Metadata, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
+		TraceID: p.traceID, Metadata: p.msg.Metadata, Tenant: p.tenant, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
 		ChunksRoot: p.tree.Root(), Partition: p.partition,
 	}
 	if b := p.msg.Budget; b != nil {
@@ -407,6 +409,9 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 	// Looked up once the job id is known, so a waiter hears of it.
 	if p.pipeline, err = s.cfg.Registry.Get(name); err != nil {
 		return p, reject(streams.RejectUnknownPipeline, err)
+	}
+	if p.tenant, err = tenantOf(p.msg, p.pipeline.TenantFrom); err != nil {
+		return p, reject(streams.RejectBadToken, err)
 	}
 	inputs, err := p.pipeline.SplitInput(p.msg.Input)
 	if errors.Is(err, recovery.ErrPanic) {
@@ -548,4 +553,24 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// tenantOf is whose job msg is: its tenant, else the string in the
+// metadata field from names, else nobody's (""). A tenant that is no
+// token is an error wrapping streams.ErrBadToken.
+func tenantOf(msg streams.JobMsg, from string) (string, error) {
+	t := msg.Tenant
+	if t == "" && from != "" {
+		v, ok := msg.Metadata[from]
+		if !ok {
+			return "", nil
+		}
+		if t, ok = v.(string); !ok {
+			return "", fmt.Errorf("%w: metadata %q names the tenant and must be a string, not %T", streams.ErrBadToken, from, v)
+		}
+	}
+	if t == "" {
+		return "", nil
+	}
+	return t, streams.ValidateToken("tenant", t)
 }

@@ -146,6 +146,9 @@ type Worker struct {
 	limiter *limiter
 	// pauses is this process's view of the paused pipelines.
 	pauses *pauses
+	// waitRoom bounds the chunks waiting for their tenant's turn without
+	// a slot (tenantTurn).
+	waitRoom chan struct{}
 	// tails bounds the finished chunks still doing their bookkeeping
 	// after giving their slot to the next chunk.
 	tails chan struct{}
@@ -195,11 +198,12 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), stores.Partitions, log),
 		limiter: newLimiter(js, stores.Limits, cfg.ID, log),
 		js:      js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
-		letter:  letterer{js: js, stores: stores, tracker: tr, log: log, prices: cfg.Prices},
-		cancels: newCancelRegistry(),
-		tails:   make(chan struct{}, max(slots, 1)),
-		journal: func(j recovery.JournalStore) recovery.JournalStore { return j },
-		pools:   pools,
+		letter:   letterer{js: js, stores: stores, tracker: tr, log: log, prices: cfg.Prices},
+		cancels:  newCancelRegistry(),
+		tails:    make(chan struct{}, max(slots, 1)),
+		waitRoom: make(chan struct{}, max(slots, waitRoomMin)),
+		journal:  func(j recovery.JournalStore) recovery.JournalStore { return j },
+		pools:    pools,
 	}, nil
 }
 
@@ -390,6 +394,16 @@ func (w *Worker) Run(ctx context.Context) error {
 // can finish it.
 func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) {
 	log := w.log.With().Str("pipeline", pipeline).Logger()
+	take := func(ctx context.Context, stop <-chan struct{}) error {
+		select {
+		case slots <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-stop:
+			return errDraining
+		}
+	}
 	for ctx.Err() == nil {
 		// Wait for a free slot, then ask for as many chunks as are free.
 		select {
@@ -412,7 +426,7 @@ func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstr
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					w.handle(workCtx, m, func() { <-slots })
+					w.handle(workCtx, m, slot{free: func() { <-slots }, take: take, stop: ctx.Done()})
 				}()
 			}
 			return batch.Error()
@@ -527,4 +541,13 @@ func (r *cancelRegistry) cancelJob(job, reason string) {
 	for _, cancel := range r.jobs[job] {
 		cancel(recovery.ErrJobCancelled)
 	}
+}
+
+// slot is a delivery's place in its pool: free gives it back, take takes
+// one again (for a run that gave its own away while it waited), stop is
+// closed when the pool stops taking chunks.
+type slot struct {
+	free func()
+	take func(ctx context.Context, stop <-chan struct{}) error
+	stop <-chan struct{}
 }

@@ -41,7 +41,12 @@ type run struct {
 	// free gives the run's slot back, at most once (done).
 	free     func()
 	freeOnce sync.Once
-	tail     bool
+	// take takes a slot again, for a run that gave its own away while it
+	// waited (tenantTurn), unless ctx or stop ends first.
+	take func(ctx context.Context, stop <-chan struct{}) error
+	// stop is closed when the worker stops taking chunks (a drain).
+	stop <-chan struct{}
+	tail bool
 	// bg holds work started off the chunk's critical path.
 	bg sync.WaitGroup
 	// outcome is how this delivery ended (a checkpoint status, retry,
@@ -92,8 +97,9 @@ func (r *run) done() {
 // must not ack). free gives the delivery's slot back: once, when the
 // chunk's outcome is durable (its bookkeeping goes on beside the next
 // chunk) or when handle returns.
-func (w *Worker) handle(ctx context.Context, m jetstream.Msg, free func()) {
-	r := &run{w: w, m: m, log: w.log, free: free, pool: w.poolFor(pipelineOf(m.Subject()))}
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg, s slot) {
+	free := s.free
+	r := &run{w: w, m: m, log: w.log, free: free, take: s.take, stop: s.stop, pool: w.poolFor(pipelineOf(m.Subject()))}
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
 	defer func() {
@@ -243,6 +249,16 @@ func (r *run) run(ctx context.Context) error {
 			Msg("an older message of the chunk: a newer one has run it since; dropped without running")
 		return r.dropStale("a newer message of the chunk has run it")
 	}
+	if job.CancelledAt != nil {
+		return r.cancelUnclaimed(ctx, job, cp)
+	}
+	job, endTurn, err := r.tenantTurn(ctx, job)
+	if err != nil || endTurn == nil {
+		return err
+	}
+	defer endTurn()
+	// The chunk's calls count against its tenant's limit too.
+	ctx = recovery.WithTenant(ctx, job.Tenant)
 	if job.CancelledAt != nil {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}

@@ -50,6 +50,11 @@ type Job struct {
 	TraceID  string         `json:"trace_id"`
 	Budget   *Budget        `json:"budget,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Tenant is whose job it is: the job message's tenant, or its
+	// pipeline's TenantFrom field of Metadata. Empty: nobody's in
+	// particular. A tenant's limit (tenant.<Tenant>) caps the job's
+	// chunks in flight and calls.
+	Tenant string `json:"tenant,omitempty"`
 	// SourceSeq is the SALVAGE_JOBS sequence of the message that created
 	// the job; a redelivery of that message finds its own job.
 	SourceSeq uint64 `json:"source_seq,omitempty"`

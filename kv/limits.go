@@ -26,6 +26,9 @@ const (
 	LimitSystem = "system"
 	// LimitTool limits the calls of one tool (one model).
 	LimitTool = "tool"
+	// LimitTenant limits the work of one tenant's jobs (Job.Tenant): its
+	// chunks in flight (Limit.Chunks) and the calls they make.
+	LimitTenant = "tenant"
 )
 
 var (
@@ -39,16 +42,21 @@ var (
 
 // Limit caps the calls made to one key by every process together.
 type Limit struct {
-	// Key is <kind>.<name>: system.<system> or tool.<tool>.
+	// Key is <kind>.<name>: system.<system>, tool.<tool> or
+	// tenant.<tenant>.
 	Key string `json:"key"`
 	// RequestsPerMinute and TokensPerMinute bound what the fleet sends
 	// in any minute; InFlight the calls it has open at once. 0 is no
 	// bound.
-	RequestsPerMinute int       `json:"requests_per_minute,omitempty"`
-	TokensPerMinute   int64     `json:"tokens_per_minute,omitempty"`
-	InFlight          int       `json:"in_flight,omitempty"`
-	SetBy             string    `json:"set_by,omitempty"`
-	SetAt             time.Time `json:"set_at,omitzero"`
+	RequestsPerMinute int   `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64 `json:"tokens_per_minute,omitempty"`
+	InFlight          int   `json:"in_flight,omitempty"`
+	// Chunks bounds a tenant's chunks running at once across the fleet
+	// (tenant keys only): a chunk past it waits, its worker's slot free
+	// for other tenants' chunks. 0 is no bound.
+	Chunks int       `json:"chunks,omitempty"`
+	SetBy  string    `json:"set_by,omitempty"`
+	SetAt  time.Time `json:"set_at,omitzero"`
 }
 
 // LimitKey is the key of a limit of kind on name.
@@ -59,17 +67,20 @@ func LimitKey(kind, name string) string { return kind + "." + name }
 // negative bound, or no bound at all.
 func (l Limit) Validate() error {
 	kind, name, ok := strings.Cut(l.Key, ".")
-	if !ok || (kind != LimitSystem && kind != LimitTool) {
-		return fmt.Errorf("%w: key %q: want %s.<name> or %s.<name>", ErrBadLimit, l.Key, LimitSystem, LimitTool)
+	if !ok || (kind != LimitSystem && kind != LimitTool && kind != LimitTenant) {
+		return fmt.Errorf("%w: key %q: want %s.<name>, %s.<name> or %s.<name>", ErrBadLimit, l.Key, LimitSystem, LimitTool, LimitTenant)
 	}
 	if err := streams.ValidateToken("limit name", name); err != nil {
 		return fmt.Errorf("%w: key %q: %w", ErrBadLimit, l.Key, err)
 	}
-	if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.InFlight < 0 {
+	if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.InFlight < 0 || l.Chunks < 0 {
 		return fmt.Errorf("%w: %s: bounds must not be negative", ErrBadLimit, l.Key)
 	}
-	if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.InFlight == 0 {
-		return fmt.Errorf("%w: %s: no bound (requests or tokens per minute, or calls in flight)", ErrBadLimit, l.Key)
+	if l.Chunks > 0 && kind != LimitTenant {
+		return fmt.Errorf("%w: %s: chunks in flight bound a tenant's work only (%s.<name>)", ErrBadLimit, l.Key, LimitTenant)
+	}
+	if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.InFlight == 0 && l.Chunks == 0 {
+		return fmt.Errorf("%w: %s: no bound (requests or tokens per minute, calls or chunks in flight)", ErrBadLimit, l.Key)
 	}
 	return nil
 }
@@ -94,6 +105,7 @@ type LimitShare struct {
 	RequestsPerMinute float64 `json:"rpm,omitempty"`
 	TokensPerMinute   float64 `json:"tpm,omitempty"`
 	InFlight          int     `json:"in_flight,omitempty"`
+	Chunks            int     `json:"chunks,omitempty"`
 	// Wants is set when the holder had calls waiting in its last lease:
 	// it would use more than it holds.
 	Wants bool `json:"wants,omitempty"`

@@ -33,6 +33,9 @@ type Plan struct {
 	// it is rejected (too-many-chunks). Zero takes the splitter's limit
 	// (10,000 unless configured).
 	MaxChunks int
+	// TenantFrom names the metadata field whose string is a job's tenant
+	// when its message names none (salvage.Pipeline.TenantFrom).
+	TenantFrom string
 	// Result builds the findings published for a finished chunk from every
 	// stage's outputs. Nil publishes the outputs as they are.
 	Result func(chunk json.RawMessage, outputs []kv.StageOutput) (json.RawMessage, error)

@@ -17,6 +17,10 @@ type JobMsg struct {
 	Input    json.RawMessage `json:"input"`
 	Budget   *JobBudget      `json:"budget,omitempty"`
 	Metadata map[string]any  `json:"metadata,omitempty"`
+	// Tenant names whose job it is (a token): its chunks count against
+	// the limit of tenant.<Tenant>, chunks in flight included. Absent,
+	// the pipeline's TenantFrom names a metadata field that holds it.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // JobBudget caps what a job may spend.

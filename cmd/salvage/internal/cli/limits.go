@@ -34,7 +34,7 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 			return e.writeJSON(ls)
 		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "KEY\tREQUESTS/MIN\tTOKENS/MIN\tIN FLIGHT\tHOLDERS\tHELD (req/min, tok/min, in flight)\tWAITING\tPAUSED UNTIL\tSET BY")
+		fmt.Fprintln(tw, "KEY\tREQUESTS/MIN\tTOKENS/MIN\tIN FLIGHT\tCHUNKS\tHOLDERS\tHELD (req/min, tok/min, in flight, chunks)\tWAITING\tPAUSED UNTIL\tSET BY")
 		bound := func(n int64) string {
 			if n == 0 {
 				return "-"
@@ -46,8 +46,8 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 			if !l.PausedUntil.IsZero() {
 				paused = l.PausedUntil.Local().Format(time.TimeOnly)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f, %.0f, %d\t%d\t%s\t%s\n", l.Key, bound(int64(l.RequestsPerMinute)), bound(l.TokensPerMinute),
-				bound(int64(l.InFlight)), l.Holders, l.HeldRequestsPerMinute, l.HeldTokensPerMinute, l.HeldInFlight, l.Waiting, paused, l.SetBy)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.0f, %.0f, %d, %d\t%d\t%s\t%s\n", l.Key, bound(int64(l.RequestsPerMinute)), bound(l.TokensPerMinute),
+				bound(int64(l.InFlight)), bound(int64(l.Chunks)), l.Holders, l.HeldRequestsPerMinute, l.HeldTokensPerMinute, l.HeldInFlight, l.HeldChunks, l.Waiting, paused, l.SetBy)
 		}
 		return tw.Flush()
 	})
@@ -62,10 +62,11 @@ func (e *env) limitsSetCmd() *cobra.Command {
 	by := operatorName()
 	cmd := &cobra.Command{
 		Use:   "set KEY",
-		Short: "Declare or change a rate limit: requests and tokens per minute, requests in flight",
+		Short: "Declare or change a rate limit: requests and tokens per minute, requests in flight, a tenant's chunks in flight",
 		Long: `Declare a rate limit on KEY, or change it: system.<system> (every tool whose System
-is <system>; chatmodel names a model endpoint's system model-<host>, dots as _) or
-tool.<tool>. Every worker process follows the change within a moment and paces its
+is <system>; chatmodel names a model endpoint's system model-<host>, dots as _),
+tool.<tool>, or tenant.<tenant> (the jobs submitted with that tenant: their calls, and
+with --chunks their chunks running at once). Every worker process follows the change within a moment and paces its
 requests to its share; a flag left out is no bound, and at least one is needed.`,
 		Args: cobra.ExactArgs(1),
 	}
@@ -73,7 +74,7 @@ requests to its share; a flag left out is no bound, and at least one is needed.`
 		l.Key = args[0]
 		var out salvage.Limit
 		if err := e.request("limits.set", map[string]any{"key": l.Key, "requests_per_minute": l.RequestsPerMinute,
-			"tokens_per_minute": l.TokensPerMinute, "in_flight": l.InFlight, "by": by}, &out); err != nil {
+			"tokens_per_minute": l.TokensPerMinute, "in_flight": l.InFlight, "chunks": l.Chunks, "by": by}, &out); err != nil {
 			return err
 		}
 		if asJSON {
@@ -86,6 +87,7 @@ requests to its share; a flag left out is no bound, and at least one is needed.`
 	f.IntVar(&l.RequestsPerMinute, "rpm", 0, "requests a minute, the fleet together (0: no bound)")
 	f.Int64Var(&l.TokensPerMinute, "tpm", 0, "tokens a minute, the fleet together (0: no bound)")
 	f.IntVar(&l.InFlight, "in-flight", 0, "requests open at once, the fleet together (0: no bound)")
+	f.IntVar(&l.Chunks, "chunks", 0, "a tenant's chunks running at once, the fleet together (tenant.<name> only; 0: no bound)")
 	f.StringVar(&by, "by", by, "who sets it, recorded with the limit")
 	f.BoolVar(&asJSON, "json", false, "print the limit as JSON")
 	return cmd

@@ -26,16 +26,18 @@ func (e *env) submitCmd() *cobra.Command {
 		wait    bool
 		timeout time.Duration
 		budget  salvage.Budget
+		tenant  string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit PIPELINE FILE|-",
 		Short: "Submit a job and print its id",
 		Long: `Submit a job to salvage.jobs.PIPELINE. FILE (or - for stdin) is a job message
-({"input": ..., "job_id"?, "budget"?, "metadata"?}) or, for contract-review, plain
+({"input": ..., "job_id"?, "budget"?, "metadata"?, "tenant"?}) or, for contract-review, plain
 contract text. It prints the job's id once a splitter accepted it, and fails at once
 when the job is rejected (an unknown pipeline, bad input). --budget-tokens and --budget-usd set (or override) the job's budget:
 once the model usage of its finished chunks passes it, its remaining chunks stop and
-one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 done,
+one BUDGET_EXCEEDED envelope escalates. --tenant names whose job it is (the limit
+tenant.<tenant> caps its chunks in flight and calls). With --wait, show progress and exit 0 done,
 3 partial, 4 incomplete, 5 cancelled, 1 on error.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -67,6 +69,12 @@ one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 do
 					b.Cost = budget.Cost
 				}
 				opts.Budget = &b
+			}
+			if tenant != "" {
+				if opts == nil {
+					opts = &salvage.SubmitOpts{}
+				}
+				opts.Tenant = tenant
 			}
 			if opts != nil {
 				// Refused here, before anything is sent: NaN, Inf,
@@ -116,6 +124,7 @@ one BUDGET_EXCEEDED envelope escalates. With --wait, show progress and exit 0 do
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "with --wait, give up after this long")
 	cmd.Flags().Int64Var(&budget.Tokens, "budget-tokens", 0, "the most model tokens the job may use (0: no cap)")
 	cmd.Flags().Float64Var(&budget.Cost, "budget-usd", 0, "the most the job's model calls may cost, priced by salvage up --price (0: no cap)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "whose job it is (overrides the file's tenant)")
 	return cmd
 }
 
@@ -160,6 +169,7 @@ func jobRequest(pipeline string, data []byte) (json.RawMessage, *salvage.SubmitO
 		Input    json.RawMessage `json:"input"`
 		Budget   *salvage.Budget `json:"budget"`
 		Metadata map[string]any  `json:"metadata"`
+		Tenant   string          `json:"tenant"`
 	}
 	if err := json.Unmarshal(trimmed, &msg); err != nil {
 		return nil, nil, fmt.Errorf("job message is not valid JSON: %w", err)
@@ -167,7 +177,7 @@ func jobRequest(pipeline string, data []byte) (json.RawMessage, *salvage.SubmitO
 	if len(msg.Input) == 0 {
 		return nil, nil, fmt.Errorf(`%w: job message has no "input"`, salvage.ErrInvalidJob)
 	}
-	opts := &salvage.SubmitOpts{Budget: msg.Budget, Metadata: msg.Metadata}
+	opts := &salvage.SubmitOpts{Budget: msg.Budget, Metadata: msg.Metadata, Tenant: msg.Tenant}
 	if msg.JobID != nil {
 		if err := salvage.ValidateJobID(*msg.JobID); err != nil {
 			return nil, nil, err

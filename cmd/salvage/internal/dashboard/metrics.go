@@ -104,6 +104,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			{"requests_per_minute", float64(l.RequestsPerMinute), l.HeldRequestsPerMinute},
 			{"tokens_per_minute", float64(l.TokensPerMinute), l.HeldTokensPerMinute},
 			{"in_flight", float64(l.InFlight), float64(l.HeldInFlight)},
+			{"chunks", float64(l.Chunks), float64(l.HeldChunks)},
 		} {
 			if b.bound > 0 {
 				ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, b.bound, l.Key, b.name)

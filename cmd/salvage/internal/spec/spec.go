@@ -39,13 +39,15 @@ type File struct {
 	Limits []Limit `yaml:"limits" json:"limits"`
 }
 
-// Limit declares a rate limit (salvage.Limit): key system.<system> or
-// tool.<tool>, at least one bound.
+// Limit declares a rate limit (salvage.Limit): key system.<system>,
+// tool.<tool> or tenant.<tenant>, at least one bound (chunks: a tenant's
+// only).
 type Limit struct {
 	Key               string `yaml:"key"`
 	RequestsPerMinute int    `yaml:"requests_per_minute"`
 	TokensPerMinute   int64  `yaml:"tokens_per_minute"`
 	InFlight          int    `yaml:"in_flight"`
+	Chunks            int    `yaml:"chunks"`
 }
 
 // Declared is what a pipelines file declares.
@@ -74,10 +76,13 @@ type MCPServer struct {
 type Pipeline struct {
 	Name string `yaml:"name"`
 	// Split is whole, paragraphs or items (salvage.SplitWhole, …).
-	Split     string  `yaml:"split"`
-	MaxChunks int     `yaml:"max_chunks"`
-	Stages    []Stage `yaml:"stages"`
-	Tools     []Tool  `yaml:"tools"`
+	Split     string `yaml:"split"`
+	MaxChunks int    `yaml:"max_chunks"`
+	// TenantFrom names the metadata field whose string is a job's tenant
+	// when its submission names none (salvage.Pipeline.TenantFrom).
+	TenantFrom string  `yaml:"tenant_from"`
+	Stages     []Stage `yaml:"stages"`
+	Tools      []Tool  `yaml:"tools"`
 	// Concurrency, AckWait and MaxDeliver tune the pipeline's own chunk
 	// pool; zero (absent) takes salvage up's --concurrency, --ack-wait
 	// and --max-deliver.
@@ -148,9 +153,9 @@ var Reserved = []string{"contract-review", "order-fulfillment"}
 // version is the part of p's declaration its definition fingerprint does
 // not see from the pipeline it builds: how it splits, what tool each agent
 // calls, the MCP options of its tools, timeouts. Tuning (concurrency,
-// ack_wait, max_deliver, retention, max_chunks) is left out.
+// ack_wait, max_deliver, retention, max_chunks, tenant_from) is left out.
 func version(p Pipeline) string {
-	p.Concurrency, p.AckWait, p.MaxDeliver, p.Retention, p.MaxChunks = 0, "", 0, Retention{}, 0
+	p.Concurrency, p.AckWait, p.MaxDeliver, p.Retention, p.MaxChunks, p.TenantFrom = 0, "", 0, Retention{}, 0, ""
 	data, _ := json.Marshal(p)
 	sum := sha256.Sum256(data)
 	return "file:" + hex.EncodeToString(sum[:8])
@@ -254,7 +259,7 @@ func parse(ctx context.Context, name string, data []byte, mcp MCP) (*Declared, e
 			return nil, fail(pp+".name", "pipeline name %s is reserved for the built-in pipeline of that name: choose another", p.Name)
 		}
 		seen[p.Name] = true
-		sp := &salvage.Pipeline{Name: p.Name, MaxChunks: p.MaxChunks, Version: version(p)}
+		sp := &salvage.Pipeline{Name: p.Name, MaxChunks: p.MaxChunks, TenantFrom: p.TenantFrom, Version: version(p)}
 		switch p.Split {
 		case "whole", "":
 			sp.Split = salvage.SplitWhole
@@ -420,7 +425,7 @@ func parse(ctx context.Context, name string, data []byte, mcp MCP) (*Declared, e
 	keys := map[string]bool{}
 	for i, l := range doc.Limits {
 		lp := fmt.Sprintf("$.limits[%d]", i)
-		limit := salvage.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight}
+		limit := salvage.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight, Chunks: l.Chunks}
 		if err := limit.Validate(); err != nil {
 			return nil, fail(lp, "%v", err)
 		}
