@@ -54,6 +54,10 @@ type benchReport struct {
 	// missing.
 	Limits        []limitsRow `json:"limits,omitempty"`
 	LimitsSkipped string      `json:"limits_skipped,omitempty"`
+	// Tenants are the fair-share rows; TenantsSkipped says why they are
+	// missing.
+	Tenants        []tenantsRow `json:"tenants,omitempty"`
+	TenantsSkipped string       `json:"tenants_skipped,omitempty"`
 	// FleetSkipped says why the fleet rows are missing.
 	FleetSkipped string  `json:"fleet_skipped,omitempty"`
 	WallSecs     float64 `json:"wall_seconds"`
@@ -80,11 +84,13 @@ type benchOpts struct {
 	fleetJournal string
 	// limitsChunks is the chunks of the limits rows' job.
 	limitsChunks int
-	dashboard    []int
+	// tenantsChunks is the chunks of tenant a's job in the tenants rows.
+	tenantsChunks int
+	dashboard     []int
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard", "partitions", "limits"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard", "partitions", "limits", "tenants"}
 
 func (e *env) benchCmd() *cobra.Command {
 	var o benchOpts
@@ -138,7 +144,11 @@ print one table:
                admits 600 requests and 200,000 tokens a minute, one contract-review job of
                --limits-chunks chunks (about 2,000 calls), first without a limit declared,
                then with one: the provider's 429s, the most sent in a minute, the share of
-               the quota used, the job's tier-1 retries and redeliveries.
+               the quota used, the job's tier-1 retries and redeliveries;
+  tenants      2 worker processes of 16 slots, contract-review against a simulated model
+               of 300 ms a call: tenant b's job of 20 chunks alone, then beside tenant
+               a's job of --tenants-chunks chunks, with tenant a capped at 24 chunks in
+               flight and with the job windows only: b's time beside a over its time alone.
 
 Figures depend on the machine; docs/benchmarks.md shows one run.`,
 		Args: cobra.NoArgs,
@@ -151,8 +161,8 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 					return fmt.Errorf("--only %q: want some of %s", p, strings.Join(benchParts, ","))
 				}
 			}
-			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 || o.fleetConc < 1 || o.fleetChunks < 1 || o.limitsChunks < 1 {
-				return errors.New("--jobs, --chunks, --concurrency, --kills, --growth-concurrency, --fleet-concurrency, --fleet-chunks and --limits-chunks must be positive, --workers at least 2")
+			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 || o.fleetConc < 1 || o.fleetChunks < 1 || o.limitsChunks < 1 || o.tenantsChunks < 1 {
+				return errors.New("--jobs, --chunks, --concurrency, --kills, --growth-concurrency, --fleet-concurrency, --fleet-chunks, --limits-chunks and --tenants-chunks must be positive, --workers at least 2")
 			}
 			for _, n := range o.fleet {
 				if n < 1 || n > o.fleetConc {
@@ -197,6 +207,7 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 	f.IntVar(&o.fleetChunks, "fleet-chunks", 2_000, "fleet: chunks of the job")
 	f.StringVar(&o.fleetJournal, "fleet-journal", string(salvage.JournalAtomic), "fleet: journal writes, atomic (each process group-commits the rows of its concurrent calls) or pipelined (a row, an acknowledgement)")
 	f.IntVar(&o.limitsChunks, "limits-chunks", 17, "limits: chunks of the job (116 model calls each)")
+	f.IntVar(&o.tenantsChunks, "tenants-chunks", 5000, "tenants: chunks of tenant a's job")
 	f.IntSliceVar(&o.dashboard, "dashboard", []int{1_000, 100_000}, "dashboard: envelope counts, ascending")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
@@ -322,6 +333,23 @@ func (r *benchReport) print(w io.Writer) {
 			fmt.Fprintf(tw, "  limits rows skipped: %s\n", r.LimitsSkipped)
 		} else {
 			fmt.Fprintf(tw, "  %s\n", limitsVerdict(r.Limits))
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Tenants) > 0 || r.TenantsSkipped != "" {
+		fmt.Fprintln(tw, "TENANTS	tenant a's cap	b alone	b beside a	ratio	a's chunks done while b ran	b's job")
+		for _, t := range r.Tenants {
+			capped := "none (job windows only)"
+			if t.Cap > 0 {
+				capped = fmt.Sprintf("%d chunks in flight", t.Cap)
+			}
+			fmt.Fprintf(tw, "  %d x %d slots, a: %s chunks, b: %d\t%s\t%.1f s\t%.1f s\t%.2fx\t%s\t%s\n", t.Workers, t.Slots, thousands(t.LargeChunks), t.SmallChunks,
+				capped, t.AloneSecs, t.BesideSecs, t.Ratio, thousands(t.LargeDoneAfter-t.LargeDoneBefore), t.Status)
+		}
+		if r.TenantsSkipped != "" {
+			fmt.Fprintf(tw, "  tenants rows skipped: %s\n", r.TenantsSkipped)
+		} else {
+			fmt.Fprintf(tw, "  %s\n", tenantsVerdict(r.Tenants))
 		}
 		fmt.Fprintln(tw)
 	}

@@ -54,7 +54,7 @@ type baselineResult struct {
 // chunks chunks of calls calls each, on a fresh server and model.
 func (b *bench) baseline(ctx context.Context, binary string, procs, conc, chunks, calls int) (res baselineResult, err error) {
 	res.CallsPerChunk = calls
-	fs, err := startFleetServer(binary, nil)
+	fs, err := startFleetServer(binary, nil, fleetLatency)
 	if err != nil {
 		return res, err
 	}

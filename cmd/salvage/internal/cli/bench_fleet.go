@@ -103,8 +103,8 @@ type fleetServer struct {
 }
 
 // startFleetServer starts a fleet row's nats-server (fleetServerConf) and
-// simulated model (latency fleetLatency), with quotas on its models.
-func startFleetServer(binary string, quotas map[string]sim.Quota) (*fleetServer, error) {
+// simulated model (its latency a call), with quotas on its models.
+func startFleetServer(binary string, quotas map[string]sim.Quota, latency time.Duration) (*fleetServer, error) {
 	dir, err := os.MkdirTemp("", "salvage-bench-fleet-")
 	if err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func startFleetServer(binary string, quotas map[string]sim.Quota) (*fleetServer,
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
 	undo = append(undo, func() { _ = srv.Process.Signal(syscall.SIGTERM); _ = srv.Wait() })
-	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: fleetLatency})
+	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: latency})
 	if err != nil {
 		stop()
 		return nil, err
@@ -180,7 +180,7 @@ func (b *bench) fleet(ctx context.Context, binary string) ([]fleetRow, error) {
 func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fleetRow, err error) {
 	conc := max(b.o.fleetConc/procs, 1)
 	row = fleetRow{Processes: procs, Concurrency: conc, Chunks: b.o.fleetChunks, Journal: b.o.fleetJournal}
-	fs, err := startFleetServer(binary, nil)
+	fs, err := startFleetServer(binary, nil, fleetLatency)
 	if err != nil {
 		return row, err
 	}

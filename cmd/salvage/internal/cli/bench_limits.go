@@ -83,7 +83,7 @@ func (b *bench) limits(ctx context.Context, binary string) ([]limitsRow, error) 
 
 func (b *bench) limitsRow(ctx context.Context, binary string, limited bool) (row limitsRow, err error) {
 	row = limitsRow{Limited: limited, Workers: limitsWorkers, Slots: limitsSlots, Chunks: b.o.limitsChunks}
-	fs, err := startFleetServer(binary, map[string]sim.Quota{simmodel.ModelName: {RPM: limitsRPM, TPM: limitsTPM}})
+	fs, err := startFleetServer(binary, map[string]sim.Quota{simmodel.ModelName: {RPM: limitsRPM, TPM: limitsTPM}}, fleetLatency)
 	if err != nil {
 		return row, err
 	}

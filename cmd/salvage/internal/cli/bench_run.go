@@ -118,6 +118,13 @@ func (b *bench) run(ctx context.Context) (*benchReport, error) {
 			return nil, fmt.Errorf("limits: %w", err)
 		}
 	}
+	if slices.Contains(b.o.only, "tenants") {
+		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
+			r.TenantsSkipped = err.Error()
+		} else if r.Tenants, err = b.tenants(ctx, bin); err != nil {
+			return nil, fmt.Errorf("tenants: %w", err)
+		}
+	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
 }

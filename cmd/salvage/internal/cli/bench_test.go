@@ -285,3 +285,38 @@ func TestBenchLimits(t *testing.T) {
 		t.Errorf("with the limit the job took %.1f s: its 116 requests went faster than 600 a minute", l.Wall)
 	}
 }
+
+// TestBenchTenants runs the tenants rows small: tenant a's job of 300
+// chunks on two worker processes, tenant b's of 20 alone and beside it,
+// with tenant a capped and with windows only. Both of b's jobs finish
+// while a's runs (a's count of finished chunks grows meanwhile, and its
+// job is cancelled after).
+func TestBenchTenants(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(binary, "bench", "--only", "tenants", "--tenants-chunks", "300",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
+	if err != nil {
+		t.Fatalf("salvage bench --only tenants: %v", err)
+	}
+	var r struct {
+		Tenants []struct {
+			Cap        int     `json:"cap_chunks"`
+			Alone      float64 `json:"alone_seconds"`
+			Beside     float64 `json:"beside_seconds"`
+			DoneBefore int     `json:"large_done_before"`
+			DoneAfter  int     `json:"large_done_after"`
+			Status     string  `json:"small_job_status"`
+		} `json:"tenants"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if len(r.Tenants) != 2 || r.Tenants[0].Cap != 24 || r.Tenants[1].Cap != 0 {
+		t.Fatalf("tenants rows = %+v; want tenant a capped at 24, then windows only", r.Tenants)
+	}
+	for _, row := range r.Tenants {
+		if row.Status != "done" || row.Alone <= 0 || row.Beside <= 0 || row.DoneBefore < 16 || row.DoneAfter < row.DoneBefore || row.DoneAfter >= 300 {
+			t.Errorf("row %+v; want b's job done alone and beside a's, which ran on and was not finished", row)
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
+)
+
+// The tenants rows (issue 36): tenantsWorkers worker processes of
+// tenantsSlots slots run contract-review against a simulated model of
+// tenantsLatency a call, slow enough that the fleet's slots, not this
+// machine's cores, are what the tenants share. Tenant b's job of
+// tenantsSmall chunks runs alone, then beside tenant a's job of
+// --tenants-chunks: once with tenant a capped at tenantsCap chunks in
+// flight (tenant.a), once with only the job windows between them.
+const (
+	tenantsWorkers = 2
+	tenantsSlots   = 16
+	tenantsSmall   = 20
+	tenantsCap     = 3 * tenantsWorkers * tenantsSlots / 4
+	tenantsLatency = 300 * time.Millisecond
+	// tenantsTimeout bounds one job of tenant b.
+	tenantsTimeout = 10 * time.Minute
+)
+
+// tenantsRow is one run of the tenants rows.
+type tenantsRow struct {
+	// Cap is tenant a's cap on chunks in flight; 0 when none is declared.
+	Cap         int `json:"cap_chunks"`
+	Workers     int `json:"workers"`
+	Slots       int `json:"slots_per_worker"`
+	LargeChunks int `json:"large_chunks"`
+	SmallChunks int `json:"small_chunks"`
+	// AloneSecs is tenant b's job on the idle fleet, BesideSecs the same
+	// job submitted while tenant a's runs; Ratio the second over the
+	// first.
+	AloneSecs  float64 `json:"alone_seconds"`
+	BesideSecs float64 `json:"beside_seconds"`
+	Ratio      float64 `json:"ratio"`
+	// LargeDoneBefore and LargeDoneAfter are tenant a's finished chunks
+	// when b's job was submitted and when it finished: a kept running.
+	LargeDoneBefore int    `json:"large_done_before"`
+	LargeDoneAfter  int    `json:"large_done_after"`
+	Status          string `json:"small_job_status"`
+}
+
+// tenantsVerdict holds each row to the bar of issue 36: tenant b's job
+// beside tenant a's finishes within twice its time alone.
+func tenantsVerdict(rows []tenantsRow) string {
+	var parts []string
+	for _, r := range rows {
+		name := "windows only"
+		if r.Cap > 0 {
+			name = fmt.Sprintf("a capped at %d", r.Cap)
+		}
+		parts = append(parts, fmt.Sprintf("%s: b beside a %.2fx its time alone (<= 2x) %s", name, r.Ratio, verdict(r.Ratio > 0 && r.Ratio <= 2)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// tenants runs the tenants rows on nats-server binary: with tenant a
+// capped, then with windows only.
+func (b *bench) tenants(ctx context.Context, binary string) ([]tenantsRow, error) {
+	var rows []tenantsRow
+	for _, cap := range []int{tenantsCap, 0} {
+		row, err := b.tenantsRow(ctx, binary, cap)
+		if err != nil {
+			return rows, fmt.Errorf("tenant a capped at %d: %w", cap, err)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// shortContract is a contract of n one-line clauses: a job of n chunks
+// whose message stays well under the payload limit at 5,000.
+func shortContract(n int) string {
+	var sb strings.Builder
+	for i := range n {
+		fmt.Fprintf(&sb, "Clause %d binds both parties.\n\n", i+1)
+	}
+	return sb.String()
+}
+
+func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (row tenantsRow, err error) {
+	row = tenantsRow{Cap: capChunks, Workers: tenantsWorkers, Slots: tenantsSlots, LargeChunks: b.o.tenantsChunks, SmallChunks: tenantsSmall}
+	fs, err := startFleetServer(binary, nil, tenantsLatency)
+	if err != nil {
+		return row, err
+	}
+	defer fs.stop()
+
+	var o demoOpts
+	o.run.register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: tenantsLatency})
+	o.run.simURL = fs.simURL
+	o.run.concurrency = tenantsSlots
+	o.run.maxChunks = max(o.run.maxChunks, b.o.tenantsChunks)
+	o.run.journalWrites = string(salvage.JournalAtomic)
+
+	client, _, stopClient, err := b.startDeadLetter(ctx, o, fs.url)
+	if err != nil {
+		return row, err
+	}
+	defer stopClient()
+	if capChunks > 0 {
+		if _, err := client.SetLimit(ctx, salvage.Limit{Key: salvage.LimitKey(salvage.LimitTenant, "a"), Chunks: capChunks}, "bench"); err != nil {
+			return row, err
+		}
+	}
+	var workers []*worker
+	defer func() { stopWorkers(workers) }()
+	for i := range tenantsWorkers {
+		w, err := b.e.startWorker(ctx, o, fs.url, fmt.Sprintf("tenants-w%d", i+1))
+		if w != nil {
+			workers = append(workers, w)
+		}
+		if err != nil {
+			return row, err
+		}
+	}
+	small := func(tag string) (float64, string, error) {
+		start := time.Now()
+		id, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(tenantsSmall, 1)}, &salvage.SubmitOpts{Tenant: "b"})
+		if err != nil {
+			return 0, "", err
+		}
+		wctx, cancel := context.WithTimeout(ctx, tenantsTimeout)
+		defer cancel()
+		job, err := client.Wait(wctx, id)
+		if err != nil {
+			return 0, "", fmt.Errorf("tenant b's job %s: %w", tag, err)
+		}
+		return time.Since(start).Seconds(), string(job.Status), nil
+	}
+	b.log.Info().Int("cap", capChunks).Msg("tenants: tenant b alone")
+	if row.AloneSecs, row.Status, err = small("alone"); err != nil {
+		return row, err
+	}
+	b.log.Info().Int("cap", capChunks).Int("chunks", b.o.tenantsChunks).Msg("tenants: tenant a's large job")
+	large, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: shortContract(b.o.tenantsChunks)}, &salvage.SubmitOpts{Tenant: "a"})
+	if err != nil {
+		return row, err
+	}
+	// b's job goes in once a's has run a wave of the fleet's slots: its
+	// chunks fill every slot it may.
+	for {
+		j, err := client.Get(ctx, large)
+		if err == nil && j.Summary.Done >= tenantsWorkers*tenantsSlots/2 {
+			row.LargeDoneBefore = j.Summary.Done
+			break
+		}
+		if err != nil && !errors.Is(err, salvage.ErrUnknownJob) {
+			return row, err
+		}
+		select {
+		case <-ctx.Done():
+			return row, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	b.log.Info().Int("cap", capChunks).Msg("tenants: tenant b beside tenant a")
+	var status string
+	if row.BesideSecs, status, err = small("beside a"); err != nil {
+		return row, err
+	}
+	row.Status = status
+	row.Ratio = row.BesideSecs / row.AloneSecs
+	j, err := client.Get(ctx, large)
+	if err != nil {
+		return row, err
+	}
+	row.LargeDoneAfter = j.Summary.Done
+	if _, err := client.Cancel(ctx, large, "bench"); err != nil && !errors.Is(err, salvage.ErrJobFinished) {
+		return row, err
+	}
+	return row, nil
+}
