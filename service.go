@@ -55,7 +55,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit, list, watch and trace jobs, list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes, list, set and remove rate limits",
+		Description: "Salvage: submit, list, watch and trace jobs (a tenant: its own, under tenant.<tenant>), list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes, list, set and remove rate limits",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -72,6 +72,12 @@ func (c *Client) serveAPI(ctx context.Context) error {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
 			return fmt.Errorf("salvage: add endpoint %s: %w", subject, err)
+		}
+	}
+	for subject, fn := range c.tenantEndpoints() {
+		if err := g.AddEndpoint("tenant-"+strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject("tenant.*."+subject)); err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("salvage: add endpoint tenant.*.%s: %w", subject, err)
 		}
 	}
 	<-ctx.Done()
@@ -494,6 +500,11 @@ func (c *Client) apiSubmit(ctx context.Context, req micro.Request) (any, error) 
 	if err := decodeBytes(req.Data(), &r, false, c.cfg.MaxPayload); err != nil {
 		return nil, err
 	}
+	return c.submitFrom(ctx, req, r)
+}
+
+// submitFrom submits the job r asks for.
+func (c *Client) submitFrom(ctx context.Context, req micro.Request, r submitRequest) (any, error) {
 	if r.Pipeline == "" {
 		return nil, fmt.Errorf("%w: pipeline is required", errMalformed)
 	}

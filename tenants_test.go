@@ -248,3 +248,60 @@ func TestCancelEndsTheWaitForATenantsTurn(t *testing.T) {
 		t.Errorf("tenant a: %d at once, %d started; want the one that ran when the cancel came", most, started)
 	}
 }
+
+// TestTenantLimitPacesItsCalls: a limit on tenant.slow paces the calls
+// its jobs' chunks make, and no one else's: tenant fast's job, with no
+// limit, has no call that waited; tenant slow's calls never pass the
+// limit in any five seconds, and their journal rows say they waited.
+func TestTenantLimitPacesItsCalls(t *testing.T) {
+	t.Parallel()
+	const rpm = 1200
+	p := &provider{}
+	srv := salvagetest.StartServer(t)
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: salvage.RolesAll, Concurrency: 8,
+		Limits: []salvage.Limit{{Key: salvage.LimitKey(salvage.LimitTenant, "slow"), RequestsPerMinute: rpm}}})
+	ctx := context.Background()
+	waited := func(id string) int {
+		t.Helper()
+		tr, err := c.TracePage(ctx, id, &salvage.Page{Limit: salvage.PageMax})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ch := range tr.Chunks {
+			for _, call := range ch.Calls {
+				if call.LimitWaitMS > 0 {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	fast, err := c.Submit(ctx, "paced", 25, &salvage.SubmitOpts{Tenant: "fast"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := salvagetest.WaitJob(t, c, fast, time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("fast = %+v", j)
+	}
+	if n := waited(fast); n != 0 {
+		t.Errorf("%d calls of tenant fast waited for a limit; it has none", n)
+	}
+	p.mu.Lock()
+	p.calls = nil
+	p.mu.Unlock()
+	slow, err := c.Submit(ctx, "paced", 25, &salvage.SubmitOpts{Tenant: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := salvagetest.WaitJob(t, c, slow, time.Minute); j.Status != salvage.JobDone {
+		t.Fatalf("slow = %+v", j)
+	}
+	perSec := rpm / 60
+	if most := p.mostIn(5 * time.Second); most > 5*perSec+perSec {
+		t.Errorf("%d requests of tenant slow in 5 s; its limit allows %d and a second's burst (%d)", most, 5*perSec, perSec)
+	}
+	if n := waited(slow); n == 0 {
+		t.Errorf("no call of tenant slow's 100 at %d a minute says it waited for the limit", rpm)
+	}
+}

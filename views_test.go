@@ -25,7 +25,7 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 		// hidden are the machinery's fields users do not see, as paths.
 		hidden []string
 	}{
-		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes", "Unannounced", "IndexSeq", "AttentionIndexed"}},
+		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes", "Unannounced", "IndexSeq", "TenantIndexSeq", "AttentionIndexed"}},
 		{"BulkResult", consumers.BulkResult{}, func(v any) any { return bulkResultOf(v.(consumers.BulkResult)) }, nil},
 		{"Worker", kv.WorkerState{}, func(v any) any { return workerOf(v.(kv.WorkerState)) }, []string{"Written"}}, // the server's stamp of UpdatedAt, for the lease
 		{"Chunk", kv.Checkpoint{}, func(v any) any { return chunkOf(v.(kv.Checkpoint)) }, []string{"ClaimRevision", "Snapshots",

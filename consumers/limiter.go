@@ -82,9 +82,13 @@ type limitKey struct {
 	refilled         time.Time
 	inFlight         int
 	// chunks counts the tenant's chunks running in this process.
-	chunks      int
-	pausedUntil time.Time
-	pauseReason string
+	chunks int
+	// startInFlight and startChunks are how many calls and chunks this
+	// process may have open at once: its fair part, never more than the
+	// share its record holds (which is at least what it has open).
+	startInFlight, startChunks int
+	pausedUntil                time.Time
+	pauseReason                string
 	// tell is set when this process learnt a pause the record does not
 	// hold yet.
 	tell bool
@@ -348,9 +352,9 @@ func (k *limitKey) waitFor(now time.Time, tokens int64) (time.Duration, bool) {
 			wait = max(wait, seconds(-k.tokens/rate))
 		}
 	}
-	if k.spec.InFlight > 0 && k.inFlight >= k.share.InFlight {
+	if k.spec.InFlight > 0 && k.inFlight >= k.startInFlight {
 		wait = max(wait, limitPoll)
-		if k.share.InFlight == 0 {
+		if k.startInFlight == 0 {
 			return wait, true
 		}
 	}
@@ -404,7 +408,7 @@ func (l *limiter) renew(ctx context.Context) {
 	}
 	l.mu.Unlock()
 	for _, j := range jobs {
-		var mine kv.LimitShare
+		var mine, fair kv.LimitShare
 		var spec kv.Limit
 		l.mu.Lock()
 		if k := l.keys[j.key]; k != nil {
@@ -418,11 +422,29 @@ func (l *limiter) renew(ctx context.Context) {
 					delete(sh.Shares, id)
 				}
 			}
-			if j.idle {
+			// What is open now, read as the record is written: the share
+			// written holds at least that, and no start passes the fair
+			// part from here on, so the shares never add up past the
+			// limit while a process's part shrinks.
+			l.mu.Lock()
+			k := l.keys[j.key]
+			var used kv.LimitShare
+			if k != nil {
+				used = kv.LimitShare{InFlight: k.inFlight, Chunks: k.chunks}
+			}
+			if j.idle && used.InFlight == 0 && used.Chunks == 0 {
+				if k != nil {
+					k.startInFlight, k.startChunks = 0, 0
+				}
+				l.mu.Unlock()
 				delete(sh.Shares, l.id)
 				return nil
 			}
-			mine = allot(spec, sh, l.id, j.wants, now)
+			mine, fair = allot(spec, sh, l.id, j.wants, now, used)
+			if k != nil {
+				k.startInFlight, k.startChunks = min(k.startInFlight, fair.InFlight), min(k.startChunks, fair.Chunks)
+			}
+			l.mu.Unlock()
 			sh.Shares[l.id] = mine
 			if j.tell && j.pause.After(sh.PausedUntil) {
 				sh.PausedUntil, sh.PauseReason = j.pause, j.reason
@@ -444,6 +466,7 @@ func (l *limiter) renew(ctx context.Context) {
 		default:
 			k.refill(l.now())
 			k.share = mine
+			k.startInFlight, k.startChunks = fair.InFlight, fair.Chunks
 			k.holders = 0
 			for _, h := range sh.Shares {
 				if l.now().Before(h.Expires) {
@@ -491,8 +514,10 @@ func (l *limiter) handBack(ctx context.Context) {
 // shares sh holds: per bound, its fair part — an equal part of what the
 // processes that do not want more leave, when it wants more; at most an
 // equal part and no more than it holds, when it does not — within what
-// the others' shares leave free.
-func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Time) kv.LimitShare {
+// the others' shares leave free. It returns the share to record, whose
+// calls and chunks in flight are at least what the process has open
+// (used), and the fair part, up to which it may open more.
+func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Time, used kv.LimitShare) (record, fair kv.LimitShare) {
 	held := sh.Shares[me]
 	var othersN, wantingN int
 	var others, othersIdle kv.LimitShare
@@ -542,5 +567,7 @@ func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Ti
 	if spec.Chunks > 0 && wants && out.Chunks == 0 && spec.Chunks-others.Chunks >= 1 {
 		out.Chunks = 1
 	}
-	return out
+	record = out
+	record.InFlight, record.Chunks = max(out.InFlight, used.InFlight), max(out.Chunks, used.Chunks)
+	return record, out
 }

@@ -34,7 +34,7 @@ func TestAllotNeverPassesTheLimit(t *testing.T) {
 	procs := []string{"a", "b", "c", "d"}
 	for round := range 3 {
 		for _, p := range procs {
-			sh.Shares[p] = allot(spec, sh, p, true, now)
+			sh.Shares[p], _ = allot(spec, sh, p, true, now, kv.LimitShare{})
 			if rpm, tpm, in := sum(); rpm > 600+1e-9 || tpm > 200_000+1e-6 || in > 10 {
 				t.Fatalf("round %d, %s: shares add up to %.2f rpm, %.2f tpm, %d in flight: past the limit", round, p, rpm, tpm, in)
 			}
@@ -49,13 +49,13 @@ func TestAllotNeverPassesTheLimit(t *testing.T) {
 	// others go.
 	before := sh.Shares["d"]
 	delete(sh.Shares, "a")
-	sh.Shares["d"] = allot(spec, sh, "d", false, now)
+	sh.Shares["d"], _ = allot(spec, sh, "d", false, now, kv.LimitShare{})
 	if got := sh.Shares["d"].RequestsPerMinute; got > before.RequestsPerMinute+1e-9 {
 		t.Errorf("d, wanting no more, grew from %.1f to %.1f", before.RequestsPerMinute, got)
 	}
 	// b's lease lapsed (a process died): c takes what it leaves.
 	sh.Shares["b"] = kv.LimitShare{RequestsPerMinute: 150, Expires: now.Add(-time.Millisecond)}
-	sh.Shares["c"] = allot(spec, sh, "c", true, now)
+	sh.Shares["c"], _ = allot(spec, sh, "c", true, now, kv.LimitShare{})
 	if got := sh.Shares["c"].RequestsPerMinute; got < 600-150-1e-9 {
 		t.Errorf("c after a and b left: %.1f requests a minute; want all but d's 150", got)
 	}
@@ -125,5 +125,47 @@ func TestTenantOf(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("tenantOf(%+v, %q) = %q, %v; want %q", tc.msg, tc.from, got, err, tc.want)
 		}
+	}
+}
+
+// TestAShrinkingShareKeepsWhatIsInUse: a process running 3 chunks of a
+// tenant capped at 3 keeps a share of 3 on its record while they run,
+// though its fair part falls to 1 once another process wants some; the
+// other gets nothing until the first's chunks end, so the two never hold
+// more than the cap together; as they end, the shares converge.
+func TestAShrinkingShareKeepsWhatIsInUse(t *testing.T) {
+	now := time.Now()
+	spec := kv.Limit{Key: "tenant.a", Chunks: 3}
+	sh := &kv.LimitShares{Shares: map[string]kv.LimitShare{}}
+	sum := func() int {
+		n := 0
+		for _, s := range sh.Shares {
+			n += s.Chunks
+		}
+		return n
+	}
+	var fair kv.LimitShare
+	sh.Shares["p1"], fair = allot(spec, sh, "p1", true, now, kv.LimitShare{})
+	if fair.Chunks != 3 {
+		t.Fatalf("p1 alone: fair part %d; want 3", fair.Chunks)
+	}
+	// p1 runs 3; p2 comes, wanting.
+	sh.Shares["p2"], fair = allot(spec, sh, "p2", true, now, kv.LimitShare{})
+	if fair.Chunks != 0 || sum() > 3 {
+		t.Fatalf("p2 while p1 runs 3: fair %d, shares add up to %d", fair.Chunks, sum())
+	}
+	sh.Shares["p1"], fair = allot(spec, sh, "p1", true, now, kv.LimitShare{Chunks: 3})
+	if fair.Chunks != 1 || sh.Shares["p1"].Chunks != 3 || sum() > 3 {
+		t.Fatalf("p1 renewing with 3 running: fair %d, recorded %d, sum %d; want 1, 3, at most 3", fair.Chunks, sh.Shares["p1"].Chunks, sum())
+	}
+	sh.Shares["p2"], fair = allot(spec, sh, "p2", true, now, kv.LimitShare{})
+	if fair.Chunks != 0 || sum() > 3 {
+		t.Fatalf("p2 while p1 still runs 3: fair %d, sum %d", fair.Chunks, sum())
+	}
+	// Two of p1's chunks end; it starts none (its fair part is 1).
+	sh.Shares["p1"], _ = allot(spec, sh, "p1", true, now, kv.LimitShare{Chunks: 1})
+	sh.Shares["p2"], fair = allot(spec, sh, "p2", true, now, kv.LimitShare{})
+	if fair.Chunks != 1 || sum() > 3 {
+		t.Fatalf("p2 once p1 runs 1: fair %d, sum %d; want 1, at most 3", fair.Chunks, sum())
 	}
 }

@@ -50,7 +50,7 @@ func (l *limiter) acquireChunk(ctx context.Context, tenant string, stop <-chan s
 		}
 		k := l.key(key, spec)
 		now := l.now()
-		if now.Before(k.share.Expires) && k.chunks < k.share.Chunks {
+		if now.Before(k.share.Expires) && k.chunks < k.startChunks {
 			k.chunks++
 			k.used = now
 			l.mu.Unlock()
@@ -59,7 +59,7 @@ func (l *limiter) acquireChunk(ctx context.Context, tenant string, stop <-chan s
 		}
 		k.waiting++
 		k.wanted = true
-		noShare := !now.Before(k.share.Expires) || k.share.Chunks == 0
+		noShare := !now.Before(k.share.Expires) || k.startChunks == 0
 		changed := l.changed
 		l.mu.Unlock()
 		if noShare {

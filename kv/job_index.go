@@ -25,6 +25,11 @@ func (s *Jobs) index(ctx context.Context, j *Job) error {
 		return err
 	}
 	j.IndexSeq = seq
+	if j.Tenant != "" {
+		if j.TenantIndexSeq, err = s.idx.put(ctx, streams.IndexTenantJobs(j.Tenant), j.ID, keep+JobListedExtra); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -39,8 +44,28 @@ type JobPage struct {
 // newest first, from the job index: O(log n + limit) whatever the bucket
 // holds. A page is short by the jobs whose records expired.
 func (s *Jobs) Page(ctx context.Context, offset, limit int) (JobPage, error) {
+	return s.page(ctx, streams.IndexJobs, func(j Job) uint64 { return j.IndexSeq }, offset, limit)
+}
+
+// TenantPage is Page over the jobs of tenant only, from its own index: a
+// job is listed when its record names the entry (and so the tenant).
+func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int) (JobPage, error) {
+	if err := streams.ValidateToken("tenant", tenant); err != nil {
+		return JobPage{}, err
+	}
+	return s.page(ctx, streams.IndexTenantJobs(tenant), func(j Job) uint64 {
+		if j.Tenant != tenant {
+			return 0
+		}
+		return j.TenantIndexSeq
+	}, offset, limit)
+}
+
+// page reads a page of the index on subject; seqOf is the sequence of
+// the entry a record names there.
+func (s *Jobs) page(ctx context.Context, subject string, seqOf func(Job) uint64, offset, limit int) (JobPage, error) {
 	x := seqIndex{js: s.js, stream: streams.Index}
-	pg, err := x.page(ctx, streams.IndexJobs, 0, offset, limit, true)
+	pg, err := x.page(ctx, subject, 0, offset, limit, true)
 	if err != nil {
 		return JobPage{}, err
 	}
@@ -53,9 +78,9 @@ func (s *Jobs) Page(ctx context.Context, offset, limit int) (JobPage, error) {
 	for i, m := range pg.Msgs {
 		j, ok := recs[ids[i]]
 		switch {
-		case ok && j.IndexSeq == m.Sequence:
+		case ok && seqOf(j) == m.Sequence:
 			out.Jobs = append(out.Jobs, j)
-		case ok && j.IndexSeq > m.Sequence, !ok && now.Sub(m.Time) > strayGrace:
+		case ok && seqOf(j) > m.Sequence, !ok && now.Sub(m.Time) > strayGrace:
 			// A second entry of a job whose first creation died, or one
 			// whose record expired or never came.
 			if err := s.idx.remove(ctx, m.Sequence); err != nil {

@@ -105,6 +105,9 @@ type Job struct {
 	Retention *Retention `json:"retention,omitempty"`
 	// IndexSeq is the sequence of the job's entry in the job index.
 	IndexSeq uint64 `json:"index_seq,omitempty"`
+	// TenantIndexSeq is the sequence of its entry in its tenant's job
+	// index (streams.IndexTenantJobs), for a job with a Tenant.
+	TenantIndexSeq uint64 `json:"tenant_index_seq,omitempty"`
 	// AttentionIndexed is set on a job created since chunks needing
 	// attention are indexed (attention.go): its failing chunks are read
 	// from the index, an older job's from every checkpoint.
@@ -433,7 +436,11 @@ func (s *Jobs) Create(ctx context.Context, j Job) error {
 	_, err := createJSON(ctx, s.b, j.ID, j)
 	if isConflict(err) {
 		// The job stands, with its own entry.
-		return errors.Join(fmt.Errorf("%w: %s", ErrJobExists, j.ID), s.idx.remove(ctx, j.IndexSeq))
+		err := errors.Join(fmt.Errorf("%w: %s", ErrJobExists, j.ID), s.idx.remove(ctx, j.IndexSeq))
+		if j.TenantIndexSeq != 0 {
+			err = errors.Join(err, s.idx.remove(ctx, j.TenantIndexSeq))
+		}
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("kv: create job %s: %w", j.ID, err)

@@ -54,6 +54,10 @@ func IndexJobAttention(job string) string { return "salvage.index.job-attention.
 // index.
 const IndexJobs = "salvage.index.jobs"
 
+// IndexTenantJobs is where a job record of tenant has its entry (the job
+// id) in the tenant's job index.
+func IndexTenantJobs(tenant string) string { return "salvage.index.tenant-jobs." + tenant }
+
 // IndexBuilt marks an index built from the records written before it
 // existed.
 const IndexBuilt = "salvage.index.built"

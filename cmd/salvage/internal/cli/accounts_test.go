@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/natsconf"
@@ -100,12 +102,16 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	if code != cli.ExitOK || !strings.Contains(stdout, "provisioned") {
 		t.Fatalf("admin's provision: exit %d: %s%s", code, stdout, errOut)
 	}
-	// The worker's log is kept: nothing it does may be refused.
+	// The worker's and the api's logs are kept: nothing they do may be
+	// refused. The worker user runs every role but the service's.
 	var workerLog logBuffer
 	worker := exec.Command(binary, append(append(append([]string{"up", "--server", url, "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn",
-		"--model-failure-rate", "0.3", "--retries", "0"}, fastTiers...), shape...), as("worker")...)...)
+		"--role", "worker,dead-letter,recovery", "--model-failure-rate", "0.3", "--retries", "0"}, fastTiers...), shape...), as("worker")...)...)
 	worker.Stderr = io.MultiWriter(os.Stderr, &workerLog)
 	startPrinting(t, worker, "NATS_URL=")
+	api := exec.Command(binary, append(append([]string{"up", "--server", url, "--log-format", "json", "--log-level", "warn", "--role", "api"}, shape...), as("api")...)...)
+	api.Stderr = io.MultiWriter(os.Stderr, &workerLog)
+	startPrinting(t, api, "NATS_URL=")
 
 	contract := writeFile(t, "contract.txt", contractreview.Contract(4, 1))
 	code, stdout, errOut = run(t, "", append([]string{"submit", "contract-review", contract, "--wait", "--server", url}, as("submitter")...)...)
@@ -166,7 +172,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 		// Chunks: the operator may replay by hand (its chunk is checked
 		// against its job's record); nobody else may publish one.
 		[]string{"submitter", "pub", "salvage.chunks.contract-review.x.1", "{}"},
-		[]string{"agent", "pub", "salvage.chunks.contract-review.x.1", "{}"},
+		[]string{"agent-review", "pub", "salvage.chunks.contract-review.x.1", "{}"},
 		// Claims: only Salvage's processes.
 		[]string{"operator", "kv", "put", "salvage_claims", "x.1", "y"},
 		[]string{"submitter", "kv", "put", "salvage_claims", "x.1", "y"},
@@ -176,13 +182,27 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 		[]string{"operator", "kv", "get", "salvage_journal", "any"},
 		[]string{"submitter", "kv", "put", "salvage_jobs", "x", "y"},
 		[]string{"submitter", "kv", "get", "salvage_journal", "any"},
-		[]string{"agent", "kv", "get", "salvage_jobs", "any"},
+		[]string{"agent-review", "kv", "get", "salvage_jobs", "any"},
 		// Another user's replies, and everyone's.
 		[]string{"submitter", "sub", "_INBOX.>", "--count", "1"},
 		[]string{"submitter", "sub", "_INBOX_operator.>", "--count", "1"},
 		[]string{"worker", "sub", "_INBOX_admin.>", "--count", "1"},
-		[]string{"agent", "sub", "salvage.>", "--count", "1"},
-		[]string{"agent", "pub", "salvage.jobs.contract-review", "x"})
+		[]string{"agent-review", "sub", "salvage.>", "--count", "1"},
+		[]string{"agent-review", "pub", "salvage.jobs.contract-review", "x"},
+		// Only the api user serves salvage.api: not the worker, which
+		// could otherwise answer operators' and tenants' requests.
+		[]string{"worker", "sub", "salvage.api.>", "--count", "1"},
+		[]string{"worker", "sub", "salvage.api.jobs.cancel", "--count", "1"},
+		// Each agent user serves its own subjects only.
+		[]string{"agent-review", "sub", "tools.payments.charge", "--count", "1"},
+		[]string{"agent-review", "sub", "tools.>", "--count", "1"},
+		[]string{"agent-payments", "sub", "agents.review.>", "--count", "1"},
+		// A tenant speaks only through its own endpoints.
+		[]string{"tenant-a", "pub", "salvage.api.tenant.b.jobs.list", "{}"},
+		[]string{"tenant-a", "pub", "salvage.api.jobs.list", "{}"},
+		[]string{"tenant-a", "pub", "salvage.jobs.contract-review", "x"},
+		[]string{"tenant-a", "kv", "get", "salvage_jobs", "any"},
+		[]string{"tenant-a", "sub", "_INBOX_tenant-b.>", "--count", "1"})
 	// Each refusal waits out the CLI's 2s timeout: all at once.
 	var wg sync.WaitGroup
 	for _, p := range probes {
@@ -217,21 +237,24 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 		t.Errorf("the worker's refused provision changed its pool: %s, then %s", pool, after)
 	}
 
-	// The agent serves agents.> and answers; the worker's request reaches it.
-	agent, err := nats.Connect(url, nats.UserInfo("agent", "agent-example-password"))
+	// The agent serves its own subjects and answers; the worker's request
+	// reaches it.
+	agent, err := nats.Connect(url, nats.UserInfo("agent-review", "agent-review-example-password"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer agent.Close()
-	if _, err := agent.Subscribe("agents.probe", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) }); err != nil {
+	if _, err := agent.Subscribe("agents.review.probe", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := agent.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := natsAs(t, url, as("worker"), "request", "agents.probe", "ping", "--raw"); err != nil || strings.TrimSpace(out) != "pong" {
+	if out, err := natsAs(t, url, as("worker"), "request", "agents.review.probe", "ping", "--raw"); err != nil || strings.TrimSpace(out) != "pong" {
 		t.Errorf("the worker's request to the agent: %v\n%s", err, out)
 	}
+
+	tenantsKeptApart(t, url)
 }
 
 // dlqMessages counts the DLQ's messages as the operator sees them.
@@ -284,4 +307,70 @@ func (b *logBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// tenantsKeptApart runs the two example tenants of accounts.conf through
+// their endpoints: each submits a job and sees it to the end; tenant a
+// cannot list, read the status or results of, or cancel tenant b's job
+// (it answers as no job), nor submit as b; b's job is unchanged after.
+func tenantsKeptApart(t *testing.T, url string) {
+	t.Helper()
+	conn := func(user string) *nats.Conn {
+		nc, err := nats.Connect(url, nats.UserInfo(user, user+"-example-password"), nats.CustomInboxPrefix("_INBOX_"+user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	a, b := conn("tenant-a"), conn("tenant-b")
+	ask := func(nc *nats.Conn, tenant, op, body string, out any) string {
+		t.Helper()
+		reply, err := nc.Request(salvage.TenantPrefix(tenant)+".jobs."+op, []byte(body), 10*time.Second)
+		if err != nil {
+			t.Fatalf("tenant %s's %s: %v", tenant, op, err)
+		}
+		if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+			return code
+		}
+		if err := json.Unmarshal(reply.Data, out); err != nil {
+			t.Fatalf("tenant %s's %s: %v: %s", tenant, op, err, reply.Data)
+		}
+		return ""
+	}
+	text, _ := json.Marshal(contractreview.Contract(2, 7))
+	submit := func(nc *nats.Conn, tenant string) string {
+		var r salvage.SubmitReply
+		if code := ask(nc, tenant, "submit", `{"pipeline":"contract-review","input":{"text":`+string(text)+`}}`, &r); code != "" {
+			t.Fatalf("tenant %s's submit: %s", tenant, code)
+		}
+		salvagetest.Eventually(t, 2*time.Minute, func() bool {
+			var st salvage.JobState
+			return ask(nc, tenant, "status", `{"job_id":"`+r.JobID+`"}`, &st) == "" && st.Job.Status != salvage.JobRunning
+		}, "tenant %s's job %s to finish", tenant, r.JobID)
+		return r.JobID
+	}
+	jobA, jobB := submit(a, "a"), submit(b, "b")
+	var jobs []salvage.Job
+	if code := ask(a, "a", "list", ``, &jobs); code != "" || len(jobs) != 1 || jobs[0].ID != jobA || jobs[0].Tenant != "a" {
+		t.Errorf("tenant a's list: %s %+v; want its one job", code, jobs)
+	}
+	var res salvage.Results
+	if code := ask(a, "a", "results", `{"job_id":"`+jobA+`"}`, &res); code != "" || res.Chunks != 2 {
+		t.Errorf("tenant a's results of its job: %s %+v", code, res)
+	}
+	for _, op := range []string{"status", "results", "cancel"} {
+		var out any
+		if code := ask(a, "a", op, `{"job_id":"`+jobB+`"}`, &out); code != salvage.CodeUnknown {
+			t.Errorf("tenant a's %s of tenant b's job: %q %v; want %s, as for no job", op, code, out, salvage.CodeUnknown)
+		}
+	}
+	var r salvage.SubmitReply
+	if code := ask(a, "a", "submit", `{"pipeline":"contract-review","input":{"text":"x."},"tenant":"b"}`, &r); code != salvage.CodeMalformed {
+		t.Errorf("tenant a submitting as b: %q %+v; want %s", code, r, salvage.CodeMalformed)
+	}
+	var st salvage.JobState
+	if code := ask(b, "b", "status", `{"job_id":"`+jobB+`"}`, &st); code != "" || st.Job.Tenant != "b" || st.Job.Status == salvage.JobCancelled {
+		t.Errorf("tenant b's job after a's refused cancel: %s %+v", code, st.Job)
+	}
 }
