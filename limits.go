@@ -86,6 +86,10 @@ type LimitState struct {
 	// Waiting counts the holders that had requests waiting in their last
 	// lease.
 	Waiting int `json:"waiting"`
+	// Recent429s counts the provider's refusals of the key's requests in
+	// the last ten minutes, as the processes reported them at their
+	// renewals (within a second of each).
+	Recent429s int `json:"recent_429s"`
 	// PausedUntil, when in the future, holds every request to the key: a
 	// provider asked to wait. PauseReason is its answer.
 	PausedUntil time.Time `json:"paused_until,omitzero"`
@@ -166,6 +170,7 @@ func (c *Client) Limits(ctx context.Context) ([]LimitState, error) {
 		if sh.PausedUntil.After(now) {
 			ls.PausedUntil, ls.PauseReason = sh.PausedUntil, sh.PauseReason
 		}
+		ls.Recent429s = sh.RecentRefused(now)
 		out = append(out, ls)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })

@@ -209,8 +209,8 @@ func TestRateLimitHoldsEveryProcess(t *testing.T) {
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		ls, err := a.Limits(ctx)
-		return err == nil && len(ls) == 1 && ls[0].PausedUntil.After(time.Now())
-	}, "the pause on %s's record", key)
+		return err == nil && len(ls) == 1 && ls[0].PausedUntil.After(time.Now()) && ls[0].Recent429s == 1
+	}, "the pause, and the one 429, on %s's record", key)
 	if j := salvagetest.WaitJob(t, a, id, 2*time.Minute); j.Status != salvage.JobDone {
 		t.Fatalf("job = %+v", j)
 	}

@@ -83,6 +83,9 @@ type limitKey struct {
 	inFlight         int
 	// chunks counts the tenant's chunks running in this process.
 	chunks int
+	// refused counts the provider's refusals (429s) not yet added to
+	// the key's record.
+	refused int
 	// startInFlight and startChunks are how many calls and chunks this
 	// process may have open at once: its fair part, never more than the
 	// share its record holds (which is at least what it has open).
@@ -311,6 +314,9 @@ func (l *limiter) done(keys []*limitKey, estimate int64, spent recovery.Spent, e
 		if wait > 0 && now.Add(wait).After(k.pausedUntil) {
 			k.pausedUntil, k.pauseReason, k.tell = now.Add(wait), reason, true
 		}
+		if errors.Is(err, recovery.ErrRateLimited) {
+			k.refused++
+		}
 		waiting = waiting || k.waiting > 0
 	}
 	if wait > 0 {
@@ -398,12 +404,13 @@ func (l *limiter) renew(ctx context.Context) {
 		pause       time.Time
 		reason      string
 		tell        bool
+		refused     int
 	}
 	var jobs []job
 	now := l.now()
 	for key, k := range l.keys {
 		idle := k.waiting == 0 && k.inFlight == 0 && k.chunks == 0 && now.Sub(k.used) > limitIdle
-		jobs = append(jobs, job{key: key, wants: k.wanted || k.waiting > 0, idle: idle, pause: k.pausedUntil, reason: k.pauseReason, tell: k.tell})
+		jobs = append(jobs, job{key: key, wants: k.wanted || k.waiting > 0, idle: idle && k.refused == 0, pause: k.pausedUntil, reason: k.pauseReason, tell: k.tell, refused: k.refused})
 		k.wanted = false
 	}
 	l.mu.Unlock()
@@ -446,6 +453,7 @@ func (l *limiter) renew(ctx context.Context) {
 			}
 			l.mu.Unlock()
 			sh.Shares[l.id] = mine
+			sh.AddRefused(now, j.refused)
 			if j.tell && j.pause.After(sh.PausedUntil) {
 				sh.PausedUntil, sh.PauseReason = j.pause, j.reason
 			}
@@ -476,6 +484,7 @@ func (l *limiter) renew(ctx context.Context) {
 			if j.tell {
 				k.tell = false
 			}
+			k.refused -= j.refused
 			if sh.PausedUntil.After(k.pausedUntil) {
 				k.pausedUntil, k.pauseReason = sh.PausedUntil, sh.PauseReason
 			}

@@ -94,6 +94,11 @@ func (l Limit) Validate() error {
 type LimitShares struct {
 	Key    string                `json:"key"`
 	Shares map[string]LimitShare `json:"shares,omitempty"`
+	// Refused counts the provider's refusals (429s) of the key's calls
+	// by the minute they came in (Unix seconds of the minute's start),
+	// the last LimitRefusedWindow of them; each process adds its own at
+	// its renewal.
+	Refused map[int64]int `json:"refused_429,omitempty"`
 	// PausedUntil, when in the future, holds every call to the key.
 	PausedUntil time.Time `json:"paused_until,omitzero"`
 	PauseReason string    `json:"pause_reason,omitempty"`
@@ -241,4 +246,39 @@ func DecodeLimit(e jetstream.KeyValueEntry) (Limit, bool) {
 		return l, false
 	}
 	return l, true
+}
+
+// LimitRefusedWindow is how far back a limit's record counts the
+// provider's refusals (LimitShares.Refused).
+const LimitRefusedWindow = 10 * time.Minute
+
+// AddRefused counts n refusals in the minute of now, and forgets those
+// older than LimitRefusedWindow.
+func (sh *LimitShares) AddRefused(now time.Time, n int) {
+	minute := now.Truncate(time.Minute).Unix()
+	for m := range sh.Refused {
+		if m <= minute-int64(LimitRefusedWindow/time.Second) {
+			delete(sh.Refused, m)
+		}
+	}
+	if n <= 0 {
+		return
+	}
+	if sh.Refused == nil {
+		sh.Refused = map[int64]int{}
+	}
+	sh.Refused[minute] += n
+}
+
+// RecentRefused is how many refusals the record counts in the minutes of
+// the LimitRefusedWindow up to now's (the minute and the nine before).
+func (sh LimitShares) RecentRefused(now time.Time) int {
+	since := now.Add(-LimitRefusedWindow).Truncate(time.Minute).Unix()
+	n := 0
+	for m, c := range sh.Refused {
+		if m > since {
+			n += c
+		}
+	}
+	return n
 }

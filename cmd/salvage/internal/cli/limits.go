@@ -34,7 +34,7 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 			return e.writeJSON(ls)
 		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "KEY\tREQUESTS/MIN\tTOKENS/MIN\tIN FLIGHT\tCHUNKS\tHOLDERS\tHELD (req/min, tok/min, in flight, chunks)\tWAITING\tPAUSED UNTIL\tSET BY")
+		fmt.Fprintln(tw, "KEY\tREQUESTS/MIN\tTOKENS/MIN\tIN FLIGHT\tCHUNKS\tHOLDERS\tHELD (req/min, tok/min, in flight, chunks)\tWAITING\t429s (10 min)\tPAUSED UNTIL\tSET BY")
 		bound := func(n int64) string {
 			if n == 0 {
 				return "-"
@@ -46,8 +46,8 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 			if !l.PausedUntil.IsZero() {
 				paused = l.PausedUntil.Local().Format(time.TimeOnly)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.0f, %.0f, %d, %d\t%d\t%s\t%s\n", l.Key, bound(int64(l.RequestsPerMinute)), bound(l.TokensPerMinute),
-				bound(int64(l.InFlight)), bound(int64(l.Chunks)), l.Holders, l.HeldRequestsPerMinute, l.HeldTokensPerMinute, l.HeldInFlight, l.HeldChunks, l.Waiting, paused, l.SetBy)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.0f, %.0f, %d, %d\t%d\t%d\t%s\t%s\n", l.Key, bound(int64(l.RequestsPerMinute)), bound(l.TokensPerMinute),
+				bound(int64(l.InFlight)), bound(int64(l.Chunks)), l.Holders, l.HeldRequestsPerMinute, l.HeldTokensPerMinute, l.HeldInFlight, l.HeldChunks, l.Waiting, l.Recent429s, paused, l.SetBy)
 		}
 		return tw.Flush()
 	})

@@ -239,6 +239,27 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	if err := chromedp.Do(step, chromedp.WaitVisible(`tr[data-system="crm"][data-state="open"]`)); err != nil {
 		t.Fatal(err)
 	}
+	// A rate limit on the system, paused by a provider's 429s, shows
+	// with its bounds, what is held, its recent 429s and the pause.
+	if _, err := f.stores.Limits.Set(bg, kv.Limit{Key: "system.crm", RequestsPerMinute: 600, InFlight: 4}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.stores.Limits.MutateShares(bg, "system.crm", func(sh *kv.LimitShares) error {
+		sh.Shares["w1"] = kv.LimitShare{RequestsPerMinute: 150, InFlight: 1, Wants: true, Expires: time.Now().Add(time.Hour)}
+		sh.PausedUntil, sh.PauseReason = time.Now().Add(time.Hour), "429 Too Many Requests"
+		sh.AddRefused(time.Now(), 2)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	limitRow := `#limits tr[data-key="system.crm"][data-paused="true"]`
+	if err := chromedp.Do(step, chromedp.WaitVisible(limitRow)); err != nil {
+		t.Fatal(err)
+	}
+	if text, err := chromedp.Run(step, chromedp.Evaluate[string](`[...document.querySelectorAll('`+limitRow+` td')].map(td => td.textContent).join('|')`)); err != nil ||
+		!strings.HasPrefix(text, "system.crm|600 rpm, 4 in flight|150 rpm, 1 in flight|1|1|2|") {
+		t.Fatalf("the limits panel reads %q (%v); want the key, its bounds, what is held, one holder waiting, two 429s, the pause", text, err)
+	}
 	approveButton := `#approvals tr[data-job="` + job + `"][data-chunk="2"] button[data-action="approve"]`
 	if err := chromedp.Do(step, chromedp.WaitVisible(approveButton)); err != nil {
 		t.Fatal(err)

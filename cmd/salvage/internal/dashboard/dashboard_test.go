@@ -734,6 +734,8 @@ func TestLimitsInMetrics(t *testing.T) {
 	if _, err := f.stores.Limits.MutateShares(ctx, "system.crm", func(sh *kv.LimitShares) error {
 		sh.Shares["w1"] = kv.LimitShare{RequestsPerMinute: 150, InFlight: 1, Wants: true, Expires: time.Now().Add(time.Hour)}
 		sh.PausedUntil = time.Now().Add(time.Hour)
+		sh.AddRefused(time.Now(), 3)
+		sh.AddRefused(time.Now().Add(-time.Hour), 5) // past the window
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -750,6 +752,7 @@ func TestLimitsInMetrics(t *testing.T) {
 		"salvage_limit_holders,key=system.crm,waiting=true":      1,
 		"salvage_limit_holders,key=system.crm,waiting=false":     0,
 		"salvage_limit_paused,key=system.crm":                    1,
+		"salvage_limit_recent_429s,key=system.crm":               3,
 	} {
 		if v[k] != want {
 			t.Errorf("%s = %v, want %v", k, v[k], want)

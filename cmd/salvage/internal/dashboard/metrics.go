@@ -33,8 +33,9 @@ var (
 	descParked     = prometheus.NewDesc("salvage_parked_chunks", "Chunks parked on SALVAGE_HOLD while their pipeline is paused.", []string{"pipeline"}, nil)
 	descHeld       = prometheus.NewDesc("salvage_held_chunks", "Chunks held on SALVAGE_HOLD while their system's circuit breaker is open.", []string{"system"}, nil)
 	descOpens      = prometheus.NewDesc("salvage_breaker_opens_total", "Times a system's circuit breaker opened.", []string{"system"}, nil)
-	descLimit      = prometheus.NewDesc("salvage_limit", "A declared rate limit's bound, by key and bound (requests_per_minute, tokens_per_minute, in_flight); a bound not declared is not reported.", []string{"key", "bound"}, nil)
+	descLimit      = prometheus.NewDesc("salvage_limit", "A declared rate limit's bound, by key and bound (requests_per_minute, tokens_per_minute, in_flight, chunks); a bound not declared is not reported.", []string{"key", "bound"}, nil)
 	descLimitHeld  = prometheus.NewDesc("salvage_limit_held", "What the processes calling a limited key hold of its bound now (the budget left unheld is salvage_limit less this).", []string{"key", "bound"}, nil)
+	descRecent429s = prometheus.NewDesc("salvage_limit_recent_429s", "The provider's refusals (429s) of a limit's requests in the last ten minutes, by key: a gauge over a sliding window, not a counter.", []string{"key"}, nil)
 	descHolders    = prometheus.NewDesc("salvage_limit_holders", "Processes holding a share of a limit, and (waiting=\"true\") those of them that had requests waiting.", []string{"key", "waiting"}, nil)
 	descLimitPause = prometheus.NewDesc("salvage_limit_paused", "1 while a provider's 429 or rate-limit headers hold every request to the key, else 0.", []string{"key"}, nil)
 )
@@ -43,7 +44,7 @@ var (
 var breakerStates = []salvage.BreakerState{salvage.BreakerClosed, salvage.BreakerOpen, salvage.BreakerHalfOpen}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descJobsDone, descJobs, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens, descPaused, descParked, descLimit, descLimitHeld, descHolders, descLimitPause} {
+	for _, d := range []*prometheus.Desc{descDLQDepth, descOldest, descUnacked, descEnvelopes, descRecoveries, descTier1, descTier2, descChunks, descJobsDone, descJobs, descCalls, descTokens, descRate, descBreaker, descHeld, descOpens, descPaused, descParked, descLimit, descLimitHeld, descHolders, descLimitPause, descRecent429s} {
 		ch <- d
 	}
 }
@@ -118,6 +119,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descLimitPause, prometheus.GaugeValue, paused, l.Key)
+		ch <- prometheus.MustNewConstMetric(descRecent429s, prometheus.GaugeValue, float64(l.Recent429s), l.Key)
 	}
 }
 
