@@ -755,11 +755,16 @@ func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Job, 0, len(pg.Jobs))
-	for _, j := range pg.Jobs {
+	return jobsOf(pg.Jobs), nil
+}
+
+// jobsOf is the public view of each record.
+func jobsOf(records []kv.Job) []Job {
+	out := make([]Job, 0, len(records))
+	for _, j := range records {
 		out = append(out, jobOf(j))
 	}
-	return out, nil
+	return out
 }
 
 // notSplit says why job id has no record when its message still waits in

@@ -153,11 +153,7 @@ func (c *Client) ListTenantJobs(ctx context.Context, tenant string, page *Page) 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Job, 0, len(pg.Jobs))
-	for _, j := range pg.Jobs {
-		out = append(out, jobOf(j))
-	}
-	return out, nil
+	return jobsOf(pg.Jobs), nil
 }
 
 // ResultsPageMax bounds a page of results: findings are up to a chunk

@@ -528,7 +528,10 @@ func (l *limiter) handBack(ctx context.Context) {
 // (used), and the fair part, up to which it may open more.
 func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Time, used kv.LimitShare) (record, fair kv.LimitShare) {
 	held := sh.Shares[me]
-	var othersN, wantingN int
+	// rank is how many wanting processes sort before me: a count's
+	// remainder goes to the first of them, so that equal parts of 3
+	// between 2 are 2 and 1, not 1 and 1.
+	var othersN, wantingN, rank int
 	var others, othersIdle kv.LimitShare
 	for id, s := range sh.Shares {
 		if id == me || !now.Before(s.Expires) {
@@ -541,6 +544,9 @@ func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Ti
 		others.Chunks += s.Chunks
 		if s.Wants {
 			wantingN++
+			if id < me {
+				rank++
+			}
 		} else {
 			othersIdle.RequestsPerMinute += s.RequestsPerMinute
 			othersIdle.TokensPerMinute += s.TokensPerMinute
@@ -561,11 +567,26 @@ func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Ti
 		}
 		return max(0, min(target, limit-othersSum))
 	}
+	// count is part for a bound counted in whole calls or chunks.
+	count := func(limit, heldNow, othersSum, idleSum int) int {
+		if limit <= 0 {
+			return 0
+		}
+		if !wants {
+			return int(part(float64(limit), float64(heldNow), float64(othersSum), float64(idleSum)))
+		}
+		free, k := limit-idleSum, wantingN+1
+		target := free / k
+		if rank < free%k {
+			target++
+		}
+		return max(0, min(target, limit-othersSum))
+	}
 	out := kv.LimitShare{
 		RequestsPerMinute: part(float64(spec.RequestsPerMinute), held.RequestsPerMinute, others.RequestsPerMinute, othersIdle.RequestsPerMinute),
 		TokensPerMinute:   part(float64(spec.TokensPerMinute), held.TokensPerMinute, others.TokensPerMinute, othersIdle.TokensPerMinute),
-		InFlight:          int(part(float64(spec.InFlight), float64(held.InFlight), float64(others.InFlight), float64(othersIdle.InFlight))),
-		Chunks:            int(part(float64(spec.Chunks), float64(held.Chunks), float64(others.Chunks), float64(othersIdle.Chunks))),
+		InFlight:          count(spec.InFlight, held.InFlight, others.InFlight, othersIdle.InFlight),
+		Chunks:            count(spec.Chunks, held.Chunks, others.Chunks, othersIdle.Chunks),
 		Wants:             wants,
 		// A little jitter keeps the fleet's renewals from lining up.
 		Expires: now.Add(limitLease - time.Duration(rand.N(int64(limitLease/10)))),

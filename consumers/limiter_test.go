@@ -2,6 +2,7 @@ package consumers
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -40,10 +41,17 @@ func TestAllotNeverPassesTheLimit(t *testing.T) {
 			}
 		}
 	}
+	inFlight, chunks := 0, 0
 	for _, p := range procs {
-		if s := sh.Shares[p]; s.RequestsPerMinute < 149.99 || s.RequestsPerMinute > 150.01 || s.InFlight != 2 || s.Chunks != 2 {
-			t.Errorf("%s after three rounds: %+v; want a quarter of the requests (150), 2 in flight and 2 chunks", p, s)
+		s := sh.Shares[p]
+		if s.RequestsPerMinute < 149.99 || s.RequestsPerMinute > 150.01 || s.InFlight < 2 || s.InFlight > 3 || s.Chunks < 2 || s.Chunks > 3 {
+			t.Errorf("%s after three rounds: %+v; want a quarter of the requests (150), and of the calls and chunks in flight (2 or 3)", p, s)
 		}
+		inFlight, chunks = inFlight+s.InFlight, chunks+s.Chunks
+	}
+	// Counts split with their remainder: the whole limit is held.
+	if inFlight != 10 || chunks != 9 {
+		t.Errorf("after three rounds the shares hold %d in flight and %d chunks; want all 10 and 9", inFlight, chunks)
 	}
 	// d wants no more: it keeps what it has, and does not grow when the
 	// others go.
@@ -130,9 +138,10 @@ func TestTenantOf(t *testing.T) {
 
 // TestAShrinkingShareKeepsWhatIsInUse: a process running 3 chunks of a
 // tenant capped at 3 keeps a share of 3 on its record while they run,
-// though its fair part falls to 1 once another process wants some; the
+// though its fair part falls to 2 once another process wants some; the
 // other gets nothing until the first's chunks end, so the two never hold
-// more than the cap together; as they end, the shares converge.
+// more than the cap together; as they end, the shares converge on 2 and
+// 1 (the remainder to the first id).
 func TestAShrinkingShareKeepsWhatIsInUse(t *testing.T) {
 	now := time.Now()
 	spec := kv.Limit{Key: "tenant.a", Chunks: 3}
@@ -155,17 +164,50 @@ func TestAShrinkingShareKeepsWhatIsInUse(t *testing.T) {
 		t.Fatalf("p2 while p1 runs 3: fair %d, shares add up to %d", fair.Chunks, sum())
 	}
 	sh.Shares["p1"], fair = allot(spec, sh, "p1", true, now, kv.LimitShare{Chunks: 3})
-	if fair.Chunks != 1 || sh.Shares["p1"].Chunks != 3 || sum() > 3 {
-		t.Fatalf("p1 renewing with 3 running: fair %d, recorded %d, sum %d; want 1, 3, at most 3", fair.Chunks, sh.Shares["p1"].Chunks, sum())
+	if fair.Chunks != 2 || sh.Shares["p1"].Chunks != 3 || sum() > 3 {
+		t.Fatalf("p1 renewing with 3 running: fair %d, recorded %d, sum %d; want 2, 3, at most 3", fair.Chunks, sh.Shares["p1"].Chunks, sum())
 	}
 	sh.Shares["p2"], fair = allot(spec, sh, "p2", true, now, kv.LimitShare{})
 	if fair.Chunks != 0 || sum() > 3 {
 		t.Fatalf("p2 while p1 still runs 3: fair %d, sum %d", fair.Chunks, sum())
 	}
-	// Two of p1's chunks end; it starts none (its fair part is 1).
-	sh.Shares["p1"], _ = allot(spec, sh, "p1", true, now, kv.LimitShare{Chunks: 1})
+	// One of p1's chunks ends; it starts none (its fair part is 2).
+	sh.Shares["p1"], _ = allot(spec, sh, "p1", true, now, kv.LimitShare{Chunks: 2})
 	sh.Shares["p2"], fair = allot(spec, sh, "p2", true, now, kv.LimitShare{})
 	if fair.Chunks != 1 || sum() > 3 {
 		t.Fatalf("p2 once p1 runs 1: fair %d, sum %d; want 1, at most 3", fair.Chunks, sum())
+	}
+}
+
+// TestSharesNeverPassTheCapInAnyOrder: four processes renew in random
+// order, wanting or not, each running a random number of chunks up to
+// its fair part (all it may start); however the renewals fall, the shares
+// on the record never add up past the cap, and what runs never passes
+// it.
+func TestSharesNeverPassTheCapInAnyOrder(t *testing.T) {
+	now := time.Now()
+	r := rand.New(rand.NewPCG(36, 7))
+	for round := range 200 {
+		spec := kv.Limit{Key: "tenant.t", Chunks: 1 + r.IntN(12), InFlight: 1 + r.IntN(12)}
+		sh := &kv.LimitShares{Shares: map[string]kv.LimitShare{}}
+		fair := map[string]kv.LimitShare{}
+		running := map[string]kv.LimitShare{}
+		for step := range 60 {
+			p := []string{"a", "b", "c", "d"}[r.IntN(4)]
+			// Since its last renewal some of what it ran ended, and it
+			// started more only up to its fair part.
+			prev := running[p]
+			run := kv.LimitShare{Chunks: r.IntN(max(prev.Chunks, fair[p].Chunks) + 1), InFlight: r.IntN(max(prev.InFlight, fair[p].InFlight) + 1)}
+			running[p] = run
+			sh.Shares[p], fair[p] = allot(spec, sh, p, r.IntN(3) > 0, now, run)
+			var held, used kv.LimitShare
+			for id, s := range sh.Shares {
+				held.Chunks, held.InFlight = held.Chunks+s.Chunks, held.InFlight+s.InFlight
+				used.Chunks, used.InFlight = used.Chunks+running[id].Chunks, used.InFlight+running[id].InFlight
+			}
+			if held.Chunks > spec.Chunks || held.InFlight > spec.InFlight || used.Chunks > spec.Chunks || used.InFlight > spec.InFlight {
+				t.Fatalf("round %d step %d (%s renewed): held %+v, running %+v; the caps are %d chunks, %d in flight", round, step, p, held, used, spec.Chunks, spec.InFlight)
+			}
+		}
 	}
 }

@@ -135,7 +135,7 @@ func (e *env) rootCmd() *cobra.Command {
 	f.StringVar(&e.conn.TLSCA, "tlsca", "", "TLS trusted CA file")
 	f.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&e.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
-	root.AddCommand(e.upCmd(), e.provisionCmd(), e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.cancelCmd(), e.jobsCmd(), e.demoCmd(), e.chaosCmd(), e.simCmd(), e.dlqCmd(), e.traceCmd(), e.breakersCmd(), e.storageCmd(), e.pipelinesCmd(), e.workersCmd(), e.pauseCmd(), e.resumeCmd(), e.approveCmd(), e.limitsCmd(), e.benchCmd(), e.benchWorkerCmd(), e.benchBaselineWorkerCmd())
+	root.AddCommand(e.upCmd(), e.provisionCmd(), e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.cancelCmd(), e.jobsCmd(), e.demoCmd(), e.chaosCmd(), e.simCmd(), e.dlqCmd(), e.traceCmd(), e.breakersCmd(), e.storageCmd(), e.pipelinesCmd(), e.workersCmd(), e.pauseCmd(), e.resumeCmd(), e.approveCmd(), e.limitsCmd(), e.tenantCmd(), e.benchCmd(), e.benchWorkerCmd(), e.benchBaselineWorkerCmd())
 	strictGroups(root)
 	return root
 }

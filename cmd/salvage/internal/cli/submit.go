@@ -217,16 +217,7 @@ func (e *env) waitJob(ctx context.Context, c *salvage.Client, id string) error {
 			for _, why := range j.Explanation {
 				fmt.Fprintln(e.stderr, "  "+why)
 			}
-			switch j.Status {
-			case salvage.JobDone:
-				return nil
-			case salvage.JobPartial:
-				return &exitError{code: ExitPartial}
-			case salvage.JobCancelled:
-				return &exitError{code: ExitCancelled}
-			default:
-				return &exitError{code: ExitIncomplete}
-			}
+			return exitFor(j.Status)
 		case <-tick.C:
 			if j, err := c.Get(ctx, id); err == nil {
 				bar.show(*j)
@@ -291,4 +282,19 @@ func whyWaiting(ctx context.Context, c *salvage.Client, pipeline string) string 
 		}
 	}
 	return "no process has ever run pipeline " + pipeline + "; unless one starts, the job is rejected unknown-pipeline after the deployment's --unknown-pipeline-wait (30s by default)"
+}
+
+// exitFor is how a command that waited for a job exits on its status: 0
+// done, 3 partial, 5 cancelled, 4 otherwise.
+func exitFor(status salvage.JobStatus) error {
+	switch status {
+	case salvage.JobDone:
+		return nil
+	case salvage.JobPartial:
+		return &exitError{code: ExitPartial}
+	case salvage.JobCancelled:
+		return &exitError{code: ExitCancelled}
+	default:
+		return &exitError{code: ExitIncomplete}
+	}
 }
