@@ -554,3 +554,45 @@ func TestChaos(t *testing.T) {
 		t.Errorf("report = %v", r)
 	}
 }
+
+// TestHelpGroupsTheCommands: salvage --help lists every command under
+// what it is for — running a deployment, jobs, operating, trying it,
+// measuring — in that order, and the bench's worker commands not at all.
+func TestHelpGroupsTheCommands(t *testing.T) {
+	code, out, errOut := run(t, "", "--help")
+	if code != cli.ExitOK {
+		t.Fatalf("--help: exit %d: %s", code, errOut)
+	}
+	groups := []struct {
+		title string
+		cmds  []string
+	}{
+		{"Run a deployment:", []string{"up", "provision"}},
+		{"Submit and follow jobs:", []string{"submit", "status", "results", "trace", "jobs", "cancel", "approve", "tenant"}},
+		{"Operate:", []string{"dlq", "breakers", "pipelines", "pause", "resume", "workers", "limits", "storage"}},
+		{"Try it:", []string{"demo", "chaos", "sim"}},
+		{"Measure:", []string{"bench"}},
+		{"Additional Commands:", nil},
+	}
+	at := 0
+	for i, g := range groups {
+		start := strings.Index(out, "\n"+g.title+"\n")
+		if start < at {
+			t.Fatalf("--help has no %q after the groups before it:\n%s", g.title, out)
+		}
+		end := len(out)
+		if i+1 < len(groups) {
+			end = strings.Index(out, "\n"+groups[i+1].title+"\n")
+		}
+		section := out[start:max(end, start)]
+		for _, c := range g.cmds {
+			if !strings.Contains(section, "\n  "+c+" ") {
+				t.Errorf("%s is not listed under %q:\n%s", c, g.title, section)
+			}
+		}
+		at = start
+	}
+	if strings.Contains(out, "bench-worker") {
+		t.Errorf("--help lists the bench's worker commands:\n%s", out)
+	}
+}

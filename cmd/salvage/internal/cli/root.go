@@ -135,7 +135,24 @@ func (e *env) rootCmd() *cobra.Command {
 	f.StringVar(&e.conn.TLSCA, "tlsca", "", "TLS trusted CA file")
 	f.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&e.logFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
-	root.AddCommand(e.upCmd(), e.provisionCmd(), e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.cancelCmd(), e.jobsCmd(), e.demoCmd(), e.chaosCmd(), e.simCmd(), e.dlqCmd(), e.traceCmd(), e.breakersCmd(), e.storageCmd(), e.pipelinesCmd(), e.workersCmd(), e.pauseCmd(), e.resumeCmd(), e.approveCmd(), e.limitsCmd(), e.tenantCmd(), e.benchCmd(), e.benchWorkerCmd(), e.benchBaselineWorkerCmd())
+	// --help lists the commands by what they are for.
+	for _, g := range []struct {
+		id, title string
+		cmds      []*cobra.Command
+	}{
+		{"run", "Run a deployment:", []*cobra.Command{e.upCmd(), e.provisionCmd()}},
+		{"jobs", "Submit and follow jobs:", []*cobra.Command{e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.traceCmd(), e.jobsCmd(), e.cancelCmd(), e.approveCmd(), e.tenantCmd()}},
+		{"operate", "Operate:", []*cobra.Command{e.dlqCmd(), e.breakersCmd(), e.pipelinesCmd(), e.pauseCmd(), e.resumeCmd(), e.workersCmd(), e.limitsCmd(), e.storageCmd()}},
+		{"try", "Try it:", []*cobra.Command{e.demoCmd(), e.chaosCmd(), e.simCmd()}},
+		{"measure", "Measure:", []*cobra.Command{e.benchCmd()}},
+	} {
+		root.AddGroup(&cobra.Group{ID: g.id, Title: g.title})
+		for _, c := range g.cmds {
+			c.GroupID = g.id
+			root.AddCommand(c)
+		}
+	}
+	root.AddCommand(e.benchWorkerCmd(), e.benchBaselineWorkerCmd())
 	strictGroups(root)
 	return root
 }
