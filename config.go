@@ -37,12 +37,13 @@ const (
 	RoleNone Role = "none"
 )
 
-// RolesAll is every role.
-var RolesAll = []Role{RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI}
+// AllRoles returns every role, in a slice of the caller's own.
+func AllRoles() []Role { return []Role{RoleWorker, RoleDeadLetter, RoleRecovery, RoleAPI} }
 
-// RolesDefault are the roles a Config without Roles runs: everything a
-// job needs to finish and recover, without the micro service.
-var RolesDefault = []Role{RoleWorker, RoleDeadLetter, RoleRecovery}
+// DefaultRoles returns the roles a Config without Roles runs, in a slice
+// of the caller's own: everything a job needs to finish and recover,
+// without the micro service.
+func DefaultRoles() []Role { return []Role{RoleWorker, RoleDeadLetter, RoleRecovery} }
 
 // JournalMode is how journal rows are written.
 type JournalMode string
@@ -125,8 +126,9 @@ type Config struct {
 	// and RoleNone need none, and a client that only submits, waits and
 	// operates the DLQ needs none either.
 	Pipelines []*Pipeline
-	// Roles to run on Start. Default RolesDefault (worker, dead-letter,
-	// recovery); RolesAll adds the micro service; RoleNone runs nothing.
+	// Roles to run on Start. Default DefaultRoles() (worker,
+	// dead-letter, recovery); AllRoles() adds the micro service; RoleNone
+	// runs nothing.
 	Roles []Role
 	// Upgrades are the definition fingerprints (Pipeline.Definition) this
 	// client may register in place of the ones its pipelines' workers
@@ -270,7 +272,7 @@ type Config struct {
 // withDefaults returns a copy of c with every zero field set.
 func (c Config) withDefaults() Config {
 	if len(c.Roles) == 0 {
-		c.Roles = RolesDefault
+		c.Roles = DefaultRoles()
 	}
 	if c.Retries == 0 {
 		c.Retries = RetriesDefault
@@ -347,8 +349,8 @@ func (c Config) validate() error {
 		if r == RoleNone && len(c.Roles) > 1 {
 			return fmt.Errorf("%w: Roles: %q runs nothing and cannot be combined with %v", ErrInvalidConfig, RoleNone, c.Roles)
 		}
-		if !slices.Contains(RolesAll, r) && r != RoleNone {
-			return fmt.Errorf("%w: Roles: unknown role %q (want %v, or %q alone)", ErrInvalidConfig, r, RolesAll, RoleNone)
+		if !slices.Contains(AllRoles(), r) && r != RoleNone {
+			return fmt.Errorf("%w: Roles: unknown role %q (want %v, or %q alone)", ErrInvalidConfig, r, AllRoles(), RoleNone)
 		}
 	}
 	switch {

@@ -174,7 +174,7 @@ func TestServiceAnswersThatMayHaveApplied(t *testing.T) {
 func TestAJobIDNamesOneInput(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.AllRoles()})
 	ctx := context.Background()
 	opts := &salvage.SubmitOpts{JobID: "order-42"}
 	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"one"}}, opts)

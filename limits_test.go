@@ -82,7 +82,7 @@ func TestLimitHoldsTheFleetToItsRate(t *testing.T) {
 	p := &provider{}
 	srv := salvagetest.StartServer(t)
 	key := salvage.LimitKey(salvage.LimitSystem, "provider")
-	a := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: salvage.RolesAll, Concurrency: 8,
+	a := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: salvage.AllRoles(), Concurrency: 8,
 		Limits: []salvage.Limit{{Key: key, RequestsPerMinute: rpm}}})
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: []salvage.Role{salvage.RoleWorker}, Concurrency: 8})
 	ctx := context.Background()
@@ -200,7 +200,7 @@ func TestRateLimitHoldsEveryProcess(t *testing.T) {
 		return &salvage.Config{Pipelines: []*salvage.Pipeline{pl}, Roles: roles, Concurrency: 4, RetryMax: 10 * time.Second,
 			Limits: []salvage.Limit{{Key: key, RequestsPerMinute: 3000}}}
 	}
-	a := srv.Client(t, cfg(salvage.RolesAll...))
+	a := srv.Client(t, cfg(salvage.AllRoles()...))
 	srv.Client(t, cfg(salvage.RoleWorker))
 	ctx := context.Background()
 	id, err := a.Submit(ctx, "paced", 60, nil)
@@ -263,7 +263,7 @@ func TestFallbackTakesACallTheLimitWouldHold(t *testing.T) {
 	}
 	pl.FallbackAfter = 100 * time.Millisecond
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{pl}, Roles: salvage.RolesAll, Concurrency: 3,
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{pl}, Roles: salvage.AllRoles(), Concurrency: 3,
 		Limits: []salvage.Limit{{Key: salvage.LimitKey(salvage.LimitSystem, "premium"), RequestsPerMinute: 60}}})
 	ctx := context.Background()
 	id, err := c.Submit(ctx, "paced", 3, nil)

@@ -21,7 +21,7 @@ import (
 func TestPauseAndResumeAPipeline(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.AllRoles()})
 	ctx := context.Background()
 	p, err := c.PausePipeline(ctx, "words", "ann", "deploying the model")
 	if err != nil || !p.Paused || p.PausedBy != "ann" || p.Reason != "deploying the model" {

@@ -20,7 +20,7 @@ import (
 func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.AllRoles()})
 	ctx := context.Background()
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, err := srv.Conn.Request("salvage.api.pipelines.list", nil, time.Second)
@@ -85,7 +85,7 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 func TestServiceReadsJobsAndTraces(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.AllRoles()})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var ids []string

@@ -20,7 +20,7 @@ import (
 func TestTenantsSeeOnlyTheirOwnJobs(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.RolesAll})
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.AllRoles()})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ask := func(tenant, op, body string, out any) string {

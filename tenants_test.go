@@ -112,7 +112,7 @@ func TestTenantCapLeavesSlotsToOthers(t *testing.T) {
 	w := newTenantWork(0)
 	srv := salvagetest.StartServer(t)
 	key := salvage.LimitKey(salvage.LimitTenant, "a")
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.RolesAll, Concurrency: 4,
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.AllRoles(), Concurrency: 4,
 		Limits: []salvage.Limit{{Key: key, Chunks: 3}}})
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: []salvage.Role{salvage.RoleWorker}, Concurrency: 4})
 	ctx := context.Background()
@@ -154,7 +154,7 @@ func TestLargeJobDoesNotStarveAnotherTenant(t *testing.T) {
 	}
 	w := newTenantWork(5 * time.Millisecond)
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.RolesAll, Concurrency: 8,
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.AllRoles(), Concurrency: 8,
 		Limits: []salvage.Limit{{Key: salvage.LimitKey(salvage.LimitTenant, "a"), Chunks: 4}}})
 	ctx := context.Background()
 	start := time.Now()
@@ -199,7 +199,7 @@ func TestTenantIsAToken(t *testing.T) {
 	t.Parallel()
 	w := newTenantWork(0)
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.RolesAll})
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.AllRoles()})
 	ctx := context.Background()
 	for _, bad := range []string{"a.b", "a*", ">", "a b"} {
 		if _, err := c.Submit(ctx, "tenanted", map[string]any{"tenant": "x", "n": 1}, &salvage.SubmitOpts{Tenant: bad}); !errors.Is(err, salvage.ErrInvalidToken) {
@@ -229,7 +229,7 @@ func TestCancelEndsTheWaitForATenantsTurn(t *testing.T) {
 	t.Parallel()
 	w := newTenantWork(0)
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.RolesAll, Concurrency: 4,
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.AllRoles(), Concurrency: 4,
 		Limits: []salvage.Limit{{Key: salvage.LimitKey(salvage.LimitTenant, "a"), Chunks: 1}}})
 	ctx := context.Background()
 	w.gate("a")
@@ -258,7 +258,7 @@ func TestTenantLimitPacesItsCalls(t *testing.T) {
 	const rpm = 1200
 	p := &provider{}
 	srv := salvagetest.StartServer(t)
-	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: salvage.RolesAll, Concurrency: 8,
+	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: salvage.AllRoles(), Concurrency: 8,
 		Limits: []salvage.Limit{{Key: salvage.LimitKey(salvage.LimitTenant, "slow"), RequestsPerMinute: rpm}}})
 	ctx := context.Background()
 	waited := func(id string) int {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/salvagehq/salvage/kv"
 )
 
 // Alert kinds: the last token of salvage.alerts.<kind>.
@@ -106,12 +108,12 @@ func EvaluateAlerts(now time.Time, envs []AlertSubject, rules AlertRules) []Aler
 		i += n - 1
 	}
 	for _, e := range envs {
-		open := e.Status == "open" || e.Status == "recovering"
+		open := e.Status == kv.EnvelopeOpen || e.Status == kv.EnvelopeRecovering
 		if open && now.Sub(e.CreatedAt) >= rules.UnresolvedAfter {
 			out = append(out, Alert{Kind: AlertUnresolved, Key: AlertUnresolved + "." + e.ID, Envelope: e.ID, At: now,
 				Message: fmt.Sprintf("envelope %s (%s) unresolved for %s", e.ID, e.Category, now.Sub(e.CreatedAt).Round(time.Second))})
 		}
-		money := e.Status == "escalated" && anyIn(e.LeftSystems, rules.MoneySystems)
+		money := e.Status == kv.EnvelopeEscalated && anyIn(e.LeftSystems, rules.MoneySystems)
 		if (money || e.Category == CategoryCompensationNeeded) && !e.Acked && now.Sub(e.CreatedAt) >= rules.UnackedAfter {
 			out = append(out, Alert{Kind: AlertUnacknowledged, Key: AlertUnacknowledged + "." + e.ID, Envelope: e.ID, At: now,
 				Message: fmt.Sprintf("envelope %s (%s, %v left) not acknowledged for %s", e.ID, e.Category, e.LeftSystems, now.Sub(e.CreatedAt).Round(time.Second))})

@@ -114,7 +114,7 @@ func (b *bench) soak(ctx context.Context, d time.Duration) (soakRow, error) {
 		return row, err
 	}
 	c, stop, err := b.startClient(ctx, s, &salvage.Config{
-		Pipelines: []*salvage.Pipeline{p}, Roles: salvage.RolesDefault, Retries: -1, Concurrency: 16,
+		Pipelines: []*salvage.Pipeline{p}, Roles: salvage.DefaultRoles(), Retries: -1, Concurrency: 16,
 		Retention: soakKeep, SweepInterval: time.Second,
 	})
 	if err != nil {

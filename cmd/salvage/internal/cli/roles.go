@@ -31,7 +31,7 @@ func resolveRoles(values []string) ([]salvage.Role, bool, error) {
 	dash := false
 	names := func() string {
 		var n []string
-		for _, r := range salvage.RolesAll {
+		for _, r := range salvage.AllRoles() {
 			n = append(n, string(r))
 		}
 		return strings.Join(append(n, roleDashboard), ", ")
@@ -40,10 +40,10 @@ func resolveRoles(values []string) ([]salvage.Role, bool, error) {
 		for _, r := range strings.Split(v, ",") {
 			switch r = strings.TrimSpace(r); {
 			case r == roleAll:
-				roles, dash = append(roles, salvage.RolesAll...), true
+				roles, dash = append(roles, salvage.AllRoles()...), true
 			case r == roleDashboard:
 				dash = true
-			case slices.Contains(salvage.RolesAll, salvage.Role(r)):
+			case slices.Contains(salvage.AllRoles(), salvage.Role(r)):
 				roles = append(roles, salvage.Role(r))
 			default:
 				return nil, false, fmt.Errorf("unknown role %q (want %s or %s)", r, names(), roleAll)
