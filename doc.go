@@ -33,7 +33,9 @@
 //
 // Optional integrations live apart, so that a program pays only for what
 // it imports: chatmodel (model tools over HTTP), otelsalvage (OTLP span
-// export); natsconf starts an embedded server.
+// export); natsconf starts an embedded server; salvagetest is the test
+// kit (a real embedded JetStream server per test, a started client, a
+// wait for a job, one agent run against its tools).
 //
 // The operator's side — Status, Results, Cancel, ListEnvelopes,
 // ShowEnvelope, Replay, Resolve, Ack — is the same implementation the
