@@ -206,7 +206,14 @@ func overHTTP(t *testing.T, s *shop) transport {
 		}
 		(*h.Load()).ServeHTTP(w, r)
 	}))
-	t.Cleanup(hs.Close)
+	t.Cleanup(func() {
+		hs.Close()
+		// The sessions of a handler lose swapped out (a "restarted"
+		// server) are nobody's to end but the server's.
+		for ss := range srv.Sessions() {
+			_ = ss.Close()
+		}
+	})
 	return transport{name: "streamable-http", srv: srv, dial: mcptools.StreamableHTTP(hs.URL, nil), limits: true,
 		lose: func() {
 			next := newHandler()
