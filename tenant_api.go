@@ -78,10 +78,12 @@ func (c *Client) apiTenantStatus(ctx context.Context, req micro.Request) (any, e
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.tenantJob(ctx, t, r.JobID); err != nil {
-		return nil, err
+	// One read: the state names the job's tenant.
+	st, err := c.Status(ctx, r.JobID, &r.Page)
+	if errors.Is(err, ErrUnknownJob) || (err == nil && st.Job.Tenant != t) {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, r.JobID)
 	}
-	return c.Status(ctx, r.JobID, &r.Page)
+	return st, err
 }
 
 // apiTenantCancel takes {"job_id"}; the cancel is recorded as by
@@ -125,10 +127,11 @@ func (c *Client) apiTenantResults(ctx context.Context, req micro.Request) (any, 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.tenantJob(ctx, t, r.JobID); err != nil {
+	j, err := c.tenantJob(ctx, t, r.JobID)
+	if err != nil {
 		return nil, err
 	}
-	return c.ResultsPage(ctx, r.JobID, &r.Page)
+	return c.resultsPage(ctx, j, &r.Page)
 }
 
 func tenantJobRequest(req micro.Request) (string, jobRequest, error) {
@@ -186,6 +189,12 @@ func (c *Client) ResultsPage(ctx context.Context, id string, page *Page) (*Resul
 	if err != nil {
 		return nil, err
 	}
+	return c.resultsPage(ctx, j, page)
+}
+
+// resultsPage is ResultsPage of the job j, read already.
+func (c *Client) resultsPage(ctx context.Context, j *Job, page *Page) (*Results, error) {
+	id := j.ID
 	offset, limit := page.window()
 	limit = min(limit, ResultsPageMax)
 	s, err := c.js.Stream(ctx, streams.Results)

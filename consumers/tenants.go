@@ -110,9 +110,14 @@ func (l *limiter) chunkDone(k *limitKey) {
 // returns. A cancel of the job ends the wait. After a wait it reads the
 // job again, so a chunk of a job cancelled meanwhile is cancelled, not
 // run. release ends the chunk's turn; it is nil when the worker stopped
-// taking chunks meanwhile and the message was handed back.
-func (r *run) tenantTurn(ctx context.Context, job kv.Job) (kv.Job, func(), error) {
+// taking chunks meanwhile and the message was handed back. waited says
+// the chunk waited: what was read before may have moved.
+func (r *run) tenantTurn(ctx context.Context, job kv.Job) (_ kv.Job, release func(), waited bool, err error) {
 	w := r.w
+	if job.Tenant == "" {
+		// Nobody's job: no turn to take, nothing made per chunk.
+		return job, func() {}, false, nil
+	}
 	var (
 		// roomed: the chunk waits in the worker's waiting room; freed:
 		// its slot is given away and not yet taken again.
@@ -122,13 +127,13 @@ func (r *run) tenantTurn(ctx context.Context, job kv.Job) (kv.Job, func(), error
 	)
 	waitCtx, cancelWait := context.WithCancelCause(ctx)
 	defer cancelWait(nil)
-	release, err := w.limiter.acquireChunk(waitCtx, job.Tenant, r.stop, func() {
+	release, err = w.limiter.acquireChunk(waitCtx, job.Tenant, r.slot.stop, func() {
 		r.log.Debug().Str("tenant", job.Tenant).Msg("the tenant is at its cap on chunks in flight; the chunk waits for its turn")
 		w.cancels.add(r.chunk.Job, r.chunk.Chunk, cancelWait)
 		select {
 		case w.waitRoom <- struct{}{}:
 			roomed, freed = true, true
-			r.free()
+			r.slot.free()
 		default:
 		}
 		hbStop, hbDone = make(chan struct{}), make(chan struct{})
@@ -136,12 +141,12 @@ func (r *run) tenantTurn(ctx context.Context, job kv.Job) (kv.Job, func(), error
 	})
 	if hbStop == nil {
 		// No wait: the hot path.
-		return job, release, err
+		return job, release, false, err
 	}
 	w.cancels.remove(r.chunk.Job, r.chunk.Chunk)
 	cancelled := err != nil && ctx.Err() == nil && errors.Is(context.Cause(waitCtx), recovery.ErrJobCancelled)
 	if freed && (err == nil || cancelled) {
-		if terr := r.take(ctx, r.stop); terr != nil {
+		if terr := r.slot.take(ctx); terr != nil {
 			err, cancelled = terr, false
 		} else {
 			freed = false
@@ -166,15 +171,15 @@ func (r *run) tenantTurn(ctx context.Context, job kv.Job) (kv.Job, func(), error
 		}
 		if err != nil {
 			release()
-			return job, nil, err
+			return job, nil, true, err
 		}
-		return job, release, nil
+		return job, release, true, nil
 	}
 	if err := r.m.Nak(); err != nil {
 		r.log.Debug().Err(err).Msg("hand a waiting chunk back")
 	}
 	r.outcome = "released"
-	return job, nil, nil
+	return job, nil, true, nil
 }
 
 // keepInProgress keeps the message in progress every heartbeat until

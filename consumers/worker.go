@@ -394,13 +394,13 @@ func (w *Worker) Run(ctx context.Context) error {
 // can finish it.
 func (w *Worker) pull(ctx, workCtx context.Context, pipeline string, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) {
 	log := w.log.With().Str("pipeline", pipeline).Logger()
-	take := func(ctx context.Context, stop <-chan struct{}) error {
+	take := func(runCtx context.Context) error {
 		select {
 		case slots <- struct{}{}:
 			return nil
+		case <-runCtx.Done():
+			return context.Cause(runCtx)
 		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-stop:
 			return errDraining
 		}
 	}
@@ -544,10 +544,11 @@ func (r *cancelRegistry) cancelJob(job, reason string) {
 }
 
 // slot is a delivery's place in its pool: free gives it back, take takes
-// one again (for a run that gave its own away while it waited), stop is
-// closed when the pool stops taking chunks.
+// one again for a run that gave its own away while it waited (an error
+// when ctx ends, errDraining when the pool stops taking chunks first),
+// stop is closed when the pool stops taking chunks.
 type slot struct {
 	free func()
-	take func(ctx context.Context, stop <-chan struct{}) error
+	take func(ctx context.Context) error
 	stop <-chan struct{}
 }

@@ -36,15 +36,11 @@ type run struct {
 	// states are the agents' states, from their latest stage snapshots.
 	states map[string]*recovery.AgentState
 
-	// free gives the run's slot back, at most once (done).
-	free     func()
+	// slot is the run's place in its pool; its free runs at most once
+	// (done), through freeOnce.
+	slot     slot
 	freeOnce sync.Once
-	// take takes a slot again, for a run that gave its own away while it
-	// waited (tenantTurn), unless ctx or stop ends first.
-	take func(ctx context.Context, stop <-chan struct{}) error
-	// stop is closed when the worker stops taking chunks (a drain).
-	stop <-chan struct{}
-	tail bool
+	tail     bool
 	// bg holds work started off the chunk's critical path.
 	bg sync.WaitGroup
 	// outcome is how this delivery ended (a checkpoint status, retry,
@@ -85,24 +81,23 @@ func (r *run) done() {
 	r.freeOnce.Do(func() {
 		r.w.tails <- struct{}{}
 		r.tail = true
-		r.free()
+		r.slot.free()
 	})
 }
 
 // handle runs one delivered chunk to one of: ack (done, cancelled, already
 // finished), term (permanent failure, after its envelope is stored), nak
 // with delay (tier 1 exhausted), or nothing at all (a stale worker, which
-// must not ack). free gives the delivery's slot back: once, when the
+// must not ack). s.free gives the delivery's slot back: once, when the
 // chunk's outcome is durable (its bookkeeping goes on beside the next
 // chunk) or when handle returns.
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg, s slot) {
-	free := s.free
-	r := &run{w: w, m: m, log: w.log, free: free, take: s.take, stop: s.stop, pool: w.poolFor(pipelineOf(m.Subject()))}
+	r := &run{w: w, m: m, log: w.log, slot: s, pool: w.poolFor(pipelineOf(m.Subject()))}
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
 	defer func() {
 		r.bg.Wait()
-		r.freeOnce.Do(free)
+		r.freeOnce.Do(s.free)
 		r.unlistClaim(ctx)
 		if r.tail {
 			<-w.tails
@@ -224,37 +219,27 @@ func (r *run) run(ctx context.Context) error {
 	if err != nil || r.outcome != "" {
 		return err
 	}
-	if r.chunk.Epoch > cp.Epoch {
-		// Epochs move only in the checkpoint, before a requeue publishes
-		// the new one: a message ahead of its checkpoint was not sent by
-		// Salvage, and would run the chunk's effects again under new keys.
-		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("epoch %d: chunk %d of job %s is at epoch %d", r.chunk.Epoch, r.chunk.Chunk, r.chunk.Job, cp.Epoch))
-		return nil
-	}
-	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
-		r.log.Info().Str("status", cp.Status).Msg("chunk already finished; acked without re-running")
-		if err := r.ack(ctx); err != nil {
-			r.log.Warn().Err(err).Msg("ack finished chunk")
-		}
-		// Its worker may have died before counting it or acking it.
-		return finishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
-	}
-	if older, err := olderMessage(ctx, w.js, r.part.Index, r.meta.Sequence.Stream, cp); err != nil || older {
-		if err != nil {
-			return err
-		}
-		r.log.Info().Uint64("stream_seq", r.meta.Sequence.Stream).Uint64("current_seq", cp.MsgSeq).
-			Msg("an older message of the chunk: a newer one has run it since; dropped without running")
-		return r.dropStale("a newer message of the chunk has run it")
+	if done, err := r.againstCheckpoint(ctx, cp); done || err != nil {
+		return err
 	}
 	if job.CancelledAt != nil {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}
-	job, endTurn, err := r.tenantTurn(ctx, job)
+	job, endTurn, waited, err := r.tenantTurn(ctx, job)
 	if err != nil || endTurn == nil {
 		return err
 	}
 	defer endTurn()
+	if waited {
+		// The checkpoint may have moved while the chunk waited (another
+		// message of it ran, a requeue): checked again, as read now.
+		if cp, _, err = r.part.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk); err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return err
+		}
+		if done, err := r.againstCheckpoint(ctx, cp); done || err != nil {
+			return err
+		}
+	}
 	// The chunk's calls count against its tenant's limit too.
 	ctx = recovery.WithTenant(ctx, job.Tenant)
 	if job.CancelledAt != nil {
@@ -399,4 +384,34 @@ func (r *run) run(ctx context.Context) error {
 	defer func() { close(hbDone); <-hbStopped }()
 
 	return r.stages(ctx, chunkCtx, p, cp, &fence)
+}
+
+// againstCheckpoint ends the delivery, reporting done, when the chunk's
+// checkpoint cp says the message must not run: its epoch is ahead of the
+// checkpoint's, the chunk is finished already, or a newer message of it
+// has run it since.
+func (r *run) againstCheckpoint(ctx context.Context, cp kv.Checkpoint) (bool, error) {
+	w := r.w
+	if r.chunk.Epoch > cp.Epoch {
+		// Epochs move only in the checkpoint, before a requeue publishes
+		// the new one: a message ahead of its checkpoint was not sent by
+		// Salvage, and would run the chunk's effects again under new keys.
+		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("epoch %d: chunk %d of job %s is at epoch %d", r.chunk.Epoch, r.chunk.Chunk, r.chunk.Job, cp.Epoch))
+		return true, nil
+	}
+	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
+		r.log.Info().Str("status", cp.Status).Msg("chunk already finished; acked without re-running")
+		if err := r.ack(ctx); err != nil {
+			r.log.Warn().Err(err).Msg("ack finished chunk")
+		}
+		// Its worker may have died before counting it or acking it.
+		return true, finishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
+	}
+	older, err := olderMessage(ctx, w.js, r.part.Index, r.meta.Sequence.Stream, cp)
+	if err != nil || !older {
+		return err != nil, err
+	}
+	r.log.Info().Uint64("stream_seq", r.meta.Sequence.Stream).Uint64("current_seq", cp.MsgSeq).
+		Msg("an older message of the chunk: a newer one has run it since; dropped without running")
+	return true, r.dropStale("a newer message of the chunk has run it")
 }

@@ -205,6 +205,24 @@ func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, e
 	return getJSON[LimitShares](ctx, s.b, limitSharePrefix+key)
 }
 
+// AllShares returns the shares of every limit anybody holds, by key, in
+// one multi-last direct get (as List reads the limits).
+func (s *Limits) AllShares(ctx context.Context) (map[string]LimitShares, error) {
+	if s == nil {
+		return nil, ErrNoLimits
+	}
+	out := map[string]LimitShares{}
+	err := lastValues(ctx, s.js, BucketLimits, limitSharePrefix+">", func(key string, value []byte, _ uint64) error {
+		var sh LimitShares
+		if err := json.Unmarshal(value, &sh); err != nil {
+			return fmt.Errorf("kv: decode the shares of %s: %w", key, err)
+		}
+		out[strings.TrimPrefix(key, limitSharePrefix)] = sh
+		return nil
+	})
+	return out, err
+}
+
 // MutateShares applies fn to the shares of key (empty when absent) and
 // writes them by CAS, retrying lost races; fn returning ErrNoChange
 // writes nothing.
