@@ -742,7 +742,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (*Job, error) {
 // ListJobs returns one page (nil: the first PageDefault) of the job
 // records, newest first, from the job index: O(log n + page) whatever the
 // bucket holds. A job is listed while its record is kept, and at most
-// kv.JobListedExtra longer than its pipeline's records retention after it
+// the job index's extra listing time longer than its pipeline's records retention after it
 // was submitted (found by id after that); a page can be shorter than its
 // limit by the records that expired.
 func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
@@ -768,7 +768,7 @@ func jobsOf(records []kv.Job) []Job {
 }
 
 // notSplit says why job id has no record when its message still waits in
-// SALVAGE_JOBS (the first streams.WaitingScan of them are looked at): its
+// SALVAGE_JOBS (the first thousand of them are looked at): its
 // pipeline, and how many processes run it now. "" when it does not wait
 // there.
 func (c *Client) notSplit(ctx context.Context, st *kv.Stores, id string) string {

@@ -3,9 +3,9 @@ package consumers
 import "errors"
 
 var (
-	// ErrInvalidConfig is returned by constructors when a setting is out of
+	// errInvalidConfig is returned by constructors when a setting is out of
 	// range; the message names the field.
-	ErrInvalidConfig = errors.New("consumers: invalid config")
+	errInvalidConfig = errors.New("consumers: invalid config")
 	// errStale is the cancellation cause of a chunk whose claim was lost:
 	// the worker stops without acking.
 	errStale = errors.New("consumers: claim lost, worker is stale")

@@ -232,7 +232,7 @@ func (l *limiter) key(key string, spec kv.Limit) *limitKey {
 	return k
 }
 
-// Acquire implements recovery.Limiter.
+// Acquire implements the limiter a recovery.Turn asks.
 func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64, maxWait time.Duration) (func(recovery.Spent, error), error) {
 	if l.declared.Load() == 0 {
 		return func(recovery.Spent, error) {}, nil

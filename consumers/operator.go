@@ -22,10 +22,10 @@ var (
 	// ErrSuperseded is returned when replaying or resolving an envelope a
 	// later envelope of the same chunk replaced; act on that one.
 	ErrSuperseded = errors.New("envelope superseded")
-	// ErrEnvelopeLost is returned when an envelope's DLQ message is gone
+	// errEnvelopeLost is returned when an envelope's DLQ message is gone
 	// and its record, written before records kept the envelope's body, has
 	// nothing to read it from.
-	ErrEnvelopeLost = errors.New("envelope lost")
+	errEnvelopeLost = errors.New("envelope lost")
 )
 
 // Operator holds what an operator can do to the DLQ: list, show, replay,
@@ -137,7 +137,7 @@ func readEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, re
 	}
 	body, err := st.Envelopes.Body(ctx, rec.ID)
 	if errors.Is(err, kv.ErrNotFound) {
-		return env, fmt.Errorf("%w: envelope %s: its message SALVAGE_DLQ %d is gone and it was recorded before bodies were kept", ErrEnvelopeLost, rec.ID, rec.DLQSeq)
+		return env, fmt.Errorf("%w: envelope %s: its message SALVAGE_DLQ %d is gone and it was recorded before bodies were kept", errEnvelopeLost, rec.ID, rec.DLQSeq)
 	}
 	if err != nil {
 		return env, err

@@ -57,7 +57,7 @@ type OrchestratorConfig struct {
 	// RestoreInterval is how often the orchestrator looks for unsettled
 	// envelopes of its pipelines whose SALVAGE_DLQ message is gone and
 	// publishes them again from their records. Default
-	// RestoreIntervalDefault.
+	// restoreIntervalDefault.
 	RestoreInterval time.Duration
 	// Logger receives recovery logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
@@ -85,7 +85,7 @@ type Orchestrator struct {
 // NewOrchestrator returns an orchestrator; it does not start it.
 func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg OrchestratorConfig) (*Orchestrator, error) {
 	if cfg.Registry == nil {
-		return nil, fmt.Errorf("%w: OrchestratorConfig.Registry is nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: OrchestratorConfig.Registry is nil", errInvalidConfig)
 	}
 	if cfg.ID == "" {
 		cfg.ID = processID()
@@ -100,7 +100,7 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 		cfg.MaxDeliver = streams.RecoveryMaxDeliverDefault
 	}
 	if cfg.RestoreInterval <= 0 {
-		cfg.RestoreInterval = RestoreIntervalDefault
+		cfg.RestoreInterval = restoreIntervalDefault
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
 	log := zerolog.Nop()
@@ -110,7 +110,7 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 	log = log.With().Str("role", "recovery").Str("orchestrator", cfg.ID).Logger()
 	exec, err := recovery.NewExecutor(cfg.Retry, log)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", errInvalidConfig, err)
 	}
 	tracer := tracerOf(cfg.TracerProvider)
 	return &Orchestrator{js: js, stores: stores, cfg: cfg, log: log, exec: exec, tracer: tracer,

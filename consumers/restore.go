@@ -16,9 +16,9 @@ import (
 
 // Restoring envelopes whose DLQ message is gone.
 const (
-	// RestoreIntervalDefault is how often an orchestrator looks for
+	// restoreIntervalDefault is how often an orchestrator looks for
 	// unsettled envelopes whose SALVAGE_DLQ message is gone.
-	RestoreIntervalDefault = 30 * time.Second
+	restoreIntervalDefault = 30 * time.Second
 	// restorePage is how many records one index read brings.
 	restorePage = 256
 	// restoreFullEvery forces a full look every that many rounds, even

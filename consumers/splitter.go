@@ -86,7 +86,7 @@ type Splitter struct {
 // NewSplitter returns a splitter; it does not start it.
 func NewSplitter(js jetstream.JetStream, stores *kv.Stores, cfg SplitterConfig) (*Splitter, error) {
 	if cfg.Registry == nil {
-		return nil, fmt.Errorf("%w: SplitterConfig.Registry is nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: SplitterConfig.Registry is nil", errInvalidConfig)
 	}
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = MaxPayloadDefault

@@ -83,13 +83,13 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) setDefaults() error {
 	if c.Registry == nil {
-		return fmt.Errorf("%w: WorkerConfig.Registry is nil", ErrInvalidConfig)
+		return fmt.Errorf("%w: WorkerConfig.Registry is nil", errInvalidConfig)
 	}
 	if c.ID == "" {
 		c.ID = processID()
 	}
 	if err := streams.ValidateToken("worker id", c.ID); err != nil {
-		return fmt.Errorf("%w: WorkerConfig.ID: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: WorkerConfig.ID: %w", errInvalidConfig, err)
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = ConcurrencyDefault
@@ -101,7 +101,7 @@ func (c *WorkerConfig) setDefaults() error {
 		c.Heartbeat = c.AckWait / 3
 	}
 	if c.Heartbeat >= c.AckWait {
-		return fmt.Errorf("%w: WorkerConfig.Heartbeat %s must be shorter than AckWait %s", ErrInvalidConfig, c.Heartbeat, c.AckWait)
+		return fmt.Errorf("%w: WorkerConfig.Heartbeat %s must be shorter than AckWait %s", errInvalidConfig, c.Heartbeat, c.AckWait)
 	}
 	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = streams.MaxDeliverDefault
@@ -116,10 +116,10 @@ func (c *WorkerConfig) setDefaults() error {
 		c.JobWait = JobWaitDefault
 	}
 	if err := c.Prices.Validate(); err != nil {
-		return fmt.Errorf("%w: WorkerConfig.Prices: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: WorkerConfig.Prices: %w", errInvalidConfig, err)
 	}
 	if err := c.Breakers.Validate(); err != nil {
-		return fmt.Errorf("%w: WorkerConfig.Breakers: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: WorkerConfig.Breakers: %w", errInvalidConfig, err)
 	}
 	return nil
 }
@@ -179,7 +179,7 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	log = log.With().Str("role", "worker").Str("worker", cfg.ID).Logger()
 	exec, err := recovery.NewExecutor(cfg.Retry, log)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", errInvalidConfig, err)
 	}
 	tracer := tracerOf(cfg.TracerProvider)
 	tr := tracker{js: js, stores: stores, counts: newCounts(stores), tracer: tracer}
@@ -241,7 +241,7 @@ func (c *WorkerConfig) poolOf(p *recovery.Plan) (pool, error) {
 		pl.ackWait, pl.heartbeat = p.AckWait, p.AckWait/3
 	}
 	if p.Concurrency < 0 || p.MaxDeliver < 0 || p.AckWait < 0 || pl.heartbeat <= 0 || pl.heartbeat >= pl.ackWait {
-		return pl, fmt.Errorf("%w: pipeline %s: Concurrency, AckWait and MaxDeliver must not be negative (AckWait %s)", ErrInvalidConfig, p.Name, pl.ackWait)
+		return pl, fmt.Errorf("%w: pipeline %s: Concurrency, AckWait and MaxDeliver must not be negative (AckWait %s)", errInvalidConfig, p.Name, pl.ackWait)
 	}
 	return pl, nil
 }

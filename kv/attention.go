@@ -22,7 +22,7 @@ import (
 // reader reads each named chunk's checkpoint and drops the ones that no
 // longer need anybody (and a stray entry, of a write that lost its CAS).
 // An entry lasts the records' retention and the job index's extra
-// (JobListedExtra: 44 days at the defaults) after it was written, and a
+// (jobListedExtra: 44 days at the defaults) after it was written, and a
 // write of a checkpoint that still needs attention renews it when less
 // than the records' retention is left (Retain: less than the
 // checkpoint's own).
@@ -85,7 +85,7 @@ func (s *Checkpoints) flag(ctx context.Context, cp *Checkpoint, need time.Durati
 	if cp.AttentionUntil != nil && cp.AttentionUntil.After(now.Add(need)) {
 		return nil
 	}
-	ttl := need + JobListedExtra
+	ttl := need + jobListedExtra
 	if _, err := s.idx.put(ctx, streams.IndexJobAttention(cp.Job), strconv.Itoa(cp.Chunk), ttl); err != nil {
 		return err
 	}

@@ -343,11 +343,11 @@ func (c *Claims) get(ctx context.Context, key string) (Lease, error) {
 	if err != nil {
 		return Lease{}, fmt.Errorf("kv: get %s/%s: %w", c.bucket, key, err)
 	}
-	return LeaseOf(e), nil
+	return leaseOf(e), nil
 }
 
-// LeaseOf reads a salvage_claims entry (a watched one too) as a lease.
-func LeaseOf(e jetstream.KeyValueEntry) Lease {
+// leaseOf reads a salvage_claims entry (a watched one too) as a lease.
+func leaseOf(e jetstream.KeyValueEntry) Lease {
 	l := Lease{Key: e.Key(), Revision: e.Revision(), Written: e.Created()}
 	if err := json.Unmarshal(e.Value(), &l.Claim); err != nil {
 		l.Claim, l.Unreadable = Claim{}, streams.Clip(string(e.Value()), 256)

@@ -155,10 +155,10 @@ func (r EnvelopeRecord) Open() bool {
 	return r.Status == EnvelopeOpen || r.Status == EnvelopeRecovering || r.Status == EnvelopeEscalated
 }
 
-// Guard is the value of a chunkmsg.<stream_seq> key
+// guard is the value of a chunkmsg.<stream_seq> key
 // (chunkmsg.p<k>.<stream_seq> in partition k): the one envelope a chunk
 // message may have.
-type Guard struct {
+type guard struct {
 	Envelope  string    `json:"envelope_id"`
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -209,11 +209,11 @@ func StopGuardKey(job string, chunk, epoch int) string {
 // which hold a dot — from envelope ids (ULIDs).
 func isGuardKey(key string) bool { return strings.Contains(key, ".") }
 
-// BodyKey is the key of an envelope's body: the envelope as published on
+// bodyKey is the key of an envelope's body: the envelope as published on
 // SALVAGE_DLQ, kept beside its record so that the record is enough to
 // show, replay and recover the envelope when its DLQ message is gone
 // (purged, aged out, lost).
-func BodyKey(id string) string { return "body." + id }
+func bodyKey(id string) string { return "body." + id }
 
 // PutBody stores the body of envelope id (its JSON as published). It is
 // written before the record and repeat-safe; the body lives as long as
@@ -221,7 +221,7 @@ func BodyKey(id string) string { return "body." + id }
 // settled (Mutate keeps the two in step).
 func (s *Envelopes) PutBody(ctx context.Context, id string, body []byte) error {
 	err := streams.Retry(ctx, func(ctx context.Context) error {
-		_, err := s.b.Put(ctx, BodyKey(id), body)
+		_, err := s.b.Put(ctx, bodyKey(id), body)
 		return err
 	})
 	if err != nil {
@@ -245,7 +245,7 @@ func (s *Envelopes) bodyEntry(ctx context.Context, id string) (jetstream.KeyValu
 	var e jetstream.KeyValueEntry
 	err := streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
-		e, err = s.b.Get(ctx, BodyKey(id))
+		e, err = s.b.Get(ctx, bodyKey(id))
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
@@ -271,7 +271,7 @@ func (s *Envelopes) KeepBody(ctx context.Context, id string, ttl time.Duration) 
 		if err != nil {
 			return err
 		}
-		m := retainMsg(BucketEnvelopes, BodyKey(id), e.Value(), e.Revision(), ttl)
+		m := retainMsg(BucketEnvelopes, bodyKey(id), e.Value(), e.Revision(), ttl)
 		err = streams.Retry(ctx, func(ctx context.Context) error {
 			_, err := s.js.PublishMsg(ctx, m)
 			return err
@@ -291,13 +291,13 @@ func (s *Envelopes) KeepBody(ctx context.Context, id string, ttl time.Duration) 
 // partition k's chunk stream for envelopeID. When a guard already exists
 // it returns that guard and ErrGuardExists: the caller must finish the
 // existing envelope instead of making a second one.
-func (s *Envelopes) Guard(ctx context.Context, k int, streamSeq uint64, envelopeID string) (Guard, error) {
+func (s *Envelopes) Guard(ctx context.Context, k int, streamSeq uint64, envelopeID string) (guard, error) {
 	return s.GuardKeyed(ctx, GuardKey(k, streamSeq), envelopeID)
 }
 
 // GuardKeyed is Guard for any guard key (GuardKey, StopGuardKey).
-func (s *Envelopes) GuardKeyed(ctx context.Context, key, envelopeID string) (Guard, error) {
-	g := Guard{Envelope: envelopeID, CreatedAt: s.now()}
+func (s *Envelopes) GuardKeyed(ctx context.Context, key, envelopeID string) (guard, error) {
+	g := guard{Envelope: envelopeID, CreatedAt: s.now()}
 	_, err := createJSON(ctx, s.b, key, g, jetstream.KeyTTL(s.keep))
 	if err == nil {
 		return g, nil
@@ -305,7 +305,7 @@ func (s *Envelopes) GuardKeyed(ctx context.Context, key, envelopeID string) (Gua
 	if !isConflict(err) {
 		return g, fmt.Errorf("kv: guard %s: %w", key, err)
 	}
-	cur, _, err := getJSON[Guard](ctx, s.b, key)
+	cur, _, err := getJSON[guard](ctx, s.b, key)
 	if err != nil {
 		return cur, err
 	}

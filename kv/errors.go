@@ -30,17 +30,17 @@ var (
 	// since the writer last saw it: a journal row is never overwritten
 	// blindly.
 	ErrJournalConflict = errors.New("kv: journal row changed concurrently")
-	// ErrContention is returned when a read-modify-write loop kept losing
+	// errContention is returned when a read-modify-write loop kept losing
 	// its compare-and-swap and gave up.
-	ErrContention = errors.New("kv: too much contention")
+	errContention = errors.New("kv: too much contention")
 	// ErrNoChange is returned by a mutate function to leave the record as
 	// it is; the store then writes nothing and reports no error.
 	ErrNoChange = errors.New("kv: no change")
 	// ErrGuardExists is returned by Envelopes.Guard when a chunk message
 	// already has an envelope guard.
 	ErrGuardExists = errors.New("kv: envelope guard exists")
-	// ErrInvalidRetention is returned by Retention.Validate.
-	ErrInvalidRetention = errors.New("kv: invalid retention")
+	// errInvalidRetention is returned by Retention.Validate.
+	errInvalidRetention = errors.New("kv: invalid retention")
 	// ErrConflict is returned by a retention write when the record
 	// changed since it was read: it is live again, and left as it is.
 	ErrConflict = errors.New("kv: record changed since it was read")

@@ -7,12 +7,12 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// JobListedExtra is how much longer than its records are kept a job stays
+// jobListedExtra is how much longer than its records are kept a job stays
 // in listings: its entry in the job index (salvage.index.jobs in
 // SALVAGE_INDEX) is written once, when the job is created, to expire
 // Retention.Records plus this later. A job still live then is found by
 // id, no longer listed.
-const JobListedExtra = 14 * 24 * time.Hour
+const jobListedExtra = 14 * 24 * time.Hour
 
 // index writes j's entry and sets its sequence in j.
 func (s *Jobs) index(ctx context.Context, j *Job) error {
@@ -20,21 +20,21 @@ func (s *Jobs) index(ctx context.Context, j *Job) error {
 	if j.Retention != nil && j.Retention.Records > 0 {
 		keep = j.Retention.Records
 	}
-	seq, err := s.idx.put(ctx, streams.IndexJobs, j.ID, keep+JobListedExtra)
+	seq, err := s.idx.put(ctx, streams.IndexJobs, j.ID, keep+jobListedExtra)
 	if err != nil {
 		return err
 	}
 	j.IndexSeq = seq
 	if j.Tenant != "" {
-		if j.TenantIndexSeq, err = s.idx.put(ctx, streams.IndexTenantJobs(j.Tenant), j.ID, keep+JobListedExtra); err != nil {
+		if j.TenantIndexSeq, err = s.idx.put(ctx, streams.IndexTenantJobs(j.Tenant), j.ID, keep+jobListedExtra); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// JobPage is one page of job records.
-type JobPage struct {
+// jobPage is one page of job records.
+type jobPage struct {
 	Jobs []Job
 	// Total is how many jobs are listed.
 	Total int
@@ -43,15 +43,15 @@ type JobPage struct {
 // Page returns the job records at positions [offset, offset+limit),
 // newest first, from the job index: O(log n + limit) whatever the bucket
 // holds. A page is short by the jobs whose records expired.
-func (s *Jobs) Page(ctx context.Context, offset, limit int) (JobPage, error) {
+func (s *Jobs) Page(ctx context.Context, offset, limit int) (jobPage, error) {
 	return s.page(ctx, streams.IndexJobs, func(j Job) uint64 { return j.IndexSeq }, offset, limit)
 }
 
 // TenantPage is Page over the jobs of tenant only, from its own index: a
 // job is listed when its record names the entry (and so the tenant).
-func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int) (JobPage, error) {
+func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int) (jobPage, error) {
 	if err := streams.ValidateToken("tenant", tenant); err != nil {
-		return JobPage{}, err
+		return jobPage{}, err
 	}
 	return s.page(ctx, streams.IndexTenantJobs(tenant), func(j Job) uint64 {
 		if j.Tenant != tenant {
@@ -63,13 +63,13 @@ func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int)
 
 // page reads a page of the index on subject; seqOf is the sequence of
 // the entry a record names there.
-func (s *Jobs) page(ctx context.Context, subject string, seqOf func(Job) uint64, offset, limit int) (JobPage, error) {
+func (s *Jobs) page(ctx context.Context, subject string, seqOf func(Job) uint64, offset, limit int) (jobPage, error) {
 	x := seqIndex{js: s.js, stream: streams.Index}
 	pg, err := x.page(ctx, subject, 0, offset, limit, true)
 	if err != nil {
-		return JobPage{}, err
+		return jobPage{}, err
 	}
-	out := JobPage{Total: pg.Total, Jobs: make([]Job, 0, len(pg.Msgs))}
+	out := jobPage{Total: pg.Total, Jobs: make([]Job, 0, len(pg.Msgs))}
 	ids, recs, err := entryRecords[Job](ctx, s.js, BucketJobs, pg.Msgs)
 	if err != nil {
 		return out, err

@@ -641,7 +641,7 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 		}
 		cur = JobRev{}
 	}
-	return JobRev{}, false, fmt.Errorf("%w: %s/%s after %d attempts", ErrContention, s.b.Bucket(), id, countAttempts)
+	return JobRev{}, false, fmt.Errorf("%w: %s/%s after %d attempts", errContention, s.b.Bucket(), id, countAttempts)
 }
 
 // countAttempts caps ApplyAll's compare-and-swap: more than other

@@ -32,8 +32,8 @@ type RowRetention struct {
 	Calls time.Duration
 }
 
-// Retired counts what Retire did to one chunk's journal.
-type Retired struct {
+// retired counts what Retire did to one chunk's journal.
+type retired struct {
 	// Removed rows are gone; Kept rows now expire on their own.
 	Removed, Kept int
 }
@@ -43,8 +43,8 @@ type Retired struct {
 // the others are purged. A chunk with nothing to keep costs one purge of
 // its subjects. It is repeat-safe: a second run finds what the first left.
 // Call it only for a chunk that will not run again.
-func (j *Journal) Retire(ctx context.Context, job string, chunk int, r RowRetention) (Retired, error) {
-	var out Retired
+func (j *Journal) Retire(ctx context.Context, job string, chunk int, r RowRetention) (retired, error) {
+	var out retired
 	rows, err := j.LoadChunk(ctx, job, chunk)
 	if err != nil || len(rows) == 0 {
 		return out, err

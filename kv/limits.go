@@ -96,7 +96,7 @@ type LimitShares struct {
 	Shares map[string]LimitShare `json:"shares,omitempty"`
 	// Refused counts the provider's refusals (429s) of the key's calls
 	// by the minute they came in (Unix seconds of the minute's start),
-	// the last LimitRefusedWindow of them; each process adds its own at
+	// the last limitRefusedWindow of them; each process adds its own at
 	// its renewal.
 	Refused map[int64]int `json:"refused_429,omitempty"`
 	// PausedUntil, when in the future, holds every call to the key.
@@ -266,16 +266,16 @@ func DecodeLimit(e jetstream.KeyValueEntry) (Limit, bool) {
 	return l, true
 }
 
-// LimitRefusedWindow is how far back a limit's record counts the
+// limitRefusedWindow is how far back a limit's record counts the
 // provider's refusals (LimitShares.Refused).
-const LimitRefusedWindow = 10 * time.Minute
+const limitRefusedWindow = 10 * time.Minute
 
 // AddRefused counts n refusals in the minute of now, and forgets those
-// older than LimitRefusedWindow.
+// older than limitRefusedWindow.
 func (sh *LimitShares) AddRefused(now time.Time, n int) {
 	minute := now.Truncate(time.Minute).Unix()
 	for m := range sh.Refused {
-		if m <= minute-int64(LimitRefusedWindow/time.Second) {
+		if m <= minute-int64(limitRefusedWindow/time.Second) {
 			delete(sh.Refused, m)
 		}
 	}
@@ -289,9 +289,9 @@ func (sh *LimitShares) AddRefused(now time.Time, n int) {
 }
 
 // RecentRefused is how many refusals the record counts in the minutes of
-// the LimitRefusedWindow up to now's (the minute and the nine before).
+// the limitRefusedWindow up to now's (the minute and the nine before).
 func (sh LimitShares) RecentRefused(now time.Time) int {
-	since := now.Add(-LimitRefusedWindow).Truncate(time.Minute).Unix()
+	since := now.Add(-limitRefusedWindow).Truncate(time.Minute).Unix()
 	n := 0
 	for m, c := range sh.Refused {
 		if m > since {

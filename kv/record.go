@@ -139,7 +139,7 @@ func mutateJSONWith[T any](ctx context.Context, b jetstream.KeyValue, key string
 		}
 	}
 	var zero T
-	return zero, 0, fmt.Errorf("%w: %s/%s after %d attempts", ErrContention, b.Bucket(), key, casAttempts)
+	return zero, 0, fmt.Errorf("%w: %s/%s after %d attempts", errContention, b.Bucket(), key, casAttempts)
 }
 
 // lastValues reads the latest value of every key of bucket that matches

@@ -28,9 +28,9 @@ const (
 	// chunks' checkpoints, its settled envelopes and the journal of a
 	// chunk whose envelope settled are kept.
 	RecordsRetentionDefault = 30 * 24 * time.Hour
-	// CallsRetentionMax keeps the pure-call window inside the time
+	// callsRetentionMax keeps the pure-call window inside the time
 	// SALVAGE_EVENTS keeps the finished event that starts it.
-	CallsRetentionMax = 7 * 24 * time.Hour
+	callsRetentionMax = 7 * 24 * time.Hour
 	// markerTTL is how long the delete marker of an expired key stays, so
 	// that a watch sees the key go. The server raises a shorter message
 	// TTL to it in a bucket keeping more than one revision per key.
@@ -80,11 +80,11 @@ func (r Retention) WithDefaults() Retention {
 func (r Retention) Validate() error {
 	switch {
 	case r.Calls < 0 || r.Effects < 0 || r.Records < 0:
-		return fmt.Errorf("%w: a negative duration (calls %s, effects %s, records %s)", ErrInvalidRetention, r.Calls, r.Effects, r.Records)
-	case r.Calls > CallsRetentionMax:
-		return fmt.Errorf("%w: calls %s is over %s (SALVAGE_EVENTS keeps the finished event that starts it 14 days)", ErrInvalidRetention, r.Calls, CallsRetentionMax)
+		return fmt.Errorf("%w: a negative duration (calls %s, effects %s, records %s)", errInvalidRetention, r.Calls, r.Effects, r.Records)
+	case r.Calls > callsRetentionMax:
+		return fmt.Errorf("%w: calls %s is over %s (SALVAGE_EVENTS keeps the finished event that starts it 14 days)", errInvalidRetention, r.Calls, callsRetentionMax)
 	case r.Effects != 0 && r.Effects < r.Calls:
-		return fmt.Errorf("%w: effects %s is shorter than calls %s", ErrInvalidRetention, r.Effects, r.Calls)
+		return fmt.Errorf("%w: effects %s is shorter than calls %s", errInvalidRetention, r.Effects, r.Calls)
 	}
 	return nil
 }

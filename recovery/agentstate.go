@@ -57,8 +57,8 @@ func RebuildCompleted(states map[string]*AgentState, rows map[string]kv.StoredRo
 	}
 }
 
-// SnapshotStore keeps snapshots; kv.Snapshots implements it.
-type SnapshotStore interface {
+// snapshotStore keeps snapshots; kv.Snapshots implements it.
+type snapshotStore interface {
 	// Save returns a reference, inline when small.
 	Save(ctx context.Context, name string, seq int, data []byte) (kv.SnapshotRef, error)
 	// Put stores a snapshot under name in the object store.
@@ -69,7 +69,7 @@ type SnapshotStore interface {
 
 // SaveSnapshot takes the agent's next snapshot at a stage boundary and
 // returns its reference, for the stage's checkpoint write.
-func SaveSnapshot(ctx context.Context, store SnapshotStore, job string, chunk, epoch int, agent string, st *AgentState) (kv.SnapshotRef, error) {
+func SaveSnapshot(ctx context.Context, store snapshotStore, job string, chunk, epoch int, agent string, st *AgentState) (kv.SnapshotRef, error) {
 	st.Seq++
 	name := kv.SnapshotName(job, chunk, epoch, agent, st.Seq)
 	data, err := json.Marshal(st)
@@ -81,7 +81,7 @@ func SaveSnapshot(ctx context.Context, store SnapshotStore, job string, chunk, e
 
 // putSnapshot stores the agent's next snapshot in the object store, for a
 // point no checkpoint write marks (before an irreversible call).
-func putSnapshot(ctx context.Context, store SnapshotStore, job string, chunk, epoch int, agent string, st *AgentState) error {
+func putSnapshot(ctx context.Context, store snapshotStore, job string, chunk, epoch int, agent string, st *AgentState) error {
 	st.Seq++
 	name := kv.SnapshotName(job, chunk, epoch, agent, st.Seq)
 	data, err := json.Marshal(st)
@@ -92,7 +92,7 @@ func putSnapshot(ctx context.Context, store SnapshotStore, job string, chunk, ep
 }
 
 // LoadSnapshot reads a snapshot.
-func LoadSnapshot(ctx context.Context, store SnapshotStore, ref kv.SnapshotRef) (*AgentState, error) {
+func LoadSnapshot(ctx context.Context, store snapshotStore, ref kv.SnapshotRef) (*AgentState, error) {
 	data, err := store.Load(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -133,16 +133,16 @@ func (r *FailureRun) Fail(p BreakerPolicy, now time.Time) bool {
 // Reset starts the run over: the system answered.
 func (r *FailureRun) Reset() { r.n = 0 }
 
-// BreakerVerdict is what a breaker says of one call.
-type BreakerVerdict int
+// breakerVerdict is what a breaker says of one call.
+type breakerVerdict int
 
 // Verdicts of BreakerAllows.
 const (
 	// VerdictAllow lets the call through.
-	VerdictAllow BreakerVerdict = iota
-	// VerdictRefuse fails the call fast: the breaker is open, or
+	VerdictAllow breakerVerdict = iota
+	// verdictRefuse fails the call fast: the breaker is open, or
 	// half-open with another chunk as the probe.
-	VerdictRefuse
+	verdictRefuse
 	// VerdictTakeProbe lets the call through once the caller has made
 	// its chunk the probe of a half-open breaker, by CAS.
 	VerdictTakeProbe
@@ -152,10 +152,10 @@ const (
 // missing breaker (the zero value) is closed. An open breaker refuses
 // even after its cool-down, until a holder moves it to half-open and
 // picks the probe: only then may one chunk call.
-func BreakerAllows(b kv.Breaker, chunk string) BreakerVerdict {
+func BreakerAllows(b kv.Breaker, chunk string) breakerVerdict {
 	switch b.State {
 	case kv.BreakerOpen:
-		return VerdictRefuse
+		return verdictRefuse
 	case kv.BreakerHalfOpen:
 		switch b.Probe {
 		case chunk:
@@ -163,7 +163,7 @@ func BreakerAllows(b kv.Breaker, chunk string) BreakerVerdict {
 		case "":
 			return VerdictTakeProbe
 		}
-		return VerdictRefuse
+		return verdictRefuse
 	}
 	return VerdictAllow
 }

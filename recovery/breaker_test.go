@@ -41,11 +41,11 @@ func TestBreakerAllows(t *testing.T) {
 		t.Fatal("a breaker never written is closed")
 	}
 	Open(&b, p, now, "503")
-	if BreakerAllows(b, "j.1") != VerdictRefuse || b.Opens != 1 || !b.RetryAt.Equal(now.Add(30*time.Second)) {
+	if BreakerAllows(b, "j.1") != verdictRefuse || b.Opens != 1 || !b.RetryAt.Equal(now.Add(30*time.Second)) {
 		t.Fatalf("open breaker %+v must refuse", b)
 	}
 	HalfOpen(&b, "j.2", now.Add(31*time.Second))
-	if BreakerAllows(b, "j.1") != VerdictRefuse || BreakerAllows(b, "j.2") != VerdictAllow {
+	if BreakerAllows(b, "j.1") != verdictRefuse || BreakerAllows(b, "j.2") != VerdictAllow {
 		t.Fatal("half-open lets only its probe through")
 	}
 	if ProbeOverdue(b, p, now.Add(60*time.Second)) || !ProbeOverdue(b, p, now.Add(62*time.Second)) {
@@ -64,7 +64,7 @@ func TestBreakerAllows(t *testing.T) {
 func TestBreakerErrorsAreTyped(t *testing.T) {
 	t.Parallel()
 	err := fmt.Errorf("crm-read: %w", &BreakerOpenError{System: "crm", State: kv.BreakerOpen})
-	if !errors.Is(err, ErrBreakerOpen) || ClassOf(err) != ClassBreakerOpen {
+	if !errors.Is(err, ErrBreakerOpen) || ClassOf(err) != classBreakerOpen {
 		t.Fatalf("class %s", ClassOf(err))
 	}
 	if sys, ok := BreakerSystem(err); !ok || sys != "crm" {
@@ -79,7 +79,7 @@ func TestBreakerErrorsAreTyped(t *testing.T) {
 	if !CountsAgainstBreaker(Transient(503, nil)) || !CountsAgainstBreaker(Timeout(nil)) {
 		t.Fatal("5xx and timeouts say a system is down")
 	}
-	if c, ok := ParseClass("breaker-open"); !ok || c != ClassBreakerOpen {
+	if c, ok := ParseClass("breaker-open"); !ok || c != classBreakerOpen {
 		t.Fatal("ParseClass")
 	}
 }

@@ -138,7 +138,7 @@ func classify(f Failure) (string, string) {
 		return CategoryUnrecoverable, StrategyDeadEnd
 	case f.Class == ClassTimeout:
 		return CategoryToolTimeout, StrategyVerify
-	case f.Class == ClassBreakerOpen || f.Status == http.StatusServiceUnavailable:
+	case f.Class == classBreakerOpen || f.Status == http.StatusServiceUnavailable:
 		return CategoryExternalSystemDown, StrategyResume
 	default:
 		return CategoryTransientNetwork, StrategyResume

@@ -31,18 +31,18 @@ const (
 	// ClassCancelled is a call stopped because its job was cancelled or its
 	// worker is shutting down. It is never retried.
 	ClassCancelled
-	// ClassPanic is an agent, tool, split or result function that
+	// classPanic is an agent, tool, split or result function that
 	// panicked. Like ClassPermanent it is never retried: the chunk goes to
 	// the DLQ with the panic's value and stack.
-	ClassPanic
-	// ClassBreakerOpen is a call refused because its system's circuit
+	classPanic
+	// classBreakerOpen is a call refused because its system's circuit
 	// breaker is open: it never reached the system. It is not retried
 	// inside the worker; the chunk is held until the breaker closes.
-	ClassBreakerOpen
+	classBreakerOpen
 )
 
 // classLast is the highest Class.
-const classLast = ClassBreakerOpen
+const classLast = classBreakerOpen
 
 // ParseClass returns the Class whose String is name, and false (with
 // ClassTransient) for a name no class has.
@@ -56,8 +56,8 @@ func ParseClass(name string) (Class, bool) {
 }
 
 // Permanent reports whether errors of class c end a chunk at once:
-// ClassPermanent and ClassPanic.
-func (c Class) Permanent() bool { return c == ClassPermanent || c == ClassPanic }
+// ClassPermanent and classPanic.
+func (c Class) Permanent() bool { return c == ClassPermanent || c == classPanic }
 
 // String is the class name used in journal rows and checkpoints.
 func (c Class) String() string {
@@ -72,9 +72,9 @@ func (c Class) String() string {
 		return "permanent"
 	case ClassCancelled:
 		return "cancelled"
-	case ClassPanic:
+	case classPanic:
 		return "panic"
-	case ClassBreakerOpen:
+	case classBreakerOpen:
 		return "breaker-open"
 	}
 	return fmt.Sprintf("class(%d)", int(c))
@@ -105,9 +105,9 @@ var (
 	ErrUnknownPipeline = errors.New("unknown pipeline")
 	// ErrBadInput is returned when a pipeline cannot use a job's input.
 	ErrBadInput = errors.New("bad job input")
-	// ErrSiblingFailed matches the cancellation of an agent whose sibling
-	// in the same stage failed (see SiblingFailedError).
-	ErrSiblingFailed = errors.New("sibling agent failed")
+	// errSiblingFailed matches the cancellation of an agent whose sibling
+	// in the same stage failed (see siblingFailedError).
+	errSiblingFailed = errors.New("sibling agent failed")
 	// ErrOutputTooLarge matches a call or agent whose output is past
 	// streams.OutputMax: it can never be journaled, so it fails
 	// permanently at once (status 502 for a call: a reply that breaks the
@@ -119,23 +119,23 @@ var (
 	ErrBadUsage = errors.New("usage out of range")
 )
 
-// SiblingFailedError is the cause an agent's context is cancelled with
+// siblingFailedError is the cause an agent's context is cancelled with
 // when another agent of its stage failed. Its calls stop and are recorded
 // CANCELLED under their own keys, never FAILED with the sibling's error.
 // It deliberately does not wrap that error: the class of a stopped call
 // is ClassCancelled, whatever stopped it.
-type SiblingFailedError struct {
+type siblingFailedError struct {
 	// Agent is the sibling that failed.
 	Agent string
 }
 
 // Error names the sibling.
-func (e *SiblingFailedError) Error() string {
+func (e *siblingFailedError) Error() string {
 	return "stopped: agent " + e.Agent + " failed in the same stage"
 }
 
-// Is makes errors.Is(err, ErrSiblingFailed) true.
-func (e *SiblingFailedError) Is(target error) bool { return target == ErrSiblingFailed }
+// Is makes errors.Is(err, errSiblingFailed) true.
+func (e *siblingFailedError) Is(target error) bool { return target == errSiblingFailed }
 
 // AgentError is a stage's failure attributed to the agent that failed and,
 // when one of its calls failed, to that call. RunStage returns it, so the
@@ -202,7 +202,7 @@ func (e *CallError) Is(target error) bool {
 	case ErrPermanent:
 		return e.Class.Permanent()
 	case ErrPanic:
-		return e.Class == ClassPanic
+		return e.Class == classPanic
 	}
 	return false
 }
@@ -252,7 +252,7 @@ func OutcomeUnknown(err error) bool {
 		return false
 	}
 	switch ClassOf(err) {
-	case ClassRateLimited, ClassBreakerOpen:
+	case ClassRateLimited, classBreakerOpen:
 		return false
 	case ClassPermanent:
 		s := StatusOf(err)
@@ -261,25 +261,25 @@ func OutcomeUnknown(err error) bool {
 	return true
 }
 
-// Recovered turns a value recovered from a panic in where (an agent, a
-// tool, a split or result function) into a ClassPanic error carrying the
+// recovered turns a value recovered from a panic in where (an agent, a
+// tool, a split or result function) into a classPanic error carrying the
 // value and the stack, cut to streams.ErrorTextMax.
-func Recovered(where string, v any) error {
+func recovered(where string, v any) error {
 	msg := fmt.Sprintf("%s panicked: %v\n%s", where, v, debug.Stack())
-	return &CallError{Class: ClassPanic, Err: errors.New(streams.Clip(msg, streams.ErrorTextMax))}
+	return &CallError{Class: classPanic, Err: errors.New(streams.Clip(msg, streams.ErrorTextMax))}
 }
 
 // ClassOf classifies err. A call stopped because a sibling agent failed
-// is ClassCancelled; a call an open breaker refused is ClassBreakerOpen; a *CallError carries its class; a cancelled context
+// is ClassCancelled; a call an open breaker refused is classBreakerOpen; a *CallError carries its class; a cancelled context
 // is ClassCancelled; an expired context deadline is ClassTimeout; anything
 // else is transient.
 func ClassOf(err error) Class {
 	var ce *CallError
 	switch {
-	case errors.Is(err, ErrSiblingFailed):
+	case errors.Is(err, errSiblingFailed):
 		return ClassCancelled
 	case errors.Is(err, ErrBreakerOpen):
-		return ClassBreakerOpen
+		return classBreakerOpen
 	case errors.As(err, &ce):
 		return ce.Class
 	case errors.Is(err, ErrJobCancelled), errors.Is(err, context.Canceled):

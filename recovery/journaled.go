@@ -184,7 +184,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 // so, so a resumed agent makes the same calls under the same keys.
 func (t *Turn) ToolWithFallback(ctx context.Context, names []string, input any) (json.RawMessage, string, error) {
 	if len(names) == 0 {
-		return nil, "", Permanent(0, fmt.Errorf("%w: an empty fallback chain", ErrUnknownTool))
+		return nil, "", Permanent(0, fmt.Errorf("%w: an empty fallback chain", errUnknownTool))
 	}
 	for i, name := range names {
 		last := i == len(names)-1
@@ -208,12 +208,12 @@ func (t *Turn) ToolWithFallback(ctx context.Context, names []string, input any) 
 // passesOverErr reports whether a failed link passes on to the next.
 func passesOverErr(err error) bool {
 	c := ClassOf(err)
-	return c == ClassRateLimited || c == ClassBreakerOpen
+	return c == ClassRateLimited || c == classBreakerOpen
 }
 
 // passesOver is passesOverErr for a journal row's error class.
 func passesOver(class string) bool {
-	return class == ClassRateLimited.String() || class == ClassBreakerOpen.String()
+	return class == ClassRateLimited.String() || class == classBreakerOpen.String()
 }
 
 // noteFailure remembers the call an agent's failure is about.
@@ -286,7 +286,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	// whose refusal a resume must see to pass it over again.
 	if err := t.allow(ctx, tool); err != nil {
 		if link && (tool.Effect == nil || !seen || prev.Status == kv.CallFailed) {
-			row.Status, row.Error, row.ErrorClass = kv.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), ClassBreakerOpen.String()
+			row.Status, row.Error, row.ErrorClass = kv.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), classBreakerOpen.String()
 			row.StartedAt, row.FinishedAt = time.Now().UTC(), time.Now().UTC()
 			if seen {
 				row.Attempts = prev.Attempts
@@ -333,7 +333,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	unsure := false
 	var estimate int64
 	if t.limiter != nil {
-		estimate = EstimateTokens(in)
+		estimate = estimateTokens(in)
 	}
 	// waited adds up the time the call's requests waited for a rate
 	// limit's budget.
@@ -424,7 +424,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 // another worker may own, and the INITIATED row already tells the next
 // run to verify or repeat the call.
 func (t *Turn) stopped(row kv.JournalRow, attempts int, tool *Tool, err error) error {
-	if !errors.Is(err, ErrSiblingFailed) && !errors.Is(err, ErrJobCancelled) {
+	if !errors.Is(err, errSiblingFailed) && !errors.Is(err, ErrJobCancelled) {
 		return err
 	}
 	row.Status, row.Error, row.ErrorClass = kv.CallCancelled, streams.Clip(err.Error(), streams.ErrorTextMax), ClassCancelled.String()

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// Limiter paces the requests to what every process of a deployment
+// limiter paces the requests to what every process of a deployment
 // shares a rate limit on (issue 36): a model provider, an external
 // system, one tool. Turn asks it before each request a call makes (every
 // attempt, every verification) and tells it how the request went.
-type Limiter interface {
+type limiter interface {
 	// Acquire waits until a request of tool may be sent, or ctx ends;
 	// tokens is what the request is estimated to spend (0 for a request
 	// that is not a model's). It returns done, to be called once with
@@ -31,12 +31,12 @@ type Spent struct {
 	Wait time.Duration
 }
 
-// EstimateTokens is what a call's input will spend at a model before it
+// estimateTokens is what a call's input will spend at a model before it
 // is sent, as providers count it against a tokens-per-minute limit: about
 // four characters a token of its messages, plus the completion it asks
 // for (max_tokens, at least 1). An input that is not a chat request
 // counts four characters a token of its JSON.
-func EstimateTokens(in json.RawMessage) int64 {
+func estimateTokens(in json.RawMessage) int64 {
 	var req struct {
 		Messages []struct {
 			Content string `json:"content"`

@@ -127,9 +127,9 @@ type Turn struct {
 	tools   *Tools
 	replay  *Replay
 	state   *AgentState
-	snaps   SnapshotStore
+	snaps   snapshotStore
 	gate    Gate
-	limiter Limiter
+	limiter limiter
 	// fallbackAfter bounds a fallback link's wait for a rate limit.
 	fallbackAfter time.Duration
 	prices        Prices
@@ -161,13 +161,13 @@ type StageRun struct {
 	States map[string]*AgentState
 	// Snapshots, when set, receives a snapshot before every call to an
 	// irreversible tool.
-	Snapshots SnapshotStore
+	Snapshots snapshotStore
 	// Gate, when set, guards every call to a tool with a System: the
 	// circuit breakers.
 	Gate Gate
 	// Limiter, when set, paces every request to what a rate limit is
 	// declared on. FallbackAfter bounds a fallback link's wait for it.
-	Limiter       Limiter
+	Limiter       limiter
 	FallbackAfter time.Duration
 	// Prices price the usage model calls report, into Stats.CostMicros.
 	Prices Prices
@@ -178,7 +178,7 @@ type StageRun struct {
 
 // RunStage runs a stage's agents in parallel and returns their outputs in
 // agent order. The first agent error cancels its siblings with a
-// SiblingFailedError (their calls are recorded CANCELLED); the error
+// siblingFailedError (their calls are recorded CANCELLED); the error
 // returned is an *AgentError for the failure that decides the chunk's fate
 // (see severity), naming that agent and its failing call.
 func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, error) {
@@ -221,8 +221,8 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 				errs[i] = &AgentError{Agent: a.Name, Tool: t.failedTool, Call: t.failedKey, Err: err}
 				// Siblings stop as cancelled, not failed. A context
 				// already cancelled (the job was) keeps its own cause.
-				if !errors.Is(err, ErrSiblingFailed) {
-					cancel(&SiblingFailedError{Agent: a.Name})
+				if !errors.Is(err, errSiblingFailed) {
+					cancel(&siblingFailedError{Agent: a.Name})
 				}
 			}
 		}()

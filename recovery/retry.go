@@ -97,7 +97,7 @@ func (p RetryPolicy) NextWait(err error, retry int, elapsed time.Duration) (time
 func (p RetryPolicy) next(err error, retry int, elapsed time.Duration) (time.Duration, string, bool) {
 	p = p.withDefaults()
 	switch ClassOf(err) {
-	case ClassPermanent, ClassCancelled, ClassPanic, ClassBreakerOpen:
+	case ClassPermanent, ClassCancelled, classPanic, classBreakerOpen:
 		return 0, "", false
 	}
 	if retry >= max(p.MaxRetries, 0) {

@@ -11,27 +11,27 @@ import (
 
 // A panic in code a pipeline author wrote (an agent, a tool, a split or a
 // result function) never takes a worker down: these wrappers recover it as
-// a ClassPanic error, a permanent failure of the one chunk (or job) it
+// a classPanic error, a permanent failure of the one chunk (or job) it
 // happened in.
 
-// Invoke makes the call c with t, recovering a panic as a ClassPanic error.
+// Invoke makes the call c with t, recovering a panic as a classPanic error.
 func (t *Tool) Invoke(ctx context.Context, c ToolCall) (res ToolResult, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = Recovered("tool "+t.Name, v)
+			err = recovered("tool "+t.Name, v)
 		}
 	}()
 	return t.Call(ctx, c)
 }
 
 // VerifyEffect asks t's external system whether the call under key took
-// effect, recovering a panic as a ClassPanic error. An answer whose output
+// effect, recovering a panic as a classPanic error. An answer whose output
 // is past streams.OutputMax fails permanently (ErrOutputTooLarge, status
 // 502): the call's outcome stays unknown. t must have an Effect.
 func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = Recovered("verify of tool "+t.Name, p)
+			err = recovered("verify of tool "+t.Name, p)
 		}
 	}()
 	v, err = t.Effect.Verify(ctx, key)
@@ -42,22 +42,22 @@ func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, er
 	return v, err
 }
 
-// SplitInput runs p.Split, recovering a panic as a ClassPanic error.
+// SplitInput runs p.Split, recovering a panic as a classPanic error.
 func (p *Plan) SplitInput(input json.RawMessage) (chunks []json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = Recovered("split of pipeline "+p.Name, v)
+			err = recovered("split of pipeline "+p.Name, v)
 		}
 	}()
 	return p.Split(input)
 }
 
 // BuildResult builds a finished chunk's findings with p.Result (the outputs
-// as they are when it is nil), recovering a panic as a ClassPanic error.
+// as they are when it is nil), recovering a panic as a classPanic error.
 func (p *Plan) BuildResult(chunk json.RawMessage, outputs []kv.StageOutput) (out json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = Recovered("result of pipeline "+p.Name, v)
+			err = recovered("result of pipeline "+p.Name, v)
 		}
 	}()
 	if p.Result == nil {
@@ -66,11 +66,11 @@ func (p *Plan) BuildResult(chunk json.RawMessage, outputs []kv.StageOutput) (out
 	return p.Result(chunk, outputs)
 }
 
-// runAgent runs a's turn, recovering a panic as a ClassPanic error.
+// runAgent runs a's turn, recovering a panic as a classPanic error.
 func runAgent(ctx context.Context, a Agent, t *Turn) (out any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = Recovered("agent "+a.Name, v)
+			err = recovered("agent "+a.Name, v)
 		}
 	}()
 	if a.Run == nil { // a Subject is bound to a Run by the root package

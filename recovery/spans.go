@@ -17,19 +17,19 @@ const (
 	AttrJob        = attribute.Key("salvage.job_id")
 	AttrPipeline   = attribute.Key("salvage.pipeline")
 	AttrChunk      = attribute.Key("salvage.chunk")
-	AttrStage      = attribute.Key("salvage.stage")
-	AttrStageName  = attribute.Key("salvage.stage_name")
-	AttrAgent      = attribute.Key("salvage.agent")
-	AttrTool       = attribute.Key("salvage.tool")
-	AttrSystem     = attribute.Key("salvage.system")
+	attrStage      = attribute.Key("salvage.stage")
+	attrStageName  = attribute.Key("salvage.stage_name")
+	attrAgent      = attribute.Key("salvage.agent")
+	attrTool       = attribute.Key("salvage.tool")
+	attrSystem     = attribute.Key("salvage.system")
 	AttrStatus     = attribute.Key("salvage.status")
 	AttrAttempts   = attribute.Key("salvage.attempts")
-	AttrKey        = attribute.Key("salvage.journal_key")
-	AttrModel      = attribute.Key("salvage.model")
+	attrKey        = attribute.Key("salvage.journal_key")
+	attrModel      = attribute.Key("salvage.model")
 	AttrTokensIn   = attribute.Key("salvage.tokens.prompt")
 	AttrTokensOut  = attribute.Key("salvage.tokens.completion")
-	AttrErrorClass = attribute.Key("salvage.error_class")
-	AttrReplayed   = attribute.Key("salvage.replayed")
+	attrErrorClass = attribute.Key("salvage.error_class")
+	attrReplayed   = attribute.Key("salvage.replayed")
 	AttrDelivery   = attribute.Key("salvage.delivery")
 	AttrEpoch      = attribute.Key("salvage.epoch")
 	AttrEnvelope   = attribute.Key("salvage.envelope_id")
@@ -65,22 +65,22 @@ func startSpan(ctx context.Context, tracer trace.Tracer, name string, attrs func
 // startStage starts the span of one stage of one chunk.
 func startStage(ctx context.Context, st Stage, r StageRun) (context.Context, trace.Span) {
 	return startSpan(ctx, r.Tracer, "stage "+st.Name, func() []attribute.KeyValue {
-		return []attribute.KeyValue{AttrJob.String(r.Job), AttrChunk.Int(r.Chunk), AttrStage.Int(r.Stage), AttrStageName.String(st.Name)}
+		return []attribute.KeyValue{AttrJob.String(r.Job), AttrChunk.Int(r.Chunk), attrStage.Int(r.Stage), attrStageName.String(st.Name)}
 	})
 }
 
 // startTurn starts the span of one agent's turn in a stage.
 func startTurn(ctx context.Context, tracer trace.Tracer, t *Turn) (context.Context, trace.Span) {
 	return startSpan(ctx, tracer, "agent "+t.Agent, func() []attribute.KeyValue {
-		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), AttrStage.Int(t.Stage), AttrAgent.String(t.Agent)}
+		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), attrStage.Int(t.Stage), attrAgent.String(t.Agent)}
 	})
 }
 
 // startCall starts the span of one journaled call.
 func (t *Turn) startCall(ctx context.Context, tool *Tool, key string) (context.Context, trace.Span) {
 	return startSpan(ctx, t.tracer, "call "+tool.Name, func() []attribute.KeyValue {
-		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), AttrStage.Int(t.Stage), AttrAgent.String(t.Agent),
-			AttrTool.String(tool.Name), AttrSystem.String(tool.System), AttrKey.String(key)}
+		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), attrStage.Int(t.Stage), attrAgent.String(t.Agent),
+			attrTool.String(tool.Name), attrSystem.String(tool.System), attrKey.String(key)}
 	}, trace.WithSpanKind(trace.SpanKindClient))
 }
 
@@ -97,9 +97,9 @@ func endCall(span trace.Span, row kv.JournalRow, replayed bool, err error) {
 			status = kv.CallSucceeded
 		}
 	}
-	span.SetAttributes(AttrStatus.String(status), AttrAttempts.Int(row.Attempts), AttrReplayed.Bool(replayed))
+	span.SetAttributes(AttrStatus.String(status), AttrAttempts.Int(row.Attempts), attrReplayed.Bool(replayed))
 	if u := row.Usage; u != nil {
-		span.SetAttributes(AttrModel.String(u.Model), AttrTokensIn.Int64(u.PromptTokens), AttrTokensOut.Int64(u.CompletionTokens))
+		span.SetAttributes(attrModel.String(u.Model), AttrTokensIn.Int64(u.PromptTokens), AttrTokensOut.Int64(u.CompletionTokens))
 	}
 	if ClassOf(err) == ClassCancelled {
 		// Stopped by Salvage (a sibling failed, the job was cancelled):
@@ -113,7 +113,7 @@ func endCall(span trace.Span, row kv.JournalRow, replayed bool, err error) {
 // endWith ends span, marking it failed with err's class when err is set.
 func endWith(span trace.Span, err error) {
 	if err != nil && span.IsRecording() {
-		span.SetAttributes(AttrErrorClass.String(ClassOf(err).String()))
+		span.SetAttributes(attrErrorClass.String(ClassOf(err).String()))
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()

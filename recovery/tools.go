@@ -16,9 +16,9 @@ import (
 // tool, a side effect without a way to verify it.
 var ErrInvalidTool = errors.New("invalid tool")
 
-// ErrUnknownTool is returned when an agent calls a tool its pipeline did
+// errUnknownTool is returned when an agent calls a tool its pipeline did
 // not register.
-var ErrUnknownTool = errors.New("unknown tool")
+var errUnknownTool = errors.New("unknown tool")
 
 // ErrDiverged is returned when an agent makes a different call (another
 // tool or another input) at a journal key that already holds a row: the
@@ -196,14 +196,14 @@ func NewTools(ts ...Tool) (*Tools, error) {
 	return r, nil
 }
 
-// Get returns a tool, or an error wrapping ErrUnknownTool.
+// Get returns a tool, or an error wrapping errUnknownTool.
 func (r *Tools) Get(name string) (*Tool, error) {
 	if r != nil {
 		if t, ok := r.m[name]; ok {
 			return t, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownTool, name)
+	return nil, fmt.Errorf("%w: %q", errUnknownTool, name)
 }
 
 // CompensationInput is what a compensation tool receives: the key and the

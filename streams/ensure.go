@@ -151,23 +151,23 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	return c, err
 }
 
-// retryChange runs change (see Change) until it succeeds, is refused or
+// retryChange runs change (see runChange) until it succeeds, is refused or
 // ctx ends, each attempt within changeWait.
 func retryChange(ctx context.Context, js jetstream.JetStream, what string, change func(ctx context.Context) error) error {
 	return Retry(ctx, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, changeWait)
 		defer cancel()
-		return Change(js, what, func() error { return change(ctx) })
+		return runChange(js, what, func() error { return change(ctx) })
 	})
 }
 
-// Change runs change, a request that creates, updates or deletes what
+// runChange runs change, a request that creates, updates or deletes what
 // names, and tells a refusal from a timeout: the server refuses a
 // publish it does not permit by an asynchronous error and never answers
 // the request, so a change that fails while a new permissions violation
 // arrived is this user's refusal, returned as ErrNeedsProvisioning
 // (not a transient error to wait out).
-func Change(js jetstream.JetStream, what string, change func() error) error {
+func runChange(js jetstream.JetStream, what string, change func() error) error {
 	nc := js.Conn()
 	before := nc.LastError()
 	err := change()

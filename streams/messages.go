@@ -89,9 +89,9 @@ const (
 	// UsageTokensMax bounds the tokens one call may report in each of its
 	// prompt and completion counts; more is a broken reply, not usage.
 	UsageTokensMax = 1_000_000_000
-	// BudgetTokensMax and BudgetCostMax bound a job's budget.
-	BudgetTokensMax = 1_000_000_000_000
-	BudgetCostMax   = 1_000_000_000
+	// budgetTokensMax and budgetCostMax bound a job's budget.
+	budgetTokensMax = 1_000_000_000_000
+	budgetCostMax   = 1_000_000_000
 )
 
 // NewRejection describes refused data, bounded (see Rejection).

@@ -112,12 +112,12 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 		chunksConfig(0),
 		{
 			Name: Backlog, Description: "Chunks of large jobs waiting for admission to SALVAGE_CHUNKS (a job keeps at most its window queued there).",
-			Subjects: []string{BacklogAll}, Retention: jetstream.LimitsPolicy,
+			Subjects: []string{backlogAll}, Retention: jetstream.LimitsPolicy,
 			Duplicates: duplicateWindowDefault,
 		},
 		{
 			Name: Hold, Description: "Chunks parked while an external system's breaker is open, or awaiting approval.",
-			Subjects: []string{HoldAll}, Retention: jetstream.WorkQueuePolicy,
+			Subjects: []string{holdAll}, Retention: jetstream.WorkQueuePolicy,
 			Duplicates: duplicateWindowDefault,
 		},
 		{
@@ -136,7 +136,7 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 		},
 		{
 			Name: Events, Description: "Job events, rejections, alerts and escalations.",
-			Subjects: []string{EventsAll, AlertsAll, EscalateAll}, MaxAge: 14 * day,
+			Subjects: []string{eventsAll, alertsAll, escalateAll}, MaxAge: 14 * day,
 			Duplicates: duplicateWindowDefault,
 		},
 		{
@@ -145,7 +145,7 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 			// one. Entries of settled envelopes and of jobs carry a TTL;
 			// the rest are deleted when their record moves.
 			Name: Index, Description: "Listing indexes: envelope records by status and category, and by job; job records. Built from the records when missing.",
-			Subjects: []string{IndexAll}, AllowMsgTTL: true, AllowDirect: true,
+			Subjects: []string{indexAll}, AllowMsgTTL: true, AllowDirect: true,
 		},
 	}
 }
@@ -323,7 +323,7 @@ func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline str
 		if _, err := js.Consumer(ctx, legacy.stream, legacy.name); errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue
 		}
-		err := Change(js, "the legacy consumer "+legacy.name+" on "+legacy.stream, func() error {
+		err := runChange(js, "the legacy consumer "+legacy.name+" on "+legacy.stream, func() error {
 			return js.DeleteConsumer(ctx, legacy.stream, legacy.name)
 		})
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -366,7 +366,7 @@ func narrowLegacyRecovery(ctx context.Context, js jetstream.JetStream) error {
 		return nil
 	}
 	cfg.FilterSubject = DLQLegacy
-	if err := Change(js, "the legacy consumer "+LegacyRecoveryConsumer+" on "+DLQ, func() error {
+	if err := runChange(js, "the legacy consumer "+LegacyRecoveryConsumer+" on "+DLQ, func() error {
 		_, err := js.UpdateConsumer(ctx, DLQ, cfg)
 		return err
 	}); err != nil {

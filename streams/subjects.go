@@ -11,14 +11,14 @@ const (
 	jobsPrefix   = "salvage.jobs."
 	JobsAll      = "salvage.jobs.>"
 	ChunksAll    = "salvage.chunks.>"
-	BacklogAll   = "salvage.backlog.>"
-	HoldAll      = "salvage.hold.>"
+	backlogAll   = "salvage.backlog.>"
+	holdAll      = "salvage.hold.>"
 	ResultsAll   = "salvage.results.>"
 	DLQAll       = "salvage.dlq.>"
-	EventsAll    = "salvage.events.>"
-	AlertsAll    = "salvage.alerts.>"
-	EscalateAll  = "salvage.escalations.>"
-	IndexAll     = "salvage.index.>"
+	eventsAll    = "salvage.events.>"
+	alertsAll    = "salvage.alerts.>"
+	escalateAll  = "salvage.escalations.>"
+	indexAll     = "salvage.index.>"
 	rejectedRoot = "salvage.events.rejected."
 )
 
@@ -239,22 +239,22 @@ func HoldForJob(job string) string { return "salvage.hold.*." + job + ".*" }
 // the system's breaker is open.
 func HoldConsumer(system string) string { return "hold-" + system }
 
-// HoldRef is a held chunk's place: the system that holds it and the chunk.
-type HoldRef struct {
+// holdRef is a held chunk's place: the system that holds it and the chunk.
+type holdRef struct {
 	System string
 	Job    string
 	Chunk  int
 }
 
 // ParseHoldSubject splits salvage.hold.<system>.<job>.<chunk>.
-func ParseHoldSubject(subject string) (HoldRef, error) {
+func ParseHoldSubject(subject string) (holdRef, error) {
 	parts := strings.Split(subject, ".")
 	if len(parts) != 5 || parts[0] != "salvage" || parts[1] != "hold" {
-		return HoldRef{}, badSubject(subject, "want salvage.hold.<system>.<job>.<chunk>")
+		return holdRef{}, badSubject(subject, "want salvage.hold.<system>.<job>.<chunk>")
 	}
 	n, err := parseRef(subject, parts)
 	if err != nil {
-		return HoldRef{}, err
+		return holdRef{}, err
 	}
-	return HoldRef{System: parts[2], Job: parts[3], Chunk: n}, nil
+	return holdRef{System: parts[2], Job: parts[3], Chunk: n}, nil
 }

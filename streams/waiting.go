@@ -8,28 +8,28 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// WaitingScan bounds the job messages FindWaitingJob reads.
-const WaitingScan = 1000
+// waitingScan bounds the job messages FindWaitingJob reads.
+const waitingScan = 1000
 
-// WaitingJob is a job message still in SALVAGE_JOBS: submitted, not split.
-type WaitingJob struct {
+// waitingJob is a job message still in SALVAGE_JOBS: submitted, not split.
+type waitingJob struct {
 	Pipeline string
 	Seq      uint64
 }
 
-// FindWaitingJob looks for job id's message among the first WaitingScan
+// FindWaitingJob looks for job id's message among the first waitingScan
 // messages of SALVAGE_JOBS, a work queue that holds only jobs not yet
 // split. ok is false when it is not there (or the stream cannot be read).
-func FindWaitingJob(ctx context.Context, js jetstream.JetStream, id string) (WaitingJob, bool) {
+func FindWaitingJob(ctx context.Context, js jetstream.JetStream, id string) (waitingJob, bool) {
 	s, err := js.Stream(ctx, Jobs)
 	if err != nil {
-		return WaitingJob{}, false
+		return waitingJob{}, false
 	}
 	// The lookup's answer carries the state: no second request for it.
 	st := s.CachedInfo().State
 	// Acked jobs leave gaps between FirstSeq and LastSeq: stop once every
 	// message the stream holds was read, not at LastSeq.
-	for seq, n, live := st.FirstSeq, 0, uint64(0); seq <= st.LastSeq && n < WaitingScan && live < st.Msgs; seq, n = seq+1, n+1 {
+	for seq, n, live := st.FirstSeq, 0, uint64(0); seq <= st.LastSeq && n < waitingScan && live < st.Msgs; seq, n = seq+1, n+1 {
 		raw, err := s.GetMsg(ctx, seq)
 		if err != nil {
 			continue
@@ -39,9 +39,9 @@ func FindWaitingJob(ctx context.Context, js jetstream.JetStream, id string) (Wai
 			continue
 		}
 		pipeline, _ := ParseJobSubject(raw.Subject)
-		return WaitingJob{Pipeline: pipeline, Seq: seq}, true
+		return waitingJob{Pipeline: pipeline, Seq: seq}, true
 	}
-	return WaitingJob{}, false
+	return waitingJob{}, false
 }
 
 // messageOfJob reports whether the job message raw names job id: in its
