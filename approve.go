@@ -12,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -126,7 +127,7 @@ func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
 			if cp, err := checkpointOf(ctx, st, msg.Partition, ref.Job, ref.Chunk); err == nil {
 				a.Stage = cp.Stage
 				for i := len(cp.Events) - 1; i >= 0; i-- {
-					if cp.Events[i].Kind == kv.EventAwaitingApproval {
+					if cp.Events[i].Kind == salvagetype.EventAwaitingApproval {
 						a.StageName = cp.Events[i].Detail
 						break
 					}

@@ -41,7 +41,7 @@ func (f EnvelopeFilter) Validate() error {
 }
 
 func (f EnvelopeFilter) machinery() consumers.EnvelopeFilter {
-	return consumers.EnvelopeFilter{Category: string(f.Category), Status: string(f.Status), Job: f.Job, MinAge: f.MinAge}
+	return consumers.EnvelopeFilter{Category: f.Category, Status: f.Status, Job: f.Job, MinAge: f.MinAge}
 }
 
 // BulkAction is what a bulk request does to each envelope it matches.

@@ -13,6 +13,7 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // words splits {"words": [...]} into one chunk per word; each chunk's one
@@ -271,7 +272,7 @@ func TestWaitOutlivesAServerRestart(t *testing.T) {
 	}
 	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		j, err := jobs.Get(ctx, id)
-		return err == nil && j.Status == kv.JobDone
+		return err == nil && j.Status == salvagetype.JobDone
 	}, "the job's record to say done")
 	t.Logf("%s: the job's record says done", time.Since(start))
 	select {

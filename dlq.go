@@ -344,7 +344,7 @@ func AutoRecoveryRate(recs []EnvelopeRecord) RecoveryStats {
 	machine := make([]kv.EnvelopeRecord, len(recs))
 	for i, r := range recs {
 		// The fields the rate reads; no copy of notes or effects.
-		machine[i] = kv.EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Status: string(r.Status), ResolvedBy: r.ResolvedBy,
+		machine[i] = kv.EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Status: r.Status, ResolvedBy: r.ResolvedBy,
 			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]kv.LeftEffect, len(r.Left)),
 			Stopped: r.Stopped, Rejected: r.Rejected}
 	}

@@ -33,7 +33,10 @@
 //
 // Optional integrations live apart, so that a program pays only for what
 // it imports: chatmodel (model tools over HTTP), otelsalvage (OTLP span
-// export); natsconf starts an embedded server; salvagetest is the test
+// export); natsconf starts an embedded server; salvagetype defines the
+// contract's words once (statuses, categories, strategies: JobRunning is
+// salvagetype.JobRunning, whose methods Finished, Terminal, Final, Open
+// and Outcome it documents); salvagetest is the test
 // kit (a real embedded JetStream server per test, a started client, a
 // wait for a job, one agent run against its tools).
 //

@@ -14,7 +14,7 @@ import (
 // pending) carrying an envelope or an error; -1 a chunk that needs
 // nobody: every done chunk, whatever it went through on the way (a hold,
 // a failure a recovery mended), and one cancelled before it had effects.
-func (ch Chunk) Attention() int { return kv.AttentionOf(string(ch.Status), ch.Envelope, ch.LastError) }
+func (ch Chunk) Attention() int { return kv.AttentionOf(ch.Status, ch.Envelope, ch.LastError) }
 
 // NeedingAttention keeps the chunks that need a person or are not
 // finished (Attention 0 and up), dead-lettered first, then parked, then

@@ -12,6 +12,7 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // NeedingAttention lists the chunks that need a person or are not
@@ -67,23 +68,23 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 		}
 	}
 	failing := map[int]func(*kv.Checkpoint){
-		9_999: func(cp *kv.Checkpoint) { cp.Status, cp.Envelope = kv.StatusDeadLettered, "E9999" },
-		17:    func(cp *kv.Checkpoint) { cp.Status, cp.HeldOn = kv.StatusHeld, "payments" },
-		5_000: func(cp *kv.Checkpoint) { cp.Status, cp.LastError = kv.StatusRunning, "503" },
-		42:    func(cp *kv.Checkpoint) { cp.Status, cp.Envelope = kv.CancelledAtStage(2), "E42" },
+		9_999: func(cp *kv.Checkpoint) { cp.Status, cp.Envelope = salvagetype.ChunkDeadLettered, "E9999" },
+		17:    func(cp *kv.Checkpoint) { cp.Status, cp.HeldOn = salvagetype.ChunkHeld, "payments" },
+		5_000: func(cp *kv.Checkpoint) { cp.Status, cp.LastError = salvagetype.ChunkRunning, "503" },
+		42:    func(cp *kv.Checkpoint) { cp.Status, cp.Envelope = salvagetype.CancelledAtStage(2), "E42" },
 	}
 	for chunk, fn := range failing {
 		set("big", chunk, fn)
 	}
 	for chunk := 1; chunk <= 300; chunk++ {
 		if failing[chunk] == nil {
-			set("big", chunk, func(cp *kv.Checkpoint) { cp.Status = kv.StatusDone })
+			set("big", chunk, func(cp *kv.Checkpoint) { cp.Status = salvagetype.ChunkDone })
 		}
 	}
 	// Chunk 3 was held and then finished: it needs nobody now, but its
 	// entry stays (the reader drops it).
-	set("big", 3, func(cp *kv.Checkpoint) { cp.Status = kv.StatusHeld })
-	set("big", 3, func(cp *kv.Checkpoint) { cp.Status = kv.StatusDone })
+	set("big", 3, func(cp *kv.Checkpoint) { cp.Status = salvagetype.ChunkHeld })
+	set("big", 3, func(cp *kv.Checkpoint) { cp.Status = salvagetype.ChunkDone })
 
 	// A job of before the index: its record and checkpoints written as an
 	// older process wrote them, with no entry.
@@ -99,8 +100,8 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	putJSON(kv.BucketJobs, "old", kv.Job{ID: "old", Pipeline: "words", Chunks: old, Status: kv.JobRunning})
-	putJSON(kv.BucketCheckpoints, kv.ChunkKey("old", 2_999), kv.Checkpoint{Job: "old", Chunk: 2_999, Stage: 1, Status: kv.StatusDeadLettered, Envelope: "E-old"})
+	putJSON(kv.BucketJobs, "old", kv.Job{ID: "old", Pipeline: "words", Chunks: old, Status: salvagetype.JobRunning})
+	putJSON(kv.BucketCheckpoints, kv.ChunkKey("old", 2_999), kv.Checkpoint{Job: "old", Chunk: 2_999, Stage: 1, Status: salvagetype.ChunkDeadLettered, Envelope: "E-old"})
 
 	// The sniffers share the client's connection: the server hands them
 	// every checkpoint read it sends, in order, before the answer to a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -379,7 +380,7 @@ func (c *Client) settling(ctx context.Context, j *Job) (bool, error) {
 	}
 	undecided := false
 	for _, r := range pg.Records {
-		undecided = undecided || r.Status == kv.EnvelopeOpen || (r.Status == kv.EnvelopeRecovering && !r.Requeued)
+		undecided = undecided || r.Status == salvagetype.EnvelopeOpen || (r.Status == salvagetype.EnvelopeRecovering && !r.Requeued)
 	}
 	if !undecided {
 		return false, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Limit caps the requests every process of a deployment makes together to
@@ -43,18 +44,21 @@ type Limit struct {
 	SetAt time.Time `json:"set_at,omitzero"`
 }
 
-// Limit kinds: what a limit's key names.
+// LimitKind is what a limit's key names: its keys are <kind>.<name>.
+type LimitKind = salvagetype.LimitKind
+
+// Limit kinds.
 const (
 	// LimitSystem limits every request to an external system: the tools
 	// whose System is the key's name. chatmodel names a model endpoint's
 	// System "model-<host>".
-	LimitSystem = kv.LimitSystem
+	LimitSystem = salvagetype.LimitSystem
 	// LimitTool limits the requests of one tool (one model).
-	LimitTool = kv.LimitTool
+	LimitTool = salvagetype.LimitTool
 	// LimitTenant limits the work of one tenant's jobs (SubmitOpts.Tenant):
 	// its chunks in flight (Limit.Chunks), and the requests its chunks'
 	// calls make (the other bounds).
-	LimitTenant = kv.LimitTenant
+	LimitTenant = salvagetype.LimitTenant
 )
 
 var (
@@ -70,7 +74,7 @@ var (
 )
 
 // LimitKey is the key of a limit of kind on name.
-func LimitKey(kind, name string) string { return kv.LimitKey(kind, name) }
+func LimitKey(kind LimitKind, name string) string { return kv.LimitKey(kind, name) }
 
 // LimitState is a declared limit and what the processes calling its key
 // hold of it now.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -103,7 +104,7 @@ func (a *Alerter) candidates(ctx context.Context, now time.Time, rules recovery.
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []kv.IndexFilter{{Status: kv.EnvelopeOpen}, {Status: kv.EnvelopeRecovering}, {Status: kv.EnvelopeEscalated}, {Category: recovery.CategoryCompensationNeeded}} {
+	for _, f := range []kv.IndexFilter{{Status: salvagetype.EnvelopeOpen}, {Status: salvagetype.EnvelopeRecovering}, {Status: salvagetype.EnvelopeEscalated}, {Category: salvagetype.CategoryCompensationNeeded}} {
 		if err := eachEnvelope(ctx, a.stores, f, false, func(r kv.EnvelopeRecord) bool { byID[r.ID] = r; return true }); err != nil {
 			return nil, err
 		}

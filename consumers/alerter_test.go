@@ -9,6 +9,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -19,8 +20,8 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 	b := setup(t, setupOpts{noDeadLetter: true})
 	alerts := b.subscribe(t, "salvage.alerts.>")
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	put := func(id string, at time.Duration, status string, acked bool, left ...string) {
-		r := kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Category: recovery.CategoryPartialExecution, Status: status, CreatedAt: t0.Add(at)}
+	put := func(id string, at time.Duration, status salvagetype.EnvelopeStatus, acked bool, left ...string) {
+		r := kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Category: salvagetype.CategoryPartialExecution, Status: status, CreatedAt: t0.Add(at)}
 		if acked {
 			r.AckedBy = "ops"
 		}
@@ -31,13 +32,13 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put("E1", 0, kv.EnvelopeResolved, false)
-	put("E2", time.Minute, kv.EnvelopeAbandoned, false)
-	put("E3", 2*time.Minute, kv.EnvelopeDeadEnd, false)
-	put("E4", 2*time.Minute, kv.EnvelopeOpen, false)
-	put("E5", 2*time.Minute, kv.EnvelopeEscalated, false, "payments")
-	put("E6", 2*time.Minute, kv.EnvelopeEscalated, true, "payments")
-	put("E7", 2*time.Minute, kv.EnvelopeEscalated, false, "wms")
+	put("E1", 0, salvagetype.EnvelopeResolved, false)
+	put("E2", time.Minute, salvagetype.EnvelopeAbandoned, false)
+	put("E3", 2*time.Minute, salvagetype.EnvelopeDeadEnd, false)
+	put("E4", 2*time.Minute, salvagetype.EnvelopeOpen, false)
+	put("E5", 2*time.Minute, salvagetype.EnvelopeEscalated, false, "payments")
+	put("E6", 2*time.Minute, salvagetype.EnvelopeEscalated, true, "payments")
+	put("E7", 2*time.Minute, salvagetype.EnvelopeEscalated, false, "wms")
 
 	var mu sync.Mutex
 	now := t0.Add(3 * time.Minute)

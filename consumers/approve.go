@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -60,7 +61,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 		return cp, err
 	}
 	subject := streams.HoldSubject(streams.SystemApproval, job, chunk)
-	if cp.Status != kv.StatusAwaitingApproval {
+	if cp.Status != salvagetype.ChunkAwaitingApproval {
 		// A parked copy a crash left behind (a rejection that died before
 		// its purge) goes now: nothing will ever release it.
 		if err := purgeSubject(ctx, o.js, streams.Hold, subject); err != nil {

@@ -3,6 +3,7 @@ package consumers_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -29,7 +31,7 @@ func setupApprovalShop(t *testing.T) (*bundle, *shop) {
 	return b, s
 }
 
-func (b *bundle) waitStatus(t *testing.T, job string, chunk int, status string) kv.Checkpoint {
+func (b *bundle) waitStatus(t *testing.T, job string, chunk int, status salvagetype.ChunkStatus) kv.Checkpoint {
 	t.Helper()
 	var cp kv.Checkpoint
 	salvagetest.Eventually(t, time.Minute, func() bool {
@@ -48,7 +50,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	b, s := setupApprovalShop(t)
 	events := b.subscribe(t, "salvage.events.*.approval")
 	job := b.submitOrders(t, shopOrder{ID: "o-1"})
-	cp := b.waitStatus(t, job, 1, kv.StatusAwaitingApproval)
+	cp := b.waitStatus(t, job, 1, salvagetype.ChunkAwaitingApproval)
 	if cp.Stage != 2 || s.count("ship") != 0 || s.count("charge") != 1 {
 		t.Fatalf("parked at stage %d with %d shipments and %d charges; want stage 2, none shipped, one charge", cp.Stage, s.count("ship"), s.count("charge"))
 	}
@@ -60,7 +62,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	if n := b.streamMsgs(t, streams.Hold); n != 1 {
 		t.Fatalf("%d messages on SALVAGE_HOLD; want the parked chunk", n)
 	}
-	if j, _ := b.stores.Jobs.Get(b.ctx, job); j.Status != kv.JobRunning {
+	if j, _ := b.stores.Jobs.Get(b.ctx, job); j.Status != salvagetype.JobRunning {
 		t.Fatalf("job %s while its chunk awaits approval; want running", j.Status)
 	}
 	op := consumers.NewOperator(b.JS, b.stores)
@@ -70,20 +72,20 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{Approve: true, By: "ann", Note: "looks fine"}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	cp = b.checkpoint(t, job, 1)
 	if len(cp.Approvals) != 1 || cp.Approvals[0].By != "ann" || cp.Approvals[0].Stage != 2 || cp.Approvals[0].Note != "looks fine" {
 		t.Fatalf("approvals %+v", cp.Approvals)
 	}
 	// The chunk's timeline: parked, approved, delivered again.
-	var kinds []string
+	var kinds []salvagetype.EventKind
 	for _, ev := range cp.Events {
 		kinds = append(kinds, ev.Kind)
-		if ev.Kind == kv.EventApproved && (ev.Stage != 2 || ev.Detail != "ann: looks fine") {
+		if ev.Kind == salvagetype.EventApproved && (ev.Stage != 2 || ev.Detail != "ann: looks fine") {
 			t.Errorf("approved event %+v", ev)
 		}
 	}
-	if got := strings.Join(kinds, " "); !strings.Contains(got, kv.EventAwaitingApproval+" "+kv.EventApproved+" "+kv.EventDelivered) {
+	if got := fmt.Sprint(kinds); !strings.Contains(got, fmt.Sprint(salvagetype.EventAwaitingApproval, " ", salvagetype.EventApproved, " ", salvagetype.EventDelivered)) {
 		t.Errorf("chunk events %q: want the park, the approval, then the delivery it released", got)
 	}
 	if s.count("ship") != 1 || s.count("charge") != 1 || s.count("reserve") != 1 {
@@ -103,13 +105,13 @@ func TestRejectionCompensatesAndAbandons(t *testing.T) {
 	t.Parallel()
 	b, s := setupApprovalShop(t)
 	job := b.submitOrders(t, shopOrder{ID: "o-2"})
-	b.waitStatus(t, job, 1, kv.StatusAwaitingApproval)
+	b.waitStatus(t, job, 1, salvagetype.ChunkAwaitingApproval)
 	op := consumers.NewOperator(b.JS, b.stores)
 	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{By: "bob", Note: "fraud"}); err != nil {
 		t.Fatal(err)
 	}
-	rec := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeAbandoned }, "abandoned")
-	if rec.Strategy != recovery.StrategyCompensateAndAbandon || !rec.Human {
+	rec := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeAbandoned }, "abandoned")
+	if rec.Strategy != salvagetype.StrategyCompensateAndAbandon || !rec.Human {
 		t.Fatalf("envelope %+v; want COMPENSATE_AND_ABANDON by a person", rec)
 	}
 	s.mu.Lock()
@@ -124,5 +126,5 @@ func TestRejectionCompensatesAndAbandons(t *testing.T) {
 	if n := b.streamMsgs(t, streams.Hold); n != 0 {
 		t.Fatalf("%d messages left on SALVAGE_HOLD", n)
 	}
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 }

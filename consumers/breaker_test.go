@@ -17,6 +17,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -112,7 +113,7 @@ func (b *bundle) breaker(t *testing.T, system string) kv.Breaker {
 	t.Helper()
 	br, _, err := b.stores.Breakers.Get(b.ctx, system)
 	if errors.Is(err, kv.ErrNotFound) {
-		return kv.Breaker{System: system, State: kv.BreakerClosed}
+		return kv.Breaker{System: system, State: salvagetype.BreakerClosed}
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +141,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	crm.down.Store(true)
 	job := submitOutage(t, b, chunks)
 
-	salvagetest.Eventually(t, time.Minute, func() bool { return b.breaker(t, "crm").State != kv.BreakerClosed }, "the crm breaker to open")
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.breaker(t, "crm").State != salvagetype.BreakerClosed }, "the crm breaker to open")
 	atOpen := crm.requests.Load()
 	// Three cool-downs: three probes may reach crm, each failing and
 	// opening the breaker again.
@@ -166,7 +167,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	}
 	held := 0
 	for c := 1; c <= chunks; c++ {
-		if cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
+		if cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == salvagetype.ChunkHeld {
 			held++
 			if cp.HeldOn != "crm" || cp.Stage != 1 {
 				t.Fatalf("chunk %d held on %q at stage %d; want crm, stage 1", c, cp.HeldOn, cp.Stage)
@@ -178,7 +179,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	}
 
 	crm.down.Store(false)
-	j := b.waitJob(t, job, kv.JobDone)
+	j := b.waitJob(t, job, salvagetype.JobDone)
 	// The ramp: each worker's holder returns one chunk at the close, then
 	// RampStart a second, doubling every RampDouble. Released at once,
 	// every held chunk would call crm within the first second.
@@ -198,7 +199,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	if envs := b.dlq(t); len(envs) != 0 {
 		t.Fatalf("%d envelopes; the outage must not reach the DLQ: first %+v", len(envs), envs[0])
 	}
-	if br := b.breaker(t, "crm"); br.State != kv.BreakerClosed {
+	if br := b.breaker(t, "crm"); br.State != salvagetype.BreakerClosed {
 		t.Fatalf("breaker %+v; want closed after the outage", br)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Hold) == 0 }, "SALVAGE_HOLD to be empty")
@@ -222,7 +223,7 @@ func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 	})
 	extra.down.Store(true)
 	job := submitOutage(t, b, chunks)
-	j := b.waitJob(t, job, kv.JobPartial)
+	j := b.waitJob(t, job, salvagetype.JobPartial)
 	if j.Summary.Done != chunks || j.Summary.Degraded != chunks || j.Summary.DeadLetters != 0 {
 		t.Fatalf("summary %+v; want every chunk done without its optional stage", j.Summary)
 	}
@@ -236,7 +237,7 @@ func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 	if got, bound := extra.requests.Load(), int64(concurrency*(testRetry.MaxRetries+1)); got > bound {
 		t.Fatalf("extra got %d requests; want at most %d", got, bound)
 	}
-	if br := b.breaker(t, "extra"); br.State != kv.BreakerOpen {
+	if br := b.breaker(t, "extra"); br.State != salvagetype.BreakerOpen {
 		t.Fatalf("extra breaker %+v; want open", br)
 	}
 	if n := b.streamMsgs(t, streams.Hold); n != 0 {
@@ -263,13 +264,13 @@ func TestCancelEndsHeldChunks(t *testing.T) {
 	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, job, "tester"); err != nil {
 		t.Fatal(err)
 	}
-	j := b.waitJob(t, job, kv.JobCancelled)
+	j := b.waitJob(t, job, salvagetype.JobCancelled)
 	if j.Summary.Cancelled != chunks {
 		t.Fatalf("summary %+v; want %d cancelled", j.Summary, chunks)
 	}
 	for c := 1; c <= chunks; c++ {
-		if cp := b.checkpoint(t, job, c); cp.Status != kv.CancelledAtStage(1) {
-			t.Fatalf("chunk %d is %s; want %s", c, cp.Status, kv.CancelledAtStage(1))
+		if cp := b.checkpoint(t, job, c); cp.Status != salvagetype.CancelledAtStage(1) {
+			t.Fatalf("chunk %d is %s; want %s", c, cp.Status, salvagetype.CancelledAtStage(1))
 		}
 	}
 	if n := b.streamMsgs(t, streams.Hold); n != 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -112,7 +113,7 @@ func (g *gate) state(system string) kv.Breaker {
 	if b, ok := g.seen[system]; ok {
 		return b.Breaker
 	}
-	return kv.Breaker{System: system, State: kv.BreakerClosed}
+	return kv.Breaker{System: system, State: salvagetype.BreakerClosed}
 }
 
 // all returns every breaker seen.
@@ -135,7 +136,7 @@ func (g *gate) set(b kv.Breaker, rev uint64) {
 	if ok && prev.rev >= rev {
 		return
 	}
-	if prev.State != b.State && b.State == kv.BreakerClosed {
+	if prev.State != b.State && b.State == salvagetype.BreakerClosed {
 		// Failures counted before the breaker closed are old news.
 		delete(g.runs, b.System)
 	}
@@ -150,7 +151,7 @@ func (g *gate) Allow(ctx context.Context, system, chunk string) error {
 		return nil
 	case recovery.VerdictTakeProbe:
 		nb, rev, err := g.breakers.Mutate(ctx, system, g.id, func(b *kv.Breaker) error {
-			if b.State != kv.BreakerHalfOpen || (b.Probe != "" && b.Probe != chunk) {
+			if b.State != salvagetype.BreakerHalfOpen || (b.Probe != "" && b.Probe != chunk) {
 				return errProbeTaken
 			}
 			if b.Probe == chunk {
@@ -175,7 +176,7 @@ func (g *gate) Allow(ctx context.Context, system, chunk string) error {
 // Done implements recovery.Gate.
 func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 	b := g.state(system)
-	probe := b.State == kv.BreakerHalfOpen && b.Probe == chunk
+	probe := b.State == salvagetype.BreakerHalfOpen && b.Probe == chunk
 	switch {
 	case err == nil:
 		g.mu.Lock()
@@ -185,7 +186,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 		g.mu.Unlock()
 		if probe {
 			g.transition(ctx, system, func(b *kv.Breaker) bool {
-				if b.State != kv.BreakerHalfOpen || b.Probe != chunk {
+				if b.State != salvagetype.BreakerHalfOpen || b.Probe != chunk {
 					return false
 				}
 				recovery.Close(b)
@@ -195,13 +196,13 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 	case !recovery.CountsAgainstBreaker(err):
 	case probe:
 		g.transition(ctx, system, func(b *kv.Breaker) bool {
-			if b.State != kv.BreakerHalfOpen || b.Probe != chunk {
+			if b.State != salvagetype.BreakerHalfOpen || b.Probe != chunk {
 				return false
 			}
 			recovery.Open(b, g.policies.For(system), time.Now(), streams.Clip(err.Error(), streams.ErrorTextMax))
 			return true
 		}, "circuit breaker open again: the probe failed")
-	case b.State == kv.BreakerClosed:
+	case b.State == salvagetype.BreakerClosed:
 		p := g.policies.For(system)
 		g.mu.Lock()
 		r := g.runs[system]
@@ -216,7 +217,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 		g.mu.Unlock()
 		if trip {
 			g.transition(ctx, system, func(b *kv.Breaker) bool {
-				if b.State != kv.BreakerClosed {
+				if b.State != salvagetype.BreakerClosed {
 					return false
 				}
 				recovery.Open(b, p, time.Now(), streams.Clip(err.Error(), streams.ErrorTextMax))
@@ -242,6 +243,6 @@ func (g *gate) transition(ctx context.Context, system string, change func(b *kv.
 	}
 	g.set(b, rev)
 	if changed {
-		g.log.Warn().Str("system", system).Str("state", b.State).Time("retry_at", b.RetryAt).Str("reason", b.Reason).Msg(msg)
+		g.log.Warn().Str("system", system).Str("state", string(b.State)).Time("retry_at", b.RetryAt).Str("reason", b.Reason).Msg(msg)
 	}
 }

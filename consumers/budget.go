@@ -12,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -43,7 +44,7 @@ func (t tracker) stopForBudget(ctx context.Context, job kv.Job) (kv.Job, error) 
 // repeat-safe, so the sweeper that calls it again after a crash finishes
 // the same envelope. A job with nothing left to stop gets none.
 func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
-	if job.BudgetExceededAt == nil || job.BudgetEnvelope == "-" || job.Status == kv.JobRunning {
+	if job.BudgetExceededAt == nil || job.BudgetEnvelope == "-" || job.Status == salvagetype.JobRunning {
 		return nil
 	}
 	if job.BudgetEnvelope != "" {
@@ -65,7 +66,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	var first kv.Checkpoint
 	n := 0
 	for _, cp := range job.View(cps) {
-		if !kv.IsCancelled(cp.Status) {
+		if !cp.Status.IsCancelled() {
 			continue
 		}
 		if n == 0 {
@@ -101,7 +102,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	data, _ := json.Marshal(streams.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID, Partition: job.Partition})
 	env := recovery.Envelope{
 		ID: id, Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, TraceID: job.TraceID,
-		Category: recovery.CategoryBudgetExceeded, Strategy: recovery.StrategyEscalate,
+		Category: salvagetype.CategoryBudgetExceeded, Strategy: salvagetype.StrategyEscalate,
 		Error:         fmt.Sprintf("budget exceeded: spent %s%s; %d chunks stopped", spent, limit, n),
 		StoppedChunks: stopped, FailedStage: max(first.Stage, 1), Recoveries: first.Recoveries,
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
@@ -115,6 +116,6 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	}
 	return t.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{
 		ID: id, Job: job.ID, Chunk: first.Chunk, Category: env.Category, Strategy: env.Strategy,
-		Status: kv.EnvelopeOpen, Subject: subject, DLQSeq: ack.Sequence, TraceID: job.TraceID,
+		Status: salvagetype.EnvelopeOpen, Subject: subject, DLQSeq: ack.Sequence, TraceID: job.TraceID,
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -66,14 +67,14 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 		c.Prices = recovery.Prices{"m": {Prompt: 1, Completion: 2}}
 	})
 	b.startOrchestrator(t, "o1")
-	escalations := b.subscribe(t, streams.EscalationSubject(recovery.CategoryBudgetExceeded))
+	escalations := b.subscribe(t, streams.EscalationSubject(salvagetype.CategoryBudgetExceeded))
 	const chunks = 30
 	job := ulid.Make().String()
 	body, _ := json.Marshal(map[string]any{"job_id": job, "input": chunks, "budget": map[string]any{"cost": 0.001}})
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("metered"), body); err != nil {
 		t.Fatal(err)
 	}
-	j := b.waitJob(t, job, kv.JobCancelled)
+	j := b.waitJob(t, job, salvagetype.JobCancelled)
 	if j.BudgetExceededAt == nil || j.CancelReason != kv.BudgetReason {
 		t.Fatalf("job %+v; want stopped by its budget", j)
 	}
@@ -91,15 +92,15 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	for _, cp := range j.View(cps) {
 		c := cp.Chunk
 		switch {
-		case cp.Status == kv.StatusDone:
+		case cp.Status == salvagetype.ChunkDone:
 			if cp.CostMicros != 400 {
 				t.Fatalf("chunk %d cost %d; want 400", c, cp.CostMicros)
 			}
 			spent += cp.CostMicros
-		case kv.IsCancelled(cp.Status):
+		case cp.Status.IsCancelled():
 			stopped = append(stopped, c)
 			spent += cp.CostMicros
-			if cp.Status != kv.CancelledAtStage(0) && cp.Reason != kv.BudgetReason {
+			if cp.Status != salvagetype.CancelledAtStage(0) && cp.Reason != kv.BudgetReason {
 				t.Fatalf("chunk %d cancelled with reason %q", c, cp.Reason)
 			}
 		default:
@@ -111,10 +112,10 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(b.dlq(t)) == 1 }, "one BUDGET_EXCEEDED envelope")
 	env := b.dlq(t)[0]
-	if env.Category != recovery.CategoryBudgetExceeded || env.Strategy != recovery.StrategyEscalate || fmt.Sprint(env.StoppedChunks) != fmt.Sprint(stopped) {
+	if env.Category != salvagetype.CategoryBudgetExceeded || env.Strategy != salvagetype.StrategyEscalate || fmt.Sprint(env.StoppedChunks) != fmt.Sprint(stopped) {
 		t.Fatalf("envelope %+v; want BUDGET_EXCEEDED listing %v", env, stopped)
 	}
-	rec := b.envelopeOf(t, job, env.Chunk, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeEscalated }, "escalated")
+	rec := b.envelopeOf(t, job, env.Chunk, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeEscalated }, "escalated")
 	if rec.ID != env.ID {
 		t.Fatalf("record %+v", rec)
 	}

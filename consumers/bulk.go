@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -109,7 +110,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 			return res, ctx.Err()
 		}
 		if !actionable(req.Action, r) {
-			if req.Action != BulkAck && (r.Status == kv.EnvelopeResolved || r.Status == kv.EnvelopeSuperseded) {
+			if req.Action != BulkAck && (r.Status == salvagetype.EnvelopeResolved || r.Status == salvagetype.EnvelopeSuperseded) {
 				res.Refused++
 			} else {
 				res.Unchanged++
@@ -160,7 +161,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 // envelope neither resolved, superseded nor already requeued; a resolve
 // one neither resolved nor superseded; an ack one nobody acknowledged.
 func actionable(action string, r kv.EnvelopeRecord) bool {
-	final := r.Status == kv.EnvelopeResolved || r.Status == kv.EnvelopeSuperseded
+	final := r.Status == salvagetype.EnvelopeResolved || r.Status == salvagetype.EnvelopeSuperseded
 	switch action {
 	case BulkReplay:
 		return !final && !r.Requeued

@@ -8,9 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/consumers"
-	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -34,11 +33,11 @@ func TestBulkReplayByCategory(t *testing.T) {
 		return err == nil && len(recs) == 25
 	}, "25 envelopes")
 	stop() // the replayed chunks wait in the queue, so nothing supersedes them
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 
 	op := consumers.NewOperator(b.JS, b.stores)
 
-	filter := consumers.EnvelopeFilter{Category: recovery.CategoryExternalSystemDown}
+	filter := consumers.EnvelopeFilter{Category: salvagetype.CategoryExternalSystemDown}
 	dry, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: consumers.BulkReplay, Filter: filter, By: "ops", DryRun: true})
 	if err != nil || dry.Matched != 20 || dry.Acted != 20 || len(dry.IDs) != 20 {
 		t.Fatalf("dry run %+v, %v; want 20 matched and listed", dry, err)
@@ -61,13 +60,13 @@ func TestBulkReplayByCategory(t *testing.T) {
 	replayed := map[string]bool{}
 	for _, r := range recs {
 		switch r.Category {
-		case recovery.CategoryExternalSystemDown:
-			if r.Replays != 1 || !r.Requeued || r.Status != kv.EnvelopeRecovering {
+		case salvagetype.CategoryExternalSystemDown:
+			if r.Replays != 1 || !r.Requeued || r.Status != salvagetype.EnvelopeRecovering {
 				t.Fatalf("envelope %s: replays %d, requeued %v, %s", r.ID, r.Replays, r.Requeued, r.Status)
 			}
 			replayed[r.ID] = true
 		default:
-			if r.Replays != 0 || r.Status != kv.EnvelopeOpen {
+			if r.Replays != 0 || r.Status != salvagetype.EnvelopeOpen {
 				t.Fatalf("envelope %s of %s was touched: %+v", r.ID, r.Category, r)
 			}
 		}

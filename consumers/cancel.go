@@ -11,6 +11,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -106,16 +107,16 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 	}
 	now := time.Now()
 	for _, cp := range cps {
-		if cp.Terminal() && cp.Status != kv.StatusDeadLettered {
+		if cp.Terminal() && cp.Status != salvagetype.ChunkDeadLettered {
 			continue
 		}
-		if cp.Status == kv.StatusPending && cp.ClaimedBy == "" && cp.Envelope == "" {
+		if cp.Status == salvagetype.ChunkPending && cp.ClaimedBy == "" && cp.Envelope == "" {
 			continue // never started: Derive counts it cancelled at stage 0
 		}
 		if lease, err := part.Claims.Get(ctx, job.ID, cp.Chunk); err == nil && lease.Live(now) {
 			continue // its worker records the cancellation itself
 		}
-		if cp.Status == kv.StatusDeadLettered {
+		if cp.Status == salvagetype.ChunkDeadLettered {
 			continue // it ended in an envelope; the envelope says how
 		}
 		if settled, err := settleStopped(ctx, t, job, cp, streams.ChunkMsg{}, letter{}); settled || err != nil {
@@ -133,7 +134,7 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 			if c.Terminal() {
 				return kv.ErrNoChange
 			}
-			c.Status, c.Reason, c.ClaimedBy = kv.CancelledAtStage(c.Stage), job.StopReason(), ""
+			c.Status, c.Reason, c.ClaimedBy = salvagetype.CancelledAtStage(c.Stage), job.StopReason(), ""
 			setTally(c, tally)
 			c.Recount() // counted by the Settle below
 			return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -27,7 +28,7 @@ const cancelReplay = time.Minute
 // when it starts), and cancelRest, which publishes it, is repeated by the
 // repair sweep after a crash.
 func publishCancelled(ctx context.Context, js jetstream.JetStream, job kv.Job) error {
-	ev := streams.JobEvent{Job: job.ID, Kind: streams.EventCancelled, Pipeline: job.Pipeline, Status: kv.JobCancelled,
+	ev := streams.JobEvent{Job: job.ID, Kind: streams.EventCancelled, Pipeline: job.Pipeline, Status: salvagetype.JobCancelled,
 		Chunks: job.Chunks, Reason: job.StopReason(), TraceID: job.TraceID, At: time.Now().UTC()}
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, job.ID+"."+streams.EventCancelled)

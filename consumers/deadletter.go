@@ -15,6 +15,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -209,7 +210,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, k int, seq, deliveries uin
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
 	}
-	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
+	if cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled() {
 		// Finished, only its ack was lost — its worker died right after
 		// the checkpoint: remove it, no envelope, and settle what that
 		// worker did not.

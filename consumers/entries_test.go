@@ -7,6 +7,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestEnvelopeListsAreBounded: a chunk of 2,500 calls, 1,200 of them
@@ -19,14 +20,14 @@ func TestEnvelopeListsAreBounded(t *testing.T) {
 	rows := map[string]kv.StoredRow{}
 	t0 := time.Now()
 	for i := range 2500 {
-		r := kv.JournalRow{Key: fmt.Sprintf("J.1.0.1.a.%d", i), Seq: i, Stage: 1, Agent: "a", Status: kv.CallSucceeded, StartedAt: t0.Add(time.Duration(i) * time.Millisecond)}
+		r := kv.JournalRow{Key: fmt.Sprintf("J.1.0.1.a.%d", i), Seq: i, Stage: 1, Agent: "a", Status: salvagetype.CallSucceeded, StartedAt: t0.Add(time.Duration(i) * time.Millisecond)}
 		switch {
 		case i < 1200:
 			r.Fingerprint = &kv.Fingerprint{System: "s", Reversible: true}
 		case i < 1400:
-			r.Status = kv.CallFailed
+			r.Status = salvagetype.CallFailed
 		default:
-			r.Status = kv.CallUnknown
+			r.Status = salvagetype.CallUnknown
 		}
 		rows[r.Key] = kv.StoredRow{JournalRow: r}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -23,9 +24,9 @@ var carriedHeaders = []string{streams.HeaderTraceParent, streams.HeaderRecoveryO
 // the DLQ.
 func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, system string, cause error) error {
 	recordError(&cp, cause)
-	cp.Status, cp.HeldOn = kv.StatusHeld, system
+	cp.Status, cp.HeldOn = salvagetype.ChunkHeld, system
 	cp.Holds++
-	cp.Record(kv.ChunkEvent{Kind: kv.EventHeld, Worker: r.w.cfg.ID, Stage: cp.Stage, Detail: system})
+	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventHeld, Worker: r.w.cfg.ID, Stage: cp.Stage, Detail: system})
 	if err := r.park(ctx, cp, fence, system, "circuit breaker of "+system+" open"); err != nil {
 		return err
 	}
@@ -38,8 +39,8 @@ func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 // salvage.events.<job>.approval. `salvage approve` releases it.
 func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int, name string) error {
 	cp.ClearLastError()
-	cp.Status, cp.Stage = kv.StatusAwaitingApproval, stage
-	cp.Record(kv.ChunkEvent{Kind: kv.EventAwaitingApproval, Worker: r.w.cfg.ID, Stage: stage, Detail: name})
+	cp.Status, cp.Stage = salvagetype.ChunkAwaitingApproval, stage
+	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventAwaitingApproval, Worker: r.w.cfg.ID, Stage: stage, Detail: name})
 	if err := r.park(ctx, cp, fence, streams.SystemApproval, "stage "+name+" requires approval"); err != nil {
 		return err
 	}
@@ -84,7 +85,7 @@ func (r *run) park(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 		r.log.Warn().Err(err).Msg("ack parked chunk")
 	}
 	r.releaseClaim(ctx)
-	r.outcome = cp.Status
+	r.outcome = string(cp.Status)
 	_, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, cp.Status, d)
 	return err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -160,15 +161,15 @@ func (h *holder) pass(ctx context.Context) {
 	for _, b := range h.gate.all() {
 		var err error
 		switch b.State {
-		case kv.BreakerOpen:
+		case salvagetype.BreakerOpen:
 			err = h.whileOpen(ctx, b)
-		case kv.BreakerHalfOpen:
+		case salvagetype.BreakerHalfOpen:
 			err = h.whileHalfOpen(ctx, b)
 		default:
 			err = h.whileClosed(ctx, b)
 		}
 		if err != nil && ctx.Err() == nil {
-			h.log.Warn().Err(err).Str("system", b.System).Str("state", b.State).Msg("holder pass")
+			h.log.Warn().Err(err).Str("system", b.System).Str("state", string(b.State)).Msg("holder pass")
 		}
 	}
 	for _, p := range h.pauses.all() {
@@ -251,7 +252,7 @@ func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
 		// whole cool-down from now on, once more each cool-down until the
 		// pipeline resumes.
 		h.gate.transition(ctx, b.System, func(cur *kv.Breaker) bool {
-			if cur.State != kv.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
+			if cur.State != salvagetype.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
 				return false
 			}
 			cur.ProbeAt = time.Now().UTC()
@@ -260,7 +261,7 @@ func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
 		return nil
 	}
 	h.gate.transition(ctx, b.System, func(cur *kv.Breaker) bool {
-		if cur.State != kv.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
+		if cur.State != salvagetype.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
 			return false
 		}
 		recovery.Open(cur, p, time.Now(), "probe "+b.Probe+" gave no answer within the cool-down")
@@ -304,7 +305,7 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 	now := time.Now()
 	won := false
 	h.gate.transition(ctx, system, func(b *kv.Breaker) bool {
-		if won = b.State == kv.BreakerOpen && !now.Before(b.RetryAt); won {
+		if won = b.State == salvagetype.BreakerOpen && !now.Before(b.RetryAt); won {
 			recovery.HalfOpen(b, probe, now)
 			b.ProbePipeline = pipeline
 		}
@@ -365,7 +366,7 @@ func (h *holder) whileClosed(ctx context.Context, b kv.Breaker) error {
 		r = &ramp{from: b.UpdatedAt}
 		h.ramps[b.System] = r
 	}
-	return h.release(ctx, b.System, func() bool { return h.gate.state(b.System).State == kv.BreakerClosed }, r)
+	return h.release(ctx, b.System, func() bool { return h.gate.state(b.System).State == salvagetype.BreakerClosed }, r)
 }
 
 // release returns the chunks held for system to SALVAGE_CHUNKS while

@@ -16,6 +16,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -187,7 +188,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	}
 	rec := kv.EnvelopeRecord{
 		ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy,
-		Status: kv.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence,
+		Status: salvagetype.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence,
 		TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped, Rejected: l.Failure.Rejected,
 	}
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
@@ -206,7 +207,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		msg = "cancelled chunk's effects sent to be settled"
 	}
 	d.log.Warn().Str("envelope_id", id).Str("job_id", env.Job).Int("chunk", env.Chunk).
-		Str("trace_id", env.TraceID).Int("stage", env.FailedStage).Str("category", category).
+		Str("trace_id", env.TraceID).Int("stage", env.FailedStage).Str("category", string(category)).
 		Uint64("deliveries", l.Deliveries).Str("error", l.Err).Msg(msg)
 	return id, d.finish(ctx, l, id, &cp)
 }
@@ -221,9 +222,9 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 	var previous string
 	var delta kv.Delta
 	marked := false
-	status := kv.StatusDeadLettered
+	status := salvagetype.ChunkDeadLettered
 	if l.Stopped != "" {
-		status = kv.CancelledAtStage(l.Stage)
+		status = salvagetype.CancelledAtStage(l.Stage)
 	}
 	part, err := d.stores.Part(ctx, l.Chunk.Partition)
 	if err != nil {
@@ -252,7 +253,7 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 			// A newer message took the chunk since the look above.
 			return errStaleMessage
 		}
-		if cp.Status == kv.StatusDone || cp.Envelope == id && (cp.Status == kv.StatusDeadLettered || l.Stopped != "" && kv.IsCancelled(cp.Status)) {
+		if cp.Status == salvagetype.ChunkDone || cp.Envelope == id && (cp.Status == salvagetype.ChunkDeadLettered || l.Stopped != "" && cp.Status.IsCancelled()) {
 			marked = true
 			return kv.ErrNoChange
 		}
@@ -263,9 +264,9 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 		if l.Stopped != "" {
 			cp.Stage = l.Stage
 		}
-		kind := kv.EventDeadLettered
+		kind := salvagetype.EventDeadLettered
 		if l.Stopped != "" {
-			kind = kv.EventCancelled
+			kind = salvagetype.EventCancelled
 		}
 		cp.Record(kv.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
 		cp.Reason = streams.Clip(l.Err, streams.ErrorTextMax)
@@ -368,14 +369,14 @@ func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending 
 	completed, inFlight, pending = []string{}, []string{}, []string{}
 	for _, r := range recovery.SortedRows(rows) {
 		switch r.Status {
-		case kv.CallSucceeded:
+		case salvagetype.CallSucceeded:
 			completed = append(completed, r.Key)
 			if r.Fingerprint != nil && r.Fingerprint.Reversible {
 				pending = append(pending, r.Key)
 			}
-		case kv.CallInitiated, kv.CallUnknown:
+		case salvagetype.CallInitiated, salvagetype.CallUnknown:
 			inFlight = append(inFlight, r.Key)
-		case kv.CallFailed:
+		case salvagetype.CallFailed:
 			failed = r.JournalRow
 		}
 	}

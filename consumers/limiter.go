@@ -13,6 +13,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Rate limits (issue 36). A limit declared on a key (kv.Limit) is shared
@@ -208,7 +209,7 @@ func (l *limiter) nudge() {
 // against: its system's, its own and its tenant's calls. Lock held.
 func (l *limiter) keysOf(tool *recovery.Tool, tenant string) []*limitKey {
 	var out []*limitKey
-	for _, key := range []string{kv.LimitKey(kv.LimitSystem, tool.System), kv.LimitKey(kv.LimitTool, tool.Name), kv.LimitKey(kv.LimitTenant, tenant)} {
+	for _, key := range []string{kv.LimitKey(salvagetype.LimitSystem, tool.System), kv.LimitKey(salvagetype.LimitTool, tool.Name), kv.LimitKey(salvagetype.LimitTenant, tenant)} {
 		// A tool without a System, or a job without a tenant, makes a key
 		// ending in ".", which no declared limit can be (its name must
 		// be a token).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -43,9 +44,9 @@ func NewOperator(js jetstream.JetStream, stores *kv.Stores) *Operator {
 
 // EnvelopeFilter narrows a listing; zero fields match everything.
 type EnvelopeFilter struct {
-	Category string `json:"category,omitempty"`
-	Status   string `json:"status,omitempty"`
-	Job      string `json:"job_id,omitempty"`
+	Category salvagetype.Category       `json:"category,omitempty"`
+	Status   salvagetype.EnvelopeStatus `json:"status,omitempty"`
+	Job      string                     `json:"job_id,omitempty"`
 	// MinAge keeps envelopes in their status at least this long.
 	MinAge time.Duration `json:"-"`
 }
@@ -154,13 +155,13 @@ func (o *Operator) Resolve(ctx context.Context, id, by, note string) (kv.Envelop
 		return kv.EnvelopeRecord{}, err
 	}
 	return o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
-		if r.Status == kv.EnvelopeResolved {
+		if r.Status == salvagetype.EnvelopeResolved {
 			return fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
 		}
-		if r.Status == kv.EnvelopeSuperseded {
+		if r.Status == salvagetype.EnvelopeSuperseded {
 			return fmt.Errorf("%w: %s by %s", ErrSuperseded, id, r.SupersededBy)
 		}
-		r.Status, r.Requeued, r.ResolvedBy, r.Human = kv.EnvelopeResolved, false, by, true
+		r.Status, r.Requeued, r.ResolvedBy, r.Human = salvagetype.EnvelopeResolved, false, by, true
 		r.Notes = append(r.Notes, fmt.Sprintf("resolved by %s: %s", by, streams.Clip(note, 1024)))
 		return nil
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -172,7 +173,7 @@ func (o *Orchestrator) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	log := o.log.With().Str("envelope_id", env.ID).Str("job_id", env.Job).Int("chunk", env.Chunk).
-		Str("trace_id", env.TraceID).Str("category", env.Category).Logger()
+		Str("trace_id", env.TraceID).Str("category", string(env.Category)).Logger()
 	out, err := o.recover(ctx, env, log)
 	switch {
 	case errors.Is(err, errNoRecord):
@@ -215,7 +216,7 @@ func (o *Orchestrator) giveUp(ctx context.Context, env recovery.Envelope, delive
 	if cause != nil {
 		note += ": " + streams.Clip(cause.Error(), streams.ErrorTextMax)
 	}
-	out, err := o.finish(ctx, env, rec, kv.EnvelopeEscalated, note, o.standing(ctx, env), log)
+	out, err := o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, note, o.standing(ctx, env), log)
 	if err != nil {
 		log.Error().Err(err).Msg("escalate an envelope whose recovery gave up")
 	}
@@ -234,12 +235,12 @@ func (o *Orchestrator) take(ctx context.Context, id string) (kv.EnvelopeRecord, 
 		switch {
 		case r.Final() || r.Requeued:
 			return kv.ErrNoChange
-		case r.Status == kv.EnvelopeRecovering && r.RecoveringBy != o.cfg.ID && now.Before(r.LeaseUntil):
+		case r.Status == salvagetype.EnvelopeRecovering && r.RecoveringBy != o.cfg.ID && now.Before(r.LeaseUntil):
 			wait = r.LeaseUntil.Sub(now)
 			return kv.ErrNoChange
 		}
 		taken = true
-		r.Status, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeRecovering, o.cfg.ID, now.Add(o.cfg.Lease)
+		r.Status, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeRecovering, o.cfg.ID, now.Add(o.cfg.Lease)
 		return nil
 	})
 	return rec, taken, wait, err
@@ -262,9 +263,9 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 		return outcome{ack: true}, nil
 	}
-	ctx, span := o.tracer.Start(underJob(ctx, env.TraceID, env.Job), "recovery "+rec.Strategy, trace.WithAttributes(
+	ctx, span := o.tracer.Start(underJob(ctx, env.TraceID, env.Job), "recovery "+string(rec.Strategy), trace.WithAttributes(
 		recovery.AttrJob.String(env.Job), recovery.AttrChunk.Int(env.Chunk), recovery.AttrPipeline.String(env.Pipeline), recovery.AttrEnvelope.String(env.ID),
-		recovery.AttrCategory.String(rec.Category), recovery.AttrStrategy.String(rec.Strategy), recovery.AttrAttempts.Int(rec.Attempts+1)))
+		recovery.AttrCategory.String(string(rec.Category)), recovery.AttrStrategy.String(string(rec.Strategy)), recovery.AttrAttempts.Int(rec.Attempts+1)))
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -288,14 +289,14 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return o.failed(ctx, env, rec, err, log)
 	}
-	if cp.Status == kv.StatusDone {
-		return o.finish(ctx, env, rec, kv.EnvelopeResolved, "chunk already done", nil, log)
+	if cp.Status == salvagetype.ChunkDone {
+		return o.finish(ctx, env, rec, salvagetype.EnvelopeResolved, "chunk already done", nil, log)
 	}
 	strategy := rec.Strategy
 	if rec.Attempts >= o.cfg.Limits.MaxStrategyAttempts {
-		strategy = recovery.StrategyEscalate
+		strategy = salvagetype.StrategyEscalate
 	}
-	if strategy == recovery.StrategyCompensateAndAbandon || strategy == recovery.StrategyCompensateAndRetry {
+	if strategy == salvagetype.StrategyCompensateAndAbandon || strategy == salvagetype.StrategyCompensateAndRetry {
 		// A call may have gone in flight since the envelope was written
 		// (a cancel that landed while its worker still ran): what it did
 		// is known before anything is undone.
@@ -304,10 +305,10 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 			return o.failed(ctx, env, rec, err, log)
 		}
 		if inFlight {
-			strategy = recovery.StrategyVerify
+			strategy = salvagetype.StrategyVerify
 		}
 	}
-	if strategy == recovery.StrategyVerify {
+	if strategy == salvagetype.StrategyVerify {
 		category, s, err := o.verify(ctx, env, rec, p, cp, log)
 		if err != nil {
 			return o.failed(ctx, env, rec, err, log)
@@ -321,7 +322,7 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 			return o.failed(ctx, env, rec, err, log)
 		}
 	}
-	needsResume := strategy == recovery.StrategyResume || strategy == recovery.StrategyCompensateAndRetry
+	needsResume := strategy == salvagetype.StrategyResume || strategy == salvagetype.StrategyCompensateAndRetry
 	if needsResume && rec.Stopped == "" {
 		// A chunk of a cancelled job never runs again: its effects are
 		// settled instead (invariant 4).
@@ -338,37 +339,37 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 		}
 	}
 	if needsResume && cp.Recoveries >= o.cfg.Limits.MaxRecoveries {
-		strategy = recovery.StrategyEscalate
+		strategy = salvagetype.StrategyEscalate
 		log.Warn().Int("recoveries", cp.Recoveries).Msg("chunk past its recoveries; escalating")
 	}
 	switch strategy {
-	case recovery.StrategyResume:
-		if rec.Category == recovery.CategoryExternalSystemDown {
+	case salvagetype.StrategyResume:
+		if rec.Category == salvagetype.CategoryExternalSystemDown {
 			if left := time.Until(env.CreatedAt.Add(o.cfg.CoolDown)); left > 0 {
 				return o.release(ctx, env, rec, left)
 			}
 		}
 		return o.requeue(ctx, env, rec, false, log)
-	case recovery.StrategyCompensateAndRetry, recovery.StrategyCompensateAndAbandon:
+	case salvagetype.StrategyCompensateAndRetry, salvagetype.StrategyCompensateAndAbandon:
 		permanent, err := o.compensate(ctx, env, p, log)
 		if err != nil && !permanent {
 			return o.failed(ctx, env, rec, err, log)
 		}
 		if err != nil {
-			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "compensation failed: "+err.Error(), o.standing(ctx, env), log)
+			return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "compensation failed: "+err.Error(), o.standing(ctx, env), log)
 		}
-		if strategy == recovery.StrategyCompensateAndRetry {
+		if strategy == salvagetype.StrategyCompensateAndRetry {
 			return o.requeue(ctx, env, rec, true, log)
 		}
 		if left := o.standing(ctx, env); len(left) > 0 {
 			// What the envelope listed is undone, yet something stands
 			// (an effect recorded since): a person decides.
-			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "compensated what was listed; effects still stand", left, log)
+			return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "compensated what was listed; effects still stand", left, log)
 		}
-		return o.finish(ctx, env, rec, kv.EnvelopeAbandoned, abandonNote(rec), nil, log)
-	case recovery.StrategyEscalate:
+		return o.finish(ctx, env, rec, salvagetype.EnvelopeAbandoned, abandonNote(rec), nil, log)
+	case salvagetype.StrategyEscalate:
 		note := "needs a human"
-		if rec.Category == recovery.CategoryCompensationNeeded {
+		if rec.Category == salvagetype.CategoryCompensationNeeded {
 			permanent, err := o.compensate(ctx, env, p, log)
 			if err != nil && !permanent {
 				return o.failed(ctx, env, rec, err, log)
@@ -377,13 +378,13 @@ func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log z
 				note = "compensation failed: " + err.Error()
 			}
 		}
-		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, note, o.standing(ctx, env), log)
+		return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, note, o.standing(ctx, env), log)
 	default: // DEAD_END
 		if left := o.standing(ctx, env); len(left) > 0 {
 			// Never a dead end while an effect may stand (invariant 9).
-			return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "permanent failure with effects that may stand", left, log)
+			return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "permanent failure with effects that may stand", left, log)
 		}
-		return o.finish(ctx, env, rec, kv.EnvelopeDeadEnd, "permanent failure with no effects to undo", nil, log)
+		return o.finish(ctx, env, rec, salvagetype.EnvelopeDeadEnd, "permanent failure with no effects to undo", nil, log)
 	}
 }
 
@@ -399,7 +400,7 @@ func abandonNote(rec kv.EnvelopeRecord) string {
 // release gives the envelope back for a later step.
 func (o *Orchestrator) release(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, after time.Duration) (outcome, error) {
 	_, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
-		r.Status, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeOpen, "", time.Time{}
+		r.Status, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeOpen, "", time.Time{}
 		return nil
 	})
 	return outcome{delay: after}, err
@@ -410,7 +411,7 @@ func (o *Orchestrator) release(ctx context.Context, env recovery.Envelope, rec k
 func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, cause error, log zerolog.Logger) (outcome, error) {
 	_, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Attempts++
-		r.Status, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeOpen, "", time.Time{}
+		r.Status, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeOpen, "", time.Time{}
 		r.Notes = append(r.Notes, fmt.Sprintf("attempt %d of %s failed: %v", r.Attempts, r.Strategy, cause))
 		return nil
 	})
@@ -419,8 +420,8 @@ func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv
 }
 
 // finish records a final status, and announces an escalation.
-func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
-	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(status))
+func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status salvagetype.EnvelopeStatus, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
+	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(string(status)))
 	rec, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Status, r.RecoveringBy, r.LeaseUntil = status, "", time.Time{}
 		r.Left = left
@@ -430,7 +431,7 @@ func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv
 	if err != nil {
 		return outcome{delay: retryStrategyDelay}, err
 	}
-	if status == kv.EnvelopeEscalated {
+	if status == salvagetype.EnvelopeEscalated {
 		h := nats.Header{}
 		h.Set(streams.HeaderMsgID, env.ID+".escalated")
 		h.Set(streams.HeaderEnvelope, env.ID)
@@ -441,7 +442,7 @@ func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv
 			return outcome{delay: retryStrategyDelay}, err
 		}
 	}
-	log.Info().Str("status", status).Int("left", len(left)).Msg(note)
+	log.Info().Str("status", string(status)).Int("left", len(left)).Msg(note)
 	return outcome{ack: true}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -23,14 +24,14 @@ import (
 // verification that fails leaves its call unknown and fails the step: it
 // is tried again within the strategy's attempts, then escalated naming the
 // call (invariant 9).
-func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (string, string, error) {
+func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (salvagetype.Category, salvagetype.Strategy, error) {
 	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return "", "", err
 	}
 	var stats recovery.Stats
 	for key, row := range rows {
-		if row.Status != kv.CallInitiated && row.Status != kv.CallUnknown {
+		if row.Status != salvagetype.CallInitiated && row.Status != salvagetype.CallUnknown {
 			continue
 		}
 		tool, err := p.Tools.Get(row.Tool)
@@ -77,7 +78,7 @@ func (o *Orchestrator) inFlight(ctx context.Context, env recovery.Envelope, p *r
 		return false, err
 	}
 	for _, r := range rows {
-		if r.Status != kv.CallInitiated && r.Status != kv.CallUnknown {
+		if r.Status != salvagetype.CallInitiated && r.Status != salvagetype.CallUnknown {
 			continue
 		}
 		if tool, err := p.Tools.Get(r.Tool); err == nil && tool.Effect != nil {
@@ -119,9 +120,9 @@ func (o *Orchestrator) stopByCancel(ctx context.Context, env recovery.Envelope, 
 // envelope stays recovering until the chunk finishes.
 func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, freshEpoch bool, log zerolog.Logger) (outcome, error) {
 	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
-		return o.finish(ctx, env, rec, kv.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
+		return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
 	}
-	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(kv.EnvelopeRecovering))
+	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(string(salvagetype.EnvelopeRecovering)))
 	part, err := envelopePart(ctx, o.stores, env)
 	if err != nil {
 		return outcome{delay: retryStrategyDelay}, err
@@ -129,7 +130,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 	var delta kv.Delta
 	cp, err := part.Checkpoints.Mutate(ctx, env.Job, env.Chunk, func(cp *kv.Checkpoint) error {
 		cp.Recoveries++
-		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
+		cp.Status, cp.ClaimedBy, cp.Envelope = salvagetype.ChunkPending, "", env.ID
 		cp.ClearLastError()
 		if freshEpoch {
 			cp.FreshEpoch()
@@ -153,7 +154,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 		log.Info().Msg("requeue was already published")
 	}
 	if _, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
-		r.Status, r.Requeued, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeRecovering, true, "", time.Time{}
+		r.Status, r.Requeued, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeRecovering, true, "", time.Time{}
 		how := "resumed from its checkpoint"
 		if freshEpoch {
 			how = fmt.Sprintf("effects compensated; running fresh as epoch %d", cp.Epoch)
@@ -185,7 +186,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 	_, _, pending, _ := journalEntries(rows)
 	for _, key := range pending {
 		row, ok := rows[key]
-		if !ok || row.Status == kv.CallCompensated || row.Fingerprint == nil {
+		if !ok || row.Status == salvagetype.CallCompensated || row.Fingerprint == nil {
 			continue
 		}
 		if !marked {
@@ -217,7 +218,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 			return recovery.ClassOf(err).Permanent(), fmt.Errorf("%s of %s: %w", undo.Name, key, err)
 		}
 		next := row.JournalRow
-		next.Status = kv.CallCompensated
+		next.Status = salvagetype.CallCompensated
 		part, err := envelopePart(ctx, o.stores, env)
 		if err != nil {
 			return false, err
@@ -239,7 +240,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 			if cp.ClaimedBy != "" || cp.Epoch != env.Checkpoint.Epoch {
 				return kv.ErrNoChange
 			}
-			cp.Record(kv.ChunkEvent{Kind: kv.EventCompensated, Stage: row.Stage,
+			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventCompensated, Stage: row.Stage,
 				Detail: strings.TrimSpace(fmt.Sprintf("%s undid %s %s", undo.Name, row.Tool, row.Fingerprint.ResourceID))})
 			return nil
 		}); err != nil {
@@ -288,10 +289,10 @@ func standingEffects(rows map[string]kv.StoredRow) []kv.LeftEffect {
 	slices.Reverse(sorted)
 	for _, r := range sorted {
 		switch {
-		case r.Status == kv.CallSucceeded && r.Fingerprint != nil:
+		case r.Status == salvagetype.CallSucceeded && r.Fingerprint != nil:
 			out = append(out, kv.LeftEffect{Tool: r.Tool, System: r.System, ResourceID: r.Fingerprint.ResourceID,
 				JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Reversible: r.Fingerprint.Reversible})
-		case r.Status == kv.CallInitiated || r.Status == kv.CallUnknown:
+		case r.Status == salvagetype.CallInitiated || r.Status == salvagetype.CallUnknown:
 			// Only a side effect leaves a row unknown (a pure call writes
 			// its outcome or nothing).
 			out = append(out, kv.LeftEffect{Tool: r.Tool, System: r.System, JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Unknown: true})

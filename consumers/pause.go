@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -75,8 +76,8 @@ func (p *pauses) all() []kv.PipelineState {
 // already inside a stage finishes it first.
 func (r *run) pause(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
 	cp.ClearLastError()
-	cp.Status, cp.Stage = kv.StatusPaused, stage
-	cp.Record(kv.ChunkEvent{Kind: kv.EventPaused, Worker: r.w.cfg.ID, Stage: stage})
+	cp.Status, cp.Stage = salvagetype.ChunkPaused, stage
+	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventPaused, Worker: r.w.cfg.ID, Stage: stage})
 	if err := r.park(ctx, cp, fence, streams.PausedSystem(r.chunk.Pipeline), "pipeline "+r.chunk.Pipeline+" paused"); err != nil {
 		return err
 	}

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -46,7 +46,7 @@ func TestPausedPipelineDeliversNothingUntilResumed(t *testing.T) {
 
 	job := b.submitOrders(t, shopOrder{ID: "p-1"}, shopOrder{ID: "p-2"}, shopOrder{ID: "p-3"})
 	other := b.submit(t, modeOK, modeOK)
-	b.waitJob(t, other, kv.JobDone)
+	b.waitJob(t, other, salvagetype.JobDone)
 	if n := s.count("reserve") + s.count("charge") + s.count("ship"); n != 0 {
 		t.Fatalf("%d shop requests from a paused pipeline", n)
 	}
@@ -60,12 +60,12 @@ func TestPausedPipelineDeliversNothingUntilResumed(t *testing.T) {
 	if info, err := c.Info(b.ctx); err != nil || info.NumPending != 3 || info.Delivered.Consumer != 0 {
 		t.Fatalf("the shop's pool while paused: %+v, %v", info, err)
 	}
-	if j, _ := b.stores.Jobs.Get(b.ctx, job); j.Status != kv.JobRunning {
+	if j, _ := b.stores.Jobs.Get(b.ctx, job); j.Status != salvagetype.JobRunning {
 		t.Fatalf("job %s while its pipeline is paused; want running", j.Status)
 	}
 
 	b.pauseShop(t, false)
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	for _, tool := range []string{"reserve", "charge", "ship"} {
 		if n := s.count(tool); n != 3 {
 			t.Fatalf("%d %s requests; want one per order", n, tool)
@@ -103,14 +103,14 @@ func TestPauseStopsARunningChunkAtTheNextStage(t *testing.T) {
 	<-inStage
 	b.pauseShop(t, true)
 	close(release)
-	if cp := b.waitStatus(t, job, 1, kv.StatusPaused); cp.Stage != 2 {
+	if cp := b.waitStatus(t, job, 1, salvagetype.ChunkPaused); cp.Stage != 2 {
 		t.Fatalf("parked at stage %d; want 2, after the stage it was in", cp.Stage)
 	}
 	if s.count("ship") != 0 {
 		t.Fatal("shipped while paused")
 	}
 	b.pauseShop(t, false)
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	if s.count("reserve") != 1 || s.count("charge") != 1 || s.count("ship") != 1 {
 		t.Fatalf("requests reserve %d, charge %d, ship %d; want one each", s.count("reserve"), s.count("charge"), s.count("ship"))
 	}

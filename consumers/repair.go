@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -101,7 +102,7 @@ func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
 	defer r.mu.Unlock()
 	var j kv.Job
 	ok := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &j) == nil
-	if ok && j.BudgetExceededAt != nil && j.BudgetEnvelope != "-" && j.Status != kv.JobRunning {
+	if ok && j.BudgetExceededAt != nil && j.BudgetEnvelope != "-" && j.Status != salvagetype.JobRunning {
 		r.budgets[e.Key()] = j
 	}
 	if ok && j.AnnouncementOwed() {
@@ -109,7 +110,7 @@ func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
 	} else {
 		delete(r.unannounced, e.Key())
 	}
-	if ok && j.Status == kv.JobRunning {
+	if ok && j.Status == salvagetype.JobRunning {
 		r.jobs[e.Key()] = j
 		return
 	}
@@ -204,7 +205,7 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 		}
 		if announced {
 			n++
-			r.log.Info().Str("job_id", j.ID).Str("trace_id", j.TraceID).Str("status", after.Status).
+			r.log.Info().Str("job_id", j.ID).Str("trace_id", j.TraceID).Str("status", string(after.Status)).
 				Msg("announced a finish a crash left unannounced")
 		}
 		errs = append(errs, err)
@@ -243,7 +244,7 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool
 	if err != nil {
 		return false, err
 	}
-	if cur.Status != kv.JobRunning || now.Sub(cur.UpdatedAt) < r.idle {
+	if cur.Status != salvagetype.JobRunning || now.Sub(cur.UpdatedAt) < r.idle {
 		return false, nil // finished or moving since: the watch brings the change
 	}
 	var after kv.Job
@@ -273,7 +274,7 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool
 		return false, err
 	}
 	changed := after.Status != cur.Status || after.Summary != cur.Summary
-	if after.Status == kv.JobRunning && after.Window > 0 && after.CancelledAt == nil {
+	if after.Status == salvagetype.JobRunning && after.Window > 0 && after.CancelledAt == nil {
 		admitted, err := r.restartBacklog(ctx, after)
 		if err != nil {
 			return changed, err
@@ -281,7 +282,7 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool
 		changed = changed || admitted > 0
 	}
 	if changed {
-		r.log.Info().Str("job_id", j.ID).Str("status", after.Status).Int("done", after.Summary.Done).Msg("repaired a stuck job")
+		r.log.Info().Str("job_id", j.ID).Str("status", string(after.Status)).Int("done", after.Summary.Done).Msg("repaired a stuck job")
 	}
 	return changed, nil
 }
@@ -333,21 +334,21 @@ func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (boo
 		return false, err
 	}
 	switch {
-	case cp.Envelope != "" && cp.Envelope != e.ID && cp.Status == kv.StatusDeadLettered:
+	case cp.Envelope != "" && cp.Envelope != e.ID && cp.Status == salvagetype.ChunkDeadLettered:
 		newer, _, err := r.stores.Envelopes.Get(ctx, cp.Envelope)
 		if err != nil || !newer.CreatedAt.After(e.CreatedAt) {
 			return false, nil
 		}
 		return true, supersede(ctx, r.stores, e.ID, cp.Envelope)
-	case e.Stopped != "" && kv.IsCancelled(cp.Status):
+	case e.Stopped != "" && cp.Status.IsCancelled():
 		// It settles the cancelled chunk's effects: the orchestrator's.
 		return false, nil
-	case cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status):
+	case cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled():
 		cp.Envelope = e.ID
 		return true, settleEnvelope(ctx, r.stores, cp, "sweeper")
-	case e.Requeued && cp.Status == kv.StatusPending && cp.Envelope == e.ID:
+	case e.Requeued && cp.Status == salvagetype.ChunkPending && cp.Envelope == e.ID:
 		return r.requeueLost(ctx, e, cp)
-	case e.Requeued && e.Status == kv.EnvelopeRecovering && cp.Status == kv.StatusDeadLettered && cp.Envelope == e.ID:
+	case e.Requeued && e.Status == salvagetype.EnvelopeRecovering && cp.Status == salvagetype.ChunkDeadLettered && cp.Envelope == e.ID:
 		// A replay marked the envelope and died before it sent the chunk.
 		return true, NewOperator(r.js, r.stores).finishReplay(ctx, e)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -82,7 +83,7 @@ func TestRepairDecidesByTheRecordNotItsCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := stores.Parts()[0].Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
-		cp.Status = kv.StatusDone
+		cp.Status = salvagetype.ChunkDone
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -101,14 +102,14 @@ func TestRepairDecidesByTheRecordNotItsCopy(t *testing.T) {
 	if n, err := r.repair(ctx); err != nil || n != 0 {
 		t.Fatalf("repair with a stale copy of a record written 1s ago: %d changed, %v; want nothing", n, err)
 	}
-	if got, err := stores.Jobs.Get(ctx, job.ID); err != nil || got.Status != kv.JobRunning || got.Finishes != 0 {
+	if got, err := stores.Jobs.Get(ctx, job.ID); err != nil || got.Status != salvagetype.JobRunning || got.Finishes != 0 {
 		t.Fatalf("job = %+v, %v: the sweep settled a job its record says is moving", got, err)
 	}
 	now = rec.UpdatedAt.Add(2 * idle)
 	if n, err := r.repair(ctx); err != nil || n != 1 {
 		t.Fatalf("repair once the record was idle for %v: %d changed, %v; want the job settled", 2*idle, n, err)
 	}
-	if got, err := stores.Jobs.Get(ctx, job.ID); err != nil || got.Status != kv.JobDone || got.Finishes != 1 || got.AnnouncementOwed() {
+	if got, err := stores.Jobs.Get(ctx, job.ID); err != nil || got.Status != salvagetype.JobDone || got.Finishes != 1 || got.AnnouncementOwed() {
 		t.Fatalf("job = %+v, %v: want done, finished once and announced", got, err)
 	}
 }
@@ -164,7 +165,7 @@ func TestRepairLeavesAJobWhoseChunkJustMoved(t *testing.T) {
 	stores.Parts()[0].Checkpoints.SetClock(func() time.Time { return written })
 	var d kv.Delta
 	if _, err := stores.Parts()[0].Checkpoints.Mutate(ctx, job.ID, 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.CompletionTokens = kv.StatusDone, 25
+		cp.Status, cp.CompletionTokens = salvagetype.ChunkDone, 25
 		d = cp.Recount()
 		return nil
 	}); err != nil {
@@ -187,7 +188,7 @@ func TestRepairLeavesAJobWhoseChunkJustMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := stores.Jobs.Get(ctx, job.ID)
-	if err != nil || got.Status != kv.JobDone || got.Summary.CompletionTokens != 25 || got.Summary.Done != 1 {
+	if err != nil || got.Status != salvagetype.JobDone || got.Summary.CompletionTokens != 25 || got.Summary.Done != 1 {
 		t.Fatalf("job = %+v (%v); want done with its chunk's 25 tokens counted once", got, err)
 	}
 }

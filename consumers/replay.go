@@ -12,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -36,7 +37,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 	if err != nil {
 		return rec, err
 	}
-	if rec.Requeued && rec.Status == kv.EnvelopeRecovering {
+	if rec.Requeued && rec.Status == salvagetype.EnvelopeRecovering {
 		// A replay or recovery is already running it — or a replay died
 		// between marking the envelope and sending the chunk: finished.
 		return rec, o.finishReplay(ctx, rec)
@@ -57,7 +58,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 			return kv.ErrNoChange
 		}
 		r.Replays++
-		r.Status, r.Requeued, r.Human = kv.EnvelopeRecovering, true, true
+		r.Status, r.Requeued, r.Human = salvagetype.EnvelopeRecovering, true, true
 		how := "from its checkpoint"
 		if fresh {
 			how = "fresh in a new epoch: its effects were compensated"
@@ -94,7 +95,7 @@ func (o *Operator) finishReplay(ctx context.Context, rec kv.EnvelopeRecord) erro
 		return err
 	}
 	cp, _, err := part.Checkpoints.Get(ctx, rec.Job, rec.Chunk)
-	if err != nil || cp.Envelope != rec.ID || cp.Status != kv.StatusDeadLettered {
+	if err != nil || cp.Envelope != rec.ID || cp.Status != salvagetype.ChunkDeadLettered {
 		return nil // on its way (or gone): nothing was lost
 	}
 	env, err := o.replayEnvelope(ctx, rec)
@@ -121,7 +122,7 @@ func sendReplay(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec 
 	}
 	var delta kv.Delta
 	cp, err := part.Checkpoints.Mutate(ctx, rec.Job, rec.Chunk, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", rec.ID
+		cp.Status, cp.ClaimedBy, cp.Envelope = salvagetype.ChunkPending, "", rec.ID
 		cp.ClearLastError()
 		if fresh && cp.Epoch == env.Checkpoint.Epoch {
 			cp.FreshEpoch()
@@ -159,18 +160,18 @@ func (o *Operator) CheckReplay(ctx context.Context, id string) error {
 // resolved (ErrAlreadyResolved) or superseded (ErrSuperseded).
 func replayable(r kv.EnvelopeRecord, now time.Time, final bool) error {
 	switch {
-	case final && r.Status == kv.EnvelopeResolved:
+	case final && r.Status == salvagetype.EnvelopeResolved:
 		return fmt.Errorf("%w: %s", ErrAlreadyResolved, r.ID)
-	case final && r.Status == kv.EnvelopeSuperseded:
+	case final && r.Status == salvagetype.EnvelopeSuperseded:
 		return fmt.Errorf("%w: %s by %s", ErrSuperseded, r.ID, r.SupersededBy)
-	case r.Status == kv.EnvelopeSuperseded:
+	case r.Status == salvagetype.EnvelopeSuperseded:
 		// By hand too: the chunk failed again since, and the envelope
 		// that superseded this one carries it (its recovery may be
 		// running); a replay of this one would run beside it.
 		return fmt.Errorf("%w: envelope %s was superseded by %s (the chunk failed again since): replay that one", ErrReplayRefused, r.ID, r.SupersededBy)
 	case r.Stopped != "":
 		return fmt.Errorf("%w: envelope %s settles the effects of a chunk whose job was cancelled; it never runs again", ErrReplayRefused, r.ID)
-	case r.Status == kv.EnvelopeRecovering && !r.Requeued && r.RecoveringBy != "" && now.Before(r.LeaseUntil):
+	case r.Status == salvagetype.EnvelopeRecovering && !r.Requeued && r.RecoveringBy != "" && now.Before(r.LeaseUntil):
 		return fmt.Errorf("%w: orchestrator %s is running %s on envelope %s until %s; replay after it ends", ErrReplayRefused,
 			r.RecoveringBy, r.Strategy, r.ID, r.LeaseUntil.UTC().Format(time.RFC3339))
 	}
@@ -218,7 +219,7 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 	}
 	undone := 0
 	for _, r := range rows {
-		if r.Status == kv.CallCompensated {
+		if r.Status == salvagetype.CallCompensated {
 			undone++
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -79,7 +80,7 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		var err error
 		j, err = stores.Jobs.Get(ctx, id)
-		return err == nil && j.Status == kv.JobDone
+		return err == nil && j.Status == salvagetype.JobDone
 	}, "the job to be done after the restart (last: %+v)", &j)
 	select {
 	case err := <-errs:

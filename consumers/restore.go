@@ -11,6 +11,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -29,7 +30,7 @@ const (
 // restoreStatuses are the statuses whose envelopes still need their
 // message: Salvage works on open and recovering ones, a person on
 // escalated ones.
-var restoreStatuses = []string{kv.EnvelopeOpen, kv.EnvelopeRecovering, kv.EnvelopeEscalated}
+var restoreStatuses = []salvagetype.EnvelopeStatus{salvagetype.EnvelopeOpen, salvagetype.EnvelopeRecovering, salvagetype.EnvelopeEscalated}
 
 // dlqMark is what an orchestrator saw of SALVAGE_DLQ at its last full
 // look: while the stream is the same one, nothing was deleted inside it

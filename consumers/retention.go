@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -212,9 +213,9 @@ func (r *retainer) chunk(ctx context.Context, part *kv.Part, cp kv.Checkpoint, r
 	records := kv.TTLFrom(keep.Records, finished, now)
 	var rows kv.RowRetention
 	switch {
-	case cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status):
+	case cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled():
 		rows = kv.RowRetention{Effects: kv.TTLFrom(keep.Effects, finished, now)}
-	case cp.Status == kv.StatusDeadLettered && cp.Envelope != "":
+	case cp.Status == salvagetype.ChunkDeadLettered && cp.Envelope != "":
 		// Its envelope settled (checked below): the chunk's record is kept
 		// whole, for the records' time.
 		rows = kv.RowRetention{Effects: records, Calls: records}

@@ -14,6 +14,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -83,7 +84,7 @@ func TestRetentionByDataClass(t *testing.T) {
 	b.startOrchestrator(t, "o1")
 
 	pure := b.submit(t, modeOK, modeOK)
-	b.waitJob(t, pure, kv.JobDone)
+	b.waitJob(t, pure, salvagetype.JobDone)
 	if n := b.journalKeys(t, pure, 1)["tool"]; n != 3 {
 		t.Fatalf("chunk 1 of the pure job has %d rows before retention, want 3", n)
 	}
@@ -92,14 +93,14 @@ func TestRetentionByDataClass(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		return b.journalMsgs(t, pure, 1) == 0 && b.journalMsgs(t, pure, 2) == 0 && b.checkpoint(t, pure, 1).KeptUntil != nil
 	}, "the pure job's journal to be removed and its chunk retired")
-	if cp := b.checkpoint(t, pure, 1); cp.KeptUntil == nil || cp.Outputs != nil || cp.Status != kv.StatusDone {
+	if cp := b.checkpoint(t, pure, 1); cp.KeptUntil == nil || cp.Outputs != nil || cp.Status != salvagetype.ChunkDone {
 		t.Errorf("the pure job's chunk 1 checkpoint = %s kept until %v, %d outputs; want done, kept until set, no outputs", cp.Status, cp.KeptUntil, len(cp.Outputs))
 	}
 
 	job := b.submitOrders(t, shopOrder{ID: "A"}, shopOrder{ID: "B", Fail: true}, shopOrder{ID: "C", Email: true, Fail: true})
-	b.waitJob(t, job, kv.JobIncomplete)
-	b.envelopeOf(t, job, 2, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeAbandoned }, "abandoned")
-	escalated := b.envelopeOf(t, job, 3, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeEscalated }, "escalated")
+	b.waitJob(t, job, salvagetype.JobIncomplete)
+	b.envelopeOf(t, job, 2, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeAbandoned }, "abandoned")
+	escalated := b.envelopeOf(t, job, 3, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeEscalated }, "escalated")
 	open := b.journalKeys(t, job, 3)
 
 	// Order A (done): side effects kept with their keys and outcomes.
@@ -129,7 +130,7 @@ func TestRetentionByDataClass(t *testing.T) {
 				break
 			}
 		}
-		if found == nil || found.Status != kv.CallSucceeded || found.IdempotencyKey == "" || found.Fingerprint == nil {
+		if found == nil || found.Status != salvagetype.CallSucceeded || found.IdempotencyKey == "" || found.Fingerprint == nil {
 			t.Errorf("order A's %s row after retention = %+v, want its outcome and key", tool, found)
 		}
 	}
@@ -143,7 +144,7 @@ func TestRetentionByDataClass(t *testing.T) {
 	if cp := b.checkpoint(t, job, 3); cp.KeptUntil != nil {
 		t.Errorf("order C (envelope escalated, open) was retired: %+v", cp.KeptUntil)
 	}
-	if j := b.waitJob(t, job, kv.JobIncomplete); j.KeptUntil != nil {
+	if j := b.waitJob(t, job, salvagetype.JobIncomplete); j.KeptUntil != nil {
 		t.Errorf("the job was retired while order C's envelope is open")
 	}
 
@@ -193,21 +194,21 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: running, Pipeline: "test", Chunks: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: finished, Pipeline: "test", Chunks: 3, Status: kv.JobIncomplete, FinishedAt: &now}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: finished, Pipeline: "test", Chunks: 3, Status: salvagetype.JobIncomplete, FinishedAt: &now}); err != nil {
 		t.Fatal(err)
 	}
 	env := ulid.Make().String()
-	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: finished, Chunk: 3, Status: kv.EnvelopeOpen}); err != nil {
+	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: finished, Chunk: 3, Status: salvagetype.EnvelopeOpen}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		job    string
 		chunk  int
-		status string
-	}{{running, 1, kv.StatusDone}, {finished, 1, kv.StatusDone}, {finished, 2, kv.StatusHeld}, {finished, 3, kv.StatusDeadLettered}} {
+		status salvagetype.ChunkStatus
+	}{{running, 1, salvagetype.ChunkDone}, {finished, 1, salvagetype.ChunkDone}, {finished, 2, salvagetype.ChunkHeld}, {finished, 3, salvagetype.ChunkDeadLettered}} {
 		if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, c.job, c.chunk, func(cp *kv.Checkpoint) error {
 			cp.Status = c.status
-			if c.status == kv.StatusDeadLettered {
+			if c.status == salvagetype.ChunkDeadLettered {
 				cp.Envelope = env
 			}
 			return nil
@@ -215,7 +216,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 			t.Fatal(err)
 		}
 		for seq := range 2 {
-			row := kv.JournalRow{Key: kv.JournalKey(c.job, c.chunk, 0, 1, "a", seq), Job: c.job, Chunk: c.chunk, Tool: "model", Status: kv.CallSucceeded}
+			row := kv.JournalRow{Key: kv.JournalKey(c.job, c.chunk, 0, 1, "a", seq), Job: c.job, Chunk: c.chunk, Tool: "model", Status: salvagetype.CallSucceeded}
 			if _, err := b.stores.Parts()[0].Journal.Put(b.ctx, row, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -258,23 +259,23 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 
 	job, env := ulid.Make().String(), ulid.Make().String()
 	now := time.Now().UTC()
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1, Status: kv.JobIncomplete, FinishedAt: &now}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1, Status: salvagetype.JobIncomplete, FinishedAt: &now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: job, Chunk: 1, Status: kv.EnvelopeDeadEnd}); err != nil {
+	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: job, Chunk: 1, Status: salvagetype.EnvelopeDeadEnd}); err != nil {
 		t.Fatal(err)
 	}
 	// It last ran from an earlier message (one of a pipeline nobody runs
 	// stands in for it): the message that runs it again is another one.
 	earlier := publishChunk(t, b, "idle", job, "")
 	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Envelope, cp.Stage, cp.MsgSeq = kv.StatusDeadLettered, env, 1, earlier
+		cp.Status, cp.Envelope, cp.Stage, cp.MsgSeq = salvagetype.ChunkDeadLettered, env, 1, earlier
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, epoch := range []int{0, 1} {
-		row := kv.JournalRow{Key: kv.JournalKey(job, 1, epoch, 1, "earlier", 0), Job: job, Chunk: 1, Epoch: epoch, Tool: "model", Status: kv.CallSucceeded}
+		row := kv.JournalRow{Key: kv.JournalKey(job, 1, epoch, 1, "earlier", 0), Job: job, Chunk: 1, Epoch: epoch, Tool: "model", Status: salvagetype.CallSucceeded}
 		if _, err := b.stores.Parts()[0].Journal.Put(b.ctx, row, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +305,7 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 	var last kv.Checkpoint
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		last = b.checkpoint(t, job, 1)
-		return last.Status == kv.StatusDone
+		return last.Status == salvagetype.ChunkDone
 	}, "the chunk to run again (last %+v)", &last)
 	if n := expiring(); n != 0 {
 		t.Errorf("%d journal rows of the chunk that ran again still expire", n)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -22,14 +23,14 @@ import (
 // when its job was cancelled. A final envelope, or a chunk still running,
 // is left alone. A missing envelope is not an error.
 func settleEnvelope(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, by string) error {
-	if cp.Envelope == "" || (cp.Status != kv.StatusDone && !kv.IsCancelled(cp.Status)) {
+	if cp.Envelope == "" || (cp.Status != salvagetype.ChunkDone && !cp.Status.IsCancelled()) {
 		return nil
 	}
 	_, err := st.Envelopes.Mutate(ctx, cp.Envelope, func(r *kv.EnvelopeRecord) error {
-		if r.Final() && r.Status != kv.EnvelopeEscalated {
+		if r.Final() && r.Status != salvagetype.EnvelopeEscalated {
 			return kv.ErrNoChange
 		}
-		if r.Status == kv.EnvelopeEscalated && cp.Status != kv.StatusDone {
+		if r.Status == salvagetype.EnvelopeEscalated && cp.Status != salvagetype.ChunkDone {
 			// A cancelled job leaves what was escalated to a person.
 			return kv.ErrNoChange
 		}
@@ -38,18 +39,18 @@ func settleEnvelope(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, by str
 			// orchestrator (or a person) ends it.
 			return kv.ErrNoChange
 		}
-		if r.Category == recovery.CategoryBudgetExceeded && cp.Status != kv.StatusDone {
+		if r.Category == salvagetype.CategoryBudgetExceeded && cp.Status != salvagetype.ChunkDone {
 			// The cancellation is what this envelope reports: it goes to
 			// a person, not away with the chunks it stopped.
 			return kv.ErrNoChange
 		}
-		r.Status, r.Requeued, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeResolved, false, "", time.Time{}
-		if cp.Status == kv.StatusDone {
+		r.Status, r.Requeued, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeResolved, false, "", time.Time{}
+		if cp.Status == salvagetype.ChunkDone {
 			r.ResolvedBy = "chunk"
 			r.Notes = append(r.Notes, "chunk finished ("+by+")")
 		} else {
 			r.ResolvedBy, r.Human = "cancel", true
-			r.Notes = append(r.Notes, "job cancelled; chunk "+cp.Status)
+			r.Notes = append(r.Notes, "job cancelled; chunk "+string(cp.Status))
 		}
 		return nil
 	})
@@ -64,10 +65,10 @@ func settleEnvelope(ctx context.Context, st *kv.Stores, cp kv.Checkpoint, by str
 // envelope keeps its status.
 func supersede(ctx context.Context, st *kv.Stores, old, id string) error {
 	_, err := st.Envelopes.Mutate(ctx, old, func(r *kv.EnvelopeRecord) error {
-		if r.Status == kv.EnvelopeResolved || r.Status == kv.EnvelopeSuperseded {
+		if r.Status == salvagetype.EnvelopeResolved || r.Status == salvagetype.EnvelopeSuperseded {
 			return kv.ErrNoChange
 		}
-		r.Status, r.SupersededBy, r.Requeued, r.RecoveringBy, r.LeaseUntil = kv.EnvelopeSuperseded, id, false, "", time.Time{}
+		r.Status, r.SupersededBy, r.Requeued, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeSuperseded, id, false, "", time.Time{}
 		r.Notes = append(r.Notes, "superseded by envelope "+id+": the chunk failed again")
 		return nil
 	})

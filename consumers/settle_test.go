@@ -15,6 +15,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -29,7 +30,7 @@ func TestKilledRightAfterDoneSettles(t *testing.T) {
 	b := setup(t, setupOpts{ackWait: time.Minute})
 	stop := b.startWorker(t, "parent")
 	job := b.submit(t, modeFailsInParent)
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 	stop()
 	env := b.dlq(t)[0]
 	op := consumers.NewOperator(b.JS, b.stores)
@@ -42,16 +43,16 @@ func TestKilledRightAfterDoneSettles(t *testing.T) {
 	} else if ee, ok := err.(*exec.ExitError); !ok || ee.Sys() == nil {
 		t.Fatalf("child: %v", err)
 	}
-	if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusDone {
+	if cp := b.checkpoint(t, job, 1); cp.Status != salvagetype.ChunkDone {
 		t.Fatalf("checkpoint after the kill = %s, want done", cp.Status)
 	}
-	j := b.waitJob(t, job, kv.JobDone)
+	j := b.waitJob(t, job, salvagetype.JobDone)
 	if j.Summary.Done != 1 || j.Summary.DeadLettered != 0 || j.Summary.DeadLetters != 1 {
 		t.Errorf("settled summary = %+v", j.Summary)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
-		return err == nil && rec.Status == kv.EnvelopeResolved && rec.ResolvedBy == "chunk"
+		return err == nil && rec.Status == salvagetype.EnvelopeResolved && rec.ResolvedBy == "chunk"
 	}, "the replayed envelope to be resolved")
 }
 
@@ -100,7 +101,7 @@ func TestKilledBetweenFinishAndAnnouncementAnnounces(t *testing.T) {
 		t.Fatal("the child worker exited cleanly; it should have been killed after the finish")
 	}
 	j, err := b.stores.Jobs.Get(b.ctx, job)
-	if err != nil || j.Status != kv.JobDone || j.Finishes != 1 || j.Unannounced != 1 {
+	if err != nil || j.Status != salvagetype.JobDone || j.Finishes != 1 || j.Unannounced != 1 {
 		t.Fatalf("job after the kill = %+v, %v: want done, finished once, its finish owed", j, err)
 	}
 	s, err := b.JS.Stream(b.ctx, streams.Events)
@@ -120,7 +121,7 @@ func TestKilledBetweenFinishAndAnnouncementAnnounces(t *testing.T) {
 		t.Fatalf("no finished event for job %s: %v", job, err)
 	}
 	var ev streams.JobEvent
-	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Status != kv.JobDone || ev.Done != j.Chunks {
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Status != salvagetype.JobDone || ev.Done != j.Chunks {
 		t.Errorf("finished event %s (%v); want done, %d chunks done", m.Data, err, j.Chunks)
 	}
 }
@@ -135,7 +136,7 @@ func TestHandReplayIsLinked(t *testing.T) {
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modePermanent)
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 	first := b.dlq(t)[0]
 	m := nats.NewMsg(first.Original.Subject)
 	m.Data = first.Original.Data
@@ -147,17 +148,17 @@ func TestHandReplayIsLinked(t *testing.T) {
 	second := b.dlq(t)[1]
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		old, _, err := b.stores.Envelopes.Get(b.ctx, first.ID)
-		return err == nil && old.Status == kv.EnvelopeSuperseded
+		return err == nil && old.Status == salvagetype.EnvelopeSuperseded
 	}, "the first envelope superseded")
 	old, _, _ := b.stores.Envelopes.Get(b.ctx, first.ID)
 	cur, _, _ := b.stores.Envelopes.Get(b.ctx, second.ID)
-	if old.SupersededBy != second.ID || !old.Human || old.Replays != 1 || cur.Status != kv.EnvelopeOpen {
+	if old.SupersededBy != second.ID || !old.Human || old.Replays != 1 || cur.Status != salvagetype.EnvelopeOpen {
 		t.Errorf("first = %+v\nsecond = %+v", old, cur)
 	}
 	if cp := b.checkpoint(t, job, 1); cp.Envelope != second.ID || cp.DeadLetters != 2 {
 		t.Errorf("checkpoint names envelope %s after %d dead letters, want %s after 2", cp.Envelope, cp.DeadLetters, second.ID)
 	}
-	j := b.waitJob(t, job, kv.JobIncomplete)
+	j := b.waitJob(t, job, salvagetype.JobIncomplete)
 	if j.Summary.DeadLettered != 1 || j.Summary.DeadLetters != 2 {
 		t.Errorf("summary = %+v, want 1 chunk dead-lettered twice", j.Summary)
 	}
@@ -194,7 +195,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 		return err == nil && j.Summary.Done > 0
 	}, "the big job to start")
 	small := b.submit(t, modeOK)
-	b.waitJob(t, small, kv.JobDone)
+	b.waitJob(t, small, salvagetype.JobDone)
 	j, _ := b.stores.Jobs.Get(b.ctx, big)
 	t.Logf("the 1-chunk job finished when %d of the big job's %d chunks had", j.Summary.Done, n)
 	if j.Summary.Done > n/2 || j.Window != consumers.ChunkWindowDefault {
@@ -217,7 +218,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j = b.waitJob(t, big, kv.JobCancelled)
+	j = b.waitJob(t, big, salvagetype.JobCancelled)
 	t.Logf("cancelled with %d chunks done; settled %s after the cancel", j.Summary.Done, time.Since(cancelled).Round(time.Millisecond))
 	if j.Summary.Done+j.Summary.Cancelled != n || j.Summary.Cancelled < n/2 {
 		t.Fatalf("cancelled summary = %+v", j.Summary)
@@ -231,7 +232,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := j.View(cps); v[1].Status != kv.CancelledAtStage(0) {
+	if v := j.View(cps); v[1].Status != salvagetype.CancelledAtStage(0) {
 		t.Errorf("an unstarted chunk reads %q, want cancelled-at-stage-0", v[1].Status)
 	}
 }
@@ -367,19 +368,19 @@ func TestLostReplayIsRepublished(t *testing.T) {
 	b := setup(t, setupOpts{})
 	stop := b.startWorker(t, "parent")
 	job := b.submit(t, modeFailsInParent)
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 	stop()
 	env := b.dlq(t)[0]
 	// What Operator.Replay writes before it publishes.
 	if _, err := b.stores.Envelopes.Mutate(b.ctx, env.ID, func(r *kv.EnvelopeRecord) error {
-		r.Replays, r.Status, r.Requeued, r.Human = 1, kv.EnvelopeRecovering, true, true
+		r.Replays, r.Status, r.Requeued, r.Human = 1, salvagetype.EnvelopeRecovering, true, true
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	var d kv.Delta
 	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.ClaimedBy, cp.Envelope = kv.StatusPending, "", env.ID
+		cp.Status, cp.ClaimedBy, cp.Envelope = salvagetype.ChunkPending, "", env.ID
 		d = cp.Recount()
 		return nil
 	}); err != nil {
@@ -389,10 +390,10 @@ func TestLostReplayIsRepublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.startChild(t, "child")
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
-		return err == nil && rec.Status == kv.EnvelopeResolved
+		return err == nil && rec.Status == salvagetype.EnvelopeResolved
 	}, "the replayed envelope to resolve")
 }
 
@@ -406,23 +407,23 @@ func TestReplayKilledBeforeItsCheckpointIsFinished(t *testing.T) {
 	b := setup(t, setupOpts{})
 	stop := b.startWorker(t, "parent")
 	job := b.submit(t, modeFailsInParent)
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 	stop()
 	env := b.dlq(t)[0]
 	// All Operator.Replay wrote before it died.
 	if _, err := b.stores.Envelopes.Mutate(b.ctx, env.ID, func(r *kv.EnvelopeRecord) error {
-		r.Replays, r.Status, r.Requeued, r.Human = 1, kv.EnvelopeRecovering, true, true
+		r.Replays, r.Status, r.Requeued, r.Human = 1, salvagetype.EnvelopeRecovering, true, true
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusDeadLettered || cp.Envelope != env.ID {
+	if cp := b.checkpoint(t, job, 1); cp.Status != salvagetype.ChunkDeadLettered || cp.Envelope != env.ID {
 		t.Fatalf("checkpoint = %+v", cp)
 	}
 	b.startChild(t, "child")
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
-		return err == nil && rec.Status == kv.EnvelopeResolved && rec.Replays == 1
+		return err == nil && rec.Status == salvagetype.EnvelopeResolved && rec.Replays == 1
 	}, "the replayed envelope to resolve")
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -405,7 +406,7 @@ func submitTo(t *testing.T, ctx context.Context, js jetstream.JetStream, modes .
 	return id
 }
 
-func (b *bundle) waitJob(t *testing.T, id, status string) kv.Job {
+func (b *bundle) waitJob(t *testing.T, id string, status salvagetype.JobStatus) kv.Job {
 	t.Helper()
 	var j kv.Job
 	// A bound on the wait, not a speed: a loaded machine makes it slower.

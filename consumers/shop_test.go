@@ -16,6 +16,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -248,7 +249,7 @@ func (b *bundle) envelopeOf(t *testing.T, job string, chunk int, ok func(kv.Enve
 			return false
 		}
 		for _, r := range pg.Records {
-			if r.Chunk == chunk && r.Status != kv.EnvelopeSuperseded {
+			if r.Chunk == chunk && r.Status != salvagetype.EnvelopeSuperseded {
 				last = r
 				return ok(r)
 			}
@@ -283,22 +284,22 @@ func (b *bundle) row(t *testing.T, job string, chunk int, tool string) kv.Stored
 func TestOrchestratorCompensates(t *testing.T) {
 	t.Parallel()
 	b, s := setupShop(t)
-	escalations := b.subscribe(t, streams.EscalationSubject(recovery.CategoryCompensationNeeded))
+	escalations := b.subscribe(t, streams.EscalationSubject(salvagetype.CategoryCompensationNeeded))
 	b.startOrchestrator(t, "o1")
 	b.startOrchestrator(t, "o2")
 	job := b.submitOrders(t, shopOrder{ID: "A"}, shopOrder{ID: "B", Fail: true}, shopOrder{ID: "C", Email: true, Fail: true})
 
-	j := b.waitJob(t, job, kv.JobIncomplete)
+	j := b.waitJob(t, job, salvagetype.JobIncomplete)
 	if j.Summary.Done != 1 || j.Summary.DeadLettered != 2 {
 		t.Fatalf("job summary = %+v, want 1 done and 2 dead-lettered", j.Summary)
 	}
 	abandoned := b.envelopeOf(t, job, 2, func(r kv.EnvelopeRecord) bool { return r.Final() }, "final")
 	escalated := b.envelopeOf(t, job, 3, func(r kv.EnvelopeRecord) bool { return r.Final() }, "final")
 
-	if abandoned.Status != kv.EnvelopeAbandoned || abandoned.Category != recovery.CategoryPartialExecution || len(abandoned.Left) != 0 {
+	if abandoned.Status != salvagetype.EnvelopeAbandoned || abandoned.Category != salvagetype.CategoryPartialExecution || len(abandoned.Left) != 0 {
 		t.Errorf("order B's envelope = %s %s, left %v; want PARTIAL_EXECUTION abandoned with nothing left", abandoned.Category, abandoned.Status, abandoned.Left)
 	}
-	if escalated.Status != kv.EnvelopeEscalated || escalated.Category != recovery.CategoryCompensationNeeded ||
+	if escalated.Status != salvagetype.EnvelopeEscalated || escalated.Category != salvagetype.CategoryCompensationNeeded ||
 		len(escalated.Left) != 1 || escalated.Left[0].Tool != "email" || escalated.Left[0].System != "email" || escalated.Left[0].ResourceID == "" {
 		t.Errorf("order C's envelope = %s %s, left %+v; want COMPENSATION_NEEDED escalated, the email left", escalated.Category, escalated.Status, escalated.Left)
 	}
@@ -331,15 +332,15 @@ func TestOrchestratorCompensates(t *testing.T) {
 	}
 	for chunk := 2; chunk <= 3; chunk++ {
 		for _, tool := range []string{"charge", "reserve"} {
-			if r := b.row(t, job, chunk, tool); r.Status != kv.CallCompensated {
+			if r := b.row(t, job, chunk, tool); r.Status != salvagetype.CallCompensated {
 				t.Errorf("chunk %d's %s row is %s, want COMPENSATED", chunk, tool, r.Status)
 			}
 		}
 	}
-	if r := b.row(t, job, 3, "email"); r.Status != kv.CallSucceeded {
+	if r := b.row(t, job, 3, "email"); r.Status != salvagetype.CallSucceeded {
 		t.Errorf("the email row is %s: nothing can take an email back", r.Status)
 	}
-	if r := b.row(t, job, 1, "charge"); r.Status != kv.CallSucceeded {
+	if r := b.row(t, job, 1, "charge"); r.Status != salvagetype.CallSucceeded {
 		t.Errorf("order A's charge row is %s", r.Status)
 	}
 }
@@ -357,26 +358,26 @@ func TestOrchestratorVerifiesBeforeResuming(t *testing.T) {
 	s.paymentsDown = true
 	s.mu.Unlock()
 	job := b.submitOrders(t, shopOrder{ID: "A"})
-	env := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeOpen }, "open")
-	if env.Category != recovery.CategoryToolTimeout || env.Strategy != recovery.StrategyVerify {
+	env := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeOpen }, "open")
+	if env.Category != salvagetype.CategoryToolTimeout || env.Strategy != salvagetype.StrategyVerify {
 		t.Fatalf("envelope = %s/%s, want TOOL_TIMEOUT/VERIFY_THEN_DECIDE", env.Category, env.Strategy)
 	}
-	if r := b.row(t, job, 1, "charge"); r.Status != kv.CallUnknown {
+	if r := b.row(t, job, 1, "charge"); r.Status != salvagetype.CallUnknown {
 		t.Fatalf("charge row = %s, want UNKNOWN", r.Status)
 	}
 	s.land()
 	requests := s.count("charge")
 	b.startOrchestrator(t, "o1")
 
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	rec := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Final() }, "final")
-	if rec.Status != kv.EnvelopeResolved || rec.ResolvedBy != "chunk" {
+	if rec.Status != salvagetype.EnvelopeResolved || rec.ResolvedBy != "chunk" {
 		t.Errorf("envelope = %s by %q, want resolved by the chunk", rec.Status, rec.ResolvedBy)
 	}
 	if n := s.count("charge"); n != requests || len(s.applied("charge")) != 1 {
 		t.Errorf("charge requests %d -> %d, charges %d: the resume charged again", requests, n, len(s.applied("charge")))
 	}
-	if r := b.row(t, job, 1, "charge"); r.Status != kv.CallSucceeded || !r.Verified || r.Fingerprint == nil || r.Fingerprint.ResourceID == "" {
+	if r := b.row(t, job, 1, "charge"); r.Status != salvagetype.CallSucceeded || !r.Verified || r.Fingerprint == nil || r.Fingerprint.ResourceID == "" {
 		t.Errorf("charge row = %s verified %v fingerprint %+v, want SUCCEEDED, verified, with the charge id", r.Status, r.Verified, r.Fingerprint)
 	}
 	if len(s.applied("ship")) != 1 {
@@ -395,13 +396,13 @@ func TestOperator(t *testing.T) {
 	s.setShippingBroken(true)
 	op := consumers.NewOperator(b.JS, b.stores)
 	job := b.submitOrders(t, shopOrder{ID: "A"})
-	first := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeOpen }, "open")
+	first := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeOpen }, "open")
 
 	d, err := op.Show(b.ctx, first.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Envelope.FailedTool != "ship" || d.Envelope.FailedStage != 3 || d.Envelope.Category != recovery.CategoryPartialExecution ||
+	if d.Envelope.FailedTool != "ship" || d.Envelope.FailedStage != 3 || d.Envelope.Category != salvagetype.CategoryPartialExecution ||
 		len(d.Envelope.PendingCompensations) != 2 || d.Checkpoint == nil || len(d.Journal) != 3 {
 		t.Errorf("show = failed %s at %d, %s, %d to compensate, checkpoint %v, %d rows", d.Envelope.FailedTool, d.Envelope.FailedStage,
 			d.Envelope.Category, len(d.Envelope.PendingCompensations), d.Checkpoint != nil, len(d.Journal))
@@ -411,8 +412,8 @@ func TestOperator(t *testing.T) {
 	if _, err := op.Replay(b.ctx, first.ID, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	second := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.ID != first.ID && r.Status == kv.EnvelopeOpen }, "a new open one")
-	if rec, _, _ := b.stores.Envelopes.Get(b.ctx, first.ID); rec.Status != kv.EnvelopeSuperseded || rec.SupersededBy != second.ID {
+	second := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.ID != first.ID && r.Status == salvagetype.EnvelopeOpen }, "a new open one")
+	if rec, _, _ := b.stores.Envelopes.Get(b.ctx, first.ID); rec.Status != salvagetype.EnvelopeSuperseded || rec.SupersededBy != second.ID {
 		t.Errorf("first envelope = %s superseded by %q, want superseded by %s", rec.Status, rec.SupersededBy, second.ID)
 	}
 	if _, err := op.Replay(b.ctx, first.ID, "ops"); !errors.Is(err, consumers.ErrSuperseded) {
@@ -424,9 +425,9 @@ func TestOperator(t *testing.T) {
 	if _, err := op.Replay(b.ctx, second.ID, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	rec := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Final() }, "final")
-	if rec.ID != second.ID || rec.Status != kv.EnvelopeResolved || rec.ResolvedBy != "chunk" || !rec.Human || rec.Replays != 1 {
+	if rec.ID != second.ID || rec.Status != salvagetype.EnvelopeResolved || rec.ResolvedBy != "chunk" || !rec.Human || rec.Replays != 1 {
 		t.Errorf("envelope after the fix = %+v, want the second resolved by its chunk, a person's doing", rec)
 	}
 	if s.count("charge") != 1 || s.count("reserve") != 1 || s.count("ship") != 3 {
@@ -445,13 +446,13 @@ func TestOperator(t *testing.T) {
 	// Resolved by hand: the person says what they did.
 	s.setShippingBroken(true)
 	job2 := b.submitOrders(t, shopOrder{ID: "B"})
-	open := b.envelopeOf(t, job2, 1, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeOpen }, "open")
+	open := b.envelopeOf(t, job2, 1, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeOpen }, "open")
 	byHand, err := op.Resolve(b.ctx, open.ID, "ops", "shipped by courier")
-	if err != nil || byHand.Status != kv.EnvelopeResolved || byHand.ResolvedBy != "ops" || !byHand.Human ||
+	if err != nil || byHand.Status != salvagetype.EnvelopeResolved || byHand.ResolvedBy != "ops" || !byHand.Human ||
 		len(byHand.Notes) == 0 || byHand.Notes[len(byHand.Notes)-1] == "" {
 		t.Errorf("resolve by hand = %+v, %v", byHand, err)
 	}
-	if pg, err := op.Page(b.ctx, consumers.EnvelopeFilter{Status: kv.EnvelopeResolved}, 0, 10, false); err != nil || len(pg.Records) != 2 || pg.Total != 2 {
+	if pg, err := op.Page(b.ctx, consumers.EnvelopeFilter{Status: salvagetype.EnvelopeResolved}, 0, 10, false); err != nil || len(pg.Records) != 2 || pg.Total != 2 {
 		t.Errorf("resolved envelopes listed: %d of %d, %v; want 2", len(pg.Records), pg.Total, err)
 	}
 

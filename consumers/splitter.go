@@ -18,6 +18,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -274,7 +275,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		s.afterPublish()
 	}
 	job := kv.Job{
-		ID: p.jobID, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.inputs), Window: p.window,
+		ID: p.jobID, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), Window: p.window,
 		TraceID: p.traceID, Metadata: p.msg.Metadata, Tenant: p.tenant, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
 		ChunksRoot: p.tree.Root(), Partition: p.partition,
 	}
@@ -311,7 +312,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 func (s *Splitter) accepted(ctx context.Context, m jetstream.Msg, p parsed, log zerolog.Logger) error {
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, p.jobID+".accepted")
-	ev := streams.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: kv.JobRunning, Chunks: len(p.inputs), TraceID: p.traceID, At: time.Now().UTC()}
+	ev := streams.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), TraceID: p.traceID, At: time.Now().UTC()}
 	if err := publishJSON(ctx, s.js, streams.EventSubject(p.jobID, streams.EventAccepted), ev, h); err != nil {
 		return err
 	}

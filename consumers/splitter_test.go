@@ -16,6 +16,7 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -80,7 +81,7 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 		t.Errorf("bad input created %d jobs", len(jobs))
 	}
 	// Still serving.
-	b.waitJob(t, b.submit(t, modeOK), kv.JobDone)
+	b.waitJob(t, b.submit(t, modeOK), salvagetype.JobDone)
 	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "rejected messages removed")
 }
 
@@ -128,7 +129,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 		jobs, _ = b2.stores.Jobs.List(b2.ctx)
 		return len(jobs) == 1
 	}, "the redelivered job message to create the job")
-	j := b2.waitJob(t, jobs[0].ID, kv.JobDone)
+	j := b2.waitJob(t, jobs[0].ID, salvagetype.JobDone)
 	if all, _ := b2.stores.Jobs.List(b2.ctx); len(all) != 1 || j.Summary.Done != 2 || len(b2.dlq(t)) != 0 {
 		t.Fatalf("%d jobs after redelivery (want 1), summary %+v, %d envelopes", len(all), j.Summary, len(b2.dlq(t)))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -66,8 +67,8 @@ func staleChunk(t *testing.T, b *bundle) (job string, oldSeq uint64, current, se
 		t.Fatal(err)
 	}
 	for _, r := range []kv.EnvelopeRecord{
-		{ID: settled, Job: job, Chunk: 1, Status: kv.EnvelopeSuperseded, SupersededBy: "someone-else", StreamSeq: oldSeq, CreatedAt: time.Now()},
-		{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()},
+		{ID: settled, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: "someone-else", StreamSeq: oldSeq, CreatedAt: time.Now()},
+		{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()},
 	} {
 		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
 			t.Fatal(err)
@@ -77,7 +78,7 @@ func staleChunk(t *testing.T, b *bundle) (job string, oldSeq uint64, current, se
 	// The chunk ran from the newer message; it failed, and its envelope
 	// is the current one.
 	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, newSeq, 1
+		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = salvagetype.ChunkDeadLettered, current, newSeq, 1
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		if cp.Envelope != current {
 			t.Fatalf("the chunk names envelope %s; want %s, the current one (the old message's %s took it over)", cp.Envelope, current, settled)
 		}
-		if rec, _, err := b.stores.Envelopes.Get(b.ctx, current); err != nil || rec.Status != kv.EnvelopeRecovering {
+		if rec, _, err := b.stores.Envelopes.Get(b.ctx, current); err != nil || rec.Status != salvagetype.EnvelopeRecovering {
 			t.Fatalf("current envelope = %+v, %v; want it still recovering, not superseded", rec, err)
 		}
 		if rec, _, err := b.stores.Envelopes.Get(b.ctx, settled); err != nil || rec.SupersededBy != "someone-else" {
@@ -129,7 +130,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()}); err != nil {
+		if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		oldSeq := publishChunk(t, b, "test", job, "")
@@ -137,7 +138,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		// nobody runs stands in for it), and a recovery requeued it.
 		newer := publishChunk(t, b, "idle", job, "")
 		if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-			cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusPending, current, newer, 1
+			cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = salvagetype.ChunkPending, current, newer, 1
 			return nil
 		}); err != nil {
 			t.Fatal(err)
@@ -147,12 +148,12 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		if n := callCount(job, 1, 1); n != 0 {
 			t.Fatalf("the old message ran the chunk (stage 1 called %d times)", n)
 		}
-		if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusPending || cp.MsgSeq != newer {
+		if cp := b.checkpoint(t, job, 1); cp.Status != salvagetype.ChunkPending || cp.MsgSeq != newer {
 			t.Fatalf("checkpoint after the old message = %s from message %d; want pending, from %d", cp.Status, cp.MsgSeq, newer)
 		}
 		// The recovery's message runs it, once.
 		newSeq := publishChunk(t, b, "test", job, current)
-		b.waitJob(t, job, kv.JobDone)
+		b.waitJob(t, job, salvagetype.JobDone)
 		if n := callCount(job, 1, 2); n != 1 {
 			t.Fatalf("stage 2 ran %d times; want once", n)
 		}
@@ -161,7 +162,7 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		}
 		salvagetest.Eventually(t, time.Minute, func() bool {
 			rec, _, err := b.stores.Envelopes.Get(b.ctx, current)
-			return err == nil && rec.Status == kv.EnvelopeResolved
+			return err == nil && rec.Status == salvagetype.EnvelopeResolved
 		}, "the current envelope resolved by its chunk")
 	})
 }
@@ -193,12 +194,12 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 			}
 			m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
 			m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
-			envs := []kv.EnvelopeRecord{{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeOpen, CreatedAt: time.Now()}}
+			envs := []kv.EnvelopeRecord{{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()}}
 			if tc.replay {
 				m.Header.Set(streams.HeaderReplayOf, first)
 				envs = []kv.EnvelopeRecord{
-					{ID: first, Job: job, Chunk: 1, Status: kv.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
-					{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeAbandoned, CreatedAt: time.Now()},
+					{ID: first, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
+					{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeAbandoned, CreatedAt: time.Now()},
 				}
 			}
 			for _, r := range envs {
@@ -213,7 +214,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 			// The chunk ran from this message, in epoch 1, and was
 			// dead-lettered under the current envelope.
 			if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-				cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries, cp.Epoch = kv.StatusDeadLettered, current, ack.Sequence, 1, 1
+				cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries, cp.Epoch = salvagetype.ChunkDeadLettered, current, ack.Sequence, 1, 1
 				cp.Compensated = tc.replay
 				return nil
 			}); err != nil {
@@ -225,7 +226,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 				t.Fatalf("the message ran the chunk again (stage 1 called %d times)", n)
 			}
 			cp := b.checkpoint(t, job, 1)
-			if cp.Status != kv.StatusDeadLettered || cp.Envelope != current || cp.Epoch != 1 || cp.MsgSeq != ack.Sequence {
+			if cp.Status != salvagetype.ChunkDeadLettered || cp.Envelope != current || cp.Epoch != 1 || cp.MsgSeq != ack.Sequence {
 				t.Fatalf("checkpoint = %s under %s in epoch %d from message %d; want it as it was: dead-lettered under %s in epoch 1 from %d",
 					cp.Status, cp.Envelope, cp.Epoch, cp.MsgSeq, current, ack.Sequence)
 			}
@@ -246,8 +247,8 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []kv.EnvelopeRecord{
-		{ID: first, Job: job, Chunk: 1, Status: kv.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
-		{ID: current, Job: job, Chunk: 1, Status: kv.EnvelopeOpen, CreatedAt: time.Now()},
+		{ID: first, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
+		{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()},
 	} {
 		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
 			t.Fatal(err)
@@ -257,7 +258,7 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 	// nobody runs stands in for it), dead-lettered under current.
 	earlier := publishChunk(t, b, "idle", job, "")
 	if _, err := b.stores.Parts()[0].Checkpoints.Mutate(b.ctx, job, 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = kv.StatusDeadLettered, current, earlier, 1
+		cp.Status, cp.Envelope, cp.MsgSeq, cp.Deliveries = salvagetype.ChunkDeadLettered, current, earlier, 1
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -282,7 +283,7 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 	if n := callCount(job, 1, 1); n != 0 {
 		t.Fatalf("the replay ran the chunk (stage 1 called %d times)", n)
 	}
-	if cp := b.checkpoint(t, job, 1); cp.Status != kv.StatusDeadLettered || cp.Envelope != current {
+	if cp := b.checkpoint(t, job, 1); cp.Status != salvagetype.ChunkDeadLettered || cp.Envelope != current {
 		t.Fatalf("checkpoint = %s under %s; want dead-lettered under %s", cp.Status, cp.Envelope, current)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Fair shares between tenants (issue 36). A job's chunks queue behind at
@@ -38,7 +39,7 @@ func (l *limiter) acquireChunk(ctx context.Context, tenant string, stop <-chan s
 	if tenant == "" || l.declared.Load() == 0 {
 		return none, nil
 	}
-	key := kv.LimitKey(kv.LimitTenant, tenant)
+	key := kv.LimitKey(salvagetype.LimitTenant, tenant)
 	told := false
 	l.mu.Lock()
 	for {

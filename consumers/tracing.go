@@ -11,6 +11,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -109,7 +110,7 @@ func exportJobSpan(tracer trace.Tracer, j kv.Job) {
 		end = *j.FinishedAt
 	}
 	attrs := trace.WithAttributes(
-		recovery.AttrJob.String(j.ID), recovery.AttrPipeline.String(j.Pipeline), recovery.AttrStatus.String(j.Status), recovery.AttrChunks.Int(j.Chunks),
+		recovery.AttrJob.String(j.ID), recovery.AttrPipeline.String(j.Pipeline), recovery.AttrStatus.String(string(j.Status)), recovery.AttrChunks.Int(j.Chunks),
 		recovery.AttrDone.Int(j.Summary.Done), recovery.AttrFailed.Int(j.Summary.DeadLettered), recovery.AttrCancelled.Int(j.Summary.Cancelled),
 		recovery.AttrTokensIn.Int64(j.Summary.PromptTokens), recovery.AttrTokensOut.Int64(j.Summary.CompletionTokens), recovery.AttrRetries.Int(j.Summary.Tier1Retries))
 	var span trace.Span
@@ -121,7 +122,7 @@ func exportJobSpan(tracer trace.Tracer, j kv.Job) {
 		_, span = tracer.Start(ctx, "finished again", trace.WithTimestamp(end), attrs,
 			trace.WithAttributes(recovery.AttrFinishes.Int(j.Finishes)))
 	}
-	if j.Status == kv.JobIncomplete {
+	if j.Status == salvagetype.JobIncomplete {
 		span.SetStatus(codes.Error, "job incomplete")
 	}
 	span.End(trace.WithTimestamp(end))
@@ -143,7 +144,7 @@ func endChunkSpan(span trace.Span, outcome string, err error) {
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, err.Error())
-	case outcome == outcomeRetry || outcome == kv.StatusDeadLettered:
+	case outcome == outcomeRetry || outcome == string(salvagetype.ChunkDeadLettered):
 		span.SetStatus(codes.Error, outcome)
 	}
 	span.End()

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -36,7 +37,7 @@ type tracker struct {
 // the job record, no checkpoint read — and publishes a progress event.
 // When the counts say every chunk is over, it settles the job against its
 // checkpoints: once per job, not per chunk. An empty delta does nothing.
-func (t tracker) apply(ctx context.Context, jobID string, chunk int, status string, d kv.Delta) (kv.Job, error) {
+func (t tracker) apply(ctx context.Context, jobID string, chunk int, status salvagetype.ChunkStatus, d kv.Delta) (kv.Job, error) {
 	if d.Empty() {
 		return kv.Job{}, nil
 	}
@@ -156,7 +157,7 @@ func (t tracker) announceOwed(ctx context.Context, id string) (kv.Job, bool, err
 }
 
 // publishProgress announces one chunk's new outcome with its job's counts.
-func (t tracker) publishProgress(ctx context.Context, job kv.Job, chunk int, status string) error {
+func (t tracker) publishProgress(ctx context.Context, job kv.Job, chunk int, status salvagetype.ChunkStatus) error {
 	ev := streams.JobEvent{
 		Job: job.ID, Kind: streams.EventProgress, Pipeline: job.Pipeline, Status: job.Status,
 		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,

@@ -15,6 +15,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -30,7 +31,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 	rejected := b.subscribe(t, streams.RejectedSubject(streams.RejectBadChunk))
 	b.pauseShop(t, true)
 	job := b.submitOrders(t, shopOrder{ID: "real-1"}, shopOrder{ID: "real-2"}, shopOrder{ID: "real-3"})
-	j := b.waitJob(t, job, kv.JobRunning)
+	j := b.waitJob(t, job, salvagetype.JobRunning)
 	if j.ChunksRoot == "" {
 		t.Fatal("the job records no chunks_root")
 	}
@@ -48,7 +49,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.pauseShop(t, false)
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 
 	for _, tool := range []string{"reserve", "charge", "ship"} {
 		for key, id := range s.applied(tool) {
@@ -69,7 +70,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 		}
 		return false
 	}, "a bad-chunk rejection of the forged chunk 2")
-	if cp := b.checkpoint(t, job, 2); cp.Status != kv.StatusDone || cp.Deliveries != 1 {
+	if cp := b.checkpoint(t, job, 2); cp.Status != salvagetype.ChunkDone || cp.Deliveries != 1 {
 		t.Errorf("chunk 2: %s after %d deliveries; want done once", cp.Status, cp.Deliveries)
 	}
 	// Nothing was left behind: the rejection is the forged message's end.
@@ -88,8 +89,8 @@ func TestPurgedDLQStrandsNothing(t *testing.T) {
 	t.Parallel()
 	b, s := setupShop(t)
 	job := b.submitOrders(t, shopOrder{ID: "kept"}, shopOrder{ID: "refused", Fail: true})
-	b.waitJob(t, job, kv.JobIncomplete)
-	rec := b.envelopeOf(t, job, 2, func(r kv.EnvelopeRecord) bool { return r.Status == kv.EnvelopeOpen }, "open")
+	b.waitJob(t, job, salvagetype.JobIncomplete)
+	rec := b.envelopeOf(t, job, 2, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeOpen }, "open")
 
 	str, err := b.JS.Stream(b.ctx, streams.DLQ)
 	if err != nil {
@@ -110,7 +111,7 @@ func TestPurgedDLQStrandsNothing(t *testing.T) {
 	}
 	b.goRun(o.Run)
 	final := b.envelopeOf(t, job, 2, func(r kv.EnvelopeRecord) bool { return r.Final() }, "final")
-	if final.Status != kv.EnvelopeAbandoned || final.DLQSeq == rec.DLQSeq {
+	if final.Status != salvagetype.EnvelopeAbandoned || final.DLQSeq == rec.DLQSeq {
 		t.Fatalf("envelope after the purge: %s at SALVAGE_DLQ %d (was %d); want abandoned from a new message", final.Status, final.DLQSeq, rec.DLQSeq)
 	}
 	s.mu.Lock()
@@ -146,8 +147,8 @@ func TestClaimsNoHolderWroteHoldNothing(t *testing.T) {
 	// with a forged claim, one with garbage.
 	forged := b.submit(t, modeOK)
 	garbage := b.submit(t, modeOK)
-	b.waitJob(t, forged, kv.JobRunning)
-	b.waitJob(t, garbage, kv.JobRunning)
+	b.waitJob(t, forged, salvagetype.JobRunning)
+	b.waitJob(t, garbage, salvagetype.JobRunning)
 	ghost := `{"claimed_by":"ghost","delivery":1,"claimed_at":"2026-01-01T00:00:00Z","expires_at":"2099-01-01T00:00:00Z"}`
 	if _, err := claims.Put(b.ctx, kv.ChunkKey(forged, 1), []byte(ghost)); err != nil {
 		t.Fatal(err)
@@ -156,8 +157,8 @@ func TestClaimsNoHolderWroteHoldNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.startWorker(t, "w1")
-	b.waitJob(t, forged, kv.JobDone)
-	b.waitJob(t, garbage, kv.JobDone)
+	b.waitJob(t, forged, salvagetype.JobDone)
+	b.waitJob(t, garbage, salvagetype.JobDone)
 
 	// A running chunk whose claim is overwritten with garbage.
 	running := b.submit(t, modeGate)
@@ -171,7 +172,7 @@ func TestClaimsNoHolderWroteHoldNothing(t *testing.T) {
 		return err == nil && l.Unreadable == "" && l.ClaimedBy == "w1"
 	}, "the holder to take its claim back")
 	close(gate(running, 1))
-	b.waitJob(t, running, kv.JobDone)
+	b.waitJob(t, running, salvagetype.JobDone)
 	if cp := b.checkpoint(t, running, 1); cp.Deliveries != 1 || cp.Redeliveries != 0 {
 		t.Fatalf("the running chunk: %d deliveries, %d redeliveries; want its first delivery to finish it", cp.Deliveries, cp.Redeliveries)
 	}
@@ -199,7 +200,7 @@ func TestUsageSurvivesACrash(t *testing.T) {
 				rows, err := b.stores.Parts()[0].Journal.Load(b.ctx, job, 1, 0)
 				n := 0
 				for _, r := range rows {
-					if r.Stage == 2 && r.Status == kv.CallSucceeded {
+					if r.Stage == 2 && r.Status == salvagetype.CallSucceeded {
 						n++
 					}
 				}
@@ -217,10 +218,10 @@ func TestUsageSurvivesACrash(t *testing.T) {
 				if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, job, "ann"); err != nil {
 					t.Fatal(err)
 				}
-				j = b.waitJob(t, job, kv.JobCancelled)
+				j = b.waitJob(t, job, salvagetype.JobCancelled)
 			} else {
 				b.startWorker(t, "survivor")
-				j = b.waitJob(t, job, kv.JobDone)
+				j = b.waitJob(t, job, salvagetype.JobDone)
 			}
 
 			rows, err := b.stores.Parts()[0].Journal.Load(b.ctx, job, 1, 0)
@@ -269,7 +270,7 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		held := 0
 		for c := 1; c <= chunks; c++ {
-			if cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == kv.StatusHeld {
+			if cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, c); err == nil && cp.Status == salvagetype.ChunkHeld {
 				held++
 			}
 		}
@@ -287,7 +288,7 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 		return err == nil && info.Paused
 	}, "the outage pool to pause")
 	at := b.breaker(t, "crm")
-	if at.State != kv.BreakerOpen {
+	if at.State != salvagetype.BreakerOpen {
 		// The machine took a whole cool-down to pause the pool: the probe
 		// went out (and may have called crm) before the pause. Nothing to
 		// judge by; the resume below must still finish the job.
@@ -297,17 +298,17 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	// been released, and its silence would have opened the breaker again.
 	// (A slow machine may look fewer times in that span: it can miss a
 	// probe, never invent one.)
-	if at.State == kv.BreakerOpen {
+	if at.State == salvagetype.BreakerOpen {
 		time.Sleep(time.Until(at.RetryAt.Add(2 * policy.CoolDown))) // the fault runs: crm down, the pipeline paused, two cool-downs
 	}
-	if now := b.breaker(t, "crm"); at.State == kv.BreakerOpen && (now.Opens != at.Opens || now.State != at.State) {
+	if now := b.breaker(t, "crm"); at.State == salvagetype.BreakerOpen && (now.Opens != at.Opens || now.State != at.State) {
 		t.Fatalf("breaker while its chunks' pipeline is paused: %s after %d opens; it was %s after %d", now.State, now.Opens, at.State, at.Opens)
 	}
 	crm.down.Store(false)
 	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, "outage", false, "ann", ""); err != nil {
 		t.Fatal(err)
 	}
-	j := b.waitJob(t, job, kv.JobDone)
+	j := b.waitJob(t, job, salvagetype.JobDone)
 	if j.Summary.Done != chunks || j.Summary.DeadLetters != 0 {
 		t.Fatalf("summary %+v", j.Summary)
 	}
@@ -327,7 +328,7 @@ func TestARefusedReplaySaysWhy(t *testing.T) {
 	b.startOrchestrator(t, "o1")
 	job := b.submitOrders(t, shopOrder{ID: "refused", Fail: true})
 	rec := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Final() }, "final")
-	if rec.Status != kv.EnvelopeEscalated {
+	if rec.Status != salvagetype.EnvelopeEscalated {
 		t.Fatalf("envelope %s; want escalated", rec.Status)
 	}
 	_, err := consumers.NewOperator(b.JS, b.stores).Replay(b.ctx, rec.ID, "ann")

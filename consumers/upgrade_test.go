@@ -14,6 +14,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -49,7 +50,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 	split := make(chan error, 1)
 	go func() { split <- sp.Run(splitCtx) }()
 	jobA := b.submit(t, modeOK, modeOK, modeOK)
-	b.waitJob(t, jobA, kv.JobRunning)
+	b.waitJob(t, jobA, salvagetype.JobRunning)
 	stopSplitting()
 	<-split
 
@@ -107,7 +108,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 	b.startDeadLetterer(t)
 	b.startWorker(t, "upgraded")
 	for job, chunks := range map[string]int{jobA: 3, jobB: 2} {
-		b.waitJob(t, job, kv.JobDone)
+		b.waitJob(t, job, salvagetype.JobDone)
 		for chunk := 1; chunk <= chunks; chunk++ {
 			if n := callCount(job, chunk, 1); n != 1 {
 				t.Errorf("chunk %d of %s ran stage 1 %d times, want once", chunk, job, n)
@@ -133,20 +134,20 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := "01JOLDENVELOPE000000000000"
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Status: kv.JobRunning, Chunks: 1}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Status: salvagetype.JobRunning, Chunks: 1}); err != nil {
 		t.Fatal(err)
 	}
 	env := recovery.Envelope{ID: "01JOLDENVELOPE0000000000EN", Job: job, Chunk: 1, Pipeline: "test",
-		Category: recovery.CategoryUnrecoverable, Strategy: recovery.StrategyDeadEnd, CreatedAt: time.Now().UTC(),
+		Category: salvagetype.CategoryUnrecoverable, Strategy: salvagetype.StrategyDeadEnd, CreatedAt: time.Now().UTC(),
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
 		Original: recovery.Original{Stream: streams.Chunks, Subject: streams.ChunkSubject(0, "test", job, 1), Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"test"}`)}}
 	data, _ := json.Marshal(env)
-	ack, err := b.JS.Publish(b.ctx, "salvage.dlq."+env.Category+"."+job+".1", data)
+	ack, err := b.JS.Publish(b.ctx, "salvage.dlq."+string(env.Category)+"."+job+".1", data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env.ID, Job: job, Chunk: 1, Category: env.Category, Strategy: env.Strategy,
-		Status: kv.EnvelopeOpen, DLQSeq: ack.Sequence}); err != nil {
+		Status: salvagetype.EnvelopeOpen, DLQSeq: ack.Sequence}); err != nil {
 		t.Fatal(err)
 	}
 	// The upgrade.
@@ -160,6 +161,6 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 	b.startOrchestrator(t, "upgraded")
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		rec, _, err := b.stores.Envelopes.Get(b.ctx, env.ID)
-		return err == nil && rec.Status == kv.EnvelopeDeadEnd
+		return err == nil && rec.Status == salvagetype.EnvelopeDeadEnd
 	}, "the old envelope to be recovered")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -207,11 +208,11 @@ func (r *run) approval() (kv.Approval, bool) {
 // replay through the API was recorded already.
 func (r *run) replayedByHand(ctx context.Context, id string, fresh bool) {
 	_, err := r.w.stores.Envelopes.Mutate(ctx, id, func(rec *kv.EnvelopeRecord) error {
-		if rec.Requeued || rec.Status == kv.EnvelopeResolved || rec.Status == kv.EnvelopeSuperseded {
+		if rec.Requeued || rec.Status == salvagetype.EnvelopeResolved || rec.Status == salvagetype.EnvelopeSuperseded {
 			return kv.ErrNoChange
 		}
 		rec.Replays++
-		rec.Status, rec.Requeued, rec.Human, rec.RecoveringBy, rec.LeaseUntil = kv.EnvelopeRecovering, true, true, "", time.Time{}
+		rec.Status, rec.Requeued, rec.Human, rec.RecoveringBy, rec.LeaseUntil = salvagetype.EnvelopeRecovering, true, true, "", time.Time{}
 		note := fmt.Sprintf("replayed by hand (%s on %s message %d)", streams.HeaderReplayOf, r.meta.Stream, r.meta.Sequence.Stream)
 		if fresh {
 			note += ", fresh in a new epoch: its effects were compensated"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -203,7 +204,7 @@ func (r *run) run(ctx context.Context) error {
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
 	}
-	if cp.Status == kv.StatusDeadLettered && cp.MsgSeq == r.meta.Sequence.Stream {
+	if cp.Status == salvagetype.ChunkDeadLettered && cp.MsgSeq == r.meta.Sequence.Stream {
 		// This very message ran the chunk last, and that run ended in the
 		// DLQ: a redelivery whose earlier ack was lost (a worker killed
 		// before its term left, a server restart). Its envelope decides
@@ -276,13 +277,13 @@ func (r *run) run(ctx context.Context) error {
 	cp, fence, err := r.part.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		// Never taken before: no worker has written a journal row for it.
 		fresh = cp.MsgSeq == 0
-		if approved && cp.Status == kv.StatusAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
+		if approved && cp.Status == salvagetype.ChunkAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
 			cp.Approvals = append(cp.Approvals, approval)
-			cp.Record(kv.ChunkEvent{Kind: kv.EventApproved, At: approval.At, Worker: w.cfg.ID, Stage: approval.Stage,
+			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventApproved, At: approval.At, Worker: w.cfg.ID, Stage: approval.Stage,
 				Detail: strings.TrimSuffix(approval.By+": "+approval.Note, ": ")})
 		}
-		cp.Status, cp.HeldOn = kv.StatusRunning, ""
-		ev := kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)}
+		cp.Status, cp.HeldOn = salvagetype.ChunkRunning, ""
+		ev := kv.ChunkEvent{Kind: salvagetype.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)}
 		if lease.TakenFrom != "" {
 			// Handed back by the reaper when its holder's process
 			// lease lapsed: a redelivery that is a takeover.
@@ -336,7 +337,7 @@ func (r *run) run(ctx context.Context) error {
 	// Counting the start and admitting the job's next chunk need not hold
 	// this one up; the run waits for them before it returns.
 	r.background(func() {
-		if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, kv.StatusRunning, taken); err != nil {
+		if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, salvagetype.ChunkRunning, taken); err != nil {
 			r.log.Warn().Err(err).Msg("count the chunk's start in its job")
 		}
 		if err := admitAfter(ctx, w.js, job, r.chunk.Chunk); err != nil {
@@ -399,8 +400,8 @@ func (r *run) againstCheckpoint(ctx context.Context, cp kv.Checkpoint) (bool, er
 		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("epoch %d: chunk %d of job %s is at epoch %d", r.chunk.Epoch, r.chunk.Chunk, r.chunk.Job, cp.Epoch))
 		return true, nil
 	}
-	if cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status) {
-		r.log.Info().Str("status", cp.Status).Msg("chunk already finished; acked without re-running")
+	if cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled() {
+		r.log.Info().Str("status", string(cp.Status)).Msg("chunk already finished; acked without re-running")
 		if err := r.ack(ctx); err != nil {
 			r.log.Warn().Err(err).Msg("ack finished chunk")
 		}

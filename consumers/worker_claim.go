@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // A chunk's claim: taken, listed under its worker, renewed by the
@@ -140,11 +141,11 @@ func (r *run) waitForHolder(ctx context.Context) (kv.Lease, bool, error) {
 			lastBeat = time.Now()
 		}
 		cp, _, err := r.part.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
-		if err == nil && (cp.Status == kv.StatusDone || kv.IsCancelled(cp.Status)) {
-			r.log.Info().Str("status", cp.Status).Msg("holder finished the chunk; acking this delivery")
+		if err == nil && (cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled()) {
+			r.log.Info().Str("status", string(cp.Status)).Msg("holder finished the chunk; acking this delivery")
 			return kv.Lease{}, false, r.ack(ctx)
 		}
-		if err == nil && cp.Status == kv.StatusDeadLettered {
+		if err == nil && cp.Status == salvagetype.ChunkDeadLettered {
 			return kv.Lease{}, false, nil
 		}
 		lease, err := r.acquire(ctx)

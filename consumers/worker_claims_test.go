@@ -11,6 +11,7 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -69,7 +70,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := b.checkpoint(t, job, 1)
-	cp.Status = kv.StatusDone
+	cp.Status = salvagetype.ChunkDone
 	if err := b.stores.Parts()[0].Checkpoints.Write(b.ctx, &fence, cp); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestNoWorkerFollowsTheClaims(t *testing.T) {
 		b.startWorker(t, id)
 	}
 	job := b.submit(t, modeOK, modeOK, modeOK, modeOK)
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	consumersOf := func(stream string) int {
 		s, err := b.JS.Stream(b.ctx, stream)
 		if err != nil {
@@ -175,9 +176,9 @@ func TestCancelledEventIsCheckedAgainstTheRecord(t *testing.T) {
 	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, real, "ann"); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJob(t, real, kv.JobCancelled)
+	b.waitJob(t, real, salvagetype.JobCancelled)
 	close(gate(forged, 1))
-	if j := b.waitJob(t, forged, kv.JobDone); j.Summary.Done != 1 {
+	if j := b.waitJob(t, forged, salvagetype.JobDone); j.Summary.Done != 1 {
 		t.Errorf("job with a forged cancelled event = %+v; want its chunk done", j.Summary)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -170,9 +171,9 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 	if _, err := publish(ctx, w.js, &nats.Msg{Subject: streams.ResultSubject(r.chunk.Job, r.chunk.Chunk), Data: result, Header: h}); err != nil {
 		return err
 	}
-	cp.Status = kv.StatusDone
+	cp.Status = salvagetype.ChunkDone
 	cp.Stage = len(p.Stages)
-	cp.Record(kv.ChunkEvent{Kind: kv.EventDone, Worker: w.cfg.ID, Stage: cp.Stage})
+	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDone, Worker: w.cfg.ID, Stage: cp.Stage})
 	d := cp.Recount()
 	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
@@ -190,7 +191,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 	}
 	r.releaseClaim(ctx)
 	r.log.Info().Int("calls", cp.Calls).Int("tier1_retries", cp.Tier1Retries).Msg("chunk done")
-	r.outcome = cp.Status
+	r.outcome = string(cp.Status)
 	return r.ended(ctx, cp, d)
 }
 
@@ -238,16 +239,16 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 		}
 		return r.stoppedWithEffects(ctx, stage)
 	}
-	cp.Status = kv.CancelledAtStage(stage)
+	cp.Status = salvagetype.CancelledAtStage(stage)
 	cp.Stage = stage
 	cp.Reason = r.w.cancels.reason(r.chunk.Job)
-	cp.Record(kv.ChunkEvent{Kind: kv.EventCancelled, Worker: r.w.cfg.ID, Stage: stage})
+	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventCancelled, Worker: r.w.cfg.ID, Stage: stage})
 	d := cp.Recount()
 	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
 	r.log.Info().Int("stage", stage).Msg("chunk cancelled")
-	r.outcome = cp.Status
+	r.outcome = string(cp.Status)
 	if err := r.ack(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("ack cancelled chunk")
 	}
@@ -258,7 +259,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 // stoppedWithEffects acks a chunk whose cancellation an envelope settles.
 func (r *run) stoppedWithEffects(ctx context.Context, stage int) error {
 	r.log.Info().Int("stage", stage).Msg("chunk cancelled with effects that may stand; an envelope settles them")
-	r.outcome = kv.CancelledAtStage(stage)
+	r.outcome = string(salvagetype.CancelledAtStage(stage))
 	if err := r.ack(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("ack cancelled chunk")
 	}
@@ -290,10 +291,10 @@ func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint)
 	var d kv.Delta
 	cp, err = r.part.Checkpoints.Mutate(ctx, r.chunk.Job, r.chunk.Chunk, func(cp *kv.Checkpoint) error {
 		d = kv.Delta{}
-		if cp.Terminal() && cp.Status != kv.StatusDeadLettered {
+		if cp.Terminal() && cp.Status != salvagetype.ChunkDeadLettered {
 			return kv.ErrNoChange
 		}
-		cp.Status, cp.Stage, cp.Reason = kv.CancelledAtStage(stage), stage, reason
+		cp.Status, cp.Stage, cp.Reason = salvagetype.CancelledAtStage(stage), stage, reason
 		setTally(cp, tally)
 		d = cp.Recount()
 		return nil
@@ -302,7 +303,7 @@ func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint)
 		return err
 	}
 	r.log.Info().Int("stage", stage).Msg("chunk cancelled before it ran")
-	r.outcome = cp.Status
+	r.outcome = string(cp.Status)
 	if err := r.ack(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("ack cancelled chunk")
 	}
@@ -387,7 +388,7 @@ func (r *run) deadLetter(ctx context.Context, f recovery.Failure, cause error) e
 		return errors.Join(cause, err)
 	}
 	r.releaseClaim(ctx)
-	r.outcome = kv.StatusDeadLettered
+	r.outcome = string(salvagetype.ChunkDeadLettered)
 	// The letterer logged the dead-letter, with its category: once.
 	return r.m.TermWithReason("dead-lettered: envelope " + id)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -66,7 +67,7 @@ func runChildWorker(url string) int {
 type killBeforeRow struct{ recovery.JournalStore }
 
 func (k killBeforeRow) PutAsync(row kv.JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
-	if row.Stage == 2 && row.Status == kv.CallSucceeded {
+	if row.Stage == 2 && row.Status == salvagetype.CallSucceeded {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
@@ -95,7 +96,7 @@ func TestJobRunsToDone(t *testing.T) {
 	b.startWorker(t, "w1")
 	b.startWorker(t, "w2")
 	job := b.submit(t, modeOK, modeFailOnce, modeOK)
-	j := b.waitJob(t, job, kv.JobDone)
+	j := b.waitJob(t, job, salvagetype.JobDone)
 	if j.Summary.Done != 3 {
 		t.Fatalf("summary = %+v", j.Summary)
 	}
@@ -111,7 +112,7 @@ func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeOK, modePermanent)
-	j := b.waitJob(t, job, kv.JobIncomplete)
+	j := b.waitJob(t, job, salvagetype.JobIncomplete)
 	if len(j.Explanation) != 1 || !strings.Contains(j.Explanation[0], "chunk 2") {
 		t.Errorf("explanation = %v", j.Explanation)
 	}
@@ -120,7 +121,7 @@ func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
 		t.Fatalf("%d envelopes, want 1", len(envs))
 	}
 	e := envs[0]
-	if e.Category != recovery.CategoryUnrecoverable || e.Chunk != 2 || e.FailedStage != 2 {
+	if e.Category != salvagetype.CategoryUnrecoverable || e.Chunk != 2 || e.FailedStage != 2 {
 		t.Errorf("envelope = %+v", e)
 	}
 	var orig streams.ChunkMsg
@@ -143,7 +144,7 @@ func TestEnvelopeNamesTheFailingAgent(t *testing.T) {
 	b := setup(t, setupOpts{})
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeSiblingFails)
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 	envs := b.dlq(t)
 	if len(envs) != 1 {
 		t.Fatalf("%d envelopes, want 1", len(envs))
@@ -153,11 +154,11 @@ func TestEnvelopeNamesTheFailingAgent(t *testing.T) {
 		t.Errorf("envelope blames agent %q call %q tool %q stage %d; want agent2b's first call in stage 2", e.FailedAgent, e.FailedCall, e.FailedTool, e.FailedStage)
 	}
 	sibling, err := b.stores.Parts()[0].Journal.Get(b.ctx, kv.JournalKey(job, 1, 0, 2, "agent2", 1))
-	if err != nil || sibling.Status != kv.CallCancelled || sibling.ErrorStatus != 0 || strings.Contains(sibling.Error, "too long") {
+	if err != nil || sibling.Status != salvagetype.CallCancelled || sibling.ErrorStatus != 0 || strings.Contains(sibling.Error, "too long") {
 		t.Errorf("agent2's row = %+v (%v), want CANCELLED without agent2b's error", sibling.JournalRow, err)
 	}
 	failed, err := b.stores.Parts()[0].Journal.Get(b.ctx, e.FailedCall)
-	if err != nil || failed.Status != kv.CallFailed || failed.ErrorStatus != 400 {
+	if err != nil || failed.Status != salvagetype.CallFailed || failed.ErrorStatus != 400 {
 		t.Errorf("agent2b's row = %+v (%v), want FAILED 400", failed.JournalRow, err)
 	}
 }
@@ -168,7 +169,7 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 	b.startWorker(t, "w1")
 	b.startWorker(t, "w2")
 	job := b.submit(t, modeAlwaysFails)
-	b.waitJob(t, job, kv.JobIncomplete)
+	b.waitJob(t, job, salvagetype.JobIncomplete)
 	// Give a second advisory or sweep the chance to double it.
 	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Chunks) == 0 }, "original removed")
 	envs := b.dlq(t)
@@ -176,7 +177,7 @@ func TestAlwaysFailingChunkEndsAsOneEnvelope(t *testing.T) {
 		t.Fatalf("%d envelopes, want exactly 1", len(envs))
 	}
 	e := envs[0]
-	if e.Category != recovery.CategoryExternalSystemDown || e.Strategy != recovery.StrategyResume {
+	if e.Category != salvagetype.CategoryExternalSystemDown || e.Strategy != salvagetype.StrategyResume {
 		t.Errorf("category/strategy = %s/%s", e.Category, e.Strategy)
 	}
 	if e.Deliveries != 3 {
@@ -210,12 +211,12 @@ func TestLastErrorSurvivesARedelivery(t *testing.T) {
 	job := b.submit(t, modeFailThenGate)
 	salvagetest.Eventually(t, time.Minute, func() bool { return callCount(job, 1, 2) >= 4 }, "the second delivery to reach stage 2")
 	cp := b.checkpoint(t, job, 1)
-	if cp.Status != kv.StatusRunning || cp.Deliveries != 2 || !strings.Contains(cp.LastError, "unavailable for a moment") ||
+	if cp.Status != salvagetype.ChunkRunning || cp.Deliveries != 2 || !strings.Contains(cp.LastError, "unavailable for a moment") ||
 		!strings.Contains(cp.LastError, "the limit of 2 retries") || !cp.LastErrorOlder || cp.LastErrorStatus != 503 {
 		t.Fatalf("checkpoint during the redelivery = %s delivery %d, last error %q (older %v, status %d)", cp.Status, cp.Deliveries, cp.LastError, cp.LastErrorOlder, cp.LastErrorStatus)
 	}
 	close(gate(job, 1))
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 }
 
 func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
@@ -239,7 +240,7 @@ func TestAdvisoryWithoutListenerIsCovered(t *testing.T) {
 				t.Fatalf("%d envelopes before any dead-letterer ran", got)
 			}
 			b.startDeadLetterer(t)
-			b.waitJob(t, job, kv.JobIncomplete)
+			b.waitJob(t, job, salvagetype.JobIncomplete)
 			if got := len(b.dlq(t)); got != 1 {
 				t.Fatalf("%d envelopes, want 1", got)
 			}
@@ -258,12 +259,12 @@ func TestCancellationAtStage(t *testing.T) {
 	job := b.submit(t, modeWaitCancel, modeOK)
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, job, 2)
-		return callCount(job, 1, 2) == 1 && err == nil && cp.Status == kv.StatusDone
+		return callCount(job, 1, 2) == 1 && err == nil && cp.Status == salvagetype.ChunkDone
 	}, "chunk 1 blocked in stage 2 and chunk 2 done")
 	if _, err := b.stores.Jobs.Cancel(b.ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	j := b.waitJob(t, job, kv.JobCancelled)
+	j := b.waitJob(t, job, salvagetype.JobCancelled)
 	cp := b.checkpoint(t, job, 1)
 	if cp.Status != "cancelled-at-stage-2" {
 		t.Fatalf("chunk 1 status = %q", cp.Status)
@@ -292,7 +293,7 @@ func TestCancelledJobChunksNeverStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.startWorker(t, "w1")
-	b.waitJob(t, job, kv.JobCancelled)
+	b.waitJob(t, job, salvagetype.JobCancelled)
 	if got := b.checkpoint(t, job, 1).Status; got != "cancelled-at-stage-1" {
 		t.Errorf("status = %q", got)
 	}
@@ -326,7 +327,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	_ = cmd.Wait()
 	b.startWorker(t, "survivor")
 
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	cp := b.checkpoint(t, job, 1)
 	// The survivor took it over once the lease lapsed, or took the
 	// redelivery, whichever came first (AckWait and the lease are both
@@ -342,7 +343,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	// the child's and then the survivor's.
 	var takers []string
 	for _, e := range cp.Events {
-		if e.Kind == kv.EventDelivered {
+		if e.Kind == salvagetype.EventDelivered {
 			takers = append(takers, e.Worker)
 		}
 	}
@@ -387,7 +388,7 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	cp := b.checkpoint(t, job, 1)
 	if cp.ClaimedBy != "survivor" || cp.Deliveries != 2 || cp.Takeovers != 1 {
 		t.Errorf("checkpoint = %+v; want finished by the survivor on the second delivery, a takeover", cp)
@@ -397,7 +398,7 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	}
 	var takers []string
 	for _, e := range cp.Events {
-		if e.Kind == kv.EventDelivered {
+		if e.Kind == salvagetype.EventDelivered {
 			takers = append(takers, e.Worker+": "+e.Detail)
 		}
 	}
@@ -428,7 +429,7 @@ func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
 		t.Fatal("the child worker exited cleanly; it should have killed itself before the stage-2 row")
 	}
 	cp := b.checkpoint(t, job, 1)
-	if cp.Stage != 2 || cp.Status != kv.StatusRunning {
+	if cp.Stage != 2 || cp.Status != salvagetype.ChunkRunning {
 		t.Fatalf("checkpoint after the kill = stage %d %s, want stage 2 running", cp.Stage, cp.Status)
 	}
 	key := kv.JournalKey(job, 1, cp.Epoch, 2, "agent2", 1)
@@ -436,7 +437,7 @@ func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
 		t.Fatalf("row %s after the kill = %+v, %v; want none", key, row, err)
 	}
 	b.startWorker(t, "survivor")
-	b.waitJob(t, job, kv.JobDone)
+	b.waitJob(t, job, salvagetype.JobDone)
 	if n := callCount(job, 1, 2); n != 1 {
 		t.Errorf("survivor made the stage-2 call %d times, want once more", n)
 	}
@@ -444,7 +445,7 @@ func TestKilledBeforePureCallRowIsMadeAgain(t *testing.T) {
 		t.Errorf("survivor re-ran stage 1 (%d calls): its checkpoint was durable", n)
 	}
 	row, err := b.stores.Parts()[0].Journal.Get(b.ctx, key)
-	if err != nil || row.Status != kv.CallSucceeded || row.Attempts != 1 {
+	if err != nil || row.Status != salvagetype.CallSucceeded || row.Attempts != 1 {
 		t.Errorf("row %s = %+v, %v; want SUCCEEDED after one attempt", key, row, err)
 	}
 }
@@ -505,18 +506,18 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 	rejected := b.subscribe(t, "salvage.events.rejected.>")
 	b.startWorker(t, "w1")
 	job := b.submit(t, modeAgentPanics, modeOK, modeToolPanics, modeOK)
-	j := b.waitJob(t, job, kv.JobIncomplete)
+	j := b.waitJob(t, job, salvagetype.JobIncomplete)
 	if j.Summary.Done != 2 || j.Summary.DeadLettered != 2 {
 		t.Fatalf("summary = %+v, want the two other chunks done", j.Summary)
 	}
 	for _, e := range b.dlq(t) {
 		if e.ErrorClass != "panic" || !strings.Contains(e.Error, "panicked") || !strings.Contains(e.Error, "goroutine") ||
-			e.Category != recovery.CategoryUnrecoverable {
+			e.Category != salvagetype.CategoryUnrecoverable {
 			t.Errorf("envelope of chunk %d: class %q, category %s, error %.300q", e.Chunk, e.ErrorClass, e.Category, e.Error)
 		}
 	}
 	row, err := b.stores.Parts()[0].Journal.Get(b.ctx, kv.JournalKey(job, 3, 0, 2, "agent2", 1))
-	if err != nil || row.Status != kv.CallFailed || row.ErrorClass != "panic" || !strings.Contains(row.Error, "the tool fell over") {
+	if err != nil || row.Status != salvagetype.CallFailed || row.ErrorClass != "panic" || !strings.Contains(row.Error, "the tool fell over") {
 		t.Errorf("the panicking tool's row = %+v, %v", row.JournalRow, err)
 	}
 	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), []byte(`{"input": {"chunks": ["ok"], "panic": true}}`)); err != nil {

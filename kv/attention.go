@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -49,16 +50,16 @@ const (
 // done chunk needs nobody, whatever it went through on the way (a hold, a
 // failure a recovery mended); nor does a chunk cancelled before it had
 // effects.
-func AttentionOf(status, envelope, lastError string) int {
+func AttentionOf(status salvagetype.ChunkStatus, envelope, lastError string) int {
 	switch status {
-	case StatusDone:
+	case salvagetype.ChunkDone:
 		return attentionNone
-	case StatusDeadLettered:
+	case salvagetype.ChunkDeadLettered:
 		return attentionDeadLettered
-	case StatusHeld, StatusAwaitingApproval, StatusPaused:
+	case salvagetype.ChunkHeld, salvagetype.ChunkAwaitingApproval, salvagetype.ChunkPaused:
 		return attentionParked
 	}
-	if IsCancelled(status) {
+	if status.IsCancelled() {
 		if envelope != "" {
 			return attentionCancelledSettled
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -51,14 +52,14 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	}
 
 	// 1 runs clean to done: no entry.
-	cp, f := take(1, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
-	cp.Status = kv.StatusDone
+	cp, f := take(1, func(cp *kv.Checkpoint) { cp.Status = salvagetype.ChunkRunning })
+	cp.Status = salvagetype.ChunkDone
 	if err := st.Parts()[0].Checkpoints.Write(ctx, &f, cp); err != nil {
 		t.Fatal(err)
 	}
 	// 2 fails back to tier 2 with an error, is taken again and written
 	// three more times: one entry.
-	cp, f = take(2, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
+	cp, f = take(2, func(cp *kv.Checkpoint) { cp.Status = salvagetype.ChunkRunning })
 	cp.LastError = "503 from the model"
 	for range 3 {
 		if err := st.Parts()[0].Checkpoints.Write(ctx, &f, cp); err != nil {
@@ -70,17 +71,17 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 3 is held by its worker.
-	cp, f = take(3, func(cp *kv.Checkpoint) { cp.Status = kv.StatusHeld })
+	cp, f = take(3, func(cp *kv.Checkpoint) { cp.Status = salvagetype.ChunkHeld })
 	// 4 is dead-lettered by a writer that does not hold it.
 	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J1", 4, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Envelope = kv.StatusDeadLettered, "E4"
+		cp.Status, cp.Envelope = salvagetype.ChunkDeadLettered, "E4"
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	// 5 is cancelled before it had effects: nobody's business.
 	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J1", 5, func(cp *kv.Checkpoint) error {
-		cp.Status = kv.CancelledAtStage(0)
+		cp.Status = salvagetype.CancelledAtStage(0)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	// 6 is cancelled after effects an envelope settles; retention keeps
 	// its checkpoint a while, which keeps its entry at least as long.
 	cp6, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J1", 6, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Envelope = kv.CancelledAtStage(2), "E6"
+		cp.Status, cp.Envelope = salvagetype.CancelledAtStage(2), "E6"
 		return nil
 	})
 	if err != nil {
@@ -134,7 +135,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cps[0].Chunk != 6 || cps[0].Envelope != "E6" || cps[1].Chunk != 99 || cps[1].Status != kv.StatusPending || cps[2].Status != kv.StatusHeld {
+	if cps[0].Chunk != 6 || cps[0].Envelope != "E6" || cps[1].Chunk != 99 || cps[1].Status != salvagetype.ChunkPending || cps[2].Status != salvagetype.ChunkHeld {
 		t.Fatalf("chunks 6, 99, 3 read %+v", cps)
 	}
 	if got, err := st.Parts()[0].Checkpoints.Flagged(ctx, "J2", 10); err != nil || len(got) != 0 {

@@ -7,24 +7,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // BucketBreakers holds one circuit breaker per external system.
 const BucketBreakers = "salvage_breakers"
 
-// Breaker states, as the salvage_breakers bucket spells them.
-const (
-	BreakerClosed   = "closed"
-	BreakerOpen     = "open"
-	BreakerHalfOpen = "half-open"
-)
-
 // Breaker is the value of a salvage_breakers key: the state every worker
 // of a deployment agrees on for one external system. Only state changes
 // are written, by CAS; failures are counted in each process.
 type Breaker struct {
-	System string `json:"system"`
-	State  string `json:"state"`
+	System string                   `json:"system"`
+	State  salvagetype.BreakerState `json:"state"`
 	// OpenedAt is when the breaker last opened; RetryAt ends its
 	// cool-down, after which one probe may call the system.
 	OpenedAt time.Time `json:"opened_at,omitzero"`
@@ -78,7 +72,7 @@ func (s *Breakers) Get(ctx context.Context, system string) (Breaker, uint64, err
 func (s *Breakers) Mutate(ctx context.Context, system, by string, fn func(b *Breaker) error) (Breaker, uint64, error) {
 	return mutateJSON(ctx, s.b, system, func(b *Breaker, exists bool) error {
 		if !exists {
-			*b = Breaker{System: system, State: BreakerClosed}
+			*b = Breaker{System: system, State: salvagetype.BreakerClosed}
 		}
 		if err := fn(b); err != nil {
 			return err

@@ -11,31 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
-
-// Chunk statuses kept in checkpoints. CancelledAtStage builds the fourth,
-// `cancelled-at-stage-N`.
-const (
-	StatusPending          = "pending"
-	StatusRunning          = "running"
-	StatusDone             = "done"
-	StatusHeld             = "held"
-	StatusAwaitingApproval = "awaiting-approval"
-	// StatusPaused parks a chunk of a paused pipeline until it resumes.
-	StatusPaused = "paused"
-	// StatusDeadLettered marks a chunk whose latest outcome is an envelope;
-	// the envelope's own status says whether that is final.
-	StatusDeadLettered = "dead-lettered"
-	cancelledPrefix    = "cancelled-at-stage-"
-)
-
-// CancelledAtStage is the terminal status of a chunk cancelled on entering
-// stage (1-based).
-func CancelledAtStage(stage int) string { return cancelledPrefix + strconv.Itoa(stage) }
-
-// IsCancelled reports whether status is a cancelled-at-stage-N status.
-func IsCancelled(status string) bool { return strings.HasPrefix(status, cancelledPrefix) }
 
 // StageOutput is what one agent produced in one stage; later stages read it.
 type StageOutput struct {
@@ -48,13 +26,13 @@ type StageOutput struct {
 // ClaimRevision are the fence (invariant 3): whoever takes a chunk CASes
 // them in, and every later write CASes on the revision it last wrote.
 type Checkpoint struct {
-	Job           string `json:"job_id"`
-	Chunk         int    `json:"chunk"`
-	Stage         int    `json:"stage"`
-	Status        string `json:"status"`
-	ClaimedBy     string `json:"claimed_by,omitempty"`
-	ClaimRevision uint64 `json:"claim_revision,omitempty"`
-	Epoch         int    `json:"epoch"`
+	Job           string                  `json:"job_id"`
+	Chunk         int                     `json:"chunk"`
+	Stage         int                     `json:"stage"`
+	Status        salvagetype.ChunkStatus `json:"status"`
+	ClaimedBy     string                  `json:"claimed_by,omitempty"`
+	ClaimRevision uint64                  `json:"claim_revision,omitempty"`
+	Epoch         int                     `json:"epoch"`
 	// Compensated is set before the first effect of the epoch is undone:
 	// the epoch can never resume (its recorded outcomes were taken back),
 	// only run fresh in a new epoch, which clears it.
@@ -85,12 +63,12 @@ type Checkpoint struct {
 	DeadLetters int `json:"dead_letters,omitempty"`
 	// Counted and the Counted fields after it are what the job record
 	// counts of this chunk (see Recount).
-	Counted                 string `json:"counted,omitempty"`
-	CountedTier1            int    `json:"counted_tier1,omitempty"`
-	CountedRedeliveries     int    `json:"counted_redeliveries,omitempty"`
-	CountedPromptTokens     int64  `json:"counted_prompt_tokens,omitempty"`
-	CountedCompletionTokens int64  `json:"counted_completion_tokens,omitempty"`
-	CountedCostMicros       int64  `json:"counted_cost_micros,omitempty"`
+	Counted                 salvagetype.ChunkStatus `json:"counted,omitempty"`
+	CountedTier1            int                     `json:"counted_tier1,omitempty"`
+	CountedRedeliveries     int                     `json:"counted_redeliveries,omitempty"`
+	CountedPromptTokens     int64                   `json:"counted_prompt_tokens,omitempty"`
+	CountedCompletionTokens int64                   `json:"counted_completion_tokens,omitempty"`
+	CountedCostMicros       int64                   `json:"counted_cost_micros,omitempty"`
 	// CachedCalls counts calls answered from the journal on resume.
 	CachedCalls int    `json:"cached_calls,omitempty"`
 	Envelope    string `json:"envelope,omitempty"`
@@ -137,8 +115,8 @@ type Checkpoint struct {
 // ChunkEvent is one thing that happened to a chunk, for its timeline.
 type ChunkEvent struct {
 	// Kind is one of the Event* words.
-	Kind string    `json:"kind"`
-	At   time.Time `json:"at"`
+	Kind salvagetype.EventKind `json:"kind"`
+	At   time.Time             `json:"at"`
 	// Delivery is the delivery count of the message a worker took
 	// (EventDelivered); Worker the process that took it or recorded the
 	// event.
@@ -149,28 +127,6 @@ type ChunkEvent struct {
 	// dead-letter.
 	Detail string `json:"detail,omitempty"`
 }
-
-// Chunk event kinds.
-const (
-	// EventDelivered: a worker took a delivery of the chunk's message.
-	EventDelivered = "delivered"
-	// EventHeld: parked while a system's breaker is open (Detail).
-	EventHeld = "held"
-	// EventAwaitingApproval: parked before a stage until a person answers.
-	EventAwaitingApproval = "awaiting-approval"
-	// EventApproved: a person approved the stage it waited before
-	// (Detail: who, and their note).
-	EventApproved = "approved"
-	// EventPaused: parked while its pipeline is paused.
-	EventPaused = "paused"
-	// EventCompensated: recovery undid one of its effects (Detail: which,
-	// with what).
-	EventCompensated = "compensated"
-	// EventDone, EventDeadLettered and EventCancelled are outcomes.
-	EventDone         = "done"
-	EventDeadLettered = "dead-lettered"
-	EventCancelled    = "cancelled"
-)
 
 // chunkEventsMax bounds a checkpoint's Events.
 const chunkEventsMax = 32
@@ -191,7 +147,7 @@ func (c *Checkpoint) Record(e ChunkEvent) {
 // Terminal reports whether the chunk has reached an outcome that no worker
 // will change by itself: done, cancelled, or dead-lettered.
 func (c Checkpoint) Terminal() bool {
-	return c.Status == StatusDone || IsCancelled(c.Status) || c.Status == StatusDeadLettered
+	return c.Status == salvagetype.ChunkDone || c.Status.IsCancelled() || c.Status == salvagetype.ChunkDeadLettered
 }
 
 // ClearLastError forgets the failure that sent the chunk back: when a
@@ -271,7 +227,7 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 	if errors.Is(err, ErrNotFound) {
 		cp = Checkpoint{Job: job, Chunk: chunk, Stage: 1}
 	}
-	if cp.Status == StatusDone || IsCancelled(cp.Status) {
+	if cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled() {
 		return cp, Fence{}, fmt.Errorf("%w: %s is %s", ErrFinished, key, cp.Status)
 	}
 	cp.ClaimedBy, cp.ClaimRevision = worker, claimRevision
@@ -420,7 +376,7 @@ func (s *Checkpoints) read(ctx context.Context, job string, chunks []int) ([]Che
 	out := make([]Checkpoint, len(chunks))
 	at := make(map[int]int, len(chunks))
 	for i, c := range chunks {
-		out[i] = Checkpoint{Job: job, Chunk: c, Stage: 1, Status: StatusPending}
+		out[i] = Checkpoint{Job: job, Chunk: c, Stage: 1, Status: salvagetype.ChunkPending}
 		at[c] = i
 	}
 	for lo := 0; lo < len(chunks); lo += maxBatchKeys {

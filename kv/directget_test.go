@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestAReadCutShortIsAnErrorNotAShorterAnswer: a batched read whose
@@ -23,14 +24,14 @@ func TestAReadCutShortIsAnErrorNotAShorterAnswer(t *testing.T) {
 	const job = "01JDIRECTGETCUTSHORT000000"
 	for chunk := 1; chunk <= 3; chunk++ {
 		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, job, chunk, func(cp *kv.Checkpoint) error {
-			cp.Status = kv.StatusHeld
+			cp.Status = salvagetype.ChunkHeld
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	cps, revs, err := st.Parts()[0].Checkpoints.Revisions(ctx, job, 1, 3)
-	if err != nil || len(cps) != 3 || revs[2] == 0 || cps[2].Status != kv.StatusHeld {
+	if err != nil || len(cps) != 3 || revs[2] == 0 || cps[2].Status != salvagetype.ChunkHeld {
 		t.Fatalf("a read with time to finish: %v, %+v, revisions %v", err, cps, revs)
 	}
 	over, cancel := context.WithDeadline(ctx, time.Now())

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -33,7 +34,9 @@ const strayGrace = 10 * time.Minute
 // IndexFilter selects envelope records by status, category and job; empty
 // fields match any.
 type IndexFilter struct {
-	Status, Category, Job string
+	Status   salvagetype.EnvelopeStatus
+	Category salvagetype.Category
+	Job      string
 }
 
 // matches reports whether r is one f selects.

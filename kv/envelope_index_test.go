@@ -11,6 +11,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -32,7 +33,7 @@ func TestEnvelopePagesFollowTheIndex(t *testing.T) {
 	var all []string
 	for i := range 30 {
 		r := kv.EnvelopeRecord{ID: fmt.Sprintf("01JENV%020d", i), Job: fmt.Sprintf("job%d", i%3), Chunk: i,
-			Category: []string{"TOOL_TIMEOUT", "TRANSIENT_NETWORK"}[i%2], Status: kv.EnvelopeOpen}
+			Category: []salvagetype.Category{salvagetype.CategoryToolTimeout, salvagetype.CategoryTransientNetwork}[i%2], Status: salvagetype.EnvelopeOpen}
 		if err := st.Envelopes.Put(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +42,7 @@ func TestEnvelopePagesFollowTheIndex(t *testing.T) {
 	// Ten move on: they leave "open" and enter "dead-end", in this order.
 	var moved []string
 	for i := 0; i < 30; i += 3 {
-		if _, err := st.Envelopes.Mutate(ctx, all[i], func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeDeadEnd; return nil }); err != nil {
+		if _, err := st.Envelopes.Mutate(ctx, all[i], func(r *kv.EnvelopeRecord) error { r.Status = salvagetype.EnvelopeDeadEnd; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		moved = append(moved, all[i])
@@ -67,25 +68,25 @@ func TestEnvelopePagesFollowTheIndex(t *testing.T) {
 	if pg := page(kv.IndexFilter{}, 0, 100, false); !slices.Equal(ids(pg.Records), append(slices.Clone(open), moved...)) || pg.Total != 30 {
 		t.Errorf("everything, oldest first = %v (total %d); want the open ones then the moved ones, 30", ids(pg.Records), pg.Total)
 	}
-	if pg := page(kv.IndexFilter{Status: kv.EnvelopeOpen}, 5, 7, false); !slices.Equal(ids(pg.Records), open[5:12]) || pg.Total != 20 {
+	if pg := page(kv.IndexFilter{Status: salvagetype.EnvelopeOpen}, 5, 7, false); !slices.Equal(ids(pg.Records), open[5:12]) || pg.Total != 20 {
 		t.Errorf("open [5,12) = %v (total %d); want %v of 20", ids(pg.Records), pg.Total, open[5:12])
 	}
 	newest := slices.Clone(open)
 	slices.Reverse(newest)
-	if pg := page(kv.IndexFilter{Status: kv.EnvelopeOpen}, 15, 10, true); !slices.Equal(ids(pg.Records), newest[15:]) {
+	if pg := page(kv.IndexFilter{Status: salvagetype.EnvelopeOpen}, 15, 10, true); !slices.Equal(ids(pg.Records), newest[15:]) {
 		t.Errorf("open newest first, [15,20) = %v; want %v", ids(pg.Records), newest[15:])
 	}
-	if pg := page(kv.IndexFilter{Status: kv.EnvelopeDeadEnd, Job: "job0"}, 0, 100, true); pg.Total != 10 || len(pg.Records) != 10 || pg.Records[0].ID != moved[9] {
+	if pg := page(kv.IndexFilter{Status: salvagetype.EnvelopeDeadEnd, Job: "job0"}, 0, 100, true); pg.Total != 10 || len(pg.Records) != 10 || pg.Records[0].ID != moved[9] {
 		t.Errorf("dead ends of job0, newest first = %v (total %d); want %s first of 10", ids(pg.Records), pg.Total, moved[9])
 	}
-	if pg := page(kv.IndexFilter{Category: "TOOL_TIMEOUT", Status: kv.EnvelopeOpen}, 0, 100, false); pg.Total != 10 {
+	if pg := page(kv.IndexFilter{Category: "TOOL_TIMEOUT", Status: salvagetype.EnvelopeOpen}, 0, 100, false); pg.Total != 10 {
 		t.Errorf("open TOOL_TIMEOUT: %d; want 10", pg.Total)
 	}
-	if pg := page(kv.IndexFilter{Status: kv.EnvelopeOpen}, 20, 10, false); len(pg.Records) != 0 || pg.Total != 20 {
+	if pg := page(kv.IndexFilter{Status: salvagetype.EnvelopeOpen}, 20, 10, false); len(pg.Records) != 0 || pg.Total != 20 {
 		t.Errorf("past the end: %v of %d", ids(pg.Records), pg.Total)
 	}
 	for _, r := range page(kv.IndexFilter{}, 0, 100, false).Records {
-		if r.IndexSeq == 0 || (r.Status == kv.EnvelopeDeadEnd && !r.StatusAt.After(r.CreatedAt)) {
+		if r.IndexSeq == 0 || (r.Status == salvagetype.EnvelopeDeadEnd && !r.StatusAt.After(r.CreatedAt)) {
 			t.Errorf("%s: index entry %d, in its status since %s, created %s", r.ID, r.IndexSeq, r.StatusAt, r.CreatedAt)
 		}
 	}
@@ -110,12 +111,12 @@ func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := kv.EnvelopeRecord{ID: "01JCRASHED0000000000000000", Job: "jobA", Category: "TOOL_TIMEOUT", Status: kv.EnvelopeOpen}
+	r := kv.EnvelopeRecord{ID: "01JCRASHED0000000000000000", Job: "jobA", Category: "TOOL_TIMEOUT", Status: salvagetype.EnvelopeOpen}
 	if err := st.Envelopes.Put(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	// A writer moving it to recovering wrote the entries, then died.
-	for _, subj := range []string{streams.IndexEnvelope(kv.EnvelopeRecovering, r.Category), streams.IndexJobEnvelopes(r.Job)} {
+	for _, subj := range []string{streams.IndexEnvelope(salvagetype.EnvelopeRecovering, r.Category), streams.IndexJobEnvelopes(r.Job)} {
 		if _, err := b.JS.Publish(ctx, subj, []byte(r.ID)); err != nil {
 			t.Fatal(err)
 		}
@@ -130,20 +131,20 @@ func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
 	}
 	// A page that holds every entry counts records, not entries: the
 	// dead writer's (or a live writer's, mid-move) is not one.
-	if pg := list(kv.IndexFilter{Status: kv.EnvelopeRecovering}); len(pg.Records) != 0 || pg.Total != 0 {
+	if pg := list(kv.IndexFilter{Status: salvagetype.EnvelopeRecovering}); len(pg.Records) != 0 || pg.Total != 0 {
 		t.Errorf("recovering: %v, total %d; the dead writer's entry is not the record's", ids(pg.Records), pg.Total)
 	}
-	if pg := list(kv.IndexFilter{Job: "jobA"}); len(pg.Records) != 1 || pg.Records[0].Status != kv.EnvelopeOpen || pg.Total != 1 {
+	if pg := list(kv.IndexFilter{Job: "jobA"}); len(pg.Records) != 1 || pg.Records[0].Status != salvagetype.EnvelopeOpen || pg.Total != 1 {
 		t.Errorf("jobA: %+v, total %d; want the record once, open", pg.Records, pg.Total)
 	}
 	// The record moves on (to dead-end): the dead writer's entries are
 	// behind it, and the first listing that meets them deletes them.
-	if _, err := st.Envelopes.Mutate(ctx, r.ID, func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeDeadEnd; return nil }); err != nil {
+	if _, err := st.Envelopes.Mutate(ctx, r.ID, func(r *kv.EnvelopeRecord) error { r.Status = salvagetype.EnvelopeDeadEnd; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	list(kv.IndexFilter{})
 	list(kv.IndexFilter{Job: "jobA"})
-	if pg := list(kv.IndexFilter{}); pg.Total != 1 || len(pg.Records) != 1 || pg.Records[0].Status != kv.EnvelopeDeadEnd {
+	if pg := list(kv.IndexFilter{}); pg.Total != 1 || len(pg.Records) != 1 || pg.Records[0].Status != salvagetype.EnvelopeDeadEnd {
 		t.Errorf("after the move: %d entries, %+v; want one, dead-end", pg.Total, pg.Records)
 	}
 	if pg := list(kv.IndexFilter{Job: "jobA"}); pg.Total != 1 {
@@ -152,7 +153,7 @@ func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
 
 	// Records of before the index: written straight to the bucket.
 	for i := range 3 {
-		old := kv.EnvelopeRecord{ID: fmt.Sprintf("01JOLD%020d", i), Job: "jobOld", Category: "TOOL_TIMEOUT", Status: kv.EnvelopeEscalated,
+		old := kv.EnvelopeRecord{ID: fmt.Sprintf("01JOLD%020d", i), Job: "jobOld", Category: "TOOL_TIMEOUT", Status: salvagetype.EnvelopeEscalated,
 			CreatedAt: time.Now().Add(time.Duration(i-10) * time.Minute)}
 		data, _ := json.Marshal(old)
 		if _, err := b.JS.Publish(ctx, "$KV."+kv.BucketEnvelopes+"."+old.ID, data); err != nil {
@@ -162,18 +163,18 @@ func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
 	if err := st.Jobs.Create(ctx, kv.Job{ID: "jobNew", Pipeline: "p", Chunks: 1}); err != nil {
 		t.Fatal(err)
 	}
-	oldJob, _ := json.Marshal(kv.Job{ID: "jobOld", Pipeline: "p", Chunks: 1, Status: kv.JobRunning, CreatedAt: time.Now().Add(-time.Hour)})
+	oldJob, _ := json.Marshal(kv.Job{ID: "jobOld", Pipeline: "p", Chunks: 1, Status: salvagetype.JobRunning, CreatedAt: time.Now().Add(-time.Hour)})
 	if _, err := b.JS.Publish(ctx, "$KV."+kv.BucketJobs+".jobOld", oldJob); err != nil {
 		t.Fatal(err)
 	}
-	if pg := list(kv.IndexFilter{Status: kv.EnvelopeEscalated}); pg.Total != 0 {
+	if pg := list(kv.IndexFilter{Status: salvagetype.EnvelopeEscalated}); pg.Total != 0 {
 		t.Fatalf("escalated before the build: %d", pg.Total)
 	}
 	n, err := st.BuildIndex(ctx)
 	if err != nil || n != 4 {
 		t.Fatalf("BuildIndex = %d, %v; want the 3 envelopes and the job of before", n, err)
 	}
-	if pg := list(kv.IndexFilter{Status: kv.EnvelopeEscalated}); len(pg.Records) != 3 || pg.Records[0].ID != "01JOLD00000000000000000000" {
+	if pg := list(kv.IndexFilter{Status: salvagetype.EnvelopeEscalated}); len(pg.Records) != 3 || pg.Records[0].ID != "01JOLD00000000000000000000" {
 		t.Errorf("escalated after the build: %v; want the three, oldest first", ids(pg.Records))
 	}
 	if jobs, err := st.Jobs.Page(ctx, 0, 10); err != nil || len(jobs.Jobs) != 2 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -31,7 +32,7 @@ import (
 func seedEnvelopes(t *testing.T, js jetstream.JetStream, from, to int) {
 	t.Helper()
 	const seedWindow = 500
-	statuses := []string{kv.EnvelopeDeadEnd, kv.EnvelopeResolved, kv.EnvelopeAbandoned, kv.EnvelopeSuperseded, kv.EnvelopeOpen}
+	statuses := []salvagetype.EnvelopeStatus{salvagetype.EnvelopeDeadEnd, salvagetype.EnvelopeResolved, salvagetype.EnvelopeAbandoned, salvagetype.EnvelopeSuperseded, salvagetype.EnvelopeOpen}
 	drain := func() {
 		select {
 		case <-js.PublishAsyncComplete():
@@ -108,7 +109,7 @@ func TestEnvelopeListingStaysFlatAt100000(t *testing.T) {
 		{kv.IndexFilter{}, 0, 100_000, 99_999},
 		{kv.IndexFilter{}, 50_000, 100_000, 49_999},
 		{kv.IndexFilter{}, 99_950, 100_000, 49},
-		{kv.IndexFilter{Status: kv.EnvelopeOpen}, 10_000, 20_000, 49_999}, // every fifth is open: 4, 9, …
+		{kv.IndexFilter{Status: salvagetype.EnvelopeOpen}, 10_000, 20_000, 49_999}, // every fifth is open: 4, 9, …
 		{kv.IndexFilter{Job: "job500"}, 0, 100, 50_099},
 	} {
 		start := time.Now()

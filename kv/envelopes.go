@@ -10,30 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
-)
-
-// Envelope record statuses. Each means one thing.
-const (
-	// EnvelopeOpen: waiting for the recovery orchestrator.
-	EnvelopeOpen = "open"
-	// EnvelopeRecovering: a strategy runs, or the chunk was requeued
-	// (recovery or replay) and has not ended yet.
-	EnvelopeRecovering = "recovering"
-	// EnvelopeResolved: the chunk finished (done, or cancelled with its
-	// job), or a human resolved the envelope by hand.
-	EnvelopeResolved = "resolved"
-	// EnvelopeSuperseded: the requeued chunk failed again; the later
-	// envelope named in SupersededBy carries its fate.
-	EnvelopeSuperseded = "superseded"
-	// EnvelopeEscalated: a human must act (effects left standing, or
-	// recovery gave up); it stays open until someone resolves it.
-	EnvelopeEscalated = "escalated"
-	// EnvelopeDeadEnd: a permanent failure with no effects to undo.
-	EnvelopeDeadEnd = "dead-end"
-	// EnvelopeAbandoned: every effect was compensated; the chunk was
-	// given up with nothing left standing.
-	EnvelopeAbandoned = "abandoned"
 )
 
 // StoppedCancelled is EnvelopeRecord.Stopped of the envelope that settles
@@ -43,16 +21,16 @@ const StoppedCancelled = "cancelled"
 // EnvelopeRecord is the mutable state of one failure envelope; the envelope
 // itself is immutable in SALVAGE_DLQ.
 type EnvelopeRecord struct {
-	ID        string   `json:"envelope_id"`
-	Job       string   `json:"job_id"`
-	Chunk     int      `json:"chunk"`
-	Category  string   `json:"category"`
-	Strategy  string   `json:"strategy"`
-	Status    string   `json:"status"`
-	Attempts  int      `json:"attempts"`
-	Notes     []string `json:"notes,omitempty"`
-	StreamSeq uint64   `json:"stream_seq"`
-	Subject   string   `json:"subject"`
+	ID        string                     `json:"envelope_id"`
+	Job       string                     `json:"job_id"`
+	Chunk     int                        `json:"chunk"`
+	Category  salvagetype.Category       `json:"category"`
+	Strategy  salvagetype.Strategy       `json:"strategy"`
+	Status    salvagetype.EnvelopeStatus `json:"status"`
+	Attempts  int                        `json:"attempts"`
+	Notes     []string                   `json:"notes,omitempty"`
+	StreamSeq uint64                     `json:"stream_seq"`
+	Subject   string                     `json:"subject"`
 	// DLQSeq is the envelope's sequence in SALVAGE_DLQ
 	// (`nats stream get SALVAGE_DLQ <seq>`).
 	DLQSeq  uint64 `json:"dlq_seq"`
@@ -142,7 +120,7 @@ func (r EnvelopeRecord) Alerted(kind string) bool {
 // changes: resolved, superseded, escalated, dead-end or abandoned.
 func (r EnvelopeRecord) Final() bool {
 	switch r.Status {
-	case EnvelopeResolved, EnvelopeSuperseded, EnvelopeEscalated, EnvelopeDeadEnd, EnvelopeAbandoned:
+	case salvagetype.EnvelopeResolved, salvagetype.EnvelopeSuperseded, salvagetype.EnvelopeEscalated, salvagetype.EnvelopeDeadEnd, salvagetype.EnvelopeAbandoned:
 		return true
 	}
 	return false
@@ -152,7 +130,7 @@ func (r EnvelopeRecord) Final() bool {
 // recovering, or escalated and not yet resolved. The DLQ depth counts
 // these.
 func (r EnvelopeRecord) Open() bool {
-	return r.Status == EnvelopeOpen || r.Status == EnvelopeRecovering || r.Status == EnvelopeEscalated
+	return r.Status == salvagetype.EnvelopeOpen || r.Status == salvagetype.EnvelopeRecovering || r.Status == salvagetype.EnvelopeEscalated
 }
 
 // guard is the value of a chunkmsg.<stream_seq> key

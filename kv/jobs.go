@@ -10,17 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
-)
-
-// Job statuses. A job's status is derived from its chunks (see Derive);
-// only cancellation is set from outside.
-const (
-	JobRunning    = "running"
-	JobDone       = "done"
-	JobPartial    = "partial"
-	JobIncomplete = "incomplete"
-	JobCancelled  = "cancelled"
 )
 
 // Budget caps what a job may spend.
@@ -43,13 +34,13 @@ func (b *Budget) Exceeded(s Summary) bool {
 // of the job is published (to SALVAGE_CHUNKS, or SALVAGE_BACKLOG beyond
 // the job's window).
 type Job struct {
-	ID       string         `json:"job_id"`
-	Pipeline string         `json:"pipeline"`
-	Status   string         `json:"status"`
-	Chunks   int            `json:"chunks"`
-	TraceID  string         `json:"trace_id"`
-	Budget   *Budget        `json:"budget,omitempty"`
-	Metadata map[string]any `json:"metadata,omitempty"`
+	ID       string                `json:"job_id"`
+	Pipeline string                `json:"pipeline"`
+	Status   salvagetype.JobStatus `json:"status"`
+	Chunks   int                   `json:"chunks"`
+	TraceID  string                `json:"trace_id"`
+	Budget   *Budget               `json:"budget,omitempty"`
+	Metadata map[string]any        `json:"metadata,omitempty"`
 	// Tenant is whose job it is: the job message's tenant, or its
 	// pipeline's TenantFrom field of Metadata. Empty: nobody's in
 	// particular. A tenant's limit (tenant.<Tenant>) caps the job's
@@ -118,7 +109,7 @@ type Job struct {
 }
 
 // Finished reports whether every chunk reached a terminal state.
-func (j Job) Finished() bool { return j.Status != JobRunning }
+func (j Job) Finished() bool { return j.Status != salvagetype.JobRunning }
 
 // AnnouncementOwed reports whether the job's current finish is not yet
 // announced (see Unannounced).
@@ -133,8 +124,8 @@ func (j Job) AnnouncementOwed() bool {
 func (j Job) View(cps []Checkpoint) []Checkpoint {
 	for i := range cps {
 		cps[i].Outputs, cps[i].Snapshots = nil, nil
-		if j.CancelledAt != nil && cps[i].Status == StatusPending {
-			cps[i].Status = CancelledAtStage(0)
+		if j.CancelledAt != nil && cps[i].Status == salvagetype.ChunkPending {
+			cps[i].Status = salvagetype.CancelledAtStage(0)
 		}
 	}
 	return cps
@@ -267,13 +258,13 @@ func (s *Summary) apply(d Delta) {
 	s.CostMicros += d.CostMicros
 }
 
-func (s *Summary) count(outcome string, n int) {
+func (s *Summary) count(outcome salvagetype.ChunkStatus, n int) {
 	switch outcome {
-	case StatusDone:
+	case salvagetype.ChunkDone:
 		s.Done = max(s.Done+n, 0)
-	case outcomeCancelled:
+	case salvagetype.OutcomeCancelled:
 		s.Cancelled = max(s.Cancelled+n, 0)
-	case StatusDeadLettered:
+	case salvagetype.ChunkDeadLettered:
 		s.DeadLettered = max(s.DeadLettered+n, 0)
 	}
 }
@@ -288,7 +279,7 @@ func (s *Summary) count(outcome string, n int) {
 // lines) names the chunks, stages and envelopes behind a status other than
 // done. It reads no store: it is the repair path's arithmetic, run once
 // per job and when a crash may have lost an update, never per chunk.
-func Derive(cancelled bool, cps []Checkpoint) (string, Summary, []string) {
+func Derive(cancelled bool, cps []Checkpoint) (salvagetype.JobStatus, Summary, []string) {
 	d := derivation{cancelled: cancelled}
 	d.add(cps)
 	return d.result()
@@ -338,7 +329,7 @@ func (d *Derivation) Add(cps []Checkpoint) {
 }
 
 // Result is Derive's answer for a job cancelled or not.
-func (d *Derivation) Result(cancelled bool) (string, Summary, []string) {
+func (d *Derivation) Result(cancelled bool) (salvagetype.JobStatus, Summary, []string) {
 	if cancelled {
 		return d.as[1].result()
 	}
@@ -351,7 +342,7 @@ func (d *derivation) add(cps []Checkpoint) {
 		// A chunk that has not reached an outcome adds only what the job
 		// already counted of it (its last Recount): the rest comes with
 		// its outcome's Recount, and must not be counted twice.
-		if Outcome(cp.Status) == "" {
+		if cp.Status.Outcome() == "" {
 			cp.Tier1Retries, cp.Redeliveries = cp.CountedTier1, cp.CountedRedeliveries
 			cp.PromptTokens, cp.CompletionTokens = cp.CountedPromptTokens, cp.CountedCompletionTokens
 			cp.CostMicros = cp.CountedCostMicros
@@ -362,22 +353,22 @@ func (d *derivation) add(cps []Checkpoint) {
 		s.CostMicros += cp.CostMicros
 		s.Redeliveries += cp.Redeliveries
 		s.DeadLetters += cp.DeadLetters
-		if cancelled && cp.Status == StatusPending {
-			cp.Status = CancelledAtStage(0)
+		if cancelled && cp.Status == salvagetype.ChunkPending {
+			cp.Status = salvagetype.CancelledAtStage(0)
 		}
-		switch Outcome(cp.Status) {
-		case StatusDone:
+		switch cp.Status.Outcome() {
+		case salvagetype.ChunkDone:
 			s.Done++
 			if len(cp.Gaps) > 0 {
 				s.Degraded++
 				ex.degraded(cp.Chunk, fmt.Sprint(cp.Gaps))
 			}
-		case outcomeCancelled:
+		case salvagetype.OutcomeCancelled:
 			s.Cancelled++
-			if cp.Envelope != "" && cp.Stage > 0 && IsCancelled(cp.Status) {
+			if cp.Envelope != "" && cp.Stage > 0 && cp.Status.IsCancelled() {
 				ex.add(&ex.cancelled, fmt.Sprintf("chunk %d cancelled at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope))
 			}
-		case StatusDeadLettered:
+		case salvagetype.ChunkDeadLettered:
 			s.DeadLettered++
 			line := fmt.Sprintf("chunk %d failed at stage %d: envelope %s", cp.Chunk, cp.Stage, cp.Envelope)
 			if cp.Reason != "" {
@@ -393,22 +384,22 @@ func (d *derivation) add(cps []Checkpoint) {
 	}
 }
 
-func (d *derivation) result() (string, Summary, []string) {
+func (d *derivation) result() (salvagetype.JobStatus, Summary, []string) {
 	cancelled, s := d.cancelled, d.s
 	why := d.ex.lines()
 	switch {
 	case d.unfinished > 0:
-		return JobRunning, s, nil
+		return salvagetype.JobRunning, s, nil
 	case cancelled && s.Cancelled > 0:
 		// A cancel that came after every chunk had ended stopped
 		// nothing: the job is what its chunks made it.
-		return JobCancelled, s, why
+		return salvagetype.JobCancelled, s, why
 	case s.DeadLettered > 0:
-		return JobIncomplete, s, why
+		return salvagetype.JobIncomplete, s, why
 	case s.Degraded > 0:
-		return JobPartial, s, why
+		return salvagetype.JobPartial, s, why
 	default:
-		return JobDone, s, nil
+		return salvagetype.JobDone, s, nil
 	}
 }
 
@@ -427,7 +418,7 @@ func (s *Jobs) Create(ctx context.Context, j Job) error {
 	now := s.now()
 	j.CreatedAt, j.UpdatedAt = now, now
 	if j.Status == "" {
-		j.Status = JobRunning
+		j.Status = salvagetype.JobRunning
 	}
 	j.AttentionIndexed = true
 	if err := s.index(ctx, &j); err != nil {
@@ -458,7 +449,7 @@ func (s *Jobs) Get(ctx context.Context, id string) (Job, error) {
 // is live, and loses the expiry retention gave it; a finished one keeps
 // it (see keptUpdate).
 func (s *Jobs) update(ctx context.Context, key string, j Job, rev uint64) (uint64, error) {
-	if j.Status == JobRunning {
+	if j.Status == salvagetype.JobRunning {
 		j.KeptUntil = nil
 	}
 	return keptUpdate(ctx, s.js, s.b, key, j, rev, j.KeptUntil, s.now())
@@ -596,7 +587,7 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 		if next == j.Summary {
 			return ErrNoChange
 		}
-		wasFinished = j.Status != JobRunning
+		wasFinished = j.Status != salvagetype.JobRunning
 		if wasFinished && next.Terminal() > j.Chunks {
 			// A Settle already counted this chunk from its checkpoint (a
 			// pending chunk of a cancelled job a worker then picked up):
@@ -606,8 +597,8 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 		}
 		j.Summary = next
 		j.UpdatedAt = s.now()
-		if j.Summary.Terminal() < j.Chunks && j.Status != JobRunning {
-			j.Status, j.FinishedAt, j.Explanation = JobRunning, nil, nil
+		if j.Summary.Terminal() < j.Chunks && j.Status != salvagetype.JobRunning {
+			j.Status, j.FinishedAt, j.Explanation = salvagetype.JobRunning, nil, nil
 		}
 		return nil
 	}
@@ -629,11 +620,11 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 		}
 		j := cur.Job
 		if err := apply(&j); errors.Is(err, ErrNoChange) {
-			return cur, recounted || j.Summary.Terminal() >= j.Chunks && j.Status == JobRunning, nil
+			return cur, recounted || j.Summary.Terminal() >= j.Chunks && j.Status == salvagetype.JobRunning, nil
 		}
 		rev, err := s.update(ctx, id, j, cur.Rev)
 		if err == nil {
-			settle := recounted || j.Summary.Terminal() >= j.Chunks && (j.Status == JobRunning || (wasFinished && moved))
+			settle := recounted || j.Summary.Terminal() >= j.Chunks && (j.Status == salvagetype.JobRunning || (wasFinished && moved))
 			return JobRev{Job: j, Rev: rev}, settle, nil
 		}
 		if !isConflict(err) {
@@ -677,7 +668,7 @@ func (s *Jobs) SettleDerived(ctx context.Context, id string, d *Derivation) (Job
 			return fmt.Errorf("%w: job %s", ErrNotFound, id)
 		}
 		status, sum, why := d.Result(j.CancelledAt != nil)
-		if j.BudgetExceededAt != nil && status != JobRunning && status != JobCancelled {
+		if j.BudgetExceededAt != nil && status != salvagetype.JobRunning && status != salvagetype.JobCancelled {
 			// Its last chunks passed the budget as they finished: what
 			// they did stands, and nothing was left to stop.
 			why = append(why, "budget exceeded by the last chunks to finish; no chunk was stopped")
@@ -694,13 +685,13 @@ func (s *Jobs) SettleDerived(ctx context.Context, id string, d *Derivation) (Job
 			return ErrNoChange
 		}
 		now := s.now()
-		if j.Status == JobRunning && status != JobRunning {
+		if j.Status == salvagetype.JobRunning && status != salvagetype.JobRunning {
 			finishedNow, mine = true, &now
 			j.FinishedAt = &now
 			j.Finishes++
 			j.Unannounced = j.Finishes
 		}
-		if status == JobRunning {
+		if status == salvagetype.JobRunning {
 			// Running again: its next finish is the one to announce.
 			j.FinishedAt, j.Unannounced = nil, 0
 		}

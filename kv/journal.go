@@ -13,23 +13,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // BucketJournal is the execution journal's bucket.
 const BucketJournal = "salvage_journal"
-
-// Journal row statuses.
-const (
-	CallInitiated   = "INITIATED"
-	CallSucceeded   = "SUCCEEDED"
-	CallFailed      = "FAILED"
-	CallCompensated = "COMPENSATED"
-	CallUnknown     = "UNKNOWN"
-	// CallCancelled is a call Salvage stopped before it was made, or a
-	// pure call it stopped mid-flight: its job was cancelled or a sibling
-	// agent failed. A later run makes it again.
-	CallCancelled = "CANCELLED"
-)
 
 // Fingerprint describes the external state a call changed.
 type Fingerprint struct {
@@ -51,22 +39,22 @@ type Usage struct {
 // JournalRow is one call in salvage_journal, written INITIATED before the
 // call and SUCCEEDED or FAILED after it (invariant 2).
 type JournalRow struct {
-	Key            string          `json:"key"`
-	Job            string          `json:"job_id"`
-	Chunk          int             `json:"chunk"`
-	Epoch          int             `json:"epoch"`
-	Stage          int             `json:"stage"`
-	Agent          string          `json:"agent"`
-	Seq            int             `json:"seq"`
-	Tool           string          `json:"tool"`
-	System         string          `json:"system,omitempty"`
-	InputHash      string          `json:"input_hash"`
-	Output         json.RawMessage `json:"output,omitempty"`
-	Status         string          `json:"status"`
-	Fingerprint    *Fingerprint    `json:"fingerprint,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Attempts       int             `json:"attempts"`
-	LatencyMS      float64         `json:"latency_ms"`
+	Key            string                 `json:"key"`
+	Job            string                 `json:"job_id"`
+	Chunk          int                    `json:"chunk"`
+	Epoch          int                    `json:"epoch"`
+	Stage          int                    `json:"stage"`
+	Agent          string                 `json:"agent"`
+	Seq            int                    `json:"seq"`
+	Tool           string                 `json:"tool"`
+	System         string                 `json:"system,omitempty"`
+	InputHash      string                 `json:"input_hash"`
+	Output         json.RawMessage        `json:"output,omitempty"`
+	Status         salvagetype.CallStatus `json:"status"`
+	Fingerprint    *Fingerprint           `json:"fingerprint,omitempty"`
+	IdempotencyKey string                 `json:"idempotency_key"`
+	Attempts       int                    `json:"attempts"`
+	LatencyMS      float64                `json:"latency_ms"`
 	// LimitWaitMS is how long the call's requests waited, in all, for a
 	// rate limit's budget (part of LatencyMS).
 	LimitWaitMS float64 `json:"limit_wait_ms,omitempty"`
@@ -103,20 +91,20 @@ const historyMax = 8
 // PastAttempt is an earlier outcome of a call, kept when a later run of
 // the same call replaced its row.
 type PastAttempt struct {
-	Status      string    `json:"status"`
-	Error       string    `json:"error,omitempty"`
-	ErrorClass  string    `json:"error_class,omitempty"`
-	ErrorStatus int       `json:"error_status,omitempty"`
-	Attempts    int       `json:"attempts"`
-	StartedAt   time.Time `json:"started_at"`
-	FinishedAt  time.Time `json:"finished_at,omitzero"`
+	Status      salvagetype.CallStatus `json:"status"`
+	Error       string                 `json:"error,omitempty"`
+	ErrorClass  string                 `json:"error_class,omitempty"`
+	ErrorStatus int                    `json:"error_status,omitempty"`
+	Attempts    int                    `json:"attempts"`
+	StartedAt   time.Time              `json:"started_at"`
+	FinishedAt  time.Time              `json:"finished_at,omitzero"`
 }
 
 // CarryHistory makes row, about to replace prev under the same key,
 // remember prev's outcome when it was not a success.
 func (row *JournalRow) CarryHistory(prev JournalRow) {
 	row.History, row.HistoryDropped = prev.History, prev.HistoryDropped
-	if prev.Status == CallSucceeded || prev.Status == CallCompensated || prev.Status == "" {
+	if prev.Status == salvagetype.CallSucceeded || prev.Status == salvagetype.CallCompensated || prev.Status == "" {
 		return
 	}
 	row.History = append(slices.Clone(row.History), PastAttempt{

@@ -13,6 +13,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 const benchConcurrency = 64
@@ -52,12 +53,12 @@ func benchJournal(b *testing.B, si time.Duration, atomicBatch bool) {
 		var mu sync.Mutex
 		var waits []func(context.Context) (uint64, error)
 		journalSecs += parallel(b, calls, func(i int) error {
-			r := kv.JournalRow{Key: kv.JournalKey("B", i%50, 0, 1, "a", i), Tool: "t", Status: kv.CallInitiated}
+			r := kv.JournalRow{Key: kv.JournalKey("B", i%50, 0, 1, "a", i), Tool: "t", Status: salvagetype.CallInitiated}
 			seq, err := st.Parts()[0].Journal.Put(ctx, r, 0)
 			if err != nil {
 				return err
 			}
-			r.Status = kv.CallSucceeded
+			r.Status = salvagetype.CallSucceeded
 			wait, err := st.Parts()[0].Journal.PutAsync(r, seq)
 			if err != nil {
 				return err

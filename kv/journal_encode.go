@@ -55,7 +55,7 @@ func appendRow(b []byte, row *JournalRow) ([]byte, bool, error) {
 		}
 		w.b = buf.Bytes()
 	}
-	w.str("status", row.Status, false)
+	w.str("status", string(row.Status), false)
 	if row.Fingerprint != nil {
 		w.raw("fingerprint", row.Fingerprint)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestEncodeRowIsJSONMarshal: the hand-written encoder writes the bytes
@@ -23,16 +25,16 @@ func TestEncodeRowIsJSONMarshal(t *testing.T) {
 	full := JournalRow{
 		Key: "01JOB.3.0.2.commercial.7", Job: "01JOB", Chunk: 3, Stage: 2, Agent: "commercial", Seq: 7,
 		Tool: "refund", System: "payments", InputHash: "abcd", Output: json.RawMessage(`{"refund_id":"r-1","amount":12.5}`),
-		Status: CallSucceeded, IdempotencyKey: "f00d", Attempts: 2, LatencyMS: 12.345,
+		Status: salvagetype.CallSucceeded, IdempotencyKey: "f00d", Attempts: 2, LatencyMS: 12.345,
 		Fingerprint: &Fingerprint{System: "payments", ResourceID: "r-1", Reversible: true, Compensation: "cancel-refund", CompensationKey: "k"},
 		Error:       "earlier: 503", ErrorClass: "transient", ErrorStatus: 503, RetryableAfterCompensation: true, Verified: true,
 		Usage: &Usage{Model: "m", PromptTokens: 120, CompletionTokens: 3}, Orphan: true, TraceID: "0af7651916cd43dd8448eb211c80319c",
 		StartedAt: now, FinishedAt: now.Add(time.Millisecond), HistoryDropped: 2, RetentionRewrite: true,
-		History: []PastAttempt{{Status: CallFailed, Error: "boom", Attempts: 4, StartedAt: now}},
+		History: []PastAttempt{{Status: salvagetype.CallFailed, Error: "boom", Attempts: 4, StartedAt: now}},
 	}
 	rows := map[string]JournalRow{
 		"zero":            {},
-		"initiated":       {Key: "j.1.0.1.a.1", Job: "j", Chunk: 1, Stage: 1, Agent: "a", Seq: 1, Tool: "t", InputHash: "h", Status: CallInitiated, IdempotencyKey: "k", StartedAt: now},
+		"initiated":       {Key: "j.1.0.1.a.1", Job: "j", Chunk: 1, Stage: 1, Agent: "a", Seq: 1, Tool: "t", InputHash: "h", Status: salvagetype.CallInitiated, IdempotencyKey: "k", StartedAt: now},
 		"every field":     full,
 		"usage no model":  {Usage: &Usage{PromptTokens: 1}, StartedAt: now},
 		"zone offset":     {StartedAt: now.In(time.FixedZone("x", 5*3600+30*60))},
@@ -99,7 +101,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 	for i := range 2000 {
 		row := JournalRow{
 			Key: str(), Job: str(), Chunk: r.IntN(1000), Epoch: r.IntN(3), Stage: r.IntN(5), Agent: str(), Seq: r.IntN(200),
-			Tool: str(), System: str(), InputHash: str(), Output: json.RawMessage(outputs[r.IntN(len(outputs))]), Status: str(),
+			Tool: str(), System: str(), InputHash: str(), Output: json.RawMessage(outputs[r.IntN(len(outputs))]), Status: salvagetype.CallStatus(str()),
 			IdempotencyKey: str(), Attempts: r.IntN(5), LatencyMS: r.Float64() * math.Pow(10, float64(r.IntN(12)-4)),
 			LimitWaitMS: float64(r.IntN(3)) * r.Float64() * 1000, Error: str(), ErrorClass: str(), ErrorStatus: r.IntN(600), RetryableAfterCompensation: r.IntN(2) == 0,
 			Verified: r.IntN(2) == 0, Orphan: r.IntN(2) == 0, TraceID: str(),
@@ -115,7 +117,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 			row.Fingerprint = &Fingerprint{System: str(), Reversible: r.IntN(2) == 0}
 		}
 		if r.IntN(8) == 0 {
-			row.History = []PastAttempt{{Status: str(), Error: str(), StartedAt: row.StartedAt}}
+			row.History = []PastAttempt{{Status: salvagetype.CallStatus(str()), Error: str(), StartedAt: row.StartedAt}}
 		}
 		got, err := encodeRow(&row)
 		if err != nil {
@@ -161,7 +163,7 @@ func BenchmarkEncodeRow(b *testing.B) {
 	row := JournalRow{Key: JournalKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Job: "01KBENCHJOB000000000000000",
 		Chunk: 5, Stage: 2, Agent: "commercial", Seq: 9, Tool: "model", System: "model", InputHash: HashInput([]byte("prompt")),
 		Output: json.RawMessage(`{"content":"7","finish_reason":"stop","usage":{"model":"salvage-sim","prompt_tokens":120,"completion_tokens":1}}`),
-		Status: CallSucceeded, IdempotencyKey: IdempotencyKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Attempts: 1,
+		Status: salvagetype.CallSucceeded, IdempotencyKey: IdempotencyKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Attempts: 1,
 		LatencyMS: 0.012, TraceID: "0af7651916cd43dd8448eb211c80319c", Usage: &Usage{Model: "salvage-sim", PromptTokens: 120, CompletionTokens: 1},
 		StartedAt: now, FinishedAt: now.Add(12 * time.Microsecond)}
 	b.Run("json.Marshal", func(b *testing.B) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -50,7 +51,7 @@ func TestJournalWritesOutliveAServerRestart(t *testing.T) {
 					// the restart.
 					after := 0
 					for i := 1; after < 40; i++ {
-						r := row(fmt.Sprintf("W%d", w), 1, i, kv.CallInitiated)
+						r := row(fmt.Sprintf("W%d", w), 1, i, salvagetype.CallInitiated)
 						r.StartedAt = time.Now().UTC()
 						wait, err := st.Parts()[0].Journal.PutAsync(r, 0)
 						var seq uint64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -19,7 +20,7 @@ import (
 // compensated. What a replay or a verification looks up by idempotency
 // key.
 func (row JournalRow) Effectful() bool {
-	return row.Fingerprint != nil || row.Status == CallInitiated || row.Status == CallUnknown || row.Status == CallCompensated
+	return row.Fingerprint != nil || row.Status == salvagetype.CallInitiated || row.Status == salvagetype.CallUnknown || row.Status == salvagetype.CallCompensated
 }
 
 // RowRetention says what Retire keeps of a finished chunk's journal.

@@ -10,10 +10,11 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
-func row(job string, chunk, seq int, status string) kv.JournalRow {
+func row(job string, chunk, seq int, status salvagetype.CallStatus) kv.JournalRow {
 	return kv.JournalRow{
 		Key: kv.JournalKey(job, chunk, 0, 1, "agent", seq), Job: job, Chunk: chunk, Stage: 1, Agent: "agent", Seq: seq,
 		Tool: "charge", Status: status, IdempotencyKey: kv.IdempotencyKey(job, chunk, 0, 1, "agent", seq),
@@ -24,21 +25,21 @@ func TestJournalPutNeverOverwritesBlindly(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	seq, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0)
+	seq, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, salvagetype.CallInitiated), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallInitiated), 0); !errors.Is(err, kv.ErrJournalConflict) {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, salvagetype.CallInitiated), 0); !errors.Is(err, kv.ErrJournalConflict) {
 		t.Fatalf("second create: %v, want ErrJournalConflict", err)
 	}
-	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallSucceeded), seq); err != nil {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, salvagetype.CallSucceeded), seq); err != nil {
 		t.Fatalf("update at the seen sequence: %v", err)
 	}
-	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, kv.CallFailed), seq); !errors.Is(err, kv.ErrJournalConflict) {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 1, salvagetype.CallFailed), seq); !errors.Is(err, kv.ErrJournalConflict) {
 		t.Fatalf("stale update: %v", err)
 	}
 	got, err := st.Parts()[0].Journal.Get(ctx, kv.JournalKey("J", 1, 0, 1, "agent", 1))
-	if err != nil || got.Status != kv.CallSucceeded {
+	if err != nil || got.Status != salvagetype.CallSucceeded {
 		t.Fatalf("row = %+v, %v", got, err)
 	}
 }
@@ -54,10 +55,10 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := row("J", 1+i%4, i, kv.CallInitiated)
+			r := row("J", 1+i%4, i, salvagetype.CallInitiated)
 			seq, err := st.Parts()[0].Journal.Put(ctx, r, 0)
 			if err == nil {
-				r.Status = kv.CallSucceeded
+				r.Status = salvagetype.CallSucceeded
 				_, err = st.Parts()[0].Journal.Put(ctx, r, seq)
 			}
 			errs <- err
@@ -67,7 +68,7 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 0, kv.CallInitiated), 12345); !errors.Is(err, kv.ErrJournalConflict) {
+		if _, err := st.Parts()[0].Journal.Put(ctx, row("J", 1, 0, salvagetype.CallInitiated), 12345); !errors.Is(err, kv.ErrJournalConflict) {
 			errs <- fmt.Errorf("conflicting write: %v", err)
 		}
 	}()
@@ -91,7 +92,7 @@ func TestJournalGroupCommitsConcurrentWrites(t *testing.T) {
 		t.Fatalf("Load found %d rows of chunk 1, want %d", len(loaded), n/4)
 	}
 	for k, r := range loaded {
-		if r.Status != kv.CallSucceeded || r.Key != k || r.Seq == 0 {
+		if r.Status != salvagetype.CallSucceeded || r.Key != k || r.Seq == 0 {
 			t.Fatalf("row %s = %+v", k, r)
 		}
 	}
@@ -110,7 +111,7 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := st.Parts()[0].Journal.Put(ctx, row("BIG", 1, i+1, kv.CallSucceeded), 0)
+			_, err := st.Parts()[0].Journal.Put(ctx, row("BIG", 1, i+1, salvagetype.CallSucceeded), 0)
 			errs <- err
 		}()
 	}
@@ -121,7 +122,7 @@ func TestJournalLoadBeyondOneBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.Parts()[0].Journal.Put(ctx, row("BIG", 2, 1, kv.CallSucceeded), 0); err != nil {
+	if _, err := st.Parts()[0].Journal.Put(ctx, row("BIG", 2, 1, salvagetype.CallSucceeded), 0); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := st.Parts()[0].Journal.Load(ctx, "BIG", 1, 0)
@@ -140,7 +141,7 @@ func TestJournalRowsCarryTheTrace(t *testing.T) {
 	t.Parallel()
 	b, st := provisioned(t)
 	ctx := context.Background()
-	r := row("T", 1, 1, kv.CallInitiated)
+	r := row("T", 1, 1, salvagetype.CallInitiated)
 	r.TraceID = streams.DeriveTraceID("T")
 	seq, err := st.Parts()[0].Journal.Put(ctx, r, 0)
 	if err != nil {
@@ -163,7 +164,7 @@ func TestRetentionRewritesAreMarked(t *testing.T) {
 	t.Parallel()
 	_, st := provisioned(t)
 	ctx := context.Background()
-	r := row("R", 1, 1, kv.CallSucceeded)
+	r := row("R", 1, 1, salvagetype.CallSucceeded)
 	if _, err := st.Parts()[0].Journal.Put(ctx, r, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestRetentionRewritesAreMarked(t *testing.T) {
 		t.Fatalf("Retire = %+v, %v; want 1 kept", got, err)
 	}
 	kept, err := st.Parts()[0].Journal.Get(ctx, r.Key)
-	if err != nil || !kept.RetentionRewrite || kept.Status != kv.CallSucceeded {
+	if err != nil || !kept.RetentionRewrite || kept.Status != salvagetype.CallSucceeded {
 		t.Fatalf("retired row = %+v, %v; want SUCCEEDED, marked a retention rewrite", kept.JournalRow, err)
 	}
 	if n, err := st.Parts()[0].Journal.Unretire(ctx, "R", 1); err != nil || n != 1 {
@@ -182,11 +183,11 @@ func TestRetentionRewritesAreMarked(t *testing.T) {
 		t.Fatalf("unretired row = %+v, %v; want marked a retention rewrite", back.JournalRow, err)
 	}
 	again := back.JournalRow
-	again.Status = kv.CallFailed
+	again.Status = salvagetype.CallFailed
 	if _, err := st.Parts()[0].Journal.Put(ctx, again, back.Seq); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.Parts()[0].Journal.Get(ctx, r.Key); err != nil || got.RetentionRewrite || got.Status != kv.CallFailed {
+	if got, err := st.Parts()[0].Journal.Get(ctx, r.Key); err != nil || got.RetentionRewrite || got.Status != salvagetype.CallFailed {
 		t.Fatalf("row written again = %+v, %v; want FAILED, not marked", got.JournalRow, err)
 	}
 }

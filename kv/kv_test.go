@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -111,7 +112,7 @@ func TestCheckpointFence(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	cpA, fa, err := st.Parts()[0].Checkpoints.Take(ctx, "J1", 1, "a", 1, func(cp *kv.Checkpoint) { cp.Status = kv.StatusRunning })
+	cpA, fa, err := st.Parts()[0].Checkpoints.Take(ctx, "J1", 1, "a", 1, func(cp *kv.Checkpoint) { cp.Status = salvagetype.ChunkRunning })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,39 +132,39 @@ func TestCheckpointFence(t *testing.T) {
 	if err := st.Parts()[0].Checkpoints.Write(ctx, &fa, cpA); !errors.Is(err, kv.ErrFenced) {
 		t.Fatalf("stale write: err = %v, want ErrFenced", err)
 	}
-	cpB.Status = kv.StatusDone
+	cpB.Status = salvagetype.ChunkDone
 	if err := st.Parts()[0].Checkpoints.Write(ctx, &fb, cpB); err != nil {
 		t.Fatalf("holder write: %v", err)
 	}
 	got, _, err := st.Parts()[0].Checkpoints.Get(ctx, "J1", 1)
-	if err != nil || got.Status != kv.StatusDone || got.ClaimedBy != "b" || got.Stage != 2 {
+	if err != nil || got.Status != salvagetype.ChunkDone || got.ClaimedBy != "b" || got.Stage != 2 {
 		t.Fatalf("checkpoint = %+v, %v", got, err)
 	}
 }
 
 func TestDerive(t *testing.T) {
 	t.Parallel()
-	cp := func(status string, gaps ...string) kv.Checkpoint {
+	cp := func(status salvagetype.ChunkStatus, gaps ...string) kv.Checkpoint {
 		return kv.Checkpoint{Chunk: 1, Stage: 2, Status: status, Gaps: gaps, Envelope: "E1"}
 	}
 	tests := []struct {
 		name      string
 		cancelled bool
 		cps       []kv.Checkpoint
-		want      string
+		want      salvagetype.JobStatus
 		explained bool
 	}{
-		{"all done", false, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDone)}, kv.JobDone, false},
-		{"one running", false, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusRunning)}, kv.JobRunning, false},
-		{"one pending", false, []kv.Checkpoint{cp(kv.StatusPending)}, kv.JobRunning, false},
-		{"parked is not finished", false, []kv.Checkpoint{cp(kv.StatusHeld)}, kv.JobRunning, false},
-		{"gaps", false, []kv.Checkpoint{cp(kv.StatusDone, "summary")}, kv.JobPartial, true},
-		{"dead-lettered", false, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDeadLettered)}, kv.JobIncomplete, true},
-		{"cancelled, its envelope named", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.CancelledAtStage(2))}, kv.JobCancelled, true},
-		{"cancelled", true, []kv.Checkpoint{cp(kv.StatusDone), {Chunk: 2, Stage: 1, Status: kv.CancelledAtStage(1)}}, kv.JobCancelled, false},
-		{"cancelled after every chunk ended", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDone)}, kv.JobDone, false},
-		{"cancelled after every chunk ended, one failed", true, []kv.Checkpoint{cp(kv.StatusDone), cp(kv.StatusDeadLettered)}, kv.JobIncomplete, true},
-		{"cancelled but still running", true, []kv.Checkpoint{cp(kv.StatusRunning)}, kv.JobRunning, false},
+		{"all done", false, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkDone)}, salvagetype.JobDone, false},
+		{"one running", false, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkRunning)}, salvagetype.JobRunning, false},
+		{"one pending", false, []kv.Checkpoint{cp(salvagetype.ChunkPending)}, salvagetype.JobRunning, false},
+		{"parked is not finished", false, []kv.Checkpoint{cp(salvagetype.ChunkHeld)}, salvagetype.JobRunning, false},
+		{"gaps", false, []kv.Checkpoint{cp(salvagetype.ChunkDone, "summary")}, salvagetype.JobPartial, true},
+		{"dead-lettered", false, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkDeadLettered)}, salvagetype.JobIncomplete, true},
+		{"cancelled, its envelope named", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.CancelledAtStage(2))}, salvagetype.JobCancelled, true},
+		{"cancelled", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), {Chunk: 2, Stage: 1, Status: salvagetype.CancelledAtStage(1)}}, salvagetype.JobCancelled, false},
+		{"cancelled after every chunk ended", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkDone)}, salvagetype.JobDone, false},
+		{"cancelled after every chunk ended, one failed", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkDeadLettered)}, salvagetype.JobIncomplete, true},
+		{"cancelled but still running", true, []kv.Checkpoint{cp(salvagetype.ChunkRunning)}, salvagetype.JobRunning, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -208,12 +209,12 @@ func TestForJobReadsEveryChunkInBatches(t *testing.T) {
 		if i == 7 {
 			continue // never written: reported pending
 		}
-		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J", i, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusDone; cp.Calls = i; return nil }); err != nil {
+		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J", i, func(cp *kv.Checkpoint) error { cp.Status = salvagetype.ChunkDone; cp.Calls = i; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Another job's chunk 1 and a longer job id sharing the prefix.
-	_, _ = st.Parts()[0].Checkpoints.Mutate(ctx, "JX", 1, func(cp *kv.Checkpoint) error { cp.Status = kv.StatusRunning; return nil })
+	_, _ = st.Parts()[0].Checkpoints.Mutate(ctx, "JX", 1, func(cp *kv.Checkpoint) error { cp.Status = salvagetype.ChunkRunning; return nil })
 	cps, err := st.Parts()[0].Checkpoints.ForJob(ctx, "J", n)
 	if err != nil || len(cps) != n {
 		t.Fatalf("%d checkpoints, %v", len(cps), err)
@@ -224,9 +225,9 @@ func TestForJobReadsEveryChunkInBatches(t *testing.T) {
 	}
 	for i, cp := range cps {
 		switch {
-		case i+1 == 7 && cp.Status != kv.StatusPending:
+		case i+1 == 7 && cp.Status != salvagetype.ChunkPending:
 			t.Errorf("chunk 7 = %+v, want pending", cp)
-		case i+1 != 7 && (cp.Status != kv.StatusDone || cp.Calls != i+1 || cp.Chunk != i+1):
+		case i+1 != 7 && (cp.Status != salvagetype.ChunkDone || cp.Calls != i+1 || cp.Chunk != i+1):
 			t.Errorf("chunk %d = %+v", i+1, cp)
 		}
 	}
@@ -269,17 +270,17 @@ func TestExplanationPutsFailuresFirst(t *testing.T) {
 	t.Parallel()
 	var cps []kv.Checkpoint
 	for n := 1; n <= 200; n++ {
-		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: kv.StatusDone}
+		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: salvagetype.ChunkDone}
 		switch {
 		case n%8 == 0:
-			cp.Status, cp.Envelope = kv.StatusDeadLettered, fmt.Sprintf("E%d", n)
+			cp.Status, cp.Envelope = salvagetype.ChunkDeadLettered, fmt.Sprintf("E%d", n)
 		case n <= 150:
 			cp.Gaps = []string{"profile"}
 		}
 		cps = append(cps, cp)
 	}
 	status, s, why := kv.Derive(false, cps)
-	if status != kv.JobIncomplete || s.DeadLettered != 25 || s.Degraded != 132 {
+	if status != salvagetype.JobIncomplete || s.DeadLettered != 25 || s.Degraded != 132 {
 		t.Fatalf("Derive = %s %+v", status, s)
 	}
 	if len(why) != 21 || why[0] != "chunk 8 failed at stage 2: envelope E8" || why[19] != "chunk 160 failed at stage 2: envelope E160" ||
@@ -303,14 +304,14 @@ func TestDerivationByPagesIsDerive(t *testing.T) {
 	t.Parallel()
 	var cps []kv.Checkpoint
 	for n := 1; n <= 2500; n++ {
-		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: kv.StatusDone, Tier1Retries: n % 3, PromptTokens: int64(n)}
+		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: salvagetype.ChunkDone, Tier1Retries: n % 3, PromptTokens: int64(n)}
 		switch {
 		case n%97 == 0:
-			cp.Status, cp.Envelope = kv.StatusDeadLettered, fmt.Sprintf("E%d", n)
+			cp.Status, cp.Envelope = salvagetype.ChunkDeadLettered, fmt.Sprintf("E%d", n)
 		case n%13 == 0:
 			cp.Gaps = []string{fmt.Sprintf("step-%d", n%5)}
 		case n > 2400:
-			cp.Status = kv.StatusPending
+			cp.Status = salvagetype.ChunkPending
 		}
 		cps = append(cps, cp)
 	}
@@ -330,9 +331,9 @@ func TestDerivationByPagesIsDerive(t *testing.T) {
 func TestDeriveSumsRetries(t *testing.T) {
 	t.Parallel()
 	_, s, _ := kv.Derive(false, []kv.Checkpoint{
-		{Status: kv.StatusDone, Tier1Retries: 2, Deliveries: 1},
-		{Status: kv.StatusDone, Tier1Retries: 3, Deliveries: 1, Redeliveries: 2},
-		{Status: kv.StatusPending},
+		{Status: salvagetype.ChunkDone, Tier1Retries: 2, Deliveries: 1},
+		{Status: salvagetype.ChunkDone, Tier1Retries: 3, Deliveries: 1, Redeliveries: 2},
+		{Status: salvagetype.ChunkPending},
 	})
 	if s.Tier1Retries != 5 || s.Redeliveries != 2 {
 		t.Fatalf("summary = %+v, want 5 tier-1 retries and 2 redeliveries", s)
@@ -349,7 +350,7 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 	if err := st.Jobs.Create(ctx, kv.Job{ID: "J", Pipeline: "p", Chunks: 3}); err != nil {
 		t.Fatal(err)
 	}
-	outcome := func(chunk int, status string, apply bool) kv.Job {
+	outcome := func(chunk int, status salvagetype.ChunkStatus, apply bool) kv.Job {
 		t.Helper()
 		var d kv.Delta
 		if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "J", chunk, func(cp *kv.Checkpoint) error {
@@ -369,20 +370,20 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 		}
 		return j
 	}
-	j := outcome(1, kv.StatusDeadLettered, true)
-	if j.Summary.DeadLettered != 1 || j.Summary.DeadLetters != 1 || j.Status != kv.JobRunning {
+	j := outcome(1, salvagetype.ChunkDeadLettered, true)
+	if j.Summary.DeadLettered != 1 || j.Summary.DeadLetters != 1 || j.Status != salvagetype.JobRunning {
 		t.Fatalf("after a dead letter: %+v", j)
 	}
 	// Recovered: dead-lettered -> pending -> done.
-	outcome(1, kv.StatusPending, true)
-	j = outcome(1, kv.StatusDone, true)
+	outcome(1, salvagetype.ChunkPending, true)
+	j = outcome(1, salvagetype.ChunkDone, true)
 	if j.Summary.DeadLettered != 0 || j.Summary.Done != 1 || j.Summary.DeadLetters != 1 || j.Summary.Tier1Retries != 3 {
 		t.Fatalf("after the recovery: %+v", j.Summary)
 	}
-	outcome(2, kv.StatusDone, true)
+	outcome(2, salvagetype.ChunkDone, true)
 	// A crash between chunk 3's checkpoint and its count.
-	j = outcome(3, kv.StatusDone, false)
-	if j.Summary.Done != 2 || j.Status != kv.JobRunning {
+	j = outcome(3, salvagetype.ChunkDone, false)
+	if j.Summary.Done != 2 || j.Status != salvagetype.JobRunning {
 		t.Fatalf("before repair: %+v", j)
 	}
 	cps, err := st.Parts()[0].Checkpoints.ForJob(ctx, "J", 3)
@@ -390,7 +391,7 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, finished, err := st.Jobs.Settle(ctx, "J", cps)
-	if err != nil || !finished || j.Status != kv.JobDone || j.Summary.Done != 3 || j.Summary.DeadLetters != 1 || j.Summary.Tier1Retries != 5 {
+	if err != nil || !finished || j.Status != salvagetype.JobDone || j.Summary.Done != 3 || j.Summary.DeadLetters != 1 || j.Summary.Tier1Retries != 5 {
 		t.Fatalf("settled: %+v finished %v, %v", j, finished, err)
 	}
 	if _, again, _ := st.Jobs.Settle(ctx, "J", cps); again {
@@ -402,14 +403,14 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 // (no checkpoint: their messages were purged) count as cancelled.
 func TestDeriveCancelledJob(t *testing.T) {
 	t.Parallel()
-	status, s, _ := kv.Derive(true, []kv.Checkpoint{{Status: kv.StatusDone}, {Status: kv.StatusPending}, {Status: kv.CancelledAtStage(2)}})
-	if status != kv.JobCancelled || s.Cancelled != 2 || s.Done != 1 {
+	status, s, _ := kv.Derive(true, []kv.Checkpoint{{Status: salvagetype.ChunkDone}, {Status: salvagetype.ChunkPending}, {Status: salvagetype.CancelledAtStage(2)}})
+	if status != salvagetype.JobCancelled || s.Cancelled != 2 || s.Done != 1 {
 		t.Fatalf("Derive = %s %+v", status, s)
 	}
 	var j kv.Job
 	now := time.Now()
 	j.CancelledAt = &now
-	if v := j.View([]kv.Checkpoint{{Status: kv.StatusPending}}); v[0].Status != kv.CancelledAtStage(0) {
+	if v := j.View([]kv.Checkpoint{{Status: salvagetype.ChunkPending}}); v[0].Status != salvagetype.CancelledAtStage(0) {
 		t.Fatalf("view of a purged chunk = %s", v[0].Status)
 	}
 }
@@ -433,19 +434,19 @@ func TestCancelledJobCountsStayWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, finished, err := st.Jobs.Settle(ctx, "C", cps)
-	if err != nil || !finished || j.Status != kv.JobCancelled || j.Summary.Cancelled != 2 {
+	if err != nil || !finished || j.Status != salvagetype.JobCancelled || j.Summary.Cancelled != 2 {
 		t.Fatalf("settled: %+v finished %v, %v", j, finished, err)
 	}
 	var d kv.Delta
 	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "C", 1, func(cp *kv.Checkpoint) error {
-		cp.Status = kv.CancelledAtStage(0)
+		cp.Status = salvagetype.CancelledAtStage(0)
 		d = cp.Recount()
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	j, settle, err := st.Jobs.Apply(ctx, "C", d)
-	if err != nil || !settle || j.Summary.Cancelled != 2 || j.Summary.Terminal() != 2 || j.Status != kv.JobCancelled {
+	if err != nil || !settle || j.Summary.Cancelled != 2 || j.Summary.Terminal() != 2 || j.Status != salvagetype.JobCancelled {
 		t.Fatalf("late cancellation applied: %+v settle %v, %v; want the counts unchanged and a settle asked for", j.Summary, settle, err)
 	}
 }
@@ -463,7 +464,7 @@ func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
 	// The chunk runs a stage: retries and tokens in its checkpoint, not
 	// yet counted in the job.
 	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Tier1Retries, cp.PromptTokens, cp.CompletionTokens = kv.StatusRunning, 3, 100, 7
+		cp.Status, cp.Tier1Retries, cp.PromptTokens, cp.CompletionTokens = salvagetype.ChunkRunning, 3, 100, 7
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -475,7 +476,7 @@ func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
 	// It finishes: its Recount carries everything it spent.
 	var d kv.Delta
 	if _, err := st.Parts()[0].Checkpoints.Mutate(ctx, "R", 1, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.PromptTokens, cp.CompletionTokens = kv.StatusDone, 150, 9
+		cp.Status, cp.PromptTokens, cp.CompletionTokens = salvagetype.ChunkDone, 150, 9
 		d = cp.Recount()
 		return nil
 	}); err != nil {
@@ -491,7 +492,7 @@ func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if j.Summary.Tier1Retries != 3 || j.Summary.PromptTokens != 150 || j.Summary.CompletionTokens != 9 || j.Status != kv.JobDone {
+	if j.Summary.Tier1Retries != 3 || j.Summary.PromptTokens != 150 || j.Summary.CompletionTokens != 9 || j.Status != salvagetype.JobDone {
 		t.Errorf("job = %s %+v; want 3 retries and 150+9 tokens, once", j.Status, j.Summary)
 	}
 }
@@ -508,14 +509,14 @@ func TestEnvelopeBodyLivesWithItsRecord(t *testing.T) {
 		if err := st.Envelopes.PutBody(ctx, id, []byte(`{"envelope_id":"`+id+`"}`)); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Status: kv.EnvelopeOpen}); err != nil {
+		if err := st.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Status: salvagetype.EnvelopeOpen}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeDeadEnd; return nil }); err != nil {
+		if _, err := st.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error { r.Status = salvagetype.EnvelopeDeadEnd; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.Envelopes.Mutate(ctx, "REOPENS", func(r *kv.EnvelopeRecord) error { r.Status = kv.EnvelopeRecovering; return nil }); err != nil {
+	if _, err := st.Envelopes.Mutate(ctx, "REOPENS", func(r *kv.EnvelopeRecord) error { r.Status = salvagetype.EnvelopeRecovering; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {

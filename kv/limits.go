@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -17,19 +18,6 @@ import (
 // per key, the shares of it the processes calling it hold
 // (share.<key>).
 const BucketLimits = "salvage_limits"
-
-// Limit kinds: what a limit's key names.
-const (
-	// LimitSystem limits every call to an external system: the tools
-	// whose System is the key's name (a model provider's endpoint, a
-	// payment API).
-	LimitSystem = "system"
-	// LimitTool limits the calls of one tool (one model).
-	LimitTool = "tool"
-	// LimitTenant limits the work of one tenant's jobs (Job.Tenant): its
-	// chunks in flight (Limit.Chunks) and the calls they make.
-	LimitTenant = "tenant"
-)
 
 var (
 	// ErrBadLimit is wrapped by the error of a limit that cannot be
@@ -60,15 +48,16 @@ type Limit struct {
 }
 
 // LimitKey is the key of a limit of kind on name.
-func LimitKey(kind, name string) string { return kind + "." + name }
+func LimitKey(kind salvagetype.LimitKind, name string) string { return string(kind) + "." + name }
 
 // Validate reports a limit that cannot be stored: a key that is not
 // <kind>.<name> with a known kind and a name fit for a subject token, a
 // negative bound, or no bound at all.
 func (l Limit) Validate() error {
-	kind, name, ok := strings.Cut(l.Key, ".")
-	if !ok || (kind != LimitSystem && kind != LimitTool && kind != LimitTenant) {
-		return fmt.Errorf("%w: key %q: want %s.<name>, %s.<name> or %s.<name>", ErrBadLimit, l.Key, LimitSystem, LimitTool, LimitTenant)
+	k, name, ok := strings.Cut(l.Key, ".")
+	kind := salvagetype.LimitKind(k)
+	if !ok || (kind != salvagetype.LimitSystem && kind != salvagetype.LimitTool && kind != salvagetype.LimitTenant) {
+		return fmt.Errorf("%w: key %q: want %s.<name>, %s.<name> or %s.<name>", ErrBadLimit, l.Key, salvagetype.LimitSystem, salvagetype.LimitTool, salvagetype.LimitTenant)
 	}
 	if err := streams.ValidateToken("limit name", name); err != nil {
 		return fmt.Errorf("%w: key %q: %w", ErrBadLimit, l.Key, err)
@@ -76,8 +65,8 @@ func (l Limit) Validate() error {
 	if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.InFlight < 0 || l.Chunks < 0 {
 		return fmt.Errorf("%w: %s: bounds must not be negative", ErrBadLimit, l.Key)
 	}
-	if l.Chunks > 0 && kind != LimitTenant {
-		return fmt.Errorf("%w: %s: chunks in flight bound a tenant's work only (%s.<name>)", ErrBadLimit, l.Key, LimitTenant)
+	if l.Chunks > 0 && kind != salvagetype.LimitTenant {
+		return fmt.Errorf("%w: %s: chunks in flight bound a tenant's work only (%s.<name>)", ErrBadLimit, l.Key, salvagetype.LimitTenant)
 	}
 	if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.InFlight == 0 && l.Chunks == 0 {
 		return fmt.Errorf("%w: %s: no bound (requests or tokens per minute, calls or chunks in flight)", ErrBadLimit, l.Key)

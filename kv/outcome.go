@@ -1,25 +1,11 @@
 package kv
 
-// outcomeCancelled is the outcome of every cancelled-at-stage-N status.
-const outcomeCancelled = "cancelled"
-
-// Outcome is how a job counts a chunk with checkpoint status: done,
-// "cancelled" or dead-lettered, or "" while the chunk may still run
-// (pending, running, held, awaiting approval).
-func Outcome(status string) string {
-	switch {
-	case status == StatusDone, status == StatusDeadLettered:
-		return status
-	case IsCancelled(status):
-		return outcomeCancelled
-	}
-	return ""
-}
+import "github.com/salvagehq/salvage/salvagetype"
 
 // Delta is one chunk's change as its job counts it: from one outcome to
 // another, and the events that came with it.
 type Delta struct {
-	From, To string
+	From, To salvagetype.ChunkStatus
 	// Degraded is +1 when the chunk ends done without optional stages.
 	Degraded int
 	// DeadLetters is 1 when the chunk was just dead-lettered.
@@ -46,13 +32,13 @@ func (d Delta) Empty() bool {
 // (and is applied to the job right after it, with Jobs.Apply). A crash
 // between the two loses at most one update, which Jobs.Settle repairs.
 func (c *Checkpoint) Recount() Delta {
-	d := Delta{From: c.Counted, To: Outcome(c.Status), Tier1: c.Tier1Retries - c.CountedTier1, Redeliveries: c.Redeliveries - c.CountedRedeliveries,
+	d := Delta{From: c.Counted, To: c.Status.Outcome(), Tier1: c.Tier1Retries - c.CountedTier1, Redeliveries: c.Redeliveries - c.CountedRedeliveries,
 		PromptTokens: c.PromptTokens - c.CountedPromptTokens, CompletionTokens: c.CompletionTokens - c.CountedCompletionTokens,
 		CostMicros: c.CostMicros - c.CountedCostMicros}
-	if d.To == StatusDone && len(c.Gaps) > 0 && d.From != StatusDone {
+	if d.To == salvagetype.ChunkDone && len(c.Gaps) > 0 && d.From != salvagetype.ChunkDone {
 		d.Degraded = 1
 	}
-	if d.To == StatusDeadLettered && d.From != StatusDeadLettered {
+	if d.To == salvagetype.ChunkDeadLettered && d.From != salvagetype.ChunkDeadLettered {
 		d.DeadLetters = 1
 		c.DeadLetters++
 	}

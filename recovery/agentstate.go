@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Message is one turn of an agent's conversation.
@@ -43,7 +44,7 @@ func (s *AgentState) Derivable() bool {
 // for the agents whose states were derivable, so never snapshotted.
 func RebuildCompleted(states map[string]*AgentState, rows map[string]kv.StoredRow, stage int) {
 	for _, r := range SortedRows(rows) {
-		if r.Stage >= stage || r.Status != kv.CallSucceeded {
+		if r.Stage >= stage || r.Status != salvagetype.CallSucceeded {
 			continue
 		}
 		st := states[r.Agent]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 type memSnapshots struct {
@@ -99,7 +100,7 @@ func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
 // rows of the resumed stage or that did not succeed are left alone.
 func TestRebuildCompleted(t *testing.T) {
 	t.Parallel()
-	row := func(stage int, agent string, seq int, status string) kv.StoredRow {
+	row := func(stage int, agent string, seq int, status salvagetype.CallStatus) kv.StoredRow {
 		return kv.StoredRow{JournalRow: kv.JournalRow{
 			Key: kv.JournalKey("J", 1, 0, stage, agent, seq), Stage: stage, Agent: agent, Seq: seq, Status: status,
 			StartedAt: time.Unix(int64(stage*100+seq), 0),
@@ -107,8 +108,8 @@ func TestRebuildCompleted(t *testing.T) {
 	}
 	rows := map[string]kv.StoredRow{}
 	for _, r := range []kv.StoredRow{
-		row(1, "a", 2, kv.CallSucceeded), row(1, "a", 1, kv.CallSucceeded), row(1, "a", 3, kv.CallFailed),
-		row(2, "a", 1, kv.CallSucceeded), row(1, "snap", 1, kv.CallSucceeded), row(1, "b", 1, kv.CallSucceeded),
+		row(1, "a", 2, salvagetype.CallSucceeded), row(1, "a", 1, salvagetype.CallSucceeded), row(1, "a", 3, salvagetype.CallFailed),
+		row(2, "a", 1, salvagetype.CallSucceeded), row(1, "snap", 1, salvagetype.CallSucceeded), row(1, "b", 1, salvagetype.CallSucceeded),
 	} {
 		rows[r.Key] = r
 	}

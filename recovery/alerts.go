@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Alert kinds: the last token of salvage.alerts.<kind>.
@@ -65,8 +65,8 @@ func (r AlertRules) WithDefaults() AlertRules {
 // AlertSubject is the envelope fields the alert rules read.
 type AlertSubject struct {
 	ID          string
-	Category    string
-	Status      string
+	Category    salvagetype.Category
+	Status      salvagetype.EnvelopeStatus
 	CreatedAt   time.Time
 	Acked       bool
 	LeftSystems []string
@@ -108,13 +108,13 @@ func EvaluateAlerts(now time.Time, envs []AlertSubject, rules AlertRules) []Aler
 		i += n - 1
 	}
 	for _, e := range envs {
-		open := e.Status == kv.EnvelopeOpen || e.Status == kv.EnvelopeRecovering
+		open := e.Status == salvagetype.EnvelopeOpen || e.Status == salvagetype.EnvelopeRecovering
 		if open && now.Sub(e.CreatedAt) >= rules.UnresolvedAfter {
 			out = append(out, Alert{Kind: AlertUnresolved, Key: AlertUnresolved + "." + e.ID, Envelope: e.ID, At: now,
 				Message: fmt.Sprintf("envelope %s (%s) unresolved for %s", e.ID, e.Category, now.Sub(e.CreatedAt).Round(time.Second))})
 		}
-		money := e.Status == kv.EnvelopeEscalated && anyIn(e.LeftSystems, rules.MoneySystems)
-		if (money || e.Category == CategoryCompensationNeeded) && !e.Acked && now.Sub(e.CreatedAt) >= rules.UnackedAfter {
+		money := e.Status == salvagetype.EnvelopeEscalated && anyIn(e.LeftSystems, rules.MoneySystems)
+		if (money || e.Category == salvagetype.CategoryCompensationNeeded) && !e.Acked && now.Sub(e.CreatedAt) >= rules.UnackedAfter {
 			out = append(out, Alert{Kind: AlertUnacknowledged, Key: AlertUnacknowledged + "." + e.ID, Envelope: e.ID, At: now,
 				Message: fmt.Sprintf("envelope %s (%s, %v left) not acknowledged for %s", e.ID, e.Category, e.LeftSystems, now.Sub(e.CreatedAt).Round(time.Second))})
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 func kinds(as []recovery.Alert) map[string]int {
@@ -19,7 +20,7 @@ func kinds(as []recovery.Alert) map[string]int {
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	env := func(i int, at time.Duration, status, category string, acked bool, left ...string) recovery.AlertSubject {
+	env := func(i int, at time.Duration, status salvagetype.EnvelopeStatus, category salvagetype.Category, acked bool, left ...string) recovery.AlertSubject {
 		return recovery.AlertSubject{ID: fmt.Sprint("E", i), CreatedAt: t0.Add(at), Status: status, Category: category, Acked: acked, LeftSystems: left}
 	}
 	tests := []struct {
@@ -58,7 +59,7 @@ func TestAlertRules(t *testing.T) {
 		{"escalation without money is quiet", time.Hour,
 			[]recovery.AlertSubject{env(1, 0, "escalated", "PARTIAL_EXECUTION", false, "wms")}, map[string]int{}},
 		{"COMPENSATION_NEEDED unacknowledged", 16 * time.Minute,
-			[]recovery.AlertSubject{env(1, 0, "escalated", recovery.CategoryCompensationNeeded, false, "email")}, map[string]int{recovery.AlertUnacknowledged: 1}},
+			[]recovery.AlertSubject{env(1, 0, "escalated", salvagetype.CategoryCompensationNeeded, false, "email")}, map[string]int{recovery.AlertUnacknowledged: 1}},
 		{"escalated charge at 14 minutes is quiet", 14 * time.Minute,
 			[]recovery.AlertSubject{env(1, 0, "escalated", "PARTIAL_EXECUTION", false, "payments")}, map[string]int{}},
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Breaker defaults (docs/design.md, Defaults): 5 failures within 10s open a breaker, and
@@ -28,7 +29,7 @@ type BreakerOpenError struct {
 	// System is the external system whose breaker refused the call.
 	System string
 	// State is the breaker's state (open or half-open).
-	State string
+	State salvagetype.BreakerState
 	// RetryAt ends the breaker's cool-down.
 	RetryAt time.Time
 }
@@ -154,9 +155,9 @@ const (
 // picks the probe: only then may one chunk call.
 func BreakerAllows(b kv.Breaker, chunk string) breakerVerdict {
 	switch b.State {
-	case kv.BreakerOpen:
+	case salvagetype.BreakerOpen:
 		return verdictRefuse
-	case kv.BreakerHalfOpen:
+	case salvagetype.BreakerHalfOpen:
 		switch b.Probe {
 		case chunk:
 			return VerdictAllow
@@ -171,20 +172,20 @@ func BreakerAllows(b kv.Breaker, chunk string) breakerVerdict {
 // Open moves b to open at now for p's cool-down, for reason.
 func Open(b *kv.Breaker, p BreakerPolicy, now time.Time, reason string) {
 	p = p.WithDefaults()
-	b.State, b.OpenedAt, b.RetryAt = kv.BreakerOpen, now.UTC(), now.Add(p.CoolDown).UTC()
+	b.State, b.OpenedAt, b.RetryAt = salvagetype.BreakerOpen, now.UTC(), now.Add(p.CoolDown).UTC()
 	b.Probe, b.ProbeAt, b.ProbePipeline, b.Reason = "", time.Time{}, "", reason
 	b.Opens++
 }
 
 // Close moves b to closed.
 func Close(b *kv.Breaker) {
-	b.State, b.Probe, b.ProbeAt, b.ProbePipeline = kv.BreakerClosed, "", time.Time{}, ""
+	b.State, b.Probe, b.ProbeAt, b.ProbePipeline = salvagetype.BreakerClosed, "", time.Time{}, ""
 }
 
 // HalfOpen moves b to half-open with probe (empty: the first chunk to
 // call takes it) at now.
 func HalfOpen(b *kv.Breaker, probe string, now time.Time) {
-	b.State, b.Probe, b.ProbeAt, b.ProbePipeline = kv.BreakerHalfOpen, probe, now.UTC(), ""
+	b.State, b.Probe, b.ProbeAt, b.ProbePipeline = salvagetype.BreakerHalfOpen, probe, now.UTC(), ""
 }
 
 // ProbeOverdue reports whether b's probe has had a whole cool-down
@@ -193,5 +194,5 @@ func HalfOpen(b *kv.Breaker, probe string, now time.Time) {
 // half-open breaker nobody has called yet is not overdue.
 func ProbeOverdue(b kv.Breaker, p BreakerPolicy, now time.Time) bool {
 	p = p.WithDefaults()
-	return b.State == kv.BreakerHalfOpen && b.Probe != "" && now.Sub(b.ProbeAt) > p.CoolDown
+	return b.State == salvagetype.BreakerHalfOpen && b.Probe != "" && now.Sub(b.ProbeAt) > p.CoolDown
 }

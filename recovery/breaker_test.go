@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 func TestFailureRunOpensOnFailuresInARowWithinTheWindow(t *testing.T) {
@@ -63,7 +64,7 @@ func TestBreakerAllows(t *testing.T) {
 
 func TestBreakerErrorsAreTyped(t *testing.T) {
 	t.Parallel()
-	err := fmt.Errorf("crm-read: %w", &BreakerOpenError{System: "crm", State: kv.BreakerOpen})
+	err := fmt.Errorf("crm-read: %w", &BreakerOpenError{System: "crm", State: salvagetype.BreakerOpen})
 	if !errors.Is(err, ErrBreakerOpen) || ClassOf(err) != classBreakerOpen {
 		t.Fatalf("class %s", ClassOf(err))
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Recovery limits (docs/design.md, Defaults).
@@ -53,11 +54,11 @@ type Failure struct {
 func (f *Failure) FromJournal(rows map[string]kv.StoredRow) {
 	for _, r := range SortedRows(rows) {
 		switch {
-		case r.Status == kv.CallInitiated || r.Status == kv.CallUnknown:
+		case r.Status == salvagetype.CallInitiated || r.Status == salvagetype.CallUnknown:
 			f.InFlight = true
-		case r.Status == kv.CallSucceeded && r.Fingerprint != nil:
+		case r.Status == salvagetype.CallSucceeded && r.Fingerprint != nil:
 			f.Completed = append(f.Completed, r.JournalRow)
-		case r.Status == kv.CallFailed && r.RetryableAfterCompensation:
+		case r.Status == salvagetype.CallFailed && r.RetryableAfterCompensation:
 			f.FailingRetryableAfterCompensation = true
 		}
 	}
@@ -95,16 +96,16 @@ func (f Failure) Stopped() bool { return f.Rejected || f.Cancelled }
 // typed errors and the journal — never from error text. A chunk past
 // l's limits escalates; a stopped chunk is not held to the recoveries
 // limit, which bounds resumes, and a stopped chunk never resumes.
-func Classify(f Failure, l Limits) (category, strategy string) {
+func Classify(f Failure, l Limits) (category salvagetype.Category, strategy salvagetype.Strategy) {
 	l = l.WithDefaults()
 	category, strategy = classify(f)
 	if (f.Recoveries >= l.MaxRecoveries && !f.Stopped()) || f.StrategyFailures >= l.MaxStrategyAttempts {
-		return category, StrategyEscalate
+		return category, salvagetype.StrategyEscalate
 	}
 	return category, strategy
 }
 
-func classify(f Failure) (string, string) {
+func classify(f Failure) (salvagetype.Category, salvagetype.Strategy) {
 	reversible, irreversible := 0, 0
 	for _, r := range f.Completed {
 		if r.Fingerprint.Reversible {
@@ -115,32 +116,32 @@ func classify(f Failure) (string, string) {
 	}
 	switch {
 	case f.BudgetExceeded:
-		return CategoryBudgetExceeded, StrategyEscalate
+		return salvagetype.CategoryBudgetExceeded, salvagetype.StrategyEscalate
 	case f.InFlight:
 		// A side effect whose outcome is unknown may stand, whatever else
 		// went wrong: it is verified before anything is decided
 		// (invariant 9), never classified away as "no effects".
-		return CategoryToolTimeout, StrategyVerify
+		return salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify
 	case f.Stopped() && irreversible > 0:
-		return CategoryCompensationNeeded, StrategyEscalate
+		return salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate
 	case f.Stopped() && reversible > 0:
-		return CategoryPartialExecution, StrategyCompensateAndAbandon
+		return salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon
 	case f.Stopped():
-		return CategoryUnrecoverable, StrategyCompensateAndAbandon
+		return salvagetype.CategoryUnrecoverable, salvagetype.StrategyCompensateAndAbandon
 	case f.Class.Permanent() && irreversible > 0:
 		// Compensate what is reversible, escalate the rest.
-		return CategoryCompensationNeeded, StrategyEscalate
+		return salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate
 	case f.Class.Permanent() && reversible > 0 && f.FailingRetryableAfterCompensation:
-		return CategoryPartialExecution, StrategyCompensateAndRetry
+		return salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndRetry
 	case f.Class.Permanent() && reversible > 0:
-		return CategoryPartialExecution, StrategyCompensateAndAbandon
+		return salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon
 	case f.Class.Permanent():
-		return CategoryUnrecoverable, StrategyDeadEnd
+		return salvagetype.CategoryUnrecoverable, salvagetype.StrategyDeadEnd
 	case f.Class == ClassTimeout:
-		return CategoryToolTimeout, StrategyVerify
+		return salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify
 	case f.Class == classBreakerOpen || f.Status == http.StatusServiceUnavailable:
-		return CategoryExternalSystemDown, StrategyResume
+		return salvagetype.CategoryExternalSystemDown, salvagetype.StrategyResume
 	default:
-		return CategoryTransientNetwork, StrategyResume
+		return salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume
 	}
 }

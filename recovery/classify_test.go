@@ -6,10 +6,11 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 func effect(tool string, reversible bool) kv.JournalRow {
-	return kv.JournalRow{Tool: tool, Status: kv.CallSucceeded, Fingerprint: &kv.Fingerprint{Reversible: reversible}}
+	return kv.JournalRow{Tool: tool, Status: salvagetype.CallSucceeded, Fingerprint: &kv.Fingerprint{Reversible: reversible}}
 }
 
 // TestClassifierTable covers every row of the classifier table of docs/design.md.
@@ -19,45 +20,45 @@ func TestClassifierTable(t *testing.T) {
 	tests := []struct {
 		name     string
 		f        recovery.Failure
-		category string
-		strategy string
+		category salvagetype.Category
+		strategy salvagetype.Strategy
 	}{
 		{"transient exhausted both tiers, nothing in flight",
-			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
+			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume},
 		{"rate limited to exhaustion",
-			recovery.Failure{Class: recovery.ClassRateLimited, Status: 429, Exhausted: true}, recovery.CategoryTransientNetwork, recovery.StrategyResume},
+			recovery.Failure{Class: recovery.ClassRateLimited, Status: 429, Exhausted: true}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume},
 		{"external system down (503)",
-			recovery.Failure{Class: recovery.ClassTransient, Status: 503, Exhausted: true}, recovery.CategoryExternalSystemDown, recovery.StrategyResume},
+			recovery.Failure{Class: recovery.ClassTransient, Status: 503, Exhausted: true}, salvagetype.CategoryExternalSystemDown, salvagetype.StrategyResume},
 		{"call in flight when the worker died",
-			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, InFlight: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"call timed out",
-			recovery.Failure{Class: recovery.ClassTimeout, Exhausted: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+			recovery.Failure{Class: recovery.ClassTimeout, Exhausted: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"permanent after reversible effects only",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, charge}}, recovery.CategoryPartialExecution, recovery.StrategyCompensateAndAbandon},
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, charge}}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
 		{"permanent after reversible effects, failing step retryable after compensation",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, FailingRetryableAfterCompensation: true}, recovery.CategoryPartialExecution, recovery.StrategyCompensateAndRetry},
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, FailingRetryableAfterCompensation: true}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndRetry},
 		{"permanent after an irreversible effect",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, email}}, recovery.CategoryCompensationNeeded, recovery.StrategyEscalate},
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, email}}, salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate},
 		{"budget exceeded",
-			recovery.Failure{Class: recovery.ClassPermanent, BudgetExceeded: true, Completed: []kv.JournalRow{reserve}}, recovery.CategoryBudgetExceeded, recovery.StrategyEscalate},
+			recovery.Failure{Class: recovery.ClassPermanent, BudgetExceeded: true, Completed: []kv.JournalRow{reserve}}, salvagetype.CategoryBudgetExceeded, salvagetype.StrategyEscalate},
 		{"permanent, no effects",
-			recovery.Failure{Class: recovery.ClassPermanent}, recovery.CategoryUnrecoverable, recovery.StrategyDeadEnd},
+			recovery.Failure{Class: recovery.ClassPermanent}, salvagetype.CategoryUnrecoverable, salvagetype.StrategyDeadEnd},
 		{"strategy failed 3 times",
-			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, StrategyFailures: 3}, recovery.CategoryTransientNetwork, recovery.StrategyEscalate},
+			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, StrategyFailures: 3}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyEscalate},
 		{"permanent error while a side effect is in flight (a verification failed)",
-			recovery.Failure{Class: recovery.ClassPermanent, InFlight: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+			recovery.Failure{Class: recovery.ClassPermanent, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"permanent error after reversible effects, one still in flight",
-			recovery.Failure{Class: recovery.ClassPermanent, InFlight: true, Completed: []kv.JournalRow{reserve}}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+			recovery.Failure{Class: recovery.ClassPermanent, InFlight: true, Completed: []kv.JournalRow{reserve}}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"job cancelled with a charge in flight",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, InFlight: true}, recovery.CategoryToolTimeout, recovery.StrategyVerify},
+			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"job cancelled after reversible effects",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{reserve, charge}}, recovery.CategoryPartialExecution, recovery.StrategyCompensateAndAbandon},
+			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{reserve, charge}}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
 		{"job cancelled after an irreversible effect",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{email}}, recovery.CategoryCompensationNeeded, recovery.StrategyEscalate},
+			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{email}}, salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate},
 		{"job cancelled after reversible effects, past its recoveries: still compensated",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{charge}, Recoveries: 3}, recovery.CategoryPartialExecution, recovery.StrategyCompensateAndAbandon},
+			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{charge}, Recoveries: 3}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
 		{"recoveries past the maximum",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, Recoveries: 3}, recovery.CategoryPartialExecution, recovery.StrategyEscalate},
+			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, Recoveries: 3}, salvagetype.CategoryPartialExecution, salvagetype.StrategyEscalate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,9 +74,9 @@ func TestFailureFromJournal(t *testing.T) {
 	t.Parallel()
 	rows := map[string]kv.StoredRow{
 		"a": {JournalRow: effect("reserve", true), Seq: 1},
-		"b": {JournalRow: kv.JournalRow{Tool: "model", Status: kv.CallSucceeded}, Seq: 2},
-		"c": {JournalRow: kv.JournalRow{Tool: "email", Status: kv.CallFailed, RetryableAfterCompensation: true}, Seq: 3},
-		"d": {JournalRow: kv.JournalRow{Tool: "crm", Status: kv.CallInitiated}, Seq: 4},
+		"b": {JournalRow: kv.JournalRow{Tool: "model", Status: salvagetype.CallSucceeded}, Seq: 2},
+		"c": {JournalRow: kv.JournalRow{Tool: "email", Status: salvagetype.CallFailed, RetryableAfterCompensation: true}, Seq: 3},
+		"d": {JournalRow: kv.JournalRow{Tool: "crm", Status: salvagetype.CallInitiated}, Seq: 4},
 	}
 	var f recovery.Failure
 	f.FromJournal(rows)
@@ -92,23 +93,23 @@ func TestAutoRecoveryRate(t *testing.T) {
 	at := func(s int) time.Time { return time.Unix(1_700_000_000+int64(s), 0) }
 	recs := []kv.EnvelopeRecord{
 		// chunk 1: failed, recovery requeued, failed again, then finished.
-		{ID: "A", Job: "J", Chunk: 1, Status: kv.EnvelopeSuperseded, CreatedAt: at(1)},
-		{ID: "B", Job: "J", Chunk: 1, Status: kv.EnvelopeResolved, ResolvedBy: "chunk", CreatedAt: at(2)},
+		{ID: "A", Job: "J", Chunk: 1, Status: salvagetype.EnvelopeSuperseded, CreatedAt: at(1)},
+		{ID: "B", Job: "J", Chunk: 1, Status: salvagetype.EnvelopeResolved, ResolvedBy: "chunk", CreatedAt: at(2)},
 		// chunk 2: compensated, nothing left.
-		{ID: "C", Job: "J", Chunk: 2, Status: kv.EnvelopeAbandoned, CreatedAt: at(1)},
+		{ID: "C", Job: "J", Chunk: 2, Status: salvagetype.EnvelopeAbandoned, CreatedAt: at(1)},
 		// chunk 3: a dead end nobody touched.
-		{ID: "D", Job: "J", Chunk: 3, Status: kv.EnvelopeDeadEnd, CreatedAt: at(1)},
+		{ID: "D", Job: "J", Chunk: 3, Status: salvagetype.EnvelopeDeadEnd, CreatedAt: at(1)},
 		// chunk 4: escalated.
-		{ID: "E", Job: "J", Chunk: 4, Status: kv.EnvelopeEscalated, CreatedAt: at(1)},
+		{ID: "E", Job: "J", Chunk: 4, Status: salvagetype.EnvelopeEscalated, CreatedAt: at(1)},
 		// chunk 5: finished, but only after an operator replayed it.
-		{ID: "F", Job: "J", Chunk: 5, Status: kv.EnvelopeResolved, ResolvedBy: "chunk", Replays: 1, Human: true, CreatedAt: at(1)},
+		{ID: "F", Job: "J", Chunk: 5, Status: salvagetype.EnvelopeResolved, ResolvedBy: "chunk", Replays: 1, Human: true, CreatedAt: at(1)},
 		// chunk 6: resolved by hand.
-		{ID: "G", Job: "J", Chunk: 6, Status: kv.EnvelopeResolved, ResolvedBy: "alice", Human: true, CreatedAt: at(1)},
+		{ID: "G", Job: "J", Chunk: 6, Status: salvagetype.EnvelopeResolved, ResolvedBy: "alice", Human: true, CreatedAt: at(1)},
 		// chunk 7: still recovering.
-		{ID: "H", Job: "J", Chunk: 7, Status: kv.EnvelopeRecovering, CreatedAt: at(1)},
+		{ID: "H", Job: "J", Chunk: 7, Status: salvagetype.EnvelopeRecovering, CreatedAt: at(1)},
 		// chunk 8: a person rejected its approval — a decision, not a
 		// failure: it is not counted at all.
-		{ID: "I", Job: "J", Chunk: 8, Status: kv.EnvelopeDeadEnd, Human: true, Rejected: true, CreatedAt: at(1)},
+		{ID: "I", Job: "J", Chunk: 8, Status: salvagetype.EnvelopeDeadEnd, Human: true, Rejected: true, CreatedAt: at(1)},
 	}
 	got := recovery.AutoRecoveryRate(recs)
 	if got.DeadLettered != 7 || got.Recovered != 2 || got.Rate != 2.0/7 {
@@ -124,10 +125,10 @@ func TestAutoRecoveryRate(t *testing.T) {
 func TestLimitsAreConfigurable(t *testing.T) {
 	t.Parallel()
 	f := recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, Recoveries: 1}
-	if _, s := recovery.Classify(f, recovery.Limits{}); s != recovery.StrategyResume {
+	if _, s := recovery.Classify(f, recovery.Limits{}); s != salvagetype.StrategyResume {
 		t.Errorf("one recovery under the default limit: %s", s)
 	}
-	if _, s := recovery.Classify(f, recovery.Limits{MaxRecoveries: 1}); s != recovery.StrategyEscalate {
+	if _, s := recovery.Classify(f, recovery.Limits{MaxRecoveries: 1}); s != salvagetype.StrategyEscalate {
 		t.Errorf("one recovery with MaxRecoveries 1: %s, want escalate", s)
 	}
 	if l := (recovery.Limits{}).WithDefaults(); l.MaxRecoveries != 3 || l.MaxStrategyAttempts != 3 {

@@ -5,42 +5,21 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
-)
-
-// Failure categories (the classifier table of docs/design.md). They are subject
-// tokens of salvage.dlq.<category>.<pipeline>.<job>.<chunk>.
-const (
-	CategoryTransientNetwork   = "TRANSIENT_NETWORK"
-	CategoryExternalSystemDown = "EXTERNAL_SYSTEM_DOWN"
-	CategoryToolTimeout        = "TOOL_TIMEOUT"
-	CategoryPartialExecution   = "PARTIAL_EXECUTION"
-	CategoryCompensationNeeded = "COMPENSATION_NEEDED"
-	CategoryBudgetExceeded     = "BUDGET_EXCEEDED"
-	CategoryUnrecoverable      = "UNRECOVERABLE"
-)
-
-// Recovery strategies.
-const (
-	StrategyResume               = "RESUME_FROM_CHECKPOINT"
-	StrategyCompensateAndRetry   = "COMPENSATE_AND_RETRY"
-	StrategyCompensateAndAbandon = "COMPENSATE_AND_ABANDON"
-	StrategyEscalate             = "ESCALATE_TO_HUMAN"
-	StrategyDeadEnd              = "DEAD_END"
-	StrategyVerify               = "VERIFY_THEN_RECLASSIFY"
 )
 
 // Envelope is the failure envelope published on SALVAGE_DLQ. It is
 // immutable; its mutable status lives in the salvage_envelopes record.
 type Envelope struct {
-	ID       string `json:"envelope_id"`
-	Job      string `json:"job_id"`
-	Chunk    int    `json:"chunk"`
-	Pipeline string `json:"pipeline"`
-	TraceID  string `json:"trace_id"`
-	Category string `json:"category"`
-	Strategy string `json:"strategy"`
-	Error    string `json:"error"`
+	ID       string               `json:"envelope_id"`
+	Job      string               `json:"job_id"`
+	Chunk    int                  `json:"chunk"`
+	Pipeline string               `json:"pipeline"`
+	TraceID  string               `json:"trace_id"`
+	Category salvagetype.Category `json:"category"`
+	Strategy salvagetype.Strategy `json:"strategy"`
+	Error    string               `json:"error"`
 	// StoppedChunks, on a BUDGET_EXCEEDED envelope, are the job's chunks
 	// its budget stopped (cancelled-at-stage-N, reason budget exceeded),
 	// the first 10,000 (Error says how many); Chunk is the first of them.
@@ -76,9 +55,9 @@ const EnvelopeEntriesMax = 1000
 
 // EnvelopeCheckpoint is the chunk's checkpoint when it was dead-lettered.
 type EnvelopeCheckpoint struct {
-	Stage  int    `json:"stage"`
-	Status string `json:"status"`
-	Epoch  int    `json:"epoch"`
+	Stage  int                     `json:"stage"`
+	Status salvagetype.ChunkStatus `json:"status"`
+	Epoch  int                     `json:"epoch"`
 }
 
 // Original is the chunk message as it sat in SALVAGE_CHUNKS; Data is the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // model is a model tool whose answers a test sets.
@@ -39,7 +40,7 @@ type gateClosedTo string
 
 func (g gateClosedTo) Allow(_ context.Context, system, _ string) error {
 	if system == string(g) {
-		return &recovery.BreakerOpenError{System: system, State: kv.BreakerOpen}
+		return &recovery.BreakerOpenError{System: system, State: salvagetype.BreakerOpen}
 	}
 	return nil
 }
@@ -107,10 +108,10 @@ func TestFallbackChainPassesRateLimitsAndOpenBreakers(t *testing.T) {
 				t.Fatalf("premium asked %d times; want once when rate limited, never when its breaker is open", n)
 			}
 			p, ch := j.rows[kv.JournalKey("J", 1, 0, 1, "writer", 1)], j.rows[kv.JournalKey("J", 1, 0, 1, "writer", 2)]
-			if p.Tool != "premium" || p.Status != kv.CallFailed || (p.ErrorClass != "rate-limited" && p.ErrorClass != "breaker-open") {
+			if p.Tool != "premium" || p.Status != salvagetype.CallFailed || (p.ErrorClass != "rate-limited" && p.ErrorClass != "breaker-open") {
 				t.Fatalf("premium's row %+v", p.JournalRow)
 			}
-			if ch.Tool != "cheap" || ch.Status != kv.CallSucceeded || ch.Usage == nil || ch.Usage.Model != "cheap" {
+			if ch.Tool != "cheap" || ch.Status != salvagetype.CallSucceeded || ch.Usage == nil || ch.Usage.Model != "cheap" {
 				t.Fatalf("cheap's row %+v", ch.JournalRow)
 			}
 			// A resume, with the premium model healthy again: the same

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -39,8 +40,9 @@ type Replay struct {
 // pendingRow is a row written without waiting: its key and status (the
 // row itself is in Replay.rows), and what waits for its write.
 type pendingRow struct {
-	key, status string
-	wait        func(context.Context) (uint64, error)
+	key    string
+	status salvagetype.CallStatus
+	wait   func(context.Context) (uint64, error)
 	// prev is the key's row before this one (none: Key empty), what the
 	// journal holds if this write fails.
 	prev kv.StoredRow
@@ -191,7 +193,7 @@ func (t *Turn) ToolWithFallback(ctx context.Context, names []string, input any) 
 		before := t.seq
 		if !last {
 			key := kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq+1)
-			if prev, ok := t.replay.get(key); ok && prev.Tool == name && prev.Status == kv.CallFailed && passesOver(prev.ErrorClass) {
+			if prev, ok := t.replay.get(key); ok && prev.Tool == name && prev.Status == salvagetype.CallFailed && passesOver(prev.ErrorClass) {
 				t.seq++
 				continue
 			}
@@ -260,7 +262,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	}
 	row := kv.JournalRow{
 		Key: key, Job: t.Job, Chunk: t.Chunk, Epoch: t.Epoch, Stage: t.Stage, Agent: t.Agent, Seq: t.seq,
-		Tool: name, System: tool.System, InputHash: kv.HashInput(in), Status: kv.CallInitiated,
+		Tool: name, System: tool.System, InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated,
 		IdempotencyKey: kv.IdempotencyKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq),
 		TraceID:        t.TraceID,
 	}
@@ -271,9 +273,9 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			return nil, t.diverged(ctx, prev, name, row.InputHash)
 		}
 		switch prev.Status {
-		case kv.CallCompensated:
+		case salvagetype.CallCompensated:
 			return nil, Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", key))
-		case kv.CallSucceeded:
+		case salvagetype.CallSucceeded:
 			replayed = true
 			row.Attempts, row.Usage = prev.Attempts, prev.Usage
 			t.stats.Cached.Add(1)
@@ -285,8 +287,8 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	// before any row is written — except for a link of a fallback chain,
 	// whose refusal a resume must see to pass it over again.
 	if err := t.allow(ctx, tool); err != nil {
-		if link && (tool.Effect == nil || !seen || prev.Status == kv.CallFailed) {
-			row.Status, row.Error, row.ErrorClass = kv.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), classBreakerOpen.String()
+		if link && (tool.Effect == nil || !seen || prev.Status == salvagetype.CallFailed) {
+			row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), classBreakerOpen.String()
 			row.StartedAt, row.FinishedAt = time.Now().UTC(), time.Now().UTC()
 			if seen {
 				row.Attempts = prev.Attempts
@@ -299,7 +301,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		return nil, err
 	}
 	if seen {
-		if prev.Status == kv.CallInitiated || prev.Status == kv.CallUnknown {
+		if prev.Status == salvagetype.CallInitiated || prev.Status == salvagetype.CallUnknown {
 			if out, done, err := t.settle(ctx, tool, prev); err != nil || done {
 				return out, err
 			}
@@ -319,7 +321,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	// crash mid-call then leaves INITIATED, an unknown outcome to verify.
 	// A pure call that dies in flight is simply made again; its one row
 	// is its outcome, written without holding the agent up.
-	if tool.Effect != nil && (!seen || prev.Status != kv.CallInitiated) {
+	if tool.Effect != nil && (!seen || prev.Status != salvagetype.CallInitiated) {
 		if _, err := t.replay.put(ctx, row); err != nil {
 			return nil, fmt.Errorf("journal %s: %w", key, err)
 		}
@@ -391,15 +393,15 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		return nil, t.stopped(row, attempts, tool, err)
 	}
 	if err != nil {
-		row.Status, row.Error, row.ErrorClass = kv.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), ClassOf(err).String()
+		row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), ClassOf(err).String()
 		if unsure {
 			// It may have taken effect: the next run verifies first.
-			row.Status = kv.CallUnknown
+			row.Status = salvagetype.CallUnknown
 		}
 		row.ErrorStatus = StatusOf(err)
 		row.RetryableAfterCompensation = tool.RetryableAfterCompensation
 	} else {
-		row.Status, row.Output, row.Usage = kv.CallSucceeded, res.Output, res.Usage
+		row.Status, row.Output, row.Usage = salvagetype.CallSucceeded, res.Output, res.Usage
 		if u := res.Usage; u != nil {
 			t.stats.PromptTokens.Add(u.PromptTokens)
 			t.stats.CompletionTokens.Add(u.CompletionTokens)
@@ -427,9 +429,9 @@ func (t *Turn) stopped(row kv.JournalRow, attempts int, tool *Tool, err error) e
 	if !errors.Is(err, errSiblingFailed) && !errors.Is(err, ErrJobCancelled) {
 		return err
 	}
-	row.Status, row.Error, row.ErrorClass = kv.CallCancelled, streams.Clip(err.Error(), streams.ErrorTextMax), ClassCancelled.String()
+	row.Status, row.Error, row.ErrorClass = salvagetype.CallCancelled, streams.Clip(err.Error(), streams.ErrorTextMax), ClassCancelled.String()
 	if attempts > 0 && tool.Effect != nil {
-		row.Status = kv.CallUnknown
+		row.Status = salvagetype.CallUnknown
 	}
 	if werr := t.replay.putLater(row); werr != nil {
 		return errors.Join(err, fmt.Errorf("journal %s: %w", row.Key, werr))
@@ -450,7 +452,7 @@ func (t *Turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash 
 	}
 	row := prev.JournalRow
 	row.Orphan = true
-	if prev.Status == kv.CallInitiated || prev.Status == kv.CallUnknown {
+	if prev.Status == salvagetype.CallInitiated || prev.Status == salvagetype.CallUnknown {
 		v, verr := old.VerifyEffect(ctx, prev.IdempotencyKey)
 		if verr != nil {
 			return errors.Join(err, fmt.Errorf("verify orphan %s: %w", prev.Key, verr))

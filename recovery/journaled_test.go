@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // memJournal keeps rows in memory with the store's CAS rule; the kv
@@ -99,7 +100,7 @@ func TestJournaledCallRunsOnceAndReplays(t *testing.T) {
 	}
 	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
 	row := j.rows[key]
-	if row.Status != kv.CallSucceeded || j.puts != 2 || row.Fingerprint == nil || row.Fingerprint.ResourceID != "ch_1" ||
+	if row.Status != salvagetype.CallSucceeded || j.puts != 2 || row.Fingerprint == nil || row.Fingerprint.ResourceID != "ch_1" ||
 		row.Fingerprint.Compensation != "refund" || row.Fingerprint.CompensationKey == "" || row.IdempotencyKey != kv.IdempotencyKey("J", 1, 0, 1, "payer", 1) {
 		t.Fatalf("row = %+v after %d writes", row, j.puts)
 	}
@@ -119,7 +120,7 @@ func TestUnknownOutcomeIsVerifiedFirst(t *testing.T) {
 		j := &memJournal{rows: map[string]kv.StoredRow{}}
 		// A crash left the row INITIATED; the charge did or did not land.
 		in, _ := json.Marshal(map[string]string{"order": "o1"})
-		row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: kv.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
+		row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
 		if _, err := j.Put(context.Background(), row, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +134,7 @@ func TestUnknownOutcomeIsVerifiedFirst(t *testing.T) {
 			wantCalls = 1
 		}
 		got := j.rows[key]
-		if c.verifies.Load() != 1 || c.calls.Load() != wantCalls || got.Status != kv.CallSucceeded || got.Verified != applied {
+		if c.verifies.Load() != 1 || c.calls.Load() != wantCalls || got.Status != salvagetype.CallSucceeded || got.Verified != applied {
 			t.Errorf("applied=%v: verifies %d, calls %d, row %+v, stats verified %d", applied, c.verifies.Load(), c.calls.Load(), got, stats.Verified.Load())
 		}
 	}
@@ -154,7 +155,7 @@ func TestDivergedAgentNeverOverwrites(t *testing.T) {
 	}
 	after := j.rows[before.Key]
 	if after.Tool != before.Tool || after.InputHash != before.InputHash || string(after.Output) != string(before.Output) ||
-		after.Status != kv.CallSucceeded || !after.Orphan || c.calls.Load() != 1 {
+		after.Status != salvagetype.CallSucceeded || !after.Orphan || c.calls.Load() != 1 {
 		t.Fatalf("old row overwritten or call repeated: %+v", after)
 	}
 }
@@ -201,7 +202,7 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
 	in, _ := json.Marshal(map[string]string{"order": "o1"})
 	// A crash left the charge in flight; it did take effect.
-	row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: kv.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
+	row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
 	if _, err := j.Put(context.Background(), row, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -211,13 +212,13 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	got := j.rows[key]
-	if !got.Orphan || got.Status != kv.CallSucceeded || !got.Verified || got.Tool != "charge" || got.Fingerprint == nil || c.calls.Load() != 0 {
+	if !got.Orphan || got.Status != salvagetype.CallSucceeded || !got.Verified || got.Tool != "charge" || got.Fingerprint == nil || c.calls.Load() != 0 {
 		t.Fatalf("orphan row = %+v, calls %d", got, c.calls.Load())
 	}
 	var f recovery.Failure
 	f.Class = recovery.ClassPermanent
 	f.FromJournal(j.rows)
-	if cat, _ := recovery.Classify(f, recovery.Limits{}); cat != recovery.CategoryPartialExecution {
+	if cat, _ := recovery.Classify(f, recovery.Limits{}); cat != salvagetype.CategoryPartialExecution {
 		t.Fatalf("the orphaned charge should make the envelope compensate it: %s", cat)
 	}
 }
@@ -311,10 +312,10 @@ func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
 		t.Fatalf("stage error = %#v, want employment's permanent failure of its first call", err)
 	}
 	failed, stopped := j.rows[kv.JournalKey("J", 1, 0, 2, "employment", 1)], j.rows[kv.JournalKey("J", 1, 0, 2, "commercial", 1)]
-	if failed.Status != kv.CallFailed || failed.ErrorStatus != 400 {
+	if failed.Status != salvagetype.CallFailed || failed.ErrorStatus != 400 {
 		t.Errorf("employment's row = %+v, want FAILED 400", failed.JournalRow)
 	}
-	if stopped.Status != kv.CallCancelled || stopped.ErrorStatus != 0 || !strings.Contains(stopped.Error, "employment") || strings.Contains(stopped.Error, "prompt too long") {
+	if stopped.Status != salvagetype.CallCancelled || stopped.ErrorStatus != 0 || !strings.Contains(stopped.Error, "employment") || strings.Contains(stopped.Error, "prompt too long") {
 		t.Errorf("commercial's row = %+v, want CANCELLED because employment failed, without employment's error", stopped.JournalRow)
 	}
 }
@@ -357,11 +358,11 @@ func TestFailureHistorySurvivesARerun(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := j.rows[kv.JournalKey("J", 1, 0, 5, "updater", 1)]
-	if row.Status != kv.CallSucceeded || len(row.History) != 2 || row.Attempts != 3 {
+	if row.Status != salvagetype.CallSucceeded || len(row.History) != 2 || row.Attempts != 3 {
 		t.Fatalf("row = %+v, want SUCCEEDED after 3 attempts with 2 failures in its history", row.JournalRow)
 	}
 	for _, h := range row.History {
-		if h.Status != kv.CallFailed || h.ErrorStatus != 503 || !strings.Contains(h.Error, "crm down") || h.Attempts == 0 {
+		if h.Status != salvagetype.CallFailed || h.ErrorStatus != 503 || !strings.Contains(h.Error, "crm down") || h.Attempts == 0 {
 			t.Errorf("history entry = %+v, want the FAILED 503", h)
 		}
 	}

@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // RecoveryStats is the automatic recovery rate and what it is made of.
@@ -67,9 +68,9 @@ func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
 			continue
 		}
 		switch l := f.latest; {
-		case l.Status == kv.EnvelopeResolved && l.ResolvedBy == "chunk":
+		case l.Status == salvagetype.EnvelopeResolved && l.ResolvedBy == "chunk":
 			s.Recovered++
-		case l.Status == kv.EnvelopeAbandoned && len(l.Left) == 0:
+		case l.Status == salvagetype.EnvelopeAbandoned && len(l.Left) == 0:
 			s.Recovered++
 		}
 	}

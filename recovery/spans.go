@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Span attribute keys: every span Salvage exports (job, chunk, stage,
@@ -91,13 +92,13 @@ func endCall(span trace.Span, row kv.JournalRow, replayed bool, err error) {
 		return
 	}
 	status := row.Status
-	if status == "" || status == kv.CallInitiated {
+	if status == "" || status == salvagetype.CallInitiated {
 		status = "NOT_MADE"
 		if err == nil {
-			status = kv.CallSucceeded
+			status = salvagetype.CallSucceeded
 		}
 	}
-	span.SetAttributes(AttrStatus.String(status), AttrAttempts.Int(row.Attempts), attrReplayed.Bool(replayed))
+	span.SetAttributes(AttrStatus.String(string(status)), AttrAttempts.Int(row.Attempts), attrReplayed.Bool(replayed))
 	if u := row.Usage; u != nil {
 		span.SetAttributes(attrModel.String(u.Model), AttrTokensIn.Int64(u.PromptTokens), AttrTokensOut.Int64(u.CompletionTokens))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -130,7 +131,7 @@ func TestSideEffectIsVerifiedBeforeEveryRetry(t *testing.T) {
 					t.Fatalf("key %s applied %d times", key, n)
 				}
 			}
-			if row.Status != kv.CallSucceeded || row.Fingerprint == nil || row.Fingerprint.ResourceID == "" || row.Verified == tt.notApplied {
+			if row.Status != salvagetype.CallSucceeded || row.Fingerprint == nil || row.Fingerprint.ResourceID == "" || row.Verified == tt.notApplied {
 				t.Fatalf("row = %+v", row)
 			}
 		})
@@ -147,7 +148,7 @@ func TestUnknownStaysUnknown(t *testing.T) {
 	if !errors.Is(err, recovery.ErrRetriesExhausted) || !strings.Contains(err.Error(), "the limit of 2 retries") {
 		t.Fatalf("err = %v, want tier 1 exhausted naming its limit", err)
 	}
-	if row.Status != kv.CallUnknown || l.requests != 3 || l.verifies != 2 || row.Attempts != 3 {
+	if row.Status != salvagetype.CallUnknown || l.requests != 3 || l.verifies != 2 || row.Attempts != 3 {
 		t.Fatalf("row %s (%d attempts) after %d requests, %d verifies; want UNKNOWN after 3 requests, each retry verified first", row.Status, row.Attempts, l.requests, l.verifies)
 	}
 
@@ -156,13 +157,13 @@ func TestUnknownStaysUnknown(t *testing.T) {
 	l = &lateLedger{applied: map[string]int{}, fail: func(int) error { return recovery.Transient(500, errors.New("boom")) },
 		verifyErr: recovery.Permanent(0, errors.New("verify reply is not JSON"))}
 	row, err = callOnce(t, l.tools(t), &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 3)
-	if err == nil || row.Status != kv.CallUnknown || l.requests != 1 || l.verifies != 1 {
+	if err == nil || row.Status != salvagetype.CallUnknown || l.requests != 1 || l.verifies != 1 {
 		t.Fatalf("err %v, row %s, %d requests, %d verifies; want UNKNOWN after one request and one verify", err, row.Status, l.requests, l.verifies)
 	}
 	var f recovery.Failure
 	f.Class = recovery.ClassOf(err)
 	f.FromJournal(map[string]kv.StoredRow{row.Key: {JournalRow: row}})
-	if c, s := recovery.Classify(f, recovery.Limits{}); c != recovery.CategoryToolTimeout || s != recovery.StrategyVerify {
+	if c, s := recovery.Classify(f, recovery.Limits{}); c != salvagetype.CategoryToolTimeout || s != salvagetype.StrategyVerify {
 		t.Fatalf("a permanent error with a charge in flight classified %s/%s, want TOOL_TIMEOUT/VERIFY", c, s)
 	}
 }
@@ -174,7 +175,7 @@ func TestRepliesThatCannotBeJournaled(t *testing.T) {
 	l := &lateLedger{applied: map[string]int{}}
 	tools := l.tools(t)
 	row, err := callOnce(t, tools, &memJournal{rows: map[string]kv.StoredRow{}}, "big", 3)
-	if !errors.Is(err, recovery.ErrOutputTooLarge) || !recovery.ClassOf(err).Permanent() || row.Status != kv.CallFailed || row.Attempts != 1 {
+	if !errors.Is(err, recovery.ErrOutputTooLarge) || !recovery.ClassOf(err).Permanent() || row.Status != salvagetype.CallFailed || row.Attempts != 1 {
 		t.Fatalf("big output: err %v, row %+v", err, row.Status)
 	}
 	row, err = callOnce(t, tools, &memJournal{rows: map[string]kv.StoredRow{}}, "liar", 3)
@@ -193,7 +194,7 @@ func TestRepliesThatCannotBeJournaled(t *testing.T) {
 			return recovery.ToolResult{Output: out}, nil
 		}})
 	row, err = callOnce(t, tools2, &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 0)
-	if !errors.Is(err, recovery.ErrOutputTooLarge) || row.Status != kv.CallUnknown {
+	if !errors.Is(err, recovery.ErrOutputTooLarge) || row.Status != salvagetype.CallUnknown {
 		t.Fatalf("side effect with a huge answer: err %v, row %s", err, row.Status)
 	}
 }
@@ -204,12 +205,12 @@ func TestSettleCountsTheRequestThatWentOut(t *testing.T) {
 	t.Parallel()
 	l := &lateLedger{applied: map[string]int{}}
 	tool, _ := l.tools(t).Get("charge")
-	row := tool.Settle(kv.JournalRow{Key: "k", IdempotencyKey: "key-123456", Status: kv.CallInitiated}, recovery.Verification{Applied: true, ResourceID: "ch_1"}, time.Now())
-	if row.Status != kv.CallSucceeded || row.Attempts != 1 || !row.Verified || row.Fingerprint == nil || row.Fingerprint.ResourceID != "ch_1" {
+	row := tool.Settle(kv.JournalRow{Key: "k", IdempotencyKey: "key-123456", Status: salvagetype.CallInitiated}, recovery.Verification{Applied: true, ResourceID: "ch_1"}, time.Now())
+	if row.Status != salvagetype.CallSucceeded || row.Attempts != 1 || !row.Verified || row.Fingerprint == nil || row.Fingerprint.ResourceID != "ch_1" {
 		t.Fatalf("settled = %+v", row)
 	}
-	row = tool.Settle(kv.JournalRow{Key: "k", Status: kv.CallUnknown, Attempts: 2}, recovery.Verification{}, time.Now())
-	if row.Status != kv.CallFailed || row.Attempts != 2 || row.Fingerprint != nil {
+	row = tool.Settle(kv.JournalRow{Key: "k", Status: salvagetype.CallUnknown, Attempts: 2}, recovery.Verification{}, time.Now())
+	if row.Status != salvagetype.CallFailed || row.Attempts != 2 || row.Fingerprint != nil {
 		t.Fatalf("settled not applied = %+v", row)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -20,13 +21,13 @@ const errVerifiedNotApplied = "verified: the call did not take effect"
 func (t *Tool) Settle(row kv.JournalRow, v Verification, now time.Time) kv.JournalRow {
 	row.Verified, row.FinishedAt = true, now
 	if v.Applied {
-		row.Status, row.Output = kv.CallSucceeded, v.Output
+		row.Status, row.Output = salvagetype.CallSucceeded, v.Output
 		row.Error, row.ErrorClass, row.ErrorStatus = "", "", 0
 		row.Fingerprint = fingerprint(t, row.IdempotencyKey, v.ResourceID)
 		row.Attempts = max(row.Attempts, 1)
 		return row
 	}
-	row.Status, row.Error, row.ErrorClass = kv.CallFailed, errVerifiedNotApplied, ClassTimeout.String()
+	row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, errVerifiedNotApplied, ClassTimeout.String()
 	return row
 }
 

@@ -77,7 +77,7 @@ func settlement(ctx context.Context, st *kv.Stores, job string) (Settlement, str
 		return s, "job record: " + err.Error()
 	}
 	if !s.Job.Finished() {
-		return s, "the job is " + s.Job.Status
+		return s, "the job is " + string(s.Job.Status)
 	}
 	pg, err := st.Envelopes.Page(ctx, kv.IndexFilter{Job: job}, 0, 0, settledPage, true)
 	if err != nil {
@@ -89,7 +89,7 @@ func settlement(ctx context.Context, st *kv.Stores, job string) (Settlement, str
 	}
 	for _, r := range s.Envelopes {
 		if !r.Final() {
-			return s, "envelope " + r.ID + " is " + r.Status
+			return s, "envelope " + r.ID + " is " + string(r.Status)
 		}
 	}
 	return s, ""

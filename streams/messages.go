@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"time"
 	"unicode/utf8"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // JobMsg is the body of a job submitted on salvage.jobs.<pipeline>.
@@ -158,16 +160,16 @@ const (
 // names the chunk whose outcome changed (Chunk, ChunkStatus) and carries
 // the job's counts after it.
 type JobEvent struct {
-	Job         string `json:"job_id"`
-	Kind        string `json:"kind"`
-	Pipeline    string `json:"pipeline,omitempty"`
-	Status      string `json:"status,omitempty"`
-	Chunks      int    `json:"chunks"`
-	Done        int    `json:"done"`
-	Failed      int    `json:"failed"`
-	Cancelled   int    `json:"cancelled"`
-	Chunk       int    `json:"chunk,omitempty"`
-	ChunkStatus string `json:"chunk_status,omitempty"`
+	Job         string                  `json:"job_id"`
+	Kind        string                  `json:"kind"`
+	Pipeline    string                  `json:"pipeline,omitempty"`
+	Status      salvagetype.JobStatus   `json:"status,omitempty"`
+	Chunks      int                     `json:"chunks"`
+	Done        int                     `json:"done"`
+	Failed      int                     `json:"failed"`
+	Cancelled   int                     `json:"cancelled"`
+	Chunk       int                     `json:"chunk,omitempty"`
+	ChunkStatus salvagetype.ChunkStatus `json:"chunk_status,omitempty"`
 	// Reason is why a cancelled job was cancelled (EventCancelled).
 	Reason  string    `json:"reason,omitempty"`
 	TraceID string    `json:"trace_id,omitempty"`

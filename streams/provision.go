@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Defaults for provisioning; docs/contract.md lists them.
@@ -276,7 +277,9 @@ func RecoveryConfig(pipeline string) jetstream.ConsumerConfig {
 func AlertSubject(kind string) string { return "salvage.alerts." + kind }
 
 // EscalationSubject is where an envelope that needs a human is announced.
-func EscalationSubject(category string) string { return "salvage.escalations." + category }
+func EscalationSubject(category salvagetype.Category) string {
+	return "salvage.escalations." + string(category)
+}
 
 // Provision creates or updates every stream and durable consumer. It is
 // idempotent: running it on every start, from any number of processes at

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Subject roots and wildcards.
@@ -25,20 +27,14 @@ const (
 // IndexEnvelope is where an envelope record in status, of category, has
 // its entry (the envelope id) in the envelope index; an empty token is
 // written "_".
-func IndexEnvelope(status, category string) string {
-	return "salvage.index.envelopes." + orAny(status) + "." + orAny(category)
+func IndexEnvelope(status salvagetype.EnvelopeStatus, category salvagetype.Category) string {
+	return "salvage.index.envelopes." + orAny(string(status)) + "." + orAny(string(category))
 }
 
 // IndexEnvelopes filters the envelope index by status and category; an
 // empty one matches any.
-func IndexEnvelopes(status, category string) string {
-	tok := func(s string) string {
-		if s == "" {
-			return "*"
-		}
-		return s
-	}
-	return "salvage.index.envelopes." + tok(status) + "." + tok(category)
+func IndexEnvelopes(status salvagetype.EnvelopeStatus, category salvagetype.Category) string {
+	return "salvage.index.envelopes." + orStar(string(status)) + "." + orStar(string(category))
 }
 
 // IndexJobEnvelopes is where an envelope record of job has its entry (the
@@ -66,6 +62,14 @@ const IndexBuilt = "salvage.index.built"
 func orAny(s string) string {
 	if s == "" {
 		return "_"
+	}
+	return s
+}
+
+// orStar is s, or the wildcard "*" when s is empty.
+func orStar(s string) string {
+	if s == "" {
+		return "*"
 	}
 	return s
 }
@@ -109,8 +113,8 @@ func ResultSubject(job string, chunk int) string {
 func ResultsForJob(job string) string { return "salvage.results." + job + ".*" }
 
 // DLQSubject carries the failure envelope of one chunk of pipeline.
-func DLQSubject(category, pipeline, job string, chunk int) string {
-	return "salvage.dlq." + category + "." + pipeline + "." + job + "." + strconv.Itoa(chunk)
+func DLQSubject(category salvagetype.Category, pipeline, job string, chunk int) string {
+	return "salvage.dlq." + string(category) + "." + pipeline + "." + job + "." + strconv.Itoa(chunk)
 }
 
 // dlqFor filters the envelopes of one pipeline's chunks, whatever their

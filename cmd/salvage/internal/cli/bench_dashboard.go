@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // The dashboard part's shape: 10,000 job records, then a dashboard
@@ -67,7 +68,7 @@ func (b *bench) dashboard(ctx context.Context) ([]dashboardRow, error) {
 		return nil, err
 	}
 	defer stop()
-	statuses := []string{kv.JobRunning, kv.JobDone, kv.JobDone, kv.JobPartial}
+	statuses := []salvagetype.JobStatus{salvagetype.JobRunning, salvagetype.JobDone, salvagetype.JobDone, salvagetype.JobPartial}
 	err = putAll(ctx, 0, dashboardJobs, func(i int) error {
 		return stores.Jobs.Create(ctx, kv.Job{ID: ulid.Make().String(), Pipeline: "contract-review", Chunks: 100, Status: statuses[i%len(statuses)]})
 	})

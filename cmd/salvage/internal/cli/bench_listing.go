@@ -12,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // The listing part's shape: envelope records written through the real
@@ -122,7 +123,7 @@ func (b *bench) startStores(ctx context.Context) (s *benchServer, c *salvage.Cli
 // putEnvelopes writes envelope records from..to-1 through the real record
 // path, 64 at a time: a fifth open, the rest settled, 100 per job.
 func putEnvelopes(ctx context.Context, stores *kv.Stores, from, to int) error {
-	statuses := []string{kv.EnvelopeDeadEnd, kv.EnvelopeResolved, kv.EnvelopeAbandoned, kv.EnvelopeSuperseded, kv.EnvelopeOpen}
+	statuses := []salvagetype.EnvelopeStatus{salvagetype.EnvelopeDeadEnd, salvagetype.EnvelopeResolved, salvagetype.EnvelopeAbandoned, salvagetype.EnvelopeSuperseded, salvagetype.EnvelopeOpen}
 	return putAll(ctx, from, to, func(i int) error {
 		return stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: ulid.Make().String(), Job: fmt.Sprintf("listing%04d", i/100), Chunk: i%100 + 1,
 			Category: "TOOL_TIMEOUT", Strategy: "resume", Status: statuses[i%len(statuses)]})

@@ -18,6 +18,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -91,7 +92,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 			return false
 		}
 		j, err := stores.Jobs.Get(ctx, jobs[0])
-		return err == nil && j.Status != kv.JobRunning
+		return err == nil && j.Status != salvagetype.JobRunning
 	}, "the first jobs to finish")
 
 	end := time.Now().Add(outage)
@@ -101,11 +102,11 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	breaker := func() kv.Breaker {
 		b, _, err := stores.Breakers.Get(ctx, "crm")
 		if err != nil {
-			return kv.Breaker{State: kv.BreakerClosed}
+			return kv.Breaker{State: salvagetype.BreakerClosed}
 		}
 		return b
 	}
-	salvagetest.Eventually(t, time.Minute, func() bool { return breaker().State != kv.BreakerClosed }, "the crm breaker to open")
+	salvagetest.Eventually(t, time.Minute, func() bool { return breaker().State != salvagetype.BreakerClosed }, "the crm breaker to open")
 	reqs, err := s.Requests(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -161,9 +162,9 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 		var j kv.Job
 		salvagetest.Eventually(t, 90*time.Second, func() bool {
 			j, err = stores.Jobs.Get(ctx, id)
-			return err == nil && (j.Status == kv.JobDone || j.Status == kv.JobPartial)
+			return err == nil && (j.Status == salvagetype.JobDone || j.Status == salvagetype.JobPartial)
 		}, "job %s to complete (last %+v)", id, &j)
-		if j.Status == kv.JobPartial {
+		if j.Status == salvagetype.JobPartial {
 			partial++
 		}
 		cps, err := stores.Parts()[0].Checkpoints.ForJob(ctx, id, j.Chunks)
@@ -195,7 +196,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 		t.Fatalf("ledger %+v: a side effect was repeated", l.Summary)
 	}
 	b = breaker()
-	if b.State != kv.BreakerClosed {
+	if b.State != salvagetype.BreakerClosed {
 		t.Fatalf("crm breaker %+v; want closed once the CRM is back", b)
 	}
 	// Once the breaker closed, the held orders come back at a ramped rate

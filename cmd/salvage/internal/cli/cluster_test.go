@@ -18,6 +18,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -95,7 +96,7 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 			if over[id] {
 				continue
 			}
-			if j, err := stores.Jobs.Get(ctx, id); err == nil && j.Status != kv.JobRunning {
+			if j, err := stores.Jobs.Get(ctx, id); err == nil && j.Status != salvagetype.JobRunning {
 				over[id] = true
 			}
 		}

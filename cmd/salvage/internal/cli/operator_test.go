@@ -12,6 +12,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // settledEnvelopes waits until job settled (salvagetest.Settled, with
@@ -67,10 +68,10 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 	if code, stdout, errOut := run(t, "", "cancel", cancelled, "--server", c.url); code != 0 {
 		t.Fatalf("salvage cancel: %d %s %s", code, stdout, errOut)
 	}
-	c.waitJob(t, cancelled, kv.JobCancelled)
+	c.waitJob(t, cancelled, salvagetype.JobCancelled)
 	recs := c.settledEnvelopes(t, cancelled)
 	for _, r := range recs {
-		if r.Stopped != kv.StoppedCancelled || r.Status != kv.EnvelopeAbandoned || len(r.Left) != 0 {
+		if r.Stopped != kv.StoppedCancelled || r.Status != salvagetype.EnvelopeAbandoned || len(r.Left) != 0 {
 			t.Errorf("settlement %s: stopped %q, %s, left %v; want abandoned with every effect compensated", r.ID, r.Stopped, r.Status, r.Left)
 		}
 	}
@@ -94,9 +95,9 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 	// An order whose email was refused: refunded, voided, released;
 	// replayed once the mail server takes it, it runs fresh.
 	fixed := c.submit(t, "o-fix")
-	c.waitJob(t, fixed, kv.JobIncomplete)
+	c.waitJob(t, fixed, salvagetype.JobIncomplete)
 	rec := c.envelopeOf(t, fixed, 1)
-	if rec.Status != kv.EnvelopeAbandoned {
+	if rec.Status != salvagetype.EnvelopeAbandoned {
 		t.Fatalf("envelope = %+v", rec)
 	}
 	findTheFailure(t, c.url, fixed, cancelled, rec)
@@ -106,9 +107,9 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 	if code, stdout, errOut := run(t, "", "dlq", "replay", rec.ID, "--server", c.url); code != 0 {
 		t.Fatalf("dlq replay: %d %s %s", code, stdout, errOut)
 	}
-	c.waitJob(t, fixed, kv.JobDone)
+	c.waitJob(t, fixed, salvagetype.JobDone)
 	cp, _, err := c.stores.Parts()[0].Checkpoints.Get(ctx, fixed, 1)
-	if err != nil || cp.Epoch != 1 || cp.Status != kv.StatusDone {
+	if err != nil || cp.Epoch != 1 || cp.Status != salvagetype.ChunkDone {
 		t.Fatalf("replayed chunk = %+v, %v; want done in epoch 1", cp, err)
 	}
 	e := c.effects(t, "o-fix")

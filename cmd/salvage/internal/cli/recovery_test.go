@@ -21,6 +21,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -89,7 +90,7 @@ func (c *cluster) submit(t *testing.T, ids ...string) string {
 	return job
 }
 
-func (c *cluster) waitJob(t *testing.T, job string, statuses ...string) kv.Job {
+func (c *cluster) waitJob(t *testing.T, job string, statuses ...salvagetype.JobStatus) kv.Job {
 	t.Helper()
 	var j kv.Job
 	salvagetest.Eventually(t, 60*time.Second, func() bool {
@@ -193,7 +194,7 @@ func TestOrderRecovery(t *testing.T) {
 	crashJob := c.submit(t, "o-crash")
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(c.effects(t, "o-crash")["payments"]) == 1 }, "the charge to take effect")
 	row := chargeRow(t, c, crashJob, 1)
-	if row.Status != kv.CallInitiated {
+	if row.Status != salvagetype.CallInitiated {
 		t.Fatalf("charge row is %s before the kill, want INITIATED", row.Status)
 	}
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
@@ -212,7 +213,7 @@ func TestOrderRecovery(t *testing.T) {
 	manyJob := c.submit(t, "o-many-1", "o-many-2", "o-many-3", "o-many-4")
 
 	t.Run("killed after the charge: one charge, order completes", func(t *testing.T) {
-		c.waitJob(t, crashJob, kv.JobDone)
+		c.waitJob(t, crashJob, salvagetype.JobDone)
 		e := c.effects(t, "o-crash")
 		for _, sys := range []string{"wms", "erp", "payments", "email", "crm"} {
 			if len(e[sys]) != 1 || e[sys][0].Applied != 1 || e[sys][0].Compensated {
@@ -222,7 +223,7 @@ func TestOrderRecovery(t *testing.T) {
 		if e["payments"][0].Requests != 1 {
 			t.Errorf("the charge was requested %d times: the resume should verify, not repeat", e["payments"][0].Requests)
 		}
-		if row := chargeRow(t, c, crashJob, 1); row.Status != kv.CallSucceeded || !row.Verified {
+		if row := chargeRow(t, c, crashJob, 1); row.Status != salvagetype.CallSucceeded || !row.Verified {
 			t.Errorf("charge row after resume = %+v, want SUCCEEDED and verified", row)
 		}
 		// The trace explains the gap: the victim's delivery, then another
@@ -241,9 +242,9 @@ func TestOrderRecovery(t *testing.T) {
 	})
 
 	t.Run("permanent failure at email: refund, void, release in that order", func(t *testing.T) {
-		c.waitJob(t, compJob, kv.JobIncomplete)
+		c.waitJob(t, compJob, salvagetype.JobIncomplete)
 		rec := c.envelopeOf(t, compJob, 1)
-		if rec.Status != kv.EnvelopeAbandoned || rec.Category != recovery.CategoryPartialExecution {
+		if rec.Status != salvagetype.EnvelopeAbandoned || rec.Category != salvagetype.CategoryPartialExecution {
 			t.Fatalf("envelope = %+v", rec)
 		}
 		e := c.effects(t, "o-comp")
@@ -275,26 +276,26 @@ func TestOrderRecovery(t *testing.T) {
 	})
 
 	t.Run("a compensation that fails escalates and names what is left", func(t *testing.T) {
-		c.waitJob(t, stuckJob, kv.JobIncomplete)
+		c.waitJob(t, stuckJob, salvagetype.JobIncomplete)
 		rec := c.envelopeOf(t, stuckJob, 1)
-		if rec.Status != kv.EnvelopeEscalated || len(rec.Left) != 3 || rec.Left[0].Tool != orders.ToolCharge || rec.Left[0].System != "payments" || rec.Left[0].ResourceID == "" {
+		if rec.Status != salvagetype.EnvelopeEscalated || len(rec.Left) != 3 || rec.Left[0].Tool != orders.ToolCharge || rec.Left[0].System != "payments" || rec.Left[0].ResourceID == "" {
 			t.Fatalf("envelope = %+v, want escalated with charge, invoice, reservation left", rec)
 		}
-		if row := chargeRow(t, c, stuckJob, 1); row.Status != kv.CallSucceeded {
+		if row := chargeRow(t, c, stuckJob, 1); row.Status != salvagetype.CallSucceeded {
 			t.Fatalf("charge row = %s, want SUCCEEDED: it was not refunded", row.Status)
 		}
 		if e := c.effects(t, "o-stuck"); len(e["payments"]) != 1 || e["payments"][0].Compensated {
 			t.Fatalf("ledger for o-stuck = %+v", e)
 		}
 		s, _ := c.js.Stream(context.Background(), streams.Events)
-		m, err := s.GetLastMsgForSubject(context.Background(), streams.EscalationSubject(recovery.CategoryPartialExecution))
+		m, err := s.GetLastMsgForSubject(context.Background(), streams.EscalationSubject(salvagetype.CategoryPartialExecution))
 		if err != nil || !strings.Contains(string(m.Data), rec.ID) {
 			t.Fatalf("no escalation event for %s: %v", rec.ID, err)
 		}
 	})
 
 	t.Run("resume after an outage skips every call that already succeeded", func(t *testing.T) {
-		c.waitJob(t, resJob, kv.JobDone)
+		c.waitJob(t, resJob, salvagetype.JobDone)
 		e := c.effects(t, "o-res")
 		for _, sys := range []string{"wms", "erp", "payments", "email", "crm"} {
 			if len(e[sys]) != 1 || e[sys][0].Requests != 1 {
@@ -302,13 +303,13 @@ func TestOrderRecovery(t *testing.T) {
 			}
 		}
 		rec := c.envelopeOf(t, resJob, 1)
-		if rec.Status != kv.EnvelopeResolved || rec.Category != recovery.CategoryExternalSystemDown {
+		if rec.Status != salvagetype.EnvelopeResolved || rec.Category != salvagetype.CategoryExternalSystemDown {
 			t.Errorf("envelope = %+v, want a resolved EXTERNAL_SYSTEM_DOWN", rec)
 		}
 	})
 
 	t.Run("a recovery that fails again: the first envelope is superseded, the chunk still completes", func(t *testing.T) {
-		c.waitJob(t, twiceJob, kv.JobDone)
+		c.waitJob(t, twiceJob, salvagetype.JobDone)
 		cp, _, err := c.stores.Parts()[0].Checkpoints.Get(context.Background(), twiceJob, 1)
 		// Two, unless the fault was stopped after the second recovery's
 		// deliveries had all failed too (a third then finished it).
@@ -333,11 +334,11 @@ func TestOrderRecovery(t *testing.T) {
 		// Each was superseded by the next — not called resolved — and the
 		// last resolved when the chunk finished.
 		for i, rec := range mine[:len(mine)-1] {
-			if rec.Status != kv.EnvelopeSuperseded || rec.SupersededBy != mine[i+1].ID {
+			if rec.Status != salvagetype.EnvelopeSuperseded || rec.SupersededBy != mine[i+1].ID {
 				t.Errorf("envelope %d of %d = %s %s by %s; want superseded by %s", i+1, len(mine), rec.ID, rec.Status, rec.SupersededBy, mine[i+1].ID)
 			}
 		}
-		if last := mine[len(mine)-1]; last.Status != kv.EnvelopeResolved || last.ResolvedBy != "chunk" {
+		if last := mine[len(mine)-1]; last.Status != salvagetype.EnvelopeResolved || last.ResolvedBy != "chunk" {
 			t.Errorf("last envelope = %s %s by %s; want resolved by the chunk", last.ID, last.Status, last.ResolvedBy)
 		}
 		if r := recovery.AutoRecoveryRate(mine); r.DeadLettered != 1 || r.Recovered != 1 {
@@ -351,27 +352,27 @@ func TestOrderRecovery(t *testing.T) {
 	})
 
 	t.Run("timeouts: after the commit verified done, before it verified not done and retried once", func(t *testing.T) {
-		c.waitJob(t, timeoutJob, kv.JobDone)
+		c.waitJob(t, timeoutJob, salvagetype.JobDone)
 		after, before := c.effects(t, "o-after")["payments"], c.effects(t, "o-before")["payments"]
 		if len(after) != 1 || after[0].Requests != 1 {
 			t.Errorf("o-after charges = %+v, want one, requested once (verified, not repeated)", after)
 		}
-		if row := chargeRow(t, c, timeoutJob, 1); !row.Verified || row.Status != kv.CallSucceeded {
+		if row := chargeRow(t, c, timeoutJob, 1); !row.Verified || row.Status != salvagetype.CallSucceeded {
 			t.Errorf("o-after charge row = %+v, want SUCCEEDED by verification", row)
 		}
 		if len(before) != 1 || before[0].Requests != 1 {
 			t.Errorf("o-before charges = %+v, want one (the retry), the hung request applied nothing", before)
 		}
-		if row := chargeRow(t, c, timeoutJob, 2); row.Verified || row.Attempts != 2 || row.Status != kv.CallSucceeded {
+		if row := chargeRow(t, c, timeoutJob, 2); row.Verified || row.Attempts != 2 || row.Status != salvagetype.CallSucceeded {
 			t.Errorf("o-before charge row = %+v, want SUCCEEDED on its second attempt", row)
 		}
 	})
 
 	t.Run("two orchestrators never run one envelope twice", func(t *testing.T) {
-		c.waitJob(t, manyJob, kv.JobIncomplete)
+		c.waitJob(t, manyJob, salvagetype.JobIncomplete)
 		for chunk := 1; chunk <= 4; chunk++ {
 			rec := c.envelopeOf(t, manyJob, chunk)
-			if rec.Status != kv.EnvelopeAbandoned || countNotes(rec.Notes, "compensated ") != 3 {
+			if rec.Status != salvagetype.EnvelopeAbandoned || countNotes(rec.Notes, "compensated ") != 3 {
 				t.Errorf("envelope of chunk %d = %s, notes %v", chunk, rec.Status, rec.Notes)
 			}
 			for sys, es := range c.effects(t, fmt.Sprintf("o-many-%d", chunk)) {

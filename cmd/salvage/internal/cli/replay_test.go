@@ -22,6 +22,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -97,7 +98,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	for _, e := range envs {
 		// A 503 may come after the CRM applied the update: its outcome
 		// is unknown until the CRM is asked (no orchestrator runs here).
-		if e.Category != recovery.CategoryToolTimeout || e.Job != job || len(e.InFlightEntries) != 1 {
+		if e.Category != salvagetype.CategoryToolTimeout || e.Job != job || len(e.InFlightEntries) != 1 {
 			t.Fatalf("envelope = %+v", e)
 		}
 	}
@@ -113,7 +114,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	// Way 1: the API, through `nats req`.
 	out := natsCmd(t, url, "req", "--raw", "salvage.api.dlq.replay", `{"envelope_id":"`+envs[0].ID+`"}`)
 	var rec kv.EnvelopeRecord
-	if err := json.Unmarshal(out, &rec); err != nil || rec.Status != kv.EnvelopeRecovering {
+	if err := json.Unmarshal(out, &rec); err != nil || rec.Status != salvagetype.EnvelopeRecovering {
 		t.Fatalf("replay reply %s: %v", out, err)
 	}
 	// Way 2: by hand, the original subject and data with Salvage-Replay-Of.
@@ -127,7 +128,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	}
 	salvagetest.Eventually(t, 60*time.Second, func() bool {
 		j, err := stores.Jobs.Get(context.Background(), job)
-		return err == nil && j.Status == kv.JobDone
+		return err == nil && j.Status == salvagetype.JobDone
 	}, "the job to complete after the replays")
 	for _, e := range envs {
 		// Each chunk's run resolves its envelope before it counts itself
@@ -136,7 +137,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		var rec kv.EnvelopeRecord
 		salvagetest.Eventually(t, time.Minute, func() bool {
 			rec, _, err = stores.Envelopes.Get(context.Background(), e.ID)
-			return err == nil && rec.Status == kv.EnvelopeResolved
+			return err == nil && rec.Status == salvagetype.EnvelopeResolved
 		}, "envelope %s resolved: %+v", e.ID, &rec)
 	}
 	// Replaying a resolved envelope again does no harm: a clear error.
@@ -240,7 +241,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		var st struct {
 			Job kv.Job `json:"job"`
 		}
-		return json.Unmarshal(out, &st) == nil && st.Job.Status == kv.JobDone
+		return json.Unmarshal(out, &st) == nil && st.Job.Status == salvagetype.JobDone
 	}, "the API-submitted job to finish")
 	if out, _ := exec.Command(natsBinary(t), "--server", url, "req", "salvage.api.jobs.status", `{"job_id":"01JNOSUCHJOB0000000000000"}`).CombinedOutput(); !strings.Contains(string(out), "404") {
 		t.Errorf("status of an unknown job answered %s", out)
@@ -398,7 +399,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		j, err := stores.Jobs.Get(ctx, job)
-		return err == nil && j.Status == kv.JobCancelled
+		return err == nil && j.Status == salvagetype.JobCancelled
 	}, "the cancelled job to settle")
 	j, _ := stores.Jobs.Get(ctx, job)
 	if j.Summary.Done+j.Summary.Cancelled != 300 || j.Summary.Cancelled < 250 {

@@ -154,7 +154,7 @@ func (e *env) printTrace(tr *salvage.Trace) {
 }
 
 // countEvents counts the events of kind.
-func countEvents(events []salvage.ChunkEvent, kind string) int {
+func countEvents(events []salvage.ChunkEvent, kind salvage.EventKind) int {
 	n := 0
 	for _, ev := range events {
 		if ev.Kind == kind {

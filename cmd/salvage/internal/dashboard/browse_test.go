@@ -15,6 +15,7 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -149,8 +150,8 @@ func awaitApproval(t *testing.T, f *fixture, job string, chunk int, input string
 	t.Helper()
 	bg := context.Background()
 	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(bg, job, chunk, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Stage = kv.StatusAwaitingApproval, 2
-		cp.Record(kv.ChunkEvent{Kind: kv.EventAwaitingApproval, Stage: 2, Detail: "payment"})
+		cp.Status, cp.Stage = salvagetype.ChunkAwaitingApproval, 2
+		cp.Record(kv.ChunkEvent{Kind: salvagetype.EventAwaitingApproval, Stage: 2, Detail: "payment"})
 		return nil
 	}); err != nil {
 		t.Fatal(err)

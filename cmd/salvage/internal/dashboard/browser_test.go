@@ -15,6 +15,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -151,7 +152,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 		t.Fatalf("bulk replay from the page answered %q", got)
 	}
 	rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID)
-	if err != nil || rec.Replays != 1 || rec.Status != kv.EnvelopeRecovering {
+	if err != nil || rec.Replays != 1 || rec.Status != salvagetype.EnvelopeRecovering {
 		t.Fatalf("envelope after the page's replay = %+v, %v", rec, err)
 	}
 	// A worker runs the replayed chunk: the envelope resolves, and the
@@ -271,7 +272,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		cp, _, err := f.stores.Parts()[0].Checkpoints.Get(bg, job, 1)
-		return err == nil && cp.Status == kv.StatusDeadLettered && strings.Contains(cp.Reason+cp.LastError, "rejected by dashboard")
+		return err == nil && cp.Status == salvagetype.ChunkDeadLettered && strings.Contains(cp.Reason+cp.LastError, "rejected by dashboard")
 	}, "the rejected chunk dead-lettered")
 	if _, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject(0, "order-fulfillment", job, 1)); err == nil {
 		t.Fatal("the rejected chunk went back to SALVAGE_CHUNKS")

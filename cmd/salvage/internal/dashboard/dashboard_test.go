@@ -21,6 +21,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -60,15 +61,15 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	// A finished job answers from its record alone: no checkpoints
 	// needed. It finished 75 s after it was created.
 	finished := time.Now().Add(75 * time.Second)
-	if err := stores.Jobs.Create(ctx, kv.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: kv.JobDone, FinishedAt: &finished,
+	if err := stores.Jobs.Create(ctx, kv.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: salvagetype.JobDone, FinishedAt: &finished,
 		Summary: kv.Summary{Done: 4, Tier1Retries: 1, Redeliveries: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	for i, status := range []string{kv.StatusDone, kv.StatusDone, kv.StatusDeadLettered} {
+	for i, status := range []salvagetype.ChunkStatus{salvagetype.ChunkDone, salvagetype.ChunkDone, salvagetype.ChunkDeadLettered} {
 		var d kv.Delta
 		if _, err := stores.Parts()[0].Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Tier1Retries, cp.Deliveries, cp.Redeliveries = status, 2, uint64(i+1), i
-			cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, Delivery: uint64(i + 1), Worker: "w-fixture", Stage: 1})
+			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDelivered, Delivery: uint64(i + 1), Worker: "w-fixture", Stage: 1})
 			d = cp.Recount()
 			return nil
 		}); err != nil {
@@ -78,7 +79,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 			t.Fatal(err)
 		}
 	}
-	for i, st := range []string{kv.CallSucceeded, kv.CallSucceeded, kv.CallFailed} {
+	for i, st := range []salvagetype.CallStatus{salvagetype.CallSucceeded, salvagetype.CallSucceeded, salvagetype.CallFailed} {
 		row := kv.JournalRow{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Job: job, Chunk: 3, Stage: 1, Agent: "billing", Seq: i + 1,
 			Tool: "charge-payment", System: "payments", Status: st, LatencyMS: 12, StartedAt: time.Now().Add(time.Duration(i) * time.Millisecond)}
 		if _, err := stores.Parts()[0].Journal.Put(ctx, row, 0); err != nil {
@@ -86,7 +87,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 		}
 	}
 	env := recovery.Envelope{ID: "01JENVELOPE000000000000000", Job: job, Chunk: 3, Pipeline: "order-fulfillment",
-		Category: recovery.CategoryTransientNetwork, Strategy: recovery.StrategyResume, CreatedAt: time.Now().Add(-time.Minute),
+		Category: salvagetype.CategoryTransientNetwork, Strategy: salvagetype.StrategyResume, CreatedAt: time.Now().Add(-time.Minute),
 		Original: recovery.Original{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject(0, "order-fulfillment", job, 3),
 			Data: json.RawMessage(`{"job_id":"` + job + `","chunk":3,"pipeline":"order-fulfillment","epoch":0,"input":{}}`)}}
 	data, _ := json.Marshal(env)
@@ -95,7 +96,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 		t.Fatal(err)
 	}
 	if err := stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: env.ID, Job: job, Chunk: 3, Category: env.Category, Strategy: env.Strategy,
-		Status: kv.EnvelopeOpen, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt}); err != nil {
+		Status: salvagetype.EnvelopeOpen, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt}); err != nil {
 		t.Fatal(err)
 	}
 	client, err := salvage.NewClient(b.JS, nil)
@@ -252,7 +253,7 @@ func TestMutationsNeedTheTokenAndTheSameOrigin(t *testing.T) {
 	unchanged := func() {
 		t.Helper()
 		rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID)
-		if err != nil || rec.Replays != 0 || rec.Status != kv.EnvelopeOpen {
+		if err != nil || rec.Replays != 0 || rec.Status != salvagetype.EnvelopeOpen {
 			t.Fatalf("a refused request changed the envelope: %+v %v", rec, err)
 		}
 	}
@@ -320,7 +321,7 @@ func TestReadViewsAndHealth(t *testing.T) {
 	}
 	var sum dashboard.Summary
 	_, body := get(t, f.url+"/api/summary")
-	if err := json.Unmarshal([]byte(body), &sum); err != nil || sum.DLQDepth != 1 || sum.ByCategory[recovery.CategoryTransientNetwork] != 1 || len(sum.Jobs) != 1 {
+	if err := json.Unmarshal([]byte(body), &sum); err != nil || sum.DLQDepth != 1 || sum.ByCategory[string(salvagetype.CategoryTransientNetwork)] != 1 || len(sum.Jobs) != 1 {
 		t.Fatalf("summary = %+v, %v", sum, err)
 	}
 	_, body = get(t, f.url+"/api/envelopes/"+f.envID)
@@ -431,7 +432,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 	// The replay: chunk 3 runs again and finishes; its call succeeds.
 	var d kv.Delta
 	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, job, 3, func(cp *kv.Checkpoint) error {
-		cp.Status = kv.StatusDone
+		cp.Status = salvagetype.ChunkDone
 		d = cp.Recount()
 		return nil
 	}); err != nil {
@@ -446,12 +447,12 @@ func TestCountersNeverGoBack(t *testing.T) {
 	}
 	next := row.JournalRow
 	next.CarryHistory(row.JournalRow)
-	next.Status, next.Error = kv.CallSucceeded, ""
+	next.Status, next.Error = salvagetype.CallSucceeded, ""
 	if _, err := f.stores.Parts()[0].Journal.Put(ctx, next, row.Seq); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.stores.Envelopes.Mutate(ctx, f.envID, func(r *kv.EnvelopeRecord) error {
-		r.Status, r.ResolvedBy = kv.EnvelopeResolved, "chunk"
+		r.Status, r.ResolvedBy = salvagetype.EnvelopeResolved, "chunk"
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -475,7 +476,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 	// Seven escalations wait for a person, the oldest for ten minutes.
 	for i := range 7 {
 		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: fmt.Sprintf("01JESCALATED%014d", i), Job: job, Chunk: 10 + i,
-			Category: recovery.CategoryCompensationNeeded, Strategy: recovery.StrategyEscalate, Status: kv.EnvelopeEscalated,
+			Category: salvagetype.CategoryCompensationNeeded, Strategy: salvagetype.StrategyEscalate, Status: salvagetype.EnvelopeEscalated,
 			CreatedAt: time.Now().Add(-time.Duration(10-i) * time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
@@ -497,8 +498,8 @@ func TestEnvelopeListingIsPaged(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		id := fmt.Sprintf("01JPAGED%018d", i)
-		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "01JDASHBOARD00000000000000", Chunk: 3, Category: recovery.CategoryTransientNetwork,
-			Strategy: recovery.StrategyResume, Status: kv.EnvelopeResolved, CreatedAt: time.Now().Add(time.Duration(i) * time.Second)}); err != nil {
+		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "01JDASHBOARD00000000000000", Chunk: 3, Category: salvagetype.CategoryTransientNetwork,
+			Strategy: salvagetype.StrategyResume, Status: salvagetype.EnvelopeResolved, CreatedAt: time.Now().Add(time.Duration(i) * time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -529,7 +530,7 @@ func TestModelTokensAreCountedOncePerCall(t *testing.T) {
 	ctx := context.Background()
 	job := "01JDASHBOARD00000000000000"
 	for i, model := range []string{"gpt-test", "gpt-test", "local-llm"} {
-		row := kv.JournalRow{Key: kv.JournalKey(job, 1, 0, 1, "analyst", i+1), Tool: "model", Status: kv.CallSucceeded, LatencyMS: 5,
+		row := kv.JournalRow{Key: kv.JournalKey(job, 1, 0, 1, "analyst", i+1), Tool: "model", Status: salvagetype.CallSucceeded, LatencyMS: 5,
 			Usage: &kv.Usage{Model: model, PromptTokens: 100, CompletionTokens: 7}}
 		seq, err := f.stores.Parts()[0].Journal.Put(ctx, row, 0)
 		if err != nil {

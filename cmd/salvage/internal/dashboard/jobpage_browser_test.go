@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestJobPageInABrowser drives the job page at 1,280 and 1,920 pixels: a
@@ -102,7 +101,7 @@ func TestJobPageInABrowser(t *testing.T) {
 				got, _ := chromedp.Run(step, chromedp.Text(`#d-result`))
 				t.Fatalf("the page's resolve answered %q", got)
 			}
-			if rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID); err != nil || rec.Status != kv.EnvelopeResolved || rec.ResolvedBy == "" {
+			if rec, _, err := f.stores.Envelopes.Get(context.Background(), f.envID); err != nil || rec.Status != salvagetype.EnvelopeResolved || rec.ResolvedBy == "" {
 				t.Fatalf("envelope after the page's resolve = %+v, %v", rec, err)
 			}
 			if err := click(step, `[data-testid="d-job"]`); err != nil {

@@ -174,7 +174,7 @@ func TestJobListAndPage(t *testing.T) {
 		} `json:"timeline"`
 	}
 	if err := json.Unmarshal([]byte(body), &tc); err != nil || code != http.StatusOK || len(tc.Calls) != 3 || len(tc.Timeline) != 4 ||
-		tc.Timeline[0].Kind != salvage.EventDelivered || tc.Timeline[3].Status != string(salvage.CallFailed) || !tc.Timeline[3].Failed {
+		tc.Timeline[0].Kind != string(salvage.EventDelivered) || tc.Timeline[3].Status != string(salvage.CallFailed) || !tc.Timeline[3].Failed {
 		t.Fatalf("chunk trace %d %s: %v", code, body, err)
 	}
 }

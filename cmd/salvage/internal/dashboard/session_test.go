@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // send is one request with a body, headers and cookies; it returns the
@@ -233,7 +233,7 @@ func TestSignInSignOutAndExpiry(t *testing.T) {
 	if resp, _ := send(t, http.MethodPost, f.url+"/api/envelopes/"+f.envID+"/resolve", "{}", origin, c); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("resolve after sign-out: %d", resp.StatusCode)
 	}
-	if rec, _, _ := f.stores.Envelopes.Get(context.Background(), f.envID); rec.Status != kv.EnvelopeOpen {
+	if rec, _, _ := f.stores.Envelopes.Get(context.Background(), f.envID); rec.Status != salvagetype.EnvelopeOpen {
 		t.Fatalf("a request after sign-out resolved the envelope: %+v", rec)
 	}
 }
@@ -292,7 +292,7 @@ func TestBodiesAreCheckedBeforeActing(t *testing.T) {
 	if st, err := f.stores.Pipelines.Get(ctx, "order-fulfillment"); err != nil || st.Paused {
 		t.Fatalf("a refused pause paused: %+v %v", st, err)
 	}
-	if rec, _, err := f.stores.Envelopes.Get(ctx, f.envID); err != nil || rec.Replays != 0 || rec.AckedBy != "" || rec.Status != kv.EnvelopeOpen {
+	if rec, _, err := f.stores.Envelopes.Get(ctx, f.envID); err != nil || rec.Replays != 0 || rec.AckedBy != "" || rec.Status != salvagetype.EnvelopeOpen {
 		t.Fatalf("a refused request changed the envelope: %+v %v", rec, err)
 	}
 	// The same bodies, well formed, act.

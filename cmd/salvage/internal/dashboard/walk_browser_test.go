@@ -14,6 +14,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -39,7 +40,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	t0 := time.Now().Add(-5 * time.Minute).UTC()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	if err := f.stores.Jobs.Create(ctx, kv.Job{ID: walkJob, Pipeline: "order-fulfillment", Chunks: 120, Status: kv.JobIncomplete,
+	if err := f.stores.Jobs.Create(ctx, kv.Job{ID: walkJob, Pipeline: "order-fulfillment", Chunks: 120, Status: salvagetype.JobIncomplete,
 		Summary: kv.Summary{Done: 119, DeadLettered: 1, DeadLetters: 1, Redeliveries: 2}}); err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +49,9 @@ func addWalkJob(t *testing.T, f *fixture) {
 			continue
 		}
 		if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, walkJob, n, func(cp *kv.Checkpoint) error {
-			cp.Status, cp.Stage, cp.Deliveries = kv.StatusDone, 3, 1
-			cp.Record(kv.ChunkEvent{Kind: kv.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1})
-			cp.Record(kv.ChunkEvent{Kind: kv.EventDone, At: at(1), Worker: "w-1", Stage: 3})
+			cp.Status, cp.Stage, cp.Deliveries = salvagetype.ChunkDone, 3, 1
+			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1})
+			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDone, At: at(1), Worker: "w-1", Stage: 3})
 			return nil
 		}); err != nil {
 			t.Fatal(err)
@@ -59,11 +60,11 @@ func addWalkJob(t *testing.T, f *fixture) {
 	key := func(stage int, agent string) string { return kv.JournalKey(walkJob, walkChunk, 0, stage, agent, 1) }
 	stock, charge, email := key(1, "stock"), key(2, "billing"), key(3, "notify")
 	rows := []kv.JournalRow{
-		{Key: stock, Stage: 1, Agent: "stock", Tool: "check-stock", Status: kv.CallSucceeded, Attempts: 1, LatencyMS: 40, StartedAt: at(0.2), FinishedAt: at(0.24)},
-		{Key: charge, Stage: 2, Agent: "billing", Tool: "charge-payment", System: "payments", Status: kv.CallCompensated, Verified: true, Attempts: 1, LatencyMS: 30,
+		{Key: stock, Stage: 1, Agent: "stock", Tool: "check-stock", Status: salvagetype.CallSucceeded, Attempts: 1, LatencyMS: 40, StartedAt: at(0.2), FinishedAt: at(0.24)},
+		{Key: charge, Stage: 2, Agent: "billing", Tool: "charge-payment", System: "payments", Status: salvagetype.CallCompensated, Verified: true, Attempts: 1, LatencyMS: 30,
 			StartedAt: at(30.7), FinishedAt: at(30.73), Fingerprint: &kv.Fingerprint{System: "payments", ResourceID: "ch_117", Reversible: true, Compensation: "refund-payment"},
-			History: []kv.PastAttempt{{Status: kv.CallInitiated, StartedAt: at(0.5)}}},
-		{Key: email, Stage: 3, Agent: "notify", Tool: "send-email", System: "email", Status: kv.CallFailed, Attempts: 1, LatencyMS: 80,
+			History: []kv.PastAttempt{{Status: salvagetype.CallInitiated, StartedAt: at(0.5)}}},
+		{Key: email, Stage: 3, Agent: "notify", Tool: "send-email", System: "email", Status: salvagetype.CallFailed, Attempts: 1, LatencyMS: 80,
 			Error: "422 mailbox unavailable", ErrorClass: "permanent", ErrorStatus: 422, StartedAt: at(48.7), FinishedAt: at(48.78)},
 	}
 	for i, r := range rows {
@@ -73,15 +74,15 @@ func addWalkJob(t *testing.T, f *fixture) {
 		}
 	}
 	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, walkJob, walkChunk, func(cp *kv.Checkpoint) error {
-		cp.Status, cp.Stage, cp.Deliveries, cp.Redeliveries, cp.Holds, cp.Compensated = kv.StatusDeadLettered, 3, 3, 2, 1, true
+		cp.Status, cp.Stage, cp.Deliveries, cp.Redeliveries, cp.Holds, cp.Compensated = salvagetype.ChunkDeadLettered, 3, 3, 2, 1, true
 		cp.Envelope, cp.Reason, cp.LastError = walkEnvelope, "send-email: 422 mailbox unavailable", "422 mailbox unavailable"
 		for _, ev := range []kv.ChunkEvent{
-			{Kind: kv.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1},
-			{Kind: kv.EventDelivered, At: at(30.6), Delivery: 2, Worker: "w-2", Stage: 2},
-			{Kind: kv.EventHeld, At: at(31), Stage: 3, Detail: "email"},
-			{Kind: kv.EventDelivered, At: at(48.6), Delivery: 3, Worker: "w-2", Stage: 3},
-			{Kind: kv.EventDeadLettered, At: at(49), Delivery: 3, Stage: 3, Detail: walkEnvelope},
-			{Kind: kv.EventCompensated, At: at(50), Worker: "orchestrator", Stage: 2, Detail: "refund-payment undid charge-payment ch_117"},
+			{Kind: salvagetype.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1},
+			{Kind: salvagetype.EventDelivered, At: at(30.6), Delivery: 2, Worker: "w-2", Stage: 2},
+			{Kind: salvagetype.EventHeld, At: at(31), Stage: 3, Detail: "email"},
+			{Kind: salvagetype.EventDelivered, At: at(48.6), Delivery: 3, Worker: "w-2", Stage: 3},
+			{Kind: salvagetype.EventDeadLettered, At: at(49), Delivery: 3, Stage: 3, Detail: walkEnvelope},
+			{Kind: salvagetype.EventCompensated, At: at(50), Worker: "orchestrator", Stage: 2, Detail: "refund-payment undid charge-payment ch_117"},
 		} {
 			cp.Record(ev)
 		}
@@ -90,10 +91,10 @@ func addWalkJob(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	env := recovery.Envelope{ID: walkEnvelope, Job: walkJob, Chunk: walkChunk, Pipeline: "order-fulfillment",
-		Category: recovery.CategoryPartialExecution, Strategy: recovery.StrategyCompensateAndAbandon,
+		Category: salvagetype.CategoryPartialExecution, Strategy: salvagetype.StrategyCompensateAndAbandon,
 		Error: "send-email: 422 mailbox unavailable", ErrorClass: "permanent", FailedTool: "send-email", FailedAgent: "notify", FailedCall: email, FailedStage: 3,
 		Deliveries: 3, CompletedEntries: []string{stock, charge}, InFlightEntries: []string{}, PendingCompensations: []string{charge},
-		Checkpoint: recovery.EnvelopeCheckpoint{Stage: 3, Status: kv.StatusRunning}, CreatedAt: at(49),
+		Checkpoint: recovery.EnvelopeCheckpoint{Stage: 3, Status: salvagetype.ChunkRunning}, CreatedAt: at(49),
 		Original: recovery.Original{Stream: streams.Chunks, Seq: 500, Subject: streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk),
 			Data: json.RawMessage(fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"order-fulfillment","epoch":0,"input":{"order":"o-117"}}`, walkJob, walkChunk))}}
 	data, _ := json.Marshal(env)
@@ -102,7 +103,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: walkEnvelope, Job: walkJob, Chunk: walkChunk, Category: env.Category, Strategy: env.Strategy,
-		Status: kv.EnvelopeAbandoned, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt,
+		Status: salvagetype.EnvelopeAbandoned, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt,
 		Notes: []string{"compensated charge-payment ch_117 with refund-payment"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 				t.Fatal(err)
 			}
 			poll("the acknowledgement", `document.getElementById('d-result').textContent === 'ack: abandoned'`)
-			if rec, _, err := f.stores.Envelopes.Get(context.Background(), walkEnvelope); err != nil || rec.AckedBy != "dashboard" || rec.Status != kv.EnvelopeAbandoned {
+			if rec, _, err := f.stores.Envelopes.Get(context.Background(), walkEnvelope); err != nil || rec.AckedBy != "dashboard" || rec.Status != salvagetype.EnvelopeAbandoned {
 				t.Fatalf("envelope after the page's acknowledgement = %+v, %v", rec, err)
 			}
 			// Replay, asked first.
@@ -273,7 +274,7 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 				t.Fatalf("the page's replay answered %q", got)
 			}
 			rec, _, err := f.stores.Envelopes.Get(context.Background(), walkEnvelope)
-			if err != nil || rec.Replays != 1 || rec.Status != kv.EnvelopeRecovering {
+			if err != nil || rec.Replays != 1 || rec.Status != salvagetype.EnvelopeRecovering {
 				t.Fatalf("envelope after the page's replay = %+v, %v", rec, err)
 			}
 			// "Replay failed…" from the job list finds nothing left: the

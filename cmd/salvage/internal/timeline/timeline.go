@@ -53,7 +53,7 @@ func Of(c salvage.TraceChunk) []Entry {
 	var prev *salvage.ChunkEvent
 	for i := range c.Events {
 		ev := &c.Events[i]
-		out = append(out, Entry{At: ev.At, Kind: ev.Kind, Stage: ev.Stage, Epoch: -1, Event: ev,
+		out = append(out, Entry{At: ev.At, Kind: string(ev.Kind), Stage: ev.Stage, Epoch: -1, Event: ev,
 			Text: eventText(*ev, prev), Failed: ev.Kind == salvage.EventDeadLettered})
 		prev = ev
 	}
@@ -192,5 +192,5 @@ func eventText(x salvage.ChunkEvent, prev *salvage.ChunkEvent) string {
 	case salvage.EventDone:
 		return "done"
 	}
-	return strings.TrimSpace(x.Kind + " " + x.Detail)
+	return strings.TrimSpace(string(x.Kind) + " " + x.Detail)
 }
