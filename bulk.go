@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // ErrBadFilter is returned for an envelope filter naming a category or a
@@ -45,17 +46,17 @@ func (f EnvelopeFilter) machinery() consumers.EnvelopeFilter {
 }
 
 // BulkAction is what a bulk request does to each envelope it matches.
-type BulkAction string
+type BulkAction = salvagetype.BulkAction
 
 // Bulk actions.
 const (
-	BulkReplay  BulkAction = consumers.BulkReplay
-	BulkResolve BulkAction = consumers.BulkResolve
-	BulkAck     BulkAction = consumers.BulkAck
+	BulkReplay  = salvagetype.BulkReplay
+	BulkResolve = salvagetype.BulkResolve
+	BulkAck     = salvagetype.BulkAck
 )
 
 // BulkMax bounds the envelopes one bulk request acts on.
-const BulkMax = consumers.BulkMax
+const BulkMax = salvagetype.BulkMax
 
 // BulkRequest acts on every envelope Filter matches, oldest first.
 type BulkRequest struct {
@@ -71,27 +72,10 @@ type BulkRequest struct {
 }
 
 // BulkResult says what a bulk request matched and did.
-type BulkResult struct {
-	Action BulkAction `json:"action"`
-	DryRun bool       `json:"dry_run"`
-	// Matched is how many envelopes the filter matched; Remaining how
-	// many of them the limit left.
-	Matched   int `json:"matched"`
-	Remaining int `json:"remaining"`
-	// Acted counts the envelopes changed (on a dry run: that would be);
-	// Unchanged those already so (a replay in flight, an acknowledged
-	// envelope); Refused the resolved and superseded ones.
-	Acted     int `json:"acted"`
-	Unchanged int `json:"unchanged"`
-	Refused   int `json:"refused"`
-	// IDs are the first 100 envelopes acted on.
-	IDs []string `json:"ids"`
-	// Failed are envelopes whose action failed, and why.
-	Failed []BulkFailure `json:"failed,omitempty"`
-}
+type BulkResult = salvagetype.BulkResult
 
 // BulkFailure is one envelope a bulk request could not act on.
-type BulkFailure = consumers.BulkFailure
+type BulkFailure = salvagetype.BulkFailure
 
 // Bulk replays, resolves or acknowledges every envelope a filter matches,
 // each through the same compare-and-swap as the single action: running
@@ -107,11 +91,10 @@ func (c *Client) Bulk(ctx context.Context, req BulkRequest) (*BulkResult, error)
 	if err != nil {
 		return nil, err
 	}
-	res, err := op.Bulk(ctx, consumers.BulkRequest{Action: string(req.Action), Filter: req.Filter.machinery(), By: req.By,
+	res, err := op.Bulk(ctx, consumers.BulkRequest{Action: req.Action, Filter: req.Filter.machinery(), By: req.By,
 		Note: req.Note, DryRun: req.DryRun, Limit: req.Limit})
 	if err != nil {
 		return nil, err
 	}
-	out := bulkResultOf(res)
-	return &out, nil
+	return &res, nil
 }

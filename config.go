@@ -11,30 +11,22 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
-// Role is a part of Salvage a Client runs. Any number of processes may run
-// any roles against one deployment.
-type Role string
+// Role is a part of Salvage a Client runs (its values are documented in
+// salvagetype). Any number of processes may run any roles against one
+// deployment.
+type Role = salvagetype.Role
 
 // Roles.
 const (
-	// RoleWorker runs the splitter and the chunk workers.
-	RoleWorker Role = "worker"
-	// RoleDeadLetter runs the dead-letterer, the sweeper (which also
-	// repairs what crashes left half-written), the DLQ alerts and
-	// retention (what finished jobs leave, removed or expired by data
-	// class: Config.Retention).
-	RoleDeadLetter Role = "dead-letter"
-	// RoleRecovery runs the recovery orchestrator.
-	RoleRecovery Role = "recovery"
-	// RoleAPI serves the NATS micro service `salvage` (salvage.api.*).
-	RoleAPI Role = "api"
-	// RoleNone runs nothing: Start only provisions the streams and
-	// buckets. It is what a process that only submits, watches or serves
-	// a dashboard runs; it may not be combined with another role.
-	RoleNone Role = "none"
+	RoleWorker     = salvagetype.RoleWorker
+	RoleDeadLetter = salvagetype.RoleDeadLetter
+	RoleRecovery   = salvagetype.RoleRecovery
+	RoleAPI        = salvagetype.RoleAPI
+	RoleNone       = salvagetype.RoleNone
 )
 
 // AllRoles returns every role, in a slice of the caller's own.
@@ -62,10 +54,10 @@ const (
 // Defaults of Config; each field's comment names its own. Each is the
 // machinery's own constant, defined once.
 const (
-	RetriesDefault    = recovery.MaxRetriesDefault
-	RetryBaseDefault  = recovery.BaseDelayDefault
-	RetryMaxDefault   = recovery.MaxDelayDefault
-	RetryTotalDefault = recovery.TotalCapDefault
+	RetriesDefault    = recovery.RetriesDefault
+	RetryBaseDefault  = recovery.RetryBaseDefault
+	RetryMaxDefault   = recovery.RetryMaxDefault
+	RetryTotalDefault = recovery.RetryTotalDefault
 	AckWaitDefault    = streams.AckWaitDefault
 	MaxDeliverDefault = streams.MaxDeliverDefault
 	// PartitionsMax bounds Config.Partitions.
@@ -85,10 +77,10 @@ const (
 	JobWaitDefault             = consumers.JobWaitDefault
 	UnknownPipelineWaitDefault = consumers.UnknownPipelineWaitDefault
 	AlertIntervalDefault       = consumers.AlertIntervalDefault
-	AlertBurstCountDefault     = recovery.BurstCountDefault
-	AlertBurstWindowDefault    = recovery.BurstWindowDefault
-	AlertUnresolvedDefault     = recovery.UnresolvedAfterDefault
-	AlertUnackedDefault        = recovery.UnackedAfterDefault
+	AlertBurstCountDefault     = recovery.AlertBurstCountDefault
+	AlertBurstWindowDefault    = recovery.AlertBurstWindowDefault
+	AlertUnresolvedDefault     = recovery.AlertUnresolvedDefault
+	AlertUnackedDefault        = recovery.AlertUnackedDefault
 	// RetentionDefault is how long agent snapshots are kept, and a
 	// finished job's records (Retention.Records' default).
 	RetentionDefault = kv.RetentionDefault
@@ -97,8 +89,8 @@ const (
 	// returns them at ReleaseRampStart a second (one at once), the rate
 	// doubling every ReleaseRampDouble the breaker stays closed, so a
 	// system that just came back is not met by its whole backlog at once.
-	ReleaseRampStart  = consumers.RampStart
-	ReleaseRampDouble = consumers.RampDouble
+	ReleaseRampStart  = consumers.ReleaseRampStart
+	ReleaseRampDouble = consumers.ReleaseRampDouble
 	// CallsRetentionDefault, EffectsRetentionDefault and
 	// RecordsRetentionDefault are Retention's defaults: 1 hour, 14 days,
 	// 30 days.
@@ -381,7 +373,7 @@ func (c Config) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, l := range c.Limits {
-		if err := l.record().Validate(); err != nil {
+		if err := l.Validate(); err != nil {
 			return fmt.Errorf("%w: Limits: %w", ErrInvalidConfig, err)
 		}
 		if seen[l.Key] {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // EnvelopeRecord is the state of one failure envelope: what became of it.
@@ -64,56 +65,11 @@ type LeftEffect = kv.LeftEffect
 
 // Envelope is a failure envelope as published on
 // salvage.dlq.<category>.<pipeline>.<job>.<chunk>: what failed and what
-// stands.
-type Envelope struct {
-	ID       string   `json:"envelope_id"`
-	Job      string   `json:"job_id"`
-	Chunk    int      `json:"chunk"`
-	Pipeline string   `json:"pipeline"`
-	TraceID  string   `json:"trace_id"`
-	Category Category `json:"category"`
-	Strategy Strategy `json:"strategy"`
-	Error    string   `json:"error"`
-	// StoppedChunks, on a BUDGET_EXCEEDED envelope, are the chunks the
-	// job's budget stopped, the first 10,000 (Error says how many); Chunk
-	// is the first of them.
-	StoppedChunks []int `json:"stopped_chunks,omitempty"`
-	// ErrorClass is transient, rate-limited, timeout, permanent,
-	// cancelled or panic (Error then holds the panic and its stack).
-	ErrorClass string `json:"error_class,omitempty"`
-	// FailedAgent, FailedCall (a journal key) and FailedTool name what
-	// failed, never a sibling it stopped.
-	FailedAgent   string `json:"failed_agent,omitempty"`
-	FailedCall    string `json:"failed_call,omitempty"`
-	FailedTool    string `json:"failed_tool,omitempty"`
-	FailedStage   int    `json:"failed_stage"`
-	Deliveries    uint64 `json:"deliveries"`
-	Tier1Attempts int    `json:"tier1_attempts"`
-	Recoveries    int    `json:"recoveries"`
-	// CompletedEntries, InFlightEntries and PendingCompensations are
-	// journal keys: calls that succeeded, calls whose outcome is unknown,
-	// and reversible effects to undo, newest first.
-	CompletedEntries     []string `json:"completed_entries"`
-	InFlightEntries      []string `json:"in_flight_entries"`
-	PendingCompensations []string `json:"pending_compensations"`
-	// EntriesDropped counts keys left out of those lists, each at most
-	// EnvelopeEntriesMax long (the newest kept); the journal has them all.
-	EntriesDropped int `json:"entries_dropped,omitempty"`
-	Checkpoint     struct {
-		Stage  int         `json:"stage"`
-		Status ChunkStatus `json:"status"`
-		Epoch  int         `json:"epoch"`
-	} `json:"checkpoint"`
-	// Original is the chunk message verbatim: `nats pub <Subject> <Data>`
-	// replays it.
-	Original struct {
-		Stream  string          `json:"stream"`
-		Seq     uint64          `json:"seq"`
-		Subject string          `json:"subject"`
-		Data    json.RawMessage `json:"data"`
-	} `json:"original"`
-	CreatedAt time.Time `json:"created_at"`
-}
+// stands. Its fields are documented in salvagetype.
+type Envelope = salvagetype.Envelope
+
+// EnvelopeEntriesMax bounds each journal-key list of an Envelope.
+const EnvelopeEntriesMax = salvagetype.EnvelopeEntriesMax
 
 // Call is one journaled call.
 type Call struct {
@@ -182,17 +138,7 @@ type Fingerprint struct {
 }
 
 // CallAttempt is an earlier outcome of a call that a re-run replaced.
-type CallAttempt struct {
-	Status      CallStatus `json:"status"`
-	Error       string     `json:"error,omitempty"`
-	ErrorClass  string     `json:"error_class,omitempty"`
-	ErrorStatus int        `json:"error_status,omitempty"`
-	Attempts    int        `json:"attempts"`
-	// StartedAt and FinishedAt are when that run of the call began and
-	// ended, for a timeline.
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
-}
+type CallAttempt = salvagetype.CallAttempt
 
 // EnvelopeDetail is everything about one envelope: its record, the
 // envelope as published, its chunk's checkpoint and the journal of the

@@ -10,6 +10,7 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -57,9 +58,9 @@ var (
 const (
 	// MaxOutput is the largest output (encoded JSON) of one call or agent
 	// the journal and checkpoints keep: 256 KiB.
-	MaxOutput = streams.OutputMax
+	MaxOutput = streams.MaxOutput
 	// MaxUsageTokens bounds each count of tokens one call may report.
-	MaxUsageTokens = streams.UsageTokensMax
+	MaxUsageTokens = streams.MaxUsageTokens
 )
 
 // DefinitionError is the error behind ErrDefinitionDiffers: the pipeline,
@@ -101,11 +102,11 @@ var (
 	ErrNotStarted = errors.New("salvage: client not started")
 	// ErrInvalidToken is returned for an id (pipeline, job, envelope) that
 	// cannot stand in a subject or key; see ValidateToken.
-	ErrInvalidToken = streams.ErrBadToken
+	ErrInvalidToken = salvagetype.ErrInvalidToken
 	// ErrInvalidJob is returned by Submit for a job it cannot publish:
 	// input that does not encode, a budget that is not a cap, or a
 	// message over MaxPayload.
-	ErrInvalidJob = streams.ErrBadJob
+	ErrInvalidJob = streams.ErrInvalidJob
 	// ErrJobExists is returned by Submit (409 from jobs.submit, exit 1
 	// from salvage submit) for a job id that already names another input:
 	// a job id names one input. Submitting the same input again is not an

@@ -239,7 +239,7 @@ type SubmitOpts struct {
 // ErrJobExists (and when the first is not recorded yet, the splitter
 // refuses the second, which Wait reports).
 func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *SubmitOpts) (string, error) {
-	if err := streams.ValidateToken("pipeline", pipeline); err != nil {
+	if err := salvagetype.ValidateToken("pipeline", pipeline); err != nil {
 		return "", err
 	}
 	if opts == nil {
@@ -247,7 +247,7 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 	}
 	in, err := json.Marshal(input)
 	if err != nil {
-		return "", fmt.Errorf("%w: input: %v", streams.ErrBadJob, err)
+		return "", fmt.Errorf("%w: input: %v", streams.ErrInvalidJob, err)
 	}
 	msg := map[string]json.RawMessage{"input": in}
 	if opts.JobID != "" {
@@ -263,11 +263,11 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 	}
 	if opts.Metadata != nil {
 		if msg["metadata"], err = json.Marshal(opts.Metadata); err != nil {
-			return "", fmt.Errorf("%w: metadata: %v", streams.ErrBadJob, err)
+			return "", fmt.Errorf("%w: metadata: %v", streams.ErrInvalidJob, err)
 		}
 	}
 	if opts.Tenant != "" {
-		if err := streams.ValidateToken("tenant", opts.Tenant); err != nil {
+		if err := salvagetype.ValidateToken("tenant", opts.Tenant); err != nil {
 			return "", err
 		}
 		msg["tenant"], _ = json.Marshal(opts.Tenant)
@@ -277,7 +277,7 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 		return "", err
 	}
 	if len(body) > c.cfg.MaxPayload {
-		return "", fmt.Errorf("%w: the job message is %d bytes, the limit is %d", streams.ErrBadJob, len(body), c.cfg.MaxPayload)
+		return "", fmt.Errorf("%w: the job message is %d bytes, the limit is %d", streams.ErrInvalidJob, len(body), c.cfg.MaxPayload)
 	}
 	hash := streams.InputHash(pipeline, in)
 	if opts.JobID != "" {

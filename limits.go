@@ -14,35 +14,8 @@ import (
 )
 
 // Limit caps the requests every process of a deployment makes together to
-// one key: a model provider or another external system (every tool whose
-// System is its name: LimitSystem), one tool (LimitTool), or the work of
-// one tenant's jobs (LimitTenant: its calls, and its chunks in flight).
-// Each process
-// calling the key leases a share of it from salvage_limits and spends the
-// share without a round trip per request; a request that must wait waits
-// in its worker (its chunk's heartbeat keeps its message). A provider's
-// 429 holds the key for every process for the wait it names.
-type Limit struct {
-	// Key is LimitKey(kind, name): "system.<system>", "tool.<tool>" or
-	// "tenant.<tenant>".
-	Key string `json:"key"`
-	// RequestsPerMinute and TokensPerMinute bound what the fleet sends in
-	// any minute (tokens as a model call's input is estimated before it
-	// is sent, corrected by the usage it reports); InFlight the requests
-	// open at once. 0 is no bound; at least one is required.
-	RequestsPerMinute int   `json:"requests_per_minute,omitempty"`
-	TokensPerMinute   int64 `json:"tokens_per_minute,omitempty"`
-	InFlight          int   `json:"in_flight,omitempty"`
-	// Chunks bounds how many of a tenant's chunks run at once across the
-	// fleet (tenant keys only). A chunk past it waits for its turn in a
-	// worker without holding the worker's slot, which goes to another
-	// tenant's chunk: a tenant with thousands of chunks queued leaves
-	// room for the others. 0 is no bound.
-	Chunks int `json:"chunks,omitempty"`
-	// SetBy and SetAt say who declared it last, and when.
-	SetBy string    `json:"set_by,omitempty"`
-	SetAt time.Time `json:"set_at,omitzero"`
-}
+// one key; its fields are documented in salvagetype.
+type Limit = salvagetype.Limit
 
 // LimitKind is what a limit's key names: its keys are <kind>.<name>.
 type LimitKind = salvagetype.LimitKind
@@ -64,17 +37,17 @@ const (
 var (
 	// ErrInvalidLimit is wrapped by the error of a limit that cannot be
 	// set.
-	ErrInvalidLimit = kv.ErrBadLimit
+	ErrInvalidLimit = salvagetype.ErrInvalidLimit
 	// ErrUnknownLimit is returned for a key no limit is declared on.
 	ErrUnknownLimit = errors.New("salvage: no limit is declared on that key")
 	// ErrLimitsNotProvisioned is returned by the limit methods of a
 	// deployment provisioned before salvage_limits existed; its workers
 	// run unlimited until it is provisioned again (salvage provision).
-	ErrLimitsNotProvisioned = kv.ErrNoLimits
+	ErrLimitsNotProvisioned = kv.ErrLimitsNotProvisioned
 )
 
 // LimitKey is the key of a limit of kind on name.
-func LimitKey(kind LimitKind, name string) string { return kv.LimitKey(kind, name) }
+func LimitKey(kind LimitKind, name string) string { return salvagetype.LimitKey(kind, name) }
 
 // LimitState is a declared limit and what the processes calling its key
 // hold of it now.
@@ -100,19 +73,6 @@ type LimitState struct {
 	PauseReason string    `json:"pause_reason,omitempty"`
 }
 
-// Validate reports a limit that cannot be set (ErrInvalidLimit): a key
-// that is not <kind>.<name> with a name fit for a subject token, a
-// negative bound, or no bound at all.
-func (l Limit) Validate() error { return l.record().Validate() }
-
-func (l Limit) record() kv.Limit {
-	return kv.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight, Chunks: l.Chunks}
-}
-
-func limitOf(r kv.Limit) Limit {
-	return Limit{Key: r.Key, RequestsPerMinute: r.RequestsPerMinute, TokensPerMinute: r.TokensPerMinute, InFlight: r.InFlight, Chunks: r.Chunks, SetBy: r.SetBy, SetAt: r.SetAt}
-}
-
 // SetLimit declares l, or changes it, for every process at once (they
 // follow the declarations); by says who, for the record. The error wraps
 // ErrInvalidLimit for a key that is not <kind>.<name>, a negative bound
@@ -122,8 +82,7 @@ func (c *Client) SetLimit(ctx context.Context, l Limit, by string) (Limit, error
 	if err != nil {
 		return l, err
 	}
-	r, err := st.Limits.Set(ctx, l.record(), by)
-	return limitOf(r), err
+	return st.Limits.Set(ctx, l, by)
 }
 
 // RemoveLimit removes the limit of key: requests to it are no longer
@@ -162,7 +121,7 @@ func (c *Client) Limits(ctx context.Context) ([]LimitState, error) {
 	now := time.Now()
 	out := make([]LimitState, 0, len(specs))
 	for _, s := range specs {
-		ls := LimitState{Limit: limitOf(s)}
+		ls := LimitState{Limit: s}
 		sh := shares[s.Key]
 		for _, h := range sh.Shares {
 			if !now.Before(h.Expires) {
@@ -194,7 +153,7 @@ func (c *Client) declareLimits(ctx context.Context, st *kv.Stores) error {
 		return nil
 	}
 	for _, l := range c.cfg.Limits {
-		if _, err := st.Limits.Set(ctx, l.record(), "config"); err != nil {
+		if _, err := st.Limits.Set(ctx, l, "config"); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -95,7 +96,7 @@ func (c *Client) ResumePipeline(ctx context.Context, pipeline, by string) (Pipel
 }
 
 func (c *Client) setPaused(ctx context.Context, pipeline string, paused bool, by, reason string) (PipelineStatus, error) {
-	if err := streams.ValidateToken("pipeline", pipeline); err != nil {
+	if err := salvagetype.ValidateToken("pipeline", pipeline); err != nil {
 		return PipelineStatus{}, err
 	}
 	st, err := c.storesFor(ctx)

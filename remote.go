@@ -16,6 +16,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -120,8 +121,8 @@ func SystemName(s string) string {
 		}
 		return '_'
 	}, s)
-	if len(out) > streams.MaxTokenLen {
-		out = out[:streams.MaxTokenLen]
+	if len(out) > salvagetype.MaxTokenLen {
+		out = out[:salvagetype.MaxTokenLen]
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -100,7 +101,7 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		}
 		code := CodeInternal
 		switch {
-		case errors.Is(err, errMalformed), errors.Is(err, streams.ErrBadToken), errors.Is(err, streams.ErrBadJob),
+		case errors.Is(err, errMalformed), errors.Is(err, salvagetype.ErrInvalidToken), errors.Is(err, streams.ErrInvalidJob),
 			errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadBulk), errors.Is(err, ErrInvalidLimit):
 			code = CodeMalformed
 		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline), errors.Is(err, ErrUnknownLimit):
@@ -202,7 +203,7 @@ func readEnvelopeRequest(req micro.Request) (envelopeRequest, error) {
 }
 
 // parseEnvelopeRequest reads the body of an envelope request: an error
-// wrapping errMalformed or streams.ErrBadToken, or a request whose
+// wrapping errMalformed or salvagetype.ErrInvalidToken, or a request whose
 // envelope_id is a token.
 func parseEnvelopeRequest(data []byte) (envelopeRequest, error) {
 	var r envelopeRequest
@@ -215,7 +216,7 @@ func parseEnvelopeRequest(data []byte) (envelopeRequest, error) {
 	if r.By == "" {
 		r.By = "api"
 	}
-	return r, streams.ValidateToken("envelope_id", r.EnvelopeID)
+	return r, salvagetype.ValidateToken("envelope_id", r.EnvelopeID)
 }
 
 func (c *Client) apiList(ctx context.Context, req micro.Request) (any, error) {
@@ -509,7 +510,7 @@ func (c *Client) submitFrom(ctx context.Context, req micro.Request, r submitRequ
 		return nil, fmt.Errorf("%w: pipeline is required", errMalformed)
 	}
 	if len(r.Input) == 0 {
-		return nil, fmt.Errorf("%w: job message has no input", streams.ErrBadJob)
+		return nil, fmt.Errorf("%w: job message has no input", streams.ErrInvalidJob)
 	}
 	opts := &SubmitOpts{Budget: r.Budget, Metadata: r.Metadata, Tenant: r.Tenant, TraceParent: req.Headers().Get(streams.HeaderTraceParent)}
 	if r.JobID != nil {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/salvagehq/salvage/streams"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // FuzzEnvelopeRequest: the body of a replay, resolve, ack or show request
@@ -18,12 +18,12 @@ func FuzzEnvelopeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := parseEnvelopeRequest(data)
 		if err != nil {
-			if !errors.Is(err, errMalformed) && !errors.Is(err, streams.ErrBadToken) && !errors.Is(err, errTooLarge) {
+			if !errors.Is(err, errMalformed) && !errors.Is(err, salvagetype.ErrInvalidToken) && !errors.Is(err, errTooLarge) {
 				t.Fatalf("%q refused with %v", data, err)
 			}
 			return
 		}
-		if streams.ValidateToken("envelope_id", r.EnvelopeID) != nil || r.By == "" {
+		if salvagetype.ValidateToken("envelope_id", r.EnvelopeID) != nil || r.By == "" {
 			t.Fatalf("%q accepted as %+v", data, r)
 		}
 	})

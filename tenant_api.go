@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -40,7 +41,7 @@ func requestTenant(req micro.Request) (string, error) {
 	if !ok || !ok2 {
 		return "", fmt.Errorf("%w: %s is no tenant's endpoint", errMalformed, req.Subject())
 	}
-	return t, streams.ValidateToken("tenant", t)
+	return t, salvagetype.ValidateToken("tenant", t)
 }
 
 // tenantJob returns job id when it is tenant's, else an error wrapping

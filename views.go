@@ -3,7 +3,6 @@ package salvage
 import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 )
 
 // The public views of the machinery's records, field by field: a field
@@ -19,12 +18,6 @@ func jobOf(j kv.Job) Job {
 		Explanation: j.Explanation, CancelledAt: j.CancelledAt, CancelReason: j.CancelReason,
 		BudgetExceededAt: j.BudgetExceededAt, BudgetEnvelope: j.BudgetEnvelope,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt, Retention: j.Retention, KeptUntil: j.KeptUntil}
-}
-
-// bulkResultOf is what a bulk action matched and did.
-func bulkResultOf(r consumers.BulkResult) BulkResult {
-	return BulkResult{Action: BulkAction(r.Action), DryRun: r.DryRun, Matched: r.Matched, Remaining: r.Remaining,
-		Acted: r.Acted, Unchanged: r.Unchanged, Refused: r.Refused, IDs: r.IDs, Failed: r.Failed}
 }
 
 // chunkOf is checkpoint cp as an operator sees it: all but the fence
@@ -51,34 +44,17 @@ func envelopeRecordOf(r kv.EnvelopeRecord) EnvelopeRecord {
 		AckedBy: r.AckedBy, AckedAt: r.AckedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, StatusAt: r.StatusAt}
 }
 
-// envelopeOf is an envelope as published, every field.
-func envelopeOf(e recovery.Envelope) Envelope {
-	out := Envelope{ID: e.ID, Job: e.Job, Chunk: e.Chunk, Pipeline: e.Pipeline, TraceID: e.TraceID,
-		Category: Category(e.Category), Strategy: Strategy(e.Strategy), Error: e.Error, StoppedChunks: e.StoppedChunks,
-		ErrorClass: e.ErrorClass, FailedAgent: e.FailedAgent, FailedCall: e.FailedCall, FailedTool: e.FailedTool,
-		FailedStage: e.FailedStage, Deliveries: e.Deliveries, Tier1Attempts: e.Tier1Attempts, Recoveries: e.Recoveries,
-		CompletedEntries: e.CompletedEntries, InFlightEntries: e.InFlightEntries,
-		PendingCompensations: e.PendingCompensations, EntriesDropped: e.EntriesDropped, CreatedAt: e.CreatedAt}
-	out.Checkpoint.Stage, out.Checkpoint.Status, out.Checkpoint.Epoch = e.Checkpoint.Stage, ChunkStatus(e.Checkpoint.Status), e.Checkpoint.Epoch
-	out.Original.Stream, out.Original.Seq, out.Original.Subject, out.Original.Data = e.Original.Stream, e.Original.Seq, e.Original.Subject, e.Original.Data
-	return out
-}
-
 // callOf is journal row r: all but RetryableAfterCompensation (the tool's
 // declaration, read by the classifier) and HistoryDropped.
 func callOf(r kv.JournalRow) Call {
 	out := Call{Key: r.Key, Job: r.Job, Chunk: r.Chunk, Epoch: r.Epoch, Stage: r.Stage, Agent: r.Agent, Seq: r.Seq,
-		Tool: r.Tool, System: r.System, InputHash: r.InputHash, Output: r.Output, Status: CallStatus(r.Status),
+		Tool: r.Tool, System: r.System, InputHash: r.InputHash, Output: r.Output, Status: r.Status,
 		IdempotencyKey: r.IdempotencyKey, Attempts: r.Attempts, LatencyMS: r.LatencyMS, LimitWaitMS: r.LimitWaitMS, Error: r.Error,
 		ErrorClass: r.ErrorClass, ErrorStatus: r.ErrorStatus, Verified: r.Verified, Usage: r.Usage, Orphan: r.Orphan,
-		RetentionRewrite: r.RetentionRewrite, TraceID: r.TraceID, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+		RetentionRewrite: r.RetentionRewrite, TraceID: r.TraceID, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, History: r.History}
 	if f := r.Fingerprint; f != nil {
 		// The compensation's own key is the machinery's.
 		out.Fingerprint = &Fingerprint{System: f.System, ResourceID: f.ResourceID, Reversible: f.Reversible, Compensation: f.Compensation}
-	}
-	for _, h := range r.History {
-		out.History = append(out.History, CallAttempt{Status: CallStatus(h.Status), Error: h.Error,
-			ErrorClass: h.ErrorClass, ErrorStatus: h.ErrorStatus, Attempts: h.Attempts, StartedAt: h.StartedAt, FinishedAt: h.FinishedAt})
 	}
 	return out
 }
@@ -94,20 +70,10 @@ func callsOf(rows []kv.JournalRow) []Call {
 
 // detailOf is everything about one envelope.
 func detailOf(d consumers.Detail) EnvelopeDetail {
-	out := EnvelopeDetail{Record: envelopeRecordOf(d.Record), Envelope: envelopeOf(d.Envelope), Journal: callsOf(d.Journal)}
+	out := EnvelopeDetail{Record: envelopeRecordOf(d.Record), Envelope: d.Envelope, Journal: callsOf(d.Journal)}
 	if d.Checkpoint != nil {
 		cp := chunkOf(*d.Checkpoint)
 		out.Checkpoint = &cp
 	}
 	return out
-}
-
-// workerOf is a live process's heartbeat record, every field.
-func workerOf(r kv.WorkerState) Worker {
-	w := Worker{ID: r.ID, Host: r.Host, PID: r.PID, Pipelines: r.Pipelines, Recovers: r.Recovers, Concurrency: r.Concurrency,
-		InFlight: r.InFlight, Partitions: r.Partitions, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, LeaseMS: r.LeaseMS}
-	for _, role := range r.Roles {
-		w.Roles = append(w.Roles, Role(role))
-	}
-	return w
 }

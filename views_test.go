@@ -8,7 +8,6 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 )
 
 // TestPublicViewsShowEveryField: every field of a machinery record is
@@ -26,24 +25,20 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 		hidden []string
 	}{
 		{"Job", kv.Job{}, func(v any) any { return jobOf(v.(kv.Job)) }, []string{"SourceSeq", "Finishes", "Unannounced", "IndexSeq", "TenantIndexSeq", "AttentionIndexed"}},
-		{"BulkResult", consumers.BulkResult{}, func(v any) any { return bulkResultOf(v.(consumers.BulkResult)) }, nil},
-		{"Worker", kv.WorkerState{}, func(v any) any { return workerOf(v.(kv.WorkerState)) }, []string{"Written"}}, // the server's stamp of UpdatedAt, for the lease
 		{"Chunk", kv.Checkpoint{}, func(v any) any { return chunkOf(v.(kv.Checkpoint)) }, []string{"ClaimRevision", "Snapshots",
 			"MsgSeq", "CostMicros", "Counted", "CountedTier1", "CountedRedeliveries", "CountedPromptTokens",
 			"CountedCompletionTokens", "CountedCostMicros", "Outputs",
 			"Events", "EventsDropped", "AttentionUntil"}}, // the timeline is the trace's (TraceChunk), not every status page's
 		{"EnvelopeRecord", kv.EnvelopeRecord{}, func(v any) any { return envelopeRecordOf(v.(kv.EnvelopeRecord)) },
 			[]string{"RecoveringBy", "LeaseUntil", "Alerts", "IndexSeq", "JobIndexSeq"}},
-		{"Envelope", recovery.Envelope{}, func(v any) any { return envelopeOf(v.(recovery.Envelope)) }, nil},
 		{"Call", kv.JournalRow{}, func(v any) any { return callOf(v.(kv.JournalRow)) }, []string{"RetryableAfterCompensation",
-			"HistoryDropped", "Fingerprint.CompensationKey", "History.StartedAt", "History.FinishedAt"}},
+			"HistoryDropped", "Fingerprint.CompensationKey"}},
 		{"EnvelopeDetail", consumers.Detail{}, func(v any) any { return detailOf(v.(consumers.Detail)) }, []string{
 			"Record.RecoveringBy", "Record.LeaseUntil", "Record.Alerts", "Record.IndexSeq", "Record.JobIndexSeq", "Checkpoint.ClaimRevision", "Checkpoint.Snapshots",
 			"Checkpoint.MsgSeq", "Checkpoint.CostMicros", "Checkpoint.Counted", "Checkpoint.CountedTier1",
 			"Checkpoint.CountedRedeliveries", "Checkpoint.CountedPromptTokens", "Checkpoint.CountedCompletionTokens",
 			"Checkpoint.CountedCostMicros", "Checkpoint.Outputs", "Checkpoint.Events", "Checkpoint.EventsDropped", "Checkpoint.AttentionUntil", "Journal.RetryableAfterCompensation",
-			"Journal.HistoryDropped", "Journal.Fingerprint.CompensationKey", "Journal.History.StartedAt",
-			"Journal.History.FinishedAt"}},
+			"Journal.HistoryDropped", "Journal.Fingerprint.CompensationKey"}},
 	} {
 		src := reflect.New(reflect.TypeOf(tc.src)).Elem()
 		fillNonZero(src)

@@ -12,37 +12,13 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// Worker is one live Salvage process as its heartbeat describes it: its
-// roles, the pipelines whose chunks it runs, how many of each at once and
-// how many now. A process that stops heartbeating drops out of the list
-// within 30 seconds.
-type Worker struct {
-	ID        string   `json:"id"`
-	Host      string   `json:"host,omitempty"`
-	PID       int      `json:"pid,omitempty"`
-	Roles     []Role   `json:"roles"`
-	Pipelines []string `json:"pipelines"`
-	// Recovers are the pipelines whose envelopes it recovers (its
-	// recovery role runs their verify and compensation tools).
-	Recovers []string `json:"recovers,omitempty"`
-	// Concurrency is how many chunks of each pipeline it runs at once;
-	// InFlight how many it runs now.
-	Concurrency int `json:"concurrency,omitempty"`
-	InFlight    int `json:"in_flight"`
-	// Partitions is how many partitions its worker takes chunks from
-	// (Config.Partitions): 0 to Partitions − 1, those the deployment had
-	// when it started; 0 for a process that runs no worker.
-	Partitions int       `json:"partitions,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	// UpdatedAt is its last heartbeat (three a lease).
-	UpdatedAt time.Time `json:"updated_at"`
-	// LeaseMS is the process's lease in milliseconds: once that long
-	// has passed since its last heartbeat, it is dead to the others and
-	// the chunks it held go back to their pools.
-	LeaseMS int64 `json:"lease_ms,omitempty"`
-}
+// Worker is one live Salvage process as its heartbeat describes it; its
+// fields are documented in salvagetype. A process that stops heartbeating
+// drops out of the list within 30 seconds.
+type Worker = salvagetype.Worker
 
 // Workers lists the live processes of the deployment (those that run a
 // role), by id. It reads the salvage_workers bucket, which each started
@@ -59,7 +35,7 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	}
 	out := make([]Worker, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, workerOf(r))
+		out = append(out, r.Worker)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -72,10 +48,8 @@ func (c *Client) processState(stores *kv.Stores) kv.WorkerState {
 		id = consumers.ProcessID()
 	}
 	host, _ := os.Hostname()
-	state := kv.WorkerState{ID: id, Host: host, PID: os.Getpid(), StartedAt: time.Now().UTC(), LeaseMS: c.processLease().Milliseconds()}
-	for _, r := range c.cfg.Roles {
-		state.Roles = append(state.Roles, string(r))
-	}
+	state := kv.WorkerState{Worker: salvagetype.Worker{ID: id, Host: host, PID: os.Getpid(), StartedAt: time.Now().UTC(), LeaseMS: c.processLease().Milliseconds()}}
+	state.Roles = slices.Clone(c.cfg.Roles)
 	if c.cfg.has(RoleWorker) {
 		state.Pipelines, state.Concurrency, state.Partitions = c.registry.Names(), c.cfg.Concurrency, stores.Partitions()
 		slices.Sort(state.Pipelines)

@@ -181,11 +181,11 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	crm.down.Store(false)
 	j := b.waitJob(t, job, salvagetype.JobDone)
 	// The ramp: each worker's holder returns one chunk at the close, then
-	// RampStart a second, doubling every RampDouble. Released at once,
+	// ReleaseRampStart a second, doubling every ReleaseRampDouble. Released at once,
 	// every held chunk would call crm within the first second.
 	closed := b.breaker(t, "crm").UpdatedAt
 	first := crm.within(closed, time.Second)
-	bound := workers*(1+int(math.Ceil(consumers.RampStart*math.Exp2(float64(time.Second)/float64(consumers.RampDouble))))) + 1
+	bound := workers*(1+int(math.Ceil(consumers.ReleaseRampStart*math.Exp2(float64(time.Second)/float64(consumers.ReleaseRampDouble))))) + 1
 	if held <= bound {
 		t.Fatalf("only %d chunks were held: too few to tell a ramp from a flood (bound %d)", held, bound)
 	}

@@ -40,7 +40,7 @@ func (p BreakerPolicies) Validate() error {
 		return err
 	}
 	for system, sp := range p.Systems {
-		if err := streams.ValidateToken("breaker system", system); err != nil {
+		if err := salvagetype.ValidateToken("breaker system", system); err != nil {
 			return err
 		}
 		if err := sp.Validate(); err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -100,14 +99,14 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	}
 	subject := streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, first.Chunk)
 	data, _ := json.Marshal(streams.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID, Partition: job.Partition})
-	env := recovery.Envelope{
+	env := salvagetype.Envelope{
 		ID: id, Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, TraceID: job.TraceID,
 		Category: salvagetype.CategoryBudgetExceeded, Strategy: salvagetype.StrategyEscalate,
 		Error:         fmt.Sprintf("budget exceeded: spent %s%s; %d chunks stopped", spent, limit, n),
 		StoppedChunks: stopped, FailedStage: max(first.Stage, 1), Recoveries: first.Recoveries,
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
-		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(first.Stage, 1), Status: first.Status, Epoch: first.Epoch},
-		Original:   recovery.Original{Stream: streams.ChunksStream(job.Partition), Subject: subject, Data: data},
+		Checkpoint: salvagetype.EnvelopeCheckpoint{Stage: max(first.Stage, 1), Status: first.Status, Epoch: first.Epoch},
+		Original:   salvagetype.OriginalMessage{Stream: streams.ChunksStream(job.Partition), Subject: subject, Data: data},
 		CreatedAt:  time.Now().UTC(),
 	}
 	ack, err := publishEnvelope(ctx, t.js, t.stores, env)

@@ -10,17 +10,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// Bulk actions.
-const (
-	BulkReplay  = "replay"
-	BulkResolve = "resolve"
-	BulkAck     = "ack"
-)
-
-// BulkMax bounds the envelopes one bulk action acts on; a larger match
-// is worked through in several calls (BulkResult.Remaining).
-const BulkMax = 1000
-
 // bulkIDsMax bounds the ids a bulk result lists.
 const bulkIDsMax = 100
 
@@ -32,7 +21,7 @@ var ErrBadBulk = errors.New("bad bulk action")
 
 // BulkRequest acts on every envelope a filter matches, oldest first.
 type BulkRequest struct {
-	Action string
+	Action salvagetype.BulkAction
 	Filter EnvelopeFilter
 	By     string
 	// Note goes with a resolve.
@@ -43,56 +32,27 @@ type BulkRequest struct {
 	Limit int
 }
 
-// BulkResult says what a bulk action matched and did.
-type BulkResult struct {
-	Action string `json:"action"`
-	DryRun bool   `json:"dry_run"`
-	// Matched is how many envelopes the filter matched; Remaining how
-	// many of them a limit left for another call.
-	Matched   int `json:"matched"`
-	Remaining int `json:"remaining"`
-	// Acted counts envelopes the action changed; Unchanged those it
-	// found already so (a replay in flight, an envelope acknowledged);
-	// Refused those it may not act on: resolved or superseded, or whose
-	// replay Salvage refuses (ErrReplayRefused) — in a dry run as in a
-	// real one.
-	Acted     int `json:"acted"`
-	Unchanged int `json:"unchanged"`
-	Refused   int `json:"refused"`
-	// IDs lists the envelopes acted on (on a dry run: that would be), the
-	// first 100.
-	IDs []string `json:"ids"`
-	// Failed lists envelopes whose action failed, with why.
-	Failed []BulkFailure `json:"failed,omitempty"`
-}
-
-// BulkFailure is one envelope a bulk action could not act on.
-type BulkFailure struct {
-	ID    string `json:"envelope_id"`
-	Error string `json:"error"`
-}
-
 // Bulk applies one action — replay, resolve or ack — to every envelope
 // req.Filter matches, oldest first, at most req.Limit of them, each
 // through the same CAS as the single action: an envelope is replayed
 // once however often the bulk action runs (a replay in flight is left
 // alone), and a resolved or superseded one is refused, not touched. A
 // dry run only counts.
-func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error) {
-	res := BulkResult{Action: req.Action, DryRun: req.DryRun, IDs: []string{}}
+func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (salvagetype.BulkResult, error) {
+	res := salvagetype.BulkResult{Action: req.Action, DryRun: req.DryRun, IDs: []string{}}
 	switch req.Action {
-	case BulkReplay, BulkResolve, BulkAck:
+	case salvagetype.BulkReplay, salvagetype.BulkResolve, salvagetype.BulkAck:
 	default:
-		return res, fmt.Errorf("%w: action %q: want %s, %s or %s", ErrBadBulk, req.Action, BulkReplay, BulkResolve, BulkAck)
+		return res, fmt.Errorf("%w: action %q: want %s, %s or %s", ErrBadBulk, req.Action, salvagetype.BulkReplay, salvagetype.BulkResolve, salvagetype.BulkAck)
 	}
 	if req.Filter.Empty() {
 		return res, fmt.Errorf("%w: give a filter (category, status, job or a minimum age above zero): a bulk action on every envelope is too easy to run by mistake", ErrBadBulk)
 	}
-	if req.Limit < 0 || req.Limit > BulkMax {
-		return res, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadBulk, req.Limit, BulkMax)
+	if req.Limit < 0 || req.Limit > salvagetype.BulkMax {
+		return res, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadBulk, req.Limit, salvagetype.BulkMax)
 	}
 	if req.Limit == 0 {
-		req.Limit = BulkMax
+		req.Limit = salvagetype.BulkMax
 	}
 	if req.Filter.Job != "" {
 		if err := streams.ValidateJobID(req.Filter.Job); err != nil {
@@ -110,14 +70,14 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 			return res, ctx.Err()
 		}
 		if !actionable(req.Action, r) {
-			if req.Action != BulkAck && (r.Status == salvagetype.EnvelopeResolved || r.Status == salvagetype.EnvelopeSuperseded) {
+			if req.Action != salvagetype.BulkAck && (r.Status == salvagetype.EnvelopeResolved || r.Status == salvagetype.EnvelopeSuperseded) {
 				res.Refused++
 			} else {
 				res.Unchanged++
 			}
 			continue
 		}
-		if req.DryRun && req.Action == BulkReplay {
+		if req.DryRun && req.Action == salvagetype.BulkReplay {
 			// What the replay itself would refuse is not counted acted.
 			switch err := o.CheckReplay(ctx, r.ID); {
 			case errors.Is(err, ErrReplayRefused), errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
@@ -128,11 +88,11 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 		if !req.DryRun {
 			var err error
 			switch req.Action {
-			case BulkReplay:
+			case salvagetype.BulkReplay:
 				_, err = o.Replay(ctx, r.ID, req.By)
-			case BulkResolve:
+			case salvagetype.BulkResolve:
 				_, err = o.Resolve(ctx, r.ID, req.By, req.Note)
-			case BulkAck:
+			case salvagetype.BulkAck:
 				_, err = o.Ack(ctx, r.ID, req.By)
 			}
 			switch {
@@ -144,7 +104,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 				continue
 			case err != nil:
 				if len(res.Failed) < bulkIDsMax {
-					res.Failed = append(res.Failed, BulkFailure{ID: r.ID, Error: streams.Clip(err.Error(), 1024)})
+					res.Failed = append(res.Failed, salvagetype.BulkFailure{ID: r.ID, Error: streams.Clip(err.Error(), 1024)})
 				}
 				continue
 			}
@@ -160,12 +120,12 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 // actionable reports whether action would change r: a replay needs an
 // envelope neither resolved, superseded nor already requeued; a resolve
 // one neither resolved nor superseded; an ack one nobody acknowledged.
-func actionable(action string, r kv.EnvelopeRecord) bool {
+func actionable(action salvagetype.BulkAction, r kv.EnvelopeRecord) bool {
 	final := r.Status == salvagetype.EnvelopeResolved || r.Status == salvagetype.EnvelopeSuperseded
 	switch action {
-	case BulkReplay:
+	case salvagetype.BulkReplay:
 		return !final && !r.Requeued
-	case BulkResolve:
+	case salvagetype.BulkResolve:
 		return !final
 	default:
 		return r.AckedBy == ""

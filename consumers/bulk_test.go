@@ -38,18 +38,18 @@ func TestBulkReplayByCategory(t *testing.T) {
 	op := consumers.NewOperator(b.JS, b.stores)
 
 	filter := consumers.EnvelopeFilter{Category: salvagetype.CategoryExternalSystemDown}
-	dry, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: consumers.BulkReplay, Filter: filter, By: "ops", DryRun: true})
+	dry, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops", DryRun: true})
 	if err != nil || dry.Matched != 20 || dry.Acted != 20 || len(dry.IDs) != 20 {
 		t.Fatalf("dry run %+v, %v; want 20 matched and listed", dry, err)
 	}
 	if n := b.streamMsgs(t, streams.Chunks); n != 0 {
 		t.Fatalf("a dry run published %d chunks", n)
 	}
-	res, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: consumers.BulkReplay, Filter: filter, By: "ops"})
+	res, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops"})
 	if err != nil || res.Acted != 20 || res.Unchanged != 0 || len(res.Failed) != 0 {
 		t.Fatalf("bulk replay %+v, %v", res, err)
 	}
-	again, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: consumers.BulkReplay, Filter: filter, By: "ops"})
+	again, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops"})
 	if err != nil || again.Acted != 0 || again.Unchanged != 20 {
 		t.Fatalf("second bulk replay %+v, %v; want every replay found in flight", again, err)
 	}

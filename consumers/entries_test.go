@@ -6,13 +6,12 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestEnvelopeListsAreBounded: a chunk of 2,500 calls, 1,200 of them
 // reversible effects and 1,100 unknown, gets envelope lists of at most
-// recovery.EnvelopeEntriesMax keys each — the newest, pending
+// salvagetype.EnvelopeEntriesMax keys each — the newest, pending
 // compensations newest first — and a count of the rest; the lists
 // recovery compensates from stay whole.
 func TestEnvelopeListsAreBounded(t *testing.T) {
@@ -39,7 +38,7 @@ func TestEnvelopeListsAreBounded(t *testing.T) {
 		t.Fatalf("pending compensations run %s … %s; want newest first", pending[0], pending[1199])
 	}
 	c, i, p, dropped := envelopeEntries(completed, inFlight, pending)
-	limit := recovery.EnvelopeEntriesMax
+	limit := salvagetype.EnvelopeEntriesMax
 	if len(c) != limit || len(i) != limit || len(p) != limit || dropped != 200+100+200 {
 		t.Fatalf("bounded lists: %d, %d, %d, %d dropped; want %d each, 500 dropped", len(c), len(i), len(p), dropped, limit)
 	}

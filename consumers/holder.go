@@ -33,16 +33,16 @@ const (
 	// holdAckWait is the hold consumers' AckWait: a holder that dies
 	// while releasing a chunk leaves it to be released again.
 	holdAckWait = 30 * time.Second
-	// RampStart is the rate, in chunks a second, at which one holder
+	// ReleaseRampStart is the rate, in chunks a second, at which one holder
 	// process returns a system's held chunks once its breaker closed;
-	// it doubles every RampDouble the breaker stays closed. A system that
+	// it doubles every ReleaseRampDouble the breaker stays closed. A system that
 	// just came back gets its backlog gradually instead of all at once.
-	RampStart  = 4.0
-	RampDouble = 2 * time.Second
+	ReleaseRampStart  = 4.0
+	ReleaseRampDouble = 2 * time.Second
 	// rampEnd is how long after the close the rate stops mattering: by
-	// then it is past what one pass releases (RampStart doubled ten
+	// then it is past what one pass releases (ReleaseRampStart doubled ten
 	// times is ~4,000 a second).
-	rampEnd = 10 * RampDouble
+	rampEnd = 10 * ReleaseRampDouble
 	// pauseSlack is how far past its breaker's cool-down a hold consumer
 	// is paused; the holder resumes it explicitly when the breaker closes
 	// and pauses it again should the breaker stay open longer.
@@ -94,7 +94,7 @@ type holder struct {
 }
 
 // ramp paces one system's release after its breaker closed at from:
-// allowance accrues at RampStart a second, doubling every RampDouble.
+// allowance accrues at ReleaseRampStart a second, doubling every ReleaseRampDouble.
 type ramp struct {
 	from      time.Time
 	last      time.Time
@@ -103,7 +103,7 @@ type ramp struct {
 
 // rampRate is the release rate, in chunks a second, since after a close.
 func rampRate(since time.Duration) float64 {
-	return RampStart * math.Exp2(float64(since)/float64(RampDouble))
+	return ReleaseRampStart * math.Exp2(float64(since)/float64(ReleaseRampDouble))
 }
 
 // budget returns how many chunks may be released now, at least one the

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -78,7 +79,7 @@ func (d *DeadLetterer) SweepIntake(ctx context.Context) (int, error) {
 // perr, the subject's own fault, else its pipeline was never run.
 func intakeRejection(subject string, perr error, pipeline string) *rejectError {
 	switch {
-	case errors.Is(perr, streams.ErrBadToken):
+	case errors.Is(perr, salvagetype.ErrInvalidToken):
 		return &rejectError{streams.RejectBadToken, perr}
 	case perr != nil:
 		return &rejectError{streams.RejectBadSubject, perr}

@@ -172,14 +172,14 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	if l.FailedAgent == "" && l.FailedTool == "" && l.FailedCall == "" {
 		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
 	}
-	env := recovery.Envelope{
+	env := salvagetype.Envelope{
 		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
 		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
 		Error: streams.Clip(l.Err, streams.ErrorTextMax), ErrorClass: f.Class.String(), FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
 		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
 		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending, EntriesDropped: dropped,
-		Checkpoint: recovery.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
-		Original:   recovery.Original{Stream: streams.ChunksStream(l.Chunk.Partition), Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
+		Checkpoint: salvagetype.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
+		Original:   salvagetype.OriginalMessage{Stream: streams.ChunksStream(l.Chunk.Partition), Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
 		CreatedAt:  time.Now().UTC(),
 	}
 	ack, err := publishEnvelope(ctx, d.js, d.stores, env)
@@ -327,7 +327,7 @@ func (d letterer) dropStale(ctx context.Context, l letter, cp kv.Checkpoint) err
 // its id as Nats-Msg-Id, so publishing it again is deduplicated. The
 // caller writes the record last: a record never exists without its body,
 // from which an envelope whose DLQ message is gone is restored.
-func publishEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, env recovery.Envelope) (*jetstream.PubAck, error) {
+func publishEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, env salvagetype.Envelope) (*jetstream.PubAck, error) {
 	data, err := json.Marshal(env)
 	if err != nil {
 		return nil, err
@@ -340,7 +340,7 @@ func publishEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores,
 
 // publishEnvelopeMsg publishes the envelope env, encoded as data, to
 // SALVAGE_DLQ under msgID.
-func publishEnvelopeMsg(ctx context.Context, js jetstream.JetStream, env recovery.Envelope, data []byte, msgID string) (*jetstream.PubAck, error) {
+func publishEnvelopeMsg(ctx context.Context, js jetstream.JetStream, env salvagetype.Envelope, data []byte, msgID string) (*jetstream.PubAck, error) {
 	h := nats.Header{}
 	h.Set(streams.HeaderMsgID, msgID)
 	h.Set(streams.HeaderEnvelope, env.ID)
@@ -385,18 +385,18 @@ func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending 
 }
 
 // envelopeEntries bounds journalEntries' lists for an envelope: each
-// keeps its newest recovery.EnvelopeEntriesMax keys (completed and
+// keeps its newest salvagetype.EnvelopeEntriesMax keys (completed and
 // in-flight are oldest first, pending newest first); dropped counts the
 // rest. Recovery reads the whole journal, never these lists.
 func envelopeEntries(completed, inFlight, pending []string) (c, i, p []string, dropped int) {
 	newest := func(keys []string, newestFirst bool) []string {
-		n := len(keys) - recovery.EnvelopeEntriesMax
+		n := len(keys) - salvagetype.EnvelopeEntriesMax
 		switch {
 		case n <= 0:
 			return keys
 		case newestFirst:
 			dropped += n
-			return keys[:recovery.EnvelopeEntriesMax]
+			return keys[:salvagetype.EnvelopeEntriesMax]
 		default:
 			dropped += n
 			return keys[n:]

@@ -16,7 +16,7 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// Rate limits (issue 36). A limit declared on a key (kv.Limit) is shared
+// Rate limits (issue 36). A limit declared on a key (salvagetype.Limit) is shared
 // by every process that calls the key: each leases a share of it from the
 // key's record in salvage_limits by CAS, renews the lease while it calls
 // the key, and spends its share locally, so a request costs no round
@@ -56,7 +56,7 @@ type limiter struct {
 	declared atomic.Int32
 
 	mu    sync.Mutex
-	specs map[string]kv.Limit
+	specs map[string]salvagetype.Limit
 	keys  map[string]*limitKey
 	// changed is closed, and replaced, when a share, a pause or what is
 	// in flight changes: waiters look again.
@@ -72,7 +72,7 @@ type limiter struct {
 
 // limitKey is one key's share in this process and the budget left of it.
 type limitKey struct {
-	spec  kv.Limit
+	spec  salvagetype.Limit
 	share kv.LimitShare
 	// requests and tokens are the local buckets, refilled at the share's
 	// rates up to limitBurst of them; tokens may go below zero (a request
@@ -126,7 +126,7 @@ func (k *limitKey) tokenRate() float64 {
 func newLimiter(js jetstream.JetStream, limits *kv.Limits, id string, log zerolog.Logger) *limiter {
 	return &limiter{
 		js: js, limits: limits, id: id, log: log.With().Str("part", "limits").Logger(), now: time.Now,
-		specs: map[string]kv.Limit{}, keys: map[string]*limitKey{},
+		specs: map[string]salvagetype.Limit{}, keys: map[string]*limitKey{},
 		changed: make(chan struct{}), wake: make(chan struct{}, 1), ready: make(chan struct{}),
 	}
 }
@@ -138,7 +138,7 @@ func (l *limiter) run(ctx context.Context) {
 		// A deployment provisioned before salvage_limits: no limit can
 		// be declared, none is waited for.
 		l.readyOnce.Do(func() { close(l.ready) })
-		l.log.Warn().Err(kv.ErrNoLimits).Msg("rate limits are off")
+		l.log.Warn().Err(kv.ErrLimitsNotProvisioned).Msg("rate limits are off")
 		<-ctx.Done()
 		return
 	}
@@ -209,7 +209,7 @@ func (l *limiter) nudge() {
 // against: its system's, its own and its tenant's calls. Lock held.
 func (l *limiter) keysOf(tool *recovery.Tool, tenant string) []*limitKey {
 	var out []*limitKey
-	for _, key := range []string{kv.LimitKey(salvagetype.LimitSystem, tool.System), kv.LimitKey(salvagetype.LimitTool, tool.Name), kv.LimitKey(salvagetype.LimitTenant, tenant)} {
+	for _, key := range []string{salvagetype.LimitKey(salvagetype.LimitSystem, tool.System), salvagetype.LimitKey(salvagetype.LimitTool, tool.Name), salvagetype.LimitKey(salvagetype.LimitTenant, tenant)} {
 		// A tool without a System, or a job without a tenant, makes a key
 		// ending in ".", which no declared limit can be (its name must
 		// be a token).
@@ -224,7 +224,7 @@ func (l *limiter) keysOf(tool *recovery.Tool, tenant string) []*limitKey {
 
 // key returns the local state of a declared key, made on first use. Lock
 // held.
-func (l *limiter) key(key string, spec kv.Limit) *limitKey {
+func (l *limiter) key(key string, spec salvagetype.Limit) *limitKey {
 	k := l.keys[key]
 	if k == nil {
 		k = &limitKey{spec: spec}
@@ -234,15 +234,24 @@ func (l *limiter) key(key string, spec kv.Limit) *limitKey {
 }
 
 // Acquire implements the limiter a recovery.Turn asks.
-func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64, maxWait time.Duration) (func(recovery.Spent, error), error) {
+func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64, maxWait time.Duration) (func(recovery.Spent, error), time.Duration, error) {
 	if l.declared.Load() == 0 {
-		return func(recovery.Spent, error) {}, nil
+		return func(recovery.Spent, error) {}, 0, nil
 	}
 	l.mu.Lock()
 	keys := l.keysOf(tool, recovery.TenantOf(ctx))
 	if len(keys) == 0 {
 		l.mu.Unlock()
-		return func(recovery.Spent, error) {}, nil
+		return func(recovery.Spent, error) {}, 0, nil
+	}
+	// waitedSince is when the request first found no budget; the time
+	// before (the lock, the key lookup) is not a wait for the limit.
+	var waitedSince time.Time
+	waited := func() time.Duration {
+		if waitedSince.IsZero() {
+			return 0
+		}
+		return time.Since(waitedSince)
 	}
 	for {
 		now := l.now()
@@ -258,7 +267,7 @@ func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64
 			}
 			l.mu.Unlock()
 			var once sync.Once
-			return func(spent recovery.Spent, err error) { once.Do(func() { l.done(keys, tokens, spent, err) }) }, nil
+			return func(spent recovery.Spent, err error) { once.Do(func() { l.done(keys, tokens, spent, err) }) }, waited(), nil
 		}
 		for _, k := range keys {
 			k.waiting++
@@ -269,10 +278,13 @@ func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64
 				k.waiting--
 			}
 			l.mu.Unlock()
-			return nil, recovery.RateLimited(wait, fmt.Errorf("%s: its rate limit has no budget for %s, past the fallback bound %s", tool.Name, wait.Round(time.Millisecond), maxWait))
+			return nil, waited(), recovery.RateLimited(wait, fmt.Errorf("%s: its rate limit has no budget for %s, past the fallback bound %s", tool.Name, wait.Round(time.Millisecond), maxWait))
 		}
 		changed := l.changed
 		l.mu.Unlock()
+		if waitedSince.IsZero() {
+			waitedSince = time.Now()
+		}
 		if renew {
 			l.nudge()
 		}
@@ -289,7 +301,7 @@ func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64
 		}
 		if err := ctx.Err(); err != nil {
 			l.mu.Unlock()
-			return nil, context.Cause(ctx)
+			return nil, waited(), context.Cause(ctx)
 		}
 	}
 }
@@ -416,7 +428,7 @@ func (l *limiter) renew(ctx context.Context) {
 	l.mu.Unlock()
 	for _, j := range jobs {
 		var mine, fair kv.LimitShare
-		var spec kv.Limit
+		var spec salvagetype.Limit
 		l.mu.Lock()
 		if k := l.keys[j.key]; k != nil {
 			spec = k.spec

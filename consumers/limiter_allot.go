@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // allot is what process me takes of spec at now, given the unexpired
@@ -14,7 +15,7 @@ import (
 // the others' shares leave free. It returns the share to record, whose
 // calls and chunks in flight are at least what the process has open
 // (used), and the fair part, up to which it may open more.
-func allot(spec kv.Limit, sh *kv.LimitShares, me string, wants bool, now time.Time, used kv.LimitShare) (record, fair kv.LimitShare) {
+func allot(spec salvagetype.Limit, sh *kv.LimitShares, me string, wants bool, now time.Time, used kv.LimitShare) (record, fair kv.LimitShare) {
 	held := sh.Shares[me]
 	// rank is how many wanting processes sort before me: a count's
 	// remainder goes to the first of them, so that equal parts of 3

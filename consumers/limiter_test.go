@@ -8,6 +8,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -17,7 +18,7 @@ import (
 // no more does not grow; an expired share is free.
 func TestAllotNeverPassesTheLimit(t *testing.T) {
 	now := time.Now()
-	spec := kv.Limit{Key: "tenant.p", RequestsPerMinute: 600, TokensPerMinute: 200_000, InFlight: 10, Chunks: 9}
+	spec := salvagetype.Limit{Key: "tenant.p", RequestsPerMinute: 600, TokensPerMinute: 200_000, InFlight: 10, Chunks: 9}
 	sh := &kv.LimitShares{Shares: map[string]kv.LimitShare{}}
 	sum := func() (rpm, tpm float64, in int) {
 		chunks := 0
@@ -78,7 +79,7 @@ func TestAllotNeverPassesTheLimit(t *testing.T) {
 func TestLimiterHoldsAKeyForWhatItIsTold(t *testing.T) {
 	now := time.Now()
 	l := &limiter{now: func() time.Time { return now }, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
-	k := &limitKey{spec: kv.Limit{Key: "system.p", RequestsPerMinute: 600},
+	k := &limitKey{spec: salvagetype.Limit{Key: "system.p", RequestsPerMinute: 600},
 		share: kv.LimitShare{RequestsPerMinute: 600, Expires: now.Add(time.Hour)}, requests: 1, refilled: now, holders: 1}
 	keys := []*limitKey{k}
 	k.take(now, 0)
@@ -125,7 +126,7 @@ func TestTenantOf(t *testing.T) {
 	} {
 		got, err := tenantOf(tc.msg, tc.from)
 		if tc.fails {
-			if !errors.Is(err, streams.ErrBadToken) {
+			if !errors.Is(err, salvagetype.ErrInvalidToken) {
 				t.Errorf("tenantOf(%+v, %q) = %q, %v; want ErrBadToken", tc.msg, tc.from, got, err)
 			}
 			continue
@@ -144,7 +145,7 @@ func TestTenantOf(t *testing.T) {
 // 1 (the remainder to the first id).
 func TestAShrinkingShareKeepsWhatIsInUse(t *testing.T) {
 	now := time.Now()
-	spec := kv.Limit{Key: "tenant.a", Chunks: 3}
+	spec := salvagetype.Limit{Key: "tenant.a", Chunks: 3}
 	sh := &kv.LimitShares{Shares: map[string]kv.LimitShare{}}
 	sum := func() int {
 		n := 0
@@ -188,7 +189,7 @@ func TestSharesNeverPassTheCapInAnyOrder(t *testing.T) {
 	now := time.Now()
 	r := rand.New(rand.NewPCG(36, 7))
 	for round := range 200 {
-		spec := kv.Limit{Key: "tenant.t", Chunks: 1 + r.IntN(12), InFlight: 1 + r.IntN(12)}
+		spec := salvagetype.Limit{Key: "tenant.t", Chunks: 1 + r.IntN(12), InFlight: 1 + r.IntN(12)}
 		sh := &kv.LimitShares{Shares: map[string]kv.LimitShare{}}
 		fair := map[string]kv.LimitShare{}
 		running := map[string]kv.LimitShare{}

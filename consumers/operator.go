@@ -71,12 +71,13 @@ func (o *Operator) Page(ctx context.Context, f EnvelopeFilter, offset, limit int
 }
 
 // Detail is everything about one envelope: its record, the envelope as
-// published, the chunk's checkpoint and the journal rows of its epoch.
+// published, the chunk's checkpoint and the journal rows of its epoch. It
+// is never encoded: users read salvage.EnvelopeDetail, built from it.
 type Detail struct {
-	Record     kv.EnvelopeRecord `json:"record"`
-	Envelope   recovery.Envelope `json:"envelope"`
-	Checkpoint *kv.Checkpoint    `json:"checkpoint,omitempty"`
-	Journal    []kv.JournalRow   `json:"journal"`
+	Record     kv.EnvelopeRecord
+	Envelope   salvagetype.Envelope
+	Checkpoint *kv.Checkpoint
+	Journal    []kv.JournalRow
 }
 
 // Show returns an envelope's detail, or ErrUnknownEnvelope.
@@ -110,7 +111,7 @@ func (o *Operator) Show(ctx context.Context, id string) (Detail, error) {
 }
 
 func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, error) {
-	if err := streams.ValidateToken("envelope_id", id); err != nil {
+	if err := salvagetype.ValidateToken("envelope_id", id); err != nil {
 		return kv.EnvelopeRecord{}, err
 	}
 	rec, _, err := o.stores.Envelopes.Get(ctx, id)
@@ -125,8 +126,8 @@ func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, er
 // or is not this envelope's (the stream was made again), the body kept
 // beside the record. The orchestrator publishes such an envelope again
 // (restoreLost); until then everything reads it from its body.
-func readEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
-	var env recovery.Envelope
+func readEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord) (salvagetype.Envelope, error) {
+	var env salvagetype.Envelope
 	m, err := getMsg(ctx, js, streams.DLQ, rec.DLQSeq)
 	if err != nil {
 		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)

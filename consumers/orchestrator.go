@@ -203,7 +203,7 @@ func (o *Orchestrator) handle(ctx context.Context, m jetstream.Msg) {
 // giveUp escalates an envelope whose recovery used up its deliveries. An
 // envelope with no record yet is left to the dead-letterer, which writes
 // the record and publishes the envelope again.
-func (o *Orchestrator) giveUp(ctx context.Context, env recovery.Envelope, deliveries uint64, cause error, log zerolog.Logger) outcome {
+func (o *Orchestrator) giveUp(ctx context.Context, env salvagetype.Envelope, deliveries uint64, cause error, log zerolog.Logger) outcome {
 	rec, _, err := o.stores.Envelopes.Get(ctx, env.ID)
 	if errors.Is(err, kv.ErrNotFound) {
 		log.Error().Uint64("deliveries", deliveries).Msg("envelope has no record after every delivery; left to the dead-letterer")
@@ -247,7 +247,7 @@ func (o *Orchestrator) take(ctx context.Context, id string) (kv.EnvelopeRecord, 
 }
 
 // recover runs one step of the envelope's strategy.
-func (o *Orchestrator) recover(ctx context.Context, env recovery.Envelope, log zerolog.Logger) (out outcome, err error) {
+func (o *Orchestrator) recover(ctx context.Context, env salvagetype.Envelope, log zerolog.Logger) (out outcome, err error) {
 	rec, taken, wait, err := o.take(ctx, env.ID)
 	if errors.Is(err, kv.ErrNotFound) {
 		// Published, record not written yet (or its writer died): the
@@ -398,7 +398,7 @@ func abandonNote(rec kv.EnvelopeRecord) string {
 }
 
 // release gives the envelope back for a later step.
-func (o *Orchestrator) release(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, after time.Duration) (outcome, error) {
+func (o *Orchestrator) release(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, after time.Duration) (outcome, error) {
 	_, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Status, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeOpen, "", time.Time{}
 		return nil
@@ -408,7 +408,7 @@ func (o *Orchestrator) release(ctx context.Context, env recovery.Envelope, rec k
 
 // failed counts a failed strategy attempt; past the maximum the next step
 // escalates.
-func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, cause error, log zerolog.Logger) (outcome, error) {
+func (o *Orchestrator) failed(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, cause error, log zerolog.Logger) (outcome, error) {
 	_, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Attempts++
 		r.Status, r.RecoveringBy, r.LeaseUntil = salvagetype.EnvelopeOpen, "", time.Time{}
@@ -420,7 +420,7 @@ func (o *Orchestrator) failed(ctx context.Context, env recovery.Envelope, rec kv
 }
 
 // finish records a final status, and announces an escalation.
-func (o *Orchestrator) finish(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, status salvagetype.EnvelopeStatus, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
+func (o *Orchestrator) finish(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, status salvagetype.EnvelopeStatus, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
 	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(string(status)))
 	rec, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Status, r.RecoveringBy, r.LeaseUntil = status, "", time.Time{}

@@ -24,7 +24,7 @@ import (
 // verification that fails leaves its call unknown and fails the step: it
 // is tried again within the strategy's attempts, then escalated naming the
 // call (invariant 9).
-func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (salvagetype.Category, salvagetype.Strategy, error) {
+func (o *Orchestrator) verify(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (salvagetype.Category, salvagetype.Strategy, error) {
 	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return "", "", err
@@ -72,7 +72,7 @@ func (o *Orchestrator) verify(ctx context.Context, env recovery.Envelope, rec kv
 // inFlight reports whether a side effect of p that the envelope's epoch
 // made has an unknown outcome in the journal as it is now: one verify
 // would settle.
-func (o *Orchestrator) inFlight(ctx context.Context, env recovery.Envelope, p *recovery.Plan) (bool, error) {
+func (o *Orchestrator) inFlight(ctx context.Context, env salvagetype.Envelope, p *recovery.Plan) (bool, error) {
 	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return false, err
@@ -99,7 +99,7 @@ func (o *Orchestrator) failureOf(cp kv.Checkpoint, rec kv.EnvelopeRecord) recove
 // the settlement of its effects: the chunk never runs again, so instead of
 // resuming it, what it did is verified, compensated or escalated as a
 // cancelled chunk's effects are. It returns the new category and strategy.
-func (o *Orchestrator) stopByCancel(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, cp kv.Checkpoint) (kv.EnvelopeRecord, error) {
+func (o *Orchestrator) stopByCancel(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, cp kv.Checkpoint) (kv.EnvelopeRecord, error) {
 	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return rec, err
@@ -118,7 +118,7 @@ func (o *Orchestrator) stopByCancel(ctx context.Context, env recovery.Envelope, 
 // requeue publishes the chunk again so a worker resumes it from its
 // checkpoint (or, after compensation, runs it fresh in a new epoch). The
 // envelope stays recovering until the chunk finishes.
-func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec kv.EnvelopeRecord, freshEpoch bool, log zerolog.Logger) (outcome, error) {
+func (o *Orchestrator) requeue(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, freshEpoch bool, log zerolog.Logger) (outcome, error) {
 	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
 		return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
 	}
@@ -174,7 +174,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env recovery.Envelope, rec k
 // COMPENSATED — and, before the first, the checkpoint Compensated. It
 // stops at the first failure; permanent says the failure will not go away
 // by retrying.
-func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p *recovery.Plan, log zerolog.Logger) (bool, error) {
+func (o *Orchestrator) compensate(ctx context.Context, env salvagetype.Envelope, p *recovery.Plan, log zerolog.Logger) (bool, error) {
 	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return false, err
@@ -254,7 +254,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env recovery.Envelope, p 
 // markCompensated records, before anything of epoch is undone, that the
 // chunk can no longer resume in it. A chunk already in a later epoch is
 // left alone.
-func markCompensated(ctx context.Context, st *kv.Stores, env recovery.Envelope, job string, chunk, epoch int) error {
+func markCompensated(ctx context.Context, st *kv.Stores, env salvagetype.Envelope, job string, chunk, epoch int) error {
 	part, err := envelopePart(ctx, st, env)
 	if err != nil {
 		return err
@@ -273,7 +273,7 @@ func markCompensated(ctx context.Context, st *kv.Stores, env recovery.Envelope, 
 // side effects that took place and were not compensated, and those whose
 // outcome nobody knows (in flight, unverified). An escalation names each
 // of them, so a person sees what is left (invariant 9).
-func (o *Orchestrator) standing(ctx context.Context, env recovery.Envelope) []kv.LeftEffect {
+func (o *Orchestrator) standing(ctx context.Context, env salvagetype.Envelope) []kv.LeftEffect {
 	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
 		return []kv.LeftEffect{{Tool: "journal unreadable: " + err.Error(), Unknown: true}}

@@ -5,14 +5,14 @@ import (
 	"fmt"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
 // envelopePart is the storage of env's chunk: the partition whose chunk
 // stream its original message is from (an envelope without one, written
 // before partitions, is partition 0's).
-func envelopePart(ctx context.Context, st *kv.Stores, env recovery.Envelope) (*kv.Part, error) {
+func envelopePart(ctx context.Context, st *kv.Stores, env salvagetype.Envelope) (*kv.Part, error) {
 	if env.Original.Stream == "" {
 		return st.Part(ctx, 0)
 	}
@@ -24,7 +24,7 @@ func envelopePart(ctx context.Context, st *kv.Stores, env recovery.Envelope) (*k
 }
 
 // epochRows are the journal rows of the chunk epoch env was written in.
-func epochRows(ctx context.Context, st *kv.Stores, env recovery.Envelope) (map[string]kv.StoredRow, error) {
+func epochRows(ctx context.Context, st *kv.Stores, env salvagetype.Envelope) (map[string]kv.StoredRow, error) {
 	part, err := envelopePart(ctx, st, env)
 	if err != nil {
 		return nil, err

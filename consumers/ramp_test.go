@@ -8,7 +8,7 @@ import (
 
 // TestRampReleasesAtItsRate: after a breaker closes, a holder asking for
 // its budget every tick (however often) releases one chunk at once, then
-// what the rate RampStart·2^(t/RampDouble) accrues — never more than the
+// what the rate ReleaseRampStart·2^(t/ReleaseRampDouble) accrues — never more than the
 // integral of the rate plus one tick's worth, never a tick's worth less —
 // and, from rampEnd on, whole batches. The clock is the test's: no real
 // time passes.
@@ -16,8 +16,8 @@ func TestRampReleasesAtItsRate(t *testing.T) {
 	t.Parallel()
 	// integral is how many chunks the rate accrues over [0, d].
 	integral := func(d time.Duration) float64 {
-		k := float64(RampDouble) / float64(time.Second) / math.Ln2
-		return RampStart * k * (math.Exp2(float64(d)/float64(RampDouble)) - 1)
+		k := float64(ReleaseRampDouble) / float64(time.Second) / math.Ln2
+		return ReleaseRampStart * k * (math.Exp2(float64(d)/float64(ReleaseRampDouble)) - 1)
 	}
 	from := time.Unix(1_700_000_000, 0)
 	for _, tick := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {

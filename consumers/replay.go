@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -74,7 +73,7 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 
 // replayEnvelope reads the envelope of rec as published and checks its
 // chunk message can be sent again.
-func (o *Operator) replayEnvelope(ctx context.Context, rec kv.EnvelopeRecord) (recovery.Envelope, error) {
+func (o *Operator) replayEnvelope(ctx context.Context, rec kv.EnvelopeRecord) (salvagetype.Envelope, error) {
 	env, err := readEnvelope(ctx, o.js, o.stores, rec)
 	if err != nil {
 		return env, err
@@ -115,7 +114,7 @@ func (o *Operator) finishReplay(ctx context.Context, rec kv.EnvelopeRecord) erro
 // an id derived from the replay's number, so sending it twice publishes
 // it once. A crash before the checkpoint is repaired by finishReplay, one
 // before the publish by the sweeper's requeueLost.
-func sendReplay(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord, env recovery.Envelope, fresh bool) error {
+func sendReplay(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord, env salvagetype.Envelope, fresh bool) error {
 	part, err := recordPart(ctx, st, rec)
 	if err != nil {
 		return err

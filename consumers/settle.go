@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -82,7 +81,7 @@ func supersede(ctx context.Context, st *kv.Stores, old, id string) error {
 // epoch, under msgID, with link (Salvage-Recovery-Of or Salvage-Replay-Of)
 // naming the envelope: the message of every recovery, replay and repair.
 // It returns the stream's ack (Duplicate when msgID was published before).
-func requeue(ctx context.Context, js jetstream.JetStream, env recovery.Envelope, epoch int, msgID, link string) (*jetstream.PubAck, error) {
+func requeue(ctx context.Context, js jetstream.JetStream, env salvagetype.Envelope, epoch int, msgID, link string) (*jetstream.PubAck, error) {
 	var chunk streams.ChunkMsg
 	if err := json.Unmarshal(env.Original.Data, &chunk); err != nil {
 		return nil, fmt.Errorf("envelope %s: original chunk unreadable: %w", env.ID, err)

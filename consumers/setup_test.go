@@ -365,7 +365,7 @@ func (b *bundle) startWorkerWith(t *testing.T, id string, tune func(*consumers.W
 // lease lapsed): once now, then three times a lease until ctx ends, when
 // it removes the record and closes done.
 func keepRecord(ctx context.Context, stores *kv.Stores, w *consumers.Worker, done chan<- struct{}) {
-	state := kv.WorkerState{ID: w.ID(), Roles: []string{"worker"}, LeaseMS: w.Lease().Milliseconds(), StartedAt: time.Now()}
+	state := kv.WorkerState{Worker: salvagetype.Worker{ID: w.ID(), Roles: []salvagetype.Role{salvagetype.RoleWorker}, LeaseMS: w.Lease().Milliseconds(), StartedAt: time.Now()}}
 	_ = stores.Workers.Beat(ctx, state)
 	go func() {
 		defer close(done)
@@ -428,7 +428,7 @@ func (b *bundle) checkpoint(t *testing.T, job string, chunk int) kv.Checkpoint {
 }
 
 // dlq returns every envelope in SALVAGE_DLQ.
-func (b *bundle) dlq(t *testing.T) []recovery.Envelope {
+func (b *bundle) dlq(t *testing.T) []salvagetype.Envelope {
 	t.Helper()
 	s, err := b.JS.Stream(b.ctx, streams.DLQ)
 	if err != nil {
@@ -438,7 +438,7 @@ func (b *bundle) dlq(t *testing.T) []recovery.Envelope {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []recovery.Envelope
+	var out []salvagetype.Envelope
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(b.ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -447,7 +447,7 @@ func (b *bundle) dlq(t *testing.T) []recovery.Envelope {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var e recovery.Envelope
+		var e salvagetype.Envelope
 		if err := json.Unmarshal(m.Data, &e); err != nil {
 			t.Fatal(err)
 		}

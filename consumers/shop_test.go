@@ -459,7 +459,7 @@ func TestOperator(t *testing.T) {
 	for _, tt := range []struct {
 		id   string
 		want error
-	}{{"01JNOSUCHENVELOPE000000000", consumers.ErrUnknownEnvelope}, {"a.b", streams.ErrBadToken}, {"x>", streams.ErrBadToken}} {
+	}{{"01JNOSUCHENVELOPE000000000", consumers.ErrUnknownEnvelope}, {"a.b", salvagetype.ErrInvalidToken}, {"x>", salvagetype.ErrInvalidToken}} {
 		if _, err := op.Show(b.ctx, tt.id); !errors.Is(err, tt.want) {
 			t.Errorf("show %q: %v, want %v", tt.id, err, tt.want)
 		}

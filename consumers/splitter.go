@@ -374,7 +374,7 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 		return p, reject(streams.RejectOversized, fmt.Errorf("payload is %d bytes, the limit is %d", len(data), s.cfg.MaxPayload))
 	}
 	name, err := streams.ParseJobSubject(subject)
-	if errors.Is(err, streams.ErrBadToken) {
+	if errors.Is(err, salvagetype.ErrInvalidToken) {
 		return p, reject(streams.RejectBadToken, err)
 	}
 	if err != nil {
@@ -558,7 +558,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 
 // tenantOf is whose job msg is: its tenant, else the string in the
 // metadata field from names, else nobody's (""). A tenant that is no
-// token is an error wrapping streams.ErrBadToken.
+// token is an error wrapping salvagetype.ErrInvalidToken.
 func tenantOf(msg streams.JobMsg, from string) (string, error) {
 	t := msg.Tenant
 	if t == "" && from != "" {
@@ -567,11 +567,11 @@ func tenantOf(msg streams.JobMsg, from string) (string, error) {
 			return "", nil
 		}
 		if t, ok = v.(string); !ok {
-			return "", fmt.Errorf("%w: metadata %q names the tenant and must be a string, not %T", streams.ErrBadToken, from, v)
+			return "", fmt.Errorf("%w: metadata %q names the tenant and must be a string, not %T", salvagetype.ErrInvalidToken, from, v)
 		}
 	}
 	if t == "" {
 		return "", nil
 	}
-	return t, streams.ValidateToken("tenant", t)
+	return t, salvagetype.ValidateToken("tenant", t)
 }

@@ -39,7 +39,7 @@ func (l *limiter) acquireChunk(ctx context.Context, tenant string, stop <-chan s
 	if tenant == "" || l.declared.Load() == 0 {
 		return none, nil
 	}
-	key := kv.LimitKey(salvagetype.LimitTenant, tenant)
+	key := salvagetype.LimitKey(salvagetype.LimitTenant, tenant)
 	told := false
 	l.mu.Lock()
 	for {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -137,10 +136,10 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Status: salvagetype.JobRunning, Chunks: 1}); err != nil {
 		t.Fatal(err)
 	}
-	env := recovery.Envelope{ID: "01JOLDENVELOPE0000000000EN", Job: job, Chunk: 1, Pipeline: "test",
+	env := salvagetype.Envelope{ID: "01JOLDENVELOPE0000000000EN", Job: job, Chunk: 1, Pipeline: "test",
 		Category: salvagetype.CategoryUnrecoverable, Strategy: salvagetype.StrategyDeadEnd, CreatedAt: time.Now().UTC(),
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
-		Original: recovery.Original{Stream: streams.Chunks, Subject: streams.ChunkSubject(0, "test", job, 1), Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"test"}`)}}
+		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Subject: streams.ChunkSubject(0, "test", job, 1), Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"test"}`)}}
 	data, _ := json.Marshal(env)
 	ack, err := b.JS.Publish(b.ctx, "salvage.dlq."+string(env.Category)+"."+job+".1", data)
 	if err != nil {

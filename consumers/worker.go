@@ -16,6 +16,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -88,7 +89,7 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.ID == "" {
 		c.ID = processID()
 	}
-	if err := streams.ValidateToken("worker id", c.ID); err != nil {
+	if err := salvagetype.ValidateToken("worker id", c.ID); err != nil {
 		return fmt.Errorf("%w: WorkerConfig.ID: %w", errInvalidConfig, err)
 	}
 	if c.Concurrency <= 0 {

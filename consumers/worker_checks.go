@@ -101,10 +101,10 @@ func countRedeliveries(cp *kv.Checkpoint, meta *jetstream.MsgMetadata) {
 // Salvage-Recovery-Of header.
 func (r *run) linkedEnvelope() (id string, byHand bool) {
 	h := r.m.Headers()
-	if id := h.Get(streams.HeaderReplayOf); streams.ValidateToken("envelope", id) == nil {
+	if id := h.Get(streams.HeaderReplayOf); salvagetype.ValidateToken("envelope", id) == nil {
 		return id, true
 	}
-	if id := h.Get(streams.HeaderRecoveryOf); streams.ValidateToken("envelope", id) == nil {
+	if id := h.Get(streams.HeaderRecoveryOf); salvagetype.ValidateToken("envelope", id) == nil {
 		return id, false
 	}
 	return "", false

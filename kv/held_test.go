@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestClaimsAreListedByHolder: a holder's claims are found by one listing
@@ -90,7 +91,7 @@ func TestProcessLeaseLapses(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := t.Context()
-	if err := st.Workers.Beat(ctx, kv.WorkerState{ID: "p1", LeaseMS: 4000}); err != nil {
+	if err := st.Workers.Beat(ctx, kv.WorkerState{Worker: salvagetype.Worker{ID: "p1", LeaseMS: 4000}}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := st.Workers.Get(ctx, "p1")
@@ -107,7 +108,7 @@ func TestProcessLeaseLapses(t *testing.T) {
 	if err != nil || len(ws) != 1 || !ws[0].Written.Equal(w.Written) {
 		t.Errorf("list = %+v (%v); want p1 with the server's stamp", ws, err)
 	}
-	if old := (kv.WorkerState{ID: "old", Written: w.Written}); old.Lapsed(w.Written.Add(time.Hour)) {
+	if old := (kv.WorkerState{Worker: salvagetype.Worker{ID: "old"}, Written: w.Written}); old.Lapsed(w.Written.Add(time.Hour)) {
 		t.Error("a record without a lease (an older version's) lapsed")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -50,7 +51,7 @@ func (s *Jobs) Page(ctx context.Context, offset, limit int) (jobPage, error) {
 // TenantPage is Page over the jobs of tenant only, from its own index: a
 // job is listed when its record names the entry (and so the tenant).
 func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int) (jobPage, error) {
-	if err := streams.ValidateToken("tenant", tenant); err != nil {
+	if err := salvagetype.ValidateToken("tenant", tenant); err != nil {
 		return jobPage{}, err
 	}
 	return s.page(ctx, streams.IndexTenantJobs(tenant), func(j Job) uint64 {

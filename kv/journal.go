@@ -76,7 +76,7 @@ type JournalRow struct {
 	// History holds the earlier outcomes of this call that a later run
 	// replaced (a failure before a replay or a resume), oldest first, at
 	// most HistoryMax of them: a replay never erases why a call failed.
-	History []PastAttempt `json:"history,omitempty"`
+	History []salvagetype.CallAttempt `json:"history,omitempty"`
 	// HistoryDropped counts earlier outcomes beyond HistoryMax.
 	HistoryDropped int `json:"history_dropped,omitempty"`
 	// RetentionRewrite marks a row retention wrote again to give it a
@@ -88,18 +88,6 @@ type JournalRow struct {
 // historyMax bounds JournalRow.History.
 const historyMax = 8
 
-// PastAttempt is an earlier outcome of a call, kept when a later run of
-// the same call replaced its row.
-type PastAttempt struct {
-	Status      salvagetype.CallStatus `json:"status"`
-	Error       string                 `json:"error,omitempty"`
-	ErrorClass  string                 `json:"error_class,omitempty"`
-	ErrorStatus int                    `json:"error_status,omitempty"`
-	Attempts    int                    `json:"attempts"`
-	StartedAt   time.Time              `json:"started_at"`
-	FinishedAt  time.Time              `json:"finished_at,omitzero"`
-}
-
 // CarryHistory makes row, about to replace prev under the same key,
 // remember prev's outcome when it was not a success.
 func (row *JournalRow) CarryHistory(prev JournalRow) {
@@ -107,7 +95,7 @@ func (row *JournalRow) CarryHistory(prev JournalRow) {
 	if prev.Status == salvagetype.CallSucceeded || prev.Status == salvagetype.CallCompensated || prev.Status == "" {
 		return
 	}
-	row.History = append(slices.Clone(row.History), PastAttempt{
+	row.History = append(slices.Clone(row.History), salvagetype.CallAttempt{
 		Status: prev.Status, Error: prev.Error, ErrorClass: prev.ErrorClass, ErrorStatus: prev.ErrorStatus,
 		Attempts: prev.Attempts, StartedAt: prev.StartedAt, FinishedAt: prev.FinishedAt,
 	})

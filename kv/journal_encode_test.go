@@ -30,7 +30,7 @@ func TestEncodeRowIsJSONMarshal(t *testing.T) {
 		Error:       "earlier: 503", ErrorClass: "transient", ErrorStatus: 503, RetryableAfterCompensation: true, Verified: true,
 		Usage: &Usage{Model: "m", PromptTokens: 120, CompletionTokens: 3}, Orphan: true, TraceID: "0af7651916cd43dd8448eb211c80319c",
 		StartedAt: now, FinishedAt: now.Add(time.Millisecond), HistoryDropped: 2, RetentionRewrite: true,
-		History: []PastAttempt{{Status: salvagetype.CallFailed, Error: "boom", Attempts: 4, StartedAt: now}},
+		History: []salvagetype.CallAttempt{{Status: salvagetype.CallFailed, Error: "boom", Attempts: 4, StartedAt: now}},
 	}
 	rows := map[string]JournalRow{
 		"zero":            {},
@@ -117,7 +117,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 			row.Fingerprint = &Fingerprint{System: str(), Reversible: r.IntN(2) == 0}
 		}
 		if r.IntN(8) == 0 {
-			row.History = []PastAttempt{{Status: salvagetype.CallStatus(str()), Error: str(), StartedAt: row.StartedAt}}
+			row.History = []salvagetype.CallAttempt{{Status: salvagetype.CallStatus(str()), Error: str(), StartedAt: row.StartedAt}}
 		}
 		got, err := encodeRow(&row)
 		if err != nil {

@@ -20,59 +20,10 @@ import (
 const BucketLimits = "salvage_limits"
 
 var (
-	// ErrBadLimit is wrapped by the error of a limit that cannot be
-	// stored.
-	ErrBadLimit = errors.New("kv: invalid limit")
-	// ErrNoLimits is returned by the methods of a nil *Limits: the
+	// ErrLimitsNotProvisioned is returned by the methods of a nil *Limits: the
 	// deployment was provisioned before salvage_limits existed.
-	ErrNoLimits = errors.New("kv: " + BucketLimits + " is not provisioned: run salvage provision (or start a process allowed to provision)")
+	ErrLimitsNotProvisioned = errors.New("kv: " + BucketLimits + " is not provisioned: run salvage provision (or start a process allowed to provision)")
 )
-
-// Limit caps the calls made to one key by every process together.
-type Limit struct {
-	// Key is <kind>.<name>: system.<system>, tool.<tool> or
-	// tenant.<tenant>.
-	Key string `json:"key"`
-	// RequestsPerMinute and TokensPerMinute bound what the fleet sends
-	// in any minute; InFlight the calls it has open at once. 0 is no
-	// bound.
-	RequestsPerMinute int   `json:"requests_per_minute,omitempty"`
-	TokensPerMinute   int64 `json:"tokens_per_minute,omitempty"`
-	InFlight          int   `json:"in_flight,omitempty"`
-	// Chunks bounds a tenant's chunks running at once across the fleet
-	// (tenant keys only): a chunk past it waits, its worker's slot free
-	// for other tenants' chunks. 0 is no bound.
-	Chunks int       `json:"chunks,omitempty"`
-	SetBy  string    `json:"set_by,omitempty"`
-	SetAt  time.Time `json:"set_at,omitzero"`
-}
-
-// LimitKey is the key of a limit of kind on name.
-func LimitKey(kind salvagetype.LimitKind, name string) string { return string(kind) + "." + name }
-
-// Validate reports a limit that cannot be stored: a key that is not
-// <kind>.<name> with a known kind and a name fit for a subject token, a
-// negative bound, or no bound at all.
-func (l Limit) Validate() error {
-	k, name, ok := strings.Cut(l.Key, ".")
-	kind := salvagetype.LimitKind(k)
-	if !ok || (kind != salvagetype.LimitSystem && kind != salvagetype.LimitTool && kind != salvagetype.LimitTenant) {
-		return fmt.Errorf("%w: key %q: want %s.<name>, %s.<name> or %s.<name>", ErrBadLimit, l.Key, salvagetype.LimitSystem, salvagetype.LimitTool, salvagetype.LimitTenant)
-	}
-	if err := streams.ValidateToken("limit name", name); err != nil {
-		return fmt.Errorf("%w: key %q: %w", ErrBadLimit, l.Key, err)
-	}
-	if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.InFlight < 0 || l.Chunks < 0 {
-		return fmt.Errorf("%w: %s: bounds must not be negative", ErrBadLimit, l.Key)
-	}
-	if l.Chunks > 0 && kind != salvagetype.LimitTenant {
-		return fmt.Errorf("%w: %s: chunks in flight bound a tenant's work only (%s.<name>)", ErrBadLimit, l.Key, salvagetype.LimitTenant)
-	}
-	if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.InFlight == 0 && l.Chunks == 0 {
-		return fmt.Errorf("%w: %s: no bound (requests or tokens per minute, calls or chunks in flight)", ErrBadLimit, l.Key)
-	}
-	return nil
-}
 
 // LimitShares is the value of share.<key>: what each process holds of
 // the key's limit until its lease expires, and a pause every process
@@ -120,9 +71,9 @@ const (
 )
 
 // Set stores l (Validate first), by whom.
-func (s *Limits) Set(ctx context.Context, l Limit, by string) (Limit, error) {
+func (s *Limits) Set(ctx context.Context, l salvagetype.Limit, by string) (salvagetype.Limit, error) {
 	if s == nil {
-		return l, ErrNoLimits
+		return l, ErrLimitsNotProvisioned
 	}
 	if err := l.Validate(); err != nil {
 		return l, err
@@ -145,7 +96,7 @@ func (s *Limits) Set(ctx context.Context, l Limit, by string) (Limit, error) {
 // is declared.
 func (s *Limits) Remove(ctx context.Context, key string) error {
 	if s == nil {
-		return ErrNoLimits
+		return ErrLimitsNotProvisioned
 	}
 	if _, _, err := s.Get(ctx, key); err != nil {
 		return err
@@ -161,21 +112,21 @@ func (s *Limits) Remove(ctx context.Context, key string) error {
 
 // Get returns the limit of key (ErrNotFound when none is declared) and
 // its revision.
-func (s *Limits) Get(ctx context.Context, key string) (Limit, uint64, error) {
+func (s *Limits) Get(ctx context.Context, key string) (salvagetype.Limit, uint64, error) {
 	if s == nil {
-		return Limit{}, 0, ErrNoLimits
+		return salvagetype.Limit{}, 0, ErrLimitsNotProvisioned
 	}
-	return getJSON[Limit](ctx, s.b, limitSpecPrefix+key)
+	return getJSON[salvagetype.Limit](ctx, s.b, limitSpecPrefix+key)
 }
 
 // List returns every declared limit, in one multi-last direct get.
-func (s *Limits) List(ctx context.Context) ([]Limit, error) {
+func (s *Limits) List(ctx context.Context) ([]salvagetype.Limit, error) {
 	if s == nil {
-		return nil, ErrNoLimits
+		return nil, ErrLimitsNotProvisioned
 	}
-	var out []Limit
+	var out []salvagetype.Limit
 	err := lastValues(ctx, s.js, BucketLimits, limitSpecPrefix+">", func(_ string, value []byte, _ uint64) error {
-		var l Limit
+		var l salvagetype.Limit
 		if err := json.Unmarshal(value, &l); err != nil {
 			return fmt.Errorf("kv: decode limit: %w", err)
 		}
@@ -189,7 +140,7 @@ func (s *Limits) List(ctx context.Context) ([]Limit, error) {
 // holds one yet).
 func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, error) {
 	if s == nil {
-		return LimitShares{}, 0, ErrNoLimits
+		return LimitShares{}, 0, ErrLimitsNotProvisioned
 	}
 	return getJSON[LimitShares](ctx, s.b, limitSharePrefix+key)
 }
@@ -198,7 +149,7 @@ func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, e
 // one multi-last direct get (as List reads the limits).
 func (s *Limits) AllShares(ctx context.Context) (map[string]LimitShares, error) {
 	if s == nil {
-		return nil, ErrNoLimits
+		return nil, ErrLimitsNotProvisioned
 	}
 	out := map[string]LimitShares{}
 	err := lastValues(ctx, s.js, BucketLimits, limitSharePrefix+">", func(key string, value []byte, _ uint64) error {
@@ -217,7 +168,7 @@ func (s *Limits) AllShares(ctx context.Context) (map[string]LimitShares, error) 
 // writes nothing.
 func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *LimitShares) error) (LimitShares, error) {
 	if s == nil {
-		return LimitShares{}, ErrNoLimits
+		return LimitShares{}, ErrLimitsNotProvisioned
 	}
 	sh, _, err := mutateJSON(ctx, s.b, limitSharePrefix+key, func(sh *LimitShares, _ bool) error {
 		if sh.Shares == nil {
@@ -237,7 +188,7 @@ func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *Limit
 // with ctx.
 func (s *Limits) WatchSpecs(ctx context.Context) (jetstream.KeyWatcher, error) {
 	if s == nil {
-		return nil, ErrNoLimits
+		return nil, ErrLimitsNotProvisioned
 	}
 	return s.b.Watch(ctx, limitSpecPrefix+">")
 }
@@ -247,8 +198,8 @@ func LimitKeyOf(entryKey string) string { return strings.TrimPrefix(entryKey, li
 
 // DecodeLimit reads a limit from a spec watch entry; ok is false for a
 // deleted key or a value that does not decode.
-func DecodeLimit(e jetstream.KeyValueEntry) (Limit, bool) {
-	var l Limit
+func DecodeLimit(e jetstream.KeyValueEntry) (salvagetype.Limit, bool) {
+	var l salvagetype.Limit
 	if e == nil || e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &l) != nil {
 		return l, false
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestStoresOpenWithoutTheLimitsBucket: a deployment provisioned before
@@ -30,17 +31,17 @@ func TestStoresOpenWithoutTheLimitsBucket(t *testing.T) {
 	if st.Limits != nil {
 		t.Fatalf("a limits store without its bucket")
 	}
-	if _, err := st.Limits.List(ctx); !errors.Is(err, kv.ErrNoLimits) {
-		t.Errorf("listing the limits: %v; want ErrNoLimits", err)
+	if _, err := st.Limits.List(ctx); !errors.Is(err, kv.ErrLimitsNotProvisioned) {
+		t.Errorf("listing the limits: %v; want ErrLimitsNotProvisioned", err)
 	}
-	if _, err := st.Limits.Set(ctx, kv.Limit{Key: "system.crm", RequestsPerMinute: 1}, "ann"); !errors.Is(err, kv.ErrNoLimits) {
-		t.Errorf("setting a limit: %v; want ErrNoLimits", err)
+	if _, err := st.Limits.Set(ctx, salvagetype.Limit{Key: "system.crm", RequestsPerMinute: 1}, "ann"); !errors.Is(err, kv.ErrLimitsNotProvisioned) {
+		t.Errorf("setting a limit: %v; want ErrLimitsNotProvisioned", err)
 	}
 	st, err = kv.Provision(ctx, srv.JS, kv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Limits.Set(ctx, kv.Limit{Key: "system.crm", RequestsPerMinute: 1}, "ann"); err != nil {
+	if _, err := st.Limits.Set(ctx, salvagetype.Limit{Key: "system.crm", RequestsPerMinute: 1}, "ann"); err != nil {
 		t.Errorf("after provisioning again: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -30,30 +31,7 @@ const (
 // WorkerState is the value of a salvage_workers key: what one live process
 // runs.
 type WorkerState struct {
-	ID        string   `json:"id"`
-	Host      string   `json:"host,omitempty"`
-	PID       int      `json:"pid,omitempty"`
-	Roles     []string `json:"roles"`
-	Pipelines []string `json:"pipelines"`
-	// Recovers are the pipelines whose envelopes it recovers (the
-	// recovery role: it has their verify and compensation tools).
-	Recovers []string `json:"recovers,omitempty"`
-	// Concurrency is how many chunks of each pipeline it runs at once;
-	// InFlight how many it runs now.
-	Concurrency int `json:"concurrency,omitempty"`
-	InFlight    int `json:"in_flight"`
-	// Partitions is how many partitions' pools its worker takes chunks
-	// from: partitions 0 to Partitions − 1, as many as the deployment had
-	// when it started.
-	Partitions int       `json:"partitions,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	// LeaseMS is the process's lease: it renews its record three times
-	// a lease, and once a lease has passed since the last write the
-	// process is dead to the others (Lapsed), its claims handed back to
-	// their pools. Zero (a process of an older version): alive while the
-	// record exists.
-	LeaseMS int64 `json:"lease_ms,omitempty"`
+	salvagetype.Worker
 	// Written is when the server stored the record (not stored in it).
 	Written time.Time `json:"-"`
 }

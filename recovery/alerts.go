@@ -21,10 +21,10 @@ const (
 
 // Alert rule defaults (docs/design.md, Defaults).
 const (
-	BurstCountDefault      = 3
-	BurstWindowDefault     = 5 * time.Minute
-	UnresolvedAfterDefault = 30 * time.Minute
-	UnackedAfterDefault    = 15 * time.Minute
+	AlertBurstCountDefault  = 3
+	AlertBurstWindowDefault = 5 * time.Minute
+	AlertUnresolvedDefault  = 30 * time.Minute
+	AlertUnackedDefault     = 15 * time.Minute
 )
 
 // AlertRules are the thresholds; zero fields take the defaults.
@@ -45,16 +45,16 @@ type AlertRules struct {
 // WithDefaults returns r with each zero field set to its default.
 func (r AlertRules) WithDefaults() AlertRules {
 	if r.BurstCount <= 0 {
-		r.BurstCount = BurstCountDefault
+		r.BurstCount = AlertBurstCountDefault
 	}
 	if r.BurstWindow <= 0 {
-		r.BurstWindow = BurstWindowDefault
+		r.BurstWindow = AlertBurstWindowDefault
 	}
 	if r.UnresolvedAfter <= 0 {
-		r.UnresolvedAfter = UnresolvedAfterDefault
+		r.UnresolvedAfter = AlertUnresolvedDefault
 	}
 	if r.UnackedAfter <= 0 {
-		r.UnackedAfter = UnackedAfterDefault
+		r.UnackedAfter = AlertUnackedDefault
 	}
 	if len(r.MoneySystems) == 0 {
 		r.MoneySystems = []string{"payments"}

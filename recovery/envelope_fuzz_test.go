@@ -14,7 +14,7 @@ import (
 // ids, pipeline and chunk are usable as keys and subjects, and survives a
 // round trip, or is refused with ErrBadEnvelope.
 func FuzzDecodeEnvelope(f *testing.F) {
-	good, _ := json.Marshal(recovery.Envelope{ID: "01JENV", Job: "01JJOB", Chunk: 3, Pipeline: "orders", Category: salvagetype.CategoryTransientNetwork})
+	good, _ := json.Marshal(salvagetype.Envelope{ID: "01JENV", Job: "01JJOB", Chunk: 3, Pipeline: "orders", Category: salvagetype.CategoryTransientNetwork})
 	for _, s := range []string{string(good), `{}`, `null`, `{"envelope_id": "e", "job_id": "j", "chunk": 0, "pipeline": "p"}`,
 		`{"envelope_id": "e.x", "job_id": "j", "chunk": 1, "pipeline": "p"}`, `{"envelope_id": "e", "job_id": "rejected", "chunk": 1, "pipeline": "p"}`,
 		`{"envelope_id": "e", "job_id": "j", "chunk": 1, "pipeline": "p", "original": {"data": 5}}`, `{"chunk": 1e99}`} {
@@ -28,8 +28,8 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			}
 			return
 		}
-		if streams.ValidateToken("envelope", env.ID) != nil || streams.ValidateJobID(env.Job) != nil ||
-			streams.ValidateToken("pipeline", env.Pipeline) != nil || env.Chunk < 1 {
+		if salvagetype.ValidateToken("envelope", env.ID) != nil || streams.ValidateJobID(env.Job) != nil ||
+			salvagetype.ValidateToken("pipeline", env.Pipeline) != nil || env.Chunk < 1 {
 			t.Fatalf("accepted %+v", env)
 		}
 		again, err := json.Marshal(env)

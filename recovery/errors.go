@@ -109,12 +109,12 @@ var (
 	// in the same stage failed (see siblingFailedError).
 	errSiblingFailed = errors.New("sibling agent failed")
 	// ErrOutputTooLarge matches a call or agent whose output is past
-	// streams.OutputMax: it can never be journaled, so it fails
+	// streams.MaxOutput: it can never be journaled, so it fails
 	// permanently at once (status 502 for a call: a reply that breaks the
 	// contract, whose effect, if it has one, may stand and is verified).
 	ErrOutputTooLarge = errors.New("output too large to journal")
 	// ErrBadUsage matches a reply whose reported usage is not a count of
-	// tokens (negative, or past streams.UsageTokensMax): a broken reply,
+	// tokens (negative, or past streams.MaxUsageTokens): a broken reply,
 	// failed permanently with status 502.
 	ErrBadUsage = errors.New("usage out of range")
 )

@@ -524,11 +524,11 @@ func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, link bool,
 		if link {
 			maxWait = t.fallbackAfter
 		}
-		start := time.Now()
 		var err error
-		done, err = t.limiter.Acquire(ctx, tool, tokens, maxWait)
+		var w time.Duration
+		done, w, err = t.limiter.Acquire(ctx, tool, tokens, maxWait)
 		if waited != nil {
-			*waited += time.Since(start)
+			*waited += w
 		}
 		if err != nil {
 			return err

@@ -18,8 +18,11 @@ type limiter interface {
 	// process's requests to the key for the wait it names. When maxWait
 	// is above 0 and the wait for budget would pass it, Acquire returns
 	// at once an error of class ClassRateLimited naming the wait (a
-	// fallback chain then takes its next link).
-	Acquire(ctx context.Context, tool *Tool, tokens int64, maxWait time.Duration) (done func(spent Spent, err error), err error)
+	// fallback chain then takes its next link). waited is how long the
+	// request waited for budget: zero when it had budget at once, or no
+	// declared limit counts it (the time taken to find that out is not a
+	// wait for a limit, and a journal row must not say it waited).
+	Acquire(ctx context.Context, tool *Tool, tokens int64, maxWait time.Duration) (done func(spent Spent, err error), waited time.Duration, err error)
 }
 
 // Spent is what one request spent, as its answer says.

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -257,7 +258,7 @@ type Registry struct {
 func NewRegistry(ps ...*Plan) (*Registry, error) {
 	r := &Registry{m: map[string]*Plan{}}
 	for _, p := range ps {
-		if err := streams.ValidateToken("pipeline name", p.Name); err != nil {
+		if err := salvagetype.ValidateToken("pipeline name", p.Name); err != nil {
 			return nil, err
 		}
 		if p.Split == nil || len(p.Stages) == 0 {
@@ -266,7 +267,7 @@ func NewRegistry(ps ...*Plan) (*Registry, error) {
 		for _, st := range p.Stages {
 			for _, a := range st.Agents {
 				// Agent names are journal key tokens.
-				if err := streams.ValidateToken("agent name", a.Name); err != nil {
+				if err := salvagetype.ValidateToken("agent name", a.Name); err != nil {
 					return nil, fmt.Errorf("recovery: pipeline %s stage %s: %w", p.Name, st.Name, err)
 				}
 			}
@@ -310,15 +311,15 @@ func (discardJournal) PutAsync(_ kv.JournalRow, expect uint64) (func(context.Con
 }
 
 // agentOutput encodes what agent returned for its checkpoint: an output
-// that does not encode, or is past streams.OutputMax encoded, fails the
+// that does not encode, or is past streams.MaxOutput encoded, fails the
 // agent permanently — no retry can change it.
 func agentOutput(agent string, out any) (json.RawMessage, error) {
 	data, err := json.Marshal(out)
 	if err != nil {
 		return nil, Permanent(0, fmt.Errorf("agent %s output: %w", agent, err))
 	}
-	if len(data) > streams.OutputMax {
-		return nil, Permanent(0, fmt.Errorf("%w: agent %s returned %d bytes, a checkpoint keeps at most %d", ErrOutputTooLarge, agent, len(data), streams.OutputMax))
+	if len(data) > streams.MaxOutput {
+		return nil, Permanent(0, fmt.Errorf("%w: agent %s returned %d bytes, a checkpoint keeps at most %d", ErrOutputTooLarge, agent, len(data), streams.MaxOutput))
 	}
 	return data, nil
 }

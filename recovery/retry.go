@@ -9,17 +9,17 @@ import (
 // Tier-1 defaults (docs/design.md, Defaults): 3 retries, waits drawn from [0,1s], [0,2s],
 // [0,4s], at most 30s in all.
 const (
-	MaxRetriesDefault = 3
-	BaseDelayDefault  = time.Second
-	MaxDelayDefault   = 4 * time.Second
-	TotalCapDefault   = 30 * time.Second
+	RetriesDefault    = 3
+	RetryBaseDefault  = time.Second
+	RetryMaxDefault   = 4 * time.Second
+	RetryTotalDefault = 30 * time.Second
 )
 
 // RetryPolicy is tier 1: exponential backoff with full jitter inside the
 // worker. The zero value uses the defaults above.
 type RetryPolicy struct {
 	// MaxRetries is how many times a call is retried (attempts = 1 + this).
-	// Zero means MaxRetriesDefault; a negative value means no retries.
+	// Zero means RetriesDefault; a negative value means no retries.
 	MaxRetries int
 	// BaseDelay is the upper bound of the first wait.
 	BaseDelay time.Duration
@@ -34,7 +34,7 @@ type RetryPolicy struct {
 
 // DefaultRetryPolicy returns the documented defaults.
 func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{MaxRetries: MaxRetriesDefault, BaseDelay: BaseDelayDefault, MaxDelay: MaxDelayDefault, TotalCap: TotalCapDefault}
+	return RetryPolicy{MaxRetries: RetriesDefault, BaseDelay: RetryBaseDefault, MaxDelay: RetryMaxDefault, TotalCap: RetryTotalDefault}
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {

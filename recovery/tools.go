@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -156,7 +157,7 @@ func NewTools(ts ...Tool) (*Tools, error) {
 			return nil, fmt.Errorf("%w: %s: system name %q is reserved", ErrInvalidTool, t.Name, t.System)
 		}
 		if t.System != "" {
-			if err := streams.ValidateToken("system", t.System); err != nil {
+			if err := salvagetype.ValidateToken("system", t.System); err != nil {
 				return nil, fmt.Errorf("%w: %s: %w", ErrInvalidTool, t.Name, err)
 			}
 		}

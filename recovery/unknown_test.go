@@ -64,7 +64,7 @@ func (l *lateLedger) tools(t *testing.T) *recovery.Tools {
 			return recovery.ToolResult{}, nil
 		}},
 		recovery.Tool{Name: "big", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-			out, _ := json.Marshal(strings.Repeat("x", streams.OutputMax))
+			out, _ := json.Marshal(strings.Repeat("x", streams.MaxOutput))
 			return recovery.ToolResult{Output: out}, nil
 		}},
 		recovery.Tool{Name: "liar", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
@@ -168,7 +168,7 @@ func TestUnknownStaysUnknown(t *testing.T) {
 	}
 }
 
-// TestRepliesThatCannotBeJournaled: an output past OutputMax and usage
+// TestRepliesThatCannotBeJournaled: an output past MaxOutput and usage
 // that is not a count fail the call permanently at once, by type.
 func TestRepliesThatCannotBeJournaled(t *testing.T) {
 	t.Parallel()
@@ -185,7 +185,7 @@ func TestRepliesThatCannotBeJournaled(t *testing.T) {
 	// A side effect that answered too much may have taken effect: it is
 	// left UNKNOWN for a verify, not FAILED.
 	l.fail = func(int) error { return nil }
-	big := strings.Repeat("x", streams.OutputMax)
+	big := strings.Repeat("x", streams.MaxOutput)
 	tools2, _ := recovery.NewTools(
 		recovery.Tool{Name: "charge", Effect: &recovery.SideEffect{Verify: func(context.Context, string) (recovery.Verification, error) {
 			return recovery.Verification{}, errors.New("down")

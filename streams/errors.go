@@ -3,13 +3,9 @@ package streams
 import "errors"
 
 var (
-	// ErrBadToken is returned when a user-supplied token (pipeline, job
-	// id, envelope id, agent, system) is empty, longer than MaxTokenLen,
-	// has a byte outside [-_=A-Za-z0-9], or is a reserved job id.
-	ErrBadToken = errors.New("bad subject token")
-	// ErrBadJob is returned when a job message cannot be submitted: no
+	// ErrInvalidJob is returned when a job message cannot be submitted: no
 	// input, or a job_id that is not a string.
-	ErrBadJob = errors.New("bad job message")
+	ErrInvalidJob = errors.New("bad job message")
 	// ErrBadSubject is returned when a subject does not have the shape its
 	// stream expects.
 	ErrBadSubject = errors.New("bad subject")

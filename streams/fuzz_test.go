@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -19,14 +20,14 @@ func FuzzValidateToken(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, tok string) {
-		err := streams.ValidateToken("token", tok)
+		err := salvagetype.ValidateToken("token", tok)
 		if err != nil {
-			if !errors.Is(err, streams.ErrBadToken) {
+			if !errors.Is(err, salvagetype.ErrInvalidToken) {
 				t.Fatalf("refused %q with %v, not ErrBadToken", tok, err)
 			}
 			return
 		}
-		if !tokenRE.MatchString(tok) || len(tok) > streams.MaxTokenLen {
+		if !tokenRE.MatchString(tok) || len(tok) > salvagetype.MaxTokenLen {
 			t.Fatalf("accepted %q", tok)
 		}
 		if ref, err := streams.ParseChunkSubject(streams.ChunkSubject(0, tok, tok, 7)); err != nil || ref.Pipeline != tok || ref.Job != tok || ref.Chunk != 7 {
@@ -51,7 +52,7 @@ func FuzzParseSubjects(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, subject string) {
 		if ref, err := streams.ParseChunkSubject(subject); err == nil {
-			if streams.ValidateToken("pipeline", ref.Pipeline) != nil || streams.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
+			if salvagetype.ValidateToken("pipeline", ref.Pipeline) != nil || salvagetype.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
 				t.Fatalf("%q parsed as %+v", subject, ref)
 			}
 			if again := streams.ChunkSubject(0, ref.Pipeline, ref.Job, ref.Chunk); again != subject {
@@ -59,7 +60,7 @@ func FuzzParseSubjects(f *testing.F) {
 			}
 		}
 		if ref, err := streams.ParseHoldSubject(subject); err == nil {
-			if streams.ValidateToken("system", ref.System) != nil || streams.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
+			if salvagetype.ValidateToken("system", ref.System) != nil || salvagetype.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
 				t.Fatalf("%q parsed as %+v", subject, ref)
 			}
 			if again := streams.HoldSubject(ref.System, ref.Job, ref.Chunk); again != subject {

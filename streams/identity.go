@@ -44,16 +44,16 @@ func canonicalJSON(data json.RawMessage) []byte {
 // ValidateBudget refuses a budget that is not a cap: a negative count or
 // cost, a cost that is not a finite number, or either past its bound
 // (budgetTokensMax, budgetCostMax). A nil budget is no cap. Its error
-// wraps ErrBadJob and names the field.
+// wraps ErrInvalidJob and names the field.
 func ValidateBudget(b *JobBudget) error {
 	if b == nil {
 		return nil
 	}
 	if b.Tokens < 0 || b.Tokens > budgetTokensMax {
-		return fmt.Errorf("%w: budget tokens %d: want 0 (no cap) to %d", ErrBadJob, b.Tokens, int64(budgetTokensMax))
+		return fmt.Errorf("%w: budget tokens %d: want 0 (no cap) to %d", ErrInvalidJob, b.Tokens, int64(budgetTokensMax))
 	}
 	if math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0) || b.Cost < 0 || b.Cost > budgetCostMax {
-		return fmt.Errorf("%w: budget cost %v: want a number from 0 (no cap) to %d", ErrBadJob, b.Cost, int64(budgetCostMax))
+		return fmt.Errorf("%w: budget cost %v: want a number from 0 (no cap) to %d", ErrInvalidJob, b.Cost, int64(budgetCostMax))
 	}
 	return nil
 }

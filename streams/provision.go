@@ -317,7 +317,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 // delivered to the pools; a process still running on them finds them
 // gone and takes nothing more). Repeat-safe, from any number of processes at once.
 func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline string, o Options) error {
-	if err := ValidateToken("pipeline", pipeline); err != nil {
+	if err := salvagetype.ValidateToken("pipeline", pipeline); err != nil {
 		return err
 	}
 	for _, legacy := range []struct{ stream, name string }{{Chunks, LegacyWorkersConsumer}, {Jobs, LegacySplitterConsumer}} {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -25,15 +26,15 @@ func TestValidateToken(t *testing.T) {
 		{"contract-review", false},
 		{"01JABCDEFGHJKMNPQRSTVWXYZ0", false},
 		{"a_b=c-D9", false},
-		{strings.Repeat("x", streams.MaxTokenLen), false},
+		{strings.Repeat("x", salvagetype.MaxTokenLen), false},
 		{"", true}, {"a.b", true}, {"a*", true}, {">", true}, {"a b", true}, {"a\tb", true}, {"a\nb", true},
 		// Valid subject tokens that are not valid KV keys.
 		{"job#1", true}, {"jöb", true}, {"a:b", true}, {"a/b", true}, {"a+b", true}, {"a$", true},
-		{strings.Repeat("x", streams.MaxTokenLen+1), true},
+		{strings.Repeat("x", salvagetype.MaxTokenLen+1), true},
 	}
 	for _, tt := range tests {
-		err := streams.ValidateToken("pipeline", tt.tok)
-		if (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, streams.ErrBadToken)) {
+		err := salvagetype.ValidateToken("pipeline", tt.tok)
+		if (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, salvagetype.ErrInvalidToken)) {
 			t.Errorf("ValidateToken(%q) = %v, wantErr %v", tt.tok, err, tt.wantErr)
 		}
 	}
@@ -43,11 +44,11 @@ func TestValidateToken(t *testing.T) {
 			t.Errorf("%q passed but is not a KV key", tt.tok)
 		}
 	}
-	if err := streams.ValidateToken("job_id", "jöb"); err == nil || !strings.Contains(err.Error(), `"ö"`) {
+	if err := salvagetype.ValidateToken("job_id", "jöb"); err == nil || !strings.Contains(err.Error(), `"ö"`) {
 		t.Errorf("the error should name the whole offending rune: %v", err)
 	}
 	for _, id := range streams.ReservedJobIDs {
-		if err := streams.ValidateJobID(id); !errors.Is(err, streams.ErrBadToken) {
+		if err := streams.ValidateJobID(id); !errors.Is(err, salvagetype.ErrInvalidToken) {
 			t.Errorf("ValidateJobID(%q) = %v, want a reserved-word refusal", id, err)
 		}
 	}
@@ -222,7 +223,7 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		t.Fatal("InputHash is not canonical")
 	}
 	for _, b := range []streams.JobBudget{{Tokens: -1}, {Cost: -0.01}, {Cost: math.NaN()}, {Cost: math.Inf(1)}, {Cost: 2e9}, {Tokens: 2e12}} {
-		if err := streams.ValidateBudget(&b); !errors.Is(err, streams.ErrBadJob) {
+		if err := streams.ValidateBudget(&b); !errors.Is(err, streams.ErrInvalidJob) {
 			t.Errorf("budget %+v accepted: %v", b, err)
 		}
 	}
@@ -233,12 +234,12 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		msg  string
 		want error
 	}{
-		{`{"metadata": {}}`, streams.ErrBadJob},
-		{`{"input": 1, "job_id": 5}`, streams.ErrBadJob},
-		{`{"input": 1, "job_id": "a.b"}`, streams.ErrBadToken},
-		{`{"input": 1, "job_id": "job#1"}`, streams.ErrBadToken},
-		{`{"input": 1, "job_id": ""}`, streams.ErrBadToken},
-		{`{"input": 1, "job_id": "rejected"}`, streams.ErrBadToken},
+		{`{"metadata": {}}`, streams.ErrInvalidJob},
+		{`{"input": 1, "job_id": 5}`, streams.ErrInvalidJob},
+		{`{"input": 1, "job_id": "a.b"}`, salvagetype.ErrInvalidToken},
+		{`{"input": 1, "job_id": "job#1"}`, salvagetype.ErrInvalidToken},
+		{`{"input": 1, "job_id": ""}`, salvagetype.ErrInvalidToken},
+		{`{"input": 1, "job_id": "rejected"}`, salvagetype.ErrInvalidToken},
 	} {
 		var msg map[string]json.RawMessage
 		_ = json.Unmarshal([]byte(tc.msg), &msg)

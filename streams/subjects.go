@@ -144,7 +144,7 @@ func ParseJobSubject(subject string) (string, error) {
 	if !ok || rest == "" || strings.Contains(rest, ".") {
 		return "", badSubject(subject, "want "+jobsPrefix+"<pipeline>")
 	}
-	if err := ValidateToken("pipeline", rest); err != nil {
+	if err := salvagetype.ValidateToken("pipeline", rest); err != nil {
 		return "", err
 	}
 	return rest, nil
@@ -188,7 +188,7 @@ func ParseChunkSubject(subject string) (ChunkRef, error) {
 // which must be written as ChunkSubject writes it (no sign, no leading
 // zero), so a parsed subject builds the same subject again.
 func parseRef(subject string, parts []string) (int, error) {
-	if err := ValidateToken(parts[1]+" subject token", parts[2]); err != nil {
+	if err := salvagetype.ValidateToken(parts[1]+" subject token", parts[2]); err != nil {
 		return 0, fmt.Errorf("%w: %w", badSubject(subject, "a token is not valid"), err)
 	}
 	if err := ValidateJobID(parts[3]); err != nil {

@@ -13,15 +13,15 @@ import (
 // PrepareJob gives a job message (its top-level fields) an identity: the
 // job_id it names, checked as a subject token, else a new ULID written into
 // it. It returns the id and the encoded message, or an error wrapping
-// ErrBadJob (no input, job_id not a string) or ErrBadToken.
+// ErrInvalidJob (no input, job_id not a string) or ErrBadToken.
 func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 	if _, ok := msg["input"]; !ok {
-		return "", nil, fmt.Errorf(`%w: job message has no "input"`, ErrBadJob)
+		return "", nil, fmt.Errorf(`%w: job message has no "input"`, ErrInvalidJob)
 	}
 	var id string
 	if raw, ok := msg["job_id"]; ok {
 		if err := json.Unmarshal(raw, &id); err != nil {
-			return "", nil, fmt.Errorf("%w: job_id: %v", ErrBadJob, err)
+			return "", nil, fmt.Errorf("%w: job_id: %v", ErrInvalidJob, err)
 		}
 		if err := ValidateJobID(id); err != nil {
 			return "", nil, err
@@ -32,7 +32,7 @@ func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 	}
 	body, err := json.Marshal(msg)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %v", ErrBadJob, err)
+		return "", nil, fmt.Errorf("%w: %v", ErrInvalidJob, err)
 	}
 	return id, body, nil
 }

@@ -200,7 +200,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 		t.Fatalf("crm breaker %+v; want closed once the CRM is back", b)
 	}
 	// Once the breaker closed, the held orders come back at a ramped rate
-	// (each process RampStart a second, doubling every RampDouble), not
+	// (each process ReleaseRampStart a second, doubling every ReleaseRampDouble), not
 	// all at once.
 	if reqs, err = s.Requests(ctx); err != nil {
 		t.Fatal(err)

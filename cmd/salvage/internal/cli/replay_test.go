@@ -20,7 +20,6 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -81,14 +80,14 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	natsCmd(t, url, "pub", salvage.JobSubject(orders.Name), string(body))
 
 	// Both chunks end in the DLQ; find them the way an operator would.
-	var envs []recovery.Envelope
+	var envs []salvagetype.Envelope
 	salvagetest.Eventually(t, 60*time.Second, func() bool {
 		out := natsCmdQuiet(t, url, "sub", "--stream", streams.DLQ, "--all", "-T", "--raw", "salvage.dlq.>")
 		envs = envs[:0]
 		sc := bufio.NewScanner(bytes.NewReader(out))
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			var e recovery.Envelope
+			var e salvagetype.Envelope
 			if json.Unmarshal(sc.Bytes(), &e) == nil && e.ID != "" {
 				envs = append(envs, e)
 			}

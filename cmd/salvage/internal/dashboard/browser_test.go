@@ -218,7 +218,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	}
 	// A rate limit on the system, paused by a provider's 429s, shows
 	// with its bounds, what is held, its recent 429s and the pause.
-	if _, err := f.stores.Limits.Set(bg, kv.Limit{Key: "system.crm", RequestsPerMinute: 600, InFlight: 4}, "test"); err != nil {
+	if _, err := f.stores.Limits.Set(bg, salvagetype.Limit{Key: "system.crm", RequestsPerMinute: 600, InFlight: 4}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.stores.Limits.MutateShares(bg, "system.crm", func(sh *kv.LimitShares) error {

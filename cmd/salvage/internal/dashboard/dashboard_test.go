@@ -19,7 +19,6 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -86,9 +85,9 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 			t.Fatal(err)
 		}
 	}
-	env := recovery.Envelope{ID: "01JENVELOPE000000000000000", Job: job, Chunk: 3, Pipeline: "order-fulfillment",
+	env := salvagetype.Envelope{ID: "01JENVELOPE000000000000000", Job: job, Chunk: 3, Pipeline: "order-fulfillment",
 		Category: salvagetype.CategoryTransientNetwork, Strategy: salvagetype.StrategyResume, CreatedAt: time.Now().Add(-time.Minute),
-		Original: recovery.Original{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject(0, "order-fulfillment", job, 3),
+		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject(0, "order-fulfillment", job, 3),
 			Data: json.RawMessage(`{"job_id":"` + job + `","chunk":3,"pipeline":"order-fulfillment","epoch":0,"input":{}}`)}}
 	data, _ := json.Marshal(env)
 	ack, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, job, 3), Data: data})

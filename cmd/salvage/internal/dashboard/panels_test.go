@@ -15,6 +15,7 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -185,7 +186,7 @@ func TestLimitsInMetrics(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "")
 	ctx := context.Background()
-	if _, err := f.stores.Limits.Set(ctx, kv.Limit{Key: "system.crm", RequestsPerMinute: 600, InFlight: 4}, "ann"); err != nil {
+	if _, err := f.stores.Limits.Set(ctx, salvagetype.Limit{Key: "system.crm", RequestsPerMinute: 600, InFlight: 4}, "ann"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.stores.Limits.MutateShares(ctx, "system.crm", func(sh *kv.LimitShares) error {

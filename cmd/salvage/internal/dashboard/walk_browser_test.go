@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -63,7 +62,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 		{Key: stock, Stage: 1, Agent: "stock", Tool: "check-stock", Status: salvagetype.CallSucceeded, Attempts: 1, LatencyMS: 40, StartedAt: at(0.2), FinishedAt: at(0.24)},
 		{Key: charge, Stage: 2, Agent: "billing", Tool: "charge-payment", System: "payments", Status: salvagetype.CallCompensated, Verified: true, Attempts: 1, LatencyMS: 30,
 			StartedAt: at(30.7), FinishedAt: at(30.73), Fingerprint: &kv.Fingerprint{System: "payments", ResourceID: "ch_117", Reversible: true, Compensation: "refund-payment"},
-			History: []kv.PastAttempt{{Status: salvagetype.CallInitiated, StartedAt: at(0.5)}}},
+			History: []salvagetype.CallAttempt{{Status: salvagetype.CallInitiated, StartedAt: at(0.5)}}},
 		{Key: email, Stage: 3, Agent: "notify", Tool: "send-email", System: "email", Status: salvagetype.CallFailed, Attempts: 1, LatencyMS: 80,
 			Error: "422 mailbox unavailable", ErrorClass: "permanent", ErrorStatus: 422, StartedAt: at(48.7), FinishedAt: at(48.78)},
 	}
@@ -90,12 +89,12 @@ func addWalkJob(t *testing.T, f *fixture) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	env := recovery.Envelope{ID: walkEnvelope, Job: walkJob, Chunk: walkChunk, Pipeline: "order-fulfillment",
+	env := salvagetype.Envelope{ID: walkEnvelope, Job: walkJob, Chunk: walkChunk, Pipeline: "order-fulfillment",
 		Category: salvagetype.CategoryPartialExecution, Strategy: salvagetype.StrategyCompensateAndAbandon,
 		Error: "send-email: 422 mailbox unavailable", ErrorClass: "permanent", FailedTool: "send-email", FailedAgent: "notify", FailedCall: email, FailedStage: 3,
 		Deliveries: 3, CompletedEntries: []string{stock, charge}, InFlightEntries: []string{}, PendingCompensations: []string{charge},
-		Checkpoint: recovery.EnvelopeCheckpoint{Stage: 3, Status: salvagetype.ChunkRunning}, CreatedAt: at(49),
-		Original: recovery.Original{Stream: streams.Chunks, Seq: 500, Subject: streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk),
+		Checkpoint: salvagetype.EnvelopeCheckpoint{Stage: 3, Status: salvagetype.ChunkRunning}, CreatedAt: at(49),
+		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Seq: 500, Subject: streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk),
 			Data: json.RawMessage(fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"order-fulfillment","epoch":0,"input":{"order":"o-117"}}`, walkJob, walkChunk))}}
 	data, _ := json.Marshal(env)
 	ack, err := f.b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, walkJob, walkChunk), Data: data})
