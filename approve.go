@@ -19,7 +19,7 @@ import (
 // ErrNotAwaitingApproval is returned by Approve for a chunk that does not
 // wait for a person's approval, or whose message is still being parked
 // (try again in a moment).
-var ErrNotAwaitingApproval = consumers.ErrNotAwaitingApproval
+var ErrNotAwaitingApproval = salvagetype.ErrNotAwaitingApproval
 
 // Decision is a person's answer to a chunk awaiting approval before a
 // stage with Stage.RequiresApproval.

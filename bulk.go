@@ -16,7 +16,7 @@ var ErrBadFilter = errors.New("salvage: bad envelope filter")
 
 // ErrBadBulk is returned for a bulk action that cannot run: an unknown
 // action or a limit out of range.
-var ErrBadBulk = consumers.ErrBadBulk
+var ErrBadBulk = salvagetype.ErrBadBulk
 
 // Categories are every envelope category.
 var Categories = []Category{CategoryTransientNetwork, CategoryExternalSystemDown, CategoryToolTimeout,

@@ -14,6 +14,7 @@ import (
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -208,7 +209,7 @@ func (c *Client) spreadLeaders(ctx context.Context, stores *kv.Stores) {
 // bucket or consumer is missing or configured otherwise and the server
 // refused this user the change: run Provision (`salvage provision`) with
 // an administrator's user.
-var ErrNeedsProvisioning = streams.ErrNeedsProvisioning
+var ErrNeedsProvisioning = salvagetype.ErrNeedsProvisioning
 
 // provision is Start's provisioning: the pools of the pipelines this
 // client runs, and their registration when it runs workers.

@@ -54,49 +54,49 @@ const (
 // Defaults of Config; each field's comment names its own. Each is the
 // machinery's own constant, defined once.
 const (
-	RetriesDefault    = recovery.RetriesDefault
-	RetryBaseDefault  = recovery.RetryBaseDefault
-	RetryMaxDefault   = recovery.RetryMaxDefault
-	RetryTotalDefault = recovery.RetryTotalDefault
-	AckWaitDefault    = streams.AckWaitDefault
-	MaxDeliverDefault = streams.MaxDeliverDefault
+	RetriesDefault    = salvagetype.RetriesDefault
+	RetryBaseDefault  = salvagetype.RetryBaseDefault
+	RetryMaxDefault   = salvagetype.RetryMaxDefault
+	RetryTotalDefault = salvagetype.RetryTotalDefault
+	AckWaitDefault    = salvagetype.AckWaitDefault
+	MaxDeliverDefault = salvagetype.MaxDeliverDefault
 	// PartitionsMax bounds Config.Partitions.
-	PartitionsMax              = streams.PartitionsMax
-	MaxRecoveriesDefault       = recovery.MaxRecoveriesDefault
-	MaxStrategyAttemptsDefault = recovery.MaxStrategyAttemptsDefault
-	CoolDownDefault            = consumers.CoolDownDefault
-	BreakerFailuresDefault     = recovery.BreakerFailuresDefault
-	BreakerWindowDefault       = recovery.BreakerWindowDefault
-	BreakerCoolDownDefault     = recovery.BreakerCoolDownDefault
-	ConcurrencyDefault         = consumers.ConcurrencyDefault
-	MaxChunksDefault           = consumers.MaxChunksDefault
-	ChunkWindowDefault         = consumers.ChunkWindowDefault
-	MaxPayloadDefault          = consumers.MaxPayloadDefault
-	SweepIntervalDefault       = consumers.SweepIntervalDefault
-	DrainTimeoutDefault        = consumers.DrainTimeoutDefault
-	JobWaitDefault             = consumers.JobWaitDefault
-	UnknownPipelineWaitDefault = consumers.UnknownPipelineWaitDefault
-	AlertIntervalDefault       = consumers.AlertIntervalDefault
-	AlertBurstCountDefault     = recovery.AlertBurstCountDefault
-	AlertBurstWindowDefault    = recovery.AlertBurstWindowDefault
-	AlertUnresolvedDefault     = recovery.AlertUnresolvedDefault
-	AlertUnackedDefault        = recovery.AlertUnackedDefault
+	PartitionsMax              = salvagetype.PartitionsMax
+	MaxRecoveriesDefault       = salvagetype.MaxRecoveriesDefault
+	MaxStrategyAttemptsDefault = salvagetype.MaxStrategyAttemptsDefault
+	CoolDownDefault            = salvagetype.CoolDownDefault
+	BreakerFailuresDefault     = salvagetype.BreakerFailuresDefault
+	BreakerWindowDefault       = salvagetype.BreakerWindowDefault
+	BreakerCoolDownDefault     = salvagetype.BreakerCoolDownDefault
+	ConcurrencyDefault         = salvagetype.ConcurrencyDefault
+	MaxChunksDefault           = salvagetype.MaxChunksDefault
+	ChunkWindowDefault         = salvagetype.ChunkWindowDefault
+	MaxPayloadDefault          = salvagetype.MaxPayloadDefault
+	SweepIntervalDefault       = salvagetype.SweepIntervalDefault
+	DrainTimeoutDefault        = salvagetype.DrainTimeoutDefault
+	JobWaitDefault             = salvagetype.JobWaitDefault
+	UnknownPipelineWaitDefault = salvagetype.UnknownPipelineWaitDefault
+	AlertIntervalDefault       = salvagetype.AlertIntervalDefault
+	AlertBurstCountDefault     = salvagetype.AlertBurstCountDefault
+	AlertBurstWindowDefault    = salvagetype.AlertBurstWindowDefault
+	AlertUnresolvedDefault     = salvagetype.AlertUnresolvedDefault
+	AlertUnackedDefault        = salvagetype.AlertUnackedDefault
 	// RetentionDefault is how long agent snapshots are kept, and a
 	// finished job's records (Retention.Records' default).
-	RetentionDefault = kv.RetentionDefault
+	RetentionDefault = salvagetype.RetentionDefault
 	// ReleaseRampStart and ReleaseRampDouble pace the return of a
 	// system's held chunks once its breaker closed: each worker process
 	// returns them at ReleaseRampStart a second (one at once), the rate
 	// doubling every ReleaseRampDouble the breaker stays closed, so a
 	// system that just came back is not met by its whole backlog at once.
-	ReleaseRampStart  = consumers.ReleaseRampStart
-	ReleaseRampDouble = consumers.ReleaseRampDouble
+	ReleaseRampStart  = salvagetype.ReleaseRampStart
+	ReleaseRampDouble = salvagetype.ReleaseRampDouble
 	// CallsRetentionDefault, EffectsRetentionDefault and
 	// RecordsRetentionDefault are Retention's defaults: 1 hour, 14 days,
 	// 30 days.
-	CallsRetentionDefault   = kv.CallsRetentionDefault
-	EffectsRetentionDefault = kv.EffectsRetentionDefault
-	RecordsRetentionDefault = kv.RecordsRetentionDefault
+	CallsRetentionDefault   = salvagetype.CallsRetentionDefault
+	EffectsRetentionDefault = salvagetype.EffectsRetentionDefault
+	RecordsRetentionDefault = salvagetype.RecordsRetentionDefault
 )
 
 // Retention is how long what a finished job leaves behind is kept, by

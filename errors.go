@@ -7,11 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // Errors a tool or agent returns, built with the constructors below, say
@@ -20,47 +18,47 @@ import (
 var (
 	// ErrTransient matches errors built with Transient: retried with
 	// backoff (tier 1), then redelivered (tier 2).
-	ErrTransient = recovery.ErrTransient
+	ErrTransient = salvagetype.ErrTransient
 	// ErrRateLimited matches errors built with RateLimited.
-	ErrRateLimited = recovery.ErrRateLimited
+	ErrRateLimited = salvagetype.ErrRateLimited
 	// ErrTimeout matches errors built with Timeout: the outcome is
 	// unknown, so a side effect is verified before it is repeated.
-	ErrTimeout = recovery.ErrTimeout
+	ErrTimeout = salvagetype.ErrTimeout
 	// ErrPermanent matches errors built with Permanent, and panics: never
 	// retried; the chunk goes to the DLQ.
-	ErrPermanent = recovery.ErrPermanent
+	ErrPermanent = salvagetype.ErrPermanent
 	// ErrPanic matches a panic Salvage recovered in an agent, tool, split
 	// or result function; the error carries the panic's value and stack.
-	ErrPanic = recovery.ErrPanic
+	ErrPanic = salvagetype.ErrPanic
 	// ErrBadInput is what a Split returns, wrapped, for input it cannot
 	// use; the job is rejected (bad-input).
-	ErrBadInput = recovery.ErrBadInput
+	ErrBadInput = salvagetype.ErrBadInput
 	// ErrRetriesExhausted is returned by Turn.Tool when tier 1 gave up on
 	// a retryable error; the chunk goes to tier 2.
-	ErrRetriesExhausted = recovery.ErrRetriesExhausted
+	ErrRetriesExhausted = salvagetype.ErrRetriesExhausted
 	// ErrBreakerOpen is returned by Turn.Tool, at once, for a call to a
 	// system whose circuit breaker is open: the call never reached it.
 	// An agent should return it as it is: its chunk is then held until
 	// the breaker closes (or, in an optional stage, the stage is skipped).
-	ErrBreakerOpen = recovery.ErrBreakerOpen
+	ErrBreakerOpen = salvagetype.ErrBreakerOpen
 	// ErrOutputTooLarge matches a call or agent whose output is past
 	// MaxOutput: it can never be journaled, so it fails permanently at
 	// once (a side effect that answered so is verified, not taken as
 	// undone).
-	ErrOutputTooLarge = recovery.ErrOutputTooLarge
+	ErrOutputTooLarge = salvagetype.ErrOutputTooLarge
 	// ErrBadUsage matches a reply whose usage is not a count of tokens
 	// (negative, not a number, or past MaxUsageTokens): it fails the call
 	// permanently, and is never counted.
-	ErrBadUsage = recovery.ErrBadUsage
+	ErrBadUsage = salvagetype.ErrBadUsage
 )
 
 // Bounds of what one call may answer.
 const (
 	// MaxOutput is the largest output (encoded JSON) of one call or agent
 	// the journal and checkpoints keep: 256 KiB.
-	MaxOutput = streams.MaxOutput
+	MaxOutput = salvagetype.MaxOutput
 	// MaxUsageTokens bounds each count of tokens one call may report.
-	MaxUsageTokens = streams.MaxUsageTokens
+	MaxUsageTokens = salvagetype.MaxUsageTokens
 )
 
 // DefinitionError is the error behind ErrDefinitionDiffers: the pipeline,
@@ -80,21 +78,21 @@ var (
 	ErrInvalidConfig = errors.New("salvage: invalid config")
 	// ErrUnknownPipeline is returned by Submit for a pipeline this client
 	// does not know; the job would be rejected.
-	ErrUnknownPipeline = recovery.ErrUnknownPipeline
+	ErrUnknownPipeline = salvagetype.ErrUnknownPipeline
 	// ErrUnknownJob is returned for a job id no record has.
-	ErrUnknownJob = consumers.ErrUnknownJob
+	ErrUnknownJob = salvagetype.ErrUnknownJob
 	// ErrJobFinished is returned by Cancel (409 from jobs.cancel, exit 1
 	// from salvage cancel) for a job that already finished: nothing of it
 	// runs, and a cancel would only forbid replaying its envelopes.
-	ErrJobFinished = consumers.ErrJobFinished
+	ErrJobFinished = salvagetype.ErrJobFinished
 	// ErrUnknownEnvelope is returned for an envelope id no record has.
-	ErrUnknownEnvelope = consumers.ErrUnknownEnvelope
+	ErrUnknownEnvelope = salvagetype.ErrUnknownEnvelope
 	// ErrAlreadyResolved is returned when replaying or resolving an
 	// envelope that is resolved.
-	ErrAlreadyResolved = consumers.ErrAlreadyResolved
+	ErrAlreadyResolved = salvagetype.ErrAlreadyResolved
 	// ErrSuperseded is returned when replaying or resolving an envelope a
 	// later one replaced; act on that one.
-	ErrSuperseded = consumers.ErrSuperseded
+	ErrSuperseded = salvagetype.ErrSuperseded
 	// ErrRejected is returned by Wait when the splitter rejected the job;
 	// the message gives the reason.
 	ErrRejected = errors.New("salvage: job rejected")
@@ -106,25 +104,25 @@ var (
 	// ErrInvalidJob is returned by Submit for a job it cannot publish:
 	// input that does not encode, a budget that is not a cap, or a
 	// message over MaxPayload.
-	ErrInvalidJob = streams.ErrInvalidJob
+	ErrInvalidJob = salvagetype.ErrInvalidJob
 	// ErrJobExists is returned by Submit (409 from jobs.submit, exit 1
 	// from salvage submit) for a job id that already names another input:
 	// a job id names one input. Submitting the same input again is not an
 	// error: it returns the id.
-	ErrJobExists = streams.ErrJobExists
+	ErrJobExists = salvagetype.ErrJobExists
 	// ErrDefinitionDiffers is returned by Start when a pipeline this
 	// client runs (as a worker or recovery) is registered with another
 	// definition: its stages, agents, tools, effects or Version differ
 	// from what the pool's processes run. The error (a *DefinitionError)
 	// names both fingerprints and what differs; Config.Upgrades rolls a
 	// new definition out on purpose.
-	ErrDefinitionDiffers = kv.ErrDefinitionDiffers
+	ErrDefinitionDiffers = salvagetype.ErrDefinitionDiffers
 	// ErrReplayRefused is returned by Replay (409 from dlq.replay) for a
 	// replay Salvage will not run because it could leak or repeat an
 	// effect: the chunk's job was cancelled, a recovery strategy is
 	// running on the envelope right now, or some of the chunk's effects
 	// were compensated while others still stand. The message says which.
-	ErrReplayRefused = consumers.ErrReplayRefused
+	ErrReplayRefused = salvagetype.ErrReplayRefused
 )
 
 // Transient is a failure worth retrying soon (a 5xx, a reset connection),

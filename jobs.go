@@ -247,7 +247,7 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 	}
 	in, err := json.Marshal(input)
 	if err != nil {
-		return "", fmt.Errorf("%w: input: %v", streams.ErrInvalidJob, err)
+		return "", fmt.Errorf("%w: input: %v", salvagetype.ErrInvalidJob, err)
 	}
 	msg := map[string]json.RawMessage{"input": in}
 	if opts.JobID != "" {
@@ -263,7 +263,7 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 	}
 	if opts.Metadata != nil {
 		if msg["metadata"], err = json.Marshal(opts.Metadata); err != nil {
-			return "", fmt.Errorf("%w: metadata: %v", streams.ErrInvalidJob, err)
+			return "", fmt.Errorf("%w: metadata: %v", salvagetype.ErrInvalidJob, err)
 		}
 	}
 	if opts.Tenant != "" {
@@ -277,7 +277,7 @@ func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *S
 		return "", err
 	}
 	if len(body) > c.cfg.MaxPayload {
-		return "", fmt.Errorf("%w: the job message is %d bytes, the limit is %d", streams.ErrInvalidJob, len(body), c.cfg.MaxPayload)
+		return "", fmt.Errorf("%w: the job message is %d bytes, the limit is %d", salvagetype.ErrInvalidJob, len(body), c.cfg.MaxPayload)
 	}
 	hash := streams.InputHash(pipeline, in)
 	if opts.JobID != "" {

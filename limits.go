@@ -43,7 +43,7 @@ var (
 	// ErrLimitsNotProvisioned is returned by the limit methods of a
 	// deployment provisioned before salvage_limits existed; its workers
 	// run unlimited until it is provisioned again (salvage provision).
-	ErrLimitsNotProvisioned = kv.ErrLimitsNotProvisioned
+	ErrLimitsNotProvisioned = salvagetype.ErrLimitsNotProvisioned
 )
 
 // LimitKey is the key of a limit of kind on name.

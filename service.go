@@ -101,7 +101,7 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		}
 		code := CodeInternal
 		switch {
-		case errors.Is(err, errMalformed), errors.Is(err, salvagetype.ErrInvalidToken), errors.Is(err, streams.ErrInvalidJob),
+		case errors.Is(err, errMalformed), errors.Is(err, salvagetype.ErrInvalidToken), errors.Is(err, salvagetype.ErrInvalidJob),
 			errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadBulk), errors.Is(err, ErrInvalidLimit):
 			code = CodeMalformed
 		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline), errors.Is(err, ErrUnknownLimit):
@@ -510,7 +510,7 @@ func (c *Client) submitFrom(ctx context.Context, req micro.Request, r submitRequ
 		return nil, fmt.Errorf("%w: pipeline is required", errMalformed)
 	}
 	if len(r.Input) == 0 {
-		return nil, fmt.Errorf("%w: job message has no input", streams.ErrInvalidJob)
+		return nil, fmt.Errorf("%w: job message has no input", salvagetype.ErrInvalidJob)
 	}
 	opts := &SubmitOpts{Budget: r.Budget, Metadata: r.Metadata, Tenant: r.Tenant, TraceParent: req.Headers().Get(streams.HeaderTraceParent)}
 	if r.JobID != nil {

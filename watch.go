@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -92,7 +93,7 @@ func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
 	}
 	wg.Go(func() {
 		// Each next partition once its chunk stream exists.
-		for next := max(n, 1); ctx.Err() == nil && next < streams.PartitionsMax; {
+		for next := max(n, 1); ctx.Err() == nil && next < salvagetype.PartitionsMax; {
 			_, err := c.js.Stream(ctx, streams.ChunksStream(next))
 			if err == nil {
 				mu.Lock()

@@ -16,9 +16,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// AlertIntervalDefault is how often the alert rules are evaluated.
-const AlertIntervalDefault = 30 * time.Second
-
 // AlerterConfig configures an Alerter.
 type AlerterConfig struct {
 	// Rules are the thresholds; zero fields take recovery's defaults.
@@ -49,7 +46,7 @@ type Alerter struct {
 // NewAlerter returns an alerter; it does not start it.
 func NewAlerter(js jetstream.JetStream, stores *kv.Stores, cfg AlerterConfig) *Alerter {
 	if cfg.Interval <= 0 {
-		cfg.Interval = AlertIntervalDefault
+		cfg.Interval = salvagetype.AlertIntervalDefault
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

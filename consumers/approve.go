@@ -18,10 +18,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// ErrNotAwaitingApproval is returned by Approve for a chunk that does not
-// wait for a person's approval (or whose message is not parked yet).
-var ErrNotAwaitingApproval = errors.New("chunk is not awaiting approval")
-
 // Decision is a person's answer to a chunk awaiting approval.
 type Decision struct {
 	// Approve lets the chunk run the stage; false rejects it: what it did
@@ -45,7 +41,7 @@ type Decision struct {
 func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decision) (kv.Checkpoint, error) {
 	j, err := o.stores.Jobs.Get(ctx, job)
 	if errors.Is(err, kv.ErrNotFound) {
-		return kv.Checkpoint{}, fmt.Errorf("%w: %s", ErrUnknownJob, job)
+		return kv.Checkpoint{}, fmt.Errorf("%w: %s", salvagetype.ErrUnknownJob, job)
 	} else if err != nil {
 		return kv.Checkpoint{}, err
 	}
@@ -55,7 +51,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	}
 	cp, _, err := part.Checkpoints.Get(ctx, job, chunk)
 	if errors.Is(err, kv.ErrNotFound) {
-		return cp, fmt.Errorf("%w: job %s has no chunk %d that started", ErrNotAwaitingApproval, job, chunk)
+		return cp, fmt.Errorf("%w: job %s has no chunk %d that started", salvagetype.ErrNotAwaitingApproval, job, chunk)
 	}
 	if err != nil {
 		return cp, err
@@ -67,7 +63,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 		if err := purgeSubject(ctx, o.js, streams.Hold, subject); err != nil {
 			return cp, err
 		}
-		return cp, fmt.Errorf("%w: chunk %d of job %s is %s", ErrNotAwaitingApproval, chunk, job, cp.Status)
+		return cp, fmt.Errorf("%w: chunk %d of job %s is %s", salvagetype.ErrNotAwaitingApproval, chunk, job, cp.Status)
 	}
 	hold, err := o.js.Stream(ctx, streams.Hold)
 	if err != nil {
@@ -75,7 +71,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	}
 	parked, err := parkedCopy(ctx, hold, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return cp, fmt.Errorf("%w: chunk %d of job %s is being parked; try again in a moment", ErrNotAwaitingApproval, chunk, job)
+		return cp, fmt.Errorf("%w: chunk %d of job %s is being parked; try again in a moment", salvagetype.ErrNotAwaitingApproval, chunk, job)
 	}
 	if err != nil {
 		return cp, err

@@ -66,7 +66,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 		t.Fatalf("job %s while its chunk awaits approval; want running", j.Status)
 	}
 	op := consumers.NewOperator(b.JS, b.stores)
-	if _, err := op.Approve(b.ctx, job, 2, consumers.Decision{Approve: true, By: "ann"}); !errors.Is(err, consumers.ErrNotAwaitingApproval) {
+	if _, err := op.Approve(b.ctx, job, 2, consumers.Decision{Approve: true, By: "ann"}); !errors.Is(err, salvagetype.ErrNotAwaitingApproval) {
 		t.Fatalf("approving a chunk that does not exist: %v", err)
 	}
 	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{Approve: true, By: "ann", Note: "looks fine"}); err != nil {
@@ -94,7 +94,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	if n := b.streamMsgs(t, streams.Hold); n != 0 {
 		t.Fatalf("%d messages left on SALVAGE_HOLD", n)
 	}
-	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{Approve: true, By: "ann"}); !errors.Is(err, consumers.ErrNotAwaitingApproval) {
+	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{Approve: true, By: "ann"}); !errors.Is(err, salvagetype.ErrNotAwaitingApproval) {
 		t.Fatalf("approving a done chunk: %v", err)
 	}
 }

@@ -83,7 +83,7 @@ func outagePipeline(t *testing.T, crm, extra *extSystem) *recovery.Plan {
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var v struct{ N int }
 			if err := json.Unmarshal(in, &v); err != nil || v.N < 1 {
-				return nil, fmt.Errorf("%w: want {\"n\": N}", recovery.ErrBadInput)
+				return nil, fmt.Errorf("%w: want {\"n\": N}", salvagetype.ErrBadInput)
 			}
 			out := make([]json.RawMessage, v.N)
 			for i := range out {
@@ -185,7 +185,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	// every held chunk would call crm within the first second.
 	closed := b.breaker(t, "crm").UpdatedAt
 	first := crm.within(closed, time.Second)
-	bound := workers*(1+int(math.Ceil(consumers.ReleaseRampStart*math.Exp2(float64(time.Second)/float64(consumers.ReleaseRampDouble))))) + 1
+	bound := workers*(1+int(math.Ceil(salvagetype.ReleaseRampStart*math.Exp2(float64(time.Second)/float64(salvagetype.ReleaseRampDouble))))) + 1
 	if held <= bound {
 		t.Fatalf("only %d chunks were held: too few to tell a ramp from a flood (bound %d)", held, bound)
 	}

@@ -40,7 +40,7 @@ func meteredPipeline(t *testing.T) *recovery.Plan {
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var n int
 			if err := json.Unmarshal(in, &n); err != nil {
-				return nil, fmt.Errorf("%w: %w", recovery.ErrBadInput, err)
+				return nil, fmt.Errorf("%w: %w", salvagetype.ErrBadInput, err)
 			}
 			out := make([]json.RawMessage, n)
 			for i := range out {

@@ -13,12 +13,6 @@ import (
 // bulkIDsMax bounds the ids a bulk result lists.
 const bulkIDsMax = 100
 
-// ErrBadBulk is returned for a bulk action that cannot run: an unknown
-// action, a limit out of range, or no filter (a bulk action on every
-// envelope is too easy to run by mistake; the rule is the same for the
-// API, the CLI and the dashboard).
-var ErrBadBulk = errors.New("bad bulk action")
-
 // BulkRequest acts on every envelope a filter matches, oldest first.
 type BulkRequest struct {
 	Action salvagetype.BulkAction
@@ -43,13 +37,13 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (salvagetype.BulkR
 	switch req.Action {
 	case salvagetype.BulkReplay, salvagetype.BulkResolve, salvagetype.BulkAck:
 	default:
-		return res, fmt.Errorf("%w: action %q: want %s, %s or %s", ErrBadBulk, req.Action, salvagetype.BulkReplay, salvagetype.BulkResolve, salvagetype.BulkAck)
+		return res, fmt.Errorf("%w: action %q: want %s, %s or %s", salvagetype.ErrBadBulk, req.Action, salvagetype.BulkReplay, salvagetype.BulkResolve, salvagetype.BulkAck)
 	}
 	if req.Filter.Empty() {
-		return res, fmt.Errorf("%w: give a filter (category, status, job or a minimum age above zero): a bulk action on every envelope is too easy to run by mistake", ErrBadBulk)
+		return res, fmt.Errorf("%w: give a filter (category, status, job or a minimum age above zero): a bulk action on every envelope is too easy to run by mistake", salvagetype.ErrBadBulk)
 	}
 	if req.Limit < 0 || req.Limit > salvagetype.BulkMax {
-		return res, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadBulk, req.Limit, salvagetype.BulkMax)
+		return res, fmt.Errorf("%w: limit %d: want 1 to %d", salvagetype.ErrBadBulk, req.Limit, salvagetype.BulkMax)
 	}
 	if req.Limit == 0 {
 		req.Limit = salvagetype.BulkMax
@@ -80,7 +74,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (salvagetype.BulkR
 		if req.DryRun && req.Action == salvagetype.BulkReplay {
 			// What the replay itself would refuse is not counted acted.
 			switch err := o.CheckReplay(ctx, r.ID); {
-			case errors.Is(err, ErrReplayRefused), errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded):
+			case errors.Is(err, salvagetype.ErrReplayRefused), errors.Is(err, salvagetype.ErrAlreadyResolved), errors.Is(err, salvagetype.ErrSuperseded):
 				res.Refused++
 				continue
 			}
@@ -96,7 +90,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (salvagetype.BulkR
 				_, err = o.Ack(ctx, r.ID, req.By)
 			}
 			switch {
-			case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrReplayRefused):
+			case errors.Is(err, salvagetype.ErrAlreadyResolved), errors.Is(err, salvagetype.ErrSuperseded), errors.Is(err, salvagetype.ErrReplayRefused):
 				// Resolved or replaced already, or a replay Salvage will
 				// not run (a cancelled job, a recovery running,
 				// compensated effects beside standing ones): refused.

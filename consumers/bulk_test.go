@@ -94,7 +94,7 @@ func TestBulkReplayByCategory(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	if _, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: "delete", Filter: filter}); !errors.Is(err, consumers.ErrBadBulk) {
+	if _, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: "delete", Filter: filter}); !errors.Is(err, salvagetype.ErrBadBulk) {
 		t.Fatalf("an unknown action: %v", err)
 	}
 }

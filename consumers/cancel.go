@@ -15,14 +15,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// ErrUnknownJob is returned for a job id no record has.
-var ErrUnknownJob = errors.New("unknown job")
-
-// ErrJobFinished is returned by Cancel for a job that already finished
-// (done, partial, incomplete): nothing of it runs, and a cancel would
-// only forbid replaying its envelopes. Resolve those instead.
-var ErrJobFinished = errors.New("job already finished")
-
 // cancelWaitDefault is how long Cancel waits for the record of a job that
 // has none yet: a job is recorded once its chunks are published, a moment
 // after it was submitted.
@@ -54,7 +46,7 @@ func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 		// message away between the two reads).
 		if _, waiting := streams.FindWaitingJob(ctx, o.js, id); !waiting {
 			if job, err = o.stores.Jobs.Cancel(ctx, id); errors.Is(err, kv.ErrNotFound) {
-				return job, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+				return job, fmt.Errorf("%w: %s", salvagetype.ErrUnknownJob, id)
 			}
 		}
 	}
@@ -67,10 +59,10 @@ func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 		job, err = o.stores.Jobs.Cancel(ctx, id)
 	}
 	if errors.Is(err, kv.ErrNotFound) {
-		return job, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+		return job, fmt.Errorf("%w: %s", salvagetype.ErrUnknownJob, id)
 	}
 	if errors.Is(err, kv.ErrJobFinished) {
-		return job, fmt.Errorf("%w: %s is %s; nothing of it runs (resolve its envelopes to close them)", ErrJobFinished, id, job.Status)
+		return job, fmt.Errorf("%w: %s is %s; nothing of it runs (resolve its envelopes to close them)", salvagetype.ErrJobFinished, id, job.Status)
 	}
 	if err != nil {
 		return job, err

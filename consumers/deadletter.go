@@ -19,10 +19,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// SweepIntervalDefault is how often the sweeper looks for exhausted chunks
-// whose advisory never came.
-const SweepIntervalDefault = 15 * time.Second
-
 // DeadLetterConfig configures a DeadLetterer.
 type DeadLetterConfig struct {
 	// SweepInterval is the sweeper's period. Default SweepIntervalDefault;
@@ -73,10 +69,10 @@ type DeadLetterer struct {
 // NewDeadLetterer returns a dead-letterer; it does not start it.
 func NewDeadLetterer(js jetstream.JetStream, stores *kv.Stores, cfg DeadLetterConfig) (*DeadLetterer, error) {
 	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = SweepIntervalDefault
+		cfg.SweepInterval = salvagetype.SweepIntervalDefault
 	}
 	if cfg.UnknownPipelineWait <= 0 {
-		cfg.UnknownPipelineWait = UnknownPipelineWaitDefault
+		cfg.UnknownPipelineWait = salvagetype.UnknownPipelineWaitDefault
 	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {

@@ -33,16 +33,11 @@ const (
 	// holdAckWait is the hold consumers' AckWait: a holder that dies
 	// while releasing a chunk leaves it to be released again.
 	holdAckWait = 30 * time.Second
-	// ReleaseRampStart is the rate, in chunks a second, at which one holder
-	// process returns a system's held chunks once its breaker closed;
-	// it doubles every ReleaseRampDouble the breaker stays closed. A system that
-	// just came back gets its backlog gradually instead of all at once.
-	ReleaseRampStart  = 4.0
-	ReleaseRampDouble = 2 * time.Second
+
 	// rampEnd is how long after the close the rate stops mattering: by
 	// then it is past what one pass releases (ReleaseRampStart doubled ten
 	// times is ~4,000 a second).
-	rampEnd = 10 * ReleaseRampDouble
+	rampEnd = 10 * salvagetype.ReleaseRampDouble
 	// pauseSlack is how far past its breaker's cool-down a hold consumer
 	// is paused; the holder resumes it explicitly when the breaker closes
 	// and pauses it again should the breaker stay open longer.
@@ -103,7 +98,7 @@ type ramp struct {
 
 // rampRate is the release rate, in chunks a second, since after a close.
 func rampRate(since time.Duration) float64 {
-	return ReleaseRampStart * math.Exp2(float64(since)/float64(ReleaseRampDouble))
+	return salvagetype.ReleaseRampStart * math.Exp2(float64(since)/float64(salvagetype.ReleaseRampDouble))
 }
 
 // budget returns how many chunks may be released now, at least one the

@@ -14,12 +14,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// UnknownPipelineWaitDefault is how long a job for a pipeline no process
-// has ever run waits in SALVAGE_JOBS before it is rejected
-// (unknown-pipeline): long enough for a deployment's first worker of a new
-// pipeline to start.
-const UnknownPipelineWaitDefault = 30 * time.Second
-
 // intakeBatch bounds the job messages one sweep rejects per subject.
 const intakeBatch = 100
 

@@ -138,7 +138,7 @@ func (l *limiter) run(ctx context.Context) {
 		// A deployment provisioned before salvage_limits: no limit can
 		// be declared, none is waited for.
 		l.readyOnce.Do(func() { close(l.ready) })
-		l.log.Warn().Err(kv.ErrLimitsNotProvisioned).Msg("rate limits are off")
+		l.log.Warn().Err(salvagetype.ErrLimitsNotProvisioned).Msg("rate limits are off")
 		<-ctx.Done()
 		return
 	}
@@ -314,7 +314,7 @@ func (l *limiter) done(keys []*limitKey, estimate int64, spent recovery.Spent, e
 	now := l.now()
 	wait, reason := spent.Wait, "the provider's rate-limit headers: nothing left"
 	var ce *recovery.CallError
-	if errors.Is(err, recovery.ErrRateLimited) && errors.As(err, &ce) && ce.RetryAfter > wait {
+	if errors.Is(err, salvagetype.ErrRateLimited) && errors.As(err, &ce) && ce.RetryAfter > wait {
 		wait, reason = ce.RetryAfter, err.Error()
 	}
 	waiting := false
@@ -326,7 +326,7 @@ func (l *limiter) done(keys []*limitKey, estimate int64, spent recovery.Spent, e
 		if wait > 0 && now.Add(wait).After(k.pausedUntil) {
 			k.pausedUntil, k.pauseReason, k.tell = now.Add(wait), reason, true
 		}
-		if errors.Is(err, recovery.ErrRateLimited) {
+		if errors.Is(err, salvagetype.ErrRateLimited) {
 			k.refused++
 		}
 		waiting = waiting || k.waiting > 0

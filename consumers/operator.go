@@ -15,14 +15,7 @@ import (
 )
 
 var (
-	// ErrUnknownEnvelope is returned for an envelope id no record has.
-	ErrUnknownEnvelope = errors.New("unknown envelope")
-	// ErrAlreadyResolved is returned when replaying or resolving an
-	// envelope that is already resolved.
-	ErrAlreadyResolved = errors.New("envelope already resolved")
-	// ErrSuperseded is returned when replaying or resolving an envelope a
-	// later envelope of the same chunk replaced; act on that one.
-	ErrSuperseded = errors.New("envelope superseded")
+
 	// errEnvelopeLost is returned when an envelope's DLQ message is gone
 	// and its record, written before records kept the envelope's body, has
 	// nothing to read it from.
@@ -116,7 +109,7 @@ func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, er
 	}
 	rec, _, err := o.stores.Envelopes.Get(ctx, id)
 	if errors.Is(err, kv.ErrNotFound) {
-		return rec, fmt.Errorf("%w: %s", ErrUnknownEnvelope, id)
+		return rec, fmt.Errorf("%w: %s", salvagetype.ErrUnknownEnvelope, id)
 	}
 	return rec, err
 }
@@ -157,10 +150,10 @@ func (o *Operator) Resolve(ctx context.Context, id, by, note string) (kv.Envelop
 	}
 	return o.stores.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error {
 		if r.Status == salvagetype.EnvelopeResolved {
-			return fmt.Errorf("%w: %s", ErrAlreadyResolved, id)
+			return fmt.Errorf("%w: %s", salvagetype.ErrAlreadyResolved, id)
 		}
 		if r.Status == salvagetype.EnvelopeSuperseded {
-			return fmt.Errorf("%w: %s by %s", ErrSuperseded, id, r.SupersededBy)
+			return fmt.Errorf("%w: %s by %s", salvagetype.ErrSuperseded, id, r.SupersededBy)
 		}
 		r.Status, r.Requeued, r.ResolvedBy, r.Human = salvagetype.EnvelopeResolved, false, by, true
 		r.Notes = append(r.Notes, fmt.Sprintf("resolved by %s: %s", by, streams.Clip(note, 1024)))

@@ -23,9 +23,7 @@ import (
 const (
 	// recoveryLeaseDefault is how long one orchestrator owns an envelope.
 	recoveryLeaseDefault = time.Minute
-	// CoolDownDefault is how long an EXTERNAL_SYSTEM_DOWN envelope waits
-	// before its chunk resumes (until breakers decide it).
-	CoolDownDefault = 30 * time.Second
+
 	// retryStrategyDelay spaces the attempts of a failing strategy.
 	retryStrategyDelay = 2 * time.Second
 	// otherPipelineDelay is when an envelope of a pipeline this
@@ -95,7 +93,7 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 		cfg.Lease = recoveryLeaseDefault
 	}
 	if cfg.CoolDown <= 0 {
-		cfg.CoolDown = CoolDownDefault
+		cfg.CoolDown = salvagetype.CoolDownDefault
 	}
 	if cfg.MaxDeliver == 0 {
 		cfg.MaxDeliver = streams.RecoveryMaxDeliverDefault

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // TestRampReleasesAtItsRate: after a breaker closes, a holder asking for
@@ -16,8 +18,8 @@ func TestRampReleasesAtItsRate(t *testing.T) {
 	t.Parallel()
 	// integral is how many chunks the rate accrues over [0, d].
 	integral := func(d time.Duration) float64 {
-		k := float64(ReleaseRampDouble) / float64(time.Second) / math.Ln2
-		return ReleaseRampStart * k * (math.Exp2(float64(d)/float64(ReleaseRampDouble)) - 1)
+		k := float64(salvagetype.ReleaseRampDouble) / float64(time.Second) / math.Ln2
+		return salvagetype.ReleaseRampStart * k * (math.Exp2(float64(d)/float64(salvagetype.ReleaseRampDouble)) - 1)
 	}
 	from := time.Unix(1_700_000_000, 0)
 	for _, tick := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {

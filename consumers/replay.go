@@ -15,14 +15,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// ErrReplayRefused is returned for a replay Salvage will not run because
-// it could leak or repeat an effect: the chunk's job was cancelled, a
-// recovery strategy is running on the envelope right now, or the chunk's
-// effects were compensated while others of it still stand (resuming would
-// finish on undone effects; running it fresh would repeat those that
-// stand). The message says which; a person resolves such an envelope.
-var ErrReplayRefused = errors.New("replay refused")
-
 // Replay puts an envelope's chunk back on SALVAGE_CHUNKS, as an operator
 // would by hand (`nats pub <original.subject> '<original.data>' -H
 // Salvage-Replay-Of:<id>`). The chunk resumes from its journal, so no side
@@ -160,18 +152,18 @@ func (o *Operator) CheckReplay(ctx context.Context, id string) error {
 func replayable(r kv.EnvelopeRecord, now time.Time, final bool) error {
 	switch {
 	case final && r.Status == salvagetype.EnvelopeResolved:
-		return fmt.Errorf("%w: %s", ErrAlreadyResolved, r.ID)
+		return fmt.Errorf("%w: %s", salvagetype.ErrAlreadyResolved, r.ID)
 	case final && r.Status == salvagetype.EnvelopeSuperseded:
-		return fmt.Errorf("%w: %s by %s", ErrSuperseded, r.ID, r.SupersededBy)
+		return fmt.Errorf("%w: %s by %s", salvagetype.ErrSuperseded, r.ID, r.SupersededBy)
 	case r.Status == salvagetype.EnvelopeSuperseded:
 		// By hand too: the chunk failed again since, and the envelope
 		// that superseded this one carries it (its recovery may be
 		// running); a replay of this one would run beside it.
-		return fmt.Errorf("%w: envelope %s was superseded by %s (the chunk failed again since): replay that one", ErrReplayRefused, r.ID, r.SupersededBy)
+		return fmt.Errorf("%w: envelope %s was superseded by %s (the chunk failed again since): replay that one", salvagetype.ErrReplayRefused, r.ID, r.SupersededBy)
 	case r.Stopped != "":
-		return fmt.Errorf("%w: envelope %s settles the effects of a chunk whose job was cancelled; it never runs again", ErrReplayRefused, r.ID)
+		return fmt.Errorf("%w: envelope %s settles the effects of a chunk whose job was cancelled; it never runs again", salvagetype.ErrReplayRefused, r.ID)
 	case r.Status == salvagetype.EnvelopeRecovering && !r.Requeued && r.RecoveringBy != "" && now.Before(r.LeaseUntil):
-		return fmt.Errorf("%w: orchestrator %s is running %s on envelope %s until %s; replay after it ends", ErrReplayRefused,
+		return fmt.Errorf("%w: orchestrator %s is running %s on envelope %s until %s; replay after it ends", salvagetype.ErrReplayRefused,
 			r.RecoveringBy, r.Strategy, r.ID, r.LeaseUntil.UTC().Format(time.RFC3339))
 	}
 	return nil
@@ -195,7 +187,7 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 		return false, err
 	}
 	if job.CancelledAt != nil {
-		return false, fmt.Errorf("%w: job %s was cancelled (%s); its chunks do not run again", ErrReplayRefused, rec.Job, job.StopReason())
+		return false, fmt.Errorf("%w: job %s was cancelled (%s); its chunks do not run again", salvagetype.ErrReplayRefused, rec.Job, job.StopReason())
 	}
 	part, err := recordPart(ctx, st, rec)
 	if err != nil {
@@ -230,10 +222,10 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 			// A compensation began (the checkpoint says so before the
 			// first) and undid nothing it could confirm.
 			return false, fmt.Errorf("%w: a compensation of chunk %d of job %s began and undid nothing it could confirm, so whether its %d effects stand (%s) is for a person to check: resuming could finish on an undone effect, a fresh run would repeat them; resolve it by hand",
-				ErrReplayRefused, rec.Chunk, rec.Job, len(left), left[0])
+				salvagetype.ErrReplayRefused, rec.Chunk, rec.Job, len(left), left[0])
 		}
 		return false, fmt.Errorf("%w: chunk %d of job %s had %d effects compensated while %d stand (%s): resuming would finish on undone effects and a fresh run would repeat these; resolve it by hand",
-			ErrReplayRefused, rec.Chunk, rec.Job, undone, len(left), left[0])
+			salvagetype.ErrReplayRefused, rec.Chunk, rec.Job, undone, len(left), left[0])
 	}
 	return true, nil
 }

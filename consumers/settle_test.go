@@ -198,7 +198,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 	b.waitJob(t, small, salvagetype.JobDone)
 	j, _ := b.stores.Jobs.Get(b.ctx, big)
 	t.Logf("the 1-chunk job finished when %d of the big job's %d chunks had", j.Summary.Done, n)
-	if j.Summary.Done > n/2 || j.Window != consumers.ChunkWindowDefault {
+	if j.Summary.Done > n/2 || j.Window != salvagetype.ChunkWindowDefault {
 		t.Fatalf("the small job finished only after %d of the big job's chunks (window %d): no fairness", j.Summary.Done, j.Window)
 	}
 	salvagetest.Eventually(t, 3*time.Minute, func() bool {
@@ -271,7 +271,7 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 	// Past the chunk limit: rejected too.
 	b2 := setup(t, setupOpts{maxPayload: 1 << 20})
 	rejected2 := b2.subscribe(t, "salvage.events.rejected.>")
-	modes := make([]string, consumers.MaxChunksDefault+1)
+	modes := make([]string, salvagetype.MaxChunksDefault+1)
 	for i := range modes {
 		modes[i] = modeOK
 	}

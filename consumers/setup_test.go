@@ -213,7 +213,7 @@ func testPipeline(inChild bool) *recovery.Plan {
 				Panic  bool              `json:"panic"`
 			}
 			if err := json.Unmarshal(in, &v); err != nil {
-				return nil, fmt.Errorf("%w: %w", recovery.ErrBadInput, err)
+				return nil, fmt.Errorf("%w: %w", salvagetype.ErrBadInput, err)
 			}
 			if v.Panic {
 				panic("split cannot cope")

@@ -196,7 +196,7 @@ func (s *shop) pipeline(t *testing.T) *recovery.Plan {
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var orders []json.RawMessage
 			if err := json.Unmarshal(in, &orders); err != nil {
-				return nil, fmt.Errorf("%w: %w", recovery.ErrBadInput, err)
+				return nil, fmt.Errorf("%w: %w", salvagetype.ErrBadInput, err)
 			}
 			return orders, nil
 		},
@@ -416,7 +416,7 @@ func TestOperator(t *testing.T) {
 	if rec, _, _ := b.stores.Envelopes.Get(b.ctx, first.ID); rec.Status != salvagetype.EnvelopeSuperseded || rec.SupersededBy != second.ID {
 		t.Errorf("first envelope = %s superseded by %q, want superseded by %s", rec.Status, rec.SupersededBy, second.ID)
 	}
-	if _, err := op.Replay(b.ctx, first.ID, "ops"); !errors.Is(err, consumers.ErrSuperseded) {
+	if _, err := op.Replay(b.ctx, first.ID, "ops"); !errors.Is(err, salvagetype.ErrSuperseded) {
 		t.Errorf("replay of a superseded envelope: %v, want ErrSuperseded", err)
 	}
 
@@ -433,10 +433,10 @@ func TestOperator(t *testing.T) {
 	if s.count("charge") != 1 || s.count("reserve") != 1 || s.count("ship") != 3 {
 		t.Errorf("requests: charge %d, reserve %d, ship %d; want 1, 1, 3 (two refusals, one shipment)", s.count("charge"), s.count("reserve"), s.count("ship"))
 	}
-	if _, err := op.Replay(b.ctx, second.ID, "ops"); !errors.Is(err, consumers.ErrAlreadyResolved) {
+	if _, err := op.Replay(b.ctx, second.ID, "ops"); !errors.Is(err, salvagetype.ErrAlreadyResolved) {
 		t.Errorf("second replay: %v, want ErrAlreadyResolved", err)
 	}
-	if _, err := op.Resolve(b.ctx, second.ID, "ops", "again"); !errors.Is(err, consumers.ErrAlreadyResolved) {
+	if _, err := op.Resolve(b.ctx, second.ID, "ops", "again"); !errors.Is(err, salvagetype.ErrAlreadyResolved) {
 		t.Errorf("resolve of a resolved envelope: %v, want ErrAlreadyResolved", err)
 	}
 	if acked, err := op.Ack(b.ctx, second.ID, "ops"); err != nil || acked.AckedBy != "ops" || acked.AckedAt.IsZero() {
@@ -459,7 +459,7 @@ func TestOperator(t *testing.T) {
 	for _, tt := range []struct {
 		id   string
 		want error
-	}{{"01JNOSUCHENVELOPE000000000", consumers.ErrUnknownEnvelope}, {"a.b", salvagetype.ErrInvalidToken}, {"x>", salvagetype.ErrInvalidToken}} {
+	}{{"01JNOSUCHENVELOPE000000000", salvagetype.ErrUnknownEnvelope}, {"a.b", salvagetype.ErrInvalidToken}, {"x>", salvagetype.ErrInvalidToken}} {
 		if _, err := op.Show(b.ctx, tt.id); !errors.Is(err, tt.want) {
 			t.Errorf("show %q: %v, want %v", tt.id, err, tt.want)
 		}

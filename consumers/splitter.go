@@ -24,18 +24,7 @@ import (
 
 // Splitter defaults.
 const (
-	// MaxPayloadDefault is the largest job message Salvage accepts (512
-	// KiB), below the server's 1 MiB max_payload. It also bounds each
-	// chunk message, so an envelope carrying one fits a message too.
-	MaxPayloadDefault = 512 << 10
-	// MaxChunksDefault is how many chunks one job may split into, unless
-	// its pipeline says otherwise (recovery.Plan.MaxChunks).
-	MaxChunksDefault = 10_000
-	// ChunkWindowDefault is how many chunks of one job wait in
-	// SALVAGE_CHUNKS at once; the rest wait in SALVAGE_BACKLOG and each
-	// chunk a worker starts admits the next. A job submitted behind a
-	// large one therefore waits behind at most this many of its chunks.
-	ChunkWindowDefault = 16
+
 	// buildBeat is how many chunk messages the splitter builds between two
 	// reports of progress.
 	buildBeat = 256
@@ -90,13 +79,13 @@ func NewSplitter(js jetstream.JetStream, stores *kv.Stores, cfg SplitterConfig) 
 		return nil, fmt.Errorf("%w: SplitterConfig.Registry is nil", errInvalidConfig)
 	}
 	if cfg.MaxPayload <= 0 {
-		cfg.MaxPayload = MaxPayloadDefault
+		cfg.MaxPayload = salvagetype.MaxPayloadDefault
 	}
 	if cfg.MaxChunks <= 0 {
-		cfg.MaxChunks = MaxChunksDefault
+		cfg.MaxChunks = salvagetype.MaxChunksDefault
 	}
 	if cfg.ChunkWindow <= 0 {
-		cfg.ChunkWindow = ChunkWindowDefault
+		cfg.ChunkWindow = salvagetype.ChunkWindowDefault
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = streams.SplitterMaxDeliverDefault
@@ -259,7 +248,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		return nil
 	case err == nil && old.SourceSeq != meta.Sequence.Stream:
 		return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{streams.RejectDuplicateJob,
-			fmt.Errorf("%w: job %s was submitted as message %d with another input", streams.ErrJobExists, p.jobID, old.SourceSeq)})
+			fmt.Errorf("%w: job %s was submitted as message %d with another input", salvagetype.ErrJobExists, p.jobID, old.SourceSeq)})
 	case err == nil:
 		// The record exists, so every chunk was published: a splitter
 		// died before it acked. Only the accepted event may be missing.
@@ -300,7 +289,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 				return s.accepted(ctx, m, p, log)
 			}
 			return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{streams.RejectDuplicateJob,
-				fmt.Errorf("%w: job %s was created from message %d with another input meanwhile", streams.ErrJobExists, p.jobID, old.SourceSeq)})
+				fmt.Errorf("%w: job %s was created from message %d with another input meanwhile", salvagetype.ErrJobExists, p.jobID, old.SourceSeq)})
 		}
 	} else if err != nil {
 		return err
@@ -415,7 +404,7 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 		return p, reject(streams.RejectBadToken, err)
 	}
 	inputs, err := p.pipeline.SplitInput(p.msg.Input)
-	if errors.Is(err, recovery.ErrPanic) {
+	if errors.Is(err, salvagetype.ErrPanic) {
 		return p, reject(streams.RejectPanic, err)
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -24,7 +25,7 @@ func fuzzSplitter(f *testing.F) *Splitter {
 		Split: func(in json.RawMessage) ([]json.RawMessage, error) {
 			var items []json.RawMessage
 			if err := json.Unmarshal(in, &items); err != nil {
-				return nil, fmt.Errorf("%w: %w", recovery.ErrBadInput, err)
+				return nil, fmt.Errorf("%w: %w", salvagetype.ErrBadInput, err)
 			}
 			return items, nil
 		},

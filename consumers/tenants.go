@@ -27,7 +27,7 @@ import (
 // turn without a slot: four jobs' windows, so that the chunks a capped
 // tenant's jobs have queued do not fill the worker's slots while another
 // tenant's wait behind them.
-const waitRoomMin = 4 * ChunkWindowDefault
+const waitRoomMin = 4 * salvagetype.ChunkWindowDefault
 
 // acquireChunk waits until a chunk of tenant may run in this process, or
 // ctx or stop ends (an error: context.Cause, or errDraining). waiting is

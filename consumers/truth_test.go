@@ -332,7 +332,7 @@ func TestARefusedReplaySaysWhy(t *testing.T) {
 		t.Fatalf("envelope %s; want escalated", rec.Status)
 	}
 	_, err := consumers.NewOperator(b.JS, b.stores).Replay(b.ctx, rec.ID, "ann")
-	if !errors.Is(err, consumers.ErrReplayRefused) || !strings.Contains(err.Error(), "undid nothing it could confirm") || strings.Contains(err.Error(), "had ") {
+	if !errors.Is(err, salvagetype.ErrReplayRefused) || !strings.Contains(err.Error(), "undid nothing it could confirm") || strings.Contains(err.Error(), "had ") {
 		t.Fatalf("replay: %v", err)
 	}
 }

@@ -22,18 +22,10 @@ import (
 
 // Worker defaults.
 const (
-	// ConcurrencyDefault is how many chunks one worker runs at once.
-	ConcurrencyDefault = 4
-	// DrainTimeoutDefault bounds how long SIGTERM waits for in-flight
-	// chunks before releasing them.
-	DrainTimeoutDefault = 20 * time.Second
+
 	// nakDelayDefault is the upper bound of the jittered delay before a
 	// chunk whose tier-1 retries ran out is redelivered.
 	nakDelayDefault = 2 * time.Second
-	// JobWaitDefault covers a splitter that died between publishing a
-	// job's chunks and creating its record: its job message comes back
-	// after the splitter consumer's AckWait (10s).
-	JobWaitDefault = 30 * time.Second
 )
 
 // WorkerConfig configures a Worker.
@@ -46,13 +38,13 @@ type WorkerConfig struct {
 	// pipeline may set its own). Default ConcurrencyDefault.
 	Concurrency int
 	// AckWait must match the workers consumer's AckWait; the claim lease
-	// equals it. Default streams.AckWaitDefault.
+	// equals it. Default salvagetype.AckWaitDefault.
 	AckWait time.Duration
 	// Heartbeat is how often a running chunk reports in-progress and renews
 	// its claim. Default AckWait/3.
 	Heartbeat time.Duration
 	// MaxDeliver must match the consumer's MaxDeliver. Default
-	// streams.MaxDeliverDefault.
+	// salvagetype.MaxDeliverDefault.
 	MaxDeliver int
 	// Retry is the tier-1 policy. Zero fields take recovery's defaults.
 	Retry recovery.RetryPolicy
@@ -93,10 +85,10 @@ func (c *WorkerConfig) setDefaults() error {
 		return fmt.Errorf("%w: WorkerConfig.ID: %w", errInvalidConfig, err)
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = ConcurrencyDefault
+		c.Concurrency = salvagetype.ConcurrencyDefault
 	}
 	if c.AckWait <= 0 {
-		c.AckWait = streams.AckWaitDefault
+		c.AckWait = salvagetype.AckWaitDefault
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = c.AckWait / 3
@@ -105,16 +97,16 @@ func (c *WorkerConfig) setDefaults() error {
 		return fmt.Errorf("%w: WorkerConfig.Heartbeat %s must be shorter than AckWait %s", errInvalidConfig, c.Heartbeat, c.AckWait)
 	}
 	if c.MaxDeliver <= 0 {
-		c.MaxDeliver = streams.MaxDeliverDefault
+		c.MaxDeliver = salvagetype.MaxDeliverDefault
 	}
 	if c.NakDelay <= 0 {
 		c.NakDelay = nakDelayDefault
 	}
 	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = DrainTimeoutDefault
+		c.DrainTimeout = salvagetype.DrainTimeoutDefault
 	}
 	if c.JobWait <= 0 {
-		c.JobWait = JobWaitDefault
+		c.JobWait = salvagetype.JobWaitDefault
 	}
 	if err := c.Prices.Validate(); err != nil {
 		return fmt.Errorf("%w: WorkerConfig.Prices: %w", errInvalidConfig, err)

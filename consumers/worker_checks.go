@@ -142,7 +142,7 @@ func (r *run) checkLinked(ctx context.Context, id string, byHand bool, epoch int
 	case errors.Is(err, errForged):
 		r.reject(ctx, streams.RejectBadReplay, fmt.Errorf("%s: %w", streams.HeaderReplayOf, err))
 		return freshFrom{}, nil
-	case errors.Is(err, ErrReplayRefused):
+	case errors.Is(err, salvagetype.ErrReplayRefused):
 		r.refuseReplay(ctx, id, err)
 		return freshFrom{}, nil
 	case err != nil:

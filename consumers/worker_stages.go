@@ -64,7 +64,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 			case st.Optional:
 				log.Warn().Err(err).Msg("optional stage failed; continuing without it")
 				cp.Gaps = append(cp.Gaps, st.Name)
-			case errors.Is(err, recovery.ErrBreakerOpen):
+			case errors.Is(err, salvagetype.ErrBreakerOpen):
 				system, _ := recovery.BreakerSystem(err)
 				return r.hold(ctx, cp, fence, system, err)
 			case recovery.ClassOf(err).Permanent():

@@ -125,7 +125,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cp.AttentionUntil == nil || time.Until(*cp.AttentionUntil) < kv.RecordsRetentionDefault {
+		if cp.AttentionUntil == nil || time.Until(*cp.AttentionUntil) < salvagetype.RecordsRetentionDefault {
 			t.Fatalf("chunk %d: attention entry until %v; want past the records' retention", c, cp.AttentionUntil)
 		}
 	}

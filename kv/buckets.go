@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -28,11 +29,6 @@ const claimsTTL = 24 * time.Hour
 
 // AckWaitMax caps AckWait, the claim lease, well under claimsTTL.
 const AckWaitMax = time.Hour
-
-// RetentionDefault is how long a finished job's records are kept
-// (RecordsRetentionDefault): the retention of the agent snapshots, which
-// the object store keeps by age.
-const RetentionDefault = RecordsRetentionDefault
 
 // Stores bundles the typed stores. A chunk's claims, checkpoints and
 // journal are in its job's partition: Part.
@@ -100,7 +96,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 		}
 	}
 	snaps := jetstream.ObjectStoreConfig{
-		Bucket: BucketSnapshots, Description: "Agent state snapshots, gzip.", TTL: RetentionDefault, Replicas: replicas,
+		Bucket: BucketSnapshots, Description: "Agent state snapshots, gzip.", TTL: salvagetype.RetentionDefault, Replicas: replicas,
 	}
 	fp := streams.Fingerprint(snaps)
 	snaps.Metadata = map[string]string{streams.ConfigKey: fp}
@@ -209,7 +205,7 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 	idx := &indexWriter{js: js}
 	st := &Stores{
 		Jobs:      &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
-		Envelopes: &Envelopes{b: envs, js: js, now: time.Now, keep: RecordsRetentionDefault, idx: idx},
+		Envelopes: &Envelopes{b: envs, js: js, now: time.Now, keep: salvagetype.RecordsRetentionDefault, idx: idx},
 		Snapshots: &Snapshots{os: snaps},
 		Breakers:  &Breakers{b: breakers, js: js, now: time.Now},
 		Limits:    limits,

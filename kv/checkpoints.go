@@ -235,7 +235,7 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 	if mutate != nil {
 		mutate(&cp)
 	}
-	if err := s.flag(ctx, &cp, RecordsRetentionDefault); err != nil {
+	if err := s.flag(ctx, &cp, salvagetype.RecordsRetentionDefault); err != nil {
 		return cp, Fence{}, err
 	}
 	if rev == 0 {
@@ -260,7 +260,7 @@ func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error 
 	if f.attention != nil && (cp.AttentionUntil == nil || cp.AttentionUntil.Before(*f.attention)) {
 		cp.AttentionUntil = f.attention
 	}
-	if err := s.flag(ctx, &cp, RecordsRetentionDefault); err != nil {
+	if err := s.flag(ctx, &cp, salvagetype.RecordsRetentionDefault); err != nil {
 		return err
 	}
 	rev, err := updateJSON(ctx, s.b, f.Key, cp, f.Revision)
@@ -286,7 +286,7 @@ func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func
 			return err
 		}
 		cp.UpdatedAt = s.now()
-		return s.flag(ctx, cp, RecordsRetentionDefault)
+		return s.flag(ctx, cp, salvagetype.RecordsRetentionDefault)
 	})
 	return cp, err
 }
@@ -349,7 +349,7 @@ func (s *Checkpoints) Retain(ctx context.Context, cp Checkpoint, rev uint64, ttl
 	until := s.now().Add(ttl).UTC()
 	cp.KeptUntil = &until
 	cp.Outputs, cp.Snapshots = nil, nil
-	if err := s.flag(ctx, &cp, max(ttl, RecordsRetentionDefault)); err != nil {
+	if err := s.flag(ctx, &cp, max(ttl, salvagetype.RecordsRetentionDefault)); err != nil {
 		return err
 	}
 	_, err := retainJSON(ctx, s.js, s.bucket, ChunkKey(cp.Job, cp.Chunk), cp, rev, ttl)

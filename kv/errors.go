@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 var (
@@ -47,10 +49,6 @@ var (
 	// ErrJobFinished is returned by Jobs.Cancel for a job that already
 	// finished (done, partial, incomplete): nothing of it runs to cancel.
 	ErrJobFinished = errors.New("kv: job already finished")
-	// ErrDefinitionDiffers is returned by Pipelines.Define when the
-	// pipeline is registered with another definition; the error is a
-	// *DefinitionError saying what differs.
-	ErrDefinitionDiffers = errors.New("kv: pipeline definition differs from the registered one")
 )
 
 // DefinitionError says how a process's definition of a pipeline differs
@@ -78,7 +76,7 @@ func (e *DefinitionError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrDefinitionDiffers) true.
-func (e *DefinitionError) Is(target error) bool { return target == ErrDefinitionDiffers }
+func (e *DefinitionError) Is(target error) bool { return target == salvagetype.ErrDefinitionDiffers }
 
 // HeldError says who holds a claim and until when.
 type HeldError struct {

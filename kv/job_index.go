@@ -17,7 +17,7 @@ const jobListedExtra = 14 * 24 * time.Hour
 
 // index writes j's entry and sets its sequence in j.
 func (s *Jobs) index(ctx context.Context, j *Job) error {
-	keep := RecordsRetentionDefault
+	keep := salvagetype.RecordsRetentionDefault
 	if j.Retention != nil && j.Retention.Records > 0 {
 		keep = j.Retention.Records
 	}

@@ -19,12 +19,6 @@ import (
 // (share.<key>).
 const BucketLimits = "salvage_limits"
 
-var (
-	// ErrLimitsNotProvisioned is returned by the methods of a nil *Limits: the
-	// deployment was provisioned before salvage_limits existed.
-	ErrLimitsNotProvisioned = errors.New("kv: " + BucketLimits + " is not provisioned: run salvage provision (or start a process allowed to provision)")
-)
-
 // LimitShares is the value of share.<key>: what each process holds of
 // the key's limit until its lease expires, and a pause every process
 // honours (a provider's 429 or rate-limit headers asked the fleet to
@@ -73,7 +67,7 @@ const (
 // Set stores l (Validate first), by whom.
 func (s *Limits) Set(ctx context.Context, l salvagetype.Limit, by string) (salvagetype.Limit, error) {
 	if s == nil {
-		return l, ErrLimitsNotProvisioned
+		return l, salvagetype.ErrLimitsNotProvisioned
 	}
 	if err := l.Validate(); err != nil {
 		return l, err
@@ -96,7 +90,7 @@ func (s *Limits) Set(ctx context.Context, l salvagetype.Limit, by string) (salva
 // is declared.
 func (s *Limits) Remove(ctx context.Context, key string) error {
 	if s == nil {
-		return ErrLimitsNotProvisioned
+		return salvagetype.ErrLimitsNotProvisioned
 	}
 	if _, _, err := s.Get(ctx, key); err != nil {
 		return err
@@ -114,7 +108,7 @@ func (s *Limits) Remove(ctx context.Context, key string) error {
 // its revision.
 func (s *Limits) Get(ctx context.Context, key string) (salvagetype.Limit, uint64, error) {
 	if s == nil {
-		return salvagetype.Limit{}, 0, ErrLimitsNotProvisioned
+		return salvagetype.Limit{}, 0, salvagetype.ErrLimitsNotProvisioned
 	}
 	return getJSON[salvagetype.Limit](ctx, s.b, limitSpecPrefix+key)
 }
@@ -122,7 +116,7 @@ func (s *Limits) Get(ctx context.Context, key string) (salvagetype.Limit, uint64
 // List returns every declared limit, in one multi-last direct get.
 func (s *Limits) List(ctx context.Context) ([]salvagetype.Limit, error) {
 	if s == nil {
-		return nil, ErrLimitsNotProvisioned
+		return nil, salvagetype.ErrLimitsNotProvisioned
 	}
 	var out []salvagetype.Limit
 	err := lastValues(ctx, s.js, BucketLimits, limitSpecPrefix+">", func(_ string, value []byte, _ uint64) error {
@@ -140,7 +134,7 @@ func (s *Limits) List(ctx context.Context) ([]salvagetype.Limit, error) {
 // holds one yet).
 func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, error) {
 	if s == nil {
-		return LimitShares{}, 0, ErrLimitsNotProvisioned
+		return LimitShares{}, 0, salvagetype.ErrLimitsNotProvisioned
 	}
 	return getJSON[LimitShares](ctx, s.b, limitSharePrefix+key)
 }
@@ -149,7 +143,7 @@ func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, e
 // one multi-last direct get (as List reads the limits).
 func (s *Limits) AllShares(ctx context.Context) (map[string]LimitShares, error) {
 	if s == nil {
-		return nil, ErrLimitsNotProvisioned
+		return nil, salvagetype.ErrLimitsNotProvisioned
 	}
 	out := map[string]LimitShares{}
 	err := lastValues(ctx, s.js, BucketLimits, limitSharePrefix+">", func(key string, value []byte, _ uint64) error {
@@ -168,7 +162,7 @@ func (s *Limits) AllShares(ctx context.Context) (map[string]LimitShares, error) 
 // writes nothing.
 func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *LimitShares) error) (LimitShares, error) {
 	if s == nil {
-		return LimitShares{}, ErrLimitsNotProvisioned
+		return LimitShares{}, salvagetype.ErrLimitsNotProvisioned
 	}
 	sh, _, err := mutateJSON(ctx, s.b, limitSharePrefix+key, func(sh *LimitShares, _ bool) error {
 		if sh.Shares == nil {
@@ -188,7 +182,7 @@ func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *Limit
 // with ctx.
 func (s *Limits) WatchSpecs(ctx context.Context) (jetstream.KeyWatcher, error) {
 	if s == nil {
-		return nil, ErrLimitsNotProvisioned
+		return nil, salvagetype.ErrLimitsNotProvisioned
 	}
 	return s.b.Watch(ctx, limitSpecPrefix+">")
 }

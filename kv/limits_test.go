@@ -31,10 +31,10 @@ func TestStoresOpenWithoutTheLimitsBucket(t *testing.T) {
 	if st.Limits != nil {
 		t.Fatalf("a limits store without its bucket")
 	}
-	if _, err := st.Limits.List(ctx); !errors.Is(err, kv.ErrLimitsNotProvisioned) {
+	if _, err := st.Limits.List(ctx); !errors.Is(err, salvagetype.ErrLimitsNotProvisioned) {
 		t.Errorf("listing the limits: %v; want ErrLimitsNotProvisioned", err)
 	}
-	if _, err := st.Limits.Set(ctx, salvagetype.Limit{Key: "system.crm", RequestsPerMinute: 1}, "ann"); !errors.Is(err, kv.ErrLimitsNotProvisioned) {
+	if _, err := st.Limits.Set(ctx, salvagetype.Limit{Key: "system.crm", RequestsPerMinute: 1}, "ann"); !errors.Is(err, salvagetype.ErrLimitsNotProvisioned) {
 		t.Errorf("setting a limit: %v; want ErrLimitsNotProvisioned", err)
 	}
 	st, err = kv.Provision(ctx, srv.JS, kv.Options{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -111,10 +112,10 @@ type parts struct {
 }
 
 // Part returns partition k's storage, binding to it on first use. A k
-// outside 0 to streams.PartitionsMax − 1 is refused; one the deployment
+// outside 0 to salvagetype.PartitionsMax − 1 is refused; one the deployment
 // does not have fails to open (jetstream.ErrBucketNotFound).
 func (s *Stores) Part(ctx context.Context, k int) (*Part, error) {
-	if k < 0 || k >= streams.PartitionsMax {
+	if k < 0 || k >= salvagetype.PartitionsMax {
 		return nil, fmt.Errorf("%w: partition %d", streams.ErrPartitions, k)
 	}
 	p := s.parts
@@ -172,7 +173,7 @@ func (s *Stores) Partitions() int {
 func (s *Stores) Grow(ctx context.Context) (int, error) {
 	for {
 		n := s.Partitions()
-		if n >= streams.PartitionsMax {
+		if n >= salvagetype.PartitionsMax {
 			return n, nil
 		}
 		_, err := s.parts.js.Stream(ctx, streams.ChunksStream(n))
@@ -232,7 +233,7 @@ func PartitionOfStore(name string) (int, bool) {
 			continue
 		}
 		k, err := strconv.Atoi(rest)
-		if err == nil && k >= 1 && k < streams.PartitionsMax && strconv.Itoa(k) == rest {
+		if err == nil && k >= 1 && k < salvagetype.PartitionsMax && strconv.Itoa(k) == rest {
 			return k, true
 		}
 	}

@@ -11,23 +11,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
 // Retention defaults, one per data class.
 const (
-	// CallsRetentionDefault is how long a finished job keeps the journal
-	// rows of its done and cancelled chunks' pure calls (model calls,
-	// reads): long enough to trace a job that just finished.
-	CallsRetentionDefault = time.Hour
-	// EffectsRetentionDefault is how long a finished job keeps the journal
-	// rows of its side effects (keys, outcomes, resource ids): as long as
-	// SALVAGE_DLQ keeps an envelope that could be replayed.
-	EffectsRetentionDefault = 14 * 24 * time.Hour
-	// RecordsRetentionDefault is how long a finished job's record, its
-	// chunks' checkpoints, its settled envelopes and the journal of a
-	// chunk whose envelope settled are kept.
-	RecordsRetentionDefault = 30 * 24 * time.Hour
+
 	// callsRetentionMax keeps the pure-call window inside the time
 	// SALVAGE_EVENTS keeps the finished event that starts it.
 	callsRetentionMax = 7 * 24 * time.Hour
@@ -73,7 +63,7 @@ func (r Retention) Or(d Retention) Retention {
 
 // WithDefaults returns r with each zero field set to its default.
 func (r Retention) WithDefaults() Retention {
-	return r.Or(Retention{Calls: CallsRetentionDefault, Effects: EffectsRetentionDefault, Records: RecordsRetentionDefault})
+	return r.Or(Retention{Calls: salvagetype.CallsRetentionDefault, Effects: salvagetype.EffectsRetentionDefault, Records: salvagetype.RecordsRetentionDefault})
 }
 
 // Validate names the first field that cannot work.

@@ -19,14 +19,6 @@ const (
 	AlertNoRecovery = "no-recovery"
 )
 
-// Alert rule defaults (docs/design.md, Defaults).
-const (
-	AlertBurstCountDefault  = 3
-	AlertBurstWindowDefault = 5 * time.Minute
-	AlertUnresolvedDefault  = 30 * time.Minute
-	AlertUnackedDefault     = 15 * time.Minute
-)
-
 // AlertRules are the thresholds; zero fields take the defaults.
 type AlertRules struct {
 	// BurstCount envelopes arriving within BurstWindow raise a burst alert.
@@ -45,16 +37,16 @@ type AlertRules struct {
 // WithDefaults returns r with each zero field set to its default.
 func (r AlertRules) WithDefaults() AlertRules {
 	if r.BurstCount <= 0 {
-		r.BurstCount = AlertBurstCountDefault
+		r.BurstCount = salvagetype.AlertBurstCountDefault
 	}
 	if r.BurstWindow <= 0 {
-		r.BurstWindow = AlertBurstWindowDefault
+		r.BurstWindow = salvagetype.AlertBurstWindowDefault
 	}
 	if r.UnresolvedAfter <= 0 {
-		r.UnresolvedAfter = AlertUnresolvedDefault
+		r.UnresolvedAfter = salvagetype.AlertUnresolvedDefault
 	}
 	if r.UnackedAfter <= 0 {
-		r.UnackedAfter = AlertUnackedDefault
+		r.UnackedAfter = salvagetype.AlertUnackedDefault
 	}
 	if len(r.MoneySystems) == 0 {
 		r.MoneySystems = []string{"payments"}

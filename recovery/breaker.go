@@ -10,20 +10,6 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// Breaker defaults (docs/design.md, Defaults): 5 failures within 10s open a breaker, and
-// one probe may call the system after a 30s cool-down.
-const (
-	BreakerFailuresDefault = 5
-	BreakerWindowDefault   = 10 * time.Second
-	BreakerCoolDownDefault = 30 * time.Second
-)
-
-// ErrBreakerOpen matches a call refused because its system's circuit
-// breaker is open (or half-open, and the call is not the probe). The call
-// never reached the system. A chunk that meets it is held, not retried;
-// an optional stage that meets it is skipped.
-var ErrBreakerOpen = errors.New("circuit breaker open")
-
 // BreakerOpenError is the error a refused call returns.
 type BreakerOpenError struct {
 	// System is the external system whose breaker refused the call.
@@ -40,7 +26,7 @@ func (e *BreakerOpenError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrBreakerOpen) true.
-func (e *BreakerOpenError) Is(target error) bool { return target == ErrBreakerOpen }
+func (e *BreakerOpenError) Is(target error) bool { return target == salvagetype.ErrBreakerOpen }
 
 // BreakerSystem returns the system whose breaker refused err's call, and
 // whether err is such a refusal.
@@ -67,13 +53,13 @@ type BreakerPolicy struct {
 // WithDefaults returns p with zero fields set to their defaults.
 func (p BreakerPolicy) WithDefaults() BreakerPolicy {
 	if p.Failures <= 0 {
-		p.Failures = BreakerFailuresDefault
+		p.Failures = salvagetype.BreakerFailuresDefault
 	}
 	if p.Window <= 0 {
-		p.Window = BreakerWindowDefault
+		p.Window = salvagetype.BreakerWindowDefault
 	}
 	if p.CoolDown <= 0 {
-		p.CoolDown = BreakerCoolDownDefault
+		p.CoolDown = salvagetype.BreakerCoolDownDefault
 	}
 	return p
 }
@@ -102,7 +88,7 @@ type Gate interface {
 // limit, a permanent answer (the system worked and said no) and a call
 // Salvage stopped do not count.
 func CountsAgainstBreaker(err error) bool {
-	if err == nil || errors.Is(err, ErrBreakerOpen) {
+	if err == nil || errors.Is(err, salvagetype.ErrBreakerOpen) {
 		return false
 	}
 	switch ClassOf(err) {

@@ -65,7 +65,7 @@ func TestBreakerAllows(t *testing.T) {
 func TestBreakerErrorsAreTyped(t *testing.T) {
 	t.Parallel()
 	err := fmt.Errorf("crm-read: %w", &BreakerOpenError{System: "crm", State: salvagetype.BreakerOpen})
-	if !errors.Is(err, ErrBreakerOpen) || ClassOf(err) != classBreakerOpen {
+	if !errors.Is(err, salvagetype.ErrBreakerOpen) || ClassOf(err) != classBreakerOpen {
 		t.Fatalf("class %s", ClassOf(err))
 	}
 	if sys, ok := BreakerSystem(err); !ok || sys != "crm" {

@@ -7,16 +7,6 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// Recovery limits (docs/design.md, Defaults).
-const (
-	// MaxRecoveriesDefault is how many recoveries a chunk gets across all
-	// its envelopes before the next envelope escalates (invariant 7).
-	MaxRecoveriesDefault = 3
-	// MaxStrategyAttemptsDefault is how often a failing strategy is tried
-	// before the envelope escalates.
-	MaxStrategyAttemptsDefault = 3
-)
-
 // Failure is what the classifier knows about a chunk that could not
 // finish: its last error, from typed errors only, and its journal.
 type Failure struct {
@@ -79,10 +69,10 @@ type Limits struct {
 // WithDefaults returns l with zero fields set to their defaults.
 func (l Limits) WithDefaults() Limits {
 	if l.MaxRecoveries <= 0 {
-		l.MaxRecoveries = MaxRecoveriesDefault
+		l.MaxRecoveries = salvagetype.MaxRecoveriesDefault
 	}
 	if l.MaxStrategyAttempts <= 0 {
-		l.MaxStrategyAttempts = MaxStrategyAttemptsDefault
+		l.MaxStrategyAttempts = salvagetype.MaxStrategyAttemptsDefault
 	}
 	return l
 }

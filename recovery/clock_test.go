@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // The tests in this file run tier 1 with the documented defaults inside a
@@ -52,7 +53,7 @@ func TestTier1WaitsItsCeilings(t *testing.T) {
 					t.Fatal(err)
 				}
 				at, err := attempts(t.Context(), exec, func(int) error { return recovery.Transient(503, nil) })
-				if !errors.Is(err, recovery.ErrRetriesExhausted) {
+				if !errors.Is(err, salvagetype.ErrRetriesExhausted) {
 					t.Fatalf("err %v; want retries exhausted", err)
 				}
 				if len(at) != len(c.want) {
@@ -112,7 +113,7 @@ func TestTier1HonoursRetryAfterUpToTheCap(t *testing.T) {
 		}
 		start := time.Now()
 		at, err := attempts(t.Context(), exec, func(int) error { return recovery.RateLimited(20*time.Second, nil) })
-		if !errors.Is(err, recovery.ErrRetriesExhausted) || !errors.Is(err, recovery.ErrRateLimited) {
+		if !errors.Is(err, salvagetype.ErrRetriesExhausted) || !errors.Is(err, salvagetype.ErrRateLimited) {
 			t.Fatalf("err %v; want retries exhausted on a rate limit", err)
 		}
 		if want := []time.Duration{0, 20 * time.Second}; len(at) != 2 || at[0] != want[0] || at[1] != want[1] {

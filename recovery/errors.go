@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -82,41 +83,17 @@ func (c Class) String() string {
 
 // Sentinels matched with errors.Is against any *CallError of that class.
 var (
-	// ErrTransient matches transient call errors.
-	ErrTransient = errors.New("transient error")
-	// ErrRateLimited matches rate-limited call errors.
-	ErrRateLimited = errors.New("rate limited")
-	// ErrTimeout matches call timeouts.
-	ErrTimeout = errors.New("call timed out")
-	// ErrPermanent matches permanent call errors, panics included.
-	ErrPermanent = errors.New("permanent error")
-	// ErrPanic matches a recovered panic (see Recovered).
-	ErrPanic = errors.New("panic")
-	// ErrRetriesExhausted is returned by the executor when tier 1 gave up on
-	// a retryable error; the chunk goes to tier 2.
-	ErrRetriesExhausted = errors.New("tier-1 retries exhausted")
+
 	// ErrJobCancelled is returned when a job was cancelled; the chunk ends
 	// cancelled-at-stage-N, never retried.
 	ErrJobCancelled = errors.New("job cancelled")
 	// ErrBadEnvelope is returned by DecodeEnvelope for a DLQ message that
 	// is not a usable failure envelope.
 	ErrBadEnvelope = errors.New("not a failure envelope")
-	// ErrUnknownPipeline is returned for a pipeline name nobody registered.
-	ErrUnknownPipeline = errors.New("unknown pipeline")
-	// ErrBadInput is returned when a pipeline cannot use a job's input.
-	ErrBadInput = errors.New("bad job input")
+
 	// errSiblingFailed matches the cancellation of an agent whose sibling
 	// in the same stage failed (see siblingFailedError).
 	errSiblingFailed = errors.New("sibling agent failed")
-	// ErrOutputTooLarge matches a call or agent whose output is past
-	// streams.MaxOutput: it can never be journaled, so it fails
-	// permanently at once (status 502 for a call: a reply that breaks the
-	// contract, whose effect, if it has one, may stand and is verified).
-	ErrOutputTooLarge = errors.New("output too large to journal")
-	// ErrBadUsage matches a reply whose reported usage is not a count of
-	// tokens (negative, or past streams.MaxUsageTokens): a broken reply,
-	// failed permanently with status 502.
-	ErrBadUsage = errors.New("usage out of range")
 )
 
 // siblingFailedError is the cause an agent's context is cancelled with
@@ -193,15 +170,15 @@ func (e *CallError) Unwrap() error { return e.Err }
 // Is matches the class sentinels.
 func (e *CallError) Is(target error) bool {
 	switch target {
-	case ErrTransient:
+	case salvagetype.ErrTransient:
 		return e.Class == ClassTransient
-	case ErrRateLimited:
+	case salvagetype.ErrRateLimited:
 		return e.Class == ClassRateLimited
-	case ErrTimeout:
+	case salvagetype.ErrTimeout:
 		return e.Class == ClassTimeout
-	case ErrPermanent:
+	case salvagetype.ErrPermanent:
 		return e.Class.Permanent()
-	case ErrPanic:
+	case salvagetype.ErrPanic:
 		return e.Class == classPanic
 	}
 	return false
@@ -278,7 +255,7 @@ func ClassOf(err error) Class {
 	switch {
 	case errors.Is(err, errSiblingFailed):
 		return ClassCancelled
-	case errors.Is(err, ErrBreakerOpen):
+	case errors.Is(err, salvagetype.ErrBreakerOpen):
 		return classBreakerOpen
 	case errors.As(err, &ce):
 		return ce.Class

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Stats counts one chunk run's calls and tier-1 retries. It is safe for
@@ -88,7 +89,7 @@ func (e *Executor) DoUnless(ctx context.Context, stats *Stats, op string, stop f
 			if c := ClassOf(err); c.Permanent() || c == ClassCancelled || c == classBreakerOpen {
 				return fmt.Errorf("%s: %w", op, err)
 			}
-			return fmt.Errorf("%s: %w after %d attempts (stopped by %s): %w", op, ErrRetriesExhausted, retry+1, limit, err)
+			return fmt.Errorf("%s: %w after %d attempts (stopped by %s): %w", op, salvagetype.ErrRetriesExhausted, retry+1, limit, err)
 		}
 		stats.Retries.Add(1)
 		e.log.Debug().Str("op", op).Int("attempt", retry+1).Dur("wait_ms", wait).Err(err).Msg("tier-1 retry")
@@ -124,9 +125,9 @@ func severity(err error) int {
 		return 5
 	case ClassOf(err).Permanent():
 		return 4
-	case errors.Is(err, ErrBreakerOpen):
+	case errors.Is(err, salvagetype.ErrBreakerOpen):
 		return 3
-	case errors.Is(err, ErrRetriesExhausted):
+	case errors.Is(err, salvagetype.ErrRetriesExhausted):
 		return 2
 	}
 	return 1

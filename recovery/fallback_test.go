@@ -135,7 +135,7 @@ func TestFallbackChainReturnsOtherFailures(t *testing.T) {
 	premium.failWith(recovery.Permanent(400, errors.New("bad prompt")))
 	tools, _ := recovery.NewTools(premium.tool(), cheap.tool(), (&model{name: "after"}).tool())
 	who, _, err := runChain(t, tools, &memJournal{rows: map[string]kv.StoredRow{}}, nil)
-	if !errors.Is(err, recovery.ErrPermanent) || who != "premium" || cheap.calls.Load() != 0 {
+	if !errors.Is(err, salvagetype.ErrPermanent) || who != "premium" || cheap.calls.Load() != 0 {
 		t.Fatalf("a permanent failure must end the chain: %q, %v, cheap asked %d", who, err, cheap.calls.Load())
 	}
 }

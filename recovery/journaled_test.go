@@ -308,7 +308,7 @@ func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
 	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("commercial"), agent("employment")}},
 		recovery.StageRun{Job: "J", Chunk: 1, Stage: 2, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, nil)})
 	var ae *recovery.AgentError
-	if !errors.As(err, &ae) || ae.Agent != "employment" || ae.Tool != "classify" || ae.Call != kv.JournalKey("J", 1, 0, 2, "employment", 1) || !errors.Is(err, recovery.ErrPermanent) {
+	if !errors.As(err, &ae) || ae.Agent != "employment" || ae.Tool != "classify" || ae.Call != kv.JournalKey("J", 1, 0, 2, "employment", 1) || !errors.Is(err, salvagetype.ErrPermanent) {
 		t.Fatalf("stage error = %#v, want employment's permanent failure of its first call", err)
 	}
 	failed, stopped := j.rows[kv.JournalKey("J", 1, 0, 2, "employment", 1)], j.rows[kv.JournalKey("J", 1, 0, 2, "commercial", 1)]

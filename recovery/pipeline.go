@@ -13,7 +13,6 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // Plan is a pipeline made ready to run: its tools registered, every agent
@@ -284,7 +283,7 @@ func NewRegistry(ps ...*Plan) (*Registry, error) {
 func (r *Registry) Get(name string) (*Plan, error) {
 	p, ok := r.m[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q (known: %v)", ErrUnknownPipeline, name, r.Names())
+		return nil, fmt.Errorf("%w: %q (known: %v)", salvagetype.ErrUnknownPipeline, name, r.Names())
 	}
 	return p, nil
 }
@@ -311,15 +310,15 @@ func (discardJournal) PutAsync(_ kv.JournalRow, expect uint64) (func(context.Con
 }
 
 // agentOutput encodes what agent returned for its checkpoint: an output
-// that does not encode, or is past streams.MaxOutput encoded, fails the
+// that does not encode, or is past salvagetype.MaxOutput encoded, fails the
 // agent permanently — no retry can change it.
 func agentOutput(agent string, out any) (json.RawMessage, error) {
 	data, err := json.Marshal(out)
 	if err != nil {
 		return nil, Permanent(0, fmt.Errorf("agent %s output: %w", agent, err))
 	}
-	if len(data) > streams.MaxOutput {
-		return nil, Permanent(0, fmt.Errorf("%w: agent %s returned %d bytes, a checkpoint keeps at most %d", ErrOutputTooLarge, agent, len(data), streams.MaxOutput))
+	if len(data) > salvagetype.MaxOutput {
+		return nil, Permanent(0, fmt.Errorf("%w: agent %s returned %d bytes, a checkpoint keeps at most %d", salvagetype.ErrOutputTooLarge, agent, len(data), salvagetype.MaxOutput))
 	}
 	return data, nil
 }

@@ -4,15 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-)
 
-// Tier-1 defaults (docs/design.md, Defaults): 3 retries, waits drawn from [0,1s], [0,2s],
-// [0,4s], at most 30s in all.
-const (
-	RetriesDefault    = 3
-	RetryBaseDefault  = time.Second
-	RetryMaxDefault   = 4 * time.Second
-	RetryTotalDefault = 30 * time.Second
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // RetryPolicy is tier 1: exponential backoff with full jitter inside the
@@ -34,7 +27,7 @@ type RetryPolicy struct {
 
 // DefaultRetryPolicy returns the documented defaults.
 func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{MaxRetries: RetriesDefault, BaseDelay: RetryBaseDefault, MaxDelay: RetryMaxDefault, TotalCap: RetryTotalDefault}
+	return RetryPolicy{MaxRetries: salvagetype.RetriesDefault, BaseDelay: salvagetype.RetryBaseDefault, MaxDelay: salvagetype.RetryMaxDefault, TotalCap: salvagetype.RetryTotalDefault}
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {

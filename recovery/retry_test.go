@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 func TestBackoffFullJitterBounds(t *testing.T) {
@@ -69,10 +70,10 @@ func TestClassOfMatchesSentinels(t *testing.T) {
 		class recovery.Class
 		is    error
 	}{
-		{recovery.Transient(502, nil), recovery.ClassTransient, recovery.ErrTransient},
-		{recovery.RateLimited(time.Second, nil), recovery.ClassRateLimited, recovery.ErrRateLimited},
-		{fmt.Errorf("wrapped: %w", recovery.Timeout(nil)), recovery.ClassTimeout, recovery.ErrTimeout},
-		{recovery.Permanent(400, nil), recovery.ClassPermanent, recovery.ErrPermanent},
+		{recovery.Transient(502, nil), recovery.ClassTransient, salvagetype.ErrTransient},
+		{recovery.RateLimited(time.Second, nil), recovery.ClassRateLimited, salvagetype.ErrRateLimited},
+		{fmt.Errorf("wrapped: %w", recovery.Timeout(nil)), recovery.ClassTimeout, salvagetype.ErrTimeout},
+		{recovery.Permanent(400, nil), recovery.ClassPermanent, salvagetype.ErrPermanent},
 		{context.DeadlineExceeded, recovery.ClassTimeout, context.DeadlineExceeded},
 		{recovery.ErrJobCancelled, recovery.ClassCancelled, recovery.ErrJobCancelled},
 	}
@@ -106,14 +107,14 @@ func TestExecutor(t *testing.T) {
 	t.Run("exhausted", func(t *testing.T) {
 		var stats recovery.Stats
 		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return recovery.Transient(503, nil) })
-		if !errors.Is(err, recovery.ErrRetriesExhausted) || !errors.Is(err, recovery.ErrTransient) || stats.Calls.Load() != 4 {
+		if !errors.Is(err, salvagetype.ErrRetriesExhausted) || !errors.Is(err, salvagetype.ErrTransient) || stats.Calls.Load() != 4 {
 			t.Fatalf("err %v, calls %d", err, stats.Calls.Load())
 		}
 	})
 	t.Run("permanent is not retried", func(t *testing.T) {
 		var stats recovery.Stats
 		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return recovery.Permanent(400, nil) })
-		if !errors.Is(err, recovery.ErrPermanent) || errors.Is(err, recovery.ErrRetriesExhausted) || stats.Calls.Load() != 1 {
+		if !errors.Is(err, salvagetype.ErrPermanent) || errors.Is(err, salvagetype.ErrRetriesExhausted) || stats.Calls.Load() != 1 {
 			t.Fatalf("err %v, calls %d", err, stats.Calls.Load())
 		}
 	})
@@ -191,7 +192,7 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 		agent("slow", nil), agent("flaky", recovery.Transient(503, nil)), agent("broken", recovery.Permanent(400, nil)),
 	}}, recovery.StageRun{Stage: 2, Exec: exec, Stats: &stats, Tools: tools})
 	var ae *recovery.AgentError
-	if !errors.Is(err, recovery.ErrPermanent) || !errors.As(err, &ae) || ae.Agent != "broken" {
+	if !errors.Is(err, salvagetype.ErrPermanent) || !errors.As(err, &ae) || ae.Agent != "broken" {
 		t.Fatalf("stage error = %v, want broken's permanent error to decide", err)
 	}
 }
@@ -209,7 +210,7 @@ func TestRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Get("q"); !errors.Is(err, recovery.ErrUnknownPipeline) {
+	if _, err := r.Get("q"); !errors.Is(err, salvagetype.ErrUnknownPipeline) {
 		t.Errorf("Get(q) = %v", err)
 	}
 }
@@ -229,7 +230,7 @@ func TestNoRetriesMeansNone(t *testing.T) {
 	var stats recovery.Stats
 	calls := 0
 	err = exec.Do(context.Background(), &stats, "op", func(context.Context) error { calls++; return recovery.Transient(503, nil) })
-	if !errors.Is(err, recovery.ErrRetriesExhausted) || calls != 1 || stats.Retries.Load() != 0 {
+	if !errors.Is(err, salvagetype.ErrRetriesExhausted) || calls != 1 || stats.Retries.Load() != 0 {
 		t.Fatalf("calls %d, retries %d, err %v; want one attempt and no retry", calls, stats.Retries.Load(), err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/streams"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // A panic in code a pipeline author wrote (an agent, a tool, a split or a
@@ -26,7 +26,7 @@ func (t *Tool) Invoke(ctx context.Context, c ToolCall) (res ToolResult, err erro
 
 // VerifyEffect asks t's external system whether the call under key took
 // effect, recovering a panic as a classPanic error. An answer whose output
-// is past streams.MaxOutput fails permanently (ErrOutputTooLarge, status
+// is past salvagetype.MaxOutput fails permanently (ErrOutputTooLarge, status
 // 502): the call's outcome stays unknown. t must have an Effect.
 func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, err error) {
 	defer func() {
@@ -35,9 +35,9 @@ func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, er
 		}
 	}()
 	v, err = t.Effect.Verify(ctx, key)
-	if err == nil && len(v.Output) > streams.MaxOutput {
+	if err == nil && len(v.Output) > salvagetype.MaxOutput {
 		return Verification{}, Permanent(502, fmt.Errorf("%w: the verification of %s answered %d bytes, a row keeps at most %d",
-			ErrOutputTooLarge, t.Name, len(v.Output), streams.MaxOutput))
+			salvagetype.ErrOutputTooLarge, t.Name, len(v.Output), salvagetype.MaxOutput))
 	}
 	return v, err
 }

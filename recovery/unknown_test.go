@@ -14,7 +14,6 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // lateLedger is a payment system that applies every charge it is asked
@@ -64,7 +63,7 @@ func (l *lateLedger) tools(t *testing.T) *recovery.Tools {
 			return recovery.ToolResult{}, nil
 		}},
 		recovery.Tool{Name: "big", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-			out, _ := json.Marshal(strings.Repeat("x", streams.MaxOutput))
+			out, _ := json.Marshal(strings.Repeat("x", salvagetype.MaxOutput))
 			return recovery.ToolResult{Output: out}, nil
 		}},
 		recovery.Tool{Name: "liar", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
@@ -145,7 +144,7 @@ func TestUnknownStaysUnknown(t *testing.T) {
 	t.Parallel()
 	l := &lateLedger{applied: map[string]int{}, noApplyOnError: true, fail: func(int) error { return recovery.Transient(500, errors.New("boom")) }}
 	row, err := callOnce(t, l.tools(t), &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 2)
-	if !errors.Is(err, recovery.ErrRetriesExhausted) || !strings.Contains(err.Error(), "the limit of 2 retries") {
+	if !errors.Is(err, salvagetype.ErrRetriesExhausted) || !strings.Contains(err.Error(), "the limit of 2 retries") {
 		t.Fatalf("err = %v, want tier 1 exhausted naming its limit", err)
 	}
 	if row.Status != salvagetype.CallUnknown || l.requests != 3 || l.verifies != 2 || row.Attempts != 3 {
@@ -175,17 +174,17 @@ func TestRepliesThatCannotBeJournaled(t *testing.T) {
 	l := &lateLedger{applied: map[string]int{}}
 	tools := l.tools(t)
 	row, err := callOnce(t, tools, &memJournal{rows: map[string]kv.StoredRow{}}, "big", 3)
-	if !errors.Is(err, recovery.ErrOutputTooLarge) || !recovery.ClassOf(err).Permanent() || row.Status != salvagetype.CallFailed || row.Attempts != 1 {
+	if !errors.Is(err, salvagetype.ErrOutputTooLarge) || !recovery.ClassOf(err).Permanent() || row.Status != salvagetype.CallFailed || row.Attempts != 1 {
 		t.Fatalf("big output: err %v, row %+v", err, row.Status)
 	}
 	row, err = callOnce(t, tools, &memJournal{rows: map[string]kv.StoredRow{}}, "liar", 3)
-	if !errors.Is(err, recovery.ErrBadUsage) || !recovery.ClassOf(err).Permanent() || row.Attempts != 1 || row.Usage != nil {
+	if !errors.Is(err, salvagetype.ErrBadUsage) || !recovery.ClassOf(err).Permanent() || row.Attempts != 1 || row.Usage != nil {
 		t.Fatalf("negative usage: err %v, row %+v", err, row)
 	}
 	// A side effect that answered too much may have taken effect: it is
 	// left UNKNOWN for a verify, not FAILED.
 	l.fail = func(int) error { return nil }
-	big := strings.Repeat("x", streams.MaxOutput)
+	big := strings.Repeat("x", salvagetype.MaxOutput)
 	tools2, _ := recovery.NewTools(
 		recovery.Tool{Name: "charge", Effect: &recovery.SideEffect{Verify: func(context.Context, string) (recovery.Verification, error) {
 			return recovery.Verification{}, errors.New("down")
@@ -194,7 +193,7 @@ func TestRepliesThatCannotBeJournaled(t *testing.T) {
 			return recovery.ToolResult{Output: out}, nil
 		}})
 	row, err = callOnce(t, tools2, &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 0)
-	if !errors.Is(err, recovery.ErrOutputTooLarge) || row.Status != salvagetype.CallUnknown {
+	if !errors.Is(err, salvagetype.ErrOutputTooLarge) || row.Status != salvagetype.CallUnknown {
 		t.Fatalf("side effect with a huge answer: err %v, row %s", err, row.Status)
 	}
 }

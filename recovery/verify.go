@@ -6,7 +6,6 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // errVerifiedNotApplied is the error a row verified as not applied keeps.
@@ -32,13 +31,13 @@ func (t *Tool) Settle(row kv.JournalRow, v Verification, now time.Time) kv.Journ
 }
 
 // checkResult refuses what a call answered that cannot be journaled: an
-// output past streams.MaxOutput, or usage that is not a count of tokens.
+// output past salvagetype.MaxOutput, or usage that is not a count of tokens.
 // Either fails the call permanently with status 502, a reply that breaks
 // the contract; a side effect's outcome is then unknown (OutcomeUnknown),
 // so it is verified rather than taken as not applied.
 func checkResult(tool string, res ToolResult) error {
-	if n := len(res.Output); n > streams.MaxOutput {
-		return Permanent(502, fmt.Errorf("%w: %s answered %d bytes, a journal row keeps at most %d", ErrOutputTooLarge, tool, n, streams.MaxOutput))
+	if n := len(res.Output); n > salvagetype.MaxOutput {
+		return Permanent(502, fmt.Errorf("%w: %s answered %d bytes, a journal row keeps at most %d", salvagetype.ErrOutputTooLarge, tool, n, salvagetype.MaxOutput))
 	}
 	if err := ValidUsage(res.Usage); err != nil {
 		return Permanent(502, fmt.Errorf("%s: %w", tool, err))
@@ -47,14 +46,14 @@ func checkResult(tool string, res ToolResult) error {
 }
 
 // ValidUsage returns an error wrapping ErrBadUsage unless u (nil: none)
-// reports each count of tokens within 0..streams.MaxUsageTokens.
+// reports each count of tokens within 0..salvagetype.MaxUsageTokens.
 func ValidUsage(u *kv.Usage) error {
 	if u == nil {
 		return nil
 	}
 	for _, n := range []int64{u.PromptTokens, u.CompletionTokens} {
-		if n < 0 || n > streams.MaxUsageTokens {
-			return fmt.Errorf("%w: %d prompt and %d completion tokens, each must be 0..%d", ErrBadUsage, u.PromptTokens, u.CompletionTokens, int64(streams.MaxUsageTokens))
+		if n < 0 || n > salvagetype.MaxUsageTokens {
+			return fmt.Errorf("%w: %d prompt and %d completion tokens, each must be 0..%d", salvagetype.ErrBadUsage, u.PromptTokens, u.CompletionTokens, int64(salvagetype.MaxUsageTokens))
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // ConfigKey is the metadata key under which Salvage records, on each
@@ -21,12 +22,6 @@ import (
 // configuration can be an administrator's step (salvage provision) while
 // workers run with users that may not change it.
 const ConfigKey = "salvage_config"
-
-// ErrNeedsProvisioning is returned when a stream, bucket or consumer is
-// missing or configured otherwise than this version of Salvage asks,
-// and the server refused this user the request that would create or
-// update it: an administrator runs `salvage provision` (Client.Provision).
-var ErrNeedsProvisioning = errors.New("needs provisioning by an administrator (salvage provision)")
 
 // Fingerprint is the fingerprint of a configuration: the first 16 hex
 // digits of the SHA-256 of its JSON, metadata left out.
@@ -93,7 +88,7 @@ func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, f
 	// at all for a while: wait that out (within ctx), not a refusal. A
 	// request it never answers is asked again after changeWait.
 	err := retryChange(ctx, js, what, change)
-	if errors.Is(err, ErrNeedsProvisioning) && streamCurrent(ctx, js, stream, fp) {
+	if errors.Is(err, salvagetype.ErrNeedsProvisioning) && streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
 	return err
@@ -143,7 +138,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 		}
 		return err
 	})
-	if errors.Is(err, ErrNeedsProvisioning) {
+	if errors.Is(err, salvagetype.ErrNeedsProvisioning) {
 		if c, ok := current(); ok {
 			return c, nil
 		}
@@ -175,7 +170,7 @@ func runChange(js jetstream.JetStream, what string, change func() error) error {
 		return nil
 	}
 	if last := nc.LastError(); last != before && errors.Is(last, nats.ErrPermissionViolation) {
-		return fmt.Errorf("%s is missing or configured otherwise and this user may not change it: %w (%w)", what, ErrNeedsProvisioning, last)
+		return fmt.Errorf("%s is missing or configured otherwise and this user may not change it: %w (%w)", what, salvagetype.ErrNeedsProvisioning, last)
 	}
 	return err
 }

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // InputHash names what a job id stands for: the pipeline and the input,
@@ -50,10 +52,10 @@ func ValidateBudget(b *JobBudget) error {
 		return nil
 	}
 	if b.Tokens < 0 || b.Tokens > budgetTokensMax {
-		return fmt.Errorf("%w: budget tokens %d: want 0 (no cap) to %d", ErrInvalidJob, b.Tokens, int64(budgetTokensMax))
+		return fmt.Errorf("%w: budget tokens %d: want 0 (no cap) to %d", salvagetype.ErrInvalidJob, b.Tokens, int64(budgetTokensMax))
 	}
 	if math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0) || b.Cost < 0 || b.Cost > budgetCostMax {
-		return fmt.Errorf("%w: budget cost %v: want a number from 0 (no cap) to %d", ErrInvalidJob, b.Cost, int64(budgetCostMax))
+		return fmt.Errorf("%w: budget cost %v: want a number from 0 (no cap) to %d", salvagetype.ErrInvalidJob, b.Cost, int64(budgetCostMax))
 	}
 	return nil
 }

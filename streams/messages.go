@@ -84,13 +84,7 @@ const (
 	// ErrorTextMax is the longest error text a journal row, checkpoint,
 	// envelope, event or reply keeps (room for a panic's stack).
 	ErrorTextMax = 8 << 10
-	// MaxOutput is the largest output of one call or agent a journal row
-	// or checkpoint keeps (256 KiB, as encoded JSON): a larger reply can
-	// never be journaled, so it fails its call permanently at once.
-	MaxOutput = 256 << 10
-	// MaxUsageTokens bounds the tokens one call may report in each of its
-	// prompt and completion counts; more is a broken reply, not usage.
-	MaxUsageTokens = 1_000_000_000
+
 	// budgetTokensMax and budgetCostMax bound a job's budget.
 	budgetTokensMax = 1_000_000_000_000
 	budgetCostMax   = 1_000_000_000

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // A deployment's chunk work is split into partitions. Each partition has
@@ -29,9 +30,6 @@ import (
 // subject or stream of a chunk message), never from the partition count,
 // so a count that grows never moves a job.
 
-// PartitionsMax bounds the partitions of a deployment.
-const PartitionsMax = 64
-
 // partRoot begins the chunk subjects of partitions 1 and up.
 const partRoot = "salvage.part."
 
@@ -41,8 +39,8 @@ var ErrPartitions = errors.New("streams: partitions out of range")
 // ValidatePartitions checks a configured partition count: 1 to
 // PartitionsMax.
 func ValidatePartitions(n int) error {
-	if n < 1 || n > PartitionsMax {
-		return fmt.Errorf("%w: %d (want 1 to %d)", ErrPartitions, n, PartitionsMax)
+	if n < 1 || n > salvagetype.PartitionsMax {
+		return fmt.Errorf("%w: %d (want 1 to %d)", ErrPartitions, n, salvagetype.PartitionsMax)
 	}
 	return nil
 }
@@ -79,7 +77,7 @@ func PartitionOfStream(name string) (int, bool) {
 		return 0, false
 	}
 	k, err := strconv.Atoi(rest)
-	if err != nil || k < 1 || k >= PartitionsMax || strconv.Itoa(k) != rest {
+	if err != nil || k < 1 || k >= salvagetype.PartitionsMax || strconv.Itoa(k) != rest {
 		return 0, false
 	}
 	return k, true
@@ -120,7 +118,7 @@ func maxDeliveriesOf(k int) string {
 // process that reads it at start never misses a partition made before.
 // A deployment not provisioned at all has 0.
 func Partitions(ctx context.Context, js jetstream.JetStream) (int, error) {
-	for k := range PartitionsMax {
+	for k := range salvagetype.PartitionsMax {
 		_, err := js.Stream(ctx, ChunksStream(k))
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			// Partitions are made in order, so the first missing ends them.
@@ -130,5 +128,5 @@ func Partitions(ctx context.Context, js jetstream.JetStream) (int, error) {
 			return 0, fmt.Errorf("streams: look up %s: %w", ChunksStream(k), err)
 		}
 	}
-	return PartitionsMax, nil
+	return salvagetype.PartitionsMax, nil
 }

@@ -13,12 +13,7 @@ import (
 
 // Defaults for provisioning; docs/contract.md lists them.
 const (
-	// AckWaitDefault is how long a chunk may go without an ack or a
-	// heartbeat before JetStream redelivers it (tier 2).
-	AckWaitDefault = 10 * time.Second
-	// MaxDeliverDefault is how many deliveries a chunk gets before it is
-	// dead-lettered.
-	MaxDeliverDefault = 3
+
 	// dlqRetentionDefault is how long envelopes stay in SALVAGE_DLQ.
 	dlqRetentionDefault = 14 * 24 * time.Hour
 	// resultsRetentionDefault is how long findings stay in SALVAGE_RESULTS.
@@ -78,10 +73,10 @@ func (o Options) withDefaults() Options {
 		o.Partitions = 1
 	}
 	if o.AckWait <= 0 {
-		o.AckWait = AckWaitDefault
+		o.AckWait = salvagetype.AckWaitDefault
 	}
 	if o.MaxDeliver <= 0 {
-		o.MaxDeliver = MaxDeliverDefault
+		o.MaxDeliver = salvagetype.MaxDeliverDefault
 	}
 	if o.DLQRetention <= 0 {
 		o.DLQRetention = dlqRetentionDefault

@@ -120,7 +120,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, _ := c.Info(ctx)
-	if info.Config.AckWait != streams.AckWaitDefault || info.Config.MaxDeliver != streams.MaxDeliverDefault || info.Config.FilterSubject != "salvage.chunks.p1.>" {
+	if info.Config.AckWait != salvagetype.AckWaitDefault || info.Config.MaxDeliver != salvagetype.MaxDeliverDefault || info.Config.FilterSubject != "salvage.chunks.p1.>" {
 		t.Errorf("pool consumer = %+v", info.Config)
 	}
 	// Options change on re-provisioning (create or update).
@@ -223,7 +223,7 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		t.Fatal("InputHash is not canonical")
 	}
 	for _, b := range []streams.JobBudget{{Tokens: -1}, {Cost: -0.01}, {Cost: math.NaN()}, {Cost: math.Inf(1)}, {Cost: 2e9}, {Tokens: 2e12}} {
-		if err := streams.ValidateBudget(&b); !errors.Is(err, streams.ErrInvalidJob) {
+		if err := streams.ValidateBudget(&b); !errors.Is(err, salvagetype.ErrInvalidJob) {
 			t.Errorf("budget %+v accepted: %v", b, err)
 		}
 	}
@@ -234,8 +234,8 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		msg  string
 		want error
 	}{
-		{`{"metadata": {}}`, streams.ErrInvalidJob},
-		{`{"input": 1, "job_id": 5}`, streams.ErrInvalidJob},
+		{`{"metadata": {}}`, salvagetype.ErrInvalidJob},
+		{`{"input": 1, "job_id": 5}`, salvagetype.ErrInvalidJob},
 		{`{"input": 1, "job_id": "a.b"}`, salvagetype.ErrInvalidToken},
 		{`{"input": 1, "job_id": "job#1"}`, salvagetype.ErrInvalidToken},
 		{`{"input": 1, "job_id": ""}`, salvagetype.ErrInvalidToken},

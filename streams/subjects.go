@@ -167,7 +167,7 @@ func ParseChunkSubject(subject string) (ChunkRef, error) {
 	if rest, ok := strings.CutPrefix(subject, partRoot); ok {
 		num, tail, _ := strings.Cut(rest, ".")
 		n, err := strconv.Atoi(num)
-		if err != nil || n < 1 || n >= PartitionsMax || strconv.Itoa(n) != num || !strings.HasPrefix(tail, "chunks.") {
+		if err != nil || n < 1 || n >= salvagetype.PartitionsMax || strconv.Itoa(n) != num || !strings.HasPrefix(tail, "chunks.") {
 			return ChunkRef{}, badSubject(subject, "want salvage.part.<partition>.chunks.<pipeline>.<job>.<chunk>")
 		}
 		k, tokens = n, "salvage."+tail

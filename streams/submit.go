@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // PrepareJob gives a job message (its top-level fields) an identity: the
@@ -16,12 +17,12 @@ import (
 // ErrInvalidJob (no input, job_id not a string) or ErrBadToken.
 func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 	if _, ok := msg["input"]; !ok {
-		return "", nil, fmt.Errorf(`%w: job message has no "input"`, ErrInvalidJob)
+		return "", nil, fmt.Errorf(`%w: job message has no "input"`, salvagetype.ErrInvalidJob)
 	}
 	var id string
 	if raw, ok := msg["job_id"]; ok {
 		if err := json.Unmarshal(raw, &id); err != nil {
-			return "", nil, fmt.Errorf("%w: job_id: %v", ErrInvalidJob, err)
+			return "", nil, fmt.Errorf("%w: job_id: %v", salvagetype.ErrInvalidJob, err)
 		}
 		if err := ValidateJobID(id); err != nil {
 			return "", nil, err
@@ -32,7 +33,7 @@ func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 	}
 	body, err := json.Marshal(msg)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %v", ErrInvalidJob, err)
+		return "", nil, fmt.Errorf("%w: %v", salvagetype.ErrInvalidJob, err)
 	}
 	return id, body, nil
 }

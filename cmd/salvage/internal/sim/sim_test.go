@@ -13,6 +13,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // start serves a sim with cfg; its client waits for an answer as long as
@@ -93,14 +94,14 @@ func TestInjectedFaults(t *testing.T) {
 	hung.Timeout = 2 * time.Second
 
 	_, err := hung.Effect(ctx, "payments", "charge", "ka", map[string]any{"order": "after"})
-	if !errors.Is(err, recovery.ErrTimeout) {
+	if !errors.Is(err, salvagetype.ErrTimeout) {
 		t.Fatalf("timeout after commit: %v", err)
 	}
 	if v, _ := c.Verify(ctx, "payments", "ka"); !v.Applied {
 		t.Fatal("a timeout after commit must leave the effect applied")
 	}
 	_, err = hung.Effect(ctx, "payments", "charge", "kb", map[string]any{"order": "before"})
-	if !errors.Is(err, recovery.ErrTimeout) {
+	if !errors.Is(err, salvagetype.ErrTimeout) {
 		t.Fatalf("timeout before commit: %v", err)
 	}
 	if v, _ := c.Verify(ctx, "payments", "kb"); v.Applied {
@@ -109,16 +110,16 @@ func TestInjectedFaults(t *testing.T) {
 	if _, err := c.Effect(ctx, "payments", "charge", "kb", map[string]any{"order": "before"}); err != nil {
 		t.Fatalf("retry after a timeout before commit: %v", err)
 	}
-	if _, err := c.Effect(ctx, "email", "send", "ke", map[string]any{"order": "bad"}); !errors.Is(err, recovery.ErrPermanent) {
+	if _, err := c.Effect(ctx, "email", "send", "ke", map[string]any{"order": "bad"}); !errors.Is(err, salvagetype.ErrPermanent) {
 		t.Fatalf("permanent rule: %v", err)
 	}
-	if _, err := c.Effect(ctx, "crm", "update", "kc", map[string]any{"order": "x"}); !errors.Is(err, recovery.ErrTransient) {
+	if _, err := c.Effect(ctx, "crm", "update", "kc", map[string]any{"order": "x"}); !errors.Is(err, salvagetype.ErrTransient) {
 		t.Fatalf("outage: %v", err)
 	}
 	if _, err := c.Effect(ctx, "payments", "charge", "ks", map[string]any{"order": "stuck"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Compensate(ctx, "payments", "refund", "rk", "ks"); !errors.Is(err, recovery.ErrPermanent) {
+	if _, err := c.Compensate(ctx, "payments", "refund", "rk", "ks"); !errors.Is(err, salvagetype.ErrPermanent) {
 		t.Fatalf("failing refund: %v", err)
 	}
 	l, _ := c.Ledger(ctx)
@@ -140,10 +141,10 @@ func TestStopRules(t *testing.T) {
 		_, err := c.Effect(ctx, "crm", "update", key, map[string]any{"order": order})
 		return err
 	}
-	if err := update("a1", "a"); !errors.Is(err, recovery.ErrTransient) {
+	if err := update("a1", "a"); !errors.Is(err, salvagetype.ErrTransient) {
 		t.Fatalf("order a before the stop: %v", err)
 	}
-	if err := update("b1", "b"); !errors.Is(err, recovery.ErrTransient) {
+	if err := update("b1", "b"); !errors.Is(err, salvagetype.ErrTransient) {
 		t.Fatalf("order b, first of two: %v", err)
 	}
 	if err := c.StopRules(ctx, "crm", "a"); err != nil {
@@ -152,13 +153,13 @@ func TestStopRules(t *testing.T) {
 	if err := update("a2", "a"); err != nil {
 		t.Fatalf("order a after the stop: %v", err)
 	}
-	if err := update("b2", "b"); !errors.Is(err, recovery.ErrTransient) {
+	if err := update("b2", "b"); !errors.Is(err, salvagetype.ErrTransient) {
 		t.Fatalf("order b, second of two, after a's stop: %v (its count was reset)", err)
 	}
 	if err := update("b3", "b"); err != nil {
 		t.Fatalf("order b past its two: %v", err)
 	}
-	if err := c.StopRules(ctx, "crm", "nope"); !errors.Is(err, recovery.ErrPermanent) || recovery.StatusOf(err) != 404 {
+	if err := c.StopRules(ctx, "crm", "nope"); !errors.Is(err, salvagetype.ErrPermanent) || recovery.StatusOf(err) != 404 {
 		t.Fatalf("stop a rule that does not exist: %v, want a permanent 404", err)
 	}
 }
