@@ -106,7 +106,7 @@ const (
 // envelopes, and the whole journal of a chunk whose envelope settled).
 // The clocks start when the job finishes; nothing an open envelope, a
 // held, parked or running chunk needs is removed.
-type Retention = kv.Retention
+type Retention = salvagetype.Retention
 
 // Config is what a Client runs with. Every field has a default, stated in
 // its comment; a zero field takes it. NewClient validates the whole and

@@ -61,7 +61,7 @@ type EnvelopeRecord struct {
 
 // LeftEffect is an effect that may stand and that Salvage did not undo,
 // named for the person who must decide.
-type LeftEffect = kv.LeftEffect
+type LeftEffect = salvagetype.LeftEffect
 
 // Envelope is a failure envelope as published on
 // salvage.dlq.<category>.<pipeline>.<job>.<chunk>: what failed and what
@@ -291,7 +291,7 @@ func AutoRecoveryRate(recs []EnvelopeRecord) RecoveryStats {
 	for i, r := range recs {
 		// The fields the rate reads; no copy of notes or effects.
 		machine[i] = kv.EnvelopeRecord{ID: r.ID, Job: r.Job, Chunk: r.Chunk, Status: r.Status, ResolvedBy: r.ResolvedBy,
-			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]kv.LeftEffect, len(r.Left)),
+			Human: r.Human, Replays: r.Replays, CreatedAt: r.CreatedAt, Left: make([]salvagetype.LeftEffect, len(r.Left)),
 			Stopped: r.Stopped, Rejected: r.Rejected}
 	}
 	return recovery.AutoRecoveryRate(machine)

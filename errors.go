@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 )
@@ -65,7 +64,7 @@ const (
 // the fingerprint its workers run (Registered) and this process's (Ours),
 // who registered the first and when, and the definition lines only one of
 // them has (Diff).
-type DefinitionError = kv.DefinitionError
+type DefinitionError = salvagetype.DefinitionError
 
 // BreakerOpenError is the error behind ErrBreakerOpen: which system's
 // breaker refused the call, its state and when it lets a probe through.

@@ -78,7 +78,7 @@ type Job struct {
 // Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
 // and Degraded are current; DeadLetters, Tier1Retries and Redeliveries
 // count events and only grow (the machinery's own record type).
-type Summary = kv.Summary
+type Summary = salvagetype.Summary
 
 // Budget caps what a job may spend; a zero field is no cap. The usage
 // its model calls report (ToolResult.Usage) is counted as each chunk
@@ -88,7 +88,7 @@ type Summary = kv.Summary
 // pass the budget by what the chunks in flight spend) and one
 // BUDGET_EXCEEDED envelope lists them and escalates. What is done stays
 // done.
-type Budget = kv.Budget
+type Budget = salvagetype.Budget
 
 // Chunk is one chunk's checkpoint as an operator sees it.
 type Chunk struct {
@@ -157,7 +157,7 @@ type Chunk struct {
 }
 
 // Approval is a person's yes to one stage of one chunk.
-type Approval = kv.Approval
+type Approval = salvagetype.Approval
 
 // JobState is a job and one page of its chunks.
 type JobState struct {
@@ -208,7 +208,7 @@ func (p *Page) window() (offset, limit int) {
 // ValidateBudget returns an error wrapping ErrInvalidJob unless b (nil:
 // no budget) is a cap: counts and costs not negative, a cost that is a
 // finite number, each within its bound (1e12 tokens, 1e9 in cost).
-func ValidateBudget(b *Budget) error { return streams.ValidateBudget((*streams.JobBudget)(b)) }
+func ValidateBudget(b *Budget) error { return streams.ValidateBudget(b) }
 
 // SubmitOpts are a submission's options; nil takes every default.
 type SubmitOpts struct {

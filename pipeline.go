@@ -9,6 +9,7 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Pipeline is what a pipeline author writes: how a job's input becomes
@@ -89,7 +90,7 @@ type Agent = recovery.Agent
 // StageOutput is what one agent produced in one stage (Stage, Agent,
 // Output); later stages read it in Turn.Prior, and Pipeline.Result gets
 // them all.
-type StageOutput = kv.StageOutput
+type StageOutput = salvagetype.StageOutput
 
 // Turn is one agent's run in one stage of one chunk (see recovery.Turn).
 // Every external call the agent makes goes through Turn.Tool or
@@ -137,7 +138,7 @@ type ToolCall = recovery.ToolCall
 type ToolResult = recovery.ToolResult
 
 // Usage is the tokens one model call spent, and the model that spent them.
-type Usage = kv.Usage
+type Usage = salvagetype.Usage
 
 // CompensationInput is the input a compensation tool receives: the
 // idempotency key and the output of the call it undoes. The compensation

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -204,7 +203,7 @@ func replyUsage(subject string, h nats.Header) (*Usage, error) {
 	if perr != nil || cerr != nil {
 		return nil, Permanent(502, fmt.Errorf("%w: %s answered %s %q, %s %q: want whole numbers", ErrBadUsage, subject, HeaderPromptTokens, clip(prompt, 40), HeaderCompletionTokens, clip(completion, 40)))
 	}
-	if err := recovery.ValidUsage((*kv.Usage)(u)); err != nil {
+	if err := recovery.ValidUsage((*salvagetype.Usage)(u)); err != nil {
 		return nil, Permanent(502, fmt.Errorf("%s: %w", subject, err))
 	}
 	return u, nil

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Trace is a job's timeline: each chunk's state and its calls.
@@ -49,7 +50,7 @@ type TraceChunk struct {
 // cancelled (the Event* constants), At when, Delivery the delivery count
 // a worker took, Worker who, Stage where, Detail the system a hold waits
 // for, the effect a compensation undid or a dead-letter's envelope.
-type ChunkEvent = kv.ChunkEvent
+type ChunkEvent = salvagetype.ChunkEvent
 
 // Trace returns job id's timeline, from its record, checkpoints and
 // journal. It reads every call of the job: meant for one job at a time,

@@ -26,7 +26,7 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 			r.AckedBy = "ops"
 		}
 		for _, sys := range left {
-			r.Left = append(r.Left, kv.LeftEffect{Tool: "charge-payment", System: sys, JournalKey: "k"})
+			r.Left = append(r.Left, salvagetype.LeftEffect{Tool: "charge-payment", System: sys, JournalKey: "k"})
 		}
 		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
 			t.Fatal(err)

@@ -27,7 +27,7 @@ func meteredPipeline(t *testing.T) *recovery.Plan {
 			return recovery.ToolResult{}, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		return recovery.ToolResult{Output: json.RawMessage(`"ok"`), Usage: &kv.Usage{Model: "m", PromptTokens: 100, CompletionTokens: 50}}, nil
+		return recovery.ToolResult{Output: json.RawMessage(`"ok"`), Usage: &salvagetype.Usage{Model: "m", PromptTokens: 100, CompletionTokens: 50}}, nil
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ type DeadLetterConfig struct {
 	UnknownPipelineWait time.Duration
 	// Retention applies to finished jobs whose record names none (fields
 	// they leave zero). Zero fields take kv's defaults.
-	Retention kv.Retention
+	Retention salvagetype.Retention
 	// Logger receives dead-letter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 	// TracerProvider receives the span of a job whose last chunk the

@@ -26,7 +26,7 @@ func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 	recordError(&cp, cause)
 	cp.Status, cp.HeldOn = salvagetype.ChunkHeld, system
 	cp.Holds++
-	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventHeld, Worker: r.w.cfg.ID, Stage: cp.Stage, Detail: system})
+	cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventHeld, Worker: r.w.cfg.ID, Stage: cp.Stage, Detail: system})
 	if err := r.park(ctx, cp, fence, system, "circuit breaker of "+system+" open"); err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int, name string) error {
 	cp.ClearLastError()
 	cp.Status, cp.Stage = salvagetype.ChunkAwaitingApproval, stage
-	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventAwaitingApproval, Worker: r.w.cfg.ID, Stage: stage, Detail: name})
+	cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventAwaitingApproval, Worker: r.w.cfg.ID, Stage: stage, Detail: name})
 	if err := r.park(ctx, cp, fence, streams.SystemApproval, "stage "+name+" requires approval"); err != nil {
 		return err
 	}

@@ -268,7 +268,7 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 		if l.Stopped != "" {
 			kind = salvagetype.EventCancelled
 		}
-		cp.Record(kv.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
+		cp.Record(salvagetype.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
 		cp.Reason = streams.Clip(l.Err, streams.ErrorTextMax)
 		if l.tally != nil {
 			setTally(cp, *l.tally)

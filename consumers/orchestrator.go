@@ -418,7 +418,7 @@ func (o *Orchestrator) failed(ctx context.Context, env salvagetype.Envelope, rec
 }
 
 // finish records a final status, and announces an escalation.
-func (o *Orchestrator) finish(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, status salvagetype.EnvelopeStatus, note string, left []kv.LeftEffect, log zerolog.Logger) (outcome, error) {
+func (o *Orchestrator) finish(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, status salvagetype.EnvelopeStatus, note string, left []salvagetype.LeftEffect, log zerolog.Logger) (outcome, error) {
 	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(string(status)))
 	rec, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
 		r.Status, r.RecoveringBy, r.LeaseUntil = status, "", time.Time{}

@@ -240,7 +240,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env salvagetype.Envelope,
 			if cp.ClaimedBy != "" || cp.Epoch != env.Checkpoint.Epoch {
 				return kv.ErrNoChange
 			}
-			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventCompensated, Stage: row.Stage,
+			cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventCompensated, Stage: row.Stage,
 				Detail: strings.TrimSpace(fmt.Sprintf("%s undid %s %s", undo.Name, row.Tool, row.Fingerprint.ResourceID))})
 			return nil
 		}); err != nil {
@@ -273,29 +273,29 @@ func markCompensated(ctx context.Context, st *kv.Stores, env salvagetype.Envelop
 // side effects that took place and were not compensated, and those whose
 // outcome nobody knows (in flight, unverified). An escalation names each
 // of them, so a person sees what is left (invariant 9).
-func (o *Orchestrator) standing(ctx context.Context, env salvagetype.Envelope) []kv.LeftEffect {
+func (o *Orchestrator) standing(ctx context.Context, env salvagetype.Envelope) []salvagetype.LeftEffect {
 	rows, err := epochRows(ctx, o.stores, env)
 	if err != nil {
-		return []kv.LeftEffect{{Tool: "journal unreadable: " + err.Error(), Unknown: true}}
+		return []salvagetype.LeftEffect{{Tool: "journal unreadable: " + err.Error(), Unknown: true}}
 	}
 	return standingEffects(rows)
 }
 
 // standingEffects is standing over rows already read, newest first: the
 // order in which a person would undo them.
-func standingEffects(rows map[string]kv.StoredRow) []kv.LeftEffect {
-	out := []kv.LeftEffect{}
+func standingEffects(rows map[string]kv.StoredRow) []salvagetype.LeftEffect {
+	out := []salvagetype.LeftEffect{}
 	sorted := recovery.SortedRows(rows)
 	slices.Reverse(sorted)
 	for _, r := range sorted {
 		switch {
 		case r.Status == salvagetype.CallSucceeded && r.Fingerprint != nil:
-			out = append(out, kv.LeftEffect{Tool: r.Tool, System: r.System, ResourceID: r.Fingerprint.ResourceID,
+			out = append(out, salvagetype.LeftEffect{Tool: r.Tool, System: r.System, ResourceID: r.Fingerprint.ResourceID,
 				JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Reversible: r.Fingerprint.Reversible})
 		case r.Status == salvagetype.CallInitiated || r.Status == salvagetype.CallUnknown:
 			// Only a side effect leaves a row unknown (a pure call writes
 			// its outcome or nothing).
-			out = append(out, kv.LeftEffect{Tool: r.Tool, System: r.System, JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Unknown: true})
+			out = append(out, salvagetype.LeftEffect{Tool: r.Tool, System: r.System, JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Unknown: true})
 		}
 	}
 	return out

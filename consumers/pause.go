@@ -77,7 +77,7 @@ func (p *pauses) all() []kv.PipelineState {
 func (r *run) pause(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
 	cp.ClearLastError()
 	cp.Status, cp.Stage = salvagetype.ChunkPaused, stage
-	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventPaused, Worker: r.w.cfg.ID, Stage: stage})
+	cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventPaused, Worker: r.w.cfg.ID, Stage: stage})
 	if err := r.park(ctx, cp, fence, streams.PausedSystem(r.chunk.Pipeline), "pipeline "+r.chunk.Pipeline+" paused"); err != nil {
 		return err
 	}

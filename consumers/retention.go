@@ -43,7 +43,7 @@ const (
 type retainer struct {
 	js       jetstream.JetStream
 	stores   *kv.Stores
-	defaults kv.Retention
+	defaults salvagetype.Retention
 	log      zerolog.Logger
 	now      func() time.Time
 }
@@ -159,7 +159,7 @@ type retainStats struct {
 
 // chunks retires every chunk of job that will not run again, a page of
 // checkpoints at a time, and returns how many it left.
-func (r *retainer) chunks(ctx context.Context, m jetstream.Msg, job kv.Job, keep kv.Retention, finished time.Time) (int, *retainStats, error) {
+func (r *retainer) chunks(ctx context.Context, m jetstream.Msg, job kv.Job, keep salvagetype.Retention, finished time.Time) (int, *retainStats, error) {
 	stats := &retainStats{}
 	part, err := r.stores.PartOf(ctx, job)
 	if err != nil {
@@ -204,7 +204,7 @@ func (r *retainer) chunks(ctx context.Context, m jetstream.Msg, job kv.Job, keep
 
 // chunk retires one chunk, and reports false when it must be left as it
 // is (not finished, or its envelope is open).
-func (r *retainer) chunk(ctx context.Context, part *kv.Part, cp kv.Checkpoint, rev uint64, keep kv.Retention, finished time.Time, stats *retainStats) (bool, error) {
+func (r *retainer) chunk(ctx context.Context, part *kv.Part, cp kv.Checkpoint, rev uint64, keep salvagetype.Retention, finished time.Time, stats *retainStats) (bool, error) {
 	if rev == 0 || cp.KeptUntil != nil {
 		// Never started (nothing stored), or retired already.
 		return true, nil

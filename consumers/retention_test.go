@@ -19,7 +19,7 @@ import (
 )
 
 // startRetention runs a dead-letterer (and so retention) with keep.
-func (b *bundle) startRetention(t *testing.T, keep kv.Retention) {
+func (b *bundle) startRetention(t *testing.T, keep salvagetype.Retention) {
 	t.Helper()
 	dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{
 		SweepInterval: 250 * time.Millisecond, UnknownPipelineWait: 250 * time.Millisecond, Retention: keep,
@@ -78,7 +78,7 @@ func TestRetentionByDataClass(t *testing.T) {
 	// once A is retired, which on a loaded machine came more than the 5 s
 	// they once had after the finish (CI: "order A's reserve row after
 	// retention = <nil>": expired before they were read).
-	keep := kv.Retention{Calls: 2 * time.Second, Effects: 20 * time.Second, Records: 30 * time.Second}
+	keep := salvagetype.Retention{Calls: 2 * time.Second, Effects: 20 * time.Second, Records: 30 * time.Second}
 	b.startRetention(t, keep)
 	b.startWorker(t, "w1")
 	b.startOrchestrator(t, "o1")
@@ -184,7 +184,7 @@ func TestRetentionByDataClass(t *testing.T) {
 func TestRetentionLeavesLiveWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noDeadLetter: true})
-	b.startRetention(t, kv.Retention{Calls: time.Millisecond, Effects: time.Hour, Records: time.Hour})
+	b.startRetention(t, salvagetype.Retention{Calls: time.Millisecond, Effects: time.Hour, Records: time.Hour})
 
 	running, finished := ulid.Make().String(), ulid.Make().String()
 	now := time.Now().UTC()
@@ -255,7 +255,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noDeadLetter: true})
-	b.startRetention(t, kv.Retention{Calls: 3 * time.Second, Effects: time.Hour, Records: time.Hour})
+	b.startRetention(t, salvagetype.Retention{Calls: 3 * time.Second, Effects: time.Hour, Records: time.Hour})
 
 	job, env := ulid.Make().String(), ulid.Make().String()
 	now := time.Now().UTC()

@@ -108,7 +108,7 @@ func testPipeline(inChild bool) *recovery.Plan {
 			if inChild && in.Stage == 2 && in.N == usageBlockAt {
 				select {}
 			}
-			ok.Usage = &kv.Usage{Model: "m", CompletionTokens: 1}
+			ok.Usage = &salvagetype.Usage{Model: "m", CompletionTokens: 1}
 			return ok, nil
 		}
 		if in.Stage != 2 {

@@ -50,7 +50,7 @@ type SplitterConfig struct {
 	// Retention is what a job records as its retention when its pipeline
 	// sets none (fields it leaves zero). Zero fields are left to whoever
 	// applies retention (DeadLetterConfig.Retention).
-	Retention kv.Retention
+	Retention salvagetype.Retention
 	// Logger receives splitter logs. Default zerolog.Nop().
 	Logger *zerolog.Logger
 }
@@ -269,9 +269,9 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		ChunksRoot: p.tree.Root(), Partition: p.partition,
 	}
 	if b := p.msg.Budget; b != nil {
-		job.Budget = &kv.Budget{Tokens: b.Tokens, Cost: b.Cost}
+		job.Budget = &salvagetype.Budget{Tokens: b.Tokens, Cost: b.Cost}
 	}
-	if keep := p.pipeline.Retention.Or(s.cfg.Retention); keep != (kv.Retention{}) {
+	if keep := p.pipeline.Retention.Or(s.cfg.Retention); keep != (salvagetype.Retention{}) {
 		job.Retention = &keep
 	}
 	err = s.stores.Jobs.Create(ctx, job)

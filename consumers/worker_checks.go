@@ -192,14 +192,14 @@ func (r *run) reject(ctx context.Context, reason string, why error) {
 // approval is the approval the message carries (Salvage-Approved-By and
 // Salvage-Approved-Stage, set by Operator.Approve when it releases a
 // parked chunk).
-func (r *run) approval() (kv.Approval, bool) {
+func (r *run) approval() (salvagetype.Approval, bool) {
 	h := r.m.Headers()
 	by := h.Get(streams.HeaderApprovedBy)
 	stage, err := strconv.Atoi(h.Get(streams.HeaderApprovedStage))
 	if by == "" || err != nil || stage < 1 {
-		return kv.Approval{}, false
+		return salvagetype.Approval{}, false
 	}
-	return kv.Approval{Stage: stage, By: streams.Clip(by, 256), Note: streams.Clip(h.Get(streams.HeaderApprovalNote), streams.ErrorTextMax), At: time.Now().UTC()}, true
+	return salvagetype.Approval{Stage: stage, By: streams.Clip(by, 256), Note: streams.Clip(h.Get(streams.HeaderApprovalNote), streams.ErrorTextMax), At: time.Now().UTC()}, true
 }
 
 // replayedByHand records on its envelope that an operator re-ran the

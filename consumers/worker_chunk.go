@@ -279,11 +279,11 @@ func (r *run) run(ctx context.Context) error {
 		fresh = cp.MsgSeq == 0
 		if approved && cp.Status == salvagetype.ChunkAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
 			cp.Approvals = append(cp.Approvals, approval)
-			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventApproved, At: approval.At, Worker: w.cfg.ID, Stage: approval.Stage,
+			cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventApproved, At: approval.At, Worker: w.cfg.ID, Stage: approval.Stage,
 				Detail: strings.TrimSuffix(approval.By+": "+approval.Note, ": ")})
 		}
 		cp.Status, cp.HeldOn = salvagetype.ChunkRunning, ""
-		ev := kv.ChunkEvent{Kind: salvagetype.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)}
+		ev := salvagetype.ChunkEvent{Kind: salvagetype.EventDelivered, Delivery: r.meta.NumDelivered, Worker: w.cfg.ID, Stage: max(cp.Stage, 1)}
 		if lease.TakenFrom != "" {
 			// Handed back by the reaper when its holder's process
 			// lease lapsed: a redelivery that is a takeover.

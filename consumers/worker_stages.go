@@ -173,7 +173,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 	}
 	cp.Status = salvagetype.ChunkDone
 	cp.Stage = len(p.Stages)
-	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDone, Worker: w.cfg.ID, Stage: cp.Stage})
+	cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventDone, Worker: w.cfg.ID, Stage: cp.Stage})
 	d := cp.Recount()
 	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
@@ -242,7 +242,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 	cp.Status = salvagetype.CancelledAtStage(stage)
 	cp.Stage = stage
 	cp.Reason = r.w.cancels.reason(r.chunk.Job)
-	cp.Record(kv.ChunkEvent{Kind: salvagetype.EventCancelled, Worker: r.w.cfg.ID, Stage: stage})
+	cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventCancelled, Worker: r.w.cfg.ID, Stage: stage})
 	d := cp.Recount()
 	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)

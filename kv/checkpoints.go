@@ -15,13 +15,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// StageOutput is what one agent produced in one stage; later stages read it.
-type StageOutput struct {
-	Stage  int             `json:"stage"`
-	Agent  string          `json:"agent"`
-	Output json.RawMessage `json:"output"`
-}
-
 // Checkpoint is the value of a salvage_checkpoints key. ClaimedBy and
 // ClaimRevision are the fence (invariant 3): whoever takes a chunk CASes
 // them in, and every later write CASes on the revision it last wrote.
@@ -79,7 +72,7 @@ type Checkpoint struct {
 	Holds  int    `json:"holds,omitempty"`
 	// Approvals are the approvals the chunk got, one per stage that
 	// requires one (a fresh epoch starts without them).
-	Approvals []Approval `json:"approvals,omitempty"`
+	Approvals []salvagetype.Approval `json:"approvals,omitempty"`
 	// LastError and LastErrorClass describe the failure that sent the
 	// chunk back to tier 2, so the dead-letterer can classify it.
 	LastError       string `json:"last_error,omitempty"`
@@ -94,15 +87,15 @@ type Checkpoint struct {
 	// LastError was recorded: the error is kept across the redelivery,
 	// and the latest delivery has not ended with one of its own (its
 	// worker may have died mid-call).
-	LastErrorOlder bool          `json:"last_error_older,omitempty"`
-	Outputs        []StageOutput `json:"outputs,omitempty"`
+	LastErrorOlder bool                      `json:"last_error_older,omitempty"`
+	Outputs        []salvagetype.StageOutput `json:"outputs,omitempty"`
 	// Events is the chunk's timeline besides its calls: every delivery a
 	// worker took, holds, parks and outcomes, oldest first; at most
 	// chunkEventsMax (the first is kept, EventsDropped counts the ones
 	// dropped after it).
-	Events        []ChunkEvent `json:"events,omitempty"`
-	EventsDropped int          `json:"events_dropped,omitempty"`
-	UpdatedAt     time.Time    `json:"updated_at"`
+	Events        []salvagetype.ChunkEvent `json:"events,omitempty"`
+	EventsDropped int                      `json:"events_dropped,omitempty"`
+	UpdatedAt     time.Time                `json:"updated_at"`
 	// KeptUntil is set once retention ran on the finished chunk: the
 	// checkpoint expires then, and its outputs (published on
 	// SALVAGE_RESULTS) and snapshot names are gone.
@@ -112,28 +105,12 @@ type Checkpoint struct {
 	AttentionUntil *time.Time `json:"attention_until,omitempty"`
 }
 
-// ChunkEvent is one thing that happened to a chunk, for its timeline.
-type ChunkEvent struct {
-	// Kind is one of the Event* words.
-	Kind salvagetype.EventKind `json:"kind"`
-	At   time.Time             `json:"at"`
-	// Delivery is the delivery count of the message a worker took
-	// (EventDelivered); Worker the process that took it or recorded the
-	// event.
-	Delivery uint64 `json:"delivery,omitempty"`
-	Worker   string `json:"worker,omitempty"`
-	Stage    int    `json:"stage,omitempty"`
-	// Detail says more: the system a hold waits for, the envelope of a
-	// dead-letter.
-	Detail string `json:"detail,omitempty"`
-}
-
 // chunkEventsMax bounds a checkpoint's Events.
 const chunkEventsMax = 32
 
 // Record appends e to the chunk's timeline (At now when zero), dropping
 // the oldest event but the first past chunkEventsMax.
-func (c *Checkpoint) Record(e ChunkEvent) {
+func (c *Checkpoint) Record(e salvagetype.ChunkEvent) {
 	if e.At.IsZero() {
 		e.At = time.Now().UTC()
 	}
@@ -164,14 +141,6 @@ func (c *Checkpoint) ClearLastError() {
 func (c *Checkpoint) FreshEpoch() {
 	c.Epoch++
 	c.Stage, c.Outputs, c.Gaps, c.Snapshots, c.Approvals, c.Compensated = 1, nil, nil, nil, nil, false
-}
-
-// Approval is a person's yes to one stage of one chunk.
-type Approval struct {
-	Stage int       `json:"stage"`
-	By    string    `json:"by"`
-	Note  string    `json:"note,omitempty"`
-	At    time.Time `json:"at"`
 }
 
 // Approved reports whether stage was approved.

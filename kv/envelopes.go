@@ -45,7 +45,7 @@ type EnvelopeRecord struct {
 	// the envelope when the chunk finishes.
 	Requeued bool `json:"requeued,omitempty"`
 	// Left names the effects nobody could undo, for the human who must.
-	Left []LeftEffect `json:"left,omitempty"`
+	Left []salvagetype.LeftEffect `json:"left,omitempty"`
 	// SupersededBy names the later envelope of the same chunk.
 	SupersededBy string `json:"superseded_by,omitempty"`
 	// Human is set once a person acted on the envelope or its chunk
@@ -76,34 +76,6 @@ type EnvelopeRecord struct {
 	// in SALVAGE_INDEX, by status and by job (see Envelopes.Page).
 	IndexSeq    uint64 `json:"index_seq,omitempty"`
 	JobIndexSeq uint64 `json:"job_index_seq,omitempty"`
-}
-
-// LeftEffect is an effect that may stand and that Salvage did not undo,
-// named for the human who must decide.
-type LeftEffect struct {
-	Tool       string `json:"tool"`
-	System     string `json:"system,omitempty"`
-	ResourceID string `json:"resource_id,omitempty"`
-	JournalKey string `json:"journal_key"`
-	// IdempotencyKey is the key the external system saw: look the effect
-	// up by it there.
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Reversible says its tool declared a compensation (which failed, or
-	// was not run: the chunk was escalated for another reason).
-	Reversible bool `json:"reversible,omitempty"`
-	// Unknown says nobody knows whether the call took effect: it was in
-	// flight and could not be verified.
-	Unknown bool `json:"unknown,omitempty"`
-}
-
-// String names the effect as "tool resource (journal key)", saying when
-// its outcome is unknown.
-func (l LeftEffect) String() string {
-	s := l.Tool + " " + l.ResourceID + " (journal " + l.JournalKey + ")"
-	if l.Unknown {
-		s += ", outcome unknown"
-	}
-	return s
 }
 
 // Alerted reports whether alert kind already fired for this envelope.

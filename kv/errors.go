@@ -2,11 +2,6 @@ package kv
 
 import (
 	"errors"
-	"fmt"
-	"strings"
-	"time"
-
-	"github.com/salvagehq/salvage/salvagetype"
 )
 
 var (
@@ -41,8 +36,6 @@ var (
 	// ErrGuardExists is returned by Envelopes.Guard when a chunk message
 	// already has an envelope guard.
 	ErrGuardExists = errors.New("kv: envelope guard exists")
-	// errInvalidRetention is returned by Retention.Validate.
-	errInvalidRetention = errors.New("kv: invalid retention")
 	// ErrConflict is returned by a retention write when the record
 	// changed since it was read: it is live again, and left as it is.
 	ErrConflict = errors.New("kv: record changed since it was read")
@@ -50,33 +43,6 @@ var (
 	// finished (done, partial, incomplete): nothing of it runs to cancel.
 	ErrJobFinished = errors.New("kv: job already finished")
 )
-
-// DefinitionError says how a process's definition of a pipeline differs
-// from the one its pool runs.
-type DefinitionError struct {
-	Pipeline string
-	// Registered is the fingerprint the pool runs, Ours the process's.
-	Registered, Ours string
-	// By and At say who registered it and when.
-	By string
-	At time.Time
-	// Diff lists the lines only the registered definition has ("- …")
-	// and those only ours has ("+ …").
-	Diff []string
-}
-
-// Error names both fingerprints, what differs and how to upgrade.
-func (e *DefinitionError) Error() string {
-	s := fmt.Sprintf("pipeline %s: this process defines it as %s, but its workers run %s (registered by %s at %s)",
-		e.Pipeline, e.Ours, e.Registered, e.By, e.At.UTC().Format(time.RFC3339))
-	if len(e.Diff) > 0 {
-		s += "; differs: " + strings.Join(e.Diff, "; ")
-	}
-	return s + fmt.Sprintf("; to roll out this definition, drain the pipeline's workers and start it as an upgrade to %s", e.Ours)
-}
-
-// Is makes errors.Is(err, ErrDefinitionDiffers) true.
-func (e *DefinitionError) Is(target error) bool { return target == salvagetype.ErrDefinitionDiffers }
 
 // HeldError says who holds a claim and until when.
 type HeldError struct {

@@ -14,22 +14,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// Budget caps what a job may spend.
-type Budget struct {
-	Tokens int64   `json:"tokens,omitempty"`
-	Cost   float64 `json:"cost,omitempty"`
-}
-
-// Exceeded reports whether s spent past b: more tokens than Tokens, or
-// more than Cost (each when set).
-func (b *Budget) Exceeded(s Summary) bool {
-	if b == nil {
-		return false
-	}
-	return (b.Tokens > 0 && s.PromptTokens+s.CompletionTokens > b.Tokens) ||
-		(b.Cost > 0 && float64(s.CostMicros) > b.Cost*1e6)
-}
-
 // Job is the value of a salvage_jobs key. It exists only once every chunk
 // of the job is published (to SALVAGE_CHUNKS, or SALVAGE_BACKLOG beyond
 // the job's window).
@@ -39,7 +23,7 @@ type Job struct {
 	Status   salvagetype.JobStatus `json:"status"`
 	Chunks   int                   `json:"chunks"`
 	TraceID  string                `json:"trace_id"`
-	Budget   *Budget               `json:"budget,omitempty"`
+	Budget   *salvagetype.Budget   `json:"budget,omitempty"`
 	Metadata map[string]any        `json:"metadata,omitempty"`
 	// Tenant is whose job it is: the job message's tenant, or its
 	// pipeline's TenantFrom field of Metadata. Empty: nobody's in
@@ -66,7 +50,7 @@ type Job struct {
 	// and never changed; 0 on a job split before partitions.
 	Partition int `json:"partition,omitempty"`
 	// Summary counts chunk outcomes; every outcome updates it in O(1).
-	Summary Summary `json:"summary"`
+	Summary salvagetype.Summary `json:"summary"`
 	// Explanation names the chunks, stages and envelopes behind a status
 	// other than done, at most ExplanationMax lines.
 	Explanation []string   `json:"explanation,omitempty"`
@@ -93,7 +77,7 @@ type Job struct {
 	Unannounced int `json:"unannounced,omitempty"`
 	// Retention is how long what the job leaves behind is kept, by data
 	// class: its pipeline's, or its deployment's, when it was split.
-	Retention *Retention `json:"retention,omitempty"`
+	Retention *salvagetype.Retention `json:"retention,omitempty"`
 	// IndexSeq is the sequence of the job's entry in the job index.
 	IndexSeq uint64 `json:"index_seq,omitempty"`
 	// TenantIndexSeq is the sequence of its entry in its tenant's job
@@ -215,40 +199,12 @@ func (e *explainer) lines() []string {
 	return all
 }
 
-// Summary counts a job's chunks by outcome. Done, Cancelled, DeadLettered
-// and Degraded are current counts (a recovered chunk moves from
-// DeadLettered to Done); DeadLetters, Tier1Retries and Redeliveries count
-// events and only grow.
-type Summary struct {
-	Done         int `json:"done"`
-	Cancelled    int `json:"cancelled"`
-	DeadLettered int `json:"dead_lettered"`
-	// Degraded counts done chunks that skipped optional stages.
-	Degraded int `json:"degraded"`
-	// DeadLetters counts every time a chunk of the job was dead-lettered.
-	DeadLetters  int `json:"dead_letters"`
-	Tier1Retries int `json:"tier1_retries"`
-	Redeliveries int `json:"redeliveries"`
-	// PromptTokens and CompletionTokens add up the model usage of the
-	// job's chunks as they reach an outcome; they only grow.
-	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
-	CompletionTokens int64 `json:"completion_tokens,omitempty"`
-	// CostMicros is what that usage cost by Config.Prices, in millionths
-	// of the budget's currency; it only grows.
-	CostMicros int64 `json:"cost_micros,omitempty"`
-}
-
-// Terminal is how many chunks reached an outcome.
-func (s Summary) Terminal() int { return s.Done + s.Cancelled + s.DeadLettered }
-
-// Cost is CostMicros in the budget's currency.
-func (s Summary) Cost() float64 { return float64(s.CostMicros) / 1e6 }
-
-// apply adds one chunk's transition. Counts never go below zero: a
-// transition whose earlier half a crash lost is repaired by Derive.
-func (s *Summary) apply(d Delta) {
-	s.count(d.From, -1)
-	s.count(d.To, 1)
+// applyDelta adds one chunk's transition to s. Counts never go below
+// zero: a transition whose earlier half a crash lost is repaired by
+// Derive.
+func applyDelta(s *salvagetype.Summary, d Delta) {
+	countOutcome(s, d.From, -1)
+	countOutcome(s, d.To, 1)
 	s.Degraded = max(s.Degraded+d.Degraded, 0)
 	s.DeadLetters += d.DeadLetters
 	s.Tier1Retries += d.Tier1
@@ -258,7 +214,7 @@ func (s *Summary) apply(d Delta) {
 	s.CostMicros += d.CostMicros
 }
 
-func (s *Summary) count(outcome salvagetype.ChunkStatus, n int) {
+func countOutcome(s *salvagetype.Summary, outcome salvagetype.ChunkStatus, n int) {
 	switch outcome {
 	case salvagetype.ChunkDone:
 		s.Done = max(s.Done+n, 0)
@@ -279,7 +235,7 @@ func (s *Summary) count(outcome salvagetype.ChunkStatus, n int) {
 // lines) names the chunks, stages and envelopes behind a status other than
 // done. It reads no store: it is the repair path's arithmetic, run once
 // per job and when a crash may have lost an update, never per chunk.
-func Derive(cancelled bool, cps []Checkpoint) (salvagetype.JobStatus, Summary, []string) {
+func Derive(cancelled bool, cps []Checkpoint) (salvagetype.JobStatus, salvagetype.Summary, []string) {
 	d := derivation{cancelled: cancelled}
 	d.add(cps)
 	return d.result()
@@ -290,7 +246,7 @@ func Derive(cancelled bool, cps []Checkpoint) (salvagetype.JobStatus, Summary, [
 // each kind), so a job's checkpoints need not be in memory at once.
 type derivation struct {
 	cancelled  bool
-	s          Summary
+	s          salvagetype.Summary
 	ex         explainer
 	unfinished int
 }
@@ -329,7 +285,7 @@ func (d *Derivation) Add(cps []Checkpoint) {
 }
 
 // Result is Derive's answer for a job cancelled or not.
-func (d *Derivation) Result(cancelled bool) (salvagetype.JobStatus, Summary, []string) {
+func (d *Derivation) Result(cancelled bool) (salvagetype.JobStatus, salvagetype.Summary, []string) {
 	if cancelled {
 		return d.as[1].result()
 	}
@@ -384,7 +340,7 @@ func (d *derivation) add(cps []Checkpoint) {
 	}
 }
 
-func (d *derivation) result() (salvagetype.JobStatus, Summary, []string) {
+func (d *derivation) result() (salvagetype.JobStatus, salvagetype.Summary, []string) {
 	cancelled, s := d.cancelled, d.s
 	why := d.ex.lines()
 	switch {
@@ -581,7 +537,7 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 			if d.Empty() {
 				continue
 			}
-			next.apply(d)
+			applyDelta(&next, d)
 			moved = moved || d.From != d.To
 		}
 		if next == j.Summary {

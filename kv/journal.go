@@ -28,14 +28,6 @@ type Fingerprint struct {
 	CompensationKey string `json:"compensation_key,omitempty"`
 }
 
-// Usage is the tokens one model call spent, and the model that spent
-// them: what budgets are enforced from.
-type Usage struct {
-	Model            string `json:"model,omitempty"`
-	PromptTokens     int64  `json:"prompt_tokens"`
-	CompletionTokens int64  `json:"completion_tokens"`
-}
-
 // JournalRow is one call in salvage_journal, written INITIATED before the
 // call and SUCCEEDED or FAILED after it (invariant 2).
 type JournalRow struct {
@@ -66,7 +58,7 @@ type JournalRow struct {
 	RetryableAfterCompensation bool `json:"retryable_after_compensation,omitempty"`
 	Verified                   bool `json:"verified,omitempty"`
 	// Usage is what a model call spent, as its tool reported it.
-	Usage *Usage `json:"usage,omitempty"`
+	Usage *salvagetype.Usage `json:"usage,omitempty"`
 	// Orphan marks a call its agent no longer makes (it diverged); a
 	// verified effect of it is left to compensation or a human.
 	Orphan     bool      `json:"orphan,omitempty"`

@@ -28,7 +28,7 @@ func TestEncodeRowIsJSONMarshal(t *testing.T) {
 		Status: salvagetype.CallSucceeded, IdempotencyKey: "f00d", Attempts: 2, LatencyMS: 12.345,
 		Fingerprint: &Fingerprint{System: "payments", ResourceID: "r-1", Reversible: true, Compensation: "cancel-refund", CompensationKey: "k"},
 		Error:       "earlier: 503", ErrorClass: "transient", ErrorStatus: 503, RetryableAfterCompensation: true, Verified: true,
-		Usage: &Usage{Model: "m", PromptTokens: 120, CompletionTokens: 3}, Orphan: true, TraceID: "0af7651916cd43dd8448eb211c80319c",
+		Usage: &salvagetype.Usage{Model: "m", PromptTokens: 120, CompletionTokens: 3}, Orphan: true, TraceID: "0af7651916cd43dd8448eb211c80319c",
 		StartedAt: now, FinishedAt: now.Add(time.Millisecond), HistoryDropped: 2, RetentionRewrite: true,
 		History: []salvagetype.CallAttempt{{Status: salvagetype.CallFailed, Error: "boom", Attempts: 4, StartedAt: now}},
 	}
@@ -36,7 +36,7 @@ func TestEncodeRowIsJSONMarshal(t *testing.T) {
 		"zero":            {},
 		"initiated":       {Key: "j.1.0.1.a.1", Job: "j", Chunk: 1, Stage: 1, Agent: "a", Seq: 1, Tool: "t", InputHash: "h", Status: salvagetype.CallInitiated, IdempotencyKey: "k", StartedAt: now},
 		"every field":     full,
-		"usage no model":  {Usage: &Usage{PromptTokens: 1}, StartedAt: now},
+		"usage no model":  {Usage: &salvagetype.Usage{PromptTokens: 1}, StartedAt: now},
 		"zone offset":     {StartedAt: now.In(time.FixedZone("x", 5*3600+30*60))},
 		"html in error":   {Error: "<b> & </b>", StartedAt: now},
 		"unicode agent":   {Agent: "analyste-privé", StartedAt: now},
@@ -111,7 +111,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 			row.FinishedAt = row.StartedAt.Add(time.Duration(r.IntN(1e9)))
 		}
 		if r.IntN(2) == 0 {
-			row.Usage = &Usage{Model: str(), PromptTokens: r.Int64N(1e6), CompletionTokens: r.Int64N(1e4)}
+			row.Usage = &salvagetype.Usage{Model: str(), PromptTokens: r.Int64N(1e6), CompletionTokens: r.Int64N(1e4)}
 		}
 		if r.IntN(4) == 0 {
 			row.Fingerprint = &Fingerprint{System: str(), Reversible: r.IntN(2) == 0}
@@ -164,7 +164,7 @@ func BenchmarkEncodeRow(b *testing.B) {
 		Chunk: 5, Stage: 2, Agent: "commercial", Seq: 9, Tool: "model", System: "model", InputHash: HashInput([]byte("prompt")),
 		Output: json.RawMessage(`{"content":"7","finish_reason":"stop","usage":{"model":"salvage-sim","prompt_tokens":120,"completion_tokens":1}}`),
 		Status: salvagetype.CallSucceeded, IdempotencyKey: IdempotencyKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Attempts: 1,
-		LatencyMS: 0.012, TraceID: "0af7651916cd43dd8448eb211c80319c", Usage: &Usage{Model: "salvage-sim", PromptTokens: 120, CompletionTokens: 1},
+		LatencyMS: 0.012, TraceID: "0af7651916cd43dd8448eb211c80319c", Usage: &salvagetype.Usage{Model: "salvage-sim", PromptTokens: 120, CompletionTokens: 1},
 		StartedAt: now, FinishedAt: now.Add(12 * time.Microsecond)}
 	b.Run("json.Marshal", func(b *testing.B) {
 		b.ReportAllocs()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // BucketPipelines holds every pipeline a worker runs and what operators
@@ -92,7 +93,7 @@ func (s *Pipelines) Define(ctx context.Context, pipeline, fingerprint string, de
 		case p.Fingerprint == fingerprint:
 			return ErrNoChange
 		case p.Fingerprint != "" && !upgrade:
-			return &DefinitionError{Pipeline: pipeline, Registered: p.Fingerprint, Ours: fingerprint, By: p.DefinedBy, At: p.DefinedAt,
+			return &salvagetype.DefinitionError{Pipeline: pipeline, Registered: p.Fingerprint, Ours: fingerprint, By: p.DefinedBy, At: p.DefinedAt,
 				Diff: definitionDiff(p.Definition, shown, 20)}
 		}
 		now := s.now().UTC()

@@ -11,73 +11,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
-// Retention defaults, one per data class.
-const (
-
-	// callsRetentionMax keeps the pure-call window inside the time
-	// SALVAGE_EVENTS keeps the finished event that starts it.
-	callsRetentionMax = 7 * 24 * time.Hour
-	// markerTTL is how long the delete marker of an expired key stays, so
-	// that a watch sees the key go. The server raises a shorter message
-	// TTL to it in a bucket keeping more than one revision per key.
-	markerTTL = 10 * time.Second
-)
-
-// Retention is how long what a finished job leaves behind is kept, by
-// data class. Nothing an open envelope, a parked or held chunk or a
-// running job needs is removed: the clocks start when a job finishes,
-// and a chunk whose envelope is still open is left whole until it
-// settles. Zero fields take the defaults.
-type Retention struct {
-	// Calls: the pure-call journal rows of a done or cancelled chunk are
-	// removed this long after its job finished. Default 1h, at most 7
-	// days.
-	Calls time.Duration `json:"calls,omitempty"`
-	// Effects: the side-effect journal rows of a done or cancelled chunk
-	// (what a replay or a verification looks up by idempotency key) are
-	// kept this long after its job finished. Default 14 days.
-	Effects time.Duration `json:"effects,omitempty"`
-	// Records: a finished job's record, its chunks' checkpoints, its
-	// settled envelope records and the whole journal of a chunk whose
-	// envelope settled are kept this long. Default 30 days.
-	Records time.Duration `json:"records,omitempty"`
-}
-
-// Or returns r with each zero field taken from d.
-func (r Retention) Or(d Retention) Retention {
-	if r.Calls <= 0 {
-		r.Calls = d.Calls
-	}
-	if r.Effects <= 0 {
-		r.Effects = d.Effects
-	}
-	if r.Records <= 0 {
-		r.Records = d.Records
-	}
-	return r
-}
-
-// WithDefaults returns r with each zero field set to its default.
-func (r Retention) WithDefaults() Retention {
-	return r.Or(Retention{Calls: salvagetype.CallsRetentionDefault, Effects: salvagetype.EffectsRetentionDefault, Records: salvagetype.RecordsRetentionDefault})
-}
-
-// Validate names the first field that cannot work.
-func (r Retention) Validate() error {
-	switch {
-	case r.Calls < 0 || r.Effects < 0 || r.Records < 0:
-		return fmt.Errorf("%w: a negative duration (calls %s, effects %s, records %s)", errInvalidRetention, r.Calls, r.Effects, r.Records)
-	case r.Calls > callsRetentionMax:
-		return fmt.Errorf("%w: calls %s is over %s (SALVAGE_EVENTS keeps the finished event that starts it 14 days)", errInvalidRetention, r.Calls, callsRetentionMax)
-	case r.Effects != 0 && r.Effects < r.Calls:
-		return fmt.Errorf("%w: effects %s is shorter than calls %s", errInvalidRetention, r.Effects, r.Calls)
-	}
-	return nil
-}
+// markerTTL is how long the delete marker of an expired key stays, so
+// that a watch sees the key go. The server raises a shorter message
+// TTL to it in a bucket keeping more than one revision per key.
+const markerTTL = 10 * time.Second
 
 // TTLFrom is what a TTL set at now must be for a message to go keep
 // after since: in whole seconds, at least one (the server's floor).

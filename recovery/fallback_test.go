@@ -29,7 +29,7 @@ func (m *model) tool() recovery.Tool {
 		if e := m.fail.Load(); e != nil {
 			return recovery.ToolResult{}, *e
 		}
-		return recovery.ToolResult{Output: json.RawMessage(`"` + m.name + ` says hi"`), Usage: &kv.Usage{Model: m.name, PromptTokens: 10, CompletionTokens: 2}}, nil
+		return recovery.ToolResult{Output: json.RawMessage(`"` + m.name + ` says hi"`), Usage: &salvagetype.Usage{Model: m.name, PromptTokens: 10, CompletionTokens: 2}}, nil
 	}}
 }
 

@@ -38,7 +38,7 @@ type Plan struct {
 	TenantFrom string
 	// Result builds the findings published for a finished chunk from every
 	// stage's outputs. Nil publishes the outputs as they are.
-	Result func(chunk json.RawMessage, outputs []kv.StageOutput) (json.RawMessage, error)
+	Result func(chunk json.RawMessage, outputs []salvagetype.StageOutput) (json.RawMessage, error)
 	// Concurrency, AckWait and MaxDeliver tune the pipeline's chunk pool:
 	// how many of its chunks a worker runs at once, how long one may go
 	// without a heartbeat (its claim lease), how many deliveries it gets.
@@ -48,7 +48,7 @@ type Plan struct {
 	MaxDeliver  int
 	// Retention is how long what its finished jobs leave is kept, by data
 	// class; zero fields take the deployment's.
-	Retention kv.Retention
+	Retention salvagetype.Retention
 	// FallbackAfter bounds how long a link of a fallback chain waits for
 	// a rate limit's budget before it is passed over; 0 waits as long as
 	// it must.
@@ -120,7 +120,7 @@ type Turn struct {
 	// Input is the chunk's input, as the pipeline's Split made it.
 	Input json.RawMessage
 	// Prior holds the outputs of earlier stages.
-	Prior []kv.StageOutput
+	Prior []salvagetype.StageOutput
 
 	exec    *Executor
 	stats   *Stats
@@ -148,7 +148,7 @@ type StageRun struct {
 	Job, Pipeline, TraceID string
 	Chunk, Stage, Epoch    int
 	Input                  json.RawMessage
-	Prior                  []kv.StageOutput
+	Prior                  []salvagetype.StageOutput
 	Exec                   *Executor
 	Stats                  *Stats
 	Tools                  *Tools
@@ -181,7 +181,7 @@ type StageRun struct {
 // siblingFailedError (their calls are recorded CANCELLED); the error
 // returned is an *AgentError for the failure that decides the chunk's fate
 // (see severity), naming that agent and its failing call.
-func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, error) {
+func RunStage(ctx context.Context, st Stage, r StageRun) ([]salvagetype.StageOutput, error) {
 	if r.Replay == nil {
 		r.Replay = NewReplay(discardJournal{}, nil)
 	}
@@ -196,7 +196,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 	ctx, span := startStage(ctx, st, r)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	outs := make([]kv.StageOutput, len(st.Agents))
+	outs := make([]salvagetype.StageOutput, len(st.Agents))
 	errs := make([]error, len(st.Agents))
 	var wg sync.WaitGroup
 	for i, a := range st.Agents {
@@ -215,7 +215,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]kv.StageOutput, erro
 			if err == nil {
 				var data []byte
 				data, err = agentOutput(a.Name, out)
-				outs[i] = kv.StageOutput{Stage: r.Stage, Agent: a.Name, Output: data}
+				outs[i] = salvagetype.StageOutput{Stage: r.Stage, Agent: a.Name, Output: data}
 			}
 			if err != nil {
 				errs[i] = &AgentError{Agent: a.Name, Tool: t.failedTool, Call: t.failedKey, Err: err}

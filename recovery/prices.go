@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // Price is what one model charges, per million tokens, in the currency
@@ -35,7 +35,7 @@ func (p Prices) Validate() error {
 }
 
 // CostMicros is what u cost, in millionths of the currency.
-func (p Prices) CostMicros(u *kv.Usage) int64 {
+func (p Prices) CostMicros(u *salvagetype.Usage) int64 {
 	if u == nil {
 		return 0
 	}

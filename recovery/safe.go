@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
@@ -54,7 +53,7 @@ func (p *Plan) SplitInput(input json.RawMessage) (chunks []json.RawMessage, err 
 
 // BuildResult builds a finished chunk's findings with p.Result (the outputs
 // as they are when it is nil), recovering a panic as a classPanic error.
-func (p *Plan) BuildResult(chunk json.RawMessage, outputs []kv.StageOutput) (out json.RawMessage, err error) {
+func (p *Plan) BuildResult(chunk json.RawMessage, outputs []salvagetype.StageOutput) (out json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = recovered("result of pipeline "+p.Name, v)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -86,7 +85,7 @@ type ToolResult struct {
 	ResourceID string
 	// Usage is what a model call spent: recorded in the call's journal
 	// row, counted in salvage_model_tokens_total, shown by salvage trace.
-	Usage *kv.Usage
+	Usage *salvagetype.Usage
 	// Wait, when above 0, is how long the system's rate-limit headers
 	// say nothing is left of its budget (x-ratelimit-remaining-requests
 	// 0, until x-ratelimit-reset-requests): every process holds the

@@ -67,7 +67,7 @@ func (l *lateLedger) tools(t *testing.T) *recovery.Tools {
 			return recovery.ToolResult{Output: out}, nil
 		}},
 		recovery.Tool{Name: "liar", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-			return recovery.ToolResult{Output: json.RawMessage(`1`), Usage: &kv.Usage{PromptTokens: -1_000_000}}, nil
+			return recovery.ToolResult{Output: json.RawMessage(`1`), Usage: &salvagetype.Usage{PromptTokens: -1_000_000}}, nil
 		}},
 	)
 	if err != nil {

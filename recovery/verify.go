@@ -47,7 +47,7 @@ func checkResult(tool string, res ToolResult) error {
 
 // ValidUsage returns an error wrapping ErrBadUsage unless u (nil: none)
 // reports each count of tokens within 0..salvagetype.MaxUsageTokens.
-func ValidUsage(u *kv.Usage) error {
+func ValidUsage(u *salvagetype.Usage) error {
 	if u == nil {
 		return nil
 	}

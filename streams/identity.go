@@ -47,7 +47,7 @@ func canonicalJSON(data json.RawMessage) []byte {
 // cost, a cost that is not a finite number, or either past its bound
 // (budgetTokensMax, budgetCostMax). A nil budget is no cap. Its error
 // wraps ErrInvalidJob and names the field.
-func ValidateBudget(b *JobBudget) error {
+func ValidateBudget(b *salvagetype.Budget) error {
 	if b == nil {
 		return nil
 	}

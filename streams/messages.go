@@ -15,20 +15,14 @@ type JobMsg struct {
 	// JobID is optional (nil when absent); when absent the job id comes
 	// from Nats-Msg-Id or the stream sequence (see the design's identity
 	// rule). Present, it must pass ValidateJobID: an empty one is refused.
-	JobID    *string         `json:"job_id,omitempty"`
-	Input    json.RawMessage `json:"input"`
-	Budget   *JobBudget      `json:"budget,omitempty"`
-	Metadata map[string]any  `json:"metadata,omitempty"`
+	JobID    *string             `json:"job_id,omitempty"`
+	Input    json.RawMessage     `json:"input"`
+	Budget   *salvagetype.Budget `json:"budget,omitempty"`
+	Metadata map[string]any      `json:"metadata,omitempty"`
 	// Tenant names whose job it is (a token): its chunks count against
 	// the limit of tenant.<Tenant>, chunks in flight included. Absent,
 	// the pipeline's TenantFrom names a metadata field that holds it.
 	Tenant string `json:"tenant,omitempty"`
-}
-
-// JobBudget caps what a job may spend.
-type JobBudget struct {
-	Tokens int64   `json:"tokens,omitempty"`
-	Cost   float64 `json:"cost,omitempty"`
 }
 
 // ChunkMsg is a chunk on SALVAGE_CHUNKS (or, not yet admitted, on

@@ -222,12 +222,12 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		same == streams.InputHash("p", json.RawMessage(`{"a":[1,"x"],"b":1.5}`)) || same == streams.InputHash("q", json.RawMessage(`{"a":[1,"x"],"b":1.50}`)) {
 		t.Fatal("InputHash is not canonical")
 	}
-	for _, b := range []streams.JobBudget{{Tokens: -1}, {Cost: -0.01}, {Cost: math.NaN()}, {Cost: math.Inf(1)}, {Cost: 2e9}, {Tokens: 2e12}} {
+	for _, b := range []salvagetype.Budget{{Tokens: -1}, {Cost: -0.01}, {Cost: math.NaN()}, {Cost: math.Inf(1)}, {Cost: 2e9}, {Tokens: 2e12}} {
 		if err := streams.ValidateBudget(&b); !errors.Is(err, salvagetype.ErrInvalidJob) {
 			t.Errorf("budget %+v accepted: %v", b, err)
 		}
 	}
-	if err := streams.ValidateBudget(&streams.JobBudget{Tokens: 1000, Cost: 0.5}); err != nil {
+	if err := streams.ValidateBudget(&salvagetype.Budget{Tokens: 1000, Cost: 0.5}); err != nil {
 		t.Errorf("a valid budget refused: %v", err)
 	}
 	for _, tc := range []struct {

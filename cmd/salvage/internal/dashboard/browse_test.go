@@ -151,7 +151,7 @@ func awaitApproval(t *testing.T, f *fixture, job string, chunk int, input string
 	bg := context.Background()
 	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(bg, job, chunk, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Stage = salvagetype.ChunkAwaitingApproval, 2
-		cp.Record(kv.ChunkEvent{Kind: salvagetype.EventAwaitingApproval, Stage: 2, Detail: "payment"})
+		cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventAwaitingApproval, Stage: 2, Detail: "payment"})
 		return nil
 	}); err != nil {
 		t.Fatal(err)

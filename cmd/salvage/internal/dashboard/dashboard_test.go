@@ -61,14 +61,14 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	// needed. It finished 75 s after it was created.
 	finished := time.Now().Add(75 * time.Second)
 	if err := stores.Jobs.Create(ctx, kv.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: salvagetype.JobDone, FinishedAt: &finished,
-		Summary: kv.Summary{Done: 4, Tier1Retries: 1, Redeliveries: 2}}); err != nil {
+		Summary: salvagetype.Summary{Done: 4, Tier1Retries: 1, Redeliveries: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, status := range []salvagetype.ChunkStatus{salvagetype.ChunkDone, salvagetype.ChunkDone, salvagetype.ChunkDeadLettered} {
 		var d kv.Delta
 		if _, err := stores.Parts()[0].Checkpoints.Mutate(ctx, job, i+1, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Tier1Retries, cp.Deliveries, cp.Redeliveries = status, 2, uint64(i+1), i
-			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDelivered, Delivery: uint64(i + 1), Worker: "w-fixture", Stage: 1})
+			cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventDelivered, Delivery: uint64(i + 1), Worker: "w-fixture", Stage: 1})
 			d = cp.Recount()
 			return nil
 		}); err != nil {
@@ -530,7 +530,7 @@ func TestModelTokensAreCountedOncePerCall(t *testing.T) {
 	job := "01JDASHBOARD00000000000000"
 	for i, model := range []string{"gpt-test", "gpt-test", "local-llm"} {
 		row := kv.JournalRow{Key: kv.JournalKey(job, 1, 0, 1, "analyst", i+1), Tool: "model", Status: salvagetype.CallSucceeded, LatencyMS: 5,
-			Usage: &kv.Usage{Model: model, PromptTokens: 100, CompletionTokens: 7}}
+			Usage: &salvagetype.Usage{Model: model, PromptTokens: 100, CompletionTokens: 7}}
 		seq, err := f.stores.Parts()[0].Journal.Put(ctx, row, 0)
 		if err != nil {
 			t.Fatal(err)

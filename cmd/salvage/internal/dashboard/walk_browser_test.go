@@ -40,7 +40,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 	t0 := time.Now().Add(-5 * time.Minute).UTC()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	if err := f.stores.Jobs.Create(ctx, kv.Job{ID: walkJob, Pipeline: "order-fulfillment", Chunks: 120, Status: salvagetype.JobIncomplete,
-		Summary: kv.Summary{Done: 119, DeadLettered: 1, DeadLetters: 1, Redeliveries: 2}}); err != nil {
+		Summary: salvagetype.Summary{Done: 119, DeadLettered: 1, DeadLetters: 1, Redeliveries: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	for n := 1; n <= 120; n++ {
@@ -49,8 +49,8 @@ func addWalkJob(t *testing.T, f *fixture) {
 		}
 		if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, walkJob, n, func(cp *kv.Checkpoint) error {
 			cp.Status, cp.Stage, cp.Deliveries = salvagetype.ChunkDone, 3, 1
-			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1})
-			cp.Record(kv.ChunkEvent{Kind: salvagetype.EventDone, At: at(1), Worker: "w-1", Stage: 3})
+			cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1})
+			cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventDone, At: at(1), Worker: "w-1", Stage: 3})
 			return nil
 		}); err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 	if _, err := f.stores.Parts()[0].Checkpoints.Mutate(ctx, walkJob, walkChunk, func(cp *kv.Checkpoint) error {
 		cp.Status, cp.Stage, cp.Deliveries, cp.Redeliveries, cp.Holds, cp.Compensated = salvagetype.ChunkDeadLettered, 3, 3, 2, 1, true
 		cp.Envelope, cp.Reason, cp.LastError = walkEnvelope, "send-email: 422 mailbox unavailable", "422 mailbox unavailable"
-		for _, ev := range []kv.ChunkEvent{
+		for _, ev := range []salvagetype.ChunkEvent{
 			{Kind: salvagetype.EventDelivered, At: at(0), Delivery: 1, Worker: "w-1", Stage: 1},
 			{Kind: salvagetype.EventDelivered, At: at(30.6), Delivery: 2, Worker: "w-2", Stage: 2},
 			{Kind: salvagetype.EventHeld, At: at(31), Stage: 3, Detail: "email"},

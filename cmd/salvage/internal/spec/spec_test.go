@@ -99,7 +99,7 @@ func TestErrorsNameTheLine(t *testing.T) {
 		{"Salvage's own", "verify_subject: tools.charge.verify", "verify_subject: salvage.api.dlq.bulk", "p.yaml:29: salvage: invalid config: tool charge verify subject \"salvage.api.dlq.bulk\""},
 		{"a wildcard", "subject: tools.charge", "subject: tools.*", "p.yaml:24: salvage: invalid config: tool charge subject \"tools.*\": want tokens"},
 		{"bad retention", "calls: 10m", "calls: soon", "p.yaml:9: \"soon\""},
-		{"retention past the events", "calls: 10m", "calls: 200h", "p.yaml:9: kv: invalid retention: calls 200h0m0s is over 168h0m0s"},
+		{"retention past the events", "calls: 10m", "calls: 200h", "p.yaml:9: invalid retention: calls 200h0m0s is over 168h0m0s"},
 		{"its own compensation", "compensation: refund", "compensation: charge", "p.yaml:28: charge is undone by itself"},
 		{"a built-in's name", "name: review", "name: order-fulfillment", "p.yaml:2: pipeline name order-fulfillment is reserved"},
 		{"the other built-in's", "name: review", "name: contract-review", "p.yaml:2: pipeline name contract-review is reserved"},
