@@ -175,7 +175,7 @@ const provisionAttempt = 10 * time.Second
 // of its pipelines (with their own AckWait and MaxDeliver), each
 // pipeline registered so that its jobs wait for workers — and returns
 // without starting anything. Start does the same, but where everything
-// already carries the configuration it asks for (streams.ConfigKey),
+// already carries the configuration it asks for (a fingerprint in its metadata),
 // Start only reads: an administrator runs Provision (`salvage
 // provision`) with a user that may change streams and consumers, and
 // workers start with users that may not. A change the server refuses

@@ -253,7 +253,7 @@ type Config struct {
 
 	// TracerProvider receives OpenTelemetry spans: one trace per job (the
 	// traceparent minted at submit), a span for the job, each chunk
-	// delivery, stage, agent turn, call and recovery. Default none: no
+	// delivery, stage, agent turn, call and recovery attempt. Default none: no
 	// spans (pass otel.GetTracerProvider() for the program's global one).
 	// Build it with sdktrace.WithIDGenerator(IDGenerator{}) so the job
 	// span takes the id its chunks point to;
@@ -386,7 +386,7 @@ func (c Config) validate() error {
 
 // BreakerPolicy is when a system's circuit breaker opens and how long
 // it stays open (Config.Breaker); zero fields take the defaults.
-type BreakerPolicy = recovery.BreakerPolicy
+type BreakerPolicy = salvagetype.BreakerPolicy
 
 // breakerPolicies are the workers' breaker policies.
 func (c Config) breakerPolicies() consumers.BreakerPolicies {
@@ -395,7 +395,7 @@ func (c Config) breakerPolicies() consumers.BreakerPolicies {
 
 // Price is what one model charges per million prompt and completion
 // tokens, in the currency job budgets are given in.
-type Price = recovery.Price
+type Price = salvagetype.Price
 
 // natsMaxPayload is the server's default max_payload.
 const natsMaxPayload = 1 << 20
@@ -420,4 +420,4 @@ func (c Config) streamOptions() streams.Options {
 
 // AlertRules are the DLQ alert thresholds (Config.Alerts); zero fields
 // take the defaults. An alert is published on salvage.alerts.<kind>.
-type AlertRules = recovery.AlertRules
+type AlertRules = salvagetype.AlertRules

@@ -277,7 +277,7 @@ func record(r kv.EnvelopeRecord, err error) (*EnvelopeRecord, error) {
 }
 
 // RecoveryStats is the automatic recovery rate and what it is made of.
-type RecoveryStats = recovery.RecoveryStats
+type RecoveryStats = salvagetype.RecoveryStats
 
 // AutoRecoveryRate computes the automatic recovery rate per chunk over
 // envelope records: of the chunks dead-lettered at least once, the share

@@ -68,7 +68,7 @@ type DefinitionError = salvagetype.DefinitionError
 
 // BreakerOpenError is the error behind ErrBreakerOpen: which system's
 // breaker refused the call, its state and when it lets a probe through.
-type BreakerOpenError = recovery.BreakerOpenError
+type BreakerOpenError = salvagetype.BreakerOpenError
 
 // Errors the Client returns.
 var (
@@ -134,7 +134,7 @@ func RateLimited(after time.Duration, err error) error { return recovery.RateLim
 // Overloaded is a 529 (the server is overloaded): retried no sooner than
 // after, like a rate limit.
 func Overloaded(after time.Duration, err error) error {
-	return &CallError{Class: recovery.ClassRateLimited, Status: 529, RetryAfter: after, Err: err}
+	return &CallError{Class: salvagetype.ClassRateLimited, Status: 529, RetryAfter: after, Err: err}
 }
 
 // Timeout is a call that did not answer in time: its outcome is unknown.
@@ -157,7 +157,7 @@ func Permanent(status int, err error) error { return recovery.Permanent(status, 
 // HTTP-like status code and RetryAfter the wait a rate limiter asked for.
 // Use errors.As to read them, errors.Is with ErrTransient and the others
 // to test the class.
-type CallError = recovery.CallError
+type CallError = salvagetype.CallError
 
 // RetryAfter reads how long a server asked to wait in h, as of now:
 // Retry-After-Ms, else Retry-After in seconds or as an HTTP date (a date

@@ -1,6 +1,10 @@
 package salvage
 
 import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/salvagehq/salvage/consumers"
@@ -12,7 +16,34 @@ import (
 // TracerProvider in Config.TracerProvider
 // (sdktrace.WithIDGenerator(salvage.IDGenerator{}); otelsalvage's
 // TracerProviderFromEnv does).
-type IDGenerator = consumers.IDGenerator
+// It implements go.opentelemetry.io/otel/sdk/trace.IDGenerator.
+type IDGenerator struct{}
+
+// NewIDs returns a trace id and a span id for a root span: the job span's
+// own, or random ones.
+func (IDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if sc, ok := consumers.FixedIDs(ctx); ok {
+		return sc.TraceID(), sc.SpanID()
+	}
+	var tid trace.TraceID
+	for !tid.IsValid() {
+		binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
+		binary.LittleEndian.PutUint64(tid[8:], rand.Uint64())
+	}
+	return tid, randomSpanID()
+}
+
+// NewSpanID returns a span id for a span of trace traceID.
+func (IDGenerator) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return randomSpanID() }
+
+// randomSpanID is a valid span id at random.
+func randomSpanID() trace.SpanID {
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		binary.LittleEndian.PutUint64(sid[:], rand.Uint64())
+	}
+	return sid
+}
 
 // JobSpanContext is the span context of job's span in trace traceID (the
 // job's Job.TraceID): the parent of its chunk and recovery spans.

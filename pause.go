@@ -37,7 +37,7 @@ type PipelineStatus struct {
 	Waiting int `json:"waiting"`
 	// Recovery counts the live processes that recover its envelopes
 	// (RoleRecovery with the pipeline): with none, its envelopes stay
-	// open and the alerter raises no-recovery.
+	// open and the alerter raises a no-recovery alert.
 	Recovery int `json:"recovery"`
 	// Fingerprint names the definition the pipeline's workers and
 	// recovery run (Pipeline.Fingerprint), Definition is it (its first

@@ -72,32 +72,33 @@ type Pipeline struct {
 // rate limit's budget before the chain passes it over (Pipeline.FallbackAfter).
 const FallbackAfterDefault = time.Second
 
-// Stage runs its agents in parallel; see recovery.Stage for its fields
-// (Name, Agents, Optional, RequiresApproval). When one agent fails, the
+// Stage runs its agents in parallel; salvagetype.Stage documents its
+// fields (Name, Agents, Optional, RequiresApproval). When one agent fails, the
 // others are stopped and the failure decides the chunk's fate; an Optional
 // stage that fails leaves its job partial; RequiresApproval parks each
 // chunk before the stage until a person answers.
-type Stage = recovery.Stage
+type Stage = salvagetype.Stage
 
 // Agent is one actor of a stage: its Run makes calls through its Turn and
 // returns its output, which must marshal to JSON; or its Subject names a
-// NATS subject that serves it, in any language. See recovery.Agent for
-// its fields. Run is replayed on a resume: calls that already succeeded
+// NATS subject that serves it, in any language. salvagetype.Agent
+// documents its fields. Run is replayed on a resume: calls that already succeeded
 // return their recorded outputs without running again, so Run must make
 // the same calls in the same order given the same results.
-type Agent = recovery.Agent
+type Agent = salvagetype.Agent
 
 // StageOutput is what one agent produced in one stage (Stage, Agent,
 // Output); later stages read it in Turn.Prior, and Pipeline.Result gets
 // them all.
 type StageOutput = salvagetype.StageOutput
 
-// Turn is one agent's run in one stage of one chunk (see recovery.Turn).
+// Turn is one agent's run in one stage of one chunk; salvagetype.Turn
+// documents its fields and methods.
 // Every external call the agent makes goes through Turn.Tool or
 // Turn.ToolWithFallback, so it is journaled, retried by tier 1 and
 // numbered for a stable idempotency key; Turn.State is the agent's state,
 // snapshotted at stage boundaries. A Turn is not safe for concurrent use.
-type Turn = recovery.Turn
+type Turn = salvagetype.Turn
 
 // AgentState is what an agent knows (see Turn.State): Goal and SubGoals,
 // its Messages, the journal keys of the calls it Completed, its working
@@ -105,37 +106,37 @@ type Turn = recovery.Turn
 // Salvage snapshots it, gzip-compressed, at stage boundaries and before
 // any call to an irreversible tool; a resumed chunk starts each agent from
 // its latest snapshot.
-type AgentState = recovery.AgentState
+type AgentState = salvagetype.AgentState
 
 // Message is one turn of an agent's conversation (Role, Content), in
 // AgentState.
-type Message = recovery.Message
+type Message = salvagetype.Message
 
 // Tool is an external call an agent can make: its Name, the System it
 // touches (one circuit breaker per system), its Effect (nil for a pure
-// call), and either a Call or a Subject that serves it. See recovery.Tool
-// for its fields and how a Call's error classifies the failure.
-type Tool = recovery.Tool
+// call), and either a Call or a Subject that serves it. salvagetype.Tool
+// documents its fields and how a Call's error classifies the failure.
+type Tool = salvagetype.Tool
 
 // SideEffect declares what a tool changes in an external system: whether
 // it is Reversible and by which Compensation tool, and how to Verify (or
-// VerifySubject) whether a call with an idempotency key took effect. See
-// recovery.SideEffect.
-type SideEffect = recovery.SideEffect
+// VerifySubject) whether a call with an idempotency key took effect
+// (salvagetype.SideEffect documents its fields).
+type SideEffect = salvagetype.SideEffect
 
 // Verification is the external system's answer about one idempotency key:
 // whether it was Applied, the ResourceID and the Output standing in for
 // the call's.
-type Verification = recovery.Verification
+type Verification = salvagetype.Verification
 
 // ToolCall is what a tool receives: where the call runs (Job, Chunk,
 // Stage, Epoch, Agent, Seq), its stable IdempotencyKey, its Input and the
 // job's TraceID.
-type ToolCall = recovery.ToolCall
+type ToolCall = salvagetype.ToolCall
 
 // ToolResult is what a tool returns: its Output, the ResourceID the
 // external system gave the effect, and the Usage of a model call.
-type ToolResult = recovery.ToolResult
+type ToolResult = salvagetype.ToolResult
 
 // Usage is the tokens one model call spent, and the model that spent them.
 type Usage = salvagetype.Usage
@@ -144,7 +145,7 @@ type Usage = salvagetype.Usage
 // idempotency key and the output of the call it undoes. The compensation
 // call itself runs under its own deterministic key, so it never undoes
 // twice.
-type CompensationInput = recovery.CompensationInput
+type CompensationInput = salvagetype.CompensationInput
 
 // machinery turns p into the plan the workers run; agents and tools
 // served on NATS subjects are bound to calls through rem. p itself is not
@@ -153,7 +154,7 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Plan, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: a nil Pipeline", ErrInvalidConfig)
 	}
-	tools := make([]recovery.Tool, 0, len(p.Tools))
+	tools := make([]salvagetype.Tool, 0, len(p.Tools))
 	for _, t := range p.Tools {
 		bt, err := bindTool(t, rem)
 		if err != nil {
@@ -173,8 +174,8 @@ func (p *Pipeline) machinery(rem remote) (*recovery.Plan, error) {
 			}
 			served[a.Subject] = true
 			subject, timeout := a.Subject, cmp.Or(a.Timeout, ServiceTimeoutDefault)
-			tools = append(tools, recovery.Tool{Name: remoteAgentTool(subject), System: SystemName(subject),
-				Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+			tools = append(tools, salvagetype.Tool{Name: remoteAgentTool(subject), System: SystemName(subject),
+				Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 					return rem.call(ctx, subject, timeout, c, true)
 				}})
 		}

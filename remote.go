@@ -265,7 +265,7 @@ func serviceError(subject string, reply *nats.Msg) error {
 		if !recovery.OutcomeUnknown(err) {
 			// A refusal the service itself cannot vouch for: treated as
 			// a 5xx of the same class, which is verified.
-			var ce *recovery.CallError
+			var ce *salvagetype.CallError
 			if errors.As(err, &ce) {
 				c := *ce
 				c.Status = http.StatusBadGateway

@@ -19,7 +19,7 @@ import (
 // AlerterConfig configures an Alerter.
 type AlerterConfig struct {
 	// Rules are the thresholds; zero fields take recovery's defaults.
-	Rules recovery.AlertRules
+	Rules salvagetype.AlertRules
 	// Interval between evaluations. Default AlertIntervalDefault.
 	Interval time.Duration
 	// Now is the clock. Default time.Now; tests inject one.
@@ -86,7 +86,7 @@ const burstScanMax = 10_000
 // now (at most burstScanMax, newest first: every envelope that arrived
 // then is among them), the open, recovering and escalated ones, and the
 // COMPENSATION_NEEDED ones. Not the settled history.
-func (a *Alerter) candidates(ctx context.Context, now time.Time, rules recovery.AlertRules) (map[string]kv.EnvelopeRecord, error) {
+func (a *Alerter) candidates(ctx context.Context, now time.Time, rules salvagetype.AlertRules) (map[string]kv.EnvelopeRecord, error) {
 	byID := map[string]kv.EnvelopeRecord{}
 	since := now.Add(-2 * rules.BurstWindow)
 	recent := 0

@@ -100,7 +100,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	l := letterer{js: o.js, stores: o.stores, tracker: tr, log: zerolog.Nop()}
 	if _, err := l.send(ctx, letter{
 		Seq: cp.MsgSeq, Subject: streams.ChunkSubject(j.Partition, c.Pipeline, c.Job, c.Chunk), Data: parked.Data, Chunk: c,
-		Deliveries: cp.Deliveries, Failure: recovery.Failure{Class: recovery.ClassPermanent, Rejected: true}, Err: why, Human: true,
+		Deliveries: cp.Deliveries, Failure: recovery.Failure{Class: salvagetype.ClassPermanent, Rejected: true}, Err: why, Human: true,
 	}); err != nil {
 		return cp, err
 	}

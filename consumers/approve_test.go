@@ -24,7 +24,7 @@ func setupApprovalShop(t *testing.T) (*bundle, *shop) {
 	p := s.pipeline(t)
 	ship := p.Stages[2]
 	ship.RequiresApproval = true
-	p.Stages = []recovery.Stage{p.Stages[0], ship}
+	p.Stages = []salvagetype.Stage{p.Stages[0], ship}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{p}})
 	b.startWorker(t, "w1")
 	b.startOrchestrator(t, "o1")

@@ -64,17 +64,17 @@ func (s *extSystem) call(ctx context.Context) error {
 // and from extra in stage "enrich" (optional).
 func outagePipeline(t *testing.T, crm, extra *extSystem) *recovery.Plan {
 	t.Helper()
-	read := func(name, system string, s *extSystem) recovery.Tool {
-		return recovery.Tool{Name: name, System: system, Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
-			return recovery.ToolResult{Output: json.RawMessage(`"ok"`)}, s.call(ctx)
+	read := func(name, system string, s *extSystem) salvagetype.Tool {
+		return salvagetype.Tool{Name: name, System: system, Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+			return salvagetype.ToolResult{Output: json.RawMessage(`"ok"`)}, s.call(ctx)
 		}}
 	}
 	tools, err := recovery.NewTools(read("crm-read", "crm", crm), read("extra-read", "extra", extra))
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := func(name, tool string) recovery.Agent {
-		return recovery.Agent{Name: name, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+	agent := func(name, tool string) salvagetype.Agent {
+		return salvagetype.Agent{Name: name, Run: func(ctx context.Context, t *salvagetype.Turn) (any, error) {
 			return t.Tool(ctx, tool, map[string]any{"chunk": t.Chunk})
 		}}
 	}
@@ -92,9 +92,9 @@ func outagePipeline(t *testing.T, crm, extra *extSystem) *recovery.Plan {
 			return out, nil
 		},
 		Tools: tools,
-		Stages: []recovery.Stage{
-			{Name: "fetch", Agents: []recovery.Agent{agent("reader", "crm-read")}},
-			{Name: "enrich", Agents: []recovery.Agent{agent("enricher", "extra-read")}, Optional: true},
+		Stages: []salvagetype.Stage{
+			{Name: "fetch", Agents: []salvagetype.Agent{agent("reader", "crm-read")}},
+			{Name: "enrich", Agents: []salvagetype.Agent{agent("enricher", "extra-read")}, Optional: true},
 		},
 	}
 }
@@ -131,11 +131,11 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	const workers, concurrency, chunks = 2, 4, 60
-	policy := recovery.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: time.Second}
+	policy := salvagetype.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: time.Second}
 	for i := range workers {
 		b.startWorkerWith(t, fmt.Sprintf("w%d", i+1), func(c *consumers.WorkerConfig) {
 			c.Concurrency = concurrency
-			c.Breakers = consumers.BreakerPolicies{Systems: map[string]recovery.BreakerPolicy{"crm": policy}}
+			c.Breakers = consumers.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"crm": policy}}
 		})
 	}
 	crm.down.Store(true)
@@ -219,7 +219,7 @@ func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 	const concurrency, chunks = 4, 20
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
 		c.Concurrency = concurrency
-		c.Breakers = consumers.BreakerPolicies{Default: recovery.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
+		c.Breakers = consumers.BreakerPolicies{Default: salvagetype.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
 	})
 	extra.down.Store(true)
 	job := submitOutage(t, b, chunks)
@@ -255,7 +255,7 @@ func TestCancelEndsHeldChunks(t *testing.T) {
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
-		c.Breakers = consumers.BreakerPolicies{Default: recovery.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
+		c.Breakers = consumers.BreakerPolicies{Default: salvagetype.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
 	})
 	crm.down.Store(true)
 	const chunks = 6

@@ -20,13 +20,13 @@ import (
 type BreakerPolicies struct {
 	// Default applies to every system not in Systems. Zero fields take
 	// recovery's defaults.
-	Default recovery.BreakerPolicy
+	Default salvagetype.BreakerPolicy
 	// Systems overrides the policy of named systems.
-	Systems map[string]recovery.BreakerPolicy
+	Systems map[string]salvagetype.BreakerPolicy
 }
 
 // For returns system's policy, defaults applied.
-func (p BreakerPolicies) For(system string) recovery.BreakerPolicy {
+func (p BreakerPolicies) For(system string) salvagetype.BreakerPolicy {
 	if sp, ok := p.Systems[system]; ok {
 		return sp.WithDefaults()
 	}
@@ -170,7 +170,7 @@ func (g *gate) Allow(ctx context.Context, system, chunk string) error {
 		}
 		b = g.state(system)
 	}
-	return &recovery.BreakerOpenError{System: system, State: b.State, RetryAt: b.RetryAt}
+	return &salvagetype.BreakerOpenError{System: system, State: b.State, RetryAt: b.RetryAt}
 }
 
 // Done implements recovery.Gate.

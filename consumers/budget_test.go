@@ -21,18 +21,18 @@ import (
 // report 100 prompt and 50 completion tokens of model "m".
 func meteredPipeline(t *testing.T) *recovery.Plan {
 	t.Helper()
-	tools, err := recovery.NewTools(recovery.Tool{Name: "model", System: "llm", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+	tools, err := recovery.NewTools(salvagetype.Tool{Name: "model", System: "llm", Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		select {
 		case <-ctx.Done():
-			return recovery.ToolResult{}, ctx.Err()
+			return salvagetype.ToolResult{}, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		return recovery.ToolResult{Output: json.RawMessage(`"ok"`), Usage: &salvagetype.Usage{Model: "m", PromptTokens: 100, CompletionTokens: 50}}, nil
+		return salvagetype.ToolResult{Output: json.RawMessage(`"ok"`), Usage: &salvagetype.Usage{Model: "m", PromptTokens: 100, CompletionTokens: 50}}, nil
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := recovery.Agent{Name: "writer", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+	agent := salvagetype.Agent{Name: "writer", Run: func(ctx context.Context, t *salvagetype.Turn) (any, error) {
 		return t.Tool(ctx, "model", t.Chunk)
 	}}
 	return &recovery.Plan{
@@ -49,7 +49,7 @@ func meteredPipeline(t *testing.T) *recovery.Plan {
 			return out, nil
 		},
 		Tools:  tools,
-		Stages: []recovery.Stage{{Name: "draft", Agents: []recovery.Agent{agent}}, {Name: "edit", Agents: []recovery.Agent{agent}}},
+		Stages: []salvagetype.Stage{{Name: "draft", Agents: []salvagetype.Agent{agent}}, {Name: "edit", Agents: []salvagetype.Agent{agent}}},
 	}
 }
 

@@ -181,7 +181,7 @@ func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, r
 		l.Data, _ = json.Marshal(chunk)
 	}
 	l.Chunk = chunk
-	l.Failure = recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true}
+	l.Failure = recovery.Failure{Class: salvagetype.ClassCancelled, Cancelled: true}
 	l.Err = fmt.Sprintf("%s at stage %d with %d effects that may stand: settled by this envelope", job.StopReason(), max(cp.Stage, 1), len(left))
 	l.Stopped, l.Stage, l.Epoch = kv.StoppedCancelled, max(cp.Stage, 1), cp.Epoch
 	l.Human = true

@@ -197,7 +197,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, k int, seq, deliveries uin
 			return nil
 		}
 		l.Chunk = streams.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline, Partition: k}
-		l.Failure = recovery.Failure{Class: recovery.ClassPermanent}
+		l.Failure = recovery.Failure{Class: salvagetype.ClassPermanent}
 		l.Err = "malformed chunk message"
 		_, err := d.letter.send(ctx, l)
 		return err
@@ -250,8 +250,8 @@ func (e *heldError) Error() string {
 	return fmt.Sprintf("held by %s until %s", e.holder, e.until.Format(time.RFC3339Nano))
 }
 
-func classFromCheckpoint(cp kv.Checkpoint) recovery.Class {
-	c, _ := recovery.ParseClass(cp.LastErrorClass)
+func classFromCheckpoint(cp kv.Checkpoint) salvagetype.Class {
+	c, _ := salvagetype.ParseClass(cp.LastErrorClass)
 	return c
 }
 

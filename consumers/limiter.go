@@ -207,7 +207,7 @@ func (l *limiter) nudge() {
 
 // keysOf returns the declared limits a request of tool for tenant counts
 // against: its system's, its own and its tenant's calls. Lock held.
-func (l *limiter) keysOf(tool *recovery.Tool, tenant string) []*limitKey {
+func (l *limiter) keysOf(tool *salvagetype.Tool, tenant string) []*limitKey {
 	var out []*limitKey
 	for _, key := range []string{salvagetype.LimitKey(salvagetype.LimitSystem, tool.System), salvagetype.LimitKey(salvagetype.LimitTool, tool.Name), salvagetype.LimitKey(salvagetype.LimitTenant, tenant)} {
 		// A tool without a System, or a job without a tenant, makes a key
@@ -233,8 +233,8 @@ func (l *limiter) key(key string, spec salvagetype.Limit) *limitKey {
 	return k
 }
 
-// Acquire implements the limiter a recovery.Turn asks.
-func (l *limiter) Acquire(ctx context.Context, tool *recovery.Tool, tokens int64, maxWait time.Duration) (func(recovery.Spent, error), time.Duration, error) {
+// Acquire implements the limiter a salvagetype.Turn asks.
+func (l *limiter) Acquire(ctx context.Context, tool *salvagetype.Tool, tokens int64, maxWait time.Duration) (func(recovery.Spent, error), time.Duration, error) {
 	if l.declared.Load() == 0 {
 		return func(recovery.Spent, error) {}, 0, nil
 	}
@@ -313,7 +313,7 @@ func (l *limiter) done(keys []*limitKey, estimate int64, spent recovery.Spent, e
 	defer l.mu.Unlock()
 	now := l.now()
 	wait, reason := spent.Wait, "the provider's rate-limit headers: nothing left"
-	var ce *recovery.CallError
+	var ce *salvagetype.CallError
 	if errors.Is(err, salvagetype.ErrRateLimited) && errors.As(err, &ce) && ce.RetryAfter > wait {
 		wait, reason = ce.RetryAfter, err.Error()
 	}

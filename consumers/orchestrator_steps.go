@@ -39,15 +39,15 @@ func (o *Orchestrator) verify(ctx context.Context, env salvagetype.Envelope, rec
 			// A pure read: resuming simply calls it again.
 			continue
 		}
-		var v recovery.Verification
+		var v salvagetype.Verification
 		if err := o.exec.Do(ctx, &stats, tool.Name+".verify", func(ctx context.Context) error {
 			var err error
-			v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
+			v, err = recovery.VerifyEffect(ctx, tool, row.IdempotencyKey)
 			return err
 		}); err != nil {
 			return "", "", fmt.Errorf("verify %s: %w", key, err)
 		}
-		next := tool.Settle(row.JournalRow, v, time.Now().UTC())
+		next := recovery.Settle(tool, row.JournalRow, v, time.Now().UTC())
 		part, err := envelopePart(ctx, o.stores, env)
 		if err != nil {
 			return "", "", err
@@ -60,8 +60,8 @@ func (o *Orchestrator) verify(ctx context.Context, env salvagetype.Envelope, rec
 	}
 	// Every outcome is known now: classify as if nothing were in flight.
 	f := o.failureOf(cp, rec)
-	if f.Class == recovery.ClassTimeout {
-		f.Class = recovery.ClassTransient
+	if f.Class == salvagetype.ClassTimeout {
+		f.Class = salvagetype.ClassTransient
 	}
 	f.FromJournal(rows)
 	f.InFlight = false
@@ -200,16 +200,16 @@ func (o *Orchestrator) compensate(ctx context.Context, env salvagetype.Envelope,
 		if err == nil && (tool.Effect == nil || !tool.Effect.Reversible) {
 			err = fmt.Errorf("%s is not reversible", row.Tool)
 		}
-		var undo *recovery.Tool
+		var undo *salvagetype.Tool
 		if err == nil {
 			undo, err = p.Tools.Get(tool.Effect.Compensation)
 		}
 		if err != nil {
 			return true, err
 		}
-		in, _ := json.Marshal(recovery.CompensationInput{Key: row.IdempotencyKey, Output: row.Output})
+		in, _ := json.Marshal(salvagetype.CompensationInput{Key: row.IdempotencyKey, Output: row.Output})
 		err = o.exec.Do(ctx, &stats, undo.Name, func(ctx context.Context) error {
-			_, err := undo.Invoke(ctx, recovery.ToolCall{Job: row.Job, Chunk: row.Chunk, Stage: row.Stage, Epoch: row.Epoch, Agent: row.Agent, Seq: row.JournalRow.Seq,
+			_, err := recovery.Invoke(ctx, undo, salvagetype.ToolCall{Job: row.Job, Chunk: row.Chunk, Stage: row.Stage, Epoch: row.Epoch, Agent: row.Agent, Seq: row.JournalRow.Seq,
 				IdempotencyKey: row.Fingerprint.CompensationKey, Input: in, TraceID: env.TraceID})
 			return err
 		})

@@ -91,7 +91,7 @@ func TestPauseStopsARunningChunkAtTheNextStage(t *testing.T) {
 	inStage := make(chan struct{})
 	release := make(chan struct{})
 	pay := p.Stages[0].Agents[0].Run
-	p.Stages[0].Agents[0].Run = func(ctx context.Context, turn *recovery.Turn) (any, error) {
+	p.Stages[0].Agents[0].Run = func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 		out, err := pay(ctx, turn)
 		close(inStage)
 		<-release

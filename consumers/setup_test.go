@@ -95,15 +95,15 @@ type toolInput struct {
 }
 
 func testPipeline(inChild bool) *recovery.Plan {
-	tool := recovery.Tool{Name: "tool", System: "test", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+	tool := salvagetype.Tool{Name: "tool", System: "test", Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		var in toolInput
 		if err := json.Unmarshal(c.Input, &in); err != nil {
-			return recovery.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
 		}
 		job, chunk := jobChunk(ctx)
 		cnt, _ := calls.LoadOrStore(fmt.Sprintf("%s/%d/%d", job, chunk, in.Stage), new(atomic.Int64))
 		cnt.(*atomic.Int64).Add(1)
-		ok := recovery.ToolResult{Output: json.RawMessage(`"ok"`)}
+		ok := salvagetype.ToolResult{Output: json.RawMessage(`"ok"`)}
 		if in.Mode == modeUsage {
 			if inChild && in.Stage == 2 && in.N == usageBlockAt {
 				select {}
@@ -167,12 +167,12 @@ func testPipeline(inChild bool) *recovery.Plan {
 	}
 	// Stage 3's agent is stage 1's agent again: it needs the memory it
 	// wrote in stage 1, which only its snapshot carries across a crash.
-	agent := func(stage int) recovery.Agent {
+	agent := func(stage int) salvagetype.Agent {
 		name := fmt.Sprintf("agent%d", stage)
 		if stage == 3 {
 			name = "agent1"
 		}
-		return recovery.Agent{Name: name, Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+		return salvagetype.Agent{Name: name, Run: func(ctx context.Context, t *salvagetype.Turn) (any, error) {
 			var mode string
 			if err := json.Unmarshal(t.Input, &mode); err != nil {
 				return nil, recovery.Permanent(400, err)
@@ -221,9 +221,9 @@ func testPipeline(inChild bool) *recovery.Plan {
 			return v.Chunks, nil
 		},
 		Tools: tools,
-		Stages: []recovery.Stage{
-			{Name: "one", Agents: []recovery.Agent{agent(1)}},
-			{Name: "two", Agents: []recovery.Agent{agent(2), {Name: "agent2b", Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+		Stages: []salvagetype.Stage{
+			{Name: "one", Agents: []salvagetype.Agent{agent(1)}},
+			{Name: "two", Agents: []salvagetype.Agent{agent(2), {Name: "agent2b", Run: func(ctx context.Context, t *salvagetype.Turn) (any, error) {
 				// Only modeSiblingFails gives stage 2 a second, failing agent.
 				var mode string
 				if err := json.Unmarshal(t.Input, &mode); err != nil || mode != modeSiblingFails {
@@ -232,7 +232,7 @@ func testPipeline(inChild bool) *recovery.Plan {
 				_, err := t.Tool(withJobChunk(ctx, t.Job, t.Chunk), "tool", toolInput{Mode: modeSiblingFails + "-b", Stage: 2})
 				return nil, err
 			}}}},
-			{Name: "three", Agents: []recovery.Agent{agent(3)}},
+			{Name: "three", Agents: []salvagetype.Agent{agent(3)}},
 		},
 	}
 }
@@ -243,7 +243,7 @@ var testRetry = recovery.RetryPolicy{MaxRetries: 2, BaseDelay: time.Millisecond,
 // testBreakers keeps the test pipeline's system from tripping its
 // breaker: the tests of tier 2 and the DLQ fail it on purpose. The
 // breaker tests use systems of their own.
-var testBreakers = consumers.BreakerPolicies{Systems: map[string]recovery.BreakerPolicy{"test": {Failures: 1 << 20}}}
+var testBreakers = consumers.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"test": {Failures: 1 << 20}}}
 
 func mustRegistry(t *testing.T, extra ...*recovery.Plan) *recovery.Registry {
 	t.Helper()

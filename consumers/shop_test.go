@@ -44,7 +44,7 @@ type shop struct {
 	// undone lists compensations in the order they ran, as "tool:resource".
 	undone []string
 	// undoCalls are the ToolCalls the compensations received.
-	undoCalls []recovery.ToolCall
+	undoCalls []salvagetype.ToolCall
 	// paymentsDown makes a charge time out without taking effect; the
 	// keys it was asked for wait in late, as if the request were still on
 	// the wire.
@@ -107,21 +107,21 @@ func (s *shop) apply(tool, key, order string) string {
 	return id
 }
 
-func (s *shop) verify(tool string) func(context.Context, string) (recovery.Verification, error) {
-	return func(_ context.Context, key string) (recovery.Verification, error) {
+func (s *shop) verify(tool string) func(context.Context, string) (salvagetype.Verification, error) {
+	return func(_ context.Context, key string) (salvagetype.Verification, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		id, ok := s.effects[tool][key]
-		return recovery.Verification{Applied: ok, ResourceID: id, Output: json.RawMessage(fmt.Sprintf("%q", id))}, nil
+		return salvagetype.Verification{Applied: ok, ResourceID: id, Output: json.RawMessage(fmt.Sprintf("%q", id))}, nil
 	}
 }
 
 // effect is a tool that applies one effect per idempotency key.
-func (s *shop) effect(tool, system string, effect *recovery.SideEffect) recovery.Tool {
-	return recovery.Tool{Name: tool, System: system, Effect: effect, Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+func (s *shop) effect(tool, system string, effect *salvagetype.SideEffect) salvagetype.Tool {
+	return salvagetype.Tool{Name: tool, System: system, Effect: effect, Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		var o shopOrder
 		if err := json.Unmarshal(c.Input, &o); err != nil {
-			return recovery.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -129,53 +129,53 @@ func (s *shop) effect(tool, system string, effect *recovery.SideEffect) recovery
 		switch {
 		case tool == "charge" && s.paymentsDown:
 			s.late = append(s.late, c.IdempotencyKey)
-			return recovery.ToolResult{}, recovery.Timeout(errors.New("payments: no answer"))
+			return salvagetype.ToolResult{}, recovery.Timeout(errors.New("payments: no answer"))
 		case tool == "ship" && (o.Fail || s.shippingBroken):
-			return recovery.ToolResult{}, recovery.Permanent(422, fmt.Errorf("shipping refuses order %s", o.ID))
+			return salvagetype.ToolResult{}, recovery.Permanent(422, fmt.Errorf("shipping refuses order %s", o.ID))
 		}
 		id := s.apply(tool, c.IdempotencyKey, o.ID)
-		return recovery.ToolResult{Output: json.RawMessage(fmt.Sprintf("%q", id)), ResourceID: id}, nil
+		return salvagetype.ToolResult{Output: json.RawMessage(fmt.Sprintf("%q", id)), ResourceID: id}, nil
 	}}
 }
 
 // undo is a compensation tool: it takes back the effect named by the
 // output of the call it undoes.
-func (s *shop) undo(tool string) recovery.Tool {
-	return recovery.Tool{Name: tool, System: "shop", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
-		var in recovery.CompensationInput
+func (s *shop) undo(tool string) salvagetype.Tool {
+	return salvagetype.Tool{Name: tool, System: "shop", Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+		var in salvagetype.CompensationInput
 		var id string
 		if err := json.Unmarshal(c.Input, &in); err != nil {
-			return recovery.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
 		}
 		if err := json.Unmarshal(in.Output, &id); err != nil {
-			return recovery.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.requests[tool]++
 		if tool == "refund" && s.refundsBroken {
-			return recovery.ToolResult{}, recovery.Permanent(422, fmt.Errorf("refund of %s refused", id))
+			return salvagetype.ToolResult{}, recovery.Permanent(422, fmt.Errorf("refund of %s refused", id))
 		}
 		s.undone = append(s.undone, tool+":"+id)
 		s.undoCalls = append(s.undoCalls, c)
-		return recovery.ToolResult{Output: json.RawMessage(`"undone"`)}, nil
+		return salvagetype.ToolResult{Output: json.RawMessage(`"undone"`)}, nil
 	}}
 }
 
 func (s *shop) pipeline(t *testing.T) *recovery.Plan {
 	t.Helper()
 	tools, err := recovery.NewTools(
-		s.effect("reserve", "stock", &recovery.SideEffect{Reversible: true, Compensation: "release", Verify: s.verify("reserve")}),
-		s.effect("charge", "payments", &recovery.SideEffect{Reversible: true, Compensation: "refund", Verify: s.verify("charge")}),
-		s.effect("email", "email", &recovery.SideEffect{Verify: s.verify("email")}),
+		s.effect("reserve", "stock", &salvagetype.SideEffect{Reversible: true, Compensation: "release", Verify: s.verify("reserve")}),
+		s.effect("charge", "payments", &salvagetype.SideEffect{Reversible: true, Compensation: "refund", Verify: s.verify("charge")}),
+		s.effect("email", "email", &salvagetype.SideEffect{Verify: s.verify("email")}),
 		s.effect("ship", "shipping", nil),
 		s.undo("release"), s.undo("refund"),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(tools ...string) func(context.Context, *recovery.Turn) (any, error) {
-		return func(ctx context.Context, turn *recovery.Turn) (any, error) {
+	call := func(tools ...string) func(context.Context, *salvagetype.Turn) (any, error) {
+		return func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 			var o shopOrder
 			if err := json.Unmarshal(turn.Input, &o); err != nil {
 				return nil, recovery.Permanent(400, err)
@@ -201,10 +201,10 @@ func (s *shop) pipeline(t *testing.T) *recovery.Plan {
 			return orders, nil
 		},
 		Tools: tools,
-		Stages: []recovery.Stage{
-			{Name: "pay", Agents: []recovery.Agent{{Name: "cashier", Run: call("reserve", "charge")}}},
-			{Name: "notify", Agents: []recovery.Agent{{Name: "mailer", Run: call("email")}}},
-			{Name: "ship", Agents: []recovery.Agent{{Name: "shipper", Run: call("ship")}}},
+		Stages: []salvagetype.Stage{
+			{Name: "pay", Agents: []salvagetype.Agent{{Name: "cashier", Run: call("reserve", "charge")}}},
+			{Name: "notify", Agents: []salvagetype.Agent{{Name: "mailer", Run: call("email")}}},
+			{Name: "ship", Agents: []salvagetype.Agent{{Name: "shipper", Run: call("ship")}}},
 		},
 	}
 }
@@ -309,7 +309,7 @@ func TestOrchestratorCompensates(t *testing.T) {
 	}
 
 	s.mu.Lock()
-	undone, undoCalls := append([]string(nil), s.undone...), append([]recovery.ToolCall(nil), s.undoCalls...)
+	undone, undoCalls := append([]string(nil), s.undone...), append([]salvagetype.ToolCall(nil), s.undoCalls...)
 	s.mu.Unlock()
 	charges, reserves := s.applied("charge"), s.applied("reserve")
 	if len(charges) != 3 || len(reserves) != 3 || s.count("charge") != 3 || len(s.applied("email")) != 1 {

@@ -29,7 +29,7 @@ func fuzzSplitter(f *testing.F) *Splitter {
 			}
 			return items, nil
 		},
-		Stages: []recovery.Stage{{Name: "s", Agents: []recovery.Agent{{Name: "a", Run: func(context.Context, *recovery.Turn) (any, error) { return nil, nil }}}}},
+		Stages: []salvagetype.Stage{{Name: "s", Agents: []salvagetype.Agent{{Name: "a", Run: func(context.Context, *salvagetype.Turn) (any, error) { return nil, nil }}}}},
 	})
 	if err != nil {
 		f.Fatal(err)

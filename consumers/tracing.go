@@ -2,7 +2,6 @@ package consumers
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -56,44 +55,17 @@ func underJob(ctx context.Context, traceID, job string) context.Context {
 	return trace.ContextWithRemoteSpanContext(ctx, sc)
 }
 
-// fixedIDsKey carries, to IDGenerator, the ids a root span must take.
+// fixedIDsKey carries, to FixedIDs, the ids a root span must take.
 type fixedIDsKey struct{}
 
-// IDGenerator makes span ids at random, except for the job span, which
-// takes the id JobSpanContext derives; it implements
-// go.opentelemetry.io/otel/sdk/trace.IDGenerator. A TracerProvider built
-// without it exports the job span under a random id, and the chunk and
-// recovery spans then point to a parent that never arrives.
-type IDGenerator struct{}
-
-// NewIDs returns a trace id and a span id for a root span.
-func (IDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
-	if sc, ok := ctx.Value(fixedIDsKey{}).(trace.SpanContext); ok {
-		return sc.TraceID(), sc.SpanID()
-	}
-	var tid trace.TraceID
-	for !tid.IsValid() {
-		putUint64(tid[:8], rand.Uint64())
-		putUint64(tid[8:], rand.Uint64())
-	}
-	return tid, randomSpanID()
-}
-
-// NewSpanID returns a span id for a span of trace traceID.
-func (IDGenerator) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return randomSpanID() }
-
-func randomSpanID() trace.SpanID {
-	var sid trace.SpanID
-	for !sid.IsValid() {
-		putUint64(sid[:], rand.Uint64())
-	}
-	return sid
-}
-
-func putUint64(b []byte, v uint64) {
-	for i := range 8 {
-		b[i] = byte(v >> (8 * i))
-	}
+// FixedIDs returns the ids a root span started under ctx must take: the
+// job span's, which JobSpanContext derives. A TracerProvider's id
+// generator asks it (salvage.IDGenerator); a provider that does not
+// exports the job span under a random id, and the chunk and recovery
+// spans then point to a parent that never arrives.
+func FixedIDs(ctx context.Context) (trace.SpanContext, bool) {
+	sc, ok := ctx.Value(fixedIDsKey{}).(trace.SpanContext)
+	return sc, ok
 }
 
 // exportJobSpan records the span of a job that just finished. The first

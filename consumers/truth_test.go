@@ -260,9 +260,9 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	// A cool-down long enough for the pause to land before it ends.
-	policy := recovery.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: 2 * time.Second}
+	policy := salvagetype.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: 2 * time.Second}
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
-		c.Breakers = consumers.BreakerPolicies{Systems: map[string]recovery.BreakerPolicy{"crm": policy}}
+		c.Breakers = consumers.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"crm": policy}}
 	})
 	crm.down.Store(true)
 	const chunks = 4

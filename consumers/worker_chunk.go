@@ -35,7 +35,7 @@ type run struct {
 	// replay is the chunk epoch's journal, loaded once at take.
 	replay *recovery.Replay
 	// states are the agents' states, from their latest stage snapshots.
-	states map[string]*recovery.AgentState
+	states map[string]*salvagetype.AgentState
 
 	// slot is the run's place in its pool; its free runs at most once
 	// (done), through freeOnce.
@@ -171,7 +171,7 @@ func (r *run) run(ctx context.Context) error {
 	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= r.pool.maxDeliver {
 		// Still no record: an envelope that resumes the chunk later, once
 		// a splitter has created it, or shows an operator a stray chunk.
-		return r.deadLetter(ctx, recovery.Failure{Class: recovery.ClassTransient, Exhausted: true},
+		return r.deadLetter(ctx, recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true},
 			fmt.Errorf("no record of job %s after %d deliveries", r.chunk.Job, r.meta.NumDelivered))
 	}
 	if errors.Is(err, kv.ErrNotFound) {
@@ -360,7 +360,7 @@ func (r *run) run(ctx context.Context) error {
 	if r.past, err = pastTally(ctx, r.part, r.chunk.Job, r.chunk.Chunk, cp.Epoch, w.cfg.Prices); err != nil {
 		return err
 	}
-	r.states = map[string]*recovery.AgentState{}
+	r.states = map[string]*salvagetype.AgentState{}
 	for agent, ref := range cp.Snapshots {
 		st, err := recovery.LoadSnapshot(ctx, w.stores.Snapshots, ref)
 		if errors.Is(err, kv.ErrNotFound) {

@@ -135,7 +135,7 @@ func (r *run) unretire(ctx context.Context) error {
 // journal rebuilds (recovery.AgentState.Derivable), or was snapshotted
 // before; the names go into the stage's checkpoint write, so a resume
 // starts every agent from here.
-func (r *run) snapshot(ctx context.Context, st recovery.Stage, cp *kv.Checkpoint) error {
+func (r *run) snapshot(ctx context.Context, st salvagetype.Stage, cp *kv.Checkpoint) error {
 	if cp.Snapshots == nil {
 		cp.Snapshots = map[string]kv.SnapshotRef{}
 	}
@@ -348,7 +348,7 @@ func recordError(cp *kv.Checkpoint, cause error) {
 // message naked so another worker resumes it from its checkpoint.
 func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, why string) error {
 	cp.ClearLastError()
-	cp.LastError, cp.LastErrorClass = why, recovery.ClassTransient.String()
+	cp.LastError, cp.LastErrorClass = why, salvagetype.ClassTransient.String()
 	if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 		return r.fencedOr(err)
 	}
@@ -362,7 +362,7 @@ func (r *run) release(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, wh
 func (r *run) permanent(ctx context.Context, cause error) error {
 	class := recovery.ClassOf(cause)
 	if !class.Permanent() {
-		class = recovery.ClassPermanent
+		class = salvagetype.ClassPermanent
 	}
 	return r.deadLetter(ctx, recovery.Failure{Class: class, Status: recovery.StatusOf(cause)}, cause)
 }

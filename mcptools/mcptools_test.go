@@ -16,6 +16,7 @@ import (
 	"github.com/salvagehq/salvage/mcptools"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -183,16 +184,16 @@ func TestErrorsByKind(t *testing.T) {
 			tool    string
 			input   string
 			timeout time.Duration
-			class   recovery.Class
+			class   salvagetype.Class
 			unknown bool // its outcome must be verified
 			skip    bool
 		}{
-			{name: "isError answer", tool: "close-account", input: `{}`, class: recovery.ClassPermanent},
-			{name: "past the deadline", tool: "slow", input: `{}`, timeout: 100 * time.Millisecond, class: recovery.ClassTimeout, unknown: true},
-			{name: "input not an object", tool: "lookup", input: `[1]`, class: recovery.ClassPermanent},
-			{name: "usage not a count", tool: "bad-usage", input: `{}`, class: recovery.ClassPermanent, unknown: true},
-			{name: "429 with Retry-After", tool: "busy", input: `{}`, class: recovery.ClassRateLimited, skip: !tr.limits},
-			{name: "503 from a proxy", tool: "flaky", input: `{}`, class: recovery.ClassTransient, unknown: true, skip: !tr.limits},
+			{name: "isError answer", tool: "close-account", input: `{}`, class: salvagetype.ClassPermanent},
+			{name: "past the deadline", tool: "slow", input: `{}`, timeout: 100 * time.Millisecond, class: salvagetype.ClassTimeout, unknown: true},
+			{name: "input not an object", tool: "lookup", input: `[1]`, class: salvagetype.ClassPermanent},
+			{name: "usage not a count", tool: "bad-usage", input: `{}`, class: salvagetype.ClassPermanent, unknown: true},
+			{name: "429 with Retry-After", tool: "busy", input: `{}`, class: salvagetype.ClassRateLimited, skip: !tr.limits},
+			{name: "503 from a proxy", tool: "flaky", input: `{}`, class: salvagetype.ClassTransient, unknown: true, skip: !tr.limits},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				if c.skip {
@@ -215,7 +216,7 @@ func TestErrorsByKind(t *testing.T) {
 					t.Errorf("bad usage: %v; want ErrBadUsage", err)
 				}
 				var ce *salvage.CallError
-				if c.class == recovery.ClassRateLimited && (!errors.As(err, &ce) || ce.RetryAfter != 7*time.Second) {
+				if c.class == salvagetype.ClassRateLimited && (!errors.As(err, &ce) || ce.RetryAfter != 7*time.Second) {
 					t.Errorf("429: %v; want the server's Retry-After of 7s", err)
 				}
 			})
@@ -230,7 +231,7 @@ func TestErrorsByKind(t *testing.T) {
 			}})
 		_, err := classified["close-account"].Call(context.Background(), salvage.ToolCall{IdempotencyKey: "k-c", Input: json.RawMessage(`{}`)})
 		var ce *salvage.CallError
-		if !errors.As(err, &ce) || recovery.ClassOf(err) != recovery.ClassRateLimited || ce.RetryAfter != 3*time.Second {
+		if !errors.As(err, &ce) || recovery.ClassOf(err) != salvagetype.ClassRateLimited || ce.RetryAfter != 3*time.Second {
 			t.Errorf("an isError answer the classifier calls rate-limited: %v", err)
 		}
 		// Options.Timeout bounds a call whose context has no deadline.
@@ -244,7 +245,7 @@ func TestErrorsByKind(t *testing.T) {
 		// A tool the server stopped listing: refused before it ran.
 		tr.srv.RemoveTools("add-note")
 		_, err = byName["add-note"].Call(context.Background(), salvage.ToolCall{IdempotencyKey: "k-note", Input: json.RawMessage(`{}`)})
-		if recovery.ClassOf(err) != recovery.ClassPermanent || recovery.OutcomeUnknown(err) {
+		if recovery.ClassOf(err) != salvagetype.ClassPermanent || recovery.OutcomeUnknown(err) {
 			t.Errorf("a tool the server no longer has: %v (class %v); want permanent, not applied", err, recovery.ClassOf(err))
 		}
 	})

@@ -9,47 +9,18 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// Message is one turn of an agent's conversation.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-// AgentState is what an agent knows: its conversation, goal and
-// sub-goals, the journal entries it completed, and its working memory.
-// Salvage snapshots it at stage boundaries and before any call to an
-// irreversible tool; a resumed chunk starts each agent from its latest
-// stage-boundary snapshot and replays it against its journal.
-type AgentState struct {
-	Goal      string                     `json:"goal,omitempty"`
-	SubGoals  []string                   `json:"sub_goals,omitempty"`
-	Messages  []Message                  `json:"messages,omitempty"`
-	Completed []string                   `json:"completed_entries,omitempty"`
-	Memory    map[string]json.RawMessage `json:"memory,omitempty"`
-	// Seq numbers the agent's snapshots; it only grows.
-	Seq int `json:"seq"`
-}
-
-// Derivable reports whether the journal alone rebuilds the state: it holds
-// nothing but the entries the agent completed. Such a state needs no
-// snapshot at a stage boundary (RebuildCompleted restores it on resume),
-// which keeps snapshots off the hot path of agents that keep no memory.
-func (s *AgentState) Derivable() bool {
-	return s.Goal == "" && len(s.SubGoals) == 0 && len(s.Messages) == 0 && len(s.Memory) == 0
-}
-
 // RebuildCompleted gives every agent that has no state in states one
 // rebuilt from the journal: the entries it completed in stages before
 // stage, in the order they were made. A chunk resuming at stage uses it
 // for the agents whose states were derivable, so never snapshotted.
-func RebuildCompleted(states map[string]*AgentState, rows map[string]kv.StoredRow, stage int) {
+func RebuildCompleted(states map[string]*salvagetype.AgentState, rows map[string]kv.StoredRow, stage int) {
 	for _, r := range SortedRows(rows) {
 		if r.Stage >= stage || r.Status != salvagetype.CallSucceeded {
 			continue
 		}
 		st := states[r.Agent]
 		if st == nil {
-			st = &AgentState{}
+			st = &salvagetype.AgentState{}
 			states[r.Agent] = st
 		} else if st.Seq > 0 {
 			continue // loaded from a snapshot, which has its entries
@@ -70,7 +41,7 @@ type snapshotStore interface {
 
 // SaveSnapshot takes the agent's next snapshot at a stage boundary and
 // returns its reference, for the stage's checkpoint write.
-func SaveSnapshot(ctx context.Context, store snapshotStore, job string, chunk, epoch int, agent string, st *AgentState) (kv.SnapshotRef, error) {
+func SaveSnapshot(ctx context.Context, store snapshotStore, job string, chunk, epoch int, agent string, st *salvagetype.AgentState) (kv.SnapshotRef, error) {
 	st.Seq++
 	name := kv.SnapshotName(job, chunk, epoch, agent, st.Seq)
 	data, err := json.Marshal(st)
@@ -82,7 +53,7 @@ func SaveSnapshot(ctx context.Context, store snapshotStore, job string, chunk, e
 
 // putSnapshot stores the agent's next snapshot in the object store, for a
 // point no checkpoint write marks (before an irreversible call).
-func putSnapshot(ctx context.Context, store snapshotStore, job string, chunk, epoch int, agent string, st *AgentState) error {
+func putSnapshot(ctx context.Context, store snapshotStore, job string, chunk, epoch int, agent string, st *salvagetype.AgentState) error {
 	st.Seq++
 	name := kv.SnapshotName(job, chunk, epoch, agent, st.Seq)
 	data, err := json.Marshal(st)
@@ -93,12 +64,12 @@ func putSnapshot(ctx context.Context, store snapshotStore, job string, chunk, ep
 }
 
 // LoadSnapshot reads a snapshot.
-func LoadSnapshot(ctx context.Context, store snapshotStore, ref kv.SnapshotRef) (*AgentState, error) {
+func LoadSnapshot(ctx context.Context, store snapshotStore, ref kv.SnapshotRef) (*salvagetype.AgentState, error) {
 	data, err := store.Load(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	var st AgentState
+	var st salvagetype.AgentState
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("snapshot %d: %w", ref.Seq, err)
 	}
@@ -107,4 +78,4 @@ func LoadSnapshot(ctx context.Context, store snapshotStore, ref kv.SnapshotRef) 
 
 // State is the agent's state for this turn, loaded from its latest
 // snapshot on resume. Agents keep their conversation and memory here.
-func (t *Turn) State() *AgentState { return t.state }
+func (t *turn) State() *salvagetype.AgentState { return t.state }

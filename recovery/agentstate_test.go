@@ -39,30 +39,32 @@ func (m *memSnapshots) Load(_ context.Context, ref kv.SnapshotRef) ([]byte, erro
 // nothing can undo, not per call.
 func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
 	t.Parallel()
-	call := func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-		return recovery.ToolResult{Output: json.RawMessage(`{}`)}, nil
+	call := func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+		return salvagetype.ToolResult{Output: json.RawMessage(`{}`)}, nil
 	}
-	verify := func(context.Context, string) (recovery.Verification, error) { return recovery.Verification{}, nil }
+	verify := func(context.Context, string) (salvagetype.Verification, error) {
+		return salvagetype.Verification{}, nil
+	}
 	tools, err := recovery.NewTools(
-		recovery.Tool{Name: "lookup", Call: call},
-		recovery.Tool{Name: "charge", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "refund", Verify: verify}},
-		recovery.Tool{Name: "refund", Call: call},
-		recovery.Tool{Name: "email", Call: call, Effect: &recovery.SideEffect{Verify: verify}},
+		salvagetype.Tool{Name: "lookup", Call: call},
+		salvagetype.Tool{Name: "charge", Call: call, Effect: &salvagetype.SideEffect{Reversible: true, Compensation: "refund", Verify: verify}},
+		salvagetype.Tool{Name: "refund", Call: call},
+		salvagetype.Tool{Name: "email", Call: call, Effect: &salvagetype.SideEffect{Verify: verify}},
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{}, zerolog.Nop())
 	snaps := &memSnapshots{objects: map[string][]byte{}}
-	states := map[string]*recovery.AgentState{}
+	states := map[string]*salvagetype.AgentState{}
 	var stats recovery.Stats
-	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "clerk", Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+	_, err = recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{{Name: "clerk", Run: func(ctx context.Context, tr *salvagetype.Turn) (any, error) {
 		tr.State().Goal = "fulfil order o-1"
 		for _, tool := range []string{"lookup", "charge", "email", "lookup"} {
 			if _, err := tr.Tool(ctx, tool, tool); err != nil {
 				return nil, err
 			}
-			tr.State().Messages = append(tr.State().Messages, recovery.Message{Role: "tool", Content: tool})
+			tr.State().Messages = append(tr.State().Messages, salvagetype.Message{Role: "tool", Content: tool})
 		}
 		return nil, nil
 	}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &stats, Tools: tools, States: states, Snapshots: snaps})
@@ -73,7 +75,7 @@ func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
 		t.Fatalf("%d snapshots for 4 calls, want 1 (before the email)", len(snaps.objects))
 	}
 	data := snaps.objects[kv.SnapshotName("J", 1, 0, "clerk", 1)]
-	var before recovery.AgentState
+	var before salvagetype.AgentState
 	if err := json.Unmarshal(data, &before); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +115,8 @@ func TestRebuildCompleted(t *testing.T) {
 	} {
 		rows[r.Key] = r
 	}
-	snapped := &recovery.AgentState{Completed: []string{"from-snapshot"}, Seq: 1}
-	states := map[string]*recovery.AgentState{"snap": snapped}
+	snapped := &salvagetype.AgentState{Completed: []string{"from-snapshot"}, Seq: 1}
+	states := map[string]*salvagetype.AgentState{"snap": snapped}
 	recovery.RebuildCompleted(states, rows, 2)
 	want := []string{kv.JournalKey("J", 1, 0, 1, "a", 1), kv.JournalKey("J", 1, 0, 1, "a", 2)}
 	if got := states["a"].Completed; !slices.Equal(got, want) {
@@ -126,7 +128,7 @@ func TestRebuildCompleted(t *testing.T) {
 	if got := states["snap"].Completed; !slices.Equal(got, []string{"from-snapshot"}) {
 		t.Errorf("snapshotted agent's entries = %v, want the snapshot's", got)
 	}
-	if !(&recovery.AgentState{Completed: want}).Derivable() || (&recovery.AgentState{Memory: map[string]json.RawMessage{"k": []byte(`1`)}}).Derivable() {
+	if !(&salvagetype.AgentState{Completed: want}).Derivable() || (&salvagetype.AgentState{Memory: map[string]json.RawMessage{"k": []byte(`1`)}}).Derivable() {
 		t.Error("Derivable: want true for entries only, false with memory")
 	}
 }

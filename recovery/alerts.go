@@ -19,41 +19,6 @@ const (
 	AlertNoRecovery = "no-recovery"
 )
 
-// AlertRules are the thresholds; zero fields take the defaults.
-type AlertRules struct {
-	// BurstCount envelopes arriving within BurstWindow raise a burst alert.
-	BurstCount  int
-	BurstWindow time.Duration
-	// UnresolvedAfter is how long an envelope may stay open or recovering.
-	UnresolvedAfter time.Duration
-	// UnackedAfter is how long an escalation involving money, or any
-	// COMPENSATION_NEEDED envelope, may go unacknowledged.
-	UnackedAfter time.Duration
-	// MoneySystems are the systems whose effects count as money.
-	// Default: payments.
-	MoneySystems []string
-}
-
-// WithDefaults returns r with each zero field set to its default.
-func (r AlertRules) WithDefaults() AlertRules {
-	if r.BurstCount <= 0 {
-		r.BurstCount = salvagetype.AlertBurstCountDefault
-	}
-	if r.BurstWindow <= 0 {
-		r.BurstWindow = salvagetype.AlertBurstWindowDefault
-	}
-	if r.UnresolvedAfter <= 0 {
-		r.UnresolvedAfter = salvagetype.AlertUnresolvedDefault
-	}
-	if r.UnackedAfter <= 0 {
-		r.UnackedAfter = salvagetype.AlertUnackedDefault
-	}
-	if len(r.MoneySystems) == 0 {
-		r.MoneySystems = []string{"payments"}
-	}
-	return r
-}
-
 // AlertSubject is the envelope fields the alert rules read.
 type AlertSubject struct {
 	ID          string
@@ -76,7 +41,7 @@ type Alert struct {
 
 // EvaluateAlerts returns the alerts the rules raise at now over envs. It is
 // pure: the caller remembers which keys already fired.
-func EvaluateAlerts(now time.Time, envs []AlertSubject, rules AlertRules) []Alert {
+func EvaluateAlerts(now time.Time, envs []AlertSubject, rules salvagetype.AlertRules) []Alert {
 	rules = rules.WithDefaults()
 	var out []Alert
 	// Burst: BurstCount envelopes whose arrivals fit in one window. The

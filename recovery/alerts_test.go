@@ -65,14 +65,14 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := kinds(recovery.EvaluateAlerts(t0.Add(tt.now), tt.envs, recovery.AlertRules{}))
+			got := kinds(recovery.EvaluateAlerts(t0.Add(tt.now), tt.envs, salvagetype.AlertRules{}))
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Fatalf("alerts = %v, want %v", got, tt.want)
 			}
 		})
 	}
 	// Thresholds are settings.
-	got := recovery.EvaluateAlerts(t0.Add(time.Minute), []recovery.AlertSubject{env(1, 0, "open", "X", false)}, recovery.AlertRules{UnresolvedAfter: time.Minute})
+	got := recovery.EvaluateAlerts(t0.Add(time.Minute), []recovery.AlertSubject{env(1, 0, "open", "X", false)}, salvagetype.AlertRules{UnresolvedAfter: time.Minute})
 	if len(got) != 1 || got[0].Kind != recovery.AlertUnresolved {
 		t.Fatalf("custom threshold: %v", got)
 	}

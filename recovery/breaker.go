@@ -3,73 +3,20 @@ package recovery
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// BreakerOpenError is the error a refused call returns.
-type BreakerOpenError struct {
-	// System is the external system whose breaker refused the call.
-	System string
-	// State is the breaker's state (open or half-open).
-	State salvagetype.BreakerState
-	// RetryAt ends the breaker's cool-down.
-	RetryAt time.Time
-}
-
-// Error names the system and when the breaker may let a probe through.
-func (e *BreakerOpenError) Error() string {
-	return fmt.Sprintf("circuit breaker of %s is %s (probe after %s)", e.System, e.State, e.RetryAt.Format(time.RFC3339))
-}
-
-// Is makes errors.Is(err, ErrBreakerOpen) true.
-func (e *BreakerOpenError) Is(target error) bool { return target == salvagetype.ErrBreakerOpen }
-
 // BreakerSystem returns the system whose breaker refused err's call, and
 // whether err is such a refusal.
 func BreakerSystem(err error) (string, bool) {
-	var be *BreakerOpenError
+	var be *salvagetype.BreakerOpenError
 	if errors.As(err, &be) {
 		return be.System, true
 	}
 	return "", false
-}
-
-// BreakerPolicy is when a breaker opens and how long it stays open. Zero
-// fields take the defaults.
-type BreakerPolicy struct {
-	// Failures in a row, within Window, open the breaker. Default 5.
-	Failures int
-	// Window bounds how far apart those failures may be. Default 10s.
-	Window time.Duration
-	// CoolDown is how long the breaker stays open before one probe may
-	// call the system. Default 30s.
-	CoolDown time.Duration
-}
-
-// WithDefaults returns p with zero fields set to their defaults.
-func (p BreakerPolicy) WithDefaults() BreakerPolicy {
-	if p.Failures <= 0 {
-		p.Failures = salvagetype.BreakerFailuresDefault
-	}
-	if p.Window <= 0 {
-		p.Window = salvagetype.BreakerWindowDefault
-	}
-	if p.CoolDown <= 0 {
-		p.CoolDown = salvagetype.BreakerCoolDownDefault
-	}
-	return p
-}
-
-// Validate reports a setting out of range.
-func (p BreakerPolicy) Validate() error {
-	if p.Failures < 0 || p.Window < 0 || p.CoolDown < 0 {
-		return fmt.Errorf("recovery: BreakerPolicy fields must not be negative")
-	}
-	return nil
 }
 
 // Gate guards the calls to external systems: a process's view of the
@@ -92,7 +39,7 @@ func CountsAgainstBreaker(err error) bool {
 		return false
 	}
 	switch ClassOf(err) {
-	case ClassTransient, ClassTimeout:
+	case salvagetype.ClassTransient, salvagetype.ClassTimeout:
 		return true
 	}
 	return false
@@ -108,7 +55,7 @@ type FailureRun struct {
 
 // Fail counts a failure at now and reports whether p's threshold is
 // reached: Failures in a row, the first no more than Window ago.
-func (r *FailureRun) Fail(p BreakerPolicy, now time.Time) bool {
+func (r *FailureRun) Fail(p salvagetype.BreakerPolicy, now time.Time) bool {
 	p = p.WithDefaults()
 	if r.n == 0 || now.Sub(r.first) > p.Window {
 		r.n, r.first = 0, now
@@ -156,7 +103,7 @@ func BreakerAllows(b kv.Breaker, chunk string) breakerVerdict {
 }
 
 // Open moves b to open at now for p's cool-down, for reason.
-func Open(b *kv.Breaker, p BreakerPolicy, now time.Time, reason string) {
+func Open(b *kv.Breaker, p salvagetype.BreakerPolicy, now time.Time, reason string) {
 	p = p.WithDefaults()
 	b.State, b.OpenedAt, b.RetryAt = salvagetype.BreakerOpen, now.UTC(), now.Add(p.CoolDown).UTC()
 	b.Probe, b.ProbeAt, b.ProbePipeline, b.Reason = "", time.Time{}, "", reason
@@ -178,7 +125,7 @@ func HalfOpen(b *kv.Breaker, probe string, now time.Time) {
 // without an answer (its worker died, or its chunk never called the
 // system again): it counts as failed, and the breaker opens again. A
 // half-open breaker nobody has called yet is not overdue.
-func ProbeOverdue(b kv.Breaker, p BreakerPolicy, now time.Time) bool {
+func ProbeOverdue(b kv.Breaker, p salvagetype.BreakerPolicy, now time.Time) bool {
 	p = p.WithDefaults()
 	return b.State == salvagetype.BreakerHalfOpen && b.Probe != "" && now.Sub(b.ProbeAt) > p.CoolDown
 }

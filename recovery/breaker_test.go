@@ -12,7 +12,7 @@ import (
 
 func TestFailureRunOpensOnFailuresInARowWithinTheWindow(t *testing.T) {
 	t.Parallel()
-	p := BreakerPolicy{Failures: 3, Window: 10 * time.Second}
+	p := salvagetype.BreakerPolicy{Failures: 3, Window: 10 * time.Second}
 	t0 := time.Unix(1000, 0)
 	var r FailureRun
 	if r.Fail(p, t0) || r.Fail(p, t0.Add(time.Second)) {
@@ -36,7 +36,7 @@ func TestFailureRunOpensOnFailuresInARowWithinTheWindow(t *testing.T) {
 func TestBreakerAllows(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
-	p := BreakerPolicy{CoolDown: 30 * time.Second}
+	p := salvagetype.BreakerPolicy{CoolDown: 30 * time.Second}
 	var b kv.Breaker
 	if BreakerAllows(b, "j.1") != VerdictAllow {
 		t.Fatal("a breaker never written is closed")
@@ -64,8 +64,8 @@ func TestBreakerAllows(t *testing.T) {
 
 func TestBreakerErrorsAreTyped(t *testing.T) {
 	t.Parallel()
-	err := fmt.Errorf("crm-read: %w", &BreakerOpenError{System: "crm", State: salvagetype.BreakerOpen})
-	if !errors.Is(err, salvagetype.ErrBreakerOpen) || ClassOf(err) != classBreakerOpen {
+	err := fmt.Errorf("crm-read: %w", &salvagetype.BreakerOpenError{System: "crm", State: salvagetype.BreakerOpen})
+	if !errors.Is(err, salvagetype.ErrBreakerOpen) || ClassOf(err) != salvagetype.ClassBreakerOpen {
 		t.Fatalf("class %s", ClassOf(err))
 	}
 	if sys, ok := BreakerSystem(err); !ok || sys != "crm" {
@@ -80,7 +80,7 @@ func TestBreakerErrorsAreTyped(t *testing.T) {
 	if !CountsAgainstBreaker(Transient(503, nil)) || !CountsAgainstBreaker(Timeout(nil)) {
 		t.Fatal("5xx and timeouts say a system is down")
 	}
-	if c, ok := ParseClass("breaker-open"); !ok || c != classBreakerOpen {
+	if c, ok := salvagetype.ParseClass("breaker-open"); !ok || c != salvagetype.ClassBreakerOpen {
 		t.Fatal("ParseClass")
 	}
 }

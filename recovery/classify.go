@@ -11,7 +11,7 @@ import (
 // finish: its last error, from typed errors only, and its journal.
 type Failure struct {
 	// Class and Status of the last error (Status is the HTTP-like code).
-	Class  Class
+	Class  salvagetype.Class
 	Status int
 	// Exhausted is true when the chunk used up its deliveries.
 	Exhausted bool
@@ -127,9 +127,9 @@ func classify(f Failure) (salvagetype.Category, salvagetype.Strategy) {
 		return salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon
 	case f.Class.Permanent():
 		return salvagetype.CategoryUnrecoverable, salvagetype.StrategyDeadEnd
-	case f.Class == ClassTimeout:
+	case f.Class == salvagetype.ClassTimeout:
 		return salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify
-	case f.Class == classBreakerOpen || f.Status == http.StatusServiceUnavailable:
+	case f.Class == salvagetype.ClassBreakerOpen || f.Status == http.StatusServiceUnavailable:
 		return salvagetype.CategoryExternalSystemDown, salvagetype.StrategyResume
 	default:
 		return salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume

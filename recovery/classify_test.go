@@ -24,41 +24,41 @@ func TestClassifierTable(t *testing.T) {
 		strategy salvagetype.Strategy
 	}{
 		{"transient exhausted both tiers, nothing in flight",
-			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume},
+			recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume},
 		{"rate limited to exhaustion",
-			recovery.Failure{Class: recovery.ClassRateLimited, Status: 429, Exhausted: true}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume},
+			recovery.Failure{Class: salvagetype.ClassRateLimited, Status: 429, Exhausted: true}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyResume},
 		{"external system down (503)",
-			recovery.Failure{Class: recovery.ClassTransient, Status: 503, Exhausted: true}, salvagetype.CategoryExternalSystemDown, salvagetype.StrategyResume},
+			recovery.Failure{Class: salvagetype.ClassTransient, Status: 503, Exhausted: true}, salvagetype.CategoryExternalSystemDown, salvagetype.StrategyResume},
 		{"call in flight when the worker died",
-			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
+			recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"call timed out",
-			recovery.Failure{Class: recovery.ClassTimeout, Exhausted: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
+			recovery.Failure{Class: salvagetype.ClassTimeout, Exhausted: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"permanent after reversible effects only",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, charge}}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
+			recovery.Failure{Class: salvagetype.ClassPermanent, Completed: []kv.JournalRow{reserve, charge}}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
 		{"permanent after reversible effects, failing step retryable after compensation",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, FailingRetryableAfterCompensation: true}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndRetry},
+			recovery.Failure{Class: salvagetype.ClassPermanent, Completed: []kv.JournalRow{reserve}, FailingRetryableAfterCompensation: true}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndRetry},
 		{"permanent after an irreversible effect",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve, email}}, salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate},
+			recovery.Failure{Class: salvagetype.ClassPermanent, Completed: []kv.JournalRow{reserve, email}}, salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate},
 		{"budget exceeded",
-			recovery.Failure{Class: recovery.ClassPermanent, BudgetExceeded: true, Completed: []kv.JournalRow{reserve}}, salvagetype.CategoryBudgetExceeded, salvagetype.StrategyEscalate},
+			recovery.Failure{Class: salvagetype.ClassPermanent, BudgetExceeded: true, Completed: []kv.JournalRow{reserve}}, salvagetype.CategoryBudgetExceeded, salvagetype.StrategyEscalate},
 		{"permanent, no effects",
-			recovery.Failure{Class: recovery.ClassPermanent}, salvagetype.CategoryUnrecoverable, salvagetype.StrategyDeadEnd},
+			recovery.Failure{Class: salvagetype.ClassPermanent}, salvagetype.CategoryUnrecoverable, salvagetype.StrategyDeadEnd},
 		{"strategy failed 3 times",
-			recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, StrategyFailures: 3}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyEscalate},
+			recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true, StrategyFailures: 3}, salvagetype.CategoryTransientNetwork, salvagetype.StrategyEscalate},
 		{"permanent error while a side effect is in flight (a verification failed)",
-			recovery.Failure{Class: recovery.ClassPermanent, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
+			recovery.Failure{Class: salvagetype.ClassPermanent, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"permanent error after reversible effects, one still in flight",
-			recovery.Failure{Class: recovery.ClassPermanent, InFlight: true, Completed: []kv.JournalRow{reserve}}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
+			recovery.Failure{Class: salvagetype.ClassPermanent, InFlight: true, Completed: []kv.JournalRow{reserve}}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"job cancelled with a charge in flight",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
+			recovery.Failure{Class: salvagetype.ClassCancelled, Cancelled: true, InFlight: true}, salvagetype.CategoryToolTimeout, salvagetype.StrategyVerify},
 		{"job cancelled after reversible effects",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{reserve, charge}}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
+			recovery.Failure{Class: salvagetype.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{reserve, charge}}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
 		{"job cancelled after an irreversible effect",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{email}}, salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate},
+			recovery.Failure{Class: salvagetype.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{email}}, salvagetype.CategoryCompensationNeeded, salvagetype.StrategyEscalate},
 		{"job cancelled after reversible effects, past its recoveries: still compensated",
-			recovery.Failure{Class: recovery.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{charge}, Recoveries: 3}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
+			recovery.Failure{Class: salvagetype.ClassCancelled, Cancelled: true, Completed: []kv.JournalRow{charge}, Recoveries: 3}, salvagetype.CategoryPartialExecution, salvagetype.StrategyCompensateAndAbandon},
 		{"recoveries past the maximum",
-			recovery.Failure{Class: recovery.ClassPermanent, Completed: []kv.JournalRow{reserve}, Recoveries: 3}, salvagetype.CategoryPartialExecution, salvagetype.StrategyEscalate},
+			recovery.Failure{Class: salvagetype.ClassPermanent, Completed: []kv.JournalRow{reserve}, Recoveries: 3}, salvagetype.CategoryPartialExecution, salvagetype.StrategyEscalate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,7 +124,7 @@ func TestAutoRecoveryRate(t *testing.T) {
 // escalates; the defaults are 3 and 3.
 func TestLimitsAreConfigurable(t *testing.T) {
 	t.Parallel()
-	f := recovery.Failure{Class: recovery.ClassTransient, Exhausted: true, Recoveries: 1}
+	f := recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true, Recoveries: 1}
 	if _, s := recovery.Classify(f, recovery.Limits{}); s != salvagetype.StrategyResume {
 		t.Errorf("one recovery under the default limit: %s", s)
 	}

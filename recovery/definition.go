@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // DefinitionLinesMax bounds the lines of a Definition kept to say what
@@ -56,7 +58,7 @@ func (p *Plan) Definition() []string {
 	return lines
 }
 
-func toolLine(t *Tool) string {
+func toolLine(t *salvagetype.Tool) string {
 	l := "tool " + strconv.Quote(t.Name)
 	if t.System != "" {
 		l += " system " + t.System

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // A pipeline author declares tools with their side effects, then stages of
@@ -15,33 +16,33 @@ import (
 // retries it (tier 1), verifies unknown outcomes and compensates.
 func Example() {
 	ledger := map[string]string{} // idempotency key -> charge id: a stand-in payment API
-	charge := recovery.Tool{
+	charge := salvagetype.Tool{
 		Name: "charge", System: "payments",
-		Effect: &recovery.SideEffect{
+		Effect: &salvagetype.SideEffect{
 			Reversible: true, Compensation: "refund",
-			Verify: func(_ context.Context, key string) (recovery.Verification, error) {
+			Verify: func(_ context.Context, key string) (salvagetype.Verification, error) {
 				id, ok := ledger[key]
-				return recovery.Verification{Applied: ok, ResourceID: id}, nil
+				return salvagetype.Verification{Applied: ok, ResourceID: id}, nil
 			},
 		},
-		Call: func(_ context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+		Call: func(_ context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 			if _, ok := ledger[c.IdempotencyKey]; !ok {
 				ledger[c.IdempotencyKey] = fmt.Sprintf("ch_%d", len(ledger)+1)
 			}
 			id := ledger[c.IdempotencyKey]
-			return recovery.ToolResult{Output: json.RawMessage(`"` + id + `"`), ResourceID: id}, nil
+			return salvagetype.ToolResult{Output: json.RawMessage(`"` + id + `"`), ResourceID: id}, nil
 		},
 	}
-	refund := recovery.Tool{Name: "refund", System: "payments", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-		return recovery.ToolResult{}, nil
+	refund := salvagetype.Tool{Name: "refund", System: "payments", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+		return salvagetype.ToolResult{}, nil
 	}}
 	tools, err := recovery.NewTools(charge, refund)
 	if err != nil {
 		panic(err)
 	}
-	billing := recovery.Stage{Name: "bill", Agents: []recovery.Agent{{
+	billing := salvagetype.Stage{Name: "bill", Agents: []salvagetype.Agent{{
 		Name: "billing",
-		Run: func(ctx context.Context, t *recovery.Turn) (any, error) {
+		Run: func(ctx context.Context, t *salvagetype.Turn) (any, error) {
 			out, err := t.Tool(ctx, "charge", map[string]any{"order": "o-1", "amount": 42})
 			if err != nil {
 				return nil, err
@@ -66,9 +67,9 @@ func Example() {
 // Classify decides what the recovery orchestrator does with an envelope,
 // from typed errors and the journal, never from error text.
 func ExampleClassify() {
-	category, strategy := recovery.Classify(recovery.Failure{Class: recovery.ClassTransient, Status: 503, Exhausted: true}, recovery.Limits{})
+	category, strategy := recovery.Classify(recovery.Failure{Class: salvagetype.ClassTransient, Status: 503, Exhausted: true}, recovery.Limits{})
 	fmt.Println(category, strategy)
-	category, strategy = recovery.Classify(recovery.Failure{Class: recovery.ClassPermanent}, recovery.Limits{})
+	category, strategy = recovery.Classify(recovery.Failure{Class: salvagetype.ClassPermanent}, recovery.Limits{})
 	fmt.Println(category, strategy)
 	// Output:
 	// EXTERNAL_SYSTEM_DOWN RESUME_FROM_CHECKPOINT

@@ -86,7 +86,7 @@ func (e *Executor) DoUnless(ctx context.Context, stats *Stats, op string, stop f
 		}
 		wait, limit, ok := e.policy.next(err, retry, e.now().Sub(start))
 		if !ok {
-			if c := ClassOf(err); c.Permanent() || c == ClassCancelled || c == classBreakerOpen {
+			if c := ClassOf(err); c.Permanent() || c == salvagetype.ClassCancelled || c == salvagetype.ClassBreakerOpen {
 				return fmt.Errorf("%s: %w", op, err)
 			}
 			return fmt.Errorf("%s: %w after %d attempts (stopped by %s): %w", op, salvagetype.ErrRetriesExhausted, retry+1, limit, err)

@@ -23,13 +23,13 @@ type model struct {
 	fail         atomic.Pointer[error]
 }
 
-func (m *model) tool() recovery.Tool {
-	return recovery.Tool{Name: m.name, System: m.system, Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+func (m *model) tool() salvagetype.Tool {
+	return salvagetype.Tool{Name: m.name, System: m.system, Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		m.calls.Add(1)
 		if e := m.fail.Load(); e != nil {
-			return recovery.ToolResult{}, *e
+			return salvagetype.ToolResult{}, *e
 		}
-		return recovery.ToolResult{Output: json.RawMessage(`"` + m.name + ` says hi"`), Usage: &salvagetype.Usage{Model: m.name, PromptTokens: 10, CompletionTokens: 2}}, nil
+		return salvagetype.ToolResult{Output: json.RawMessage(`"` + m.name + ` says hi"`), Usage: &salvagetype.Usage{Model: m.name, PromptTokens: 10, CompletionTokens: 2}}, nil
 	}}
 }
 
@@ -40,7 +40,7 @@ type gateClosedTo string
 
 func (g gateClosedTo) Allow(_ context.Context, system, _ string) error {
 	if system == string(g) {
-		return &recovery.BreakerOpenError{System: system, State: salvagetype.BreakerOpen}
+		return &salvagetype.BreakerOpenError{System: system, State: salvagetype.BreakerOpen}
 	}
 	return nil
 }
@@ -57,7 +57,7 @@ func runChain(t *testing.T, tools *recovery.Tools, j *memJournal, gate recovery.
 	}
 	var who string
 	var out json.RawMessage
-	_, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "writer", Run: func(ctx context.Context, turn *recovery.Turn) (any, error) {
+	_, err := recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{{Name: "writer", Run: func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 		var err error
 		out, who, err = turn.ToolWithFallback(ctx, []string{"premium", "cheap"}, "hello")
 		if err != nil {

@@ -166,7 +166,7 @@ func (r *Replay) Flush(ctx context.Context) error {
 // only) and the call; the row recording the result is written without
 // holding the agent up and is durable before the stage's checkpoint
 // (Replay.Flush).
-func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
+func (t *turn) Tool(ctx context.Context, name string, input any) (json.RawMessage, error) {
 	before := t.seq
 	out, err := t.call(ctx, name, input, false)
 	t.noteFailure(name, before, err)
@@ -184,7 +184,7 @@ func (t *Turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 // link whose row failed with one of those classes is passed over without
 // being asked again, and a link refused by its breaker gets a row saying
 // so, so a resumed agent makes the same calls under the same keys.
-func (t *Turn) ToolWithFallback(ctx context.Context, names []string, input any) (json.RawMessage, string, error) {
+func (t *turn) ToolWithFallback(ctx context.Context, names []string, input any) (json.RawMessage, string, error) {
 	if len(names) == 0 {
 		return nil, "", Permanent(0, fmt.Errorf("%w: an empty fallback chain", errUnknownTool))
 	}
@@ -210,17 +210,17 @@ func (t *Turn) ToolWithFallback(ctx context.Context, names []string, input any) 
 // passesOverErr reports whether a failed link passes on to the next.
 func passesOverErr(err error) bool {
 	c := ClassOf(err)
-	return c == ClassRateLimited || c == classBreakerOpen
+	return c == salvagetype.ClassRateLimited || c == salvagetype.ClassBreakerOpen
 }
 
 // passesOver is passesOverErr for a journal row's error class.
 func passesOver(class string) bool {
-	return class == ClassRateLimited.String() || class == classBreakerOpen.String()
+	return class == salvagetype.ClassRateLimited.String() || class == salvagetype.ClassBreakerOpen.String()
 }
 
 // noteFailure remembers the call an agent's failure is about.
-func (t *Turn) noteFailure(name string, before int, err error) {
-	if err != nil && ClassOf(err) != ClassCancelled {
+func (t *turn) noteFailure(name string, before int, err error) {
+	if err != nil && ClassOf(err) != salvagetype.ClassCancelled {
 		// The call the agent's failure is about, for AgentError (no key
 		// when the call never got one: an unknown tool, bad input).
 		t.failedTool, t.failedKey = name, ""
@@ -233,7 +233,7 @@ func (t *Turn) noteFailure(name string, before int, err error) {
 // call makes one journaled call. A link of a fallback chain (link true)
 // stops at a rate limit instead of retrying, and records a refusal by its
 // breaker in a row of its own.
-func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ json.RawMessage, err error) {
+func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ json.RawMessage, err error) {
 	tool, err := t.tools.Get(name)
 	if err != nil {
 		return nil, Permanent(0, err)
@@ -288,7 +288,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	// whose refusal a resume must see to pass it over again.
 	if err := t.allow(ctx, tool); err != nil {
 		if link && (tool.Effect == nil || !seen || prev.Status == salvagetype.CallFailed) {
-			row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), classBreakerOpen.String()
+			row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), salvagetype.ClassBreakerOpen.String()
 			row.StartedAt, row.FinishedAt = time.Now().UTC(), time.Now().UTC()
 			if seen {
 				row.Attempts = prev.Attempts
@@ -326,7 +326,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			return nil, fmt.Errorf("journal %s: %w", key, err)
 		}
 	}
-	var res ToolResult
+	var res salvagetype.ToolResult
 	// Attempts are counted here: Stats is shared by the stage's agents.
 	attempts := 0
 	// unsure is set while the last attempt of a side effect may have
@@ -342,7 +342,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	var waited time.Duration
 	var stop func(error) bool
 	if link {
-		stop = func(err error) bool { return ClassOf(err) == ClassRateLimited }
+		stop = func(err error) bool { return ClassOf(err) == salvagetype.ClassRateLimited }
 	}
 	err = t.exec.DoUnless(ctx, t.stats, name, stop, func(ctx context.Context) error {
 		if attempts > 0 {
@@ -353,10 +353,10 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		}
 		attempts++
 		if unsure {
-			var v Verification
+			var v salvagetype.Verification
 			err := t.guarded(ctx, tool, 0, false, &waited, func() (Spent, error) {
 				var err error
-				v, err = tool.VerifyEffect(ctx, row.IdempotencyKey)
+				v, err = VerifyEffect(ctx, tool, row.IdempotencyKey)
 				return Spent{}, err
 			})
 			if err != nil {
@@ -366,14 +366,14 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			if v.Applied {
 				t.stats.Verified.Add(1)
 				row.Verified = true
-				res = ToolResult{Output: v.Output, ResourceID: v.ResourceID}
+				res = salvagetype.ToolResult{Output: v.Output, ResourceID: v.ResourceID}
 				return nil
 			}
 			unsure = false
 		}
 		err := t.guarded(ctx, tool, estimate, link, &waited, func() (Spent, error) {
 			var err error
-			res, err = tool.Invoke(ctx, ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
+			res, err = Invoke(ctx, tool, salvagetype.ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
 				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
 			if err == nil {
 				err = checkResult(name, res)
@@ -389,7 +389,7 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		row.LimitWaitMS = float64(waited.Microseconds()) / 1000
 	}
 	row.LatencyMS = float64(row.FinishedAt.Sub(row.StartedAt).Microseconds()) / 1000
-	if err != nil && ClassOf(err) == ClassCancelled {
+	if err != nil && ClassOf(err) == salvagetype.ClassCancelled {
 		return nil, t.stopped(row, attempts, tool, err)
 	}
 	if err != nil {
@@ -425,11 +425,11 @@ func (t *Turn) call(ctx context.Context, name string, input any, link bool) (_ j
 // draining worker) writes nothing: a stale worker must not touch rows
 // another worker may own, and the INITIATED row already tells the next
 // run to verify or repeat the call.
-func (t *Turn) stopped(row kv.JournalRow, attempts int, tool *Tool, err error) error {
+func (t *turn) stopped(row kv.JournalRow, attempts int, tool *salvagetype.Tool, err error) error {
 	if !errors.Is(err, errSiblingFailed) && !errors.Is(err, ErrJobCancelled) {
 		return err
 	}
-	row.Status, row.Error, row.ErrorClass = salvagetype.CallCancelled, streams.Clip(err.Error(), streams.ErrorTextMax), ClassCancelled.String()
+	row.Status, row.Error, row.ErrorClass = salvagetype.CallCancelled, streams.Clip(err.Error(), streams.ErrorTextMax), salvagetype.ClassCancelled.String()
 	if attempts > 0 && tool.Effect != nil {
 		row.Status = salvagetype.CallUnknown
 	}
@@ -444,7 +444,7 @@ func (t *Turn) stopped(row kv.JournalRow, attempts int, tool *Tool, err error) e
 // may have taken effect it is verified now and recorded — SUCCEEDED and
 // marked orphan, so the envelope lists it for compensation or escalation
 // — and the agent fails permanently.
-func (t *Turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash string) error {
+func (t *turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash string) error {
 	err := Permanent(0, fmt.Errorf("%w: %s holds %s(%s), now %s(%s)", ErrDiverged, prev.Key, prev.Tool, prev.InputHash, name, inputHash))
 	old, terr := t.tools.Get(prev.Tool)
 	if terr != nil || old.Effect == nil {
@@ -453,11 +453,11 @@ func (t *Turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash 
 	row := prev.JournalRow
 	row.Orphan = true
 	if prev.Status == salvagetype.CallInitiated || prev.Status == salvagetype.CallUnknown {
-		v, verr := old.VerifyEffect(ctx, prev.IdempotencyKey)
+		v, verr := VerifyEffect(ctx, old, prev.IdempotencyKey)
 		if verr != nil {
 			return errors.Join(err, fmt.Errorf("verify orphan %s: %w", prev.Key, verr))
 		}
-		row = old.Settle(row, v, time.Now().UTC())
+		row = Settle(old, row, v, time.Now().UTC())
 	}
 	if _, werr := t.replay.put(ctx, row); werr != nil {
 		return errors.Join(err, fmt.Errorf("record orphan %s: %w", prev.Key, werr))
@@ -468,11 +468,11 @@ func (t *Turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash 
 // settle decides an unknown outcome: a side effect is verified with the
 // external system; if it took effect the row becomes SUCCEEDED (verified)
 // and done is true. A pure read is simply called again.
-func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.RawMessage, bool, error) {
+func (t *turn) settle(ctx context.Context, tool *salvagetype.Tool, prev kv.StoredRow) (json.RawMessage, bool, error) {
 	if tool.Effect == nil {
 		return nil, false, nil
 	}
-	var v Verification
+	var v salvagetype.Verification
 	tries := 0
 	err := t.exec.Do(ctx, t.stats, tool.Name+".verify", func(ctx context.Context) error {
 		if tries++; tries > 1 {
@@ -482,7 +482,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 		}
 		return t.guarded(ctx, tool, 0, false, nil, func() (Spent, error) {
 			var err error
-			v, err = tool.VerifyEffect(ctx, prev.IdempotencyKey)
+			v, err = VerifyEffect(ctx, tool, prev.IdempotencyKey)
 			return Spent{}, err
 		})
 	})
@@ -492,7 +492,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 	if !v.Applied {
 		return nil, false, nil
 	}
-	row := tool.Settle(prev.JournalRow, v, time.Now().UTC())
+	row := Settle(tool, prev.JournalRow, v, time.Now().UTC())
 	if _, err := t.replay.put(ctx, row); err != nil {
 		return nil, false, fmt.Errorf("journal %s: %w", prev.Key, err)
 	}
@@ -504,7 +504,7 @@ func (t *Turn) settle(ctx context.Context, tool *Tool, prev kv.StoredRow) (json.
 // allow asks the gate whether the chunk may call tool's system now: nil,
 // or an error wrapping ErrBreakerOpen. A tool without a System, or a turn
 // without a gate, is always allowed.
-func (t *Turn) allow(ctx context.Context, tool *Tool) error {
+func (t *turn) allow(ctx context.Context, tool *salvagetype.Tool) error {
 	if t.gate == nil || tool.System == "" {
 		return nil
 	}
@@ -517,7 +517,7 @@ func (t *Turn) allow(ctx context.Context, tool *Tool) error {
 // guarded runs one request to tool's system, paced by the limiter (tokens:
 // what it is estimated to spend; fn returns what it spent), and tells the
 // limiter and the gate how it went.
-func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, link bool, waited *time.Duration, fn func() (Spent, error)) error {
+func (t *turn) guarded(ctx context.Context, tool *salvagetype.Tool, tokens int64, link bool, waited *time.Duration, fn func() (Spent, error)) error {
 	var done func(Spent, error)
 	if t.limiter != nil {
 		var maxWait time.Duration
@@ -544,13 +544,7 @@ func (t *Turn) guarded(ctx context.Context, tool *Tool, tokens int64, link bool,
 	return err
 }
 
-// Fingerprint describes the effect a call of t made under key: nil for a
-// pure read.
-func (t *Tool) Fingerprint(key, resourceID string) *kv.Fingerprint {
-	return fingerprint(t, key, resourceID)
-}
-
-func fingerprint(tool *Tool, key, resourceID string) *kv.Fingerprint {
+func fingerprint(tool *salvagetype.Tool, key, resourceID string) *kv.Fingerprint {
 	if tool.Effect == nil {
 		return nil
 	}

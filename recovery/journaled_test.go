@@ -52,19 +52,19 @@ type charger struct {
 func (c *charger) tools(t *testing.T) *recovery.Tools {
 	t.Helper()
 	tools, err := recovery.NewTools(
-		recovery.Tool{Name: "charge", System: "payments", Effect: &recovery.SideEffect{
+		salvagetype.Tool{Name: "charge", System: "payments", Effect: &salvagetype.SideEffect{
 			Reversible: true, Compensation: "refund",
-			Verify: func(_ context.Context, key string) (recovery.Verification, error) {
+			Verify: func(_ context.Context, key string) (salvagetype.Verification, error) {
 				c.verifies.Add(1)
-				return recovery.Verification{Applied: c.applied[key], ResourceID: "ch_1", Output: json.RawMessage(`{"charge":"ch_1"}`)}, nil
+				return salvagetype.Verification{Applied: c.applied[key], ResourceID: "ch_1", Output: json.RawMessage(`{"charge":"ch_1"}`)}, nil
 			},
-		}, Call: func(_ context.Context, call recovery.ToolCall) (recovery.ToolResult, error) {
+		}, Call: func(_ context.Context, call salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 			c.calls.Add(1)
 			c.applied[call.IdempotencyKey] = true
-			return recovery.ToolResult{Output: json.RawMessage(`{"charge":"ch_1"}`), ResourceID: "ch_1"}, nil
+			return salvagetype.ToolResult{Output: json.RawMessage(`{"charge":"ch_1"}`), ResourceID: "ch_1"}, nil
 		}},
-		recovery.Tool{Name: "refund", System: "payments", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-			return recovery.ToolResult{}, nil
+		salvagetype.Tool{Name: "refund", System: "payments", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+			return salvagetype.ToolResult{}, nil
 		}},
 	)
 	if err != nil {
@@ -82,7 +82,7 @@ func runCharge(t *testing.T, tools *recovery.Tools, j *memJournal, input string)
 	for k, v := range j.rows {
 		rows[k] = v
 	}
-	_, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "payer", Run: func(ctx context.Context, turn *recovery.Turn) (any, error) {
+	_, err := recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{{Name: "payer", Run: func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 		var err error
 		out, err = turn.Tool(ctx, "charge", map[string]string{"order": input})
 		return out, err
@@ -150,7 +150,7 @@ func TestDivergedAgentNeverOverwrites(t *testing.T) {
 	}
 	before := j.rows[kv.JournalKey("J", 1, 0, 1, "payer", 1)]
 	_, _, err := runCharge(t, tools, j, "another order")
-	if !errors.Is(err, recovery.ErrDiverged) || recovery.ClassOf(err) != recovery.ClassPermanent {
+	if !errors.Is(err, recovery.ErrDiverged) || recovery.ClassOf(err) != salvagetype.ClassPermanent {
 		t.Fatalf("err = %v, want a permanent ErrDiverged", err)
 	}
 	after := j.rows[before.Key]
@@ -162,23 +162,25 @@ func TestDivergedAgentNeverOverwrites(t *testing.T) {
 
 func TestToolRegistration(t *testing.T) {
 	t.Parallel()
-	call := func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-		return recovery.ToolResult{}, nil
+	call := func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+		return salvagetype.ToolResult{}, nil
 	}
-	verify := func(context.Context, string) (recovery.Verification, error) { return recovery.Verification{}, nil }
+	verify := func(context.Context, string) (salvagetype.Verification, error) {
+		return salvagetype.Verification{}, nil
+	}
 	tests := []struct {
 		name  string
-		tools []recovery.Tool
+		tools []salvagetype.Tool
 	}{
-		{"reversible without compensation", []recovery.Tool{{Name: "reserve", Call: call, Effect: &recovery.SideEffect{Reversible: true, Verify: verify}}}},
-		{"compensation not registered", []recovery.Tool{{Name: "reserve", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "release", Verify: verify}}}},
-		{"side effect without verify", []recovery.Tool{{Name: "email", Call: call, Effect: &recovery.SideEffect{}}}},
-		{"no call", []recovery.Tool{{Name: "x"}}},
-		{"duplicate", []recovery.Tool{{Name: "x", Call: call}, {Name: "x", Call: call}}},
-		{"its own compensation", []recovery.Tool{{Name: "charge", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "charge", Verify: verify}}}},
-		{"undone through another", []recovery.Tool{
-			{Name: "charge", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "refund", Verify: verify}},
-			{Name: "refund", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "charge", Verify: verify}}}},
+		{"reversible without compensation", []salvagetype.Tool{{Name: "reserve", Call: call, Effect: &salvagetype.SideEffect{Reversible: true, Verify: verify}}}},
+		{"compensation not registered", []salvagetype.Tool{{Name: "reserve", Call: call, Effect: &salvagetype.SideEffect{Reversible: true, Compensation: "release", Verify: verify}}}},
+		{"side effect without verify", []salvagetype.Tool{{Name: "email", Call: call, Effect: &salvagetype.SideEffect{}}}},
+		{"no call", []salvagetype.Tool{{Name: "x"}}},
+		{"duplicate", []salvagetype.Tool{{Name: "x", Call: call}, {Name: "x", Call: call}}},
+		{"its own compensation", []salvagetype.Tool{{Name: "charge", Call: call, Effect: &salvagetype.SideEffect{Reversible: true, Compensation: "charge", Verify: verify}}}},
+		{"undone through another", []salvagetype.Tool{
+			{Name: "charge", Call: call, Effect: &salvagetype.SideEffect{Reversible: true, Compensation: "refund", Verify: verify}},
+			{Name: "refund", Call: call, Effect: &salvagetype.SideEffect{Reversible: true, Compensation: "charge", Verify: verify}}}},
 	}
 	for _, tt := range tests {
 		if _, err := recovery.NewTools(tt.tools...); !errors.Is(err, recovery.ErrInvalidTool) {
@@ -186,9 +188,9 @@ func TestToolRegistration(t *testing.T) {
 		}
 	}
 	if _, err := recovery.NewTools(
-		recovery.Tool{Name: "reserve", Call: call, Effect: &recovery.SideEffect{Reversible: true, Compensation: "release", Verify: verify}},
-		recovery.Tool{Name: "release", Call: call},
-		recovery.Tool{Name: "lookup", Call: call},
+		salvagetype.Tool{Name: "reserve", Call: call, Effect: &salvagetype.SideEffect{Reversible: true, Compensation: "release", Verify: verify}},
+		salvagetype.Tool{Name: "release", Call: call},
+		salvagetype.Tool{Name: "lookup", Call: call},
 	); err != nil {
 		t.Fatalf("valid registry rejected: %v", err)
 	}
@@ -216,7 +218,7 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 		t.Fatalf("orphan row = %+v, calls %d", got, c.calls.Load())
 	}
 	var f recovery.Failure
-	f.Class = recovery.ClassPermanent
+	f.Class = salvagetype.ClassPermanent
 	f.FromJournal(j.rows)
 	if cat, _ := recovery.Classify(f, recovery.Limits{}); cat != salvagetype.CategoryPartialExecution {
 		t.Fatalf("the orphaned charge should make the envelope compensate it: %s", cat)
@@ -229,24 +231,24 @@ func TestAttemptsArePerCall(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	failures := map[string]int{"flaky": 2}
-	tools, err := recovery.NewTools(recovery.Tool{Name: "op", Call: func(_ context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+	tools, err := recovery.NewTools(salvagetype.Tool{Name: "op", Call: func(_ context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		var who string
 		_ = json.Unmarshal(c.Input, &who)
 		mu.Lock()
 		defer mu.Unlock()
 		if failures[who] > 0 {
 			failures[who]--
-			return recovery.ToolResult{}, recovery.Transient(503, nil)
+			return salvagetype.ToolResult{}, recovery.Transient(503, nil)
 		}
-		return recovery.ToolResult{Output: json.RawMessage(`1`)}, nil
+		return salvagetype.ToolResult{Output: json.RawMessage(`1`)}, nil
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, zerolog.Nop())
 	j := &memJournal{rows: map[string]kv.StoredRow{}}
-	agent := func(name string) recovery.Agent {
-		return recovery.Agent{Name: name, Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+	agent := func(name string) salvagetype.Agent {
+		return salvagetype.Agent{Name: name, Run: func(ctx context.Context, tr *salvagetype.Turn) (any, error) {
 			for range 3 {
 				if _, err := tr.Tool(ctx, "op", name); err != nil {
 					return nil, err
@@ -256,7 +258,7 @@ func TestAttemptsArePerCall(t *testing.T) {
 		}}
 	}
 	var stats recovery.Stats
-	if _, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("flaky"), agent("steady")}},
+	if _, err := recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{agent("flaky"), agent("steady")}},
 		recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, nil)}); err != nil {
 		t.Fatal(err)
 	}
@@ -282,30 +284,30 @@ func TestAttemptsArePerCall(t *testing.T) {
 func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{})
-	tools, err := recovery.NewTools(recovery.Tool{Name: "classify", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+	tools, err := recovery.NewTools(salvagetype.Tool{Name: "classify", Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		var who string
 		_ = json.Unmarshal(c.Input, &who)
 		if who == "employment" {
 			<-started
-			return recovery.ToolResult{}, recovery.Permanent(400, errors.New("prompt too long"))
+			return salvagetype.ToolResult{}, recovery.Permanent(400, errors.New("prompt too long"))
 		}
 		close(started)
 		<-ctx.Done()
-		return recovery.ToolResult{}, ctx.Err()
+		return salvagetype.ToolResult{}, ctx.Err()
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
 	j := &memJournal{rows: map[string]kv.StoredRow{}}
-	agent := func(name string) recovery.Agent {
-		return recovery.Agent{Name: name, Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+	agent := func(name string) salvagetype.Agent {
+		return salvagetype.Agent{Name: name, Run: func(ctx context.Context, tr *salvagetype.Turn) (any, error) {
 			_, err := tr.Tool(ctx, "classify", name)
 			return nil, err
 		}}
 	}
 	var stats recovery.Stats
-	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("commercial"), agent("employment")}},
+	_, err = recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{agent("commercial"), agent("employment")}},
 		recovery.StageRun{Job: "J", Chunk: 1, Stage: 2, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, nil)})
 	var ae *recovery.AgentError
 	if !errors.As(err, &ae) || ae.Agent != "employment" || ae.Tool != "classify" || ae.Call != kv.JournalKey("J", 1, 0, 2, "employment", 1) || !errors.Is(err, salvagetype.ErrPermanent) {
@@ -326,11 +328,11 @@ func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
 func TestFailureHistorySurvivesARerun(t *testing.T) {
 	t.Parallel()
 	fail := true
-	tools, err := recovery.NewTools(recovery.Tool{Name: "crm", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+	tools, err := recovery.NewTools(salvagetype.Tool{Name: "crm", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		if fail {
-			return recovery.ToolResult{}, recovery.Transient(503, errors.New("crm down"))
+			return salvagetype.ToolResult{}, recovery.Transient(503, errors.New("crm down"))
 		}
-		return recovery.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
+		return salvagetype.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +345,7 @@ func TestFailureHistorySurvivesARerun(t *testing.T) {
 			rows[k] = v
 		}
 		var stats recovery.Stats
-		_, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "updater", Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+		_, err := recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{{Name: "updater", Run: func(ctx context.Context, tr *salvagetype.Turn) (any, error) {
 			return tr.Tool(ctx, "crm", "o1")
 		}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 5, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, rows)})
 		return err
@@ -405,7 +407,7 @@ func TestACancelDoesNotCutARowWriteShort(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := recovery.RunStage(ctx, recovery.Stage{Agents: []recovery.Agent{{Name: "payer", Run: func(ctx context.Context, turn *recovery.Turn) (any, error) {
+		_, err := recovery.RunStage(ctx, salvagetype.Stage{Agents: []salvagetype.Agent{{Name: "payer", Run: func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 			return turn.Tool(ctx, "charge", map[string]string{"order": "o1"})
 		}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &recovery.Stats{}, Tools: tools, Replay: replay})
 		done <- err
@@ -441,8 +443,8 @@ func (l *lossyJournal) PutAsync(kv.JournalRow, uint64) (func(context.Context) (u
 // by salvage chaos's truth check, the server restarting under the write).
 func TestAFailedRowWriteIsNotCounted(t *testing.T) {
 	t.Parallel()
-	tools, err := recovery.NewTools(recovery.Tool{Name: "model", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-		return recovery.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
+	tools, err := recovery.NewTools(salvagetype.Tool{Name: "model", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+		return salvagetype.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +452,7 @@ func TestAFailedRowWriteIsNotCounted(t *testing.T) {
 	j := &lossyJournal{memJournal: memJournal{rows: map[string]kv.StoredRow{}}, err: errors.New("kv: journal write: nats: server is disconnected")}
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
 	replay := recovery.NewReplay(j, nil)
-	_, err = recovery.RunStage(t.Context(), recovery.Stage{Agents: []recovery.Agent{{Name: "profiler", Run: func(ctx context.Context, turn *recovery.Turn) (any, error) {
+	_, err = recovery.RunStage(t.Context(), salvagetype.Stage{Agents: []salvagetype.Agent{{Name: "profiler", Run: func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 		return turn.Tool(ctx, "model", "who")
 	}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &recovery.Stats{}, Tools: tools, Replay: replay})
 	if !errors.Is(err, j.err) {

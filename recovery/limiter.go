@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // limiter paces the requests to what every process of a deployment
@@ -22,7 +24,7 @@ type limiter interface {
 	// request waited for budget: zero when it had budget at once, or no
 	// declared limit counts it (the time taken to find that out is not a
 	// wait for a limit, and a journal row must not say it waited).
-	Acquire(ctx context.Context, tool *Tool, tokens int64, maxWait time.Duration) (done func(spent Spent, err error), waited time.Duration, err error)
+	Acquire(ctx context.Context, tool *salvagetype.Tool, tokens int64, maxWait time.Duration) (done func(spent Spent, err error), waited time.Duration, err error)
 }
 
 // Spent is what one request spent, as its answer says.
@@ -57,7 +59,7 @@ func estimateTokens(in json.RawMessage) int64 {
 }
 
 // spentBy is what a tool result says its call spent.
-func spentBy(res ToolResult) Spent {
+func spentBy(res salvagetype.ToolResult) Spent {
 	s := Spent{Wait: res.Wait}
 	if res.Usage != nil {
 		s.Tokens = res.Usage.PromptTokens + res.Usage.CompletionTokens

@@ -26,7 +26,7 @@ type Plan struct {
 	// an error wrapping ErrBadInput for input it cannot use.
 	Split func(input json.RawMessage) ([]json.RawMessage, error)
 	// Stages run in order; stage numbers are 1-based.
-	Stages []Stage
+	Stages []salvagetype.Stage
 	// Tools are the calls the pipeline's agents may make.
 	Tools *Tools
 	// MaxChunks bounds how many chunks one job may split into; a job past
@@ -60,56 +60,12 @@ type Plan struct {
 	Version string
 }
 
-// Stage runs its agents in parallel. When one fails, the others are
-// stopped (their calls are recorded cancelled) and the failure decides
-// the chunk's fate.
-type Stage struct {
-	// Name names the stage in logs and in a job's explanation.
-	Name string
-	// Agents run in parallel; each gets its own Turn.
-	Agents []Agent
-	// Optional stages degrade gracefully: when one fails, the chunk goes
-	// on without its output and its job ends partial.
-	Optional bool
-	// RequiresApproval parks each chunk before the stage (status
-	// awaiting-approval, its message on salvage.hold.approval.<job>.<chunk>,
-	// an event on salvage.events.<job>.approval) until a person answers
-	// with Client.Approve, `salvage approve` or salvage.api.approve; a
-	// rejection compensates the chunk's effects.
-	RequiresApproval bool
-}
-
-// Agent is one actor of a stage: its Run makes calls through its Turn and
-// returns its output, which must marshal to JSON. Run is replayed on a
-// resume: calls that already succeeded return their recorded outputs
-// without running again, so Run must make the same calls in the same
-// order given the same results.
-type Agent struct {
-	// Name identifies the agent in journal keys: a token, unique within
-	// its stage.
-	Name string
-	// Run is the agent. A panic fails its chunk (class panic). Exactly
-	// one of Run and Subject is set.
-	Run func(ctx context.Context, t *Turn) (any, error)
-	// Subject names a NATS subject that serves the agent instead: each
-	// turn is one request there (a salvage.ServiceRequest with the chunk's
-	// input and the earlier stages' outputs), answered by anything that
-	// answers NATS requests, in any language. The reply is the agent's
-	// output. A turn is journaled like a tool call, so a resumed chunk
-	// never asks again for a turn that was answered. The root package
-	// binds it when it builds the Plan.
-	Subject string
-	// Timeout bounds one request to Subject. Default
-	// salvage.ServiceTimeoutDefault.
-	Timeout time.Duration
-}
-
 // Turn is one agent's run in one stage of one chunk. Every external call
 // the agent makes goes through Tool, so it is journaled, retried by tier 1
 // and numbered for a stable idempotency key. A Turn is not safe for
 // concurrent use: an agent's calls are a sequence, which keeps their
 // numbering, and so their idempotency keys, stable.
-type Turn struct {
+type turn struct {
 	// Job, Pipeline and TraceID say which job this is.
 	Job, Pipeline, TraceID string
 	// Chunk and Stage are 1-based; Epoch changes only when a chunk's
@@ -126,7 +82,7 @@ type Turn struct {
 	stats   *Stats
 	tools   *Tools
 	replay  *Replay
-	state   *AgentState
+	state   *salvagetype.AgentState
 	snaps   snapshotStore
 	gate    Gate
 	limiter limiter
@@ -141,7 +97,7 @@ type Turn struct {
 }
 
 // Seq is the number of calls the agent has made so far in this turn.
-func (t *Turn) Seq() int { return t.seq }
+func (t *turn) Seq() int { return t.seq }
 
 // StageRun is what RunStage needs besides the stage.
 type StageRun struct {
@@ -158,7 +114,7 @@ type StageRun struct {
 	// States holds each agent's state by name; RunStage adds missing ones
 	// and agents update theirs in place. Nil keeps states for this stage
 	// only.
-	States map[string]*AgentState
+	States map[string]*salvagetype.AgentState
 	// Snapshots, when set, receives a snapshot before every call to an
 	// irreversible tool.
 	Snapshots snapshotStore
@@ -181,16 +137,16 @@ type StageRun struct {
 // siblingFailedError (their calls are recorded CANCELLED); the error
 // returned is an *AgentError for the failure that decides the chunk's fate
 // (see severity), naming that agent and its failing call.
-func RunStage(ctx context.Context, st Stage, r StageRun) ([]salvagetype.StageOutput, error) {
+func RunStage(ctx context.Context, st salvagetype.Stage, r StageRun) ([]salvagetype.StageOutput, error) {
 	if r.Replay == nil {
 		r.Replay = NewReplay(discardJournal{}, nil)
 	}
 	if r.States == nil {
-		r.States = map[string]*AgentState{}
+		r.States = map[string]*salvagetype.AgentState{}
 	}
 	for _, a := range st.Agents {
 		if r.States[a.Name] == nil {
-			r.States[a.Name] = &AgentState{}
+			r.States[a.Name] = &salvagetype.AgentState{}
 		}
 	}
 	ctx, span := startStage(ctx, st, r)
@@ -203,7 +159,7 @@ func RunStage(ctx context.Context, st Stage, r StageRun) ([]salvagetype.StageOut
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := &Turn{
+			t := &turn{
 				Job: r.Job, Pipeline: r.Pipeline, TraceID: r.TraceID, Chunk: r.Chunk,
 				Stage: r.Stage, Epoch: r.Epoch, Agent: a.Name, Input: r.Input, Prior: r.Prior,
 				exec: r.Exec, stats: r.Stats, tools: r.Tools, replay: r.Replay,

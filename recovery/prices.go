@@ -7,17 +7,10 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// Price is what one model charges, per million tokens, in the currency
-// job budgets are given in.
-type Price struct {
-	Prompt     float64 `json:"prompt"`
-	Completion float64 `json:"completion"`
-}
-
 // Prices maps model names (as a call's Usage reports them) to prices. A
 // model not listed costs nothing: its tokens still count against a token
 // budget.
-type Prices map[string]Price
+type Prices map[string]salvagetype.Price
 
 // priceMax bounds a price per million tokens.
 const priceMax = 1_000_000

@@ -5,19 +5,6 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// RecoveryStats is the automatic recovery rate and what it is made of.
-type RecoveryStats struct {
-	// Rate is Recovered over DeadLettered, 1 when nothing was
-	// dead-lettered.
-	Rate float64 `json:"auto_recovery_rate"`
-	// DeadLettered counts chunks that were dead-lettered at least once.
-	DeadLettered int `json:"chunks_dead_lettered"`
-	// Recovered counts those whose latest envelope is resolved because
-	// the chunk finished, or abandoned with every effect compensated,
-	// with no person acting on any envelope of the chunk.
-	Recovered int `json:"chunks_recovered"`
-}
-
 // AutoRecoveryRate computes the automatic recovery rate per chunk, from
 // envelope records: of the chunks that were dead-lettered, the share that
 // then finished, or was compensated with nothing left standing, without a
@@ -28,7 +15,7 @@ type RecoveryStats struct {
 // chunk's effects, and that of a chunk whose approval a person rejected,
 // is not a failure: it counts only as a person's doing on a chunk that
 // failed before.
-func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
+func AutoRecoveryRate(recs []kv.EnvelopeRecord) salvagetype.RecoveryStats {
 	type chunkKey struct {
 		job   string
 		chunk int
@@ -62,7 +49,7 @@ func AutoRecoveryRate(recs []kv.EnvelopeRecord) RecoveryStats {
 			f.human = true
 		}
 	}
-	s := RecoveryStats{DeadLettered: len(fates), Rate: 1}
+	s := salvagetype.RecoveryStats{DeadLettered: len(fates), Rate: 1}
 	for _, f := range fates {
 		if f.human {
 			continue

@@ -90,7 +90,7 @@ func (p RetryPolicy) NextWait(err error, retry int, elapsed time.Duration) (time
 func (p RetryPolicy) next(err error, retry int, elapsed time.Duration) (time.Duration, string, bool) {
 	p = p.withDefaults()
 	switch ClassOf(err) {
-	case ClassPermanent, ClassCancelled, classPanic, classBreakerOpen:
+	case salvagetype.ClassPermanent, salvagetype.ClassCancelled, salvagetype.ClassPanic, salvagetype.ClassBreakerOpen:
 		return 0, "", false
 	}
 	if retry >= max(p.MaxRetries, 0) {

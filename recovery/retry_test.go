@@ -67,15 +67,15 @@ func TestClassOfMatchesSentinels(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		err   error
-		class recovery.Class
+		class salvagetype.Class
 		is    error
 	}{
-		{recovery.Transient(502, nil), recovery.ClassTransient, salvagetype.ErrTransient},
-		{recovery.RateLimited(time.Second, nil), recovery.ClassRateLimited, salvagetype.ErrRateLimited},
-		{fmt.Errorf("wrapped: %w", recovery.Timeout(nil)), recovery.ClassTimeout, salvagetype.ErrTimeout},
-		{recovery.Permanent(400, nil), recovery.ClassPermanent, salvagetype.ErrPermanent},
-		{context.DeadlineExceeded, recovery.ClassTimeout, context.DeadlineExceeded},
-		{recovery.ErrJobCancelled, recovery.ClassCancelled, recovery.ErrJobCancelled},
+		{recovery.Transient(502, nil), salvagetype.ClassTransient, salvagetype.ErrTransient},
+		{recovery.RateLimited(time.Second, nil), salvagetype.ClassRateLimited, salvagetype.ErrRateLimited},
+		{fmt.Errorf("wrapped: %w", recovery.Timeout(nil)), salvagetype.ClassTimeout, salvagetype.ErrTimeout},
+		{recovery.Permanent(400, nil), salvagetype.ClassPermanent, salvagetype.ErrPermanent},
+		{context.DeadlineExceeded, salvagetype.ClassTimeout, context.DeadlineExceeded},
+		{recovery.ErrJobCancelled, salvagetype.ClassCancelled, recovery.ErrJobCancelled},
 	}
 	for _, tt := range tests {
 		if got := recovery.ClassOf(tt.err); got != tt.class || !errors.Is(tt.err, tt.is) {
@@ -148,7 +148,7 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 		}
 		close(allIn)
 	}()
-	tools, terr := recovery.NewTools(recovery.Tool{Name: "op", Call: func(ctx context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+	tools, terr := recovery.NewTools(salvagetype.Tool{Name: "op", Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		if string(c.Input) == "true" {
 			if agentOf(ctx) == "flaky" {
 				// Fail after broken: the first failure stops the rest.
@@ -156,39 +156,39 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 			} else {
 				defer close(brokenFailed)
 			}
-			return recovery.ToolResult{}, failures[agentOf(ctx)]
+			return salvagetype.ToolResult{}, failures[agentOf(ctx)]
 		}
 		if c.Stage == 1 {
 			arrived <- struct{}{}
 		}
 		select {
 		case <-ctx.Done():
-			return recovery.ToolResult{}, ctx.Err()
+			return salvagetype.ToolResult{}, ctx.Err()
 		case <-allIn:
-			return recovery.ToolResult{Output: json.RawMessage(`1`)}, nil
+			return salvagetype.ToolResult{Output: json.RawMessage(`1`)}, nil
 		case <-time.After(time.Minute):
 			// Only a bound on the wait: agents run one at a time never
 			// meet, however fast the machine.
-			return recovery.ToolResult{}, recovery.Permanent(0, errors.New("the stage's agents never were inside their calls at once"))
+			return salvagetype.ToolResult{}, recovery.Permanent(0, errors.New("the stage's agents never were inside their calls at once"))
 		}
 	}})
 	if terr != nil {
 		t.Fatal(terr)
 	}
-	agent := func(name string, fail error) recovery.Agent {
-		return recovery.Agent{Name: name, Run: func(ctx context.Context, tr *recovery.Turn) (any, error) {
+	agent := func(name string, fail error) salvagetype.Agent {
+		return salvagetype.Agent{Name: name, Run: func(ctx context.Context, tr *salvagetype.Turn) (any, error) {
 			ctx = context.WithValue(ctx, agentKey{}, name)
 			_, err := tr.Tool(ctx, "op", fail != nil)
 			return name, err
 		}}
 	}
 	var stats recovery.Stats
-	outs, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{agent("a", nil), agent("b", nil), agent("c", nil)}},
+	outs, err := recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{agent("a", nil), agent("b", nil), agent("c", nil)}},
 		recovery.StageRun{Stage: 1, Exec: exec, Stats: &stats, Tools: tools})
 	if err != nil || len(outs) != 3 || string(outs[1].Output) != `"b"` {
 		t.Fatalf("outs %v, err %v", outs, err)
 	}
-	_, err = recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{
+	_, err = recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{
 		agent("slow", nil), agent("flaky", recovery.Transient(503, nil)), agent("broken", recovery.Permanent(400, nil)),
 	}}, recovery.StageRun{Stage: 2, Exec: exec, Stats: &stats, Tools: tools})
 	var ae *recovery.AgentError
@@ -199,7 +199,7 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	t.Parallel()
-	p := &recovery.Plan{Name: "p", Split: func(json.RawMessage) ([]json.RawMessage, error) { return nil, nil }, Stages: []recovery.Stage{{Name: "s"}}}
+	p := &recovery.Plan{Name: "p", Split: func(json.RawMessage) ([]json.RawMessage, error) { return nil, nil }, Stages: []salvagetype.Stage{{Name: "s"}}}
 	if _, err := recovery.NewRegistry(p, p); err == nil {
 		t.Error("duplicate pipeline accepted")
 	}

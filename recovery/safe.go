@@ -10,11 +10,11 @@ import (
 
 // A panic in code a pipeline author wrote (an agent, a tool, a split or a
 // result function) never takes a worker down: these wrappers recover it as
-// a classPanic error, a permanent failure of the one chunk (or job) it
+// a ClassPanic error, a permanent failure of the one chunk (or job) it
 // happened in.
 
-// Invoke makes the call c with t, recovering a panic as a classPanic error.
-func (t *Tool) Invoke(ctx context.Context, c ToolCall) (res ToolResult, err error) {
+// Invoke makes the call c with t, recovering a panic as a ClassPanic error.
+func Invoke(ctx context.Context, t *salvagetype.Tool, c salvagetype.ToolCall) (res salvagetype.ToolResult, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = recovered("tool "+t.Name, v)
@@ -24,10 +24,10 @@ func (t *Tool) Invoke(ctx context.Context, c ToolCall) (res ToolResult, err erro
 }
 
 // VerifyEffect asks t's external system whether the call under key took
-// effect, recovering a panic as a classPanic error. An answer whose output
+// effect, recovering a panic as a ClassPanic error. An answer whose output
 // is past salvagetype.MaxOutput fails permanently (ErrOutputTooLarge, status
 // 502): the call's outcome stays unknown. t must have an Effect.
-func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, err error) {
+func VerifyEffect(ctx context.Context, t *salvagetype.Tool, key string) (v salvagetype.Verification, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = recovered("verify of tool "+t.Name, p)
@@ -35,13 +35,13 @@ func (t *Tool) VerifyEffect(ctx context.Context, key string) (v Verification, er
 	}()
 	v, err = t.Effect.Verify(ctx, key)
 	if err == nil && len(v.Output) > salvagetype.MaxOutput {
-		return Verification{}, Permanent(502, fmt.Errorf("%w: the verification of %s answered %d bytes, a row keeps at most %d",
+		return salvagetype.Verification{}, Permanent(502, fmt.Errorf("%w: the verification of %s answered %d bytes, a row keeps at most %d",
 			salvagetype.ErrOutputTooLarge, t.Name, len(v.Output), salvagetype.MaxOutput))
 	}
 	return v, err
 }
 
-// SplitInput runs p.Split, recovering a panic as a classPanic error.
+// SplitInput runs p.Split, recovering a panic as a ClassPanic error.
 func (p *Plan) SplitInput(input json.RawMessage) (chunks []json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -52,7 +52,7 @@ func (p *Plan) SplitInput(input json.RawMessage) (chunks []json.RawMessage, err 
 }
 
 // BuildResult builds a finished chunk's findings with p.Result (the outputs
-// as they are when it is nil), recovering a panic as a classPanic error.
+// as they are when it is nil), recovering a panic as a ClassPanic error.
 func (p *Plan) BuildResult(chunk json.RawMessage, outputs []salvagetype.StageOutput) (out json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -65,8 +65,8 @@ func (p *Plan) BuildResult(chunk json.RawMessage, outputs []salvagetype.StageOut
 	return p.Result(chunk, outputs)
 }
 
-// runAgent runs a's turn, recovering a panic as a classPanic error.
-func runAgent(ctx context.Context, a Agent, t *Turn) (out any, err error) {
+// runAgent runs a's turn, recovering a panic as a ClassPanic error.
+func runAgent(ctx context.Context, a salvagetype.Agent, t *turn) (out any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = recovered("agent "+a.Name, v)
@@ -75,5 +75,8 @@ func runAgent(ctx context.Context, a Agent, t *Turn) (out any, err error) {
 	if a.Run == nil { // a Subject is bound to a Run by the root package
 		return nil, Permanent(0, fmt.Errorf("agent %s has no Run", a.Name))
 	}
-	return a.Run(ctx, t)
+	return a.Run(ctx, salvagetype.NewTurn(salvagetype.Turn{
+		Job: t.Job, Pipeline: t.Pipeline, TraceID: t.TraceID, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch,
+		Agent: t.Agent, Input: t.Input, Prior: t.Prior,
+	}, t))
 }

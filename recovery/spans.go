@@ -64,21 +64,21 @@ func startSpan(ctx context.Context, tracer trace.Tracer, name string, attrs func
 }
 
 // startStage starts the span of one stage of one chunk.
-func startStage(ctx context.Context, st Stage, r StageRun) (context.Context, trace.Span) {
+func startStage(ctx context.Context, st salvagetype.Stage, r StageRun) (context.Context, trace.Span) {
 	return startSpan(ctx, r.Tracer, "stage "+st.Name, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrJob.String(r.Job), AttrChunk.Int(r.Chunk), attrStage.Int(r.Stage), attrStageName.String(st.Name)}
 	})
 }
 
 // startTurn starts the span of one agent's turn in a stage.
-func startTurn(ctx context.Context, tracer trace.Tracer, t *Turn) (context.Context, trace.Span) {
+func startTurn(ctx context.Context, tracer trace.Tracer, t *turn) (context.Context, trace.Span) {
 	return startSpan(ctx, tracer, "agent "+t.Agent, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), attrStage.Int(t.Stage), attrAgent.String(t.Agent)}
 	})
 }
 
 // startCall starts the span of one journaled call.
-func (t *Turn) startCall(ctx context.Context, tool *Tool, key string) (context.Context, trace.Span) {
+func (t *turn) startCall(ctx context.Context, tool *salvagetype.Tool, key string) (context.Context, trace.Span) {
 	return startSpan(ctx, t.tracer, "call "+tool.Name, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrJob.String(t.Job), AttrChunk.Int(t.Chunk), attrStage.Int(t.Stage), attrAgent.String(t.Agent),
 			attrTool.String(tool.Name), attrSystem.String(tool.System), attrKey.String(key)}
@@ -102,7 +102,7 @@ func endCall(span trace.Span, row kv.JournalRow, replayed bool, err error) {
 	if u := row.Usage; u != nil {
 		span.SetAttributes(attrModel.String(u.Model), AttrTokensIn.Int64(u.PromptTokens), AttrTokensOut.Int64(u.CompletionTokens))
 	}
-	if ClassOf(err) == ClassCancelled {
+	if ClassOf(err) == salvagetype.ClassCancelled {
 		// Stopped by Salvage (a sibling failed, the job was cancelled):
 		// not a failure of this call.
 		span.End()

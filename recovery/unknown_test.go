@@ -35,18 +35,18 @@ type lateLedger struct {
 func (l *lateLedger) tools(t *testing.T) *recovery.Tools {
 	t.Helper()
 	tools, err := recovery.NewTools(
-		recovery.Tool{Name: "charge", System: "payments", Effect: &recovery.SideEffect{
+		salvagetype.Tool{Name: "charge", System: "payments", Effect: &salvagetype.SideEffect{
 			Reversible: true, Compensation: "refund",
-			Verify: func(_ context.Context, key string) (recovery.Verification, error) {
+			Verify: func(_ context.Context, key string) (salvagetype.Verification, error) {
 				l.mu.Lock()
 				defer l.mu.Unlock()
 				l.verifies++
 				if l.verifyErr != nil {
-					return recovery.Verification{}, l.verifyErr
+					return salvagetype.Verification{}, l.verifyErr
 				}
-				return recovery.Verification{Applied: l.applied[key] > 0, ResourceID: "ch_" + key[:6], Output: json.RawMessage(`"charged"`)}, nil
+				return salvagetype.Verification{Applied: l.applied[key] > 0, ResourceID: "ch_" + key[:6], Output: json.RawMessage(`"charged"`)}, nil
 			},
-		}, Call: func(_ context.Context, c recovery.ToolCall) (recovery.ToolResult, error) {
+		}, Call: func(_ context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			l.requests++
@@ -57,17 +57,17 @@ func (l *lateLedger) tools(t *testing.T) *recovery.Tools {
 			if err == nil || !l.noApplyOnError {
 				l.applied[c.IdempotencyKey]++
 			}
-			return recovery.ToolResult{Output: json.RawMessage(`"charged"`), ResourceID: "ch_" + c.IdempotencyKey[:6]}, err
+			return salvagetype.ToolResult{Output: json.RawMessage(`"charged"`), ResourceID: "ch_" + c.IdempotencyKey[:6]}, err
 		}},
-		recovery.Tool{Name: "refund", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-			return recovery.ToolResult{}, nil
+		salvagetype.Tool{Name: "refund", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+			return salvagetype.ToolResult{}, nil
 		}},
-		recovery.Tool{Name: "big", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+		salvagetype.Tool{Name: "big", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 			out, _ := json.Marshal(strings.Repeat("x", salvagetype.MaxOutput))
-			return recovery.ToolResult{Output: out}, nil
+			return salvagetype.ToolResult{Output: out}, nil
 		}},
-		recovery.Tool{Name: "liar", Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
-			return recovery.ToolResult{Output: json.RawMessage(`1`), Usage: &salvagetype.Usage{PromptTokens: -1_000_000}}, nil
+		salvagetype.Tool{Name: "liar", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
+			return salvagetype.ToolResult{Output: json.RawMessage(`1`), Usage: &salvagetype.Usage{PromptTokens: -1_000_000}}, nil
 		}},
 	)
 	if err != nil {
@@ -82,7 +82,7 @@ func callOnce(t *testing.T, tools *recovery.Tools, j *memJournal, tool string, r
 	t.Helper()
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: retries, BaseDelay: 1, MaxDelay: 1}, zerolog.Nop())
 	var stats recovery.Stats
-	_, err := recovery.RunStage(context.Background(), recovery.Stage{Agents: []recovery.Agent{{Name: "payer", Run: func(ctx context.Context, turn *recovery.Turn) (any, error) {
+	_, err := recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{{Name: "payer", Run: func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 		return turn.Tool(ctx, tool, "order-1")
 	}}}}, recovery.StageRun{Job: "J", Chunk: 1, Stage: 1, Exec: exec, Stats: &stats, Tools: tools, Replay: recovery.NewReplay(j, nil)})
 	return j.rows[kv.JournalKey("J", 1, 0, 1, "payer", 1)].JournalRow, err
@@ -186,11 +186,11 @@ func TestRepliesThatCannotBeJournaled(t *testing.T) {
 	l.fail = func(int) error { return nil }
 	big := strings.Repeat("x", salvagetype.MaxOutput)
 	tools2, _ := recovery.NewTools(
-		recovery.Tool{Name: "charge", Effect: &recovery.SideEffect{Verify: func(context.Context, string) (recovery.Verification, error) {
-			return recovery.Verification{}, errors.New("down")
-		}}, Call: func(context.Context, recovery.ToolCall) (recovery.ToolResult, error) {
+		salvagetype.Tool{Name: "charge", Effect: &salvagetype.SideEffect{Verify: func(context.Context, string) (salvagetype.Verification, error) {
+			return salvagetype.Verification{}, errors.New("down")
+		}}, Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 			out, _ := json.Marshal(big)
-			return recovery.ToolResult{Output: out}, nil
+			return salvagetype.ToolResult{Output: out}, nil
 		}})
 	row, err = callOnce(t, tools2, &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 0)
 	if !errors.Is(err, salvagetype.ErrOutputTooLarge) || row.Status != salvagetype.CallUnknown {
@@ -204,11 +204,11 @@ func TestSettleCountsTheRequestThatWentOut(t *testing.T) {
 	t.Parallel()
 	l := &lateLedger{applied: map[string]int{}}
 	tool, _ := l.tools(t).Get("charge")
-	row := tool.Settle(kv.JournalRow{Key: "k", IdempotencyKey: "key-123456", Status: salvagetype.CallInitiated}, recovery.Verification{Applied: true, ResourceID: "ch_1"}, time.Now())
+	row := recovery.Settle(tool, kv.JournalRow{Key: "k", IdempotencyKey: "key-123456", Status: salvagetype.CallInitiated}, salvagetype.Verification{Applied: true, ResourceID: "ch_1"}, time.Now())
 	if row.Status != salvagetype.CallSucceeded || row.Attempts != 1 || !row.Verified || row.Fingerprint == nil || row.Fingerprint.ResourceID != "ch_1" {
 		t.Fatalf("settled = %+v", row)
 	}
-	row = tool.Settle(kv.JournalRow{Key: "k", Status: salvagetype.CallUnknown, Attempts: 2}, recovery.Verification{}, time.Now())
+	row = recovery.Settle(tool, kv.JournalRow{Key: "k", Status: salvagetype.CallUnknown, Attempts: 2}, salvagetype.Verification{}, time.Now())
 	if row.Status != salvagetype.CallFailed || row.Attempts != 2 || row.Fingerprint != nil {
 		t.Fatalf("settled not applied = %+v", row)
 	}

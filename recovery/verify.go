@@ -17,7 +17,7 @@ const errVerifiedNotApplied = "verified: the call did not take effect"
 // did not take effect. A call found applied went out at least once, so
 // its attempts are at least 1 whatever the run that lost its answer
 // recorded.
-func (t *Tool) Settle(row kv.JournalRow, v Verification, now time.Time) kv.JournalRow {
+func Settle(t *salvagetype.Tool, row kv.JournalRow, v salvagetype.Verification, now time.Time) kv.JournalRow {
 	row.Verified, row.FinishedAt = true, now
 	if v.Applied {
 		row.Status, row.Output = salvagetype.CallSucceeded, v.Output
@@ -26,7 +26,7 @@ func (t *Tool) Settle(row kv.JournalRow, v Verification, now time.Time) kv.Journ
 		row.Attempts = max(row.Attempts, 1)
 		return row
 	}
-	row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, errVerifiedNotApplied, ClassTimeout.String()
+	row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, errVerifiedNotApplied, salvagetype.ClassTimeout.String()
 	return row
 }
 
@@ -35,7 +35,7 @@ func (t *Tool) Settle(row kv.JournalRow, v Verification, now time.Time) kv.Journ
 // Either fails the call permanently with status 502, a reply that breaks
 // the contract; a side effect's outcome is then unknown (OutcomeUnknown),
 // so it is verified rather than taken as not applied.
-func checkResult(tool string, res ToolResult) error {
+func checkResult(tool string, res salvagetype.ToolResult) error {
 	if n := len(res.Output); n > salvagetype.MaxOutput {
 		return Permanent(502, fmt.Errorf("%w: %s answered %d bytes, a journal row keeps at most %d", salvagetype.ErrOutputTooLarge, tool, n, salvagetype.MaxOutput))
 	}

@@ -207,7 +207,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	// SALVAGE_CHUNKS.
 	bg := context.Background()
 	if _, _, err := f.stores.Breakers.Mutate(bg, "crm", "test", func(b *kv.Breaker) error {
-		recovery.Open(b, recovery.BreakerPolicy{}, time.Now(), "503")
+		recovery.Open(b, salvagetype.BreakerPolicy{}, time.Now(), "503")
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func TestBreakersInSummaryAndMetrics(t *testing.T) {
 	f := setup(t, "")
 	ctx := context.Background()
 	if _, _, err := f.stores.Breakers.Mutate(ctx, "crm", "test", func(b *kv.Breaker) error {
-		recovery.Open(b, recovery.BreakerPolicy{}, time.Now(), "503")
+		recovery.Open(b, salvagetype.BreakerPolicy{}, time.Now(), "503")
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func TestVerifyAndCompensate(t *testing.T) {
 	if l.Summary.Standing != 0 || l.Summary.Compensated != 1 {
 		t.Fatalf("ledger after void = %+v", l.Summary)
 	}
-	if _, err := c.Effect(ctx, "email", "unsend", "k", nil); recovery.ClassOf(err) != recovery.ClassPermanent {
+	if _, err := c.Effect(ctx, "email", "unsend", "k", nil); recovery.ClassOf(err) != salvagetype.ClassPermanent {
 		t.Fatalf("undo of an irreversible effect: %v", err)
 	}
 }
@@ -167,8 +167,8 @@ func TestStopRules(t *testing.T) {
 func TestRateLimitCarriesRetryAfter(t *testing.T) {
 	c := start(t, sim.Config{Systems: map[string]sim.Faults{"wms": {RateLimitRate: 1}}})
 	_, err := c.Effect(context.Background(), "wms", "reserve", "k", map[string]any{"order": "o"})
-	var ce *recovery.CallError
-	if !errors.As(err, &ce) || ce.Class != recovery.ClassRateLimited || ce.RetryAfter <= 0 || ce.RetryAfter > time.Second {
+	var ce *salvagetype.CallError
+	if !errors.As(err, &ce) || ce.Class != salvagetype.ClassRateLimited || ce.RetryAfter <= 0 || ce.RetryAfter > time.Second {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
-	"github.com/salvagehq/salvage/recovery"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 func outcomes(t *testing.T, cfg simmodel.Config) []string {
@@ -20,7 +20,7 @@ func outcomes(t *testing.T, cfg simmodel.Config) []string {
 	var out []string
 	for i := range 2000 {
 		r, err := m.Complete(context.Background(), simmodel.Request{Key: fmt.Sprint(i % 500), Prompt: fmt.Sprint("p", i)})
-		var ce *recovery.CallError
+		var ce *salvagetype.CallError
 		switch {
 		case errors.As(err, &ce):
 			out = append(out, ce.Class.String())
