@@ -120,7 +120,7 @@ func (c *Client) setPaused(ctx context.Context, pipeline string, paused bool, by
 	if changed {
 		word := "resumed"
 		if paused {
-			word = "paused"
+			word = string(PipelinePaused)
 		}
 		c.log.Info().Str("pipeline", pipeline).Str("by", by).Str("reason", reason).Msg("pipeline " + word)
 	}

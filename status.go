@@ -41,6 +41,10 @@ const (
 	ChunkPaused = salvagetype.ChunkPaused
 )
 
+// OutcomeCancelled is the outcome every cancelled-at-stage-N status counts
+// as in a job's tallies (ChunkStatus.Outcome); no chunk holds it.
+const OutcomeCancelled = salvagetype.OutcomeCancelled
+
 // CancelledAtStage is the status of a chunk cancelled on entering stage
 // (1-based); stage 0 means it never started.
 func CancelledAtStage(stage int) ChunkStatus { return salvagetype.CancelledAtStage(stage) }
@@ -186,4 +190,15 @@ const (
 	EventDone         = salvagetype.EventDone
 	EventDeadLettered = salvagetype.EventDeadLettered
 	EventCancelled    = salvagetype.EventCancelled
+)
+
+// PipelineState is whether a pipeline's chunks run (PipelineStatus.Paused).
+type PipelineState = salvagetype.PipelineState
+
+// Pipeline states.
+const (
+	// PipelineRunning: its chunks run.
+	PipelineRunning = salvagetype.PipelineRunning
+	// PipelinePaused: its chunks park until it resumes.
+	PipelinePaused = salvagetype.PipelinePaused
 )

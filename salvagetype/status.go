@@ -174,3 +174,15 @@ const (
 	// breaker, its failure opens it again.
 	BreakerHalfOpen BreakerState = "half-open"
 )
+
+// PipelineState is whether a pipeline's chunks run, as `salvage
+// pipelines` and the dashboard show it.
+type PipelineState string
+
+// Pipeline states.
+const (
+	// PipelineRunning: its chunks run.
+	PipelineRunning PipelineState = "running"
+	// PipelinePaused: its chunks park (ChunkPaused) until it resumes.
+	PipelinePaused PipelineState = "paused"
+)

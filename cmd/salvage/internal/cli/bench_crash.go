@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
@@ -172,14 +173,14 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 				continue
 			}
 			mu.Lock()
-			if v.Status == "running" {
+			if v.Status == string(salvage.ChunkRunning) {
 				running[e.Key()] = v
 			} else {
 				delete(running, e.Key())
 			}
 			switch p, ok := pending[e.Key()]; {
 			case !ok:
-			case v.Status == "running" && v.ClaimedBy != p.kill.victim:
+			case v.Status == string(salvage.ChunkRunning) && v.ClaimedBy != p.kill.victim:
 				p.kill.last = max(p.kill.last, time.Since(p.kill.at))
 				p.kill.resumed++
 				if v.Deliveries > p.deliveries+1 {
@@ -188,7 +189,7 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 					p.kill.relost = true
 				}
 				delete(pending, e.Key())
-			case v.ClaimedBy == p.kill.victim && v.Status != "running":
+			case v.ClaimedBy == p.kill.victim && v.Status != string(salvage.ChunkRunning):
 				// The victim's last write landed as it was killed: the
 				// chunk was over, not interrupted.
 				p.kill.held--

@@ -97,7 +97,7 @@ func (r *ordersReport) print(w io.Writer) {
 		}
 	}
 	for _, e := range r.Escalations {
-		row("escalated", e)
+		row(string(salvage.EnvelopeEscalated), e)
 	}
 	row("wall time", fmt.Sprintf("%.1fs", r.WallSeconds))
 	verdict := "no side effect repeated, none left standing"

@@ -272,7 +272,7 @@ prints how many would be acted on and acts on none.`,
 			if asJSON {
 				return e.writeJSON(res)
 			}
-			verb := map[string]string{"replay": "replayed", "resolve": "resolved", "ack": "acknowledged"}[string(res.Action)]
+			verb := map[salvage.BulkAction]string{salvage.BulkReplay: "replayed", salvage.BulkResolve: string(salvage.EnvelopeResolved), salvage.BulkAck: "acknowledged"}[res.Action]
 			if res.DryRun {
 				verb = "would be " + verb
 			}

@@ -44,9 +44,9 @@ pipeline or stop its workers, then start the new version with --upgrade FINGERPR
 		tw := table(e.stdout)
 		fmt.Fprintln(tw, "PIPELINE\tSTATE\tFINGERPRINT\tWORKERS\tRECOVERY\tWAITING\tPARKED\tSINCE\tBY\tREASON")
 		for _, p := range ps {
-			state, since, by := "running", p.ResumedAt, p.ResumedBy
+			state, since, by := salvage.PipelineRunning, p.ResumedAt, p.ResumedBy
 			if p.Paused {
-				state, since, by = "paused", p.PausedAt, p.PausedBy
+				state, since, by = salvage.PipelinePaused, p.PausedAt, p.PausedBy
 			}
 			when := "-"
 			if !since.IsZero() {

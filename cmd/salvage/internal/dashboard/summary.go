@@ -90,7 +90,7 @@ const summaryTTL = time.Second
 // The outcome labels of salvage_chunks_total and the summary's counts.
 const (
 	outcomeDone         = string(salvage.ChunkDone)
-	outcomeCancelled    = "cancelled"
+	outcomeCancelled    = string(salvage.OutcomeCancelled)
 	outcomeDeadLettered = string(salvage.ChunkDeadLettered)
 )
 
