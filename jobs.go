@@ -511,7 +511,7 @@ func (c *Client) lookJob(ctx context.Context, id string) (*Job, error) {
 // client's own message is refused, and j is somebody else's job.
 func (c *Client) notMine(j Job) error {
 	if sub, mine := c.submitted.get(j.ID); mine && j.InputHash != "" && j.InputHash != sub.hash {
-		return fmt.Errorf("%w (%s): %w: job %s was submitted with another input", ErrRejected, streams.RejectDuplicateJob, ErrJobExists, j.ID)
+		return fmt.Errorf("%w (%s): %w: job %s was submitted with another input", ErrRejected, salvagetype.RejectDuplicateJob, ErrJobExists, j.ID)
 	}
 	return nil
 }
@@ -583,7 +583,7 @@ func (c *Client) rejected(ctx context.Context, id string) error {
 	if err != nil {
 		return nil
 	}
-	var r streams.Rejection
+	var r salvagetype.Rejection
 	_ = json.Unmarshal(m.Data, &r)
 	if sub, mine := c.submitted.get(id); mine {
 		if r.StreamSeq != sub.seq {
@@ -596,9 +596,9 @@ func (c *Client) rejected(ctx context.Context, id string) error {
 	}
 	err = fmt.Errorf("%w (%s): %s", ErrRejected, r.Reason, r.Error)
 	switch r.Reason {
-	case streams.RejectUnknownPipeline:
+	case salvagetype.RejectUnknownPipeline:
 		err = errors.Join(err, ErrUnknownPipeline)
-	case streams.RejectDuplicateJob:
+	case salvagetype.RejectDuplicateJob:
 		err = errors.Join(err, ErrJobExists)
 	}
 	return err

@@ -174,7 +174,7 @@ func (r remote) call(ctx context.Context, subject string, timeout time.Duration,
 	m.Data = body
 	m.Header.Set(HeaderIdempotencyKey, c.IdempotencyKey)
 	if c.TraceID != "" {
-		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(c.TraceID, streams.DeriveSpanID(c.IdempotencyKey)))
+		m.Header.Set(salvagetype.HeaderTraceParent, streams.TraceParent(c.TraceID, streams.DeriveSpanID(c.IdempotencyKey)))
 	}
 	reply, err := r.request(ctx, m, timeout)
 	if err != nil {

@@ -512,7 +512,7 @@ func (c *Client) submitFrom(ctx context.Context, req micro.Request, r submitRequ
 	if len(r.Input) == 0 {
 		return nil, fmt.Errorf("%w: job message has no input", salvagetype.ErrInvalidJob)
 	}
-	opts := &SubmitOpts{Budget: r.Budget, Metadata: r.Metadata, Tenant: r.Tenant, TraceParent: req.Headers().Get(streams.HeaderTraceParent)}
+	opts := &SubmitOpts{Budget: r.Budget, Metadata: r.Metadata, Tenant: r.Tenant, TraceParent: req.Headers().Get(salvagetype.HeaderTraceParent)}
 	if r.JobID != nil {
 		if err := streams.ValidateJobID(*r.JobID); err != nil {
 			return nil, err

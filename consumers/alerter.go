@@ -155,9 +155,9 @@ func (a *Alerter) Check(ctx context.Context) ([]recovery.Alert, error) {
 			continue
 		}
 		h := nats.Header{}
-		h.Set(streams.HeaderMsgID, "alert."+al.Key)
+		h.Set(salvagetype.HeaderMsgID, "alert."+al.Key)
 		if al.Envelope != "" {
-			h.Set(streams.HeaderEnvelope, al.Envelope)
+			h.Set(salvagetype.HeaderEnvelope, al.Envelope)
 		}
 		if err := publishJSON(ctx, a.js, streams.AlertSubject(al.Kind), al, h); err != nil {
 			return raised, err
@@ -219,7 +219,7 @@ func (a *Alerter) CheckCoverage(ctx context.Context) ([]recovery.Alert, error) {
 		h := nats.Header{}
 		// Alerters of several processes raising it in one minute raise
 		// it once.
-		h.Set(streams.HeaderMsgID, "alert."+al.Key+"."+now.Truncate(time.Minute).Format("200601021504"))
+		h.Set(salvagetype.HeaderMsgID, "alert."+al.Key+"."+now.Truncate(time.Minute).Format("200601021504"))
 		if err := publishJSON(ctx, a.js, streams.AlertSubject(al.Kind), al, h); err != nil {
 			return raised, err
 		}

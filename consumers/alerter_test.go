@@ -10,7 +10,6 @@ import (
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // TestAlertsFireOnceAtTheirThresholds drives the alerter with an injected
@@ -84,7 +83,7 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(alerts()) == 3 }, "three alert events")
 	for _, m := range alerts() {
-		if m.Header.Get(streams.HeaderMsgID) == "" {
+		if m.Header.Get(salvagetype.HeaderMsgID) == "" {
 			t.Errorf("alert %s without a dedup id", m.Subject)
 		}
 	}

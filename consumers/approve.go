@@ -78,10 +78,10 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	}
 	if d.Approve {
 		extra := nats.Header{}
-		extra.Set(streams.HeaderApprovedBy, d.By)
-		extra.Set(streams.HeaderApprovedStage, strconv.Itoa(cp.Stage))
+		extra.Set(salvagetype.HeaderApprovedBy, d.By)
+		extra.Set(salvagetype.HeaderApprovedStage, strconv.Itoa(cp.Stage))
 		if d.Note != "" {
-			extra.Set(streams.HeaderApprovalNote, streams.Clip(d.Note, streams.ErrorTextMax))
+			extra.Set(salvagetype.HeaderApprovalNote, streams.Clip(d.Note, streams.ErrorTextMax))
 		}
 		if err := unpark(ctx, o.js, parked.Subject, parked.Data, parked.Header, extra, parked.Sequence); err != nil {
 			return cp, err

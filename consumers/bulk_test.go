@@ -88,7 +88,7 @@ func TestBulkReplayByCategory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := m.Header.Get(streams.HeaderReplayOf)
+		id := m.Header.Get(salvagetype.HeaderReplayOf)
 		if !replayed[id] || seen[id] {
 			t.Fatalf("message %d replays %q: not one of the 20, or twice", seq, id)
 		}

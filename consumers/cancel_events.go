@@ -31,7 +31,7 @@ func publishCancelled(ctx context.Context, js jetstream.JetStream, job kv.Job) e
 	ev := streams.JobEvent{Job: job.ID, Kind: streams.EventCancelled, Pipeline: job.Pipeline, Status: salvagetype.JobCancelled,
 		Chunks: job.Chunks, Reason: job.StopReason(), TraceID: job.TraceID, At: time.Now().UTC()}
 	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, job.ID+"."+streams.EventCancelled)
+	h.Set(salvagetype.HeaderMsgID, job.ID+"."+streams.EventCancelled)
 	return publishJSON(ctx, js, streams.EventSubject(job.ID, ev.Kind), ev, h)
 }
 

@@ -15,7 +15,7 @@ import (
 
 // carriedHeaders go with a chunk message wherever it is parked or
 // released: its trace and the envelope it re-runs the chunk for.
-var carriedHeaders = []string{streams.HeaderTraceParent, streams.HeaderRecoveryOf, streams.HeaderReplayOf}
+var carriedHeaders = []string{salvagetype.HeaderTraceParent, salvagetype.HeaderRecoveryOf, salvagetype.HeaderReplayOf}
 
 // hold parks the chunk while system's breaker is open: its checkpoint
 // says held (its stage, journal and snapshots stay as they are), a copy of
@@ -47,7 +47,7 @@ func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fen
 	ev := streams.ApprovalEvent{Job: r.chunk.Job, Chunk: r.chunk.Chunk, Stage: stage, StageName: name,
 		Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, At: time.Now().UTC()}
 	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.approval.%d.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch, stage))
+	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.approval.%d.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch, stage))
 	if err := publishJSON(ctx, r.w.js, streams.EventSubject(r.chunk.Job, streams.EventApproval), ev, h); err != nil {
 		r.log.Warn().Err(err).Msg("announce the approval request")
 	}
@@ -72,10 +72,10 @@ func (r *run) park(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 			h.Set(k, v)
 		}
 	}
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.%s.%d", r.chunk.Job, r.chunk.Chunk, system, r.meta.Sequence.Stream))
-	h.Set(streams.HeaderJob, r.chunk.Job)
-	h.Set(streams.HeaderChunk, strconv.Itoa(r.chunk.Chunk))
-	h.Set(streams.HeaderReason, reason)
+	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.%s.%d", r.chunk.Job, r.chunk.Chunk, system, r.meta.Sequence.Stream))
+	h.Set(salvagetype.HeaderJob, r.chunk.Job)
+	h.Set(salvagetype.HeaderChunk, strconv.Itoa(r.chunk.Chunk))
+	h.Set(salvagetype.HeaderReason, reason)
 	if _, err := publish(ctx, w.js, &nats.Msg{Subject: streams.HoldSubject(system, r.chunk.Job, r.chunk.Chunk), Data: r.m.Data(), Header: h}); err != nil {
 		// The checkpoint says parked; the redelivery parks it again.
 		return err

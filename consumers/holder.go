@@ -469,9 +469,9 @@ func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []
 	for k, v := range extra {
 		out[k] = v
 	}
-	out.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.release.%d", c.Job, c.Chunk, seq))
-	out.Set(streams.HeaderJob, c.Job)
-	out.Set(streams.HeaderChunk, strconv.Itoa(c.Chunk))
+	out.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.release.%d", c.Job, c.Chunk, seq))
+	out.Set(salvagetype.HeaderJob, c.Job)
+	out.Set(salvagetype.HeaderChunk, strconv.Itoa(c.Chunk))
 	_, err := publish(ctx, js, &nats.Msg{Subject: streams.ChunkSubject(c.Partition, c.Pipeline, c.Job, c.Chunk), Data: data, Header: out})
 	return err
 }

@@ -62,7 +62,7 @@ func (d *DeadLetterer) SweepIntake(ctx context.Context) (int, error) {
 			if err := deleteMsg(ctx, d.js, streams.Jobs, raw.Sequence); err != nil {
 				return n, err
 			}
-			d.log.Warn().Str("reason", rej.reason).Str("subject", subject).Uint64("stream_seq", raw.Sequence).Err(rej.err).Msg("job rejected")
+			d.log.Warn().Str("reason", string(rej.reason)).Str("subject", subject).Uint64("stream_seq", raw.Sequence).Err(rej.err).Msg("job rejected")
 			n++
 		}
 	}
@@ -74,11 +74,11 @@ func (d *DeadLetterer) SweepIntake(ctx context.Context) (int, error) {
 func intakeRejection(subject string, perr error, pipeline string) *rejectError {
 	switch {
 	case errors.Is(perr, salvagetype.ErrInvalidToken):
-		return &rejectError{streams.RejectBadToken, perr}
+		return &rejectError{salvagetype.RejectBadToken, perr}
 	case perr != nil:
-		return &rejectError{streams.RejectBadSubject, perr}
+		return &rejectError{salvagetype.RejectBadSubject, perr}
 	}
-	return &rejectError{streams.RejectUnknownPipeline, fmt.Errorf("no process has ever run pipeline %q (%s waited for one)", pipeline, subject)}
+	return &rejectError{salvagetype.RejectUnknownPipeline, fmt.Errorf("no process has ever run pipeline %q (%s waited for one)", pipeline, subject)}
 }
 
 // intakeJobID is the id the splitter would have given the job message
@@ -90,5 +90,5 @@ func intakeJobID(raw *jetstream.RawStreamMsg) string {
 	}
 	meta := &jetstream.MsgMetadata{Stream: streams.Jobs, Timestamp: raw.Time}
 	meta.Sequence.Stream = raw.Sequence
-	return jobIDFor(raw.Header.Get(streams.HeaderMsgID), meta)
+	return jobIDFor(raw.Header.Get(salvagetype.HeaderMsgID), meta)
 }

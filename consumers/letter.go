@@ -342,12 +342,12 @@ func publishEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores,
 // SALVAGE_DLQ under msgID.
 func publishEnvelopeMsg(ctx context.Context, js jetstream.JetStream, env salvagetype.Envelope, data []byte, msgID string) (*jetstream.PubAck, error) {
 	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, msgID)
-	h.Set(streams.HeaderEnvelope, env.ID)
-	h.Set(streams.HeaderJob, env.Job)
-	h.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
+	h.Set(salvagetype.HeaderMsgID, msgID)
+	h.Set(salvagetype.HeaderEnvelope, env.ID)
+	h.Set(salvagetype.HeaderJob, env.Job)
+	h.Set(salvagetype.HeaderChunk, strconv.Itoa(env.Chunk))
 	if env.TraceID != "" {
-		h.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(env.ID)))
+		h.Set(salvagetype.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(env.ID)))
 	}
 	return publish(ctx, js, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, env.Job, env.Chunk), Data: data, Header: h})
 }

@@ -431,9 +431,9 @@ func (o *Orchestrator) finish(ctx context.Context, env salvagetype.Envelope, rec
 	}
 	if status == salvagetype.EnvelopeEscalated {
 		h := nats.Header{}
-		h.Set(streams.HeaderMsgID, env.ID+".escalated")
-		h.Set(streams.HeaderEnvelope, env.ID)
-		h.Set(streams.HeaderJob, env.Job)
+		h.Set(salvagetype.HeaderMsgID, env.ID+".escalated")
+		h.Set(salvagetype.HeaderEnvelope, env.ID)
+		h.Set(salvagetype.HeaderJob, env.Job)
 		ev := map[string]any{"envelope_id": env.ID, "job_id": env.Job, "chunk": env.Chunk, "category": rec.Category,
 			"reason": note, "left": left, "trace_id": env.TraceID, "at": time.Now().UTC()}
 		if err := publishJSON(ctx, o.js, streams.EscalationSubject(rec.Category), ev, h); err != nil {

@@ -145,7 +145,7 @@ func (o *Orchestrator) requeue(ctx context.Context, env salvagetype.Envelope, re
 	if _, err := o.tracker.apply(ctx, env.Job, env.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return o.failed(ctx, env, rec, err, log)
 	}
-	ack, err := requeue(ctx, o.js, env, cp.Epoch, env.ID+".recovery."+strconv.Itoa(cp.Recoveries), streams.HeaderRecoveryOf)
+	ack, err := requeue(ctx, o.js, env, cp.Epoch, env.ID+".recovery."+strconv.Itoa(cp.Recoveries), salvagetype.HeaderRecoveryOf)
 	if err != nil {
 		return o.failed(ctx, env, rec, err, log)
 	}

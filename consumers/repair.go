@@ -375,7 +375,7 @@ func (r *repairer) requeueLost(ctx context.Context, e kv.EnvelopeRecord, cp kv.C
 		return false, err
 	}
 	id := fmt.Sprintf("%s.repair.%d.%d.%d", e.ID, e.Replays, cp.Recoveries, cp.Epoch)
-	if _, err := requeue(ctx, r.js, env, cp.Epoch, id, streams.HeaderRecoveryOf); err != nil {
+	if _, err := requeue(ctx, r.js, env, cp.Epoch, id, salvagetype.HeaderRecoveryOf); err != nil {
 		return false, err
 	}
 	r.log.Info().Str("envelope_id", e.ID).Str("job_id", e.Job).Int("chunk", e.Chunk).Msg("requeued a chunk whose requeue was lost")

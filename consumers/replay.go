@@ -128,7 +128,7 @@ func sendReplay(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec 
 	if _, err := t.apply(ctx, rec.Job, rec.Chunk, cp.Status, delta); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return err
 	}
-	_, err = requeue(ctx, js, env, cp.Epoch, rec.ID+".replay."+strconv.Itoa(rec.Replays), streams.HeaderReplayOf)
+	_, err = requeue(ctx, js, env, cp.Epoch, rec.ID+".replay."+strconv.Itoa(rec.Replays), salvagetype.HeaderReplayOf)
 	return err
 }
 

@@ -158,7 +158,7 @@ func envelopeLost(ctx context.Context, js jetstream.JetStream, st jetstream.Stre
 	if m == nil {
 		return true, nil
 	}
-	if id := m.Header.Get(streams.HeaderEnvelope); id != "" {
+	if id := m.Header.Get(salvagetype.HeaderEnvelope); id != "" {
 		return id != rec.ID, nil
 	}
 	env, err := recovery.DecodeEnvelope(m.Data) // published before the header

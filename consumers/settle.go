@@ -93,12 +93,12 @@ func requeue(ctx context.Context, js jetstream.JetStream, env salvagetype.Envelo
 	}
 	m := nats.NewMsg(env.Original.Subject)
 	m.Data = data
-	m.Header.Set(streams.HeaderMsgID, msgID)
+	m.Header.Set(salvagetype.HeaderMsgID, msgID)
 	m.Header.Set(link, env.ID)
-	m.Header.Set(streams.HeaderJob, env.Job)
-	m.Header.Set(streams.HeaderChunk, strconv.Itoa(env.Chunk))
+	m.Header.Set(salvagetype.HeaderJob, env.Job)
+	m.Header.Set(salvagetype.HeaderChunk, strconv.Itoa(env.Chunk))
 	if env.TraceID != "" {
-		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(msgID)))
+		m.Header.Set(salvagetype.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(msgID)))
 	}
 	return publish(ctx, js, m)
 }

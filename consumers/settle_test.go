@@ -140,7 +140,7 @@ func TestHandReplayIsLinked(t *testing.T) {
 	first := b.dlq(t)[0]
 	m := nats.NewMsg(first.Original.Subject)
 	m.Data = first.Original.Data
-	m.Header.Set(streams.HeaderReplayOf, first.ID)
+	m.Header.Set(salvagetype.HeaderReplayOf, first.ID)
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "one rejection")
-	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectOversizedChunk) {
+	if m := rejected()[0]; m.Subject != streams.RejectedSubject(salvagetype.RejectOversizedChunk) {
 		t.Fatalf("rejected on %s", m.Subject)
 	}
 	if jobs, _ := b.stores.Jobs.List(b.ctx); len(jobs) != 0 {
@@ -277,7 +277,7 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 	}
 	b2.submit(t, modes...)
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected2()) == 1 }, "a too-many-chunks rejection")
-	if m := rejected2()[0]; m.Subject != streams.RejectedSubject(streams.RejectTooManyChunks) {
+	if m := rejected2()[0]; m.Subject != streams.RejectedSubject(salvagetype.RejectTooManyChunks) {
 		t.Fatalf("rejected on %s", m.Subject)
 	}
 }
@@ -299,11 +299,11 @@ func TestRejectionsAreBounded(t *testing.T) {
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the rejection")
 	m := rejected()[0]
-	var r streams.Rejection
+	var r salvagetype.Rejection
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Data) > 2*streams.RejectionDataMax || r.Size != len(body) || !r.DataTruncated || len(r.SHA256) != 64 || r.Reason != streams.RejectMalformedJSON {
+	if len(m.Data) > 2*salvagetype.RejectionDataMax || r.Size != len(body) || !r.DataTruncated || len(r.SHA256) != 64 || r.Reason != salvagetype.RejectMalformedJSON {
 		t.Errorf("rejection of %d bytes: size %d, truncated %v, sha %q, reason %s", len(m.Data), r.Size, r.DataTruncated, r.SHA256, r.Reason)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Jobs) == 0 }, "the job message removed")
@@ -323,9 +323,9 @@ func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
 	b.submit(t, modeOK)
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the split-failed report")
 	m := rejected()[0]
-	var r streams.Rejection
+	var r salvagetype.Rejection
 	_ = json.Unmarshal(m.Data, &r)
-	if m.Subject != streams.RejectedSubject(streams.RejectSplitFailed) || r.StreamSeq == 0 {
+	if m.Subject != streams.RejectedSubject(salvagetype.RejectSplitFailed) || r.StreamSeq == 0 {
 		t.Fatalf("report on %s: %+v", m.Subject, r)
 	}
 	cons, err := b.JS.Consumer(b.ctx, streams.Jobs, streams.SplitterConsumer("test"))

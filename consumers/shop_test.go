@@ -304,8 +304,8 @@ func TestOrchestratorCompensates(t *testing.T) {
 		t.Errorf("order C's envelope = %s %s, left %+v; want COMPENSATION_NEEDED escalated, the email left", escalated.Category, escalated.Status, escalated.Left)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(escalations()) == 1 }, "the escalation of order C")
-	if m := escalations()[0]; m.Header.Get(streams.HeaderEnvelope) != escalated.ID {
-		t.Errorf("escalation names envelope %q, want %s", m.Header.Get(streams.HeaderEnvelope), escalated.ID)
+	if m := escalations()[0]; m.Header.Get(salvagetype.HeaderEnvelope) != escalated.ID {
+		t.Errorf("escalation names envelope %q, want %s", m.Header.Get(salvagetype.HeaderEnvelope), escalated.ID)
 	}
 
 	s.mu.Lock()

@@ -159,7 +159,7 @@ func (s *Splitter) pull(ctx context.Context, cons jetstream.Consumer) {
 		}
 		// The last delivery: report it. The message stays in SALVAGE_JOBS
 		// (the consumer will not deliver it again), so nothing is lost.
-		rej := &rejectError{streams.RejectSplitFailed, fmt.Errorf("after %d deliveries: %w", meta.NumDelivered, err)}
+		rej := &rejectError{salvagetype.RejectSplitFailed, fmt.Errorf("after %d deliveries: %w", meta.NumDelivered, err)}
 		if rerr := publishRejection(ctx, s.js, m.Subject(), m.Data(), meta.Sequence.Stream, "", rej); rerr != nil {
 			s.log.Error().Err(errors.Join(err, rerr)).Uint64("stream_seq", meta.Sequence.Stream).Msg("split failed for good and could not be reported")
 		}
@@ -191,14 +191,16 @@ func retryDelay(meta *jetstream.MsgMetadata) time.Duration {
 
 // rejectError carries a rejection reason.
 type rejectError struct {
-	reason string
+	reason salvagetype.RejectReason
 	err    error
 }
 
-func (e *rejectError) Error() string { return e.reason + ": " + e.err.Error() }
+func (e *rejectError) Error() string { return string(e.reason) + ": " + e.err.Error() }
 func (e *rejectError) Unwrap() error { return e.err }
 
-func reject(reason string, err error) error { return &rejectError{reason: reason, err: err} }
+func reject(reason salvagetype.RejectReason, err error) error {
+	return &rejectError{reason: reason, err: err}
+}
 
 // parsed is a validated job message with every chunk message built.
 type parsed struct {
@@ -247,7 +249,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		return nil
 	case err == nil && old.SourceSeq != meta.Sequence.Stream:
-		return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{streams.RejectDuplicateJob,
+		return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{salvagetype.RejectDuplicateJob,
 			fmt.Errorf("%w: job %s was submitted as message %d with another input", salvagetype.ErrJobExists, p.jobID, old.SourceSeq)})
 	case err == nil:
 		// The record exists, so every chunk was published: a splitter
@@ -288,7 +290,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 			if old.InputHash == p.hash {
 				return s.accepted(ctx, m, p, log)
 			}
-			return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{streams.RejectDuplicateJob,
+			return s.reject(ctx, m, meta.Sequence.Stream, p.jobID, &rejectError{salvagetype.RejectDuplicateJob,
 				fmt.Errorf("%w: job %s was created from message %d with another input meanwhile", salvagetype.ErrJobExists, p.jobID, old.SourceSeq)})
 		}
 	} else if err != nil {
@@ -300,7 +302,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 // accepted announces the job and acks its message.
 func (s *Splitter) accepted(ctx context.Context, m jetstream.Msg, p parsed, log zerolog.Logger) error {
 	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, p.jobID+".accepted")
+	h.Set(salvagetype.HeaderMsgID, p.jobID+".accepted")
 	ev := streams.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), TraceID: p.traceID, At: time.Now().UTC()}
 	if err := publishJSON(ctx, s.js, streams.EventSubject(p.jobID, streams.EventAccepted), ev, h); err != nil {
 		return err
@@ -360,67 +362,67 @@ func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed)
 func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jetstream.MsgMetadata, progress func()) (parsed, error) {
 	var p parsed
 	if len(data) > s.cfg.MaxPayload {
-		return p, reject(streams.RejectOversized, fmt.Errorf("payload is %d bytes, the limit is %d", len(data), s.cfg.MaxPayload))
+		return p, reject(salvagetype.RejectOversized, fmt.Errorf("payload is %d bytes, the limit is %d", len(data), s.cfg.MaxPayload))
 	}
 	name, err := streams.ParseJobSubject(subject)
 	if errors.Is(err, salvagetype.ErrInvalidToken) {
-		return p, reject(streams.RejectBadToken, err)
+		return p, reject(salvagetype.RejectBadToken, err)
 	}
 	if err != nil {
-		return p, reject(streams.RejectBadSubject, err)
+		return p, reject(salvagetype.RejectBadSubject, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&p.msg); err != nil {
-		return p, reject(streams.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
+		return p, reject(salvagetype.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
 	}
 	if dec.More() {
-		return p, reject(streams.RejectMalformedJSON, errors.New("job message: trailing data after the JSON object"))
+		return p, reject(salvagetype.RejectMalformedJSON, errors.New("job message: trailing data after the JSON object"))
 	}
 	if err := streams.CheckDuplicateKeys(data); err != nil {
-		return p, reject(streams.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
+		return p, reject(salvagetype.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
 	}
 	if len(p.msg.Input) == 0 || string(p.msg.Input) == "null" {
-		return p, reject(streams.RejectBadInput, errors.New(`job message has no "input"`))
+		return p, reject(salvagetype.RejectBadInput, errors.New(`job message has no "input"`))
 	}
 	if err := streams.ValidateBudget(p.msg.Budget); err != nil {
-		return p, reject(streams.RejectBadInput, err)
+		return p, reject(salvagetype.RejectBadInput, err)
 	}
 	p.hash = streams.InputHash(name, p.msg.Input)
 	switch {
 	case p.msg.JobID != nil:
 		if err := streams.ValidateJobID(*p.msg.JobID); err != nil {
-			return p, reject(streams.RejectBadToken, err)
+			return p, reject(salvagetype.RejectBadToken, err)
 		}
 		p.jobID = *p.msg.JobID
 	default:
-		p.jobID = jobIDFor(hdr.Get(streams.HeaderMsgID), meta)
+		p.jobID = jobIDFor(hdr.Get(salvagetype.HeaderMsgID), meta)
 	}
 	p.partition = streams.PartitionOf(p.jobID, s.stores.Partitions())
 	// Looked up once the job id is known, so a waiter hears of it.
 	if p.pipeline, err = s.cfg.Registry.Get(name); err != nil {
-		return p, reject(streams.RejectUnknownPipeline, err)
+		return p, reject(salvagetype.RejectUnknownPipeline, err)
 	}
 	if p.tenant, err = tenantOf(p.msg, p.pipeline.TenantFrom); err != nil {
-		return p, reject(streams.RejectBadToken, err)
+		return p, reject(salvagetype.RejectBadToken, err)
 	}
 	inputs, err := p.pipeline.SplitInput(p.msg.Input)
 	if errors.Is(err, salvagetype.ErrPanic) {
-		return p, reject(streams.RejectPanic, err)
+		return p, reject(salvagetype.RejectPanic, err)
 	}
 	if err != nil {
-		return p, reject(streams.RejectBadInput, err)
+		return p, reject(salvagetype.RejectBadInput, err)
 	}
 	if len(inputs) == 0 {
-		return p, reject(streams.RejectBadInput, errors.New("input split into no chunks"))
+		return p, reject(salvagetype.RejectBadInput, errors.New("input split into no chunks"))
 	}
 	limit := s.cfg.MaxChunks
 	if p.pipeline.MaxChunks > 0 {
 		limit = p.pipeline.MaxChunks
 	}
 	if len(inputs) > limit {
-		return p, reject(streams.RejectTooManyChunks, fmt.Errorf("input split into %d chunks; %s allows %d", len(inputs), p.pipeline.Name, limit))
+		return p, reject(salvagetype.RejectTooManyChunks, fmt.Errorf("input split into %d chunks; %s allows %d", len(inputs), p.pipeline.Name, limit))
 	}
-	p.traceID, _ = streams.ParseTraceParent(hdr.Get(streams.HeaderTraceParent))
+	p.traceID, _ = streams.ParseTraceParent(hdr.Get(salvagetype.HeaderTraceParent))
 	if p.traceID == "" {
 		p.traceID = streams.DeriveTraceID(p.jobID)
 	}
@@ -440,10 +442,10 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 		}
 		cm, err := p.message(i)
 		if err != nil {
-			return p, reject(streams.RejectBadInput, fmt.Errorf("chunk %d: %w", i+1, err))
+			return p, reject(salvagetype.RejectBadInput, fmt.Errorf("chunk %d: %w", i+1, err))
 		}
 		if n := len(cm.Data); n > s.cfg.MaxPayload {
-			return p, reject(streams.RejectOversizedChunk, fmt.Errorf("chunk %d is %d bytes as a message (JSON escaping included), the limit is %d", i+1, n, s.cfg.MaxPayload))
+			return p, reject(salvagetype.RejectOversizedChunk, fmt.Errorf("chunk %d is %d bytes as a message (JSON escaping included), the limit is %d", i+1, n, s.cfg.MaxPayload))
 		}
 	}
 	return p, nil
@@ -473,10 +475,10 @@ func chunkMessage(c streams.ChunkMsg, window int) (*nats.Msg, error) {
 	}
 	cm := nats.NewMsg(subject)
 	cm.Data = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	cm.Header.Set(streams.HeaderMsgID, chunkMsgID(c))
-	cm.Header.Set(streams.HeaderJob, c.Job)
-	cm.Header.Set(streams.HeaderChunk, strconv.Itoa(c.Chunk))
-	cm.Header.Set(streams.HeaderTraceParent, streams.TraceParent(c.TraceID, streams.DeriveSpanID(fmt.Sprintf("%s.%d", c.Job, c.Chunk))))
+	cm.Header.Set(salvagetype.HeaderMsgID, chunkMsgID(c))
+	cm.Header.Set(salvagetype.HeaderJob, c.Job)
+	cm.Header.Set(salvagetype.HeaderChunk, strconv.Itoa(c.Chunk))
+	cm.Header.Set(salvagetype.HeaderTraceParent, streams.TraceParent(c.TraceID, streams.DeriveSpanID(fmt.Sprintf("%s.%d", c.Job, c.Chunk))))
 	return cm, nil
 }
 
@@ -506,8 +508,8 @@ func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, job 
 	if err := publishRejection(ctx, s.js, m.Subject(), m.Data(), seq, job, rej); err != nil {
 		return err
 	}
-	s.log.Warn().Str("reason", rej.reason).Str("subject", m.Subject()).Uint64("stream_seq", seq).Err(rej.err).Msg("job rejected")
-	if err := m.TermWithReason(rej.reason); err != nil {
+	s.log.Warn().Str("reason", string(rej.reason)).Str("subject", m.Subject()).Uint64("stream_seq", seq).Err(rej.err).Msg("job rejected")
+	if err := m.TermWithReason(string(rej.reason)); err != nil {
 		s.log.Warn().Err(err).Msg("term rejected job message")
 	}
 	return nil
@@ -522,8 +524,8 @@ func publishRejection(ctx context.Context, js jetstream.JetStream, subject strin
 	ev := streams.NewRejection(rej.reason, rej.err, subject, seq, data)
 	ev.JobID = job
 	h := nats.Header{}
-	h.Set(streams.HeaderReason, rej.reason)
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d", seq))
+	h.Set(salvagetype.HeaderReason, string(rej.reason))
+	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("rejected.%d", seq))
 	if err := publishJSON(ctx, js, streams.RejectedSubject(rej.reason), ev, h); err != nil {
 		return err
 	}
@@ -531,8 +533,8 @@ func publishRejection(ctx context.Context, js jetstream.JetStream, subject strin
 		return nil
 	}
 	h = nats.Header{}
-	h.Set(streams.HeaderReason, rej.reason)
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.%d.job", seq))
+	h.Set(salvagetype.HeaderReason, string(rej.reason))
+	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("rejected.%d.job", seq))
 	return publishJSON(ctx, js, streams.EventSubject(job, streams.EventRejected), ev, h)
 }
 

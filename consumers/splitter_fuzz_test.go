@@ -42,10 +42,10 @@ func fuzzSplitter(f *testing.F) *Splitter {
 }
 
 // rejectReasons are the reasons a job message may be refused for.
-var rejectReasons = map[string]bool{
-	streams.RejectMalformedJSON: true, streams.RejectUnknownPipeline: true, streams.RejectOversized: true,
-	streams.RejectBadToken: true, streams.RejectBadSubject: true, streams.RejectBadInput: true,
-	streams.RejectOversizedChunk: true, streams.RejectTooManyChunks: true, streams.RejectPanic: true,
+var rejectReasons = map[salvagetype.RejectReason]bool{
+	salvagetype.RejectMalformedJSON: true, salvagetype.RejectUnknownPipeline: true, salvagetype.RejectOversized: true,
+	salvagetype.RejectBadToken: true, salvagetype.RejectBadSubject: true, salvagetype.RejectBadInput: true,
+	salvagetype.RejectOversizedChunk: true, salvagetype.RejectTooManyChunks: true, salvagetype.RejectPanic: true,
 }
 
 // FuzzParseJob: whatever subject, body and headers a job message has,
@@ -72,8 +72,8 @@ func FuzzParseJob(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, subject string, body []byte, msgID, tp string) {
 		hdr := nats.Header{}
-		hdr.Set(streams.HeaderMsgID, msgID)
-		hdr.Set(streams.HeaderTraceParent, tp)
+		hdr.Set(salvagetype.HeaderMsgID, msgID)
+		hdr.Set(salvagetype.HeaderTraceParent, tp)
 		meta := &jetstream.MsgMetadata{Stream: streams.Jobs, Sequence: jetstream.SequencePair{Stream: 42}, Timestamp: time.Unix(1_700_000_000, 0)}
 		p, err := s.parse(subject, body, hdr, meta, nil)
 		if err != nil {

@@ -26,27 +26,28 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 	rejected := b.subscribe(t, "salvage.events.rejected.>")
 	b.startWorker(t, "w1")
 	tests := []struct {
-		subject, body, reason string
+		subject, body string
+		reason        salvagetype.RejectReason
 	}{
-		{"salvage.jobs.test", `{"input": {"chunks": [`, streams.RejectMalformedJSON},
-		{"salvage.jobs.test", `{"input": {}} trailing`, streams.RejectMalformedJSON},
+		{"salvage.jobs.test", `{"input": {"chunks": [`, salvagetype.RejectMalformedJSON},
+		{"salvage.jobs.test", `{"input": {}} trailing`, salvagetype.RejectMalformedJSON},
 		// Two job ids (or two inputs): the last won, silently.
-		{"salvage.jobs.test", `{"job_id": "a", "input": {"chunks": ["ok"]}, "job_id": "b"}`, streams.RejectMalformedJSON},
-		{"salvage.jobs.nope", `{"input": {"chunks": ["ok"]}}`, streams.RejectUnknownPipeline},
-		{"salvage.jobs.test", `{"input": {"chunks": ["` + strings.Repeat("x", 5000) + `"]}}`, streams.RejectOversized},
-		{"salvage.jobs.test", `{"job_id": "a.b", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
-		{"salvage.jobs.test", `{"job_id": "a*", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "a", "input": {"chunks": ["ok"]}, "job_id": "b"}`, salvagetype.RejectMalformedJSON},
+		{"salvage.jobs.nope", `{"input": {"chunks": ["ok"]}}`, salvagetype.RejectUnknownPipeline},
+		{"salvage.jobs.test", `{"input": {"chunks": ["` + strings.Repeat("x", 5000) + `"]}}`, salvagetype.RejectOversized},
+		{"salvage.jobs.test", `{"job_id": "a.b", "input": {"chunks": ["ok"]}}`, salvagetype.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "a*", "input": {"chunks": ["ok"]}}`, salvagetype.RejectBadToken},
 		// Valid subject tokens but not KV keys: they used to loop forever
 		// on "nats: invalid key".
-		{"salvage.jobs.test", `{"job_id": "job#1", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
-		{"salvage.jobs.test", `{"job_id": "jöb", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
-		{"salvage.jobs.test", `{"job_id": "a:b", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
-		{"salvage.jobs.test", `{"job_id": "", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
-		{"salvage.jobs.test", `{"job_id": "rejected", "input": {"chunks": ["ok"]}}`, streams.RejectBadToken},
-		{"salvage.jobs.test.extra", `{"input": {"chunks": ["ok"]}}`, streams.RejectBadSubject},
-		{"salvage.jobs.test", `{"input": {"chunks": []}}`, streams.RejectBadInput},
-		{"salvage.jobs.test", `{"metadata": {}}`, streams.RejectBadInput},
-		{"salvage.jobs.test", `{"input": "not an object"}`, streams.RejectBadInput},
+		{"salvage.jobs.test", `{"job_id": "job#1", "input": {"chunks": ["ok"]}}`, salvagetype.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "jöb", "input": {"chunks": ["ok"]}}`, salvagetype.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "a:b", "input": {"chunks": ["ok"]}}`, salvagetype.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "", "input": {"chunks": ["ok"]}}`, salvagetype.RejectBadToken},
+		{"salvage.jobs.test", `{"job_id": "rejected", "input": {"chunks": ["ok"]}}`, salvagetype.RejectBadToken},
+		{"salvage.jobs.test.extra", `{"input": {"chunks": ["ok"]}}`, salvagetype.RejectBadSubject},
+		{"salvage.jobs.test", `{"input": {"chunks": []}}`, salvagetype.RejectBadInput},
+		{"salvage.jobs.test", `{"metadata": {}}`, salvagetype.RejectBadInput},
+		{"salvage.jobs.test", `{"input": "not an object"}`, salvagetype.RejectBadInput},
 	}
 	for _, tt := range tests {
 		if _, err := b.JS.Publish(b.ctx, tt.subject, []byte(tt.body)); err != nil {
@@ -57,14 +58,14 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 	// The splitter of a pipeline rejects its jobs in order; a subject no
 	// splitter takes (an unknown pipeline, a bad shape) is rejected by the
 	// sweeper's intake: match each by its message.
-	bySeq := map[uint64]streams.Rejection{}
+	bySeq := map[uint64]salvagetype.Rejection{}
 	for _, m := range rejected() {
-		var r streams.Rejection
+		var r salvagetype.Rejection
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			t.Fatal(err)
 		}
-		if m.Subject != streams.RejectedSubject(r.Reason) || m.Header.Get(streams.HeaderReason) != r.Reason || r.Error == "" {
-			t.Errorf("rejection %+v on %s with header %q", r, m.Subject, m.Header.Get(streams.HeaderReason))
+		if m.Subject != streams.RejectedSubject(r.Reason) || m.Header.Get(salvagetype.HeaderReason) != string(r.Reason) || r.Error == "" {
+			t.Errorf("rejection %+v on %s with header %q", r, m.Subject, m.Header.Get(salvagetype.HeaderReason))
 		}
 		bySeq[r.StreamSeq] = r
 	}
@@ -73,7 +74,7 @@ func TestBadInputIsRejectedAndServiceKeepsServing(t *testing.T) {
 		if !ok || r.Reason != want.reason || r.Subject != want.subject {
 			t.Errorf("message %d (%s): rejection %+v, want reason %s", i+1, want.subject, r, want.reason)
 		}
-		if want.reason != streams.RejectOversized && r.Data != want.body {
+		if want.reason != salvagetype.RejectOversized && r.Data != want.body {
 			t.Errorf("message %d: rejection lost the payload: %q", i+1, r.Data)
 		}
 	}
@@ -172,7 +173,7 @@ func TestSubmitWithMsgIDKeepsThatID(t *testing.T) {
 	b := setup(t, setupOpts{})
 	id := "01JABCDEFGHJKMNPQRSTVWXYZ0"
 	m := nats.NewMsg(streams.JobSubject("test"))
-	m.Header.Set(streams.HeaderMsgID, id)
+	m.Header.Set(salvagetype.HeaderMsgID, id)
 	m.Data = []byte(`{"input": {"chunks": ["ok"]}}`)
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func publishChunk(t *testing.T, b *bundle, pipeline, job, link string) uint64 {
 	m := nats.NewMsg(streams.ChunkSubject(0, pipeline, job, 1))
 	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
 	if link != "" {
-		m.Header.Set(streams.HeaderRecoveryOf, link)
+		m.Header.Set(salvagetype.HeaderRecoveryOf, link)
 	}
 	ack, err := b.JS.PublishMsg(b.ctx, m)
 	if err != nil {
@@ -196,7 +196,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 			m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
 			envs := []kv.EnvelopeRecord{{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()}}
 			if tc.replay {
-				m.Header.Set(streams.HeaderReplayOf, first)
+				m.Header.Set(salvagetype.HeaderReplayOf, first)
 				envs = []kv.EnvelopeRecord{
 					{ID: first, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
 					{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeAbandoned, CreatedAt: time.Now()},
@@ -265,7 +265,7 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 	}
 	m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
 	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
-	m.Header.Set(streams.HeaderReplayOf, first)
+	m.Header.Set(salvagetype.HeaderReplayOf, first)
 	ack, err := b.JS.PublishMsg(b.ctx, m)
 	if err != nil {
 		t.Fatal(err)

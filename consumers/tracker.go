@@ -129,7 +129,7 @@ func (t tracker) announce(ctx context.Context, job kv.Job) (kv.Job, error) {
 		TraceID: job.TraceID, At: time.Now().UTC(),
 	}
 	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.finished.%d.%d.%d", job.ID, job.Summary.Done, job.Summary.DeadLettered, job.Summary.Cancelled))
+	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.finished.%d.%d.%d", job.ID, job.Summary.Done, job.Summary.DeadLettered, job.Summary.Cancelled))
 	if err := publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, h); err != nil {
 		return job, err
 	}

@@ -28,7 +28,7 @@ import (
 func TestForgedChunkChangesNothing(t *testing.T) {
 	t.Parallel()
 	b, s := setupShop(t)
-	rejected := b.subscribe(t, streams.RejectedSubject(streams.RejectBadChunk))
+	rejected := b.subscribe(t, streams.RejectedSubject(salvagetype.RejectBadChunk))
 	b.pauseShop(t, true)
 	job := b.submitOrders(t, shopOrder{ID: "real-1"}, shopOrder{ID: "real-2"}, shopOrder{ID: "real-3"})
 	j := b.waitJob(t, job, salvagetype.JobRunning)
@@ -63,7 +63,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		for _, ev := range rejected() {
-			var r streams.Rejection
+			var r salvagetype.Rejection
 			if json.Unmarshal(ev.Data, &r) == nil && r.JobID == job && r.Subject == m.Subject {
 				return true
 			}

@@ -101,10 +101,10 @@ func countRedeliveries(cp *kv.Checkpoint, meta *jetstream.MsgMetadata) {
 // Salvage-Recovery-Of header.
 func (r *run) linkedEnvelope() (id string, byHand bool) {
 	h := r.m.Headers()
-	if id := h.Get(streams.HeaderReplayOf); salvagetype.ValidateToken("envelope", id) == nil {
+	if id := h.Get(salvagetype.HeaderReplayOf); salvagetype.ValidateToken("envelope", id) == nil {
 		return id, true
 	}
-	if id := h.Get(streams.HeaderRecoveryOf); salvagetype.ValidateToken("envelope", id) == nil {
+	if id := h.Get(salvagetype.HeaderRecoveryOf); salvagetype.ValidateToken("envelope", id) == nil {
 		return id, false
 	}
 	return "", false
@@ -133,14 +133,14 @@ func (r *run) checkLinked(ctx context.Context, id string, byHand bool, epoch int
 			return freshFrom{}, err
 		}
 		if err != nil || rec.Job != r.chunk.Job || rec.Chunk != r.chunk.Chunk {
-			r.reject(ctx, streams.RejectBadReplay, fmt.Errorf("%s: %s is not an envelope of chunk %d of job %s", streams.HeaderRecoveryOf, id, r.chunk.Chunk, r.chunk.Job))
+			r.reject(ctx, salvagetype.RejectBadReplay, fmt.Errorf("%s: %s is not an envelope of chunk %d of job %s", salvagetype.HeaderRecoveryOf, id, r.chunk.Chunk, r.chunk.Job))
 		}
 		return freshFrom{}, nil
 	}
 	_, fresh, err := byHandReplay(ctx, r.w.stores, id, r.chunk)
 	switch {
 	case errors.Is(err, errForged):
-		r.reject(ctx, streams.RejectBadReplay, fmt.Errorf("%s: %w", streams.HeaderReplayOf, err))
+		r.reject(ctx, salvagetype.RejectBadReplay, fmt.Errorf("%s: %w", salvagetype.HeaderReplayOf, err))
 		return freshFrom{}, nil
 	case errors.Is(err, salvagetype.ErrReplayRefused):
 		r.refuseReplay(ctx, id, err)
@@ -165,26 +165,26 @@ func (r *run) refuseReplay(ctx context.Context, id string, why error) {
 	if err != nil {
 		r.log.Warn().Err(err).Str("envelope_id", id).Msg("note the refused replay on its envelope")
 	}
-	r.reject(ctx, streams.RejectReplayRefused, why)
+	r.reject(ctx, salvagetype.RejectReplayRefused, why)
 }
 
 // reject removes a chunk message its records deny, with a bounded event
 // on salvage.events.rejected.<reason>, and runs nothing. An event that
 // cannot be published leaves the message for a redelivery.
-func (r *run) reject(ctx context.Context, reason string, why error) {
+func (r *run) reject(ctx context.Context, reason salvagetype.RejectReason, why error) {
 	ev := streams.NewRejection(reason, why, r.m.Subject(), r.meta.Sequence.Stream, r.m.Data())
 	ev.JobID = r.chunk.Job
 	h := nats.Header{}
-	h.Set(streams.HeaderReason, reason)
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("rejected.chunk.%d", r.meta.Sequence.Stream))
+	h.Set(salvagetype.HeaderReason, string(reason))
+	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("rejected.chunk.%d", r.meta.Sequence.Stream))
 	if err := publishJSON(ctx, r.w.js, streams.RejectedSubject(reason), ev, h); err != nil {
 		r.log.Warn().Err(err).Msg("publish a chunk message's rejection; it stays for a redelivery")
-		r.outcome = reason
+		r.outcome = string(reason)
 		return
 	}
-	r.log.Warn().Str("reason", reason).Err(why).Uint64("stream_seq", r.meta.Sequence.Stream).Msg("chunk message rejected")
-	r.outcome = reason
-	if err := r.m.TermWithReason(reason); err != nil {
+	r.log.Warn().Str("reason", string(reason)).Err(why).Uint64("stream_seq", r.meta.Sequence.Stream).Msg("chunk message rejected")
+	r.outcome = string(reason)
+	if err := r.m.TermWithReason(string(reason)); err != nil {
 		r.log.Warn().Err(err).Msg("term rejected chunk message")
 	}
 }
@@ -194,12 +194,12 @@ func (r *run) reject(ctx context.Context, reason string, why error) {
 // parked chunk).
 func (r *run) approval() (salvagetype.Approval, bool) {
 	h := r.m.Headers()
-	by := h.Get(streams.HeaderApprovedBy)
-	stage, err := strconv.Atoi(h.Get(streams.HeaderApprovedStage))
+	by := h.Get(salvagetype.HeaderApprovedBy)
+	stage, err := strconv.Atoi(h.Get(salvagetype.HeaderApprovedStage))
 	if by == "" || err != nil || stage < 1 {
 		return salvagetype.Approval{}, false
 	}
-	return salvagetype.Approval{Stage: stage, By: streams.Clip(by, 256), Note: streams.Clip(h.Get(streams.HeaderApprovalNote), streams.ErrorTextMax), At: time.Now().UTC()}, true
+	return salvagetype.Approval{Stage: stage, By: streams.Clip(by, 256), Note: streams.Clip(h.Get(salvagetype.HeaderApprovalNote), streams.ErrorTextMax), At: time.Now().UTC()}, true
 }
 
 // replayedByHand records on its envelope that an operator re-ran the
@@ -213,7 +213,7 @@ func (r *run) replayedByHand(ctx context.Context, id string, fresh bool) {
 		}
 		rec.Replays++
 		rec.Status, rec.Requeued, rec.Human, rec.RecoveringBy, rec.LeaseUntil = salvagetype.EnvelopeRecovering, true, true, "", time.Time{}
-		note := fmt.Sprintf("replayed by hand (%s on %s message %d)", streams.HeaderReplayOf, r.meta.Stream, r.meta.Sequence.Stream)
+		note := fmt.Sprintf("replayed by hand (%s on %s message %d)", salvagetype.HeaderReplayOf, r.meta.Stream, r.meta.Sequence.Stream)
 		if fresh {
 			note += ", fresh in a new epoch: its effects were compensated"
 		}

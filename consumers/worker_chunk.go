@@ -125,7 +125,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg, s slot) {
 	}
 	if ref, err := streams.ParseChunkSubject(m.Subject()); err != nil || ref.Job != r.chunk.Job || ref.Chunk != r.chunk.Chunk || ref.Pipeline != r.chunk.Pipeline ||
 		ref.Partition != k || r.chunk.Partition != k {
-		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("subject %s, stream %s and body (chunk %d of job %s, pipeline %s, partition %d) disagree",
+		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("subject %s, stream %s and body (chunk %d of job %s, pipeline %s, partition %d) disagree",
 			m.Subject(), meta.Stream, r.chunk.Chunk, r.chunk.Job, r.chunk.Pipeline, r.chunk.Partition))
 		return
 	}
@@ -154,7 +154,7 @@ func (r *run) malformed(ctx context.Context, err error) {
 	if err == nil {
 		err = errors.New(`no "job_id" or no "chunk" from 1`)
 	}
-	r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("malformed chunk message: %w", err))
+	r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("malformed chunk message: %w", err))
 }
 
 func (r *run) run(ctx context.Context) error {
@@ -165,7 +165,7 @@ func (r *run) run(ctx context.Context) error {
 	}
 	job, err := r.job(ctx)
 	if errors.Is(err, errNoJob) {
-		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("job %s does not exist and no job message will create it", r.chunk.Job))
+		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("job %s does not exist and no job message will create it", r.chunk.Job))
 		return nil
 	}
 	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= r.pool.maxDeliver {
@@ -188,7 +188,7 @@ func (r *run) run(ctx context.Context) error {
 		return r.ack(ctx)
 	}
 	if r.chunk.Chunk > job.Chunks || r.chunk.Pipeline != job.Pipeline || r.part.Index != job.Partition {
-		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s in partition %d: job %s has %d chunks of pipeline %s in partition %d",
+		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s in partition %d: job %s has %d chunks of pipeline %s in partition %d",
 			r.chunk.Chunk, r.chunk.Pipeline, r.part.Index, job.ID, job.Chunks, job.Pipeline, job.Partition))
 		return nil
 	}
@@ -196,7 +196,7 @@ func (r *run) run(ctx context.Context) error {
 		// The record owns the input: a message whose input is not the one
 		// split for this chunk runs nothing (invariant 11).
 		if err := streams.VerifyChunk(job.ChunksRoot, job.Chunks, r.chunk); err != nil {
-			r.reject(ctx, streams.RejectBadChunk, err)
+			r.reject(ctx, salvagetype.RejectBadChunk, err)
 			return nil
 		}
 	}
@@ -397,7 +397,7 @@ func (r *run) againstCheckpoint(ctx context.Context, cp kv.Checkpoint) (bool, er
 		// Epochs move only in the checkpoint, before a requeue publishes
 		// the new one: a message ahead of its checkpoint was not sent by
 		// Salvage, and would run the chunk's effects again under new keys.
-		r.reject(ctx, streams.RejectBadChunk, fmt.Errorf("epoch %d: chunk %d of job %s is at epoch %d", r.chunk.Epoch, r.chunk.Chunk, r.chunk.Job, cp.Epoch))
+		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("epoch %d: chunk %d of job %s is at epoch %d", r.chunk.Epoch, r.chunk.Chunk, r.chunk.Job, cp.Epoch))
 		return true, nil
 	}
 	if cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled() {

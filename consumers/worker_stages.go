@@ -162,11 +162,11 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 		return r.permanent(ctx, fmt.Errorf("build result: %w", err))
 	}
 	h := nats.Header{}
-	h.Set(streams.HeaderMsgID, fmt.Sprintf("%s.%d.result.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch))
-	h.Set(streams.HeaderJob, r.chunk.Job)
-	h.Set(streams.HeaderChunk, strconv.Itoa(r.chunk.Chunk))
+	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.result.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch))
+	h.Set(salvagetype.HeaderJob, r.chunk.Job)
+	h.Set(salvagetype.HeaderChunk, strconv.Itoa(r.chunk.Chunk))
 	if r.chunk.TraceID != "" {
-		h.Set(streams.HeaderTraceParent, streams.TraceParent(r.chunk.TraceID, streams.DeriveSpanID(h.Get(streams.HeaderMsgID))))
+		h.Set(salvagetype.HeaderTraceParent, streams.TraceParent(r.chunk.TraceID, streams.DeriveSpanID(h.Get(salvagetype.HeaderMsgID))))
 	}
 	if _, err := publish(ctx, w.js, &nats.Msg{Subject: streams.ResultSubject(r.chunk.Job, r.chunk.Chunk), Data: result, Header: h}); err != nil {
 		return err

@@ -524,7 +524,7 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the split panic's rejection")
-	if m := rejected()[0]; m.Subject != streams.RejectedSubject(streams.RejectPanic) || !strings.Contains(string(m.Data), "split cannot cope") {
+	if m := rejected()[0]; m.Subject != streams.RejectedSubject(salvagetype.RejectPanic) || !strings.Contains(string(m.Data), "split cannot cope") {
 		t.Errorf("rejection on %s: %.300s", m.Subject, m.Data)
 	}
 }

@@ -139,7 +139,7 @@ func (j *Journal) rewrite(ctx context.Context, rows map[string]StoredRow, ttl fu
 		}
 		m := retainMsg(j.bucket, key, data, row.Seq, d)
 		if row.TraceID != "" {
-			m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(key)))
+			m.Header.Set(salvagetype.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(key)))
 		}
 		f, err := j.js.PublishMsgAsync(m)
 		if err != nil {

@@ -152,8 +152,8 @@ func TestJournalRowsCarryTheTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, ok := streams.ParseTraceParent(m.Header.Get(streams.HeaderTraceParent)); !ok || id != r.TraceID {
-		t.Fatalf("traceparent %q, want trace %s", m.Header.Get(streams.HeaderTraceParent), r.TraceID)
+	if id, ok := streams.ParseTraceParent(m.Header.Get(salvagetype.HeaderTraceParent)); !ok || id != r.TraceID {
+		t.Fatalf("traceparent %q, want trace %s", m.Header.Get(salvagetype.HeaderTraceParent), r.TraceID)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -123,7 +124,7 @@ func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context)
 	m.Data = data
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 	if row.TraceID != "" {
-		m.Header.Set(streams.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(row.Key)))
+		m.Header.Set(salvagetype.HeaderTraceParent, streams.TraceParent(row.TraceID, streams.DeriveSpanID(row.Key)))
 	}
 	if !j.atomic {
 		// Asynchronous publishes pipeline by themselves: no need to queue.

@@ -50,31 +50,8 @@ type ChunkMsg struct {
 	Proof string `json:"proof,omitempty"`
 }
 
-// Rejection is published on salvage.events.rejected.<reason> for input that
-// was refused or could not be split. It is bounded: Data holds the refused
-// payload when it is at most RejectionDataMax bytes, else its first bytes
-// with DataTruncated set; Size and SHA256 identify the whole of it, and
-// StreamSeq finds it in SALVAGE_JOBS while it is still there.
-type Rejection struct {
-	Reason string `json:"reason"`
-	// JobID is the job's id when the message named one (no job of that
-	// id exists); the event then also goes to salvage.events.<job>.rejected.
-	JobID         string    `json:"job_id,omitempty"`
-	Error         string    `json:"error"`
-	Subject       string    `json:"subject"`
-	StreamSeq     uint64    `json:"stream_seq,omitempty"`
-	Size          int       `json:"size"`
-	SHA256        string    `json:"sha256"`
-	Data          string    `json:"data,omitempty"`
-	DataTruncated bool      `json:"data_truncated,omitempty"`
-	At            time.Time `json:"at"`
-}
-
 // Bounds of what one event carries.
 const (
-	// RejectionDataMax is the most of a refused payload a rejection
-	// event copies.
-	RejectionDataMax = 4 << 10
 	// ErrorTextMax is the longest error text a journal row, checkpoint,
 	// envelope, event or reply keeps (room for a panic's stack).
 	ErrorTextMax = 8 << 10
@@ -85,13 +62,13 @@ const (
 )
 
 // NewRejection describes refused data, bounded (see Rejection).
-func NewRejection(reason string, err error, subject string, seq uint64, data []byte) Rejection {
+func NewRejection(reason salvagetype.RejectReason, err error, subject string, seq uint64, data []byte) salvagetype.Rejection {
 	sum := sha256.Sum256(data)
-	r := Rejection{
+	r := salvagetype.Rejection{
 		Reason: reason, Error: Clip(err.Error(), ErrorTextMax), Subject: Clip(subject, 1024), StreamSeq: seq,
 		Size: len(data), SHA256: hex.EncodeToString(sum[:]), At: time.Now().UTC(),
 	}
-	r.Data = Clip(string(data), RejectionDataMax)
+	r.Data = Clip(string(data), salvagetype.RejectionDataMax)
 	r.DataTruncated = len(r.Data) < len(data)
 	return r
 }
@@ -106,43 +83,6 @@ func Clip(s string, n int) string {
 	}
 	return s[:n]
 }
-
-// Rejection reasons, the last token of salvage.events.rejected.<reason>.
-const (
-	RejectMalformedJSON   = "malformed-json"
-	RejectUnknownPipeline = "unknown-pipeline"
-	RejectOversized       = "oversized"
-	RejectBadToken        = "bad-token"
-	RejectBadSubject      = "bad-subject"
-	RejectBadInput        = "bad-input"
-	RejectDuplicateJob    = "duplicate-job"
-	// RejectOversizedChunk: a chunk message built from the job would
-	// exceed the payload limit (JSON escaping can multiply its size).
-	RejectOversizedChunk = "oversized-chunk"
-	// RejectTooManyChunks: the job splits into more chunks than its
-	// pipeline allows.
-	RejectTooManyChunks = "too-many-chunks"
-	// RejectPanic: the pipeline's split function panicked on the input;
-	// the event's error carries the panic and its stack.
-	RejectPanic = "panic"
-	// RejectSplitFailed: the job message could not be split after every
-	// delivery the splitter consumer allows; it stays in SALVAGE_JOBS at
-	// stream_seq.
-	RejectSplitFailed = "split-failed"
-	// RejectBadChunk: a chunk message on SALVAGE_CHUNKS that its records
-	// deny: its subject and body name different chunks, or its chunk
-	// number or pipeline is not its job's. It is removed without running.
-	RejectBadChunk = "bad-chunk"
-	// RejectBadReplay: a chunk message whose Salvage-Replay-Of or
-	// Salvage-Recovery-Of names an envelope that is not its chunk's (or
-	// none at all). It is removed without running, the envelope untouched.
-	RejectBadReplay = "bad-replay"
-	// RejectReplayRefused: a replay published by hand that Salvage will
-	// not run (its job was cancelled, a recovery is running on the
-	// envelope, or compensated effects sit beside standing ones). The
-	// envelope notes it.
-	RejectReplayRefused = "replay-refused"
-)
 
 // JobEvent is published on salvage.events.<job>.<kind>. A progress event
 // names the chunk whose outcome changed (Chunk, ChunkStatus) and carries

@@ -43,25 +43,6 @@ const (
 	LegacyRecoveryConsumer = "recovery"
 )
 
-// Header names carried on Salvage messages.
-const (
-	HeaderMsgID       = "Nats-Msg-Id"
-	HeaderTraceParent = "traceparent"
-	HeaderJob         = "Salvage-Job"
-	HeaderChunk       = "Salvage-Chunk"
-	HeaderRecoveryOf  = "Salvage-Recovery-Of"
-	HeaderReplayOf    = "Salvage-Replay-Of"
-	HeaderReason      = "Salvage-Reason"
-	// HeaderApprovedBy, HeaderApprovedStage and HeaderApprovalNote carry
-	// an approval on the chunk message it releases: the worker that takes
-	// it records the approval in the checkpoint, in the same CAS.
-	HeaderApprovedBy    = "Salvage-Approved-By"
-	HeaderApprovedStage = "Salvage-Approved-Stage"
-	HeaderApprovalNote  = "Salvage-Approval-Note"
-	// HeaderEnvelope names the envelope an escalation is about.
-	HeaderEnvelope = "Salvage-Envelope"
-)
-
 // Event kinds published on salvage.events.<job>.<kind>.
 const (
 	EventAccepted = "accepted"

@@ -205,14 +205,14 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 	}
 	hash := streams.InputHash("p", json.RawMessage(`{}`))
 	m := streams.JobMessage("p", id, hash, body, "")
-	if m.Subject != "salvage.jobs.p" || m.Header.Get(streams.HeaderMsgID) != id+"."+hash[:16] {
+	if m.Subject != "salvage.jobs.p" || m.Header.Get(salvagetype.HeaderMsgID) != id+"."+hash[:16] {
 		t.Fatalf("message %s %v", m.Subject, m.Header)
 	}
-	if _, ok := streams.ParseTraceParent(m.Header.Get(streams.HeaderTraceParent)); !ok {
+	if _, ok := streams.ParseTraceParent(m.Header.Get(salvagetype.HeaderTraceParent)); !ok {
 		t.Fatalf("no traceparent minted: %v", m.Header)
 	}
 	tp := streams.TraceParent(streams.DeriveTraceID("x"), streams.DeriveSpanID("x"))
-	if got := streams.JobMessage("p", "mine", hash, body, tp); got.Header.Get(streams.HeaderTraceParent) != tp || got.Header.Get(streams.HeaderMsgID) != "mine."+hash[:16] {
+	if got := streams.JobMessage("p", "mine", hash, body, tp); got.Header.Get(salvagetype.HeaderTraceParent) != tp || got.Header.Get(salvagetype.HeaderMsgID) != "mine."+hash[:16] {
 		t.Fatalf("a given traceparent kept, the id and input in Nats-Msg-Id: %v", got.Header)
 	}
 	// The same input, however it is written, hashes the same; another

@@ -135,7 +135,7 @@ func EventSubject(job, kind string) string { return "salvage.events." + job + ".
 const CancelledEvents = "salvage.events.*." + EventCancelled
 
 // RejectedSubject is where a rejected input is reported.
-func RejectedSubject(reason string) string { return rejectedRoot + reason }
+func RejectedSubject(reason salvagetype.RejectReason) string { return rejectedRoot + string(reason) }
 
 // ParseJobSubject returns the pipeline token of salvage.jobs.<pipeline>, or
 // ErrBadSubject when the subject has another shape.

@@ -47,11 +47,11 @@ func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 func JobMessage(pipeline, id, inputHash string, body []byte, tp string) *nats.Msg {
 	m := nats.NewMsg(JobSubject(pipeline))
 	m.Data = body
-	m.Header.Set(HeaderMsgID, id+"."+inputHash[:min(16, len(inputHash))])
+	m.Header.Set(salvagetype.HeaderMsgID, id+"."+inputHash[:min(16, len(inputHash))])
 	if _, ok := ParseTraceParent(tp); !ok {
 		tp = NewTraceParent()
 	}
-	m.Header.Set(HeaderTraceParent, tp)
+	m.Header.Set(salvagetype.HeaderTraceParent, tp)
 	return m
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // waitingScan bounds the job messages FindWaitingJob reads.
@@ -51,6 +52,6 @@ func messageOfJob(raw *jetstream.RawStreamMsg, id string) bool {
 	if json.Unmarshal(raw.Data, &msg) == nil && msg.JobID != nil {
 		return *msg.JobID == id
 	}
-	msgID := raw.Header.Get(HeaderMsgID)
+	msgID := raw.Header.Get(salvagetype.HeaderMsgID)
 	return msgID == id || strings.HasPrefix(msgID, id+".")
 }

@@ -117,7 +117,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 		t.Fatalf("replay reply %s: %v", out, err)
 	}
 	// Way 2: by hand, the original subject and data with Salvage-Replay-Of.
-	natsCmd(t, url, "pub", envs[1].Original.Subject, string(envs[1].Original.Data), "-H", streams.HeaderReplayOf+":"+envs[1].ID)
+	natsCmd(t, url, "pub", envs[1].Original.Subject, string(envs[1].Original.Data), "-H", salvagetype.HeaderReplayOf+":"+envs[1].ID)
 
 	nc := salvagetest.Connect(t, url)
 	js, _ := jetstream.New(nc)
@@ -328,11 +328,11 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	_ = nc.Flush()
-	expect := func(reason string) streams.Rejection {
+	expect := func(reason salvagetype.RejectReason) salvagetype.Rejection {
 		t.Helper()
 		select {
 		case m := <-rejections:
-			var r streams.Rejection
+			var r salvagetype.Rejection
 			if err := json.Unmarshal(m.Data, &r); err != nil || r.Reason != reason || len(m.Data) > 16<<10 {
 				t.Fatalf("rejection on %s (%d bytes): %+v %v; want a bounded %s", m.Subject, len(m.Data), r, err, reason)
 			}
@@ -340,7 +340,7 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("no %s rejection", reason)
 		}
-		return streams.Rejection{}
+		return salvagetype.Rejection{}
 	}
 	lt := strings.Repeat("<", 200_000)
 
@@ -348,16 +348,16 @@ func TestHostileInputWithTheNatsCLI(t *testing.T) {
 	// JSON-escaped. Rejected whole: no record, no chunk.
 	body := []byte(`{"input": {"text": "Clause 1\n\n` + lt + `"}}`)
 	natsPubStdin(t, url, "salvage.jobs.contract-review", body)
-	expect(streams.RejectOversizedChunk)
+	expect(salvagetype.RejectOversizedChunk)
 	// A malformed body of the same: its rejection is a prefix and a hash.
 	natsPubStdin(t, url, "salvage.jobs.contract-review", []byte(lt))
-	if r := expect(streams.RejectMalformedJSON); r.Size != len(lt) || !r.DataTruncated {
+	if r := expect(salvagetype.RejectMalformedJSON); r.Size != len(lt) || !r.DataTruncated {
 		t.Errorf("malformed rejection = size %d truncated %v", r.Size, r.DataTruncated)
 	}
 	// More chunks than the pipeline allows.
 	body, _ = json.Marshal(map[string]any{"input": contractreview.Input{Text: contractreview.Contract(301, 1)}})
 	natsPubStdin(t, url, "salvage.jobs.contract-review", body)
-	expect(streams.RejectTooManyChunks)
+	expect(salvagetype.RejectTooManyChunks)
 	stores, err := kv.Open(ctx, js)
 	if err != nil {
 		t.Fatal(err)

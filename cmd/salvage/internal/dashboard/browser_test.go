@@ -258,7 +258,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject(0, "order-fulfillment", job, 2))
-		return err == nil && m.Header.Get(streams.HeaderApprovedBy) == "dashboard" && m.Header.Get(streams.HeaderApprovedStage) == "2"
+		return err == nil && m.Header.Get(salvagetype.HeaderApprovedBy) == "dashboard" && m.Header.Get(salvagetype.HeaderApprovedStage) == "2"
 	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
 	// Another chunk is rejected: it is dead-lettered with the reason, and
 	// leaves SALVAGE_HOLD without running.
