@@ -386,7 +386,9 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 
 // JournalStats reports how many flushes this client's workers made to the
 // journal and how many rows they carried: rows over flushes is the group
-// commit at work.
+// commit at work. It counts this process only; a program that embeds
+// workers can export it as a metric (the dashboard, which runs no worker,
+// cannot show it), and salvage bench reports it.
 func (c *Client) JournalStats() (flushes, rows int64) {
 	c.storesMu.Lock()
 	st := c.stores

@@ -293,7 +293,7 @@ const derivePage = 250
 // derivePage at a time into a derivation of the job's status
 // (Jobs.SettleDerived): memory stays a page's whatever the job's size.
 func (s *Checkpoints) Derive(ctx context.Context, job string, n int) (*Derivation, error) {
-	d := NewDerivation()
+	d := newDerivation()
 	for lo := 1; lo <= n; lo += derivePage {
 		cps, err := s.ForJobRange(ctx, job, lo, min(lo+derivePage-1, n))
 		if err != nil {

@@ -191,13 +191,13 @@ func (c *Claims) Orphan(ctx context.Context, cur Lease) (Lease, error) {
 	return Lease{Claim: claim, Key: cur.Key, Revision: rev}, nil
 }
 
-// HeldKey is the key under which a holder's claim on a chunk is listed:
+// heldKey is the key under which a holder's claim on a chunk is listed:
 // by/<holder>.<job>.<chunk>. A job id holds no '/', so no chunk key is one.
-func HeldKey(holder, job string, chunk int) string { return heldPrefix(holder) + ChunkKey(job, chunk) }
+func heldKey(holder, job string, chunk int) string { return heldPrefix(holder) + ChunkKey(job, chunk) }
 
 func heldPrefix(holder string) string { return "by/" + holder + "." }
 
-// Hold lists l under its holder (HeldKey), so that when the holder's
+// Hold lists l under its holder (heldKey), so that when the holder's
 // process dies its claims are found by one listing of its own keys
 // (HeldBy), not by following every claim of the fleet. A claim acquired
 // and not yet listed (a crash between the two writes) is found by
@@ -212,7 +212,7 @@ func (c *Claims) Hold(ctx context.Context, l Lease) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	key := HeldKey(l.ClaimedBy, job, chunk)
+	key := heldKey(l.ClaimedBy, job, chunk)
 	var rev uint64
 	err = streams.Retry(ctx, func(ctx context.Context) error {
 		var err error

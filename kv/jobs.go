@@ -201,7 +201,7 @@ func (e *explainer) lines() []string {
 
 // applyDelta adds one chunk's transition to s. Counts never go below
 // zero: a transition whose earlier half a crash lost is repaired by
-// Derive.
+// derive.
 func applyDelta(s *salvagetype.Summary, d Delta) {
 	countOutcome(s, d.From, -1)
 	countOutcome(s, d.To, 1)
@@ -225,7 +225,7 @@ func countOutcome(s *salvagetype.Summary, outcome salvagetype.ChunkStatus, n int
 	}
 }
 
-// Derive computes a job's status and counts from every chunk's checkpoint
+// derive computes a job's status and counts from every chunk's checkpoint
 // (chunk i at cps[i-1]; a missing one is StatusPending): running while any
 // chunk is not terminal; then cancelled if the job was cancelled, done if
 // every chunk is done with no gaps, partial if every chunk is done but
@@ -235,13 +235,13 @@ func countOutcome(s *salvagetype.Summary, outcome salvagetype.ChunkStatus, n int
 // lines) names the chunks, stages and envelopes behind a status other than
 // done. It reads no store: it is the repair path's arithmetic, run once
 // per job and when a crash may have lost an update, never per chunk.
-func Derive(cancelled bool, cps []Checkpoint) (salvagetype.JobStatus, salvagetype.Summary, []string) {
+func derive(cancelled bool, cps []Checkpoint) (salvagetype.JobStatus, salvagetype.Summary, []string) {
 	d := derivation{cancelled: cancelled}
 	d.add(cps)
 	return d.result()
 }
 
-// derivation is Derive over checkpoints given a page at a time: its state
+// derivation is derive over checkpoints given a page at a time: its state
 // is bounded (counts, and an explainer of at most explanationMax lines of
 // each kind), so a job's checkpoints need not be in memory at once.
 type derivation struct {
@@ -251,7 +251,7 @@ type derivation struct {
 	unfinished int
 }
 
-// Derivation is Derive for both answers to "was the job cancelled?",
+// Derivation is derive for both answers to "was the job cancelled?",
 // over checkpoints added a page at a time (Add): Settle picks the one its
 // job record says, so 10,000 checkpoints are read a thousand at a time
 // and never held together.
@@ -268,8 +268,8 @@ type Derivation struct {
 // its writer is about to apply, twice.
 func (d *Derivation) LastWrite() time.Time { return d.last }
 
-// NewDerivation returns an empty derivation.
-func NewDerivation() *Derivation {
+// newDerivation returns an empty derivation.
+func newDerivation() *Derivation {
 	return &Derivation{as: [2]derivation{{cancelled: false}, {cancelled: true}}}
 }
 
@@ -284,7 +284,7 @@ func (d *Derivation) Add(cps []Checkpoint) {
 	d.as[1].add(cps)
 }
 
-// Result is Derive's answer for a job cancelled or not.
+// Result is derive's answer for a job cancelled or not.
 func (d *Derivation) Result(cancelled bool) (salvagetype.JobStatus, salvagetype.Summary, []string) {
 	if cancelled {
 		return d.as[1].result()
@@ -599,12 +599,12 @@ func (s *Jobs) ApplyAll(ctx context.Context, id string, ds []Delta, last JobRev)
 const countAttempts = 32
 
 // Settle rewrites a job's counts and status from every chunk's checkpoint
-// (see Derive) and returns the job and whether this call moved it to a
+// (see derive) and returns the job and whether this call moved it to a
 // finished status, so exactly one caller publishes the finished event. It
 // is the repair path: called once when the counts say the job is over,
 // and whenever a crash may have lost a count.
 func (s *Jobs) Settle(ctx context.Context, id string, cps []Checkpoint) (Job, bool, error) {
-	d := NewDerivation()
+	d := newDerivation()
 	d.Add(cps)
 	return s.SettleDerived(ctx, id, d)
 }

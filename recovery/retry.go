@@ -25,13 +25,13 @@ type RetryPolicy struct {
 	Rand func(n int64) int64
 }
 
-// DefaultRetryPolicy returns the documented defaults.
-func DefaultRetryPolicy() RetryPolicy {
+// defaultRetryPolicy returns the documented defaults.
+func defaultRetryPolicy() RetryPolicy {
 	return RetryPolicy{MaxRetries: salvagetype.RetriesDefault, BaseDelay: salvagetype.RetryBaseDefault, MaxDelay: salvagetype.RetryMaxDefault, TotalCap: salvagetype.RetryTotalDefault}
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	d := DefaultRetryPolicy()
+	d := defaultRetryPolicy()
 	// A negative MaxRetries (none) stays negative, so applying the
 	// defaults twice cannot turn "no retries" into the default 3.
 	if p.MaxRetries == 0 {

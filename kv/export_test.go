@@ -1,0 +1,8 @@
+package kv
+
+// What the package's external tests reach that no other package uses.
+var (
+	Derive        = derive
+	NewDerivation = newDerivation
+	HeldKey       = heldKey
+)

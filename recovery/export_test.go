@@ -1,0 +1,5 @@
+package recovery
+
+// DefaultRetryPolicy is what the package's external tests reach that no
+// other package uses.
+var DefaultRetryPolicy = defaultRetryPolicy
