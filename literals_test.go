@@ -2,9 +2,7 @@ package salvage
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -43,20 +41,10 @@ func TestStatusWordsAreConstants(t *testing.T) {
 	// "done", "open", "closed" and "cancelled" are also everyday words of
 	// messages and names; the words above are not.
 	var found []string
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == "salvagetype") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
+	files, fset := moduleFiles(t)
+	for path, f := range files {
+		if strings.HasPrefix(path, "salvagetype"+string(filepath.Separator)) {
+			continue
 		}
 		names := map[*ast.BasicLit]bool{}
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -82,10 +70,6 @@ func TestStatusWordsAreConstants(t *testing.T) {
 			}
 			return true
 		})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, f := range found {
 		t.Errorf("a status word spelled as a literal, not its constant: %s", f)

@@ -25,20 +25,8 @@ import (
 func TestOneDefinitionPerRecord(t *testing.T) {
 	t.Parallel()
 	shapes := map[string][]string{}
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "node_modules" || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	files, _ := moduleFiles(t)
+	for path, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			ts, ok := n.(*ast.TypeSpec)
 			if !ok || ts.Assign.IsValid() {
@@ -52,10 +40,6 @@ func TestOneDefinitionPerRecord(t *testing.T) {
 			}
 			return true
 		})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if len(shapes) < 50 {
 		t.Fatalf("found %d record shapes: the walk missed the module", len(shapes))
@@ -65,6 +49,35 @@ func TestOneDefinitionPerRecord(t *testing.T) {
 			t.Errorf("one JSON shape defined %d times: %s\n\tfields: %s", len(defs), strings.Join(defs, ", "), shape)
 		}
 	}
+}
+
+// moduleFiles parses every non-test Go file of the module, by path, for
+// the tests that read the whole source (one walk, one parse per test).
+func moduleFiles(t *testing.T) (map[string]*ast.File, *token.FileSet) {
+	t.Helper()
+	files := map[string]*ast.File{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "node_modules" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files[path] = f
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files, fset
 }
 
 // jsonNames is the sorted JSON field names of st's tagged fields.
