@@ -33,12 +33,12 @@ type Decision struct {
 	By, Note string
 }
 
-// Approve answers chunk of job, which waits (status awaiting-approval)
+// ChunkApprove answers chunk of job, which waits (status awaiting-approval)
 // before a stage that requires approval. Approved, the chunk goes back to
 // the work queue and runs the stage, wherever its worker is — also after
 // every process was restarted. It returns the chunk's checkpoint, or an
 // error wrapping ErrUnknownJob, ErrInvalidToken or ErrNotAwaitingApproval.
-func (c *Client) Approve(ctx context.Context, job string, chunk int, d Decision) (*Chunk, error) {
+func (c *Client) ChunkApprove(ctx context.Context, job string, chunk int, d Decision) (*Chunk, error) {
 	if err := streams.ValidateJobID(job); err != nil {
 		return nil, err
 	}
@@ -84,11 +84,11 @@ type Awaiting struct {
 // AwaitingInputMax bounds the input Awaiting carries.
 const AwaitingInputMax = 2048
 
-// Awaiting lists up to limit chunks awaiting approval (default 100, at
+// ChunkListAwaiting lists up to limit chunks awaiting approval (default 100, at
 // most AwaitingLimit), longest waiting first: two requests per chunk
 // listed (its parked message, its checkpoint for the stage), whatever the
 // number waiting.
-func (c *Client) Awaiting(ctx context.Context, limit int) ([]Awaiting, error) {
+func (c *Client) ChunkListAwaiting(ctx context.Context, limit int) ([]Awaiting, error) {
 	if limit <= 0 {
 		limit = 100
 	}

@@ -30,9 +30,9 @@ type Breaker struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// Breakers lists every system whose breaker ever opened, by name, with
+// BreakerList lists every system whose breaker ever opened, by name, with
 // the chunks each holds. A system never listed has a closed breaker.
-func (c *Client) Breakers(ctx context.Context) ([]Breaker, error) {
+func (c *Client) BreakerList(ctx context.Context) ([]Breaker, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err

@@ -77,10 +77,10 @@ type BulkResult = salvagetype.BulkResult
 // BulkFailure is one envelope a bulk request could not act on.
 type BulkFailure = salvagetype.BulkFailure
 
-// Bulk replays, resolves or acknowledges every envelope a filter matches,
+// EnvelopeBulk replays, resolves or acknowledges every envelope a filter matches,
 // each through the same compare-and-swap as the single action: running
 // it twice replays nothing twice. Start with DryRun to see the count.
-func (c *Client) Bulk(ctx context.Context, req BulkRequest) (*BulkResult, error) {
+func (c *Client) EnvelopeBulk(ctx context.Context, req BulkRequest) (*BulkResult, error) {
 	if err := req.Filter.Validate(); err != nil {
 		return nil, err
 	}

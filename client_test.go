@@ -69,7 +69,7 @@ func TestClientRunsAJob(t *testing.T) {
 	t.Parallel()
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"salvage", "works"}}, &salvage.SubmitOpts{JobID: "my-job-1"})
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"salvage", "works"}}, &salvage.SubmitOpts{JobID: "my-job-1"})
 	if err != nil || id != "my-job-1" {
 		t.Fatalf("submit: %s, %v", id, err)
 	}
@@ -77,22 +77,22 @@ func TestClientRunsAJob(t *testing.T) {
 	if j.Status != salvage.JobDone || j.Summary.Done != 2 {
 		t.Fatalf("job = %+v", j)
 	}
-	res, err := c.Results(ctx, id)
+	res, err := c.JobResults(ctx, id)
 	if err != nil || string(res[1]) != `"SALVAGE!"` || string(res[2]) != `"WORKS!"` {
 		t.Fatalf("results = %s %s, %v", res[1], res[2], err)
 	}
-	st, err := c.Status(ctx, id, &salvage.Page{Limit: 1})
+	st, err := c.ChunkList(ctx, id, &salvage.Page{Limit: 1})
 	if err != nil || len(st.Chunks) != 1 || st.Chunks[0].Status != salvage.ChunkDone || st.NextOffset != 1 {
 		t.Fatalf("status = %+v, %v", st, err)
 	}
-	tr, err := c.Trace(ctx, id)
+	tr, err := c.JobTrace(ctx, id)
 	if err != nil || len(tr.Chunks) != 2 || len(tr.Chunks[0].Calls) != 1 || tr.Chunks[0].Calls[0].Status != salvage.CallSucceeded {
 		t.Fatalf("trace = %+v, %v", tr, err)
 	}
-	if _, err := c.Wait(ctx, "rejected"); err == nil {
+	if _, err := c.JobWait(ctx, "rejected"); err == nil {
 		t.Error("waiting on a reserved id should fail")
 	}
-	if _, err := c.Get(ctx, "no-such-job"); !errors.Is(err, salvage.ErrUnknownJob) {
+	if _, err := c.JobGet(ctx, "no-such-job"); !errors.Is(err, salvage.ErrUnknownJob) {
 		t.Errorf("Get of an unknown job: %v", err)
 	}
 }
@@ -104,15 +104,15 @@ func TestWaitReportsARejection(t *testing.T) {
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	id, err := c.Submit(ctx, "words", map[string]any{"nothing": true}, nil)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"nothing": true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Wait(ctx, id); !errors.Is(err, salvage.ErrRejected) || !strings.Contains(err.Error(), "bad-input") {
+	if _, err := c.JobWait(ctx, id); !errors.Is(err, salvage.ErrRejected) || !strings.Contains(err.Error(), "bad-input") {
 		t.Fatalf("Wait = %v, want a bad-input rejection", err)
 	}
-	id, _ = c.Submit(ctx, "nope", map[string]any{}, nil)
-	if _, err := c.Wait(ctx, id); !errors.Is(err, salvage.ErrUnknownPipeline) {
+	id, _ = c.JobSubmit(ctx, "nope", map[string]any{}, nil)
+	if _, err := c.JobWait(ctx, id); !errors.Is(err, salvage.ErrUnknownPipeline) {
 		t.Fatalf("Wait for an unknown pipeline = %v", err)
 	}
 }
@@ -124,7 +124,7 @@ func TestPanickingAgentFailsOnlyItsChunk(t *testing.T) {
 	t.Parallel()
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"one", "panic", "three"}}, nil)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"one", "panic", "three"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +132,11 @@ func TestPanickingAgentFailsOnlyItsChunk(t *testing.T) {
 	if j.Status != salvage.JobIncomplete || j.Summary.Done != 2 || j.Summary.DeadLettered != 1 {
 		t.Fatalf("job = %+v", j)
 	}
-	list, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Job: id}, nil)
+	list, err := c.EnvelopeList(ctx, salvage.EnvelopeFilter{Job: id}, nil)
 	if err != nil || list.Total != 1 {
 		t.Fatalf("envelopes = %+v, %v", list, err)
 	}
-	d, err := c.ShowEnvelope(ctx, list.Envelopes[0].ID)
+	d, err := c.EnvelopeGet(ctx, list.Envelopes[0].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestWaitOutlivesAServerRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
-	id, err := c.Submit(ctx, "gated", 1, nil)
+	id, err := c.JobSubmit(ctx, "gated", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestWaitOutlivesAServerRestart(t *testing.T) {
 		err error
 	}
 	waited := make(chan result, 1)
-	go func() { j, err := c.Wait(ctx, id); waited <- result{j, err} }()
+	go func() { j, err := c.JobWait(ctx, id); waited <- result{j, err} }()
 	select {
 	case <-running:
 	case <-ctx.Done():

@@ -174,7 +174,7 @@ type Config struct {
 	// Breakers overrides Breaker for named systems.
 	Breakers map[string]BreakerPolicy
 	// Limits are rate limits this process declares when it starts (as
-	// SetLimit would): every process of the deployment follows them,
+	// LimitSet would): every process of the deployment follows them,
 	// wherever they were declared.
 	Limits []Limit
 	// Prices price model usage for job budgets: by model name (as a

@@ -57,7 +57,7 @@ func TestAPoolRunsOneDefinition(t *testing.T) {
 
 	// An upgrade on purpose.
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{impostor}, Upgrades: []string{impostorFP}})
-	ps, err := c.Pipelines(ctx)
+	ps, err := c.PipelineList(ctx)
 	if err != nil || len(ps) != 1 || ps[0].Fingerprint != impostorFP || ps[0].PreviousFingerprint != realFP || len(ps[0].Definition) == 0 {
 		t.Fatalf("pipelines after the upgrade: %+v, %v", ps, err)
 	}

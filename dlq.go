@@ -188,7 +188,7 @@ func (r EnvelopeRecord) Since() time.Time {
 	return r.StatusAt
 }
 
-// ListEnvelopes returns one page (nil: the first PageDefault) of the
+// EnvelopeList returns one page (nil: the first PageDefault) of the
 // envelope records f matches, in the order they entered their status
 // (f.Newest: the latest first); a filter naming a category or status that
 // does not exist is refused (ErrBadFilter). It reads the envelope index,
@@ -197,7 +197,7 @@ func (r EnvelopeRecord) Since() time.Time {
 // NextOffset still moves by the limit. Total is exact when one page holds
 // every match; past that it counts index entries, which a record moving
 // as it is read holds twice for a moment.
-func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page) (*EnvelopeList, error) {
+func (c *Client) EnvelopeList(ctx context.Context, f EnvelopeFilter, page *Page) (*EnvelopeList, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -220,9 +220,9 @@ func (c *Client) ListEnvelopes(ctx context.Context, f EnvelopeFilter, page *Page
 	return out, nil
 }
 
-// ShowEnvelope returns everything about envelope id, or an error wrapping
+// EnvelopeGet returns everything about envelope id, or an error wrapping
 // ErrUnknownEnvelope.
-func (c *Client) ShowEnvelope(ctx context.Context, id string) (*EnvelopeDetail, error) {
+func (c *Client) EnvelopeGet(ctx context.Context, id string) (*EnvelopeDetail, error) {
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
@@ -235,13 +235,13 @@ func (c *Client) ShowEnvelope(ctx context.Context, id string) (*EnvelopeDetail, 
 	return &out, nil
 }
 
-// Replay puts envelope id's chunk back to work, as a person's doing
+// EnvelopeReplay puts envelope id's chunk back to work, as a person's doing
 // recorded as by: it resumes from its journal, so no side effect repeats
 // (after a compensation it runs fresh in a new epoch). The envelope is
 // recovering until the chunk ends, then resolved or superseded. A replay
 // in flight is not published again; a resolved or superseded envelope
 // returns ErrAlreadyResolved or ErrSuperseded.
-func (c *Client) Replay(ctx context.Context, id, by string) (*EnvelopeRecord, error) {
+func (c *Client) EnvelopeReplay(ctx context.Context, id, by string) (*EnvelopeRecord, error) {
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
@@ -249,8 +249,8 @@ func (c *Client) Replay(ctx context.Context, id, by string) (*EnvelopeRecord, er
 	return record(op.Replay(ctx, id, by))
 }
 
-// Resolve marks envelope id resolved by hand, by by, with a note.
-func (c *Client) Resolve(ctx context.Context, id, by, note string) (*EnvelopeRecord, error) {
+// EnvelopeResolve marks envelope id resolved by hand, by by, with a note.
+func (c *Client) EnvelopeResolve(ctx context.Context, id, by, note string) (*EnvelopeRecord, error) {
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
@@ -258,9 +258,9 @@ func (c *Client) Resolve(ctx context.Context, id, by, note string) (*EnvelopeRec
 	return record(op.Resolve(ctx, id, by, note))
 }
 
-// Ack records that by has seen envelope id (it stops the
+// EnvelopeAck records that by has seen envelope id (it stops the
 // unacknowledged-escalation alert); the first acknowledgement is kept.
-func (c *Client) Ack(ctx context.Context, id, by string) (*EnvelopeRecord, error) {
+func (c *Client) EnvelopeAck(ctx context.Context, id, by string) (*EnvelopeRecord, error) {
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err

@@ -12,8 +12,8 @@
 //
 //	client, err := salvage.NewClient(js, &salvage.Config{Pipelines: []*salvage.Pipeline{greet}})
 //	err = client.Start(ctx)        // provisions streams and buckets, runs the roles
-//	id, err := client.Submit(ctx, "greet", input, nil)
-//	job, err := client.Wait(ctx, id) // job.Status == salvage.JobDone
+//	id, err := client.JobSubmit(ctx, "greet", input, nil)
+//	job, err := client.JobWait(ctx, id) // job.Status == salvage.JobDone
 //	err = client.Stop(ctx)         // drains: in-flight chunks finish or are released
 //
 // Every setting lives in Config, each with its default in its comment; a
@@ -40,8 +40,11 @@
 // kit (a real embedded JetStream server per test, a started client, a
 // wait for a job, one agent run against its tools).
 //
-// The operator's side — Status, Results, Cancel, ListEnvelopes,
-// ShowEnvelope, Replay, Resolve, Ack — is the same implementation the
+// The Client's methods are named noun first, then verb (JobSubmit, JobGet,
+// ChunkList, EnvelopeReplay, PipelinePause, LimitSet, JobWatch), so those
+// on one record sort together; Start, Stop, Provision and Health act on
+// the client itself. The operator's side — JobCancel, EnvelopeList,
+// EnvelopeGet, EnvelopeReplay, EnvelopeResolve, EnvelopeAck — is the same implementation the
 // micro service (RoleAPI, salvage.api.*) and the salvage CLI use. The
 // subjects, streams, buckets, headers, statuses and limits users depend on
 // are listed in the repository's README and, in full, docs/contract.md.

@@ -130,7 +130,7 @@ func TestServiceAnswersThatMayHaveApplied(t *testing.T) {
 			serveDesk(t, srv, desk)
 			c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{deskPipeline(timeout)}})
 			ctx := context.Background()
-			id, err := c.Submit(ctx, "tickets", map[string]string{"ticket": "T-1"}, nil)
+			id, err := c.JobSubmit(ctx, "tickets", map[string]string{"ticket": "T-1"}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +153,7 @@ func TestServiceAnswersThatMayHaveApplied(t *testing.T) {
 					t.Fatalf("a request had %s before its Salvage-Deadline; Salvage waits %s", left, timeout)
 				}
 			}
-			tr, err := c.Trace(ctx, id)
+			tr, err := c.JobTrace(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +177,7 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.AllRoles()})
 	ctx := context.Background()
 	opts := &salvage.SubmitOpts{JobID: "order-42"}
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"one"}}, opts)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"one"}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +185,10 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 	if first.Status != salvage.JobDone || first.InputHash == "" {
 		t.Fatalf("job = %+v", first)
 	}
-	if again, err := c.Submit(ctx, "words", map[string]any{"words": []string{"one"}}, opts); err != nil || again != id {
+	if again, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"one"}}, opts); err != nil || again != id {
 		t.Fatalf("the same job again: %s, %v", again, err)
 	}
-	if _, err := c.Submit(ctx, "words", map[string]any{"words": []string{"two", "three"}}, opts); !errors.Is(err, salvage.ErrJobExists) {
+	if _, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"two", "three"}}, opts); !errors.Is(err, salvage.ErrJobExists) {
 		t.Fatalf("another input under the same id: %v, want ErrJobExists", err)
 	}
 	// The service answers 409.
@@ -207,10 +207,10 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 	if m, err := rejections.NextMsg(20 * time.Second); err != nil || !strings.Contains(string(m.Data), "order-42") {
 		t.Fatalf("no duplicate-job rejection: %v", err)
 	}
-	if j, err := c.Get(ctx, id); err != nil || j.Chunks != 1 || j.Status != salvage.JobDone || j.InputHash != first.InputHash {
+	if j, err := c.JobGet(ctx, id); err != nil || j.Chunks != 1 || j.Status != salvage.JobDone || j.InputHash != first.InputHash {
 		t.Fatalf("the first job changed: %+v, %v", j, err)
 	}
-	res, err := c.Results(ctx, id)
+	res, err := c.JobResults(ctx, id)
 	if err != nil || len(res) != 1 || string(res[1]) != `"ONE!"` {
 		t.Fatalf("results = %v, %v", res, err)
 	}
@@ -221,17 +221,17 @@ func TestAJobIDNamesOneInput(t *testing.T) {
 	}
 	other := srv.Client(t, &salvage.Config{Roles: []salvage.Role{salvage.RoleAPI}})
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		_, err := other.Wait(ctx, "order-43")
+		_, err := other.JobWait(ctx, "order-43")
 		return errors.Is(err, salvage.ErrRejected)
 	}, "the message to an unknown pipeline was not rejected")
-	id, err = c.Submit(ctx, "words", map[string]any{"words": []string{"late"}}, &salvage.SubmitOpts{JobID: "order-43"})
+	id, err = c.JobSubmit(ctx, "words", map[string]any{"words": []string{"late"}}, &salvage.SubmitOpts{JobID: "order-43"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := c.WaitAccepted(actx, id); err != nil {
-		t.Fatalf("WaitAccepted reported another message's rejection: %v", err)
+	if err := c.JobWaitAccepted(actx, id); err != nil {
+		t.Fatalf("JobWaitAccepted reported another message's rejection: %v", err)
 	}
 	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone {
 		t.Fatalf("job = %+v", j)
@@ -250,7 +250,7 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
 	// An envelope: the panicking word.
-	failed, err := c.Submit(ctx, "words", map[string]any{"words": []string{"panic"}}, nil)
+	failed, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"panic"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 	if len(envs) != 1 {
 		t.Fatalf("envelopes = %+v", envs)
 	}
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"fine"}}, nil)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"fine"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,13 +309,13 @@ func TestChunkMessagesAreCheckedAgainstTheRecords(t *testing.T) {
 			t.Fatalf("%s %v: rejection %v, %v", tc.subject, tc.header, ev, err)
 		}
 	}
-	if d, err := c.ShowEnvelope(ctx, envs[0].ID); err != nil || d.Record.Status != envs[0].Status || d.Record.Replays != 0 || d.Record.Requeued {
+	if d, err := c.EnvelopeGet(ctx, envs[0].ID); err != nil || d.Record.Status != envs[0].Status || d.Record.Replays != 0 || d.Record.Requeued {
 		t.Fatalf("a forged replay touched the envelope: %+v, %v", d.Record, err)
 	}
-	if res, err := c.Results(ctx, id); err != nil || len(res) != 1 {
+	if res, err := c.JobResults(ctx, id); err != nil || len(res) != 1 {
 		t.Fatalf("results of the one-chunk job: %v, %v", res, err)
 	}
-	if j, err := c.Get(ctx, failed); err != nil || j.Summary.Done != 0 {
+	if j, err := c.JobGet(ctx, failed); err != nil || j.Summary.Done != 0 {
 		t.Fatalf("the failed job gained a done chunk: %+v, %v", j, err)
 	}
 }
@@ -347,7 +347,7 @@ func TestBudgetsAtEveryEntry(t *testing.T) {
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}})
 	ctx := context.Background()
 
-	id, err := c.Submit(ctx, "think", "q", &salvage.SubmitOpts{Budget: &salvage.Budget{Tokens: 100}})
+	id, err := c.JobSubmit(ctx, "think", "q", &salvage.SubmitOpts{Budget: &salvage.Budget{Tokens: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,12 +355,12 @@ func TestBudgetsAtEveryEntry(t *testing.T) {
 	if j.Status != salvage.JobDone || j.BudgetExceededAt == nil || len(j.Explanation) != 1 || !strings.Contains(j.Explanation[0], "budget exceeded") {
 		t.Fatalf("a job whose last chunk passed its budget = %s %v %q; want done, saying so", j.Status, j.BudgetExceededAt, j.Explanation)
 	}
-	if list, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Job: id}, nil); err != nil || list.Total != 0 {
+	if list, err := c.EnvelopeList(ctx, salvage.EnvelopeFilter{Job: id}, nil); err != nil || list.Total != 0 {
 		t.Fatalf("envelopes = %+v, %v", list, err)
 	}
 
 	usage.Store("agents.think", "-1000000")
-	id, err = c.Submit(ctx, "think", "again", &salvage.SubmitOpts{Budget: &salvage.Budget{Tokens: 100}})
+	id, err = c.JobSubmit(ctx, "think", "again", &salvage.SubmitOpts{Budget: &salvage.Budget{Tokens: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,13 +369,13 @@ func TestBudgetsAtEveryEntry(t *testing.T) {
 		t.Fatalf("a reply reporting -1000000 tokens: job %s with %d prompt tokens; want incomplete, nothing counted", j.Status, j.Summary.PromptTokens)
 	}
 	envs := settled(t, srv, c, id, time.Minute)
-	d, err := c.ShowEnvelope(ctx, envs[0].ID)
+	d, err := c.EnvelopeGet(ctx, envs[0].ID)
 	if err != nil || !strings.Contains(d.Envelope.Error, "usage") || d.Envelope.ErrorClass != "permanent" || d.Envelope.Deliveries != 1 {
 		t.Fatalf("envelope = %+v, %v", d.Envelope, err)
 	}
 
 	for _, b := range []salvage.Budget{{Cost: math.NaN()}, {Cost: math.Inf(1)}, {Tokens: -5}, {Cost: -1}} {
-		if _, err := c.Submit(ctx, "think", "x", &salvage.SubmitOpts{Budget: &b}); !errors.Is(err, salvage.ErrInvalidJob) {
+		if _, err := c.JobSubmit(ctx, "think", "x", &salvage.SubmitOpts{Budget: &b}); !errors.Is(err, salvage.ErrInvalidJob) {
 			t.Errorf("budget %+v: %v, want ErrInvalidJob", b, err)
 		}
 	}
@@ -407,7 +407,7 @@ func TestReplyTooLargeFailsAtOnce(t *testing.T) {
 		Stages: []salvage.Stage{{Name: "talk", Agents: []salvage.Agent{{Name: "talker", Subject: "agents.verbose", Timeout: 5 * time.Second}}}}}
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "verbose", "say a lot", nil)
+	id, err := c.JobSubmit(ctx, "verbose", "say a lot", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestReplyTooLargeFailsAtOnce(t *testing.T) {
 		t.Fatalf("job = %+v", j)
 	}
 	envs := settled(t, srv, c, id, time.Minute)
-	d, err := c.ShowEnvelope(ctx, envs[0].ID)
+	d, err := c.EnvelopeGet(ctx, envs[0].ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ func envelopes(t *testing.T, c *salvage.Client, job string) []salvage.EnvelopeRe
 	t.Helper()
 	var out []salvage.EnvelopeRecord
 	for page := (&salvage.Page{Limit: salvage.PageMax}); ; {
-		list, err := c.ListEnvelopes(context.Background(), salvage.EnvelopeFilter{Job: job}, page)
+		list, err := c.EnvelopeList(context.Background(), salvage.EnvelopeFilter{Job: job}, page)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func chunks(t *testing.T, c *salvage.Client, job string) map[int]salvage.Chunk {
 	t.Helper()
 	out := map[int]salvage.Chunk{}
 	for page := (&salvage.Page{Limit: salvage.PageMax}); ; {
-		st, err := c.Status(context.Background(), job, page)
+		st, err := c.ChunkList(context.Background(), job, page)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +305,7 @@ func TestCancelSettlesCallsInFlight(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "orders", 30, nil)
+	id, err := c.JobSubmit(ctx, "orders", 30, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestCancelSettlesCallsInFlight(t *testing.T) {
 		defer l.mu.Unlock()
 		return len(l.applied) >= 3 && l.inflight > 0
 	}, "no charge in flight")
-	if _, err := c.Cancel(ctx, id, "alice"); err != nil {
+	if _, err := c.JobCancel(ctx, id, "alice"); err != nil {
 		t.Fatal(err)
 	}
 	j := salvagetest.WaitJob(t, c, id, time.Minute)
@@ -370,7 +370,7 @@ func TestVerificationThatFailsNamesTheCall(t *testing.T) {
 			srv := salvagetest.StartServer(t)
 			c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}, MaxDeliver: 1, Retries: 1})
 			ctx := context.Background()
-			id, err := c.Submit(ctx, "orders", 1, nil)
+			id, err := c.JobSubmit(ctx, "orders", 1, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -382,7 +382,7 @@ func TestVerificationThatFailsNamesTheCall(t *testing.T) {
 				t.Fatalf("envelopes = %+v, want one escalated", envs)
 			}
 			e := envs[0]
-			d, err := c.ShowEnvelope(ctx, e.ID)
+			d, err := c.EnvelopeGet(ctx, e.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -412,7 +412,7 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{l.pipeline()}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "orders", 2, nil)
+	id, err := c.JobSubmit(ctx, "orders", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,11 +438,11 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 	if byAPI.Chunk != 1 {
 		byAPI, byHand = byHand, byAPI
 	}
-	if _, err := c.Replay(ctx, byAPI.ID, "bob"); err != nil {
+	if _, err := c.EnvelopeReplay(ctx, byAPI.ID, "bob"); err != nil {
 		t.Fatal(err)
 	}
 	// By hand, as the README shows: chunk 2 runs fresh too.
-	d, err := c.ShowEnvelope(ctx, byHand.ID)
+	d, err := c.EnvelopeGet(ctx, byHand.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 	}
 	var j *salvage.Job
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		j, err = c.Get(ctx, id)
+		j, err = c.JobGet(ctx, id)
 		return err == nil && j.Status == salvage.JobDone
 	}, "replayed job not done: %+v", &j)
 	envs = settled(t, srv, c, id, time.Minute)
@@ -486,7 +486,7 @@ func TestReplayThatCannotBeHonouredIsRefused(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "orders", 1, nil)
+	id, err := c.JobSubmit(ctx, "orders", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,17 +498,17 @@ func TestReplayThatCannotBeHonouredIsRefused(t *testing.T) {
 	if len(envs[0].Left) != 1 || envs[0].Left[0].Tool != "email" {
 		t.Fatalf("left = %+v, want the email", envs[0].Left)
 	}
-	if _, err := c.Replay(ctx, envs[0].ID, "bob"); !errors.Is(err, salvage.ErrReplayRefused) {
+	if _, err := c.EnvelopeReplay(ctx, envs[0].ID, "bob"); !errors.Is(err, salvage.ErrReplayRefused) {
 		t.Fatalf("replay of a chunk with its charge refunded and its email sent: %v, want ErrReplayRefused", err)
 	}
-	res, err := c.Bulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Job: id}, DryRun: true})
+	res, err := c.EnvelopeBulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Job: id}, DryRun: true})
 	if err != nil || res.Acted != 0 || res.Refused != 1 || res.Unchanged != 0 {
 		t.Fatalf("bulk dry run = %+v, %v; want it counted refused", res, err)
 	}
-	if res, err := c.Bulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Job: id}}); err != nil || res.Acted != 0 || res.Refused != 1 {
+	if res, err := c.EnvelopeBulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Job: id}}); err != nil || res.Acted != 0 || res.Refused != 1 {
 		t.Fatalf("bulk replay = %+v, %v; want it refused", res, err)
 	}
-	if r, err := c.ShowEnvelope(ctx, envs[0].ID); err != nil || r.Record.Status != salvage.EnvelopeEscalated || r.Record.Replays != 0 {
+	if r, err := c.EnvelopeGet(ctx, envs[0].ID); err != nil || r.Record.Status != salvage.EnvelopeEscalated || r.Record.Replays != 0 {
 		t.Fatalf("a refused replay changed the envelope: %+v, %v", r.Record, err)
 	}
 	if l.count("charge") != 1 || l.count("email") != 1 {

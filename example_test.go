@@ -44,16 +44,16 @@ func Example() {
 		panic(err)
 	}
 	defer client.Stop(ctx)
-	id, err := client.Submit(ctx, "greet", map[string]string{"name": "ada"}, nil)
+	id, err := client.JobSubmit(ctx, "greet", map[string]string{"name": "ada"}, nil)
 	if err != nil {
 		panic(err)
 	}
-	job, err := client.Wait(ctx, id)
+	job, err := client.JobWait(ctx, id)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(job.Status)
-	results, _ := client.Results(ctx, id)
+	results, _ := client.JobResults(ctx, id)
 	fmt.Println(string(results[1]))
 	// Output:
 	// done

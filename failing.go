@@ -31,22 +31,22 @@ func NeedingAttention(chunks []Chunk) []Chunk {
 	return out
 }
 
-// FailingState is a job and one page of the chunks of it that failed or
+// FailingPage is a job and one page of the chunks of it that failed or
 // wait (NeedingAttention).
-type FailingState struct {
-	JobState
+type FailingPage struct {
+	ChunkPage
 	// Matched counts them all, every page's.
 	Matched int `json:"matched"`
 }
 
-// Failing returns job id and one page of its chunks that failed or wait,
+// ChunkListFailing returns job id and one page of its chunks that failed or wait,
 // dead-lettered first, each group by chunk number (see NeedingAttention):
 // what `salvage status --failed` and the dashboard's failed filter show.
 // It reads the chunks the job's attention index names — O(chunks that
 // ever failed or waited), whatever the job's size — except for a job
 // created before that index, whose chunks it reads all, a thousand at a
 // time, keeping only the failing ones.
-func (c *Client) Failing(ctx context.Context, id string, page *Page) (*FailingState, error) {
+func (c *Client) ChunkListFailing(ctx context.Context, id string, page *Page) (*FailingPage, error) {
 	j, st, err := c.jobOrWhy(ctx, id)
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func (c *Client) Failing(ctx context.Context, id string, page *Page) (*FailingSt
 	}
 	failing := NeedingAttention(chunks)
 	from, to := page.Bounds(len(failing))
-	out := &FailingState{JobState: JobState{Job: jobOf(j), Chunks: failing[from:to], Offset: from}, Matched: len(failing)}
+	out := &FailingPage{ChunkPage: ChunkPage{Job: jobOf(j), Chunks: failing[from:to], Offset: from}, Matched: len(failing)}
 	if out.Chunks == nil {
 		out.Chunks = []Chunk{}
 	}

@@ -154,7 +154,7 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 		t.Helper()
 		var all []salvage.Chunk
 		for p := (&salvage.Page{Limit: salvage.PageMax}); ; {
-			st, err := c.Status(ctx, job, p)
+			st, err := c.ChunkList(ctx, job, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -179,14 +179,14 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 	}
 
 	reads()
-	first, err := c.Failing(ctx, "big", &salvage.Page{Limit: 2})
+	first, err := c.ChunkListFailing(ctx, "big", &salvage.Page{Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n, flagged := reads(), len(failing)+1; n > flagged {
 		t.Fatalf("the failed filter of a %d-chunk job read %d checkpoints; want at most the %d that ever failed or waited", big, n, flagged)
 	}
-	rest, err := c.Failing(ctx, "big", &salvage.Page{Offset: first.NextOffset, Limit: 2})
+	rest, err := c.ChunkListFailing(ctx, "big", &salvage.Page{Offset: first.NextOffset, Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 	}
 
 	reads()
-	before, err := c.Failing(ctx, "old", nil)
+	before, err := c.ChunkListFailing(ctx, "old", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 	if string(reply.Data) != string(want) {
 		t.Fatalf("jobs.failing answered\n%s\nwant\n%s", reply.Data, want)
 	}
-	if _, err := c.Failing(ctx, "no-such-job", nil); !errors.Is(err, salvage.ErrUnknownJob) {
+	if _, err := c.ChunkListFailing(ctx, "no-such-job", nil); !errors.Is(err, salvage.ErrUnknownJob) {
 		t.Fatalf("failing of an unknown job: %v", err)
 	}
 }

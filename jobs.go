@@ -159,8 +159,8 @@ type Chunk struct {
 // Approval is a person's yes to one stage of one chunk.
 type Approval = salvagetype.Approval
 
-// JobState is a job and one page of its chunks.
-type JobState struct {
+// ChunkPage is a job and one page of its chunks.
+type ChunkPage struct {
 	Job Job `json:"job"`
 	// Chunks are the page's checkpoints, in chunk order.
 	Chunks []Chunk `json:"chunks"`
@@ -228,7 +228,7 @@ type SubmitOpts struct {
 	Tenant string
 }
 
-// Submit publishes a job for pipeline with input (anything that marshals
+// JobSubmit publishes a job for pipeline with input (anything that marshals
 // to JSON) and returns its id. The job is split by whichever worker's
 // splitter runs the pipeline; a job it cannot run is rejected, which Wait
 // reports. It fails at once on a bad pipeline name or job id, an input
@@ -238,7 +238,7 @@ type SubmitOpts struct {
 // publishes nothing; with another input it returns an error wrapping
 // ErrJobExists (and when the first is not recorded yet, the splitter
 // refuses the second, which Wait reports).
-func (c *Client) Submit(ctx context.Context, pipeline string, input any, opts *SubmitOpts) (string, error) {
+func (c *Client) JobSubmit(ctx context.Context, pipeline string, input any, opts *SubmitOpts) (string, error) {
 	if err := salvagetype.ValidateToken("pipeline", pipeline); err != nil {
 		return "", err
 	}
@@ -315,17 +315,17 @@ func (c *Client) sameJob(ctx context.Context, id, hash string) (bool, error) {
 	return true, nil
 }
 
-// Wait blocks until job id has finished (done, partial, incomplete or
+// JobWait blocks until job id has finished (done, partial, incomplete or
 // cancelled) and its envelopes reached the state they will be listed in,
 // and returns it: an envelope a recovery process has yet to take up
 // (open), or whose strategy is running, is waited for — a recovery that
-// sends its chunk back to work makes the job run, and Wait waits for it to
+// sends its chunk back to work makes the job run, and JobWait waits for it to
 // finish again — unless no live process recovers the job's pipeline, or
 // this client's user may not read envelope records (a submitter). It
 // returns an error wrapping ErrRejected when the job was rejected instead,
 // and ctx's error when ctx ends first. A job not recorded yet (being
 // split) is waited for.
-func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
+func (c *Client) JobWait(ctx context.Context, id string) (*Job, error) {
 	if err := streams.ValidateJobID(id); err != nil {
 		return nil, err
 	}
@@ -385,7 +385,7 @@ func (c *Client) settling(ctx context.Context, j *Job) (bool, error) {
 	if !undecided {
 		return false, nil
 	}
-	workers, err := c.Workers(ctx)
+	workers, err := c.WorkerList(ctx)
 	if err != nil {
 		return false, nil
 	}
@@ -495,7 +495,7 @@ func (c *Client) watchJob(ctx context.Context, id string) (jetstream.KeyWatcher,
 func (c *Client) lookJob(ctx context.Context, id string) (*Job, error) {
 	actx, cancel := context.WithTimeout(ctx, waitAsk)
 	defer cancel()
-	if j, err := c.Get(actx, id); err == nil {
+	if j, err := c.JobGet(actx, id); err == nil {
 		if err := c.notMine(*j); err != nil {
 			return nil, err
 		}
@@ -529,7 +529,7 @@ func (c *Client) waitError(ctx context.Context, id string, err error) error {
 	return nil
 }
 
-// WaitAccepted blocks until a splitter has taken job id: nil once it is
+// JobWaitAccepted blocks until a splitter has taken job id: nil once it is
 // accepted (its chunks are queued), an error wrapping ErrRejected (and
 // ErrUnknownPipeline when that is why) once it is refused, or ctx's
 // error when neither happened in time (no splitter is running). For a job
@@ -537,7 +537,7 @@ func (c *Client) waitError(ctx context.Context, id string, err error) error {
 // under the same id is not its own, and a job recorded under the id with
 // another input makes it fail with ErrJobExists. For any other job it
 // reads the job's accepted and rejected events.
-func (c *Client) WaitAccepted(ctx context.Context, id string) error {
+func (c *Client) JobWaitAccepted(ctx context.Context, id string) error {
 	if err := streams.ValidateJobID(id); err != nil {
 		return err
 	}
@@ -635,8 +635,8 @@ func (c *Client) jobOrWhy(ctx context.Context, id string) (kv.Job, *kv.Stores, e
 	return j, st, err
 }
 
-// Get returns job id's record, or an error wrapping ErrUnknownJob.
-func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+// JobGet returns job id's record, or an error wrapping ErrUnknownJob.
+func (c *Client) JobGet(ctx context.Context, id string) (*Job, error) {
 	if err := streams.ValidateJobID(id); err != nil {
 		return nil, err
 	}
@@ -655,10 +655,10 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 	return &out, nil
 }
 
-// Status returns job id and one page of its chunks (page nil: the first
+// ChunkList returns job id and one page of its chunks (page nil: the first
 // PageDefault). A cancelled job's chunks that never started read
 // cancelled-at-stage-0. It costs one read per 1,000 chunks of the page.
-func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, error) {
+func (c *Client) ChunkList(ctx context.Context, id string, page *Page) (*ChunkPage, error) {
 	j, st, err := c.jobOrWhy(ctx, id)
 	if err != nil {
 		return nil, err
@@ -672,7 +672,7 @@ func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, 
 	if err != nil {
 		return nil, err
 	}
-	out := &JobState{Offset: from}
+	out := &ChunkPage{Offset: from}
 	if to < j.Chunks {
 		out.NextOffset = to
 	}
@@ -684,9 +684,9 @@ func (c *Client) Status(ctx context.Context, id string, page *Page) (*JobState, 
 	return out, nil
 }
 
-// Results returns the findings of job id's finished chunks, by chunk
+// JobResults returns the findings of job id's finished chunks, by chunk
 // number, read from SALVAGE_RESULTS (kept 7 days).
-func (c *Client) Results(ctx context.Context, id string) (map[int]json.RawMessage, error) {
+func (c *Client) JobResults(ctx context.Context, id string) (map[int]json.RawMessage, error) {
 	if err := streams.ValidateJobID(id); err != nil {
 		return nil, err
 	}
@@ -721,13 +721,13 @@ func (c *Client) Results(ctx context.Context, id string) (map[int]json.RawMessag
 	return out, nil
 }
 
-// Cancel cancels job id: its queued chunks leave the work queue at once
+// JobCancel cancels job id: its queued chunks leave the work queue at once
 // and count as cancelled at stage 0, running ones stop at their next
 // stage, envelopes of its chunks still being recovered are resolved. by
 // names who cancels it, for the envelopes' notes. A job submitted a moment
 // ago is waited for, up to 5s. It returns the job as it then stands, or an
 // error wrapping ErrUnknownJob.
-func (c *Client) Cancel(ctx context.Context, id, by string) (*Job, error) {
+func (c *Client) JobCancel(ctx context.Context, id, by string) (*Job, error) {
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
@@ -740,13 +740,13 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (*Job, error) {
 	return &out, nil
 }
 
-// ListJobs returns one page (nil: the first PageDefault) of the job
+// JobList returns one page (nil: the first PageDefault) of the job
 // records, newest first, from the job index: O(log n + page) whatever the
 // bucket holds. A job is listed while its record is kept, and at most
 // the job index's extra listing time longer than its pipeline's records retention after it
 // was submitted (found by id after that); a page can be shorter than its
 // limit by the records that expired.
-func (c *Client) ListJobs(ctx context.Context, page *Page) ([]Job, error) {
+func (c *Client) JobList(ctx context.Context, page *Page) ([]Job, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err

@@ -44,6 +44,9 @@ var (
 	// deployment provisioned before salvage_limits existed; its workers
 	// run unlimited until it is provisioned again (salvage provision).
 	ErrLimitsNotProvisioned = salvagetype.ErrLimitsNotProvisioned
+	// ErrNotProvisioned is returned when a stream or bucket a call needs
+	// does not exist (a watch of a deployment never provisioned).
+	ErrNotProvisioned = salvagetype.ErrNotProvisioned
 )
 
 // LimitKey is the key of a limit of kind on name.
@@ -73,11 +76,11 @@ type LimitState struct {
 	PauseReason string    `json:"pause_reason,omitempty"`
 }
 
-// SetLimit declares l, or changes it, for every process at once (they
+// LimitSet declares l, or changes it, for every process at once (they
 // follow the declarations); by says who, for the record. The error wraps
 // ErrInvalidLimit for a key that is not <kind>.<name>, a negative bound
 // or no bound.
-func (c *Client) SetLimit(ctx context.Context, l Limit, by string) (Limit, error) {
+func (c *Client) LimitSet(ctx context.Context, l Limit, by string) (Limit, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return l, err
@@ -85,9 +88,9 @@ func (c *Client) SetLimit(ctx context.Context, l Limit, by string) (Limit, error
 	return st.Limits.Set(ctx, l, by)
 }
 
-// RemoveLimit removes the limit of key: requests to it are no longer
+// LimitRemove removes the limit of key: requests to it are no longer
 // paced. ErrUnknownLimit when none is declared.
-func (c *Client) RemoveLimit(ctx context.Context, key string) error {
+func (c *Client) LimitRemove(ctx context.Context, key string) error {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return err
@@ -99,8 +102,8 @@ func (c *Client) RemoveLimit(ctx context.Context, key string) error {
 	return err
 }
 
-// Limits lists every declared limit, by key, with what is held of it.
-func (c *Client) Limits(ctx context.Context) ([]LimitState, error) {
+// LimitList lists every declared limit, by key, with what is held of it.
+func (c *Client) LimitList(ctx context.Context) ([]LimitState, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err
@@ -168,7 +171,7 @@ type limitRequest struct {
 
 // apiLimits lists the limits; the request body is ignored.
 func (c *Client) apiLimits(ctx context.Context, _ micro.Request) (any, error) {
-	ls, err := c.Limits(ctx)
+	ls, err := c.LimitList(ctx)
 	if ls == nil {
 		ls = []LimitState{}
 	}
@@ -182,7 +185,7 @@ func (c *Client) apiSetLimit(ctx context.Context, req micro.Request) (any, error
 	if err := decode(req, &r, false); err != nil {
 		return nil, err
 	}
-	return c.SetLimit(ctx, r.Limit, r.By)
+	return c.LimitSet(ctx, r.Limit, r.By)
 }
 
 // apiRemoveLimit takes {"key", "by"?}.
@@ -194,7 +197,7 @@ func (c *Client) apiRemoveLimit(ctx context.Context, req micro.Request) (any, er
 	if r.Key == "" {
 		return nil, fmt.Errorf(`%w: want {"key", "by"?}`, errMalformed)
 	}
-	if err := c.RemoveLimit(ctx, r.Key); err != nil {
+	if err := c.LimitRemove(ctx, r.Key); err != nil {
 		return nil, err
 	}
 	return map[string]string{"removed": r.Key}, nil

@@ -86,12 +86,12 @@ func TestLimitHoldsTheFleetToItsRate(t *testing.T) {
 		Limits: []salvage.Limit{{Key: key, RequestsPerMinute: rpm}}})
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p.pipeline()}, Roles: []salvage.Role{salvage.RoleWorker}, Concurrency: 8})
 	ctx := context.Background()
-	id, err := a.Submit(ctx, "paced", calls/4, nil)
+	id, err := a.JobSubmit(ctx, "paced", calls/4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		ls, err := a.Limits(ctx)
+		ls, err := a.LimitList(ctx)
 		if err != nil || len(ls) != 1 {
 			return false
 		}
@@ -107,12 +107,12 @@ func TestLimitHoldsTheFleetToItsRate(t *testing.T) {
 	if most := p.mostIn(5 * time.Second); most > 5*perSec+perSec {
 		t.Errorf("%d requests in 5 s; the limit allows %d and a second's burst (%d)", most, 5*perSec, perSec)
 	}
-	if ls, err := a.Limits(ctx); err != nil || len(ls) != 1 || ls[0].RequestsPerMinute != rpm || ls[0].SetBy != "config" {
+	if ls, err := a.LimitList(ctx); err != nil || len(ls) != 1 || ls[0].RequestsPerMinute != rpm || ls[0].SetBy != "config" {
 		t.Errorf("limits = %+v, %v", ls, err)
 	}
 	// 16 slots at 20 requests a second: calls waited, and their journal
 	// rows, which salvage trace shows, say how long.
-	tr, err := a.TracePage(ctx, id, &salvage.Page{Limit: salvage.PageMax})
+	tr, err := a.JobTracePage(ctx, id, &salvage.Page{Limit: salvage.PageMax})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,24 +146,24 @@ func TestSetLimitRefusesWhatCannotBeKept(t *testing.T) {
 		{Key: "system.x", RequestsPerMinute: -1},
 		{Key: "system.x"},
 	} {
-		if _, err := c.SetLimit(ctx, l, "ann"); !errors.Is(err, salvage.ErrInvalidLimit) {
-			t.Errorf("SetLimit(%+v) = %v; want ErrInvalidLimit", l, err)
+		if _, err := c.LimitSet(ctx, l, "ann"); !errors.Is(err, salvage.ErrInvalidLimit) {
+			t.Errorf("LimitSet(%+v) = %v; want ErrInvalidLimit", l, err)
 		}
 	}
 	if _, err := salvage.NewClient(srv.JS, &salvage.Config{Limits: []salvage.Limit{{Key: "system.x"}}}); !errors.Is(err, salvage.ErrInvalidConfig) {
 		t.Errorf("a Config with a limit of no bound: %v; want ErrInvalidConfig", err)
 	}
-	if err := c.RemoveLimit(ctx, "system.nobody"); !errors.Is(err, salvage.ErrUnknownLimit) {
-		t.Errorf("RemoveLimit of an undeclared key = %v; want ErrUnknownLimit", err)
+	if err := c.LimitRemove(ctx, "system.nobody"); !errors.Is(err, salvage.ErrUnknownLimit) {
+		t.Errorf("LimitRemove of an undeclared key = %v; want ErrUnknownLimit", err)
 	}
-	l, err := c.SetLimit(ctx, salvage.Limit{Key: "tool.model", TokensPerMinute: 200_000, InFlight: 8}, "ann")
+	l, err := c.LimitSet(ctx, salvage.Limit{Key: "tool.model", TokensPerMinute: 200_000, InFlight: 8}, "ann")
 	if err != nil || l.SetBy != "ann" || l.SetAt.IsZero() {
-		t.Fatalf("SetLimit = %+v, %v", l, err)
+		t.Fatalf("LimitSet = %+v, %v", l, err)
 	}
-	if err := c.RemoveLimit(ctx, "tool.model"); err != nil {
+	if err := c.LimitRemove(ctx, "tool.model"); err != nil {
 		t.Fatal(err)
 	}
-	if ls, err := c.Limits(ctx); err != nil || len(ls) != 0 {
+	if ls, err := c.LimitList(ctx); err != nil || len(ls) != 0 {
 		t.Errorf("limits after the remove = %+v, %v; want none", ls, err)
 	}
 }
@@ -203,12 +203,12 @@ func TestRateLimitHoldsEveryProcess(t *testing.T) {
 	a := srv.Client(t, cfg(salvage.AllRoles()...))
 	srv.Client(t, cfg(salvage.RoleWorker))
 	ctx := context.Background()
-	id, err := a.Submit(ctx, "paced", 60, nil)
+	id, err := a.JobSubmit(ctx, "paced", 60, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		ls, err := a.Limits(ctx)
+		ls, err := a.LimitList(ctx)
 		return err == nil && len(ls) == 1 && ls[0].PausedUntil.After(time.Now()) && ls[0].Recent429s == 1
 	}, "the pause, and the one 429, on %s's record", key)
 	if j := salvagetest.WaitJob(t, a, id, 2*time.Minute); j.Status != salvage.JobDone {
@@ -266,7 +266,7 @@ func TestFallbackTakesACallTheLimitWouldHold(t *testing.T) {
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{pl}, Roles: salvage.AllRoles(), Concurrency: 3,
 		Limits: []salvage.Limit{{Key: salvage.LimitKey(salvage.LimitSystem, "premium"), RequestsPerMinute: 60}}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "paced", 3, nil)
+	id, err := c.JobSubmit(ctx, "paced", 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

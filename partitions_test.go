@@ -89,7 +89,7 @@ func TestPartitionsSpreadJobsAndKeepEachJobInOne(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for i := range 12 {
-		id, err := c.Submit(ctx, "spread", map[string]int{"n": i}, nil)
+		id, err := c.JobSubmit(ctx, "spread", map[string]int{"n": i}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 	ctx := context.Background()
 	var before []string
 	for i := range 3 {
-		id, err := old.Submit(ctx, "upgrade", map[string]int{"n": i}, nil)
+		id, err := old.JobSubmit(ctx, "upgrade", map[string]int{"n": i}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 	close(gate)
 	var after []string
 	for i := range 12 {
-		id, err := upgraded.Submit(ctx, "upgrade", map[string]int{"m": i}, nil)
+		id, err := upgraded.JobSubmit(ctx, "upgrade", map[string]int{"m": i}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 		t.Fatalf("partitions after a process with the default = %d, %v", n, err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		ws, err := later.Workers(ctx)
+		ws, err := later.WorkerList(ctx)
 		if err != nil || len(ws) != 3 {
 			return false
 		}
@@ -231,7 +231,7 @@ func TestUpgradeFromOneToThreePartitions(t *testing.T) {
 	used = map[int]bool{}
 	var last []string
 	for i := range 9 {
-		id, err := old.Submit(ctx, "upgrade", map[string]int{"k": i}, nil)
+		id, err := old.JobSubmit(ctx, "upgrade", map[string]int{"k": i}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,10 +264,10 @@ func echoPipeline(name string) *salvage.Pipeline {
 	}
 }
 
-// TestWatchCallsFollowsEveryPartition: a watch of the calls started on a
+// TestCallWatchFollowsEveryPartition: a watch of the calls started on a
 // deployment of one partition sees the calls of jobs in the partitions
 // added while it runs.
-func TestWatchCallsFollowsEveryPartition(t *testing.T) {
+func TestCallWatchFollowsEveryPartition(t *testing.T) {
 	t.Parallel()
 	srv := salvagetest.StartServer(t)
 	one := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{echoPipeline("echo")}})
@@ -276,9 +276,10 @@ func TestWatchCallsFollowsEveryPartition(t *testing.T) {
 	seen := map[string]bool{}
 	watched, caughtUp := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	var watchErr error
 	go func() {
 		defer close(watched)
-		one.WatchCalls(ctx, func(ch salvage.Change[salvage.Call]) {
+		watchErr = one.CallWatch(ctx, func(ch salvage.Change[salvage.Call]) {
 			if ch.CaughtUp {
 				once.Do(func() { close(caughtUp) })
 			}
@@ -290,7 +291,13 @@ func TestWatchCallsFollowsEveryPartition(t *testing.T) {
 			mu.Unlock()
 		})
 	}()
-	defer func() { cancel(); <-watched }()
+	defer func() {
+		cancel()
+		<-watched
+		if watchErr != nil {
+			t.Errorf("CallWatch ended by its context = %v; want nil", watchErr)
+		}
+	}()
 	// The watch has its partitions (one) before the others are made.
 	select {
 	case <-caughtUp:
@@ -301,7 +308,7 @@ func TestWatchCallsFollowsEveryPartition(t *testing.T) {
 	parts := map[int]bool{}
 	var ids []string
 	for i := range 9 {
-		id, err := three.Submit(ctx, "echo", map[string]int{"n": i}, nil)
+		id, err := three.JobSubmit(ctx, "echo", map[string]int{"n": i}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,9 +51,9 @@ type PipelineStatus struct {
 	PreviousFingerprint string    `json:"previous_fingerprint,omitempty"`
 }
 
-// Pipelines lists every pipeline a worker of the deployment runs (and any
+// PipelineList lists every pipeline a worker of the deployment runs (and any
 // pipeline paused by name), by name.
-func (c *Client) Pipelines(ctx context.Context) ([]PipelineStatus, error) {
+func (c *Client) PipelineList(ctx context.Context) ([]PipelineStatus, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (c *Client) Pipelines(ctx context.Context) ([]PipelineStatus, error) {
 	return out, nil
 }
 
-// PausePipeline pauses pipeline: no chunk of it starts a stage until it
+// PipelinePause pauses pipeline: no chunk of it starts a stage until it
 // resumes. A chunk inside a stage finishes that stage; then, and every
 // chunk of the pipeline after it, parks on
 // salvage.hold.paused-<pipeline>.<job>.<chunk> (status paused), without
@@ -83,15 +83,15 @@ func (c *Client) Pipelines(ctx context.Context) ([]PipelineStatus, error) {
 // error wrapping ErrUnknownPipeline for a pipeline no worker runs and
 // this client does not know, ErrInvalidToken for a name that is not a
 // subject token.
-func (c *Client) PausePipeline(ctx context.Context, pipeline, by, reason string) (PipelineStatus, error) {
+func (c *Client) PipelinePause(ctx context.Context, pipeline, by, reason string) (PipelineStatus, error) {
 	return c.setPaused(ctx, pipeline, true, by, reason)
 }
 
-// ResumePipeline resumes a paused pipeline: its parked chunks return to
+// PipelineResume resumes a paused pipeline: its parked chunks return to
 // SALVAGE_CHUNKS, each with a fresh delivery budget, and go on from the
 // stage they stopped before. Resuming a running pipeline changes
-// nothing. Errors as PausePipeline.
-func (c *Client) ResumePipeline(ctx context.Context, pipeline, by string) (PipelineStatus, error) {
+// nothing. Errors as PipelinePause.
+func (c *Client) PipelineResume(ctx context.Context, pipeline, by string) (PipelineStatus, error) {
 	return c.setPaused(ctx, pipeline, false, by, "")
 }
 

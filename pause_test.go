@@ -23,7 +23,7 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: salvage.AllRoles()})
 	ctx := context.Background()
-	p, err := c.PausePipeline(ctx, "words", "ann", "deploying the model")
+	p, err := c.PipelinePause(ctx, "words", "ann", "deploying the model")
 	if err != nil || !p.Paused || p.PausedBy != "ann" || p.Reason != "deploying the model" {
 		t.Fatalf("pause: %+v, %v", p, err)
 	}
@@ -35,7 +35,7 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 		info, err := pool.Info(ctx)
 		return err == nil && info.Paused
 	}, "the pool of words paused")
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"held", "back"}}, nil)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"held", "back"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,17 +43,17 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	// record (a job is split all or nothing): wait for both.
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		info, err := pool.Info(ctx)
-		_, gerr := c.Get(ctx, id)
+		_, gerr := c.JobGet(ctx, id)
 		return err == nil && info.NumPending == 2 && gerr == nil
 	}, "both chunks of %s queued in the paused pool, and its record", id)
-	st, err := c.Status(ctx, id, nil)
+	st, err := c.ChunkList(ctx, id, nil)
 	if err != nil || len(st.Chunks) != 2 || st.Chunks[0].Status != salvage.ChunkPending || st.Chunks[1].Status != salvage.ChunkPending {
 		t.Fatalf("chunks while paused: %+v, %v; want both pending, never delivered", st, err)
 	}
-	if ps, err := c.Pipelines(ctx); err != nil || len(ps) != 1 || ps[0].Pipeline != "words" || !ps[0].Paused || ps[0].Workers != 1 {
+	if ps, err := c.PipelineList(ctx); err != nil || len(ps) != 1 || ps[0].Pipeline != "words" || !ps[0].Paused || ps[0].Workers != 1 {
 		t.Fatalf("pipelines while paused = %+v, %v", ps, err)
 	}
-	if j, err := c.Get(ctx, id); err != nil || j.Status != salvage.JobRunning {
+	if j, err := c.JobGet(ctx, id); err != nil || j.Status != salvage.JobRunning {
 		t.Fatalf("job while paused: %+v, %v", j, err)
 	}
 
@@ -81,10 +81,10 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 			t.Errorf("%s %v answered code %q (%s); want %s", tc.subject, tc.body, code, body, tc.code)
 		}
 	}
-	if _, err := c.PausePipeline(ctx, "nope", "ann", ""); !errors.Is(err, salvage.ErrUnknownPipeline) {
+	if _, err := c.PipelinePause(ctx, "nope", "ann", ""); !errors.Is(err, salvage.ErrUnknownPipeline) {
 		t.Errorf("pausing an unknown pipeline: %v", err)
 	}
-	if _, err := c.ResumePipeline(ctx, "a>", "ann"); !errors.Is(err, salvage.ErrInvalidToken) {
+	if _, err := c.PipelineResume(ctx, "a>", "ann"); !errors.Is(err, salvage.ErrInvalidToken) {
 		t.Errorf("resuming a bad name: %v", err)
 	}
 
@@ -95,7 +95,7 @@ func TestPauseAndResumeAPipeline(t *testing.T) {
 	if j.Status != salvage.JobDone || j.Summary.Done != 2 {
 		t.Fatalf("job after the resume = %+v", j)
 	}
-	ps, err := c.Pipelines(ctx)
+	ps, err := c.PipelineList(ctx)
 	if err != nil || len(ps) != 1 || ps[0].Paused || ps[0].ResumedBy != "bob" || ps[0].Parked != 0 {
 		t.Fatalf("pipelines after the resume: %+v, %v", ps, err)
 	}

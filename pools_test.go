@@ -49,7 +49,7 @@ func TestTwoFleetsAndAnAPIOnlyClient(t *testing.T) {
 	jobs := map[string]string{} // job -> the fleet that must run it
 	for i := range 6 {
 		for pipeline, fleet := range map[string]string{"alpha": "fleet-a", "beta": "fleet-b"} {
-			id, err := api.Submit(ctx, pipeline, map[string]int{"n": i}, nil)
+			id, err := api.JobSubmit(ctx, pipeline, map[string]int{"n": i}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func TestTwoFleetsAndAnAPIOnlyClient(t *testing.T) {
 			}
 		}
 	}
-	if list, err := api.ListEnvelopes(ctx, salvage.EnvelopeFilter{}, nil); err != nil || list.Total != 0 {
+	if list, err := api.EnvelopeList(ctx, salvage.EnvelopeFilter{}, nil); err != nil || list.Total != 0 {
 		t.Fatalf("envelopes = %+v, %v", list, err)
 	}
 	if m, err := rejections.NextMsg(100 * time.Millisecond); err == nil {
@@ -91,22 +91,22 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := srv.Client(t, &salvage.Config{Roles: []salvage.Role{salvage.RoleAPI, salvage.RoleDeadLetter}})
-	id, err := api.Submit(ctx, "gamma", map[string]int{"n": 1}, nil)
+	id, err := api.JobSubmit(ctx, "gamma", map[string]int{"n": 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	never, err := api.Submit(ctx, "never-ran", map[string]int{"n": 1}, nil)
+	never, err := api.JobSubmit(ctx, "never-ran", map[string]int{"n": 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer wcancel()
-	if _, err := api.Wait(wctx, never); !errors.Is(err, salvage.ErrUnknownPipeline) {
+	if _, err := api.JobWait(wctx, never); !errors.Is(err, salvage.ErrUnknownPipeline) {
 		t.Fatalf("Wait for a never-run pipeline's job: %v", err)
 	}
 	// The sweep that rejected the later job passed the earlier one, older
 	// than the unknown-pipeline wait: a registered pipeline's job waits.
-	if _, err := api.Get(ctx, id); err == nil {
+	if _, err := api.JobGet(ctx, id); err == nil {
 		t.Fatal("a job of a pipeline with no worker running was split")
 	}
 	s, err := srv.JS.Stream(ctx, "SALVAGE_JOBS")
@@ -117,17 +117,17 @@ func TestJobWaitsForItsPipelinesWorker(t *testing.T) {
 		t.Fatalf("SALVAGE_JOBS = %+v, %v; want the waiting job", info.State, err)
 	}
 	// Visibly: its status says it waits, its pipeline has no workers.
-	if _, err := api.Status(ctx, id, nil); !errors.Is(err, salvage.ErrUnknownJob) || !strings.Contains(err.Error(), "not split yet") || !strings.Contains(err.Error(), "gamma; 0 running") {
+	if _, err := api.ChunkList(ctx, id, nil); !errors.Is(err, salvage.ErrUnknownJob) || !strings.Contains(err.Error(), "not split yet") || !strings.Contains(err.Error(), "gamma; 0 running") {
 		t.Fatalf("status of a waiting job: %v", err)
 	}
-	ps, err := api.Pipelines(ctx)
+	ps, err := api.PipelineList(ctx)
 	if err != nil || len(ps) != 1 || ps[0].Pipeline != "gamma" || ps[0].Workers != 0 || ps[0].Waiting != 1 {
 		t.Fatalf("pipelines = %+v, %v; want gamma with no workers and one waiting job", ps, err)
 	}
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}, WorkerID: "second"})
 	var ws []salvage.Worker
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		ws, err = api.Workers(ctx)
+		ws, err = api.WorkerList(ctx)
 		var runs []string
 		for _, w := range ws {
 			if slices.Contains(w.Pipelines, "gamma") {
@@ -166,7 +166,7 @@ func TestPipelinePoolSettings(t *testing.T) {
 	var ran sync.Map
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{slow, fleetPipeline("quick", "w", &ran)}, Concurrency: 4})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "slow", 1, nil)
+	id, err := c.JobSubmit(ctx, "slow", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

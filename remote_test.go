@@ -112,14 +112,14 @@ func TestAgentsServedOnSubjects(t *testing.T) {
 	svc := serveAgents(t, srv, remoteHandlers())
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{remotePipeline()}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "remote", "hello", nil)
+	id, err := c.JobSubmit(ctx, "remote", "hello", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobDone || j.Summary.PromptTokens != 24 {
 		t.Fatalf("job = %+v", j)
 	}
-	res, err := c.Results(ctx, id)
+	res, err := c.JobResults(ctx, id)
 	if err != nil || !strings.Contains(string(res[1]), `"HELLO"`) || !strings.Contains(string(res[1]), `"length":5`) {
 		t.Fatalf("results = %s, %v", res[1], err)
 	}
@@ -136,7 +136,7 @@ func TestAgentsServedOnSubjects(t *testing.T) {
 		!strings.HasPrefix(r.Headers().Get("traceparent"), "00-") {
 		t.Errorf("request headers = %v", r.Headers())
 	}
-	tr, err := c.Trace(ctx, id)
+	tr, err := c.JobTrace(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +159,12 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 
 	// No service yet: no responders, retried (tier 1, then held by the
 	// open breaker) until the service starts.
-	id, err := c.Submit(ctx, "remote", "late", nil)
+	id, err := c.JobSubmit(ctx, "remote", "late", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		st, err := c.Status(ctx, id, nil)
+		st, err := c.ChunkList(ctx, id, nil)
 		return err == nil && len(st.Chunks) == 1 && st.Chunks[0].Tier1Retries > 0
 	}, "retries while nobody answers")
 	svc := serveAgents(t, srv, remoteHandlers())
@@ -191,7 +191,7 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 	svc.fail["agents.measure"] = func(int) (string, string) { return "400", "" }
 	svc.mu.Unlock()
 	before := svc.count("agents.measure")
-	id2, err := c.Submit(ctx, "remote", "bad", nil)
+	id2, err := c.JobSubmit(ctx, "remote", "bad", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,11 +201,11 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 	if n := svc.count("agents.measure") - before; n != 1 {
 		t.Errorf("a 400 was asked %d times, want once", n)
 	}
-	list, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Job: id2}, nil)
+	list, err := c.EnvelopeList(ctx, salvage.EnvelopeFilter{Job: id2}, nil)
 	if err != nil || list.Total != 1 {
 		t.Fatalf("envelopes = %+v, %v", list, err)
 	}
-	d, err := c.ShowEnvelope(ctx, list.Envelopes[0].ID)
+	d, err := c.EnvelopeGet(ctx, list.Envelopes[0].ID)
 	if err != nil || d.Envelope.ErrorClass != "permanent" || d.Envelope.FailedStage != 2 || !strings.Contains(d.Envelope.Error, "agents.measure answered 400") {
 		t.Fatalf("envelope = %+v, %v", d.Envelope, err)
 	}
@@ -214,18 +214,18 @@ func TestServiceErrorsAreClassified(t *testing.T) {
 	// while it runs the envelope's strategy is refused): stage 1's
 	// answered turn is not asked again.
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		d, err := c.ShowEnvelope(ctx, list.Envelopes[0].ID)
+		d, err := c.EnvelopeGet(ctx, list.Envelopes[0].ID)
 		return err == nil && d.Record.Status.Final()
 	}, "the envelope to settle")
 	upper := svc.count("agents.upper")
 	svc.mu.Lock()
 	delete(svc.fail, "agents.measure")
 	svc.mu.Unlock()
-	if _, err := c.Replay(ctx, list.Envelopes[0].ID, "test"); err != nil {
+	if _, err := c.EnvelopeReplay(ctx, list.Envelopes[0].ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		j, err := c.Get(ctx, id2)
+		j, err := c.JobGet(ctx, id2)
 		return err == nil && j.Status == salvage.JobDone
 	}, "the replayed job to finish")
 	if n := svc.count("agents.upper"); n != upper {

@@ -239,7 +239,7 @@ func (c *Client) apiList(ctx context.Context, req micro.Request) (any, error) {
 		}
 		r.EnvelopeFilter.MinAge = d
 	}
-	return c.ListEnvelopes(ctx, r.EnvelopeFilter, &r.Page)
+	return c.EnvelopeList(ctx, r.EnvelopeFilter, &r.Page)
 }
 
 // apiBulk takes {"action": "replay"|"resolve"|"ack", "category"?,
@@ -267,7 +267,7 @@ func (c *Client) apiBulk(ctx context.Context, req micro.Request) (any, error) {
 		}
 		r.EnvelopeFilter.MinAge = d
 	}
-	return c.Bulk(ctx, BulkRequest{Action: r.Action, Filter: r.EnvelopeFilter, By: r.By, Note: r.Note, DryRun: r.DryRun, Limit: r.Limit})
+	return c.EnvelopeBulk(ctx, BulkRequest{Action: r.Action, Filter: r.EnvelopeFilter, By: r.By, Note: r.Note, DryRun: r.DryRun, Limit: r.Limit})
 }
 
 func (c *Client) apiShow(ctx context.Context, req micro.Request) (any, error) {
@@ -275,7 +275,7 @@ func (c *Client) apiShow(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.ShowEnvelope(ctx, r.EnvelopeID)
+	return c.EnvelopeGet(ctx, r.EnvelopeID)
 }
 
 func (c *Client) apiReplay(ctx context.Context, req micro.Request) (any, error) {
@@ -283,7 +283,7 @@ func (c *Client) apiReplay(ctx context.Context, req micro.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return c.Replay(ctx, r.EnvelopeID, r.By)
+	return c.EnvelopeReplay(ctx, r.EnvelopeID, r.By)
 }
 
 func (c *Client) apiResolve(ctx context.Context, req micro.Request) (any, error) {
@@ -291,7 +291,7 @@ func (c *Client) apiResolve(ctx context.Context, req micro.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return c.Resolve(ctx, r.EnvelopeID, r.By, r.Note)
+	return c.EnvelopeResolve(ctx, r.EnvelopeID, r.By, r.Note)
 }
 
 func (c *Client) apiAck(ctx context.Context, req micro.Request) (any, error) {
@@ -299,7 +299,7 @@ func (c *Client) apiAck(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Ack(ctx, r.EnvelopeID, r.By)
+	return c.EnvelopeAck(ctx, r.EnvelopeID, r.By)
 }
 
 // jobRequest is the body of jobs.status and jobs.cancel.
@@ -339,12 +339,12 @@ func (c *Client) apiApprove(ctx context.Context, req micro.Request) (any, error)
 	if r.Approve == nil || r.Chunk < 1 {
 		return nil, fmt.Errorf(`%w: want {"job_id", "chunk" (from 1), "approve": true|false}`, errMalformed)
 	}
-	return c.Approve(ctx, r.JobID, r.Chunk, Decision{Reject: !*r.Approve, By: r.By, Note: r.Note})
+	return c.ChunkApprove(ctx, r.JobID, r.Chunk, Decision{Reject: !*r.Approve, By: r.By, Note: r.Note})
 }
 
 // apiBreakers lists the circuit breakers; the request body is ignored.
 func (c *Client) apiBreakers(ctx context.Context, _ micro.Request) (any, error) {
-	bs, err := c.Breakers(ctx)
+	bs, err := c.BreakerList(ctx)
 	if bs == nil {
 		bs = []Breaker{}
 	}
@@ -353,12 +353,12 @@ func (c *Client) apiBreakers(ctx context.Context, _ micro.Request) (any, error) 
 
 // apiPipelines lists the pipelines; the request body is ignored.
 func (c *Client) apiPipelines(ctx context.Context, _ micro.Request) (any, error) {
-	return c.Pipelines(ctx)
+	return c.PipelineList(ctx)
 }
 
 // apiWorkers lists the live processes; the request body is ignored.
 func (c *Client) apiWorkers(ctx context.Context, _ micro.Request) (any, error) {
-	ws, err := c.Workers(ctx)
+	ws, err := c.WorkerList(ctx)
 	if ws == nil {
 		ws = []Worker{}
 	}
@@ -389,7 +389,7 @@ func (c *Client) apiPause(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.PausePipeline(ctx, r.Pipeline, r.By, r.Reason)
+	return c.PipelinePause(ctx, r.Pipeline, r.By, r.Reason)
 }
 
 // apiResume takes {"pipeline", "by"?}.
@@ -398,7 +398,7 @@ func (c *Client) apiResume(ctx context.Context, req micro.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return c.ResumePipeline(ctx, r.Pipeline, r.By)
+	return c.PipelineResume(ctx, r.Pipeline, r.By)
 }
 
 func (c *Client) apiStatus(ctx context.Context, req micro.Request) (any, error) {
@@ -406,7 +406,7 @@ func (c *Client) apiStatus(ctx context.Context, req micro.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return c.Status(ctx, r.JobID, &r.Page)
+	return c.ChunkList(ctx, r.JobID, &r.Page)
 }
 
 // apiFailing takes {"job_id", "offset"?, "limit"?}: the job and a page
@@ -416,7 +416,7 @@ func (c *Client) apiFailing(ctx context.Context, req micro.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return c.Failing(ctx, r.JobID, &r.Page)
+	return c.ChunkListFailing(ctx, r.JobID, &r.Page)
 }
 
 // apiJobs takes {"offset"?, "limit"?}: a page of job records, newest
@@ -429,7 +429,7 @@ func (c *Client) apiJobs(ctx context.Context, req micro.Request) (any, error) {
 	if err := checkPage(p); err != nil {
 		return nil, err
 	}
-	jobs, err := c.ListJobs(ctx, &p)
+	jobs, err := c.JobList(ctx, &p)
 	if jobs == nil {
 		jobs = []Job{}
 	}
@@ -458,9 +458,9 @@ func (c *Client) apiTrace(ctx context.Context, req micro.Request) (any, error) {
 		return nil, fmt.Errorf("%w: chunk %d: chunks are numbered from 1", errMalformed, r.Chunk)
 	}
 	if r.Chunk == 0 {
-		return c.TracePage(ctx, r.JobID, &r.Page)
+		return c.JobTracePage(ctx, r.JobID, &r.Page)
 	}
-	tr, err := c.TracePage(ctx, r.JobID, &Page{Offset: r.Chunk - 1, Limit: 1})
+	tr, err := c.JobTracePage(ctx, r.JobID, &Page{Offset: r.Chunk - 1, Limit: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +476,7 @@ func (c *Client) apiCancel(ctx context.Context, req micro.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return c.Cancel(ctx, r.JobID, r.By)
+	return c.JobCancel(ctx, r.JobID, r.By)
 }
 
 // SubmitReply is the answer to jobs.submit.
@@ -519,7 +519,7 @@ func (c *Client) submitFrom(ctx context.Context, req micro.Request, r submitRequ
 		}
 		opts.JobID = *r.JobID
 	}
-	id, err := c.Submit(ctx, r.Pipeline, r.Input, opts)
+	id, err := c.JobSubmit(ctx, r.Pipeline, r.Input, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 			t.Errorf("%s %.80s: %q %q, want %s", tc.subject, tc.body, code, text, tc.code)
 		}
 	}
-	ps, err := c.Pipelines(ctx)
+	ps, err := c.PipelineList(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 			t.Fatalf("a refused pause paused %s", p.Pipeline)
 		}
 	}
-	jobs, err := c.ListJobs(ctx, nil)
+	jobs, err := c.JobList(ctx, nil)
 	if err != nil || len(jobs) != 0 {
 		t.Fatalf("a refused submit made jobs: %v %v", jobs, err)
 	}
@@ -90,11 +90,11 @@ func TestServiceReadsJobsAndTraces(t *testing.T) {
 	defer cancel()
 	var ids []string
 	for _, in := range []any{map[string]any{"words": []string{"a", "b", "c", "d", "e"}}, map[string]any{"words": []string{"f"}}} {
-		id, err := c.Submit(ctx, "words", in, nil)
+		id, err := c.JobSubmit(ctx, "words", in, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Wait(ctx, id); err != nil {
+		if _, err := c.JobWait(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
@@ -128,7 +128,7 @@ func TestServiceReadsJobsAndTraces(t *testing.T) {
 	if code := ask("jobs.trace", `{"job_id":"`+ids[0]+`","offset":4,"limit":2}`, &last); code != "" || len(last.Chunks) != 1 || last.NextOffset != 0 || last.Chunks[0].Chunk != 5 {
 		t.Fatalf("jobs.trace last page: %s %+v", code, last)
 	}
-	direct, err := c.Trace(ctx, ids[0])
+	direct, err := c.JobTrace(ctx, ids[0])
 	if err != nil {
 		t.Fatal(err)
 	}

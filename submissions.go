@@ -9,7 +9,7 @@ const submissionsMax = 4096
 
 // submission is what a client knows of a job message it published: its
 // SALVAGE_JOBS sequence and the hash of the input its id stands for, so
-// Wait and WaitAccepted tell its own rejection from an older one under
+// JobWait and JobWaitAccepted tell its own rejection from an older one under
 // the same id, and its own job from another's.
 type submission struct {
 	seq  uint64

@@ -48,7 +48,7 @@ func requestTenant(req micro.Request) (string, error) {
 // ErrUnknownJob — the same as for a job that does not exist, so that a
 // tenant learns nothing of another's.
 func (c *Client) tenantJob(ctx context.Context, tenant, id string) (*Job, error) {
-	j, err := c.Get(ctx, id)
+	j, err := c.JobGet(ctx, id)
 	if errors.Is(err, ErrUnknownJob) || (err == nil && j.Tenant != tenant) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
 	}
@@ -80,7 +80,7 @@ func (c *Client) apiTenantStatus(ctx context.Context, req micro.Request) (any, e
 		return nil, err
 	}
 	// One read: the state names the job's tenant.
-	st, err := c.Status(ctx, r.JobID, &r.Page)
+	st, err := c.ChunkList(ctx, r.JobID, &r.Page)
 	if errors.Is(err, ErrUnknownJob) || (err == nil && st.Job.Tenant != t) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownJob, r.JobID)
 	}
@@ -97,7 +97,7 @@ func (c *Client) apiTenantCancel(ctx context.Context, req micro.Request) (any, e
 	if _, err := c.tenantJob(ctx, t, r.JobID); err != nil {
 		return nil, err
 	}
-	return c.Cancel(ctx, r.JobID, "tenant:"+t)
+	return c.JobCancel(ctx, r.JobID, "tenant:"+t)
 }
 
 // apiTenantJobs takes {"offset"?, "limit"?}: a page of the tenant's job
@@ -114,7 +114,7 @@ func (c *Client) apiTenantJobs(ctx context.Context, req micro.Request) (any, err
 	if err := checkPage(p); err != nil {
 		return nil, err
 	}
-	jobs, err := c.ListTenantJobs(ctx, t, &p)
+	jobs, err := c.JobListTenant(ctx, t, &p)
 	if jobs == nil {
 		jobs = []Job{}
 	}
@@ -122,7 +122,7 @@ func (c *Client) apiTenantJobs(ctx context.Context, req micro.Request) (any, err
 }
 
 // apiTenantResults takes {"job_id", "offset"?, "limit"?}: a page of the
-// job's findings by chunk (ResultsPage).
+// job's findings by chunk (JobResultsPage).
 func (c *Client) apiTenantResults(ctx context.Context, req micro.Request) (any, error) {
 	t, r, err := tenantJobRequest(req)
 	if err != nil {
@@ -144,10 +144,10 @@ func tenantJobRequest(req micro.Request) (string, jobRequest, error) {
 	return t, r, err
 }
 
-// ListTenantJobs returns one page (nil: the first PageDefault) of
+// JobListTenant returns one page (nil: the first PageDefault) of
 // tenant's job records, newest first, from the tenant's own index:
 // O(log n + page) whatever the other tenants have.
-func (c *Client) ListTenantJobs(ctx context.Context, tenant string, page *Page) ([]Job, error) {
+func (c *Client) JobListTenant(ctx context.Context, tenant string, page *Page) ([]Job, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err
@@ -182,18 +182,18 @@ type ChunkResult struct {
 	Result json.RawMessage `json:"result"`
 }
 
-// ResultsPage returns the findings of job id's chunks offset+1 to
+// JobResultsPage returns the findings of job id's chunks offset+1 to
 // offset+limit (limit at most ResultsPageMax), one read each: a page
 // costs O(limit), however many chunks the job has.
-func (c *Client) ResultsPage(ctx context.Context, id string, page *Page) (*Results, error) {
-	j, err := c.Get(ctx, id)
+func (c *Client) JobResultsPage(ctx context.Context, id string, page *Page) (*Results, error) {
+	j, err := c.JobGet(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	return c.resultsPage(ctx, j, page)
 }
 
-// resultsPage is ResultsPage of the job j, read already.
+// resultsPage is JobResultsPage of the job j, read already.
 func (c *Client) resultsPage(ctx context.Context, j *Job, page *Page) (*Results, error) {
 	id := j.ID
 	offset, limit := page.window()

@@ -43,7 +43,7 @@ func TestTenantsSeeOnlyTheirOwnJobs(t *testing.T) {
 		if code := ask(tenant, "submit", body, &r); code != "" {
 			t.Fatalf("%s's submit: %s", tenant, code)
 		}
-		if _, err := c.Wait(ctx, r.JobID); err != nil {
+		if _, err := c.JobWait(ctx, r.JobID); err != nil {
 			t.Fatal(err)
 		}
 		return r.JobID
@@ -56,7 +56,7 @@ func TestTenantsSeeOnlyTheirOwnJobs(t *testing.T) {
 	a2 := submit("a", `{"pipeline":"words","input":{"words":["w"]},"tenant":"a"}`)
 	b1 := submit("b", `{"pipeline":"words","input":{"words":["v"]}}`)
 	for id, want := range map[string]string{a1: "a", a2: "a", b1: "b"} {
-		if j, err := c.Get(ctx, id); err != nil || j.Tenant != want {
+		if j, err := c.JobGet(ctx, id); err != nil || j.Tenant != want {
 			t.Errorf("job %s: %+v, %v; want tenant %s", id, j, err, want)
 		}
 	}
@@ -76,7 +76,7 @@ func TestTenantsSeeOnlyTheirOwnJobs(t *testing.T) {
 		t.Fatalf("c's list: %s %+v", code, jobs)
 	}
 
-	var st salvage.JobState
+	var st salvage.ChunkPage
 	if code := ask("a", "status", `{"job_id":"`+a1+`"}`, &st); code != "" || st.Job.ID != a1 {
 		t.Errorf("a's status of its job: %s %+v", code, st.Job)
 	}
@@ -86,7 +86,7 @@ func TestTenantsSeeOnlyTheirOwnJobs(t *testing.T) {
 			t.Errorf("a's %s of b's job: %q %v; want %s, as for no job", op, code, out, salvage.CodeUnknown)
 		}
 	}
-	if j, err := c.Get(ctx, b1); err != nil || j.Status != salvage.JobDone {
+	if j, err := c.JobGet(ctx, b1); err != nil || j.Status != salvage.JobDone {
 		t.Errorf("b's job after a's refused cancel: %+v, %v", j, err)
 	}
 
@@ -94,7 +94,7 @@ func TestTenantsSeeOnlyTheirOwnJobs(t *testing.T) {
 	if code := ask("a", "results", `{"job_id":"`+a1+`","limit":2}`, &res); code != "" || res.Chunks != 3 || len(res.Results) != 2 || res.NextOffset != 2 || res.Results[0].Chunk != 1 {
 		t.Fatalf("a's first page of results: %s %+v", code, res)
 	}
-	direct, err := c.Results(ctx, a1)
+	direct, err := c.JobResults(ctx, a1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func (w *tenantWork) pipeline() *salvage.Pipeline {
 
 func submitFor(t *testing.T, c *salvage.Client, tenant string, n int) string {
 	t.Helper()
-	id, err := c.Submit(context.Background(), "tenanted", map[string]any{"tenant": tenant, "n": n},
+	id, err := c.JobSubmit(context.Background(), "tenanted", map[string]any{"tenant": tenant, "n": n},
 		&salvage.SubmitOpts{Metadata: map[string]any{"customer": tenant}})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestTenantCapLeavesSlotsToOthers(t *testing.T) {
 	if _, most, started := w.count("a"); most > 3 || started != 3 {
 		t.Fatalf("tenant a: %d at most at once, %d started while gated; want 3 and 3", most, started)
 	}
-	ls, err := c.Limits(ctx)
+	ls, err := c.LimitList(ctx)
 	if err != nil || len(ls) != 1 || ls[0].Chunks != 3 || ls[0].HeldChunks > 3 {
 		t.Fatalf("limits = %+v, %v", ls, err)
 	}
@@ -174,7 +174,7 @@ func TestLargeJobDoesNotStarveAnotherTenant(t *testing.T) {
 		t.Fatalf("b beside a: %+v", j)
 	}
 	besideTook := time.Since(start)
-	ja, err := c.Get(ctx, a)
+	ja, err := c.JobGet(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestLargeJobDoesNotStarveAnotherTenant(t *testing.T) {
 	}
 	t.Logf("b's 20 chunks: %s alone, %s beside a's 5,000 (%.2fx)", aloneTook.Round(time.Millisecond), besideTook.Round(time.Millisecond),
 		besideTook.Seconds()/aloneTook.Seconds())
-	if _, err := c.Cancel(ctx, a, "test"); err != nil && !errors.Is(err, salvage.ErrJobFinished) {
+	if _, err := c.JobCancel(ctx, a, "test"); err != nil && !errors.Is(err, salvage.ErrJobFinished) {
 		t.Fatal(err)
 	}
 	salvagetest.WaitJob(t, c, a, 2*time.Minute)
@@ -202,18 +202,18 @@ func TestTenantIsAToken(t *testing.T) {
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{w.pipeline()}, Roles: salvage.AllRoles()})
 	ctx := context.Background()
 	for _, bad := range []string{"a.b", "a*", ">", "a b"} {
-		if _, err := c.Submit(ctx, "tenanted", map[string]any{"tenant": "x", "n": 1}, &salvage.SubmitOpts{Tenant: bad}); !errors.Is(err, salvage.ErrInvalidToken) {
+		if _, err := c.JobSubmit(ctx, "tenanted", map[string]any{"tenant": "x", "n": 1}, &salvage.SubmitOpts{Tenant: bad}); !errors.Is(err, salvage.ErrInvalidToken) {
 			t.Errorf("Submit with tenant %q: %v; want ErrInvalidToken", bad, err)
 		}
 	}
-	id, err := c.Submit(ctx, "tenanted", map[string]any{"tenant": "x", "n": 1}, &salvage.SubmitOpts{Metadata: map[string]any{"customer": "x.y"}})
+	id, err := c.JobSubmit(ctx, "tenanted", map[string]any{"tenant": "x", "n": 1}, &salvage.SubmitOpts{Metadata: map[string]any{"customer": "x.y"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WaitAccepted(ctx, id); !errors.Is(err, salvage.ErrRejected) {
+	if err := c.JobWaitAccepted(ctx, id); !errors.Is(err, salvage.ErrRejected) {
 		t.Errorf("a job whose metadata names tenant x.y: %v; want ErrRejected", err)
 	}
-	id, err = c.Submit(ctx, "tenanted", map[string]any{"tenant": "x", "n": 1}, &salvage.SubmitOpts{Tenant: "given", Metadata: map[string]any{"customer": "x"}})
+	id, err = c.JobSubmit(ctx, "tenanted", map[string]any{"tenant": "x", "n": 1}, &salvage.SubmitOpts{Tenant: "given", Metadata: map[string]any{"customer": "x"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestCancelEndsTheWaitForATenantsTurn(t *testing.T) {
 		running, _, _ := w.count("a")
 		return running == 1
 	}, "one chunk of tenant a running")
-	if _, err := c.Cancel(ctx, id, "test"); err != nil {
+	if _, err := c.JobCancel(ctx, id, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if j := salvagetest.WaitJob(t, c, id, time.Minute); j.Status != salvage.JobCancelled {
@@ -263,7 +263,7 @@ func TestTenantLimitPacesItsCalls(t *testing.T) {
 	ctx := context.Background()
 	waited := func(id string) int {
 		t.Helper()
-		tr, err := c.TracePage(ctx, id, &salvage.Page{Limit: salvage.PageMax})
+		tr, err := c.JobTracePage(ctx, id, &salvage.Page{Limit: salvage.PageMax})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +277,7 @@ func TestTenantLimitPacesItsCalls(t *testing.T) {
 		}
 		return n
 	}
-	fast, err := c.Submit(ctx, "paced", 25, &salvage.SubmitOpts{Tenant: "fast"})
+	fast, err := c.JobSubmit(ctx, "paced", 25, &salvage.SubmitOpts{Tenant: "fast"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestTenantLimitPacesItsCalls(t *testing.T) {
 	p.mu.Lock()
 	p.calls = nil
 	p.mu.Unlock()
-	slow, err := c.Submit(ctx, "paced", 25, &salvage.SubmitOpts{Tenant: "slow"})
+	slow, err := c.JobSubmit(ctx, "paced", 25, &salvage.SubmitOpts{Tenant: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}

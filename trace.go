@@ -15,7 +15,7 @@ type Trace struct {
 	TraceID string       `json:"trace_id"`
 	Status  JobStatus    `json:"status"`
 	Chunks  []TraceChunk `json:"chunks"`
-	// NextOffset, on a page (TracePage), is the offset of the next page
+	// NextOffset, on a page (JobTracePage), is the offset of the next page
 	// of chunks; 0 when this page is the last.
 	NextOffset int `json:"next_offset,omitempty"`
 }
@@ -52,10 +52,10 @@ type TraceChunk struct {
 // for, the effect a compensation undid or a dead-letter's envelope.
 type ChunkEvent = salvagetype.ChunkEvent
 
-// Trace returns job id's timeline, from its record, checkpoints and
+// JobTrace returns job id's timeline, from its record, checkpoints and
 // journal. It reads every call of the job: meant for one job at a time,
-// not for a loop; TraceChunk reads one chunk's.
-func (c *Client) Trace(ctx context.Context, id string) (*Trace, error) {
+// not for a loop; ChunkTrace reads one chunk's.
+func (c *Client) JobTrace(ctx context.Context, id string) (*Trace, error) {
 	j, st, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err
@@ -63,11 +63,11 @@ func (c *Client) Trace(ctx context.Context, id string) (*Trace, error) {
 	return traceOf(ctx, j, st, 1, j.Chunks)
 }
 
-// TracePage returns one page of job id's timeline: the chunks page
+// JobTracePage returns one page of job id's timeline: the chunks page
 // selects (nil: the first PageDefault), with NextOffset set when more
 // follow. It reads only those chunks' checkpoints and journals; a page
 // of one chunk (Offset chunk-1, Limit 1) is that chunk's timeline.
-func (c *Client) TracePage(ctx context.Context, id string, page *Page) (*Trace, error) {
+func (c *Client) JobTracePage(ctx context.Context, id string, page *Page) (*Trace, error) {
 	j, st, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err
@@ -113,10 +113,10 @@ func traceOf(ctx context.Context, j kv.Job, st *kv.Stores, first, last int) (*Tr
 	return tr, nil
 }
 
-// TraceChunk returns one chunk's part of job id's timeline, reading only
+// ChunkTrace returns one chunk's part of job id's timeline, reading only
 // that chunk's checkpoint and journal. A chunk outside the job wraps
 // ErrUnknownJob.
-func (c *Client) TraceChunk(ctx context.Context, id string, chunk int) (*TraceChunk, error) {
+func (c *Client) ChunkTrace(ctx context.Context, id string, chunk int) (*TraceChunk, error) {
 	j, st, err := c.job(ctx, id)
 	if err != nil {
 		return nil, err

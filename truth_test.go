@@ -24,7 +24,7 @@ func TestCancellingAFinishedJobIsRefused(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"fine", "panic"}}, nil)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"fine", "panic"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,13 +32,13 @@ func TestCancellingAFinishedJobIsRefused(t *testing.T) {
 		t.Fatalf("job %s", j.Status)
 	}
 	envs := settled(t, srv, c, id, time.Minute)
-	if _, err := c.Cancel(ctx, id, "ann"); !errors.Is(err, salvage.ErrJobFinished) {
+	if _, err := c.JobCancel(ctx, id, "ann"); !errors.Is(err, salvage.ErrJobFinished) {
 		t.Fatalf("cancel of an incomplete job: %v", err)
 	}
-	if j, err := c.Get(ctx, id); err != nil || j.Status != salvage.JobIncomplete || j.CancelledAt != nil {
+	if j, err := c.JobGet(ctx, id); err != nil || j.Status != salvage.JobIncomplete || j.CancelledAt != nil {
 		t.Fatalf("after the refused cancel: %+v, %v", j, err)
 	}
-	if _, err := c.Replay(ctx, envs[0].ID, "ann"); err != nil {
+	if _, err := c.EnvelopeReplay(ctx, envs[0].ID, "ann"); err != nil {
 		t.Fatalf("replay after the refused cancel: %v", err)
 	}
 }
@@ -59,7 +59,7 @@ func TestAPipelineNobodyRecoversIsSeen(t *testing.T) {
 	}
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, AlertInterval: 100 * time.Millisecond,
 		Roles: []salvage.Role{salvage.RoleWorker, salvage.RoleDeadLetter}})
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"panic"}}, nil)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"panic"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestAPipelineNobodyRecoversIsSeen(t *testing.T) {
 	}
 	var ps []salvage.PipelineStatus
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		ps, err = c.Pipelines(ctx)
+		ps, err = c.PipelineList(ctx)
 		return err == nil && len(ps) == 1 && ps[0].Workers == 1
 	}, "the worker's heartbeat")
 	if ps[0].Recovery != 0 {
@@ -78,7 +78,7 @@ func TestAPipelineNobodyRecoversIsSeen(t *testing.T) {
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}, Roles: []salvage.Role{salvage.RoleRecovery}})
 	settled(t, srv, c, id, time.Minute)
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		ps, err = c.Pipelines(ctx)
+		ps, err = c.PipelineList(ctx)
 		return err == nil && len(ps) == 1 && ps[0].Recovery == 1
 	}, "the recovery process to be counted (last %+v)", &ps)
 }
@@ -92,15 +92,15 @@ func TestWaitReturnsOnceEnvelopesAreDecided(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "words", map[string]any{"words": []string{"panic", "fine", "panic", "panic", "panic"}}, nil)
+	id, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"panic", "fine", "panic", "panic", "panic"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := c.Wait(ctx, id)
+	j, err := c.JobWait(ctx, id)
 	if err != nil || j.Status != salvage.JobIncomplete {
 		t.Fatalf("wait: %+v, %v", j, err)
 	}
-	list, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Job: id}, nil)
+	list, err := c.EnvelopeList(ctx, salvage.EnvelopeFilter{Job: id}, nil)
 	if err != nil || len(list.Envelopes) != 4 {
 		t.Fatalf("envelopes: %+v, %v", list, err)
 	}
@@ -206,7 +206,7 @@ func TestAClaimOfNoLiveProcessHoldsNothing(t *testing.T) {
 		}
 	}()
 	srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{words()}})
-	if _, err := c.Submit(ctx, "words", map[string]any{"words": []string{"held"}}, &salvage.SubmitOpts{JobID: id}); err != nil {
+	if _, err := c.JobSubmit(ctx, "words", map[string]any{"words": []string{"held"}}, &salvage.SubmitOpts{JobID: id}); err != nil {
 		t.Fatal(err)
 	}
 	if j := salvagetest.WaitJob(t, c, id, 60*time.Second); j.Status != salvage.JobDone {

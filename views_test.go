@@ -28,7 +28,7 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 		{"Chunk", kv.Checkpoint{}, func(v any) any { return chunkOf(v.(kv.Checkpoint)) }, []string{"ClaimRevision", "Snapshots",
 			"MsgSeq", "CostMicros", "Counted", "CountedTier1", "CountedRedeliveries", "CountedPromptTokens",
 			"CountedCompletionTokens", "CountedCostMicros", "Outputs",
-			"Events", "EventsDropped", "AttentionUntil"}}, // the timeline is the trace's (TraceChunk), not every status page's
+			"Events", "EventsDropped", "AttentionUntil"}}, // the timeline is the trace's (ChunkTrace), not every status page's
 		{"EnvelopeRecord", kv.EnvelopeRecord{}, func(v any) any { return envelopeRecordOf(v.(kv.EnvelopeRecord)) },
 			[]string{"RecoveringBy", "LeaseUntil", "Alerts", "IndexSeq", "JobIndexSeq"}},
 		{"Call", kv.JournalRow{}, func(v any) any { return callOf(v.(kv.JournalRow)) }, []string{"RetryableAfterCompensation",

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
@@ -34,34 +36,51 @@ type Change[T any] struct {
 	CaughtUp bool
 }
 
-// WatchJobs hands fn every job record, then every change to one, until
+// JobWatch hands fn every job record, then every change to one, until
 // ctx ends; it blocks. fn runs on one goroutine, one change at a time, and
 // must return promptly: the watch waits for it.
-func (c *Client) WatchJobs(ctx context.Context, fn func(Change[Job])) {
-	watch(ctx, c, kv.BucketJobs, jetstream.AllKeys, fn)
+//
+// An interruption — the server restarting, a stream's leader moving, the
+// connection reconnecting — is not an error: the watch starts again and
+// delivers every record again (Change.Revision tells a repeat). JobWatch
+// returns nil once ctx ends, and an error, at once, when the watch can
+// never go on: one wrapping ErrNotProvisioned when the deployment's bucket
+// does not exist, jetstream.ErrJetStreamNotEnabled (or ...ForAccount) when
+// the connection's account has no JetStream, nats.ErrConnectionClosed
+// when the client's connection was closed. A record that does not decode
+// is logged and skipped. A user without the permission to read the bucket
+// sees requests time out, which look like an interruption: the watch
+// keeps trying, logging each failure at debug level.
+func (c *Client) JobWatch(ctx context.Context, fn func(Change[Job])) error {
+	return watch(ctx, c, kv.BucketJobs, jetstream.AllKeys, fn)
 }
 
-// WatchEnvelopes is WatchJobs for envelope records.
-func (c *Client) WatchEnvelopes(ctx context.Context, fn func(Change[EnvelopeRecord])) {
+// EnvelopeWatch is JobWatch for envelope records, with its errors.
+func (c *Client) EnvelopeWatch(ctx context.Context, fn func(Change[EnvelopeRecord])) error {
 	// Envelope ids are one token; the bucket's guard keys have two.
-	watch(ctx, c, kv.BucketEnvelopes, "*", fn)
+	return watch(ctx, c, kv.BucketEnvelopes, "*", fn)
 }
 
-// WatchCalls is WatchJobs for the journal: every call as it begins and
+// CallWatch is JobWatch for the journal: every call as it begins and
 // ends, its key the journal key, in every partition (Config.Partitions):
 // those the deployment has when the watch starts, and those added while
 // it runs (looked for as often as a process looks for them). Records
 // leave with the journal's retention (RetentionDefault). CaughtUp comes
 // once every partition's journal watched has been delivered, and again
-// after a partition's watch restarts and catches up.
-func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
+// after a partition's watch restarts and catches up. It returns as
+// JobWatch does; the first partition's watch that cannot go on ends them
+// all.
+func (c *Client) CallWatch(ctx context.Context, fn func(Change[Call])) error {
+	// The first partition's watch that cannot go on ends them all.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	var mu sync.Mutex
 	var caught []bool
 	var wg sync.WaitGroup
 	// follow watches partition k's journal; caught[k] must exist.
 	follow := func(k int) {
 		wg.Go(func() {
-			watch(ctx, c, kv.BucketJournalIn(k), jetstream.AllKeys, func(ch Change[Call]) {
+			err := watch(ctx, c, kv.BucketJournalIn(k), jetstream.AllKeys, func(ch Change[Call]) {
 				mu.Lock()
 				defer mu.Unlock()
 				if ch.CaughtUp {
@@ -72,6 +91,9 @@ func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
 				}
 				fn(ch)
 			})
+			if err != nil {
+				stop(err)
+			}
 		})
 	}
 	n := 0
@@ -79,6 +101,9 @@ func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
 		var err error
 		if n, err = streams.Partitions(ctx, c.js); err == nil {
 			break
+		}
+		if werr := watchEnded(err, c.js, kv.BucketJournalIn(0)); werr != nil {
+			return werr
 		}
 		c.cfg.Logger.Debug().Err(err).Msg("count the partitions to watch the journal of; trying again")
 		select {
@@ -113,13 +138,32 @@ func (c *Client) WatchCalls(ctx context.Context, fn func(Change[Call])) {
 		}
 	})
 	wg.Wait()
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// watchEnded says whether a watch of bucket that ended with err can never
+// go on: the error to return, or nil to start it again.
+func watchEnded(err error, js jetstream.JetStream, bucket string) error {
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("salvage: watch %s: %w", bucket, ErrNotProvisioned)
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("salvage: watch %s: %w", bucket, err)
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, jetstream.ErrConnectionClosed), js.Conn().IsClosed():
+		return fmt.Errorf("salvage: watch %s: %w", bucket, nats.ErrConnectionClosed)
+	}
+	return nil
 }
 
 // watch follows bucket's keys matching filter, decoding each value into
-// T; a value that does not decode is logged and skipped.
-func watch[T any](ctx context.Context, c *Client, bucket, filter string, fn func(Change[T])) {
+// T; a value that does not decode is logged and skipped. It returns nil
+// when ctx ends, or what watchEnded says ends it.
+func watch[T any](ctx context.Context, c *Client, bucket, filter string, fn func(Change[T])) error {
 	log := c.cfg.Logger.With().Str("bucket", bucket).Logger()
-	kv.FollowKeys(ctx, c.js, bucket, filter, func(e jetstream.KeyValueEntry) {
+	return kv.FollowKeys(ctx, c.js, bucket, filter, func(e jetstream.KeyValueEntry) {
 		if e == nil {
 			fn(Change[T]{CaughtUp: true})
 			return
@@ -135,7 +179,11 @@ func watch[T any](ctx context.Context, c *Client, bucket, filter string, fn func
 			return
 		}
 		fn(ch)
-	}, func(err error) {
+	}, func(err error) error {
+		if werr := watchEnded(err, c.js, bucket); werr != nil {
+			return werr
+		}
 		log.Debug().Err(err).Msg("watch ended; restarting")
+		return nil
 	})
 }

@@ -20,11 +20,11 @@ import (
 // drops out of the list within 30 seconds.
 type Worker = salvagetype.Worker
 
-// Workers lists the live processes of the deployment (those that run a
+// WorkerList lists the live processes of the deployment (those that run a
 // role), by id. It reads the salvage_workers bucket, which each started
 // client refreshes three times a lease (a worker's lease is its pools'
 // shortest claim lease, at most 20 s; another process's 30 s).
-func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
+func (c *Client) WorkerList(ctx context.Context) ([]Worker, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err

@@ -63,7 +63,7 @@ func TestModelFallbackChain(t *testing.T) {
 	}
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "rated", []string{"one", "two", "three"}, nil)
+	id, err := c.JobSubmit(ctx, "rated", []string{"one", "two", "three"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestModelFallbackChain(t *testing.T) {
 	if premiumAsked.Load() != 3 {
 		t.Fatalf("premium asked %d times; want once per chunk", premiumAsked.Load())
 	}
-	tr, err := c.Trace(ctx, id)
+	tr, err := c.JobTrace(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

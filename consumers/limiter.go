@@ -142,7 +142,7 @@ func (l *limiter) run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	go kv.FollowKeys(ctx, l.js, kv.BucketLimits, "spec.>", l.update, func(err error) {
+	go kv.FollowKeys(ctx, l.js, kv.BucketLimits, "spec.>", l.update, func(err error) error {
 		// Until it has read the declared limits once, the worker starts
 		// no chunk: say why (a user without the permission, a bucket
 		// not provisioned).
@@ -152,6 +152,7 @@ func (l *limiter) run(ctx context.Context) {
 		default:
 			l.log.Warn().Err(err).Msg("cannot read the declared rate limits from " + kv.BucketLimits + "; no chunk starts until they are read")
 		}
+		return nil
 	})
 	t := time.NewTicker(limitRenewEvery)
 	defer t.Stop()

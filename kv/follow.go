@@ -29,18 +29,26 @@ const reconnectPoll = 250 * time.Millisecond
 // idempotent per key. onRestart, if set, hears why a watch ended. It
 // blocks.
 func Follow(ctx context.Context, js jetstream.JetStream, bucket string, update func(jetstream.KeyValueEntry), onRestart func(error)) {
-	FollowKeys(ctx, js, bucket, jetstream.AllKeys, update, onRestart)
+	_ = FollowKeys(ctx, js, bucket, jetstream.AllKeys, update, func(err error) error {
+		if onRestart != nil {
+			onRestart(err)
+		}
+		return nil
+	})
 }
 
-// FollowKeys is Follow for the keys filter matches (a KV key pattern).
-func FollowKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string, update func(jetstream.KeyValueEntry), onRestart func(error)) {
+// FollowKeys is Follow for the keys filter matches (a KV key pattern),
+// for a caller that may give up: onEnd hears why each watch ended and
+// returns nil to start another, or an error to stop following, which
+// FollowKeys returns. It returns nil when ctx ends.
+func FollowKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string, update func(jetstream.KeyValueEntry), onEnd func(error) error) error {
 	for ctx.Err() == nil {
 		err := follow(ctx, js, bucket, filter, update)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		if onRestart != nil {
-			onRestart(err)
+		if stop := onEnd(err); stop != nil {
+			return stop
 		}
 		if errors.Is(err, errReconnected) {
 			continue
@@ -50,6 +58,7 @@ func FollowKeys(ctx context.Context, js jetstream.JetStream, bucket, filter stri
 		case <-time.After(time.Second):
 		}
 	}
+	return nil
 }
 
 func follow(ctx context.Context, js jetstream.JetStream, bucket, filter string, update func(jetstream.KeyValueEntry)) error {

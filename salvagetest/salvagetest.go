@@ -142,7 +142,7 @@ func WaitJob(t testing.TB, c *salvage.Client, id string, timeout time.Duration) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	j, err := c.Wait(ctx, id)
+	j, err := c.JobWait(ctx, id)
 	if err != nil {
 		t.Fatalf("salvagetest: job %s: %v", id, err)
 	}
@@ -174,18 +174,18 @@ func RunAgent(t testing.TB, agent salvage.Agent, tools []salvage.Tool, input any
 	}
 	c := StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{p}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, p.Name, input, nil)
+	id, err := c.JobSubmit(ctx, p.Name, input, nil)
 	if err != nil {
 		t.Fatalf("salvagetest: submit: %v", err)
 	}
 	run := AgentRun{Job: WaitJob(t, c, id, time.Minute)}
-	if res, err := c.Results(ctx, id); err == nil && res[1] != nil {
+	if res, err := c.JobResults(ctx, id); err == nil && res[1] != nil {
 		var outs []salvage.StageOutput
 		if json.Unmarshal(res[1], &outs) == nil && len(outs) == 1 {
 			run.Output = outs[0].Output
 		}
 	}
-	tr, err := c.Trace(ctx, id)
+	tr, err := c.JobTrace(ctx, id)
 	if err != nil {
 		t.Fatalf("salvagetest: trace: %v", err)
 	}

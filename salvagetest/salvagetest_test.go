@@ -36,7 +36,7 @@ func TestTheKitRunsAJobAndKeepsItAcrossARestart(t *testing.T) {
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{echo(&calls)}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "echo", "hi", nil)
+	id, err := c.JobSubmit(ctx, "echo", "hi", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestTheKitRunsAJobAndKeepsItAcrossARestart(t *testing.T) {
 	srv.Restart(t)
 	var got *salvage.Job
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		got, err = c.Get(ctx, id)
+		got, err = c.JobGet(ctx, id)
 		return err == nil
 	}, "the job's record after the restart")
 	if got.Status != salvage.JobDone {
@@ -75,7 +75,7 @@ func Example() {
 		var calls atomic.Int32
 		srv := salvagetest.StartServer(t)
 		c := srv.Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{echo(&calls)}})
-		id, err := c.Submit(context.Background(), "echo", "hi", nil)
+		id, err := c.JobSubmit(context.Background(), "echo", "hi", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

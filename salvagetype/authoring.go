@@ -20,7 +20,7 @@ type Stage struct {
 	// RequiresApproval parks each chunk before the stage (status
 	// awaiting-approval, its message on salvage.hold.approval.<job>.<chunk>,
 	// an event on salvage.events.<job>.approval) until a person answers
-	// with Client.Approve, `salvage approve` or salvage.api.approve; a
+	// with Client.ChunkApprove, `salvage approve` or salvage.api.approve; a
 	// rejection compensates the chunk's effects.
 	RequiresApproval bool
 }

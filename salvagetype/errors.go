@@ -89,4 +89,8 @@ var (
 	// deployment provisioned before salvage_limits existed; its workers run
 	// unlimited until it is provisioned again (salvage provision).
 	ErrLimitsNotProvisioned = errors.New("salvage_limits is not provisioned: run salvage provision (or start a process allowed to provision)")
+	// ErrNotProvisioned is returned when a stream or bucket a call needs
+	// does not exist: the deployment was never provisioned (salvage
+	// provision, or a process allowed to provision), or it was removed.
+	ErrNotProvisioned = errors.New("not provisioned: run salvage provision (or start a process allowed to provision)")
 )

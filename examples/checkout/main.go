@@ -185,11 +185,11 @@ func run() error {
 	defer client.Stop(context.Background())
 
 	orders := []Order{{"o-1", 1200, "1 Main St"}, {"o-2", 800, "2 High St"}, {"o-3", 4500, ""}}
-	id, err := client.Submit(ctx, "checkout", orders, nil)
+	id, err := client.JobSubmit(ctx, "checkout", orders, nil)
 	if err != nil {
 		return err
 	}
-	job, err := client.Wait(ctx, id)
+	job, err := client.JobWait(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func run() error {
 
 	// The failed order's envelope: the orchestrator refunds its charge.
 	for {
-		list, err := client.ListEnvelopes(ctx, salvage.EnvelopeFilter{Job: id}, nil)
+		list, err := client.EnvelopeList(ctx, salvage.EnvelopeFilter{Job: id}, nil)
 		if err != nil {
 			return err
 		}

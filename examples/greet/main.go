@@ -51,11 +51,11 @@ func main() {
 		log.Fatal(err)
 	}
 	defer client.Stop(ctx)
-	id, err := client.Submit(ctx, "greet", map[string]string{"name": "ada"}, nil)
+	id, err := client.JobSubmit(ctx, "greet", map[string]string{"name": "ada"}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	job, err := client.Wait(ctx, id)
+	job, err := client.JobWait(ctx, id)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -189,11 +189,11 @@ func demo() error {
 		return err
 	}
 	defer client.Stop(context.Background())
-	id, err := client.Submit(ctx, "refunds", orders(1, 6), nil)
+	id, err := client.JobSubmit(ctx, "refunds", orders(1, 6), nil)
 	if err != nil {
 		return err
 	}
-	job, err := client.Wait(ctx, id)
+	job, err := client.JobWait(ctx, id)
 	if err != nil {
 		return err
 	}

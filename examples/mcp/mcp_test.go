@@ -133,7 +133,7 @@ func refundsSurviveKills(t *testing.T, bin, over string) {
 
 	// Job 1: o-2's refund is paid and its answer lost; the shop is
 	// killed mid-call.
-	job1, err := c.Submit(ctx, "refunds", orders(1, 5), nil)
+	job1, err := c.JobSubmit(ctx, "refunds", orders(1, 5), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func refundsSurviveKills(t *testing.T, bin, over string) {
 
 	// Job 2: o-7's refund is paid and its answer lost; the worker is
 	// killed mid-job and another takes over.
-	job2, err := c.Submit(ctx, "refunds", orders(6, 5), nil)
+	job2, err := c.JobSubmit(ctx, "refunds", orders(6, 5), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func refundsSurviveKills(t *testing.T, bin, over string) {
 		job   string
 		chunk int
 	}{{job1, 2}, {job2, 2}} {
-		tc, err := c.TraceChunk(ctx, v.job, v.chunk)
+		tc, err := c.ChunkTrace(ctx, v.job, v.chunk)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -345,7 +345,7 @@ func tenantsKeptApart(t *testing.T, url string) {
 			t.Fatalf("tenant %s's submit: %s", tenant, code)
 		}
 		salvagetest.Eventually(t, 2*time.Minute, func() bool {
-			var st salvage.JobState
+			var st salvage.ChunkPage
 			return ask(nc, tenant, "status", `{"job_id":"`+r.JobID+`"}`, &st) == "" && st.Job.Status != salvage.JobRunning
 		}, "tenant %s's job %s to finish", tenant, r.JobID)
 		return r.JobID
@@ -369,7 +369,7 @@ func tenantsKeptApart(t *testing.T, url string) {
 	if code := ask(a, "a", "submit", `{"pipeline":"contract-review","input":{"text":"x."},"tenant":"b"}`, &r); code != salvage.CodeMalformed {
 		t.Errorf("tenant a submitting as b: %q %+v; want %s", code, r, salvage.CodeMalformed)
 	}
-	var st salvage.JobState
+	var st salvage.ChunkPage
 	if code := ask(b, "b", "status", `{"job_id":"`+jobB+`"}`, &st); code != "" || st.Job.Tenant != "b" || st.Job.Status == salvage.JobCancelled {
 		t.Errorf("tenant b's job after a's refused cancel: %s %+v", code, st.Job)
 	}
@@ -383,7 +383,7 @@ func tenantsKeptApart(t *testing.T, url string) {
 	// Its findings: one line per chunk done (the worker's model fails a
 	// third of its calls, with no retry, so some may have been
 	// dead-lettered).
-	var stA salvage.JobState
+	var stA salvage.ChunkPage
 	if code := ask(a, "a", "status", `{"job_id":"`+jobA+`"}`, &stA); code != "" {
 		t.Fatalf("tenant a's status of its job: %s", code)
 	}

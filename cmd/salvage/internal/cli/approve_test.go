@@ -60,13 +60,13 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 		t.Fatalf("submit: %d %s %s", code, out, errOut)
 	}
 	job := strings.TrimSpace(out)
-	status := func() salvage.JobState {
+	status := func() salvage.ChunkPage {
 		_, out, _ := run(t, "", "status", job, "--json", "--server", url)
-		var st salvage.JobState
+		var st salvage.ChunkPage
 		_ = json.Unmarshal([]byte(out), &st)
 		return st
 	}
-	awaiting := func(st salvage.JobState) bool {
+	awaiting := func(st salvage.ChunkPage) bool {
 		return len(st.Chunks) == 2 && st.Chunks[0].Status == salvage.ChunkAwaitingApproval && st.Chunks[1].Status == salvage.ChunkAwaitingApproval
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return awaiting(status()) }, "both chunks to await approval")
@@ -88,7 +88,7 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 	if code, out, errOut := run(t, "", "approve", job, "2", "--reject", "--note", "not this one", "--server", url); code != 0 || !strings.Contains(out, "rejected") {
 		t.Fatalf("approve --reject: %d %s %s", code, out, errOut)
 	}
-	var st salvage.JobState
+	var st salvage.ChunkPage
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		st = status()
 		return st.Job.Status == salvage.JobIncomplete

@@ -120,7 +120,7 @@ print one table:
   soak         --soak of 20-chunk jobs back to back, two at a time, with every role in one
                process and retention shortened to 1s / 3s / 6s (calls, effects, records):
                the disk use of what retention governs, sampled every 2s, levels off;
-  listing      100,000 envelope records, then pages of 100 through ListEnvelopes at both
+  listing      100,000 envelope records, then pages of 100 through EnvelopeList at both
                ends and the middle, by status and by job: time and bytes per page, beside
                reading every record;
   ramp         'salvage demo --scenario outage' (400 orders, 2 worker processes, the CRM

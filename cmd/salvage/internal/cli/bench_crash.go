@@ -202,7 +202,7 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	input := contractreview.Input{Text: contractreview.Contract(crashJobChunks, 1)}
 	var jobs []string
 	for range crashJobs {
-		id, err := d.client.Submit(ctx, contractreview.Name, input, nil)
+		id, err := d.client.JobSubmit(ctx, contractreview.Name, input, nil)
 		if err != nil {
 			return row, err
 		}
@@ -277,7 +277,7 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	time.Sleep(crashSettle)
 	row.Requests, row.Unique = counter.counts()
 	for _, id := range jobs {
-		if _, err := d.client.Cancel(ctx, id, "salvage bench"); err != nil {
+		if _, err := d.client.JobCancel(ctx, id, "salvage bench"); err != nil {
 			b.log.Warn().Err(err).Str("job_id", id).Msg("cancel bench job")
 		}
 	}

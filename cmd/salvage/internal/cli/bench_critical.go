@@ -67,11 +67,11 @@ func (b *bench) critical(ctx context.Context) (criticalRow, error) {
 	defer stop()
 	b.log.Info().Msg("critical path: running the reference job")
 	start := time.Now()
-	id, err := c.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(criticalChunks, 1)}, nil)
+	id, err := c.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(criticalChunks, 1)}, nil)
 	if err != nil {
 		return row, err
 	}
-	j, err := c.Wait(ctx, id)
+	j, err := c.JobWait(ctx, id)
 	if err != nil {
 		return row, err
 	}
@@ -79,7 +79,7 @@ func (b *bench) critical(ctx context.Context) (criticalRow, error) {
 	if j.Status != salvage.JobDone {
 		return row, fmt.Errorf("job %s ended %s", id, j.Status)
 	}
-	tr, err := c.Trace(ctx, id)
+	tr, err := c.JobTrace(ctx, id)
 	if err != nil {
 		return row, err
 	}

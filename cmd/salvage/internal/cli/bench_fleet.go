@@ -231,11 +231,11 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 		return row, err
 	}
 	start := time.Now()
-	id, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(b.o.fleetChunks, 1)}, nil)
+	id, err := client.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(b.o.fleetChunks, 1)}, nil)
 	if err != nil {
 		return row, err
 	}
-	job, err := client.Wait(ctx, id)
+	job, err := client.JobWait(ctx, id)
 	if err != nil {
 		return row, err
 	}

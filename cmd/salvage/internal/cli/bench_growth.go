@@ -207,10 +207,10 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 			stopSampling = sampler.run(ctx, time.Second)
 		}
 		start := time.Now()
-		job, err := c.Submit(ctx, growthPipelineName, map[string]int{"chunks": n}, nil)
+		job, err := c.JobSubmit(ctx, growthPipelineName, map[string]int{"chunks": n}, nil)
 		var j *salvage.Job
 		if err == nil {
-			j, err = c.Wait(ctx, job)
+			j, err = c.JobWait(ctx, job)
 		}
 		wall := time.Since(start)
 		stopSampling()
@@ -306,7 +306,7 @@ func waitRetained(ctx context.Context, c *salvage.Client, job string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	for {
-		j, err := c.Get(ctx, job)
+		j, err := c.JobGet(ctx, job)
 		if err == nil && j.KeptUntil != nil {
 			return nil
 		}

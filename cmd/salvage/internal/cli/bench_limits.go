@@ -108,7 +108,7 @@ func (b *bench) limitsRow(ctx context.Context, binary string, limited bool) (row
 		if err != nil {
 			return row, err
 		}
-		if _, err := client.SetLimit(ctx, salvage.Limit{Key: salvage.LimitKey(salvage.LimitSystem, tool.System),
+		if _, err := client.LimitSet(ctx, salvage.Limit{Key: salvage.LimitKey(salvage.LimitSystem, tool.System),
 			RequestsPerMinute: limitsRPM, TokensPerMinute: limitsTPM}, "bench"); err != nil {
 			return row, err
 		}
@@ -126,20 +126,20 @@ func (b *bench) limitsRow(ctx context.Context, binary string, limited bool) (row
 	}
 	b.log.Info().Bool("limited", limited).Msg("limits: running the job")
 	start := time.Now()
-	id, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(b.o.limitsChunks, 1)}, nil)
+	id, err := client.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(b.o.limitsChunks, 1)}, nil)
 	if err != nil {
 		return row, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, limitsTimeout)
 	defer cancel()
-	job, err := client.Wait(wctx, id)
+	job, err := client.JobWait(wctx, id)
 	row.WallSecs = time.Since(start).Seconds()
 	if err != nil {
 		row.Status = "not finished after " + limitsTimeout.String()
 	} else {
 		row.Status = string(job.Status)
 	}
-	if j, gerr := client.Get(ctx, id); gerr == nil {
+	if j, gerr := client.JobGet(ctx, id); gerr == nil {
 		row.Tier1Retries, row.Redeliveries = j.Summary.Tier1Retries, j.Summary.Redeliveries
 	}
 	use, err := simc.Quota(ctx)

@@ -80,7 +80,7 @@ func (b *bench) listing(ctx context.Context) (listingRow, error) {
 		for range listingRepeats {
 			before := s.nc.Stats().InBytes
 			start := time.Now()
-			l, err := c.ListEnvelopes(ctx, q.f, &salvage.Page{Offset: q.offset, Limit: listingPage})
+			l, err := c.EnvelopeList(ctx, q.f, &salvage.Page{Offset: q.offset, Limit: listingPage})
 			if err != nil {
 				return row, fmt.Errorf("%s: %w", q.what, err)
 			}

@@ -154,10 +154,10 @@ func (b *bench) soak(ctx context.Context, d time.Duration) (soakRow, error) {
 	for range soakInFlight {
 		wg.Go(func() {
 			for time.Since(start) < d && ctx.Err() == nil {
-				id, err := c.Submit(ctx, growthPipelineName, map[string]int{"chunks": soakJobChunks}, nil)
+				id, err := c.JobSubmit(ctx, growthPipelineName, map[string]int{"chunks": soakJobChunks}, nil)
 				var j *salvage.Job
 				if err == nil {
-					j, err = c.Wait(ctx, id)
+					j, err = c.JobWait(ctx, id)
 				}
 				mu.Lock()
 				if err != nil {

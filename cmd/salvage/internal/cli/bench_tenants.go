@@ -111,7 +111,7 @@ func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (r
 	}
 	defer stopClient()
 	if capChunks > 0 {
-		if _, err := client.SetLimit(ctx, salvage.Limit{Key: salvage.LimitKey(salvage.LimitTenant, "a"), Chunks: capChunks}, "bench"); err != nil {
+		if _, err := client.LimitSet(ctx, salvage.Limit{Key: salvage.LimitKey(salvage.LimitTenant, "a"), Chunks: capChunks}, "bench"); err != nil {
 			return row, err
 		}
 	}
@@ -128,13 +128,13 @@ func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (r
 	}
 	small := func(tag string) (float64, string, error) {
 		start := time.Now()
-		id, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(tenantsSmall, 1)}, &salvage.SubmitOpts{Tenant: "b"})
+		id, err := client.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(tenantsSmall, 1)}, &salvage.SubmitOpts{Tenant: "b"})
 		if err != nil {
 			return 0, "", err
 		}
 		wctx, cancel := context.WithTimeout(ctx, tenantsTimeout)
 		defer cancel()
-		job, err := client.Wait(wctx, id)
+		job, err := client.JobWait(wctx, id)
 		if err != nil {
 			return 0, "", fmt.Errorf("tenant b's job %s: %w", tag, err)
 		}
@@ -145,14 +145,14 @@ func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (r
 		return row, err
 	}
 	b.log.Info().Int("cap", capChunks).Int("chunks", b.o.tenantsChunks).Msg("tenants: tenant a's large job")
-	large, err := client.Submit(ctx, contractreview.Name, contractreview.Input{Text: shortContract(b.o.tenantsChunks)}, &salvage.SubmitOpts{Tenant: "a"})
+	large, err := client.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: shortContract(b.o.tenantsChunks)}, &salvage.SubmitOpts{Tenant: "a"})
 	if err != nil {
 		return row, err
 	}
 	// b's job goes in once a's has run a wave of the fleet's slots: its
 	// chunks fill every slot it may.
 	for {
-		j, err := client.Get(ctx, large)
+		j, err := client.JobGet(ctx, large)
 		if err == nil && j.Summary.Done >= tenantsWorkers*tenantsSlots/2 {
 			row.LargeDoneBefore = j.Summary.Done
 			break
@@ -173,12 +173,12 @@ func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (r
 	}
 	row.Status = status
 	row.Ratio = row.BesideSecs / row.AloneSecs
-	j, err := client.Get(ctx, large)
+	j, err := client.JobGet(ctx, large)
 	if err != nil {
 		return row, err
 	}
 	row.LargeDoneAfter = j.Summary.Done
-	if _, err := client.Cancel(ctx, large, "bench"); err != nil && !errors.Is(err, salvage.ErrJobFinished) {
+	if _, err := client.JobCancel(ctx, large, "bench"); err != nil && !errors.Is(err, salvage.ErrJobFinished) {
 		return row, err
 	}
 	return row, nil

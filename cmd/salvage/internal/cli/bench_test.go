@@ -2,8 +2,10 @@ package cli_test
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,11 +15,8 @@ import (
 // what was measured.
 func TestBench(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "bench", "--only", "critical,crash,growth,soak", "--kills", "2", "--kill-every", "1s",
-		"--workers", "2", "--growth", "20,60", "--growth-concurrency", "4", "--soak", "14s", "--report", "json", "--log-level", "error").Output()
-	if err != nil {
-		t.Fatalf("salvage bench: %v", err)
-	}
+	out := benchOutput(t, "--only", "critical,crash,growth,soak", "--kills", "2", "--kill-every", "1s",
+		"--workers", "2", "--growth", "20,60", "--growth-concurrency", "4", "--soak", "14s", "--report", "json", "--log-level", "error")
 	var r struct {
 		Critical struct {
 			StageDepths  []int         `json:"stage_depths"`
@@ -121,11 +120,8 @@ func TestBench(t *testing.T) {
 // per chunk.
 func TestBenchFleet(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "bench", "--only", "fleet", "--fleet", "1,2", "--fleet-chunks", "12", "--fleet-concurrency", "2",
-		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
-	if err != nil {
-		t.Fatalf("salvage bench --only fleet: %v", err)
-	}
+	out := benchOutput(t, "--only", "fleet", "--fleet", "1,2", "--fleet-chunks", "12", "--fleet-concurrency", "2",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error")
 	var r struct {
 		Fleet []struct {
 			Processes   int     `json:"processes"`
@@ -171,10 +167,7 @@ func TestBenchFleet(t *testing.T) {
 // counts every record before its memory is read.
 func TestBenchDashboard(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "bench", "--only", "dashboard", "--dashboard", "10,50", "--report", "json", "--log-level", "error").Output()
-	if err != nil {
-		t.Fatalf("salvage bench --only dashboard: %v", err)
-	}
+	out := benchOutput(t, "--only", "dashboard", "--dashboard", "10,50", "--report", "json", "--log-level", "error")
 	var r struct {
 		Dashboard []struct {
 			Envelopes int   `json:"envelopes"`
@@ -202,11 +195,8 @@ func TestBenchDashboard(t *testing.T) {
 // each partition led from its own node.
 func TestBenchPartitions(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "bench", "--only", "partitions", "--chunks", "4", "--concurrency", "8",
-		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
-	if err != nil {
-		t.Fatalf("salvage bench --only partitions: %v", err)
-	}
+	out := benchOutput(t, "--only", "partitions", "--chunks", "4", "--concurrency", "8",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error")
 	var r struct {
 		Partitions []struct {
 			Partitions  int       `json:"partitions"`
@@ -253,11 +243,8 @@ func TestBenchPartitions(t *testing.T) {
 // and the job finishes.
 func TestBenchLimits(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "bench", "--only", "limits", "--limits-chunks", "1",
-		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
-	if err != nil {
-		t.Fatalf("salvage bench --only limits: %v", err)
-	}
+	out := benchOutput(t, "--only", "limits", "--limits-chunks", "1",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error")
 	var r struct {
 		Limits []struct {
 			Limited  bool    `json:"limit_declared"`
@@ -294,11 +281,8 @@ func TestBenchLimits(t *testing.T) {
 // job is cancelled after).
 func TestBenchTenants(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "bench", "--only", "tenants", "--tenants-chunks", "1500",
-		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error").Output()
-	if err != nil {
-		t.Fatalf("salvage bench --only tenants: %v", err)
-	}
+	out := benchOutput(t, "--only", "tenants", "--tenants-chunks", "1500",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error")
 	var r struct {
 		Tenants []struct {
 			Cap        int     `json:"cap_chunks"`
@@ -320,4 +304,20 @@ func TestBenchTenants(t *testing.T) {
 			t.Errorf("row %+v; want b's job done alone and beside a's, which ran on and was not finished", row)
 		}
 	}
+}
+
+// benchOutput runs salvage bench with args and returns its stdout; when
+// it fails the test fails with the end of its stderr, where the bench
+// says why.
+func benchOutput(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out, err := exec.Command(binary, append([]string{"bench"}, args...)...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			stderr = ee.Stderr[max(0, len(ee.Stderr)-4<<10):]
+		}
+		t.Fatalf("salvage bench %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
 }

@@ -110,7 +110,7 @@ func (b *bench) throughput(ctx context.Context, si time.Duration, cluster string
 	}
 	calls := 0
 	for _, id := range ids {
-		st, err := c.Status(ctx, id, &salvage.Page{Limit: b.o.chunks})
+		st, err := c.ChunkList(ctx, id, &salvage.Page{Limit: b.o.chunks})
 		if err != nil {
 			return row, err
 		}
@@ -169,13 +169,13 @@ func referenceJobs(ctx context.Context, c *salvage.Client, n, chunks int) ([]*sa
 	ids := make([]string, n)
 	for i := range ids {
 		var err error
-		if ids[i], err = c.Submit(ctx, contractreview.Name, input, nil); err != nil {
+		if ids[i], err = c.JobSubmit(ctx, contractreview.Name, input, nil); err != nil {
 			return nil, 0, err
 		}
 	}
 	jobs := make([]*salvage.Job, 0, n)
 	for _, id := range ids {
-		j, err := c.Wait(ctx, id)
+		j, err := c.JobWait(ctx, id)
 		if err != nil {
 			return nil, 0, err
 		}

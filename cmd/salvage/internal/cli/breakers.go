@@ -22,7 +22,7 @@ not listed has a closed breaker.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.RunE = e.withReader("salvage breakers", func(ctx context.Context, c *reader) error {
-		bs, err := c.Breakers(ctx)
+		bs, err := c.BreakerList(ctx)
 		if err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ func TestBudgetFromTheCLI(t *testing.T) {
 	}
 	job := strings.TrimSpace(out)
 	_, out, _ = run(t, "", "status", job, "--json", "--server", url)
-	var st salvage.JobState
+	var st salvage.ChunkPage
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatal(err)
 	}

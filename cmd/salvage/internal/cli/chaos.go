@@ -304,10 +304,10 @@ func operate(ctx context.Context, c *salvage.Client, jobs []string, log zerolog.
 		case <-tick.C:
 		}
 		for id := range toCancel {
-			if _, err := c.Get(ctx, id); err != nil {
+			if _, err := c.JobGet(ctx, id); err != nil {
 				continue // not recorded yet
 			}
-			if _, err := c.Cancel(ctx, id, "chaos"); errors.Is(err, salvage.ErrJobFinished) {
+			if _, err := c.JobCancel(ctx, id, "chaos"); errors.Is(err, salvage.ErrJobFinished) {
 				// It finished before the operator got to it: a cancel
 				// is refused, and the job stands as it ended.
 				delete(toCancel, id)
@@ -322,7 +322,7 @@ func operate(ctx context.Context, c *salvage.Client, jobs []string, log zerolog.
 		}
 		if bulks < 5 && time.Now().After(nextBulk) {
 			for _, status := range []salvage.EnvelopeStatus{salvage.EnvelopeOpen, salvage.EnvelopeEscalated, salvage.EnvelopeAbandoned, salvage.EnvelopeDeadEnd} {
-				res, err := c.Bulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Status: status}, By: "chaos"})
+				res, err := c.EnvelopeBulk(ctx, salvage.BulkRequest{Action: salvage.BulkReplay, Filter: salvage.EnvelopeFilter{Status: status}, By: "chaos"})
 				if err != nil {
 					log.Warn().Err(err).Str("status", string(status)).Msg("chaos bulk replay")
 					continue
@@ -357,7 +357,7 @@ func (e *env) publishChaosJobs(ctx context.Context, o chaosOpts, d *demoEnv, job
 			return "", err
 		}
 		if cli == "" {
-			if _, err := d.client.Submit(ctx, orders.Name, all[i], &salvage.SubmitOpts{JobID: id}); err != nil {
+			if _, err := d.client.JobSubmit(ctx, orders.Name, all[i], &salvage.SubmitOpts{JobID: id}); err != nil {
 				return "client", err
 			}
 			continue
@@ -386,7 +386,7 @@ func (e *env) publishChaosJobs(ctx context.Context, o chaosOpts, d *demoEnv, job
 func chaosProgress(ctx context.Context, c *salvage.Client, jobs []string) (bool, int) {
 	done := 0
 	for _, id := range jobs {
-		if j, err := c.Get(ctx, id); err == nil && j.Status.Finished() {
+		if j, err := c.JobGet(ctx, id); err == nil && j.Status.Finished() {
 			done++
 		}
 	}
@@ -394,7 +394,7 @@ func chaosProgress(ctx context.Context, c *salvage.Client, jobs []string) (bool,
 		return false, done
 	}
 	for _, status := range []salvage.EnvelopeStatus{salvage.EnvelopeOpen, salvage.EnvelopeRecovering} {
-		if l, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Status: status}, nil); err != nil || l.Total > 0 {
+		if l, err := c.EnvelopeList(ctx, salvage.EnvelopeFilter{Status: status}, nil); err != nil || l.Total > 0 {
 			return false, done
 		}
 	}
@@ -409,7 +409,7 @@ func collectChaos(ctx context.Context, d *demoEnv, client *sim.Client, jobs []st
 	named := map[string]bool{}    // idempotency keys an escalation leaves to a person
 	for i, id := range jobs {
 		order[id] = fmt.Sprintf("o-%04d", i+1)
-		j, err := d.client.Get(ctx, id)
+		j, err := d.client.JobGet(ctx, id)
 		if err != nil {
 			r.JobsByStatus["missing"]++
 			r.ChunksMissing++
@@ -479,7 +479,7 @@ func explainLeftovers(ctx context.Context, c *salvage.Client, order map[string]s
 		t, ok := seen[job]
 		if !ok {
 			t.head = " — job " + job
-			if j, err := c.Get(ctx, job); err == nil {
+			if j, err := c.JobGet(ctx, job); err == nil {
 				t.head += " " + string(j.Status)
 			}
 			for _, rec := range envs {
@@ -487,7 +487,7 @@ func explainLeftovers(ctx context.Context, c *salvage.Client, order map[string]s
 					t.head += fmt.Sprintf("; envelope %s %s %s %s notes %q", rec.ID, rec.Category, rec.Strategy, rec.Status, rec.Notes)
 				}
 			}
-			if tc, err := c.TraceChunk(ctx, job, 1); err == nil {
+			if tc, err := c.ChunkTrace(ctx, job, 1); err == nil {
 				t.calls = tc.Calls
 				t.tail = fmt.Sprintf("; chunk %s epoch %d events %d", tc.Status, tc.Epoch, len(tc.Events))
 				for _, ev := range tc.Events {

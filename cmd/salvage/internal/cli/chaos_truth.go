@@ -51,7 +51,7 @@ func checkTruth(ctx context.Context, d *demoEnv, dash string, jobs []string) tru
 			continue
 		}
 		byStatus[string(j.Status)]++
-		tr, err := d.client.Trace(ctx, id)
+		tr, err := d.client.JobTrace(ctx, id)
 		if err != nil {
 			t.disagree("job %s: trace: %v", id, err)
 			continue
@@ -76,14 +76,14 @@ func checkTruth(ctx context.Context, d *demoEnv, dash string, jobs []string) tru
 		if sumCalls != rows || sumTokens != tokens || summaryTokens != tokens {
 			t.disagree("job %s: journal %d calls and %d tokens; its chunks %d and %d; its summary %d tokens", id, rows, tokens, sumCalls, sumTokens, summaryTokens)
 		}
-		var api salvage.JobState
+		var api salvage.ChunkPage
 		if err := requestOn(ctx, d.js.Conn(), "jobs.status", map[string]any{"job_id": id, "limit": 1}, &api); err != nil {
 			t.disagree("job %s: salvage.api jobs.status: %v", id, err)
 		} else if api.Job.Status != j.Status || api.Job.Summary != j.Summary {
 			t.disagree("job %s: salvage.api says %s %+v, its record %s %+v", id, api.Job.Status, api.Job.Summary, j.Status, j.Summary)
 		}
 		if dash != "" {
-			var page salvage.JobState
+			var page salvage.ChunkPage
 			if err := getJSON(ctx, dash+"/api/jobs/"+id+"?limit=1", &page); err != nil {
 				t.disagree("job %s: the dashboard: %v", id, err)
 			} else if page.Job.Status != j.Status || page.Job.Summary != j.Summary {

@@ -130,7 +130,7 @@ func (d *demoEnv) restartServer() error {
 func (d *demoEnv) submit(ctx context.Context, o demoOpts, pipeline string, inputs []any) ([]string, *kill, error) {
 	jobs := make([]string, 0, len(inputs))
 	for _, in := range inputs {
-		id, err := d.client.Submit(ctx, pipeline, in, nil)
+		id, err := d.client.JobSubmit(ctx, pipeline, in, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -139,7 +139,7 @@ func (d *demoEnv) submit(ctx context.Context, o demoOpts, pipeline string, input
 	}
 	for _, id := range jobs {
 		for {
-			if _, err := d.client.Get(ctx, id); err == nil {
+			if _, err := d.client.JobGet(ctx, id); err == nil {
 				break
 			}
 			select {

@@ -196,7 +196,7 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 	outageDone := !o.outage && o.scenario != scenarioOutage
 	var atOutage sim.Requests
 	for {
-		j, err := d.client.Get(waitCtx, id)
+		j, err := d.client.JobGet(waitCtx, id)
 		if err == nil && !outageDone && j.Summary.Done >= o.orders/4 {
 			// Take the CRM down for longer than tiers 1 and 2 can ride out.
 			reqs, rerr := client.Requests(waitCtx)
@@ -238,7 +238,7 @@ func (e *env) runOrdersDemo(ctx context.Context, o demoOpts, log zerolog.Logger)
 			return rep, err
 		}
 		rep.OutageRequests = reqs[outageSystem].DuringOutage - atOutage.DuringOutage
-		bs, err := d.client.Breakers(ctx)
+		bs, err := d.client.BreakerList(ctx)
 		if err != nil {
 			return rep, err
 		}

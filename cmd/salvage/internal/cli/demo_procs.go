@@ -146,7 +146,7 @@ func waitJobs(ctx context.Context, client *salvage.Client, jobs []string, log ze
 	for {
 		finished, done, total, failed := 0, 0, 0, 0
 		for _, id := range jobs {
-			j, err := client.Get(ctx, id)
+			j, err := client.JobGet(ctx, id)
 			if err != nil {
 				continue
 			}

@@ -41,7 +41,7 @@ func startProgress(ctx context.Context, w io.Writer, c *salvage.Client, jobs []s
 		var chunks int
 		var s salvage.Summary
 		for _, id := range jobs {
-			j, err := c.Get(context.WithoutCancel(ctx), id)
+			j, err := c.JobGet(context.WithoutCancel(ctx), id)
 			if err != nil {
 				continue
 			}

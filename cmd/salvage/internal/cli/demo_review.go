@@ -172,7 +172,7 @@ func collect(ctx context.Context, client *salvage.Client, jobs []string, r *demo
 			r.Redeliveries += c.Redeliveries
 			r.Takeovers += c.Takeovers
 		}
-		res, err := client.Results(ctx, id)
+		res, err := client.JobResults(ctx, id)
 		if err != nil {
 			return err
 		}

@@ -111,7 +111,7 @@ dead-lettered first.`,
 			fmt.Fprintf(e.stdout, "job %s  pipeline %s  status %s  trace %s%s\n", j.ID, j.Pipeline, j.Status, j.TraceID, part)
 			fmt.Fprintf(e.stdout, "chunks %d: %s\n", j.Chunks, chunkCounts(j, chunks, failed))
 			if j.Status == salvage.JobRunning {
-				if ps, err := c.Pipelines(ctx); err == nil {
+				if ps, err := c.PipelineList(ctx); err == nil {
 					for _, p := range ps {
 						if p.Pipeline == j.Pipeline && p.Paused {
 							writePipeline(e.stdout, p)
@@ -203,7 +203,7 @@ func (e *env) jobsCmd() *cobra.Command {
 			var jobs []salvage.Job
 			// Page through the newest first until limit match.
 			for page := (&salvage.Page{Limit: salvage.PageMax}); len(jobs) < limit; page.Offset += salvage.PageMax {
-				got, err := c.ListJobs(ctx, page)
+				got, err := c.JobList(ctx, page)
 				if err != nil {
 					return err
 				}
@@ -269,11 +269,11 @@ func (e *env) resultsCmd() *cobra.Command {
 			return err
 		}
 		return e.withClient("salvage results", func(ctx context.Context, c *salvage.Client) error {
-			j, err := c.Get(ctx, id)
+			j, err := c.JobGet(ctx, id)
 			if err != nil {
 				return noJob(id, err)
 			}
-			results, err := c.Results(ctx, id)
+			results, err := c.JobResults(ctx, id)
 			if err != nil {
 				return err
 			}

@@ -23,7 +23,7 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 		Args: cobra.NoArgs,
 	}
 	cmd.RunE = e.withReader("salvage limits", func(ctx context.Context, r *reader) error {
-		ls, err := r.Limits(ctx)
+		ls, err := r.LimitList(ctx)
 		if err != nil {
 			return err
 		}

@@ -9,28 +9,28 @@ import (
 // statusReader reads a page of a job's chunks: a *salvage.Client, or a
 // *reader (the service first).
 type statusReader interface {
-	Status(ctx context.Context, id string, page *salvage.Page) (*salvage.JobState, error)
+	ChunkList(ctx context.Context, id string, page *salvage.Page) (*salvage.ChunkPage, error)
 }
 
 // allChunks returns every chunk of job, a page of up to 1,000 at a time.
 func allChunks(ctx context.Context, c statusReader, job string) (*salvage.Job, []salvage.Chunk, error) {
-	return chunkPages(func(p *salvage.Page) (*salvage.JobState, error) { return c.Status(ctx, job, p) })
+	return chunkPages(func(p *salvage.Page) (*salvage.ChunkPage, error) { return c.ChunkList(ctx, job, p) })
 }
 
 // allFailing returns the job and every chunk of it that failed or waits,
 // a page at a time, dead-lettered first.
 func allFailing(ctx context.Context, c *reader, job string) (*salvage.Job, []salvage.Chunk, error) {
-	return chunkPages(func(p *salvage.Page) (*salvage.JobState, error) {
-		st, err := c.Failing(ctx, job, p)
+	return chunkPages(func(p *salvage.Page) (*salvage.ChunkPage, error) {
+		st, err := c.ChunkListFailing(ctx, job, p)
 		if err != nil {
 			return nil, err
 		}
-		return &st.JobState, nil
+		return &st.ChunkPage, nil
 	})
 }
 
 // chunkPages reads pages of up to 1,000 chunks until the last.
-func chunkPages(read func(*salvage.Page) (*salvage.JobState, error)) (*salvage.Job, []salvage.Chunk, error) {
+func chunkPages(read func(*salvage.Page) (*salvage.ChunkPage, error)) (*salvage.Job, []salvage.Chunk, error) {
 	page := &salvage.Page{Limit: salvage.PageMax}
 	var out []salvage.Chunk
 	for {
@@ -51,7 +51,7 @@ func allEnvelopes(ctx context.Context, c *salvage.Client, f salvage.EnvelopeFilt
 	page := &salvage.Page{Limit: salvage.PageMax}
 	var out []salvage.EnvelopeRecord
 	for {
-		l, err := c.ListEnvelopes(ctx, f, page)
+		l, err := c.EnvelopeList(ctx, f, page)
 		if err != nil {
 			return nil, err
 		}

@@ -52,30 +52,30 @@ func unknownJob(err error) error {
 	return err
 }
 
-// Status is one page of job id's chunks.
-func (r *reader) Status(ctx context.Context, id string, page *salvage.Page) (*salvage.JobState, error) {
-	return askJobPage(ctx, r, "jobs.status", id, page, r.c.Status)
+// ChunkList is one page of job id's chunks.
+func (r *reader) ChunkList(ctx context.Context, id string, page *salvage.Page) (*salvage.ChunkPage, error) {
+	return askJobPage(ctx, r, "jobs.status", id, page, r.c.ChunkList)
 }
 
-// Failing is one page of job id's chunks that failed or wait. A service
+// ChunkListFailing is one page of job id's chunks that failed or wait. A service
 // too old to know jobs.failing does not answer it; the chunks are read
 // directly then.
-func (r *reader) Failing(ctx context.Context, id string, page *salvage.Page) (*salvage.FailingState, error) {
-	return askJobPage(ctx, r, "jobs.failing", id, page, r.c.Failing)
+func (r *reader) ChunkListFailing(ctx context.Context, id string, page *salvage.Page) (*salvage.FailingPage, error) {
+	return askJobPage(ctx, r, "jobs.failing", id, page, r.c.ChunkListFailing)
 }
 
-// ListJobs is a page of job records, newest first.
-func (r *reader) ListJobs(ctx context.Context, page *salvage.Page) ([]salvage.Job, error) {
+// JobList is a page of job records, newest first.
+func (r *reader) JobList(ctx context.Context, page *salvage.Page) ([]salvage.Job, error) {
 	var jobs []salvage.Job
 	if ok, err := r.ask(ctx, "jobs.list", page, &jobs); ok {
 		return jobs, err
 	}
-	return r.c.ListJobs(ctx, page)
+	return r.c.JobList(ctx, page)
 }
 
-// TracePage is a page of job id's timeline.
-func (r *reader) TracePage(ctx context.Context, id string, page *salvage.Page) (*salvage.Trace, error) {
-	return askJobPage(ctx, r, "jobs.trace", id, page, r.c.TracePage)
+// JobTracePage is a page of job id's timeline.
+func (r *reader) JobTracePage(ctx context.Context, id string, page *salvage.Page) (*salvage.Trace, error) {
+	return askJobPage(ctx, r, "jobs.trace", id, page, r.c.JobTracePage)
 }
 
 // askJobPage asks endpoint for a page of job id, or reads it with direct
@@ -90,13 +90,13 @@ func askJobPage[T any](ctx context.Context, r *reader, endpoint, id string, page
 	return direct(ctx, id, page)
 }
 
-// TraceChunk is chunk's part of job id's timeline, as a Trace.
-func (r *reader) TraceChunk(ctx context.Context, id string, chunk int) (*salvage.Trace, error) {
+// ChunkTrace is chunk's part of job id's timeline, as a Trace.
+func (r *reader) ChunkTrace(ctx context.Context, id string, chunk int) (*salvage.Trace, error) {
 	var tr salvage.Trace
 	if ok, err := r.ask(ctx, "jobs.trace", map[string]any{"job_id": id, "chunk": chunk}, &tr); ok {
 		return &tr, unknownJob(err)
 	}
-	one, err := r.c.TracePage(ctx, id, &salvage.Page{Offset: chunk - 1, Limit: 1})
+	one, err := r.c.JobTracePage(ctx, id, &salvage.Page{Offset: chunk - 1, Limit: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -107,29 +107,29 @@ func (r *reader) TraceChunk(ctx context.Context, id string, chunk int) (*salvage
 	return one, nil
 }
 
-// Breakers lists the circuit breakers.
-func (r *reader) Breakers(ctx context.Context) ([]salvage.Breaker, error) {
+// BreakerList lists the circuit breakers.
+func (r *reader) BreakerList(ctx context.Context) ([]salvage.Breaker, error) {
 	var bs []salvage.Breaker
 	if ok, err := r.ask(ctx, "breakers.list", struct{}{}, &bs); ok {
 		return bs, err
 	}
-	return r.c.Breakers(ctx)
+	return r.c.BreakerList(ctx)
 }
 
-// Limits lists the rate limits.
-func (r *reader) Limits(ctx context.Context) ([]salvage.LimitState, error) {
+// LimitList lists the rate limits.
+func (r *reader) LimitList(ctx context.Context) ([]salvage.LimitState, error) {
 	var ls []salvage.LimitState
 	if ok, err := r.ask(ctx, "limits.list", struct{}{}, &ls); ok {
 		return ls, err
 	}
-	return r.c.Limits(ctx)
+	return r.c.LimitList(ctx)
 }
 
-// Pipelines lists the pipelines.
-func (r *reader) Pipelines(ctx context.Context) ([]salvage.PipelineStatus, error) {
+// PipelineList lists the pipelines.
+func (r *reader) PipelineList(ctx context.Context) ([]salvage.PipelineStatus, error) {
 	var ps []salvage.PipelineStatus
 	if ok, err := r.ask(ctx, "pipelines.list", struct{}{}, &ps); ok {
 		return ps, err
 	}
-	return r.c.Pipelines(ctx)
+	return r.c.PipelineList(ctx)
 }

@@ -55,7 +55,7 @@ func TestAgentServedByTheNatsCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Results(context.Background(), job)
+	res, err := c.JobResults(context.Background(), job)
 	if err != nil || len(res) != 2 {
 		t.Fatalf("results = %v, %v", res, err)
 	}
@@ -162,7 +162,7 @@ func TestAgentInTypeScript(t *testing.T) {
 	// loaded machine the restart could otherwise land before the worker
 	// asked anything.
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		st, err := c.Status(context.Background(), job, &salvage.Page{Limit: 24})
+		st, err := c.ChunkList(context.Background(), job, &salvage.Page{Limit: 24})
 		if err != nil {
 			return false
 		}
@@ -235,7 +235,7 @@ func TestAgentInTypeScript(t *testing.T) {
 	if len(asked) != 24 {
 		t.Errorf("%d turns asked, want 24", len(asked))
 	}
-	res, err := c.Results(context.Background(), job)
+	res, err := c.JobResults(context.Background(), job)
 	if err != nil || len(res) != 24 || !strings.Contains(string(res[7]), `"summary":"Paragraph 7: the Supplier shall deliver"`) {
 		t.Errorf("results: %d, %v; chunk 7: %s", len(res), err, res[7])
 	}

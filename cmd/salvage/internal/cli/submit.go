@@ -93,7 +93,7 @@ tenant.<tenant> caps its chunks in flight and calls). With --wait, show progress
 				return err
 			}
 			ctx := cmd.Context()
-			id, err := c.Submit(ctx, pipeline, input, opts)
+			id, err := c.JobSubmit(ctx, pipeline, input, opts)
 			if err != nil {
 				return err
 			}
@@ -102,7 +102,7 @@ tenant.<tenant> caps its chunks in flight and calls). With --wait, show progress
 				// bad input), rather than leave it to a later status.
 				actx, cancel := context.WithTimeout(ctx, acceptWait)
 				defer cancel()
-				err := c.WaitAccepted(actx, id)
+				err := c.JobWaitAccepted(actx, id)
 				switch {
 				case errors.Is(err, context.DeadlineExceeded):
 					fmt.Fprintln(e.stdout, id)
@@ -196,7 +196,7 @@ func (e *env) waitJob(ctx context.Context, c *salvage.Client, id string) error {
 	}
 	ended := make(chan result, 1)
 	go func() {
-		j, err := c.Wait(ctx, id)
+		j, err := c.JobWait(ctx, id)
 		ended <- result{j, err}
 	}()
 	bar := newProgress(e.stderr)
@@ -219,7 +219,7 @@ func (e *env) waitJob(ctx context.Context, c *salvage.Client, id string) error {
 			}
 			return exitFor(j.Status)
 		case <-tick.C:
-			if j, err := c.Get(ctx, id); err == nil {
+			if j, err := c.JobGet(ctx, id); err == nil {
 				bar.show(*j)
 			}
 		}
@@ -272,7 +272,7 @@ func (p *progress) done() {
 // ever run the pipeline (it will be rejected), or none runs it now (it
 // waits) — as far as this user may read the pipelines.
 func whyWaiting(ctx context.Context, c *salvage.Client, pipeline string) string {
-	ps, err := c.Pipelines(ctx)
+	ps, err := c.PipelineList(ctx)
 	if err != nil {
 		return "is salvage up (role worker) running for pipeline " + pipeline + " against this server?"
 	}

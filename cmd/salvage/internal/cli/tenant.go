@@ -83,7 +83,7 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 			}
 			deadline := time.Now().Add(timeout)
 			for {
-				var st salvage.JobState
+				var st salvage.ChunkPage
 				if err := ask("status", map[string]any{"job_id": r.JobID, "limit": 1}, &st); err != nil {
 					return err
 				}
@@ -136,7 +136,7 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 			if err != nil {
 				return err
 			}
-			var st salvage.JobState
+			var st salvage.ChunkPage
 			if err := ask("status", map[string]any{"job_id": id}, &st); err != nil {
 				return err
 			}

@@ -60,12 +60,12 @@ const tracePageChunks = 50
 // (reading only that chunk's journal) when chunk > 0.
 func traceOf(ctx context.Context, r *reader, id string, chunk int) (*salvage.Trace, error) {
 	if chunk > 0 {
-		return r.TraceChunk(ctx, id, chunk)
+		return r.ChunkTrace(ctx, id, chunk)
 	}
 	page := &salvage.Page{Limit: tracePageChunks}
 	var all *salvage.Trace
 	for {
-		tr, err := r.TracePage(ctx, id, page)
+		tr, err := r.JobTracePage(ctx, id, page)
 		var se *serviceError
 		if errors.As(err, &se) && se.code == salvage.CodeTooLarge && page.Limit > 1 {
 			page.Limit /= 2

@@ -43,14 +43,14 @@ func benchWorkers(b *testing.B, si time.Duration, chunks int) {
 	start := time.Now()
 	calls := 0
 	for range b.N {
-		id, err := c.Submit(ctx, contractreview.Name, input, nil)
+		id, err := c.JobSubmit(ctx, contractreview.Name, input, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if j := salvagetest.WaitJob(b, c, id, 5*time.Minute); j.Status != salvage.JobDone {
 			b.Fatalf("job %s ended %s", id, j.Status)
 		}
-		st, err := c.Status(ctx, id, &salvage.Page{Limit: chunks})
+		st, err := c.ChunkList(ctx, id, &salvage.Page{Limit: chunks})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -73,7 +73,7 @@ func TestChunkMakes116Calls(t *testing.T) {
 	m := &countingModel{}
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{contractreview.New(m.tool())}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, contractreview.Name, contractreview.Input{Text: "Clause 1\n\nThe Supplier shall indemnify the Customer."}, nil)
+	id, err := c.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: "Clause 1\n\nThe Supplier shall indemnify the Customer."}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,18 +84,18 @@ func TestChunkMakes116Calls(t *testing.T) {
 		t.Fatalf("%d model calls, want %d", got, contractreview.CallsPerChunk)
 	}
 	// Every call's usage is in its journal row and adds up in the job.
-	j, err := c.Get(ctx, id)
+	j, err := c.JobGet(ctx, id)
 	if err != nil || j.Summary.PromptTokens != 10*contractreview.CallsPerChunk || j.Summary.CompletionTokens != contractreview.CallsPerChunk {
 		t.Fatalf("job tokens = %d + %d, %v; want %d + %d", j.Summary.PromptTokens, j.Summary.CompletionTokens, err, 10*contractreview.CallsPerChunk, contractreview.CallsPerChunk)
 	}
-	tr, err := c.Trace(ctx, id)
+	tr, err := c.JobTrace(ctx, id)
 	if err != nil || len(tr.Chunks) != 1 || len(tr.Chunks[0].Calls) != contractreview.CallsPerChunk {
 		t.Fatalf("trace: %v, %d chunks", err, len(tr.Chunks))
 	}
 	if u := tr.Chunks[0].Calls[0].Usage; u == nil || u.Model != "counting" || u.PromptTokens != 10 {
 		t.Errorf("the first call's journaled usage = %+v", u)
 	}
-	res, err := c.Results(ctx, id)
+	res, err := c.JobResults(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestVagueAnswerIsAskedAgain(t *testing.T) {
 	m := &countingModel{vague: true}
 	c := salvagetest.StartServer(t).Client(t, &salvage.Config{Pipelines: []*salvage.Pipeline{contractreview.New(m.tool())}})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, contractreview.Name, contractreview.Input{Text: "The Supplier shall indemnify the Customer."}, nil)
+	id, err := c.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: "The Supplier shall indemnify the Customer."}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

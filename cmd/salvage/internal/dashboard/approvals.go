@@ -11,7 +11,7 @@ import (
 // apiApprovals lists the chunks awaiting approval, longest waiting first
 // (at most 100).
 func (s *Server) apiApprovals(w http.ResponseWriter, r *http.Request) {
-	list, err := s.client.Awaiting(r.Context(), 100)
+	list, err := s.client.ChunkListAwaiting(r.Context(), 100)
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
@@ -47,7 +47,7 @@ func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, errors.New("unknown action: want approve or reject"))
 		return
 	}
-	ch, err := s.client.Approve(r.Context(), r.PathValue("job"), chunk, d)
+	ch, err := s.client.ChunkApprove(r.Context(), r.PathValue("job"), chunk, d)
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return

@@ -30,7 +30,7 @@ func (p *breakerPoll) run(ctx context.Context, c *salvage.Client, log zerolog.Lo
 	t := time.NewTicker(breakerPollInterval)
 	defer t.Stop()
 	for {
-		bs, err := c.Breakers(ctx)
+		bs, err := c.BreakerList(ctx)
 		if err != nil && ctx.Err() == nil {
 			log.Debug().Err(err).Msg("read the circuit breakers")
 		} else if err == nil {
@@ -39,7 +39,7 @@ func (p *breakerPoll) run(ctx context.Context, c *salvage.Client, log zerolog.Lo
 			p.mu.Unlock()
 		}
 		p.readPipelines(ctx, c, log)
-		if ls, err := c.Limits(ctx); err != nil {
+		if ls, err := c.LimitList(ctx); err != nil {
 			if ctx.Err() == nil {
 				log.Debug().Err(err).Msg("read the rate limits")
 			}
@@ -59,7 +59,7 @@ func (p *breakerPoll) run(ctx context.Context, c *salvage.Client, log zerolog.Lo
 // readPipelines reads the pipelines now: each poll, and after a pause or
 // resume from the page, which shows it at once.
 func (p *breakerPoll) readPipelines(ctx context.Context, c *salvage.Client, log zerolog.Logger) {
-	ps, err := c.Pipelines(ctx)
+	ps, err := c.PipelineList(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Debug().Err(err).Msg("read the pipelines")

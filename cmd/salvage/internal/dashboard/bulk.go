@@ -39,7 +39,7 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 		}
 		f.MinAge = d
 	}
-	res, err := s.client.Bulk(r.Context(), salvage.BulkRequest{Action: body.Action, Filter: f, By: "dashboard", Note: body.Note, DryRun: body.DryRun})
+	res, err := s.client.EnvelopeBulk(r.Context(), salvage.BulkRequest{Action: body.Action, Filter: f, By: "dashboard", Note: body.Note, DryRun: body.DryRun})
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return

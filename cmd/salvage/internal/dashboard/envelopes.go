@@ -16,7 +16,7 @@ import (
 // fate the automatic recovery rate reads, and per open envelope its age
 // and whether it waits for an acknowledgement: about 85 bytes an envelope
 // in all, the maps' slack included (BenchmarkEnvelopeStatsMemory).
-// Listings read pages of SALVAGE_INDEX instead (Client.ListEnvelopes).
+// Listings read pages of SALVAGE_INDEX instead (Client.EnvelopeList).
 //
 // It counts envelope events: each envelope once by the category it
 // arrived with, and each move of an envelope into a final status by its

@@ -25,7 +25,7 @@ func TestJobPageInABrowser(t *testing.T) {
 			t.Parallel()
 			f := setup(t, "")
 			worker := startWorker(t, f) // records the pipeline, so it can be paused
-			if _, err := worker.PausePipeline(context.Background(), "order-fulfillment", "alice", "deploy"); err != nil {
+			if _, err := worker.PipelinePause(context.Background(), "order-fulfillment", "alice", "deploy"); err != nil {
 				t.Fatal(err)
 			}
 			job := "01JDASHBOARD00000000000000"

@@ -100,7 +100,7 @@ func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 
 // apiJob serves one job and a page of its chunks (?offset=&limit=);
 // ?filter=failed pages through only the chunks that failed or wait,
-// dead-lettered first (salvage.Client.Failing: it reads the chunks the
+// dead-lettered first (salvage.Client.ChunkListFailing: it reads the chunks the
 // job's attention index names, not every chunk), with how many match.
 func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -113,9 +113,9 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 	var st any
 	switch q.Get("filter") {
 	case "":
-		st, err = s.client.Status(r.Context(), id, &page)
+		st, err = s.client.ChunkList(r.Context(), id, &page)
 	case "failed":
-		st, err = s.client.Failing(r.Context(), id, &page)
+		st, err = s.client.ChunkListFailing(r.Context(), id, &page)
 	default:
 		fail(w, http.StatusBadRequest, fmt.Errorf("filter %q: want failed, or none", q.Get("filter")))
 		return
@@ -140,7 +140,7 @@ func (s *Server) apiCancelJob(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	j, err := s.client.Cancel(r.Context(), r.PathValue("id"), "dashboard")
+	j, err := s.client.JobCancel(r.Context(), r.PathValue("id"), "dashboard")
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
@@ -162,7 +162,7 @@ func (s *Server) apiChunkTrace(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, fmt.Errorf("chunk: want a number from 1"))
 		return
 	}
-	c, err := s.client.TraceChunk(r.Context(), r.PathValue("id"), chunk)
+	c, err := s.client.ChunkTrace(r.Context(), r.PathValue("id"), chunk)
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return

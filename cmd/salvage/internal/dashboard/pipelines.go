@@ -10,7 +10,7 @@ import (
 // apiPipelines lists the pipelines, paused or not, with what each has
 // parked.
 func (s *Server) apiPipelines(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.client.Pipelines(r.Context())
+	ps, err := s.client.PipelineList(r.Context())
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
@@ -20,7 +20,7 @@ func (s *Server) apiPipelines(w http.ResponseWriter, r *http.Request) {
 
 // apiWorkers lists the live processes.
 func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.client.Workers(r.Context())
+	ws, err := s.client.WorkerList(r.Context())
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
@@ -51,9 +51,9 @@ func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {
 	)
 	switch r.PathValue("action") {
 	case "pause":
-		p, err = s.client.PausePipeline(r.Context(), r.PathValue("name"), "dashboard", body.Reason)
+		p, err = s.client.PipelinePause(r.Context(), r.PathValue("name"), "dashboard", body.Reason)
 	case "resume":
-		p, err = s.client.ResumePipeline(r.Context(), r.PathValue("name"), "dashboard")
+		p, err = s.client.PipelineResume(r.Context(), r.PathValue("name"), "dashboard")
 	default:
 		fail(w, http.StatusNotFound, errors.New("unknown action: want pause or resume"))
 		return

@@ -165,25 +165,36 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stop()
-	wg.Go(func() { s.client.WatchCalls(ctx, s.sum.calls.update) })
-	wg.Go(func() { s.client.WatchJobs(ctx, s.sum.jobs.update) })
-	wg.Go(func() { s.client.WatchEnvelopes(ctx, s.sum.envs.update) })
+	// One error each from the three watches and the server, at most: a
+	// watch that cannot go on (the deployment not provisioned, the
+	// connection closed) ends the dashboard, which would show nothing.
+	errc := make(chan error, 4)
+	watch := func(w func(context.Context) error) {
+		wg.Go(func() {
+			if err := w(ctx); err != nil {
+				errc <- fmt.Errorf("dashboard: %w", err)
+			}
+		})
+	}
+	watch(func(ctx context.Context) error { return s.client.CallWatch(ctx, s.sum.calls.update) })
+	watch(func(ctx context.Context) error { return s.client.JobWatch(ctx, s.sum.jobs.update) })
+	watch(func(ctx context.Context) error { return s.client.EnvelopeWatch(ctx, s.sum.envs.update) })
 	wg.Go(func() { s.sum.breakers.run(ctx, s.client, s.log) })
 	wg.Go(func() { s.sample(ctx) })
 	wg.Go(func() { s.release(ctx) })
-	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.l) }()
+	var err error
 	select {
-	case err := <-errc:
-		return err
+	case err = <-errc:
 	case <-ctx.Done():
 	}
+	stop()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	if serr := s.srv.Shutdown(sctx); serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
 	}
-	return nil
+	return err
 }
 
 // release hands the memory the watches' catch-up went through back to the
@@ -241,7 +252,7 @@ func (s *Server) apiSummary(w http.ResponseWriter, _ *http.Request) {
 }
 
 // apiEnvelopes lists envelope records a page at a time from SALVAGE_INDEX
-// (Client.ListEnvelopes: O(log n + page) whatever the DLQ holds), filtered
+// (Client.EnvelopeList: O(log n + page) whatever the DLQ holds), filtered
 // by category, status, job and min_age (in its status at least that long),
 // in the order they entered their status, or with newest=1 the latest
 // first; offset and limit choose the page.
@@ -266,7 +277,7 @@ func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.Newest = q.Get("newest") == "1"
-	list, err := s.client.ListEnvelopes(r.Context(), f, &page)
+	list, err := s.client.EnvelopeList(r.Context(), f, &page)
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
@@ -275,7 +286,7 @@ func (s *Server) apiEnvelopes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiEnvelope(w http.ResponseWriter, r *http.Request) {
-	d, err := s.client.ShowEnvelope(r.Context(), r.PathValue("id"))
+	d, err := s.client.EnvelopeGet(r.Context(), r.PathValue("id"))
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return
@@ -302,11 +313,11 @@ func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch r.PathValue("action") {
 	case "replay":
-		rec, err = s.client.Replay(r.Context(), id, by)
+		rec, err = s.client.EnvelopeReplay(r.Context(), id, by)
 	case "resolve":
-		rec, err = s.client.Resolve(r.Context(), id, by, note.Note)
+		rec, err = s.client.EnvelopeResolve(r.Context(), id, by, note.Note)
 	case "ack":
-		rec, err = s.client.Ack(r.Context(), id, by)
+		rec, err = s.client.EnvelopeAck(r.Context(), id, by)
 	default:
 		fail(w, http.StatusNotFound, errors.New("unknown action: want replay, resolve or ack"))
 		return

@@ -177,14 +177,14 @@ func TestDeclaredMCPTools(t *testing.T) {
 
 	srv := salvagetest.StartServer(t)
 	c := srv.Client(t, &salvage.Config{Pipelines: ps})
-	id, err := c.Submit(ctx, "orders", []map[string]string{{"id": "ok"}, {"id": "slow"}, {"id": "nowhere"}}, nil)
+	id, err := c.JobSubmit(ctx, "orders", []map[string]string{{"id": "ok"}, {"id": "slow"}, {"id": "nowhere"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if _, err := c.Wait(wctx, id); err != nil {
-		tr, _ := c.Trace(ctx, id)
+	if _, err := c.JobWait(wctx, id); err != nil {
+		tr, _ := c.JobTrace(ctx, id)
 		for _, ch := range tr.Chunks {
 			t.Logf("chunk %d %s stage %d: %s", ch.Chunk, ch.Status, ch.Stage, ch.Error)
 			for _, call := range ch.Calls {

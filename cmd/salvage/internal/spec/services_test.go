@@ -131,7 +131,7 @@ func TestDeclaredToolsWithSideEffects(t *testing.T) {
 
 	c := srv.Client(t, &salvage.Config{Pipelines: ps})
 	ctx := context.Background()
-	id, err := c.Submit(ctx, "shop", []map[string]string{{"id": "ok"}, {"id": "slow"}, {"id": "nowhere"}}, nil)
+	id, err := c.JobSubmit(ctx, "shop", []map[string]string{{"id": "ok"}, {"id": "slow"}, {"id": "nowhere"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestDeclaredToolsWithSideEffects(t *testing.T) {
 	}
 	var rec salvage.EnvelopeRecord
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		list, err := c.ListEnvelopes(ctx, salvage.EnvelopeFilter{Job: id}, nil)
+		list, err := c.EnvelopeList(ctx, salvage.EnvelopeFilter{Job: id}, nil)
 		if err != nil || len(list.Envelopes) != 1 {
 			return false
 		}
