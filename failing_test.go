@@ -58,7 +58,7 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	const big = 10_000
-	if err := st.Jobs.Create(ctx, kv.Job{ID: "big", Pipeline: "words", Chunks: big}); err != nil {
+	if err := st.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: "big", Pipeline: "words", Chunks: big}}); err != nil {
 		t.Fatal(err)
 	}
 	set := func(job string, chunk int, fn func(*kv.Checkpoint)) {
@@ -100,7 +100,7 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	putJSON(kv.BucketJobs, "old", kv.Job{ID: "old", Pipeline: "words", Chunks: old, Status: salvagetype.JobRunning})
+	putJSON(kv.BucketJobs, "old", kv.Job{Job: salvagetype.Job{ID: "old", Pipeline: "words", Chunks: old, Status: salvagetype.JobRunning}})
 	putJSON(kv.BucketCheckpoints, kv.ChunkKey("old", 2_999), kv.Checkpoint{Job: "old", Chunk: 2_999, Stage: 1, Status: salvagetype.ChunkDeadLettered, Envelope: "E-old"})
 
 	// The sniffers share the client's connection: the server hands them

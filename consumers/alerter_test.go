@@ -20,7 +20,7 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 	alerts := b.subscribe(t, "salvage.alerts.>")
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
 	put := func(id string, at time.Duration, status salvagetype.EnvelopeStatus, acked bool, left ...string) {
-		r := kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Category: salvagetype.CategoryPartialExecution, Status: status, CreatedAt: t0.Add(at)}
+		r := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Category: salvagetype.CategoryPartialExecution, Status: status, CreatedAt: t0.Add(at)}}
 		if acked {
 			r.AckedBy = "ops"
 		}

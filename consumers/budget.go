@@ -113,8 +113,5 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	if err != nil {
 		return err
 	}
-	return t.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{
-		ID: id, Job: job.ID, Chunk: first.Chunk, Category: env.Category, Strategy: env.Strategy,
-		Status: salvagetype.EnvelopeOpen, Subject: subject, DLQSeq: ack.Sequence, TraceID: job.TraceID,
-	})
+	return t.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: job.ID, Chunk: first.Chunk, Category: env.Category, Strategy: env.Strategy, Status: salvagetype.EnvelopeOpen, Subject: subject, DLQSeq: ack.Sequence, TraceID: job.TraceID}})
 }

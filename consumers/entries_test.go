@@ -19,10 +19,10 @@ func TestEnvelopeListsAreBounded(t *testing.T) {
 	rows := map[string]kv.StoredRow{}
 	t0 := time.Now()
 	for i := range 2500 {
-		r := kv.JournalRow{Key: fmt.Sprintf("J.1.0.1.a.%d", i), Seq: i, Stage: 1, Agent: "a", Status: salvagetype.CallSucceeded, StartedAt: t0.Add(time.Duration(i) * time.Millisecond)}
+		r := kv.JournalRow{Call: salvagetype.Call{Key: fmt.Sprintf("J.1.0.1.a.%d", i), Seq: i, Stage: 1, Agent: "a", Status: salvagetype.CallSucceeded, StartedAt: t0.Add(time.Duration(i) * time.Millisecond)}}
 		switch {
 		case i < 1200:
-			r.Fingerprint = &kv.Fingerprint{System: "s", Reversible: true}
+			r.Fingerprint = &salvagetype.Fingerprint{System: "s", Reversible: true}
 		case i < 1400:
 			r.Status = salvagetype.CallFailed
 		default:

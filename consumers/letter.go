@@ -186,11 +186,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rec := kv.EnvelopeRecord{
-		ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy,
-		Status: salvagetype.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence,
-		TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped, Rejected: l.Failure.Rejected,
-	}
+	rec := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy, Status: salvagetype.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence, TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped, Rejected: l.Failure.Rejected}}
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
 		return "", err
 	}

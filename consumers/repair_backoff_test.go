@@ -22,7 +22,7 @@ func TestSweeperBacksOffAJobWithNothingToRepair(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	js, stores := repairServer(t)
-	job := kv.Job{ID: "01JBACKOFF0000000000000000", Pipeline: "p", Chunks: 3}
+	job := kv.Job{Job: salvagetype.Job{ID: "01JBACKOFF0000000000000000", Pipeline: "p", Chunks: 3}}
 	if err := stores.Jobs.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestRepairDecidesByTheRecordNotItsCopy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	js, stores := repairServer(t)
-	job := kv.Job{ID: "01JREPAIRCOPY0000000000000", Pipeline: "p", Chunks: 1}
+	job := kv.Job{Job: salvagetype.Job{ID: "01JREPAIRCOPY0000000000000", Pipeline: "p", Chunks: 1}}
 	if err := stores.Jobs.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestRepairLeavesAJobWhoseChunkJustMoved(t *testing.T) {
 	t.Parallel()
 	js, stores := repairServer(t)
 	ctx := t.Context()
-	job := kv.Job{ID: "01JREPAIRMOVED000000000000", Pipeline: "p", Chunks: 1}
+	job := kv.Job{Job: salvagetype.Job{ID: "01JREPAIRMOVED000000000000", Pipeline: "p", Chunks: 1}}
 	if err := stores.Jobs.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}

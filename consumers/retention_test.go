@@ -191,14 +191,14 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 	// The running job's chunk 2 has not run: nothing (the repairer
 	// settling a job idle for a while on a loaded machine) can finish it,
 	// and its done chunk 1 would be retired if retention looked at it.
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: running, Pipeline: "test", Chunks: 2}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: running, Pipeline: "test", Chunks: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: finished, Pipeline: "test", Chunks: 3, Status: salvagetype.JobIncomplete, FinishedAt: &now}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: finished, Pipeline: "test", Chunks: 3, Status: salvagetype.JobIncomplete, FinishedAt: &now}}); err != nil {
 		t.Fatal(err)
 	}
 	env := ulid.Make().String()
-	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: finished, Chunk: 3, Status: salvagetype.EnvelopeOpen}); err != nil {
+	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: env, Job: finished, Chunk: 3, Status: salvagetype.EnvelopeOpen}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -216,7 +216,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 			t.Fatal(err)
 		}
 		for seq := range 2 {
-			row := kv.JournalRow{Key: kv.JournalKey(c.job, c.chunk, 0, 1, "a", seq), Job: c.job, Chunk: c.chunk, Tool: "model", Status: salvagetype.CallSucceeded}
+			row := kv.JournalRow{Call: salvagetype.Call{Key: kv.JournalKey(c.job, c.chunk, 0, 1, "a", seq), Job: c.job, Chunk: c.chunk, Tool: "model", Status: salvagetype.CallSucceeded}}
 			if _, err := b.stores.Parts()[0].Journal.Put(b.ctx, row, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -259,10 +259,10 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 
 	job, env := ulid.Make().String(), ulid.Make().String()
 	now := time.Now().UTC()
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1, Status: salvagetype.JobIncomplete, FinishedAt: &now}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "test", Chunks: 1, Status: salvagetype.JobIncomplete, FinishedAt: &now}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env, Job: job, Chunk: 1, Status: salvagetype.EnvelopeDeadEnd}); err != nil {
+	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: env, Job: job, Chunk: 1, Status: salvagetype.EnvelopeDeadEnd}}); err != nil {
 		t.Fatal(err)
 	}
 	// It last ran from an earlier message (one of a pipeline nobody runs
@@ -275,7 +275,7 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, epoch := range []int{0, 1} {
-		row := kv.JournalRow{Key: kv.JournalKey(job, 1, epoch, 1, "earlier", 0), Job: job, Chunk: 1, Epoch: epoch, Tool: "model", Status: salvagetype.CallSucceeded}
+		row := kv.JournalRow{Call: salvagetype.Call{Key: kv.JournalKey(job, 1, epoch, 1, "earlier", 0), Job: job, Chunk: 1, Epoch: epoch, Tool: "model", Status: salvagetype.CallSucceeded}}
 		if _, err := b.stores.Parts()[0].Journal.Put(b.ctx, row, 0); err != nil {
 			t.Fatal(err)
 		}

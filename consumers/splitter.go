@@ -265,11 +265,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 	if s.afterPublish != nil {
 		s.afterPublish()
 	}
-	job := kv.Job{
-		ID: p.jobID, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), Window: p.window,
-		TraceID: p.traceID, Metadata: p.msg.Metadata, Tenant: p.tenant, SourceSeq: meta.Sequence.Stream, InputHash: p.hash,
-		ChunksRoot: p.tree.Root(), Partition: p.partition,
-	}
+	job := kv.Job{Job: salvagetype.Job{ID: p.jobID, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), Window: p.window, TraceID: p.traceID, Metadata: p.msg.Metadata, Tenant: p.tenant, InputHash: p.hash, ChunksRoot: p.tree.Root(), Partition: p.partition}, SourceSeq: meta.Sequence.Stream}
 	if b := p.msg.Budget; b != nil {
 		job.Budget = &salvagetype.Budget{Tokens: b.Tokens, Cost: b.Cost}
 	}

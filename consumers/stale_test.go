@@ -58,7 +58,7 @@ func waitGone(t *testing.T, b *bundle, seq uint64) {
 func staleChunk(t *testing.T, b *bundle) (job string, oldSeq uint64, current, settled string) {
 	t.Helper()
 	job, current, settled = ulid.Make().String(), ulid.Make().String(), ulid.Make().String()
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "test", Chunks: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	oldSeq = publishChunk(t, b, "test", job, "")
@@ -67,8 +67,8 @@ func staleChunk(t *testing.T, b *bundle) (job string, oldSeq uint64, current, se
 		t.Fatal(err)
 	}
 	for _, r := range []kv.EnvelopeRecord{
-		{ID: settled, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: "someone-else", StreamSeq: oldSeq, CreatedAt: time.Now()},
-		{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: settled, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: "someone-else", StreamSeq: oldSeq, CreatedAt: time.Now()}},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()}},
 	} {
 		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
 			t.Fatal(err)
@@ -127,10 +127,10 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{})
 		job, current := ulid.Make().String(), ulid.Make().String()
-		if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+		if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "test", Chunks: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()}); err != nil {
+		if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeRecovering, Requeued: true, CreatedAt: time.Now()}}); err != nil {
 			t.Fatal(err)
 		}
 		oldSeq := publishChunk(t, b, "test", job, "")
@@ -189,17 +189,17 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{noDeadLetter: true})
 			job, first, current := ulid.Make().String(), ulid.Make().String(), ulid.Make().String()
-			if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+			if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "test", Chunks: 1}}); err != nil {
 				t.Fatal(err)
 			}
 			m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
 			m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
-			envs := []kv.EnvelopeRecord{{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()}}
+			envs := []kv.EnvelopeRecord{{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()}}}
 			if tc.replay {
 				m.Header.Set(salvagetype.HeaderReplayOf, first)
 				envs = []kv.EnvelopeRecord{
-					{ID: first, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
-					{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeAbandoned, CreatedAt: time.Now()},
+					{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: first, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()}},
+					{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeAbandoned, CreatedAt: time.Now()}},
 				}
 			}
 			for _, r := range envs {
@@ -243,12 +243,12 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noDeadLetter: true})
 	job, first, current := ulid.Make().String(), ulid.Make().String(), ulid.Make().String()
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Chunks: 1}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "test", Chunks: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []kv.EnvelopeRecord{
-		{ID: first, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()},
-		{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: first, Job: job, Chunk: 1, Status: salvagetype.EnvelopeSuperseded, SupersededBy: current, CreatedAt: time.Now()}},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()}},
 	} {
 		if err := b.stores.Envelopes.Put(b.ctx, r); err != nil {
 			t.Fatal(err)

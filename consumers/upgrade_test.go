@@ -133,7 +133,7 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := "01JOLDENVELOPE000000000000"
-	if err := b.stores.Jobs.Create(b.ctx, kv.Job{ID: job, Pipeline: "test", Status: salvagetype.JobRunning, Chunks: 1}); err != nil {
+	if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "test", Status: salvagetype.JobRunning, Chunks: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	env := salvagetype.Envelope{ID: "01JOLDENVELOPE0000000000EN", Job: job, Chunk: 1, Pipeline: "test",
@@ -145,8 +145,7 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{ID: env.ID, Job: job, Chunk: 1, Category: env.Category, Strategy: env.Strategy,
-		Status: salvagetype.EnvelopeOpen, DLQSeq: ack.Sequence}); err != nil {
+	if err := b.stores.Envelopes.Put(b.ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: env.ID, Job: job, Chunk: 1, Category: env.Category, Strategy: env.Strategy, Status: salvagetype.EnvelopeOpen, DLQSeq: ack.Sequence}}); err != nil {
 		t.Fatal(err)
 	}
 	// The upgrade.

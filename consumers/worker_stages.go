@@ -233,7 +233,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 		if err := r.part.Checkpoints.Write(ctx, fence, cp); err != nil {
 			return r.fencedOr(err)
 		}
-		job := kv.Job{ID: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, CancelReason: r.w.cancels.reason(r.chunk.Job)}
+		job := kv.Job{Job: salvagetype.Job{ID: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, CancelReason: r.w.cancels.reason(r.chunk.Job)}}
 		if _, err := sendStopped(ctx, r.w.tracker, job, cp, rows, r.chunk, r.letterOf()); err != nil {
 			return err // the message stays: its redelivery settles it
 		}

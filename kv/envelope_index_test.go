@@ -32,8 +32,7 @@ func TestEnvelopePagesFollowTheIndex(t *testing.T) {
 	ctx := context.Background()
 	var all []string
 	for i := range 30 {
-		r := kv.EnvelopeRecord{ID: fmt.Sprintf("01JENV%020d", i), Job: fmt.Sprintf("job%d", i%3), Chunk: i,
-			Category: []salvagetype.Category{salvagetype.CategoryToolTimeout, salvagetype.CategoryTransientNetwork}[i%2], Status: salvagetype.EnvelopeOpen}
+		r := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: fmt.Sprintf("01JENV%020d", i), Job: fmt.Sprintf("job%d", i%3), Chunk: i, Category: []salvagetype.Category{salvagetype.CategoryToolTimeout, salvagetype.CategoryTransientNetwork}[i%2], Status: salvagetype.EnvelopeOpen}}
 		if err := st.Envelopes.Put(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +110,7 @@ func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := kv.EnvelopeRecord{ID: "01JCRASHED0000000000000000", Job: "jobA", Category: "TOOL_TIMEOUT", Status: salvagetype.EnvelopeOpen}
+	r := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "01JCRASHED0000000000000000", Job: "jobA", Category: "TOOL_TIMEOUT", Status: salvagetype.EnvelopeOpen}}
 	if err := st.Envelopes.Put(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -153,17 +152,16 @@ func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
 
 	// Records of before the index: written straight to the bucket.
 	for i := range 3 {
-		old := kv.EnvelopeRecord{ID: fmt.Sprintf("01JOLD%020d", i), Job: "jobOld", Category: "TOOL_TIMEOUT", Status: salvagetype.EnvelopeEscalated,
-			CreatedAt: time.Now().Add(time.Duration(i-10) * time.Minute)}
+		old := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: fmt.Sprintf("01JOLD%020d", i), Job: "jobOld", Category: "TOOL_TIMEOUT", Status: salvagetype.EnvelopeEscalated, CreatedAt: time.Now().Add(time.Duration(i-10) * time.Minute)}}
 		data, _ := json.Marshal(old)
 		if _, err := b.JS.Publish(ctx, "$KV."+kv.BucketEnvelopes+"."+old.ID, data); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.Jobs.Create(ctx, kv.Job{ID: "jobNew", Pipeline: "p", Chunks: 1}); err != nil {
+	if err := st.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: "jobNew", Pipeline: "p", Chunks: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	oldJob, _ := json.Marshal(kv.Job{ID: "jobOld", Pipeline: "p", Chunks: 1, Status: salvagetype.JobRunning, CreatedAt: time.Now().Add(-time.Hour)})
+	oldJob, _ := json.Marshal(kv.Job{Job: salvagetype.Job{ID: "jobOld", Pipeline: "p", Chunks: 1, Status: salvagetype.JobRunning, CreatedAt: time.Now().Add(-time.Hour)}})
 	if _, err := b.JS.Publish(ctx, "$KV."+kv.BucketJobs+".jobOld", oldJob); err != nil {
 		t.Fatal(err)
 	}
@@ -194,13 +192,13 @@ func TestJobPagesNewestFirst(t *testing.T) {
 	var want []string
 	for i := range 25 {
 		id := fmt.Sprintf("job-%02d", i)
-		if err := st.Jobs.Create(ctx, kv.Job{ID: id, Pipeline: "p", Chunks: 1}); err != nil {
+		if err := st.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: id, Pipeline: "p", Chunks: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		want = append([]string{id}, want...)
 	}
 	// A redelivered job message tries again: refused, and listed once.
-	if err := st.Jobs.Create(ctx, kv.Job{ID: "job-03", Pipeline: "p", Chunks: 1}); !errors.Is(err, kv.ErrJobExists) {
+	if err := st.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: "job-03", Pipeline: "p", Chunks: 1}}); !errors.Is(err, kv.ErrJobExists) {
 		t.Fatalf("second create: %v", err)
 	}
 	var got []string

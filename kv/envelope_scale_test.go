@@ -41,8 +41,7 @@ func seedEnvelopes(t *testing.T, js jetstream.JetStream, from, to int) {
 		}
 	}
 	for i := from; i < to; i++ {
-		r := kv.EnvelopeRecord{ID: fmt.Sprintf("01JENV%020d", i), Job: fmt.Sprintf("job%d", i/100), Chunk: i % 100,
-			Category: "TOOL_TIMEOUT", Status: statuses[i%len(statuses)], CreatedAt: time.Now()}
+		r := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: fmt.Sprintf("01JENV%020d", i), Job: fmt.Sprintf("job%d", i/100), Chunk: i % 100, Category: "TOOL_TIMEOUT", Status: statuses[i%len(statuses)], CreatedAt: time.Now()}}
 		// The entries' sequences are known before they are written:
 		// nothing else writes SALVAGE_INDEX here.
 		r.IndexSeq, r.JobIndexSeq = uint64(2*i+1), uint64(2*i+2)

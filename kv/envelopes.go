@@ -21,57 +21,15 @@ const StoppedCancelled = "cancelled"
 // EnvelopeRecord is the mutable state of one failure envelope; the envelope
 // itself is immutable in SALVAGE_DLQ.
 type EnvelopeRecord struct {
-	ID        string                     `json:"envelope_id"`
-	Job       string                     `json:"job_id"`
-	Chunk     int                        `json:"chunk"`
-	Category  salvagetype.Category       `json:"category"`
-	Strategy  salvagetype.Strategy       `json:"strategy"`
-	Status    salvagetype.EnvelopeStatus `json:"status"`
-	Attempts  int                        `json:"attempts"`
-	Notes     []string                   `json:"notes,omitempty"`
-	StreamSeq uint64                     `json:"stream_seq"`
-	Subject   string                     `json:"subject"`
-	// DLQSeq is the envelope's sequence in SALVAGE_DLQ
-	// (`nats stream get SALVAGE_DLQ <seq>`).
-	DLQSeq  uint64 `json:"dlq_seq"`
-	TraceID string `json:"trace_id,omitempty"`
-	// Replays counts operator replays.
-	Replays int `json:"replays,omitempty"`
+	// EnvelopeRecord is the record as users see it (salvage.EnvelopeRecord);
+	// its JSON fields are the record's own, flattened.
+	salvagetype.EnvelopeRecord
 	// RecoveringBy and LeaseUntil say which orchestrator runs the
 	// strategy; another may take the envelope over once the lease passed.
 	RecoveringBy string    `json:"recovering_by,omitempty"`
 	LeaseUntil   time.Time `json:"lease_until,omitzero"`
-	// Requeued is set while a requeued chunk runs; the worker resolves
-	// the envelope when the chunk finishes.
-	Requeued bool `json:"requeued,omitempty"`
-	// Left names the effects nobody could undo, for the human who must.
-	Left []salvagetype.LeftEffect `json:"left,omitempty"`
-	// SupersededBy names the later envelope of the same chunk.
-	SupersededBy string `json:"superseded_by,omitempty"`
-	// Human is set once a person acted on the envelope or its chunk
-	// (replay, resolve by hand, cancelling the job): its outcome then
-	// does not count as an automatic recovery.
-	Human bool `json:"human,omitempty"`
-	// ResolvedBy says who resolved it: "chunk" when its chunk finished,
-	// else the person (or "cancel" when its job was cancelled).
-	ResolvedBy string `json:"resolved_by,omitempty"`
-	// Stopped is StoppedCancelled on the envelope that settles the
-	// effects of a chunk whose job was cancelled (by a person or its
-	// budget) while effects of it may stand. Its chunk never runs again,
-	// and the chunk's own end (cancelled-at-stage-N) never resolves it.
-	Stopped string `json:"stopped,omitempty"`
-	// Rejected is set on the envelope of a chunk whose approval a person
-	// rejected: a decision, not a failure — the automatic recovery rate
-	// leaves its chunk out.
-	Rejected bool `json:"rejected,omitempty"`
 	// Alerts lists the per-envelope alert kinds already raised.
-	Alerts    []string  `json:"alerts,omitempty"`
-	AckedBy   string    `json:"acked_by,omitempty"`
-	AckedAt   time.Time `json:"acked_at,omitzero"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// StatusAt is when the record entered its status.
-	StatusAt time.Time `json:"status_at,omitzero"`
+	Alerts []string `json:"alerts,omitempty"`
 	// IndexSeq and JobIndexSeq are the sequences of the record's entries
 	// in SALVAGE_INDEX, by status and by job (see Envelopes.Page).
 	IndexSeq    uint64 `json:"index_seq,omitempty"`

@@ -18,53 +18,16 @@ import (
 // of the job is published (to SALVAGE_CHUNKS, or SALVAGE_BACKLOG beyond
 // the job's window).
 type Job struct {
-	ID       string                `json:"job_id"`
-	Pipeline string                `json:"pipeline"`
-	Status   salvagetype.JobStatus `json:"status"`
-	Chunks   int                   `json:"chunks"`
-	TraceID  string                `json:"trace_id"`
-	Budget   *salvagetype.Budget   `json:"budget,omitempty"`
-	Metadata map[string]any        `json:"metadata,omitempty"`
-	// Tenant is whose job it is: the job message's tenant, or its
-	// pipeline's TenantFrom field of Metadata. Empty: nobody's in
-	// particular. A tenant's limit (tenant.<Tenant>) caps the job's
-	// chunks in flight and calls.
-	Tenant string `json:"tenant,omitempty"`
+	// Job is the record as users see it (salvage.Job): id, pipeline,
+	// status, counts, tenant, window, partition, budget, cancel and
+	// retention. Its JSON fields are the record's own, flattened.
+	salvagetype.Job
 	// SourceSeq is the SALVAGE_JOBS sequence of the message that created
-	// the job; a redelivery of that message finds its own job.
+	// the job; a redelivery of that message finds its own job. The
+	// job's InputHash (streams.InputHash of its pipeline and input) says
+	// what the id stands for: a later submission under the id with the
+	// same hash is the same job, with another it is refused.
 	SourceSeq uint64 `json:"source_seq,omitempty"`
-	// InputHash is what the job id stands for (streams.InputHash of its
-	// pipeline and input): a later submission under the id with the same
-	// hash is the same job, with another it is refused.
-	InputHash string `json:"input_hash,omitempty"`
-	// ChunksRoot is the root of the Merkle tree of the job's chunks
-	// (streams.NewChunkTree): a worker runs a chunk message only when its
-	// proof leads here. Empty on a job split before chunk proofs.
-	ChunksRoot string `json:"chunks_root,omitempty"`
-	// Window is how many of the job's chunks were queued at once: chunks
-	// 1..Window went to SALVAGE_CHUNKS, the rest to SALVAGE_BACKLOG, and
-	// starting chunk k admits chunk k+Window. Zero: all were queued.
-	Window int `json:"window,omitempty"`
-	// Partition holds the job's chunks: their chunk stream, claims,
-	// checkpoints and journal (Stores.Part). Chosen when the job is split
-	// and never changed; 0 on a job split before partitions.
-	Partition int `json:"partition,omitempty"`
-	// Summary counts chunk outcomes; every outcome updates it in O(1).
-	Summary salvagetype.Summary `json:"summary"`
-	// Explanation names the chunks, stages and envelopes behind a status
-	// other than done, at most ExplanationMax lines.
-	Explanation []string   `json:"explanation,omitempty"`
-	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
-	// CancelReason says why: "cancelled by <who>", or "budget exceeded".
-	CancelReason string `json:"cancel_reason,omitempty"`
-	// BudgetExceededAt is when the job's counted spend passed its budget;
-	// BudgetEnvelope is the one BUDGET_EXCEEDED envelope listing the
-	// chunks that stopped ("-" when none was left to stop).
-	BudgetExceededAt *time.Time `json:"budget_exceeded_at,omitempty"`
-	BudgetEnvelope   string     `json:"budget_envelope,omitempty"`
-	CreatedAt        time.Time  `json:"created_at"`
-	UpdatedAt        time.Time  `json:"updated_at"`
-	FinishedAt       *time.Time `json:"finished_at,omitempty"`
 	// Finishes counts the times the job finished: a recovery that
 	// re-runs a dead-lettered chunk makes it run, and finish, again.
 	Finishes int `json:"finishes,omitempty"`
@@ -75,9 +38,6 @@ type Job struct {
 	// job idle for a while, a crash came in between, and the
 	// dead-letterer's repair sweep makes the announcement.
 	Unannounced int `json:"unannounced,omitempty"`
-	// Retention is how long what the job leaves behind is kept, by data
-	// class: its pipeline's, or its deployment's, when it was split.
-	Retention *salvagetype.Retention `json:"retention,omitempty"`
 	// IndexSeq is the sequence of the job's entry in the job index.
 	IndexSeq uint64 `json:"index_seq,omitempty"`
 	// TenantIndexSeq is the sequence of its entry in its tenant's job
@@ -87,9 +47,6 @@ type Job struct {
 	// attention are indexed (attention.go): its failing chunks are read
 	// from the index, an older job's from every checkpoint.
 	AttentionIndexed bool `json:"attention_indexed,omitempty"`
-	// KeptUntil is set once retention ran on the finished job: its record
-	// expires then.
-	KeptUntil *time.Time `json:"kept_until,omitempty"`
 }
 
 // Finished reports whether every chunk reached a terminal state.

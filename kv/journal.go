@@ -19,62 +19,16 @@ import (
 // BucketJournal is the execution journal's bucket.
 const BucketJournal = "salvage_journal"
 
-// Fingerprint describes the external state a call changed.
-type Fingerprint struct {
-	System          string `json:"system"`
-	ResourceID      string `json:"resource_id,omitempty"`
-	Reversible      bool   `json:"reversible"`
-	Compensation    string `json:"compensation,omitempty"`
-	CompensationKey string `json:"compensation_key,omitempty"`
-}
-
 // JournalRow is one call in salvage_journal, written INITIATED before the
 // call and SUCCEEDED or FAILED after it (invariant 2).
 type JournalRow struct {
-	Key            string                 `json:"key"`
-	Job            string                 `json:"job_id"`
-	Chunk          int                    `json:"chunk"`
-	Epoch          int                    `json:"epoch"`
-	Stage          int                    `json:"stage"`
-	Agent          string                 `json:"agent"`
-	Seq            int                    `json:"seq"`
-	Tool           string                 `json:"tool"`
-	System         string                 `json:"system,omitempty"`
-	InputHash      string                 `json:"input_hash"`
-	Output         json.RawMessage        `json:"output,omitempty"`
-	Status         salvagetype.CallStatus `json:"status"`
-	Fingerprint    *Fingerprint           `json:"fingerprint,omitempty"`
-	IdempotencyKey string                 `json:"idempotency_key"`
-	Attempts       int                    `json:"attempts"`
-	LatencyMS      float64                `json:"latency_ms"`
-	// LimitWaitMS is how long the call's requests waited, in all, for a
-	// rate limit's budget (part of LatencyMS).
-	LimitWaitMS float64 `json:"limit_wait_ms,omitempty"`
-	Error       string  `json:"error,omitempty"`
-	ErrorClass  string  `json:"error_class,omitempty"`
-	// ErrorStatus is the status code of the failure (503: system down).
-	ErrorStatus int `json:"error_status,omitempty"`
+	// Call is the row as users see it (salvage.Call); its JSON fields are
+	// the row's own, flattened.
+	salvagetype.Call
 	// RetryableAfterCompensation copies the failing tool's declaration.
 	RetryableAfterCompensation bool `json:"retryable_after_compensation,omitempty"`
-	Verified                   bool `json:"verified,omitempty"`
-	// Usage is what a model call spent, as its tool reported it.
-	Usage *salvagetype.Usage `json:"usage,omitempty"`
-	// Orphan marks a call its agent no longer makes (it diverged); a
-	// verified effect of it is left to compensation or a human.
-	Orphan     bool      `json:"orphan,omitempty"`
-	TraceID    string    `json:"trace_id,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
-	// History holds the earlier outcomes of this call that a later run
-	// replaced (a failure before a replay or a resume), oldest first, at
-	// most HistoryMax of them: a replay never erases why a call failed.
-	History []salvagetype.CallAttempt `json:"history,omitempty"`
 	// HistoryDropped counts earlier outcomes beyond HistoryMax.
 	HistoryDropped int `json:"history_dropped,omitempty"`
-	// RetentionRewrite marks a row retention wrote again to give it a
-	// TTL, or to take one back: the same call and outcome, not an event of
-	// its own. Every other write clears it.
-	RetentionRewrite bool `json:"retention_rewrite,omitempty"`
 }
 
 // historyMax bounds JournalRow.History.

@@ -53,7 +53,7 @@ func benchJournal(b *testing.B, si time.Duration, atomicBatch bool) {
 		var mu sync.Mutex
 		var waits []func(context.Context) (uint64, error)
 		journalSecs += parallel(b, calls, func(i int) error {
-			r := kv.JournalRow{Key: kv.JournalKey("B", i%50, 0, 1, "a", i), Tool: "t", Status: salvagetype.CallInitiated}
+			r := kv.JournalRow{Call: salvagetype.Call{Key: kv.JournalKey("B", i%50, 0, 1, "a", i), Tool: "t", Status: salvagetype.CallInitiated}}
 			seq, err := st.Parts()[0].Journal.Put(ctx, r, 0)
 			if err != nil {
 				return err

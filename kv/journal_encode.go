@@ -56,9 +56,6 @@ func appendRow(b []byte, row *JournalRow) ([]byte, bool, error) {
 		w.b = buf.Bytes()
 	}
 	w.str("status", string(row.Status), false)
-	if row.Fingerprint != nil {
-		w.raw("fingerprint", row.Fingerprint)
-	}
 	w.str("idempotency_key", row.IdempotencyKey, false)
 	w.num("attempts", row.Attempts, false)
 	w.name("latency_ms")
@@ -70,7 +67,9 @@ func appendRow(b []byte, row *JournalRow) ([]byte, bool, error) {
 	w.str("error", row.Error, true)
 	w.str("error_class", row.ErrorClass, true)
 	w.num("error_status", row.ErrorStatus, true)
-	w.flag("retryable_after_compensation", row.RetryableAfterCompensation)
+	if row.Fingerprint != nil {
+		w.raw("fingerprint", row.Fingerprint)
+	}
 	w.flag("verified", row.Verified)
 	if u := row.Usage; u != nil {
 		w.name("usage")
@@ -81,16 +80,19 @@ func appendRow(b []byte, row *JournalRow) ([]byte, bool, error) {
 		w.b = append(w.b, '}')
 	}
 	w.flag("orphan", row.Orphan)
+	w.flag("retention_rewrite", row.RetentionRewrite)
+	if len(row.History) > 0 {
+		w.raw("history", row.History)
+	}
 	w.str("trace_id", row.TraceID, true)
 	w.time("started_at", row.StartedAt)
 	if !row.FinishedAt.IsZero() {
 		w.time("finished_at", row.FinishedAt)
 	}
-	if len(row.History) > 0 {
-		w.raw("history", row.History)
-	}
+	// The row's own fields follow the embedded Call's, as json.Marshal
+	// writes them.
+	w.flag("retryable_after_compensation", row.RetryableAfterCompensation)
 	w.num("history_dropped", row.HistoryDropped, true)
-	w.flag("retention_rewrite", row.RetentionRewrite)
 	return append(w.b, '}'), w.ok, nil
 }
 

@@ -22,31 +22,22 @@ import (
 // and every row decodes to what was encoded.
 func TestEncodeRowIsJSONMarshal(t *testing.T) {
 	now := time.Date(2026, 12, 4, 1, 2, 3, 456789000, time.UTC)
-	full := JournalRow{
-		Key: "01JOB.3.0.2.commercial.7", Job: "01JOB", Chunk: 3, Stage: 2, Agent: "commercial", Seq: 7,
-		Tool: "refund", System: "payments", InputHash: "abcd", Output: json.RawMessage(`{"refund_id":"r-1","amount":12.5}`),
-		Status: salvagetype.CallSucceeded, IdempotencyKey: "f00d", Attempts: 2, LatencyMS: 12.345,
-		Fingerprint: &Fingerprint{System: "payments", ResourceID: "r-1", Reversible: true, Compensation: "cancel-refund", CompensationKey: "k"},
-		Error:       "earlier: 503", ErrorClass: "transient", ErrorStatus: 503, RetryableAfterCompensation: true, Verified: true,
-		Usage: &salvagetype.Usage{Model: "m", PromptTokens: 120, CompletionTokens: 3}, Orphan: true, TraceID: "0af7651916cd43dd8448eb211c80319c",
-		StartedAt: now, FinishedAt: now.Add(time.Millisecond), HistoryDropped: 2, RetentionRewrite: true,
-		History: []salvagetype.CallAttempt{{Status: salvagetype.CallFailed, Error: "boom", Attempts: 4, StartedAt: now}},
-	}
+	full := JournalRow{Call: salvagetype.Call{Key: "01JOB.3.0.2.commercial.7", Job: "01JOB", Chunk: 3, Stage: 2, Agent: "commercial", Seq: 7, Tool: "refund", System: "payments", InputHash: "abcd", Output: json.RawMessage(`{"refund_id":"r-1","amount":12.5}`), Status: salvagetype.CallSucceeded, IdempotencyKey: "f00d", Attempts: 2, LatencyMS: 12.345, Fingerprint: &salvagetype.Fingerprint{System: "payments", ResourceID: "r-1", Reversible: true, Compensation: "cancel-refund", CompensationKey: "k"}, Error: "earlier: 503", ErrorClass: "transient", ErrorStatus: 503, Verified: true, Usage: &salvagetype.Usage{Model: "m", PromptTokens: 120, CompletionTokens: 3}, Orphan: true, TraceID: "0af7651916cd43dd8448eb211c80319c", StartedAt: now, FinishedAt: now.Add(time.Millisecond), RetentionRewrite: true, History: []salvagetype.CallAttempt{{Status: salvagetype.CallFailed, Error: "boom", Attempts: 4, StartedAt: now}}}, RetryableAfterCompensation: true, HistoryDropped: 2}
 	rows := map[string]JournalRow{
 		"zero":            {},
-		"initiated":       {Key: "j.1.0.1.a.1", Job: "j", Chunk: 1, Stage: 1, Agent: "a", Seq: 1, Tool: "t", InputHash: "h", Status: salvagetype.CallInitiated, IdempotencyKey: "k", StartedAt: now},
+		"initiated":       {Call: salvagetype.Call{Key: "j.1.0.1.a.1", Job: "j", Chunk: 1, Stage: 1, Agent: "a", Seq: 1, Tool: "t", InputHash: "h", Status: salvagetype.CallInitiated, IdempotencyKey: "k", StartedAt: now}},
 		"every field":     full,
-		"usage no model":  {Usage: &salvagetype.Usage{PromptTokens: 1}, StartedAt: now},
-		"zone offset":     {StartedAt: now.In(time.FixedZone("x", 5*3600+30*60))},
-		"html in error":   {Error: "<b> & </b>", StartedAt: now},
-		"unicode agent":   {Agent: "analyste-privé", StartedAt: now},
-		"control in text": {Error: "line\nnext\t\"quoted\" \\", StartedAt: now},
-		"tiny latency":    {LatencyMS: 1e-9, StartedAt: now},
-		"huge latency":    {LatencyMS: 1e22, StartedAt: now},
-		"negative":        {LatencyMS: -0.5, Chunk: -1, StartedAt: now},
-		"year 10000":      {StartedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
-		"output spaced":   {Output: json.RawMessage(" [1, 2,\n 3] "), StartedAt: now},
-		"output a string": {Output: json.RawMessage(`"7"`), StartedAt: now},
+		"usage no model":  {Call: salvagetype.Call{Usage: &salvagetype.Usage{PromptTokens: 1}, StartedAt: now}},
+		"zone offset":     {Call: salvagetype.Call{StartedAt: now.In(time.FixedZone("x", 5*3600+30*60))}},
+		"html in error":   {Call: salvagetype.Call{Error: "<b> & </b>", StartedAt: now}},
+		"unicode agent":   {Call: salvagetype.Call{Agent: "analyste-privé", StartedAt: now}},
+		"control in text": {Call: salvagetype.Call{Error: "line\nnext\t\"quoted\" \\", StartedAt: now}},
+		"tiny latency":    {Call: salvagetype.Call{LatencyMS: 1e-9, StartedAt: now}},
+		"huge latency":    {Call: salvagetype.Call{LatencyMS: 1e22, StartedAt: now}},
+		"negative":        {Call: salvagetype.Call{LatencyMS: -0.5, Chunk: -1, StartedAt: now}},
+		"year 10000":      {Call: salvagetype.Call{StartedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		"output spaced":   {Call: salvagetype.Call{Output: json.RawMessage(" [1, 2,\n 3] "), StartedAt: now}},
+		"output a string": {Call: salvagetype.Call{Output: json.RawMessage(`"7"`), StartedAt: now}},
 	}
 	for name, row := range rows {
 		t.Run(name, func(t *testing.T) {
@@ -74,12 +65,12 @@ func TestEncodeRowIsJSONMarshal(t *testing.T) {
 // fails there too).
 func TestEncodeRowRefusesBadOutput(t *testing.T) {
 	for _, out := range []string{`{"a":`, `1 2`, `nope`} {
-		row := JournalRow{Key: "k", Output: json.RawMessage(out)}
+		row := JournalRow{Call: salvagetype.Call{Key: "k", Output: json.RawMessage(out)}}
 		if _, err := encodeRow(&row); err == nil {
 			t.Errorf("output %q encoded", out)
 		}
 	}
-	row := JournalRow{Key: "k", LatencyMS: math.NaN()}
+	row := JournalRow{Call: salvagetype.Call{Key: "k", LatencyMS: math.NaN()}}
 	var unsupported *json.UnsupportedValueError
 	if _, err := encodeRow(&row); !errors.As(err, &unsupported) {
 		t.Errorf("NaN latency: %v, want json.UnsupportedValueError", err)
@@ -99,14 +90,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 	}
 	outputs := []string{"", `{}`, `{"content":"7","usage":{"prompt_tokens":3}}`, `[1,2]`, `null`, `"s"`}
 	for i := range 2000 {
-		row := JournalRow{
-			Key: str(), Job: str(), Chunk: r.IntN(1000), Epoch: r.IntN(3), Stage: r.IntN(5), Agent: str(), Seq: r.IntN(200),
-			Tool: str(), System: str(), InputHash: str(), Output: json.RawMessage(outputs[r.IntN(len(outputs))]), Status: salvagetype.CallStatus(str()),
-			IdempotencyKey: str(), Attempts: r.IntN(5), LatencyMS: r.Float64() * math.Pow(10, float64(r.IntN(12)-4)),
-			LimitWaitMS: float64(r.IntN(3)) * r.Float64() * 1000, Error: str(), ErrorClass: str(), ErrorStatus: r.IntN(600), RetryableAfterCompensation: r.IntN(2) == 0,
-			Verified: r.IntN(2) == 0, Orphan: r.IntN(2) == 0, TraceID: str(),
-			StartedAt: time.Unix(r.Int64N(4e9), r.Int64N(1e9)).UTC(), HistoryDropped: r.IntN(3), RetentionRewrite: r.IntN(2) == 0,
-		}
+		row := JournalRow{Call: salvagetype.Call{Key: str(), Job: str(), Chunk: r.IntN(1000), Epoch: r.IntN(3), Stage: r.IntN(5), Agent: str(), Seq: r.IntN(200), Tool: str(), System: str(), InputHash: str(), Output: json.RawMessage(outputs[r.IntN(len(outputs))]), Status: salvagetype.CallStatus(str()), IdempotencyKey: str(), Attempts: r.IntN(5), LatencyMS: r.Float64() * math.Pow(10, float64(r.IntN(12)-4)), LimitWaitMS: float64(r.IntN(3)) * r.Float64() * 1000, Error: str(), ErrorClass: str(), ErrorStatus: r.IntN(600), Verified: r.IntN(2) == 0, Orphan: r.IntN(2) == 0, TraceID: str(), StartedAt: time.Unix(r.Int64N(4e9), r.Int64N(1e9)).UTC(), RetentionRewrite: r.IntN(2) == 0}, RetryableAfterCompensation: r.IntN(2) == 0, HistoryDropped: r.IntN(3)}
 		if r.IntN(2) == 0 {
 			row.FinishedAt = row.StartedAt.Add(time.Duration(r.IntN(1e9)))
 		}
@@ -114,7 +98,7 @@ func TestEncodeRowRandomRows(t *testing.T) {
 			row.Usage = &salvagetype.Usage{Model: str(), PromptTokens: r.Int64N(1e6), CompletionTokens: r.Int64N(1e4)}
 		}
 		if r.IntN(4) == 0 {
-			row.Fingerprint = &Fingerprint{System: str(), Reversible: r.IntN(2) == 0}
+			row.Fingerprint = &salvagetype.Fingerprint{System: str(), Reversible: r.IntN(2) == 0}
 		}
 		if r.IntN(8) == 0 {
 			row.History = []salvagetype.CallAttempt{{Status: salvagetype.CallStatus(str()), Error: str(), StartedAt: row.StartedAt}}
@@ -160,12 +144,7 @@ func TestIdempotencyKeyIsTheContractsHash(t *testing.T) {
 // call does, by json.Marshal and by encodeRow.
 func BenchmarkEncodeRow(b *testing.B) {
 	now := time.Now().UTC()
-	row := JournalRow{Key: JournalKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Job: "01KBENCHJOB000000000000000",
-		Chunk: 5, Stage: 2, Agent: "commercial", Seq: 9, Tool: "model", System: "model", InputHash: HashInput([]byte("prompt")),
-		Output: json.RawMessage(`{"content":"7","finish_reason":"stop","usage":{"model":"salvage-sim","prompt_tokens":120,"completion_tokens":1}}`),
-		Status: salvagetype.CallSucceeded, IdempotencyKey: IdempotencyKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Attempts: 1,
-		LatencyMS: 0.012, TraceID: "0af7651916cd43dd8448eb211c80319c", Usage: &salvagetype.Usage{Model: "salvage-sim", PromptTokens: 120, CompletionTokens: 1},
-		StartedAt: now, FinishedAt: now.Add(12 * time.Microsecond)}
+	row := JournalRow{Call: salvagetype.Call{Key: JournalKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Job: "01KBENCHJOB000000000000000", Chunk: 5, Stage: 2, Agent: "commercial", Seq: 9, Tool: "model", System: "model", InputHash: HashInput([]byte("prompt")), Output: json.RawMessage(`{"content":"7","finish_reason":"stop","usage":{"model":"salvage-sim","prompt_tokens":120,"completion_tokens":1}}`), Status: salvagetype.CallSucceeded, IdempotencyKey: IdempotencyKey("01KBENCHJOB000000000000000", 5, 0, 2, "commercial", 9), Attempts: 1, LatencyMS: 0.012, TraceID: "0af7651916cd43dd8448eb211c80319c", Usage: &salvagetype.Usage{Model: "salvage-sim", PromptTokens: 120, CompletionTokens: 1}, StartedAt: now, FinishedAt: now.Add(12 * time.Microsecond)}}
 	b.Run("json.Marshal", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -15,10 +15,7 @@ import (
 )
 
 func row(job string, chunk, seq int, status salvagetype.CallStatus) kv.JournalRow {
-	return kv.JournalRow{
-		Key: kv.JournalKey(job, chunk, 0, 1, "agent", seq), Job: job, Chunk: chunk, Stage: 1, Agent: "agent", Seq: seq,
-		Tool: "charge", Status: status, IdempotencyKey: kv.IdempotencyKey(job, chunk, 0, 1, "agent", seq),
-	}
+	return kv.JournalRow{Call: salvagetype.Call{Key: kv.JournalKey(job, chunk, 0, 1, "agent", seq), Job: job, Chunk: chunk, Stage: 1, Agent: "agent", Seq: seq, Tool: "charge", Status: status, IdempotencyKey: kv.IdempotencyKey(job, chunk, 0, 1, "agent", seq)}}
 }
 
 func TestJournalPutNeverOverwritesBlindly(t *testing.T) {

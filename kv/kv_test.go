@@ -347,7 +347,7 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	if err := st.Jobs.Create(ctx, kv.Job{ID: "J", Pipeline: "p", Chunks: 3}); err != nil {
+	if err := st.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: "J", Pipeline: "p", Chunks: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	outcome := func(chunk int, status salvagetype.ChunkStatus, apply bool) kv.Job {
@@ -423,7 +423,7 @@ func TestCancelledJobCountsStayWhole(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	if err := st.Jobs.Create(ctx, kv.Job{ID: "C", Pipeline: "p", Chunks: 2}); err != nil {
+	if err := st.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: "C", Pipeline: "p", Chunks: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Jobs.Cancel(ctx, "C"); err != nil {
@@ -458,7 +458,7 @@ func TestRepairDoesNotCountARunningChunkTwice(t *testing.T) {
 	t.Parallel()
 	st := setup(t)
 	ctx := context.Background()
-	if err := st.Jobs.Create(ctx, kv.Job{ID: "R", Pipeline: "p", Chunks: 1}); err != nil {
+	if err := st.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: "R", Pipeline: "p", Chunks: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	// The chunk runs a stage: retries and tokens in its checkpoint, not
@@ -509,7 +509,7 @@ func TestEnvelopeBodyLivesWithItsRecord(t *testing.T) {
 		if err := st.Envelopes.PutBody(ctx, id, []byte(`{"envelope_id":"`+id+`"}`)); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Status: salvagetype.EnvelopeOpen}); err != nil {
+		if err := st.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: "J", Chunk: 1, Status: salvagetype.EnvelopeOpen}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Envelopes.Mutate(ctx, id, func(r *kv.EnvelopeRecord) error { r.Status = salvagetype.EnvelopeDeadEnd; return nil }); err != nil {

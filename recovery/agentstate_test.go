@@ -103,10 +103,7 @@ func TestSnapshotBeforeIrreversibleCallsOnly(t *testing.T) {
 func TestRebuildCompleted(t *testing.T) {
 	t.Parallel()
 	row := func(stage int, agent string, seq int, status salvagetype.CallStatus) kv.StoredRow {
-		return kv.StoredRow{JournalRow: kv.JournalRow{
-			Key: kv.JournalKey("J", 1, 0, stage, agent, seq), Stage: stage, Agent: agent, Seq: seq, Status: status,
-			StartedAt: time.Unix(int64(stage*100+seq), 0),
-		}, Seq: uint64(stage*100 + seq)}
+		return kv.StoredRow{JournalRow: kv.JournalRow{Call: salvagetype.Call{Key: kv.JournalKey("J", 1, 0, stage, agent, seq), Stage: stage, Agent: agent, Seq: seq, Status: status, StartedAt: time.Unix(int64(stage*100+seq), 0)}}, Seq: uint64(stage*100 + seq)}
 	}
 	rows := map[string]kv.StoredRow{}
 	for _, r := range []kv.StoredRow{

@@ -10,7 +10,7 @@ import (
 )
 
 func effect(tool string, reversible bool) kv.JournalRow {
-	return kv.JournalRow{Tool: tool, Status: salvagetype.CallSucceeded, Fingerprint: &kv.Fingerprint{Reversible: reversible}}
+	return kv.JournalRow{Call: salvagetype.Call{Tool: tool, Status: salvagetype.CallSucceeded, Fingerprint: &salvagetype.Fingerprint{Reversible: reversible}}}
 }
 
 // TestClassifierTable covers every row of the classifier table of docs/design.md.
@@ -74,9 +74,9 @@ func TestFailureFromJournal(t *testing.T) {
 	t.Parallel()
 	rows := map[string]kv.StoredRow{
 		"a": {JournalRow: effect("reserve", true), Seq: 1},
-		"b": {JournalRow: kv.JournalRow{Tool: "model", Status: salvagetype.CallSucceeded}, Seq: 2},
-		"c": {JournalRow: kv.JournalRow{Tool: "email", Status: salvagetype.CallFailed, RetryableAfterCompensation: true}, Seq: 3},
-		"d": {JournalRow: kv.JournalRow{Tool: "crm", Status: salvagetype.CallInitiated}, Seq: 4},
+		"b": {JournalRow: kv.JournalRow{Call: salvagetype.Call{Tool: "model", Status: salvagetype.CallSucceeded}}, Seq: 2},
+		"c": {JournalRow: kv.JournalRow{Call: salvagetype.Call{Tool: "email", Status: salvagetype.CallFailed}, RetryableAfterCompensation: true}, Seq: 3},
+		"d": {JournalRow: kv.JournalRow{Call: salvagetype.Call{Tool: "crm", Status: salvagetype.CallInitiated}}, Seq: 4},
 	}
 	var f recovery.Failure
 	f.FromJournal(rows)
@@ -93,23 +93,23 @@ func TestAutoRecoveryRate(t *testing.T) {
 	at := func(s int) time.Time { return time.Unix(1_700_000_000+int64(s), 0) }
 	recs := []kv.EnvelopeRecord{
 		// chunk 1: failed, recovery requeued, failed again, then finished.
-		{ID: "A", Job: "J", Chunk: 1, Status: salvagetype.EnvelopeSuperseded, CreatedAt: at(1)},
-		{ID: "B", Job: "J", Chunk: 1, Status: salvagetype.EnvelopeResolved, ResolvedBy: "chunk", CreatedAt: at(2)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "A", Job: "J", Chunk: 1, Status: salvagetype.EnvelopeSuperseded, CreatedAt: at(1)}},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "B", Job: "J", Chunk: 1, Status: salvagetype.EnvelopeResolved, ResolvedBy: "chunk", CreatedAt: at(2)}},
 		// chunk 2: compensated, nothing left.
-		{ID: "C", Job: "J", Chunk: 2, Status: salvagetype.EnvelopeAbandoned, CreatedAt: at(1)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "C", Job: "J", Chunk: 2, Status: salvagetype.EnvelopeAbandoned, CreatedAt: at(1)}},
 		// chunk 3: a dead end nobody touched.
-		{ID: "D", Job: "J", Chunk: 3, Status: salvagetype.EnvelopeDeadEnd, CreatedAt: at(1)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "D", Job: "J", Chunk: 3, Status: salvagetype.EnvelopeDeadEnd, CreatedAt: at(1)}},
 		// chunk 4: escalated.
-		{ID: "E", Job: "J", Chunk: 4, Status: salvagetype.EnvelopeEscalated, CreatedAt: at(1)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "E", Job: "J", Chunk: 4, Status: salvagetype.EnvelopeEscalated, CreatedAt: at(1)}},
 		// chunk 5: finished, but only after an operator replayed it.
-		{ID: "F", Job: "J", Chunk: 5, Status: salvagetype.EnvelopeResolved, ResolvedBy: "chunk", Replays: 1, Human: true, CreatedAt: at(1)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "F", Job: "J", Chunk: 5, Status: salvagetype.EnvelopeResolved, ResolvedBy: "chunk", Replays: 1, Human: true, CreatedAt: at(1)}},
 		// chunk 6: resolved by hand.
-		{ID: "G", Job: "J", Chunk: 6, Status: salvagetype.EnvelopeResolved, ResolvedBy: "alice", Human: true, CreatedAt: at(1)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "G", Job: "J", Chunk: 6, Status: salvagetype.EnvelopeResolved, ResolvedBy: "alice", Human: true, CreatedAt: at(1)}},
 		// chunk 7: still recovering.
-		{ID: "H", Job: "J", Chunk: 7, Status: salvagetype.EnvelopeRecovering, CreatedAt: at(1)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "H", Job: "J", Chunk: 7, Status: salvagetype.EnvelopeRecovering, CreatedAt: at(1)}},
 		// chunk 8: a person rejected its approval — a decision, not a
 		// failure: it is not counted at all.
-		{ID: "I", Job: "J", Chunk: 8, Status: salvagetype.EnvelopeDeadEnd, Human: true, Rejected: true, CreatedAt: at(1)},
+		{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: "I", Job: "J", Chunk: 8, Status: salvagetype.EnvelopeDeadEnd, Human: true, Rejected: true, CreatedAt: at(1)}},
 	}
 	got := recovery.AutoRecoveryRate(recs)
 	if got.DeadLettered != 7 || got.Recovered != 2 || got.Rate != 2.0/7 {

@@ -260,12 +260,7 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		// Stopped before the call began: nothing ran, nothing to record.
 		return nil, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
-	row := kv.JournalRow{
-		Key: key, Job: t.Job, Chunk: t.Chunk, Epoch: t.Epoch, Stage: t.Stage, Agent: t.Agent, Seq: t.seq,
-		Tool: name, System: tool.System, InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated,
-		IdempotencyKey: kv.IdempotencyKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq),
-		TraceID:        t.TraceID,
-	}
+	row := kv.JournalRow{Call: salvagetype.Call{Key: key, Job: t.Job, Chunk: t.Chunk, Epoch: t.Epoch, Stage: t.Stage, Agent: t.Agent, Seq: t.seq, Tool: name, System: tool.System, InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq), TraceID: t.TraceID}}
 	rowp = &row
 	prev, seen := t.replay.get(key)
 	if seen {
@@ -544,11 +539,11 @@ func (t *turn) guarded(ctx context.Context, tool *salvagetype.Tool, tokens int64
 	return err
 }
 
-func fingerprint(tool *salvagetype.Tool, key, resourceID string) *kv.Fingerprint {
+func fingerprint(tool *salvagetype.Tool, key, resourceID string) *salvagetype.Fingerprint {
 	if tool.Effect == nil {
 		return nil
 	}
-	fp := &kv.Fingerprint{System: tool.System, ResourceID: resourceID, Reversible: tool.Effect.Reversible}
+	fp := &salvagetype.Fingerprint{System: tool.System, ResourceID: resourceID, Reversible: tool.Effect.Reversible}
 	if tool.Effect.Reversible {
 		fp.Compensation = tool.Effect.Compensation
 		fp.CompensationKey = compensationKey(key)

@@ -120,7 +120,7 @@ func TestUnknownOutcomeIsVerifiedFirst(t *testing.T) {
 		j := &memJournal{rows: map[string]kv.StoredRow{}}
 		// A crash left the row INITIATED; the charge did or did not land.
 		in, _ := json.Marshal(map[string]string{"order": "o1"})
-		row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
+		row := kv.JournalRow{Call: salvagetype.Call{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}}
 		if _, err := j.Put(context.Background(), row, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
 	in, _ := json.Marshal(map[string]string{"order": "o1"})
 	// A crash left the charge in flight; it did take effect.
-	row := kv.JournalRow{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}
+	row := kv.JournalRow{Call: salvagetype.Call{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}}
 	if _, err := j.Put(context.Background(), row, 0); err != nil {
 		t.Fatal(err)
 	}

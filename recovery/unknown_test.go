@@ -204,11 +204,11 @@ func TestSettleCountsTheRequestThatWentOut(t *testing.T) {
 	t.Parallel()
 	l := &lateLedger{applied: map[string]int{}}
 	tool, _ := l.tools(t).Get("charge")
-	row := recovery.Settle(tool, kv.JournalRow{Key: "k", IdempotencyKey: "key-123456", Status: salvagetype.CallInitiated}, salvagetype.Verification{Applied: true, ResourceID: "ch_1"}, time.Now())
+	row := recovery.Settle(tool, kv.JournalRow{Call: salvagetype.Call{Key: "k", IdempotencyKey: "key-123456", Status: salvagetype.CallInitiated}}, salvagetype.Verification{Applied: true, ResourceID: "ch_1"}, time.Now())
 	if row.Status != salvagetype.CallSucceeded || row.Attempts != 1 || !row.Verified || row.Fingerprint == nil || row.Fingerprint.ResourceID != "ch_1" {
 		t.Fatalf("settled = %+v", row)
 	}
-	row = recovery.Settle(tool, kv.JournalRow{Key: "k", Status: salvagetype.CallUnknown, Attempts: 2}, salvagetype.Verification{}, time.Now())
+	row = recovery.Settle(tool, kv.JournalRow{Call: salvagetype.Call{Key: "k", Status: salvagetype.CallUnknown, Attempts: 2}}, salvagetype.Verification{}, time.Now())
 	if row.Status != salvagetype.CallFailed || row.Attempts != 2 || row.Fingerprint != nil {
 		t.Fatalf("settled not applied = %+v", row)
 	}

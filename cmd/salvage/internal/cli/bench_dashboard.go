@@ -70,7 +70,7 @@ func (b *bench) dashboard(ctx context.Context) ([]dashboardRow, error) {
 	defer stop()
 	statuses := []salvagetype.JobStatus{salvagetype.JobRunning, salvagetype.JobDone, salvagetype.JobDone, salvagetype.JobPartial}
 	err = putAll(ctx, 0, dashboardJobs, func(i int) error {
-		return stores.Jobs.Create(ctx, kv.Job{ID: ulid.Make().String(), Pipeline: "contract-review", Chunks: 100, Status: statuses[i%len(statuses)]})
+		return stores.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: ulid.Make().String(), Pipeline: "contract-review", Chunks: 100, Status: statuses[i%len(statuses)]}})
 	})
 	if err != nil {
 		return nil, err

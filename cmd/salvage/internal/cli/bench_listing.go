@@ -125,8 +125,7 @@ func (b *bench) startStores(ctx context.Context) (s *benchServer, c *salvage.Cli
 func putEnvelopes(ctx context.Context, stores *kv.Stores, from, to int) error {
 	statuses := []salvagetype.EnvelopeStatus{salvagetype.EnvelopeDeadEnd, salvagetype.EnvelopeResolved, salvagetype.EnvelopeAbandoned, salvagetype.EnvelopeSuperseded, salvagetype.EnvelopeOpen}
 	return putAll(ctx, from, to, func(i int) error {
-		return stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: ulid.Make().String(), Job: fmt.Sprintf("listing%04d", i/100), Chunk: i%100 + 1,
-			Category: salvagetype.CategoryToolTimeout, Strategy: salvagetype.StrategyResume, Status: statuses[i%len(statuses)]})
+		return stores.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: ulid.Make().String(), Job: fmt.Sprintf("listing%04d", i/100), Chunk: i%100 + 1, Category: salvagetype.CategoryToolTimeout, Strategy: salvagetype.StrategyResume, Status: statuses[i%len(statuses)]}})
 	})
 }
 

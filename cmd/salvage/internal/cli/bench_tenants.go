@@ -50,6 +50,14 @@ type tenantsRow struct {
 	LargeDoneBefore int    `json:"large_done_before"`
 	LargeDoneAfter  int    `json:"large_done_after"`
 	Status          string `json:"small_job_status"`
+	// LastTaken is the chunk of b's job beside a's a worker first took
+	// last, LastTakenSecs how long after its record was created,
+	// LastTakenDelivery
+	// that take's delivery count: what tells a chunk queued behind a's
+	// (taken late on its first delivery) from one redelivered.
+	LastTaken         int     `json:"small_last_taken_chunk"`
+	LastTakenSecs     float64 `json:"small_last_taken_seconds"`
+	LastTakenDelivery uint64  `json:"small_last_taken_delivery"`
 }
 
 // tenantsVerdict holds each row to the bar of issue 36: tenant b's job
@@ -126,17 +134,19 @@ func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (r
 			return row, err
 		}
 	}
+	var smallID string
 	small := func(tag string) (float64, string, error) {
 		start := time.Now()
 		id, err := client.JobSubmit(ctx, contractreview.Name, contractreview.Input{Text: contractreview.Contract(tenantsSmall, 1)}, &salvage.SubmitOpts{Tenant: "b"})
 		if err != nil {
 			return 0, "", err
 		}
+		smallID = id
 		wctx, cancel := context.WithTimeout(ctx, tenantsTimeout)
 		defer cancel()
 		job, err := client.JobWait(wctx, id)
 		if err != nil {
-			return 0, "", fmt.Errorf("tenant b's job %s: %w", tag, err)
+			return 0, "", fmt.Errorf("tenant b's job %s: %w; %s", tag, err, tenantsStuck(ctx, client, id))
 		}
 		return time.Since(start).Seconds(), string(job.Status), nil
 	}
@@ -173,6 +183,7 @@ func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (r
 	}
 	row.Status = status
 	row.Ratio = row.BesideSecs / row.AloneSecs
+	row.LastTaken, row.LastTakenSecs, row.LastTakenDelivery = lastTaken(ctx, client, smallID)
 	j, err := client.JobGet(ctx, large)
 	if err != nil {
 		return row, err
@@ -182,4 +193,51 @@ func (b *bench) tenantsRow(ctx context.Context, binary string, capChunks int) (r
 		return row, err
 	}
 	return row, nil
+}
+
+// tenantsStuck says where tenant b's job id stands when it did not finish
+// in time: its record's counts and each of its chunks not done (status,
+// stage, deliveries, worker), what tells a chunk never admitted (pending)
+// from one stuck on a worker (running) or one finished but not counted.
+func tenantsStuck(ctx context.Context, client *salvage.Client, id string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	page, err := client.ChunkList(ctx, id, &salvage.Page{Limit: tenantsSmall})
+	if err != nil {
+		return "its chunks: " + err.Error()
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "its record: %s, %+v; chunks not done:", page.Job.Status, page.Job.Summary)
+	for _, c := range page.Chunks {
+		if c.Status != salvage.ChunkDone {
+			fmt.Fprintf(&sb, " %d %s stage %d deliveries %d by %q;", c.Chunk, c.Status, c.Stage, c.Deliveries, c.ClaimedBy)
+		}
+	}
+	return sb.String()
+}
+
+// lastTaken finds the chunk of job id a worker first took last: its
+// number, how long after the job was created, and that delivery's count
+// (zeros when the timelines cannot be read).
+func lastTaken(ctx context.Context, client *salvage.Client, id string) (chunk int, secs float64, delivery uint64) {
+	j, err := client.JobGet(ctx, id)
+	if err != nil {
+		return 0, 0, 0
+	}
+	for c := 1; c <= j.Chunks; c++ {
+		tc, err := client.ChunkTrace(ctx, id, c)
+		if err != nil {
+			return 0, 0, 0
+		}
+		for _, e := range tc.Events {
+			if e.Kind != salvage.EventDelivered {
+				continue
+			}
+			if s := e.At.Sub(j.CreatedAt).Seconds(); s > secs {
+				chunk, secs, delivery = c, s, e.Delivery
+			}
+			break
+		}
+	}
+	return chunk, secs, delivery
 }

@@ -54,14 +54,13 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 		t.Fatal(err)
 	}
 	job := "01JDASHBOARD00000000000000"
-	if err := stores.Jobs.Create(ctx, kv.Job{ID: job, Pipeline: "order-fulfillment", Chunks: 3}); err != nil {
+	if err := stores.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "order-fulfillment", Chunks: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	// A finished job answers from its record alone: no checkpoints
 	// needed. It finished 75 s after it was created.
 	finished := time.Now().Add(75 * time.Second)
-	if err := stores.Jobs.Create(ctx, kv.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: salvagetype.JobDone, FinishedAt: &finished,
-		Summary: salvagetype.Summary{Done: 4, Tier1Retries: 1, Redeliveries: 2}}); err != nil {
+	if err := stores.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: "01JFINISHED000000000000000", Pipeline: "contract-review", Chunks: 4, Status: salvagetype.JobDone, FinishedAt: &finished, Summary: salvagetype.Summary{Done: 4, Tier1Retries: 1, Redeliveries: 2}}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, status := range []salvagetype.ChunkStatus{salvagetype.ChunkDone, salvagetype.ChunkDone, salvagetype.ChunkDeadLettered} {
@@ -79,8 +78,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 		}
 	}
 	for i, st := range []salvagetype.CallStatus{salvagetype.CallSucceeded, salvagetype.CallSucceeded, salvagetype.CallFailed} {
-		row := kv.JournalRow{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Job: job, Chunk: 3, Stage: 1, Agent: "billing", Seq: i + 1,
-			Tool: "charge-payment", System: "payments", Status: st, LatencyMS: 12, StartedAt: time.Now().Add(time.Duration(i) * time.Millisecond)}
+		row := kv.JournalRow{Call: salvagetype.Call{Key: kv.JournalKey(job, 3, 0, 1, "billing", i+1), Job: job, Chunk: 3, Stage: 1, Agent: "billing", Seq: i + 1, Tool: "charge-payment", System: "payments", Status: st, LatencyMS: 12, StartedAt: time.Now().Add(time.Duration(i) * time.Millisecond)}}
 		if _, err := stores.Parts()[0].Journal.Put(ctx, row, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +92,7 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: env.ID, Job: job, Chunk: 3, Category: env.Category, Strategy: env.Strategy,
-		Status: salvagetype.EnvelopeOpen, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt}); err != nil {
+	if err := stores.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: env.ID, Job: job, Chunk: 3, Category: env.Category, Strategy: env.Strategy, Status: salvagetype.EnvelopeOpen, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt}}); err != nil {
 		t.Fatal(err)
 	}
 	client, err := salvage.NewClient(b.JS, nil)
@@ -474,9 +471,7 @@ func TestCountersNeverGoBack(t *testing.T) {
 
 	// Seven escalations wait for a person, the oldest for ten minutes.
 	for i := range 7 {
-		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: fmt.Sprintf("01JESCALATED%014d", i), Job: job, Chunk: 10 + i,
-			Category: salvagetype.CategoryCompensationNeeded, Strategy: salvagetype.StrategyEscalate, Status: salvagetype.EnvelopeEscalated,
-			CreatedAt: time.Now().Add(-time.Duration(10-i) * time.Minute)}); err != nil {
+		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: fmt.Sprintf("01JESCALATED%014d", i), Job: job, Chunk: 10 + i, Category: salvagetype.CategoryCompensationNeeded, Strategy: salvagetype.StrategyEscalate, Status: salvagetype.EnvelopeEscalated, CreatedAt: time.Now().Add(-time.Duration(10-i) * time.Minute)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -497,8 +492,7 @@ func TestEnvelopeListingIsPaged(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		id := fmt.Sprintf("01JPAGED%018d", i)
-		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: id, Job: "01JDASHBOARD00000000000000", Chunk: 3, Category: salvagetype.CategoryTransientNetwork,
-			Strategy: salvagetype.StrategyResume, Status: salvagetype.EnvelopeResolved, CreatedAt: time.Now().Add(time.Duration(i) * time.Second)}); err != nil {
+		if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: "01JDASHBOARD00000000000000", Chunk: 3, Category: salvagetype.CategoryTransientNetwork, Strategy: salvagetype.StrategyResume, Status: salvagetype.EnvelopeResolved, CreatedAt: time.Now().Add(time.Duration(i) * time.Second)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -529,8 +523,7 @@ func TestModelTokensAreCountedOncePerCall(t *testing.T) {
 	ctx := context.Background()
 	job := "01JDASHBOARD00000000000000"
 	for i, model := range []string{"gpt-test", "gpt-test", "local-llm"} {
-		row := kv.JournalRow{Key: kv.JournalKey(job, 1, 0, 1, "analyst", i+1), Tool: "model", Status: salvagetype.CallSucceeded, LatencyMS: 5,
-			Usage: &salvagetype.Usage{Model: model, PromptTokens: 100, CompletionTokens: 7}}
+		row := kv.JournalRow{Call: salvagetype.Call{Key: kv.JournalKey(job, 1, 0, 1, "analyst", i+1), Tool: "model", Status: salvagetype.CallSucceeded, LatencyMS: 5, Usage: &salvagetype.Usage{Model: model, PromptTokens: 100, CompletionTokens: 7}}}
 		seq, err := f.stores.Parts()[0].Journal.Put(ctx, row, 0)
 		if err != nil {
 			t.Fatal(err)

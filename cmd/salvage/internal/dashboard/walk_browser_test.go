@@ -39,8 +39,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	t0 := time.Now().Add(-5 * time.Minute).UTC()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	if err := f.stores.Jobs.Create(ctx, kv.Job{ID: walkJob, Pipeline: "order-fulfillment", Chunks: 120, Status: salvagetype.JobIncomplete,
-		Summary: salvagetype.Summary{Done: 119, DeadLettered: 1, DeadLetters: 1, Redeliveries: 2}}); err != nil {
+	if err := f.stores.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: walkJob, Pipeline: "order-fulfillment", Chunks: 120, Status: salvagetype.JobIncomplete, Summary: salvagetype.Summary{Done: 119, DeadLettered: 1, DeadLetters: 1, Redeliveries: 2}}}); err != nil {
 		t.Fatal(err)
 	}
 	for n := 1; n <= 120; n++ {
@@ -59,12 +58,9 @@ func addWalkJob(t *testing.T, f *fixture) {
 	key := func(stage int, agent string) string { return kv.JournalKey(walkJob, walkChunk, 0, stage, agent, 1) }
 	stock, charge, email := key(1, "stock"), key(2, "billing"), key(3, "notify")
 	rows := []kv.JournalRow{
-		{Key: stock, Stage: 1, Agent: "stock", Tool: "check-stock", Status: salvagetype.CallSucceeded, Attempts: 1, LatencyMS: 40, StartedAt: at(0.2), FinishedAt: at(0.24)},
-		{Key: charge, Stage: 2, Agent: "billing", Tool: "charge-payment", System: "payments", Status: salvagetype.CallCompensated, Verified: true, Attempts: 1, LatencyMS: 30,
-			StartedAt: at(30.7), FinishedAt: at(30.73), Fingerprint: &kv.Fingerprint{System: "payments", ResourceID: "ch_117", Reversible: true, Compensation: "refund-payment"},
-			History: []salvagetype.CallAttempt{{Status: salvagetype.CallInitiated, StartedAt: at(0.5)}}},
-		{Key: email, Stage: 3, Agent: "notify", Tool: "send-email", System: "email", Status: salvagetype.CallFailed, Attempts: 1, LatencyMS: 80,
-			Error: "422 mailbox unavailable", ErrorClass: "permanent", ErrorStatus: 422, StartedAt: at(48.7), FinishedAt: at(48.78)},
+		{Call: salvagetype.Call{Key: stock, Stage: 1, Agent: "stock", Tool: "check-stock", Status: salvagetype.CallSucceeded, Attempts: 1, LatencyMS: 40, StartedAt: at(0.2), FinishedAt: at(0.24)}},
+		{Call: salvagetype.Call{Key: charge, Stage: 2, Agent: "billing", Tool: "charge-payment", System: "payments", Status: salvagetype.CallCompensated, Verified: true, Attempts: 1, LatencyMS: 30, StartedAt: at(30.7), FinishedAt: at(30.73), Fingerprint: &salvagetype.Fingerprint{System: "payments", ResourceID: "ch_117", Reversible: true, Compensation: "refund-payment"}, History: []salvagetype.CallAttempt{{Status: salvagetype.CallInitiated, StartedAt: at(0.5)}}}},
+		{Call: salvagetype.Call{Key: email, Stage: 3, Agent: "notify", Tool: "send-email", System: "email", Status: salvagetype.CallFailed, Attempts: 1, LatencyMS: 80, Error: "422 mailbox unavailable", ErrorClass: "permanent", ErrorStatus: 422, StartedAt: at(48.7), FinishedAt: at(48.78)}},
 	}
 	for i, r := range rows {
 		r.Job, r.Chunk, r.Seq, r.IdempotencyKey = walkJob, walkChunk, 1, fmt.Sprintf("idem-%d", i)
@@ -101,9 +97,7 @@ func addWalkJob(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{ID: walkEnvelope, Job: walkJob, Chunk: walkChunk, Category: env.Category, Strategy: env.Strategy,
-		Status: salvagetype.EnvelopeAbandoned, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt,
-		Notes: []string{"compensated charge-payment ch_117 with refund-payment"}}); err != nil {
+	if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: walkEnvelope, Job: walkJob, Chunk: walkChunk, Category: env.Category, Strategy: env.Strategy, Status: salvagetype.EnvelopeAbandoned, DLQSeq: ack.Sequence, CreatedAt: env.CreatedAt, Notes: []string{"compensated charge-payment ch_117 with refund-payment"}}}); err != nil {
 		t.Fatal(err)
 	}
 }
