@@ -113,7 +113,7 @@ func (c *Client) ChunkListAwaiting(ctx context.Context, limit int) ([]Awaiting, 
 			continue
 		}
 		a := Awaiting{Job: ref.Job, Chunk: ref.Chunk, Since: m.Time}
-		var msg streams.ChunkMsg
+		var msg salvagetype.ChunkMsg
 		if json.Unmarshal(m.Data, &msg) == nil {
 			a.Pipeline = msg.Pipeline
 			a.Input, a.InputCut = string(msg.Input), len(msg.Input) > AwaitingInputMax

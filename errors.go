@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
@@ -58,6 +57,9 @@ const (
 	MaxOutput = salvagetype.MaxOutput
 	// MaxUsageTokens bounds each count of tokens one call may report.
 	MaxUsageTokens = salvagetype.MaxUsageTokens
+	// ErrorTextMax is the longest error text a journal row, checkpoint,
+	// envelope, event or reply keeps: 8 KiB (room for a panic's stack).
+	ErrorTextMax = salvagetype.ErrorTextMax
 )
 
 // DefinitionError is the error behind ErrDefinitionDiffers: the pipeline,
@@ -126,19 +128,17 @@ var (
 
 // Transient is a failure worth retrying soon (a 5xx, a reset connection),
 // with its status code if it has one.
-func Transient(status int, err error) error { return recovery.Transient(status, err) }
+func Transient(status int, err error) error { return salvagetype.Transient(status, err) }
 
 // RateLimited is a 429: retried no sooner than after (a Retry-After).
-func RateLimited(after time.Duration, err error) error { return recovery.RateLimited(after, err) }
+func RateLimited(after time.Duration, err error) error { return salvagetype.RateLimited(after, err) }
 
 // Overloaded is a 529 (the server is overloaded): retried no sooner than
 // after, like a rate limit.
-func Overloaded(after time.Duration, err error) error {
-	return &CallError{Class: salvagetype.ClassRateLimited, Status: 529, RetryAfter: after, Err: err}
-}
+func Overloaded(after time.Duration, err error) error { return salvagetype.Overloaded(after, err) }
 
 // Timeout is a call that did not answer in time: its outcome is unknown.
-func Timeout(err error) error { return recovery.Timeout(err) }
+func Timeout(err error) error { return salvagetype.Timeout(err) }
 
 // NotApplied marks err (built with the constructors here, or a plain
 // error, which becomes transient) as a failure the system answered without
@@ -147,11 +147,11 @@ func Timeout(err error) error { return recovery.Timeout(err) }
 // without a verify. Any other failure of a side effect — no answer, a
 // 5xx, 408 or 409, a transient error, a panic — may have taken effect and
 // is verified before the call is made again.
-func NotApplied(err error) error { return recovery.NotApplied(err) }
+func NotApplied(err error) error { return salvagetype.NotApplied(err) }
 
 // Permanent is a failure retrying cannot fix (a 400, a refused card): the
 // chunk goes to the DLQ at once.
-func Permanent(status int, err error) error { return recovery.Permanent(status, err) }
+func Permanent(status int, err error) error { return salvagetype.Permanent(status, err) }
 
 // CallError is the error the constructors above build: its Status is the
 // HTTP-like status code and RetryAfter the wait a rate limiter asked for.

@@ -113,7 +113,7 @@ func (c *Client) setPaused(ctx context.Context, pipeline string, paused bool, by
 	if by == "" {
 		by = "api"
 	}
-	rec, changed, err := st.Pipelines.SetPaused(ctx, pipeline, paused, streams.Clip(by, 256), streams.Clip(reason, streams.ErrorTextMax))
+	rec, changed, err := st.Pipelines.SetPaused(ctx, pipeline, paused, streams.Clip(by, 256), streams.Clip(reason, salvagetype.ErrorTextMax))
 	if err != nil {
 		return PipelineStatus{}, err
 	}

@@ -244,7 +244,7 @@ func (r remote) request(ctx context.Context, m *nats.Msg, timeout time.Duration)
 		return nil, ctx.Err()
 	case errors.Is(err, nats.ErrNoResponders):
 		// Nobody received it: nothing can have been applied.
-		return nil, recovery.NotApplied(Transient(503, fmt.Errorf("no service answers on %s", m.Subject)))
+		return nil, salvagetype.NotApplied(Transient(503, fmt.Errorf("no service answers on %s", m.Subject)))
 	case attempt.Err() != nil || errors.Is(err, nats.ErrTimeout):
 		return nil, Timeout(fmt.Errorf("no answer on %s within %s", m.Subject, timeout))
 	default:
@@ -260,7 +260,7 @@ func serviceError(subject string, reply *nats.Msg) error {
 	err := classifyReply(subject, reply)
 	switch reply.Header.Get(HeaderOutcome) {
 	case OutcomeNotApplied:
-		return recovery.NotApplied(err)
+		return salvagetype.NotApplied(err)
 	case OutcomeUnknown:
 		if !recovery.OutcomeUnknown(err) {
 			// A refusal the service itself cannot vouch for: treated as

@@ -114,7 +114,7 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		default:
 			c.log.Error().Err(err).Str("subject", req.Subject()).Msg("request failed")
 		}
-		if rerr := req.Error(code, streams.Clip(err.Error(), streams.ErrorTextMax), nil); rerr != nil {
+		if rerr := req.Error(code, streams.Clip(err.Error(), salvagetype.ErrorTextMax), nil); rerr != nil {
 			c.log.Error().Err(rerr).Str("subject", req.Subject()).Msg("send error reply")
 		}
 	}

@@ -81,14 +81,14 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 		extra.Set(salvagetype.HeaderApprovedBy, d.By)
 		extra.Set(salvagetype.HeaderApprovedStage, strconv.Itoa(cp.Stage))
 		if d.Note != "" {
-			extra.Set(salvagetype.HeaderApprovalNote, streams.Clip(d.Note, streams.ErrorTextMax))
+			extra.Set(salvagetype.HeaderApprovalNote, streams.Clip(d.Note, salvagetype.ErrorTextMax))
 		}
 		if err := unpark(ctx, o.js, parked.Subject, parked.Data, parked.Header, extra, parked.Sequence); err != nil {
 			return cp, err
 		}
 		return cp, deleteMsg(ctx, o.js, streams.Hold, parked.Sequence)
 	}
-	var c streams.ChunkMsg
+	var c salvagetype.ChunkMsg
 	if err := json.Unmarshal(parked.Data, &c); err != nil {
 		return cp, fmt.Errorf("parked message of chunk %d of job %s: %w", chunk, job, err)
 	}

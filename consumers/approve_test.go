@@ -55,7 +55,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 		t.Fatalf("parked at stage %d with %d shipments and %d charges; want stage 2, none shipped, one charge", cp.Stage, s.count("ship"), s.count("charge"))
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(events()) == 1 }, "the approval event")
-	var ev streams.ApprovalEvent
+	var ev salvagetype.ApprovalEvent
 	if err := json.Unmarshal(events()[0].Data, &ev); err != nil || ev.Job != job || ev.Chunk != 1 || ev.Stage != 2 || ev.StageName != "ship" {
 		t.Fatalf("approval event %s: %v", events()[0].Data, err)
 	}

@@ -57,7 +57,7 @@ func (s *extSystem) call(ctx context.Context) error {
 		return ctx.Err()
 	case <-time.After(10 * time.Millisecond):
 	}
-	return recovery.Transient(503, errors.New("service unavailable"))
+	return salvagetype.Transient(503, errors.New("service unavailable"))
 }
 
 // outagePipeline: each chunk reads from crm in stage "fetch" (required)

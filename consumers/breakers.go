@@ -199,7 +199,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 			if b.State != salvagetype.BreakerHalfOpen || b.Probe != chunk {
 				return false
 			}
-			recovery.Open(b, g.policies.For(system), time.Now(), streams.Clip(err.Error(), streams.ErrorTextMax))
+			recovery.Open(b, g.policies.For(system), time.Now(), streams.Clip(err.Error(), salvagetype.ErrorTextMax))
 			return true
 		}, "circuit breaker open again: the probe failed")
 	case b.State == salvagetype.BreakerClosed:
@@ -220,7 +220,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 				if b.State != salvagetype.BreakerClosed {
 					return false
 				}
-				recovery.Open(b, p, time.Now(), streams.Clip(err.Error(), streams.ErrorTextMax))
+				recovery.Open(b, p, time.Now(), streams.Clip(err.Error(), salvagetype.ErrorTextMax))
 				return true
 			}, "circuit breaker open")
 		}

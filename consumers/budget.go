@@ -98,7 +98,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 		limit = fmt.Sprintf(" (budget: %d tokens, cost %g)", b.Tokens, b.Cost)
 	}
 	subject := streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, first.Chunk)
-	data, _ := json.Marshal(streams.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID, Partition: job.Partition})
+	data, _ := json.Marshal(salvagetype.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID, Partition: job.Partition})
 	env := salvagetype.Envelope{
 		ID: id, Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, TraceID: job.TraceID,
 		Category: salvagetype.CategoryBudgetExceeded, Strategy: salvagetype.StrategyEscalate,

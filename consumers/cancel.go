@@ -111,7 +111,7 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 		if cp.Status == salvagetype.ChunkDeadLettered {
 			continue // it ended in an envelope; the envelope says how
 		}
-		if settled, err := settleStopped(ctx, t, job, cp, streams.ChunkMsg{}, letter{}); settled || err != nil {
+		if settled, err := settleStopped(ctx, t, job, cp, salvagetype.ChunkMsg{}, letter{}); settled || err != nil {
 			if err != nil {
 				return job, err
 			}
@@ -151,7 +151,7 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 // when there is one (its Seq, Subject, Data, Deliveries); without, the
 // envelope's original is the chunk's identity. Repeat-safe: the envelope
 // is guarded per chunk epoch.
-func settleStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, chunk streams.ChunkMsg, base letter) (bool, error) {
+func settleStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, chunk salvagetype.ChunkMsg, base letter) (bool, error) {
 	if cp.MsgSeq == 0 {
 		return false, nil // never taken: no worker wrote a row for it
 	}
@@ -167,13 +167,13 @@ func settleStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint,
 }
 
 // sendStopped is settleStopped over the epoch's rows already read.
-func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, rows map[string]kv.StoredRow, chunk streams.ChunkMsg, base letter) (bool, error) {
+func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, rows map[string]kv.StoredRow, chunk salvagetype.ChunkMsg, base letter) (bool, error) {
 	left := standingEffects(rows)
 	if len(left) == 0 {
 		return false, nil
 	}
 	if chunk.Job == "" {
-		chunk = streams.ChunkMsg{Job: job.ID, Chunk: cp.Chunk, Pipeline: job.Pipeline, Epoch: cp.Epoch, TraceID: job.TraceID, Partition: job.Partition}
+		chunk = salvagetype.ChunkMsg{Job: job.ID, Chunk: cp.Chunk, Pipeline: job.Pipeline, Epoch: cp.Epoch, TraceID: job.TraceID, Partition: job.Partition}
 	}
 	l := base
 	if l.Subject == "" {

@@ -28,7 +28,7 @@ const cancelReplay = time.Minute
 // when it starts), and cancelRest, which publishes it, is repeated by the
 // repair sweep after a crash.
 func publishCancelled(ctx context.Context, js jetstream.JetStream, job kv.Job) error {
-	ev := streams.JobEvent{Job: job.ID, Kind: streams.EventCancelled, Pipeline: job.Pipeline, Status: salvagetype.JobCancelled,
+	ev := salvagetype.JobEvent{Job: job.ID, Kind: streams.EventCancelled, Pipeline: job.Pipeline, Status: salvagetype.JobCancelled,
 		Chunks: job.Chunks, Reason: job.StopReason(), TraceID: job.TraceID, At: time.Now().UTC()}
 	h := nats.Header{}
 	h.Set(salvagetype.HeaderMsgID, job.ID+"."+streams.EventCancelled)
@@ -79,7 +79,7 @@ func (w *Worker) followCancellationsOnce(ctx context.Context, cfg jetstream.Orde
 	}
 	stopped := make(chan error, 1)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var ev streams.JobEvent
+		var ev salvagetype.JobEvent
 		if json.Unmarshal(m.Data(), &ev) == nil && streams.ValidateJobID(ev.Job) == nil {
 			// The event only says where to look: the job's record decides
 			// (one read per cancelled job), so a message on the subject

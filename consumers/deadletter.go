@@ -196,7 +196,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, k int, seq, deliveries uin
 			d.log.Error().Uint64("stream_seq", seq).Str("subject", raw.Subject).Msg("unidentifiable chunk message")
 			return nil
 		}
-		l.Chunk = streams.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline, Partition: k}
+		l.Chunk = salvagetype.ChunkMsg{Job: ref.Job, Chunk: ref.Chunk, Pipeline: ref.Pipeline, Partition: k}
 		l.Failure = recovery.Failure{Class: salvagetype.ClassPermanent}
 		l.Err = "malformed chunk message"
 		_, err := d.letter.send(ctx, l)

@@ -44,7 +44,7 @@ func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fen
 	if err := r.park(ctx, cp, fence, streams.SystemApproval, "stage "+name+" requires approval"); err != nil {
 		return err
 	}
-	ev := streams.ApprovalEvent{Job: r.chunk.Job, Chunk: r.chunk.Chunk, Stage: stage, StageName: name,
+	ev := salvagetype.ApprovalEvent{Job: r.chunk.Job, Chunk: r.chunk.Chunk, Stage: stage, StageName: name,
 		Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, At: time.Now().UTC()}
 	h := nats.Header{}
 	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.approval.%d.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch, stage))

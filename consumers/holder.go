@@ -292,7 +292,7 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 			return perr
 		}
 		probe = kv.ChunkKey(ref.Job, ref.Chunk)
-		var c streams.ChunkMsg
+		var c salvagetype.ChunkMsg
 		if json.Unmarshal(m.Data, &c) == nil {
 			pipeline = c.Pipeline
 		}
@@ -339,7 +339,7 @@ func (h *holder) probeCandidate(ctx context.Context, system string) (*jetstream.
 			return nil, held, err
 		}
 		held = true
-		var c streams.ChunkMsg
+		var c salvagetype.ChunkMsg
 		if json.Unmarshal(m.Data, &c) == nil && h.pools[c.Pipeline] && !h.pauses.paused(c.Pipeline) {
 			return m, true, nil
 		}
@@ -456,7 +456,7 @@ func (h *holder) release(ctx context.Context, system string, still func() bool, 
 // with extra headers: a new message (a fresh delivery budget) whose id
 // derives from seq, so releasing one parked copy twice publishes it once.
 func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []byte, hdr, extra nats.Header, seq uint64) error {
-	var c streams.ChunkMsg
+	var c salvagetype.ChunkMsg
 	if err := json.Unmarshal(data, &c); err != nil || c.Pipeline == "" || c.Job == "" || c.Chunk < 1 {
 		return fmt.Errorf("parked message %d on %s is not a chunk message: %v", seq, subject, err)
 	}

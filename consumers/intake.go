@@ -84,7 +84,7 @@ func intakeRejection(subject string, perr error, pipeline string) *rejectError {
 // intakeJobID is the id the splitter would have given the job message
 // raw (see jobIDFor), so a waiter for it hears of its rejection.
 func intakeJobID(raw *jetstream.RawStreamMsg) string {
-	var msg streams.JobMsg
+	var msg salvagetype.JobMsg
 	if json.Unmarshal(raw.Data, &msg) == nil && msg.JobID != nil && streams.ValidateJobID(*msg.JobID) == nil {
 		return *msg.JobID
 	}

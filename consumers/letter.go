@@ -28,7 +28,7 @@ type letter struct {
 	Data    []byte
 	// Chunk is the parsed chunk; Job and Chunk may come from the subject
 	// when the body is malformed.
-	Chunk      streams.ChunkMsg
+	Chunk      salvagetype.ChunkMsg
 	Deliveries uint64
 	Failure    recovery.Failure
 	Err        string
@@ -175,7 +175,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	env := salvagetype.Envelope{
 		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
 		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
-		Error: streams.Clip(l.Err, streams.ErrorTextMax), ErrorClass: f.Class.String(), FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
+		Error: streams.Clip(l.Err, salvagetype.ErrorTextMax), ErrorClass: f.Class.String(), FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
 		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
 		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending, EntriesDropped: dropped,
 		Checkpoint: salvagetype.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
@@ -265,7 +265,7 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 			kind = salvagetype.EventCancelled
 		}
 		cp.Record(salvagetype.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
-		cp.Reason = streams.Clip(l.Err, streams.ErrorTextMax)
+		cp.Reason = streams.Clip(l.Err, salvagetype.ErrorTextMax)
 		if l.tally != nil {
 			setTally(cp, *l.tally)
 		}

@@ -279,7 +279,7 @@ func (l *limiter) Acquire(ctx context.Context, tool *salvagetype.Tool, tokens in
 				k.waiting--
 			}
 			l.mu.Unlock()
-			return nil, waited(), recovery.RateLimited(wait, fmt.Errorf("%s: its rate limit has no budget for %s, past the fallback bound %s", tool.Name, wait.Round(time.Millisecond), maxWait))
+			return nil, waited(), salvagetype.RateLimited(wait, fmt.Errorf("%s: its rate limit has no budget for %s, past the fallback bound %s", tool.Name, wait.Round(time.Millisecond), maxWait))
 		}
 		changed := l.changed
 		l.mu.Unlock()

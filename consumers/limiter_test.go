@@ -9,7 +9,6 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // TestAllotNeverPassesTheLimit: however the shares stand, what a process
@@ -96,7 +95,7 @@ func TestLimiterHoldsAKeyForWhatItIsTold(t *testing.T) {
 		t.Errorf("a request 39 s in waits %s; want the last second", w)
 	}
 	k.take(now, 0)
-	l.done(keys, 0, recovery.Spent{}, recovery.RateLimited(90*time.Second, errors.New("429")))
+	l.done(keys, 0, recovery.Spent{}, salvagetype.RateLimited(90*time.Second, errors.New("429")))
 	if got := k.pausedUntil.Sub(now); got != 90*time.Second {
 		t.Errorf("after a 429 asking 90 s: paused for %s", got)
 	}
@@ -111,18 +110,18 @@ func TestLimiterHoldsAKeyForWhatItIsTold(t *testing.T) {
 func TestTenantOf(t *testing.T) {
 	given := "acme"
 	for _, tc := range []struct {
-		msg   streams.JobMsg
+		msg   salvagetype.JobMsg
 		from  string
 		want  string
 		fails bool
 	}{
-		{msg: streams.JobMsg{Tenant: given, Metadata: map[string]any{"customer": "other"}}, from: "customer", want: "acme"},
-		{msg: streams.JobMsg{Metadata: map[string]any{"customer": "other"}}, from: "customer", want: "other"},
-		{msg: streams.JobMsg{Metadata: map[string]any{"customer": "other"}}, want: ""},
-		{msg: streams.JobMsg{}, from: "customer", want: ""},
-		{msg: streams.JobMsg{Metadata: map[string]any{"customer": 7.0}}, from: "customer", fails: true},
-		{msg: streams.JobMsg{Metadata: map[string]any{"customer": "a.b"}}, from: "customer", fails: true},
-		{msg: streams.JobMsg{Tenant: "a>"}, fails: true},
+		{msg: salvagetype.JobMsg{Tenant: given, Metadata: map[string]any{"customer": "other"}}, from: "customer", want: "acme"},
+		{msg: salvagetype.JobMsg{Metadata: map[string]any{"customer": "other"}}, from: "customer", want: "other"},
+		{msg: salvagetype.JobMsg{Metadata: map[string]any{"customer": "other"}}, want: ""},
+		{msg: salvagetype.JobMsg{}, from: "customer", want: ""},
+		{msg: salvagetype.JobMsg{Metadata: map[string]any{"customer": 7.0}}, from: "customer", fails: true},
+		{msg: salvagetype.JobMsg{Metadata: map[string]any{"customer": "a.b"}}, from: "customer", fails: true},
+		{msg: salvagetype.JobMsg{Tenant: "a>"}, fails: true},
 	} {
 		got, err := tenantOf(tc.msg, tc.from)
 		if tc.fails {

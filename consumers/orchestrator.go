@@ -212,7 +212,7 @@ func (o *Orchestrator) giveUp(ctx context.Context, env salvagetype.Envelope, del
 	}
 	note := fmt.Sprintf("recovery gave up after %d deliveries", deliveries)
 	if cause != nil {
-		note += ": " + streams.Clip(cause.Error(), streams.ErrorTextMax)
+		note += ": " + streams.Clip(cause.Error(), salvagetype.ErrorTextMax)
 	}
 	out, err := o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, note, o.standing(ctx, env), log)
 	if err != nil {
@@ -307,16 +307,7 @@ func (o *Orchestrator) recover(ctx context.Context, env salvagetype.Envelope, lo
 		}
 	}
 	if strategy == salvagetype.StrategyVerify {
-		category, s, err := o.verify(ctx, env, rec, p, cp, log)
-		if err != nil {
-			return o.failed(ctx, env, rec, err, log)
-		}
-		strategy = s
-		if rec, err = o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
-			r.Category, r.Strategy = category, s
-			r.Notes = append(r.Notes, fmt.Sprintf("verified calls in flight; reclassified %s/%s", category, s))
-			return nil
-		}); err != nil {
+		if rec, strategy, err = o.reclassify(ctx, env, rec, p, cp, log); err != nil {
 			return o.failed(ctx, env, rec, err, log)
 		}
 	}
@@ -340,6 +331,32 @@ func (o *Orchestrator) recover(ctx context.Context, env salvagetype.Envelope, lo
 		strategy = salvagetype.StrategyEscalate
 		log.Warn().Int("recoveries", cp.Recoveries).Msg("chunk past its recoveries; escalating")
 	}
+	return o.apply(ctx, env, rec, p, strategy, log)
+}
+
+// reclassify verifies the calls the envelope's chunk had in flight and
+// records the category and strategy what they did calls for.
+func (o *Orchestrator) reclassify(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (kv.EnvelopeRecord, salvagetype.Strategy, error) {
+	category, strategy, err := o.verify(ctx, env, rec, p, cp, log)
+	if err != nil {
+		return rec, "", err
+	}
+	next, err := o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
+		r.Category, r.Strategy = category, strategy
+		r.Notes = append(r.Notes, fmt.Sprintf("verified calls in flight; reclassified %s/%s", category, strategy))
+		return nil
+	})
+	if err != nil {
+		return rec, "", err
+	}
+	return next, strategy, nil
+}
+
+// apply runs strategy on the envelope (its chunk's pipeline p): resume
+// (after a system's cool-down), compensate and retry or abandon, escalate
+// (compensating first what a compensation-needed category asks), or a
+// dead end — never while an effect may stand (invariant 9).
+func (o *Orchestrator) apply(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, strategy salvagetype.Strategy, log zerolog.Logger) (outcome, error) {
 	switch strategy {
 	case salvagetype.StrategyResume:
 		if rec.Category == salvagetype.CategoryExternalSystemDown {

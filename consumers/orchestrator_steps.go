@@ -16,7 +16,6 @@ import (
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // verify settles every call left in flight by asking its external system,
@@ -119,7 +118,7 @@ func (o *Orchestrator) stopByCancel(ctx context.Context, env salvagetype.Envelop
 // checkpoint (or, after compensation, runs it fresh in a new epoch). The
 // envelope stays recovering until the chunk finishes.
 func (o *Orchestrator) requeue(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, freshEpoch bool, log zerolog.Logger) (outcome, error) {
-	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
+	if err := json.Unmarshal(env.Original.Data, new(salvagetype.ChunkMsg)); err != nil {
 		return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "original chunk message unreadable: "+err.Error(), nil, log)
 	}
 	trace.SpanFromContext(ctx).SetAttributes(recovery.AttrStatus.String(string(salvagetype.EnvelopeRecovering)))

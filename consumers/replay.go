@@ -12,7 +12,6 @@ import (
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
-	"github.com/salvagehq/salvage/streams"
 )
 
 // Replay puts an envelope's chunk back on SALVAGE_CHUNKS, as an operator
@@ -70,7 +69,7 @@ func (o *Operator) replayEnvelope(ctx context.Context, rec kv.EnvelopeRecord) (s
 	if err != nil {
 		return env, err
 	}
-	if err := json.Unmarshal(env.Original.Data, new(streams.ChunkMsg)); err != nil {
+	if err := json.Unmarshal(env.Original.Data, new(salvagetype.ChunkMsg)); err != nil {
 		return env, fmt.Errorf("envelope %s: original chunk unreadable: %w", rec.ID, err)
 	}
 	return env, nil
@@ -235,7 +234,7 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 // envelope must be this chunk's, and the plan must allow it. It returns
 // the envelope's record, whether the chunk runs fresh, and why it may not
 // run (ErrReplayRefused, or errForged for an envelope of another chunk).
-func byHandReplay(ctx context.Context, st *kv.Stores, id string, chunk streams.ChunkMsg) (kv.EnvelopeRecord, bool, error) {
+func byHandReplay(ctx context.Context, st *kv.Stores, id string, chunk salvagetype.ChunkMsg) (kv.EnvelopeRecord, bool, error) {
 	rec, _, err := st.Envelopes.Get(ctx, id)
 	if errors.Is(err, kv.ErrNotFound) {
 		return rec, false, fmt.Errorf("%w: no envelope %s", errForged, id)

@@ -71,7 +71,7 @@ func (r *retainer) run(ctx context.Context) {
 }
 
 func (r *retainer) handle(ctx context.Context, m jetstream.Msg) {
-	var ev streams.JobEvent
+	var ev salvagetype.JobEvent
 	if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Job == "" {
 		r.log.Error().Err(err).Str("subject", m.Subject()).Msg("retention: unreadable finished event, dropped")
 		_ = m.Term()
@@ -97,7 +97,7 @@ func (r *retainer) handle(ctx context.Context, m jetstream.Msg) {
 }
 
 // retain applies retention to ev's job, or says how long to wait first.
-func (r *retainer) retain(ctx context.Context, m jetstream.Msg, ev streams.JobEvent, meta *jetstream.MsgMetadata) (time.Duration, error) {
+func (r *retainer) retain(ctx context.Context, m jetstream.Msg, ev salvagetype.JobEvent, meta *jetstream.MsgMetadata) (time.Duration, error) {
 	job, rev, err := r.stores.Jobs.GetRev(ctx, ev.Job)
 	if errors.Is(err, kv.ErrNotFound) {
 		return 0, nil

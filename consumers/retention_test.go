@@ -223,7 +223,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 		}
 	}
 	for _, id := range []string{running, finished} {
-		ev, _ := json.Marshal(streams.JobEvent{Job: id, Kind: streams.EventFinished, At: now})
+		ev, _ := json.Marshal(salvagetype.JobEvent{Job: id, Kind: streams.EventFinished, At: now})
 		if _, err := b.JS.Publish(b.ctx, streams.EventSubject(id, streams.EventFinished), ev); err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +280,7 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ev, _ := json.Marshal(streams.JobEvent{Job: job, Kind: streams.EventFinished, At: now})
+	ev, _ := json.Marshal(salvagetype.JobEvent{Job: job, Kind: streams.EventFinished, At: now})
 	if _, err := b.JS.Publish(b.ctx, streams.EventSubject(job, streams.EventFinished), ev); err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func supersede(ctx context.Context, st *kv.Stores, old, id string) error {
 // naming the envelope: the message of every recovery, replay and repair.
 // It returns the stream's ack (Duplicate when msgID was published before).
 func requeue(ctx context.Context, js jetstream.JetStream, env salvagetype.Envelope, epoch int, msgID, link string) (*jetstream.PubAck, error) {
-	var chunk streams.ChunkMsg
+	var chunk salvagetype.ChunkMsg
 	if err := json.Unmarshal(env.Original.Data, &chunk); err != nil {
 		return nil, fmt.Errorf("envelope %s: original chunk unreadable: %w", env.ID, err)
 	}
@@ -137,7 +137,7 @@ func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject stri
 		if err != nil {
 			return false, fmt.Errorf("consumers: read backlog %s: %w", subject, err)
 		}
-		var c streams.ChunkMsg
+		var c salvagetype.ChunkMsg
 		stray := json.Unmarshal(raw.Data, &c) == nil && c.SourceSeq != 0 && job.SourceSeq != 0 && c.SourceSeq != job.SourceSeq
 		n, perr := strconv.Atoi(raw.Subject[strings.LastIndexByte(raw.Subject, '.')+1:])
 		if perr != nil || n < 1 {

@@ -120,7 +120,7 @@ func TestKilledBetweenFinishAndAnnouncementAnnounces(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no finished event for job %s: %v", job, err)
 	}
-	var ev streams.JobEvent
+	var ev salvagetype.JobEvent
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Status != salvagetype.JobDone || ev.Done != j.Chunks {
 		t.Errorf("finished event %s (%v); want done, %d chunks done", m.Data, err, j.Chunks)
 	}

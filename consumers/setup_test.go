@@ -98,7 +98,7 @@ func testPipeline(inChild bool) *recovery.Plan {
 	tool := salvagetype.Tool{Name: "tool", System: "test", Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		var in toolInput
 		if err := json.Unmarshal(c.Input, &in); err != nil {
-			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, salvagetype.Permanent(400, err)
 		}
 		job, chunk := jobChunk(ctx)
 		cnt, _ := calls.LoadOrStore(fmt.Sprintf("%s/%d/%d", job, chunk, in.Stage), new(atomic.Int64))
@@ -116,12 +116,12 @@ func testPipeline(inChild bool) *recovery.Plan {
 		}
 		switch in.Mode {
 		case modePermanent:
-			return ok, recovery.Permanent(400, errors.New("bad request"))
+			return ok, salvagetype.Permanent(400, errors.New("bad request"))
 		case modeAlwaysFails:
-			return ok, recovery.Transient(503, errors.New("unavailable"))
+			return ok, salvagetype.Transient(503, errors.New("unavailable"))
 		case modeFailOnce:
 			if _, failed := failedOnce.LoadOrStore(c.IdempotencyKey, true); !failed {
-				return ok, recovery.RateLimited(time.Millisecond, errors.New("slow down"))
+				return ok, salvagetype.RateLimited(time.Millisecond, errors.New("slow down"))
 			}
 		case modeWaitCancel:
 			<-ctx.Done()
@@ -134,11 +134,11 @@ func testPipeline(inChild bool) *recovery.Plan {
 			panic("the tool fell over")
 		case modeFailsInParent:
 			if !inChild {
-				return ok, recovery.Permanent(400, errors.New("bad request until fixed"))
+				return ok, salvagetype.Permanent(400, errors.New("bad request until fixed"))
 			}
 		case modeFailThenGate:
 			if cnt.(*atomic.Int64).Load() <= 3 {
-				return ok, recovery.Transient(503, errors.New("unavailable for a moment"))
+				return ok, salvagetype.Transient(503, errors.New("unavailable for a moment"))
 			}
 			select {
 			case <-gate(job, chunk):
@@ -157,7 +157,7 @@ func testPipeline(inChild bool) *recovery.Plan {
 			return ok, ctx.Err()
 		case modeSiblingFails + "-b":
 			<-gate(job, chunk)
-			return ok, recovery.Permanent(400, errors.New("clause too long for the model"))
+			return ok, salvagetype.Permanent(400, errors.New("clause too long for the model"))
 		}
 		return ok, nil
 	}}
@@ -175,7 +175,7 @@ func testPipeline(inChild bool) *recovery.Plan {
 		return salvagetype.Agent{Name: name, Run: func(ctx context.Context, t *salvagetype.Turn) (any, error) {
 			var mode string
 			if err := json.Unmarshal(t.Input, &mode); err != nil {
-				return nil, recovery.Permanent(400, err)
+				return nil, salvagetype.Permanent(400, err)
 			}
 			if stage == 2 && mode == modeAgentPanics {
 				var agents []string
@@ -187,7 +187,7 @@ func testPipeline(inChild bool) *recovery.Plan {
 				st.Memory = map[string]json.RawMessage{"mode": json.RawMessage(strconv.Quote(mode))}
 			case 3:
 				if string(st.Memory["mode"]) != strconv.Quote(mode) {
-					return nil, recovery.Permanent(0, fmt.Errorf("agent1 lost its stage-1 memory: %v", st.Memory))
+					return nil, salvagetype.Permanent(0, fmt.Errorf("agent1 lost its stage-1 memory: %v", st.Memory))
 				}
 			}
 			if mode == modeUsage {

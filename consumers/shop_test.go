@@ -121,7 +121,7 @@ func (s *shop) effect(tool, system string, effect *salvagetype.SideEffect) salva
 	return salvagetype.Tool{Name: tool, System: system, Effect: effect, Call: func(ctx context.Context, c salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		var o shopOrder
 		if err := json.Unmarshal(c.Input, &o); err != nil {
-			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, salvagetype.Permanent(400, err)
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -129,9 +129,9 @@ func (s *shop) effect(tool, system string, effect *salvagetype.SideEffect) salva
 		switch {
 		case tool == "charge" && s.paymentsDown:
 			s.late = append(s.late, c.IdempotencyKey)
-			return salvagetype.ToolResult{}, recovery.Timeout(errors.New("payments: no answer"))
+			return salvagetype.ToolResult{}, salvagetype.Timeout(errors.New("payments: no answer"))
 		case tool == "ship" && (o.Fail || s.shippingBroken):
-			return salvagetype.ToolResult{}, recovery.Permanent(422, fmt.Errorf("shipping refuses order %s", o.ID))
+			return salvagetype.ToolResult{}, salvagetype.Permanent(422, fmt.Errorf("shipping refuses order %s", o.ID))
 		}
 		id := s.apply(tool, c.IdempotencyKey, o.ID)
 		return salvagetype.ToolResult{Output: json.RawMessage(fmt.Sprintf("%q", id)), ResourceID: id}, nil
@@ -145,16 +145,16 @@ func (s *shop) undo(tool string) salvagetype.Tool {
 		var in salvagetype.CompensationInput
 		var id string
 		if err := json.Unmarshal(c.Input, &in); err != nil {
-			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, salvagetype.Permanent(400, err)
 		}
 		if err := json.Unmarshal(in.Output, &id); err != nil {
-			return salvagetype.ToolResult{}, recovery.Permanent(400, err)
+			return salvagetype.ToolResult{}, salvagetype.Permanent(400, err)
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.requests[tool]++
 		if tool == "refund" && s.refundsBroken {
-			return salvagetype.ToolResult{}, recovery.Permanent(422, fmt.Errorf("refund of %s refused", id))
+			return salvagetype.ToolResult{}, salvagetype.Permanent(422, fmt.Errorf("refund of %s refused", id))
 		}
 		s.undone = append(s.undone, tool+":"+id)
 		s.undoCalls = append(s.undoCalls, c)
@@ -178,7 +178,7 @@ func (s *shop) pipeline(t *testing.T) *recovery.Plan {
 		return func(ctx context.Context, turn *salvagetype.Turn) (any, error) {
 			var o shopOrder
 			if err := json.Unmarshal(turn.Input, &o); err != nil {
-				return nil, recovery.Permanent(400, err)
+				return nil, salvagetype.Permanent(400, err)
 			}
 			for _, tool := range tools {
 				if tool == "email" && !o.Email {

@@ -205,7 +205,7 @@ func reject(reason salvagetype.RejectReason, err error) error {
 // parsed is a validated job message with every chunk message built.
 type parsed struct {
 	pipeline *recovery.Plan
-	msg      streams.JobMsg
+	msg      salvagetype.JobMsg
 	// hash is what the job id stands for (streams.InputHash).
 	hash string
 	// inputs are the chunks' inputs; each chunk's message is built from
@@ -299,7 +299,7 @@ func (s *Splitter) handle(ctx context.Context, m jetstream.Msg) error {
 func (s *Splitter) accepted(ctx context.Context, m jetstream.Msg, p parsed, log zerolog.Logger) error {
 	h := nats.Header{}
 	h.Set(salvagetype.HeaderMsgID, p.jobID+".accepted")
-	ev := streams.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), TraceID: p.traceID, At: time.Now().UTC()}
+	ev := salvagetype.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), TraceID: p.traceID, At: time.Now().UTC()}
 	if err := publishJSON(ctx, s.js, streams.EventSubject(p.jobID, streams.EventAccepted), ev, h); err != nil {
 		return err
 	}
@@ -449,7 +449,7 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 
 // message builds the message of chunk i+1.
 func (p parsed) message(i int) (*nats.Msg, error) {
-	return chunkMessage(streams.ChunkMsg{Job: p.jobID, Chunk: i + 1, Pipeline: p.pipeline.Name, TraceID: p.traceID,
+	return chunkMessage(salvagetype.ChunkMsg{Job: p.jobID, Chunk: i + 1, Pipeline: p.pipeline.Name, TraceID: p.traceID,
 		SourceSeq: p.sourceSeq, Input: p.inputs[i], Proof: p.tree.Proof(i + 1), Partition: p.partition}, p.window)
 }
 
@@ -458,7 +458,7 @@ func (p parsed) message(i int) (*nats.Msg, error) {
 // Its Nats-Msg-Id names the job, chunk and source message, so a repeat is
 // dropped and admitting it from the backlog later is one more repeat-safe
 // publish.
-func chunkMessage(c streams.ChunkMsg, window int) (*nats.Msg, error) {
+func chunkMessage(c salvagetype.ChunkMsg, window int) (*nats.Msg, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -479,7 +479,7 @@ func chunkMessage(c streams.ChunkMsg, window int) (*nats.Msg, error) {
 }
 
 // chunkMsgID is the dedup id of a chunk's first message.
-func chunkMsgID(c streams.ChunkMsg) string {
+func chunkMsgID(c salvagetype.ChunkMsg) string {
 	return fmt.Sprintf("%s.%d.split.%d", c.Job, c.Chunk, c.SourceSeq)
 }
 
@@ -546,7 +546,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // tenantOf is whose job msg is: its tenant, else the string in the
 // metadata field from names, else nobody's (""). A tenant that is no
 // token is an error wrapping salvagetype.ErrInvalidToken.
-func tenantOf(msg streams.JobMsg, from string) (string, error) {
+func tenantOf(msg salvagetype.JobMsg, from string) (string, error) {
 	t := msg.Tenant
 	if t == "" && from != "" {
 		v, ok := msg.Metadata[from]

@@ -97,7 +97,7 @@ func FuzzParseJob(f *testing.F) {
 			if len(m.Data) > s.cfg.MaxPayload {
 				t.Fatalf("chunk %d is %d bytes, over the limit", i+1, len(m.Data))
 			}
-			var c streams.ChunkMsg
+			var c salvagetype.ChunkMsg
 			if err := json.Unmarshal(m.Data, &c); err != nil || c.Job != p.jobID || c.Chunk != i+1 || c.Pipeline != "items" {
 				t.Fatalf("chunk %d message %s: %v", i+1, m.Data, err)
 			}

@@ -135,7 +135,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 		t.Fatalf("%d jobs after redelivery (want 1), summary %+v, %d envelopes", len(all), j.Summary, len(b2.dlq(t)))
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(accepted()) == 1 }, "one accepted event")
-	var ev streams.JobEvent
+	var ev salvagetype.JobEvent
 	_ = json.Unmarshal(accepted()[0].Data, &ev)
 	if ev.Job != jobs[0].ID {
 		t.Fatalf("accepted event names job %s, want %s", ev.Job, jobs[0].ID)

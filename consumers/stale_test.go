@@ -24,7 +24,7 @@ import (
 func publishChunk(t *testing.T, b *bundle, pipeline, job, link string) uint64 {
 	t.Helper()
 	m := nats.NewMsg(streams.ChunkSubject(0, pipeline, job, 1))
-	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
+	m.Data, _ = json.Marshal(salvagetype.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
 	if link != "" {
 		m.Header.Set(salvagetype.HeaderRecoveryOf, link)
 	}
@@ -193,7 +193,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
-			m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
+			m.Data, _ = json.Marshal(salvagetype.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
 			envs := []kv.EnvelopeRecord{{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()}}}
 			if tc.replay {
 				m.Header.Set(salvagetype.HeaderReplayOf, first)
@@ -264,7 +264,7 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
-	m.Data, _ = json.Marshal(streams.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
+	m.Data, _ = json.Marshal(salvagetype.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
 	m.Header.Set(salvagetype.HeaderReplayOf, first)
 	ack, err := b.JS.PublishMsg(b.ctx, m)
 	if err != nil {

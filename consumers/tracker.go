@@ -123,7 +123,7 @@ func (t tracker) announce(ctx context.Context, job kv.Job) (kv.Job, error) {
 			return job, err
 		}
 	}
-	ev := streams.JobEvent{
+	ev := salvagetype.JobEvent{
 		Job: job.ID, Kind: streams.EventFinished, Pipeline: job.Pipeline, Status: job.Status,
 		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,
 		TraceID: job.TraceID, At: time.Now().UTC(),
@@ -158,7 +158,7 @@ func (t tracker) announceOwed(ctx context.Context, id string) (kv.Job, bool, err
 
 // publishProgress announces one chunk's new outcome with its job's counts.
 func (t tracker) publishProgress(ctx context.Context, job kv.Job, chunk int, status salvagetype.ChunkStatus) error {
-	ev := streams.JobEvent{
+	ev := salvagetype.JobEvent{
 		Job: job.ID, Kind: streams.EventProgress, Pipeline: job.Pipeline, Status: job.Status,
 		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,
 		Chunk: chunk, ChunkStatus: status, TraceID: job.TraceID, At: time.Now().UTC(),

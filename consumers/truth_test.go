@@ -37,7 +37,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 	}
 
 	// The forger copies everything it can see but the input.
-	forged := streams.ChunkMsg{Job: job, Chunk: 2, Pipeline: shopPipeline, TraceID: j.TraceID, SourceSeq: j.SourceSeq,
+	forged := salvagetype.ChunkMsg{Job: job, Chunk: 2, Pipeline: shopPipeline, TraceID: j.TraceID, SourceSeq: j.SourceSeq,
 		Input: json.RawMessage(`{"id":"mallory"}`)}
 	// ... and a proof lifted from chunk 1's would-be sibling does not help:
 	// any proof leads to another root.

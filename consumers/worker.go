@@ -292,20 +292,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, name := range names {
-		if err := w.stores.Pipelines.Register(ctx, name); err != nil {
-			// Pausing it from a console that does not know it fails.
-			w.log.Warn().Err(err).Str("pipeline", name).Msg("record the pipeline")
-		}
-	}
-	// What a previous life of this id held goes back to the pools now,
-	// not when its lease would have lapsed (the reaper no longer can:
-	// this process's record is live).
-	if n, err := handBack(ctx, w.js, w.stores, w.log, w.cfg.ID); err != nil {
-		w.log.Warn().Err(err).Msg("hand back what a previous process of this id held")
-	} else if n > 0 {
-		w.log.Warn().Int("chunks", n).Msg("handed back the chunks a previous process of this id held")
-	}
+	w.takeOver(ctx, names)
 	// Chunks outlive ctx so a drain can finish them.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
@@ -368,6 +355,31 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	pulls.Wait()
+	w.drain(&wg, stopWork)
+	return nil
+}
+
+// takeOver records the pipelines the worker runs (a console pauses only
+// those it knows) and hands back to the pools what a previous life of this
+// worker id held, now, not when its lease would have lapsed (the reaper no
+// longer can: this process's record is live).
+func (w *Worker) takeOver(ctx context.Context, names []string) {
+	for _, name := range names {
+		if err := w.stores.Pipelines.Register(ctx, name); err != nil {
+			// Pausing it from a console that does not know it fails.
+			w.log.Warn().Err(err).Str("pipeline", name).Msg("record the pipeline")
+		}
+	}
+	if n, err := handBack(ctx, w.js, w.stores, w.log, w.cfg.ID); err != nil {
+		w.log.Warn().Err(err).Msg("hand back what a previous process of this id held")
+	} else if n > 0 {
+		w.log.Warn().Int("chunks", n).Msg("handed back the chunks a previous process of this id held")
+	}
+}
+
+// drain lets the chunks in flight (wg) finish for up to DrainTimeout, then
+// stops the rest (stopWork), which releases them for another worker.
+func (w *Worker) drain(wg *sync.WaitGroup, stopWork context.CancelCauseFunc) {
 	w.log.Info().Dur("timeout_ms", w.cfg.DrainTimeout).Msg("draining")
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -378,7 +390,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-done
 	}
 	w.log.Info().Msg("drained")
-	return nil
 }
 
 // pull fetches pipeline's chunks from its pool and runs each, at most

@@ -199,7 +199,7 @@ func (r *run) approval() (salvagetype.Approval, bool) {
 	if by == "" || err != nil || stage < 1 {
 		return salvagetype.Approval{}, false
 	}
-	return salvagetype.Approval{Stage: stage, By: streams.Clip(by, 256), Note: streams.Clip(h.Get(salvagetype.HeaderApprovalNote), streams.ErrorTextMax), At: time.Now().UTC()}, true
+	return salvagetype.Approval{Stage: stage, By: streams.Clip(by, 256), Note: streams.Clip(h.Get(salvagetype.HeaderApprovalNote), salvagetype.ErrorTextMax), At: time.Now().UTC()}, true
 }
 
 // replayedByHand records on its envelope that an operator re-ran the

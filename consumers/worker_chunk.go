@@ -24,7 +24,7 @@ type run struct {
 	w     *Worker
 	m     jetstream.Msg
 	meta  *jetstream.MsgMetadata
-	chunk streams.ChunkMsg
+	chunk salvagetype.ChunkMsg
 	log   zerolog.Logger
 
 	mu    sync.Mutex
@@ -163,42 +163,9 @@ func (r *run) run(ctx context.Context) error {
 	if err != nil {
 		return r.permanent(ctx, err)
 	}
-	job, err := r.job(ctx)
-	if errors.Is(err, errNoJob) {
-		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("job %s does not exist and no job message will create it", r.chunk.Job))
-		return nil
-	}
-	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= r.pool.maxDeliver {
-		// Still no record: an envelope that resumes the chunk later, once
-		// a splitter has created it, or shows an operator a stray chunk.
-		return r.deadLetter(ctx, recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true},
-			fmt.Errorf("no record of job %s after %d deliveries", r.chunk.Job, r.meta.NumDelivered))
-	}
-	if errors.Is(err, kv.ErrNotFound) {
-		r.log.Warn().Dur("waited_ms", w.cfg.JobWait).Msg("chunk of a job with no record yet; trying again later")
-		return r.m.NakWithDelay(w.nakDelay())
-	}
-	if err != nil {
+	job, ok, err := r.checkJob(ctx)
+	if err != nil || !ok {
 		return err
-	}
-	if r.chunk.SourceSeq != 0 && job.SourceSeq != 0 && r.chunk.SourceSeq != job.SourceSeq {
-		// Split from a second message with this job id, which lost the
-		// race to create the job: not this job's chunk.
-		r.log.Warn().Uint64("source_seq", r.chunk.SourceSeq).Uint64("job_source_seq", job.SourceSeq).Msg("chunk of a duplicate job message; dropped")
-		return r.ack(ctx)
-	}
-	if r.chunk.Chunk > job.Chunks || r.chunk.Pipeline != job.Pipeline || r.part.Index != job.Partition {
-		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s in partition %d: job %s has %d chunks of pipeline %s in partition %d",
-			r.chunk.Chunk, r.chunk.Pipeline, r.part.Index, job.ID, job.Chunks, job.Pipeline, job.Partition))
-		return nil
-	}
-	if job.ChunksRoot != "" {
-		// The record owns the input: a message whose input is not the one
-		// split for this chunk runs nothing (invariant 11).
-		if err := streams.VerifyChunk(job.ChunksRoot, job.Chunks, r.chunk); err != nil {
-			r.reject(ctx, salvagetype.RejectBadChunk, err)
-			return nil
-		}
 	}
 	cp, _, err := r.part.Checkpoints.Get(ctx, r.chunk.Job, r.chunk.Chunk)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
@@ -247,15 +214,119 @@ func (r *run) run(ctx context.Context) error {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}
 
-	lease, err := r.acquire(ctx)
+	lease, ok, err := r.claimChunk(ctx, cp)
+	if err != nil || !ok {
+		return err
+	}
+	approval, approved := r.approval()
+	cp, fence, taken, fresh, err := r.take(ctx, lease, approval, approved, linked, freshEpoch)
+	if errors.Is(err, kv.ErrFenced) {
+		r.log.Warn().Msg("another worker took the chunk while we claimed it; standing down")
+		return nil
+	}
+	if errors.Is(err, kv.ErrFinished) {
+		// Finished by the holder we waited for, between our checks.
+		r.releaseClaim(ctx)
+		return r.ack(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
+	if cp.Compensated {
+		// Its recorded outcomes were taken back: resuming would finish on
+		// undone effects. Only a replay that runs it fresh may take it.
+		return r.permanent(ctx, fmt.Errorf("effects of epoch %d of this chunk were compensated: it cannot resume, only run fresh in a new epoch (replay its envelope)", cp.Epoch))
+	}
+	r.started(ctx, job, taken, approved)
+	if byHand && cp.Envelope == linked {
+		r.replayedByHand(ctx, linked, freshEpoch.ok)
+	}
+	if err := r.loadResume(ctx, cp, fresh); err != nil {
+		return err
+	}
+
+	return r.runStages(ctx, p, cp, fence)
+}
+
+// runStages runs the chunk's stages from checkpoint cp under fence, with
+// a heartbeat keeping its message in progress and its claim alive, and a
+// cancel of its job (or a lost claim) stopping it at the next stage.
+func (r *run) runStages(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fence kv.Fence) error {
+	w := r.w
+	chunkCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.cancels.add(r.chunk.Job, r.chunk.Chunk, cancel)
+	defer w.cancels.remove(r.chunk.Job, r.chunk.Chunk)
+	hbDone := make(chan struct{})
+	hbStopped := make(chan struct{})
+	go r.heartbeat(chunkCtx, cancel, hbDone, hbStopped)
+	defer func() { close(hbDone); <-hbStopped }()
+
+	return r.stages(ctx, chunkCtx, p, cp, &fence)
+}
+
+// checkJob reads the chunk's job record and checks the message against
+// it (invariant 11: the record owns the chunk): a chunk of no job, of a
+// duplicate job message, outside the job or not the input split for it
+// runs nothing. ok says the chunk may go on; otherwise the delivery was
+// ended (rejected, acked, handed back for later, dead-lettered).
+func (r *run) checkJob(ctx context.Context) (job kv.Job, ok bool, err error) {
+	w := r.w
+	job, err = r.job(ctx)
+	if errors.Is(err, errNoJob) {
+		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("job %s does not exist and no job message will create it", r.chunk.Job))
+		return job, false, nil
+	}
+	if errors.Is(err, kv.ErrNotFound) && int(r.meta.NumDelivered) >= r.pool.maxDeliver {
+		// Still no record: an envelope that resumes the chunk later, once
+		// a splitter has created it, or shows an operator a stray chunk.
+		return job, false, r.deadLetter(ctx, recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true},
+			fmt.Errorf("no record of job %s after %d deliveries", r.chunk.Job, r.meta.NumDelivered))
+	}
+	if errors.Is(err, kv.ErrNotFound) {
+		r.log.Warn().Dur("waited_ms", w.cfg.JobWait).Msg("chunk of a job with no record yet; trying again later")
+		return job, false, r.m.NakWithDelay(w.nakDelay())
+	}
+	if err != nil {
+		return job, false, err
+	}
+	if r.chunk.SourceSeq != 0 && job.SourceSeq != 0 && r.chunk.SourceSeq != job.SourceSeq {
+		// Split from a second message with this job id, which lost the
+		// race to create the job: not this job's chunk.
+		r.log.Warn().Uint64("source_seq", r.chunk.SourceSeq).Uint64("job_source_seq", job.SourceSeq).Msg("chunk of a duplicate job message; dropped")
+		return job, false, r.ack(ctx)
+	}
+	if r.chunk.Chunk > job.Chunks || r.chunk.Pipeline != job.Pipeline || r.part.Index != job.Partition {
+		r.reject(ctx, salvagetype.RejectBadChunk, fmt.Errorf("chunk %d of pipeline %s in partition %d: job %s has %d chunks of pipeline %s in partition %d",
+			r.chunk.Chunk, r.chunk.Pipeline, r.part.Index, job.ID, job.Chunks, job.Pipeline, job.Partition))
+		return job, false, nil
+	}
+	if job.ChunksRoot != "" {
+		// The record owns the input: a message whose input is not the one
+		// split for this chunk runs nothing (invariant 11).
+		if err := streams.VerifyChunk(job.ChunksRoot, job.Chunks, r.chunk); err != nil {
+			r.reject(ctx, salvagetype.RejectBadChunk, err)
+			return job, false, nil
+		}
+	}
+	return job, true, nil
+}
+
+// claimChunk takes the chunk's claim (invariant 3), waiting for a live holder
+// to finish or lapse, and lists it for the reaper; a chunk retention
+// retired stops expiring first. ok is false, with a nil error, when the
+// holder it waited for ended the delivery.
+func (r *run) claimChunk(ctx context.Context, cp kv.Checkpoint) (lease kv.Lease, ok bool, err error) {
+	lease, err = r.acquire(ctx)
 	if errors.Is(err, kv.ErrClaimHeld) {
 		var held bool
 		lease, held, err = r.waitForHolder(ctx)
 		if err != nil || !held {
-			return err
+			return lease, false, err
 		}
 	} else if err != nil {
-		return err
+		return lease, false, err
 	}
 	r.lease = lease
 	r.listClaim(ctx)
@@ -268,13 +339,21 @@ func (r *run) run(ctx context.Context) error {
 		// moves, so a crash between the two leaves kept_until to say so
 		// to the next delivery.
 		if err := r.unretire(ctx); err != nil {
-			return err
+			return lease, false, err
 		}
 	}
-	approval, approved := r.approval()
-	var taken kv.Delta
-	fresh := false
-	cp, fence, err := r.part.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
+	return lease, true, nil
+}
+
+// take moves the chunk's checkpoint to running under this worker's claim
+// (lease): it records the delivery (a takeover, an approval it carries, a
+// replay's link or fresh epoch) and recounts what the job counts of it.
+// fresh says no worker ever took it (no journal rows to load); taken is
+// what the job's counts move by. kv.ErrFenced: another worker took it
+// meanwhile; kv.ErrFinished: it finished meanwhile.
+func (r *run) take(ctx context.Context, lease kv.Lease, approval salvagetype.Approval, approved bool, linked string, freshEpoch freshFrom) (cp kv.Checkpoint, fence kv.Fence, taken kv.Delta, fresh bool, err error) {
+	w := r.w
+	cp, fence, err = r.part.Checkpoints.Take(ctx, r.chunk.Job, r.chunk.Chunk, w.cfg.ID, lease.Revision, func(cp *kv.Checkpoint) {
 		// Never taken before: no worker has written a journal row for it.
 		fresh = cp.MsgSeq == 0
 		if approved && cp.Status == salvagetype.ChunkAwaitingApproval && cp.Stage == approval.Stage && !cp.Approved(approval.Stage) {
@@ -309,45 +388,15 @@ func (r *run) run(ctx context.Context) error {
 		// again; redeliveries are counted as they happen.
 		taken = cp.Recount()
 	})
-	if errors.Is(err, kv.ErrFenced) {
-		r.log.Warn().Msg("another worker took the chunk while we claimed it; standing down")
-		return nil
-	}
-	if errors.Is(err, kv.ErrFinished) {
-		// Finished by the holder we waited for, between our checks.
-		r.releaseClaim(ctx)
-		return r.ack(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	r.log.Debug().Int("stage", cp.Stage).Msg("chunk taken")
-	if cp.Compensated {
-		// Its recorded outcomes were taken back: resuming would finish on
-		// undone effects. Only a replay that runs it fresh may take it.
-		return r.permanent(ctx, fmt.Errorf("effects of epoch %d of this chunk were compensated: it cannot resume, only run fresh in a new epoch (replay its envelope)", cp.Epoch))
-	}
-	if approved {
-		// The approval is recorded: a parked copy its release left behind
-		// (a crash before the delete) must not come back.
-		if err := purgeSubject(ctx, w.js, streams.Hold, streams.HoldSubject(streams.SystemApproval, r.chunk.Job, r.chunk.Chunk)); err != nil {
-			r.log.Warn().Err(err).Msg("remove the released approval's parked copy")
-		}
-	}
-	// Counting the start and admitting the job's next chunk need not hold
-	// this one up; the run waits for them before it returns.
-	r.background(func() {
-		if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, salvagetype.ChunkRunning, taken); err != nil {
-			r.log.Warn().Err(err).Msg("count the chunk's start in its job")
-		}
-		if err := admitAfter(ctx, w.js, job, r.chunk.Chunk); err != nil {
-			// The next take of this chunk, or the sweeper, admits it.
-			r.log.Warn().Err(err).Msg("admit the next chunk of the job")
-		}
-	})
-	if byHand && cp.Envelope == linked {
-		r.replayedByHand(ctx, linked, freshEpoch.ok)
-	}
+	return cp, fence, taken, fresh, err
+}
+
+// loadResume reads what the chunk resumes from: its epoch's journal (none
+// when fresh), the calls of its earlier epochs, its agents' snapshots, and
+// the stages those show completed.
+func (r *run) loadResume(ctx context.Context, cp kv.Checkpoint, fresh bool) error {
+	w := r.w
+	var err error
 	rows := map[string]kv.StoredRow{}
 	if !fresh {
 		if rows, err = r.loadJournal(ctx, cp.Epoch); err != nil {
@@ -374,17 +423,32 @@ func (r *run) run(ctx context.Context) error {
 		r.states[agent] = st
 	}
 	recovery.RebuildCompleted(r.states, rows, cp.Stage)
+	return nil
+}
 
-	chunkCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	w.cancels.add(r.chunk.Job, r.chunk.Chunk, cancel)
-	defer w.cancels.remove(r.chunk.Job, r.chunk.Chunk)
-	hbDone := make(chan struct{})
-	hbStopped := make(chan struct{})
-	go r.heartbeat(chunkCtx, cancel, hbDone, hbStopped)
-	defer func() { close(hbDone); <-hbStopped }()
-
-	return r.stages(ctx, chunkCtx, p, cp, &fence)
+// started follows a take: a parked copy an approval's release left behind
+// goes, and, in the background (the run waits for it before it returns),
+// the job counts the start and admits its next chunk.
+func (r *run) started(ctx context.Context, job kv.Job, taken kv.Delta, approved bool) {
+	w := r.w
+	if approved {
+		// The approval is recorded: a parked copy its release left behind
+		// (a crash before the delete) must not come back.
+		if err := purgeSubject(ctx, w.js, streams.Hold, streams.HoldSubject(streams.SystemApproval, r.chunk.Job, r.chunk.Chunk)); err != nil {
+			r.log.Warn().Err(err).Msg("remove the released approval's parked copy")
+		}
+	}
+	// Counting the start and admitting the job's next chunk need not hold
+	// this one up; the run waits for them before it returns.
+	r.background(func() {
+		if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, salvagetype.ChunkRunning, taken); err != nil {
+			r.log.Warn().Err(err).Msg("count the chunk's start in its job")
+		}
+		if err := admitAfter(ctx, w.js, job, r.chunk.Chunk); err != nil {
+			// The next take of this chunk, or the sweeper, admits it.
+			r.log.Warn().Err(err).Msg("admit the next chunk of the job")
+		}
+	})
 }
 
 // againstCheckpoint ends the delivery, reporting done, when the chunk's

@@ -169,7 +169,7 @@ func TestCancelledEventIsCheckedAgainstTheRecord(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		return callCount(real, 1, 2) == 1 && b.checkpoint(t, forged, 1).Stage == 2
 	}, "both chunks in stage 2")
-	ev, _ := json.Marshal(streams.JobEvent{Job: forged, Kind: streams.EventCancelled, Reason: "forged"})
+	ev, _ := json.Marshal(salvagetype.JobEvent{Job: forged, Kind: streams.EventCancelled, Reason: "forged"})
 	if _, err := b.JS.Publish(b.ctx, streams.EventSubject(forged, streams.EventCancelled), ev); err != nil {
 		t.Fatal(err)
 	}

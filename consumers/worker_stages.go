@@ -335,7 +335,7 @@ func (r *run) retryLater(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence,
 // for the envelope the dead-letterer may write later.
 func recordError(cp *kv.Checkpoint, cause error) {
 	cp.ClearLastError()
-	cp.LastError = streams.Clip(cause.Error(), streams.ErrorTextMax)
+	cp.LastError = streams.Clip(cause.Error(), salvagetype.ErrorTextMax)
 	cp.LastErrorClass = recovery.ClassOf(cause).String()
 	cp.LastErrorStatus = recovery.StatusOf(cause)
 	var ae *recovery.AgentError

@@ -124,7 +124,7 @@ func TestPermanentFailureOneEnvelopeNoRetry(t *testing.T) {
 	if e.Category != salvagetype.CategoryUnrecoverable || e.Chunk != 2 || e.FailedStage != 2 {
 		t.Errorf("envelope = %+v", e)
 	}
-	var orig streams.ChunkMsg
+	var orig salvagetype.ChunkMsg
 	if err := json.Unmarshal(e.Original.Data, &orig); err != nil || orig.Job != job || orig.Chunk != 2 {
 		t.Errorf("original = %s (%v)", e.Original.Data, err)
 	}

@@ -74,10 +74,10 @@ func TestBreakerErrorsAreTyped(t *testing.T) {
 	if _, retry := (RetryPolicy{}).NextWait(err, 0, 0); retry {
 		t.Fatal("a refused call must not be retried in the worker")
 	}
-	if CountsAgainstBreaker(err) || CountsAgainstBreaker(Permanent(400, errors.New("no"))) || CountsAgainstBreaker(RateLimited(time.Second, nil)) {
+	if CountsAgainstBreaker(err) || CountsAgainstBreaker(salvagetype.Permanent(400, errors.New("no"))) || CountsAgainstBreaker(salvagetype.RateLimited(time.Second, nil)) {
 		t.Fatal("refusals, permanent answers and rate limits do not say a system is down")
 	}
-	if !CountsAgainstBreaker(Transient(503, nil)) || !CountsAgainstBreaker(Timeout(nil)) {
+	if !CountsAgainstBreaker(salvagetype.Transient(503, nil)) || !CountsAgainstBreaker(salvagetype.Timeout(nil)) {
 		t.Fatal("5xx and timeouts say a system is down")
 	}
 	if c, ok := salvagetype.ParseClass("breaker-open"); !ok || c != salvagetype.ClassBreakerOpen {

@@ -52,7 +52,7 @@ func TestTier1WaitsItsCeilings(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				at, err := attempts(t.Context(), exec, func(int) error { return recovery.Transient(503, nil) })
+				at, err := attempts(t.Context(), exec, func(int) error { return salvagetype.Transient(503, nil) })
 				if !errors.Is(err, salvagetype.ErrRetriesExhausted) {
 					t.Fatalf("err %v; want retries exhausted", err)
 				}
@@ -82,7 +82,7 @@ func TestTier1JitterStaysUnderItsCeilings(t *testing.T) {
 		ceilings := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
 		firsts := map[time.Duration]bool{}
 		for range 100 {
-			at, _ := attempts(t.Context(), exec, func(int) error { return recovery.Transient(503, nil) })
+			at, _ := attempts(t.Context(), exec, func(int) error { return salvagetype.Transient(503, nil) })
 			if len(at) != 4 {
 				t.Fatalf("attempts at %v; want 4", at)
 			}
@@ -112,7 +112,7 @@ func TestTier1HonoursRetryAfterUpToTheCap(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		at, err := attempts(t.Context(), exec, func(int) error { return recovery.RateLimited(20*time.Second, nil) })
+		at, err := attempts(t.Context(), exec, func(int) error { return salvagetype.RateLimited(20*time.Second, nil) })
 		if !errors.Is(err, salvagetype.ErrRetriesExhausted) || !errors.Is(err, salvagetype.ErrRateLimited) {
 			t.Fatalf("err %v; want retries exhausted on a rate limit", err)
 		}
@@ -142,7 +142,7 @@ func TestTier1WaitEndsWithTheJob(t *testing.T) {
 			cancel(recovery.ErrJobCancelled)
 		}()
 		start := time.Now()
-		at, err := attempts(ctx, exec, func(int) error { return recovery.Transient(503, nil) })
+		at, err := attempts(ctx, exec, func(int) error { return salvagetype.Transient(503, nil) })
 		if !errors.Is(err, recovery.ErrJobCancelled) {
 			t.Fatalf("err %v; want the cancellation", err)
 		}

@@ -62,40 +62,6 @@ func (e *AgentError) Error() string { return "agent " + e.Agent + ": " + e.Err.E
 // Unwrap returns the cause, so ClassOf and errors.Is see through it.
 func (e *AgentError) Unwrap() error { return e.Err }
 
-// Transient wraps err as a retryable failure with an optional status code.
-func Transient(status int, err error) error {
-	return &salvagetype.CallError{Class: salvagetype.ClassTransient, Status: status, Err: err}
-}
-
-// RateLimited wraps err as a 429 that asks to wait at least after.
-func RateLimited(after time.Duration, err error) error {
-	return &salvagetype.CallError{Class: salvagetype.ClassRateLimited, Status: 429, RetryAfter: after, Err: err}
-}
-
-// Timeout wraps err as a call whose outcome is unknown.
-func Timeout(err error) error {
-	return &salvagetype.CallError{Class: salvagetype.ClassTimeout, Err: err}
-}
-
-// Permanent wraps err as a failure that must not be retried.
-func Permanent(status int, err error) error {
-	return &salvagetype.CallError{Class: salvagetype.ClassPermanent, Status: status, Err: err}
-}
-
-// NotApplied marks err as an answer the system gave without acting on the
-// call: the request never reached it (no responders), or it refused the
-// call before doing anything. A side-effect call that failed with it is
-// retried without a verify. A plain error becomes a transient one.
-func NotApplied(err error) error {
-	var ce *salvagetype.CallError
-	if errors.As(err, &ce) {
-		c := *ce
-		c.NotApplied = true
-		return &c
-	}
-	return &salvagetype.CallError{Class: salvagetype.ClassTransient, NotApplied: true, Err: err}
-}
-
 // OutcomeUnknown reports whether a side-effect call that failed with err
 // may have taken effect all the same, so that it must be verified before
 // it is made again (invariant 9). Only a definite "not applied" is not
@@ -120,10 +86,10 @@ func OutcomeUnknown(err error) bool {
 
 // recovered turns a value recovered from a panic in where (an agent, a
 // tool, a split or result function) into a ClassPanic error carrying the
-// value and the stack, cut to streams.ErrorTextMax.
+// value and the stack, cut to salvagetype.ErrorTextMax.
 func recovered(where string, v any) error {
 	msg := fmt.Sprintf("%s panicked: %v\n%s", where, v, debug.Stack())
-	return &salvagetype.CallError{Class: salvagetype.ClassPanic, Err: errors.New(streams.Clip(msg, streams.ErrorTextMax))}
+	return &salvagetype.CallError{Class: salvagetype.ClassPanic, Err: errors.New(streams.Clip(msg, salvagetype.ErrorTextMax))}
 }
 
 // ClassOf classifies err. A call stopped because a sibling agent failed

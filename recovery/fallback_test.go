@@ -76,7 +76,7 @@ func TestFallbackChainPassesRateLimitsAndOpenBreakers(t *testing.T) {
 		set  func(premium *model) recovery.Gate
 	}{
 		{"rate limited", func(p *model) recovery.Gate {
-			p.failWith(recovery.RateLimited(10*time.Second, errors.New("429"))) // within tier 1's cap: a link that waited would wait 10 s
+			p.failWith(salvagetype.RateLimited(10*time.Second, errors.New("429"))) // within tier 1's cap: a link that waited would wait 10 s
 			return nil
 		}},
 		{"breaker open", func(p *model) recovery.Gate { return gateClosedTo("premium-api") }},
@@ -132,7 +132,7 @@ func TestFallbackChainPassesRateLimitsAndOpenBreakers(t *testing.T) {
 func TestFallbackChainReturnsOtherFailures(t *testing.T) {
 	t.Parallel()
 	premium, cheap := &model{name: "premium", system: "p"}, &model{name: "cheap", system: "c"}
-	premium.failWith(recovery.Permanent(400, errors.New("bad prompt")))
+	premium.failWith(salvagetype.Permanent(400, errors.New("bad prompt")))
 	tools, _ := recovery.NewTools(premium.tool(), cheap.tool(), (&model{name: "after"}).tool())
 	who, _, err := runChain(t, tools, &memJournal{rows: map[string]kv.StoredRow{}}, nil)
 	if !errors.Is(err, salvagetype.ErrPermanent) || who != "premium" || cheap.calls.Load() != 0 {

@@ -186,7 +186,7 @@ func (t *turn) Tool(ctx context.Context, name string, input any) (json.RawMessag
 // so, so a resumed agent makes the same calls under the same keys.
 func (t *turn) ToolWithFallback(ctx context.Context, names []string, input any) (json.RawMessage, string, error) {
 	if len(names) == 0 {
-		return nil, "", Permanent(0, fmt.Errorf("%w: an empty fallback chain", errUnknownTool))
+		return nil, "", salvagetype.Permanent(0, fmt.Errorf("%w: an empty fallback chain", errUnknownTool))
 	}
 	for i, name := range names {
 		last := i == len(names)-1
@@ -236,11 +236,11 @@ func (t *turn) noteFailure(name string, before int, err error) {
 func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ json.RawMessage, err error) {
 	tool, err := t.tools.Get(name)
 	if err != nil {
-		return nil, Permanent(0, err)
+		return nil, salvagetype.Permanent(0, err)
 	}
 	in, err := json.Marshal(input)
 	if err != nil {
-		return nil, Permanent(0, fmt.Errorf("tool %s input: %w", name, err))
+		return nil, salvagetype.Permanent(0, fmt.Errorf("tool %s input: %w", name, err))
 	}
 	t.seq++
 	key := kv.JournalKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq)
@@ -269,7 +269,7 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		}
 		switch prev.Status {
 		case salvagetype.CallCompensated:
-			return nil, Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", key))
+			return nil, salvagetype.Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", key))
 		case salvagetype.CallSucceeded:
 			replayed = true
 			row.Attempts, row.Usage = prev.Attempts, prev.Usage
@@ -283,7 +283,7 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	// whose refusal a resume must see to pass it over again.
 	if err := t.allow(ctx, tool); err != nil {
 		if link && (tool.Effect == nil || !seen || prev.Status == salvagetype.CallFailed) {
-			row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), salvagetype.ClassBreakerOpen.String()
+			row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), salvagetype.ErrorTextMax), salvagetype.ClassBreakerOpen.String()
 			row.StartedAt, row.FinishedAt = time.Now().UTC(), time.Now().UTC()
 			if seen {
 				row.Attempts = prev.Attempts
@@ -388,7 +388,7 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		return nil, t.stopped(row, attempts, tool, err)
 	}
 	if err != nil {
-		row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), streams.ErrorTextMax), ClassOf(err).String()
+		row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), salvagetype.ErrorTextMax), ClassOf(err).String()
 		if unsure {
 			// It may have taken effect: the next run verifies first.
 			row.Status = salvagetype.CallUnknown
@@ -424,7 +424,7 @@ func (t *turn) stopped(row kv.JournalRow, attempts int, tool *salvagetype.Tool, 
 	if !errors.Is(err, errSiblingFailed) && !errors.Is(err, ErrJobCancelled) {
 		return err
 	}
-	row.Status, row.Error, row.ErrorClass = salvagetype.CallCancelled, streams.Clip(err.Error(), streams.ErrorTextMax), salvagetype.ClassCancelled.String()
+	row.Status, row.Error, row.ErrorClass = salvagetype.CallCancelled, streams.Clip(err.Error(), salvagetype.ErrorTextMax), salvagetype.ClassCancelled.String()
 	if attempts > 0 && tool.Effect != nil {
 		row.Status = salvagetype.CallUnknown
 	}
@@ -440,7 +440,7 @@ func (t *turn) stopped(row kv.JournalRow, attempts int, tool *salvagetype.Tool, 
 // marked orphan, so the envelope lists it for compensation or escalation
 // — and the agent fails permanently.
 func (t *turn) diverged(ctx context.Context, prev kv.StoredRow, name, inputHash string) error {
-	err := Permanent(0, fmt.Errorf("%w: %s holds %s(%s), now %s(%s)", ErrDiverged, prev.Key, prev.Tool, prev.InputHash, name, inputHash))
+	err := salvagetype.Permanent(0, fmt.Errorf("%w: %s holds %s(%s), now %s(%s)", ErrDiverged, prev.Key, prev.Tool, prev.InputHash, name, inputHash))
 	old, terr := t.tools.Get(prev.Tool)
 	if terr != nil || old.Effect == nil {
 		return err

@@ -238,7 +238,7 @@ func TestAttemptsArePerCall(t *testing.T) {
 		defer mu.Unlock()
 		if failures[who] > 0 {
 			failures[who]--
-			return salvagetype.ToolResult{}, recovery.Transient(503, nil)
+			return salvagetype.ToolResult{}, salvagetype.Transient(503, nil)
 		}
 		return salvagetype.ToolResult{Output: json.RawMessage(`1`)}, nil
 	}})
@@ -289,7 +289,7 @@ func TestSiblingsOfAFailingAgentAreCancelled(t *testing.T) {
 		_ = json.Unmarshal(c.Input, &who)
 		if who == "employment" {
 			<-started
-			return salvagetype.ToolResult{}, recovery.Permanent(400, errors.New("prompt too long"))
+			return salvagetype.ToolResult{}, salvagetype.Permanent(400, errors.New("prompt too long"))
 		}
 		close(started)
 		<-ctx.Done()
@@ -330,7 +330,7 @@ func TestFailureHistorySurvivesARerun(t *testing.T) {
 	fail := true
 	tools, err := recovery.NewTools(salvagetype.Tool{Name: "crm", Call: func(context.Context, salvagetype.ToolCall) (salvagetype.ToolResult, error) {
 		if fail {
-			return salvagetype.ToolResult{}, recovery.Transient(503, errors.New("crm down"))
+			return salvagetype.ToolResult{}, salvagetype.Transient(503, errors.New("crm down"))
 		}
 		return salvagetype.ToolResult{Output: json.RawMessage(`"ok"`)}, nil
 	}})

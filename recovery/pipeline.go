@@ -271,10 +271,10 @@ func (discardJournal) PutAsync(_ kv.JournalRow, expect uint64) (func(context.Con
 func agentOutput(agent string, out any) (json.RawMessage, error) {
 	data, err := json.Marshal(out)
 	if err != nil {
-		return nil, Permanent(0, fmt.Errorf("agent %s output: %w", agent, err))
+		return nil, salvagetype.Permanent(0, fmt.Errorf("agent %s output: %w", agent, err))
 	}
 	if len(data) > salvagetype.MaxOutput {
-		return nil, Permanent(0, fmt.Errorf("%w: agent %s returned %d bytes, a checkpoint keeps at most %d", salvagetype.ErrOutputTooLarge, agent, len(data), salvagetype.MaxOutput))
+		return nil, salvagetype.Permanent(0, fmt.Errorf("%w: agent %s returned %d bytes, a checkpoint keeps at most %d", salvagetype.ErrOutputTooLarge, agent, len(data), salvagetype.MaxOutput))
 	}
 	return data, nil
 }

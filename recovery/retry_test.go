@@ -42,16 +42,16 @@ func TestNextWait(t *testing.T) {
 		want    time.Duration
 		ok      bool
 	}{
-		{"transient", recovery.Transient(503, errors.New("x")), 0, 0, 50 * time.Millisecond, true},
+		{"transient", salvagetype.Transient(503, errors.New("x")), 0, 0, 50 * time.Millisecond, true},
 		{"unknown errors are transient", errors.New("reset"), 1, 0, 100 * time.Millisecond, true},
-		{"timeout", recovery.Timeout(errors.New("x")), 0, 0, 50 * time.Millisecond, true},
-		{"retry-after is a floor", recovery.RateLimited(time.Second, errors.New("x")), 0, 0, time.Second, true},
-		{"permanent never", recovery.Permanent(400, errors.New("x")), 0, 0, 0, false},
+		{"timeout", salvagetype.Timeout(errors.New("x")), 0, 0, 50 * time.Millisecond, true},
+		{"retry-after is a floor", salvagetype.RateLimited(time.Second, errors.New("x")), 0, 0, time.Second, true},
+		{"permanent never", salvagetype.Permanent(400, errors.New("x")), 0, 0, 0, false},
 		{"cancelled never", fmt.Errorf("call: %w", recovery.ErrJobCancelled), 0, 0, 0, false},
 		{"context cancelled never", context.Canceled, 0, 0, 0, false},
-		{"attempt cap", recovery.Transient(503, nil), 3, 0, 0, false},
-		{"total cap", recovery.Transient(503, nil), 1, 1950 * time.Millisecond, 0, false},
-		{"retry-after past the cap", recovery.RateLimited(5*time.Second, nil), 0, 0, 0, false},
+		{"attempt cap", salvagetype.Transient(503, nil), 3, 0, 0, false},
+		{"total cap", salvagetype.Transient(503, nil), 1, 1950 * time.Millisecond, 0, false},
+		{"retry-after past the cap", salvagetype.RateLimited(5*time.Second, nil), 0, 0, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,10 +70,10 @@ func TestClassOfMatchesSentinels(t *testing.T) {
 		class salvagetype.Class
 		is    error
 	}{
-		{recovery.Transient(502, nil), salvagetype.ClassTransient, salvagetype.ErrTransient},
-		{recovery.RateLimited(time.Second, nil), salvagetype.ClassRateLimited, salvagetype.ErrRateLimited},
-		{fmt.Errorf("wrapped: %w", recovery.Timeout(nil)), salvagetype.ClassTimeout, salvagetype.ErrTimeout},
-		{recovery.Permanent(400, nil), salvagetype.ClassPermanent, salvagetype.ErrPermanent},
+		{salvagetype.Transient(502, nil), salvagetype.ClassTransient, salvagetype.ErrTransient},
+		{salvagetype.RateLimited(time.Second, nil), salvagetype.ClassRateLimited, salvagetype.ErrRateLimited},
+		{fmt.Errorf("wrapped: %w", salvagetype.Timeout(nil)), salvagetype.ClassTimeout, salvagetype.ErrTimeout},
+		{salvagetype.Permanent(400, nil), salvagetype.ClassPermanent, salvagetype.ErrPermanent},
 		{context.DeadlineExceeded, salvagetype.ClassTimeout, context.DeadlineExceeded},
 		{recovery.ErrJobCancelled, salvagetype.ClassCancelled, recovery.ErrJobCancelled},
 	}
@@ -96,7 +96,7 @@ func TestExecutor(t *testing.T) {
 		n := 0
 		err := exec.Do(ctx, &stats, "op", func(context.Context) error {
 			if n++; n < 3 {
-				return recovery.Transient(503, nil)
+				return salvagetype.Transient(503, nil)
 			}
 			return nil
 		})
@@ -106,14 +106,14 @@ func TestExecutor(t *testing.T) {
 	})
 	t.Run("exhausted", func(t *testing.T) {
 		var stats recovery.Stats
-		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return recovery.Transient(503, nil) })
+		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return salvagetype.Transient(503, nil) })
 		if !errors.Is(err, salvagetype.ErrRetriesExhausted) || !errors.Is(err, salvagetype.ErrTransient) || stats.Calls.Load() != 4 {
 			t.Fatalf("err %v, calls %d", err, stats.Calls.Load())
 		}
 	})
 	t.Run("permanent is not retried", func(t *testing.T) {
 		var stats recovery.Stats
-		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return recovery.Permanent(400, nil) })
+		err := exec.Do(ctx, &stats, "op", func(context.Context) error { return salvagetype.Permanent(400, nil) })
 		if !errors.Is(err, salvagetype.ErrPermanent) || errors.Is(err, salvagetype.ErrRetriesExhausted) || stats.Calls.Load() != 1 {
 			t.Fatalf("err %v, calls %d", err, stats.Calls.Load())
 		}
@@ -124,7 +124,7 @@ func TestExecutor(t *testing.T) {
 		err := exec.Do(ctx, &stats, "op", func(ctx context.Context) error {
 			cancel(recovery.ErrJobCancelled)
 			<-ctx.Done()
-			return recovery.Transient(503, ctx.Err())
+			return salvagetype.Transient(503, ctx.Err())
 		})
 		if !errors.Is(err, recovery.ErrJobCancelled) || stats.Retries.Load() != 0 {
 			t.Fatalf("err %v, retries %d", err, stats.Retries.Load())
@@ -139,7 +139,7 @@ func TestExecutor(t *testing.T) {
 func TestRunStageParallelAndSeverity(t *testing.T) {
 	t.Parallel()
 	exec, _ := recovery.NewExecutor(recovery.RetryPolicy{MaxRetries: -1}, zerolog.Nop())
-	failures := map[string]error{"flaky": recovery.Transient(503, nil), "broken": recovery.Permanent(400, nil)}
+	failures := map[string]error{"flaky": salvagetype.Transient(503, nil), "broken": salvagetype.Permanent(400, nil)}
 	brokenFailed := make(chan struct{})
 	arrived, allIn := make(chan struct{}, 3), make(chan struct{})
 	go func() {
@@ -169,7 +169,7 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 		case <-time.After(time.Minute):
 			// Only a bound on the wait: agents run one at a time never
 			// meet, however fast the machine.
-			return salvagetype.ToolResult{}, recovery.Permanent(0, errors.New("the stage's agents never were inside their calls at once"))
+			return salvagetype.ToolResult{}, salvagetype.Permanent(0, errors.New("the stage's agents never were inside their calls at once"))
 		}
 	}})
 	if terr != nil {
@@ -189,7 +189,7 @@ func TestRunStageParallelAndSeverity(t *testing.T) {
 		t.Fatalf("outs %v, err %v", outs, err)
 	}
 	_, err = recovery.RunStage(context.Background(), salvagetype.Stage{Agents: []salvagetype.Agent{
-		agent("slow", nil), agent("flaky", recovery.Transient(503, nil)), agent("broken", recovery.Permanent(400, nil)),
+		agent("slow", nil), agent("flaky", salvagetype.Transient(503, nil)), agent("broken", salvagetype.Permanent(400, nil)),
 	}}, recovery.StageRun{Stage: 2, Exec: exec, Stats: &stats, Tools: tools})
 	var ae *recovery.AgentError
 	if !errors.Is(err, salvagetype.ErrPermanent) || !errors.As(err, &ae) || ae.Agent != "broken" {
@@ -229,7 +229,7 @@ func TestNoRetriesMeansNone(t *testing.T) {
 	}
 	var stats recovery.Stats
 	calls := 0
-	err = exec.Do(context.Background(), &stats, "op", func(context.Context) error { calls++; return recovery.Transient(503, nil) })
+	err = exec.Do(context.Background(), &stats, "op", func(context.Context) error { calls++; return salvagetype.Transient(503, nil) })
 	if !errors.Is(err, salvagetype.ErrRetriesExhausted) || calls != 1 || stats.Retries.Load() != 0 {
 		t.Fatalf("calls %d, retries %d, err %v; want one attempt and no retry", calls, stats.Retries.Load(), err)
 	}

@@ -35,7 +35,7 @@ func VerifyEffect(ctx context.Context, t *salvagetype.Tool, key string) (v salva
 	}()
 	v, err = t.Effect.Verify(ctx, key)
 	if err == nil && len(v.Output) > salvagetype.MaxOutput {
-		return salvagetype.Verification{}, Permanent(502, fmt.Errorf("%w: the verification of %s answered %d bytes, a row keeps at most %d",
+		return salvagetype.Verification{}, salvagetype.Permanent(502, fmt.Errorf("%w: the verification of %s answered %d bytes, a row keeps at most %d",
 			salvagetype.ErrOutputTooLarge, t.Name, len(v.Output), salvagetype.MaxOutput))
 	}
 	return v, err
@@ -73,7 +73,7 @@ func runAgent(ctx context.Context, a salvagetype.Agent, t *turn) (out any, err e
 		}
 	}()
 	if a.Run == nil { // a Subject is bound to a Run by the root package
-		return nil, Permanent(0, fmt.Errorf("agent %s has no Run", a.Name))
+		return nil, salvagetype.Permanent(0, fmt.Errorf("agent %s has no Run", a.Name))
 	}
 	return a.Run(ctx, salvagetype.NewTurn(salvagetype.Turn{
 		Job: t.Job, Pipeline: t.Pipeline, TraceID: t.TraceID, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch,

@@ -102,12 +102,12 @@ func TestSideEffectIsVerifiedBeforeEveryRetry(t *testing.T) {
 		wantVerifies int
 		wantRequests int
 	}{
-		{"503 after the effect landed", recovery.Transient(503, errors.New("upstream hiccup")), false, 1, 1},
-		{"a transient error without a status", recovery.Transient(0, errors.New("connection reset")), false, 1, 1},
-		{"a timeout", recovery.Timeout(errors.New("no answer")), false, 1, 1},
-		{"409 conflict", recovery.Transient(409, errors.New("conflict")), false, 1, 1},
-		{"no responders: never reached the system", recovery.NotApplied(recovery.Transient(503, errors.New("no responders"))), true, 0, 2},
-		{"rate limited", recovery.RateLimited(1, errors.New("slow down")), true, 0, 2},
+		{"503 after the effect landed", salvagetype.Transient(503, errors.New("upstream hiccup")), false, 1, 1},
+		{"a transient error without a status", salvagetype.Transient(0, errors.New("connection reset")), false, 1, 1},
+		{"a timeout", salvagetype.Timeout(errors.New("no answer")), false, 1, 1},
+		{"409 conflict", salvagetype.Transient(409, errors.New("conflict")), false, 1, 1},
+		{"no responders: never reached the system", salvagetype.NotApplied(salvagetype.Transient(503, errors.New("no responders"))), true, 0, 2},
+		{"rate limited", salvagetype.RateLimited(1, errors.New("slow down")), true, 0, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +142,7 @@ func TestSideEffectIsVerifiedBeforeEveryRetry(t *testing.T) {
 // row says UNKNOWN (the next run verifies first), never FAILED.
 func TestUnknownStaysUnknown(t *testing.T) {
 	t.Parallel()
-	l := &lateLedger{applied: map[string]int{}, noApplyOnError: true, fail: func(int) error { return recovery.Transient(500, errors.New("boom")) }}
+	l := &lateLedger{applied: map[string]int{}, noApplyOnError: true, fail: func(int) error { return salvagetype.Transient(500, errors.New("boom")) }}
 	row, err := callOnce(t, l.tools(t), &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 2)
 	if !errors.Is(err, salvagetype.ErrRetriesExhausted) || !strings.Contains(err.Error(), "the limit of 2 retries") {
 		t.Fatalf("err = %v, want tier 1 exhausted naming its limit", err)
@@ -153,8 +153,8 @@ func TestUnknownStaysUnknown(t *testing.T) {
 
 	// The system applies but answers 500 and its verification answers
 	// garbage: nothing can be known, so the row stays UNKNOWN.
-	l = &lateLedger{applied: map[string]int{}, fail: func(int) error { return recovery.Transient(500, errors.New("boom")) },
-		verifyErr: recovery.Permanent(0, errors.New("verify reply is not JSON"))}
+	l = &lateLedger{applied: map[string]int{}, fail: func(int) error { return salvagetype.Transient(500, errors.New("boom")) },
+		verifyErr: salvagetype.Permanent(0, errors.New("verify reply is not JSON"))}
 	row, err = callOnce(t, l.tools(t), &memJournal{rows: map[string]kv.StoredRow{}}, "charge", 3)
 	if err == nil || row.Status != salvagetype.CallUnknown || l.requests != 1 || l.verifies != 1 {
 		t.Fatalf("err %v, row %s, %d requests, %d verifies; want UNKNOWN after one request and one verify", err, row.Status, l.requests, l.verifies)

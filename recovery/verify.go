@@ -37,10 +37,10 @@ func Settle(t *salvagetype.Tool, row kv.JournalRow, v salvagetype.Verification, 
 // so it is verified rather than taken as not applied.
 func checkResult(tool string, res salvagetype.ToolResult) error {
 	if n := len(res.Output); n > salvagetype.MaxOutput {
-		return Permanent(502, fmt.Errorf("%w: %s answered %d bytes, a journal row keeps at most %d", salvagetype.ErrOutputTooLarge, tool, n, salvagetype.MaxOutput))
+		return salvagetype.Permanent(502, fmt.Errorf("%w: %s answered %d bytes, a journal row keeps at most %d", salvagetype.ErrOutputTooLarge, tool, n, salvagetype.MaxOutput))
 	}
 	if err := ValidUsage(res.Usage); err != nil {
-		return Permanent(502, fmt.Errorf("%s: %w", tool, err))
+		return salvagetype.Permanent(502, fmt.Errorf("%s: %w", tool, err))
 	}
 	return nil
 }

@@ -1,13 +1,15 @@
 package salvagetype
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
 
 // CallError is a failed external call with its class. Tools and models
-// return it (through the root package's constructors: salvage.Transient,
-// RateLimited, Timeout, Permanent, NotApplied) so retries and the DLQ
+// return it (through the constructors below, which the root package
+// re-exports: Transient, RateLimited, Overloaded, Timeout, Permanent,
+// NotApplied) so retries and the DLQ
 // router decide without parsing text.
 type CallError struct {
 	Class Class
@@ -56,4 +58,49 @@ func (e *CallError) Is(target error) bool {
 		return e.Class == ClassPanic
 	}
 	return false
+}
+
+// Transient is a failure worth retrying soon (a 5xx, a reset connection),
+// with its status code if it has one.
+func Transient(status int, err error) error {
+	return &CallError{Class: ClassTransient, Status: status, Err: err}
+}
+
+// RateLimited is a 429: retried no sooner than after (a Retry-After).
+func RateLimited(after time.Duration, err error) error {
+	return &CallError{Class: ClassRateLimited, Status: 429, RetryAfter: after, Err: err}
+}
+
+// Overloaded is a 529 (the server is overloaded): retried no sooner than
+// after, like a rate limit.
+func Overloaded(after time.Duration, err error) error {
+	return &CallError{Class: ClassRateLimited, Status: 529, RetryAfter: after, Err: err}
+}
+
+// Timeout is a call that did not answer in time: its outcome is unknown.
+func Timeout(err error) error {
+	return &CallError{Class: ClassTimeout, Err: err}
+}
+
+// Permanent is a failure retrying cannot fix (a 400, a refused card): the
+// chunk goes to the DLQ at once.
+func Permanent(status int, err error) error {
+	return &CallError{Class: ClassPermanent, Status: status, Err: err}
+}
+
+// NotApplied marks err (built with the constructors here, or a plain
+// error, which becomes transient) as a failure the system answered without
+// acting on the call: the request never reached it, or it refused it
+// before doing anything. A side effect that failed with it is asked again
+// without a verify. Any other failure of a side effect — no answer, a
+// 5xx, 408 or 409, a transient error, a panic — may have taken effect and
+// is verified before the call is made again.
+func NotApplied(err error) error {
+	var ce *CallError
+	if errors.As(err, &ce) {
+		c := *ce
+		c.NotApplied = true
+		return &c
+	}
+	return &CallError{Class: ClassTransient, NotApplied: true, Err: err}
 }

@@ -81,6 +81,9 @@ const (
 	// chunk a worker starts admits the next. A job submitted behind a
 	// large one therefore waits behind at most this many of its chunks.
 	ChunkWindowDefault = 16
+	// ErrorTextMax is the longest error text a journal row, checkpoint,
+	// envelope, event or reply keeps (room for a panic's stack).
+	ErrorTextMax = 8 << 10
 	// ConcurrencyDefault is how many chunks one worker runs at once.
 	ConcurrencyDefault = 4
 	// DrainTimeoutDefault bounds how long SIGTERM waits for in-flight

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // A job's chunks are bound to what its splitter split: the splitter builds
@@ -121,7 +123,7 @@ func (t *ChunkTree) Proof(chunk int) string {
 // n chunks. It returns nil when c's job, number, pipeline and input are
 // what the job was split into, else an error wrapping ErrChunkProof. It
 // reads nothing and costs ⌈log2 n⌉ hashes.
-func VerifyChunk(root string, n int, c ChunkMsg) error {
+func VerifyChunk(root string, n int, c salvagetype.ChunkMsg) error {
 	want, err := hex.DecodeString(root)
 	if err != nil || len(want) != sha256.Size {
 		return fmt.Errorf("%w: the job's chunks_root %q is not a sha256", ErrChunkProof, root)

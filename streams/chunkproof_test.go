@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -24,7 +25,7 @@ func TestChunkProofs(t *testing.T) {
 		tree := streams.NewChunkTree("job1", "shop", inputs)
 		root := tree.Root()
 		for i := range inputs {
-			c := streams.ChunkMsg{Job: "job1", Chunk: i + 1, Pipeline: "shop", Input: inputs[i], Proof: tree.Proof(i + 1)}
+			c := salvagetype.ChunkMsg{Job: "job1", Chunk: i + 1, Pipeline: "shop", Input: inputs[i], Proof: tree.Proof(i + 1)}
 			if err := streams.VerifyChunk(root, n, c); err != nil {
 				t.Fatalf("n=%d chunk %d: %v", n, i+1, err)
 			}
@@ -33,7 +34,7 @@ func TestChunkProofs(t *testing.T) {
 			if err := streams.VerifyChunk(root, n, compact); err != nil {
 				t.Fatalf("n=%d chunk %d re-formatted: %v", n, i+1, err)
 			}
-			bad := map[string]streams.ChunkMsg{}
+			bad := map[string]salvagetype.ChunkMsg{}
 			m := c
 			m.Input = json.RawMessage(`{"order": -1}`)
 			bad["input"] = m
@@ -69,7 +70,7 @@ func TestChunkProofs(t *testing.T) {
 				}
 			}
 		}
-		if err := streams.VerifyChunk("not hex", n, streams.ChunkMsg{Job: "job1", Chunk: 1, Pipeline: "shop", Input: inputs[0], Proof: tree.Proof(1)}); !errors.Is(err, streams.ErrChunkProof) {
+		if err := streams.VerifyChunk("not hex", n, salvagetype.ChunkMsg{Job: "job1", Chunk: 1, Pipeline: "shop", Input: inputs[0], Proof: tree.Proof(1)}); !errors.Is(err, streams.ErrChunkProof) {
 			t.Fatalf("a root that is not a hash: %v", err)
 		}
 	}
@@ -105,7 +106,7 @@ func BenchmarkChunkTree(b *testing.B) {
 		}
 	})
 	tree := streams.NewChunkTree("job", "contract-review", inputs)
-	c := streams.ChunkMsg{Job: "job", Chunk: 5_000, Pipeline: "contract-review", Input: inputs[4_999], Proof: tree.Proof(5_000)}
+	c := salvagetype.ChunkMsg{Job: "job", Chunk: 5_000, Pipeline: "contract-review", Input: inputs[4_999], Proof: tree.Proof(5_000)}
 	root := tree.Root()
 	b.Run("verify", func(b *testing.B) {
 		for b.Loop() {

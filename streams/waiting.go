@@ -48,7 +48,7 @@ func FindWaitingJob(ctx context.Context, js jetstream.JetStream, id string) (wai
 // messageOfJob reports whether the job message raw names job id: in its
 // body's job_id, or its Nats-Msg-Id (the id, or "<id>.<input hash>").
 func messageOfJob(raw *jetstream.RawStreamMsg, id string) bool {
-	var msg JobMsg
+	var msg salvagetype.JobMsg
 	if json.Unmarshal(raw.Data, &msg) == nil && msg.JobID != nil {
 		return *msg.JobID == id
 	}

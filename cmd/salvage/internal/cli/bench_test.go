@@ -1,8 +1,8 @@
 package cli_test
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"math"
 	"os/exec"
 	"strings"
@@ -281,8 +281,9 @@ func TestBenchLimits(t *testing.T) {
 // job is cancelled after).
 func TestBenchTenants(t *testing.T) {
 	t.Parallel()
-	out := benchOutput(t, "--only", "tenants", "--tenants-chunks", "1500",
-		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "error")
+	// Warnings too: a failing row prints them (what its workers said).
+	out, stderr := benchRun(t, "--only", "tenants", "--tenants-chunks", "1500",
+		"--nats-server", toolBinary(t, "nats-server"), "--report", "json", "--log-level", "warn")
 	var r struct {
 		Tenants []struct {
 			Cap        int     `json:"cap_chunks"`
@@ -291,6 +292,10 @@ func TestBenchTenants(t *testing.T) {
 			DoneBefore int     `json:"large_done_before"`
 			DoneAfter  int     `json:"large_done_after"`
 			Status     string  `json:"small_job_status"`
+			// Where b's job beside a's waited, printed with a failing row.
+			LastTaken         int     `json:"small_last_taken_chunk"`
+			LastTakenSecs     float64 `json:"small_last_taken_seconds"`
+			LastTakenDelivery uint64  `json:"small_last_taken_delivery"`
 		} `json:"tenants"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
@@ -301,7 +306,7 @@ func TestBenchTenants(t *testing.T) {
 	}
 	for _, row := range r.Tenants {
 		if row.Status != "done" || row.Alone <= 0 || row.Beside <= 0 || row.DoneBefore < 16 || row.DoneAfter < row.DoneBefore || row.DoneAfter >= 1500 {
-			t.Errorf("row %+v; want b's job done alone and beside a's, which ran on and was not finished", row)
+			t.Errorf("row %+v; want b's job done alone and beside a's, which ran on and was not finished\nthe bench's stderr:\n%s", row, stderr)
 		}
 	}
 }
@@ -311,13 +316,21 @@ func TestBenchTenants(t *testing.T) {
 // says why.
 func benchOutput(t *testing.T, args ...string) []byte {
 	t.Helper()
-	out, err := exec.Command(binary, append([]string{"bench"}, args...)...).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-			stderr = ee.Stderr[max(0, len(ee.Stderr)-4<<10):]
-		}
-		t.Fatalf("salvage bench %s: %v\n%s", strings.Join(args, " "), err, stderr)
-	}
+	out, _ := benchRun(t, args...)
 	return out
+}
+
+// benchRun is benchOutput that also returns the bench's stderr (its
+// last 8 KiB), for a test that fails on what the report says.
+func benchRun(t *testing.T, args ...string) (stdout, stderr []byte) {
+	t.Helper()
+	var errBuf bytes.Buffer
+	cmd := exec.Command(binary, append([]string{"bench"}, args...)...)
+	cmd.Stderr = &errBuf
+	out, err := cmd.Output()
+	tail := errBuf.Bytes()[max(0, errBuf.Len()-8<<10):]
+	if err != nil {
+		t.Fatalf("salvage bench %s: %v\n%s", strings.Join(args, " "), err, tail)
+	}
+	return out, tail
 }

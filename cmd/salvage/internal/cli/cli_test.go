@@ -26,6 +26,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -224,7 +225,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	if err := nc.Publish(salvage.JobSubject(contractreview.Name), body); err != nil {
 		t.Fatal(err)
 	}
-	var ev streams.JobEvent
+	var ev salvagetype.JobEvent
 	select {
 	case m := <-accepted:
 		_ = json.Unmarshal(m.Data, &ev)

@@ -77,8 +77,19 @@ func requestOn(ctx context.Context, nc *nats.Conn, endpoint string, body, out an
 
 func (e *env) dlqCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "dlq", Short: "List, show, replay, resolve and acknowledge failure envelopes"}
+	by := operatorName()
+	cmd.AddCommand(e.dlqListCmd(), e.dlqShowCmd(),
+		e.dlqActionCmd("replay", "dlq.replay", "Replay an envelope's chunk; it resumes from its journal", by, ""),
+		e.dlqActionCmd("resolve", "dlq.resolve", "Mark an envelope resolved by hand", by, "why it is resolved"),
+		e.dlqActionCmd("ack", "dlq.ack", "Acknowledge an envelope (stops its escalation alert)", by, ""), e.dlqBulkCmd(by))
+	return cmd
+}
+
+// dlqListCmd is `salvage dlq ls`: pages of envelope records, filtered.
+func (e *env) dlqListCmd() *cobra.Command {
 	var (
 		asJSON bool
+		every  bool
 		filter struct {
 			Category string `json:"category,omitempty"`
 			Status   string `json:"status,omitempty"`
@@ -88,11 +99,7 @@ func (e *env) dlqCmd() *cobra.Command {
 			Offset   int    `json:"offset,omitempty"`
 			Limit    int    `json:"limit,omitempty"`
 		}
-		note    string
-		allRows bool
-		every   bool
 	)
-	by := operatorName()
 	ls := &cobra.Command{
 		Use: "ls", Short: "List envelopes in the order they entered their status, a page at a time", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -155,7 +162,13 @@ func (e *env) dlqCmd() *cobra.Command {
 	ls.Flags().IntVar(&filter.Limit, "limit", salvage.PageMax, "at most this many (per status), up to 1,000")
 	ls.Flags().BoolVar(&every, "all", false, "every matching envelope, a page at a time")
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return ls
+}
 
+// dlqShowCmd is `salvage dlq show ENVELOPE`: its record, envelope,
+// journal and checkpoint.
+func (e *env) dlqShowCmd() *cobra.Command {
+	var asJSON, allRows bool
 	show := &cobra.Command{
 		Use: "show ENVELOPE", Short: "Show an envelope: record, journal, checkpoint, original chunk", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -209,34 +222,39 @@ func (e *env) dlqCmd() *cobra.Command {
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	show.Flags().BoolVar(&allRows, "all", false, "list every journal row, the successful ones too")
+	return show
+}
 
-	action := func(use, endpoint, short string) *cobra.Command {
-		c := &cobra.Command{
-			Use: use + " ENVELOPE", Short: short, Args: cobra.ExactArgs(1),
-			RunE: func(_ *cobra.Command, args []string) error {
-				var rec salvage.EnvelopeRecord
-				if err := e.request(endpoint, map[string]string{"envelope_id": args[0], "by": by, "note": note}, &rec); err != nil {
-					return err
-				}
-				if asJSON {
-					return e.writeJSON(rec)
-				}
-				acked := ""
-				if rec.AckedBy != "" {
-					acked = " (acknowledged by " + rec.AckedBy + ")"
-				}
-				fmt.Fprintf(e.stdout, "envelope %s: %s%s\n", rec.ID, rec.Status, acked)
-				return nil
-			},
-		}
-		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-		return c
+// dlqActionCmd is `salvage dlq <use> ENVELOPE`, asking endpoint on behalf
+// of by; noteUsage, when set, offers --note.
+func (e *env) dlqActionCmd(use, endpoint, short, by, noteUsage string) *cobra.Command {
+	var (
+		asJSON bool
+		note   string
+	)
+	c := &cobra.Command{
+		Use: use + " ENVELOPE", Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			var rec salvage.EnvelopeRecord
+			if err := e.request(endpoint, map[string]string{"envelope_id": args[0], "by": by, "note": note}, &rec); err != nil {
+				return err
+			}
+			if asJSON {
+				return e.writeJSON(rec)
+			}
+			acked := ""
+			if rec.AckedBy != "" {
+				acked = " (acknowledged by " + rec.AckedBy + ")"
+			}
+			fmt.Fprintf(e.stdout, "envelope %s: %s%s\n", rec.ID, rec.Status, acked)
+			return nil
+		},
 	}
-	resolve := action("resolve", "dlq.resolve", "Mark an envelope resolved by hand")
-	resolve.Flags().StringVar(&note, "note", "", "why it is resolved")
-	cmd.AddCommand(ls, show, action("replay", "dlq.replay", "Replay an envelope's chunk; it resumes from its journal"),
-		resolve, action("ack", "dlq.ack", "Acknowledge an envelope (stops its escalation alert)"), e.dlqBulkCmd(by))
-	return cmd
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	if noteUsage != "" {
+		c.Flags().StringVar(&note, "note", "", noteUsage)
+	}
+	return c
 }
 
 // dlqBulkCmd is `salvage dlq bulk ACTION --category … [--dry-run]`.

@@ -42,7 +42,16 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 		return noJobOf(body, e.request(ep, body, out))
 	}
 
-	var asJSON bool
+	cmd.AddCommand(e.tenantSubmitCmd(ask), e.tenantJobsCmd(ask), e.tenantStatusCmd(ask), e.tenantCancelCmd(ask), e.tenantResultsCmd(ask))
+	return cmd
+}
+
+// tenantAsk asks the tenant's endpoint op (submit, list, status, cancel,
+// results) with body, decoding the reply into out.
+type tenantAsk func(op string, body, out any) error
+
+// tenantSubmitCmd is `salvage tenant submit PIPELINE FILE|-`.
+func (e *env) tenantSubmitCmd(ask tenantAsk) *cobra.Command {
 	var wait bool
 	var timeout time.Duration
 	submit := &cobra.Command{
@@ -101,7 +110,12 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 	}
 	submit.Flags().BoolVar(&wait, "wait", false, "wait for the job to finish (exit 0 done, 3 partial, 4 incomplete, 5 cancelled)")
 	submit.Flags().DurationVar(&timeout, "timeout", time.Hour, "with --wait, give up after this long")
+	return submit
+}
 
+// tenantJobsCmd is `salvage tenant jobs`.
+func (e *env) tenantJobsCmd(ask tenantAsk) *cobra.Command {
+	var asJSON bool
 	var page salvage.Page
 	jobs := &cobra.Command{
 		Use:   "jobs",
@@ -126,7 +140,11 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 	jobs.Flags().IntVar(&page.Offset, "offset", 0, "skip this many jobs")
 	jobs.Flags().IntVar(&page.Limit, "limit", salvage.PageDefault, "list at most this many")
 	jobs.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return jobs
+}
 
+// tenantStatusCmd is `salvage tenant status JOB`.
+func (e *env) tenantStatusCmd(ask tenantAsk) *cobra.Command {
 	status := &cobra.Command{
 		Use:   "status JOB",
 		Short: "Show one of the tenant's jobs, as JSON",
@@ -143,6 +161,11 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 			return e.writeJSON(st)
 		},
 	}
+	return status
+}
+
+// tenantCancelCmd is `salvage tenant cancel JOB`.
+func (e *env) tenantCancelCmd(ask tenantAsk) *cobra.Command {
 	cancel := &cobra.Command{
 		Use:   "cancel JOB",
 		Short: "Cancel one of the tenant's jobs",
@@ -160,6 +183,11 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 			return nil
 		},
 	}
+	return cancel
+}
+
+// tenantResultsCmd is `salvage tenant results JOB`.
+func (e *env) tenantResultsCmd(ask tenantAsk) *cobra.Command {
 	var rpage salvage.Page
 	results := &cobra.Command{
 		Use:   "results JOB",
@@ -185,8 +213,7 @@ exist. Connect as the tenant's user, with its inbox prefix.`,
 	}
 	results.Flags().IntVar(&rpage.Offset, "offset", 0, "skip this many chunks")
 	results.Flags().IntVar(&rpage.Limit, "limit", salvage.ResultsPageMax, "chunks a page (at most 100)")
-	cmd.AddCommand(submit, jobs, status, cancel, results)
-	return cmd
+	return results
 }
 
 // noJobOf turns a 404 for the job a body names into the CLI's message.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -207,18 +208,21 @@ func (r *runFlags) resolveJournal(embedded bool, sync time.Duration) {
 	}
 }
 
+// upOpts are salvage up's flags.
+type upOpts struct {
+	run       runFlags
+	httpAddr  string
+	httpToken string
+	httpHosts []string
+	roles     []string
+	listen    string
+	storeDir  string
+	syncStr   string
+	connWait  time.Duration
+}
+
 func (e *env) upCmd() *cobra.Command {
-	var (
-		run       runFlags
-		httpAddr  string
-		httpToken string
-		httpHosts []string
-		roles     []string
-		listen    string
-		storeDir  string
-		syncStr   string
-		connWait  time.Duration
-	)
+	var o upOpts
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run Salvage: an embedded NATS server (unless --server) and every role",
@@ -229,139 +233,181 @@ a second process on the same store exits at once. Once streams, buckets and role
 ready it prints NATS_URL=... on stdout. SIGTERM drains: fetching stops, in-flight
 chunks finish or are released, then the process exits.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := e.logger()
-			if err != nil {
-				return err
-			}
-			clientRoles, dash, err := resolveRoles(roles)
-			if err != nil {
-				return err
-			}
-			sync, err := natsconf.ParseSyncInterval(syncStr)
-			if err != nil {
-				return err
-			}
-			// Embed only when nothing names a deployment to join. Flags
-			// win over the environment: --listen or --store asks for an
-			// embedded server even with $NATS_URL or $NATS_CONTEXT set;
-			// together with --server or --context they contradict.
-			embedFlags := cmd.Flags().Changed("listen") || cmd.Flags().Changed("store")
-			joinFlags := cmd.Flags().Changed("server") || cmd.Flags().Changed("context")
-			if embedFlags && joinFlags {
-				return errors.New("--listen and --store configure an embedded server; --server and --context join an existing one: give one or the other")
-			}
-			embedded := embedFlags || e.conn.URL == "" && e.conn.ContextName() == "" && os.Getenv("NATS_URL") == ""
-			if embedded && embedFlags && (os.Getenv("NATS_URL") != "" || e.conn.ContextName() != "") {
-				log.Info().Str("listen", listen).Str("store", storeDir).Msg("--listen/--store given: embedding a server; $NATS_URL and $NATS_CONTEXT are ignored")
-			}
-			run.resolveJournal(embedded, sync)
-			mcp, closeMCP := mcpFor(clientRoles)
-			// Deferred first, so it runs after the roles stop: a
-			// draining worker may still call the servers.
-			defer closeMCP()
-			cfg, err := run.config(clientRoles, mcp, log)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			tp, stopTracing, err := startTracing(ctx, log)
-			if err != nil {
-				return err
-			}
-			// Deferred first, so it runs last: after the roles stop.
-			defer stopTracing()
-			cfg.TracerProvider = tp
-			url := e.conn.ResolveURL()
-			if embedded {
-				host, portStr, err := net.SplitHostPort(listen)
-				if err != nil {
-					return fmt.Errorf("--listen %q: %w", listen, err)
-				}
-				port, err := strconv.Atoi(portStr)
-				if err != nil || port < -1 || port > 65535 {
-					return fmt.Errorf("--listen %q: bad port", listen)
-				}
-				if port == 0 {
-					port = -1 // a free port, printed below as NATS_URL
-				}
-				sc := natsconf.DefaultServerConfig()
-				sc.Host, sc.Port, sc.StoreDir, sc.SyncInterval = host, port, storeDir, sync
-				srv, err := natsconf.StartServer(sc)
-				if err != nil {
-					return err
-				}
-				defer srv.Shutdown()
-				url = srv.ClientURL()
-				e.conn.NoContext = true
-				log.Info().Str("url", url).Str("store", storeDir).Str("sync_interval", natsconf.SyncIntervalString(sync)).Msg("embedded NATS server ready")
-			}
-			e.conn.URL = url
-			e.conn.Wait = true
-			e.conn.OnPermissionViolation = func(err error) {
-				// A refused request is only one nobody answers: say why,
-				// and fail a start that waits for it.
-				log.Error().Err(err).Msg("the server refused this user; check its permissions")
-				e.refused.record(err)
-			}
-			var lastErr natsconf.LastConnError
-			e.conn.OnConnectError = lastErr.Record
-			nc, js, err := e.connect("salvage up")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			if err := natsconf.AwaitConnected(ctx, nc, url, connWait, &lastErr, func(waited time.Duration, lastErr error) {
-				log.Warn().Str("url", url).Dur("waited_ms", waited).AnErr("last_error", lastErr).Msg("NATS server not reachable yet; still trying")
-			}); err != nil {
-				return err
-			}
-			client, err := salvage.NewClient(js, cfg)
-			if err != nil {
-				return err
-			}
-			// An existing deployment may still be electing leaders or
-			// reconnecting: Start's provisioning waits that out.
-			pctx, cancel := context.WithTimeout(ctx, connWait)
-			err = client.Start(e.refused.watch(pctx))
-			cancel()
-			if err != nil {
-				return fmt.Errorf("start on %s: %w", url, e.refused.explain(err))
-			}
-			var srv *dashboard.Server
-			if dash {
-				if httpToken == "" {
-					httpToken = os.Getenv(dashboard.TokenEnv)
-				}
-				if srv, err = dashboard.Listen(js, client, dashboard.Config{Addr: httpAddr, Token: httpToken, AllowedHosts: httpHosts, Logger: &log}); err != nil {
-					_ = client.Stop(context.WithoutCancel(ctx))
-					return err
-				}
-				log.Info().Str("url", srv.URL()).Bool("token_configured", httpToken != "").Msg("dashboard ready")
-			}
-			fmt.Fprintf(e.stdout, "NATS_URL=%s\n", url)
-			var dashErr error
-			if srv != nil {
-				dashErr = srv.Run(ctx)
-			} else {
-				<-ctx.Done()
-			}
-			// SIGTERM: the client drains its worker (DrainTimeout), then
-			// every role stops.
-			return errors.Join(dashErr, client.Stop(context.WithoutCancel(ctx)))
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return e.up(cmd, &o) },
 	}
 	f := cmd.Flags()
-	run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
-	f.StringSliceVar(&roles, "role", []string{roleAll}, "roles to run: worker, dead-letter, recovery, api, dashboard or all (comma-separated or repeated)")
-	f.StringVar(&listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address (port 0 picks a free one; NATS_URL=... says which)")
-	f.StringVar(&storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
-	f.StringVar(&httpAddr, "http", dashboard.AddrDefault, "dashboard, /api, /metrics and /healthz address (a non-loopback one needs a token)")
-	f.StringVar(&httpToken, "http-token", "", "token the dashboard requires for replay, resolve and ack (default $"+dashboard.TokenEnv+"; on loopback without one, a random token per process)")
-	f.StringSliceVar(&httpHosts, "http-allowed-hosts", nil, "host names the dashboard answers to besides the --http address, localhost, 127.0.0.1 and ::1 (others get 421: DNS rebinding)")
-	f.StringVar(&syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
-	f.DurationVar(&connWait, "connect-timeout", natsconf.ConnectTimeoutDefault, "when joining a deployment, how long to wait for it to be reachable before giving up")
+	o.run.register(f, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
+	f.StringSliceVar(&o.roles, "role", []string{roleAll}, "roles to run: worker, dead-letter, recovery, api, dashboard or all (comma-separated or repeated)")
+	f.StringVar(&o.listen, "listen", fmt.Sprintf("%s:%d", natsconf.HostDefault, natsconf.PortDefault), "embedded server's client address (port 0 picks a free one; NATS_URL=... says which)")
+	f.StringVar(&o.storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
+	f.StringVar(&o.httpAddr, "http", dashboard.AddrDefault, "dashboard, /api, /metrics and /healthz address (a non-loopback one needs a token)")
+	f.StringVar(&o.httpToken, "http-token", "", "token the dashboard requires for replay, resolve and ack (default $"+dashboard.TokenEnv+"; on loopback without one, a random token per process)")
+	f.StringSliceVar(&o.httpHosts, "http-allowed-hosts", nil, "host names the dashboard answers to besides the --http address, localhost, 127.0.0.1 and ::1 (others get 421: DNS rebinding)")
+	f.StringVar(&o.syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
+	f.DurationVar(&o.connWait, "connect-timeout", natsconf.ConnectTimeoutDefault, "when joining a deployment, how long to wait for it to be reachable before giving up")
 	return cmd
+}
+
+// up runs salvage up: it embeds a server or joins one, starts the client's
+// roles (and the dashboard), prints NATS_URL=... and blocks until its
+// context ends, then drains.
+func (e *env) up(cmd *cobra.Command, o *upOpts) error {
+	log, err := e.logger()
+	if err != nil {
+		return err
+	}
+	clientRoles, dash, err := resolveRoles(o.roles)
+	if err != nil {
+		return err
+	}
+	sync, err := natsconf.ParseSyncInterval(o.syncStr)
+	if err != nil {
+		return err
+	}
+	embedded, err := e.embedding(cmd, o, log)
+	if err != nil {
+		return err
+	}
+	o.run.resolveJournal(embedded, sync)
+	mcp, closeMCP := mcpFor(clientRoles)
+	// Deferred first, so it runs after the roles stop: a draining worker
+	// may still call the servers.
+	defer closeMCP()
+	cfg, err := o.run.config(clientRoles, mcp, log)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	tp, stopTracing, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: after the roles stop.
+	defer stopTracing()
+	cfg.TracerProvider = tp
+	url := e.conn.ResolveURL()
+	if embedded {
+		srv, err := embedServer(o.listen, o.storeDir, sync)
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		url = srv.ClientURL()
+		e.conn.NoContext = true
+		log.Info().Str("url", url).Str("store", o.storeDir).Str("sync_interval", natsconf.SyncIntervalString(sync)).Msg("embedded NATS server ready")
+	}
+	js, closeConn, err := e.joinDeployment(ctx, url, o.connWait, log)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	client, err := salvage.NewClient(js, cfg)
+	if err != nil {
+		return err
+	}
+	// An existing deployment may still be electing leaders or
+	// reconnecting: Start's provisioning waits that out.
+	pctx, cancel := context.WithTimeout(ctx, o.connWait)
+	err = client.Start(e.refused.watch(pctx))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("start on %s: %w", url, e.refused.explain(err))
+	}
+	var srv *dashboard.Server
+	if dash {
+		if srv, err = startDashboard(js, client, o, log); err != nil {
+			_ = client.Stop(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	fmt.Fprintf(e.stdout, "NATS_URL=%s\n", url)
+	var dashErr error
+	if srv != nil {
+		dashErr = srv.Run(ctx)
+	} else {
+		<-ctx.Done()
+	}
+	// SIGTERM: the client drains its worker (DrainTimeout), then every
+	// role stops.
+	return errors.Join(dashErr, client.Stop(context.WithoutCancel(ctx)))
+}
+
+// embedding says whether up embeds a server: only when nothing names a
+// deployment to join. Flags win over the environment: --listen or --store
+// asks for an embedded server even with $NATS_URL or $NATS_CONTEXT set;
+// together with --server or --context they contradict.
+func (e *env) embedding(cmd *cobra.Command, o *upOpts, log zerolog.Logger) (bool, error) {
+	embedFlags := cmd.Flags().Changed("listen") || cmd.Flags().Changed("store")
+	joinFlags := cmd.Flags().Changed("server") || cmd.Flags().Changed("context")
+	if embedFlags && joinFlags {
+		return false, errors.New("--listen and --store configure an embedded server; --server and --context join an existing one: give one or the other")
+	}
+	embedded := embedFlags || e.conn.URL == "" && e.conn.ContextName() == "" && os.Getenv("NATS_URL") == ""
+	if embedded && embedFlags && (os.Getenv("NATS_URL") != "" || e.conn.ContextName() != "") {
+		log.Info().Str("listen", o.listen).Str("store", o.storeDir).Msg("--listen/--store given: embedding a server; $NATS_URL and $NATS_CONTEXT are ignored")
+	}
+	return embedded, nil
+}
+
+// embedServer starts the embedded server on listen (port 0: a free one)
+// with its store in storeDir.
+func embedServer(listen, storeDir string, sync time.Duration) (*natsconf.Server, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < -1 || port > 65535 {
+		return nil, fmt.Errorf("--listen %q: bad port", listen)
+	}
+	if port == 0 {
+		port = -1 // a free port, printed as NATS_URL
+	}
+	sc := natsconf.DefaultServerConfig()
+	sc.Host, sc.Port, sc.StoreDir, sc.SyncInterval = host, port, storeDir, sync
+	return natsconf.StartServer(sc)
+}
+
+// joinDeployment connects to url and waits up to connWait for it to be
+// reachable; a refused request is logged and recorded, so that a start
+// waiting for it fails saying why.
+func (e *env) joinDeployment(ctx context.Context, url string, connWait time.Duration, log zerolog.Logger) (jetstream.JetStream, func(), error) {
+	e.conn.URL = url
+	e.conn.Wait = true
+	e.conn.OnPermissionViolation = func(err error) {
+		// A refused request is only one nobody answers: say why, and
+		// fail a start that waits for it.
+		log.Error().Err(err).Msg("the server refused this user; check its permissions")
+		e.refused.record(err)
+	}
+	var lastErr natsconf.LastConnError
+	e.conn.OnConnectError = lastErr.Record
+	nc, js, err := e.connect("salvage up")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := natsconf.AwaitConnected(ctx, nc, url, connWait, &lastErr, func(waited time.Duration, lastErr error) {
+		log.Warn().Str("url", url).Dur("waited_ms", waited).AnErr("last_error", lastErr).Msg("NATS server not reachable yet; still trying")
+	}); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
+}
+
+// startDashboard listens on --http with the token (--http-token, else
+// $SALVAGE_DASHBOARD_TOKEN).
+func startDashboard(js jetstream.JetStream, client *salvage.Client, o *upOpts, log zerolog.Logger) (*dashboard.Server, error) {
+	token := o.httpToken
+	if token == "" {
+		token = os.Getenv(dashboard.TokenEnv)
+	}
+	srv, err := dashboard.Listen(js, client, dashboard.Config{Addr: o.httpAddr, Token: token, AllowedHosts: o.httpHosts, Logger: &log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("url", srv.URL()).Bool("token_configured", token != "").Msg("dashboard ready")
+	return srv, nil
 }
 
 // parsePrices reads --price MODEL=PROMPT,COMPLETION flags.
