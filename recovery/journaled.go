@@ -264,18 +264,9 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	rowp = &row
 	prev, seen := t.replay.get(key)
 	if seen {
-		if prev.Tool != row.Tool || prev.InputHash != row.InputHash {
-			return nil, t.diverged(ctx, prev, name, row.InputHash)
-		}
-		switch prev.Status {
-		case salvagetype.CallCompensated:
-			return nil, salvagetype.Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", key))
-		case salvagetype.CallSucceeded:
-			replayed = true
-			row.Attempts, row.Usage = prev.Attempts, prev.Usage
-			t.stats.Cached.Add(1)
-			t.state.Completed = appendOnce(t.state.Completed, key)
-			return prev.Output, nil
+		if out, done, err := t.fromJournal(ctx, &row, prev); done {
+			replayed = err == nil
+			return out, err
 		}
 	}
 	// From here on the system is asked: an open breaker refuses at once,
@@ -283,15 +274,7 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 	// whose refusal a resume must see to pass it over again.
 	if err := t.allow(ctx, tool); err != nil {
 		if link && (tool.Effect == nil || !seen || prev.Status == salvagetype.CallFailed) {
-			row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), salvagetype.ErrorTextMax), salvagetype.ClassBreakerOpen.String()
-			row.StartedAt, row.FinishedAt = time.Now().UTC(), time.Now().UTC()
-			if seen {
-				row.Attempts = prev.Attempts
-				row.CarryHistory(prev.JournalRow)
-			}
-			if werr := t.replay.putLater(row); werr != nil {
-				return nil, errors.Join(err, fmt.Errorf("journal %s: %w", key, werr))
-			}
+			return nil, t.refused(row, prev, seen, err)
 		}
 		return nil, err
 	}
@@ -321,37 +304,108 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			return nil, fmt.Errorf("journal %s: %w", key, err)
 		}
 	}
-	var res salvagetype.ToolResult
-	// Attempts are counted here: Stats is shared by the stage's agents.
-	attempts := 0
+	at, err := t.attempts(ctx, tool, in, row.IdempotencyKey, link)
+	row.Attempts += at.attempts
+	row.Verified = row.Verified || at.verified
+	row.FinishedAt = time.Now().UTC()
+	if at.waited >= time.Millisecond {
+		row.LimitWaitMS = float64(at.waited.Microseconds()) / 1000
+	}
+	row.LatencyMS = float64(row.FinishedAt.Sub(row.StartedAt).Microseconds()) / 1000
+	if err != nil && ClassOf(err) == salvagetype.ClassCancelled {
+		return nil, t.stopped(row, at.attempts, tool, err)
+	}
+	t.outcome(&row, tool, at, err)
+	if werr := t.replay.putLater(row); werr != nil {
+		return nil, errors.Join(err, fmt.Errorf("journal %s: %w", key, werr))
+	}
+	if err == nil {
+		t.state.Completed = append(t.state.Completed, key)
+	}
+	return at.res.Output, err
+}
+
+// fromJournal answers a call the journal has seen (prev) when it may:
+// done with its output when it succeeded (nothing is called again), done
+// with an error when it was compensated or the agent diverged from its
+// journal (another tool or input under the key). Otherwise the call goes
+// on.
+func (t *turn) fromJournal(ctx context.Context, row *kv.JournalRow, prev kv.StoredRow) (out json.RawMessage, done bool, err error) {
+	if prev.Tool != row.Tool || prev.InputHash != row.InputHash {
+		return nil, true, t.diverged(ctx, prev, row.Tool, row.InputHash)
+	}
+	switch prev.Status {
+	case salvagetype.CallCompensated:
+		return nil, true, salvagetype.Permanent(0, fmt.Errorf("%s was compensated; only a fresh epoch may call it again", row.Key))
+	case salvagetype.CallSucceeded:
+		row.Attempts, row.Usage = prev.Attempts, prev.Usage
+		t.stats.Cached.Add(1)
+		t.state.Completed = appendOnce(t.state.Completed, row.Key)
+		return prev.Output, true, nil
+	}
+	return nil, false, nil
+}
+
+// refused records, in a row of its own, a link of a fallback chain its
+// breaker refused (err), so that a resume passes it over again; it
+// returns err, with the journal's error if the row could not be written.
+func (t *turn) refused(row kv.JournalRow, prev kv.StoredRow, seen bool, err error) error {
+	row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), salvagetype.ErrorTextMax), salvagetype.ClassBreakerOpen.String()
+	row.StartedAt, row.FinishedAt = time.Now().UTC(), time.Now().UTC()
+	if seen {
+		row.Attempts = prev.Attempts
+		row.CarryHistory(prev.JournalRow)
+	}
+	if werr := t.replay.putLater(row); werr != nil {
+		return errors.Join(err, fmt.Errorf("journal %s: %w", row.Key, werr))
+	}
+	return err
+}
+
+// attempted is what the attempts at one call came to.
+type attempted struct {
+	res salvagetype.ToolResult
+	// attempts counts them (Stats is shared by the stage's agents).
+	attempts int
 	// unsure is set while the last attempt of a side effect may have
 	// taken effect without saying so (no answer, a 5xx, …): the next
-	// attempt asks the system first (invariant 9).
-	unsure := false
+	// attempt, or the next run, asks the system first (invariant 9).
+	unsure bool
+	// verified says the outcome was learned by asking the system.
+	verified bool
+	// waited adds up the time the requests waited for a rate limit's
+	// budget.
+	waited time.Duration
+}
+
+// attempts makes the call of tool with input in (its idempotency key
+// idemKey): tier-1 retries, each attempt asking the breaker again and,
+// after one whose outcome is unknown, asking the system whether it took
+// effect before trying again. A link of a fallback chain stops at a rate
+// limit.
+func (t *turn) attempts(ctx context.Context, tool *salvagetype.Tool, in json.RawMessage, idemKey string, link bool) (attempted, error) {
+	var at attempted
 	var estimate int64
 	if t.limiter != nil {
 		estimate = estimateTokens(in)
 	}
-	// waited adds up the time the call's requests waited for a rate
-	// limit's budget.
-	var waited time.Duration
 	var stop func(error) bool
 	if link {
 		stop = func(err error) bool { return ClassOf(err) == salvagetype.ClassRateLimited }
 	}
-	err = t.exec.DoUnless(ctx, t.stats, name, stop, func(ctx context.Context) error {
-		if attempts > 0 {
+	err := t.exec.DoUnless(ctx, t.stats, tool.Name, stop, func(ctx context.Context) error {
+		if at.attempts > 0 {
 			// The breaker may have opened while this call waited.
 			if err := t.allow(ctx, tool); err != nil {
 				return err
 			}
 		}
-		attempts++
-		if unsure {
+		at.attempts++
+		if at.unsure {
 			var v salvagetype.Verification
-			err := t.guarded(ctx, tool, 0, false, &waited, func() (Spent, error) {
+			err := t.guarded(ctx, tool, 0, false, &at.waited, func() (Spent, error) {
 				var err error
-				v, err = VerifyEffect(ctx, tool, row.IdempotencyKey)
+				v, err = VerifyEffect(ctx, tool, idemKey)
 				return Spent{}, err
 			})
 			if err != nil {
@@ -360,57 +414,48 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 			}
 			if v.Applied {
 				t.stats.Verified.Add(1)
-				row.Verified = true
-				res = salvagetype.ToolResult{Output: v.Output, ResourceID: v.ResourceID}
+				at.verified = true
+				at.res = salvagetype.ToolResult{Output: v.Output, ResourceID: v.ResourceID}
 				return nil
 			}
-			unsure = false
+			at.unsure = false
 		}
-		err := t.guarded(ctx, tool, estimate, link, &waited, func() (Spent, error) {
+		err := t.guarded(ctx, tool, estimate, link, &at.waited, func() (Spent, error) {
 			var err error
-			res, err = Invoke(ctx, tool, salvagetype.ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
-				IdempotencyKey: row.IdempotencyKey, Input: in, TraceID: t.TraceID})
+			at.res, err = Invoke(ctx, tool, salvagetype.ToolCall{Job: t.Job, Chunk: t.Chunk, Stage: t.Stage, Epoch: t.Epoch, Agent: t.Agent, Seq: t.seq,
+				IdempotencyKey: idemKey, Input: in, TraceID: t.TraceID})
 			if err == nil {
-				err = checkResult(name, res)
+				err = checkResult(tool.Name, at.res)
 			}
-			return spentBy(res), err
+			return spentBy(at.res), err
 		})
-		unsure = err != nil && tool.Effect != nil && OutcomeUnknown(err)
+		at.unsure = err != nil && tool.Effect != nil && OutcomeUnknown(err)
 		return err
 	})
-	row.Attempts += attempts
-	row.FinishedAt = time.Now().UTC()
-	if waited >= time.Millisecond {
-		row.LimitWaitMS = float64(waited.Microseconds()) / 1000
-	}
-	row.LatencyMS = float64(row.FinishedAt.Sub(row.StartedAt).Microseconds()) / 1000
-	if err != nil && ClassOf(err) == salvagetype.ClassCancelled {
-		return nil, t.stopped(row, attempts, tool, err)
-	}
+	return at, err
+}
+
+// outcome records in row how the call ended: failed (unknown while a side
+// effect may have taken effect), or succeeded, with its output, usage (and
+// cost) and the fingerprint of its effect.
+func (t *turn) outcome(row *kv.JournalRow, tool *salvagetype.Tool, at attempted, err error) {
 	if err != nil {
 		row.Status, row.Error, row.ErrorClass = salvagetype.CallFailed, streams.Clip(err.Error(), salvagetype.ErrorTextMax), ClassOf(err).String()
-		if unsure {
+		if at.unsure {
 			// It may have taken effect: the next run verifies first.
 			row.Status = salvagetype.CallUnknown
 		}
 		row.ErrorStatus = StatusOf(err)
 		row.RetryableAfterCompensation = tool.RetryableAfterCompensation
-	} else {
-		row.Status, row.Output, row.Usage = salvagetype.CallSucceeded, res.Output, res.Usage
-		if u := res.Usage; u != nil {
-			t.stats.PromptTokens.Add(u.PromptTokens)
-			t.stats.CompletionTokens.Add(u.CompletionTokens)
-			t.stats.CostMicros.Add(t.prices.CostMicros(u))
-		}
-		row.Fingerprint = fingerprint(tool, row.IdempotencyKey, res.ResourceID)
+		return
 	}
-	if werr := t.replay.putLater(row); werr != nil {
-		return nil, errors.Join(err, fmt.Errorf("journal %s: %w", key, werr))
+	row.Status, row.Output, row.Usage = salvagetype.CallSucceeded, at.res.Output, at.res.Usage
+	if u := at.res.Usage; u != nil {
+		t.stats.PromptTokens.Add(u.PromptTokens)
+		t.stats.CompletionTokens.Add(u.CompletionTokens)
+		t.stats.CostMicros.Add(t.prices.CostMicros(u))
 	}
-	if err == nil {
-		t.state.Completed = append(t.state.Completed, key)
-	}
-	return res.Output, err
+	row.Fingerprint = fingerprint(tool, row.IdempotencyKey, at.res.ResourceID)
 }
 
 // stopped records a call Salvage stopped. Stopped because the job was

@@ -219,6 +219,15 @@ func (r *benchReport) print(w io.Writer) {
 	fmt.Fprintf(tw, "Salvage bench on %s, %s (%.0fs)\n", r.Machine, r.GoVersion, r.WallSecs)
 	fmt.Fprintf(tw, "Reference figures (measured on %s, fsync on): DBOS Transact %s steps/s, River %s jobs/s (FetchCooldown 1 ms)\n\n",
 		refMachine, refDBOS, thousands(refRiverJobsPerSec))
+	r.printSingle(tw)
+	r.printSustained(tw)
+	r.printFleets(tw)
+	_ = tw.Flush()
+}
+
+// printSingle writes the sections measured on one server: throughput,
+// the critical path, crash to resume, cost growth and storage.
+func (r *benchReport) printSingle(tw io.Writer) {
 	if len(r.Throughput) > 0 {
 		fmt.Fprintln(tw, "THROUGHPUT\tservers\tsync_interval\tjournal\tcalls/s\tchunks/s\trows/flush\tfloor: batches/s\tfloor: async/s\tfloor: rows/s\tcalls/floor\ttarget")
 		for _, t := range r.Throughput {
@@ -267,6 +276,10 @@ func (r *benchReport) print(w io.Writer) {
 		}
 		fmt.Fprintln(tw)
 	}
+}
+
+// printSustained writes the soak, listing and release-ramp sections.
+func (r *benchReport) printSustained(tw io.Writer) {
 	if k := r.Soak; k != nil {
 		fmt.Fprintln(tw, "SOAK\tsync_interval\tjobs\tchunks (dead-lettered)\tretention (calls/effects/records)\tgoverned bytes at 25/50/75/100%\taged bytes at the end\ttarget")
 		at := func(f float64) string {
@@ -301,6 +314,11 @@ func (r *benchReport) print(w io.Writer) {
 			strings.Trim(fmt.Sprint(k.AfterClose), "[]"), k.peak(), k.verdict())
 		fmt.Fprintln(tw)
 	}
+}
+
+// printFleets writes the sections measured on fleets of processes:
+// fleet, limits, tenants, dashboard and partitions.
+func (r *benchReport) printFleets(tw io.Writer) {
 	if len(r.Fleet) > 0 || r.FleetSkipped != "" {
 		fmt.Fprintln(tw, "FLEET	processes x slots	wall	workers CPU	server CPU	control CPU	CPU/chunk (workers+server)	delivered to workers/chunk	job record, journal writes/chunk	job")
 		for _, f := range r.Fleet {
@@ -378,7 +396,6 @@ func (r *benchReport) print(w io.Writer) {
 			fmt.Fprintf(tw, "  %s\n", partitionsVerdict(r.Partitions))
 		}
 	}
-	_ = tw.Flush()
 }
 
 // machine describes this computer for the report.

@@ -128,19 +128,12 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	o.workers, o.sync = b.o.workers, natsconf.SyncIntervalString(natsconf.DefaultServerConfig().SyncInterval)
 	row := crashRow{SyncInterval: o.sync, AckWait: o.run.ackWait, Workers: o.workers}
 
-	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: criticalLatency})
+	counter, simURL, closeSim, err := countedModel()
 	if err != nil {
 		return row, err
 	}
-	counter := &modelCounter{keys: map[string]int{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return row, err
-	}
-	hs := &http.Server{Handler: counter.wrap(sim.Handler(sim.NewState(sim.Config{}), model)), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
-	o.run.simURL = "http://" + ln.Addr().String()
+	defer closeSim()
+	o.run.simURL = simURL
 
 	d, err := b.e.startDemoEnv(ctx, &o, b.log)
 	defer d.close()
@@ -157,47 +150,9 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	}
 	defer func() { _ = watch.Stop() }()
 
-	var mu sync.Mutex
-	// running holds the chunks whose latest checkpoint says running: the
-	// victims are picked among their holders.
-	running := map[string]chunkView{}
-	pending := map[string]pendingChunk{}
+	book := &crashBook{running: map[string]chunkView{}, pending: map[string]pendingChunk{}}
 	var kills []*crashKill
-	go func() {
-		for e := range watch.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var v chunkView
-			if json.Unmarshal(e.Value(), &v) != nil {
-				continue
-			}
-			mu.Lock()
-			if v.Status == string(salvage.ChunkRunning) {
-				running[e.Key()] = v
-			} else {
-				delete(running, e.Key())
-			}
-			switch p, ok := pending[e.Key()]; {
-			case !ok:
-			case v.Status == string(salvage.ChunkRunning) && v.ClaimedBy != p.kill.victim:
-				p.kill.last = max(p.kill.last, time.Since(p.kill.at))
-				p.kill.resumed++
-				if v.Deliveries > p.deliveries+1 {
-					// A redelivery in between was lost too: the worker it
-					// went to was killed before it took the chunk.
-					p.kill.relost = true
-				}
-				delete(pending, e.Key())
-			case v.ClaimedBy == p.kill.victim && v.Status != string(salvage.ChunkRunning):
-				// The victim's last write landed as it was killed: the
-				// chunk was over, not interrupted.
-				p.kill.held--
-				delete(pending, e.Key())
-			}
-			mu.Unlock()
-		}
-	}()
+	go book.follow(watch)
 
 	input := contractreview.Input{Text: contractreview.Contract(crashJobChunks, 1)}
 	var jobs []string
@@ -217,14 +172,7 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 		case <-time.After(b.o.killEvery):
 		}
 		// The victim: a live worker holding running chunks.
-		mu.Lock()
-		holders := map[string][]string{}
-		for key, v := range running {
-			if _, ok := pending[key]; !ok {
-				holders[v.ClaimedBy] = append(holders[v.ClaimedBy], key)
-			}
-		}
-		mu.Unlock()
+		holders := book.holders()
 		var candidates []*worker
 		for _, w := range d.workers {
 			if w.cmd.ProcessState == nil && len(holders[w.id]) > 0 {
@@ -235,21 +183,11 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 			continue
 		}
 		victim := candidates[rand.N(len(candidates))]
-		k := &crashKill{victim: victim.id}
-		mu.Lock()
-		k.at = time.Now()
-		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			mu.Unlock()
+		k, err := book.kill(victim, holders[victim.id])
+		if err != nil {
 			return row, err
 		}
-		for _, key := range holders[victim.id] {
-			if v, ok := running[key]; ok && v.ClaimedBy == victim.id {
-				pending[key] = pendingChunk{kill: k, deliveries: v.Deliveries}
-				k.held++
-			}
-		}
 		kills = append(kills, k)
-		mu.Unlock()
 		_ = victim.cmd.Wait()
 		next++
 		w, err := b.e.startWorker(ctx, o, d.url, fmt.Sprintf("bench-w%d", next))
@@ -263,9 +201,7 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	b.log.Info().Msg("crash: waiting for the last killed chunks to resume")
 	deadline := time.Now().Add(crashResumeWait)
 	for {
-		mu.Lock()
-		left := len(pending)
-		mu.Unlock()
+		left := book.left()
 		if left == 0 {
 			break
 		}
@@ -282,8 +218,32 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 		}
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	err = summarizeKills(&row, kills)
+	return row, err
+}
+
+// countedModel serves the simulated model on a loopback port, counting
+// each request by its idempotency key: what tells a call made twice.
+func countedModel() (*modelCounter, string, func(), error) {
+	model, err := simmodel.New(simmodel.Config{Seed: 1, Latency: criticalLatency})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	counter := &modelCounter{keys: map[string]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	hs := &http.Server{Handler: counter.wrap(sim.Handler(sim.NewState(sim.Config{}), model)), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return counter, "http://" + ln.Addr().String(), func() { _ = hs.Close() }, nil
+}
+
+// summarizeKills fills row's latencies from the kills (with the book's
+// lock held: its follower writes them).
+func summarizeKills(row *crashRow, kills []*crashKill) error {
 	lat := make([]time.Duration, 0, len(kills))
 	var clean []time.Duration
 	for _, k := range kills {
@@ -300,14 +260,101 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	slices.Sort(clean)
 	row.CleanP99 = percentile(clean, 0.99)
 	if len(lat) == 0 {
-		return row, errors.New("no kill interrupted a running chunk")
+		return errors.New("no kill interrupted a running chunk")
 	}
 	slices.Sort(lat)
 	row.Kills = len(kills)
 	row.P50, row.P99, row.Max = percentile(lat, 0.50), percentile(lat, 0.99), lat[len(lat)-1]
 	row.TwicePerKill = float64(row.Requests-row.Unique) / float64(row.Kills)
 	row.InFlightBound = float64(row.Chunks) * float64(len(contractreview.Analysts)) / float64(row.Kills)
-	return row, nil
+	return nil
+}
+
+// crashBook follows the checkpoints during the crash row: which chunks
+// run on which worker, and which a kill interrupted until another worker
+// takes them (the kill's latency then).
+type crashBook struct {
+	mu sync.Mutex
+	// running holds the chunks whose latest checkpoint says running: the
+	// victims are picked among their holders.
+	running map[string]chunkView
+	pending map[string]pendingChunk
+}
+
+// follow reads the checkpoints' updates until the watch stops.
+func (c *crashBook) follow(watch jetstream.KeyWatcher) {
+	for e := range watch.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var v chunkView
+		if json.Unmarshal(e.Value(), &v) != nil {
+			continue
+		}
+		c.mu.Lock()
+		if v.Status == string(salvage.ChunkRunning) {
+			c.running[e.Key()] = v
+		} else {
+			delete(c.running, e.Key())
+		}
+		switch p, ok := c.pending[e.Key()]; {
+		case !ok:
+		case v.Status == string(salvage.ChunkRunning) && v.ClaimedBy != p.kill.victim:
+			p.kill.last = max(p.kill.last, time.Since(p.kill.at))
+			p.kill.resumed++
+			if v.Deliveries > p.deliveries+1 {
+				// A redelivery in between was lost too: the worker it
+				// went to was killed before it took the chunk.
+				p.kill.relost = true
+			}
+			delete(c.pending, e.Key())
+		case v.ClaimedBy == p.kill.victim && v.Status != string(salvage.ChunkRunning):
+			// The victim's last write landed as it was killed: the chunk
+			// was over, not interrupted.
+			p.kill.held--
+			delete(c.pending, e.Key())
+		}
+		c.mu.Unlock()
+	}
+}
+
+// holders maps each worker to the running chunks it holds that no kill
+// has interrupted yet.
+func (c *crashBook) holders() map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	holders := map[string][]string{}
+	for key, v := range c.running {
+		if _, ok := c.pending[key]; !ok {
+			holders[v.ClaimedBy] = append(holders[v.ClaimedBy], key)
+		}
+	}
+	return holders
+}
+
+// kill SIGKILLs victim and marks the chunks it held (keys) interrupted.
+func (c *crashBook) kill(victim *worker, keys []string) (*crashKill, error) {
+	k := &crashKill{victim: victim.id}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k.at = time.Now()
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return nil, err
+	}
+	for _, key := range keys {
+		if v, ok := c.running[key]; ok && v.ClaimedBy == victim.id {
+			c.pending[key] = pendingChunk{kill: k, deliveries: v.Deliveries}
+			k.held++
+		}
+	}
+	return k, nil
+}
+
+// left counts the interrupted chunks no other worker has taken yet.
+func (c *crashBook) left() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
 }
 
 // percentile is the nearest-rank percentile of sorted.

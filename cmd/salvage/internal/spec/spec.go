@@ -216,226 +216,291 @@ func parse(ctx context.Context, name string, data []byte, mcp MCP) (*Declared, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, name, yaml.FormatError(err, false, false))
 	}
-	// at names the line of the node at path.
-	at := func(path string) string {
-		p, err := yaml.PathString(path)
-		if err != nil {
-			return name
-		}
-		node, err := p.FilterFile(file)
-		if err != nil || node == nil {
-			return name
-		}
-		return fmt.Sprintf("%s:%d", name, line(node))
-	}
-	fail := func(path, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalid, at(path), fmt.Sprintf(format, args...))
-	}
 	if len(doc.Pipelines) == 0 {
 		return nil, fmt.Errorf("%w: %s: no pipelines (want {\"pipelines\": [...]})", ErrInvalid, name)
 	}
-	servers := map[string]MCPServer{}
+	c := &checker{name: name, file: file, mcp: mcp, servers: map[string]MCPServer{}}
 	for i, m := range doc.MCPServers {
 		mp := fmt.Sprintf("$.mcp_servers[%d]", i)
 		if err := checkServer(m); err != nil {
-			return nil, fail(mp, "%v", err)
+			return nil, c.fail(mp, "%v", err)
 		}
-		if _, ok := servers[m.Name]; ok {
-			return nil, fail(mp+".name", "MCP server %s is declared twice", m.Name)
+		if _, ok := c.servers[m.Name]; ok {
+			return nil, c.fail(mp+".name", "MCP server %s is declared twice", m.Name)
 		}
-		servers[m.Name] = m
+		c.servers[m.Name] = m
 	}
 	var out []*salvage.Pipeline
 	seen := map[string]bool{}
 	for i, p := range doc.Pipelines {
 		pp := fmt.Sprintf("$.pipelines[%d]", i)
 		if err := salvage.ValidateToken("pipeline name", p.Name); err != nil {
-			return nil, fail(pp, "%v", err)
+			return nil, c.fail(pp, "%v", err)
 		}
 		if seen[p.Name] {
-			return nil, fail(pp+".name", "pipeline %s is declared twice", p.Name)
+			return nil, c.fail(pp+".name", "pipeline %s is declared twice", p.Name)
 		}
 		if slices.Contains(Reserved, p.Name) {
-			return nil, fail(pp+".name", "pipeline name %s is reserved for the built-in pipeline of that name: choose another", p.Name)
+			return nil, c.fail(pp+".name", "pipeline name %s is reserved for the built-in pipeline of that name: choose another", p.Name)
 		}
 		seen[p.Name] = true
-		sp := &salvage.Pipeline{Name: p.Name, MaxChunks: p.MaxChunks, TenantFrom: p.TenantFrom, Version: version(p)}
-		switch p.Split {
-		case "whole", "":
-			sp.Split = salvage.SplitWhole
-		case "paragraphs":
-			sp.Split = salvage.SplitParagraphs
-		case "items":
-			sp.Split = salvage.SplitItems
-		default:
-			return nil, fail(pp+".split", "split %q: want whole, paragraphs or items", p.Split)
-		}
-		if p.MaxChunks < 0 {
-			return nil, fail(pp+".max_chunks", "max_chunks must not be negative")
-		}
-		if p.Concurrency < 0 {
-			return nil, fail(pp+".concurrency", "concurrency must not be negative")
-		}
-		if p.MaxDeliver < 0 {
-			return nil, fail(pp+".max_deliver", "max_deliver must not be negative")
-		}
-		ackWait, err := duration(p.AckWait)
+		sp, err := c.pipeline(ctx, pp, p)
 		if err != nil {
-			return nil, fail(pp+".ack_wait", "%v", err)
+			return nil, err
 		}
-		sp.Concurrency, sp.AckWait, sp.MaxDeliver = p.Concurrency, ackWait, p.MaxDeliver
-		for _, f := range []struct {
-			name string
-			in   string
-			out  *time.Duration
-		}{{"calls", p.Retention.Calls, &sp.Retention.Calls}, {"effects", p.Retention.Effects, &sp.Retention.Effects}, {"records", p.Retention.Records, &sp.Retention.Records}} {
-			if *f.out, err = duration(f.in); err != nil {
-				return nil, fail(pp+".retention."+f.name, "%v", err)
-			}
+		out = append(out, sp)
+	}
+	limits, err := c.limits(doc.Limits)
+	if err != nil {
+		return nil, err
+	}
+	return &Declared{Pipelines: out, Limits: limits}, nil
+}
+
+// checker checks one pipelines file: every error names the line of the
+// node it is about.
+type checker struct {
+	name    string
+	file    *ast.File
+	mcp     MCP
+	servers map[string]MCPServer
+}
+
+// at names the line of the node at path.
+func (c *checker) at(path string) string {
+	p, err := yaml.PathString(path)
+	if err != nil {
+		return c.name
+	}
+	node, err := p.FilterFile(c.file)
+	if err != nil || node == nil {
+		return c.name
+	}
+	return fmt.Sprintf("%s:%d", c.name, line(node))
+}
+
+// fail is an error about the node at path.
+func (c *checker) fail(path, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, c.at(path), fmt.Sprintf(format, args...))
+}
+
+// pipeline checks pipeline p, at path pp, and builds it.
+func (c *checker) pipeline(ctx context.Context, pp string, p Pipeline) (*salvage.Pipeline, error) {
+	sp := &salvage.Pipeline{Name: p.Name, MaxChunks: p.MaxChunks, TenantFrom: p.TenantFrom, Version: version(p)}
+	switch p.Split {
+	case "whole", "":
+		sp.Split = salvage.SplitWhole
+	case "paragraphs":
+		sp.Split = salvage.SplitParagraphs
+	case "items":
+		sp.Split = salvage.SplitItems
+	default:
+		return nil, c.fail(pp+".split", "split %q: want whole, paragraphs or items", p.Split)
+	}
+	if p.MaxChunks < 0 {
+		return nil, c.fail(pp+".max_chunks", "max_chunks must not be negative")
+	}
+	if p.Concurrency < 0 {
+		return nil, c.fail(pp+".concurrency", "concurrency must not be negative")
+	}
+	if p.MaxDeliver < 0 {
+		return nil, c.fail(pp+".max_deliver", "max_deliver must not be negative")
+	}
+	ackWait, err := duration(p.AckWait)
+	if err != nil {
+		return nil, c.fail(pp+".ack_wait", "%v", err)
+	}
+	sp.Concurrency, sp.AckWait, sp.MaxDeliver = p.Concurrency, ackWait, p.MaxDeliver
+	for _, f := range []struct {
+		name string
+		in   string
+		out  *time.Duration
+	}{{"calls", p.Retention.Calls, &sp.Retention.Calls}, {"effects", p.Retention.Effects, &sp.Retention.Effects}, {"records", p.Retention.Records, &sp.Retention.Records}} {
+		if *f.out, err = duration(f.in); err != nil {
+			return nil, c.fail(pp+".retention."+f.name, "%v", err)
 		}
-		if err := sp.Retention.Validate(); err != nil {
-			return nil, fail(pp+".retention", "%v", err)
+	}
+	if err := sp.Retention.Validate(); err != nil {
+		return nil, c.fail(pp+".retention", "%v", err)
+	}
+	tools, err := c.tools(ctx, pp, p, sp)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.Stages) == 0 {
+		return nil, c.fail(pp, "pipeline %s has no stages", p.Name)
+	}
+	for j, s := range p.Stages {
+		stage, err := c.stage(fmt.Sprintf("%s.stages[%d]", pp, j), s, tools)
+		if err != nil {
+			return nil, err
 		}
-		tools := map[string]bool{}
-		fromMCP := map[string]*mcpTools{}
-		var serverOrder []string
-		// declare records a checked tool's name, once, and reads its
-		// timeout.
-		declare := func(tp string, t Tool) (time.Duration, error) {
-			if tools[t.Name] {
-				return 0, fail(tp+".name", "tool %s is declared twice", t.Name)
-			}
-			tools[t.Name] = true
-			timeout, err := duration(t.Timeout)
-			if err != nil {
-				return 0, fail(tp+".timeout", "%v", err)
-			}
-			return timeout, nil
+		sp.Stages = append(sp.Stages, stage)
+	}
+	return sp, nil
+}
+
+// tools checks pipeline p's tools (at path pp), adds them to sp — those
+// served on subjects, then those of each MCP server, in the order the file
+// names the servers — and returns the names declared.
+func (c *checker) tools(ctx context.Context, pp string, p Pipeline, sp *salvage.Pipeline) (map[string]bool, error) {
+	tools := map[string]bool{}
+	fromMCP := map[string]*mcpTools{}
+	var serverOrder []string
+	// declare records a checked tool's name, once, and reads its timeout.
+	declare := func(tp string, t Tool) (time.Duration, error) {
+		if tools[t.Name] {
+			return 0, c.fail(tp+".name", "tool %s is declared twice", t.Name)
 		}
-		for j, t := range p.Tools {
-			tp := fmt.Sprintf("%s.tools[%d]", pp, j)
-			if t.MCP != "" {
-				if err := checkMCPTool(t, servers); err != nil {
-					return nil, fail(tp, "%v", err)
-				}
-				timeout, err := declare(tp, t)
-				if err != nil {
-					return nil, err
-				}
-				m := fromMCP[t.MCP]
-				if m == nil {
-					m = &mcpTools{server: servers[t.MCP], at: tp, retryable: map[string]bool{}, opts: mcptools.Options{System: t.MCP, Tools: map[string]mcptools.ToolOptions{}}}
-					fromMCP[t.MCP] = m
-					serverOrder = append(serverOrder, t.MCP)
-				}
-				m.opts.Only = append(m.opts.Only, t.Name)
-				m.opts.Tools[t.Name] = mcptools.ToolOptions{ReadOnly: t.ReadOnly, Idempotent: t.Idempotent, Verify: t.Verify,
-					Compensation: t.Compensation, Timeout: timeout}
-				m.retryable[t.Name] = t.RetryableAfterCompensation
-				continue
-			}
-			if t.Verify != "" || t.Compensation != "" || t.ReadOnly != nil || t.Idempotent != nil {
-				return nil, fail(tp, "verify, compensation, read_only and idempotent are for a tool of an MCP server (mcp: NAME); a tool served on a subject declares an effect")
-			}
-			if t.Name == "" || t.Subject == "" {
-				return nil, fail(tp, "a tool needs a name and a subject")
-			}
-			if err := salvage.ValidateSubject("tool "+t.Name, t.Subject); err != nil {
-				return nil, fail(tp+".subject", "%v", err)
+		tools[t.Name] = true
+		timeout, err := duration(t.Timeout)
+		if err != nil {
+			return 0, c.fail(tp+".timeout", "%v", err)
+		}
+		return timeout, nil
+	}
+	for j, t := range p.Tools {
+		tp := fmt.Sprintf("%s.tools[%d]", pp, j)
+		if t.MCP != "" {
+			if err := checkMCPTool(t, c.servers); err != nil {
+				return nil, c.fail(tp, "%v", err)
 			}
 			timeout, err := declare(tp, t)
 			if err != nil {
 				return nil, err
 			}
-			st := salvage.Tool{Name: t.Name, Subject: t.Subject, System: t.System, Timeout: timeout, RetryableAfterCompensation: t.RetryableAfterCompensation}
-			if e := t.Effect; e != nil {
-				if e.VerifySubject == "" {
-					return nil, fail(tp+".effect", "a side effect needs a verify_subject: Salvage asks it before repeating a call whose outcome is unknown")
-				}
-				if err := salvage.ValidateSubject("tool "+t.Name+" verify", e.VerifySubject); err != nil {
-					return nil, fail(tp+".effect.verify_subject", "%v", err)
-				}
-				if e.Reversible && e.Compensation == "" {
-					return nil, fail(tp+".effect", "a reversible effect names its compensation tool")
-				}
-				if e.Compensation == t.Name {
-					return nil, fail(tp+".effect.compensation", "%s is undone by itself: name the tool that undoes it", t.Name)
-				}
-				st.Effect = &salvage.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation, VerifySubject: e.VerifySubject}
+			m := fromMCP[t.MCP]
+			if m == nil {
+				m = &mcpTools{server: c.servers[t.MCP], at: tp, retryable: map[string]bool{}, opts: mcptools.Options{System: t.MCP, Tools: map[string]mcptools.ToolOptions{}}}
+				fromMCP[t.MCP] = m
+				serverOrder = append(serverOrder, t.MCP)
 			}
-			sp.Tools = append(sp.Tools, st)
+			m.opts.Only = append(m.opts.Only, t.Name)
+			m.opts.Tools[t.Name] = mcptools.ToolOptions{ReadOnly: t.ReadOnly, Idempotent: t.Idempotent, Verify: t.Verify,
+				Compensation: t.Compensation, Timeout: timeout}
+			m.retryable[t.Name] = t.RetryableAfterCompensation
+			continue
 		}
-		for _, name := range serverOrder {
-			m := fromMCP[name]
-			ts, err := m.take(ctx, mcp)
-			if err != nil {
-				return nil, fail(m.at, "%v", err)
-			}
-			for _, t := range ts {
-				tools[t.Name] = true
-			}
-			sp.Tools = append(sp.Tools, ts...)
+		if err := c.checkSubjectTool(tp, t); err != nil {
+			return nil, err
 		}
-		for j, t := range p.Tools {
-			if e := t.Effect; e != nil && e.Compensation != "" && !tools[e.Compensation] {
-				return nil, fail(fmt.Sprintf("%s.tools[%d].effect.compensation", pp, j), "compensation tool %s is not declared", e.Compensation)
-			}
+		timeout, err := declare(tp, t)
+		if err != nil {
+			return nil, err
 		}
-		if len(p.Stages) == 0 {
-			return nil, fail(pp, "pipeline %s has no stages", p.Name)
+		st := salvage.Tool{Name: t.Name, Subject: t.Subject, System: t.System, Timeout: timeout, RetryableAfterCompensation: t.RetryableAfterCompensation}
+		if st.Effect, err = c.effect(tp, t); err != nil {
+			return nil, err
 		}
-		for j, s := range p.Stages {
-			sp2 := fmt.Sprintf("%s.stages[%d]", pp, j)
-			if len(s.Agents) == 0 {
-				return nil, fail(sp2, "stage %q has no agents", s.Name)
-			}
-			stage := salvage.Stage{Name: s.Name, Optional: s.Optional, RequiresApproval: s.RequiresApproval}
-			names := map[string]bool{}
-			for k, a := range s.Agents {
-				ap := fmt.Sprintf("%s.agents[%d]", sp2, k)
-				if err := salvage.ValidateToken("agent name", a.Name); err != nil {
-					return nil, fail(ap, "%v", err)
-				}
-				if names[a.Name] {
-					return nil, fail(ap+".name", "agent %s appears twice in the stage", a.Name)
-				}
-				names[a.Name] = true
-				timeout, err := duration(a.Timeout)
-				if err != nil {
-					return nil, fail(ap+".timeout", "%v", err)
-				}
-				switch {
-				case (a.Subject == "") == (a.Tool == ""):
-					return nil, fail(ap, "agent %s needs a subject (a service that answers its turns) or a tool (called with the chunk's input), not both", a.Name)
-				case a.Tool != "" && !tools[a.Tool]:
-					return nil, fail(ap+".tool", "tool %s is not declared in the pipeline's tools", a.Tool)
-				case a.Tool != "":
-					stage.Agents = append(stage.Agents, callsTool(a.Name, a.Tool))
-				case salvage.ValidateSubject("agent "+a.Name, a.Subject) != nil:
-					return nil, fail(ap+".subject", "%v", salvage.ValidateSubject("agent "+a.Name, a.Subject))
-				default:
-					stage.Agents = append(stage.Agents, salvage.Agent{Name: a.Name, Subject: a.Subject, Timeout: timeout})
-				}
-			}
-			sp.Stages = append(sp.Stages, stage)
-		}
-		out = append(out, sp)
+		sp.Tools = append(sp.Tools, st)
 	}
+	for _, name := range serverOrder {
+		m := fromMCP[name]
+		ts, err := m.take(ctx, c.mcp)
+		if err != nil {
+			return nil, c.fail(m.at, "%v", err)
+		}
+		for _, t := range ts {
+			tools[t.Name] = true
+		}
+		sp.Tools = append(sp.Tools, ts...)
+	}
+	for j, t := range p.Tools {
+		if e := t.Effect; e != nil && e.Compensation != "" && !tools[e.Compensation] {
+			return nil, c.fail(fmt.Sprintf("%s.tools[%d].effect.compensation", pp, j), "compensation tool %s is not declared", e.Compensation)
+		}
+	}
+	return tools, nil
+}
+
+// checkSubjectTool checks tool t, at path tp, served on a subject.
+func (c *checker) checkSubjectTool(tp string, t Tool) error {
+	if t.Verify != "" || t.Compensation != "" || t.ReadOnly != nil || t.Idempotent != nil {
+		return c.fail(tp, "verify, compensation, read_only and idempotent are for a tool of an MCP server (mcp: NAME); a tool served on a subject declares an effect")
+	}
+	if t.Name == "" || t.Subject == "" {
+		return c.fail(tp, "a tool needs a name and a subject")
+	}
+	if err := salvage.ValidateSubject("tool "+t.Name, t.Subject); err != nil {
+		return c.fail(tp+".subject", "%v", err)
+	}
+	return nil
+}
+
+// effect checks the side effect tool t (at path tp) declares, if any.
+func (c *checker) effect(tp string, t Tool) (*salvage.SideEffect, error) {
+	e := t.Effect
+	if e == nil {
+		return nil, nil
+	}
+	if e.VerifySubject == "" {
+		return nil, c.fail(tp+".effect", "a side effect needs a verify_subject: Salvage asks it before repeating a call whose outcome is unknown")
+	}
+	if err := salvage.ValidateSubject("tool "+t.Name+" verify", e.VerifySubject); err != nil {
+		return nil, c.fail(tp+".effect.verify_subject", "%v", err)
+	}
+	if e.Reversible && e.Compensation == "" {
+		return nil, c.fail(tp+".effect", "a reversible effect names its compensation tool")
+	}
+	if e.Compensation == t.Name {
+		return nil, c.fail(tp+".effect.compensation", "%s is undone by itself: name the tool that undoes it", t.Name)
+	}
+	return &salvage.SideEffect{Reversible: e.Reversible, Compensation: e.Compensation, VerifySubject: e.VerifySubject}, nil
+}
+
+// stage checks stage s, at path sp, whose agents may call tools.
+func (c *checker) stage(sp string, s Stage, tools map[string]bool) (salvage.Stage, error) {
+	if len(s.Agents) == 0 {
+		return salvage.Stage{}, c.fail(sp, "stage %q has no agents", s.Name)
+	}
+	stage := salvage.Stage{Name: s.Name, Optional: s.Optional, RequiresApproval: s.RequiresApproval}
+	names := map[string]bool{}
+	for k, a := range s.Agents {
+		ap := fmt.Sprintf("%s.agents[%d]", sp, k)
+		if err := salvage.ValidateToken("agent name", a.Name); err != nil {
+			return stage, c.fail(ap, "%v", err)
+		}
+		if names[a.Name] {
+			return stage, c.fail(ap+".name", "agent %s appears twice in the stage", a.Name)
+		}
+		names[a.Name] = true
+		timeout, err := duration(a.Timeout)
+		if err != nil {
+			return stage, c.fail(ap+".timeout", "%v", err)
+		}
+		switch {
+		case (a.Subject == "") == (a.Tool == ""):
+			return stage, c.fail(ap, "agent %s needs a subject (a service that answers its turns) or a tool (called with the chunk's input), not both", a.Name)
+		case a.Tool != "" && !tools[a.Tool]:
+			return stage, c.fail(ap+".tool", "tool %s is not declared in the pipeline's tools", a.Tool)
+		case a.Tool != "":
+			stage.Agents = append(stage.Agents, callsTool(a.Name, a.Tool))
+		case salvage.ValidateSubject("agent "+a.Name, a.Subject) != nil:
+			return stage, c.fail(ap+".subject", "%v", salvage.ValidateSubject("agent "+a.Name, a.Subject))
+		default:
+			stage.Agents = append(stage.Agents, salvage.Agent{Name: a.Name, Subject: a.Subject, Timeout: timeout})
+		}
+	}
+	return stage, nil
+}
+
+// limits checks the file's limits.
+func (c *checker) limits(ls []Limit) ([]salvage.Limit, error) {
 	var limits []salvage.Limit
 	keys := map[string]bool{}
-	for i, l := range doc.Limits {
+	for i, l := range ls {
 		lp := fmt.Sprintf("$.limits[%d]", i)
 		limit := salvage.Limit{Key: l.Key, RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute, InFlight: l.InFlight, Chunks: l.Chunks}
 		if err := limit.Validate(); err != nil {
-			return nil, fail(lp, "%v", err)
+			return nil, c.fail(lp, "%v", err)
 		}
 		if keys[l.Key] {
-			return nil, fail(lp+".key", "limit %s is declared twice", l.Key)
+			return nil, c.fail(lp+".key", "limit %s is declared twice", l.Key)
 		}
 		keys[l.Key] = true
 		limits = append(limits, limit)
 	}
-	return &Declared{Pipelines: out, Limits: limits}, nil
+	return limits, nil
 }
 
 // callsTool is an agent whose turn is one call of tool with the chunk's
