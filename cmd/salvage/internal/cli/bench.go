@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/salvagehq/salvage"
 )
@@ -92,12 +93,8 @@ type benchOpts struct {
 // benchParts are the sections `--only` picks from, in the order they run.
 var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard", "partitions", "limits", "tenants"}
 
-func (e *env) benchCmd() *cobra.Command {
-	var o benchOpts
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure throughput, critical-path overhead, crash-to-resume time, cost growth, listings and the release ramp on embedded servers",
-		Long: `Run the performance harness on embedded NATS servers in temporary directories and
+// benchLong is salvage bench's help: what each section measures.
+const benchLong = `Run the performance harness on embedded NATS servers in temporary directories and
 print one table:
 
   throughput   journaled model calls per second for the reference job shape (contract
@@ -148,32 +145,21 @@ print one table:
   tenants      2 worker processes of 16 slots, contract-review against a simulated model
                of 300 ms a call: tenant b's job of 20 chunks alone, then beside tenant
                a's job of --tenants-chunks chunks, with tenant a capped at 24 chunks in
-               flight and with the job windows only: b's time beside a over its time alone.
+               flight and with the job windows only: b's time beside a over its time alone
+               (no model call times out there: a breaker trip is not what it measures).
 
-Figures depend on the machine; docs/benchmarks.md shows one run.`,
-		Args: cobra.NoArgs,
+Figures depend on the machine; docs/benchmarks.md shows one run.`
+
+func (e *env) benchCmd() *cobra.Command {
+	var o benchOpts
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, critical-path overhead, crash-to-resume time, cost growth, listings and the release ramp on embedded servers",
+		Long:  benchLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.report != "text" && o.report != "json" {
-				return fmt.Errorf("--report %q: want text or json", o.report)
-			}
-			for _, p := range o.only {
-				if !slices.Contains(benchParts, p) {
-					return fmt.Errorf("--only %q: want some of %s", p, strings.Join(benchParts, ","))
-				}
-			}
-			if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 || o.fleetConc < 1 || o.fleetChunks < 1 || o.limitsChunks < 1 || o.tenantsChunks < 1 {
-				return errors.New("--jobs, --chunks, --concurrency, --kills, --growth-concurrency, --fleet-concurrency, --fleet-chunks, --limits-chunks and --tenants-chunks must be positive, --workers at least 2")
-			}
-			for _, n := range o.fleet {
-				if n < 1 || n > o.fleetConc {
-					return fmt.Errorf("--fleet %d: want from 1 to --fleet-concurrency (%d) processes", n, o.fleetConc)
-				}
-			}
-			if o.fleetJournal != string(salvage.JournalAtomic) && o.fleetJournal != string(salvage.JournalPipelined) {
-				return fmt.Errorf("--fleet-journal %q: want %s or %s", o.fleetJournal, salvage.JournalAtomic, salvage.JournalPipelined)
-			}
-			if !slices.IsSorted(o.dashboard) || (len(o.dashboard) > 0 && o.dashboard[0] < 1) {
-				return fmt.Errorf("--dashboard %v: want positive envelope counts, ascending", o.dashboard)
+			if err := o.validate(); err != nil {
+				return err
 			}
 			log, err := e.logger()
 			if err != nil {
@@ -191,7 +177,39 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
+	o.register(cmd.Flags())
+	return cmd
+}
+
+// validate checks the flags.
+func (o *benchOpts) validate() error {
+	if o.report != "text" && o.report != "json" {
+		return fmt.Errorf("--report %q: want text or json", o.report)
+	}
+	for _, p := range o.only {
+		if !slices.Contains(benchParts, p) {
+			return fmt.Errorf("--only %q: want some of %s", p, strings.Join(benchParts, ","))
+		}
+	}
+	if o.jobs < 1 || o.chunks < 1 || o.concurrency < 1 || o.kills < 1 || o.workers < 2 || o.growthConc < 1 || o.fleetConc < 1 || o.fleetChunks < 1 || o.limitsChunks < 1 || o.tenantsChunks < 1 {
+		return errors.New("--jobs, --chunks, --concurrency, --kills, --growth-concurrency, --fleet-concurrency, --fleet-chunks, --limits-chunks and --tenants-chunks must be positive, --workers at least 2")
+	}
+	for _, n := range o.fleet {
+		if n < 1 || n > o.fleetConc {
+			return fmt.Errorf("--fleet %d: want from 1 to --fleet-concurrency (%d) processes", n, o.fleetConc)
+		}
+	}
+	if o.fleetJournal != string(salvage.JournalAtomic) && o.fleetJournal != string(salvage.JournalPipelined) {
+		return fmt.Errorf("--fleet-journal %q: want %s or %s", o.fleetJournal, salvage.JournalAtomic, salvage.JournalPipelined)
+	}
+	if !slices.IsSorted(o.dashboard) || (len(o.dashboard) > 0 && o.dashboard[0] < 1) {
+		return fmt.Errorf("--dashboard %v: want positive envelope counts, ascending", o.dashboard)
+	}
+	return nil
+}
+
+// register declares the flags on f.
+func (o *benchOpts) register(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.only, "only", benchParts, "sections to run: "+strings.Join(benchParts, ","))
 	f.IntVar(&o.jobs, "jobs", 4, "throughput: jobs in flight at once")
 	f.IntVar(&o.chunks, "chunks", 100, "throughput: chunks per job")
@@ -211,7 +229,6 @@ Figures depend on the machine; docs/benchmarks.md shows one run.`,
 	f.IntSliceVar(&o.dashboard, "dashboard", []int{1_000, 100_000}, "dashboard: envelope counts, ascending")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
-	return cmd
 }
 
 func (r *benchReport) print(w io.Writer) {

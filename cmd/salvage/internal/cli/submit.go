@@ -53,35 +53,8 @@ tenant.<tenant> caps its chunks in flight and calls). With --wait, show progress
 			if err != nil {
 				return err
 			}
-			tokensSet, costSet := cmd.Flags().Changed("budget-tokens"), cmd.Flags().Changed("budget-usd")
-			if tokensSet || costSet {
-				if opts == nil {
-					opts = &salvage.SubmitOpts{}
-				}
-				b := salvage.Budget{}
-				if opts.Budget != nil {
-					b = *opts.Budget
-				}
-				if tokensSet {
-					b.Tokens = budget.Tokens
-				}
-				if costSet {
-					b.Cost = budget.Cost
-				}
-				opts.Budget = &b
-			}
-			if tenant != "" {
-				if opts == nil {
-					opts = &salvage.SubmitOpts{}
-				}
-				opts.Tenant = tenant
-			}
-			if opts != nil {
-				// Refused here, before anything is sent: NaN, Inf,
-				// negative or past the bound.
-				if err := salvage.ValidateBudget(opts.Budget); err != nil {
-					return fmt.Errorf("--budget-tokens/--budget-usd or the file's budget: %w", err)
-				}
+			if opts, err = submitOverrides(cmd, opts, budget, tenant); err != nil {
+				return err
 			}
 			nc, js, err := e.connect("salvage submit")
 			if err != nil {
@@ -98,21 +71,7 @@ tenant.<tenant> caps its chunks in flight and calls). With --wait, show progress
 				return err
 			}
 			if !wait {
-				// Say at once when the job is refused (an unknown pipeline,
-				// bad input), rather than leave it to a later status.
-				actx, cancel := context.WithTimeout(ctx, acceptWait)
-				defer cancel()
-				err := c.JobWaitAccepted(actx, id)
-				switch {
-				case errors.Is(err, context.DeadlineExceeded):
-					fmt.Fprintln(e.stdout, id)
-					fmt.Fprintf(e.stderr, "salvage submit: no splitter took job %s within %s: %s\n", id, acceptWait, whyWaiting(ctx, c, pipeline))
-					return nil
-				case err != nil:
-					return fmt.Errorf("job %s: %w", id, err)
-				}
-				fmt.Fprintln(e.stdout, id)
-				return nil
+				return e.submitted(ctx, c, pipeline, id)
 			}
 			fmt.Fprintln(e.stdout, id)
 			ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -126,6 +85,58 @@ tenant.<tenant> caps its chunks in flight and calls). With --wait, show progress
 	cmd.Flags().Float64Var(&budget.Cost, "budget-usd", 0, "the most the job's model calls may cost, priced by salvage up --price (0: no cap)")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "whose job it is (overrides the file's tenant)")
 	return cmd
+}
+
+// submitOverrides applies --budget-tokens, --budget-usd (those given)
+// and --tenant to the file's options, and refuses a budget that is NaN,
+// infinite, negative or past the bound before anything is sent.
+func submitOverrides(cmd *cobra.Command, opts *salvage.SubmitOpts, budget salvage.Budget, tenant string) (*salvage.SubmitOpts, error) {
+	tokensSet, costSet := cmd.Flags().Changed("budget-tokens"), cmd.Flags().Changed("budget-usd")
+	if (tokensSet || costSet || tenant != "") && opts == nil {
+		opts = &salvage.SubmitOpts{}
+	}
+	if tokensSet || costSet {
+		b := salvage.Budget{}
+		if opts.Budget != nil {
+			b = *opts.Budget
+		}
+		if tokensSet {
+			b.Tokens = budget.Tokens
+		}
+		if costSet {
+			b.Cost = budget.Cost
+		}
+		opts.Budget = &b
+	}
+	if tenant != "" {
+		opts.Tenant = tenant
+	}
+	if opts != nil {
+		if err := salvage.ValidateBudget(opts.Budget); err != nil {
+			return nil, fmt.Errorf("--budget-tokens/--budget-usd or the file's budget: %w", err)
+		}
+	}
+	return opts, nil
+}
+
+// submitted prints job id once a splitter accepted it, and fails at once
+// when it was refused (an unknown pipeline, bad input), rather than leave
+// that to a later status; no splitter within acceptWait is said, not
+// failed.
+func (e *env) submitted(ctx context.Context, c *salvage.Client, pipeline, id string) error {
+	actx, cancel := context.WithTimeout(ctx, acceptWait)
+	defer cancel()
+	err := c.JobWaitAccepted(actx, id)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		fmt.Fprintln(e.stdout, id)
+		fmt.Fprintf(e.stderr, "salvage submit: no splitter took job %s within %s: %s\n", id, acceptWait, whyWaiting(ctx, c, pipeline))
+		return nil
+	case err != nil:
+		return fmt.Errorf("job %s: %w", id, err)
+	}
+	fmt.Fprintln(e.stdout, id)
+	return nil
 }
 
 func (e *env) readInput(file string) ([]byte, error) {
