@@ -191,6 +191,52 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 
 	// The killer: one worker SIGKILLed, another started, every killEvery.
 	killCtx, stopKilling := context.WithCancel(waitCtx)
+	killed := e.killWorkers(ctx, killCtx, o, d, log)
+
+	jobs := make([]string, o.jobs)
+	for i := range jobs {
+		jobs[i] = ulid.Make().String()
+	}
+	operated := make(chan operatorActions, 1)
+	opCtx, stopOperating := context.WithCancel(waitCtx)
+	defer stopOperating()
+	go func() {
+		if !o.operator {
+			operated <- operatorActions{}
+			return
+		}
+		operated <- operate(opCtx, d.client, jobs, log)
+	}()
+	published, err := e.publishChaosJobs(waitCtx, o, d, jobs)
+	rep.PublishedWith = published
+	if err != nil {
+		stopKilling()
+		stopOperating()
+		<-killed
+		<-operated
+		return rep, err
+	}
+	acts := <-operated
+	rep.Cancels, rep.CancelsTooLate, rep.Replayed, rep.ReplaysRefused = acts.cancels, acts.late, acts.replayed, acts.refused
+	if err := waitChaos(waitCtx, o, d, jobs, rep, log); err != nil {
+		stopKilling()
+		<-killed
+		return rep, err
+	}
+	stopKilling()
+	rep.Kills = <-killed
+	rep.WallSeconds = time.Since(start).Seconds()
+	if err := collectChaos(ctx, d, client, jobs, rep); err != nil {
+		return rep, err
+	}
+	rep.truthCheck = checkTruth(ctx, d, dash.URL(), jobs)
+	return rep, nil
+}
+
+// killWorkers SIGKILLs a random worker every o.killEvery and starts
+// another in its place, until killCtx ends; the channel then gets the
+// number killed.
+func (e *env) killWorkers(ctx, killCtx context.Context, o chaosOpts, d *demoEnv, log zerolog.Logger) <-chan int {
 	killed := make(chan int, 1)
 	go func() {
 		n, spawned := 0, len(d.workers)
@@ -218,41 +264,20 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 			log.Warn().Str("killed", w.id).Str("started", nw.id).Msg("worker SIGKILLed and replaced")
 		}
 	}()
+	return killed
+}
 
-	jobs := make([]string, o.jobs)
-	for i := range jobs {
-		jobs[i] = ulid.Make().String()
-	}
-	operated := make(chan operatorActions, 1)
-	opCtx, stopOperating := context.WithCancel(waitCtx)
-	defer stopOperating()
-	go func() {
-		if !o.operator {
-			operated <- operatorActions{}
-			return
-		}
-		operated <- operate(opCtx, d.client, jobs, log)
-	}()
-	published, err := e.publishChaosJobs(waitCtx, o, d, jobs)
-	rep.PublishedWith = published
-	if err != nil {
-		stopKilling()
-		stopOperating()
-		<-killed
-		<-operated
-		return rep, err
-	}
-	acts := <-operated
-	rep.Cancels, rep.CancelsTooLate, rep.Replayed, rep.ReplaysRefused = acts.cancels, acts.late, acts.replayed, acts.refused
+// waitChaos waits until every job has settled (rep.TimedOut when waitCtx
+// ends first), restarting the server once a third have, unless o says
+// not to.
+func waitChaos(waitCtx context.Context, o chaosOpts, d *demoEnv, jobs []string, rep *chaosReport, log zerolog.Logger) error {
 	restarted := !o.restart
 	for {
 		settled, done := chaosProgress(waitCtx, d.client, jobs)
 		if !restarted && done >= len(jobs)/3 {
 			log.Warn().Int("jobs_settled", done).Msg("restarting the NATS server")
 			if err := d.restartServer(); err != nil {
-				stopKilling()
-				<-killed
-				return rep, fmt.Errorf("restart the server: %w", err)
+				return fmt.Errorf("restart the server: %w", err)
 			}
 			rep.ServerRestarts++
 			restarted = true
@@ -268,14 +293,7 @@ func (e *env) runChaos(ctx context.Context, o chaosOpts, log zerolog.Logger) (*c
 		}
 		break
 	}
-	stopKilling()
-	rep.Kills = <-killed
-	rep.WallSeconds = time.Since(start).Seconds()
-	if err := collectChaos(ctx, d, client, jobs, rep); err != nil {
-		return rep, err
-	}
-	rep.truthCheck = checkTruth(ctx, d, dash.URL(), jobs)
-	return rep, nil
+	return nil
 }
 
 // operatorActions counts what operate did.

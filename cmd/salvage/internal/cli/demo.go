@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
@@ -67,12 +68,8 @@ func (e *env) writeReport(format string, r demoResult, failed string) error {
 	return nil
 }
 
-func (e *env) demoCmd() *cobra.Command {
-	var o demoOpts
-	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "Run a demo job on an embedded server with injected faults and a killed worker, and report",
-		Long: `Start an embedded NATS server and worker processes, run a demo job with injected
+// demoLong is salvage demo's help.
+const demoLong = `Start an embedded NATS server and worker processes, run a demo job with injected
 faults, SIGKILL one worker process mid-chunk, wait until everything has settled, and
 report. With --report json it prints one JSON object on stdout; it exits 0 when its own
 checks hold (nothing lost, nothing repeated) and 1 otherwise.
@@ -87,77 +84,102 @@ effects, and the automatic recovery rate. --scenario outage injects nothing but 
 outage of --outage-for: the CRM's circuit breaker opens, orders that need the CRM are
 held on SALVAGE_HOLD (not dead-lettered) and resume when it closes, and the optional
 CRM lookup is skipped (partial orders); it reports held, resumed and partial orders and
-the requests the CRM got while down.`,
-		Args: cobra.NoArgs,
+the requests the CRM got while down.`
+
+func (e *env) demoCmd() *cobra.Command {
+	var o demoOpts
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a demo job on an embedded server with injected faults and a killed worker, and report",
+		Long:  demoLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.report != "text" && o.report != "json" {
-				return fmt.Errorf("--report %q: want text or json", o.report)
-			}
-			if o.workers < 1 || o.chunks < 1 || o.jobs < 1 || o.orders < 1 {
-				return errors.New("--workers, --chunks, --jobs and --orders must be at least 1")
-			}
-			if o.scenario != scenarioMixed && o.scenario != scenarioOutage {
-				return fmt.Errorf("--scenario %q: want %s or %s", o.scenario, scenarioMixed, scenarioOutage)
-			}
-			if o.outageFor <= 0 {
-				return errors.New("--outage-for must be positive")
-			}
-			if o.kill && o.workers < 2 {
-				return errors.New("--kill needs at least 2 --workers: one is killed, another finishes its chunk")
-			}
-			// With --log-file, the demo's logs and its processes' go to
-			// the file; the report and what --keep says stay here.
-			runner := e
-			if o.report == "text" && o.logFile == "" && isTerminal(e.stdout) {
-				// On a terminal the demo draws its progress; its logs
-				// would scroll it away, so they go to a file it names.
-				o.logFile = filepath.Join(os.TempDir(), fmt.Sprintf("salvage-demo-%s.log", time.Now().Format("20060102-150405")))
-				o.progress = e.stdout
-			}
-			if o.logFile != "" {
-				f, err := os.Create(o.logFile)
-				if err != nil {
-					return fmt.Errorf("--log-file: %w", err)
-				}
-				defer f.Close()
-				c := *e
-				c.stderr = f
-				runner = &c
-				fmt.Fprintf(e.stderr, "salvage demo: logs go to %s\n", o.logFile)
-			}
-			log, err := runner.logger()
-			if err != nil {
+			if err := o.validate(); err != nil {
 				return err
 			}
-			kept := false
-			var keptErr error
-			if o.keep {
-				o.notice = e.stderr
-				o.onDone = func(d *demoEnv, r demoResult) {
-					kept = true
-					keptErr = e.writeReport(o.report, r, "demo checks failed: something was lost or repeated")
-					e.keepRunning(cmd.Context(), d)
-				}
-			}
-			var r demoResult
-			switch o.pipeline {
-			case contractreview.Name:
-				r, err = runner.runReviewDemo(cmd.Context(), o, log)
-			case orders.Name:
-				r, err = runner.runOrdersDemo(cmd.Context(), o, log)
-			default:
-				return fmt.Errorf("--pipeline %q: want %s or %s", o.pipeline, contractreview.Name, orders.Name)
-			}
-			if kept {
-				return keptErr
-			}
-			if err != nil {
-				return err
-			}
-			return e.writeReport(o.report, r, "demo checks failed: something was lost or repeated")
+			return e.demo(cmd, o)
 		},
 	}
-	f := cmd.Flags()
+	o.register(cmd.Flags())
+	return cmd
+}
+
+// validate checks the demo's flags.
+func (o *demoOpts) validate() error {
+	if o.report != "text" && o.report != "json" {
+		return fmt.Errorf("--report %q: want text or json", o.report)
+	}
+	if o.workers < 1 || o.chunks < 1 || o.jobs < 1 || o.orders < 1 {
+		return errors.New("--workers, --chunks, --jobs and --orders must be at least 1")
+	}
+	if o.scenario != scenarioMixed && o.scenario != scenarioOutage {
+		return fmt.Errorf("--scenario %q: want %s or %s", o.scenario, scenarioMixed, scenarioOutage)
+	}
+	if o.outageFor <= 0 {
+		return errors.New("--outage-for must be positive")
+	}
+	if o.kill && o.workers < 2 {
+		return errors.New("--kill needs at least 2 --workers: one is killed, another finishes its chunk")
+	}
+	return nil
+}
+
+// demo runs the demo o asks for and writes its report.
+func (e *env) demo(cmd *cobra.Command, o demoOpts) error {
+	// With --log-file, the demo's logs and its processes' go to
+	// the file; the report and what --keep says stay here.
+	runner := e
+	if o.report == "text" && o.logFile == "" && isTerminal(e.stdout) {
+		// On a terminal the demo draws its progress; its logs
+		// would scroll it away, so they go to a file it names.
+		o.logFile = filepath.Join(os.TempDir(), fmt.Sprintf("salvage-demo-%s.log", time.Now().Format("20060102-150405")))
+		o.progress = e.stdout
+	}
+	if o.logFile != "" {
+		f, err := os.Create(o.logFile)
+		if err != nil {
+			return fmt.Errorf("--log-file: %w", err)
+		}
+		defer f.Close()
+		c := *e
+		c.stderr = f
+		runner = &c
+		fmt.Fprintf(e.stderr, "salvage demo: logs go to %s\n", o.logFile)
+	}
+	log, err := runner.logger()
+	if err != nil {
+		return err
+	}
+	kept := false
+	var keptErr error
+	if o.keep {
+		o.notice = e.stderr
+		o.onDone = func(d *demoEnv, r demoResult) {
+			kept = true
+			keptErr = e.writeReport(o.report, r, "demo checks failed: something was lost or repeated")
+			e.keepRunning(cmd.Context(), d)
+		}
+	}
+	var r demoResult
+	switch o.pipeline {
+	case contractreview.Name:
+		r, err = runner.runReviewDemo(cmd.Context(), o, log)
+	case orders.Name:
+		r, err = runner.runOrdersDemo(cmd.Context(), o, log)
+	default:
+		return fmt.Errorf("--pipeline %q: want %s or %s", o.pipeline, contractreview.Name, orders.Name)
+	}
+	if kept {
+		return keptErr
+	}
+	if err != nil {
+		return err
+	}
+	return e.writeReport(o.report, r, "demo checks failed: something was lost or repeated")
+}
+
+// register declares the demo's flags on f.
+func (o *demoOpts) register(f *pflag.FlagSet) {
 	o.run.register(f, simmodel.Config{Seed: 1, Latency: 15 * time.Millisecond, FailureRate: 0.05})
 	// A demo should not sit out the production cool-down.
 	for name, v := range map[string]string{"cool-down": "3s", "breaker-cool-down": "5s", "sim-timeout": "500ms"} {
@@ -178,5 +200,4 @@ the requests the CRM got while down.`,
 	f.BoolVar(&o.keep, "keep", false, "run a dashboard and the salvage.api service beside the demo (their URLs on stderr before the run starts, so it can be watched live) and leave them and the server up after the report until Ctrl-C")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting after this long")
 	f.StringVar(&o.sync, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
-	return cmd
 }
