@@ -71,9 +71,14 @@ func (c *Client) EnvelopeWatch(ctx context.Context, fn func(Change[EnvelopeRecor
 // JobWatch does; the first partition's watch that cannot go on ends them
 // all.
 func (c *Client) CallWatch(ctx context.Context, fn func(Change[Call])) error {
-	// The first partition's watch that cannot go on ends them all.
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
+	// The first partition's watch that cannot go on ends them all, and
+	// is what CallWatch returns.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		fatal     error
+		fatalOnce sync.Once
+	)
 	var mu sync.Mutex
 	var caught []bool
 	var wg sync.WaitGroup
@@ -92,7 +97,8 @@ func (c *Client) CallWatch(ctx context.Context, fn func(Change[Call])) error {
 				fn(ch)
 			})
 			if err != nil {
-				stop(err)
+				fatalOnce.Do(func() { fatal = err })
+				stop()
 			}
 		})
 	}
@@ -138,10 +144,9 @@ func (c *Client) CallWatch(ctx context.Context, fn func(Change[Call])) error {
 		}
 	})
 	wg.Wait()
-	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	// Read after every watch has ended: the caller's context ending
+	// (whatever its cause) is nil.
+	return fatal
 }
 
 // watchEnded says whether a watch of bucket that ended with err can never

@@ -86,14 +86,16 @@ func TestWatchesSayWhyTheyCannotGoOn(t *testing.T) {
 		})
 	}()
 	srv.Restart(t)
-	id, err := c.JobSubmit(ctx, "echo", map[string]int{"n": 1}, nil)
-	for try := 0; try < 100 && (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded)); try++ {
-		// The server's JetStream is still coming back.
-		time.Sleep(100 * time.Millisecond)
-		id, err = c.JobSubmit(ctx, "echo", map[string]int{"n": 1}, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
+	// The server's JetStream may still be coming back: asked again until
+	// it answers, within a minute, whatever the machine's speed.
+	var id string
+	for until := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if id, err = c.JobSubmit(ctx, "echo", map[string]int{"n": 1}, nil); err == nil {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatalf("submit after the server restarted: %v", err)
+		}
 	}
 	deadline := time.After(time.Minute)
 	for found := false; !found; {

@@ -1,6 +1,9 @@
 package salvagetype
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors a caller matches with errors.Is. The root package re-exports each
 // under the same name (salvage.ErrTransient).
@@ -88,7 +91,8 @@ var (
 	// ErrLimitsNotProvisioned is returned by the limit methods of a
 	// deployment provisioned before salvage_limits existed; its workers run
 	// unlimited until it is provisioned again (salvage provision).
-	ErrLimitsNotProvisioned = errors.New("salvage_limits is not provisioned: run salvage provision (or start a process allowed to provision)")
+	// It wraps ErrNotProvisioned (the same text as before).
+	ErrLimitsNotProvisioned = fmt.Errorf("salvage_limits is %w", ErrNotProvisioned)
 	// ErrNotProvisioned is returned when a stream or bucket a call needs
 	// does not exist: the deployment was never provisioned (salvage
 	// provision, or a process allowed to provision), or it was removed.
