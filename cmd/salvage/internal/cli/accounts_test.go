@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/salvagehq/salvage"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/streams"
@@ -99,7 +99,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	}
 
 	code, stdout, errOut := run(t, "", append(append([]string{"provision", "--server", url}, shape...), as("admin")...)...)
-	if code != cli.ExitOK || !strings.Contains(stdout, "provisioned") {
+	if code != operator.ExitOK || !strings.Contains(stdout, "provisioned") {
 		t.Fatalf("admin's provision: exit %d: %s%s", code, stdout, errOut)
 	}
 	// The worker's and the api's logs are kept: nothing they do may be
@@ -115,7 +115,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 
 	contract := writeFile(t, "contract.txt", contractreview.Contract(4, 1))
 	code, stdout, errOut = run(t, "", append([]string{"submit", "contract-review", contract, "--wait", "--server", url}, as("submitter")...)...)
-	if code == cli.ExitError {
+	if code == operator.ExitError {
 		t.Fatalf("the submitter's submit --wait: exit %d: %s", code, errOut)
 	}
 	job := strings.TrimSpace(stdout)
@@ -127,7 +127,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 		return code == 0 && strings.Count(out, "\n") > 1
 	}, "the operator to list envelopes")
 	for _, args := range [][]string{{"pause", "contract-review"}, {"resume", "contract-review"}, {"status", job}, {"trace", job}, {"breakers"}, {"jobs"}, {"pipelines"}, {"workers"}} {
-		if code, out, errOut := run(t, "", append(append(args, "--server", url), as("operator")...)...); code != cli.ExitOK {
+		if code, out, errOut := run(t, "", append(append(args, "--server", url), as("operator")...)...); code != operator.ExitOK {
 			t.Errorf("the operator's %v: exit %d: %s%s", args, code, out, errOut)
 		}
 	}
@@ -139,7 +139,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	}
 	// The submitter asks the service for its job's status, which names
 	// the job's partition when it is not 0.
-	if code, out, errOut := run(t, "", append([]string{"status", job, "--server", url}, as("submitter")...)...); code != cli.ExitOK || !strings.Contains(out, job) ||
+	if code, out, errOut := run(t, "", append([]string{"status", job, "--server", url}, as("submitter")...)...); code != operator.ExitOK || !strings.Contains(out, job) ||
 		strings.Contains(out, "partition") != (streams.PartitionOf(job, 3) > 0) || !strings.Contains(out+"  partition 0", fmt.Sprintf("  partition %d", streams.PartitionOf(job, 3))) {
 		t.Errorf("the submitter's status: exit %d: %s%s", code, out, errOut)
 	}
@@ -147,7 +147,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	// Without its inbox prefix a user's request has nowhere to be answered:
 	// salvage says which subject the server refused.
 	bare := []string{"--user", "operator", "--password", "operator-example-password"}
-	if code, _, errOut := run(t, "", append([]string{"jobs", "--server", url}, bare...)...); code == cli.ExitOK || !strings.Contains(errOut, "Permissions Violation for Subscription") {
+	if code, _, errOut := run(t, "", append([]string{"jobs", "--server", url}, bare...)...); code == operator.ExitOK || !strings.Contains(errOut, "Permissions Violation for Subscription") {
 		t.Errorf("the operator's jobs without --inbox-prefix: exit %d: %s", code, errOut)
 	}
 
@@ -222,7 +222,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	// salvage, too, is refused in the server's words: the submitter may
 	// not trace (the service's trace endpoint is the operator's).
 	code, _, errOut = run(t, "", append([]string{"trace", job, "--server", url}, as("submitter")...)...)
-	if code == cli.ExitOK || !strings.Contains(errOut, "the server refused this user") || !strings.Contains(errOut, "Permissions Violation for Publish") {
+	if code == operator.ExitOK || !strings.Contains(errOut, "the server refused this user") || !strings.Contains(errOut, "Permissions Violation for Publish") {
 		t.Errorf("the submitter's trace: exit %d: %s", code, errOut)
 	}
 
@@ -230,7 +230,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	// another MaxDeliver is refused, naming the step, and changes nothing.
 	pool := consumerInfo(t, url, "SALVAGE_CHUNKS", "workers-contract-review")
 	code, _, errOut = run(t, "", append([]string{"provision", "--server", url, "--max-deliver", "9", "--ack-wait", "2s"}, as("worker")...)...)
-	if code == cli.ExitOK || !strings.Contains(errOut, "Permissions Violation for Publish") || !strings.Contains(errOut, "salvage provision") {
+	if code == operator.ExitOK || !strings.Contains(errOut, "Permissions Violation for Publish") || !strings.Contains(errOut, "salvage provision") {
 		t.Errorf("the worker's provision: exit %d: %s", code, errOut)
 	}
 	if after := consumerInfo(t, url, "SALVAGE_CHUNKS", "workers-contract-review"); after != pool {
@@ -377,7 +377,7 @@ func tenantsKeptApart(t *testing.T, url string) {
 	// The same through salvage tenant, as tenant a's user: its own list,
 	// no job of b's, and b's endpoints refused by the server.
 	asA := append([]string{"--server", url}, as("tenant-a")...)
-	if code, out, errOut := run(t, "", append([]string{"tenant", "--name", "a", "jobs"}, asA...)...); code != cli.ExitOK || !strings.Contains(out, jobA) || strings.Contains(out, jobB) {
+	if code, out, errOut := run(t, "", append([]string{"tenant", "--name", "a", "jobs"}, asA...)...); code != operator.ExitOK || !strings.Contains(out, jobA) || strings.Contains(out, jobB) {
 		t.Errorf("salvage tenant jobs as tenant a: exit %d: %s%s", code, out, errOut)
 	}
 	// Its findings: one line per chunk done (the worker's model fails a
@@ -387,13 +387,13 @@ func tenantsKeptApart(t *testing.T, url string) {
 	if code := ask(a, "a", "status", `{"job_id":"`+jobA+`"}`, &stA); code != "" {
 		t.Fatalf("tenant a's status of its job: %s", code)
 	}
-	if code, out, errOut := run(t, "", append([]string{"tenant", "--name", "a", "results", jobA}, asA...)...); code != cli.ExitOK || strings.Count(out, `{"chunk":`) != stA.Job.Summary.Done {
+	if code, out, errOut := run(t, "", append([]string{"tenant", "--name", "a", "results", jobA}, asA...)...); code != operator.ExitOK || strings.Count(out, `{"chunk":`) != stA.Job.Summary.Done {
 		t.Errorf("salvage tenant results of its job as tenant a: exit %d, want %d chunks' findings: %s%s", code, stA.Job.Summary.Done, out, errOut)
 	}
-	if code, _, errOut := run(t, "", append([]string{"tenant", "--name", "a", "cancel", jobB}, asA...)...); code == cli.ExitOK || !strings.Contains(errOut, "no job "+jobB) {
+	if code, _, errOut := run(t, "", append([]string{"tenant", "--name", "a", "cancel", jobB}, asA...)...); code == operator.ExitOK || !strings.Contains(errOut, "no job "+jobB) {
 		t.Errorf("salvage tenant cancel of b's job as tenant a: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := run(t, "", append([]string{"tenant", "--name", "b", "jobs"}, asA...)...); code == cli.ExitOK || !strings.Contains(errOut, "Permissions Violation for Publish") {
+	if code, _, errOut := run(t, "", append([]string{"tenant", "--name", "b", "jobs"}, asA...)...); code == operator.ExitOK || !strings.Contains(errOut, "Permissions Violation for Publish") {
 		t.Errorf("salvage tenant --name b as tenant a's user: exit %d: %s", code, errOut)
 	}
 }

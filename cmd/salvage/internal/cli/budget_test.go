@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/salvagetest"
 )
@@ -22,8 +22,8 @@ func TestBudgetFromTheCLI(t *testing.T) {
 	url, _ := up(t, "--model-latency", "5ms", "--concurrency", "2", "--sweep-interval", "1s", "--price", simmodel.ModelName+"=1000,1000")
 	contract := writeFile(t, "contract.txt", contractreview.Contract(12, 3))
 	code, out, errOut := run(t, "", "submit", "contract-review", contract, "--budget-usd", "0.01", "--wait", "--server", url)
-	if code != cli.ExitCancelled {
-		t.Fatalf("submit --wait exit %d; want %d (cancelled by its budget): %s", code, cli.ExitCancelled, errOut)
+	if code != operator.ExitCancelled {
+		t.Fatalf("submit --wait exit %d; want %d (cancelled by its budget): %s", code, operator.ExitCancelled, errOut)
 	}
 	job := strings.TrimSpace(out)
 	_, out, _ = run(t, "", "status", job, "--json", "--server", url)

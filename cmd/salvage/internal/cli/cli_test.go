@@ -24,6 +24,7 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
@@ -121,7 +122,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 	contract := writeFile(t, "contract.txt", contractreview.Contract(6, 3))
 
 	code, out, errOut := run(t, "", "submit", "contract-review", contract, "--wait", "--server", url)
-	if code != cli.ExitOK {
+	if code != operator.ExitOK {
 		t.Fatalf("submit --wait exit %d: %s", code, errOut)
 	}
 	job := strings.TrimSpace(out)
@@ -143,7 +144,7 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 		Oldest        time.Time `json:"oldest"`
 		Expires       time.Time `json:"expires"`
 	}
-	if code != cli.ExitOK || json.Unmarshal([]byte(out), &stores) != nil {
+	if code != operator.ExitOK || json.Unmarshal([]byte(out), &stores) != nil {
 		t.Fatalf("storage --json: %d %s %s", code, out, errOut)
 	}
 	found := map[string]bool{}
@@ -166,11 +167,11 @@ func TestSubmitWaitStatusResultsCancel(t *testing.T) {
 			t.Errorf("storage lists no %s: %s", want, out)
 		}
 	}
-	if code, out, _ := run(t, "", "storage", "--server", url); code != cli.ExitOK || !strings.Contains(out, "salvage_journal") || !strings.Contains(out, "while live, then by retention") ||
+	if code, out, _ := run(t, "", "storage", "--server", url); code != operator.ExitOK || !strings.Contains(out, "salvage_journal") || !strings.Contains(out, "while live, then by retention") ||
 		!strings.Contains(out, "14 days") || !strings.Contains(out, "total") {
 		t.Errorf("salvage storage:\n%s", out)
 	}
-	if code, _, _ := run(t, "", "storage", "extra", "--server", url); code == cli.ExitOK {
+	if code, _, _ := run(t, "", "storage", "extra", "--server", url); code == operator.ExitOK {
 		t.Errorf("salvage storage with an argument exits 0")
 	}
 
@@ -275,7 +276,7 @@ func TestSubmitBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := run(t, tt.stdin, append(tt.args, "--server", url)...)
-			if code != cli.ExitError || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, "salvage: salvage:") {
+			if code != operator.ExitError || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, "salvage: salvage:") {
 				t.Fatalf("exit %d, stderr %q; want exit 1 mentioning %q", code, errOut, tt.want)
 			}
 		})
@@ -414,8 +415,8 @@ func TestSubmitExitCodes(t *testing.T) {
 	t.Run("incomplete", func(t *testing.T) {
 		url, _ := up(t, "--model-permanent-rate", "1", "--model-latency", "1ms")
 		code, _, errOut := run(t, contractreview.Contract(2, 1), "submit", "contract-review", "-", "--wait", "--server", url)
-		if code != cli.ExitIncomplete || !strings.Contains(errOut, "incomplete") {
-			t.Fatalf("exit %d, want %d: %s", code, cli.ExitIncomplete, errOut)
+		if code != operator.ExitIncomplete || !strings.Contains(errOut, "incomplete") {
+			t.Fatalf("exit %d, want %d: %s", code, operator.ExitIncomplete, errOut)
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
@@ -439,8 +440,8 @@ func TestSubmitExitCodes(t *testing.T) {
 		}
 		err = cmd.Wait()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != cli.ExitCancelled {
-			t.Fatalf("submit --wait ended %v, want exit %d", err, cli.ExitCancelled)
+		if !errors.As(err, &ee) || ee.ExitCode() != operator.ExitCancelled {
+			t.Fatalf("submit --wait ended %v, want exit %d", err, operator.ExitCancelled)
 		}
 	})
 }
@@ -494,10 +495,10 @@ func TestUpJoinsNATSURL(t *testing.T) {
 	if own == url || strings.HasSuffix(own, ":0") || strings.HasSuffix(own, ":4222") || !strings.HasPrefix(own, "nats://127.0.0.1:") {
 		t.Fatalf("up --listen 127.0.0.1:0 --store with NATS_URL=%s printed NATS_URL=%s; want its own server on a free port", url, own)
 	}
-	if code, _, errOut := run(t, "", "up", "--server", url, "--listen", "127.0.0.1:0"); code != cli.ExitError || !strings.Contains(errOut, "one or the other") {
+	if code, _, errOut := run(t, "", "up", "--server", url, "--listen", "127.0.0.1:0"); code != operator.ExitError || !strings.Contains(errOut, "one or the other") {
 		t.Errorf("up --server with --listen: exit %d, %q; want refused", code, errOut)
 	}
-	if code, _, errOut := run(t, "", "up", "--server", url, "--keep-calls", "200h"); code != cli.ExitError || !strings.Contains(errOut, "calls 200h0m0s is over 168h0m0s") {
+	if code, _, errOut := run(t, "", "up", "--server", url, "--keep-calls", "200h"); code != operator.ExitError || !strings.Contains(errOut, "calls 200h0m0s is over 168h0m0s") {
 		t.Errorf("up --keep-calls 200h: exit %d, %q; want refused, naming the limit", code, errOut)
 	}
 
@@ -561,7 +562,7 @@ func TestChaos(t *testing.T) {
 // measuring — in that order, and the bench's worker commands not at all.
 func TestHelpGroupsTheCommands(t *testing.T) {
 	code, out, errOut := run(t, "", "--help")
-	if code != cli.ExitOK {
+	if code != operator.ExitOK {
 		t.Fatalf("--help: exit %d: %s", code, errOut)
 	}
 	groups := []struct {

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/kv"
@@ -27,33 +27,33 @@ import (
 func TestLimitsFromTheCLI(t *testing.T) {
 	t.Parallel()
 	url, _ := up(t, "--role", "api")
-	if code, out, errOut := run(t, "", "limits", "set", "system.crm", "--rpm", "60", "--in-flight", "4", "--by", "ann", "--server", url); code != cli.ExitOK ||
+	if code, out, errOut := run(t, "", "limits", "set", "system.crm", "--rpm", "60", "--in-flight", "4", "--by", "ann", "--server", url); code != operator.ExitOK ||
 		!strings.Contains(out, "limit system.crm set by ann") {
 		t.Fatalf("limits set exit %d: %s%s", code, out, errOut)
 	}
 	code, out, errOut := run(t, "", "limits", "--json", "--server", url)
 	var ls []salvage.LimitState
-	if code != cli.ExitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
+	if code != operator.ExitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
 		t.Fatalf("limits --json exit %d: %s%s", code, out, errOut)
 	}
 	if l := ls[0]; l.Key != "system.crm" || l.RequestsPerMinute != 60 || l.InFlight != 4 || l.TokensPerMinute != 0 || l.SetBy != "ann" || l.Holders != 0 {
 		t.Errorf("listed %+v; want system.crm at 60 requests a minute and 4 in flight, set by ann, held by nobody", l)
 	}
-	if code, out, _ := run(t, "", "limits", "--server", url); code != cli.ExitOK || !strings.Contains(out, "system.crm") {
+	if code, out, _ := run(t, "", "limits", "--server", url); code != operator.ExitOK || !strings.Contains(out, "system.crm") {
 		t.Errorf("limits exit %d: %s", code, out)
 	}
 	for _, bad := range [][]string{{"system.a.b", "--rpm", "1"}, {"crm", "--rpm", "1"}, {"system.crm"}} {
-		if code, _, errOut := run(t, "", append(append([]string{"limits", "set"}, bad...), "--server", url)...); code == cli.ExitOK || !strings.Contains(errOut, "invalid limit") {
+		if code, _, errOut := run(t, "", append(append([]string{"limits", "set"}, bad...), "--server", url)...); code == operator.ExitOK || !strings.Contains(errOut, "invalid limit") {
 			t.Errorf("limits set %v: exit %d, %s; want refused as an invalid limit", bad, code, errOut)
 		}
 	}
-	if code, _, errOut := run(t, "", "limits", "rm", "system.nobody", "--server", url); code == cli.ExitOK || !strings.Contains(errOut, "no limit is declared") {
+	if code, _, errOut := run(t, "", "limits", "rm", "system.nobody", "--server", url); code == operator.ExitOK || !strings.Contains(errOut, "no limit is declared") {
 		t.Errorf("limits rm of an undeclared key: exit %d, %s", code, errOut)
 	}
-	if code, out, errOut := run(t, "", "limits", "rm", "system.crm", "--server", url); code != cli.ExitOK || !strings.Contains(out, "limit system.crm removed") {
+	if code, out, errOut := run(t, "", "limits", "rm", "system.crm", "--server", url); code != operator.ExitOK || !strings.Contains(out, "limit system.crm removed") {
 		t.Fatalf("limits rm exit %d: %s%s", code, out, errOut)
 	}
-	if code, out, _ := run(t, "", "limits", "--json", "--server", url); code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
+	if code, out, _ := run(t, "", "limits", "--json", "--server", url); code != operator.ExitOK || strings.TrimSpace(out) != "[]" {
 		t.Errorf("limits after the rm: exit %d, %s; want []", code, out)
 	}
 }
@@ -71,7 +71,7 @@ func TestKilledWorkersShareReturnsWithinALease(t *testing.T) {
 	s := &sim.Client{BaseURL: startPrinting(t, simCmd, "SIM_URL="), Timeout: 5 * time.Second}
 	url, _ := up(t, append([]string{"--role", "dead-letter,api", "--sim", s.BaseURL}, fastTiers...)...)
 	key := "system.model-127_0_0_1"
-	if code, out, errOut := run(t, "", "limits", "set", key, "--rpm", "1200", "--server", url); code != cli.ExitOK {
+	if code, out, errOut := run(t, "", "limits", "set", key, "--rpm", "1200", "--server", url); code != operator.ExitOK {
 		t.Fatalf("limits set exit %d: %s%s", code, out, errOut)
 	}
 	worker := func() *exec.Cmd {
@@ -82,14 +82,14 @@ func TestKilledWorkersShareReturnsWithinALease(t *testing.T) {
 	victim := worker()
 	contract := writeFile(t, "contract.txt", contractreview.Contract(4, 0))
 	code, out, errOut := run(t, "", "submit", "contract-review", contract, "--server", url)
-	if code != cli.ExitOK {
+	if code != operator.ExitOK {
 		t.Fatalf("submit exit %d: %s", code, errOut)
 	}
 	job := strings.TrimSpace(out)
 	limit := func() salvage.LimitState {
 		code, out, _ := run(t, "", "limits", "--json", "--server", url)
 		var ls []salvage.LimitState
-		if code != cli.ExitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
+		if code != operator.ExitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
 			return salvage.LimitState{}
 		}
 		return ls[0]
@@ -128,7 +128,7 @@ func TestKilledWorkersShareReturnsWithinALease(t *testing.T) {
 	t.Logf("the killed worker's share back in the survivor's %s after the SIGKILL", back.Round(10*time.Millisecond))
 	salvagetest.Eventually(t, 2*time.Minute, func() bool {
 		code, out, _ := run(t, "", "status", job, "--server", url)
-		return code == cli.ExitOK && strings.Contains(out, "status done")
+		return code == operator.ExitOK && strings.Contains(out, "status done")
 	}, "job %s done", job)
 	use, err := s.Quota(context.Background())
 	if err != nil {

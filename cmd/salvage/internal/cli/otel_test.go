@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/salvagehq/salvage"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
@@ -138,7 +138,7 @@ func TestOneTracePerJobOverOTLP(t *testing.T) {
 
 	contract := writeFile(t, "contract.txt", contractreview.Contract(6, 2))
 	code, out, errOut := run(t, "", "submit", "contract-review", contract, "--wait", "--server", url)
-	if code == cli.ExitError {
+	if code == operator.ExitError {
 		t.Fatalf("submit exit %d: %s", code, errOut)
 	}
 	job := strings.TrimSpace(out)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
-	"github.com/salvagehq/salvage/cmd/salvage/internal/cli"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
@@ -25,13 +25,13 @@ func TestPauseAndResumeFromTheCLI(t *testing.T) {
 	}, "the worker to record its pipelines")
 
 	code, out, errOut := run(t, "", "pause", "contract-review", "--reason", "model deploy", "--by", "ann", "--server", url)
-	if code != cli.ExitOK || !strings.Contains(out, "pipeline contract-review paused by ann") || !strings.Contains(out, "model deploy") {
+	if code != operator.ExitOK || !strings.Contains(out, "pipeline contract-review paused by ann") || !strings.Contains(out, "model deploy") {
 		t.Fatalf("pause exit %d: %s%s", code, out, errOut)
 	}
-	if code, _, errOut := run(t, "", "pause", "no-such-pipeline", "--server", url); code == cli.ExitOK || !strings.Contains(errOut, "unknown pipeline") {
+	if code, _, errOut := run(t, "", "pause", "no-such-pipeline", "--server", url); code == operator.ExitOK || !strings.Contains(errOut, "unknown pipeline") {
 		t.Fatalf("pausing an unknown pipeline: exit %d, %s", code, errOut)
 	}
-	if code, _, errOut := run(t, "", "resume", "a.b", "--server", url); code == cli.ExitOK || !strings.Contains(errOut, "pipeline") {
+	if code, _, errOut := run(t, "", "resume", "a.b", "--server", url); code == operator.ExitOK || !strings.Contains(errOut, "pipeline") {
 		t.Fatalf("resuming a bad name: exit %d, %s", code, errOut)
 	}
 
@@ -50,7 +50,7 @@ func TestPauseAndResumeFromTheCLI(t *testing.T) {
 
 	contract := writeFile(t, "contract.txt", contractreview.Contract(3, 0))
 	code, out, errOut = run(t, "", "submit", "contract-review", contract, "--server", url)
-	if code != cli.ExitOK {
+	if code != operator.ExitOK {
 		t.Fatalf("submit exit %d: %s", code, errOut)
 	}
 	job := strings.TrimSpace(out)

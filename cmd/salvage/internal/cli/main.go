@@ -1,0 +1,53 @@
+// Package cli is the salvage command: the operator's commands (package
+// operator), the demo and simulator (package demo) and the bench (package
+// bench) under one root. Main runs it against any reader and writers, so
+// tests call the CLI in process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/bench"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
+)
+
+// Main runs the salvage CLI with args and returns the process exit code
+// (operator.ExitOK and the others).
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := operator.NewEnv(stdin, stdout, stderr)
+	d := &demo.Env{Env: e}
+	b := &bench.Env{Env: d}
+	root := e.Root([]operator.Group{
+		{ID: "try", Title: "Try it:", Commands: []*cobra.Command{d.DemoCmd(), d.ChaosCmd(), d.SimCmd()}},
+		{ID: "measure", Title: "Measure:", Commands: []*cobra.Command{b.BenchCmd()}},
+	}, b.BenchWorkerCmd(), b.BaselineWorkerCmd())
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	var ee *operator.Exit
+	switch {
+	case err == nil:
+		return operator.ExitOK
+	case errors.As(err, &ee):
+		if ee.Err != nil {
+			fmt.Fprintln(stderr, operator.Message(ee.Err))
+		}
+		return ee.Code
+	default:
+		fmt.Fprintln(stderr, operator.Message(err))
+		return operator.ExitError
+	}
+}

@@ -1,0 +1,329 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+)
+
+// withClient connects and makes a client (not started: it only reads and
+// operates) for a command.
+func (e *Env) withClient(name string, fn func(ctx context.Context, c *salvage.Client) error) func(*cobra.Command, []string) error {
+	return e.withConn(name, func(ctx context.Context, _ *nats.Conn, c *salvage.Client) error { return fn(ctx, c) })
+}
+
+// withConn connects and makes a client for a command that also needs the
+// connection, with a minute for the command and the server's refusals
+// explained.
+func (e *Env) withConn(name string, fn func(ctx context.Context, nc *nats.Conn, c *salvage.Client) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		nc, js, err := e.Connect(name)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+		defer cancel()
+		ctx = e.refused.watch(ctx)
+		c, err := salvage.NewClient(js, nil)
+		if err != nil {
+			return err
+		}
+		return e.refused.explain(fn(ctx, nc, c))
+	}
+}
+
+// WriteJSON writes v to stdout as indented JSON.
+func (e *Env) WriteJSON(v any) error {
+	enc := json.NewEncoder(e.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// Table returns the column writer every table of the CLI prints through.
+func Table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func jobArg(args []string) (string, error) {
+	if err := salvage.ValidateJobID(args[0]); err != nil {
+		return "", err
+	}
+	return args[0], nil
+}
+
+// noJob turns an unknown job into the CLI's message.
+func noJob(id string, err error) error {
+	if errors.Is(err, salvage.ErrUnknownJob) {
+		return fmt.Errorf("no job %s", id)
+	}
+	return err
+}
+
+func (e *Env) statusCmd() *cobra.Command {
+	var asJSON, failed bool
+	cmd := &cobra.Command{
+		Use:   "status JOB",
+		Short: "Show a job and each chunk's stage, status, deliveries and envelope",
+		Long: `Show a job: its counts (every chunk in exactly one of them), why it ended as it did
+(failures first), and each chunk's stage, status, deliveries and envelope. --failed lists
+only the chunks that failed or wait — dead-lettered, cancelled with effects to settle,
+held at a breaker, awaiting approval, paused, or carrying an envelope or an error — the
+dead-lettered first.`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := jobArg(args)
+		if err != nil {
+			return err
+		}
+		return e.withReader("salvage status", func(ctx context.Context, c *reader) error {
+			var j *salvage.Job
+			var chunks []salvage.Chunk
+			var err error
+			if failed {
+				j, chunks, err = allFailing(ctx, c, id)
+			} else {
+				j, chunks, err = AllChunks(ctx, c, id)
+			}
+			if err != nil {
+				return noJob(id, err)
+			}
+			if asJSON {
+				if chunks == nil {
+					chunks = []salvage.Chunk{}
+				}
+				return e.WriteJSON(map[string]any{"job": j, "chunks": chunks})
+			}
+			part := ""
+			if j.Partition > 0 {
+				part = fmt.Sprintf("  partition %d", j.Partition)
+			}
+			fmt.Fprintf(e.Stdout, "job %s  pipeline %s  status %s  trace %s%s\n", j.ID, j.Pipeline, j.Status, j.TraceID, part)
+			fmt.Fprintf(e.Stdout, "chunks %d: %s\n", j.Chunks, chunkCounts(j, chunks, failed))
+			if j.Status == salvage.JobRunning {
+				if ps, err := c.PipelineList(ctx); err == nil {
+					for _, p := range ps {
+						if p.Pipeline == j.Pipeline && p.Paused {
+							writePipeline(e.Stdout, p)
+						}
+					}
+				}
+			}
+			for _, why := range j.Explanation {
+				fmt.Fprintln(e.Stdout, "  "+why)
+			}
+			if failed && len(chunks) == 0 {
+				fmt.Fprintln(e.Stdout, "no chunk failed or waits")
+				return nil
+			}
+			tw := Table(e.Stdout)
+			fmt.Fprintln(tw, "CHUNK\tSTAGE\tSTATUS\tDELIVERIES\tTIER1\tCALLS\tWORKER\tENVELOPE\tLAST ERROR")
+			for _, ch := range chunks {
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", ch.Chunk, ch.Stage, ch.Status, ch.Deliveries,
+					ch.Tier1Retries, ch.Calls, ch.ClaimedBy, ch.Envelope, truncate(ch.LastError, 60))
+			}
+			return tw.Flush()
+		})(cmd, args)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&failed, "failed", false, "only chunks that failed or wait, dead-lettered first")
+	return cmd
+}
+
+// chunkCounts says how many chunks stand where, every chunk counted once:
+// the job's outcome counts, and the rest from the chunk list (which under
+// --failed holds only the failing ones, so it counts only those).
+func chunkCounts(j *salvage.Job, chunks []salvage.Chunk, failedOnly bool) string {
+	counts := map[salvage.ChunkStatus]int{}
+	for _, ch := range chunks {
+		counts[ch.Status]++
+	}
+	parts := []string{
+		fmt.Sprintf("%d done", j.Summary.Done),
+		fmt.Sprintf("%d dead-lettered", j.Summary.DeadLettered),
+		fmt.Sprintf("%d cancelled", j.Summary.Cancelled),
+	}
+	for _, s := range []salvage.ChunkStatus{salvage.ChunkRunning, salvage.ChunkPending, salvage.ChunkHeld, salvage.ChunkAwaitingApproval, salvage.ChunkPaused} {
+		if failedOnly && (s == salvage.ChunkRunning || s == salvage.ChunkPending) {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// operatorName is who an operator action is recorded as: $USER, else
+// "cli".
+func operatorName() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "cli"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+// jobStatuses are the statuses `salvage jobs --status` takes.
+var jobStatuses = []salvage.JobStatus{salvage.JobRunning, salvage.JobDone, salvage.JobPartial, salvage.JobIncomplete, salvage.JobCancelled}
+
+func (e *Env) jobsCmd() *cobra.Command {
+	var (
+		asJSON   bool
+		limit    int
+		statuses []string
+	)
+	cmd := &cobra.Command{Use: "jobs", Short: "List jobs, newest first", Args: cobra.NoArgs}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if limit < 1 || limit > salvage.PageMax {
+			return fmt.Errorf("--limit %d: want 1 to %d", limit, salvage.PageMax)
+		}
+		want := map[salvage.JobStatus]bool{}
+		for _, s := range statuses {
+			if !slices.Contains(jobStatuses, salvage.JobStatus(s)) {
+				return fmt.Errorf("--status %q: want one or more of %v", s, jobStatuses)
+			}
+			want[salvage.JobStatus(s)] = true
+		}
+		return e.withReader("salvage jobs", func(ctx context.Context, c *reader) error {
+			var jobs []salvage.Job
+			// Page through the newest first until limit match.
+			for page := (&salvage.Page{Limit: salvage.PageMax}); len(jobs) < limit; page.Offset += salvage.PageMax {
+				got, err := c.JobList(ctx, page)
+				if err != nil {
+					return err
+				}
+				for _, j := range got {
+					if len(jobs) < limit && (len(want) == 0 || want[j.Status]) {
+						jobs = append(jobs, j)
+					}
+				}
+				if len(got) < salvage.PageMax {
+					break
+				}
+			}
+			if asJSON {
+				if jobs == nil {
+					jobs = []salvage.Job{}
+				}
+				return e.WriteJSON(jobs)
+			}
+			tw := Table(e.Stdout)
+			fmt.Fprintln(tw, "JOB\tPIPELINE\tSTATUS\tCHUNKS\tDONE\tFAILED\tCREATED")
+			for _, j := range jobs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", j.ID, j.Pipeline, j.Status, j.Chunks, j.Summary.Done,
+					j.Summary.DeadLettered, j.CreatedAt.Local().Format(time.DateTime))
+			}
+			return tw.Flush()
+		})(cmd, args)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&limit, "limit", salvage.PageMax, "at most this many jobs")
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only jobs in these statuses (running, done, partial, incomplete, cancelled; comma-separated)")
+	return cmd
+}
+
+func (e *Env) cancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel JOB",
+		Short: "Cancel a job: queued chunks leave the queue at once, running ones stop at their next stage",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobArg(args)
+			if err != nil {
+				return err
+			}
+			// Through the salvage.api service: an operator's user needs
+			// the API, not the buckets.
+			var j salvage.Job
+			if err := e.request("jobs.cancel", map[string]string{"job_id": id, "by": operatorName()}, &j); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "job %s cancelled: %s, %d done, %d cancelled, %d dead-lettered of %d chunks (running ones stop at their next stage)\n",
+				id, j.Status, j.Summary.Done, j.Summary.Cancelled, j.Summary.DeadLettered, j.Chunks)
+			return nil
+		},
+	}
+}
+
+func (e *Env) resultsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{Use: "results JOB", Short: "Print a job's findings, one entry per finished chunk", Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := jobArg(args)
+		if err != nil {
+			return err
+		}
+		return e.withClient("salvage results", func(ctx context.Context, c *salvage.Client) error {
+			j, err := c.JobGet(ctx, id)
+			if err != nil {
+				return noJob(id, err)
+			}
+			results, err := c.JobResults(ctx, id)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				type finding struct {
+					Chunk  int             `json:"chunk"`
+					Result json.RawMessage `json:"result"`
+				}
+				out := make([]finding, 0, len(results))
+				for chunk := 1; chunk <= j.Chunks; chunk++ {
+					if r, ok := results[chunk]; ok {
+						out = append(out, finding{Chunk: chunk, Result: r})
+					}
+				}
+				return e.WriteJSON(out)
+			}
+			fmt.Fprintf(e.Stdout, "job %s (%s, %s): %d of %d chunks have findings\n", id, j.Pipeline, j.Status, len(results), j.Chunks)
+			tw := Table(e.Stdout)
+			if j.Pipeline != contractreview.Name {
+				// Another pipeline's results are its own JSON.
+				fmt.Fprintln(tw, "CHUNK\tRESULT")
+				for chunk := 1; chunk <= j.Chunks; chunk++ {
+					r, ok := results[chunk]
+					if !ok {
+						fmt.Fprintf(tw, "%d\t(none)\n", chunk)
+						continue
+					}
+					fmt.Fprintf(tw, "%d\t%s\n", chunk, truncate(string(r), 120))
+				}
+				return tw.Flush()
+			}
+			fmt.Fprintln(tw, "CHUNK\tRISK\tTYPE\tHIGHEST CATEGORIES\tHEADING")
+			for chunk := 1; chunk <= j.Chunks; chunk++ {
+				r, ok := results[chunk]
+				if !ok {
+					fmt.Fprintf(tw, "%d\t-\t-\t(no findings)\t\n", chunk)
+					continue
+				}
+				var f contractreview.Finding
+				if err := json.Unmarshal(r, &f); err != nil || f.Risk == "" {
+					fmt.Fprintf(tw, "%d\t\t\t%s\t\n", chunk, truncate(string(r), 80))
+					continue
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", chunk, f.Risk, f.ClauseType, topCategories(f.CategoryRisk, 3), f.Heading)
+			}
+			return tw.Flush()
+		})(cmd, args)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
+	return cmd
+}
