@@ -25,7 +25,10 @@ type Breaker struct {
 	Opens int `json:"opens"`
 	// Reason is the failure that last opened it.
 	Reason string `json:"reason,omitempty"`
-	// Held counts the chunks waiting on SALVAGE_HOLD for this system.
+	// Held counts the chunks waiting on SALVAGE_HOLD for this system:
+	// those parked when they called it while its breaker was open, and
+	// those a job's window admitted there while the breaker paced it
+	// (they have not started; their checkpoints say pending).
 	Held      int       `json:"held"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

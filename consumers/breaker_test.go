@@ -211,12 +211,16 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 
 // An optional stage whose system's breaker is open is skipped at once:
 // the job ends partial with the gap named, and the system gets no call
-// after its breaker opened.
+// after its breaker opened. The job has more chunks than its window: the
+// ones the window lets in after the breaker opened go to the work queue,
+// not onto the hold of a system no chunk parks on (they waited there for
+// its cool-down, an hour, when every open breaker of the pipeline paced
+// its admissions).
 func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
-	const concurrency, chunks = 4, 20
+	const concurrency, chunks = 4, 60
 	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
 		c.Concurrency = concurrency
 		c.Breakers = consumers.BreakerPolicies{Default: salvagetype.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}

@@ -74,6 +74,10 @@ type gate struct {
 	mu   sync.Mutex
 	seen map[string]seenBreaker
 	runs map[string]*recovery.FailureRun
+	// parked is, for each system this process parked a chunk on the hold
+	// of, the breaker's Opens then: a system no chunk parks on since it
+	// opened (one only optional stages call) is not paced.
+	parked map[string]int
 	// ready is closed once the watch has delivered every stored breaker.
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -81,7 +85,7 @@ type gate struct {
 
 func newGate(js jetstream.JetStream, stores *kv.Stores, policies BreakerPolicies, id string, log zerolog.Logger) *gate {
 	return &gate{js: js, breakers: stores.Breakers, policies: policies, id: id, log: log,
-		seen: map[string]seenBreaker{}, runs: map[string]*recovery.FailureRun{}, ready: make(chan struct{})}
+		seen: map[string]seenBreaker{}, runs: map[string]*recovery.FailureRun{}, parked: map[string]int{}, ready: make(chan struct{})}
 }
 
 // follow keeps the view current until ctx ends. It blocks.
@@ -114,6 +118,41 @@ func (g *gate) state(system string) kv.Breaker {
 		return b.Breaker
 	}
 	return kv.Breaker{System: system, State: salvagetype.BreakerClosed}
+}
+
+// paced returns the first of systems whose calls the hold paces now, as
+// last seen: its breaker is open or half-open, or closed less than rampEnd
+// ago, while its held chunks come back at the ramp's rate
+// (holder.whileClosed) — and this process has parked a chunk on its hold
+// since it last opened (counted by its Opens, not by clocks). A system
+// only optional stages call parks nothing (they are skipped while it is
+// down), so it paces nothing: the work goes on without it.
+func (g *gate) paced(systems []string, now time.Time) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range systems {
+		b, ok := g.seen[s]
+		if !ok {
+			continue
+		}
+		if opens, ok := g.parked[s]; !ok || opens != b.Opens {
+			continue
+		}
+		if b.State != salvagetype.BreakerClosed || !b.OpenedAt.IsZero() && now.Sub(b.UpdatedAt) < rampEnd {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+// noteParked records that this process parks a chunk on system's hold
+// while its breaker is as last seen (see paced).
+func (g *gate) noteParked(system string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if b, ok := g.seen[system]; ok {
+		g.parked[system] = b.Opens
+	}
 }
 
 // all returns every breaker seen.

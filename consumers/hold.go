@@ -27,6 +27,9 @@ func (r *run) hold(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 	cp.Status, cp.HeldOn = salvagetype.ChunkHeld, system
 	cp.Holds++
 	cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventHeld, Worker: r.w.cfg.ID, Stage: cp.Stage, Detail: system})
+	// Before its slot is free: a chunk this process starts from now on
+	// admits the next of its job onto this hold (run.started).
+	r.w.gate.noteParked(system)
 	if err := r.park(ctx, cp, fence, system, "circuit breaker of "+system+" open"); err != nil {
 		return err
 	}

@@ -20,15 +20,22 @@ func (b *bundle) pauseShop(t *testing.T, paused bool) {
 		t.Fatal(err)
 	}
 	for stream, name := range map[string]string{streams.Hold: streams.HoldConsumer(streams.PausedSystem(shopPipeline)), streams.Chunks: streams.WorkersConsumer(shopPipeline)} {
-		salvagetest.Eventually(t, time.Minute, func() bool {
-			c, err := b.JS.Consumer(b.ctx, stream, name)
-			if err != nil {
-				return false
-			}
-			info, err := c.Info(b.ctx)
-			return err == nil && info.Paused == paused
-		}, "consumer %s on %s paused=%v", name, stream, paused)
+		b.waitPaused(t, stream, name, paused)
 	}
+}
+
+// waitPaused waits until consumer name on stream exists and is paused, or
+// is not, as paused says.
+func (b *bundle) waitPaused(t *testing.T, stream, name string, paused bool) {
+	t.Helper()
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		c, err := b.JS.Consumer(b.ctx, stream, name)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(b.ctx)
+		return err == nil && info.Paused == paused
+	}, "consumer %s on %s paused=%v", name, stream, paused)
 }
 
 // A paused pipeline's chunk pool is paused with JetStream's consumer

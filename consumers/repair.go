@@ -307,7 +307,7 @@ func (r *repairer) restartBacklog(ctx context.Context, j kv.Job) (int, error) {
 	}
 	n := 0
 	for range j.Window {
-		ok, err := admit(ctx, r.js, j, streams.BacklogForJob(j.Pipeline, j.ID))
+		ok, err := admit(ctx, r.js, j, streams.BacklogForJob(j.Pipeline, j.ID), func(n int) string { return streams.ChunkSubject(j.Partition, j.Pipeline, j.ID, n) })
 		if err != nil || !ok {
 			return n, err
 		}

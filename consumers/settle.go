@@ -107,20 +107,35 @@ func requeue(ctx context.Context, js jetstream.JetStream, env salvagetype.Envelo
 // a job with a backlog. It is repeat-safe and cheap when there is nothing
 // to admit.
 func admitAfter(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int) error {
+	return admitTo(ctx, js, job, chunk, func(n int) string { return streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, n) })
+}
+
+// admitOnHold admits the chunk that starting chunk lets in onto the hold
+// of system, whose breaker is open or whose held chunks are coming back
+// at the ramp's rate: the holder releases it with them, at that rate.
+// Repeat-safe, as admitAfter.
+func admitOnHold(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int, system string) error {
+	return admitTo(ctx, js, job, chunk, func(n int) string { return streams.HoldSubject(system, job.ID, n) })
+}
+
+// admitTo moves chunk+Window of job, if it waits in the backlog, to the
+// subject to names for it.
+func admitTo(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int, to func(n int) string) error {
 	if job.Window <= 0 || chunk+job.Window > job.Chunks {
 		return nil
 	}
-	_, err := admit(ctx, js, job, streams.BacklogSubject(job.Pipeline, job.ID, chunk+job.Window))
+	_, err := admit(ctx, js, job, streams.BacklogSubject(job.Pipeline, job.ID, chunk+job.Window), to)
 	return err
 }
 
 // admit moves the oldest message on subject (one chunk's, or a job's
-// whole backlog filter) from SALVAGE_BACKLOG to SALVAGE_CHUNKS under the
-// same Nats-Msg-Id, then deletes it from the backlog: a crash between the
-// two makes the next admission publish a duplicate the stream drops. A
-// message from a job message that lost the race for the job id is only
-// deleted. It reports whether it admitted one.
-func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject string) (bool, error) {
+// whole backlog filter) from SALVAGE_BACKLOG to to(chunk) — its subject
+// in SALVAGE_CHUNKS, or on a hold — under the same Nats-Msg-Id, then
+// deletes it from the backlog: a crash between the two makes the next
+// admission publish a duplicate the stream drops. A message from a job
+// message that lost the race for the job id is only deleted. It reports
+// whether it admitted one.
+func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject string, to func(n int) string) (bool, error) {
 	for range 4 {
 		var raw *jetstream.RawStreamMsg
 		err := streams.Retry(ctx, func(ctx context.Context) error {
@@ -144,7 +159,7 @@ func admit(ctx context.Context, js jetstream.JetStream, job kv.Job, subject stri
 			stray = true
 		}
 		if !stray {
-			m := nats.NewMsg(streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, n))
+			m := nats.NewMsg(to(n))
 			m.Data = raw.Data
 			for k, v := range raw.Header {
 				m.Header[k] = v

@@ -279,14 +279,7 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, "outage", true, "ann", "deploy"); err != nil {
 		t.Fatal(err)
 	}
-	salvagetest.Eventually(t, time.Minute, func() bool {
-		c, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("outage"))
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(b.ctx)
-		return err == nil && info.Paused
-	}, "the outage pool to pause")
+	b.waitPaused(t, streams.Chunks, streams.WorkersConsumer("outage"), true)
 	at := b.breaker(t, "crm")
 	if at.State != salvagetype.BreakerOpen {
 		// The machine took a whole cool-down to pause the pool: the probe

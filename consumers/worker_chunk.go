@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -238,7 +239,7 @@ func (r *run) run(ctx context.Context) error {
 		// undone effects. Only a replay that runs it fresh may take it.
 		return r.permanent(ctx, fmt.Errorf("effects of epoch %d of this chunk were compensated: it cannot resume, only run fresh in a new epoch (replay its envelope)", cp.Epoch))
 	}
-	r.started(ctx, job, taken, approved)
+	r.started(ctx, p, job, taken, approved)
 	if byHand && cp.Envelope == linked {
 		r.replayedByHand(ctx, linked, freshEpoch.ok)
 	}
@@ -429,7 +430,18 @@ func (r *run) loadResume(ctx context.Context, cp kv.Checkpoint, fresh bool) erro
 // started follows a take: a parked copy an approval's release left behind
 // goes, and, in the background (the run waits for it before it returns),
 // the job counts the start and admits its next chunk.
-func (r *run) started(ctx context.Context, job kv.Job, taken kv.Delta, approved bool) {
+//
+// While the hold paces a system the pipeline calls (its breaker open or
+// half-open, or its held chunks coming back at the ramp's rate after the
+// close), the next chunk is admitted onto that system's hold, not the
+// work queue: the holder releases it with the held chunks, at the ramp's
+// rate. So a job has at most its window of chunks parked on the hold and
+// its window admitted behind them, the rest waits in its backlog, and
+// what reaches a recovering system is paced. Admitted to the work queue,
+// a job's whole backlog passed through it onto the hold within seconds
+// (each chunk let the next in as it started, then parked) and came back,
+// in the order it was parked, ahead of every other job's chunks.
+func (r *run) started(ctx context.Context, p *recovery.Plan, job kv.Job, taken kv.Delta, approved bool) {
 	w := r.w
 	if approved {
 		// The approval is recorded: a parked copy its release left behind
@@ -438,13 +450,23 @@ func (r *run) started(ctx context.Context, job kv.Job, taken kv.Delta, approved 
 			r.log.Warn().Err(err).Msg("remove the released approval's parked copy")
 		}
 	}
+	system, paced := "", false
+	if job.Window > 0 {
+		system, paced = w.gate.paced(p.Tools.Systems(), time.Now())
+	}
 	// Counting the start and admitting the job's next chunk need not hold
 	// this one up; the run waits for them before it returns.
 	r.background(func() {
 		if _, err := w.tracker.apply(ctx, r.chunk.Job, r.chunk.Chunk, salvagetype.ChunkRunning, taken); err != nil {
 			r.log.Warn().Err(err).Msg("count the chunk's start in its job")
 		}
-		if err := admitAfter(ctx, w.js, job, r.chunk.Chunk); err != nil {
+		admit := admitAfter
+		if paced {
+			admit = func(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int) error {
+				return admitOnHold(ctx, js, job, chunk, system)
+			}
+		}
+		if err := admit(ctx, w.js, job, r.chunk.Chunk); err != nil {
 			// The next take of this chunk, or the sweeper, admits it.
 			r.log.Warn().Err(err).Msg("admit the next chunk of the job")
 		}

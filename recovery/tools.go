@@ -3,6 +3,7 @@ package recovery
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -25,6 +26,8 @@ var ErrDiverged = errors.New("agent diverged from its journal")
 // Tools is a pipeline's tool registry.
 type Tools struct {
 	m map[string]*salvagetype.Tool
+	// systems are the Systems of the tools, each once, sorted.
+	systems []string
 }
 
 // NewTools registers ts. It returns an error wrapping ErrInvalidTool for a
@@ -50,7 +53,11 @@ func NewTools(ts ...salvagetype.Tool) (*Tools, error) {
 			return nil, fmt.Errorf("%w: %s registered twice", ErrInvalidTool, t.Name)
 		}
 		r.m[t.Name] = &t
+		if t.System != "" && !slices.Contains(r.systems, t.System) {
+			r.systems = append(r.systems, t.System)
+		}
 	}
+	slices.Sort(r.systems)
 	for _, t := range r.m {
 		if t.Effect == nil {
 			continue
@@ -80,6 +87,16 @@ func NewTools(ts ...salvagetype.Tool) (*Tools, error) {
 		}
 	}
 	return r, nil
+}
+
+// Systems returns the external systems the tools touch, each once,
+// sorted: the circuit breakers a pipeline's calls pass. The caller must
+// not change it.
+func (r *Tools) Systems() []string {
+	if r == nil {
+		return nil
+	}
+	return r.systems
 }
 
 // Get returns a tool, or an error wrapping errUnknownTool.

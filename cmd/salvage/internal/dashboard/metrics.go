@@ -31,7 +31,7 @@ var (
 	descBreaker    = prometheus.NewDesc("salvage_breaker_state", "Circuit breaker state per external system: 1 for the state it is in (closed, open, half-open), 0 for the others.", []string{"system", "state"}, nil)
 	descPaused     = prometheus.NewDesc("salvage_pipeline_paused", "1 while the pipeline is paused, else 0.", []string{"pipeline"}, nil)
 	descParked     = prometheus.NewDesc("salvage_parked_chunks", "Chunks parked on SALVAGE_HOLD while their pipeline is paused.", []string{"pipeline"}, nil)
-	descHeld       = prometheus.NewDesc("salvage_held_chunks", "Chunks held on SALVAGE_HOLD while their system's circuit breaker is open.", []string{"system"}, nil)
+	descHeld       = prometheus.NewDesc("salvage_held_chunks", "Chunks waiting on SALVAGE_HOLD for their system: held at its open circuit breaker, or admitted there by their job's window while it paced their pipeline.", []string{"system"}, nil)
 	descOpens      = prometheus.NewDesc("salvage_breaker_opens_total", "Times a system's circuit breaker opened.", []string{"system"}, nil)
 	descLimit      = prometheus.NewDesc("salvage_limit", "A declared rate limit's bound, by key and bound (requests_per_minute, tokens_per_minute, in_flight, chunks); a bound not declared is not reported.", []string{"key", "bound"}, nil)
 	descLimitHeld  = prometheus.NewDesc("salvage_limit_held", "What the processes calling a limited key hold of its bound now (the budget left unheld is salvage_limit less this).", []string{"key", "bound"}, nil)
