@@ -163,30 +163,12 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		}
 		cp.Epoch = l.Epoch
 	}
-	f := l.Failure
-	f.FromJournal(rows)
-	f.Recoveries = cp.Recoveries
-	category, strategy := recovery.Classify(f, d.limits)
-	completed, inFlight, pending, failed := journalEntries(rows)
-	completed, inFlight, pending, dropped := envelopeEntries(completed, inFlight, pending)
-	if l.FailedAgent == "" && l.FailedTool == "" && l.FailedCall == "" {
-		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
-	}
-	env := salvagetype.Envelope{
-		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
-		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
-		Error: streams.Clip(l.Err, salvagetype.ErrorTextMax), ErrorClass: f.Class.String(), FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
-		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
-		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending, EntriesDropped: dropped,
-		Checkpoint: salvagetype.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
-		Original:   salvagetype.OriginalMessage{Stream: streams.ChunksStream(l.Chunk.Partition), Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
-		CreatedAt:  time.Now().UTC(),
-	}
+	env := d.envelope(id, &l, cp, rows)
 	ack, err := publishEnvelope(ctx, d.js, d.stores, env)
 	if err != nil {
 		return "", err
 	}
-	rec := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: env.Job, Chunk: env.Chunk, Category: category, Strategy: strategy, Status: salvagetype.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence, TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped, Rejected: l.Failure.Rejected}}
+	rec := kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: env.Job, Chunk: env.Chunk, Category: env.Category, Strategy: env.Strategy, Status: salvagetype.EnvelopeOpen, StreamSeq: l.Seq, Subject: l.Subject, DLQSeq: ack.Sequence, TraceID: env.TraceID, Human: l.Human, Stopped: l.Stopped, Rejected: l.Failure.Rejected}}
 	if err := d.stores.Envelopes.Put(ctx, rec); err != nil {
 		return "", err
 	}
@@ -203,9 +185,34 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 		msg = "cancelled chunk's effects sent to be settled"
 	}
 	d.log.Warn().Str("envelope_id", id).Str("job_id", env.Job).Int("chunk", env.Chunk).
-		Str("trace_id", env.TraceID).Int("stage", env.FailedStage).Str("category", string(category)).
+		Str("trace_id", env.TraceID).Int("stage", env.FailedStage).Str("category", string(env.Category)).
 		Uint64("deliveries", l.Deliveries).Str("error", l.Err).Msg(msg)
 	return id, d.finish(ctx, l, id, &cp)
+}
+
+// envelope is the failure envelope id of l, the chunk at checkpoint cp
+// with journal rows: classified, with its calls' entries and where it
+// broke. A letter that names no failed call takes the journal's.
+func (d letterer) envelope(id string, l *letter, cp kv.Checkpoint, rows map[string]kv.StoredRow) salvagetype.Envelope {
+	f := l.Failure
+	f.FromJournal(rows)
+	f.Recoveries = cp.Recoveries
+	category, strategy := recovery.Classify(f, d.limits)
+	completed, inFlight, pending, failed := journalEntries(rows)
+	completed, inFlight, pending, dropped := envelopeEntries(completed, inFlight, pending)
+	if l.FailedAgent == "" && l.FailedTool == "" && l.FailedCall == "" {
+		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
+	}
+	return salvagetype.Envelope{
+		ID: id, Job: l.Chunk.Job, Chunk: l.Chunk.Chunk, Pipeline: l.Chunk.Pipeline,
+		TraceID: l.Chunk.TraceID, Category: category, Strategy: strategy,
+		Error: streams.Clip(l.Err, salvagetype.ErrorTextMax), ErrorClass: f.Class.String(), FailedTool: l.FailedTool, FailedAgent: l.FailedAgent, FailedCall: l.FailedCall, FailedStage: max(cp.Stage, 1),
+		Deliveries: l.Deliveries, Tier1Attempts: cp.Tier1Retries, Recoveries: cp.Recoveries,
+		CompletedEntries: completed, InFlightEntries: inFlight, PendingCompensations: pending, EntriesDropped: dropped,
+		Checkpoint: salvagetype.EnvelopeCheckpoint{Stage: max(cp.Stage, 1), Status: cp.Status, Epoch: cp.Epoch},
+		Original:   salvagetype.OriginalMessage{Stream: streams.ChunksStream(l.Chunk.Partition), Seq: l.Seq, Subject: l.Subject, Data: rawJSON(l.Data)},
+		CreatedAt:  time.Now().UTC(),
+	}
 }
 
 // finish marks the checkpoint dead-lettered (counting it in its job),
@@ -218,10 +225,6 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 	var previous string
 	var delta kv.Delta
 	marked := false
-	status := salvagetype.ChunkDeadLettered
-	if l.Stopped != "" {
-		status = salvagetype.CancelledAtStage(l.Stage)
-	}
 	part, err := d.stores.Part(ctx, l.Chunk.Partition)
 	if err != nil {
 		return err
@@ -256,24 +259,7 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 		if cp.Envelope != id {
 			previous = cp.Envelope
 		}
-		cp.Status, cp.Envelope, cp.ClaimedBy = status, id, ""
-		if l.Stopped != "" {
-			cp.Stage = l.Stage
-		}
-		kind := salvagetype.EventDeadLettered
-		if l.Stopped != "" {
-			kind = salvagetype.EventCancelled
-		}
-		cp.Record(salvagetype.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
-		cp.Reason = streams.Clip(l.Err, salvagetype.ErrorTextMax)
-		if l.tally != nil {
-			setTally(cp, *l.tally)
-		}
-		if l.Deliveries > cp.Deliveries {
-			cp.Redeliveries += int(l.Deliveries - max(cp.Deliveries, 1))
-			cp.Deliveries = l.Deliveries
-		}
-		delta = cp.Recount()
+		delta = l.mark(cp, id)
 		return nil
 	})
 	if errors.Is(err, errStaleMessage) {
@@ -294,6 +280,34 @@ func (d letterer) finish(ctx context.Context, l letter, id string, seen *kv.Chec
 			return err
 		}
 	}
+	return d.count(ctx, l, cp, marked, delta)
+}
+
+// mark writes what dead-lettering (or, for a stopped chunk, cancelling)
+// under envelope id says into cp, and returns how its job's counts move.
+func (l letter) mark(cp *kv.Checkpoint, id string) kv.Delta {
+	status, kind := salvagetype.ChunkDeadLettered, salvagetype.EventDeadLettered
+	if l.Stopped != "" {
+		status, kind = salvagetype.CancelledAtStage(l.Stage), salvagetype.EventCancelled
+		cp.Stage = l.Stage
+	}
+	cp.Status, cp.Envelope, cp.ClaimedBy = status, id, ""
+	cp.Record(salvagetype.ChunkEvent{Kind: kind, Stage: cp.Stage, Delivery: l.Deliveries, Detail: id})
+	cp.Reason = streams.Clip(l.Err, salvagetype.ErrorTextMax)
+	if l.tally != nil {
+		setTally(cp, *l.tally)
+	}
+	if l.Deliveries > cp.Deliveries {
+		cp.Redeliveries += int(l.Deliveries - max(cp.Deliveries, 1))
+		cp.Deliveries = l.Deliveries
+	}
+	return cp.Recount()
+}
+
+// count counts the marked chunk in its job (delta), or, marked by an
+// earlier attempt, settles the job against its checkpoints.
+func (d letterer) count(ctx context.Context, l letter, cp kv.Checkpoint, marked bool, delta kv.Delta) error {
+	var err error
 	if marked {
 		_, err = d.tracker.settle(ctx, l.Chunk.Job)
 	} else {

@@ -406,105 +406,114 @@ func seconds(s float64) time.Duration {
 	return max(time.Duration(s*float64(time.Second)), time.Millisecond)
 }
 
+// renewal is what renew does for one key, as the key stood when the
+// renewal began.
+type renewal struct {
+	key         string
+	wants, idle bool
+	pause       time.Time
+	reason      string
+	tell        bool
+	refused     int
+}
+
 // renew renews the share of every key in use, takes one for a key that
 // has none, tells the others of a pause, and hands back the shares of
 // keys idle for limitIdle.
 func (l *limiter) renew(ctx context.Context) {
 	l.mu.Lock()
-	type job struct {
-		key         string
-		wants, idle bool
-		pause       time.Time
-		reason      string
-		tell        bool
-		refused     int
-	}
-	var jobs []job
+	var rs []renewal
 	now := l.now()
 	for key, k := range l.keys {
 		idle := k.waiting == 0 && k.inFlight == 0 && k.chunks == 0 && now.Sub(k.used) > limitIdle
-		jobs = append(jobs, job{key: key, wants: k.wanted || k.waiting > 0, idle: idle && k.refused == 0, pause: k.pausedUntil, reason: k.pauseReason, tell: k.tell, refused: k.refused})
+		rs = append(rs, renewal{key: key, wants: k.wanted || k.waiting > 0, idle: idle && k.refused == 0, pause: k.pausedUntil, reason: k.pauseReason, tell: k.tell, refused: k.refused})
 		k.wanted = false
 	}
 	l.mu.Unlock()
-	for _, j := range jobs {
-		var mine, fair kv.LimitShare
-		var spec salvagetype.Limit
-		l.mu.Lock()
-		if k := l.keys[j.key]; k != nil {
-			spec = k.spec
+	for _, r := range rs {
+		l.renewKey(ctx, r)
+	}
+}
+
+// renewKey writes this process's share of r's key into the key's record
+// and takes what the record says back into the key.
+func (l *limiter) renewKey(ctx context.Context, r renewal) {
+	var mine, fair kv.LimitShare
+	var spec salvagetype.Limit
+	l.mu.Lock()
+	if k := l.keys[r.key]; k != nil {
+		spec = k.spec
+	}
+	l.mu.Unlock()
+	sh, err := l.limits.MutateShares(ctx, r.key, func(sh *kv.LimitShares) error {
+		now := l.now()
+		for id, s := range sh.Shares {
+			if !now.Before(s.Expires) {
+				delete(sh.Shares, id)
+			}
 		}
-		l.mu.Unlock()
-		sh, err := l.limits.MutateShares(ctx, j.key, func(sh *kv.LimitShares) error {
-			now := l.now()
-			for id, s := range sh.Shares {
-				if !now.Before(s.Expires) {
-					delete(sh.Shares, id)
-				}
-			}
-			// What is open now, read as the record is written: the share
-			// written holds at least that, and no start passes the fair
-			// part from here on, so the shares never add up past the
-			// limit while a process's part shrinks.
-			l.mu.Lock()
-			k := l.keys[j.key]
-			var used kv.LimitShare
+		// What is open now, read as the record is written: the share
+		// written holds at least that, and no start passes the fair
+		// part from here on, so the shares never add up past the
+		// limit while a process's part shrinks.
+		l.mu.Lock()
+		k := l.keys[r.key]
+		var used kv.LimitShare
+		if k != nil {
+			used = kv.LimitShare{InFlight: k.inFlight, Chunks: k.chunks}
+		}
+		if r.idle && used.InFlight == 0 && used.Chunks == 0 {
 			if k != nil {
-				used = kv.LimitShare{InFlight: k.inFlight, Chunks: k.chunks}
-			}
-			if j.idle && used.InFlight == 0 && used.Chunks == 0 {
-				if k != nil {
-					k.startInFlight, k.startChunks = 0, 0
-				}
-				l.mu.Unlock()
-				delete(sh.Shares, l.id)
-				return nil
-			}
-			mine, fair = allot(spec, sh, l.id, j.wants, now, used)
-			if k != nil {
-				k.startInFlight, k.startChunks = min(k.startInFlight, fair.InFlight), min(k.startChunks, fair.Chunks)
+				k.startInFlight, k.startChunks = 0, 0
 			}
 			l.mu.Unlock()
-			sh.Shares[l.id] = mine
-			sh.AddRefused(now, j.refused)
-			if j.tell && j.pause.After(sh.PausedUntil) {
-				sh.PausedUntil, sh.PauseReason = j.pause, j.reason
-			}
+			delete(sh.Shares, l.id)
 			return nil
-		})
-		if err != nil {
-			if ctx.Err() == nil {
-				l.log.Warn().Err(err).Str("limit", j.key).Msg("renew the share of a limit; the one held lasts until its lease ends")
-			}
-			continue
 		}
-		l.mu.Lock()
-		k := l.keys[j.key]
-		switch {
-		case k == nil:
-		case j.idle && k.waiting == 0 && k.inFlight == 0 && k.chunks == 0:
-			delete(l.keys, j.key)
-		default:
-			k.refill(l.now())
-			k.share = mine
-			k.startInFlight, k.startChunks = fair.InFlight, fair.Chunks
-			k.holders = 0
-			for _, h := range sh.Shares {
-				if l.now().Before(h.Expires) {
-					k.holders++
-				}
-			}
-			if j.tell {
-				k.tell = false
-			}
-			k.refused -= j.refused
-			if sh.PausedUntil.After(k.pausedUntil) {
-				k.pausedUntil, k.pauseReason = sh.PausedUntil, sh.PauseReason
-			}
+		mine, fair = allot(spec, sh, l.id, r.wants, now, used)
+		if k != nil {
+			k.startInFlight, k.startChunks = min(k.startInFlight, fair.InFlight), min(k.startChunks, fair.Chunks)
 		}
-		l.broadcast()
 		l.mu.Unlock()
+		sh.Shares[l.id] = mine
+		sh.AddRefused(now, r.refused)
+		if r.tell && r.pause.After(sh.PausedUntil) {
+			sh.PausedUntil, sh.PauseReason = r.pause, r.reason
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn().Err(err).Str("limit", r.key).Msg("renew the share of a limit; the one held lasts until its lease ends")
+		}
+		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.keys[r.key]
+	switch {
+	case k == nil:
+	case r.idle && k.waiting == 0 && k.inFlight == 0 && k.chunks == 0:
+		delete(l.keys, r.key)
+	default:
+		k.refill(l.now())
+		k.share = mine
+		k.startInFlight, k.startChunks = fair.InFlight, fair.Chunks
+		k.holders = 0
+		for _, h := range sh.Shares {
+			if l.now().Before(h.Expires) {
+				k.holders++
+			}
+		}
+		if r.tell {
+			k.tell = false
+		}
+		k.refused -= r.refused
+		if sh.PausedUntil.After(k.pausedUntil) {
+			k.pausedUntil, k.pauseReason = sh.PausedUntil, sh.PauseReason
+		}
+	}
+	l.broadcast()
 }
 
 // handBack gives back every share this process holds, so that the others

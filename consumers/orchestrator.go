@@ -290,6 +290,23 @@ func (o *Orchestrator) recover(ctx context.Context, env salvagetype.Envelope, lo
 	if cp.Status == salvagetype.ChunkDone {
 		return o.finish(ctx, env, rec, salvagetype.EnvelopeResolved, "chunk already done", nil, log)
 	}
+	rec, strategy, stopped, err := o.decide(ctx, env, rec, p, cp, log)
+	if err != nil {
+		return o.failed(ctx, env, rec, err, log)
+	}
+	if stopped {
+		// The next delivery verifies or settles by the new strategy.
+		return o.release(ctx, env, rec, 0)
+	}
+	return o.apply(ctx, env, rec, p, strategy, log)
+}
+
+// decide returns the strategy to run now for the envelope of a chunk at
+// checkpoint cp: escalate past the strategy's attempts or the chunk's
+// recoveries; verify first when a call went in flight before a
+// compensation; and, for a chunk of a cancelled job that would resume,
+// stopped: its record now says to settle its effects instead.
+func (o *Orchestrator) decide(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (_ kv.EnvelopeRecord, _ salvagetype.Strategy, stopped bool, _ error) {
 	strategy := rec.Strategy
 	if rec.Attempts >= o.cfg.Limits.MaxStrategyAttempts {
 		strategy = salvagetype.StrategyEscalate
@@ -300,15 +317,16 @@ func (o *Orchestrator) recover(ctx context.Context, env salvagetype.Envelope, lo
 		// is known before anything is undone.
 		inFlight, err := o.inFlight(ctx, env, p)
 		if err != nil {
-			return o.failed(ctx, env, rec, err, log)
+			return rec, strategy, false, err
 		}
 		if inFlight {
 			strategy = salvagetype.StrategyVerify
 		}
 	}
 	if strategy == salvagetype.StrategyVerify {
+		var err error
 		if rec, strategy, err = o.reclassify(ctx, env, rec, p, cp, log); err != nil {
-			return o.failed(ctx, env, rec, err, log)
+			return rec, strategy, false, err
 		}
 	}
 	needsResume := strategy == salvagetype.StrategyResume || strategy == salvagetype.StrategyCompensateAndRetry
@@ -317,21 +335,18 @@ func (o *Orchestrator) recover(ctx context.Context, env salvagetype.Envelope, lo
 		// settled instead (invariant 4).
 		job, err := o.stores.Jobs.Get(ctx, env.Job)
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {
-			return o.failed(ctx, env, rec, err, log)
+			return rec, strategy, false, err
 		}
 		if job.CancelledAt != nil {
-			if rec, err = o.stopByCancel(ctx, env, rec, cp); err != nil {
-				return o.failed(ctx, env, rec, err, log)
-			}
-			// The next delivery verifies or settles by the new strategy.
-			return o.release(ctx, env, rec, 0)
+			rec, err = o.stopByCancel(ctx, env, rec, cp)
+			return rec, strategy, err == nil, err
 		}
 	}
 	if needsResume && cp.Recoveries >= o.cfg.Limits.MaxRecoveries {
 		strategy = salvagetype.StrategyEscalate
 		log.Warn().Int("recoveries", cp.Recoveries).Msg("chunk past its recoveries; escalating")
 	}
-	return o.apply(ctx, env, rec, p, strategy, log)
+	return rec, strategy, false, nil
 }
 
 // reclassify verifies the calls the envelope's chunk had in flight and

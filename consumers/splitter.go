@@ -357,31 +357,9 @@ func (s *Splitter) publishChunks(ctx context.Context, m jetstream.Msg, p parsed)
 // messages it built.
 func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jetstream.MsgMetadata, progress func()) (parsed, error) {
 	var p parsed
-	if len(data) > s.cfg.MaxPayload {
-		return p, reject(salvagetype.RejectOversized, fmt.Errorf("payload is %d bytes, the limit is %d", len(data), s.cfg.MaxPayload))
-	}
-	name, err := streams.ParseJobSubject(subject)
-	if errors.Is(err, salvagetype.ErrInvalidToken) {
-		return p, reject(salvagetype.RejectBadToken, err)
-	}
+	name, err := s.decode(subject, data, &p.msg)
 	if err != nil {
-		return p, reject(salvagetype.RejectBadSubject, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&p.msg); err != nil {
-		return p, reject(salvagetype.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
-	}
-	if dec.More() {
-		return p, reject(salvagetype.RejectMalformedJSON, errors.New("job message: trailing data after the JSON object"))
-	}
-	if err := streams.CheckDuplicateKeys(data); err != nil {
-		return p, reject(salvagetype.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
-	}
-	if len(p.msg.Input) == 0 || string(p.msg.Input) == "null" {
-		return p, reject(salvagetype.RejectBadInput, errors.New(`job message has no "input"`))
-	}
-	if err := streams.ValidateBudget(p.msg.Budget); err != nil {
-		return p, reject(salvagetype.RejectBadInput, err)
+		return p, err
 	}
 	p.hash = streams.InputHash(name, p.msg.Input)
 	switch {
@@ -426,25 +404,63 @@ func (s *Splitter) parse(subject string, data []byte, hdr nats.Header, meta *jet
 	if len(inputs) > s.cfg.ChunkWindow {
 		p.window = s.cfg.ChunkWindow
 	}
-	// Every chunk message is built and measured before anything is
-	// written, so a job that cannot be split leaves no trace; each is
-	// dropped once measured and built again when it is published, so a
-	// job of 10,000 chunks never holds 10,000 messages at once.
 	p.inputs, p.sourceSeq = inputs, meta.Sequence.Stream
 	p.tree = streams.NewChunkTree(p.jobID, p.pipeline.Name, inputs)
-	for i := range inputs {
+	return p, s.measure(p, progress)
+}
+
+// decode reads the job message data on subject into msg and returns its
+// pipeline's name, or a *rejectError: too large, a bad subject, not one
+// JSON object (or one naming a key twice), no input, a bad budget.
+func (s *Splitter) decode(subject string, data []byte, msg *salvagetype.JobMsg) (string, error) {
+	if len(data) > s.cfg.MaxPayload {
+		return "", reject(salvagetype.RejectOversized, fmt.Errorf("payload is %d bytes, the limit is %d", len(data), s.cfg.MaxPayload))
+	}
+	name, err := streams.ParseJobSubject(subject)
+	if errors.Is(err, salvagetype.ErrInvalidToken) {
+		return "", reject(salvagetype.RejectBadToken, err)
+	}
+	if err != nil {
+		return "", reject(salvagetype.RejectBadSubject, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(msg); err != nil {
+		return "", reject(salvagetype.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
+	}
+	if dec.More() {
+		return "", reject(salvagetype.RejectMalformedJSON, errors.New("job message: trailing data after the JSON object"))
+	}
+	if err := streams.CheckDuplicateKeys(data); err != nil {
+		return "", reject(salvagetype.RejectMalformedJSON, fmt.Errorf("job message: %w", err))
+	}
+	if len(msg.Input) == 0 || string(msg.Input) == "null" {
+		return "", reject(salvagetype.RejectBadInput, errors.New(`job message has no "input"`))
+	}
+	if err := streams.ValidateBudget(msg.Budget); err != nil {
+		return "", reject(salvagetype.RejectBadInput, err)
+	}
+	return name, nil
+}
+
+// measure builds and measures every chunk message of p before anything
+// is written, so a job that cannot be split leaves no trace; each is
+// dropped once measured and built again when it is published, so a job
+// of 10,000 chunks never holds 10,000 messages at once. It calls
+// progress (if set) after every buildBeat messages.
+func (s *Splitter) measure(p parsed, progress func()) error {
+	for i := range p.inputs {
 		if progress != nil && i%buildBeat == buildBeat-1 {
 			progress()
 		}
 		cm, err := p.message(i)
 		if err != nil {
-			return p, reject(salvagetype.RejectBadInput, fmt.Errorf("chunk %d: %w", i+1, err))
+			return reject(salvagetype.RejectBadInput, fmt.Errorf("chunk %d: %w", i+1, err))
 		}
 		if n := len(cm.Data); n > s.cfg.MaxPayload {
-			return p, reject(salvagetype.RejectOversizedChunk, fmt.Errorf("chunk %d is %d bytes as a message (JSON escaping included), the limit is %d", i+1, n, s.cfg.MaxPayload))
+			return reject(salvagetype.RejectOversizedChunk, fmt.Errorf("chunk %d is %d bytes as a message (JSON escaping included), the limit is %d", i+1, n, s.cfg.MaxPayload))
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // message builds the message of chunk i+1.

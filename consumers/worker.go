@@ -296,23 +296,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Chunks outlive ctx so a drain can finish them.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
-	cancelsReady := make(chan struct{})
-	go w.followCancellations(workCtx, cancelsReady)
-	go w.gate.follow(workCtx)
-	go w.pauses.follow(workCtx)
-	limiterDone := make(chan struct{})
-	go func() { defer close(limiterDone); w.limiter.run(workCtx) }()
+	limiterDone := w.follow(ctx, workCtx)
 	defer func() { stopWork(nil); <-limiterDone }()
-	go w.holder.run(workCtx)
-	// A chunk of a paused pipeline must not start before the worker
-	// knows, nor one whose job's cancellation it could miss, nor before
-	// the rate limits are known.
-	for _, ready := range []<-chan struct{}{w.pauses.ready, cancelsReady, w.limiter.ready} {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-		}
-	}
 
 	var wg sync.WaitGroup
 	var pulls sync.WaitGroup
@@ -357,6 +342,29 @@ func (w *Worker) Run(ctx context.Context) error {
 	pulls.Wait()
 	w.drain(&wg, stopWork)
 	return nil
+}
+
+// follow starts, for as long as workCtx lasts, what the chunks consult
+// (cancellations, breakers, pauses, rate limits) and the holder, and
+// returns once a chunk may start (or ctx ends): a chunk of a paused
+// pipeline must not start before the worker knows, nor one whose job's
+// cancellation it could miss, nor before the rate limits are known.
+// limiterDone is closed once the limiter has handed its shares back.
+func (w *Worker) follow(ctx, workCtx context.Context) (limiterDone <-chan struct{}) {
+	cancelsReady := make(chan struct{})
+	go w.followCancellations(workCtx, cancelsReady)
+	go w.gate.follow(workCtx)
+	go w.pauses.follow(workCtx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.limiter.run(workCtx) }()
+	go w.holder.run(workCtx)
+	for _, ready := range []<-chan struct{}{w.pauses.ready, cancelsReady, w.limiter.ready} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
+	}
+	return done
 }
 
 // takeOver records the pipelines the worker runs (a console pauses only

@@ -219,6 +219,14 @@ func (r *run) run(ctx context.Context) error {
 	if err != nil || !ok {
 		return err
 	}
+	return r.takeAndRun(ctx, p, job, lease, linked, byHand, freshEpoch)
+}
+
+// takeAndRun takes the claimed chunk under lease (its checkpoint written
+// through a new fence), counts its start, and runs its stages from where
+// its checkpoint says. linked is the envelope its message runs it for
+// (byHand: a person's replay), freshEpoch whether that runs it fresh.
+func (r *run) takeAndRun(ctx context.Context, p *recovery.Plan, job kv.Job, lease kv.Lease, linked string, byHand bool, freshEpoch freshFrom) error {
 	approval, approved := r.approval()
 	cp, fence, taken, fresh, err := r.take(ctx, lease, approval, approved, linked, freshEpoch)
 	if errors.Is(err, kv.ErrFenced) {

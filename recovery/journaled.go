@@ -287,22 +287,8 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		row.Attempts = prev.Attempts
 		row.CarryHistory(prev.JournalRow)
 	}
-	row.StartedAt = time.Now().UTC()
-	if tool.Effect != nil && !tool.Effect.Reversible && t.snaps != nil {
-		// Nothing undoes what comes next: keep what the agent knew.
-		if err := putSnapshot(ctx, t.snaps, t.Job, t.Chunk, t.Epoch, t.Agent, t.state); err != nil {
-			return nil, err
-		}
-		t.stats.Snapshots.Add(1)
-	}
-	// Only a call with a side effect needs its row before it runs: a
-	// crash mid-call then leaves INITIATED, an unknown outcome to verify.
-	// A pure call that dies in flight is simply made again; its one row
-	// is its outcome, written without holding the agent up.
-	if tool.Effect != nil && (!seen || prev.Status != salvagetype.CallInitiated) {
-		if _, err := t.replay.put(ctx, row); err != nil {
-			return nil, fmt.Errorf("journal %s: %w", key, err)
-		}
+	if err := t.begin(ctx, tool, &row, seen && prev.Status == salvagetype.CallInitiated); err != nil {
+		return nil, err
 	}
 	at, err := t.attempts(ctx, tool, in, row.IdempotencyKey, link)
 	row.Attempts += at.attempts
@@ -323,6 +309,30 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		t.state.Completed = append(t.state.Completed, key)
 	}
 	return at.res.Output, err
+}
+
+// begin readies row for its call of tool: its start, a snapshot of the
+// agent's state before an effect nothing undoes, and, for a call with a
+// side effect, its row written before it runs (unless an earlier attempt's
+// INITIATED row, written, stands): a crash mid-call then leaves
+// INITIATED, an unknown outcome to verify. A pure call that dies in
+// flight is simply made again; its one row is its outcome, written
+// without holding the agent up.
+func (t *turn) begin(ctx context.Context, tool *salvagetype.Tool, row *kv.JournalRow, initiated bool) error {
+	row.StartedAt = time.Now().UTC()
+	if tool.Effect != nil && !tool.Effect.Reversible && t.snaps != nil {
+		// Nothing undoes what comes next: keep what the agent knew.
+		if err := putSnapshot(ctx, t.snaps, t.Job, t.Chunk, t.Epoch, t.Agent, t.state); err != nil {
+			return err
+		}
+		t.stats.Snapshots.Add(1)
+	}
+	if tool.Effect != nil && !initiated {
+		if _, err := t.replay.put(ctx, *row); err != nil {
+			return fmt.Errorf("journal %s: %w", row.Key, err)
+		}
+	}
+	return nil
 }
 
 // fromJournal answers a call the journal has seen (prev) when it may:

@@ -97,38 +97,58 @@ func readLedger(path string) ([]entry, error) {
 // mid-call.
 func shopServer(l *ledger, hang string) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
-	key := func(req *mcp.CallToolRequest) string {
-		k, _ := req.Params.Meta[mcptools.MetaIdempotencyKey].(string)
-		return k
+	addOrderTools(srv, l)
+	addRefundTools(srv, l, hang)
+	return srv
+}
+
+// callKey is the idempotency key a call carries in its _meta.
+func callKey(req *mcp.CallToolRequest) string {
+	k, _ := req.Params.Meta[mcptools.MetaIdempotencyKey].(string)
+	return k
+}
+
+// orderOf reads a call's order.
+func orderOf(req *mcp.CallToolRequest) (Order, error) {
+	var o Order
+	if err := json.Unmarshal(req.Params.Arguments, &o); err != nil || o.ID == "" {
+		return o, fmt.Errorf("want an order {\"id\", \"cents\", \"email\"}: %v", err)
 	}
-	order := func(req *mcp.CallToolRequest) (Order, error) {
-		var o Order
-		if err := json.Unmarshal(req.Params.Arguments, &o); err != nil || o.ID == "" {
-			return o, fmt.Errorf("want an order {\"id\", \"cents\", \"email\"}: %v", err)
-		}
-		return o, nil
+	return o, nil
+}
+
+// text is a result of one line of text.
+func text(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+// failed is a tool's error as MCP reports it: a result, not a protocol
+// error.
+func failed(err error) *mcp.CallToolResult {
+	r := text("%v", err)
+	r.IsError = true
+	return r
+}
+
+// orderSchema is the input schema of a tool that takes an order, with
+// the idempotency argument when withKey.
+func orderSchema(withKey bool) map[string]any {
+	props := map[string]any{"id": map[string]any{"type": "string"}, "cents": map[string]any{"type": "integer"},
+		"email": map[string]any{"type": "string"}, "address": map[string]any{"type": "string"}}
+	if withKey {
+		props[mcptools.IdempotencyArgument] = map[string]any{"type": "string"}
 	}
-	text := func(format string, args ...any) *mcp.CallToolResult {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
-	}
-	failed := func(err error) *mcp.CallToolResult {
-		r := text("%v", err)
-		r.IsError = true
-		return r
-	}
-	schema := func(withKey bool) map[string]any {
-		props := map[string]any{"id": map[string]any{"type": "string"}, "cents": map[string]any{"type": "integer"},
-			"email": map[string]any{"type": "string"}, "address": map[string]any{"type": "string"}}
-		if withKey {
-			props[mcptools.IdempotencyArgument] = map[string]any{"type": "string"}
-		}
-		return map[string]any{"type": "object", "properties": props}
-	}
-	f, t := false, true
-	srv.AddTool(&mcp.Tool{Name: "lookup-order", Description: "Read an order's customer and amount.", InputSchema: schema(false),
+	return map[string]any{"type": "object", "properties": props}
+}
+
+// addOrderTools adds the tools on an order: the lookup, the address
+// update and the notification.
+func addOrderTools(srv *mcp.Server, l *ledger) {
+	f := false
+	srv.AddTool(&mcp.Tool{Name: "lookup-order", Description: "Read an order's customer and amount.", InputSchema: orderSchema(false),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			o, err := order(req)
+			o, err := orderOf(req)
 			if err != nil {
 				return failed(err), nil
 			}
@@ -138,22 +158,42 @@ func shopServer(l *ledger, hang string) *mcp.Server {
 				Meta: mcp.Meta{mcptools.MetaUsage: map[string]any{"model": "shop-classifier", "prompt_tokens": 40, "completion_tokens": 8}},
 			}, nil
 		})
-	srv.AddTool(&mcp.Tool{Name: "update-address", Description: "Set an order's address; setting it twice is harmless.", InputSchema: schema(true),
+	srv.AddTool(&mcp.Tool{Name: "update-address", Description: "Set an order's address; setting it twice is harmless.", InputSchema: orderSchema(true),
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &f}},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			o, err := order(req)
+			o, err := orderOf(req)
 			if err != nil {
 				return failed(err), nil
 			}
-			if err := l.append(entry{Op: "address", Key: key(req), Order: o.ID}); err != nil {
+			if err := l.append(entry{Op: "address", Key: callKey(req), Order: o.ID}); err != nil {
 				return nil, err
 			}
 			return text("address of %s set", o.ID), nil
 		})
-	srv.AddTool(&mcp.Tool{Name: "issue-refund", Description: "Refund an order. Not deduplicated: each call pays out.", InputSchema: schema(false),
+	srv.AddTool(&mcp.Tool{Name: "notify-customer", Description: "E-mail the customer that the refund is on its way.", InputSchema: orderSchema(false),
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &f}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			o, err := orderOf(req)
+			if err != nil {
+				return failed(err), nil
+			}
+			if o.Email == "" {
+				return failed(fmt.Errorf("order %s has no e-mail on file", o.ID)), nil
+			}
+			if err := l.append(entry{Op: "notify", Key: callKey(req), Order: o.ID}); err != nil {
+				return nil, err
+			}
+			return text("%s notified", o.Email), nil
+		})
+}
+
+// addRefundTools adds the refund, its status and its cancellation.
+func addRefundTools(srv *mcp.Server, l *ledger, hang string) {
+	t := true
+	srv.AddTool(&mcp.Tool{Name: "issue-refund", Description: "Refund an order. Not deduplicated: each call pays out.", InputSchema: orderSchema(false),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &t}},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			o, err := order(req)
+			o, err := orderOf(req)
 			if err != nil {
 				return failed(err), nil
 			}
@@ -162,7 +202,7 @@ func shopServer(l *ledger, hang string) *mcp.Server {
 				return nil, err
 			}
 			id := fmt.Sprintf("rf-%s-%d", o.ID, time.Now().UnixNano())
-			if err := l.append(entry{Op: "refund", Key: key(req), Order: o.ID, Cents: o.Cents, RefundID: id}); err != nil {
+			if err := l.append(entry{Op: "refund", Key: callKey(req), Order: o.ID, Cents: o.Cents, RefundID: id}); err != nil {
 				return nil, err
 			}
 			if slices.Contains(strings.Split(hang, ","), o.ID) && count(before, "refund", o.ID) == 0 {
@@ -172,7 +212,7 @@ func shopServer(l *ledger, hang string) *mcp.Server {
 			}
 			return &mcp.CallToolResult{StructuredContent: map[string]any{"refund_id": id}}, nil
 		})
-	srv.AddTool(&mcp.Tool{Name: "refund-status", Description: "Whether a refund with this idempotency key was made.", InputSchema: schema(true),
+	srv.AddTool(&mcp.Tool{Name: "refund-status", Description: "Whether a refund with this idempotency key was made.", InputSchema: orderSchema(true),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var args struct {
@@ -210,27 +250,11 @@ func shopServer(l *ledger, hang string) *mcp.Server {
 					return text("already cancelled"), nil
 				}
 			}
-			if err := l.append(entry{Op: "cancel", Key: key(req), RefundKey: in.Key}); err != nil {
+			if err := l.append(entry{Op: "cancel", Key: callKey(req), RefundKey: in.Key}); err != nil {
 				return nil, err
 			}
 			return text("cancelled"), nil
 		})
-	srv.AddTool(&mcp.Tool{Name: "notify-customer", Description: "E-mail the customer that the refund is on its way.", InputSchema: schema(false),
-		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &f}},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			o, err := order(req)
-			if err != nil {
-				return failed(err), nil
-			}
-			if o.Email == "" {
-				return failed(fmt.Errorf("order %s has no e-mail on file", o.ID)), nil
-			}
-			if err := l.append(entry{Op: "notify", Key: key(req), Order: o.ID}); err != nil {
-				return nil, err
-			}
-			return text("%s notified", o.Email), nil
-		})
-	return srv
 }
 
 // serveShop runs the MCP server: on stdio, or on --http.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -65,19 +66,7 @@ func (b *bench) baseline(ctx context.Context, binary string, procs, conc, chunks
 		return res, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return res, err
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: baselineStream, Subjects: []string{baselineSubject + ".>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
-		return res, err
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: baselineRowsStream, Subjects: []string{baselineRowsSubject + ".>"}}); err != nil {
-		return res, err
-	}
-	cons, err := js.CreateConsumer(ctx, baselineStream, jetstream.ConsumerConfig{
-		Durable: baselineConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxAckPending: -1,
-	})
+	js, cons, err := provisionBaseline(ctx, nc)
 	if err != nil {
 		return res, err
 	}
@@ -141,6 +130,25 @@ func (b *bench) baseline(ctx context.Context, binary string, procs, conc, chunks
 	res.CPUPerChunkMS = 1000 * (c1 - c0) / float64(chunks)
 	res.DeliveredPerChunk = float64(after-before) / float64(chunks)
 	return res, nil
+}
+
+// provisionBaseline makes the baseline's work queue, the stream its rows
+// go to, and the consumer its workers share.
+func provisionBaseline(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, jetstream.Consumer, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: baselineStream, Subjects: []string{baselineSubject + ".>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		return nil, nil, err
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: baselineRowsStream, Subjects: []string{baselineRowsSubject + ".>"}}); err != nil {
+		return nil, nil, err
+	}
+	cons, err := js.CreateConsumer(ctx, baselineStream, jetstream.ConsumerConfig{
+		Durable: baselineConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxAckPending: -1,
+	})
+	return js, cons, err
 }
 
 // BaselineWorkerCmd is a baseline worker process (see baselineStream).

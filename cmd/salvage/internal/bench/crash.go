@@ -152,7 +152,6 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	defer func() { _ = watch.Stop() }()
 
 	book := &crashBook{running: map[string]chunkView{}, pending: map[string]pendingChunk{}}
-	var kills []*crashKill
 	go book.follow(watch)
 
 	input := contractreview.Input{Text: contractreview.Contract(crashJobChunks, 1)}
@@ -165,39 +164,9 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 		jobs = append(jobs, id)
 	}
 	b.log.Info().Int("kills", b.o.kills).Dur("every_ms", b.o.killEvery).Msg("crash: killing worker processes")
-	next := len(d.Workers)
-	for len(kills) < b.o.kills {
-		select {
-		case <-ctx.Done():
-			return row, ctx.Err()
-		case <-time.After(b.o.killEvery):
-		}
-		// The victim: a live worker holding running chunks.
-		holders := book.holders()
-		var candidates []*demo.Worker
-		for _, w := range d.Workers {
-			if w.Cmd.ProcessState == nil && len(holders[w.ID]) > 0 {
-				candidates = append(candidates, w)
-			}
-		}
-		if len(candidates) == 0 {
-			continue
-		}
-		victim := candidates[rand.N(len(candidates))]
-		k, err := book.kill(victim, holders[victim.ID])
-		if err != nil {
-			return row, err
-		}
-		kills = append(kills, k)
-		_ = victim.Cmd.Wait()
-		next++
-		w, err := b.e.StartWorker(ctx, o, d.URL, fmt.Sprintf("bench-w%d", next))
-		if w != nil {
-			d.Workers = append(d.Workers, w)
-		}
-		if err != nil {
-			return row, err
-		}
+	kills, err := b.killWorkers(ctx, o, d, book)
+	if err != nil {
+		return row, err
 	}
 	b.log.Info().Msg("crash: waiting for the last killed chunks to resume")
 	deadline := time.Now().Add(crashResumeWait)
@@ -223,6 +192,48 @@ func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	defer book.mu.Unlock()
 	err = summarizeKills(&row, kills)
 	return row, err
+}
+
+// killWorkers SIGKILLs a live worker of d holding running chunks every
+// --kill-every, --kills times, each time starting another in its place,
+// and returns what book says each kill left.
+func (b *bench) killWorkers(ctx context.Context, o demo.Opts, d *demo.Deployment, book *crashBook) ([]*crashKill, error) {
+	var kills []*crashKill
+	next := len(d.Workers)
+	for len(kills) < b.o.kills {
+		select {
+		case <-ctx.Done():
+			return kills, ctx.Err()
+		case <-time.After(b.o.killEvery):
+		}
+		// The victim: a live worker holding running chunks.
+		holders := book.holders()
+		var candidates []*demo.Worker
+		for _, w := range d.Workers {
+			if w.Cmd.ProcessState == nil && len(holders[w.ID]) > 0 {
+				candidates = append(candidates, w)
+			}
+		}
+		if len(candidates) == 0 {
+			continue
+		}
+		victim := candidates[rand.N(len(candidates))]
+		k, err := book.kill(victim, holders[victim.ID])
+		if err != nil {
+			return kills, err
+		}
+		kills = append(kills, k)
+		_ = victim.Cmd.Wait()
+		next++
+		w, err := b.e.StartWorker(ctx, o, d.URL, fmt.Sprintf("bench-w%d", next))
+		if w != nil {
+			d.Workers = append(d.Workers, w)
+		}
+		if err != nil {
+			return kills, err
+		}
+	}
+	return kills, nil
 }
 
 // countedModel serves the simulated model on a loopback port, counting

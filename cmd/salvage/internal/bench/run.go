@@ -28,105 +28,115 @@ type bench struct {
 func (b *bench) run(ctx context.Context) (*benchReport, error) {
 	start := time.Now()
 	r := &benchReport{Machine: machine(), GoVersion: runtime.Version()}
-	if slices.Contains(b.o.only, "throughput") {
-		for _, si := range []time.Duration{natsconf.SyncAlways, 0} {
-			t, err := b.throughput(ctx, si, "")
-			if err != nil {
-				return nil, fmt.Errorf("throughput, sync_interval %s: %w", natsconf.SyncIntervalString(si), err)
-			}
-			r.Throughput = append(r.Throughput, t)
+	for _, sec := range b.sections(r) {
+		if !slices.Contains(b.o.only, sec.name) {
+			continue
 		}
-		// The same shape on three nats-server processes with R3 streams
-		// and buckets, beside the single node's.
-		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
-			r.ClusterSkipped = err.Error()
-		} else {
-			t, err := b.throughput(ctx, 0, bin)
-			if err != nil {
-				return nil, fmt.Errorf("throughput on a %d-node cluster: %w", benchClusterNodes, err)
-			}
-			r.Throughput = append(r.Throughput, t)
-		}
-	}
-	if slices.Contains(b.o.only, "critical") {
-		c, err := b.critical(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("critical path: %w", err)
-		}
-		r.Critical = &c
-	}
-	if slices.Contains(b.o.only, "crash") {
-		c, err := b.crash(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("crash to resume: %w", err)
-		}
-		r.Crash = &c
-	}
-	if slices.Contains(b.o.only, "growth") {
-		g, s, err := b.growth(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("cost growth: %w", err)
-		}
-		r.Growth, r.Storage = g, s
-	}
-	if slices.Contains(b.o.only, "soak") {
-		k, err := b.soak(ctx, b.o.soak)
-		if err != nil {
-			return nil, fmt.Errorf("soak: %w", err)
-		}
-		r.Soak = &k
-	}
-	if slices.Contains(b.o.only, "listing") {
-		l, err := b.listing(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("listing: %w", err)
-		}
-		r.Listing = &l
-	}
-	if slices.Contains(b.o.only, "ramp") {
-		k, err := b.ramp(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("release ramp: %w", err)
-		}
-		r.Ramp = &k
-	}
-	if slices.Contains(b.o.only, "fleet") {
-		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
-			r.FleetSkipped = err.Error()
-		} else if r.Fleet, err = b.fleet(ctx, bin); err != nil {
-			return nil, fmt.Errorf("fleet: %w", err)
-		}
-	}
-	if slices.Contains(b.o.only, "dashboard") {
-		d, err := b.dashboard(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("dashboard: %w", err)
-		}
-		r.Dashboard = d
-	}
-	if slices.Contains(b.o.only, "partitions") {
-		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
-			r.PartitionsSkipped = err.Error()
-		} else if r.Partitions, err = b.partitions(ctx, bin, []int{1, benchClusterNodes}); err != nil {
-			return nil, fmt.Errorf("partitions: %w", err)
-		}
-	}
-	if slices.Contains(b.o.only, "limits") {
-		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
-			r.LimitsSkipped = err.Error()
-		} else if r.Limits, err = b.limits(ctx, bin); err != nil {
-			return nil, fmt.Errorf("limits: %w", err)
-		}
-	}
-	if slices.Contains(b.o.only, "tenants") {
-		if bin, err := natsServerBinary(b.o.natsServer); err != nil {
-			r.TenantsSkipped = err.Error()
-		} else if r.Tenants, err = b.tenants(ctx, bin); err != nil {
-			return nil, fmt.Errorf("tenants: %w", err)
+		if err := sec.run(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", sec.what, err)
 		}
 	}
 	r.WallSecs = time.Since(start).Seconds()
 	return r, nil
+}
+
+// section is one part of the report: the name --only gives it, what its
+// errors say it was, and its run, which fills r in.
+type section struct {
+	name, what string
+	run        func(ctx context.Context) error
+}
+
+// sections are the report's parts, in the order they run.
+func (b *bench) sections(r *benchReport) []section {
+	// cluster runs a part that needs nats-server processes, or says in
+	// skipped why it could not.
+	cluster := func(skipped *string, run func(ctx context.Context, bin string) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			bin, err := natsServerBinary(b.o.natsServer)
+			if err != nil {
+				*skipped = err.Error()
+				return nil
+			}
+			return run(ctx, bin)
+		}
+	}
+	return []section{
+		{"throughput", "throughput", func(ctx context.Context) error { return b.throughputs(ctx, r) }},
+		{"critical", "critical path", func(ctx context.Context) error {
+			c, err := b.critical(ctx)
+			r.Critical = &c
+			return err
+		}},
+		{"crash", "crash to resume", func(ctx context.Context) error {
+			c, err := b.crash(ctx)
+			r.Crash = &c
+			return err
+		}},
+		{"growth", "cost growth", func(ctx context.Context) (err error) {
+			r.Growth, r.Storage, err = b.growth(ctx)
+			return err
+		}},
+		{"soak", "soak", func(ctx context.Context) error {
+			k, err := b.soak(ctx, b.o.soak)
+			r.Soak = &k
+			return err
+		}},
+		{"listing", "listing", func(ctx context.Context) error {
+			l, err := b.listing(ctx)
+			r.Listing = &l
+			return err
+		}},
+		{"ramp", "release ramp", func(ctx context.Context) error {
+			k, err := b.ramp(ctx)
+			r.Ramp = &k
+			return err
+		}},
+		{"fleet", "fleet", cluster(&r.FleetSkipped, func(ctx context.Context, bin string) (err error) {
+			r.Fleet, err = b.fleet(ctx, bin)
+			return err
+		})},
+		{"dashboard", "dashboard", func(ctx context.Context) (err error) {
+			r.Dashboard, err = b.dashboard(ctx)
+			return err
+		}},
+		{"partitions", "partitions", cluster(&r.PartitionsSkipped, func(ctx context.Context, bin string) (err error) {
+			r.Partitions, err = b.partitions(ctx, bin, []int{1, benchClusterNodes})
+			return err
+		})},
+		{"limits", "limits", cluster(&r.LimitsSkipped, func(ctx context.Context, bin string) (err error) {
+			r.Limits, err = b.limits(ctx, bin)
+			return err
+		})},
+		{"tenants", "tenants", cluster(&r.TenantsSkipped, func(ctx context.Context, bin string) (err error) {
+			r.Tenants, err = b.tenants(ctx, bin)
+			return err
+		})},
+	}
+}
+
+// throughputs runs the reference shape at sync_interval always and at the
+// server default, then on three nats-server processes with R3 streams
+// and buckets beside the single node's (or says why not).
+func (b *bench) throughputs(ctx context.Context, r *benchReport) error {
+	for _, si := range []time.Duration{natsconf.SyncAlways, 0} {
+		t, err := b.throughput(ctx, si, "")
+		if err != nil {
+			return fmt.Errorf("sync_interval %s: %w", natsconf.SyncIntervalString(si), err)
+		}
+		r.Throughput = append(r.Throughput, t)
+	}
+	bin, err := natsServerBinary(b.o.natsServer)
+	if err != nil {
+		r.ClusterSkipped = err.Error()
+		return nil
+	}
+	t, err := b.throughput(ctx, 0, bin)
+	if err != nil {
+		return fmt.Errorf("on a %d-node cluster: %w", benchClusterNodes, err)
+	}
+	r.Throughput = append(r.Throughput, t)
+	return nil
 }
 
 // benchServer is an embedded server in a temporary directory with one

@@ -194,22 +194,45 @@ func (e *Env) runOrdersDemo(ctx context.Context, o Opts, log zerolog.Logger) (*O
 	}
 	stop := startProgress(waitCtx, o.progress, d.Client, jobs, k)
 	defer stop()
+	atOutage, err := waitOrders(waitCtx, o, d, client, faults, outageFor, id, rep, log)
+	if err != nil {
+		return rep, err
+	}
+	rep.WallSeconds = time.Since(start).Seconds()
+	stop()
+	if rep.Outage != "" {
+		if err := reportOutage(ctx, d, client, atOutage, rep); err != nil {
+			return rep, err
+		}
+	}
+	err = collectOrders(ctx, d.Client, client, id, rep)
+	if err == nil && o.onDone != nil {
+		o.onDone(d, rep)
+	}
+	return rep, err
+}
+
+// waitOrders waits until job id finished and its envelopes settled, or
+// ctx ends (rep.TimedOut), and with --outage (or the outage scenario)
+// takes the CRM down for outageFor once a quarter of the orders are
+// done, for longer than tiers 1 and 2 can ride out. atOutage is what the
+// CRM had been asked when it went down.
+func waitOrders(waitCtx context.Context, o Opts, d *Deployment, client *sim.Client, faults sim.Config, outageFor time.Duration, id string, rep *OrdersReport, log zerolog.Logger) (atOutage sim.Requests, _ error) {
 	outageDone := !o.outage && o.scenario != scenarioOutage
-	var atOutage sim.Requests
 	for {
 		j, err := d.Client.JobGet(waitCtx, id)
 		if err == nil && !outageDone && j.Summary.Done >= o.orders/4 {
 			// Take the CRM down for longer than tiers 1 and 2 can ride out.
 			reqs, rerr := client.Requests(waitCtx)
 			if rerr != nil {
-				return rep, rerr
+				return atOutage, rerr
 			}
 			atOutage = reqs[outageSystem]
 			f := faults.Systems[outageSystem]
 			f.OutageUntil = time.Now().Add(outageFor)
 			faults.Systems[outageSystem] = f
 			if err := client.SetFaults(waitCtx, faults); err != nil {
-				return rep, err
+				return atOutage, err
 			}
 			rep.Outage = fmt.Sprintf("%s down for %s after %d orders completed", outageSystem, outageFor, j.Summary.Done)
 			log.Warn().Msg(rep.Outage)
@@ -231,32 +254,32 @@ func (e *Env) runOrdersDemo(ctx context.Context, o Opts, log zerolog.Logger) (*O
 		}
 		break
 	}
-	rep.WallSeconds = time.Since(start).Seconds()
-	stop()
-	if rep.Outage != "" {
-		reqs, err := client.Requests(ctx)
-		if err != nil {
-			return rep, err
-		}
-		rep.OutageRequests = reqs[outageSystem].DuringOutage - atOutage.DuringOutage
-		bs, err := d.Client.BreakerList(ctx)
-		if err != nil {
-			return rep, err
-		}
-		for _, b := range bs {
-			if b.System == outageSystem {
-				rep.BreakerOpens = b.Opens
-				if b.State == salvage.BreakerClosed && b.Opens > 0 {
-					rep.AfterClose = perSecondFrom(reqs[outageSystem], b.UpdatedAt, afterCloseSeconds)
-				}
+	return atOutage, nil
+}
+
+// reportOutage adds to rep what the outage system went through: the
+// requests it got while down (from atOutage, its counts when it went
+// down), how often its breaker opened, and its requests a second after
+// the breaker closed.
+func reportOutage(ctx context.Context, d *Deployment, client *sim.Client, atOutage sim.Requests, rep *OrdersReport) error {
+	reqs, err := client.Requests(ctx)
+	if err != nil {
+		return err
+	}
+	rep.OutageRequests = reqs[outageSystem].DuringOutage - atOutage.DuringOutage
+	bs, err := d.Client.BreakerList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		if b.System == outageSystem {
+			rep.BreakerOpens = b.Opens
+			if b.State == salvage.BreakerClosed && b.Opens > 0 {
+				rep.AfterClose = perSecondFrom(reqs[outageSystem], b.UpdatedAt, afterCloseSeconds)
 			}
 		}
 	}
-	err = collectOrders(ctx, d.Client, client, id, rep)
-	if err == nil && o.onDone != nil {
-		o.onDone(d, rep)
-	}
-	return rep, err
+	return nil
 }
 
 // afterCloseSeconds is how many seconds after a breaker closed the demo

@@ -14,21 +14,7 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 )
 
-// SimCmd is salvage sim: the simulated model and external systems as a
-// server of their own.
-func (e *Env) SimCmd() *cobra.Command {
-	var (
-		listen string
-		model  simmodel.Config
-		faults sim.Faults
-		hang   time.Duration
-		seed   uint64
-		quota  sim.Quota
-	)
-	cmd := &cobra.Command{
-		Use:   "sim",
-		Short: "Serve simulated external systems (wms, erp, payments, email, crm) and the model over HTTP",
-		Long: `Serve the simulated external systems order fulfilment calls, and the simulated
+const simLong = `Serve the simulated external systems order fulfilment calls, and the simulated
 model, on a loopback address; print SIM_URL=http://... when ready. Systems honour
 Idempotency-Key, answer GET /v1/<system>/effects/<key> (verify) and compensation
 requests, inject failures (the rate flags apply to every system; POST /admin/faults
@@ -49,8 +35,24 @@ answered 429 with Retry-After and Retry-After-Ms; every answer carries the rate-
 headers OpenAI sends (x-ratelimit-limit-, -remaining-, -reset-requests and -tokens), or
 Anthropic's on /v1/messages (anthropic-ratelimit-requests-*, -tokens-*). GET /admin/quota
 counts what each model's quota admitted and refused, second by second; POST /admin/faults
-sets quotas per model ("quotas": {"model": {"rpm": 600, "tpm": 200000}}).`,
-		Args: cobra.NoArgs,
+sets quotas per model ("quotas": {"model": {"rpm": 600, "tpm": 200000}}).`
+
+// SimCmd is salvage sim: the simulated model and external systems as a
+// server of their own.
+func (e *Env) SimCmd() *cobra.Command {
+	var (
+		listen string
+		model  simmodel.Config
+		faults sim.Faults
+		hang   time.Duration
+		seed   uint64
+		quota  sim.Quota
+	)
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Serve simulated external systems (wms, erp, payments, email, crm) and the model over HTTP",
+		Long:  simLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			host, _, err := net.SplitHostPort(listen)
 			if err != nil {

@@ -60,6 +60,16 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /ledger", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Ledger()) })
 	mux.HandleFunc("GET /ledger/summary", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Summary()) })
+	handleAdmin(mux, state)
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { serveChat(w, r, state, model) })
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { serveMessages(w, r, state, model) })
+	handleSystems(mux, state)
+	return mux
+}
+
+// handleAdmin serves what tests and the demo steer the sim with: the
+// requests each system got, the model's quota use, and the faults.
+func handleAdmin(mux *http.ServeMux, state *State) {
 	mux.HandleFunc("GET /admin/requests", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.Requests()) })
 	mux.HandleFunc("GET /admin/quota", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, state.QuotaUse()) })
 	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, _ *http.Request) {
@@ -92,8 +102,11 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 		}
 		writeJSON(w, 200, map[string]int{"stopped": n})
 	})
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { serveChat(w, r, state, model) })
-	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { serveMessages(w, r, state, model) })
+}
+
+// handleSystems serves the external systems: their effects (made, undone,
+// looked up by idempotency key) and the CRM's customer profiles.
+func handleSystems(mux *http.ServeMux, state *State) {
 	mux.HandleFunc("GET /v1/{system}/effects/{key}", func(w http.ResponseWriter, r *http.Request) {
 		sys, ok := systemByName(r.PathValue("system"))
 		if !ok {
@@ -153,7 +166,6 @@ func Handler(state *State, model *simmodel.Model) http.Handler {
 			httpError(w, 404, errors.New("no such operation"))
 		}
 	})
-	return mux
 }
 
 func serveEffect(w http.ResponseWriter, r *http.Request, state *State, sys System, key string) {
