@@ -8,14 +8,6 @@ import (
 	"github.com/salvagehq/salvage/kv"
 )
 
-// Attention ranks the chunk for an operator, lowest first: 0
-// dead-lettered, 1 parked (held at a breaker, awaiting approval, paused),
-// 2 cancelled with effects an envelope settles, 3 unfinished (running or
-// pending) carrying an envelope or an error; -1 a chunk that needs
-// nobody: every done chunk, whatever it went through on the way (a hold,
-// a failure a recovery mended), and one cancelled before it had effects.
-func (ch Chunk) Attention() int { return kv.AttentionOf(ch.Status, ch.Envelope, ch.LastError) }
-
 // NeedingAttention keeps the chunks that need a person or are not
 // finished (Attention 0 and up), dead-lettered first, then parked, then
 // cancelled with settled effects, then unfinished ones with an envelope

@@ -101,7 +101,7 @@ func TestFailingReadsOnlyTheChunksThatFailed(t *testing.T) {
 		}
 	}
 	putJSON(kv.BucketJobs, "old", kv.Job{Job: salvagetype.Job{ID: "old", Pipeline: "words", Chunks: old, Status: salvagetype.JobRunning}})
-	putJSON(kv.BucketCheckpoints, kv.ChunkKey("old", 2_999), kv.Checkpoint{Job: "old", Chunk: 2_999, Stage: 1, Status: salvagetype.ChunkDeadLettered, Envelope: "E-old"})
+	putJSON(kv.BucketCheckpoints, kv.ChunkKey("old", 2_999), salvagetype.Chunk{Job: "old", Chunk: 2_999, Stage: 1, Status: salvagetype.ChunkDeadLettered, Envelope: "E-old"})
 
 	// The sniffers share the client's connection: the server hands them
 	// every checkpoint read it sends, in order, before the answer to a

@@ -6,12 +6,10 @@ import (
 )
 
 // The public views of the machinery's records. A job's record, an
-// envelope's and a journal row embed their view (salvagetype.Job,
-// EnvelopeRecord, Call): the view is the record's own fields, not a copy.
-// A checkpoint is still copied field by field (its view, Chunk, has a
-// field named Chunk, which an embedded Chunk would hide): a field the
-// machinery adds is shown here or named hidden in views_test.go, which
-// fails otherwise (and when a field shown is not copied).
+// envelope's, a checkpoint and a journal row embed their view
+// (salvagetype.Job, EnvelopeRecord, Chunk, Call): the view is the
+// record's own fields, not a copy. A field the machinery adds is named
+// hidden in views_test.go, which fails otherwise.
 
 // jobOf is job record j as users see it: the salvagetype.Job it embeds,
 // without SourceSeq (the job message's sequence), Finishes (how often it
@@ -19,19 +17,11 @@ import (
 // index sequences, which only the machinery reads.
 func jobOf(j kv.Job) Job { return j.Job }
 
-// chunkOf is checkpoint cp as an operator sees it: all but the fence
-// (ClaimRevision), the message sequence, snapshots, stage outputs, cost
-// and the Counted* fields that record what the job has counted of it.
-func chunkOf(cp kv.Checkpoint) Chunk {
-	return Chunk{Job: cp.Job, Chunk: cp.Chunk, Stage: cp.Stage, Status: ChunkStatus(cp.Status), ClaimedBy: cp.ClaimedBy,
-		Epoch: cp.Epoch, Compensated: cp.Compensated, Recoveries: cp.Recoveries, Gaps: cp.Gaps,
-		Deliveries: cp.Deliveries, Redeliveries: cp.Redeliveries, Takeovers: cp.Takeovers, Tier1Retries: cp.Tier1Retries,
-		Calls: cp.Calls, CachedCalls: cp.CachedCalls, PromptTokens: cp.PromptTokens, CompletionTokens: cp.CompletionTokens,
-		DeadLetters: cp.DeadLetters, Envelope: cp.Envelope, Reason: cp.Reason, HeldOn: cp.HeldOn, Holds: cp.Holds,
-		Approvals: cp.Approvals, LastError: cp.LastError, LastErrorClass: cp.LastErrorClass,
-		LastErrorStatus: cp.LastErrorStatus, LastErrorAgent: cp.LastErrorAgent, LastErrorTool: cp.LastErrorTool,
-		LastErrorCall: cp.LastErrorCall, LastErrorOlder: cp.LastErrorOlder, UpdatedAt: cp.UpdatedAt, KeptUntil: cp.KeptUntil}
-}
+// chunkOf is checkpoint cp as an operator sees it: the salvagetype.Chunk
+// it embeds, without the fence (ClaimRevision), the message sequence,
+// snapshots, stage outputs, cost, events and the Counted* fields that
+// record what the job has counted of it.
+func chunkOf(cp kv.Checkpoint) Chunk { return cp.View() }
 
 // envelopeRecordOf is an envelope's record: the salvagetype.EnvelopeRecord
 // it embeds, without the orchestrator's lease (RecoveringBy, LeaseUntil),

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -28,58 +27,12 @@ import (
 // than the records' retention is left (Retain: less than the
 // checkpoint's own).
 
-// The attention ranks, lowest first: what an operator looks at first.
-const (
-	// attentionNone: the chunk needs nobody (done, or running clean).
-	attentionNone = -1
-	// attentionDeadLettered: the chunk's envelope waits in the DLQ.
-	attentionDeadLettered = 0
-	// attentionParked: held at a breaker, awaiting approval, or paused.
-	attentionParked = 1
-	// attentionCancelledSettled: cancelled after effects an envelope
-	// settles.
-	attentionCancelledSettled = 2
-	// attentionUnfinished: not finished, carrying an envelope or an
-	// error.
-	attentionUnfinished = 3
-)
-
-// AttentionOf ranks a chunk by its status, envelope and last error, lowest
-// first: 0 dead-lettered, 1 parked, 2 cancelled after effects an envelope
-// settles, 3 unfinished with an envelope or an error; -1 needs nobody. A
-// done chunk needs nobody, whatever it went through on the way (a hold, a
-// failure a recovery mended); nor does a chunk cancelled before it had
-// effects.
-func AttentionOf(status salvagetype.ChunkStatus, envelope, lastError string) int {
-	switch status {
-	case salvagetype.ChunkDone:
-		return attentionNone
-	case salvagetype.ChunkDeadLettered:
-		return attentionDeadLettered
-	case salvagetype.ChunkHeld, salvagetype.ChunkAwaitingApproval, salvagetype.ChunkPaused:
-		return attentionParked
-	}
-	if status.IsCancelled() {
-		if envelope != "" {
-			return attentionCancelledSettled
-		}
-		return attentionNone
-	}
-	if envelope != "" || lastError != "" {
-		return attentionUnfinished
-	}
-	return attentionNone
-}
-
-// Attention ranks the checkpoint; see AttentionOf.
-func (c Checkpoint) Attention() int { return AttentionOf(c.Status, c.Envelope, c.LastError) }
-
 // flag writes cp's attention entry when cp needs attention and has no
 // entry that lasts need from now, and notes the entry's expiry in cp. It
 // runs before cp is written: a crash or a lost CAS after it leaves a
 // stray entry, which readers drop; the other order could lose one.
 func (s *Checkpoints) flag(ctx context.Context, cp *Checkpoint, need time.Duration) error {
-	if s.idx == nil || cp.Attention() == attentionNone {
+	if s.idx == nil || cp.Attention() < 0 { // needs nobody
 		return nil
 	}
 	now := s.now()

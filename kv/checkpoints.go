@@ -19,91 +19,52 @@ import (
 // ClaimRevision are the fence (invariant 3): whoever takes a chunk CASes
 // them in, and every later write CASes on the revision it last wrote.
 type Checkpoint struct {
-	Job           string                  `json:"job_id"`
-	Chunk         int                     `json:"chunk"`
-	Stage         int                     `json:"stage"`
-	Status        salvagetype.ChunkStatus `json:"status"`
-	ClaimedBy     string                  `json:"claimed_by,omitempty"`
-	ClaimRevision uint64                  `json:"claim_revision,omitempty"`
-	Epoch         int                     `json:"epoch"`
-	// Compensated is set before the first effect of the epoch is undone:
-	// the epoch can never resume (its recorded outcomes were taken back),
-	// only run fresh in a new epoch, which clears it.
-	Compensated bool     `json:"compensated,omitempty"`
-	Recoveries  int      `json:"recoveries"`
-	Gaps        []string `json:"gaps,omitempty"`
+	// The chunk as an operator sees it (salvage.Chunk): its fields are the
+	// record's own, flat in its JSON. Compensated is set before the first
+	// effect of the epoch is undone and cleared by a fresh epoch;
+	// Deliveries is the delivery count of the message at MsgSeq;
+	// LastError and the fields after it are what the dead-letterer
+	// classifies by; LastErrorOlder is set when a worker took the chunk
+	// again after LastError was recorded.
+	publicChunk
+	ClaimRevision uint64 `json:"claim_revision,omitempty"`
 	// Snapshots names each agent's latest stage-boundary snapshot.
 	Snapshots map[string]SnapshotRef `json:"snapshots,omitempty"`
-	// Deliveries is the delivery count of the chunk message last taken
-	// (MsgSeq in SALVAGE_CHUNKS); Redeliveries adds up the redeliveries of
-	// every message of the chunk, so it only grows.
-	Deliveries   uint64 `json:"deliveries"`
-	MsgSeq       uint64 `json:"msg_seq,omitempty"`
-	Redeliveries int    `json:"redeliveries,omitempty"`
-	// Takeovers counts the times a survivor took the chunk over from a
-	// dead worker on the same delivery (no redelivery was spent).
-	Takeovers    int `json:"takeovers,omitempty"`
-	Tier1Retries int `json:"tier1_retries"`
-	Calls        int `json:"calls"`
-	// PromptTokens and CompletionTokens add up the usage its model calls
-	// reported, replays of recorded calls excluded.
-	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
-	CompletionTokens int64 `json:"completion_tokens,omitempty"`
-	// CostMicros is what that usage cost, in millionths (the price table
-	// of Config.Prices).
+	// MsgSeq is the sequence in its partition's chunk stream of the
+	// message the chunk last ran from.
+	MsgSeq uint64 `json:"msg_seq,omitempty"`
+	// CostMicros is what its model usage cost, in millionths (the price
+	// table of Config.Prices).
 	CostMicros int64 `json:"cost_micros,omitempty"`
-	// DeadLetters counts the chunk's envelopes.
-	DeadLetters int `json:"dead_letters,omitempty"`
 	// Counted and the Counted fields after it are what the job record
 	// counts of this chunk (see Recount).
-	Counted                 salvagetype.ChunkStatus `json:"counted,omitempty"`
-	CountedTier1            int                     `json:"counted_tier1,omitempty"`
-	CountedRedeliveries     int                     `json:"counted_redeliveries,omitempty"`
-	CountedPromptTokens     int64                   `json:"counted_prompt_tokens,omitempty"`
-	CountedCompletionTokens int64                   `json:"counted_completion_tokens,omitempty"`
-	CountedCostMicros       int64                   `json:"counted_cost_micros,omitempty"`
-	// CachedCalls counts calls answered from the journal on resume.
-	CachedCalls int    `json:"cached_calls,omitempty"`
-	Envelope    string `json:"envelope,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	// HeldOn is the system whose open breaker holds the chunk (status
-	// held); Holds counts how often the chunk was held.
-	HeldOn string `json:"held_on,omitempty"`
-	Holds  int    `json:"holds,omitempty"`
-	// Approvals are the approvals the chunk got, one per stage that
-	// requires one (a fresh epoch starts without them).
-	Approvals []salvagetype.Approval `json:"approvals,omitempty"`
-	// LastError and LastErrorClass describe the failure that sent the
-	// chunk back to tier 2, so the dead-letterer can classify it.
-	LastError       string `json:"last_error,omitempty"`
-	LastErrorClass  string `json:"last_error_class,omitempty"`
-	LastErrorStatus int    `json:"last_error_status,omitempty"`
-	// LastErrorAgent, LastErrorTool and LastErrorCall (a journal key) name
-	// who failed, for the envelope.
-	LastErrorAgent string `json:"last_error_agent,omitempty"`
-	LastErrorTool  string `json:"last_error_tool,omitempty"`
-	LastErrorCall  string `json:"last_error_call,omitempty"`
-	// LastErrorOlder is set when a worker took the chunk again after
-	// LastError was recorded: the error is kept across the redelivery,
-	// and the latest delivery has not ended with one of its own (its
-	// worker may have died mid-call).
-	LastErrorOlder bool                      `json:"last_error_older,omitempty"`
-	Outputs        []salvagetype.StageOutput `json:"outputs,omitempty"`
+	Counted                 salvagetype.ChunkStatus   `json:"counted,omitempty"`
+	CountedTier1            int                       `json:"counted_tier1,omitempty"`
+	CountedRedeliveries     int                       `json:"counted_redeliveries,omitempty"`
+	CountedPromptTokens     int64                     `json:"counted_prompt_tokens,omitempty"`
+	CountedCompletionTokens int64                     `json:"counted_completion_tokens,omitempty"`
+	CountedCostMicros       int64                     `json:"counted_cost_micros,omitempty"`
+	Outputs                 []salvagetype.StageOutput `json:"outputs,omitempty"`
 	// Events is the chunk's timeline besides its calls: every delivery a
 	// worker took, holds, parks and outcomes, oldest first; at most
 	// chunkEventsMax (the first is kept, EventsDropped counts the ones
 	// dropped after it).
 	Events        []salvagetype.ChunkEvent `json:"events,omitempty"`
 	EventsDropped int                      `json:"events_dropped,omitempty"`
-	UpdatedAt     time.Time                `json:"updated_at"`
-	// KeptUntil is set once retention ran on the finished chunk: the
-	// checkpoint expires then, and its outputs (published on
-	// SALVAGE_RESULTS) and snapshot names are gone.
-	KeptUntil *time.Time `json:"kept_until,omitempty"`
 	// AttentionUntil is set once the chunk needed attention: its entry in
-	// the job's attention index lasts until then (see AttentionOf).
+	// the job's attention index lasts until then (see Chunk.Attention).
 	AttentionUntil *time.Time `json:"attention_until,omitempty"`
 }
+
+// publicChunk is the part of a checkpoint users read. Embedded under this
+// name, not as salvagetype.Chunk, whose field name would hide the chunk
+// number (Checkpoint.Chunk).
+type publicChunk = salvagetype.Chunk
+
+// View is the checkpoint as an operator sees it: its own salvage.Chunk,
+// without the fence, the message sequence, the snapshots, the stage
+// outputs, the cost, the events and what its job has counted of it.
+func (c Checkpoint) View() salvagetype.Chunk { return c.publicChunk }
 
 // chunkEventsMax bounds a checkpoint's Events.
 const chunkEventsMax = 32
@@ -194,7 +155,7 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 		return cp, Fence{}, err
 	}
 	if errors.Is(err, ErrNotFound) {
-		cp = Checkpoint{Job: job, Chunk: chunk, Stage: 1}
+		cp = Checkpoint{publicChunk: publicChunk{Job: job, Chunk: chunk, Stage: 1}}
 	}
 	if cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled() {
 		return cp, Fence{}, fmt.Errorf("%w: %s is %s", ErrFinished, key, cp.Status)
@@ -249,7 +210,7 @@ func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error 
 func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func(cp *Checkpoint) error) (Checkpoint, error) {
 	cp, _, err := mutateJSONWith(ctx, s.b, ChunkKey(job, chunk), s.update, func(cp *Checkpoint, exists bool) error {
 		if !exists {
-			*cp = Checkpoint{Job: job, Chunk: chunk, Stage: 1}
+			*cp = Checkpoint{publicChunk: publicChunk{Job: job, Chunk: chunk, Stage: 1}}
 		}
 		if err := fn(cp); err != nil {
 			return err
@@ -345,7 +306,7 @@ func (s *Checkpoints) read(ctx context.Context, job string, chunks []int) ([]Che
 	out := make([]Checkpoint, len(chunks))
 	at := make(map[int]int, len(chunks))
 	for i, c := range chunks {
-		out[i] = Checkpoint{Job: job, Chunk: c, Stage: 1, Status: salvagetype.ChunkPending}
+		out[i] = Checkpoint{publicChunk: publicChunk{Job: job, Chunk: c, Stage: 1, Status: salvagetype.ChunkPending}}
 		at[c] = i
 	}
 	for lo := 0; lo < len(chunks); lo += maxBatchKeys {

@@ -3,6 +3,7 @@ package kv_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -145,7 +146,13 @@ func TestCheckpointFence(t *testing.T) {
 func TestDerive(t *testing.T) {
 	t.Parallel()
 	cp := func(status salvagetype.ChunkStatus, gaps ...string) kv.Checkpoint {
-		return kv.Checkpoint{Chunk: 1, Stage: 2, Status: status, Gaps: gaps, Envelope: "E1"}
+		var c kv.Checkpoint
+		c.Chunk, c.Stage, c.Status, c.Gaps, c.Envelope = 1, 2, status, gaps, "E1"
+		return c
+	}
+	noEnvelope := func(c kv.Checkpoint, chunk, stage int) kv.Checkpoint {
+		c.Chunk, c.Stage, c.Envelope = chunk, stage, ""
+		return c
 	}
 	tests := []struct {
 		name      string
@@ -161,7 +168,7 @@ func TestDerive(t *testing.T) {
 		{"gaps", false, []kv.Checkpoint{cp(salvagetype.ChunkDone, "summary")}, salvagetype.JobPartial, true},
 		{"dead-lettered", false, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkDeadLettered)}, salvagetype.JobIncomplete, true},
 		{"cancelled, its envelope named", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.CancelledAtStage(2))}, salvagetype.JobCancelled, true},
-		{"cancelled", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), {Chunk: 2, Stage: 1, Status: salvagetype.CancelledAtStage(1)}}, salvagetype.JobCancelled, false},
+		{"cancelled", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), noEnvelope(cp(salvagetype.CancelledAtStage(1)), 2, 1)}, salvagetype.JobCancelled, false},
 		{"cancelled after every chunk ended", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkDone)}, salvagetype.JobDone, false},
 		{"cancelled after every chunk ended, one failed", true, []kv.Checkpoint{cp(salvagetype.ChunkDone), cp(salvagetype.ChunkDeadLettered)}, salvagetype.JobIncomplete, true},
 		{"cancelled but still running", true, []kv.Checkpoint{cp(salvagetype.ChunkRunning)}, salvagetype.JobRunning, false},
@@ -270,7 +277,8 @@ func TestExplanationPutsFailuresFirst(t *testing.T) {
 	t.Parallel()
 	var cps []kv.Checkpoint
 	for n := 1; n <= 200; n++ {
-		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: salvagetype.ChunkDone}
+		var cp kv.Checkpoint
+		cp.Chunk, cp.Stage, cp.Status = n, 2, salvagetype.ChunkDone
 		switch {
 		case n%8 == 0:
 			cp.Status, cp.Envelope = salvagetype.ChunkDeadLettered, fmt.Sprintf("E%d", n)
@@ -304,7 +312,8 @@ func TestDerivationByPagesIsDerive(t *testing.T) {
 	t.Parallel()
 	var cps []kv.Checkpoint
 	for n := 1; n <= 2500; n++ {
-		cp := kv.Checkpoint{Chunk: n, Stage: 2, Status: salvagetype.ChunkDone, Tier1Retries: n % 3, PromptTokens: int64(n)}
+		var cp kv.Checkpoint
+		cp.Chunk, cp.Stage, cp.Status, cp.Tier1Retries, cp.PromptTokens = n, 2, salvagetype.ChunkDone, n%3, int64(n)
 		switch {
 		case n%97 == 0:
 			cp.Status, cp.Envelope = salvagetype.ChunkDeadLettered, fmt.Sprintf("E%d", n)
@@ -331,9 +340,9 @@ func TestDerivationByPagesIsDerive(t *testing.T) {
 func TestDeriveSumsRetries(t *testing.T) {
 	t.Parallel()
 	_, s, _ := kv.Derive(false, []kv.Checkpoint{
-		{Status: salvagetype.ChunkDone, Tier1Retries: 2, Deliveries: 1},
-		{Status: salvagetype.ChunkDone, Tier1Retries: 3, Deliveries: 1, Redeliveries: 2},
-		{Status: salvagetype.ChunkPending},
+		checkpointOf(t, salvagetype.Chunk{Status: salvagetype.ChunkDone, Tier1Retries: 2, Deliveries: 1}),
+		checkpointOf(t, salvagetype.Chunk{Status: salvagetype.ChunkDone, Tier1Retries: 3, Deliveries: 1, Redeliveries: 2}),
+		checkpointOf(t, salvagetype.Chunk{Status: salvagetype.ChunkPending}),
 	})
 	if s.Tier1Retries != 5 || s.Redeliveries != 2 {
 		t.Fatalf("summary = %+v, want 5 tier-1 retries and 2 redeliveries", s)
@@ -403,14 +412,14 @@ func TestJobCountsStayO1AndSettle(t *testing.T) {
 // (no checkpoint: their messages were purged) count as cancelled.
 func TestDeriveCancelledJob(t *testing.T) {
 	t.Parallel()
-	status, s, _ := kv.Derive(true, []kv.Checkpoint{{Status: salvagetype.ChunkDone}, {Status: salvagetype.ChunkPending}, {Status: salvagetype.CancelledAtStage(2)}})
+	status, s, _ := kv.Derive(true, []kv.Checkpoint{checkpointOf(t, salvagetype.Chunk{Status: salvagetype.ChunkDone}), checkpointOf(t, salvagetype.Chunk{Status: salvagetype.ChunkPending}), checkpointOf(t, salvagetype.Chunk{Status: salvagetype.CancelledAtStage(2)})})
 	if status != salvagetype.JobCancelled || s.Cancelled != 2 || s.Done != 1 {
 		t.Fatalf("Derive = %s %+v", status, s)
 	}
 	var j kv.Job
 	now := time.Now()
 	j.CancelledAt = &now
-	if v := j.View([]kv.Checkpoint{{Status: salvagetype.ChunkPending}}); v[0].Status != salvagetype.CancelledAtStage(0) {
+	if v := j.View([]kv.Checkpoint{checkpointOf(t, salvagetype.Chunk{Status: salvagetype.ChunkPending})}); v[0].Status != salvagetype.CancelledAtStage(0) {
 		t.Fatalf("view of a purged chunk = %s", v[0].Status)
 	}
 }
@@ -576,4 +585,19 @@ func TestClaimsAreBelievedOnlyAsFarAsTheirWrite(t *testing.T) {
 	if _, err := st.Parts()[0].Claims.Reclaim(ctx, back, time.Second); !errors.Is(err, kv.ErrClaimLost) {
 		t.Fatalf("reclaim after a steal: %v (thief %+v)", err, stolen)
 	}
+}
+
+// checkpointOf is a checkpoint whose view is c (read from c's JSON, as
+// the store reads a record).
+func checkpointOf(t *testing.T, c salvagetype.Chunk) kv.Checkpoint {
+	t.Helper()
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp kv.Checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil {
+		t.Fatal(err)
+	}
+	return cp
 }
