@@ -168,7 +168,7 @@ func settleStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint,
 
 // sendStopped is settleStopped over the epoch's rows already read.
 func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, rows map[string]kv.StoredRow, chunk salvagetype.ChunkMsg, base letter) (bool, error) {
-	left := standingEffects(rows)
+	left := recovery.Standing(rows)
 	if len(left) == 0 {
 		return false, nil
 	}

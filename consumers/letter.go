@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -198,7 +197,7 @@ func (d letterer) envelope(id string, l *letter, cp kv.Checkpoint, rows map[stri
 	f.FromJournal(rows)
 	f.Recoveries = cp.Recoveries
 	category, strategy := recovery.Classify(f, d.limits)
-	completed, inFlight, pending, failed := journalEntries(rows)
+	completed, inFlight, pending, failed := recovery.Entries(rows)
 	completed, inFlight, pending, dropped := envelopeEntries(completed, inFlight, pending)
 	if l.FailedAgent == "" && l.FailedTool == "" && l.FailedCall == "" {
 		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
@@ -372,29 +371,7 @@ func rawJSON(data []byte) json.RawMessage {
 	return s
 }
 
-// journalEntries lists an epoch's journal keys for an envelope: completed
-// calls, calls in flight, and the reversible effects to undo, newest first
-// (the order compensation runs in). It also returns the last failed call.
-func journalEntries(rows map[string]kv.StoredRow) (completed, inFlight, pending []string, failed kv.JournalRow) {
-	completed, inFlight, pending = []string{}, []string{}, []string{}
-	for _, r := range recovery.SortedRows(rows) {
-		switch r.Status {
-		case salvagetype.CallSucceeded:
-			completed = append(completed, r.Key)
-			if r.Fingerprint != nil && r.Fingerprint.Reversible {
-				pending = append(pending, r.Key)
-			}
-		case salvagetype.CallInitiated, salvagetype.CallUnknown:
-			inFlight = append(inFlight, r.Key)
-		case salvagetype.CallFailed:
-			failed = r.JournalRow
-		}
-	}
-	slices.Reverse(pending) // newest first
-	return completed, inFlight, pending, failed
-}
-
-// envelopeEntries bounds journalEntries' lists for an envelope: each
+// envelopeEntries bounds recovery.Entries' lists for an envelope: each
 // keeps its newest salvagetype.EnvelopeEntriesMax keys (completed and
 // in-flight are oldest first, pending newest first); dropped counts the
 // rest. Recovery reads the whole journal, never these lists.

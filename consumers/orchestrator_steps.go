@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,7 +181,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env salvagetype.Envelope,
 	marked := false
 	// The journal decides, not the envelope's list: a call in flight when
 	// the envelope was written may have been verified applied since.
-	_, _, pending, _ := journalEntries(rows)
+	_, _, pending, _ := recovery.Entries(rows)
 	for _, key := range pending {
 		row, ok := rows[key]
 		if !ok || row.Status == salvagetype.CallCompensated || row.Fingerprint == nil {
@@ -277,25 +276,5 @@ func (o *Orchestrator) standing(ctx context.Context, env salvagetype.Envelope) [
 	if err != nil {
 		return []salvagetype.LeftEffect{{Tool: "journal unreadable: " + err.Error(), Unknown: true}}
 	}
-	return standingEffects(rows)
-}
-
-// standingEffects is standing over rows already read, newest first: the
-// order in which a person would undo them.
-func standingEffects(rows map[string]kv.StoredRow) []salvagetype.LeftEffect {
-	out := []salvagetype.LeftEffect{}
-	sorted := recovery.SortedRows(rows)
-	slices.Reverse(sorted)
-	for _, r := range sorted {
-		switch {
-		case r.Status == salvagetype.CallSucceeded && r.Fingerprint != nil:
-			out = append(out, salvagetype.LeftEffect{Tool: r.Tool, System: r.System, ResourceID: r.Fingerprint.ResourceID,
-				JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Reversible: r.Fingerprint.Reversible})
-		case r.Status == salvagetype.CallInitiated || r.Status == salvagetype.CallUnknown:
-			// Only a side effect leaves a row unknown (a pure call writes
-			// its outcome or nothing).
-			out = append(out, salvagetype.LeftEffect{Tool: r.Tool, System: r.System, JournalKey: r.Key, IdempotencyKey: r.IdempotencyKey, Unknown: true})
-		}
-	}
-	return out
+	return recovery.Standing(rows)
 }

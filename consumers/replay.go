@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
@@ -216,7 +217,7 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 	if undone == 0 && !cp.Compensated {
 		return false, nil
 	}
-	if left := standingEffects(rows); len(left) > 0 {
+	if left := recovery.Standing(rows); len(left) > 0 {
 		if undone == 0 {
 			// A compensation began (the checkpoint says so before the
 			// first) and undid nothing it could confirm.

@@ -226,7 +226,7 @@ func (r *run) fencedOr(err error) error {
 // call in flight when the cancel landed, side effects of earlier stages —
 // they are settled by an envelope the checkpoint names.
 func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
-	if rows := r.replay.Rows(); len(standingEffects(rows)) > 0 {
+	if rows := r.replay.Rows(); len(recovery.Standing(rows)) > 0 {
 		cp.Stage = stage
 		// What this delivery counted (calls, tokens) is kept first,
 		// while the fence is still ours.
