@@ -19,6 +19,7 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -93,6 +94,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	early := exec.CommandContext(ctx, binary, append(append([]string{"up", "--server", url, "--http", "127.0.0.1:0", "--log-level", "error"}, shape...), as("worker")...)...)
+	demo.DieWithParent(early)
 	out, err := early.CombinedOutput()
 	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "salvage provision") {
 		t.Fatalf("the worker's up before provisioning: %v (context %v)\n%s", err, ctx.Err(), out)
@@ -107,9 +109,11 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	var workerLog logBuffer
 	worker := exec.Command(binary, append(append(append([]string{"up", "--server", url, "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn",
 		"--role", "worker,dead-letter,recovery", "--model-failure-rate", "0.3", "--retries", "0"}, fastTiers...), shape...), as("worker")...)...)
+	demo.DieWithParent(worker)
 	worker.Stderr = io.MultiWriter(os.Stderr, &workerLog)
 	startPrinting(t, worker, "NATS_URL=")
 	api := exec.Command(binary, append(append([]string{"up", "--server", url, "--log-format", "json", "--log-level", "warn", "--role", "api"}, shape...), as("api")...)...)
+	demo.DieWithParent(api)
 	api.Stderr = io.MultiWriter(os.Stderr, &workerLog)
 	startPrinting(t, api, "NATS_URL=")
 

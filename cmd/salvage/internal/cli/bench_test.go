@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
 )
 
 // TestBench runs `salvage bench` small: the critical-path section, a
@@ -326,6 +328,7 @@ func benchRun(t *testing.T, args ...string) (stdout, stderr []byte) {
 	t.Helper()
 	var errBuf bytes.Buffer
 	cmd := exec.Command(binary, append([]string{"bench"}, args...)...)
+	demo.DieWithParent(cmd)
 	cmd.Stderr = &errBuf
 	out, err := cmd.Output()
 	tail := errBuf.Bytes()[max(0, errBuf.Len()-8<<10):]

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
 	"github.com/salvagehq/salvage/salvagetest"
 )
 
@@ -25,6 +26,7 @@ func TestDemoKeep(t *testing.T) {
 	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "demo.log")
 	cmd := exec.Command(binary, "demo", "--keep", "--chunks", "2", "--workers", "2", "--kill=false", "--report", "json", "--log-file", logFile)
+	demo.DieWithParent(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

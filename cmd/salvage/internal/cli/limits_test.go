@@ -12,6 +12,7 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
@@ -68,6 +69,7 @@ func TestKilledWorkersShareReturnsWithinALease(t *testing.T) {
 	t.Parallel()
 	const rpm = 1200
 	simCmd := exec.Command(binary, "sim", "--listen", "127.0.0.1:0", "--model-latency", "1ms", "--model-rpm", "1200")
+	demo.DieWithParent(simCmd)
 	s := &sim.Client{BaseURL: startPrinting(t, simCmd, "SIM_URL="), Timeout: 5 * time.Second}
 	url, _ := up(t, append([]string{"--role", "dead-letter,api", "--sim", s.BaseURL}, fastTiers...)...)
 	key := "system.model-127_0_0_1"

@@ -23,6 +23,7 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/operator"
 	"github.com/salvagehq/salvage/salvagetest"
 )
@@ -130,6 +131,7 @@ func TestOneTracePerJobOverOTLP(t *testing.T) {
 	start := func(args ...string) string {
 		cmd := exec.Command(binary, append([]string{"up", "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn",
 			"--model-latency", "1ms", "--model-failure-rate", "0.15", "--retries", "0", "--max-deliver", "1"}, append(args, fastTiers...)...)...)
+		demo.DieWithParent(cmd)
 		cmd.Env = env
 		return startPrinting(t, cmd, "NATS_URL=")
 	}

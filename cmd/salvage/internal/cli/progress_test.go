@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
 )
 
 // TestDemoDrawsProgressOnATerminal runs `salvage demo` in a pseudo-
@@ -18,6 +19,7 @@ import (
 func TestDemoDrawsProgressOnATerminal(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(binary, "demo", "--chunks", "3", "--workers", "2")
+	demo.DieWithParent(cmd)
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/salvagehq/salvage"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/demo"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/kv"
@@ -29,6 +30,7 @@ import (
 func startSim(t *testing.T) *sim.Client {
 	t.Helper()
 	cmd := exec.Command(binary, "sim", "--listen", "127.0.0.1:0", "--model-latency", "1ms")
+	demo.DieWithParent(cmd)
 	return &sim.Client{BaseURL: startPrinting(t, cmd, "SIM_URL="), Timeout: 5 * time.Second}
 }
 
