@@ -322,18 +322,22 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 
 // probeCandidate returns the oldest chunk held for system that can run in
 // this process now, looking at the first probeScan held; held says
-// whether any chunk is held for it at all.
+// whether any chunk is held for it at all. A chunk parked at its call to
+// the system (its message says why: Salvage-Reason) is preferred to one a
+// job's window admitted onto the hold, which has not run yet and may have
+// stages to go through before it calls: the probe is the system's test.
 func (h *holder) probeCandidate(ctx context.Context, system string) (*jetstream.RawStreamMsg, bool, error) {
 	s, err := streamHandle(ctx, h.js, streams.Hold)
 	if err != nil {
 		return nil, false, err
 	}
+	var first *jetstream.RawStreamMsg
 	held := false
 	seq := uint64(1)
 	for range probeScan {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.HoldForSystem(system)))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, held, nil
+			break
 		}
 		if err != nil {
 			return nil, held, err
@@ -341,11 +345,16 @@ func (h *holder) probeCandidate(ctx context.Context, system string) (*jetstream.
 		held = true
 		var c salvagetype.ChunkMsg
 		if json.Unmarshal(m.Data, &c) == nil && h.pools[c.Pipeline] && !h.pauses.paused(c.Pipeline) {
-			return m, true, nil
+			if m.Header.Get(salvagetype.HeaderReason) != "" {
+				return m, true, nil
+			}
+			if first == nil {
+				first = m
+			}
 		}
 		seq = m.Sequence + 1
 	}
-	return nil, held, nil
+	return first, held, nil
 }
 
 // whileClosed releases the chunks held for a closed breaker's system,

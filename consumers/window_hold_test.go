@@ -1,9 +1,11 @@
 package consumers_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/salvagehq/salvage/consumers"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
@@ -71,12 +73,49 @@ func TestHeldChunksKeepTheirJobsWindow(t *testing.T) {
 		return true
 	}, "job b's chunks to be held too")
 
+	// crm is back: its cool-down ends now, the holder releases one held
+	// chunk as the probe, whose call closes the breaker. The probe is a
+	// chunk parked at its call to crm, not one its job's window admitted
+	// onto the hold, which has not run yet.
+	bucket, err := b.JS.KeyValue(b.ctx, kv.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := bucket.Watch(b.ctx, "crm", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Stop() }()
 	if _, _, err := b.stores.Breakers.Mutate(b.ctx, "crm", "test", func(br *kv.Breaker) error {
-		recovery.Close(br)
+		br.RetryAt = time.Now().UTC()
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// Every state the record passes through, in order: the half-open one
+	// names the probe (the close clears it).
+	var probe string
+	for probe == "" {
+		select {
+		case e := <-watch.Updates():
+			var br kv.Breaker
+			if e != nil && json.Unmarshal(e.Value(), &br) == nil && br.State == salvagetype.BreakerHalfOpen {
+				probe = br.Probe
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("no probe released within a minute of the cool-down's end")
+		}
+	}
+	pj, pc, ok := kv.ParseChunkKey(probe)
+	if !ok {
+		t.Fatalf("probe %q is no chunk key", probe)
+	}
+	// Read before the probe's run can write: a chunk admitted onto the hold
+	// has no checkpoint yet.
+	if cp, _, err := b.stores.Parts()[0].Checkpoints.Get(b.ctx, pj, pc); err != nil || cp.Holds == 0 {
+		t.Errorf("the probe, chunk %d of job %s, never ran to crm (%v, holds %d); want a chunk parked at its call", pc, pj, err, cp.Holds)
+	}
+	salvagetest.Eventually(t, time.Minute, func() bool { return b.breaker(t, "crm").State == salvagetype.BreakerClosed }, "the probe to close crm's breaker")
 	for _, j := range []struct {
 		id               string
 		chunks           int
