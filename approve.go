@@ -100,7 +100,7 @@ func (c *Client) ChunkListAwaiting(ctx context.Context, limit int) ([]Awaiting, 
 	st, _ := c.storesFor(ctx) // without the buckets, the list still names the chunks
 	out := []Awaiting{}
 	for seq := uint64(1); len(out) < limit; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.HoldForSystem(streams.SystemApproval)))
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.System(streams.SystemApproval).Held()))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}

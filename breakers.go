@@ -60,7 +60,7 @@ func (c *Client) BreakerList(ctx context.Context) ([]Breaker, error) {
 // held counts the chunks held for system: what its hold consumer has yet
 // to release, in one request whatever their number.
 func (c *Client) held(ctx context.Context, system string) (int, error) {
-	cons, err := c.js.Consumer(ctx, streams.Hold, streams.HoldConsumer(system))
+	cons, err := c.js.Consumer(ctx, streams.Hold, streams.System(system).HoldConsumer())
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, nil
 	}

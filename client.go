@@ -254,7 +254,7 @@ func (c *Client) ensure(ctx context.Context, pools, register bool) (*kv.Stores, 
 				p, _ := c.registry.Get(name)
 				o := o
 				o.AckWait, o.MaxDeliver = cmp.Or(p.AckWait, o.AckWait), cmp.Or(p.MaxDeliver, o.MaxDeliver)
-				if err := streams.ProvisionPipeline(ctx, c.js, name, o); err != nil {
+				if err := streams.Pipeline(name).Provision(ctx, c.js, o); err != nil {
 					return err
 				}
 			}

@@ -92,7 +92,7 @@ func (p *Page) window() (offset, limit int) {
 // ValidateBudget returns an error wrapping ErrInvalidJob unless b (nil:
 // no budget) is a cap: counts and costs not negative, a cost that is a
 // finite number, each within its bound (1e12 tokens, 1e9 in cost).
-func ValidateBudget(b *Budget) error { return streams.ValidateBudget(b) }
+func ValidateBudget(b *Budget) error { return b.Validate() }
 
 // SubmitOpts are a submission's options; nil takes every default.
 type SubmitOpts struct {
@@ -441,7 +441,7 @@ func (c *Client) JobWaitAccepted(ctx context.Context, id string) error {
 				}
 			}
 		} else if s, err := c.js.Stream(ctx, streams.Events); err == nil {
-			if _, err := s.GetLastMsgForSubject(ctx, streams.EventSubject(id, streams.EventAccepted)); err == nil {
+			if _, err := s.GetLastMsgForSubject(ctx, streams.JobRef{Job: id}.Event(streams.EventAccepted)); err == nil {
 				return nil
 			}
 		}
@@ -463,7 +463,7 @@ func (c *Client) rejected(ctx context.Context, id string) error {
 	if err != nil {
 		return nil
 	}
-	m, err := s.GetLastMsgForSubject(ctx, streams.EventSubject(id, streams.EventRejected))
+	m, err := s.GetLastMsgForSubject(ctx, streams.JobRef{Job: id}.Event(streams.EventRejected))
 	if err != nil {
 		return nil
 	}
@@ -575,7 +575,7 @@ func (c *Client) JobResults(ctx context.Context, id string) (map[int]json.RawMes
 		return nil, err
 	}
 	cons, err := c.js.OrderedConsumer(ctx, streams.Results, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{streams.ResultsForJob(id)},
+		FilterSubjects: []string{streams.JobRef{Job: id}.Results()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("salvage: results of %s: %w", id, err)

@@ -24,7 +24,7 @@ func ValidateJobID(id string) error { return streams.ValidateJobID(id) }
 
 // JobSubject is the subject a job for pipeline is published on,
 // salvage.jobs.<pipeline>: what Submit and `nats pub` use.
-func JobSubject(pipeline string) string { return streams.JobSubject(pipeline) }
+func JobSubject(pipeline string) string { return streams.Pipeline(pipeline).Subject() }
 
 // StorePartition is the partition (Config.Partitions) whose chunks a
 // stream or bucket holds: SALVAGE_CHUNKS and salvage_claims,

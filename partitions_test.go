@@ -67,7 +67,7 @@ func gatedPipeline(name string, gate <-chan struct{}, started chan<- string, run
 // of chunk of job.
 func chunkIn(t *testing.T, js jetstream.JetStream, k int, job string, chunk int) bool {
 	t.Helper()
-	b, err := js.KeyValue(context.Background(), kv.BucketCheckpointsIn(k))
+	b, err := js.KeyValue(context.Background(), kv.BucketIn(kv.BucketCheckpoints, k))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func (c *Client) pipelineStatus(ctx context.Context, r kv.PipelineState) (Pipeli
 		Reason: r.Reason, ResumedAt: r.ResumedAt, ResumedBy: r.ResumedBy, Fingerprint: r.Fingerprint, Definition: r.Definition,
 		DefinedBy: r.DefinedBy, DefinedAt: r.DefinedAt, PreviousFingerprint: r.PreviousFingerprint}
 	var err error
-	if p.Parked, err = c.held(ctx, streams.PausedSystem(r.Pipeline)); err != nil {
+	if p.Parked, err = c.held(ctx, streams.Pipeline(r.Pipeline).PausedSystem()); err != nil {
 		return p, err
 	}
 	st, err := c.storesFor(ctx)
@@ -161,9 +161,9 @@ func (c *Client) waitingJobs(ctx context.Context, pipeline string) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(streams.JobSubject(pipeline)))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(streams.Pipeline(pipeline).Subject()))
 	if err != nil {
 		return 0, err
 	}
-	return int(info.State.Subjects[streams.JobSubject(pipeline)]), nil
+	return int(info.State.Subjects[streams.Pipeline(pipeline).Subject()]), nil
 }

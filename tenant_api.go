@@ -205,7 +205,7 @@ func (c *Client) resultsPage(ctx context.Context, j *Job, page *Page) (*Results,
 	out := &Results{JobID: id, Chunks: j.Chunks, Results: []ChunkResult{}}
 	end := min(offset+limit, j.Chunks)
 	for chunk := offset + 1; chunk <= end; chunk++ {
-		m, err := s.GetLastMsgForSubject(ctx, streams.ResultSubject(id, chunk))
+		m, err := s.GetLastMsgForSubject(ctx, streams.ChunkRef{Job: id, Chunk: chunk}.Result())
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

@@ -85,7 +85,7 @@ func (c *Client) CallWatch(ctx context.Context, fn func(Change[Call])) error {
 	// follow watches partition k's journal; caught[k] must exist.
 	follow := func(k int) {
 		wg.Go(func() {
-			err := watch(ctx, c, kv.BucketJournalIn(k), jetstream.AllKeys, func(ch Change[Call]) {
+			err := watch(ctx, c, kv.BucketIn(kv.BucketJournal, k), jetstream.AllKeys, func(ch Change[Call]) {
 				mu.Lock()
 				defer mu.Unlock()
 				if ch.CaughtUp {
@@ -108,7 +108,7 @@ func (c *Client) CallWatch(ctx context.Context, fn func(Change[Call])) error {
 		if n, err = streams.Partitions(ctx, c.js); err == nil {
 			break
 		}
-		if werr := watchEnded(err, c.js, kv.BucketJournalIn(0)); werr != nil {
+		if werr := watchEnded(err, c.js, kv.BucketIn(kv.BucketJournal, 0)); werr != nil {
 			return werr
 		}
 		c.cfg.Logger.Debug().Err(err).Msg("count the partitions to watch the journal of; trying again")
@@ -168,7 +168,7 @@ func watchEnded(err error, js jetstream.JetStream, bucket string) error {
 // when ctx ends, or what watchEnded says ends it.
 func watch[T any](ctx context.Context, c *Client, bucket, filter string, fn func(Change[T])) error {
 	log := c.cfg.Logger.With().Str("bucket", bucket).Logger()
-	return kv.FollowKeys(ctx, c.js, bucket, filter, func(e jetstream.KeyValueEntry) {
+	return kv.Follow(ctx, c.js, bucket, filter, func(e jetstream.KeyValueEntry) {
 		if e == nil {
 			fn(Change[T]{CaughtUp: true})
 			return

@@ -233,7 +233,7 @@ func (a *Alerter) CheckCoverage(ctx context.Context) ([]recovery.Alert, error) {
 // waitingEnvelopes counts the envelopes of pipeline its recovery pool has
 // not settled: waiting to be delivered, or delivered and not acked.
 func (a *Alerter) waitingEnvelopes(ctx context.Context, pipeline string) (int, error) {
-	c, err := a.js.Consumer(ctx, streams.DLQ, streams.RecoveryConsumer(pipeline))
+	c, err := a.js.Consumer(ctx, streams.DLQ, streams.Pipeline(pipeline).Recovery())
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, nil
 	}

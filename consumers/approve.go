@@ -56,7 +56,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	if err != nil {
 		return cp, err
 	}
-	subject := streams.HoldSubject(streams.SystemApproval, job, chunk)
+	subject := streams.ChunkRef{Job: job, Chunk: chunk}.Hold(streams.SystemApproval)
 	if cp.Status != salvagetype.ChunkAwaitingApproval {
 		// A parked copy a crash left behind (a rejection that died before
 		// its purge) goes now: nothing will ever release it.
@@ -99,7 +99,7 @@ func (o *Operator) Approve(ctx context.Context, job string, chunk int, d Decisio
 	tr := tracker{js: o.js, stores: o.stores}
 	l := letterer{js: o.js, stores: o.stores, tracker: tr, log: zerolog.Nop()}
 	if _, err := l.send(ctx, letter{
-		Seq: cp.MsgSeq, Subject: streams.ChunkSubject(j.Partition, c.Pipeline, c.Job, c.Chunk), Data: parked.Data, Chunk: c,
+		Seq: cp.MsgSeq, Subject: streams.ChunkRef{Partition: j.Partition, Pipeline: c.Pipeline, Job: c.Job, Chunk: c.Chunk}.Subject(), Data: parked.Data, Chunk: c,
 		Deliveries: cp.Deliveries, Failure: recovery.Failure{Class: salvagetype.ClassPermanent, Rejected: true}, Err: why, Human: true,
 	}); err != nil {
 		return cp, err

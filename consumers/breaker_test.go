@@ -103,7 +103,7 @@ func submitOutage(t *testing.T, b *bundle, n int) string {
 	t.Helper()
 	id := ulid.Make().String()
 	body, _ := json.Marshal(map[string]any{"job_id": id, "input": map[string]int{"n": n}})
-	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("outage"), body); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.Pipeline("outage").Subject(), body); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -158,7 +158,7 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	if n := b.streamMsgs(t, streams.Hold); n == 0 {
 		t.Fatal("no chunk is held on SALVAGE_HOLD during the outage")
 	}
-	info, err := b.JS.Consumer(b.ctx, streams.Hold, streams.HoldConsumer("crm"))
+	info, err := b.JS.Consumer(b.ctx, streams.Hold, streams.System("crm").HoldConsumer())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,15 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
+// breakerSystem is the system whose breaker refused err's call.
+func breakerSystem(err error) string {
+	var be *salvagetype.BreakerOpenError
+	if errors.As(err, &be) {
+		return be.System
+	}
+	return ""
+}
+
 // BreakerPolicies maps external systems to their breaker policies; a
 // system not named takes the Default.
 type BreakerPolicies struct {
@@ -66,7 +75,7 @@ var errProbeTaken = errors.New("consumers: probe taken")
 // closed or open again after the probe's answer.
 type gate struct {
 	js       jetstream.JetStream
-	breakers *kv.Breakers
+	stores   *kv.Stores
 	policies BreakerPolicies
 	id       string
 	log      zerolog.Logger
@@ -84,14 +93,15 @@ type gate struct {
 }
 
 func newGate(js jetstream.JetStream, stores *kv.Stores, policies BreakerPolicies, id string, log zerolog.Logger) *gate {
-	return &gate{js: js, breakers: stores.Breakers, policies: policies, id: id, log: log,
+	return &gate{js: js, stores: stores, policies: policies, id: id, log: log,
 		seen: map[string]seenBreaker{}, runs: map[string]*recovery.FailureRun{}, parked: map[string]int{}, ready: make(chan struct{})}
 }
 
 // follow keeps the view current until ctx ends. It blocks.
 func (g *gate) follow(ctx context.Context) {
-	kv.Follow(ctx, g.js, kv.BucketBreakers, g.update, func(err error) {
+	_ = kv.Follow(ctx, g.js, kv.BucketBreakers, jetstream.AllKeys, g.update, func(err error) error {
 		g.log.Debug().Err(err).Msg("breaker watch ended; restarting")
+		return nil
 	})
 }
 
@@ -185,18 +195,18 @@ func (g *gate) set(b kv.Breaker, rev uint64) {
 // Allow implements recovery.Gate.
 func (g *gate) Allow(ctx context.Context, system, chunk string) error {
 	b := g.state(system)
-	switch recovery.BreakerAllows(b, chunk) {
-	case recovery.VerdictAllow:
+	switch b.Allows(chunk) {
+	case kv.VerdictAllow:
 		return nil
-	case recovery.VerdictTakeProbe:
-		nb, rev, err := g.breakers.Mutate(ctx, system, g.id, func(b *kv.Breaker) error {
+	case kv.VerdictTakeProbe:
+		nb, rev, err := g.stores.Breakers.Mutate(ctx, system, g.id, func(b *kv.Breaker) error {
 			if b.State != salvagetype.BreakerHalfOpen || (b.Probe != "" && b.Probe != chunk) {
 				return errProbeTaken
 			}
 			if b.Probe == chunk {
 				return kv.ErrNoChange
 			}
-			recovery.HalfOpen(b, chunk, time.Now())
+			b.HalfOpen(chunk, time.Now())
 			return nil
 		})
 		if err == nil {
@@ -228,7 +238,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 				if b.State != salvagetype.BreakerHalfOpen || b.Probe != chunk {
 					return false
 				}
-				recovery.Close(b)
+				b.Close()
 				return true
 			}, "circuit breaker closed: the probe succeeded")
 		}
@@ -238,7 +248,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 			if b.State != salvagetype.BreakerHalfOpen || b.Probe != chunk {
 				return false
 			}
-			recovery.Open(b, g.policies.For(system), time.Now(), streams.Clip(err.Error(), salvagetype.ErrorTextMax))
+			b.Open(g.policies.For(system), time.Now(), streams.Clip(err.Error(), salvagetype.ErrorTextMax))
 			return true
 		}, "circuit breaker open again: the probe failed")
 	case b.State == salvagetype.BreakerClosed:
@@ -259,7 +269,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 				if b.State != salvagetype.BreakerClosed {
 					return false
 				}
-				recovery.Open(b, p, time.Now(), streams.Clip(err.Error(), salvagetype.ErrorTextMax))
+				b.Open(p, time.Now(), streams.Clip(err.Error(), salvagetype.ErrorTextMax))
 				return true
 			}, "circuit breaker open")
 		}
@@ -270,7 +280,7 @@ func (g *gate) Done(ctx context.Context, system, chunk string, err error) {
 // the breaker as another process set it.
 func (g *gate) transition(ctx context.Context, system string, change func(b *kv.Breaker) bool, msg string) {
 	changed := false
-	b, rev, err := g.breakers.Mutate(ctx, system, g.id, func(b *kv.Breaker) error {
+	b, rev, err := g.stores.Breakers.Mutate(ctx, system, g.id, func(b *kv.Breaker) error {
 		if changed = change(b); !changed {
 			return kv.ErrNoChange
 		}

@@ -32,7 +32,7 @@ func (t tracker) stopForBudget(ctx context.Context, job kv.Job) (kv.Job, error) 
 	if err != nil || !changed {
 		return j, err
 	}
-	return cancelRest(ctx, t, j, kv.BudgetReason)
+	return cancelRest(ctx, t, j, salvagetype.CancelReasonBudget)
 }
 
 // budgetEnvelope writes the one BUDGET_EXCEEDED envelope of a job its
@@ -97,7 +97,7 @@ func budgetEnvelope(ctx context.Context, t tracker, job kv.Job) error {
 	if b := job.Budget; b != nil {
 		limit = fmt.Sprintf(" (budget: %d tokens, cost %g)", b.Tokens, b.Cost)
 	}
-	subject := streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, first.Chunk)
+	subject := job.Ref().Chunk(first.Chunk).Subject()
 	data, _ := json.Marshal(salvagetype.ChunkMsg{Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, Epoch: first.Epoch, TraceID: job.TraceID, Partition: job.Partition})
 	env := salvagetype.Envelope{
 		ID: id, Job: job.ID, Chunk: first.Chunk, Pipeline: job.Pipeline, TraceID: job.TraceID,

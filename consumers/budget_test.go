@@ -71,11 +71,11 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	const chunks = 30
 	job := ulid.Make().String()
 	body, _ := json.Marshal(map[string]any{"job_id": job, "input": chunks, "budget": map[string]any{"cost": 0.001}})
-	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("metered"), body); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.Pipeline("metered").Subject(), body); err != nil {
 		t.Fatal(err)
 	}
 	j := b.waitJob(t, job, salvagetype.JobCancelled)
-	if j.BudgetExceededAt == nil || j.CancelReason != kv.BudgetReason {
+	if j.BudgetExceededAt == nil || j.CancelReason != salvagetype.CancelReasonBudget {
 		t.Fatalf("job %+v; want stopped by its budget", j)
 	}
 	// Three chunks (1,200 millionths) pass 0.001; chunks in flight then
@@ -100,7 +100,7 @@ func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 		case cp.Status.IsCancelled():
 			stopped = append(stopped, c)
 			spent += cp.CostMicros
-			if cp.Status != salvagetype.CancelledAtStage(0) && cp.Reason != kv.BudgetReason {
+			if cp.Status != salvagetype.CancelledAtStage(0) && cp.Reason != salvagetype.CancelReasonBudget {
 				t.Fatalf("chunk %d cancelled with reason %q", c, cp.Reason)
 			}
 		default:

@@ -76,17 +76,17 @@ func cancelRest(ctx context.Context, t tracker, job kv.Job, by string) (kv.Job, 
 	if err := publishCancelled(ctx, t.js, job); err != nil {
 		return job, err
 	}
-	if err := purgeSubject(ctx, t.js, streams.ChunksStream(job.Partition), streams.ChunksForJob(job.Partition, job.Pipeline, job.ID)); err != nil {
+	if err := purgeSubject(ctx, t.js, streams.ChunksStream(job.Partition), job.Ref().Chunks()); err != nil {
 		return job, err
 	}
 	if job.Window > 0 {
-		if err := purgeSubject(ctx, t.js, streams.Backlog, streams.BacklogForJob(job.Pipeline, job.ID)); err != nil {
+		if err := purgeSubject(ctx, t.js, streams.Backlog, job.Ref().Backlog()); err != nil {
 			return job, err
 		}
 	}
 	// Held chunks are cancelled below like any other stopped chunk; their
 	// parked messages go now rather than when their breaker closes.
-	if err := purgeSubject(ctx, t.js, streams.Hold, streams.HoldForJob(job.ID)); err != nil {
+	if err := purgeSubject(ctx, t.js, streams.Hold, job.Ref().Held()); err != nil {
 		return job, err
 	}
 	part, err := t.stores.PartOf(ctx, job)
@@ -168,7 +168,7 @@ func settleStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint,
 
 // sendStopped is settleStopped over the epoch's rows already read.
 func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, rows map[string]kv.StoredRow, chunk salvagetype.ChunkMsg, base letter) (bool, error) {
-	left := recovery.Standing(rows)
+	left := recovery.Rows(rows).Standing()
 	if len(left) == 0 {
 		return false, nil
 	}
@@ -177,13 +177,13 @@ func sendStopped(ctx context.Context, t tracker, job kv.Job, cp kv.Checkpoint, r
 	}
 	l := base
 	if l.Subject == "" {
-		l.Subject = streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, cp.Chunk)
+		l.Subject = job.Ref().Chunk(cp.Chunk).Subject()
 		l.Data, _ = json.Marshal(chunk)
 	}
 	l.Chunk = chunk
 	l.Failure = recovery.Failure{Class: salvagetype.ClassCancelled, Cancelled: true}
 	l.Err = fmt.Sprintf("%s at stage %d with %d effects that may stand: settled by this envelope", job.StopReason(), max(cp.Stage, 1), len(left))
-	l.Stopped, l.Stage, l.Epoch = kv.StoppedCancelled, max(cp.Stage, 1), cp.Epoch
+	l.Stopped, l.Stage, l.Epoch = salvagetype.StoppedCancelled, max(cp.Stage, 1), cp.Epoch
 	l.Human = true
 	d := letterer{js: t.js, stores: t.stores, tracker: t, log: zerolog.Nop()}
 	if _, err := d.send(ctx, l); err != nil {

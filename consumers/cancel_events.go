@@ -32,7 +32,7 @@ func publishCancelled(ctx context.Context, js jetstream.JetStream, job kv.Job) e
 		Chunks: job.Chunks, Reason: job.StopReason(), TraceID: job.TraceID, At: time.Now().UTC()}
 	h := nats.Header{}
 	h.Set(salvagetype.HeaderMsgID, job.ID+"."+streams.EventCancelled)
-	return publishJSON(ctx, js, streams.EventSubject(job.ID, ev.Kind), ev, h)
+	return publishJSON(ctx, js, job.Ref().Event(ev.Kind), ev, h)
 }
 
 // followCancellations cancels the running chunks of a job the moment its

@@ -31,7 +31,7 @@ func TestEnvelopeListsAreBounded(t *testing.T) {
 		}
 		rows[r.Key] = kv.StoredRow{JournalRow: r}
 	}
-	completed, inFlight, pending, _ := recovery.Entries(rows)
+	completed, inFlight, pending, _ := recovery.Rows(rows).Entries()
 	if len(completed) != 1200 || len(inFlight) != 1100 || len(pending) != 1200 {
 		t.Fatalf("whole lists: %d completed, %d in flight, %d pending; want 1200, 1100, 1200", len(completed), len(inFlight), len(pending))
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
 
@@ -74,4 +75,9 @@ func getMsg(ctx context.Context, js jetstream.JetStream, stream string, seq uint
 		return nil, fmt.Errorf("consumers: read %s %d: %w", stream, seq, err)
 	}
 	return m, nil
+}
+
+// refOf names chunk message c as its subjects do.
+func refOf(c salvagetype.ChunkMsg) streams.ChunkRef {
+	return streams.ChunkRef{Partition: c.Partition, Pipeline: c.Pipeline, Job: c.Job, Chunk: c.Chunk}
 }

@@ -51,7 +51,7 @@ func (r *run) awaitApproval(ctx context.Context, cp kv.Checkpoint, fence *kv.Fen
 		Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, At: time.Now().UTC()}
 	h := nats.Header{}
 	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.approval.%d.%d", r.chunk.Job, r.chunk.Chunk, cp.Epoch, stage))
-	if err := publishJSON(ctx, r.w.js, streams.EventSubject(r.chunk.Job, streams.EventApproval), ev, h); err != nil {
+	if err := publishJSON(ctx, r.w.js, streams.JobRef{Job: r.chunk.Job}.Event(streams.EventApproval), ev, h); err != nil {
 		r.log.Warn().Err(err).Msg("announce the approval request")
 	}
 	r.log.Info().Int("stage", stage).Msg("chunk awaits approval")
@@ -79,7 +79,7 @@ func (r *run) park(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, syste
 	h.Set(salvagetype.HeaderJob, r.chunk.Job)
 	h.Set(salvagetype.HeaderChunk, strconv.Itoa(r.chunk.Chunk))
 	h.Set(salvagetype.HeaderReason, reason)
-	if _, err := publish(ctx, w.js, &nats.Msg{Subject: streams.HoldSubject(system, r.chunk.Job, r.chunk.Chunk), Data: r.m.Data(), Header: h}); err != nil {
+	if _, err := publish(ctx, w.js, &nats.Msg{Subject: refOf(r.chunk).Hold(system), Data: r.m.Data(), Header: h}); err != nil {
 		// The checkpoint says parked; the redelivery parks it again.
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
 )
@@ -168,7 +167,7 @@ func (h *holder) pass(ctx context.Context) {
 		}
 	}
 	for _, p := range h.pauses.all() {
-		system := streams.PausedSystem(p.Pipeline)
+		system := streams.Pipeline(p.Pipeline).PausedSystem()
 		var err error
 		if p.Paused {
 			err = errors.Join(h.pauseFor(ctx, system, p.PausedAt), h.pausePool(ctx, p))
@@ -194,7 +193,7 @@ func (h *holder) pausePool(ctx context.Context, p kv.PipelineState) error {
 		return nil
 	}
 	for k := range h.partitions() {
-		if _, err := h.js.PauseConsumer(ctx, streams.ChunksStream(k), streams.WorkersConsumer(p.Pipeline), time.Now().Add(pauseSlack)); err != nil {
+		if _, err := h.js.PauseConsumer(ctx, streams.ChunksStream(k), streams.Pipeline(p.Pipeline).Workers(), time.Now().Add(pauseSlack)); err != nil {
 			return fmt.Errorf("pause the pool of %s in %s: %w", p.Pipeline, streams.ChunksStream(k), err)
 		}
 	}
@@ -213,7 +212,7 @@ func (h *holder) resumePool(ctx context.Context, pipeline string) error {
 		return nil
 	}
 	for k := range h.partitions() {
-		_, err := h.js.ResumeConsumer(ctx, streams.ChunksStream(k), streams.WorkersConsumer(pipeline))
+		_, err := h.js.ResumeConsumer(ctx, streams.ChunksStream(k), streams.Pipeline(pipeline).Workers())
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("resume the pool of %s in %s: %w", pipeline, streams.ChunksStream(k), err)
 		}
@@ -238,7 +237,7 @@ func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
 		return err
 	}
 	p := h.gate.policies.For(b.System)
-	if !recovery.ProbeOverdue(b, p, time.Now()) {
+	if !b.ProbeOverdue(p, time.Now()) {
 		return nil
 	}
 	if b.ProbePipeline != "" && h.pauses.paused(b.ProbePipeline) {
@@ -259,7 +258,7 @@ func (h *holder) whileHalfOpen(ctx context.Context, b kv.Breaker) error {
 		if cur.State != salvagetype.BreakerHalfOpen || cur.Probe != b.Probe || !cur.ProbeAt.Equal(b.ProbeAt) {
 			return false
 		}
-		recovery.Open(cur, p, time.Now(), "probe "+b.Probe+" gave no answer within the cool-down")
+		cur.Open(p, time.Now(), "probe "+b.Probe+" gave no answer within the cool-down")
 		return true
 	}, "circuit breaker open again: the probe gave no answer")
 	return nil
@@ -301,7 +300,7 @@ func (h *holder) releaseProbe(ctx context.Context, system string) error {
 	won := false
 	h.gate.transition(ctx, system, func(b *kv.Breaker) bool {
 		if won = b.State == salvagetype.BreakerOpen && !now.Before(b.RetryAt); won {
-			recovery.HalfOpen(b, probe, now)
+			b.HalfOpen(probe, now)
 			b.ProbePipeline = pipeline
 		}
 		return won
@@ -335,7 +334,7 @@ func (h *holder) probeCandidate(ctx context.Context, system string) (*jetstream.
 	held := false
 	seq := uint64(1)
 	for range probeScan {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.HoldForSystem(system)))
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.System(system).Held()))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -394,7 +393,7 @@ func (h *holder) release(ctx context.Context, system string, still func() bool, 
 	if err != nil {
 		return err
 	}
-	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForSystem(system))); errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.System(system).Held())); errors.Is(err, jetstream.ErrMsgNotFound) {
 		if !wasPaused {
 			return nil
 		}
@@ -481,24 +480,24 @@ func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []
 	out.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.release.%d", c.Job, c.Chunk, seq))
 	out.Set(salvagetype.HeaderJob, c.Job)
 	out.Set(salvagetype.HeaderChunk, strconv.Itoa(c.Chunk))
-	_, err := publish(ctx, js, &nats.Msg{Subject: streams.ChunkSubject(c.Partition, c.Pipeline, c.Job, c.Chunk), Data: data, Header: out})
+	_, err := publish(ctx, js, &nats.Msg{Subject: refOf(c).Subject(), Data: data, Header: out})
 	return err
 }
 
 // consumer returns system's hold consumer, creating it when missing.
 func (h *holder) consumer(ctx context.Context, system string) (jetstream.Consumer, error) {
-	name := streams.HoldConsumer(system)
+	name := streams.System(system).HoldConsumer()
 	c, err := h.js.Consumer(ctx, streams.Hold, name)
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return c, err
 	}
 	desc := "Releases the chunks held while the circuit breaker of " + system + " was open."
-	if p, ok := streams.PausedPipeline(system); ok {
+	if p, ok := streams.System(system).PausedPipeline(); ok {
 		desc = "Releases the chunks of pipeline " + p + " parked while it was paused."
 	}
 	return streams.EnsureConsumer(ctx, h.js, streams.Hold, jetstream.ConsumerConfig{
 		Durable: name, Description: desc,
-		FilterSubject: streams.HoldForSystem(system), AckPolicy: jetstream.AckExplicitPolicy,
+		FilterSubject: streams.System(system).Held(), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: holdAckWait, MaxDeliver: -1,
 	})
 }
@@ -514,7 +513,7 @@ func (h *holder) pauseFor(ctx context.Context, system string, until time.Time) e
 	if _, err := h.consumer(ctx, system); err != nil {
 		return err
 	}
-	if _, err := h.js.PauseConsumer(ctx, streams.Hold, streams.HoldConsumer(system), time.Now().Add(pauseSlack)); err != nil {
+	if _, err := h.js.PauseConsumer(ctx, streams.Hold, streams.System(system).HoldConsumer(), time.Now().Add(pauseSlack)); err != nil {
 		return err
 	}
 	h.pausedFor[system], h.pausedAt[system] = until, time.Now()
@@ -523,7 +522,7 @@ func (h *holder) pauseFor(ctx context.Context, system string, until time.Time) e
 
 // resume resumes system's hold consumer, if it exists.
 func (h *holder) resume(ctx context.Context, system string) error {
-	_, err := h.js.ResumeConsumer(ctx, streams.Hold, streams.HoldConsumer(system))
+	_, err := h.js.ResumeConsumer(ctx, streams.Hold, streams.System(system).HoldConsumer())
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil
 	}

@@ -40,7 +40,7 @@ type letter struct {
 	// Human marks an envelope a person caused (a rejected approval): it
 	// never counts as recovered automatically.
 	Human bool
-	// Stopped, when set (kv.StoppedCancelled), makes the envelope the
+	// Stopped, when set (salvagetype.StoppedCancelled), makes the envelope the
 	// settlement of a chunk its job's cancel stopped at Stage while
 	// effects of Epoch may stand: guarded once per chunk epoch (there may
 	// be no message), recorded Stopped, and the checkpoint ends
@@ -177,7 +177,7 @@ func (d letterer) send(ctx context.Context, l letter) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	all := tally.Plus(recovery.TallyRows(rows, d.prices))
+	all := tally.Plus(recovery.Rows(rows).Tally(d.prices))
 	l.tally = &all
 	msg := "chunk dead-lettered"
 	if l.Stopped != "" {
@@ -196,8 +196,8 @@ func (d letterer) envelope(id string, l *letter, cp kv.Checkpoint, rows map[stri
 	f := l.Failure
 	f.FromJournal(rows)
 	f.Recoveries = cp.Recoveries
-	category, strategy := recovery.Classify(f, d.limits)
-	completed, inFlight, pending, failed := recovery.Entries(rows)
+	category, strategy := f.Classify(d.limits)
+	completed, inFlight, pending, failed := recovery.Rows(rows).Entries()
 	completed, inFlight, pending, dropped := envelopeEntries(completed, inFlight, pending)
 	if l.FailedAgent == "" && l.FailedTool == "" && l.FailedCall == "" {
 		l.FailedAgent, l.FailedTool, l.FailedCall = failed.Agent, failed.Tool, failed.Key
@@ -358,7 +358,7 @@ func publishEnvelopeMsg(ctx context.Context, js jetstream.JetStream, env salvage
 	if env.TraceID != "" {
 		h.Set(salvagetype.HeaderTraceParent, streams.TraceParent(env.TraceID, streams.DeriveSpanID(env.ID)))
 	}
-	return publish(ctx, js, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, env.Job, env.Chunk), Data: data, Header: h})
+	return publish(ctx, js, &nats.Msg{Subject: streams.ChunkRef{Pipeline: env.Pipeline, Job: env.Job, Chunk: env.Chunk}.DLQ(env.Category), Data: data, Header: h})
 }
 
 // rawJSON keeps data verbatim when it is JSON, else wraps it as a string so
@@ -371,7 +371,7 @@ func rawJSON(data []byte) json.RawMessage {
 	return s
 }
 
-// envelopeEntries bounds recovery.Entries' lists for an envelope: each
+// envelopeEntries bounds the lists of recovery.Rows.Entries for an envelope: each
 // keeps its newest salvagetype.EnvelopeEntriesMax keys (completed and
 // in-flight are oldest first, pending newest first); dropped counts the
 // rest. Recovery reads the whole journal, never these lists.

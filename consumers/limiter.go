@@ -46,7 +46,7 @@ const (
 // touch, its share and the local budget it spends.
 type limiter struct {
 	js     jetstream.JetStream
-	limits *kv.Limits
+	stores *kv.Stores // its Limits is nil in a deployment provisioned before salvage_limits
 	id     string
 	log    zerolog.Logger
 	now    func() time.Time
@@ -123,9 +123,9 @@ func (k *limitKey) tokenRate() float64 {
 	return (1 - limitBurst.Seconds()/60) * k.share.TokensPerMinute / 60
 }
 
-func newLimiter(js jetstream.JetStream, limits *kv.Limits, id string, log zerolog.Logger) *limiter {
+func newLimiter(js jetstream.JetStream, stores *kv.Stores, id string, log zerolog.Logger) *limiter {
 	return &limiter{
-		js: js, limits: limits, id: id, log: log.With().Str("part", "limits").Logger(), now: time.Now,
+		js: js, stores: stores, id: id, log: log.With().Str("part", "limits").Logger(), now: time.Now,
 		specs: map[string]salvagetype.Limit{}, keys: map[string]*limitKey{},
 		changed: make(chan struct{}), wake: make(chan struct{}, 1), ready: make(chan struct{}),
 	}
@@ -134,7 +134,7 @@ func newLimiter(js jetstream.JetStream, limits *kv.Limits, id string, log zerolo
 // run follows the declared limits and renews the shares in use until ctx
 // ends, then hands every share back. It blocks.
 func (l *limiter) run(ctx context.Context) {
-	if l.limits == nil {
+	if l.stores.Limits == nil {
 		// A deployment provisioned before salvage_limits: no limit can
 		// be declared, none is waited for.
 		l.readyOnce.Do(func() { close(l.ready) })
@@ -142,7 +142,7 @@ func (l *limiter) run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	go kv.FollowKeys(ctx, l.js, kv.BucketLimits, "spec.>", l.update, func(err error) error {
+	go kv.Follow(ctx, l.js, kv.BucketLimits, kv.LimitSpecs, l.update, func(err error) error {
 		// Until it has read the declared limits once, the worker starts
 		// no chunk: say why (a user without the permission, a bucket
 		// not provisioned).
@@ -174,10 +174,9 @@ func (l *limiter) update(e jetstream.KeyValueEntry) {
 		l.readyOnce.Do(func() { close(l.ready) })
 		return
 	}
-	key := kv.LimitKeyOf(e.Key())
+	key, spec, ok := kv.DecodeLimit(e)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	spec, ok := kv.DecodeLimit(e)
 	if !ok {
 		delete(l.specs, key)
 		delete(l.keys, key)
@@ -240,7 +239,7 @@ func (l *limiter) Acquire(ctx context.Context, tool *salvagetype.Tool, tokens in
 		return func(recovery.Spent, error) {}, 0, nil
 	}
 	l.mu.Lock()
-	keys := l.keysOf(tool, recovery.TenantOf(ctx))
+	keys := l.keysOf(tool, ctxTenant(ctx))
 	if len(keys) == 0 {
 		l.mu.Unlock()
 		return func(recovery.Spent, error) {}, 0, nil
@@ -445,7 +444,7 @@ func (l *limiter) renewKey(ctx context.Context, r renewal) {
 		spec = k.spec
 	}
 	l.mu.Unlock()
-	sh, err := l.limits.MutateShares(ctx, r.key, func(sh *kv.LimitShares) error {
+	sh, err := l.stores.Limits.MutateShares(ctx, r.key, func(sh *kv.LimitShares) error {
 		now := l.now()
 		for id, s := range sh.Shares {
 			if !now.Before(s.Expires) {
@@ -529,7 +528,7 @@ func (l *limiter) handBack(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for _, key := range keys {
-		if _, err := l.limits.MutateShares(ctx, key, func(sh *kv.LimitShares) error {
+		if _, err := l.stores.Limits.MutateShares(ctx, key, func(sh *kv.LimitShares) error {
 			if _, ok := sh.Shares[l.id]; !ok {
 				return kv.ErrNoChange
 			}

@@ -97,7 +97,7 @@ func (o *Operator) Show(ctx context.Context, id string) (Detail, error) {
 		return d, err
 	}
 	d.Journal = []kv.JournalRow{}
-	for _, r := range recovery.SortedRows(rows) {
+	for _, r := range recovery.Rows(rows).Sorted() {
 		d.Journal = append(d.Journal, r.JournalRow)
 	}
 	return d, nil

@@ -117,13 +117,13 @@ func NewOrchestrator(js jetstream.JetStream, stores *kv.Stores, cfg Orchestrator
 }
 
 // Run consumes the envelopes of its pipelines (one recovery pool each,
-// streams.RecoveryConsumer) until ctx ends: verification and compensation
+// streams.Pipeline.Recovery) until ctx ends: verification and compensation
 // run only where their tools are. A deployment upgraded from before worker
 // pools keeps its single DLQ consumer for the envelopes of that time; an
 // orchestrator works it too, leaving to others the envelopes of pipelines
 // it does not run. It blocks and returns nil on cancellation.
 func (o *Orchestrator) Run(ctx context.Context) error {
-	pools, err := bindPools(ctx, o.js, streams.DLQ, o.cfg.Registry.Names(), streams.RecoveryConsumer)
+	pools, err := bindPools(ctx, o.js, streams.DLQ, o.cfg.Registry.Names(), streams.Pipeline.Recovery)
 	if err != nil || pools == nil {
 		return err
 	}
@@ -421,7 +421,7 @@ func (o *Orchestrator) apply(ctx context.Context, env salvagetype.Envelope, rec 
 // abandonNote says why an envelope was abandoned with nothing standing.
 func abandonNote(rec kv.EnvelopeRecord) string {
 	switch rec.Stopped {
-	case kv.StoppedCancelled:
+	case salvagetype.StoppedCancelled:
 		return "job cancelled; every effect of the chunk compensated"
 	}
 	return "every effect compensated; order abandoned"

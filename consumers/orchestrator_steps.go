@@ -63,7 +63,7 @@ func (o *Orchestrator) verify(ctx context.Context, env salvagetype.Envelope, rec
 	}
 	f.FromJournal(rows)
 	f.InFlight = false
-	category, strategy := recovery.Classify(f, o.cfg.Limits)
+	category, strategy := f.Classify(o.cfg.Limits)
 	return category, strategy, nil
 }
 
@@ -90,7 +90,7 @@ func (o *Orchestrator) inFlight(ctx context.Context, env salvagetype.Envelope, p
 // chunk's failure, before the journal's facts are added.
 func (o *Orchestrator) failureOf(cp kv.Checkpoint, rec kv.EnvelopeRecord) recovery.Failure {
 	return recovery.Failure{Class: classFromCheckpoint(cp), Status: cp.LastErrorStatus, Exhausted: true, Recoveries: cp.Recoveries,
-		Cancelled: rec.Stopped == kv.StoppedCancelled}
+		Cancelled: rec.Stopped == salvagetype.StoppedCancelled}
 }
 
 // stopByCancel turns the envelope of a chunk whose job was cancelled into
@@ -102,12 +102,12 @@ func (o *Orchestrator) stopByCancel(ctx context.Context, env salvagetype.Envelop
 	if err != nil {
 		return rec, err
 	}
-	rec.Stopped = kv.StoppedCancelled
+	rec.Stopped = salvagetype.StoppedCancelled
 	f := o.failureOf(cp, rec)
 	f.FromJournal(rows)
-	category, strategy := recovery.Classify(f, o.cfg.Limits)
+	category, strategy := f.Classify(o.cfg.Limits)
 	return o.stores.Envelopes.Mutate(ctx, env.ID, func(r *kv.EnvelopeRecord) error {
-		r.Category, r.Strategy, r.Stopped = category, strategy, kv.StoppedCancelled
+		r.Category, r.Strategy, r.Stopped = category, strategy, salvagetype.StoppedCancelled
 		r.Notes = append(r.Notes, fmt.Sprintf("job cancelled: the chunk will not run again; its effects are settled (%s/%s)", category, strategy))
 		return nil
 	})
@@ -181,7 +181,7 @@ func (o *Orchestrator) compensate(ctx context.Context, env salvagetype.Envelope,
 	marked := false
 	// The journal decides, not the envelope's list: a call in flight when
 	// the envelope was written may have been verified applied since.
-	_, _, pending, _ := recovery.Entries(rows)
+	_, _, pending, _ := recovery.Rows(rows).Entries()
 	for _, key := range pending {
 		row, ok := rows[key]
 		if !ok || row.Status == salvagetype.CallCompensated || row.Fingerprint == nil {
@@ -276,5 +276,5 @@ func (o *Orchestrator) standing(ctx context.Context, env salvagetype.Envelope) [
 	if err != nil {
 		return []salvagetype.LeftEffect{{Tool: "journal unreadable: " + err.Error(), Unknown: true}}
 	}
-	return recovery.Standing(rows)
+	return recovery.Rows(rows).Standing()
 }

@@ -31,8 +31,9 @@ func newPauses(js jetstream.JetStream, log zerolog.Logger) *pauses {
 
 // follow keeps the view current until ctx ends. It blocks.
 func (p *pauses) follow(ctx context.Context) {
-	kv.Follow(ctx, p.js, kv.BucketPipelines, p.update, func(err error) {
+	_ = kv.Follow(ctx, p.js, kv.BucketPipelines, jetstream.AllKeys, p.update, func(err error) error {
 		p.log.Debug().Err(err).Msg("pipeline watch ended; restarting")
+		return nil
 	})
 }
 
@@ -78,7 +79,7 @@ func (r *run) pause(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stag
 	cp.ClearLastError()
 	cp.Status, cp.Stage = salvagetype.ChunkPaused, stage
 	cp.Record(salvagetype.ChunkEvent{Kind: salvagetype.EventPaused, Worker: r.w.cfg.ID, Stage: stage})
-	if err := r.park(ctx, cp, fence, streams.PausedSystem(r.chunk.Pipeline), "pipeline "+r.chunk.Pipeline+" paused"); err != nil {
+	if err := r.park(ctx, cp, fence, streams.Pipeline(r.chunk.Pipeline).PausedSystem(), "pipeline "+r.chunk.Pipeline+" paused"); err != nil {
 		return err
 	}
 	r.log.Info().Int("stage", stage).Msg("chunk parked: its pipeline is paused")

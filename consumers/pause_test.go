@@ -19,7 +19,7 @@ func (b *bundle) pauseShop(t *testing.T, paused bool) {
 	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, shopPipeline, paused, "ann", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	for stream, name := range map[string]string{streams.Hold: streams.HoldConsumer(streams.PausedSystem(shopPipeline)), streams.Chunks: streams.WorkersConsumer(shopPipeline)} {
+	for stream, name := range map[string]string{streams.Hold: streams.System(streams.Pipeline(shopPipeline).PausedSystem()).HoldConsumer(), streams.Chunks: streams.Pipeline(shopPipeline).Workers()} {
 		b.waitPaused(t, stream, name, paused)
 	}
 }
@@ -60,7 +60,7 @@ func TestPausedPipelineDeliversNothingUntilResumed(t *testing.T) {
 	if n := b.streamMsgs(t, streams.Chunks); n != 3 {
 		t.Fatalf("%d messages on SALVAGE_CHUNKS; want the 3 queued chunks, undelivered", n)
 	}
-	c, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer(shopPipeline))
+	c, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.Pipeline(shopPipeline).Workers())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestPauseStopsARunningChunkAtTheNextStage(t *testing.T) {
 	if s.count("reserve") != 1 || s.count("charge") != 1 || s.count("ship") != 1 {
 		t.Fatalf("requests reserve %d, charge %d, ship %d; want one each", s.count("reserve"), s.count("charge"), s.count("ship"))
 	}
-	c, err := b.JS.Consumer(b.ctx, streams.Hold, streams.HoldConsumer(streams.PausedSystem(shopPipeline)))
+	c, err := b.JS.Consumer(b.ctx, streams.Hold, streams.System(streams.Pipeline(shopPipeline).PausedSystem()).HoldConsumer())
 	if err != nil {
 		t.Fatal(err)
 	}

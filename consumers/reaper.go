@@ -49,7 +49,7 @@ func newReaper(js jetstream.JetStream, stores *kv.Stores, log zerolog.Logger) *r
 
 // run follows the records and reaps lapsed processes until ctx ends.
 func (r *reaper) run(ctx context.Context) {
-	go kv.Follow(ctx, r.js, kv.BucketWorkers, r.update, nil)
+	go kv.Follow(ctx, r.js, kv.BucketWorkers, jetstream.AllKeys, r.update, nil)
 	tick := time.NewTicker(reapEvery)
 	defer tick.Stop()
 	for {

@@ -87,11 +87,14 @@ func (r *repairer) backOff(j kv.Job, now time.Time) {
 
 // follow keeps the indexes current until ctx ends. It blocks.
 func (r *repairer) follow(ctx context.Context) {
-	restart := func(bucket string) func(error) {
-		return func(err error) { r.log.Debug().Err(err).Str("bucket", bucket).Msg("watch ended; restarting") }
+	restart := func(bucket string) func(error) error {
+		return func(err error) error {
+			r.log.Debug().Err(err).Str("bucket", bucket).Msg("watch ended; restarting")
+			return nil
+		}
 	}
-	go kv.Follow(ctx, r.js, kv.BucketJobs, r.updateJob, restart(kv.BucketJobs))
-	kv.Follow(ctx, r.js, kv.BucketEnvelopes, r.updateEnvelope, restart(kv.BucketEnvelopes))
+	go kv.Follow(ctx, r.js, kv.BucketJobs, jetstream.AllKeys, r.updateJob, restart(kv.BucketJobs))
+	_ = kv.Follow(ctx, r.js, kv.BucketEnvelopes, jetstream.AllKeys, r.updateEnvelope, restart(kv.BucketEnvelopes))
 }
 
 func (r *repairer) updateJob(e jetstream.KeyValueEntry) {
@@ -295,19 +298,21 @@ func (r *repairer) restartBacklog(ctx context.Context, j kv.Job) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.ChunksForJob(j.Partition, j.Pipeline, j.ID))); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(j.Ref().Chunks())); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, err // queued chunks will admit the rest, or an error
 	}
 	hold, err := r.js.Stream(ctx, streams.Hold)
 	if err != nil {
 		return 0, err
 	}
-	if _, err := hold.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(streams.HoldForJob(j.ID))); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := hold.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(j.Ref().Held())); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, err // held chunks come back and admit the rest, or an error
 	}
 	n := 0
 	for range j.Window {
-		ok, err := admit(ctx, r.js, j, streams.BacklogForJob(j.Pipeline, j.ID), func(n int) string { return streams.ChunkSubject(j.Partition, j.Pipeline, j.ID, n) })
+		ok, err := admit(ctx, r.js, j, j.Ref().Backlog(), func(n int) string {
+			return j.Ref().Chunk(n).Subject()
+		})
 		if err != nil || !ok {
 			return n, err
 		}

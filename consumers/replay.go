@@ -217,7 +217,7 @@ func replayPlan(ctx context.Context, st *kv.Stores, rec kv.EnvelopeRecord, epoch
 	if undone == 0 && !cp.Compensated {
 		return false, nil
 	}
-	if left := recovery.Standing(rows); len(left) > 0 {
+	if left := recovery.Rows(rows).Standing(); len(left) > 0 {
 		if undone == 0 {
 			// A compensation began (the checkpoint says so before the
 			// first) and undid nothing it could confirm.

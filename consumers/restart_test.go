@@ -46,7 +46,7 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &bundle{stores: stores, reg: mustRegistry(t), opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
-	if err := streams.ProvisionPipelines(ctx, js, b.reg.Names(), opts); err != nil {
+	if err := provisionPipelines(ctx, js, b.reg.Names(), opts); err != nil {
 		t.Fatal(err)
 	}
 	sp, _ := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: b.reg})

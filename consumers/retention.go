@@ -132,7 +132,7 @@ func (r *retainer) retain(ctx context.Context, m jetstream.Msg, ev salvagetype.J
 		// often.
 		return backoff(meta, max(keep.Calls, time.Second)), nil
 	}
-	if _, err := r.stores.Jobs.Retain(ctx, job, rev, kv.TTLFrom(keep.Records, finished, r.now())); err != nil {
+	if _, err := r.stores.Jobs.Retain(ctx, job, rev, ttlFrom(keep.Records, finished, r.now())); err != nil {
 		if errors.Is(err, kv.ErrConflict) {
 			// It changed since it was read: look again.
 			return time.Second, nil
@@ -210,11 +210,11 @@ func (r *retainer) chunk(ctx context.Context, part *kv.Part, cp kv.Checkpoint, r
 		return true, nil
 	}
 	now := r.now()
-	records := kv.TTLFrom(keep.Records, finished, now)
+	records := ttlFrom(keep.Records, finished, now)
 	var rows kv.RowRetention
 	switch {
 	case cp.Status == salvagetype.ChunkDone || cp.Status.IsCancelled():
-		rows = kv.RowRetention{Effects: kv.TTLFrom(keep.Effects, finished, now)}
+		rows = kv.RowRetention{Effects: ttlFrom(keep.Effects, finished, now)}
 	case cp.Status == salvagetype.ChunkDeadLettered && cp.Envelope != "":
 		// Its envelope settled (checked below): the chunk's record is kept
 		// whole, for the records' time.
@@ -256,4 +256,11 @@ func (r *retainer) chunk(ctx context.Context, part *kv.Part, cp kv.Checkpoint, r
 	stats.removed.Add(int64(done.Removed))
 	stats.kept.Add(int64(done.Kept))
 	return true, nil
+}
+
+// ttlFrom is what a TTL set at now must be for a message to go keep after
+// since: in whole seconds, at least one (the server's floor).
+func ttlFrom(keep time.Duration, since time.Time, now time.Time) time.Duration {
+	left := keep - now.Sub(since)
+	return max(left.Truncate(time.Second), time.Second)
 }

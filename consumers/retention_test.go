@@ -224,7 +224,7 @@ func TestRetentionLeavesLiveWork(t *testing.T) {
 	}
 	for _, id := range []string{running, finished} {
 		ev, _ := json.Marshal(salvagetype.JobEvent{Job: id, Kind: streams.EventFinished, At: now})
-		if _, err := b.JS.Publish(b.ctx, streams.EventSubject(id, streams.EventFinished), ev); err != nil {
+		if _, err := b.JS.Publish(b.ctx, streams.JobRef{Job: id}.Event(streams.EventFinished), ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -281,7 +281,7 @@ func TestARetiredChunkThatRunsAgainKeepsItsJournal(t *testing.T) {
 		}
 	}
 	ev, _ := json.Marshal(salvagetype.JobEvent{Job: job, Kind: streams.EventFinished, At: now})
-	if _, err := b.JS.Publish(b.ctx, streams.EventSubject(job, streams.EventFinished), ev); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.JobRef{Job: job}.Event(streams.EventFinished), ev); err != nil {
 		t.Fatal(err)
 	}
 	expiring := func() int {

@@ -107,7 +107,9 @@ func requeue(ctx context.Context, js jetstream.JetStream, env salvagetype.Envelo
 // a job with a backlog. It is repeat-safe and cheap when there is nothing
 // to admit.
 func admitAfter(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int) error {
-	return admitTo(ctx, js, job, chunk, func(n int) string { return streams.ChunkSubject(job.Partition, job.Pipeline, job.ID, n) })
+	return admitTo(ctx, js, job, chunk, func(n int) string {
+		return job.Ref().Chunk(n).Subject()
+	})
 }
 
 // admitOnHold admits the chunk that starting chunk lets in onto the hold
@@ -115,7 +117,7 @@ func admitAfter(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk i
 // at the ramp's rate: the holder releases it with them, at that rate.
 // Repeat-safe, as admitAfter.
 func admitOnHold(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int, system string) error {
-	return admitTo(ctx, js, job, chunk, func(n int) string { return streams.HoldSubject(system, job.ID, n) })
+	return admitTo(ctx, js, job, chunk, func(n int) string { return job.Ref().Chunk(n).Hold(system) })
 }
 
 // admitTo moves chunk+Window of job, if it waits in the backlog, to the
@@ -124,7 +126,7 @@ func admitTo(ctx context.Context, js jetstream.JetStream, job kv.Job, chunk int,
 	if job.Window <= 0 || chunk+job.Window > job.Chunks {
 		return nil
 	}
-	_, err := admit(ctx, js, job, streams.BacklogSubject(job.Pipeline, job.ID, chunk+job.Window), to)
+	_, err := admit(ctx, js, job, job.Ref().Chunk(chunk+job.Window).Backlog(), to)
 	return err
 }
 

@@ -108,7 +108,7 @@ func TestKilledBetweenFinishAndAnnouncementAnnounces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	finished := streams.EventSubject(job, streams.EventFinished)
+	finished := streams.JobRef{Job: job}.Event(streams.EventFinished)
 	if _, err := s.GetLastMsgForSubject(b.ctx, finished); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("a finished event before the announcement (%v)", err)
 	}
@@ -254,7 +254,7 @@ func TestSplitIsAllOrNothing(t *testing.T) {
 	if len(body) > 4096 {
 		t.Fatalf("the job itself is %d bytes: over the limit", len(body))
 	}
-	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.Pipeline("test").Subject(), body); err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "one rejection")
@@ -294,7 +294,7 @@ func TestRejectionsAreBounded(t *testing.T) {
 	for i := range body {
 		body[i] = '<'
 	}
-	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), body); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.Pipeline("test").Subject(), body); err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the rejection")
@@ -328,7 +328,7 @@ func TestSplitFailedAfterBoundedDeliveries(t *testing.T) {
 	if m.Subject != streams.RejectedSubject(salvagetype.RejectSplitFailed) || r.StreamSeq == 0 {
 		t.Fatalf("report on %s: %+v", m.Subject, r)
 	}
-	cons, err := b.JS.Consumer(b.ctx, streams.Jobs, streams.SplitterConsumer("test"))
+	cons, err := b.JS.Consumer(b.ctx, streams.Jobs, streams.Pipeline("test").Splitter())
 	if err != nil {
 		t.Fatal(err)
 	}

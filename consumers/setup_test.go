@@ -291,7 +291,7 @@ func setup(t *testing.T, so setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	reg := mustRegistry(t, so.pipelines...)
-	if err := streams.ProvisionPipelines(ctx, nb.JS, reg.Names(), opts); err != nil {
+	if err := provisionPipelines(ctx, nb.JS, reg.Names(), opts); err != nil {
 		t.Fatal(err)
 	}
 	b := &bundle{Server: nb, stores: stores, reg: reg, opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
@@ -399,7 +399,7 @@ func submitTo(t *testing.T, ctx context.Context, js jetstream.JetStream, modes .
 	id := ulid.Make().String()
 	in, _ := json.Marshal(map[string]any{"chunks": modes})
 	body, _ := json.Marshal(map[string]any{"job_id": id, "input": json.RawMessage(in)})
-	if _, err := js.Publish(ctx, streams.JobSubject("test"), body); err != nil {
+	if _, err := js.Publish(ctx, streams.Pipeline("test").Subject(), body); err != nil {
 		t.Logf("publish: %v", err)
 		return ""
 	}
@@ -501,4 +501,14 @@ func jobChunk(ctx context.Context) (string, int) {
 		chunk, _ = strconv.Atoi(v[i+1:])
 	}
 	return job, chunk
+}
+
+// provisionPipelines provisions the pools of each of pipelines.
+func provisionPipelines(ctx context.Context, js jetstream.JetStream, pipelines []string, o streams.Options) error {
+	for _, p := range pipelines {
+		if err := streams.Pipeline(p).Provision(ctx, js, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -233,7 +233,7 @@ func (b *bundle) submitOrders(t *testing.T, orders ...shopOrder) string {
 	t.Helper()
 	id := ulid.Make().String()
 	body, _ := json.Marshal(map[string]any{"job_id": id, "input": orders})
-	if _, err := b.JS.Publish(b.ctx, streams.JobSubject(shopPipeline), body); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.Pipeline(shopPipeline).Subject(), body); err != nil {
 		t.Fatal(err)
 	}
 	return id

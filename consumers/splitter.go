@@ -98,12 +98,12 @@ func NewSplitter(js jetstream.JetStream, stores *kv.Stores, cfg SplitterConfig) 
 }
 
 // Run consumes the job messages of its pipelines (one consumer each,
-// streams.SplitterConsumer) until ctx ends: a splitter never receives a
+// streams.Pipeline.Splitter) until ctx ends: a splitter never receives a
 // job of a pipeline it does not run. It blocks and returns nil on
 // cancellation.
 func (s *Splitter) Run(ctx context.Context) error {
 	names := s.cfg.Registry.Names()
-	pools, err := bindPools(ctx, s.js, streams.Jobs, names, streams.SplitterConsumer)
+	pools, err := bindPools(ctx, s.js, streams.Jobs, names, streams.Pipeline.Splitter)
 	if err != nil || pools == nil {
 		return err
 	}
@@ -300,7 +300,7 @@ func (s *Splitter) accepted(ctx context.Context, m jetstream.Msg, p parsed, log 
 	h := nats.Header{}
 	h.Set(salvagetype.HeaderMsgID, p.jobID+".accepted")
 	ev := salvagetype.JobEvent{Job: p.jobID, Kind: streams.EventAccepted, Pipeline: p.pipeline.Name, Status: salvagetype.JobRunning, Chunks: len(p.inputs), TraceID: p.traceID, At: time.Now().UTC()}
-	if err := publishJSON(ctx, s.js, streams.EventSubject(p.jobID, streams.EventAccepted), ev, h); err != nil {
+	if err := publishJSON(ctx, s.js, streams.JobRef{Job: p.jobID}.Event(streams.EventAccepted), ev, h); err != nil {
 		return err
 	}
 	if err := m.DoubleAck(ctx); err != nil {
@@ -436,7 +436,7 @@ func (s *Splitter) decode(subject string, data []byte, msg *salvagetype.JobMsg) 
 	if len(msg.Input) == 0 || string(msg.Input) == "null" {
 		return "", reject(salvagetype.RejectBadInput, errors.New(`job message has no "input"`))
 	}
-	if err := streams.ValidateBudget(msg.Budget); err != nil {
+	if err := msg.Budget.Validate(); err != nil {
 		return "", reject(salvagetype.RejectBadInput, err)
 	}
 	return name, nil
@@ -481,9 +481,9 @@ func chunkMessage(c salvagetype.ChunkMsg, window int) (*nats.Msg, error) {
 	if err := enc.Encode(c); err != nil {
 		return nil, err
 	}
-	subject := streams.ChunkSubject(c.Partition, c.Pipeline, c.Job, c.Chunk)
+	subject := refOf(c).Subject()
 	if window > 0 && c.Chunk > window {
-		subject = streams.BacklogSubject(c.Pipeline, c.Job, c.Chunk)
+		subject = refOf(c).Backlog()
 	}
 	cm := nats.NewMsg(subject)
 	cm.Data = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
@@ -547,7 +547,7 @@ func publishRejection(ctx context.Context, js jetstream.JetStream, subject strin
 	h = nats.Header{}
 	h.Set(salvagetype.HeaderReason, string(rej.reason))
 	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("rejected.%d.job", seq))
-	return publishJSON(ctx, js, streams.EventSubject(job, streams.EventRejected), ev, h)
+	return publishJSON(ctx, js, streams.JobRef{Job: job}.Event(streams.EventRejected), ev, h)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -111,7 +111,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	go func() { _ = sp.Run(b2.ctx) }()
 	in, _ := json.Marshal(map[string]any{"input": map[string]any{"chunks": []string{modeOK, modeOK}}})
 	accepted := b2.subscribe(t, "salvage.events.*.accepted")
-	if _, err := b2.JS.Publish(b2.ctx, streams.JobSubject("test"), in); err != nil {
+	if _, err := b2.JS.Publish(b2.ctx, streams.Pipeline("test").Subject(), in); err != nil {
 		t.Fatal(err)
 	}
 	<-crashed
@@ -161,7 +161,7 @@ func setupNoSplitter(t *testing.T) *bundle {
 	}
 	b := &bundle{Server: nb, stores: stores, opts: opts, ctx: ctx, wg: new(sync.WaitGroup)}
 	b.reg = mustRegistry(t)
-	if err := streams.ProvisionPipelines(ctx, nb.JS, b.reg.Names(), opts); err != nil {
+	if err := provisionPipelines(ctx, nb.JS, b.reg.Names(), opts); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
@@ -172,7 +172,7 @@ func TestSubmitWithMsgIDKeepsThatID(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	id := "01JABCDEFGHJKMNPQRSTVWXYZ0"
-	m := nats.NewMsg(streams.JobSubject("test"))
+	m := nats.NewMsg(streams.Pipeline("test").Subject())
 	m.Header.Set(salvagetype.HeaderMsgID, id)
 	m.Data = []byte(`{"input": {"chunks": ["ok"]}}`)
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {

@@ -23,7 +23,7 @@ import (
 // returns its sequence.
 func publishChunk(t *testing.T, b *bundle, pipeline, job, link string) uint64 {
 	t.Helper()
-	m := nats.NewMsg(streams.ChunkSubject(0, pipeline, job, 1))
+	m := nats.NewMsg(streams.ChunkRef{Pipeline: pipeline, Job: job, Chunk: 1}.Subject())
 	m.Data, _ = json.Marshal(salvagetype.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
 	if link != "" {
 		m.Header.Set(salvagetype.HeaderRecoveryOf, link)
@@ -192,7 +192,7 @@ func TestAMessageWhoseRunWasDeadLetteredDoesNotRunAgain(t *testing.T) {
 			if err := b.stores.Jobs.Create(b.ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "test", Chunks: 1}}); err != nil {
 				t.Fatal(err)
 			}
-			m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
+			m := nats.NewMsg(streams.ChunkRef{Pipeline: "test", Job: job, Chunk: 1}.Subject())
 			m.Data, _ = json.Marshal(salvagetype.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Epoch: 1, Input: json.RawMessage(`"ok"`)})
 			envs := []kv.EnvelopeRecord{{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: current, Job: job, Chunk: 1, Status: salvagetype.EnvelopeOpen, CreatedAt: time.Now()}}}
 			if tc.replay {
@@ -263,7 +263,7 @@ func TestAReplayByHandOfASupersededEnvelopeIsRefused(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	m := nats.NewMsg(streams.ChunkSubject(0, "test", job, 1))
+	m := nats.NewMsg(streams.ChunkRef{Pipeline: "test", Job: job, Chunk: 1}.Subject())
 	m.Data, _ = json.Marshal(salvagetype.ChunkMsg{Job: job, Chunk: 1, Pipeline: "test", Input: json.RawMessage(`"ok"`)})
 	m.Header.Set(salvagetype.HeaderReplayOf, first)
 	ack, err := b.JS.PublishMsg(b.ctx, m)

@@ -17,7 +17,7 @@ func pastTally(ctx context.Context, part *kv.Part, job string, chunk, epoch int,
 		if err != nil {
 			return t, err
 		}
-		t = t.Plus(recovery.TallyRows(rows, prices))
+		t = t.Plus(recovery.Rows(rows).Tally(prices))
 	}
 	return t, nil
 }

@@ -200,3 +200,21 @@ func (r *run) keepInProgress(stop <-chan struct{}, done chan<- struct{}) {
 		}
 	}
 }
+
+// tenantKey carries a job's tenant in a chunk's context.
+type tenantKey struct{}
+
+// withTenant returns ctx carrying tenant, whose limit (tenant.<tenant>)
+// the calls made under it count against too (the limiter reads it).
+func withTenant(ctx context.Context, tenant string) context.Context {
+	if tenant == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// ctxTenant returns the tenant ctx carries (withTenant), or "".
+func ctxTenant(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}

@@ -119,7 +119,7 @@ func (t tracker) settleDerived(ctx context.Context, job kv.Job, d *kv.Derivation
 // never the event.
 func (t tracker) announce(ctx context.Context, job kv.Job) (kv.Job, error) {
 	if job.Window > 0 {
-		if err := purgeSubject(ctx, t.js, streams.Backlog, streams.BacklogForJob(job.Pipeline, job.ID)); err != nil {
+		if err := purgeSubject(ctx, t.js, streams.Backlog, job.Ref().Backlog()); err != nil {
 			return job, err
 		}
 	}
@@ -130,7 +130,7 @@ func (t tracker) announce(ctx context.Context, job kv.Job) (kv.Job, error) {
 	}
 	h := nats.Header{}
 	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.finished.%d.%d.%d", job.ID, job.Summary.Done, job.Summary.DeadLettered, job.Summary.Cancelled))
-	if err := publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, h); err != nil {
+	if err := publishJSON(ctx, t.js, job.Ref().Event(ev.Kind), ev, h); err != nil {
 		return job, err
 	}
 	after, cleared, err := t.stores.Jobs.MarkAnnounced(ctx, job.ID, job.Unannounced)
@@ -163,7 +163,7 @@ func (t tracker) publishProgress(ctx context.Context, job kv.Job, chunk int, sta
 		Chunks: job.Chunks, Done: job.Summary.Done, Failed: job.Summary.DeadLettered, Cancelled: job.Summary.Cancelled,
 		Chunk: chunk, ChunkStatus: status, TraceID: job.TraceID, At: time.Now().UTC(),
 	}
-	return publishJSON(ctx, t.js, streams.EventSubject(job.ID, ev.Kind), ev, nil)
+	return publishJSON(ctx, t.js, job.Ref().Event(ev.Kind), ev, nil)
 }
 
 // purgeSubject removes every message on subject from stream.
@@ -230,10 +230,10 @@ func bindConsumer(ctx context.Context, js jetstream.JetStream, stream, name stri
 
 // bindPools binds, for each of pipelines in order, its consumer name(p)
 // on stream. It returns nil, nil when ctx ends first.
-func bindPools(ctx context.Context, js jetstream.JetStream, stream string, pipelines []string, name func(string) string) ([]jetstream.Consumer, error) {
+func bindPools(ctx context.Context, js jetstream.JetStream, stream string, pipelines []string, name func(streams.Pipeline) string) ([]jetstream.Consumer, error) {
 	pools := make([]jetstream.Consumer, 0, len(pipelines))
 	for _, p := range pipelines {
-		cons, err := bindConsumer(ctx, js, stream, name(p))
+		cons, err := bindConsumer(ctx, js, stream, name(streams.Pipeline(p)))
 		if err != nil || cons == nil {
 			return nil, err
 		}

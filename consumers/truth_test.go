@@ -43,7 +43,7 @@ func TestForgedChunkChangesNothing(t *testing.T) {
 	// any proof leads to another root.
 	forged.Proof = strings.Repeat("A", 43)
 	data, _ := json.Marshal(forged)
-	m := nats.NewMsg(streams.ChunkSubject(0, shopPipeline, job, 2))
+	m := nats.NewMsg(streams.ChunkRef{Pipeline: shopPipeline, Job: job, Chunk: 2}.Subject())
 	m.Data = data
 	if _, err := b.JS.PublishMsg(b.ctx, m); err != nil {
 		t.Fatal(err)
@@ -279,7 +279,7 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	if _, _, err := b.stores.Pipelines.SetPaused(b.ctx, "outage", true, "ann", "deploy"); err != nil {
 		t.Fatal(err)
 	}
-	b.waitPaused(t, streams.Chunks, streams.WorkersConsumer("outage"), true)
+	b.waitPaused(t, streams.Chunks, streams.Pipeline("outage").Workers(), true)
 	at := b.breaker(t, "crm")
 	if at.State != salvagetype.BreakerOpen {
 		// The machine took a whole cool-down to pause the pool: the probe

@@ -38,7 +38,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 	b := &bundle{Server: nb, stores: stores, reg: mustRegistry(t), opts: opts, ctx: ctx, wg: &sync.WaitGroup{}}
 	t.Cleanup(func() { cancel(); b.wg.Wait() })
 	// Job A split (a splitter ran), its chunks not run yet.
-	if err := streams.ProvisionPipelines(ctx, nb.JS, b.reg.Names(), opts); err != nil {
+	if err := provisionPipelines(ctx, nb.JS, b.reg.Names(), opts); err != nil {
 		t.Fatal(err)
 	}
 	splitCtx, stopSplitting := context.WithCancel(ctx)
@@ -54,17 +54,17 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 	<-split
 
 	// The deployment as it was before pools: one consumer each.
-	for _, c := range []struct{ stream, pool string }{{streams.Chunks, streams.WorkersConsumer("test")}, {streams.Jobs, streams.SplitterConsumer("test")}} {
+	for _, c := range []struct{ stream, pool string }{{streams.Chunks, streams.Pipeline("test").Workers()}, {streams.Jobs, streams.Pipeline("test").Splitter()}} {
 		if err := nb.JS.DeleteConsumer(ctx, c.stream, c.pool); err != nil {
 			t.Fatal(err)
 		}
 	}
-	legacy := streams.WorkersConfig(opts, 0, "test")
+	legacy := streams.Pipeline("test").WorkersConfig(opts, 0)
 	legacy.Durable, legacy.FilterSubject, legacy.Description = streams.LegacyWorkersConsumer, streams.ChunksAll, "the single chunk consumer"
 	if _, err := nb.JS.CreateConsumer(ctx, streams.Chunks, legacy); err != nil {
 		t.Fatal(err)
 	}
-	legacySplit := streams.SplitterConfig(opts, "test")
+	legacySplit := streams.Pipeline("test").SplitterConfig(opts)
 	legacySplit.Durable, legacySplit.FilterSubject, legacySplit.Description = streams.LegacySplitterConsumer, "", "the single job consumer"
 	if _, err := nb.JS.CreateConsumer(ctx, streams.Jobs, legacySplit); err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 	}
 
 	// The upgrade: a new process provisions its pools and runs.
-	if err := streams.ProvisionPipelines(ctx, nb.JS, b.reg.Names(), opts); err != nil {
+	if err := provisionPipelines(ctx, nb.JS, b.reg.Names(), opts); err != nil {
 		t.Fatal(err)
 	}
 	for stream, name := range map[string]string{streams.Chunks: streams.LegacyWorkersConsumer, streams.Jobs: streams.LegacySplitterConsumer} {
@@ -127,7 +127,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	legacy := streams.RecoveryConfig("test")
+	legacy := streams.Pipeline("test").RecoveryConfig()
 	legacy.Durable, legacy.FilterSubject, legacy.Description = streams.LegacyRecoveryConsumer, streams.DLQAll, "the single DLQ consumer"
 	if _, err := b.JS.CreateConsumer(b.ctx, streams.DLQ, legacy); err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 	env := salvagetype.Envelope{ID: "01JOLDENVELOPE0000000000EN", Job: job, Chunk: 1, Pipeline: "test",
 		Category: salvagetype.CategoryUnrecoverable, Strategy: salvagetype.StrategyDeadEnd, CreatedAt: time.Now().UTC(),
 		CompletedEntries: []string{}, InFlightEntries: []string{}, PendingCompensations: []string{},
-		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Subject: streams.ChunkSubject(0, "test", job, 1), Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"test"}`)}}
+		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Subject: streams.ChunkRef{Pipeline: "test", Job: job, Chunk: 1}.Subject(), Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"test"}`)}}
 	data, _ := json.Marshal(env)
 	ack, err := b.JS.Publish(b.ctx, "salvage.dlq."+string(env.Category)+"."+job+".1", data)
 	if err != nil {
@@ -149,7 +149,7 @@ func TestUpgradeKeepsRecoveringOldEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The upgrade.
-	if err := streams.ProvisionPipelines(b.ctx, b.JS, b.reg.Names(), b.opts); err != nil {
+	if err := provisionPipelines(b.ctx, b.JS, b.reg.Names(), b.opts); err != nil {
 		t.Fatal(err)
 	}
 	c, err := b.JS.Consumer(b.ctx, streams.DLQ, streams.LegacyRecoveryConsumer)

@@ -35,12 +35,12 @@ func TestHeldChunksKeepTheirJobsWindow(t *testing.T) {
 	// The breaker is open before any chunk exists; the worker's holder
 	// pausing the hold consumer says its view of the breakers has it.
 	if _, _, err := b.stores.Breakers.Mutate(b.ctx, "crm", "test", func(br *kv.Breaker) error {
-		recovery.Open(br, salvagetype.BreakerPolicy{CoolDown: time.Hour}, time.Now(), "taken down by the test")
+		br.Open(salvagetype.BreakerPolicy{CoolDown: time.Hour}, time.Now(), "taken down by the test")
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitPaused(t, streams.Hold, streams.HoldConsumer("crm"), true)
+	b.waitPaused(t, streams.Hold, streams.System("crm").HoldConsumer(), true)
 
 	const large, small, window = 60, 4, salvagetype.ChunkWindowDefault
 	a := submitOutage(t, b, large)

@@ -118,7 +118,7 @@ func (c *WorkerConfig) setDefaults() error {
 }
 
 // Worker runs chunks from the pools of its pipelines (one consumer per
-// pipeline, streams.WorkersConsumer): claim, fence, stages, results, ack.
+// pipeline, streams.Pipeline.Workers): claim, fence, stages, results, ack.
 // Any number of workers, in any number of processes, may run against one
 // deployment; each only ever receives the chunks of the pipelines it has.
 type Worker struct {
@@ -189,7 +189,7 @@ func NewWorker(js jetstream.JetStream, stores *kv.Stores, cfg WorkerConfig) (*Wo
 	}
 	return &Worker{
 		gate: g, pauses: ps, holder: newHolder(js, g, ps, cfg.ID, cfg.Registry.Names(), stores.Partitions, log),
-		limiter: newLimiter(js, stores.Limits, cfg.ID, log),
+		limiter: newLimiter(js, stores, cfg.ID, log),
 		js:      js, stores: stores, cfg: cfg, log: log, exec: exec, tracker: tr, tracer: tracer,
 		letter:   letterer{js: js, stores: stores, tracker: tr, log: log, prices: cfg.Prices},
 		cancels:  newCancelRegistry(),
@@ -280,7 +280,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	var pools []bound
 	bindPartition := func(k int) error {
-		cons, err := bindPools(ctx, w.js, streams.ChunksStream(k), names, streams.WorkersConsumer)
+		cons, err := bindPools(ctx, w.js, streams.ChunksStream(k), names, streams.Pipeline.Workers)
 		for i, c := range cons {
 			pools = append(pools, bound{names[i], c})
 		}

@@ -210,7 +210,7 @@ func (r *run) run(ctx context.Context) error {
 		}
 	}
 	// The chunk's calls count against its tenant's limit too.
-	ctx = recovery.WithTenant(ctx, job.Tenant)
+	ctx = withTenant(ctx, job.Tenant)
 	if job.CancelledAt != nil {
 		return r.cancelUnclaimed(ctx, job, cp)
 	}
@@ -420,7 +420,7 @@ func (r *run) loadResume(ctx context.Context, cp kv.Checkpoint, fresh bool) erro
 	}
 	r.states = map[string]*salvagetype.AgentState{}
 	for agent, ref := range cp.Snapshots {
-		st, err := recovery.LoadSnapshot(ctx, w.stores.Snapshots, ref)
+		st, err := w.stores.Snapshots.LoadState(ctx, ref)
 		if errors.Is(err, kv.ErrNotFound) {
 			// Expired or never stored: the agent replays from scratch.
 			r.log.Warn().Str("agent", agent).Str("snapshot", ref.Object).Msg("agent snapshot missing")
@@ -431,7 +431,7 @@ func (r *run) loadResume(ctx context.Context, cp kv.Checkpoint, fresh bool) erro
 		}
 		r.states[agent] = st
 	}
-	recovery.RebuildCompleted(r.states, rows, cp.Stage)
+	recovery.Rows(rows).RebuildCompleted(r.states, cp.Stage)
 	return nil
 }
 
@@ -454,7 +454,7 @@ func (r *run) started(ctx context.Context, p *recovery.Plan, job kv.Job, taken k
 	if approved {
 		// The approval is recorded: a parked copy its release left behind
 		// (a crash before the delete) must not come back.
-		if err := purgeSubject(ctx, w.js, streams.Hold, streams.HoldSubject(streams.SystemApproval, r.chunk.Job, r.chunk.Chunk)); err != nil {
+		if err := purgeSubject(ctx, w.js, streams.Hold, refOf(r.chunk).Hold(streams.SystemApproval)); err != nil {
 			r.log.Warn().Err(err).Msg("remove the released approval's parked copy")
 		}
 	}

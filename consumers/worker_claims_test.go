@@ -25,7 +25,7 @@ func TestRedeliveryMeetingLiveHolderSpendsNoDelivery(t *testing.T) {
 	// sent late spent a delivery the test would blame on the waiter.
 	b := setup(t, setupOpts{ackWait: 3 * time.Second})
 	job := b.submit(t, modeOK)
-	cons, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
+	cons, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.Pipeline("test").Workers())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
 	}
 	var seq uint64
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		m, err := s.GetLastMsgForSubject(b.ctx, streams.ChunkSubject(0, "test", job, 1))
+		m, err := s.GetLastMsgForSubject(b.ctx, streams.ChunkRef{Pipeline: "test", Job: job, Chunk: 1}.Subject())
 		if err == nil {
 			seq = m.Sequence
 		}
@@ -107,8 +107,8 @@ func TestAdvisoryBeforeDeadHoldersLeaseExpires(t *testing.T) {
 	if _, err := b.stores.Parts()[0].Claims.Acquire(b.ctx, job, 1, "dead-worker", 3, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	adv, _ := json.Marshal(streams.Advisory{Stream: streams.Chunks, Consumer: streams.WorkersConsumer("test"), StreamSeq: seq, Deliveries: 3})
-	if _, err := b.JS.Publish(b.ctx, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.SALVAGE_CHUNKS."+streams.WorkersConsumer("test"), adv); err != nil {
+	adv, _ := json.Marshal(streams.Advisory{Stream: streams.Chunks, Consumer: streams.Pipeline("test").Workers(), StreamSeq: seq, Deliveries: 3})
+	if _, err := b.JS.Publish(b.ctx, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.SALVAGE_CHUNKS."+streams.Pipeline("test").Workers(), adv); err != nil {
 		t.Fatal(err)
 	}
 	b.startDeadLetterer(t)
@@ -170,7 +170,7 @@ func TestCancelledEventIsCheckedAgainstTheRecord(t *testing.T) {
 		return callCount(real, 1, 2) == 1 && b.checkpoint(t, forged, 1).Stage == 2
 	}, "both chunks in stage 2")
 	ev, _ := json.Marshal(salvagetype.JobEvent{Job: forged, Kind: streams.EventCancelled, Reason: "forged"})
-	if _, err := b.JS.Publish(b.ctx, streams.EventSubject(forged, streams.EventCancelled), ev); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.JobRef{Job: forged}.Event(streams.EventCancelled), ev); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, real, "ann"); err != nil {

@@ -65,8 +65,7 @@ func (r *run) stages(ctx, chunkCtx context.Context, p *recovery.Plan, cp kv.Chec
 				log.Warn().Err(err).Msg("optional stage failed; continuing without it")
 				cp.Gaps = append(cp.Gaps, st.Name)
 			case errors.Is(err, salvagetype.ErrBreakerOpen):
-				system, _ := recovery.BreakerSystem(err)
-				return r.hold(ctx, cp, fence, system, err)
+				return r.hold(ctx, cp, fence, breakerSystem(err), err)
 			case recovery.ClassOf(err).Permanent():
 				recordError(&cp, err)
 				if werr := r.part.Checkpoints.Write(ctx, fence, cp); werr != nil {
@@ -145,7 +144,7 @@ func (r *run) snapshot(ctx context.Context, st salvagetype.Stage, cp *kv.Checkpo
 			// Nothing the journal does not rebuild on resume.
 			continue
 		}
-		ref, err := recovery.SaveSnapshot(ctx, r.w.stores.Snapshots, r.chunk.Job, r.chunk.Chunk, cp.Epoch, a.Name, state)
+		ref, err := r.w.stores.Snapshots.SaveState(ctx, r.chunk.Job, r.chunk.Chunk, cp.Epoch, a.Name, state)
 		if err != nil {
 			return err
 		}
@@ -168,7 +167,7 @@ func (r *run) finish(ctx context.Context, p *recovery.Plan, cp kv.Checkpoint, fe
 	if r.chunk.TraceID != "" {
 		h.Set(salvagetype.HeaderTraceParent, streams.TraceParent(r.chunk.TraceID, streams.DeriveSpanID(h.Get(salvagetype.HeaderMsgID))))
 	}
-	if _, err := publish(ctx, w.js, &nats.Msg{Subject: streams.ResultSubject(r.chunk.Job, r.chunk.Chunk), Data: result, Header: h}); err != nil {
+	if _, err := publish(ctx, w.js, &nats.Msg{Subject: refOf(r.chunk).Result(), Data: result, Header: h}); err != nil {
 		return err
 	}
 	cp.Status = salvagetype.ChunkDone
@@ -226,7 +225,7 @@ func (r *run) fencedOr(err error) error {
 // call in flight when the cancel landed, side effects of earlier stages —
 // they are settled by an envelope the checkpoint names.
 func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, stage int) error {
-	if rows := r.replay.Rows(); len(recovery.Standing(rows)) > 0 {
+	if rows := r.replay.Rows(); len(recovery.Rows(rows).Standing()) > 0 {
 		cp.Stage = stage
 		// What this delivery counted (calls, tokens) is kept first,
 		// while the fence is still ours.

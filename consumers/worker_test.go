@@ -361,7 +361,7 @@ func TestKilledWorkerLosesClaimAndChunkResumes(t *testing.T) {
 	if ref := cp.Snapshots["agent1"]; ref.Seq != 2 || len(ref.Inline) == 0 {
 		t.Errorf("agent1 snapshot = %+v, want its second, inline", ref)
 	}
-	st, err := recovery.LoadSnapshot(b.ctx, b.stores.Snapshots, cp.Snapshots["agent1"])
+	st, err := b.stores.Snapshots.LoadState(b.ctx, cp.Snapshots["agent1"])
 	if err != nil || len(st.Completed) != 2 || st.Memory["mode"] == nil {
 		t.Errorf("agent1 state = %+v, %v", st, err)
 	}
@@ -410,7 +410,7 @@ func TestSurvivorTakesOverBeforeAckWait(t *testing.T) {
 	}
 	// Nothing left pending.
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		info, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
+		info, err := b.JS.Consumer(b.ctx, streams.Chunks, streams.Pipeline("test").Workers())
 		return err == nil && info.CachedInfo().NumAckPending == 0 && info.CachedInfo().NumPending == 0
 	}, "the chunk message acknowledged")
 }
@@ -483,7 +483,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	if cp := b.checkpoint(t, job, 1); cp.ClaimedBy != "thief" || cp.Stage != 2 {
 		t.Fatalf("stale worker wrote the checkpoint: %+v", cp)
 	}
-	cons, _ := b.JS.Consumer(b.ctx, streams.Chunks, streams.WorkersConsumer("test"))
+	cons, _ := b.JS.Consumer(b.ctx, streams.Chunks, streams.Pipeline("test").Workers())
 	info, err := cons.Info(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -520,7 +520,7 @@ func TestPanicsAreChunkFailures(t *testing.T) {
 	if err != nil || row.Status != salvagetype.CallFailed || row.ErrorClass != "panic" || !strings.Contains(row.Error, "the tool fell over") {
 		t.Errorf("the panicking tool's row = %+v, %v", row.JournalRow, err)
 	}
-	if _, err := b.JS.Publish(b.ctx, streams.JobSubject("test"), []byte(`{"input": {"chunks": ["ok"], "panic": true}}`)); err != nil {
+	if _, err := b.JS.Publish(b.ctx, streams.Pipeline("test").Subject(), []byte(`{"input": {"chunks": ["ok"], "panic": true}}`)); err != nil {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool { return len(rejected()) == 1 }, "the split panic's rejection")

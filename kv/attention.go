@@ -31,7 +31,7 @@ import (
 // entry that lasts need from now, and notes the entry's expiry in cp. It
 // runs before cp is written: a crash or a lost CAS after it leaves a
 // stray entry, which readers drop; the other order could lose one.
-func (s *Checkpoints) flag(ctx context.Context, cp *Checkpoint, need time.Duration) error {
+func (s *checkpointStore) flag(ctx context.Context, cp *Checkpoint, need time.Duration) error {
 	if s.idx == nil || cp.Attention() < 0 { // needs nobody
 		return nil
 	}
@@ -40,7 +40,7 @@ func (s *Checkpoints) flag(ctx context.Context, cp *Checkpoint, need time.Durati
 		return nil
 	}
 	ttl := need + jobListedExtra
-	if _, err := s.idx.put(ctx, streams.IndexJobAttention(cp.Job), strconv.Itoa(cp.Chunk), ttl); err != nil {
+	if _, err := s.idx.put(ctx, indexJobAttention(cp.Job), strconv.Itoa(cp.Chunk), ttl); err != nil {
 		return err
 	}
 	until := now.Add(ttl).UTC()
@@ -57,9 +57,9 @@ const attentionPage = 1000
 // entry was written, and maybe a stray. It reads the index alone, a
 // thousand entries at a time, and keeps at most chunks numbers whatever
 // the index holds (a number that is no chunk of the job is dropped).
-func (s *Checkpoints) Flagged(ctx context.Context, job string, chunks int) ([]int, error) {
+func (s *checkpointStore) Flagged(ctx context.Context, job string, chunks int) ([]int, error) {
 	x := seqIndex{js: s.js, stream: streams.Index}
-	filter := streams.IndexJobAttention(job)
+	filter := indexJobAttention(job)
 	seen := map[int]bool{}
 	var out []int
 	for from, more := uint64(1), true; more; {
@@ -83,7 +83,7 @@ func (s *Checkpoints) Flagged(ctx context.Context, job string, chunks int) ([]in
 // Chunks returns the checkpoints of the named chunks of job, in the order
 // named, without outputs and snapshot names; a missing one is returned as
 // a pending checkpoint. It reads a thousand at a time (see ForJobRange).
-func (s *Checkpoints) Chunks(ctx context.Context, job string, chunks []int) ([]Checkpoint, error) {
+func (s *checkpointStore) Chunks(ctx context.Context, job string, chunks []int) ([]Checkpoint, error) {
 	cps, _, err := s.read(ctx, job, chunks)
 	return cps, err
 }

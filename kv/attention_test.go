@@ -35,7 +35,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		subject := streams.IndexJobAttention("J1")
+		subject := kv.IndexJobAttention("J1")
 		info, err := str.Info(ctx, jetstream.WithSubjectFilter(subject))
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func TestAttentionIndexNamesEachFailingChunkOnce(t *testing.T) {
 	// Numbers that are no chunk of the job, written by anybody, are not
 	// kept.
 	for _, forged := range []string{"99", "0", "x"} {
-		if _, err := b.JS.Publish(ctx, streams.IndexJobAttention("J1"), []byte(forged)); err != nil {
+		if _, err := b.JS.Publish(ctx, kv.IndexJobAttention("J1"), []byte(forged)); err != nil {
 			t.Fatal(err)
 		}
 	}

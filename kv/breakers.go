@@ -10,9 +10,6 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// BucketBreakers holds one circuit breaker per external system.
-const BucketBreakers = "salvage_breakers"
-
 // Breaker is the value of a salvage_breakers key: the state every worker
 // of a deployment agrees on for one external system. Only state changes
 // are written, by CAS; failures are counted in each process.
@@ -39,15 +36,15 @@ type Breaker struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// Breakers is the salvage_breakers store.
-type Breakers struct {
+// breakerStore is the salvage_breakers store.
+type breakerStore struct {
 	b   jetstream.KeyValue
 	js  jetstream.JetStream
 	now func() time.Time
 }
 
 // List returns every breaker, in one multi-last direct get.
-func (s *Breakers) List(ctx context.Context) ([]Breaker, error) {
+func (s *breakerStore) List(ctx context.Context) ([]Breaker, error) {
 	var out []Breaker
 	err := lastValues(ctx, s.js, BucketBreakers, ">", func(_ string, value []byte, _ uint64) error {
 		var b Breaker
@@ -62,14 +59,14 @@ func (s *Breakers) List(ctx context.Context) ([]Breaker, error) {
 
 // Get returns the breaker of system (ErrNotFound when it never opened: a
 // missing breaker is closed) and its revision.
-func (s *Breakers) Get(ctx context.Context, system string) (Breaker, uint64, error) {
+func (s *breakerStore) Get(ctx context.Context, system string) (Breaker, uint64, error) {
 	return getJSON[Breaker](ctx, s.b, system)
 }
 
 // Mutate applies fn to the breaker of system (a closed one when absent)
 // and writes it by CAS, retrying lost races; fn returning ErrNoChange
 // writes nothing. It returns the breaker as stored and its revision.
-func (s *Breakers) Mutate(ctx context.Context, system, by string, fn func(b *Breaker) error) (Breaker, uint64, error) {
+func (s *breakerStore) Mutate(ctx context.Context, system, by string, fn func(b *Breaker) error) (Breaker, uint64, error) {
 	return mutateJSON(ctx, s.b, system, func(b *Breaker, exists bool) error {
 		if !exists {
 			*b = Breaker{System: system, State: salvagetype.BreakerClosed}

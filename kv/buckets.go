@@ -13,12 +13,38 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// Bucket names; part of the contract (`nats kv ls` shows them).
+// Bucket names; part of the contract (`nats kv ls` and `nats object ls`
+// show them). Claims, checkpoints and the journal are partitioned: BucketIn
+// names partition k's.
 const (
-	BucketJobs        = "salvage_jobs"
-	BucketClaims      = "salvage_claims"
+	// BucketJobs holds one record per job.
+	BucketJobs = "salvage_jobs"
+	// BucketClaims holds the claim (lease) on each chunk being worked.
+	BucketClaims = "salvage_claims"
+	// BucketCheckpoints holds each chunk's checkpoint.
 	BucketCheckpoints = "salvage_checkpoints"
-	BucketEnvelopes   = "salvage_envelopes"
+	// BucketEnvelopes holds one record per failure envelope.
+	BucketEnvelopes = "salvage_envelopes"
+	// BucketJournal is the execution journal's bucket.
+	BucketJournal = "salvage_journal"
+	// BucketBreakers holds one circuit breaker per external system.
+	BucketBreakers = "salvage_breakers"
+	// BucketLimits holds the rate limits declared per key (spec.<key>)
+	// and, per key, the shares of it the processes calling it hold
+	// (share.<key>).
+	BucketLimits = "salvage_limits"
+	// LimitSpecs filters the keys of BucketLimits that declare a limit:
+	// what a limiter follows.
+	LimitSpecs = limitSpecPrefix + ">"
+	// BucketPipelines holds every pipeline a worker runs and what
+	// operators set on it: whether it is paused.
+	BucketPipelines = "salvage_pipelines"
+	// BucketWorkers holds one key per live Salvage process, refreshed by
+	// its heartbeat; a key not refreshed within workersTTL ages out.
+	BucketWorkers = "salvage_workers"
+	// BucketSnapshots is the object store that holds large agent
+	// snapshots.
+	BucketSnapshots = "salvage_snapshots"
 )
 
 // claimsTTL is how long the claims bucket keeps what was last written
@@ -27,21 +53,21 @@ const (
 // (AckWait is capped at AckWaitMax), so only finished chunks age out.
 const claimsTTL = 24 * time.Hour
 
-// AckWaitMax caps AckWait, the claim lease, well under claimsTTL.
-const AckWaitMax = time.Hour
-
-// Stores bundles the typed stores. A chunk's claims, checkpoints and
-// journal are in its job's partition: Part.
+// Stores bundles the typed stores, one per bucket. A chunk's claims,
+// checkpoints and journal are in its job's partition: Part. The stores
+// are reached only through Stores and Part, so their types are not
+// exported (`go doc -u` lists their methods); Jobs is, because a client
+// that only submits opens it alone (OpenJobs).
 type Stores struct {
 	Jobs      *Jobs
-	Envelopes *Envelopes
-	Snapshots *Snapshots
-	Breakers  *Breakers
+	Envelopes *envelopeStore
+	Snapshots *snapshotStore
+	Breakers  *breakerStore
 	// Limits is nil in a deployment provisioned before salvage_limits
 	// existed, until it is provisioned again.
-	Limits    *Limits
-	Pipelines *Pipelines
-	Workers   *Workers
+	Limits    *limitStore
+	Pipelines *pipelineStore
+	Workers   *workerStore
 
 	parts *parts
 	// partitions is how many partitions new jobs are spread over: those
@@ -98,9 +124,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 	snaps := jetstream.ObjectStoreConfig{
 		Bucket: BucketSnapshots, Description: "Agent state snapshots, gzip.", TTL: salvagetype.RetentionDefault, Replicas: replicas,
 	}
-	fp := streams.Fingerprint(snaps)
-	snaps.Metadata = map[string]string{streams.ConfigKey: fp}
-	if err := streams.EnsureStreamOf(ctx, js, "object store "+snaps.Bucket, "OBJ_"+snaps.Bucket, fp, func(ctx context.Context) error {
+	if err := streams.EnsureStreamOf(ctx, js, "object store "+snaps.Bucket, "OBJ_"+snaps.Bucket, snaps, func(ctx context.Context, md map[string]string) error {
+		snaps.Metadata = md
 		_, err := js.CreateObjectStore(ctx, snaps)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			_, err = js.UpdateObjectStore(ctx, snaps)
@@ -131,11 +156,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) (*Stores,
 const openWait = 10 * time.Second
 
 // ensureBucket makes bucket cfg exist as configured, only reading when
-// its stream carries cfg's fingerprint (streams.ConfigKey).
+// its stream carries cfg's fingerprint (streams.EnsureStreamOf).
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
-	fp := streams.Fingerprint(cfg)
-	cfg.Metadata = map[string]string{streams.ConfigKey: fp}
-	return streams.EnsureStreamOf(ctx, js, "bucket "+cfg.Bucket, "KV_"+cfg.Bucket, fp, func(ctx context.Context) error {
+	return streams.EnsureStreamOf(ctx, js, "bucket "+cfg.Bucket, "KV_"+cfg.Bucket, cfg, func(ctx context.Context, md map[string]string) error {
+		cfg.Metadata = md
 		_, err := js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			_, err = js.UpdateKeyValue(ctx, cfg)
@@ -192,9 +216,9 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 	}
 	// salvage_limits came with rate limits: a deployment provisioned
 	// before has none until it is provisioned again, and runs unlimited.
-	var limits *Limits
+	var limits *limitStore
 	if b, err := js.KeyValue(ctx, BucketLimits); err == nil {
-		limits = &Limits{b: b, js: js, now: time.Now}
+		limits = &limitStore{b: b, js: js, now: time.Now}
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("kv: open %s: %w", BucketLimits, err)
 	}
@@ -205,12 +229,12 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 	idx := &indexWriter{js: js}
 	st := &Stores{
 		Jobs:      &Jobs{b: jobs, js: js, now: time.Now, idx: idx},
-		Envelopes: &Envelopes{b: envs, js: js, now: time.Now, keep: salvagetype.RecordsRetentionDefault, idx: idx},
-		Snapshots: &Snapshots{os: snaps},
-		Breakers:  &Breakers{b: breakers, js: js, now: time.Now},
+		Envelopes: &envelopeStore{b: envs, js: js, now: time.Now, keep: salvagetype.RecordsRetentionDefault, idx: idx},
+		Snapshots: &snapshotStore{os: snaps},
+		Breakers:  &breakerStore{b: breakers, js: js, now: time.Now},
 		Limits:    limits,
-		Pipelines: &Pipelines{b: pipelines, js: js, now: time.Now},
-		Workers:   &Workers{js: js, now: time.Now},
+		Pipelines: &pipelineStore{b: pipelines, js: js, now: time.Now},
+		Workers:   &workerStore{js: js, now: time.Now},
 		parts:     &parts{js: js, idx: idx},
 	}
 	st.partitions.Store(int32(n))

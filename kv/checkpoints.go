@@ -123,8 +123,8 @@ type Fence struct {
 	attention *time.Time
 }
 
-// Checkpoints is the salvage_checkpoints store.
-type Checkpoints struct {
+// checkpointStore is the salvage_checkpoints store.
+type checkpointStore struct {
 	b jetstream.KeyValue
 	// bucket is b's name: one partition's checkpoints.
 	bucket string
@@ -139,7 +139,7 @@ type Checkpoints struct {
 const maxBatchKeys = 1000
 
 // Get returns a chunk's checkpoint and its revision, or ErrNotFound.
-func (s *Checkpoints) Get(ctx context.Context, job string, chunk int) (Checkpoint, uint64, error) {
+func (s *checkpointStore) Get(ctx context.Context, job string, chunk int) (Checkpoint, uint64, error) {
 	return getJSON[Checkpoint](ctx, s.b, ChunkKey(job, chunk))
 }
 
@@ -148,7 +148,7 @@ func (s *Checkpoints) Get(ctx context.Context, job string, chunk int) (Checkpoin
 // mutate, and returns the checkpoint and the fence for later writes. A
 // concurrent Take by another worker makes this one fail with ErrFenced; a
 // chunk already done or cancelled fails with ErrFinished.
-func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker string, claimRevision uint64, mutate func(*Checkpoint)) (Checkpoint, Fence, error) {
+func (s *checkpointStore) Take(ctx context.Context, job string, chunk int, worker string, claimRevision uint64, mutate func(*Checkpoint)) (Checkpoint, Fence, error) {
 	key := ChunkKey(job, chunk)
 	cp, rev, err := s.Get(ctx, job, chunk)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -185,7 +185,7 @@ func (s *Checkpoints) Take(ctx context.Context, job string, chunk int, worker st
 // Write stores cp if the checkpoint is still at f's revision and advances
 // f. It returns ErrFenced when anyone else wrote it since: the caller is a
 // stale worker and must stop without acking.
-func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error {
+func (s *checkpointStore) Write(ctx context.Context, f *Fence, cp Checkpoint) error {
 	cp.UpdatedAt = s.now()
 	if f.attention != nil && (cp.AttentionUntil == nil || cp.AttentionUntil.Before(*f.attention)) {
 		cp.AttentionUntil = f.attention
@@ -207,7 +207,7 @@ func (s *Checkpoints) Write(ctx context.Context, f *Fence, cp Checkpoint) error 
 // Mutate applies fn to a chunk's checkpoint by an unfenced CAS loop, for
 // writers that do not hold the chunk (the dead-letterer, cancellation of a
 // chunk nobody runs). It breaks any holder's fence, which is the point.
-func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func(cp *Checkpoint) error) (Checkpoint, error) {
+func (s *checkpointStore) Mutate(ctx context.Context, job string, chunk int, fn func(cp *Checkpoint) error) (Checkpoint, error) {
 	cp, _, err := mutateJSONWith(ctx, s.b, ChunkKey(job, chunk), s.update, func(cp *Checkpoint, exists bool) error {
 		if !exists {
 			*cp = Checkpoint{publicChunk: publicChunk{Job: job, Chunk: chunk, Stage: 1}}
@@ -222,7 +222,7 @@ func (s *Checkpoints) Mutate(ctx context.Context, job string, chunk int, fn func
 }
 
 // ForJob returns the checkpoints of chunks 1..n of job; see ForJobRange.
-func (s *Checkpoints) ForJob(ctx context.Context, job string, n int) ([]Checkpoint, error) {
+func (s *checkpointStore) ForJob(ctx context.Context, job string, n int) ([]Checkpoint, error) {
 	return s.ForJobRange(ctx, job, 1, n)
 }
 
@@ -231,7 +231,7 @@ func (s *Checkpoints) ForJob(ctx context.Context, job string, n int) ([]Checkpoi
 // by Get); a missing one is returned as a pending checkpoint. It reads them
 // with direct-get batches of up to 1000 named keys (the last message of
 // each), so a 10,000-chunk job costs ten round trips, not one per chunk.
-func (s *Checkpoints) ForJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, error) {
+func (s *checkpointStore) ForJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, error) {
 	cps, _, err := s.forJobRange(ctx, job, from, to)
 	return cps, err
 }
@@ -239,7 +239,7 @@ func (s *Checkpoints) ForJobRange(ctx context.Context, job string, from, to int)
 // update writes cp if its checkpoint is still at rev. A chunk that is
 // no longer finished loses the expiry retention gave it; a finished one
 // keeps it (see keptUpdate).
-func (s *Checkpoints) update(ctx context.Context, key string, cp Checkpoint, rev uint64) (uint64, error) {
+func (s *checkpointStore) update(ctx context.Context, key string, cp Checkpoint, rev uint64) (uint64, error) {
 	if !cp.Terminal() {
 		cp.KeptUntil = nil
 	}
@@ -253,7 +253,7 @@ const derivePage = 250
 // Derive reads the checkpoints of chunks 1..n of job a page of
 // derivePage at a time into a derivation of the job's status
 // (Jobs.SettleDerived): memory stays a page's whatever the job's size.
-func (s *Checkpoints) Derive(ctx context.Context, job string, n int) (*Derivation, error) {
+func (s *checkpointStore) Derive(ctx context.Context, job string, n int) (*Derivation, error) {
 	d := newDerivation()
 	for lo := 1; lo <= n; lo += derivePage {
 		cps, err := s.ForJobRange(ctx, job, lo, min(lo+derivePage-1, n))
@@ -267,7 +267,7 @@ func (s *Checkpoints) Derive(ctx context.Context, job string, n int) (*Derivatio
 
 // Revisions is ForJobRange with each checkpoint's revision (0: none
 // stored).
-func (s *Checkpoints) Revisions(ctx context.Context, job string, from, to int) ([]Checkpoint, []uint64, error) {
+func (s *checkpointStore) Revisions(ctx context.Context, job string, from, to int) ([]Checkpoint, []uint64, error) {
 	return s.forJobRange(ctx, job, from, to)
 }
 
@@ -275,7 +275,7 @@ func (s *Checkpoints) Revisions(ctx context.Context, job string, from, to int) (
 // expiring after ttl, without the outputs and snapshot names only a run
 // needs. ErrConflict when the checkpoint changed since: the chunk is
 // live again.
-func (s *Checkpoints) Retain(ctx context.Context, cp Checkpoint, rev uint64, ttl time.Duration) error {
+func (s *checkpointStore) Retain(ctx context.Context, cp Checkpoint, rev uint64, ttl time.Duration) error {
 	until := s.now().Add(ttl).UTC()
 	cp.KeptUntil = &until
 	cp.Outputs, cp.Snapshots = nil, nil
@@ -286,7 +286,7 @@ func (s *Checkpoints) Retain(ctx context.Context, cp Checkpoint, rev uint64, ttl
 	return err
 }
 
-func (s *Checkpoints) forJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, []uint64, error) {
+func (s *checkpointStore) forJobRange(ctx context.Context, job string, from, to int) ([]Checkpoint, []uint64, error) {
 	from = max(from, 1)
 	if to < from {
 		return []Checkpoint{}, []uint64{}, nil
@@ -301,7 +301,7 @@ func (s *Checkpoints) forJobRange(ctx context.Context, job string, from, to int)
 // read returns the checkpoints of the named chunks of job and their
 // revisions, in the order named, maxBatchKeys at a time; a missing one is
 // a pending checkpoint at revision 0.
-func (s *Checkpoints) read(ctx context.Context, job string, chunks []int) ([]Checkpoint, []uint64, error) {
+func (s *checkpointStore) read(ctx context.Context, job string, chunks []int) ([]Checkpoint, []uint64, error) {
 	revs := make([]uint64, len(chunks))
 	out := make([]Checkpoint, len(chunks))
 	at := make(map[int]int, len(chunks))
@@ -340,4 +340,4 @@ func (s *Checkpoints) read(ctx context.Context, job string, chunks []int) ([]Che
 
 // SetClock replaces the store's clock (the UpdatedAt of what it writes);
 // tests use it to age a checkpoint.
-func (s *Checkpoints) SetClock(now func() time.Time) { s.now = now }
+func (s *checkpointStore) SetClock(now func() time.Time) { s.now = now }

@@ -73,8 +73,8 @@ func (l Lease) Believed(now, wall time.Time, lease time.Duration) bool {
 	return l.Written.IsZero() || wall.Before(l.Written.Add(lease))
 }
 
-// Claims is the salvage_claims store.
-type Claims struct {
+// claimStore is the salvage_claims store.
+type claimStore struct {
 	b jetstream.KeyValue
 	// bucket is b's name: one partition's claims.
 	bucket string
@@ -97,13 +97,13 @@ func ParseChunkKey(key string) (job string, chunk int, ok bool) {
 // ErrClaimHeld too when a concurrent acquirer won the race. A worker that
 // already holds the claim gets it back, renewed (for the same delivery,
 // when AcquireAs names one by its Reply).
-func (c *Claims) Acquire(ctx context.Context, job string, chunk int, worker string, delivery uint64, ttl time.Duration) (Lease, error) {
+func (c *claimStore) Acquire(ctx context.Context, job string, chunk int, worker string, delivery uint64, ttl time.Duration) (Lease, error) {
 	return c.AcquireAs(ctx, job, chunk, Claim{ClaimedBy: worker, Delivery: delivery}, ttl)
 }
 
 // AcquireAs is Acquire with the claim's other fields (Pipeline, Seq,
 // Reply) set from want; the takeovers counted so far stay.
-func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Claim, ttl time.Duration) (Lease, error) {
+func (c *claimStore) AcquireAs(ctx context.Context, job string, chunk int, want Claim, ttl time.Duration) (Lease, error) {
 	key := ChunkKey(job, chunk)
 	now := c.now()
 	claim := want
@@ -158,7 +158,7 @@ func (c *Claims) AcquireAs(ctx context.Context, job string, chunk int, want Clai
 // its caller does not believe (why: its holder's process is gone), for
 // want, leased for ttl, by CAS on cur's revision; the takeovers counted
 // so far stay. ErrClaimHeld when the claim changed since cur was read.
-func (c *Claims) Steal(ctx context.Context, cur Lease, want Claim, ttl time.Duration, why string) (Lease, error) {
+func (c *claimStore) Steal(ctx context.Context, cur Lease, want Claim, ttl time.Duration, why string) (Lease, error) {
 	now := c.now()
 	claim := want
 	claim.ClaimedAt, claim.ExpiresAt, claim.Takeovers = now, now.Add(ttl), cur.Takeovers
@@ -178,7 +178,7 @@ func (c *Claims) Steal(ctx context.Context, cur Lease, want Claim, ttl time.Dura
 // one; one more takeover is counted. A holder that was only stalled
 // finds its claim gone at its next renewal and stands down (ErrClaimLost).
 // ErrClaimHeld when the claim changed since cur was read.
-func (c *Claims) Orphan(ctx context.Context, cur Lease) (Lease, error) {
+func (c *claimStore) Orphan(ctx context.Context, cur Lease) (Lease, error) {
 	claim := cur.Claim
 	claim.From, claim.ClaimedBy, claim.ExpiresAt, claim.Takeovers = cur.ClaimedBy, "", c.now(), cur.Takeovers+1
 	rev, err := updateJSON(ctx, c.b, cur.Key, claim, cur.Revision)
@@ -203,7 +203,7 @@ func heldPrefix(holder string) string { return "by/" + holder + "." }
 // and not yet listed (a crash between the two writes) is found by
 // JetStream's redelivery after AckWait instead.
 // It returns the listing's revision, for Unhold.
-func (c *Claims) Hold(ctx context.Context, l Lease) (uint64, error) {
+func (c *claimStore) Hold(ctx context.Context, l Lease) (uint64, error) {
 	job, chunk, ok := ParseChunkKey(l.Key)
 	if !ok {
 		return 0, fmt.Errorf("kv: list claim %q under its holder: not a chunk key", l.Key)
@@ -228,7 +228,7 @@ func (c *Claims) Hold(ctx context.Context, l Lease) (uint64, error) {
 // Unhold removes holder's listing of the claim on a chunk (its ChunkKey):
 // the listing at revision rev (Hold's), so that a later listing of the
 // same chunk stays, or whatever is there when rev is 0.
-func (c *Claims) Unhold(ctx context.Context, holder, chunkKey string, rev uint64) error {
+func (c *claimStore) Unhold(ctx context.Context, holder, chunkKey string, rev uint64) error {
 	key := heldPrefix(holder) + chunkKey
 	var opts []jetstream.KVDeleteOpt
 	if rev > 0 {
@@ -248,7 +248,7 @@ func (c *Claims) Unhold(ctx context.Context, holder, chunkKey string, rev uint64
 
 // HeldBy returns the chunk keys holder's claims are listed under: one
 // listing of its own keys, O(the chunks it held).
-func (c *Claims) HeldBy(ctx context.Context, holder string) ([]string, error) {
+func (c *claimStore) HeldBy(ctx context.Context, holder string) ([]string, error) {
 	lister, err := c.b.ListKeysFiltered(ctx, heldPrefix(holder)+">")
 	if err != nil {
 		return nil, fmt.Errorf("kv: list the claims of %s: %w", holder, err)
@@ -263,7 +263,7 @@ func (c *Claims) HeldBy(ctx context.Context, holder string) ([]string, error) {
 
 // Renew extends a held lease to now+ttl. It returns ErrClaimLost when the
 // lease was stolen (or released) since l was written: the caller is stale.
-func (c *Claims) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
+func (c *claimStore) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
 	l.ExpiresAt = c.now().Add(ttl)
 	rev, err := updateJSON(ctx, c.b, l.Key, l.Claim, l.Revision)
 	if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -282,7 +282,7 @@ func (c *Claims) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, 
 // write. It returns the renewed lease with Replaced saying what it
 // replaced, or ErrClaimLost when another holder took the chunk as
 // Salvage's holders do (or released it): the caller is stale.
-func (c *Claims) Reclaim(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
+func (c *claimStore) Reclaim(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
 	cur, err := c.get(ctx, l.Key)
 	if errors.Is(err, ErrNotFound) {
 		return l, fmt.Errorf("%w: %s released", ErrClaimLost, l.Key)
@@ -311,7 +311,7 @@ func (c *Claims) Reclaim(ctx context.Context, l Lease, ttl time.Duration) (Lease
 
 // Release deletes the claim if l is still its latest revision, so a stale
 // holder can never release a thief's claim. ErrClaimLost otherwise.
-func (c *Claims) Release(ctx context.Context, l Lease) error {
+func (c *claimStore) Release(ctx context.Context, l Lease) error {
 	err := streams.Retry(ctx, func(ctx context.Context) error {
 		return c.b.Delete(ctx, l.Key, jetstream.LastRevision(l.Revision))
 	})
@@ -326,11 +326,11 @@ func (c *Claims) Release(ctx context.Context, l Lease) error {
 
 // Get returns the current claim of a chunk, or ErrNotFound. A value that
 // is not a claim comes back with Unreadable set and nobody holding it.
-func (c *Claims) Get(ctx context.Context, job string, chunk int) (Lease, error) {
+func (c *claimStore) Get(ctx context.Context, job string, chunk int) (Lease, error) {
 	return c.get(ctx, ChunkKey(job, chunk))
 }
 
-func (c *Claims) get(ctx context.Context, key string) (Lease, error) {
+func (c *claimStore) get(ctx context.Context, key string) (Lease, error) {
 	var e jetstream.KeyValueEntry
 	err := streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -359,4 +359,4 @@ func leaseOf(e jetstream.KeyValueEntry) Lease {
 func (l Lease) Live(now time.Time) bool { return l.ClaimedBy != "" && now.Before(l.ExpiresAt) }
 
 // SetClock replaces the store's clock; tests use it to expire leases.
-func (c *Claims) SetClock(now func() time.Time) { c.now = now }
+func (c *claimStore) SetClock(now func() time.Time) { c.now = now }

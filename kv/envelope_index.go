@@ -118,16 +118,16 @@ func (w *indexWriter) stream(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // index writes r's two entries and sets their sequences in r.
-func (s *Envelopes) index(ctx context.Context, r *EnvelopeRecord) error {
+func (s *envelopeStore) index(ctx context.Context, r *EnvelopeRecord) error {
 	var ttl time.Duration
 	if r.Settled() {
 		ttl = s.keep
 	}
-	seq, err := s.idx.put(ctx, streams.IndexEnvelope(r.Status, r.Category), r.ID, ttl)
+	seq, err := s.idx.put(ctx, indexEnvelope(r.Status, r.Category), r.ID, ttl)
 	if err != nil {
 		return err
 	}
-	jseq, err := s.idx.put(ctx, streams.IndexJobEnvelopes(r.Job), r.ID, ttl)
+	jseq, err := s.idx.put(ctx, indexJobEnvelopes(r.Job), r.ID, ttl)
 	if err != nil {
 		return errors.Join(err, s.idx.remove(ctx, seq))
 	}
@@ -151,7 +151,7 @@ type EnvelopePage struct {
 // holds; with a job and a status or category, that job's entries. A page
 // is short by the entries it skipped: records that moved or expired while
 // it was read.
-func (s *Envelopes) Page(ctx context.Context, f IndexFilter, minAge time.Duration, offset, limit int, newest bool) (EnvelopePage, error) {
+func (s *envelopeStore) Page(ctx context.Context, f IndexFilter, minAge time.Duration, offset, limit int, newest bool) (EnvelopePage, error) {
 	x := seqIndex{js: s.js, stream: streams.Index}
 	var upto uint64
 	if minAge > 0 {
@@ -163,9 +163,9 @@ func (s *Envelopes) Page(ctx context.Context, f IndexFilter, minAge time.Duratio
 	if f.Job != "" && (f.Status != "" || f.Category != "") {
 		return s.jobPage(ctx, x, f, upto, offset, limit, newest)
 	}
-	filter, seqOf := streams.IndexEnvelopes(f.Status, f.Category), func(r EnvelopeRecord) uint64 { return r.IndexSeq }
+	filter, seqOf := indexEnvelopes(f.Status, f.Category), func(r EnvelopeRecord) uint64 { return r.IndexSeq }
 	if f.Job != "" {
-		filter, seqOf = streams.IndexJobEnvelopes(f.Job), func(r EnvelopeRecord) uint64 { return r.JobIndexSeq }
+		filter, seqOf = indexJobEnvelopes(f.Job), func(r EnvelopeRecord) uint64 { return r.JobIndexSeq }
 	}
 	pg, err := x.page(ctx, filter, upto, offset, limit, newest)
 	if err != nil {
@@ -186,11 +186,11 @@ func (s *Envelopes) Page(ctx context.Context, f IndexFilter, minAge time.Duratio
 
 // jobPage is Page for a job and a status or category: it reads the job's
 // entries, oldest first, and keeps those f matches.
-func (s *Envelopes) jobPage(ctx context.Context, x seqIndex, f IndexFilter, upto uint64, offset, limit int, newest bool) (EnvelopePage, error) {
+func (s *envelopeStore) jobPage(ctx context.Context, x seqIndex, f IndexFilter, upto uint64, offset, limit int, newest bool) (EnvelopePage, error) {
 	var all []EnvelopeRecord
 	seen := map[string]bool{}
 	seqOf := func(r EnvelopeRecord) uint64 { return r.JobIndexSeq }
-	err := x.scan(ctx, streams.IndexJobEnvelopes(f.Job), upto, 256, func(msgs []*jetstream.RawStreamMsg) error {
+	err := x.scan(ctx, indexJobEnvelopes(f.Job), upto, 256, func(msgs []*jetstream.RawStreamMsg) error {
 		recs, err := s.join(ctx, msgs, seqOf, IndexFilter{Job: f.Job})
 		for _, r := range recs {
 			if f.matches(r) && !seen[r.ID] {
@@ -216,7 +216,7 @@ func (s *Envelopes) jobPage(ctx context.Context, x seqIndex, f IndexFilter, upto
 // deleted; a record that moved on between the entries' read and its own
 // is listed here all the same when it still matches f (its new entry lies
 // past this page, which was read before it was written).
-func (s *Envelopes) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, seqOf func(EnvelopeRecord) uint64, f IndexFilter) ([]EnvelopeRecord, error) {
+func (s *envelopeStore) join(ctx context.Context, msgs []*jetstream.RawStreamMsg, seqOf func(EnvelopeRecord) uint64, f IndexFilter) ([]EnvelopeRecord, error) {
 	ids, recs, err := entryRecords[EnvelopeRecord](ctx, s.js, BucketEnvelopes, msgs)
 	if err != nil {
 		return nil, err

@@ -115,7 +115,7 @@ func TestIndexRepairsAfterACrashBetweenItsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A writer moving it to recovering wrote the entries, then died.
-	for _, subj := range []string{streams.IndexEnvelope(salvagetype.EnvelopeRecovering, r.Category), streams.IndexJobEnvelopes(r.Job)} {
+	for _, subj := range []string{kv.IndexEnvelope(salvagetype.EnvelopeRecovering, r.Category), kv.IndexJobEnvelopes(r.Job)} {
 		if _, err := b.JS.Publish(ctx, subj, []byte(r.ID)); err != nil {
 			t.Fatal(err)
 		}

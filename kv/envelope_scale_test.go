@@ -52,7 +52,7 @@ func seedEnvelopes(t *testing.T, js jetstream.JetStream, from, to int) {
 		for _, m := range []struct {
 			subj string
 			data []byte
-		}{{streams.IndexEnvelope(r.Status, r.Category), []byte(r.ID)}, {streams.IndexJobEnvelopes(r.Job), []byte(r.ID)},
+		}{{kv.IndexEnvelope(r.Status, r.Category), []byte(r.ID)}, {kv.IndexJobEnvelopes(r.Job), []byte(r.ID)},
 			{"$KV." + kv.BucketEnvelopes + "." + r.ID, data}} {
 			if _, err := js.PublishAsync(m.subj, m.data); err != nil {
 				t.Fatal(err)

@@ -14,10 +14,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// StoppedCancelled is EnvelopeRecord.Stopped of the envelope that settles
-// the effects of a chunk its job's cancel stopped.
-const StoppedCancelled = "cancelled"
-
 // EnvelopeRecord is the mutable state of one failure envelope; the envelope
 // itself is immutable in SALVAGE_DLQ.
 type EnvelopeRecord struct {
@@ -71,8 +67,8 @@ type guard struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Envelopes is the salvage_envelopes store.
-type Envelopes struct {
+// envelopeStore is the salvage_envelopes store.
+type envelopeStore struct {
 	b   jetstream.KeyValue
 	js  jetstream.JetStream
 	now func() time.Time
@@ -85,7 +81,7 @@ type Envelopes struct {
 // Keep sets how long a settled envelope record (resolved, superseded,
 // dead-end, abandoned) and a guard key are kept: Retention.Records.
 // Default RecordsRetentionDefault.
-func (s *Envelopes) Keep(d time.Duration) {
+func (s *envelopeStore) Keep(d time.Duration) {
 	if d > 0 {
 		s.keep = d
 	}
@@ -127,7 +123,7 @@ func bodyKey(id string) string { return "body." + id }
 // written before the record and repeat-safe; the body lives as long as
 // its record: kept while the record is unsettled, expiring with it once
 // settled (Mutate keeps the two in step).
-func (s *Envelopes) PutBody(ctx context.Context, id string, body []byte) error {
+func (s *envelopeStore) PutBody(ctx context.Context, id string, body []byte) error {
 	err := streams.Retry(ctx, func(ctx context.Context) error {
 		_, err := s.b.Put(ctx, bodyKey(id), body)
 		return err
@@ -140,7 +136,7 @@ func (s *Envelopes) PutBody(ctx context.Context, id string, body []byte) error {
 
 // Body returns the body of envelope id, or ErrNotFound (an envelope
 // recorded before bodies were kept).
-func (s *Envelopes) Body(ctx context.Context, id string) ([]byte, error) {
+func (s *envelopeStore) Body(ctx context.Context, id string) ([]byte, error) {
 	e, err := s.bodyEntry(ctx, id)
 	if err != nil {
 		return nil, err
@@ -149,7 +145,7 @@ func (s *Envelopes) Body(ctx context.Context, id string) ([]byte, error) {
 }
 
 // bodyEntry reads the body of envelope id, or ErrNotFound.
-func (s *Envelopes) bodyEntry(ctx context.Context, id string) (jetstream.KeyValueEntry, error) {
+func (s *envelopeStore) bodyEntry(ctx context.Context, id string) (jetstream.KeyValueEntry, error) {
 	var e jetstream.KeyValueEntry
 	err := streams.Retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -170,7 +166,7 @@ func (s *Envelopes) bodyEntry(ctx context.Context, id string) (jetstream.KeyValu
 // is no error. Mutate calls it when a record settles or opens again; the
 // retainer calls it for the settled envelopes of a job it retires, which
 // repairs a crash between a record's settling write and its body's.
-func (s *Envelopes) KeepBody(ctx context.Context, id string, ttl time.Duration) error {
+func (s *envelopeStore) KeepBody(ctx context.Context, id string, ttl time.Duration) error {
 	for range casAttempts {
 		e, err := s.bodyEntry(ctx, id)
 		if errors.Is(err, ErrNotFound) {
@@ -199,12 +195,12 @@ func (s *Envelopes) KeepBody(ctx context.Context, id string, ttl time.Duration) 
 // partition k's chunk stream for envelopeID. When a guard already exists
 // it returns that guard and ErrGuardExists: the caller must finish the
 // existing envelope instead of making a second one.
-func (s *Envelopes) Guard(ctx context.Context, k int, streamSeq uint64, envelopeID string) (guard, error) {
+func (s *envelopeStore) Guard(ctx context.Context, k int, streamSeq uint64, envelopeID string) (guard, error) {
 	return s.GuardKeyed(ctx, GuardKey(k, streamSeq), envelopeID)
 }
 
 // GuardKeyed is Guard for any guard key (GuardKey, StopGuardKey).
-func (s *Envelopes) GuardKeyed(ctx context.Context, key, envelopeID string) (guard, error) {
+func (s *envelopeStore) GuardKeyed(ctx context.Context, key, envelopeID string) (guard, error) {
 	g := guard{Envelope: envelopeID, CreatedAt: s.now()}
 	_, err := createJSON(ctx, s.b, key, g, jetstream.KeyTTL(s.keep))
 	if err == nil {
@@ -221,7 +217,7 @@ func (s *Envelopes) GuardKeyed(ctx context.Context, key, envelopeID string) (gua
 }
 
 // Put creates an envelope record if absent; an existing one is kept.
-func (s *Envelopes) Put(ctx context.Context, r EnvelopeRecord) error {
+func (s *envelopeStore) Put(ctx context.Context, r EnvelopeRecord) error {
 	now := s.now()
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = now
@@ -247,7 +243,7 @@ func (s *Envelopes) Put(ctx context.Context, r EnvelopeRecord) error {
 }
 
 // Get returns an envelope record and its revision, or ErrNotFound.
-func (s *Envelopes) Get(ctx context.Context, id string) (EnvelopeRecord, uint64, error) {
+func (s *envelopeStore) Get(ctx context.Context, id string) (EnvelopeRecord, uint64, error) {
 	return getJSON[EnvelopeRecord](ctx, s.b, id)
 }
 
@@ -257,7 +253,7 @@ func (s *Envelopes) Get(ctx context.Context, id string) (EnvelopeRecord, uint64,
 // as usual and kept until it settles. A change of status writes the new
 // index entry before the record and deletes the old one after; a record
 // written before the index existed gets its entry on any change.
-func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRecord) error) (EnvelopeRecord, error) {
+func (s *envelopeStore) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRecord) error) (EnvelopeRecord, error) {
 	// left are the entries the record leaves; tried those earlier
 	// attempts wrote and lost.
 	var left, tried []uint64
@@ -325,7 +321,7 @@ func (s *Envelopes) Mutate(ctx context.Context, id string, fn func(r *EnvelopeRe
 }
 
 // List returns every envelope record (guard keys excluded).
-func (s *Envelopes) List(ctx context.Context) ([]EnvelopeRecord, error) {
+func (s *envelopeStore) List(ctx context.Context) ([]EnvelopeRecord, error) {
 	keys, err := s.b.Keys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil

@@ -21,27 +21,19 @@ var errReconnected = errors.New("kv: connection reconnected")
 // reconnect count.
 const reconnectPoll = 250 * time.Millisecond
 
-// Follow watches every key of bucket until ctx ends, starting over after
-// an interruption (a server restart, a leader move; within a moment of
-// the connection reconnecting, not when the watch notices). It hands each entry
-// to update, then nil once the existing values have all been delivered;
-// after a restart the existing values come again, so update must be
-// idempotent per key. onRestart, if set, hears why a watch ended. It
-// blocks.
-func Follow(ctx context.Context, js jetstream.JetStream, bucket string, update func(jetstream.KeyValueEntry), onRestart func(error)) {
-	_ = FollowKeys(ctx, js, bucket, jetstream.AllKeys, update, func(err error) error {
-		if onRestart != nil {
-			onRestart(err)
-		}
-		return nil
-	})
-}
-
-// FollowKeys is Follow for the keys filter matches (a KV key pattern),
-// for a caller that may give up: onEnd hears why each watch ended and
-// returns nil to start another, or an error to stop following, which
-// FollowKeys returns. It returns nil when ctx ends.
-func FollowKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string, update func(jetstream.KeyValueEntry), onEnd func(error) error) error {
+// Follow watches the keys of bucket that filter matches (a KV key
+// pattern; jetstream.AllKeys for every key) until ctx ends, starting over
+// after an interruption (a server restart, a leader move; within a moment
+// of the connection reconnecting, not when the watch notices). It hands
+// each entry to update, then nil once the existing values have all been
+// delivered; after a restart the existing values come again, so update
+// must be idempotent per key. onEnd, if set, hears why each watch ended
+// and returns nil to start another, or an error to stop following, which
+// Follow returns. It returns nil when ctx ends. It blocks.
+func Follow(ctx context.Context, js jetstream.JetStream, bucket, filter string, update func(jetstream.KeyValueEntry), onEnd func(error) error) error {
+	if onEnd == nil {
+		onEnd = func(error) error { return nil }
+	}
 	for ctx.Err() == nil {
 		err := follow(ctx, js, bucket, filter, update)
 		if ctx.Err() != nil {

@@ -34,14 +34,14 @@ func TestFollowRecoversAfterARestart(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		kv.Follow(ctx, srv.JS, "follow_test", func(e jetstream.KeyValueEntry) {
+		_ = kv.Follow(ctx, srv.JS, "follow_test", jetstream.AllKeys, func(e jetstream.KeyValueEntry) {
 			if e == nil {
 				return
 			}
 			mu.Lock()
 			seen[e.Key()] = true
 			mu.Unlock()
-		}, func(error) { mu.Lock(); restarts++; mu.Unlock() })
+		}, func(error) error { mu.Lock(); restarts++; mu.Unlock(); return nil })
 	}()
 	defer func() { cancel(); <-done }()
 	has := func(key string) func() bool {

@@ -21,13 +21,13 @@ func (s *Jobs) index(ctx context.Context, j *Job) error {
 	if j.Retention != nil && j.Retention.Records > 0 {
 		keep = j.Retention.Records
 	}
-	seq, err := s.idx.put(ctx, streams.IndexJobs, j.ID, keep+jobListedExtra)
+	seq, err := s.idx.put(ctx, indexJobs, j.ID, keep+jobListedExtra)
 	if err != nil {
 		return err
 	}
 	j.IndexSeq = seq
 	if j.Tenant != "" {
-		if j.TenantIndexSeq, err = s.idx.put(ctx, streams.IndexTenantJobs(j.Tenant), j.ID, keep+jobListedExtra); err != nil {
+		if j.TenantIndexSeq, err = s.idx.put(ctx, indexTenantJobs(j.Tenant), j.ID, keep+jobListedExtra); err != nil {
 			return err
 		}
 	}
@@ -45,7 +45,7 @@ type jobPage struct {
 // newest first, from the job index: O(log n + limit) whatever the bucket
 // holds. A page is short by the jobs whose records expired.
 func (s *Jobs) Page(ctx context.Context, offset, limit int) (jobPage, error) {
-	return s.page(ctx, streams.IndexJobs, func(j Job) uint64 { return j.IndexSeq }, offset, limit)
+	return s.page(ctx, indexJobs, func(j Job) uint64 { return j.IndexSeq }, offset, limit)
 }
 
 // TenantPage is Page over the jobs of tenant only, from its own index: a
@@ -54,7 +54,7 @@ func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int)
 	if err := salvagetype.ValidateToken("tenant", tenant); err != nil {
 		return jobPage{}, err
 	}
-	return s.page(ctx, streams.IndexTenantJobs(tenant), func(j Job) uint64 {
+	return s.page(ctx, indexTenantJobs(tenant), func(j Job) uint64 {
 		if j.Tenant != tenant {
 			return 0
 		}

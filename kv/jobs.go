@@ -41,7 +41,7 @@ type Job struct {
 	// IndexSeq is the sequence of the job's entry in the job index.
 	IndexSeq uint64 `json:"index_seq,omitempty"`
 	// TenantIndexSeq is the sequence of its entry in its tenant's job
-	// index (streams.IndexTenantJobs), for a job with a Tenant.
+	// index (indexTenantJobs), for a job with a Tenant.
 	TenantIndexSeq uint64 `json:"tenant_index_seq,omitempty"`
 	// AttentionIndexed is set on a job created since chunks needing
 	// attention are indexed (attention.go): its failing chunks are read
@@ -408,9 +408,6 @@ func (s *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	return j, err
 }
 
-// BudgetReason is the CancelReason of a job stopped by its budget.
-const BudgetReason = "budget exceeded"
-
 // StopReason is why the job's chunks were cancelled: its CancelReason,
 // else "job cancelled".
 func (j Job) StopReason() string {
@@ -436,7 +433,7 @@ func (s *Jobs) ExceedBudget(ctx context.Context, id string) (Job, bool, error) {
 		now := s.now()
 		j.BudgetExceededAt, j.UpdatedAt = &now, now
 		if j.CancelledAt == nil {
-			j.CancelledAt, j.CancelReason = &now, BudgetReason
+			j.CancelledAt, j.CancelReason = &now, salvagetype.CancelReasonBudget
 		}
 		changed = true
 		return nil
@@ -656,4 +653,9 @@ func (s *Jobs) List(ctx context.Context) ([]Job, error) {
 		out = append(out, j)
 	}
 	return out, nil
+}
+
+// Ref names the job as its subjects do.
+func (j Job) Ref() streams.JobRef {
+	return streams.JobRef{Partition: j.Partition, Pipeline: j.Pipeline, Job: j.ID}
 }

@@ -16,9 +16,6 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// BucketJournal is the execution journal's bucket.
-const BucketJournal = "salvage_journal"
-
 // JournalRow is one call in salvage_journal, written INITIATED before the
 // call and SUCCEEDED or FAILED after it (invariant 2).
 type JournalRow struct {
@@ -82,12 +79,6 @@ func IdempotencyKey(job string, chunk, epoch, stage int, agent string, seq int) 
 	return hex.EncodeToString(h[:])
 }
 
-// HashInput is the input hash recorded in a row.
-func HashInput(input []byte) string {
-	h := sha256.Sum256(input)
-	return hex.EncodeToString(h[:16])
-}
-
 // journalStreamConfig is the bucket's stream, written as a stream config so
 // it keeps AllowAtomicPublish: a KeyValueConfig would drop it. It has no
 // age limit: rows are removed, or given a per-message TTL, by retention
@@ -116,19 +107,19 @@ func journalStreamConfig(bucket string, replicas int) jetstream.StreamConfig {
 
 // Load returns the rows of one chunk epoch keyed by journal key. Resume
 // uses it to replay an agent without calls.
-func (j *Journal) Load(ctx context.Context, job string, chunk, epoch int) (map[string]StoredRow, error) {
+func (j *journalStore) Load(ctx context.Context, job string, chunk, epoch int) (map[string]StoredRow, error) {
 	return j.load(ctx, job+"."+strconv.Itoa(chunk)+"."+strconv.Itoa(epoch)+".>")
 }
 
 // LoadChunk returns the latest row of every call of one chunk, in every
 // epoch.
-func (j *Journal) LoadChunk(ctx context.Context, job string, chunk int) (map[string]StoredRow, error) {
+func (j *journalStore) LoadChunk(ctx context.Context, job string, chunk int) (map[string]StoredRow, error) {
 	return j.load(ctx, job+"."+strconv.Itoa(chunk)+".>")
 }
 
 // load reads the latest row of every key matching filter: in one
 // direct-get batch when the server allows as many keys, else key by key.
-func (j *Journal) load(ctx context.Context, filter string) (map[string]StoredRow, error) {
+func (j *journalStore) load(ctx context.Context, filter string) (map[string]StoredRow, error) {
 	out := map[string]StoredRow{}
 	err := lastMsgsOf(ctx, j.js, j.bucket, []string{filter}, func(key string, m *jetstream.RawStreamMsg) error {
 		var r JournalRow
@@ -162,14 +153,14 @@ func (j *Journal) load(ctx context.Context, filter string) (map[string]StoredRow
 }
 
 // Get returns one row, or ErrNotFound.
-func (j *Journal) Get(ctx context.Context, key string) (StoredRow, error) {
+func (j *journalStore) Get(ctx context.Context, key string) (StoredRow, error) {
 	r, rev, err := getJSON[JournalRow](ctx, j.b, key)
 	return StoredRow{JournalRow: r, Seq: rev}, err
 }
 
 // LoadJob returns every row of a job's chunks 1..chunks, all epochs,
 // keyed by journal key, a chunk at a time.
-func (j *Journal) LoadJob(ctx context.Context, job string, chunks int) (map[string]StoredRow, error) {
+func (j *journalStore) LoadJob(ctx context.Context, job string, chunks int) (map[string]StoredRow, error) {
 	out := map[string]StoredRow{}
 	for c := 1; c <= chunks; c++ {
 		rows, err := j.LoadChunk(ctx, job, c)

@@ -44,7 +44,7 @@ type retired struct {
 // the others are purged. A chunk with nothing to keep costs one purge of
 // its subjects. It is repeat-safe: a second run finds what the first left.
 // Call it only for a chunk that will not run again.
-func (j *Journal) Retire(ctx context.Context, job string, chunk int, r RowRetention) (retired, error) {
+func (j *journalStore) Retire(ctx context.Context, job string, chunk int, r RowRetention) (retired, error) {
 	var out retired
 	rows, err := j.LoadChunk(ctx, job, chunk)
 	if err != nil || len(rows) == 0 {
@@ -103,7 +103,7 @@ func (j *Journal) Retire(ctx context.Context, job string, chunk int, r RowRetent
 // a chunk that runs again (a replay of an envelope that had settled):
 // each row that expires is written again as its key's only revision,
 // with none. It returns how many rows it rewrote.
-func (j *Journal) Unretire(ctx context.Context, job string, chunk int) (int, error) {
+func (j *journalStore) Unretire(ctx context.Context, job string, chunk int) (int, error) {
 	rows, err := j.LoadChunk(ctx, job, chunk)
 	if err != nil {
 		return 0, err
@@ -124,7 +124,7 @@ func (j *Journal) Unretire(ctx context.Context, job string, chunk int) (int, err
 // the TTL it says (0: none), as its key's only revision, if the key is
 // still at the row's sequence; pipelined, then awaited together. A row
 // another writer changed meanwhile is left to it.
-func (j *Journal) rewrite(ctx context.Context, rows map[string]StoredRow, ttl func(JournalRow) (time.Duration, bool)) (int, error) {
+func (j *journalStore) rewrite(ctx context.Context, rows map[string]StoredRow, ttl func(JournalRow) (time.Duration, bool)) (int, error) {
 	var acks []jetstream.PubAckFuture
 	for key, row := range rows {
 		d, write := ttl(row.JournalRow)
@@ -174,7 +174,7 @@ func callGroup(key string) string {
 }
 
 // purge removes every message of the journal keys matching filter.
-func (j *Journal) purge(ctx context.Context, filter string) error {
+func (j *journalStore) purge(ctx context.Context, filter string) error {
 	s, err := j.stream(ctx)
 	if err != nil {
 		return err
@@ -194,7 +194,7 @@ type journalStream struct {
 	s  jetstream.Stream
 }
 
-func (j *Journal) stream(ctx context.Context) (jetstream.Stream, error) {
+func (j *journalStore) stream(ctx context.Context) (jetstream.Stream, error) {
 	j.handle.mu.Lock()
 	defer j.handle.mu.Unlock()
 	if j.handle.s != nil {

@@ -52,11 +52,11 @@ type JournalConfig struct {
 	MaxBatch int
 }
 
-// Journal is the salvage_journal store. Writes from concurrent calls are
+// journalStore is the salvage_journal store. Writes from concurrent calls are
 // coalesced: whoever writes while no flush is running starts one, and
 // every row queued meanwhile rides in the next flush, so a call pays for
 // its two durable writes shared with every call writing at the same time.
-type Journal struct {
+type journalStore struct {
 	js jetstream.JetStream
 	b  jetstream.KeyValue
 	// bucket is b's name: one partition's journal.
@@ -86,7 +86,7 @@ type journalWrite struct {
 }
 
 // Configure applies cfg; call it before the first write.
-func (j *Journal) Configure(cfg JournalConfig) {
+func (j *journalStore) Configure(cfg JournalConfig) {
 	j.atomic = cfg.Atomic == nil || *cfg.Atomic
 	j.flushers = cfg.Flushers
 	if j.flushers <= 0 {
@@ -102,7 +102,7 @@ func (j *Journal) Configure(cfg JournalConfig) {
 // expect (0: the key must not exist), and returns the new sequence. It
 // blocks until the row is durable. A lost race returns ErrJournalConflict:
 // a row is never overwritten by a writer that did not see it.
-func (j *Journal) Put(ctx context.Context, row JournalRow, expect uint64) (uint64, error) {
+func (j *journalStore) Put(ctx context.Context, row JournalRow, expect uint64) (uint64, error) {
 	wait, err := j.PutAsync(row, expect)
 	if err != nil {
 		return 0, err
@@ -113,7 +113,7 @@ func (j *Journal) Put(ctx context.Context, row JournalRow, expect uint64) (uint6
 // PutAsync queues row like Put and returns at once with a function that
 // waits for the write's result. A call's SUCCEEDED or FAILED row need not
 // hold the call up: it is waited for before the stage's checkpoint write.
-func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
+func (j *journalStore) PutAsync(row JournalRow, expect uint64) (func(context.Context) (uint64, error), error) {
 	// A write through the journal is an event: a call began or ended.
 	row.RetentionRewrite = false
 	data, err := encodeRow(&row)
@@ -150,9 +150,9 @@ func (j *Journal) PutAsync(row JournalRow, expect uint64) (func(context.Context)
 
 // Stats reports how many flushes wrote how many rows, to show the
 // coalescing at work.
-func (j *Journal) Stats() (batches, rows int64) { return j.batches.Load(), j.rows.Load() }
+func (j *journalStore) Stats() (batches, rows int64) { return j.batches.Load(), j.rows.Load() }
 
-func (j *Journal) flushLoop() {
+func (j *journalStore) flushLoop() {
 	for {
 		j.mu.Lock()
 		n := min(len(j.pending), j.maxBatch)
@@ -171,7 +171,7 @@ func (j *Journal) flushLoop() {
 	}
 }
 
-func (j *Journal) flush(batch []*journalWrite) {
+func (j *journalStore) flush(batch []*journalWrite) {
 	ctx, cancel := context.WithTimeout(context.Background(), journalWriteTimeout)
 	defer cancel()
 	j.batches.Add(1)
@@ -239,7 +239,7 @@ func (j *Journal) flush(batch []*journalWrite) {
 // An earlier attempt can also land between that read and this write (it
 // waited in the connection's reconnect buffer): a conflict is read again
 // before it is returned.
-func (j *Journal) writeAgain(ctx context.Context, m *nats.Msg) (uint64, error) {
+func (j *journalStore) writeAgain(ctx context.Context, m *nats.Msg) (uint64, error) {
 	key := strings.TrimPrefix(m.Subject, "$KV."+j.bucket+".")
 	var seq uint64
 	own := func(ctx context.Context) (bool, error) {
@@ -275,7 +275,7 @@ func (j *Journal) writeAgain(ctx context.Context, m *nats.Msg) (uint64, error) {
 	return seq, nil
 }
 
-func (j *Journal) publishAsync(m *nats.Msg) (func(context.Context) (uint64, error), error) {
+func (j *journalStore) publishAsync(m *nats.Msg) (func(context.Context) (uint64, error), error) {
 	j.batches.Add(1)
 	j.rows.Add(1)
 	f, err := j.js.PublishMsgAsync(m)

@@ -267,6 +267,16 @@ func TestSnapshotsInlineSmallObjectLarge(t *testing.T) {
 	if _, err := st.Snapshots.Load(ctx, kv.SnapshotRef{Object: "nope"}); !errors.Is(err, kv.ErrNotFound) {
 		t.Fatalf("missing object: %v", err)
 	}
+	// An agent's state round-trips, its sequence counting up per snapshot.
+	state := &salvagetype.AgentState{Goal: "fulfil order o-1", Completed: []string{"k1", "k2"}, Seq: 1}
+	ref3, err := st.Snapshots.SaveState(ctx, "J", 1, 0, "clerk", state)
+	if err != nil || ref3.Seq != 2 || state.Seq != 2 {
+		t.Fatalf("stage snapshot = %+v, %v", ref3, err)
+	}
+	back, err := st.Snapshots.LoadState(ctx, ref3)
+	if err != nil || len(back.Completed) != 2 || back.Goal != state.Goal || back.Seq != 2 {
+		t.Fatalf("loaded %+v, %v", back, err)
+	}
 }
 
 // TestExplanationPutsFailuresFirst: a 200-chunk job where 132 chunks

@@ -12,10 +12,10 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// PartitionStreams are the streams of partition k: its chunk stream and
+// partitionStreams are the streams of partition k: its chunk stream and
 // the streams of its claims, checkpoints and journal buckets.
-func PartitionStreams(k int) []string {
-	return []string{streams.ChunksStream(k), "KV_" + BucketClaimsIn(k), "KV_" + BucketCheckpointsIn(k), "KV_" + BucketJournalIn(k)}
+func partitionStreams(k int) []string {
+	return []string{streams.ChunksStream(k), "KV_" + BucketIn(BucketClaims, k), "KV_" + BucketIn(BucketCheckpoints, k), "KV_" + BucketIn(BucketJournal, k)}
 }
 
 // stepdownWait bounds one leader step-down request.
@@ -46,7 +46,7 @@ func SpreadLeaders(ctx context.Context, js jetstream.JetStream, n int) (int, err
 			continue
 		}
 		target := peers[k%len(peers)]
-		for _, name := range PartitionStreams(k) {
+		for _, name := range partitionStreams(k) {
 			info, err := streamInfo(ctx, js, name)
 			if err != nil {
 				first = cmpErr(first, err)

@@ -14,11 +14,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// BucketLimits holds the rate limits declared per key (spec.<key>) and,
-// per key, the shares of it the processes calling it hold
-// (share.<key>).
-const BucketLimits = "salvage_limits"
-
 // LimitShares is the value of share.<key>: what each process holds of
 // the key's limit until its lease expires, and a pause every process
 // honours (a provider's 429 or rate-limit headers asked the fleet to
@@ -52,8 +47,8 @@ type LimitShare struct {
 	Expires time.Time `json:"expires"`
 }
 
-// Limits is the salvage_limits store.
-type Limits struct {
+// limitStore is the salvage_limits store.
+type limitStore struct {
 	b   jetstream.KeyValue
 	js  jetstream.JetStream
 	now func() time.Time
@@ -65,7 +60,7 @@ const (
 )
 
 // Set stores l (Validate first), by whom.
-func (s *Limits) Set(ctx context.Context, l salvagetype.Limit, by string) (salvagetype.Limit, error) {
+func (s *limitStore) Set(ctx context.Context, l salvagetype.Limit, by string) (salvagetype.Limit, error) {
 	if s == nil {
 		return l, salvagetype.ErrLimitsNotProvisioned
 	}
@@ -88,7 +83,7 @@ func (s *Limits) Set(ctx context.Context, l salvagetype.Limit, by string) (salva
 
 // Remove deletes the limit of key and its shares; ErrNotFound when none
 // is declared.
-func (s *Limits) Remove(ctx context.Context, key string) error {
+func (s *limitStore) Remove(ctx context.Context, key string) error {
 	if s == nil {
 		return salvagetype.ErrLimitsNotProvisioned
 	}
@@ -106,7 +101,7 @@ func (s *Limits) Remove(ctx context.Context, key string) error {
 
 // Get returns the limit of key (ErrNotFound when none is declared) and
 // its revision.
-func (s *Limits) Get(ctx context.Context, key string) (salvagetype.Limit, uint64, error) {
+func (s *limitStore) Get(ctx context.Context, key string) (salvagetype.Limit, uint64, error) {
 	if s == nil {
 		return salvagetype.Limit{}, 0, salvagetype.ErrLimitsNotProvisioned
 	}
@@ -114,12 +109,12 @@ func (s *Limits) Get(ctx context.Context, key string) (salvagetype.Limit, uint64
 }
 
 // List returns every declared limit, in one multi-last direct get.
-func (s *Limits) List(ctx context.Context) ([]salvagetype.Limit, error) {
+func (s *limitStore) List(ctx context.Context) ([]salvagetype.Limit, error) {
 	if s == nil {
 		return nil, salvagetype.ErrLimitsNotProvisioned
 	}
 	var out []salvagetype.Limit
-	err := lastValues(ctx, s.js, BucketLimits, limitSpecPrefix+">", func(_ string, value []byte, _ uint64) error {
+	err := lastValues(ctx, s.js, BucketLimits, LimitSpecs, func(_ string, value []byte, _ uint64) error {
 		var l salvagetype.Limit
 		if err := json.Unmarshal(value, &l); err != nil {
 			return fmt.Errorf("kv: decode limit: %w", err)
@@ -132,7 +127,7 @@ func (s *Limits) List(ctx context.Context) ([]salvagetype.Limit, error) {
 
 // Shares returns the shares of key's limit (ErrNotFound when nobody
 // holds one yet).
-func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, error) {
+func (s *limitStore) Shares(ctx context.Context, key string) (LimitShares, uint64, error) {
 	if s == nil {
 		return LimitShares{}, 0, salvagetype.ErrLimitsNotProvisioned
 	}
@@ -141,7 +136,7 @@ func (s *Limits) Shares(ctx context.Context, key string) (LimitShares, uint64, e
 
 // AllShares returns the shares of every limit anybody holds, by key, in
 // one multi-last direct get (as List reads the limits).
-func (s *Limits) AllShares(ctx context.Context) (map[string]LimitShares, error) {
+func (s *limitStore) AllShares(ctx context.Context) (map[string]LimitShares, error) {
 	if s == nil {
 		return nil, salvagetype.ErrLimitsNotProvisioned
 	}
@@ -160,7 +155,7 @@ func (s *Limits) AllShares(ctx context.Context) (map[string]LimitShares, error) 
 // MutateShares applies fn to the shares of key (empty when absent) and
 // writes them by CAS, retrying lost races; fn returning ErrNoChange
 // writes nothing.
-func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *LimitShares) error) (LimitShares, error) {
+func (s *limitStore) MutateShares(ctx context.Context, key string, fn func(sh *LimitShares) error) (LimitShares, error) {
 	if s == nil {
 		return LimitShares{}, salvagetype.ErrLimitsNotProvisioned
 	}
@@ -180,24 +175,21 @@ func (s *Limits) MutateShares(ctx context.Context, key string, fn func(sh *Limit
 // WatchSpecs follows the declared limits: every current one, then each
 // change (a removed limit arrives as a delete entry). The watcher stops
 // with ctx.
-func (s *Limits) WatchSpecs(ctx context.Context) (jetstream.KeyWatcher, error) {
+func (s *limitStore) WatchSpecs(ctx context.Context) (jetstream.KeyWatcher, error) {
 	if s == nil {
 		return nil, salvagetype.ErrLimitsNotProvisioned
 	}
-	return s.b.Watch(ctx, limitSpecPrefix+">")
+	return s.b.Watch(ctx, LimitSpecs)
 }
 
-// LimitKeyOf returns the limit key of a spec watch entry's key.
-func LimitKeyOf(entryKey string) string { return strings.TrimPrefix(entryKey, limitSpecPrefix) }
-
-// DecodeLimit reads a limit from a spec watch entry; ok is false for a
-// deleted key or a value that does not decode.
-func DecodeLimit(e jetstream.KeyValueEntry) (salvagetype.Limit, bool) {
-	var l salvagetype.Limit
-	if e == nil || e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &l) != nil {
-		return l, false
+// DecodeLimit reads an entry of LimitSpecs: the limit's key, and the
+// limit; ok is false for a deleted key or a value that does not decode.
+func DecodeLimit(e jetstream.KeyValueEntry) (key string, l salvagetype.Limit, ok bool) {
+	key = strings.TrimPrefix(e.Key(), limitSpecPrefix)
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &l) != nil {
+		return key, l, false
 	}
-	return l, true
+	return key, l, true
 }
 
 // limitRefusedWindow is how far back a limit's record counts the

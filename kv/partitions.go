@@ -22,22 +22,15 @@ import (
 type Part struct {
 	// Index is the partition's number, 0 to the deployment's count − 1.
 	Index       int
-	Claims      *Claims
-	Checkpoints *Checkpoints
-	Journal     *Journal
+	Claims      *claimStore
+	Checkpoints *checkpointStore
+	Journal     *journalStore
 }
 
-// BucketClaimsIn names partition k's claims bucket: salvage_claims for
-// partition 0, salvage_claims_<k> for the others.
-func BucketClaimsIn(k int) string { return partName(BucketClaims, k) }
-
-// BucketCheckpointsIn names partition k's checkpoints bucket.
-func BucketCheckpointsIn(k int) string { return partName(BucketCheckpoints, k) }
-
-// BucketJournalIn names partition k's journal bucket.
-func BucketJournalIn(k int) string { return partName(BucketJournal, k) }
-
-func partName(base string, k int) string {
+// BucketIn names partition k's copy of a partitioned bucket (BucketClaims,
+// BucketCheckpoints or BucketJournal): the name itself for partition 0,
+// <name>_<k> for the others, so salvage_claims_3.
+func BucketIn(base string, k int) string {
 	if k == 0 {
 		return base
 	}
@@ -48,10 +41,10 @@ func partName(base string, k int) string {
 // checkpoints buckets; its journal is a stream (journalStreamConfig).
 func partConfigs(k, replicas int) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
-		{Bucket: BucketClaimsIn(k), Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: claimsTTL, Replicas: replicas},
+		{Bucket: BucketIn(BucketClaims, k), Description: "Chunk claims: one live lease per chunk.", History: 1, TTL: claimsTTL, Replicas: replicas},
 		// Checkpoint records have no age limit: a record is kept while its
 		// job runs and gets a per-message TTL once settled (Retention).
-		{Bucket: BucketCheckpointsIn(k), Description: "Chunk checkpoints; the fence against stale workers.", History: 1, LimitMarkerTTL: markerTTL, Replicas: replicas},
+		{Bucket: BucketIn(BucketCheckpoints, k), Description: "Chunk checkpoints; the fence against stale workers.", History: 1, LimitMarkerTTL: markerTTL, Replicas: replicas},
 	}
 }
 
@@ -62,8 +55,8 @@ func provisionPart(ctx context.Context, js jetstream.JetStream, k, replicas int)
 			return fmt.Errorf("kv: provision %s: %w", cfg.Bucket, err)
 		}
 	}
-	if err := streams.EnsureStream(ctx, js, journalStreamConfig(BucketJournalIn(k), replicas)); err != nil {
-		return fmt.Errorf("kv: provision %s: %w", BucketJournalIn(k), err)
+	if err := streams.EnsureStream(ctx, js, journalStreamConfig(BucketIn(BucketJournal, k), replicas)); err != nil {
+		return fmt.Errorf("kv: provision %s: %w", BucketIn(BucketJournal, k), err)
 	}
 	return nil
 }
@@ -77,24 +70,24 @@ func openPart(ctx context.Context, js jetstream.JetStream, k int, idx *indexWrit
 		}
 		return b, nil
 	}
-	claims, err := get(BucketClaimsIn(k))
+	claims, err := get(BucketIn(BucketClaims, k))
 	if err != nil {
 		return nil, err
 	}
-	cps, err := get(BucketCheckpointsIn(k))
+	cps, err := get(BucketIn(BucketCheckpoints, k))
 	if err != nil {
 		return nil, err
 	}
-	journal, err := get(BucketJournalIn(k))
+	journal, err := get(BucketIn(BucketJournal, k))
 	if err != nil {
 		return nil, err
 	}
-	jr := &Journal{js: js, b: journal, bucket: BucketJournalIn(k)}
+	jr := &journalStore{js: js, b: journal, bucket: BucketIn(BucketJournal, k)}
 	jr.Configure(cfg)
 	return &Part{
 		Index:       k,
-		Claims:      &Claims{b: claims, bucket: BucketClaimsIn(k), now: time.Now},
-		Checkpoints: &Checkpoints{b: cps, bucket: BucketCheckpointsIn(k), js: js, now: time.Now, idx: idx},
+		Claims:      &claimStore{b: claims, bucket: BucketIn(BucketClaims, k), now: time.Now},
+		Checkpoints: &checkpointStore{b: cps, bucket: BucketIn(BucketCheckpoints, k), js: js, now: time.Now, idx: idx},
 		Journal:     jr,
 	}, nil
 }

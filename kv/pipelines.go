@@ -10,10 +10,6 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// BucketPipelines holds every pipeline a worker runs and what operators
-// set on it: whether it is paused.
-const BucketPipelines = "salvage_pipelines"
-
 // PipelineState is the value of a salvage_pipelines key, written when a
 // worker that runs the pipeline starts and when it is paused or resumed.
 type PipelineState struct {
@@ -39,15 +35,15 @@ type PipelineState struct {
 	PreviousFingerprint string    `json:"previous_fingerprint,omitempty"`
 }
 
-// Pipelines is the salvage_pipelines store.
-type Pipelines struct {
+// pipelineStore is the salvage_pipelines store.
+type pipelineStore struct {
 	b   jetstream.KeyValue
 	js  jetstream.JetStream
 	now func() time.Time
 }
 
 // List returns every pipeline recorded, in one multi-last direct get.
-func (s *Pipelines) List(ctx context.Context) ([]PipelineState, error) {
+func (s *pipelineStore) List(ctx context.Context) ([]PipelineState, error) {
 	var out []PipelineState
 	err := lastValues(ctx, s.js, BucketPipelines, ">", func(_ string, value []byte, _ uint64) error {
 		var p PipelineState
@@ -62,14 +58,14 @@ func (s *Pipelines) List(ctx context.Context) ([]PipelineState, error) {
 
 // Get returns the state of pipeline (ErrNotFound when no worker that
 // runs it ever started and nobody paused it).
-func (s *Pipelines) Get(ctx context.Context, pipeline string) (PipelineState, error) {
+func (s *pipelineStore) Get(ctx context.Context, pipeline string) (PipelineState, error) {
 	p, _, err := getJSON[PipelineState](ctx, s.b, pipeline)
 	return p, err
 }
 
 // Register records that pipeline exists (a worker runs it), running,
 // unless it is recorded already.
-func (s *Pipelines) Register(ctx context.Context, pipeline string) error {
+func (s *pipelineStore) Register(ctx context.Context, pipeline string) error {
 	_, err := createJSON(ctx, s.b, pipeline, PipelineState{Pipeline: pipeline, UpdatedAt: s.now().UTC()})
 	if err != nil && !isConflict(err) {
 		return fmt.Errorf("kv: register pipeline %s: %w", pipeline, err)
@@ -83,7 +79,7 @@ func (s *Pipelines) Register(ctx context.Context, pipeline string) error {
 // unless upgrade is set: an operator asked for this definition to
 // replace the registered one. definition is kept to its first maxLines
 // lines (the fingerprint covers them all).
-func (s *Pipelines) Define(ctx context.Context, pipeline, fingerprint string, definition []string, maxLines int, by string, upgrade bool) (PipelineState, error) {
+func (s *pipelineStore) Define(ctx context.Context, pipeline, fingerprint string, definition []string, maxLines int, by string, upgrade bool) (PipelineState, error) {
 	shown := definition[:min(len(definition), maxLines)]
 	p, _, err := mutateJSON(ctx, s.b, pipeline, func(p *PipelineState, exists bool) error {
 		if !exists {
@@ -134,7 +130,7 @@ func definitionDiff(was, now []string, max int) []string {
 // SetPaused pauses or resumes pipeline by CAS; by and reason say who and
 // why. It returns the state as stored and whether it changed: pausing a
 // paused pipeline changes nothing.
-func (s *Pipelines) SetPaused(ctx context.Context, pipeline string, paused bool, by, reason string) (PipelineState, bool, error) {
+func (s *pipelineStore) SetPaused(ctx context.Context, pipeline string, paused bool, by, reason string) (PipelineState, bool, error) {
 	changed := false
 	p, _, err := mutateJSON(ctx, s.b, pipeline, func(p *PipelineState, exists bool) error {
 		changed = false // a lost race runs fn again

@@ -14,7 +14,7 @@ import (
 
 // BuildIndex gives every job and envelope record written before
 // SALVAGE_INDEX existed its entry, once: it returns at once when the index
-// says it was built (its streams.IndexBuilt message). It reads every
+// says it was built (its indexBuilt message). It reads every
 // record, oldest first, so the entries keep the records' order; the
 // dead-letter role runs it when it starts. It returns how many entries it
 // wrote. A record an older process writes later gets its entry when it
@@ -24,12 +24,12 @@ func (st *Stores) BuildIndex(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("kv: open %s: %w", streams.Index, err)
 	}
-	_, err = str.GetLastMsgForSubject(ctx, streams.IndexBuilt)
+	_, err = str.GetLastMsgForSubject(ctx, indexBuilt)
 	if err == nil {
 		return 0, nil
 	}
 	if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, fmt.Errorf("kv: read %s: %w", streams.IndexBuilt, err)
+		return 0, fmt.Errorf("kv: read %s: %w", indexBuilt, err)
 	}
 	n := 0
 	jobs, err := st.Jobs.List(ctx)
@@ -66,9 +66,9 @@ func (st *Stores) BuildIndex(ctx context.Context) (int, error) {
 		}
 		n++
 	}
-	_, err = st.Jobs.js.PublishMsg(ctx, &nats.Msg{Subject: streams.IndexBuilt}, jetstream.WithExpectLastSequencePerSubject(0))
+	_, err = st.Jobs.js.PublishMsg(ctx, &nats.Msg{Subject: indexBuilt}, jetstream.WithExpectLastSequencePerSubject(0))
 	if err != nil && !isWrongLast(err) {
-		return n, fmt.Errorf("kv: mark %s: %w", streams.IndexBuilt, err)
+		return n, fmt.Errorf("kv: mark %s: %w", indexBuilt, err)
 	}
 	return n, nil
 }

@@ -19,13 +19,6 @@ import (
 // TTL to it in a bucket keeping more than one revision per key.
 const markerTTL = 10 * time.Second
 
-// TTLFrom is what a TTL set at now must be for a message to go keep
-// after since: in whole seconds, at least one (the server's floor).
-func TTLFrom(keep time.Duration, since time.Time, now time.Time) time.Duration {
-	left := keep - now.Sub(since)
-	return max(left.Truncate(time.Second), time.Second)
-}
-
 // keptUpdate stores v under key if the key is still at rev, like
 // updateJSON; a record retention already ran on (until set) keeps
 // expiring then, written as its key's only revision. A lost race is

@@ -15,9 +15,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// BucketSnapshots is the object store that holds large agent snapshots.
-const BucketSnapshots = "salvage_snapshots"
-
 // snapshotInlineMax is the largest compressed snapshot kept inline in its
 // chunk's checkpoint; larger ones go to the object store.
 const snapshotInlineMax = 4 << 10
@@ -30,21 +27,21 @@ type SnapshotRef struct {
 	Inline []byte `json:"inline,omitempty"`
 }
 
-// Snapshots stores agent state snapshots, gzip-compressed.
-type Snapshots struct {
+// snapshotStore stores agent state snapshots, gzip-compressed.
+type snapshotStore struct {
 	os jetstream.ObjectStore
 }
 
-// SnapshotName is an agent snapshot's object name:
+// snapshotName is an agent snapshot's object name:
 // <job>.<chunk>.<epoch>.<agent>.<seq>.
-func SnapshotName(job string, chunk, epoch int, agent string, seq int) string {
+func snapshotName(job string, chunk, epoch int, agent string, seq int) string {
 	return job + "." + strconv.Itoa(chunk) + "." + strconv.Itoa(epoch) + "." + agent + "." + strconv.Itoa(seq)
 }
 
 // Save compresses data and returns a reference: inline when it is small,
 // so a stage-boundary snapshot rides in the checkpoint write the stage
 // pays anyway, else stored under name in the object store.
-func (s *Snapshots) Save(ctx context.Context, name string, seq int, data []byte) (SnapshotRef, error) {
+func (s *snapshotStore) Save(ctx context.Context, name string, seq int, data []byte) (SnapshotRef, error) {
 	z, err := compress(data)
 	if err != nil {
 		return SnapshotRef{}, fmt.Errorf("kv: compress snapshot %s: %w", name, err)
@@ -60,7 +57,7 @@ func (s *Snapshots) Save(ctx context.Context, name string, seq int, data []byte)
 
 // Put stores data, compressed, in the object store under name whatever its
 // size: for snapshots no checkpoint write will carry.
-func (s *Snapshots) Put(ctx context.Context, name string, data []byte) error {
+func (s *snapshotStore) Put(ctx context.Context, name string, data []byte) error {
 	z, err := compress(data)
 	if err != nil {
 		return fmt.Errorf("kv: compress snapshot %s: %w", name, err)
@@ -72,7 +69,7 @@ func (s *Snapshots) Put(ctx context.Context, name string, data []byte) error {
 // leader election, a node restarting): an agent must not take the
 // store's hiccup for its own failure and spend the chunk's deliveries on
 // it. A put again replaces the object whole.
-func (s *Snapshots) put(ctx context.Context, name string, z []byte) error {
+func (s *snapshotStore) put(ctx context.Context, name string, z []byte) error {
 	err := streams.Retry(ctx, func(ctx context.Context) error {
 		_, err := s.os.PutBytes(ctx, name, z)
 		return err
@@ -84,7 +81,7 @@ func (s *Snapshots) put(ctx context.Context, name string, z []byte) error {
 }
 
 // Load returns a snapshot's data, or ErrNotFound.
-func (s *Snapshots) Load(ctx context.Context, ref SnapshotRef) ([]byte, error) {
+func (s *snapshotStore) Load(ctx context.Context, ref SnapshotRef) ([]byte, error) {
 	z := ref.Inline
 	if ref.Object != "" {
 		err := streams.Retry(ctx, func(ctx context.Context) error {

@@ -14,10 +14,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// BucketWorkers holds one key per live Salvage process, refreshed by its
-// heartbeat; a key not refreshed within workersTTL ages out.
-const BucketWorkers = "salvage_workers"
-
 // workersTTL is how long a process's record outlives its last heartbeat.
 // ProcessLeaseDefault is the lease of a process that holds no claims (it
 // runs no worker); ProcessLeaseMax caps a worker's, well under workersTTL,
@@ -26,6 +22,9 @@ const (
 	workersTTL          = 30 * time.Second
 	ProcessLeaseDefault = 30 * time.Second
 	ProcessLeaseMax     = 20 * time.Second
+	// AckWaitMax caps AckWait, the lease of a chunk's claim, well under
+	// claimsTTL (a live lease is renewed within it).
+	AckWaitMax = time.Hour
 )
 
 // WorkerState is the value of a salvage_workers key: what one live process
@@ -65,9 +64,9 @@ func (w WorkerState) Recovering(pipeline string) bool {
 	return false
 }
 
-// Workers is the salvage_workers store. It binds its bucket on first use,
+// workerStore is the salvage_workers store. It binds its bucket on first use,
 // so a deployment provisioned before it existed still opens.
-type Workers struct {
+type workerStore struct {
 	js  jetstream.JetStream
 	now func() time.Time
 
@@ -75,7 +74,7 @@ type Workers struct {
 	b  jetstream.KeyValue
 }
 
-func (s *Workers) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+func (s *workerStore) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.b != nil {
@@ -91,7 +90,7 @@ func (s *Workers) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 
 // Beat writes w's record (its UpdatedAt set now): one put, refreshing its
 // time to live.
-func (s *Workers) Beat(ctx context.Context, w WorkerState) error {
+func (s *workerStore) Beat(ctx context.Context, w WorkerState) error {
 	b, err := s.bucket(ctx)
 	if err != nil {
 		return err
@@ -109,7 +108,7 @@ func (s *Workers) Beat(ctx context.Context, w WorkerState) error {
 
 // Get returns process id's record, Written set, or ErrNotFound when it
 // has none (it stopped, or has not written one for workersTTL).
-func (s *Workers) Get(ctx context.Context, id string) (WorkerState, error) {
+func (s *workerStore) Get(ctx context.Context, id string) (WorkerState, error) {
 	b, err := s.bucket(ctx)
 	if err != nil {
 		return WorkerState{}, err
@@ -141,7 +140,7 @@ func WorkerOf(e jetstream.KeyValueEntry) (WorkerState, error) {
 }
 
 // Gone removes w's record at once (a process that stops).
-func (s *Workers) Gone(ctx context.Context, id string) error {
+func (s *workerStore) Gone(ctx context.Context, id string) error {
 	b, err := s.bucket(ctx)
 	if err != nil {
 		return err
@@ -154,7 +153,7 @@ func (s *Workers) Gone(ctx context.Context, id string) error {
 
 // List returns the live processes, in one multi-last direct get; none
 // when the bucket does not exist yet.
-func (s *Workers) List(ctx context.Context) ([]WorkerState, error) {
+func (s *workerStore) List(ctx context.Context) ([]WorkerState, error) {
 	if _, err := s.bucket(ctx); errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	} else if err != nil {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
@@ -33,43 +32,14 @@ func TestFailureRunOpensOnFailuresInARowWithinTheWindow(t *testing.T) {
 	}
 }
 
-func TestBreakerAllows(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1000, 0)
-	p := salvagetype.BreakerPolicy{CoolDown: 30 * time.Second}
-	var b kv.Breaker
-	if BreakerAllows(b, "j.1") != VerdictAllow {
-		t.Fatal("a breaker never written is closed")
-	}
-	Open(&b, p, now, "503")
-	if BreakerAllows(b, "j.1") != verdictRefuse || b.Opens != 1 || !b.RetryAt.Equal(now.Add(30*time.Second)) {
-		t.Fatalf("open breaker %+v must refuse", b)
-	}
-	HalfOpen(&b, "j.2", now.Add(31*time.Second))
-	if BreakerAllows(b, "j.1") != verdictRefuse || BreakerAllows(b, "j.2") != VerdictAllow {
-		t.Fatal("half-open lets only its probe through")
-	}
-	if ProbeOverdue(b, p, now.Add(60*time.Second)) || !ProbeOverdue(b, p, now.Add(62*time.Second)) {
-		t.Fatal("a probe is overdue after one cool-down")
-	}
-	HalfOpen(&b, "", now)
-	if BreakerAllows(b, "j.3") != VerdictTakeProbe || ProbeOverdue(b, p, now.Add(time.Hour)) {
-		t.Fatal("an untaken probe goes to the first caller and is never overdue")
-	}
-	Close(&b)
-	if BreakerAllows(b, "j.1") != VerdictAllow || b.Probe != "" {
-		t.Fatal("closed lets everyone through")
-	}
-}
-
 func TestBreakerErrorsAreTyped(t *testing.T) {
 	t.Parallel()
 	err := fmt.Errorf("crm-read: %w", &salvagetype.BreakerOpenError{System: "crm", State: salvagetype.BreakerOpen})
 	if !errors.Is(err, salvagetype.ErrBreakerOpen) || ClassOf(err) != salvagetype.ClassBreakerOpen {
 		t.Fatalf("class %s", ClassOf(err))
 	}
-	if sys, ok := BreakerSystem(err); !ok || sys != "crm" {
-		t.Fatalf("system %q", sys)
+	if be := (*salvagetype.BreakerOpenError)(nil); !errors.As(err, &be) || be.System != "crm" {
+		t.Fatalf("system of %v", err)
 	}
 	if _, retry := (RetryPolicy{}).NextWait(err, 0, 0); retry {
 		t.Fatal("a refused call must not be retried in the worker")

@@ -41,8 +41,8 @@ type Failure struct {
 }
 
 // FromJournal fills the journal facts of f from one chunk epoch's rows.
-func (f *Failure) FromJournal(rows map[string]kv.StoredRow) {
-	for _, r := range SortedRows(rows) {
+func (f *Failure) FromJournal(rows Rows) {
+	for _, r := range rows.Sorted() {
 		switch {
 		case r.Status == salvagetype.CallInitiated || r.Status == salvagetype.CallUnknown:
 			f.InFlight = true
@@ -82,11 +82,11 @@ func (l Limits) WithDefaults() Limits {
 // settled instead of resumed.
 func (f Failure) Stopped() bool { return f.Rejected || f.Cancelled }
 
-// Classify picks a category and a strategy by the design's table, from
-// typed errors and the journal — never from error text. A chunk past
-// l's limits escalates; a stopped chunk is not held to the recoveries
+// Classify picks the failure's category and strategy by the design's
+// table, from typed errors and the journal — never from error text. A
+// chunk past l's limits escalates; a stopped chunk is not held to the recoveries
 // limit, which bounds resumes, and a stopped chunk never resumes.
-func Classify(f Failure, l Limits) (category salvagetype.Category, strategy salvagetype.Strategy) {
+func (f Failure) Classify(l Limits) (category salvagetype.Category, strategy salvagetype.Strategy) {
 	l = l.WithDefaults()
 	category, strategy = classify(f)
 	if (f.Recoveries >= l.MaxRecoveries && !f.Stopped()) || f.StrategyFailures >= l.MaxStrategyAttempts {

@@ -62,7 +62,7 @@ func TestClassifierTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, s := recovery.Classify(tt.f, recovery.Limits{})
+			c, s := tt.f.Classify(recovery.Limits{})
 			if c != tt.category || s != tt.strategy {
 				t.Fatalf("Classify = %s/%s, want %s/%s", c, s, tt.category, tt.strategy)
 			}
@@ -125,10 +125,10 @@ func TestAutoRecoveryRate(t *testing.T) {
 func TestLimitsAreConfigurable(t *testing.T) {
 	t.Parallel()
 	f := recovery.Failure{Class: salvagetype.ClassTransient, Exhausted: true, Recoveries: 1}
-	if _, s := recovery.Classify(f, recovery.Limits{}); s != salvagetype.StrategyResume {
+	if _, s := f.Classify(recovery.Limits{}); s != salvagetype.StrategyResume {
 		t.Errorf("one recovery under the default limit: %s", s)
 	}
-	if _, s := recovery.Classify(f, recovery.Limits{MaxRecoveries: 1}); s != salvagetype.StrategyEscalate {
+	if _, s := f.Classify(recovery.Limits{MaxRecoveries: 1}); s != salvagetype.StrategyEscalate {
 		t.Errorf("one recovery with MaxRecoveries 1: %s, want escalate", s)
 	}
 	if l := (recovery.Limits{}).WithDefaults(); l.MaxRecoveries != 3 || l.MaxStrategyAttempts != 3 {

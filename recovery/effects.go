@@ -11,13 +11,17 @@ import (
 // orchestrator takes from it (what to verify, what to undo and in which
 // order, what stands and so escalates) read these.
 
-// Entries lists the keys of an epoch's journal rows by what recovery does
-// with them: completed calls, calls in flight (to verify), and the
-// reversible effects to undo, newest first — the order compensation runs
-// in. It also returns the last failed call.
-func Entries(rows map[string]kv.StoredRow) (completed, inFlight, pending []string, failed kv.JournalRow) {
+// Rows are one epoch's journal rows by key, as kv's Journal.Load returns
+// them: what recovery reads to decide what a chunk's calls left behind.
+type Rows map[string]kv.StoredRow
+
+// Entries lists the keys of the rows by what recovery does with them:
+// completed calls, calls in flight (to verify), and the reversible effects
+// to undo, newest first — the order compensation runs in. It also returns
+// the last failed call.
+func (rows Rows) Entries() (completed, inFlight, pending []string, failed kv.JournalRow) {
 	completed, inFlight, pending = []string{}, []string{}, []string{}
-	for _, r := range SortedRows(rows) {
+	for _, r := range rows.Sorted() {
 		switch r.Status {
 		case salvagetype.CallSucceeded:
 			completed = append(completed, r.Key)
@@ -34,13 +38,13 @@ func Entries(rows map[string]kv.StoredRow) (completed, inFlight, pending []strin
 	return completed, inFlight, pending, failed
 }
 
-// Standing lists the effects of an epoch's journal rows that may stand,
+// Standing lists the effects of the rows that may stand,
 // newest first (the order in which a person would undo them): succeeded
 // side effects, and calls in flight, whose outcome is unknown. A chunk
 // with any is never a dead end: it is compensated or escalated.
-func Standing(rows map[string]kv.StoredRow) []salvagetype.LeftEffect {
+func (rows Rows) Standing() []salvagetype.LeftEffect {
 	out := []salvagetype.LeftEffect{}
-	sorted := SortedRows(rows)
+	sorted := rows.Sorted()
 	slices.Reverse(sorted)
 	for _, r := range sorted {
 		switch {

@@ -66,10 +66,10 @@ func Example() {
 
 // Classify decides what the recovery orchestrator does with an envelope,
 // from typed errors and the journal, never from error text.
-func ExampleClassify() {
-	category, strategy := recovery.Classify(recovery.Failure{Class: salvagetype.ClassTransient, Status: 503, Exhausted: true}, recovery.Limits{})
+func ExampleFailure_Classify() {
+	category, strategy := recovery.Failure{Class: salvagetype.ClassTransient, Status: 503, Exhausted: true}.Classify(recovery.Limits{})
 	fmt.Println(category, strategy)
-	category, strategy = recovery.Classify(recovery.Failure{Class: salvagetype.ClassPermanent}, recovery.Limits{})
+	category, strategy = recovery.Failure{Class: salvagetype.ClassPermanent}.Classify(recovery.Limits{})
 	fmt.Println(category, strategy)
 	// Output:
 	// EXTERNAL_SYSTEM_DOWN RESUME_FROM_CHECKPOINT

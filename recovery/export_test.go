@@ -1,5 +1,7 @@
 package recovery
 
-// DefaultRetryPolicy is what the package's external tests reach that no
-// other package uses.
-var DefaultRetryPolicy = defaultRetryPolicy
+// What the package's external tests reach that no other package uses.
+var (
+	DefaultRetryPolicy = defaultRetryPolicy
+	HashInput          = hashInput
+)

@@ -3,6 +3,8 @@ package recovery
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +17,8 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// JournalStore is where journal rows are written; kv.Journal implements it.
+// JournalStore is where journal rows are written; kv's journal store
+// (kv.Part.Journal) implements it.
 type JournalStore interface {
 	// Put stores row if its key's last sequence is still expect (0: new)
 	// and returns the new sequence.
@@ -48,7 +51,7 @@ type pendingRow struct {
 	prev kv.StoredRow
 }
 
-// NewReplay wraps rows (from kv.Journal.Load) for a chunk run.
+// NewReplay wraps rows (from kv.Part.Journal.Load) for a chunk run.
 func NewReplay(store JournalStore, rows map[string]kv.StoredRow) *Replay {
 	if rows == nil {
 		rows = map[string]kv.StoredRow{}
@@ -260,7 +263,7 @@ func (t *turn) call(ctx context.Context, name string, input any, link bool) (_ j
 		// Stopped before the call began: nothing ran, nothing to record.
 		return nil, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
-	row := kv.JournalRow{Call: salvagetype.Call{Key: key, Job: t.Job, Chunk: t.Chunk, Epoch: t.Epoch, Stage: t.Stage, Agent: t.Agent, Seq: t.seq, Tool: name, System: tool.System, InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq), TraceID: t.TraceID}}
+	row := kv.JournalRow{Call: salvagetype.Call{Key: key, Job: t.Job, Chunk: t.Chunk, Epoch: t.Epoch, Stage: t.Stage, Agent: t.Agent, Seq: t.seq, Tool: name, System: tool.System, InputHash: hashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey(t.Job, t.Chunk, t.Epoch, t.Stage, t.Agent, t.seq), TraceID: t.TraceID}}
 	rowp = &row
 	prev, seen := t.replay.get(key)
 	if seen {
@@ -322,7 +325,7 @@ func (t *turn) begin(ctx context.Context, tool *salvagetype.Tool, row *kv.Journa
 	row.StartedAt = time.Now().UTC()
 	if tool.Effect != nil && !tool.Effect.Reversible && t.snaps != nil {
 		// Nothing undoes what comes next: keep what the agent knew.
-		if err := putSnapshot(ctx, t.snaps, t.Job, t.Chunk, t.Epoch, t.Agent, t.state); err != nil {
+		if err := t.snaps.PutState(ctx, t.Job, t.Chunk, t.Epoch, t.Agent, t.state); err != nil {
 			return err
 		}
 		t.stats.Snapshots.Add(1)
@@ -609,11 +612,11 @@ func fingerprint(tool *salvagetype.Tool, key, resourceID string) *salvagetype.Fi
 // compensationKey is the deterministic idempotency key of the call that
 // undoes the effect made under key, so a repeated compensation never
 // refunds twice.
-func compensationKey(key string) string { return kv.HashInput([]byte("compensate:" + key)) }
+func compensationKey(key string) string { return hashInput([]byte("compensate:" + key)) }
 
-// SortedRows returns rows in the order they were first written (stream
+// Sorted returns the rows in the order they were first written (stream
 // sequence of their latest write breaks ties the same way for all).
-func SortedRows(rows map[string]kv.StoredRow) []kv.StoredRow {
+func (rows Rows) Sorted() []kv.StoredRow {
 	out := make([]kv.StoredRow, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, r)
@@ -635,4 +638,11 @@ func appendOnce(keys []string, key string) []string {
 		}
 	}
 	return append(keys, key)
+}
+
+// hashInput is the input hash recorded in a journal row: the first 16
+// bytes of the input's SHA-256, in hex.
+func hashInput(input []byte) string {
+	h := sha256.Sum256(input)
+	return hex.EncodeToString(h[:16])
 }

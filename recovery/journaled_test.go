@@ -120,7 +120,7 @@ func TestUnknownOutcomeIsVerifiedFirst(t *testing.T) {
 		j := &memJournal{rows: map[string]kv.StoredRow{}}
 		// A crash left the row INITIATED; the charge did or did not land.
 		in, _ := json.Marshal(map[string]string{"order": "o1"})
-		row := kv.JournalRow{Call: salvagetype.Call{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}}
+		row := kv.JournalRow{Call: salvagetype.Call{Key: key, Tool: "charge", InputHash: recovery.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}}
 		if _, err := j.Put(context.Background(), row, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 	key := kv.JournalKey("J", 1, 0, 1, "payer", 1)
 	in, _ := json.Marshal(map[string]string{"order": "o1"})
 	// A crash left the charge in flight; it did take effect.
-	row := kv.JournalRow{Call: salvagetype.Call{Key: key, Tool: "charge", InputHash: kv.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}}
+	row := kv.JournalRow{Call: salvagetype.Call{Key: key, Tool: "charge", InputHash: recovery.HashInput(in), Status: salvagetype.CallInitiated, IdempotencyKey: kv.IdempotencyKey("J", 1, 0, 1, "payer", 1)}}
 	if _, err := j.Put(context.Background(), row, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestDivergedAgentVerifiesTheOrphan(t *testing.T) {
 	var f recovery.Failure
 	f.Class = salvagetype.ClassPermanent
 	f.FromJournal(j.rows)
-	if cat, _ := recovery.Classify(f, recovery.Limits{}); cat != salvagetype.CategoryPartialExecution {
+	if cat, _ := f.Classify(recovery.Limits{}); cat != salvagetype.CategoryPartialExecution {
 		t.Fatalf("the orphaned charge should make the envelope compensate it: %s", cat)
 	}
 }

@@ -66,21 +66,3 @@ func spentBy(res salvagetype.ToolResult) Spent {
 	}
 	return s
 }
-
-// tenantKey carries a job's tenant in a chunk's context.
-type tenantKey struct{}
-
-// WithTenant returns ctx carrying tenant, whose limit (tenant.<tenant>)
-// the calls made under it count against too.
-func WithTenant(ctx context.Context, tenant string) context.Context {
-	if tenant == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, tenantKey{}, tenant)
-}
-
-// TenantOf returns the tenant ctx carries (WithTenant), or "".
-func TenantOf(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
-}

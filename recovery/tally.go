@@ -31,8 +31,8 @@ func (t Tally) Plus(o Tally) Tally {
 		CompletionTokens: t.CompletionTokens + o.CompletionTokens, CostMicros: t.CostMicros + o.CostMicros}
 }
 
-// TallyRows counts rows (kv.Journal.Load's).
-func TallyRows(rows map[string]kv.StoredRow, prices Prices) Tally {
+// Tally counts the rows' calls, tokens and cost at prices.
+func (rows Rows) Tally(prices Prices) Tally {
 	var t Tally
 	for _, r := range rows {
 		t.Add(r.JournalRow, prices)

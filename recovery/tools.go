@@ -41,7 +41,7 @@ func NewTools(ts ...salvagetype.Tool) (*Tools, error) {
 		if t.Name == "" || t.Call == nil {
 			return nil, fmt.Errorf("%w: tool %d needs a Name and a Call (a Subject is bound to a Call by the root package)", ErrInvalidTool, i)
 		}
-		if streams.ReservedSystem(t.System) {
+		if streams.System(t.System).Reserved() {
 			return nil, fmt.Errorf("%w: %s: system name %q is reserved", ErrInvalidTool, t.Name, t.System)
 		}
 		if t.System != "" {

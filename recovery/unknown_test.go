@@ -162,7 +162,7 @@ func TestUnknownStaysUnknown(t *testing.T) {
 	var f recovery.Failure
 	f.Class = recovery.ClassOf(err)
 	f.FromJournal(map[string]kv.StoredRow{row.Key: {JournalRow: row}})
-	if c, s := recovery.Classify(f, recovery.Limits{}); c != salvagetype.CategoryToolTimeout || s != salvagetype.StrategyVerify {
+	if c, s := f.Classify(recovery.Limits{}); c != salvagetype.CategoryToolTimeout || s != salvagetype.StrategyVerify {
 		t.Fatalf("a permanent error with a charge in flight classified %s/%s, want TOOL_TIMEOUT/VERIFY", c, s)
 	}
 }

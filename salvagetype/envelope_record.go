@@ -59,3 +59,7 @@ func (r EnvelopeRecord) Since() time.Time {
 	}
 	return r.StatusAt
 }
+
+// StoppedCancelled is EnvelopeRecord.Stopped of the envelope that settles
+// the effects of a chunk its job's cancel stopped.
+const StoppedCancelled = "cancelled"

@@ -60,3 +60,6 @@ type Job struct {
 	// on the finished job.
 	KeptUntil *time.Time `json:"kept_until,omitempty"`
 }
+
+// CancelReasonBudget is Job.CancelReason of a job its budget stopped.
+const CancelReasonBudget = "budget exceeded"

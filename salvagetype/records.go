@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -106,6 +107,29 @@ func (e *DefinitionError) Is(target error) bool { return target == ErrDefinition
 type Budget struct {
 	Tokens int64   `json:"tokens,omitempty"`
 	Cost   float64 `json:"cost,omitempty"`
+}
+
+// budgetTokensMax and budgetCostMax bound a job's budget.
+const (
+	budgetTokensMax = 1_000_000_000_000
+	budgetCostMax   = 1_000_000_000
+)
+
+// Validate refuses a budget that is not a cap: a negative count or cost,
+// a cost that is not a finite number, or either past its bound (a
+// trillion tokens, a billion in cost). A nil budget is no cap. Its error
+// wraps ErrInvalidJob and names the field.
+func (b *Budget) Validate() error {
+	if b == nil {
+		return nil
+	}
+	if b.Tokens < 0 || b.Tokens > budgetTokensMax {
+		return fmt.Errorf("%w: budget tokens %d: want 0 (no cap) to %d", ErrInvalidJob, b.Tokens, int64(budgetTokensMax))
+	}
+	if math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0) || b.Cost < 0 || b.Cost > budgetCostMax {
+		return fmt.Errorf("%w: budget cost %v: want a number from 0 (no cap) to %d", ErrInvalidJob, b.Cost, int64(budgetCostMax))
+	}
+	return nil
 }
 
 // Exceeded reports whether s spent past b: more tokens than Tokens, or

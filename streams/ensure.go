@@ -15,17 +15,17 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// ConfigKey is the metadata key under which Salvage records, on each
+// configKey is the metadata key under which Salvage records, on each
 // stream, bucket and durable consumer it provisions, a fingerprint of the
 // configuration it asked for. A process that finds the fingerprint it
 // would write only reads: it needs no permission to create or update, so
 // configuration can be an administrator's step (salvage provision) while
 // workers run with users that may not change it.
-const ConfigKey = "salvage_config"
+const configKey = "salvage_config"
 
-// Fingerprint is the fingerprint of a configuration: the first 16 hex
+// fingerprint is the fingerprint of a configuration: the first 16 hex
 // digits of the SHA-256 of its JSON, metadata left out.
-func Fingerprint(cfg any) string {
+func fingerprint(cfg any) string {
 	data, _ := json.Marshal(cfg)
 	var m map[string]any
 	if json.Unmarshal(data, &m) == nil {
@@ -36,13 +36,13 @@ func Fingerprint(cfg any) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// stamp returns md with the fingerprint fp under ConfigKey.
+// stamp returns md with the fingerprint fp under configKey.
 func stamp(md map[string]string, fp string) map[string]string {
 	out := maps.Clone(md)
 	if out == nil {
 		out = map[string]string{}
 	}
-	out[ConfigKey] = fp
+	out[configKey] = fp
 	return out
 }
 
@@ -70,24 +70,28 @@ func streamCurrent(ctx context.Context, js jetstream.JetStream, name, fp string)
 	ctx, cancel := context.WithTimeout(ctx, readWait)
 	defer cancel()
 	s, err := js.Stream(ctx, name)
-	return err == nil && s.CachedInfo().Config.Metadata[ConfigKey] == fp
+	return err == nil && s.CachedInfo().Config.Metadata[configKey] == fp
 }
 
-// EnsureStreamOf makes what, held in stream, exist as configured: when
-// the stream carries fingerprint fp it only reads; otherwise it runs
-// change (a create, or an update), refused as ErrNeedsProvisioning for a
-// user that may not change it — unless a second look finds it current
-// after all (another process provisioned it in the meantime). Transient
-// errors (a cluster still placing peers, a leader election) are retried
-// until ctx ends.
-func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, fp string, change func(ctx context.Context) error) error {
+// EnsureStreamOf makes what (a bucket, an object store), held in stream,
+// exist as cfg configures it: when the stream carries cfg's fingerprint
+// it only reads; otherwise it runs change (a create, or an update) with
+// the metadata to give the configuration (the fingerprint, under
+// salvage_config). A user that may not change it is refused with
+// ErrNeedsProvisioning — unless a second look finds it current after all
+// (another process provisioned it in the meantime). Transient errors (a
+// cluster still placing peers, a leader election) are retried until ctx
+// ends.
+func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream string, cfg any, change func(ctx context.Context, metadata map[string]string) error) error {
+	fp := fingerprint(cfg)
 	if streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
 	// A forming or restarting cluster answers "no suitable peers" or not
 	// at all for a while: wait that out (within ctx), not a refusal. A
 	// request it never answers is asked again after changeWait.
-	err := retryChange(ctx, js, what, change)
+	md := map[string]string{configKey: fp}
+	err := retryChange(ctx, js, what, func(ctx context.Context) error { return change(ctx, md) })
 	if errors.Is(err, salvagetype.ErrNeedsProvisioning) && streamCurrent(ctx, js, stream, fp) {
 		return nil
 	}
@@ -103,9 +107,8 @@ func EnsureStreamOf(ctx context.Context, js jetstream.JetStream, what, stream, f
 // moment (what CreateOrUpdateStream does first) left every JetStream API
 // request of both unanswered until it timed out.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	fp := Fingerprint(cfg)
-	cfg.Metadata = stamp(cfg.Metadata, fp)
-	return EnsureStreamOf(ctx, js, "stream "+cfg.Name, cfg.Name, fp, func(ctx context.Context) error {
+	return EnsureStreamOf(ctx, js, "stream "+cfg.Name, cfg.Name, cfg, func(ctx context.Context, md map[string]string) error {
+		cfg.Metadata = stamp(cfg.Metadata, md[configKey])
 		_, err := js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			_, err = js.UpdateStream(ctx, cfg)
@@ -118,12 +121,12 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 // configured (see EnsureStream): it only reads when the consumer carries
 // cfg's fingerprint.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	fp := Fingerprint(cfg)
+	fp := fingerprint(cfg)
 	current := func() (jetstream.Consumer, bool) {
 		rctx, cancel := context.WithTimeout(ctx, readWait)
 		defer cancel()
 		c, err := js.Consumer(rctx, stream, cfg.Durable)
-		return c, err == nil && c.CachedInfo().Config.Metadata[ConfigKey] == fp
+		return c, err == nil && c.CachedInfo().Config.Metadata[configKey] == fp
 	}
 	if c, ok := current(); ok {
 		return c, nil

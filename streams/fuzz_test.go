@@ -30,13 +30,13 @@ func FuzzValidateToken(f *testing.F) {
 		if !tokenRE.MatchString(tok) || len(tok) > salvagetype.MaxTokenLen {
 			t.Fatalf("accepted %q", tok)
 		}
-		if ref, err := streams.ParseChunkSubject(streams.ChunkSubject(0, tok, tok, 7)); err != nil || ref.Pipeline != tok || ref.Job != tok || ref.Chunk != 7 {
+		if ref, err := streams.ParseChunkSubject(streams.ChunkRef{Pipeline: tok, Job: tok, Chunk: 7}.Subject()); err != nil || ref.Pipeline != tok || ref.Job != tok || ref.Chunk != 7 {
 			t.Fatalf("chunk subject of %q parsed as %+v, %v", tok, ref, err)
 		}
-		if ref, err := streams.ParseHoldSubject(streams.HoldSubject(tok, tok, 3)); err != nil || ref.System != tok || ref.Job != tok || ref.Chunk != 3 {
+		if ref, err := streams.ParseHoldSubject(streams.ChunkRef{Job: tok, Chunk: 3}.Hold(tok)); err != nil || ref.System != tok || ref.Job != tok || ref.Chunk != 3 {
 			t.Fatalf("hold subject of %q parsed as %+v, %v", tok, ref, err)
 		}
-		if p, err := streams.ParseJobSubject(streams.JobSubject(tok)); err != nil || p != tok {
+		if p, err := streams.ParseJobSubject(streams.Pipeline(tok).Subject()); err != nil || p != tok {
 			t.Fatalf("job subject of %q parsed as %q, %v", tok, p, err)
 		}
 	})
@@ -55,7 +55,7 @@ func FuzzParseSubjects(f *testing.F) {
 			if salvagetype.ValidateToken("pipeline", ref.Pipeline) != nil || salvagetype.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
 				t.Fatalf("%q parsed as %+v", subject, ref)
 			}
-			if again := streams.ChunkSubject(0, ref.Pipeline, ref.Job, ref.Chunk); again != subject {
+			if again := ref.Subject(); again != subject {
 				t.Fatalf("%q parsed as %+v, which builds %q", subject, ref, again)
 			}
 		}
@@ -63,11 +63,11 @@ func FuzzParseSubjects(f *testing.F) {
 			if salvagetype.ValidateToken("system", ref.System) != nil || salvagetype.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
 				t.Fatalf("%q parsed as %+v", subject, ref)
 			}
-			if again := streams.HoldSubject(ref.System, ref.Job, ref.Chunk); again != subject {
+			if again := ref.Hold(ref.System); again != subject {
 				t.Fatalf("%q parsed as %+v, which builds %q", subject, ref, again)
 			}
 		}
-		if p, err := streams.ParseJobSubject(subject); err == nil && streams.JobSubject(p) != subject {
+		if p, err := streams.ParseJobSubject(subject); err == nil && streams.Pipeline(p).Subject() != subject {
 			t.Fatalf("%q parsed as pipeline %q", subject, p)
 		}
 	})

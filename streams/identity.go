@@ -5,10 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"math"
-
-	"github.com/salvagehq/salvage/salvagetype"
 )
 
 // InputHash names what a job id stands for: the pipeline and the input,
@@ -41,21 +37,4 @@ func canonicalJSON(data json.RawMessage) []byte {
 		return data
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-}
-
-// ValidateBudget refuses a budget that is not a cap: a negative count or
-// cost, a cost that is not a finite number, or either past its bound
-// (budgetTokensMax, budgetCostMax). A nil budget is no cap. Its error
-// wraps ErrInvalidJob and names the field.
-func ValidateBudget(b *salvagetype.Budget) error {
-	if b == nil {
-		return nil
-	}
-	if b.Tokens < 0 || b.Tokens > budgetTokensMax {
-		return fmt.Errorf("%w: budget tokens %d: want 0 (no cap) to %d", salvagetype.ErrInvalidJob, b.Tokens, int64(budgetTokensMax))
-	}
-	if math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0) || b.Cost < 0 || b.Cost > budgetCostMax {
-		return fmt.Errorf("%w: budget cost %v: want a number from 0 (no cap) to %d", salvagetype.ErrInvalidJob, b.Cost, int64(budgetCostMax))
-	}
-	return nil
 }

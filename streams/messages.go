@@ -10,11 +10,7 @@ import (
 )
 
 // Bounds of what one event carries.
-const (
-	// budgetTokensMax and budgetCostMax bound a job's budget.
-	budgetTokensMax = 1_000_000_000_000
-	budgetCostMax   = 1_000_000_000
-)
+const ()
 
 // NewRejection describes refused data, bounded (see Rejection).
 func NewRejection(reason salvagetype.RejectReason, err error, subject string, seq uint64, data []byte) salvagetype.Rejection {

@@ -63,10 +63,19 @@ const (
 // workersPrefix begins the name of every chunk pool consumer.
 const workersPrefix = "workers-"
 
-// WorkersConsumer is the chunk pool of pipeline: the durable pull consumer
-// on SALVAGE_CHUNKS, filtered on salvage.chunks.<pipeline>.>, that only
-// the processes running pipeline bind. Its redeliveries are tier 2.
-func WorkersConsumer(pipeline string) string { return workersPrefix + pipeline }
+// Pipeline is a pipeline's name: the subject its jobs are submitted on,
+// the durable consumers only the processes running it bind, and the hold
+// system its chunks wait on while it is paused.
+type Pipeline string
+
+// Subject is where a job for the pipeline is submitted:
+// salvage.jobs.<pipeline>.
+func (p Pipeline) Subject() string { return jobsPrefix + string(p) }
+
+// Workers is the pipeline's chunk pool: the durable pull consumer on each
+// partition's chunk stream, filtered on the pipeline's chunks, named
+// workers-<pipeline>. Its redeliveries are tier 2.
+func (p Pipeline) Workers() string { return workersPrefix + string(p) }
 
 // PoolPipeline returns the pipeline of a chunk pool consumer's name, and
 // false for any other consumer.
@@ -78,16 +87,15 @@ func PoolPipeline(consumer string) (string, bool) {
 // splitterPrefix begins the name of every pipeline's job consumer.
 const splitterPrefix = "splitter-"
 
-// SplitterConsumer is pipeline's job consumer: the durable pull consumer
-// on SALVAGE_JOBS, filtered on salvage.jobs.<pipeline>, that only the
-// processes running pipeline bind.
-func SplitterConsumer(pipeline string) string { return splitterPrefix + pipeline }
+// Splitter is the pipeline's job consumer: the durable pull consumer on
+// SALVAGE_JOBS, filtered on its Subject, named splitter-<pipeline>.
+func (p Pipeline) Splitter() string { return splitterPrefix + string(p) }
 
 // recoveryPrefix begins the name of every pipeline's DLQ consumer.
 const recoveryPrefix = "recovery-"
 
-// RecoveryConsumer is pipeline's recovery pool: the durable pull consumer
-// on SALVAGE_DLQ, filtered on its envelopes (DLQFor), that only the
-// processes running pipeline (and so its verification and compensation
-// tools) bind.
-func RecoveryConsumer(pipeline string) string { return recoveryPrefix + pipeline }
+// Recovery is the pipeline's recovery pool: the durable pull consumer on
+// SALVAGE_DLQ, filtered on its envelopes, named recovery-<pipeline>; only
+// the processes running the pipeline (and so its verification and
+// compensation tools) bind it.
+func (p Pipeline) Recovery() string { return recoveryPrefix + string(p) }

@@ -15,9 +15,9 @@ func TestPartitionNames(t *testing.T) {
 		t.Fatalf("streams: %s, %s", streams.ChunksStream(0), streams.ChunksStream(2))
 	}
 	for k, want := range map[int]string{0: "salvage.chunks.p.J.3", 2: "salvage.part.2.chunks.p.J.3"} {
-		got := streams.ChunkSubject(k, "p", "J", 3)
+		got := streams.ChunkRef{Partition: k, Pipeline: "p", Job: "J", Chunk: 3}.Subject()
 		if got != want {
-			t.Fatalf("ChunkSubject(%d) = %s, want %s", k, got, want)
+			t.Fatalf("ChunkRef.Subject in partition %d = %s, want %s", k, got, want)
 		}
 		ref, err := streams.ParseChunkSubject(got)
 		if err != nil || ref != (streams.ChunkRef{Pipeline: "p", Job: "J", Chunk: 3, Partition: k}) {

@@ -179,36 +179,36 @@ func ProvisionPartitions(ctx context.Context, js jetstream.JetStream, o Options)
 	return nil
 }
 
-// WorkersConfig is pipeline's chunk pool in partition k: the durable pull
-// consumer the workers of pipeline share on that partition's chunk
-// stream, filtered on its chunks. Every partition's pool of a pipeline
-// has the same name.
-func WorkersConfig(o Options, k int, pipeline string) jetstream.ConsumerConfig {
+// WorkersConfig is the pipeline's chunk pool in partition k: the durable
+// pull consumer its workers share on that partition's chunk stream,
+// filtered on its chunks. Every partition's pool of a pipeline has the
+// same name.
+func (p Pipeline) WorkersConfig(o Options, k int) jetstream.ConsumerConfig {
 	o = o.withDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:       WorkersConsumer(pipeline),
-		Description:   "Chunk workers of pipeline " + pipeline + ": tier-2 retries are this consumer's redeliveries.",
+		Durable:       p.Workers(),
+		Description:   "Chunk workers of pipeline " + string(p) + ": tier-2 retries are this consumer's redeliveries.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.AckWait,
 		MaxDeliver:    o.MaxDeliver,
 		MaxAckPending: maxAckPendingDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: chunksFor(k, pipeline),
+		FilterSubject: chunksFor(k, string(p)),
 	}
 }
 
-// SplitterConfig is pipeline's job consumer: the durable pull consumer the
-// splitters of pipeline share, filtered on its job subject.
-func SplitterConfig(o Options, pipeline string) jetstream.ConsumerConfig {
+// SplitterConfig is the pipeline's job consumer: the durable pull
+// consumer its splitters share, filtered on its Subject.
+func (p Pipeline) SplitterConfig(o Options) jetstream.ConsumerConfig {
 	o = o.withDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:       SplitterConsumer(pipeline),
-		Description:   "Splitters of pipeline " + pipeline + ": validate its jobs and publish their chunks.",
+		Durable:       p.Splitter(),
+		Description:   "Splitters of pipeline " + string(p) + ": validate its jobs and publish their chunks.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.SplitterAckWait,
 		MaxDeliver:    o.SplitterMaxDeliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: JobSubject(pipeline),
+		FilterSubject: p.Subject(),
 	}
 }
 
@@ -249,22 +249,22 @@ func retentionConfig() jetstream.ConsumerConfig {
 		MaxDeliver:    -1,
 		MaxAckPending: 256,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: EventSubject("*", EventFinished),
+		FilterSubject: JobRef{Job: "*"}.Event(EventFinished),
 	}
 }
 
-// RecoveryConfig is pipeline's recovery pool on SALVAGE_DLQ, the
+// RecoveryConfig is the pipeline's recovery pool on SALVAGE_DLQ, the
 // consumer its orchestrators share. Its AckWait is the time one
 // orchestrator may spend on an envelope before another may take it over.
-func RecoveryConfig(pipeline string) jetstream.ConsumerConfig {
+func (p Pipeline) RecoveryConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       RecoveryConsumer(pipeline),
-		Description:   "Recovery orchestrators of pipeline " + pipeline + ": one strategy run per envelope at a time.",
+		Durable:       p.Recovery(),
+		Description:   "Recovery orchestrators of pipeline " + string(p) + ": one strategy run per envelope at a time.",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       RecoveryAckWait,
 		MaxDeliver:    RecoveryMaxDeliverDefault,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: dlqFor(pipeline),
+		FilterSubject: dlqFor(string(p)),
 	}
 }
 
@@ -303,7 +303,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	return nil
 }
 
-// ProvisionPipeline creates or updates the pools of pipeline: the
+// Provision creates or updates the pools of the pipeline: the
 // consumers only the processes that run it bind (its chunk pool, its job
 // consumer and its recovery pool). A deployment provisioned before pools existed has one
 // chunk consumer and one job consumer for every pipeline, whose filters
@@ -311,8 +311,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 // (their queued and unacknowledged messages stay in the streams and are
 // delivered to the pools; a process still running on them finds them
 // gone and takes nothing more). Repeat-safe, from any number of processes at once.
-func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline string, o Options) error {
-	if err := salvagetype.ValidateToken("pipeline", pipeline); err != nil {
+func (p Pipeline) Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
+	if err := salvagetype.ValidateToken("pipeline", string(p)); err != nil {
 		return err
 	}
 	for _, legacy := range []struct{ stream, name string }{{Chunks, LegacyWorkersConsumer}, {Jobs, LegacySplitterConsumer}} {
@@ -332,16 +332,16 @@ func ProvisionPipeline(ctx context.Context, js jetstream.JetStream, pipeline str
 	pools := []struct {
 		stream string
 		cfg    jetstream.ConsumerConfig
-	}{{Jobs, SplitterConfig(o, pipeline)}, {DLQ, RecoveryConfig(pipeline)}}
+	}{{Jobs, p.SplitterConfig(o)}, {DLQ, p.RecoveryConfig()}}
 	for k := range o.Partitions {
 		pools = append(pools, struct {
 			stream string
 			cfg    jetstream.ConsumerConfig
-		}{ChunksStream(k), WorkersConfig(o, k, pipeline)})
+		}{ChunksStream(k), p.WorkersConfig(o, k)})
 	}
 	for _, c := range pools {
 		if _, err := EnsureConsumer(ctx, js, c.stream, c.cfg); err != nil {
-			return fmt.Errorf("streams: provision %s of %s: %w", c.cfg.Durable, pipeline, err)
+			return fmt.Errorf("streams: provision %s of %s: %w", c.cfg.Durable, p, err)
 		}
 	}
 	return narrowLegacyRecovery(ctx, js)
@@ -369,16 +369,6 @@ func narrowLegacyRecovery(ctx context.Context, js jetstream.JetStream) error {
 		return err
 	}); err != nil {
 		return fmt.Errorf("streams: narrow the legacy %s consumer: %w", LegacyRecoveryConsumer, err)
-	}
-	return nil
-}
-
-// ProvisionPipelines is ProvisionPipeline for each of pipelines.
-func ProvisionPipelines(ctx context.Context, js jetstream.JetStream, pipelines []string, o Options) error {
-	for _, p := range pipelines {
-		if err := ProvisionPipeline(ctx, js, p, o); err != nil {
-			return err
-		}
 	}
 	return nil
 }

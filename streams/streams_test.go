@@ -67,7 +67,7 @@ func TestSubjects(t *testing.T) {
 			t.Errorf("ParseJobSubject(%q) = %v, want ErrBadSubject", s, err)
 		}
 	}
-	ref, err := streams.ParseChunkSubject(streams.ChunkSubject(0, "p", "J", 7))
+	ref, err := streams.ParseChunkSubject(streams.ChunkRef{Pipeline: "p", Job: "J", Chunk: 7}.Subject())
 	if err != nil || ref != (streams.ChunkRef{Pipeline: "p", Job: "J", Chunk: 7}) {
 		t.Errorf("chunk subject round trip = %+v, %v", ref, err)
 	}
@@ -76,8 +76,8 @@ func TestSubjects(t *testing.T) {
 			t.Errorf("ParseChunkSubject(%q) = %v", s, err)
 		}
 	}
-	if got := streams.DLQSubject("TRANSIENT_NETWORK", "orders", "J", 3); got != "salvage.dlq.TRANSIENT_NETWORK.orders.J.3" {
-		t.Errorf("DLQSubject = %s", got)
+	if got := (streams.ChunkRef{Pipeline: "orders", Job: "J", Chunk: 3}).DLQ("TRANSIENT_NETWORK"); got != "salvage.dlq.TRANSIENT_NETWORK.orders.J.3" {
+		t.Errorf("ChunkRef.DLQ = %s", got)
 	}
 }
 
@@ -112,10 +112,10 @@ func TestProvisionIsIdempotent(t *testing.T) {
 			t.Errorf("stream %s: %v", name, err)
 		}
 	}
-	if err := streams.ProvisionPipeline(ctx, b.JS, "p1", streams.Options{}); err != nil {
+	if err := streams.Pipeline("p1").Provision(ctx, b.JS, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := b.JS.Consumer(ctx, streams.Chunks, streams.WorkersConsumer("p1"))
+	c, err := b.JS.Consumer(ctx, streams.Chunks, streams.Pipeline("p1").Workers())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 		t.Errorf("pool consumer = %+v", info.Config)
 	}
 	// Options change on re-provisioning (create or update).
-	if err := streams.ProvisionPipeline(ctx, b.JS, "p1", streams.Options{MaxDeliver: 5}); err != nil {
+	if err := streams.Pipeline("p1").Provision(ctx, b.JS, streams.Options{MaxDeliver: 5}); err != nil {
 		t.Fatal(err)
 	}
 	info, _ = c.Info(ctx)
@@ -161,8 +161,10 @@ func TestProvisionedOnlyReads(t *testing.T) {
 		if err := streams.Provision(ctx, b.JS, o); err != nil {
 			t.Fatal(err)
 		}
-		if err := streams.ProvisionPipelines(ctx, b.JS, []string{"p1", "p2"}, o); err != nil {
-			t.Fatal(err)
+		for _, p := range []streams.Pipeline{"p1", "p2"} {
+			if err := p.Provision(ctx, b.JS, o); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := b.Conn.Flush(); err != nil {
 			t.Fatal(err)
@@ -223,11 +225,11 @@ func TestPrepareJobAndJobMessage(t *testing.T) {
 		t.Fatal("InputHash is not canonical")
 	}
 	for _, b := range []salvagetype.Budget{{Tokens: -1}, {Cost: -0.01}, {Cost: math.NaN()}, {Cost: math.Inf(1)}, {Cost: 2e9}, {Tokens: 2e12}} {
-		if err := streams.ValidateBudget(&b); !errors.Is(err, salvagetype.ErrInvalidJob) {
+		if err := b.Validate(); !errors.Is(err, salvagetype.ErrInvalidJob) {
 			t.Errorf("budget %+v accepted: %v", b, err)
 		}
 	}
-	if err := streams.ValidateBudget(&salvagetype.Budget{Tokens: 1000, Cost: 0.5}); err != nil {
+	if err := (&salvagetype.Budget{Tokens: 1000, Cost: 0.5}).Validate(); err != nil {
 		t.Errorf("a valid budget refused: %v", err)
 	}
 	for _, tc := range []struct {

@@ -22,117 +22,84 @@ const (
 	escalateAll  = "salvage.escalations.>"
 	indexAll     = "salvage.index.>"
 	rejectedRoot = "salvage.events.rejected."
+	// DLQLegacy filters the envelopes published before worker pools,
+	// whose subjects do not name their pipeline.
+	DLQLegacy = "salvage.dlq.*.*.*"
+	// CancelledEvents matches every job's EventCancelled subject.
+	CancelledEvents = "salvage.events.*." + EventCancelled
 )
-
-// IndexEnvelope is where an envelope record in status, of category, has
-// its entry (the envelope id) in the envelope index; an empty token is
-// written "_".
-func IndexEnvelope(status salvagetype.EnvelopeStatus, category salvagetype.Category) string {
-	return "salvage.index.envelopes." + orAny(string(status)) + "." + orAny(string(category))
-}
-
-// IndexEnvelopes filters the envelope index by status and category; an
-// empty one matches any.
-func IndexEnvelopes(status salvagetype.EnvelopeStatus, category salvagetype.Category) string {
-	return "salvage.index.envelopes." + orStar(string(status)) + "." + orStar(string(category))
-}
-
-// IndexJobEnvelopes is where an envelope record of job has its entry (the
-// envelope id) in the index of one job's envelopes.
-func IndexJobEnvelopes(job string) string { return "salvage.index.job-envelopes." + orAny(job) }
-
-// IndexJobAttention is where a chunk of job that came to need a person
-// (failed, parked, or carrying an envelope or an error) has its entry (the
-// chunk number) in the index of one job's chunks needing attention.
-func IndexJobAttention(job string) string { return "salvage.index.job-attention." + orAny(job) }
-
-// IndexJobs is where a job record has its entry (the job id) in the job
-// index.
-const IndexJobs = "salvage.index.jobs"
-
-// IndexTenantJobs is where a job record of tenant has its entry (the job
-// id) in the tenant's job index.
-func IndexTenantJobs(tenant string) string { return "salvage.index.tenant-jobs." + tenant }
-
-// IndexBuilt marks an index built from the records written before it
-// existed.
-const IndexBuilt = "salvage.index.built"
-
-// orAny keeps an empty token a token.
-func orAny(s string) string {
-	if s == "" {
-		return "_"
-	}
-	return s
-}
-
-// orStar is s, or the wildcard "*" when s is empty.
-func orStar(s string) string {
-	if s == "" {
-		return "*"
-	}
-	return s
-}
 
 // chunksFor filters one pipeline's chunk messages in partition k's chunk
 // stream: the filter of its pool there.
 func chunksFor(k int, pipeline string) string { return chunksRoot(k) + pipeline + ".>" }
 
-// JobSubject is where a job for pipeline is submitted.
-func JobSubject(pipeline string) string { return jobsPrefix + pipeline }
+// JobRef names one job as its subjects do: its partition, its pipeline
+// and its id. A subject that does not carry a part leaves it unread
+// (Results, Held and Event need only the id).
+type JobRef struct {
+	Partition int
+	Pipeline  string
+	Job       string
+}
 
-// ChunkSubject is the work-queue subject of one chunk of a job in
-// partition k: salvage.chunks.<pipeline>.<job>.<chunk> in partition 0,
+// Chunk names chunk n of the job.
+func (j JobRef) Chunk(n int) ChunkRef {
+	return ChunkRef{Pipeline: j.Pipeline, Job: j.Job, Chunk: n, Partition: j.Partition}
+}
+
+// Chunks filters the job's chunk messages in its partition's chunk
+// stream.
+func (j JobRef) Chunks() string { return chunksRoot(j.Partition) + j.Pipeline + "." + j.Job + ".*" }
+
+// Backlog filters the job's backlog.
+func (j JobRef) Backlog() string { return "salvage.backlog." + j.Pipeline + "." + j.Job + ".*" }
+
+// Results filters the job's results.
+func (j JobRef) Results() string { return "salvage.results." + j.Job + ".*" }
+
+// Held filters the job's held chunks, whatever holds them.
+func (j JobRef) Held() string { return "salvage.hold.*." + j.Job + ".*" }
+
+// Event is the subject of the job's lifecycle event of kind
+// (EventAccepted, EventProgress, EventFinished, ...):
+// salvage.events.<job>.<kind>.
+func (j JobRef) Event(kind string) string { return "salvage.events." + j.Job + "." + kind }
+
+// Subject is the chunk's work-queue subject in its partition:
+// salvage.chunks.<pipeline>.<job>.<chunk> in partition 0,
 // salvage.part.<k>.chunks.<pipeline>.<job>.<chunk> in the others.
-func ChunkSubject(k int, pipeline, job string, chunk int) string {
-	return chunksRoot(k) + pipeline + "." + job + "." + strconv.Itoa(chunk)
+func (c ChunkRef) Subject() string {
+	return chunksRoot(c.Partition) + c.Pipeline + "." + c.Job + "." + strconv.Itoa(c.Chunk)
 }
 
-// ChunksForJob filters the chunk messages of one job of partition k in
-// its chunk stream.
-func ChunksForJob(k int, pipeline, job string) string {
-	return chunksRoot(k) + pipeline + "." + job + ".*"
+// Backlog is where the chunk waits for admission to its chunk stream:
+// salvage.backlog.<pipeline>.<job>.<chunk>.
+func (c ChunkRef) Backlog() string {
+	return "salvage.backlog." + c.Pipeline + "." + c.Job + "." + strconv.Itoa(c.Chunk)
 }
 
-// BacklogSubject is where a chunk waits for admission to SALVAGE_CHUNKS.
-func BacklogSubject(pipeline, job string, chunk int) string {
-	return "salvage.backlog." + pipeline + "." + job + "." + strconv.Itoa(chunk)
+// Result carries the findings of the finished chunk:
+// salvage.results.<job>.<chunk>.
+func (c ChunkRef) Result() string { return "salvage.results." + c.Job + "." + strconv.Itoa(c.Chunk) }
+
+// DLQ carries the chunk's failure envelope of category:
+// salvage.dlq.<category>.<pipeline>.<job>.<chunk>.
+func (c ChunkRef) DLQ(category salvagetype.Category) string {
+	return "salvage.dlq." + string(category) + "." + c.Pipeline + "." + c.Job + "." + strconv.Itoa(c.Chunk)
 }
 
-// BacklogForJob filters one job's backlog.
-func BacklogForJob(pipeline, job string) string {
-	return "salvage.backlog." + pipeline + "." + job + ".*"
-}
-
-// ResultSubject carries the findings of one finished chunk.
-func ResultSubject(job string, chunk int) string {
-	return "salvage.results." + job + "." + strconv.Itoa(chunk)
-}
-
-// ResultsForJob filters one job's results.
-func ResultsForJob(job string) string { return "salvage.results." + job + ".*" }
-
-// DLQSubject carries the failure envelope of one chunk of pipeline.
-func DLQSubject(category salvagetype.Category, pipeline, job string, chunk int) string {
-	return "salvage.dlq." + string(category) + "." + pipeline + "." + job + "." + strconv.Itoa(chunk)
+// Hold is where the chunk waits while system's breaker is open (or, for
+// SystemApproval, until a person approves it):
+// salvage.hold.<system>.<job>.<chunk>.
+func (c ChunkRef) Hold(system string) string {
+	return "salvage.hold." + system + "." + c.Job + "." + strconv.Itoa(c.Chunk)
 }
 
 // dlqFor filters the envelopes of one pipeline's chunks, whatever their
 // category: the filter of its recovery pool. It matches the six tokens of
-// DLQSubject only, never an envelope of the five-token shape used before
+// ChunkRef.DLQ only, never an envelope of the five-token shape used before
 // worker pools (salvage.dlq.<category>.<job>.<chunk>).
 func dlqFor(pipeline string) string { return "salvage.dlq.*." + pipeline + ".*.*" }
-
-// DLQLegacy filters the envelopes published before worker pools, whose
-// subjects do not name their pipeline.
-const DLQLegacy = "salvage.dlq.*.*.*"
-
-// EventSubject is a job lifecycle event (EventAccepted, EventProgress,
-// EventFinished).
-func EventSubject(job, kind string) string { return "salvage.events." + job + "." + kind }
-
-// CancelledEvents matches every job's EventCancelled subject.
-const CancelledEvents = "salvage.events.*." + EventCancelled
 
 // RejectedSubject is where a rejected input is reported.
 func RejectedSubject(reason salvagetype.RejectReason) string { return rejectedRoot + string(reason) }
@@ -150,8 +117,9 @@ func ParseJobSubject(subject string) (string, error) {
 	return rest, nil
 }
 
-// ChunkRef names one chunk of one job, and the partition whose subject
-// named it.
+// ChunkRef names one chunk of one job as its subjects do, and the
+// partition whose chunk stream carries it. A subject that does not carry
+// a part leaves it unread.
 type ChunkRef struct {
 	Pipeline  string
 	Job       string
@@ -161,7 +129,7 @@ type ChunkRef struct {
 
 // ParseChunkSubject splits salvage.chunks.<pipeline>.<job>.<chunk> (a
 // chunk of partition 0) or salvage.part.<k>.chunks.<pipeline>.<job>.<chunk>
-// (of partition k ≥ 1, written as ChunkSubject writes it).
+// (of partition k ≥ 1, written as ChunkRef.Subject writes it).
 func ParseChunkSubject(subject string) (ChunkRef, error) {
 	k, tokens := 0, subject
 	if rest, ok := strings.CutPrefix(subject, partRoot); ok {
@@ -185,7 +153,7 @@ func ParseChunkSubject(subject string) (ChunkRef, error) {
 
 // parseRef checks the tokens of a five-token subject
 // salvage.<kind>.<token>.<job>.<chunk> and returns the chunk number,
-// which must be written as ChunkSubject writes it (no sign, no leading
+// which must be written as ChunkRef.Subject writes it (no sign, no leading
 // zero), so a parsed subject builds the same subject again.
 func parseRef(subject string, parts []string) (int, error) {
 	if err := salvagetype.ValidateToken(parts[1]+" subject token", parts[2]); err != nil {
@@ -208,46 +176,40 @@ const SystemApproval = "approval"
 // pausedPrefix begins the reserved hold systems of paused pipelines.
 const pausedPrefix = "paused-"
 
-// PausedSystem is the reserved hold system of pipeline's chunks parked
+// PausedSystem is the reserved hold system of the pipeline's chunks parked
 // while the pipeline is paused: paused-<pipeline>. No tool may use a
 // system name that begins with "paused-".
-func PausedSystem(pipeline string) string { return pausedPrefix + pipeline }
+func (p Pipeline) PausedSystem() string { return pausedPrefix + string(p) }
 
-// PausedPipeline reports whether system is a paused pipeline's hold
+// System is an external system's name as the holds know it: the chunks
+// parked while its breaker is open wait on its hold subjects.
+type System string
+
+// PausedPipeline reports whether the system is a paused pipeline's hold
 // system, and which pipeline.
-func PausedPipeline(system string) (string, bool) {
-	p, ok := strings.CutPrefix(system, pausedPrefix)
+func (s System) PausedPipeline() (string, bool) {
+	p, ok := strings.CutPrefix(string(s), pausedPrefix)
 	return p, ok && p != ""
 }
 
-// ReservedSystem reports whether no tool may use system as its name:
-// approval, and paused-<pipeline>.
-func ReservedSystem(system string) bool {
-	return system == SystemApproval || strings.HasPrefix(system, pausedPrefix)
+// Reserved reports whether no tool may use the system's name: approval,
+// and paused-<pipeline>.
+func (s System) Reserved() bool {
+	return s == SystemApproval || strings.HasPrefix(string(s), pausedPrefix)
 }
 
-// HoldSubject is where a chunk waits while system's breaker is open (or,
-// for SystemApproval, until a person approves it).
-func HoldSubject(system, job string, chunk int) string {
-	return "salvage.hold." + system + "." + job + "." + strconv.Itoa(chunk)
-}
-
-// HoldForSystem filters the chunks held for one system.
-func HoldForSystem(system string) string { return "salvage.hold." + system + ".>" }
-
-// HoldForJob filters one job's held chunks, whatever holds them.
-func HoldForJob(job string) string { return "salvage.hold.*." + job + ".*" }
+// Held filters the chunks held for the system: salvage.hold.<system>.>.
+func (s System) Held() string { return "salvage.hold." + string(s) + ".>" }
 
 // HoldConsumer is the durable consumer that releases the chunks held for
-// system: hold-<system>, filtered on HoldForSystem. It is paused while
-// the system's breaker is open.
-func HoldConsumer(system string) string { return "hold-" + system }
+// the system: hold-<system>, filtered on Held. It is paused while the
+// system's breaker is open.
+func (s System) HoldConsumer() string { return "hold-" + string(s) }
 
 // holdRef is a held chunk's place: the system that holds it and the chunk.
 type holdRef struct {
 	System string
-	Job    string
-	Chunk  int
+	ChunkRef
 }
 
 // ParseHoldSubject splits salvage.hold.<system>.<job>.<chunk>.
@@ -260,5 +222,5 @@ func ParseHoldSubject(subject string) (holdRef, error) {
 	if err != nil {
 		return holdRef{}, err
 	}
-	return holdRef{System: parts[2], Job: parts[3], Chunk: n}, nil
+	return holdRef{System: parts[2], ChunkRef: ChunkRef{Job: parts[3], Chunk: n}}, nil
 }

@@ -45,7 +45,7 @@ func PrepareJob(msg map[string]json.RawMessage) (string, []byte, error) {
 // same id reaches the splitter, which refuses it. It carries a
 // traceparent, minted when tp is empty.
 func JobMessage(pipeline, id, inputHash string, body []byte, tp string) *nats.Msg {
-	m := nats.NewMsg(JobSubject(pipeline))
+	m := nats.NewMsg(Pipeline(pipeline).Subject())
 	m.Data = body
 	m.Header.Set(salvagetype.HeaderMsgID, id+"."+inputHash[:min(16, len(inputHash))])
 	if _, ok := ParseTraceParent(tp); !ok {

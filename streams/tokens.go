@@ -7,18 +7,18 @@ import (
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
-// ReservedJobIDs are the words a job id may not be: each is a token of the
+// reservedJobIDs are the words a job id may not be: each is a token of the
 // salvage.events.<job>.<kind> namespace (salvage.events.rejected.<reason>
 // would read as events of a job named "rejected").
-var ReservedJobIDs = []string{"rejected", EventAccepted, EventProgress, EventFinished}
+var reservedJobIDs = []string{"rejected", EventAccepted, EventProgress, EventFinished}
 
-// ValidateJobID checks a job id: a valid token that is not one of
-// ReservedJobIDs.
+// ValidateJobID checks a job id: a valid token that is not a word the
+// event subjects use (rejected, accepted, progress, finished).
 func ValidateJobID(id string) error {
 	if err := salvagetype.ValidateToken("job_id", id); err != nil {
 		return err
 	}
-	if slices.Contains(ReservedJobIDs, id) {
+	if slices.Contains(reservedJobIDs, id) {
 		return fmt.Errorf("%w: job_id %q is reserved (the event subjects use it)", salvagetype.ErrInvalidToken, id)
 	}
 	return nil

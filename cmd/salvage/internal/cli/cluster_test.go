@@ -69,7 +69,7 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		leaders := map[string]bool{}
 		for k := range 3 {
-			for _, name := range kv.PartitionStreams(k) {
+			for _, name := range []string{streams.ChunksStream(k), "KV_" + kv.BucketIn(kv.BucketClaims, k), "KV_" + kv.BucketIn(kv.BucketCheckpoints, k), "KV_" + kv.BucketIn(kv.BucketJournal, k)} {
 				if leaderOf(name) != leaderOf(streams.ChunksStream(k)) {
 					return false
 				}
@@ -190,7 +190,7 @@ func TestJobsFinishThroughLeaderFailovers(t *testing.T) {
 	salvagetest.Eventually(t, 2*time.Minute, func() bool { return finished() >= before+3 }, "jobs finishing after a worker was killed")
 	failover(streams.Chunks)
 	failover(streams.ChunksStream(1))
-	failover("KV_" + kv.BucketClaimsIn(2))
+	failover("KV_" + kv.BucketIn(kv.BucketClaims, 2))
 	close(failedOver)
 	<-submitted
 

@@ -71,7 +71,7 @@ func TestCancelAndReplayFromTheCLI(t *testing.T) {
 	c.waitJob(t, cancelled, salvagetype.JobCancelled)
 	recs := c.settledEnvelopes(t, cancelled)
 	for _, r := range recs {
-		if r.Stopped != kv.StoppedCancelled || r.Status != salvagetype.EnvelopeAbandoned || len(r.Left) != 0 {
+		if r.Stopped != salvagetype.StoppedCancelled || r.Status != salvagetype.EnvelopeAbandoned || len(r.Left) != 0 {
 			t.Errorf("settlement %s: stopped %q, %s, left %v; want abandoned with every effect compensated", r.ID, r.Stopped, r.Status, r.Left)
 		}
 	}

@@ -157,7 +157,7 @@ func awaitApproval(t *testing.T, f *fixture, job string, chunk int, input string
 		t.Fatal(err)
 	}
 	parked := fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"order-fulfillment","epoch":0,"input":%s}`, job, chunk, input)
-	if _, err := f.b.JS.Publish(bg, streams.HoldSubject(streams.SystemApproval, job, chunk), []byte(parked)); err != nil {
+	if _, err := f.b.JS.Publish(bg, streams.ChunkRef{Job: job, Chunk: chunk}.Hold(streams.SystemApproval), []byte(parked)); err != nil {
 		t.Fatal(err)
 	}
 }

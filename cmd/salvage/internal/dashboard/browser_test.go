@@ -13,7 +13,6 @@ import (
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -207,7 +206,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 	// SALVAGE_CHUNKS.
 	bg := context.Background()
 	if _, _, err := f.stores.Breakers.Mutate(bg, "crm", "test", func(b *kv.Breaker) error {
-		recovery.Open(b, salvagetype.BreakerPolicy{}, time.Now(), "503")
+		b.Open(salvagetype.BreakerPolicy{}, time.Now(), "503")
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -257,7 +256,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 		t.Fatal(err)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
-		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject(0, "order-fulfillment", job, 2))
+		m, err := chunks.GetLastMsgForSubject(bg, streams.ChunkRef{Pipeline: "order-fulfillment", Job: job, Chunk: 2}.Subject())
 		return err == nil && m.Header.Get(salvagetype.HeaderApprovedBy) == "dashboard" && m.Header.Get(salvagetype.HeaderApprovedStage) == "2"
 	}, "the approved chunk back on SALVAGE_CHUNKS, carrying the dashboard's approval")
 	// Another chunk is rejected: it is dead-lettered with the reason, and
@@ -274,7 +273,7 @@ func dashboardInABrowser(t *testing.T, width int64) {
 		cp, _, err := f.stores.Parts()[0].Checkpoints.Get(bg, job, 1)
 		return err == nil && cp.Status == salvagetype.ChunkDeadLettered && strings.Contains(cp.Reason+cp.LastError, "rejected by dashboard")
 	}, "the rejected chunk dead-lettered")
-	if _, err := chunks.GetLastMsgForSubject(bg, streams.ChunkSubject(0, "order-fulfillment", job, 1)); err == nil {
+	if _, err := chunks.GetLastMsgForSubject(bg, streams.ChunkRef{Pipeline: "order-fulfillment", Job: job, Chunk: 1}.Subject()); err == nil {
 		t.Fatal("the rejected chunk went back to SALVAGE_CHUNKS")
 	}
 

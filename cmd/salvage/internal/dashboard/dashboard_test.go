@@ -85,10 +85,10 @@ func setupWith(t *testing.T, cfg dashboard.Config) *fixture {
 	}
 	env := salvagetype.Envelope{ID: "01JENVELOPE000000000000000", Job: job, Chunk: 3, Pipeline: "order-fulfillment",
 		Category: salvagetype.CategoryTransientNetwork, Strategy: salvagetype.StrategyResume, CreatedAt: time.Now().Add(-time.Minute),
-		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkSubject(0, "order-fulfillment", job, 3),
+		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Seq: 9, Subject: streams.ChunkRef{Pipeline: "order-fulfillment", Job: job, Chunk: 3}.Subject(),
 			Data: json.RawMessage(`{"job_id":"` + job + `","chunk":3,"pipeline":"order-fulfillment","epoch":0,"input":{}}`)}}
 	data, _ := json.Marshal(env)
-	ack, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, job, 3), Data: data})
+	ack, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.ChunkRef{Pipeline: env.Pipeline, Job: job, Chunk: 3}.DLQ(env.Category), Data: data})
 	if err != nil {
 		t.Fatal(err)
 	}

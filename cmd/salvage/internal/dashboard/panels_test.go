@@ -13,7 +13,6 @@ import (
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
 	"github.com/salvagehq/salvage/kv"
-	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -26,17 +25,17 @@ func TestBreakersInSummaryAndMetrics(t *testing.T) {
 	f := setup(t, "")
 	ctx := context.Background()
 	if _, _, err := f.stores.Breakers.Mutate(ctx, "crm", "test", func(b *kv.Breaker) error {
-		recovery.Open(b, salvagetype.BreakerPolicy{}, time.Now(), "503")
+		b.Open(salvagetype.BreakerPolicy{}, time.Now(), "503")
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.b.JS.CreateOrUpdateConsumer(ctx, streams.Hold, jetstream.ConsumerConfig{Durable: streams.HoldConsumer("crm"),
-		FilterSubject: streams.HoldForSystem("crm"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+	if _, err := f.b.JS.CreateOrUpdateConsumer(ctx, streams.Hold, jetstream.ConsumerConfig{Durable: streams.System("crm").HoldConsumer(),
+		FilterSubject: streams.System("crm").Held(), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	for c := 1; c <= 2; c++ {
-		if _, err := f.b.JS.Publish(ctx, streams.HoldSubject("crm", "01JDASHBOARD00000000000000", c), []byte(`{}`)); err != nil {
+		if _, err := f.b.JS.Publish(ctx, streams.ChunkRef{Job: "01JDASHBOARD00000000000000", Chunk: c}.Hold("crm"), []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 	}

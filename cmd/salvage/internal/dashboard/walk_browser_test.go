@@ -90,10 +90,10 @@ func addWalkJob(t *testing.T, f *fixture) {
 		Error: "send-email: 422 mailbox unavailable", ErrorClass: "permanent", FailedTool: "send-email", FailedAgent: "notify", FailedCall: email, FailedStage: 3,
 		Deliveries: 3, CompletedEntries: []string{stock, charge}, InFlightEntries: []string{}, PendingCompensations: []string{charge},
 		Checkpoint: salvagetype.EnvelopeCheckpoint{Stage: 3, Status: salvagetype.ChunkRunning}, CreatedAt: at(49),
-		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Seq: 500, Subject: streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk),
+		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Seq: 500, Subject: streams.ChunkRef{Pipeline: "order-fulfillment", Job: walkJob, Chunk: walkChunk}.Subject(),
 			Data: json.RawMessage(fmt.Sprintf(`{"job_id":%q,"chunk":%d,"pipeline":"order-fulfillment","epoch":0,"input":{"order":"o-117"}}`, walkJob, walkChunk))}}
 	data, _ := json.Marshal(env)
-	ack, err := f.b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.DLQSubject(env.Category, env.Pipeline, walkJob, walkChunk), Data: data})
+	ack, err := f.b.JS.PublishMsg(ctx, &nats.Msg{Subject: streams.ChunkRef{Pipeline: env.Pipeline, Job: walkJob, Chunk: walkChunk}.DLQ(env.Category), Data: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,8 +291,8 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, err := chunks.Info(context.Background(), jetstream.WithSubjectFilter(streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk)))
-			if err != nil || info.State.Subjects[streams.ChunkSubject(0, "order-fulfillment", walkJob, walkChunk)] != 1 {
+			info, err := chunks.Info(context.Background(), jetstream.WithSubjectFilter(streams.ChunkRef{Pipeline: "order-fulfillment", Job: walkJob, Chunk: walkChunk}.Subject()))
+			if err != nil || info.State.Subjects[streams.ChunkRef{Pipeline: "order-fulfillment", Job: walkJob, Chunk: walkChunk}.Subject()] != 1 {
 				t.Fatalf("chunk 117 on SALVAGE_CHUNKS: %+v, %v; want one message", info.State.Subjects, err)
 			}
 			// The list's "all" tab, and "Cancel…" on the running job there.
