@@ -3,7 +3,9 @@
 // holder that parks and releases chunks, the recovery orchestrator, and the
 // operator's actions (cancel, replay, resolve, acknowledge, bulk, approve,
 // pause) that change what those consumers do. It is the only package that
-// decides ack, nak, term and in-progress.
+// decides ack, nak, term and in-progress. What a recovery does is decided
+// in recovery; the orchestrator here reads the records, makes the calls
+// and writes the outcome.
 //
 // Comments cite the invariants of docs/design.md by number.
 //

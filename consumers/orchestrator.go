@@ -307,11 +307,8 @@ func (o *Orchestrator) recover(ctx context.Context, env salvagetype.Envelope, lo
 // compensation; and, for a chunk of a cancelled job that would resume,
 // stopped: its record now says to settle its effects instead.
 func (o *Orchestrator) decide(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, cp kv.Checkpoint, log zerolog.Logger) (_ kv.EnvelopeRecord, _ salvagetype.Strategy, stopped bool, _ error) {
-	strategy := rec.Strategy
-	if rec.Attempts >= o.cfg.Limits.MaxStrategyAttempts {
-		strategy = salvagetype.StrategyEscalate
-	}
-	if strategy == salvagetype.StrategyCompensateAndAbandon || strategy == salvagetype.StrategyCompensateAndRetry {
+	strategy := o.cfg.Limits.Next(rec.Strategy, rec.Attempts)
+	if strategy.Compensates() {
 		// A call may have gone in flight since the envelope was written
 		// (a cancel that landed while its worker still ran): what it did
 		// is known before anything is undone.
@@ -329,8 +326,7 @@ func (o *Orchestrator) decide(ctx context.Context, env salvagetype.Envelope, rec
 			return rec, strategy, false, err
 		}
 	}
-	needsResume := strategy == salvagetype.StrategyResume || strategy == salvagetype.StrategyCompensateAndRetry
-	if needsResume && rec.Stopped == "" {
+	if strategy.Resumes() && rec.Stopped == "" {
 		// A chunk of a cancelled job never runs again: its effects are
 		// settled instead (invariant 4).
 		job, err := o.stores.Jobs.Get(ctx, env.Job)
@@ -342,8 +338,8 @@ func (o *Orchestrator) decide(ctx context.Context, env salvagetype.Envelope, rec
 			return rec, strategy, err == nil, err
 		}
 	}
-	if needsResume && cp.Recoveries >= o.cfg.Limits.MaxRecoveries {
-		strategy = salvagetype.StrategyEscalate
+	if next := o.cfg.Limits.Resume(strategy, cp.Recoveries); next != strategy {
+		strategy = next
 		log.Warn().Int("recoveries", cp.Recoveries).Msg("chunk past its recoveries; escalating")
 	}
 	return rec, strategy, false, nil
@@ -372,59 +368,29 @@ func (o *Orchestrator) reclassify(ctx context.Context, env salvagetype.Envelope,
 // (compensating first what a compensation-needed category asks), or a
 // dead end — never while an effect may stand (invariant 9).
 func (o *Orchestrator) apply(ctx context.Context, env salvagetype.Envelope, rec kv.EnvelopeRecord, p *recovery.Plan, strategy salvagetype.Strategy, log zerolog.Logger) (outcome, error) {
-	switch strategy {
-	case salvagetype.StrategyResume:
+	if strategy == salvagetype.StrategyResume {
 		if rec.Category == salvagetype.CategoryExternalSystemDown {
 			if left := time.Until(env.CreatedAt.Add(o.cfg.CoolDown)); left > 0 {
 				return o.release(ctx, env, rec, left)
 			}
 		}
 		return o.requeue(ctx, env, rec, false, log)
-	case salvagetype.StrategyCompensateAndRetry, salvagetype.StrategyCompensateAndAbandon:
+	}
+	// The rest ends the envelope (recovery.End), after undoing what the
+	// strategy undoes; a compensated COMPENSATE_AND_RETRY runs again.
+	var compErr error
+	if recovery.CompensatesFirst(strategy, rec.Category) {
 		permanent, err := o.compensate(ctx, env, p, log)
 		if err != nil && !permanent {
 			return o.failed(ctx, env, rec, err, log)
 		}
-		if err != nil {
-			return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "compensation failed: "+err.Error(), o.standing(ctx, env), log)
-		}
-		if strategy == salvagetype.StrategyCompensateAndRetry {
+		if err == nil && strategy == salvagetype.StrategyCompensateAndRetry {
 			return o.requeue(ctx, env, rec, true, log)
 		}
-		if left := o.standing(ctx, env); len(left) > 0 {
-			// What the envelope listed is undone, yet something stands
-			// (an effect recorded since): a person decides.
-			return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "compensated what was listed; effects still stand", left, log)
-		}
-		return o.finish(ctx, env, rec, salvagetype.EnvelopeAbandoned, abandonNote(rec), nil, log)
-	case salvagetype.StrategyEscalate:
-		note := "needs a human"
-		if rec.Category == salvagetype.CategoryCompensationNeeded {
-			permanent, err := o.compensate(ctx, env, p, log)
-			if err != nil && !permanent {
-				return o.failed(ctx, env, rec, err, log)
-			}
-			if err != nil {
-				note = "compensation failed: " + err.Error()
-			}
-		}
-		return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, note, o.standing(ctx, env), log)
-	default: // DEAD_END
-		if left := o.standing(ctx, env); len(left) > 0 {
-			// Never a dead end while an effect may stand (invariant 9).
-			return o.finish(ctx, env, rec, salvagetype.EnvelopeEscalated, "permanent failure with effects that may stand", left, log)
-		}
-		return o.finish(ctx, env, rec, salvagetype.EnvelopeDeadEnd, "permanent failure with no effects to undo", nil, log)
+		compErr = err
 	}
-}
-
-// abandonNote says why an envelope was abandoned with nothing standing.
-func abandonNote(rec kv.EnvelopeRecord) string {
-	switch rec.Stopped {
-	case salvagetype.StoppedCancelled:
-		return "job cancelled; every effect of the chunk compensated"
-	}
-	return "every effect compensated; order abandoned"
+	status, note, left := recovery.End(strategy, rec.Stopped, o.standing(ctx, env), compErr)
+	return o.finish(ctx, env, rec, status, note, left, log)
 }
 
 // release gives the envelope back for a later step.

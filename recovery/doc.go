@@ -4,7 +4,9 @@
 // the Plan a worker runs, error classes, the tier-1 retry policy, the
 // journaled executor every call goes through, failure envelopes and their
 // classifier, strategies, compensation, verification, breakers, alerts and
-// prices.
+// prices; and the orchestrator's rules: what an envelope's recovery runs
+// next (Limits.Next, Limits.Resume, CompensatesFirst), what a journal leaves to undo or to
+// verify (Rows), and how a recovery ends (End).
 //
 // It starts no consumer and publishes nothing itself: it uses the record
 // types of kv, and the journal and snapshot stores it is handed (kv's, on

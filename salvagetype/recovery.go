@@ -57,6 +57,15 @@ const (
 	StrategyVerify Strategy = "VERIFY_THEN_RECLASSIFY"
 )
 
+// Compensates reports whether the strategy undoes the chunk's effects,
+// newest first.
+func (s Strategy) Compensates() bool {
+	return s == StrategyCompensateAndRetry || s == StrategyCompensateAndAbandon
+}
+
+// Resumes reports whether the strategy runs the chunk again.
+func (s Strategy) Resumes() bool { return s == StrategyResume || s == StrategyCompensateAndRetry }
+
 // EventKind is the kind of one event of a chunk's timeline.
 type EventKind string
 
