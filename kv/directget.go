@@ -3,7 +3,6 @@ package kv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,12 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/natsext"
 )
-
-// ErrBatchCut is the error of a batched direct get whose replies stopped
-// before the server's end-of-batch marker: the wait for them ran out (a
-// loaded machine, a slow link). What arrived is not the answer, and
-// nothing was handed on as if it were. streams.Retry asks again.
-var ErrBatchCut = errors.New("kv: a batched read ended before the server said it was complete")
 
 // batchWait bounds one batched direct get whose context has no deadline
 // (natsext.RequestMany would give it the connection's 2 s).

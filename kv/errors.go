@@ -42,6 +42,11 @@ var (
 	// ErrJobFinished is returned by Jobs.Cancel for a job that already
 	// finished (done, partial, incomplete): nothing of it runs to cancel.
 	ErrJobFinished = errors.New("kv: job already finished")
+	// ErrBatchCut is the error of a batched direct get whose replies stopped
+	// before the server's end-of-batch marker: the wait for them ran out (a
+	// loaded machine, a slow link). What arrived is not the answer, and
+	// nothing was handed on as if it were. streams.Retry asks again.
+	ErrBatchCut = errors.New("kv: a batched read ended before the server said it was complete")
 )
 
 // HeldError says who holds a claim and until when.

@@ -25,6 +25,14 @@ var (
 	// errSiblingFailed matches the cancellation of an agent whose sibling
 	// in the same stage failed (see siblingFailedError).
 	errSiblingFailed = errors.New("sibling agent failed")
+	// ErrInvalidTool is returned by NewTools for a tool that cannot be
+	// registered: no name, no call, a reversible effect without a compensation
+	// tool, a side effect without a way to verify it.
+	ErrInvalidTool = errors.New("invalid tool")
+	// ErrDiverged is returned when an agent makes a different call (another
+	// tool or another input) at a journal key that already holds a row: the
+	// old row is kept, never overwritten.
+	ErrDiverged = errors.New("agent diverged from its journal")
 )
 
 // siblingFailedError is the cause an agent's context is cancelled with

@@ -9,19 +9,9 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// ErrInvalidTool is returned by NewTools for a tool that cannot be
-// registered: no name, no call, a reversible effect without a compensation
-// tool, a side effect without a way to verify it.
-var ErrInvalidTool = errors.New("invalid tool")
-
 // errUnknownTool is returned when an agent calls a tool its pipeline did
 // not register.
 var errUnknownTool = errors.New("unknown tool")
-
-// ErrDiverged is returned when an agent makes a different call (another
-// tool or another input) at a journal key that already holds a row: the
-// old row is kept, never overwritten.
-var ErrDiverged = errors.New("agent diverged from its journal")
 
 // Tools is a pipeline's tool registry.
 type Tools struct {

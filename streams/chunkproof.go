@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -22,11 +21,6 @@ import (
 // changes nothing (invariant 11). A proof is ⌈log2 chunks⌉ hashes (at most
 // 14 for 10,000 chunks, 600 bytes): the check is O(log n) per chunk and
 // reads nothing but the job record the worker reads anyway.
-
-// ErrChunkProof is returned by VerifyChunk when a chunk is not the one its
-// job was split into: no proof where the job has a root, a proof that
-// cannot be read, or one that leads to another root.
-var ErrChunkProof = errors.New("streams: chunk does not match what its job was split into")
 
 // Domain prefixes keep a leaf from ever hashing like an inner node
 // (RFC 6962's second-preimage guard).

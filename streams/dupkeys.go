@@ -3,14 +3,10 @@ package streams
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"strings"
 )
-
-// ErrDuplicateKey is returned by CheckDuplicateKeys.
-var ErrDuplicateKey = errors.New("streams: a JSON object names a key twice")
 
 // CheckDuplicateKeys returns an error wrapping ErrDuplicateKey when an
 // object anywhere in data names one key twice, saying where: encoding/json

@@ -33,9 +33,6 @@ import (
 // partRoot begins the chunk subjects of partitions 1 and up.
 const partRoot = "salvage.part."
 
-// ErrPartitions reports a partition count out of range.
-var ErrPartitions = errors.New("streams: partitions out of range")
-
 // ValidatePartitions checks a configured partition count: 1 to
 // PartitionsMax.
 func ValidatePartitions(n int) error {
