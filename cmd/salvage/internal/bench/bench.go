@@ -45,10 +45,8 @@ type benchReport struct {
 	Growth         []growthRow     `json:"growth,omitempty"`
 	Storage        []storageRow    `json:"storage,omitempty"`
 	Soak           *soakRow        `json:"soak,omitempty"`
-	Listing        *listingRow     `json:"listing,omitempty"`
 	Ramp           *rampRow        `json:"release_ramp,omitempty"`
 	Fleet          []fleetRow      `json:"fleet,omitempty"`
-	Dashboard      []dashboardRow  `json:"dashboard,omitempty"`
 	Partitions     []partitionsRow `json:"partitions,omitempty"`
 	// PartitionsSkipped says why the partitions rows are missing.
 	PartitionsSkipped string `json:"partitions_skipped,omitempty"`
@@ -88,11 +86,10 @@ type benchOpts struct {
 	limitsChunks int
 	// tenantsChunks is the chunks of tenant a's job in the tenants rows.
 	tenantsChunks int
-	dashboard     []int
 }
 
 // benchParts are the sections `--only` picks from, in the order they run.
-var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "listing", "ramp", "fleet", "dashboard", "partitions", "limits", "tenants"}
+var benchParts = []string{"throughput", "critical", "crash", "growth", "soak", "ramp", "fleet", "partitions", "limits", "tenants"}
 
 // benchLong is salvage bench's help: what each section measures.
 const benchLong = `Run the performance harness on embedded NATS servers in temporary directories and
@@ -118,9 +115,6 @@ print one table:
   soak         --soak of 20-chunk jobs back to back, two at a time, with every role in one
                process and retention shortened to 1s / 3s / 6s (calls, effects, records):
                the disk use of what retention governs, sampled every 2s, levels off;
-  listing      100,000 envelope records, then pages of 100 through EnvelopeList at both
-               ends and the middle, by status and by job: time and bytes per page, beside
-               reading every record;
   ramp         'salvage demo --scenario outage' (400 orders, 2 worker processes, the CRM
                down 20s): the orders its breaker held, and the CRM's requests in each
                second once the breaker closed;
@@ -131,9 +125,6 @@ print one table:
                to the workers per chunk; beside each, the same calls in a bare loop of the
                same shape (no Salvage, one acknowledged row per call), for what the machine
                charges for more processes;
-  dashboard    10,000 job records and --dashboard envelope records (a fifth open), each
-               count watched by a fresh 'salvage up --role dashboard' process: its resident
-               memory once its summary counts every record and it served its pages;
   partitions   the throughput job shape (24 jobs of --chunks chunks, --concurrency at once)
                on three nats-server processes with R3 streams, in 1 and then 3 partitions
                (each led from its own node): calls per second, and each node's share of
@@ -149,6 +140,10 @@ print one table:
                flight and with the job windows only: b's time beside a over its time alone
                (no model call times out there: a breaker trip is not what it measures).
 
+The listing pages over 100,000 envelope records and the dashboard's memory over 100,000 are
+Go benchmarks, since they seed records below the public API (make bench runs them):
+go test -run '^$' -bench 'BenchmarkEnvelopeListing|BenchmarkDashboardMemory' ./cmd/salvage/internal/cli/
+
 Figures depend on the machine; docs/benchmarks.md shows one run.`
 
 // BenchCmd is salvage bench.
@@ -156,7 +151,7 @@ func (e *Env) BenchCmd() *cobra.Command {
 	var o benchOpts
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure throughput, critical-path overhead, crash-to-resume time, cost growth, listings and the release ramp on embedded servers",
+		Short: "Measure throughput, critical-path overhead, crash-to-resume time, cost growth, retention and the release ramp on embedded servers",
 		Long:  benchLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -204,9 +199,6 @@ func (o *benchOpts) validate() error {
 	if o.fleetJournal != string(salvage.JournalAtomic) && o.fleetJournal != string(salvage.JournalPipelined) {
 		return fmt.Errorf("--fleet-journal %q: want %s or %s", o.fleetJournal, salvage.JournalAtomic, salvage.JournalPipelined)
 	}
-	if !slices.IsSorted(o.dashboard) || (len(o.dashboard) > 0 && o.dashboard[0] < 1) {
-		return fmt.Errorf("--dashboard %v: want positive envelope counts, ascending", o.dashboard)
-	}
 	return nil
 }
 
@@ -228,7 +220,6 @@ func (o *benchOpts) register(f *pflag.FlagSet) {
 	f.StringVar(&o.fleetJournal, "fleet-journal", string(salvage.JournalAtomic), "fleet: journal writes, atomic (each process group-commits the rows of its concurrent calls) or pipelined (a row, an acknowledgement)")
 	f.IntVar(&o.limitsChunks, "limits-chunks", 17, "limits: chunks of the job (116 model calls each)")
 	f.IntVar(&o.tenantsChunks, "tenants-chunks", 5000, "tenants: chunks of tenant a's job")
-	f.IntSliceVar(&o.dashboard, "dashboard", []int{1_000, 100_000}, "dashboard: envelope counts, ascending")
 	f.StringVar(&o.report, "report", "text", "text or json")
 	f.StringVar(&o.natsServer, "nats-server", "", "throughput: the nats-server binary for the 3-node cluster row (default nats-server on PATH, else ./bin/nats-server)")
 }
@@ -297,7 +288,7 @@ func (r *benchReport) printSingle(tw io.Writer) {
 	}
 }
 
-// printSustained writes the soak, listing and release-ramp sections.
+// printSustained writes the soak and release-ramp sections.
 func (r *benchReport) printSustained(tw io.Writer) {
 	if k := r.Soak; k != nil {
 		fmt.Fprintln(tw, "SOAK\tsync_interval\tjobs\tchunks (dead-lettered)\tretention (calls/effects/records)\tgoverned bytes at 25/50/75/100%\taged bytes at the end\ttarget")
@@ -319,14 +310,6 @@ func (r *benchReport) printSustained(tw io.Writer) {
 		}
 		fmt.Fprintln(tw)
 	}
-	if l := r.Listing; l != nil {
-		fmt.Fprintf(tw, "LISTING %s ENVELOPES, pages of %d\tsync_interval\tmedian of %d\tbytes to the client\trecords\ttarget\n", operator.Thousands(l.Envelopes), listingPage, listingRepeats)
-		for _, p := range l.Pages {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\n", p.What, l.SyncInterval, p.Time.Round(100*time.Microsecond), operator.Thousands(int(p.Bytes)), p.Got, l.verdict())
-		}
-		fmt.Fprintf(tw, "  every record read, as listings did before the index\t%s\t%s\t%s\t%s\t\n", l.SyncInterval, l.ScanTime.Round(time.Millisecond), operator.Thousands(int(l.ScanBytes)), operator.Thousands(l.Envelopes))
-		fmt.Fprintln(tw)
-	}
 	if k := r.Ramp; k != nil {
 		fmt.Fprintln(tw, "RELEASE RAMP\torders held (resumed)\tCRM requests a second from its breaker's close\tpeak\ttarget")
 		fmt.Fprintf(tw, "  %d orders, %d worker processes, CRM down %s\t%d (%d)\t%s\t%d\t%s\n", k.Orders, k.Workers, k.Outage, k.Held, k.Resumed,
@@ -336,7 +319,7 @@ func (r *benchReport) printSustained(tw io.Writer) {
 }
 
 // printFleets writes the sections measured on fleets of processes:
-// fleet, limits, tenants, dashboard and partitions.
+// fleet, limits, tenants and partitions.
 func (r *benchReport) printFleets(tw io.Writer) {
 	if len(r.Fleet) > 0 || r.FleetSkipped != "" {
 		fmt.Fprintln(tw, "FLEET	processes x slots	wall	workers CPU	server CPU	control CPU	CPU/chunk (workers+server)	delivered to workers/chunk	job record, journal writes/chunk	job")
@@ -388,15 +371,6 @@ func (r *benchReport) printFleets(tw io.Writer) {
 		} else {
 			fmt.Fprintf(tw, "  %s\n", tenantsVerdict(r.Tenants))
 		}
-		fmt.Fprintln(tw)
-	}
-	if len(r.Dashboard) > 0 {
-		fmt.Fprintln(tw, "DASHBOARD MEMORY\tenvelopes\tjobs\tcatch-up\tRSS\tpeak RSS")
-		for _, d := range r.Dashboard {
-			fmt.Fprintf(tw, "  one 'salvage up --role dashboard' process\t%s\t%s\t%s\t%s\t%s\n", operator.Thousands(d.Envelopes), operator.Thousands(d.Jobs),
-				d.CatchUp.Round(10*time.Millisecond), mib(d.RSS), mib(d.Peak))
-		}
-		fmt.Fprintf(tw, "  %s\n", dashboardVerdict(r.Dashboard))
 		fmt.Fprintln(tw)
 	}
 	if len(r.Partitions) > 0 || r.PartitionsSkipped != "" {

@@ -189,15 +189,7 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 	defer fs.stop()
 	url, monitor, srv := fs.url, fs.monitor, fs.srv
 
-	var o demo.Opts
-	o.Run.Register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: fleetLatency})
-	o.Run.SimURL = fs.simURL
-	o.Run.Concurrency = conc
-	o.Run.MaxChunks = max(o.Run.MaxChunks, b.o.fleetChunks)
-	// The job's window admits every slot of the fleet.
-	o.Run.ChunkWindow = max(o.Run.ChunkWindow, 2*b.o.fleetConc)
-	o.Run.JournalWrites = b.o.fleetJournal
-
+	o := b.fleetOpts(fs.simURL, conc)
 	client, js, stopClient, err := b.startDeadLetter(ctx, o, url)
 	if err != nil {
 		return row, err
@@ -259,6 +251,20 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 	row.JobWritesPerChunk = float64(writes1[0]-writes0[0]) / float64(max(row.Chunks, 1))
 	row.JournalWritesPerChunk = float64(writes1[1]-writes0[1]) / float64(max(row.Chunks, 1))
 	return row, nil
+}
+
+// fleetOpts are the worker processes' settings: conc slots each against
+// the simulated model at simURL, the job's window open to every slot of
+// the fleet.
+func (b *bench) fleetOpts(simURL string, conc int) demo.Opts {
+	var o demo.Opts
+	o.Run.Register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: fleetLatency})
+	o.Run.SimURL = simURL
+	o.Run.Concurrency = conc
+	o.Run.MaxChunks = max(o.Run.MaxChunks, b.o.fleetChunks)
+	o.Run.ChunkWindow = max(o.Run.ChunkWindow, 2*b.o.fleetConc)
+	o.Run.JournalWrites = b.o.fleetJournal
+	return o
 }
 
 // startDeadLetter starts the bench's own client on the server at url:

@@ -82,11 +82,6 @@ func (b *bench) sections(r *benchReport) []section {
 			r.Soak = &k
 			return err
 		}},
-		{"listing", "listing", func(ctx context.Context) error {
-			l, err := b.listing(ctx)
-			r.Listing = &l
-			return err
-		}},
 		{"ramp", "release ramp", func(ctx context.Context) error {
 			k, err := b.ramp(ctx)
 			r.Ramp = &k
@@ -96,10 +91,6 @@ func (b *bench) sections(r *benchReport) []section {
 			r.Fleet, err = b.fleet(ctx, bin)
 			return err
 		})},
-		{"dashboard", "dashboard", func(ctx context.Context) (err error) {
-			r.Dashboard, err = b.dashboard(ctx)
-			return err
-		}},
 		{"partitions", "partitions", cluster(&r.PartitionsSkipped, func(ctx context.Context, bin string) (err error) {
 			r.Partitions, err = b.partitions(ctx, bin, []int{1, benchClusterNodes})
 			return err

@@ -129,26 +129,7 @@ func (b *bench) soak(ctx context.Context, d time.Duration) (soakRow, error) {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		for {
-			g, a, err := diskUse(sampleCtx, s.js)
-			if sampleCtx.Err() != nil {
-				// Stopped while listing: what it summed is part of
-				// the streams, not a sample (CI once saw it as 0 bytes).
-				return
-			}
-			if err == nil {
-				mu.Lock()
-				row.Samples = append(row.Samples, soakSample{AtSecs: time.Since(start).Seconds(), Governed: g, Aged: a})
-				mu.Unlock()
-			} else {
-				b.log.Warn().Err(err).Msg("soak: list the streams; sample skipped")
-			}
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-time.After(soakEvery):
-			}
-		}
+		b.sampleSoak(sampleCtx, s.js, start, &mu, &row)
 	}()
 	var wg sync.WaitGroup
 	var runErr error
@@ -180,6 +161,31 @@ func (b *bench) soak(ctx context.Context, d time.Duration) (soakRow, error) {
 		row.Drained = b.drain(ctx, s.js, start, row.peak())
 	}
 	return row, runErr
+}
+
+// sampleSoak appends a sample of the disk use to row every soakEvery,
+// under mu, until ctx ends.
+func (b *bench) sampleSoak(ctx context.Context, js jetstream.JetStream, start time.Time, mu *sync.Mutex, row *soakRow) {
+	for {
+		g, a, err := diskUse(ctx, js)
+		if ctx.Err() != nil {
+			// Stopped while listing: what it summed is part of the
+			// streams, not a sample (CI once saw it as 0 bytes).
+			return
+		}
+		if err == nil {
+			mu.Lock()
+			row.Samples = append(row.Samples, soakSample{AtSecs: time.Since(start).Seconds(), Governed: g, Aged: a})
+			mu.Unlock()
+		} else {
+			b.log.Warn().Err(err).Msg("soak: list the streams; sample skipped")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(soakEvery):
+		}
+	}
 }
 
 // drain samples the disk use every soakEvery, once the jobs stopped,

@@ -164,34 +164,6 @@ func TestBenchFleet(t *testing.T) {
 	}
 }
 
-// TestBenchDashboard runs the dashboard rows small: 10,000 jobs and 10,
-// then 50 envelopes, each watched by a fresh dashboard process that
-// counts every record before its memory is read.
-func TestBenchDashboard(t *testing.T) {
-	t.Parallel()
-	out := benchOutput(t, "--only", "dashboard", "--dashboard", "10,50", "--report", "json", "--log-level", "error")
-	var r struct {
-		Dashboard []struct {
-			Envelopes int   `json:"envelopes"`
-			Jobs      int   `json:"jobs"`
-			CatchUp   int64 `json:"catch_up_ns"`
-			RSS       int64 `json:"rss_bytes"`
-			Peak      int64 `json:"peak_rss_bytes"`
-		} `json:"dashboard"`
-	}
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("report: %v\n%s", err, out)
-	}
-	if len(r.Dashboard) != 2 {
-		t.Fatalf("dashboard rows = %+v; want two", r.Dashboard)
-	}
-	for i, d := range r.Dashboard {
-		if d.Envelopes != []int{10, 50}[i] || d.Jobs != 10_000 || d.CatchUp <= 0 || d.RSS <= 0 || d.Peak < d.RSS {
-			t.Errorf("row %d = %+v; want the envelopes and jobs counted, catch-up and memory measured", i, d)
-		}
-	}
-}
-
 // TestBenchPartitions runs the partitions rows small: 24 jobs of 4
 // chunks on three nats-server processes, in one partition and in three,
 // each partition led from its own node.
