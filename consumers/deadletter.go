@@ -250,11 +250,6 @@ func (e *heldError) Error() string {
 	return fmt.Sprintf("held by %s until %s", e.holder, e.until.Format(time.RFC3339Nano))
 }
 
-func classFromCheckpoint(cp kv.Checkpoint) salvagetype.Class {
-	c, _ := salvagetype.ParseClass(cp.LastErrorClass)
-	return c
-}
-
 func (d *DeadLetterer) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(d.cfg.SweepInterval)
 	defer t.Stop()

@@ -13,10 +13,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// carriedHeaders go with a chunk message wherever it is parked or
-// released: its trace and the envelope it re-runs the chunk for.
-var carriedHeaders = []string{salvagetype.HeaderTraceParent, salvagetype.HeaderRecoveryOf, salvagetype.HeaderReplayOf}
-
 // hold parks the chunk while system's breaker is open: its checkpoint
 // says held (its stage, journal and snapshots stay as they are), a copy of
 // its message waits on salvage.hold.<system>.<job>.<chunk>, and the

@@ -2,7 +2,6 @@ package consumers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -79,16 +78,4 @@ func intakeRejection(subject string, perr error, pipeline string) *rejectError {
 		return &rejectError{salvagetype.RejectBadSubject, perr}
 	}
 	return &rejectError{salvagetype.RejectUnknownPipeline, fmt.Errorf("no process has ever run pipeline %q (%s waited for one)", pipeline, subject)}
-}
-
-// intakeJobID is the id the splitter would have given the job message
-// raw (see jobIDFor), so a waiter for it hears of its rejection.
-func intakeJobID(raw *jetstream.RawStreamMsg) string {
-	var msg salvagetype.JobMsg
-	if json.Unmarshal(raw.Data, &msg) == nil && msg.JobID != nil && streams.ValidateJobID(*msg.JobID) == nil {
-		return *msg.JobID
-	}
-	meta := &jetstream.MsgMetadata{Stream: streams.Jobs, Timestamp: raw.Time}
-	meta.Sequence.Stream = raw.Sequence
-	return jobIDFor(raw.Header.Get(salvagetype.HeaderMsgID), meta)
 }

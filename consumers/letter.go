@@ -391,3 +391,8 @@ func envelopeEntries(completed, inFlight, pending []string) (c, i, p []string, d
 	}
 	return newest(completed, false), newest(inFlight, false), newest(pending, true), dropped
 }
+
+func classFromCheckpoint(cp kv.Checkpoint) salvagetype.Class {
+	c, _ := salvagetype.ParseClass(cp.LastErrorClass)
+	return c
+}

@@ -14,14 +14,6 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-var (
-
-	// errEnvelopeLost is returned when an envelope's DLQ message is gone
-	// and its record, written before records kept the envelope's body, has
-	// nothing to read it from.
-	errEnvelopeLost = errors.New("envelope lost")
-)
-
 // Operator holds what an operator can do to the DLQ: list, show, replay,
 // resolve and acknowledge envelopes. Every change is a CAS on the
 // envelope's record, so concurrent operators and orchestrators agree.
@@ -112,35 +104,6 @@ func (o *Operator) record(ctx context.Context, id string) (kv.EnvelopeRecord, er
 		return rec, fmt.Errorf("%w: %s", salvagetype.ErrUnknownEnvelope, id)
 	}
 	return rec, err
-}
-
-// readEnvelope reads the envelope of rec as published: its message in
-// SALVAGE_DLQ, else, when that message is gone (purged, aged out, lost)
-// or is not this envelope's (the stream was made again), the body kept
-// beside the record. The orchestrator publishes such an envelope again
-// (restoreLost); until then everything reads it from its body.
-func readEnvelope(ctx context.Context, js jetstream.JetStream, st *kv.Stores, rec kv.EnvelopeRecord) (salvagetype.Envelope, error) {
-	var env salvagetype.Envelope
-	m, err := getMsg(ctx, js, streams.DLQ, rec.DLQSeq)
-	if err != nil {
-		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)
-	}
-	if m != nil {
-		if env, err = recovery.DecodeEnvelope(m.Data); err == nil && env.ID == rec.ID {
-			return env, nil
-		}
-	}
-	body, err := st.Envelopes.Body(ctx, rec.ID)
-	if errors.Is(err, kv.ErrNotFound) {
-		return env, fmt.Errorf("%w: envelope %s: its message SALVAGE_DLQ %d is gone and it was recorded before bodies were kept", errEnvelopeLost, rec.ID, rec.DLQSeq)
-	}
-	if err != nil {
-		return env, err
-	}
-	if env, err = recovery.DecodeEnvelope(body); err != nil {
-		return env, fmt.Errorf("envelope %s: %w", rec.ID, err)
-	}
-	return env, nil
 }
 
 // Resolve marks an envelope resolved by hand: an operator settled it.

@@ -355,7 +355,7 @@ func (r *repairer) repairEnvelope(ctx context.Context, e kv.EnvelopeRecord) (boo
 		return r.requeueLost(ctx, e, cp)
 	case e.Requeued && e.Status == salvagetype.EnvelopeRecovering && cp.Status == salvagetype.ChunkDeadLettered && cp.Envelope == e.ID:
 		// A replay marked the envelope and died before it sent the chunk.
-		return true, NewOperator(r.js, r.stores).finishReplay(ctx, e)
+		return true, finishReplay(ctx, r.js, r.stores, e)
 	}
 	return false, nil
 }

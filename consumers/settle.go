@@ -218,3 +218,34 @@ func finishedAgain(ctx context.Context, js jetstream.JetStream, t tracker, cp kv
 	}
 	return admitAfter(ctx, js, job, cp.Chunk)
 }
+
+// unpark publishes the parked chunk message data (from subject, at
+// sequence seq of SALVAGE_HOLD, with headers hdr) back to its partition's
+// chunk stream (the worker that parked it checked that the message names
+// its job's partition)
+// with extra headers: a new message (a fresh delivery budget) whose id
+// derives from seq, so releasing one parked copy twice publishes it once.
+func unpark(ctx context.Context, js jetstream.JetStream, subject string, data []byte, hdr, extra nats.Header, seq uint64) error {
+	var c salvagetype.ChunkMsg
+	if err := json.Unmarshal(data, &c); err != nil || c.Pipeline == "" || c.Job == "" || c.Chunk < 1 {
+		return fmt.Errorf("parked message %d on %s is not a chunk message: %v", seq, subject, err)
+	}
+	out := nats.Header{}
+	for _, k := range carriedHeaders {
+		if v := hdr.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	out.Set(salvagetype.HeaderMsgID, fmt.Sprintf("%s.%d.release.%d", c.Job, c.Chunk, seq))
+	out.Set(salvagetype.HeaderJob, c.Job)
+	out.Set(salvagetype.HeaderChunk, strconv.Itoa(c.Chunk))
+	_, err := publish(ctx, js, &nats.Msg{Subject: refOf(c).Subject(), Data: data, Header: out})
+	return err
+}
+
+// carriedHeaders go with a chunk message wherever it is parked or
+// released: its trace and the envelope it re-runs the chunk for.
+var carriedHeaders = []string{salvagetype.HeaderTraceParent, salvagetype.HeaderRecoveryOf, salvagetype.HeaderReplayOf}

@@ -3,7 +3,6 @@ package consumers
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/salvagehq/salvage/kv"
@@ -178,25 +176,6 @@ func (m progressMsg) InProgress() error {
 	m.progress()
 	return m.Msg.InProgress()
 }
-
-// retryDelay spaces the deliveries of a message that failed on an
-// infrastructure error: 1s, 2s, 4s … up to a minute.
-func retryDelay(meta *jetstream.MsgMetadata) time.Duration {
-	n := uint64(1)
-	if meta != nil {
-		n = max(meta.NumDelivered, 1)
-	}
-	return min(time.Second<<min(n-1, 6), time.Minute)
-}
-
-// rejectError carries a rejection reason.
-type rejectError struct {
-	reason salvagetype.RejectReason
-	err    error
-}
-
-func (e *rejectError) Error() string { return string(e.reason) + ": " + e.err.Error() }
-func (e *rejectError) Unwrap() error { return e.err }
 
 func reject(reason salvagetype.RejectReason, err error) error {
 	return &rejectError{reason: reason, err: err}
@@ -499,20 +478,6 @@ func chunkMsgID(c salvagetype.ChunkMsg) string {
 	return fmt.Sprintf("%s.%d.split.%d", c.Job, c.Chunk, c.SourceSeq)
 }
 
-// jobIDFor applies the identity rule: a valid ULID in Nats-Msg-Id, else a
-// ULID derived from the stream sequence and timestamp — the same on every
-// redelivery, never fresh randomness.
-func jobIDFor(msgID string, meta *jetstream.MsgMetadata) string {
-	if id, err := ulid.ParseStrict(msgID); err == nil {
-		return id.String()
-	}
-	var id ulid.ULID
-	_ = id.SetTime(ulid.Timestamp(meta.Timestamp))
-	h := sha256.Sum256([]byte(meta.Stream + "/" + strconv.FormatUint(meta.Sequence.Stream, 10) + "/" + meta.Timestamp.UTC().Format(time.RFC3339Nano)))
-	_ = id.SetEntropy(h[:10])
-	return id.String()
-}
-
 // reject reports a refused job message and terminates it. job is the job
 // id when it is known: the event goes to the job's own subject too, where
 // a submitter tells its own message's rejection by stream_seq.
@@ -525,38 +490,6 @@ func (s *Splitter) reject(ctx context.Context, m jetstream.Msg, seq uint64, job 
 		s.log.Warn().Err(err).Msg("term rejected job message")
 	}
 	return nil
-}
-
-// publishRejection publishes the bounded rejection event of the job
-// message at seq (its subject and data) on salvage.events.rejected.<reason>
-// and, when the job id is known, on salvage.events.<job>.rejected too,
-// where a waiter for that job finds it. Repeat-safe: its ids derive from
-// seq.
-func publishRejection(ctx context.Context, js jetstream.JetStream, subject string, data []byte, seq uint64, job string, rej *rejectError) error {
-	ev := streams.NewRejection(rej.reason, rej.err, subject, seq, data)
-	ev.JobID = job
-	h := nats.Header{}
-	h.Set(salvagetype.HeaderReason, string(rej.reason))
-	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("rejected.%d", seq))
-	if err := publishJSON(ctx, js, streams.RejectedSubject(rej.reason), ev, h); err != nil {
-		return err
-	}
-	if job == "" {
-		return nil
-	}
-	h = nats.Header{}
-	h.Set(salvagetype.HeaderReason, string(rej.reason))
-	h.Set(salvagetype.HeaderMsgID, fmt.Sprintf("rejected.%d.job", seq))
-	return publishJSON(ctx, js, streams.JobRef{Job: job}.Event(streams.EventRejected), ev, h)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // tenantOf is whose job msg is: its tenant, else the string in the
