@@ -27,7 +27,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 4
 # shutdown and fails a target that found nothing ("context deadline
 # exceeded", golang/go#75804) on a loaded machine.
 FUZZ_TARGETS := ./streams:FuzzValidateToken ./streams:FuzzParseSubjects ./streams:FuzzParseTraceParent \
-	./consumers:FuzzParseJob ./recovery:FuzzDecodeEnvelope .:FuzzEnvelopeRequest
+	./consumers/splitter:FuzzParseJob ./recovery:FuzzDecodeEnvelope .:FuzzEnvelopeRequest
 FUZZ_BRIEF ?= 10000x
 FUZZTIME ?= 60s
 
@@ -69,7 +69,7 @@ test: $(BIN)/nats $(BIN)/nats-server $(AGENT_TS)/dist/agent.js ## the whole suit
 # every package tests at once. A test that fails here decides by the
 # machine's speed; the output names it, and go test -run NAME -count N
 # reproduces it.
-STRESS_PKGS ?= ./recovery ./kv ./consumers
+STRESS_PKGS ?= ./recovery ./kv ./consumers/...
 STRESS_COUNT ?= 5
 
 stress: ## run STRESS_PKGS STRESS_COUNT times under a CPU hog on both cores, then list what failed

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -52,7 +52,7 @@ func (c *Client) ChunkApprove(ctx context.Context, job string, chunk int, d Deci
 	if err != nil {
 		return nil, err
 	}
-	cp, err := op.Approve(ctx, job, chunk, consumers.Decision{Approve: !d.Reject, By: d.By, Note: d.Note})
+	cp, err := op.Approve(ctx, job, chunk, operator.Decision{Approve: !d.Reject, By: d.By, Note: d.Note})
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/salvagetype"
 )
 
@@ -41,8 +41,8 @@ func (f EnvelopeFilter) Validate() error {
 	return nil
 }
 
-func (f EnvelopeFilter) machinery() consumers.EnvelopeFilter {
-	return consumers.EnvelopeFilter{Category: f.Category, Status: f.Status, Job: f.Job, MinAge: f.MinAge}
+func (f EnvelopeFilter) machinery() operator.EnvelopeFilter {
+	return operator.EnvelopeFilter{Category: f.Category, Status: f.Status, Job: f.Job, MinAge: f.MinAge}
 }
 
 // BulkAction is what a bulk request does to each envelope it matches.
@@ -91,7 +91,7 @@ func (c *Client) EnvelopeBulk(ctx context.Context, req BulkRequest) (*BulkResult
 	if err != nil {
 		return nil, err
 	}
-	res, err := op.Bulk(ctx, consumers.BulkRequest{Action: req.Action, Filter: req.Filter.machinery(), By: req.By,
+	res, err := op.Bulk(ctx, operator.BulkRequest{Action: req.Action, Filter: req.Filter.machinery(), By: req.By,
 		Note: req.Note, DryRun: req.DryRun, Limit: req.Limit})
 	if err != nil {
 		return nil, err

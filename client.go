@@ -11,7 +11,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/alerter"
+	"github.com/salvagehq/salvage/consumers/deadletter"
+	"github.com/salvagehq/salvage/consumers/operator"
+	"github.com/salvagehq/salvage/consumers/orchestrator"
+	"github.com/salvagehq/salvage/consumers/splitter"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
@@ -38,7 +43,7 @@ type Client struct {
 	submitted submissions
 	// worker is the client's worker while it runs (RoleWorker), for the
 	// heartbeat's count of chunks in flight; id names the process.
-	worker *consumers.Worker
+	worker *worker.Worker
 	id     string
 	// beat is the heartbeat's last outcome (Health).
 	beat beatState
@@ -325,12 +330,12 @@ func (c *Client) configureJournal(st *kv.Stores) {
 }
 
 // operator is the one implementation of the operator's actions.
-func (c *Client) operator(ctx context.Context) (*consumers.Operator, error) {
+func (c *Client) operator(ctx context.Context) (*operator.Operator, error) {
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return consumers.NewOperator(c.js, st), nil
+	return operator.New(c.js, st), nil
 }
 
 // roles builds the runs of the configured roles.
@@ -338,14 +343,14 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 	log := c.cfg.Logger
 	var runs []func(context.Context) error
 	if c.cfg.has(RoleWorker) {
-		sp, err := consumers.NewSplitter(c.js, stores, consumers.SplitterConfig{
+		sp, err := splitter.New(c.js, stores, splitter.Config{
 			Registry: c.registry, MaxPayload: c.cfg.MaxPayload, MaxChunks: c.cfg.MaxChunks,
 			ChunkWindow: c.cfg.ChunkWindow, Retention: c.cfg.Retention, Logger: &log,
 		})
 		if err != nil {
 			return nil, err
 		}
-		w, err := consumers.NewWorker(c.js, stores, consumers.WorkerConfig{
+		w, err := worker.New(c.js, stores, worker.Config{
 			ID: c.cfg.WorkerID, Registry: c.registry, Concurrency: c.cfg.Concurrency, AckWait: c.cfg.AckWait,
 			Heartbeat: c.cfg.Heartbeat, MaxDeliver: c.cfg.MaxDeliver, Retry: c.cfg.retryPolicy(),
 			DrainTimeout: c.cfg.DrainTimeout, JobWait: c.cfg.JobWait, Breakers: c.cfg.breakerPolicies(), Prices: c.cfg.Prices, Logger: &log,
@@ -358,18 +363,18 @@ func (c *Client) roles(stores *kv.Stores) ([]func(context.Context) error, error)
 		runs = append(runs, sp.Run, w.Run)
 	}
 	if c.cfg.has(RoleDeadLetter) {
-		dl, err := consumers.NewDeadLetterer(c.js, stores, consumers.DeadLetterConfig{
+		dl, err := deadletter.New(c.js, stores, deadletter.Config{
 			SweepInterval: c.cfg.SweepInterval, Limits: c.cfg.limits(), UnknownPipelineWait: c.cfg.UnknownPipelineWait, Prices: c.cfg.Prices,
 			Retention: c.cfg.Retention, Logger: &log, TracerProvider: c.cfg.TracerProvider,
 		})
 		if err != nil {
 			return nil, err
 		}
-		al := consumers.NewAlerter(c.js, stores, consumers.AlerterConfig{Rules: c.cfg.Alerts, Interval: c.cfg.AlertInterval, Logger: &log})
+		al := alerter.New(c.js, stores, alerter.Config{Rules: c.cfg.Alerts, Interval: c.cfg.AlertInterval, Logger: &log})
 		runs = append(runs, dl.Run, al.Run)
 	}
 	if c.cfg.has(RoleRecovery) {
-		or, err := consumers.NewOrchestrator(c.js, stores, consumers.OrchestratorConfig{
+		or, err := orchestrator.New(c.js, stores, orchestrator.Config{
 			Registry: c.registry, Retry: c.cfg.retryPolicy(), CoolDown: c.cfg.CoolDown, Limits: c.cfg.limits(), Logger: &log,
 			TracerProvider: c.cfg.TracerProvider,
 		})

@@ -8,7 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetype"
@@ -389,8 +389,8 @@ func (c Config) validate() error {
 type BreakerPolicy = salvagetype.BreakerPolicy
 
 // breakerPolicies are the workers' breaker policies.
-func (c Config) breakerPolicies() consumers.BreakerPolicies {
-	return consumers.BreakerPolicies{Default: c.Breaker, Systems: c.Breakers}
+func (c Config) breakerPolicies() worker.BreakerPolicies {
+	return worker.BreakerPolicies{Default: c.Breaker, Systems: c.Breakers}
 }
 
 // Price is what one model charges per million prompt and completion

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -258,7 +258,7 @@ func (c *Client) settling(ctx context.Context, j *Job) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
-	pg, err := op.Page(ctx, consumers.EnvelopeFilter{Job: j.ID}, 0, waitEnvelopesMax, false)
+	pg, err := op.Page(ctx, operator.EnvelopeFilter{Job: j.ID}, 0, waitEnvelopesMax, false)
 	if err != nil {
 		return false, nil
 	}

@@ -1,7 +1,7 @@
 package salvage
 
 import (
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 )
 
@@ -43,7 +43,7 @@ func callsOf(rows []kv.JournalRow) []Call {
 }
 
 // detailOf is everything about one envelope.
-func detailOf(d consumers.Detail) EnvelopeDetail {
+func detailOf(d operator.Detail) EnvelopeDetail {
 	out := EnvelopeDetail{Record: envelopeRecordOf(d.Record), Envelope: d.Envelope, Journal: callsOf(d.Journal)}
 	if d.Checkpoint != nil {
 		cp := chunkOf(*d.Checkpoint)

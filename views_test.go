@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 )
 
@@ -33,7 +33,7 @@ func TestPublicViewsShowEveryField(t *testing.T) {
 			[]string{"RecoveringBy", "LeaseUntil", "Alerts", "IndexSeq", "JobIndexSeq"}},
 		{"Call", kv.JournalRow{}, func(v any) any { return callOf(v.(kv.JournalRow)) }, []string{"RetryableAfterCompensation",
 			"HistoryDropped"}},
-		{"EnvelopeDetail", consumers.Detail{}, func(v any) any { return detailOf(v.(consumers.Detail)) }, []string{
+		{"EnvelopeDetail", operator.Detail{}, func(v any) any { return detailOf(v.(operator.Detail)) }, []string{
 			"Record.RecoveringBy", "Record.LeaseUntil", "Record.Alerts", "Record.IndexSeq", "Record.JobIndexSeq", "Checkpoint.ClaimRevision", "Checkpoint.Snapshots",
 			"Checkpoint.MsgSeq", "Checkpoint.CostMicros", "Checkpoint.Counted", "Checkpoint.CountedTier1",
 			"Checkpoint.CountedRedeliveries", "Checkpoint.CountedPromptTokens", "Checkpoint.CountedCompletionTokens",

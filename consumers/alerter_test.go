@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/alerter"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -43,7 +43,7 @@ func TestAlertsFireOnceAtTheirThresholds(t *testing.T) {
 	now := t0.Add(3 * time.Minute)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	set := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
-	a := consumers.NewAlerter(b.JS, b.stores, consumers.AlerterConfig{Now: clock})
+	a := alerter.New(b.JS, b.stores, alerter.Config{Now: clock})
 
 	check := func(want map[string]int) {
 		t.Helper()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -65,11 +65,11 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	if j, _ := b.stores.Jobs.Get(b.ctx, job); j.Status != salvagetype.JobRunning {
 		t.Fatalf("job %s while its chunk awaits approval; want running", j.Status)
 	}
-	op := consumers.NewOperator(b.JS, b.stores)
-	if _, err := op.Approve(b.ctx, job, 2, consumers.Decision{Approve: true, By: "ann"}); !errors.Is(err, salvagetype.ErrNotAwaitingApproval) {
+	op := operator.New(b.JS, b.stores)
+	if _, err := op.Approve(b.ctx, job, 2, operator.Decision{Approve: true, By: "ann"}); !errors.Is(err, salvagetype.ErrNotAwaitingApproval) {
 		t.Fatalf("approving a chunk that does not exist: %v", err)
 	}
-	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{Approve: true, By: "ann", Note: "looks fine"}); err != nil {
+	if _, err := op.Approve(b.ctx, job, 1, operator.Decision{Approve: true, By: "ann", Note: "looks fine"}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitJob(t, job, salvagetype.JobDone)
@@ -94,7 +94,7 @@ func TestApprovalReleasesTheChunk(t *testing.T) {
 	if n := b.streamMsgs(t, streams.Hold); n != 0 {
 		t.Fatalf("%d messages left on SALVAGE_HOLD", n)
 	}
-	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{Approve: true, By: "ann"}); !errors.Is(err, salvagetype.ErrNotAwaitingApproval) {
+	if _, err := op.Approve(b.ctx, job, 1, operator.Decision{Approve: true, By: "ann"}); !errors.Is(err, salvagetype.ErrNotAwaitingApproval) {
 		t.Fatalf("approving a done chunk: %v", err)
 	}
 }
@@ -106,8 +106,8 @@ func TestRejectionCompensatesAndAbandons(t *testing.T) {
 	b, s := setupApprovalShop(t)
 	job := b.submitOrders(t, shopOrder{ID: "o-2"})
 	b.waitStatus(t, job, 1, salvagetype.ChunkAwaitingApproval)
-	op := consumers.NewOperator(b.JS, b.stores)
-	if _, err := op.Approve(b.ctx, job, 1, consumers.Decision{By: "bob", Note: "fraud"}); err != nil {
+	op := operator.New(b.JS, b.stores)
+	if _, err := op.Approve(b.ctx, job, 1, operator.Decision{By: "bob", Note: "fraud"}); err != nil {
 		t.Fatal(err)
 	}
 	rec := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeAbandoned }, "abandoned")

@@ -13,7 +13,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -133,9 +134,9 @@ func TestBreakerHoldsChunksThroughAnOutage(t *testing.T) {
 	const workers, concurrency, chunks = 2, 4, 60
 	policy := salvagetype.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: time.Second}
 	for i := range workers {
-		b.startWorkerWith(t, fmt.Sprintf("w%d", i+1), func(c *consumers.WorkerConfig) {
+		b.startWorkerWith(t, fmt.Sprintf("w%d", i+1), func(c *worker.Config) {
 			c.Concurrency = concurrency
-			c.Breakers = consumers.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"crm": policy}}
+			c.Breakers = worker.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"crm": policy}}
 		})
 	}
 	crm.down.Store(true)
@@ -221,9 +222,9 @@ func TestOptionalStageSkippedWhileBreakerOpen(t *testing.T) {
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	const concurrency, chunks = 4, 60
-	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
+	b.startWorkerWith(t, "w1", func(c *worker.Config) {
 		c.Concurrency = concurrency
-		c.Breakers = consumers.BreakerPolicies{Default: salvagetype.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
+		c.Breakers = worker.BreakerPolicies{Default: salvagetype.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
 	})
 	extra.down.Store(true)
 	job := submitOutage(t, b, chunks)
@@ -258,14 +259,14 @@ func TestCancelEndsHeldChunks(t *testing.T) {
 	t.Parallel()
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
-	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
-		c.Breakers = consumers.BreakerPolicies{Default: salvagetype.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
+	b.startWorkerWith(t, "w1", func(c *worker.Config) {
+		c.Breakers = worker.BreakerPolicies{Default: salvagetype.BreakerPolicy{Failures: 2, CoolDown: time.Hour}}
 	})
 	crm.down.Store(true)
 	const chunks = 6
 	job := submitOutage(t, b, chunks)
 	salvagetest.Eventually(t, time.Minute, func() bool { return b.streamMsgs(t, streams.Hold) == chunks }, "every chunk held")
-	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, job, "tester"); err != nil {
+	if _, err := operator.New(b.JS, b.stores).Cancel(b.ctx, job, "tester"); err != nil {
 		t.Fatal(err)
 	}
 	j := b.waitJob(t, job, salvagetype.JobCancelled)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -60,7 +60,7 @@ func meteredPipeline(t *testing.T) *recovery.Plan {
 func TestBudgetStopsTheRestOfTheJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{meteredPipeline(t)}})
-	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
+	b.startWorkerWith(t, "w1", func(c *worker.Config) {
 		c.Concurrency = 2
 		// 100 prompt tokens at 1 and 50 completion tokens at 2 per million:
 		// 200 millionths a call, 400 a chunk.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
 	"github.com/salvagehq/salvage/streams"
@@ -35,21 +35,21 @@ func TestBulkReplayByCategory(t *testing.T) {
 	stop() // the replayed chunks wait in the queue, so nothing supersedes them
 	b.waitJob(t, job, salvagetype.JobIncomplete)
 
-	op := consumers.NewOperator(b.JS, b.stores)
+	op := operator.New(b.JS, b.stores)
 
-	filter := consumers.EnvelopeFilter{Category: salvagetype.CategoryExternalSystemDown}
-	dry, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops", DryRun: true})
+	filter := operator.EnvelopeFilter{Category: salvagetype.CategoryExternalSystemDown}
+	dry, err := op.Bulk(b.ctx, operator.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops", DryRun: true})
 	if err != nil || dry.Matched != 20 || dry.Acted != 20 || len(dry.IDs) != 20 {
 		t.Fatalf("dry run %+v, %v; want 20 matched and listed", dry, err)
 	}
 	if n := b.streamMsgs(t, streams.Chunks); n != 0 {
 		t.Fatalf("a dry run published %d chunks", n)
 	}
-	res, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops"})
+	res, err := op.Bulk(b.ctx, operator.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops"})
 	if err != nil || res.Acted != 20 || res.Unchanged != 0 || len(res.Failed) != 0 {
 		t.Fatalf("bulk replay %+v, %v", res, err)
 	}
-	again, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops"})
+	again, err := op.Bulk(b.ctx, operator.BulkRequest{Action: salvagetype.BulkReplay, Filter: filter, By: "ops"})
 	if err != nil || again.Acted != 0 || again.Unchanged != 20 {
 		t.Fatalf("second bulk replay %+v, %v; want every replay found in flight", again, err)
 	}
@@ -94,7 +94,7 @@ func TestBulkReplayByCategory(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	if _, err := op.Bulk(b.ctx, consumers.BulkRequest{Action: "delete", Filter: filter}); !errors.Is(err, salvagetype.ErrBadBulk) {
+	if _, err := op.Bulk(b.ctx, operator.BulkRequest{Action: "delete", Filter: filter}); !errors.Is(err, salvagetype.ErrBadBulk) {
 		t.Fatalf("an unknown action: %v", err)
 	}
 }

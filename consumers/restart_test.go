@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/deadletter"
+	"github.com/salvagehq/salvage/consumers/splitter"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -49,9 +51,9 @@ func TestRolesSurviveServerRestart(t *testing.T) {
 	if err := provisionPipelines(ctx, js, b.reg.Names(), opts); err != nil {
 		t.Fatal(err)
 	}
-	sp, _ := consumers.NewSplitter(js, stores, consumers.SplitterConfig{Registry: b.reg})
-	dl, _ := consumers.NewDeadLetterer(js, stores, consumers.DeadLetterConfig{SweepInterval: 200 * time.Millisecond})
-	w, _ := consumers.NewWorker(js, stores, consumers.WorkerConfig{ID: "w", Registry: b.reg, AckWait: opts.AckWait, Retry: testRetry, Breakers: testBreakers})
+	sp, _ := splitter.New(js, stores, splitter.Config{Registry: b.reg})
+	dl, _ := deadletter.New(js, stores, deadletter.Config{SweepInterval: 200 * time.Millisecond})
+	w, _ := worker.New(js, stores, worker.Config{ID: "w", Registry: b.reg, AckWait: opts.AckWait, Retry: testRetry, Breakers: testBreakers})
 	errs := make(chan error, 3)
 	for _, run := range []func(context.Context) error{sp.Run, dl.Run, w.Run} {
 		b.wg.Add(1)

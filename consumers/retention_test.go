@@ -10,7 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/deadletter"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -21,7 +22,7 @@ import (
 // startRetention runs a dead-letterer (and so retention) with keep.
 func (b *bundle) startRetention(t *testing.T, keep salvagetype.Retention) {
 	t.Helper()
-	dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{
+	dl, err := deadletter.New(b.JS, b.stores, deadletter.Config{
 		SweepInterval: 250 * time.Millisecond, UnknownPipelineWait: 250 * time.Millisecond, Retention: keep,
 	})
 	if err != nil {
@@ -166,7 +167,7 @@ func TestRetentionByDataClass(t *testing.T) {
 	if got := b.journalKeys(t, job, 3); len(got) != len(open) || b.checkpoint(t, job, 3).KeptUntil != nil {
 		t.Fatalf("order C's record changed while its envelope was open: %v, was %v", got, open)
 	}
-	if _, err := consumers.NewOperator(b.JS, b.stores).Resolve(b.ctx, escalated.ID, "ops@example.com", "email apologised for"); err != nil {
+	if _, err := operator.New(b.JS, b.stores).Resolve(b.ctx, escalated.ID, "ops@example.com", "email apologised for"); err != nil {
 		t.Fatal(err)
 	}
 	var last kv.Job

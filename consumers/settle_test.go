@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -33,7 +33,7 @@ func TestKilledRightAfterDoneSettles(t *testing.T) {
 	b.waitJob(t, job, salvagetype.JobIncomplete)
 	stop()
 	env := b.dlq(t)[0]
-	op := consumers.NewOperator(b.JS, b.stores)
+	op := operator.New(b.JS, b.stores)
 	if _, err := op.Replay(b.ctx, env.ID, "tester"); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestHandReplayIsLinked(t *testing.T) {
 	if r := recovery.AutoRecoveryRate(recs); r.DeadLettered != 1 || r.Recovered != 0 {
 		t.Errorf("rate = %+v, want one chunk, not recovered (a person replayed it, and it is open)", r)
 	}
-	if _, err := consumers.NewOperator(b.JS, b.stores).Replay(b.ctx, first.ID, "x"); err == nil {
+	if _, err := operator.New(b.JS, b.stores).Replay(b.ctx, first.ID, "x"); err == nil {
 		t.Error("replaying a superseded envelope should be refused: replay the newer one")
 	}
 }
@@ -214,7 +214,7 @@ func TestBigJobIsFairCheapAndCancellable(t *testing.T) {
 		t.Errorf("%.0f messages from the server per chunk done: not O(1) per chunk", per)
 	}
 	cancelled := time.Now()
-	j, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, big, "tester")
+	j, err := operator.New(b.JS, b.stores).Cancel(b.ctx, big, "tester")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/deadletter"
+	"github.com/salvagehq/salvage/consumers/splitter"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -243,7 +245,7 @@ var testRetry = recovery.RetryPolicy{MaxRetries: 2, BaseDelay: time.Millisecond,
 // testBreakers keeps the test pipeline's system from tripping its
 // breaker: the tests of tier 2 and the DLQ fail it on purpose. The
 // breaker tests use systems of their own.
-var testBreakers = consumers.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"test": {Failures: 1 << 20}}}
+var testBreakers = worker.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"test": {Failures: 1 << 20}}}
 
 func mustRegistry(t *testing.T, extra ...*recovery.Plan) *recovery.Registry {
 	t.Helper()
@@ -299,7 +301,7 @@ func setup(t *testing.T, so setupOpts) *bundle {
 	if so.maxPayload == 0 {
 		so.maxPayload = 4096
 	}
-	sp, err := consumers.NewSplitter(nb.JS, stores, consumers.SplitterConfig{Registry: reg, MaxPayload: so.maxPayload, MaxDeliver: opts.SplitterMaxDeliver})
+	sp, err := splitter.New(nb.JS, stores, splitter.Config{Registry: reg, MaxPayload: so.maxPayload, MaxDeliver: opts.SplitterMaxDeliver})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +319,7 @@ func (b *bundle) goRun(run func(context.Context) error) {
 
 func (b *bundle) startDeadLetterer(t *testing.T) {
 	t.Helper()
-	dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{SweepInterval: 250 * time.Millisecond, UnknownPipelineWait: 250 * time.Millisecond})
+	dl, err := deadletter.New(b.JS, b.stores, deadletter.Config{SweepInterval: 250 * time.Millisecond, UnknownPipelineWait: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,16 +333,16 @@ func (b *bundle) startWorker(t *testing.T, id string) (stop func()) {
 }
 
 // startWorkerWith is startWorker with tune applied to the configuration.
-func (b *bundle) startWorkerWith(t *testing.T, id string, tune func(*consumers.WorkerConfig)) (stop func()) {
+func (b *bundle) startWorkerWith(t *testing.T, id string, tune func(*worker.Config)) (stop func()) {
 	t.Helper()
-	cfg := consumers.WorkerConfig{
+	cfg := worker.Config{
 		ID: id, Registry: b.reg, AckWait: b.opts.AckWait, MaxDeliver: b.opts.MaxDeliver,
 		Retry: testRetry, NakDelay: 50 * time.Millisecond, DrainTimeout: 2 * time.Second, Breakers: testBreakers,
 	}
 	if tune != nil {
 		tune(&cfg)
 	}
-	w, err := consumers.NewWorker(b.JS, b.stores, cfg)
+	w, err := worker.New(b.JS, b.stores, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +366,7 @@ func (b *bundle) startWorkerWith(t *testing.T, id string, tune func(*consumers.W
 // package's client does (a reaper hands back the chunks of a process whose
 // lease lapsed): once now, then three times a lease until ctx ends, when
 // it removes the record and closes done.
-func keepRecord(ctx context.Context, stores *kv.Stores, w *consumers.Worker, done chan<- struct{}) {
+func keepRecord(ctx context.Context, stores *kv.Stores, w *worker.Worker, done chan<- struct{}) {
 	state := kv.WorkerState{Worker: salvagetype.Worker{ID: w.ID(), Roles: []salvagetype.Role{salvagetype.RoleWorker}, LeaseMS: w.Lease().Milliseconds(), StartedAt: time.Now()}}
 	_ = stores.Workers.Beat(ctx, state)
 	go func() {

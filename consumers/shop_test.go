@@ -12,7 +12,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
+	"github.com/salvagehq/salvage/consumers/orchestrator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -221,7 +222,7 @@ func setupShop(t *testing.T) (*bundle, *shop) {
 
 func (b *bundle) startOrchestrator(t *testing.T, id string) {
 	t.Helper()
-	o, err := consumers.NewOrchestrator(b.JS, b.stores, consumers.OrchestratorConfig{ID: id, Registry: b.reg, Retry: testRetry})
+	o, err := orchestrator.New(b.JS, b.stores, orchestrator.Config{ID: id, Registry: b.reg, Retry: testRetry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func (b *bundle) envelopeOf(t *testing.T, job string, chunk int, ok func(kv.Enve
 	t.Helper()
 	var last kv.EnvelopeRecord
 	salvagetest.Eventually(t, 2*time.Minute, func() bool {
-		pg, err := consumers.NewOperator(b.JS, b.stores).Page(b.ctx, consumers.EnvelopeFilter{Job: job}, 0, 1000, false)
+		pg, err := operator.New(b.JS, b.stores).Page(b.ctx, operator.EnvelopeFilter{Job: job}, 0, 1000, false)
 		if err != nil {
 			return false
 		}
@@ -394,7 +395,7 @@ func TestOperator(t *testing.T) {
 	t.Parallel()
 	b, s := setupShop(t)
 	s.setShippingBroken(true)
-	op := consumers.NewOperator(b.JS, b.stores)
+	op := operator.New(b.JS, b.stores)
 	job := b.submitOrders(t, shopOrder{ID: "A"})
 	first := b.envelopeOf(t, job, 1, func(r kv.EnvelopeRecord) bool { return r.Status == salvagetype.EnvelopeOpen }, "open")
 
@@ -452,7 +453,7 @@ func TestOperator(t *testing.T) {
 		len(byHand.Notes) == 0 || byHand.Notes[len(byHand.Notes)-1] == "" {
 		t.Errorf("resolve by hand = %+v, %v", byHand, err)
 	}
-	if pg, err := op.Page(b.ctx, consumers.EnvelopeFilter{Status: salvagetype.EnvelopeResolved}, 0, 10, false); err != nil || len(pg.Records) != 2 || pg.Total != 2 {
+	if pg, err := op.Page(b.ctx, operator.EnvelopeFilter{Status: salvagetype.EnvelopeResolved}, 0, 10, false); err != nil || len(pg.Records) != 2 || pg.Total != 2 {
 		t.Errorf("resolved envelopes listed: %d of %d, %v; want 2", len(pg.Records), pg.Total, err)
 	}
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/splitter"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
@@ -98,16 +98,16 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	reg := b2.reg
 	crashed := make(chan struct{})
 	var publishes atomic.Int32
-	sp, err := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
+	sp, err := splitter.New(b2.JS, b2.stores, splitter.Config{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumers.SetAfterPublish(sp, func() {
+	sp.Hooks().AfterPublish = func() {
 		if publishes.Add(1) == 1 {
 			close(crashed)
 			runtime.Goexit() // the splitter dies here: no record, no ack
 		}
-	})
+	}
 	go func() { _ = sp.Run(b2.ctx) }()
 	in, _ := json.Marshal(map[string]any{"input": map[string]any{"chunks": []string{modeOK, modeOK}}})
 	accepted := b2.subscribe(t, "salvage.events.*.accepted")
@@ -123,7 +123,7 @@ func TestSplitterCrashRedeliveryMakesOneJob(t *testing.T) {
 	}
 	// A worker meets the chunks before any record exists: it waits.
 	b2.startWorker(t, "w1")
-	sp2, _ := consumers.NewSplitter(b2.JS, b2.stores, consumers.SplitterConfig{Registry: reg})
+	sp2, _ := splitter.New(b2.JS, b2.stores, splitter.Config{Registry: reg})
 	b2.goRun(sp2.Run)
 	var jobs []kv.Job
 	salvagetest.Eventually(t, time.Minute, func() bool {

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/deadletter"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
@@ -98,11 +98,11 @@ func TestAnOlderMessageOfAChunkNeitherRunsNorSupersedes(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{noDeadLetter: true})
 		job, oldSeq, current, settled := staleChunk(t, b)
-		dl, err := consumers.NewDeadLetterer(b.JS, b.stores, consumers.DeadLetterConfig{})
+		dl, err := deadletter.New(b.JS, b.stores, deadletter.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := consumers.Exhausted(dl, b.ctx, oldSeq, 3); err != nil {
+		if err := dl.Hooks().Exhausted(b.ctx, 0, oldSeq, 3); err != nil {
 			t.Fatal(err)
 		}
 		cp := b.checkpoint(t, job, 1)

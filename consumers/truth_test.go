@@ -11,7 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
+	"github.com/salvagehq/salvage/consumers/orchestrator"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -99,13 +101,13 @@ func TestPurgedDLQStrandsNothing(t *testing.T) {
 	if err := str.Purge(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	op := consumers.NewOperator(b.JS, b.stores)
+	op := operator.New(b.JS, b.stores)
 	d, err := op.Show(b.ctx, rec.ID)
 	if err != nil || d.Envelope.ID != rec.ID || len(d.Envelope.Original.Data) == 0 {
 		t.Fatalf("show after the purge: %+v, %v", d.Envelope, err)
 	}
 
-	o, err := consumers.NewOrchestrator(b.JS, b.stores, consumers.OrchestratorConfig{ID: "o1", Registry: b.reg, Retry: testRetry, RestoreInterval: 100 * time.Millisecond})
+	o, err := orchestrator.New(b.JS, b.stores, orchestrator.Config{ID: "o1", Registry: b.reg, Retry: testRetry, RestoreInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +217,7 @@ func TestUsageSurvivesACrash(t *testing.T) {
 				// No survivor: the job is cancelled, and its chunk ends
 				// cancelled-at-stage-2 without a worker (the calls the dead
 				// one made in stage 2 went uncounted).
-				if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, job, "ann"); err != nil {
+				if _, err := operator.New(b.JS, b.stores).Cancel(b.ctx, job, "ann"); err != nil {
 					t.Fatal(err)
 				}
 				j = b.waitJob(t, job, salvagetype.JobCancelled)
@@ -261,8 +263,8 @@ func TestAPauseLeavesAnOpenBreakerAsItWas(t *testing.T) {
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	// A cool-down long enough for the pause to land before it ends.
 	policy := salvagetype.BreakerPolicy{Failures: 3, Window: 10 * time.Second, CoolDown: 2 * time.Second}
-	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) {
-		c.Breakers = consumers.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"crm": policy}}
+	b.startWorkerWith(t, "w1", func(c *worker.Config) {
+		c.Breakers = worker.BreakerPolicies{Systems: map[string]salvagetype.BreakerPolicy{"crm": policy}}
 	})
 	crm.down.Store(true)
 	const chunks = 4
@@ -324,7 +326,7 @@ func TestARefusedReplaySaysWhy(t *testing.T) {
 	if rec.Status != salvagetype.EnvelopeEscalated {
 		t.Fatalf("envelope %s; want escalated", rec.Status)
 	}
-	_, err := consumers.NewOperator(b.JS, b.stores).Replay(b.ctx, rec.ID, "ann")
+	_, err := operator.New(b.JS, b.stores).Replay(b.ctx, rec.ID, "ann")
 	if !errors.Is(err, salvagetype.ErrReplayRefused) || !strings.Contains(err.Error(), "undid nothing it could confirm") || strings.Contains(err.Error(), "had ") {
 		t.Fatalf("replay: %v", err)
 	}

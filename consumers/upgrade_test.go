@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/splitter"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
@@ -42,7 +42,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	splitCtx, stopSplitting := context.WithCancel(ctx)
-	sp, err := consumers.NewSplitter(nb.JS, stores, consumers.SplitterConfig{Registry: b.reg})
+	sp, err := splitter.New(nb.JS, stores, splitter.Config{Registry: b.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestUpgradeToPoolsLosesNoChunk(t *testing.T) {
 			t.Fatalf("the old %s consumer after the upgrade: %v", name, err)
 		}
 	}
-	sp, err = consumers.NewSplitter(nb.JS, stores, consumers.SplitterConfig{Registry: b.reg})
+	sp, err = splitter.New(nb.JS, stores, splitter.Config{Registry: b.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

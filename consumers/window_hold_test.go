@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/recovery"
 	"github.com/salvagehq/salvage/salvagetest"
@@ -30,7 +30,7 @@ func TestHeldChunksKeepTheirJobsWindow(t *testing.T) {
 	crm, extra := &extSystem{}, &extSystem{}
 	b := setup(t, setupOpts{pipelines: []*recovery.Plan{outagePipeline(t, crm, extra)}})
 	const slots = 4
-	b.startWorkerWith(t, "w1", func(c *consumers.WorkerConfig) { c.Concurrency = slots })
+	b.startWorkerWith(t, "w1", func(c *worker.Config) { c.Concurrency = slots })
 
 	// The breaker is open before any chunk exists; the worker's holder
 	// pausing the hold consumer says its view of the breakers has it.

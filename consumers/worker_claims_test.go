@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/operator"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetest"
 	"github.com/salvagehq/salvage/salvagetype"
@@ -173,7 +173,7 @@ func TestCancelledEventIsCheckedAgainstTheRecord(t *testing.T) {
 	if _, err := b.JS.Publish(b.ctx, streams.JobRef{Job: forged}.Event(streams.EventCancelled), ev); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := consumers.NewOperator(b.JS, b.stores).Cancel(b.ctx, real, "ann"); err != nil {
+	if _, err := operator.New(b.JS, b.stores).Cancel(b.ctx, real, "ann"); err != nil {
 		t.Fatal(err)
 	}
 	b.waitJob(t, real, salvagetype.JobCancelled)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/salvagehq/salvage/consumers"
+	"github.com/salvagehq/salvage/consumers/worker"
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/natsconf"
 	"github.com/salvagehq/salvage/recovery"
@@ -41,20 +41,20 @@ func runChildWorker(url string) int {
 	}
 	reg, _ := recovery.NewRegistry(testPipeline(true))
 	ackWait, _ := time.ParseDuration(os.Getenv("SALVAGE_TEST_ACK_WAIT"))
-	w, err := consumers.NewWorker(js, stores, consumers.WorkerConfig{
+	w, err := worker.New(js, stores, worker.Config{
 		ID: os.Getenv("SALVAGE_TEST_WORKER_ID"), Registry: reg, AckWait: ackWait, Retry: testRetry, Breakers: testBreakers,
 	})
 	if err != nil {
 		return 2
 	}
 	if os.Getenv("SALVAGE_TEST_KILL_AFTER_DONE") != "" {
-		consumers.SetAfterDone(w, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		w.Hooks().AfterDone = func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	}
 	if os.Getenv("SALVAGE_TEST_KILL_AFTER_FINISH") != "" {
-		consumers.SetAfterFinish(w, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} })
+		w.Hooks().AfterFinish = func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
 	}
 	if os.Getenv("SALVAGE_TEST_KILL_BEFORE_ROW") != "" {
-		consumers.SetJournal(w, func(s recovery.JournalStore) recovery.JournalStore { return killBeforeRow{s} })
+		w.Hooks().Journal = func(s recovery.JournalStore) recovery.JournalStore { return killBeforeRow{s} }
 	}
 	keepRecord(ctx, stores, w, make(chan struct{}))
 	_ = w.Run(ctx)
@@ -456,7 +456,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{ackWait: 30 * time.Second})
 	log, fenced := logSays("fenced out; stopping without ack")
-	b.startWorkerWith(t, "stale", func(c *consumers.WorkerConfig) { c.Logger = log })
+	b.startWorkerWith(t, "stale", func(c *worker.Config) { c.Logger = log })
 	job := b.submit(t, modeGate)
 	salvagetest.Eventually(t, time.Minute, func() bool { return callCount(job, 1, 2) == 1 }, "stale worker in stage 2")
 
