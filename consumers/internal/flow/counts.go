@@ -11,14 +11,14 @@ import (
 // countsWriteTimeout bounds one coalesced count write.
 const countsWriteTimeout = 10 * time.Second
 
-// counts coalesces the job-count changes of one process's chunks: while a
+// Counts coalesces the job-count changes of one process's chunks: while a
 // job's count write is in flight, the chunks ending meanwhile queue their
 // deltas, and the next write carries them all in one compare-and-swap.
 // A job whose chunks all run here is counted with about one write per
 // round trip, however many chunks end at once, and without reading the
 // record first (the revision of the last write is kept, per job, until
 // no write is queued).
-type counts struct {
+type Counts struct {
 	stores *kv.Stores
 
 	mu   sync.Mutex
@@ -40,15 +40,16 @@ type countWrite struct {
 	err    error
 }
 
-func NewCounts(stores *kv.Stores) *counts {
-	return &counts{stores: stores, jobs: map[string]*jobQueue{}}
+// NewCounts returns a process's job-count coalescer over stores.
+func NewCounts(stores *kv.Stores) *Counts {
+	return &Counts{stores: stores, jobs: map[string]*jobQueue{}}
 }
 
 // apply queues d for job id and waits for the write that carries it. The
 // first caller for an idle job writes for everyone queued behind it.
 // settle is true for exactly one of the deltas of a write after which the
 // caller must settle the job.
-func (c *counts) apply(ctx context.Context, id string, d kv.Delta) (kv.Job, bool, error) {
+func (c *Counts) apply(ctx context.Context, id string, d kv.Delta) (kv.Job, bool, error) {
 	w := &countWrite{d: d, done: make(chan struct{})}
 	c.mu.Lock()
 	q, running := c.jobs[id]
@@ -70,7 +71,7 @@ func (c *counts) apply(ctx context.Context, id string, d kv.Delta) (kv.Job, bool
 }
 
 // flush writes q's deltas, a batch per round trip, until none is queued.
-func (c *counts) flush(id string, q *jobQueue) {
+func (c *Counts) flush(id string, q *jobQueue) {
 	for {
 		c.mu.Lock()
 		batch := q.pending

@@ -392,6 +392,8 @@ func envelopeEntries(completed, inFlight, pending []string) (c, i, p []string, d
 	return newest(completed, false), newest(inFlight, false), newest(pending, true), dropped
 }
 
+// ClassFromCheckpoint is the error class cp recorded last (none when it
+// recorded none, or one this version does not know).
 func ClassFromCheckpoint(cp kv.Checkpoint) salvagetype.Class {
 	c, _ := salvagetype.ParseClass(cp.LastErrorClass)
 	return c

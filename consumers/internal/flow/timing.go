@@ -17,6 +17,7 @@ func RetryDelay(meta *jetstream.MsgMetadata) time.Duration {
 	return min(time.Second<<min(n-1, 6), time.Minute)
 }
 
+// SleepCtx waits d, or until ctx ends.
 func SleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -24,7 +24,7 @@ type Tracker struct {
 	JS     jetstream.JetStream
 	Stores *kv.Stores
 	// Counts, when set, coalesces the count writes of concurrent chunks.
-	Counts *counts
+	Counts *Counts
 	// Tracer exports the span of a job this tracker finishes; nil takes
 	// the global provider's.
 	Tracer trace.Tracer

@@ -216,7 +216,7 @@ func (b *bench) growth(ctx context.Context) ([]growthRow, []storageRow, error) {
 		}
 		wall := time.Since(start)
 		stopSampling()
-		_, row.PeakRSS = procMemory(w.Cmd.Process.Pid)
+		_, row.PeakRSS = demo.ProcMemory(w.Cmd.Process.Pid)
 		demo.StopWorkers([]*demo.Worker{w})
 		if err != nil {
 			return nil, nil, err

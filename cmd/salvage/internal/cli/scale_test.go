@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -249,35 +248,12 @@ func dashboardProcess(tb testing.TB, url string, envelopes int) dashboardRow {
 		// The kernel keeps the high-water mark lazily: one make test saw
 		// a sample's VmRSS (82,571,264) pass the last sample's VmHWM
 		// (82,530,304). The peak is the most either said.
-		rss, peak := procMemory(cmd.Process.Pid)
+		rss, peak := demo.ProcMemory(cmd.Process.Pid)
 		samples, row.Peak = append(samples, rss), max(row.Peak, peak, rss)
 	}
 	slices.Sort(samples)
 	row.RSS = samples[len(samples)/2]
 	return row
-}
-
-// procMemory reads a process's resident memory and its high-water mark
-// from /proc, in bytes; zeros where /proc is not there.
-func procMemory(pid int) (rss, peak int64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	for line := range strings.Lines(string(data)) {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = kb << 10
-		case "VmHWM:":
-			peak = kb << 10
-		}
-	}
-	return rss, peak
 }
 
 // BenchmarkDashboardMemory writes 10,000 job records, then 1,000 and

@@ -1,4 +1,4 @@
-package bench
+package demo
 
 import (
 	"fmt"
@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// procMemory reads a process's resident memory and its high-water mark
+// ProcMemory reads a process's resident memory and its high-water mark
 // from /proc, in bytes; zeros where /proc is not there.
-func procMemory(pid int) (rss, peak int64) {
+func ProcMemory(pid int) (rss, peak int64) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0
