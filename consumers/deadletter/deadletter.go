@@ -221,7 +221,7 @@ func (d *DeadLetterer) exhausted(ctx context.Context, k int, seq, deliveries uin
 		if err := flow.DeleteMsg(ctx, d.js, streams.ChunksStream(k), seq); err != nil {
 			return err
 		}
-		return flow.FinishedAgain(ctx, d.js, d.letter.Tracker, cp, "dead-letterer")
+		return d.letter.Tracker.FinishedAgain(ctx, d.js, cp, "dead-letterer")
 	}
 	if lease, err := part.Claims.Get(ctx, l.Chunk.Job, l.Chunk.Chunk); err == nil && lease.Live(time.Now()) {
 		d.log.Info().Str("job_id", l.Chunk.Job).Int("chunk", l.Chunk.Chunk).Str("holder", lease.ClaimedBy).

@@ -192,7 +192,7 @@ func (r *repairer) repair(ctx context.Context) (int, error) {
 	}
 	r.mu.Unlock()
 	for _, j := range budgets {
-		if err := flow.BudgetEnvelope(ctx, r.tracker, j); err != nil {
+		if err := r.tracker.BudgetEnvelope(ctx, j); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -253,7 +253,7 @@ func (r *repairer) repairJob(ctx context.Context, j kv.Job, now time.Time) (bool
 	}
 	var after kv.Job
 	if cur.CancelledAt != nil {
-		after, err = flow.CancelRest(ctx, r.tracker, cur, "cancel")
+		after, err = r.tracker.CancelRest(ctx, cur, "cancel")
 	} else {
 		var d *kv.Derivation
 		var part *kv.Part

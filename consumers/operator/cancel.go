@@ -64,5 +64,5 @@ func (o *Operator) Cancel(ctx context.Context, id, by string) (kv.Job, error) {
 	if err != nil {
 		return job, err
 	}
-	return flow.CancelRest(ctx, flow.Tracker{JS: o.js, Stores: o.stores}, job, by)
+	return flow.Tracker{JS: o.js, Stores: o.stores}.CancelRest(ctx, job, by)
 }

@@ -501,7 +501,7 @@ func (r *run) againstCheckpoint(ctx context.Context, cp kv.Checkpoint) (bool, er
 			r.log.Warn().Err(err).Msg("ack finished chunk")
 		}
 		// Its worker may have died before counting it or acking it.
-		return true, flow.FinishedAgain(ctx, w.js, w.tracker, cp, w.cfg.ID)
+		return true, w.tracker.FinishedAgain(ctx, w.js, cp, w.cfg.ID)
 	}
 	older, err := flow.OlderMessage(ctx, w.js, r.part.Index, r.meta.Sequence.Stream, cp)
 	if err != nil || !older {

@@ -234,7 +234,7 @@ func (r *run) cancelled(ctx context.Context, cp kv.Checkpoint, fence *kv.Fence, 
 			return r.fencedOr(err)
 		}
 		job := kv.Job{Job: salvagetype.Job{ID: r.chunk.Job, Pipeline: r.chunk.Pipeline, TraceID: r.chunk.TraceID, CancelReason: r.w.cancels.reason(r.chunk.Job)}}
-		if _, err := flow.SendStopped(ctx, r.w.tracker, job, cp, rows, r.chunk, r.letterOf()); err != nil {
+		if _, err := r.w.tracker.SendStopped(ctx, job, cp, rows, r.chunk, r.letterOf()); err != nil {
 			return err // the message stays: its redelivery settles it
 		}
 		return r.stoppedWithEffects(ctx, stage)
@@ -276,7 +276,7 @@ func (r *run) letterOf() flow.Letter {
 // an earlier delivery left standing are settled by an envelope.
 func (r *run) cancelUnclaimed(ctx context.Context, job kv.Job, cp kv.Checkpoint) error {
 	stage, reason := max(cp.Stage, 1), job.StopReason()
-	settled, err := flow.SettleStopped(ctx, r.w.tracker, job, cp, r.chunk, r.letterOf())
+	settled, err := r.w.tracker.SettleStopped(ctx, job, cp, r.chunk, r.letterOf())
 	if err != nil {
 		return err
 	}

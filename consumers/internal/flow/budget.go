@@ -32,7 +32,7 @@ func (t Tracker) stopForBudget(ctx context.Context, job kv.Job) (kv.Job, error) 
 	if err != nil || !changed {
 		return j, err
 	}
-	return CancelRest(ctx, t, j, salvagetype.CancelReasonBudget)
+	return t.CancelRest(ctx, j, salvagetype.CancelReasonBudget)
 }
 
 // BudgetEnvelope writes the one BUDGET_EXCEEDED envelope of a job its
@@ -42,7 +42,7 @@ func (t Tracker) stopForBudget(ctx context.Context, job kv.Job) (kv.Job, error) 
 // id (a repeat is deduplicated), then its record is written: each step
 // repeat-safe, so the sweeper that calls it again after a crash finishes
 // the same envelope. A job with nothing left to stop gets none.
-func BudgetEnvelope(ctx context.Context, t Tracker, job kv.Job) error {
+func (t Tracker) BudgetEnvelope(ctx context.Context, job kv.Job) error {
 	if job.BudgetExceededAt == nil || job.BudgetEnvelope == "-" || job.Status == salvagetype.JobRunning {
 		return nil
 	}

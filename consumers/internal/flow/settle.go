@@ -208,7 +208,7 @@ func DeleteMsg(ctx context.Context, js jetstream.JetStream, stream string, seq u
 // exhausted one the dead-letterer finds): the job's counts are settled
 // against its checkpoints, the chunk's envelope follows its outcome, and
 // the chunk after its window is admitted.
-func FinishedAgain(ctx context.Context, js jetstream.JetStream, t Tracker, cp kv.Checkpoint, by string) error {
+func (t Tracker) FinishedAgain(ctx context.Context, js jetstream.JetStream, cp kv.Checkpoint, by string) error {
 	job, err := t.settle(ctx, cp.Job)
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 
 // CancelRest does what a cancelled job needs after its record says so:
 // purge, record, settle. It is repeat-safe.
-func CancelRest(ctx context.Context, t Tracker, job kv.Job, by string) (kv.Job, error) {
+func (t Tracker) CancelRest(ctx context.Context, job kv.Job, by string) (kv.Job, error) {
 	if err := publishCancelled(ctx, t.JS, job); err != nil {
 		return job, err
 	}
@@ -54,7 +54,7 @@ func CancelRest(ctx context.Context, t Tracker, job kv.Job, by string) (kv.Job, 
 		if cp.Status == salvagetype.ChunkDeadLettered {
 			continue // it ended in an envelope; the envelope says how
 		}
-		if settled, err := SettleStopped(ctx, t, job, cp, salvagetype.ChunkMsg{}, Letter{}); settled || err != nil {
+		if settled, err := t.SettleStopped(ctx, job, cp, salvagetype.ChunkMsg{}, Letter{}); settled || err != nil {
 			if err != nil {
 				return job, err
 			}
@@ -94,7 +94,7 @@ func CancelRest(ctx context.Context, t Tracker, job kv.Job, by string) (kv.Job, 
 // when there is one (its Seq, Subject, Data, Deliveries); without, the
 // envelope's original is the chunk's identity. Repeat-safe: the envelope
 // is guarded per chunk epoch.
-func SettleStopped(ctx context.Context, t Tracker, job kv.Job, cp kv.Checkpoint, chunk salvagetype.ChunkMsg, base Letter) (bool, error) {
+func (t Tracker) SettleStopped(ctx context.Context, job kv.Job, cp kv.Checkpoint, chunk salvagetype.ChunkMsg, base Letter) (bool, error) {
 	if cp.MsgSeq == 0 {
 		return false, nil // never taken: no worker wrote a row for it
 	}
@@ -106,11 +106,11 @@ func SettleStopped(ctx context.Context, t Tracker, job kv.Job, cp kv.Checkpoint,
 	if err != nil {
 		return false, err
 	}
-	return SendStopped(ctx, t, job, cp, rows, chunk, base)
+	return t.SendStopped(ctx, job, cp, rows, chunk, base)
 }
 
 // SendStopped is settleStopped over the epoch's rows already read.
-func SendStopped(ctx context.Context, t Tracker, job kv.Job, cp kv.Checkpoint, rows map[string]kv.StoredRow, chunk salvagetype.ChunkMsg, base Letter) (bool, error) {
+func (t Tracker) SendStopped(ctx context.Context, job kv.Job, cp kv.Checkpoint, rows map[string]kv.StoredRow, chunk salvagetype.ChunkMsg, base Letter) (bool, error) {
 	left := recovery.Rows(rows).Standing()
 	if len(left) == 0 {
 		return false, nil
