@@ -149,9 +149,9 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	}
 
 	// Without its inbox prefix a user's request has nowhere to be answered:
-	// salvage says which subject the server refused.
+	// salvage says which subject the server refused, and names the flag.
 	bare := []string{"--user", "operator", "--password", "operator-example-password"}
-	if code, _, errOut := run(t, "", append([]string{"jobs", "--server", url}, bare...)...); code == operator.ExitOK || !strings.Contains(errOut, "Permissions Violation for Subscription") {
+	if code, _, errOut := run(t, "", append([]string{"jobs", "--server", url}, bare...)...); code == operator.ExitOK || !strings.Contains(errOut, "Permissions Violation for Subscription") || !strings.Contains(errOut, "--inbox-prefix") {
 		t.Errorf("the operator's jobs without --inbox-prefix: exit %d: %s", code, errOut)
 	}
 

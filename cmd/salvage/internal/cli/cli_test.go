@@ -282,16 +282,37 @@ func TestSubmitBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := run(t, tt.stdin, append(tt.args, "--server", url)...)
-			if code != operator.ExitError || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, "salvage: salvage:") {
-				t.Fatalf("exit %d, stderr %q; want exit 1 mentioning %q", code, errOut, tt.want)
+			if code != operator.ExitError || !strings.Contains(errOut, tt.want) || repeatsPrefix(errOut) {
+				t.Fatalf("exit %d, stderr %q; want exit 1 mentioning %q once", code, errOut, tt.want)
 			}
 		})
 	}
 	// Still serving.
-	code, _, errOut := run(t, contractreview.Contract(2, 1), "submit", "contract-review", "-", "--wait", "--server", url)
+	code, out, errOut := run(t, contractreview.Contract(2, 1), "submit", "contract-review", "-", "--wait", "--server", url)
 	if code != 0 {
 		t.Fatalf("good job after bad input: exit %d: %s", code, errOut)
 	}
+	// A chunk the job does not have, asked of the service: said once.
+	job, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(out), "job "), " ")
+	if code, _, errOut := run(t, "", "trace", job, "--chunk", "999", "--server", url); code != operator.ExitError ||
+		!strings.Contains(errOut, "has no chunk 999") || repeatsPrefix(errOut) {
+		t.Fatalf("trace of chunk 999: exit %d, stderr %q; want it refused, saying so once", code, errOut)
+	}
+}
+
+// repeatsPrefix reports whether an error message says one of its parts
+// twice in a row, as "unknown job: unknown job: ..." did: every layer
+// that wraps an error adds what the layer below did not say.
+func repeatsPrefix(msg string) bool {
+	for line := range strings.Lines(msg) {
+		parts := strings.Split(strings.TrimSpace(line), ": ")
+		for i := 1; i < len(parts); i++ {
+			if parts[i] != "" && strings.EqualFold(parts[i], parts[i-1]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestSIGTERMDrains: a worker process told to stop finishes its in-flight

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -370,6 +371,10 @@ func signInInABrowser(t *testing.T, width int64) {
 			got, _ := chromedp.Run(step, chromedp.Text(`#updated`))
 			t.Fatalf("%s: the page says %q, want it to ask for a sign-in", when, got)
 		}
+		// Said once: it read "error: Error: sign in to see this".
+		if got, _ := chromedp.Run(step, chromedp.Text(`#updated`)); strings.Contains(strings.ToLower(got), "error: error") {
+			t.Fatalf("%s: the page says %q", when, got)
+		}
 		if html, err := chromedp.Run(step, chromedp.Evaluate[string](`document.body.innerText`)); err != nil || strings.Contains(html, f.envID) || strings.Contains(html, "01JDASHBOARD") {
 			t.Fatalf("%s: the page shows the jobs or the envelope (%v)", when, err)
 		}
@@ -377,6 +382,17 @@ func signInInABrowser(t *testing.T, width int64) {
 	noViews("before signing in")
 	if got := pageAck(); !strings.Contains(got, "sign in") {
 		t.Fatalf("ack before signing in: %q", got)
+	}
+	// A refusal is said once, whether or not the server's reason begins
+	// with the same words (it read "replay refused: replay refused: ...").
+	for in, want := range map[string]string{
+		"replay refused: envelope E was superseded": "replay refused: envelope E was superseded",
+		"job J was cancelled":                       "replay refused: job J was cancelled",
+	} {
+		got, err := chromedp.Run(step, chromedp.Evaluate[string](`refusedText('replay', `+strconv.Quote(in)+`)`))
+		if err != nil || got != want {
+			t.Fatalf("refusedText(replay, %q) = %q, %v; want %q", in, got, err, want)
+		}
 	}
 	if rec, _, err := f.stores.Envelopes.Get(bg, f.envID); err != nil || rec.AckedBy != "" {
 		t.Fatalf("a refused ack acknowledged: %+v %v", rec, err)

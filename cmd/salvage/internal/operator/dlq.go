@@ -32,7 +32,7 @@ func (e *Env) request(endpoint string, body, out any) error {
 	if errors.Is(err, errNoService) {
 		return fmt.Errorf("no salvage api is listening on %s.%s: run salvage up (role api) against this server", salvage.ServicePrefix, endpoint)
 	}
-	return e.refused.explain(err)
+	return e.explain(err)
 }
 
 // errNoService is a request no salvage.api service answered.

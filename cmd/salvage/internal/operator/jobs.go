@@ -42,7 +42,7 @@ func (e *Env) withConn(name string, fn func(ctx context.Context, nc *nats.Conn, 
 		if err != nil {
 			return err
 		}
-		return e.refused.explain(fn(ctx, nc, c))
+		return e.explain(fn(ctx, nc, c))
 	}
 }
 

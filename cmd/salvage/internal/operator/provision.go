@@ -51,7 +51,7 @@ a process that finds something missing or configured otherwise says so and names
 				return err
 			}
 			if err := client.Provision(ctx); err != nil {
-				return e.refused.explain(err)
+				return e.explain(err)
 			}
 			names := make([]string, 0, len(cfg.Pipelines))
 			for _, p := range cfg.Pipelines {

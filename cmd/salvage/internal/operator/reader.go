@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -43,11 +44,12 @@ func (r *reader) ask(ctx context.Context, endpoint string, body, out any) (bool,
 	return true, err
 }
 
-// unknownJob makes the service's 404 for a job ErrUnknownJob.
+// unknownJob makes the service's 404 for a job ErrUnknownJob, saying
+// "unknown job" once: the service's text may begin with it already.
 func unknownJob(err error) error {
 	var se *serviceError
 	if errors.As(err, &se) && se.code == salvage.CodeUnknown {
-		return fmt.Errorf("%w: %s", salvage.ErrUnknownJob, se.text)
+		return fmt.Errorf("%w: %s", salvage.ErrUnknownJob, strings.TrimPrefix(se.text, salvage.ErrUnknownJob.Error()+": "))
 	}
 	return err
 }

@@ -59,3 +59,15 @@ func (r *refusal) explain(err error) error {
 	}
 	return fmt.Errorf("the server refused this user: %w", refused)
 }
+
+// explain is the refusal behind err, if there was one (refusal.explain).
+// A user refused without --inbox-prefix hears that it may need one: a
+// server that keeps users' replies apart refuses the default _INBOX, and
+// a request answered nowhere says nothing more.
+func (e *Env) explain(err error) error {
+	err = e.refused.explain(err)
+	if e.conn.InboxPrefix == "" && errors.Is(err, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w (if the server keeps users' replies apart, give --inbox-prefix, as its permissions name it: _INBOX_<user>)", err)
+	}
+	return err
+}

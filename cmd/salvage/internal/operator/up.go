@@ -312,7 +312,7 @@ func (e *Env) up(cmd *cobra.Command, o *upOpts) error {
 	err = client.Start(e.refused.watch(pctx))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("start on %s: %w", url, e.refused.explain(err))
+		return fmt.Errorf("start on %s: %w", url, e.explain(err))
 	}
 	var srv *dashboard.Server
 	if dash {
