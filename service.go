@@ -56,7 +56,7 @@ var (
 func (c *Client) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit, list, watch and trace jobs (a tenant: its own, under tenant.<tenant>), list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, approve chunks, list, pause and resume pipelines, list the live processes, list, set and remove rate limits",
+		Description: "Salvage: submit, list, watch and trace jobs (a tenant: its own, under tenant.<tenant>), list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, list the chunks awaiting approval and approve them, list, pause and resume pipelines, list the live processes, list, set and remove rate limits",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -65,7 +65,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 	for subject, fn := range map[string]func(context.Context, micro.Request) (any, error){
 		"jobs.submit": c.apiSubmit, "jobs.status": c.apiStatus, "jobs.failing": c.apiFailing, "jobs.cancel": c.apiCancel,
 		"dlq.list": c.apiList, "dlq.show": c.apiShow, "dlq.replay": c.apiReplay, "dlq.resolve": c.apiResolve, "dlq.ack": c.apiAck,
-		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove,
+		"dlq.bulk": c.apiBulk, "breakers.list": c.apiBreakers, "approve": c.apiApprove, "approvals.list": c.apiApprovals,
 		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
 		"workers.list": c.apiWorkers, "jobs.list": c.apiJobs, "jobs.trace": c.apiTrace,
 		"limits.list": c.apiLimits, "limits.set": c.apiSetLimit, "limits.remove": c.apiRemoveLimit,
@@ -349,6 +349,26 @@ func (c *Client) apiBreakers(ctx context.Context, _ micro.Request) (any, error) 
 		bs = []Breaker{}
 	}
 	return bs, err
+}
+
+// approvalsListMax bounds one approvals.list answer: each chunk carries
+// up to AwaitingInputMax bytes of its input, so the reply stays under
+// MaxReply.
+const approvalsListMax = 200
+
+// apiApprovals takes {"limit"?}: the chunks awaiting approval, longest
+// waiting first (100 by default, at most approvalsListMax).
+func (c *Client) apiApprovals(ctx context.Context, req micro.Request) (any, error) {
+	var r struct {
+		Limit int `json:"limit"`
+	}
+	if err := decode(req, &r, true); err != nil {
+		return nil, err
+	}
+	if r.Limit < 0 || r.Limit > approvalsListMax {
+		return nil, fmt.Errorf("%w: limit %d: want 0 (100) to %d", errMalformed, r.Limit, approvalsListMax)
+	}
+	return c.ChunkListAwaiting(ctx, r.Limit)
 }
 
 // apiPipelines lists the pipelines; the request body is ignored.

@@ -57,6 +57,9 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 		{"dlq.list", `{"limit":-1}`, "400"},
 		{"dlq.bulk", `{"action":"ack","status":"open","min_age":"-5s"}`, "400"},
 		{"dlq.bulk", `{"action":"ack","status":"open","limit":-1}`, "400"},
+		{"approvals.list", `{"limit":201}`, "400"},
+		{"approvals.list", `{"limit":-1}`, "400"},
+		{"approvals.list", `{"limt":5}`, "400"},
 	} {
 		// Two seconds, well inside a cancel's wait for a job still being
 		// split: an unknown id is answered at once.
@@ -76,6 +79,14 @@ func TestServiceRefusesBadBodiesBeforeActing(t *testing.T) {
 	jobs, err := c.JobList(ctx, nil)
 	if err != nil || len(jobs) != 0 {
 		t.Fatalf("a refused submit made jobs: %v %v", jobs, err)
+	}
+	// A good request with nothing waiting: an empty list, not null.
+	reply, err := srv.Conn.Request("salvage.api.approvals.list", []byte(`{"limit":5}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" || strings.TrimSpace(string(reply.Data)) != "[]" {
+		t.Fatalf("approvals.list with nothing waiting: %q %q", code, reply.Data)
 	}
 }
 

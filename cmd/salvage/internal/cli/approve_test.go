@@ -82,6 +82,19 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 	if len(published) != 0 {
 		t.Fatal("a stage that requires approval ran before it was approved")
 	}
+	// salvage approvals lists both across jobs, with the stage that waits,
+	// through the service and, with --json, whole.
+	if code, out, errOut := run(t, "", "approvals", "--server", url); code != 0 || strings.Count(out, job) != 2 || !strings.Contains(out, "2 publish") {
+		t.Fatalf("approvals: %d\n%s%s", code, out, errOut)
+	}
+	var waiting []salvage.Awaiting
+	if code, out, errOut := run(t, "", "approvals", "--json", "--limit", "1", "--server", url); code != 0 || json.Unmarshal([]byte(out), &waiting) != nil ||
+		len(waiting) != 1 || waiting[0].Job != job || waiting[0].Chunk < 1 || waiting[0].Stage != 2 || waiting[0].StageName != "publish" || waiting[0].Pipeline != "publishing" {
+		t.Fatalf("approvals --json --limit 1: %d %v\n%s%s", code, waiting, out, errOut)
+	}
+	if code, _, errOut := run(t, "", "approvals", "--limit", "201", "--server", url); code == 0 || !strings.Contains(errOut, "--limit 201") {
+		t.Fatalf("approvals --limit 201: %d %s", code, errOut)
+	}
 	if code, out, errOut := run(t, "", "approve", job, "1", "--by", "ann", "--server", url); code != 0 || !strings.Contains(out, "approved") {
 		t.Fatalf("approve: %d %s %s", code, out, errOut)
 	}
@@ -104,6 +117,9 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "", "approve", job, "1", "--server", url); code == 0 || !strings.Contains(errOut, "not awaiting approval") {
 		t.Fatalf("approving a done chunk: %d %s", code, errOut)
+	}
+	if code, out, errOut := run(t, "", "approvals", "--server", url); code != 0 || !strings.Contains(out, "no chunk awaits approval") {
+		t.Fatalf("approvals once both were decided: %d %s%s", code, out, errOut)
 	}
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, out, _ := run(t, "", "dlq", "show", st.Chunks[1].Envelope, "--json", "--server", url)

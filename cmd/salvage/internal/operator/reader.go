@@ -118,6 +118,16 @@ func (r *reader) BreakerList(ctx context.Context) ([]salvage.Breaker, error) {
 	return r.c.BreakerList(ctx)
 }
 
+// ChunkListAwaiting lists up to limit chunks awaiting approval, longest
+// waiting first.
+func (r *reader) ChunkListAwaiting(ctx context.Context, limit int) ([]salvage.Awaiting, error) {
+	var as []salvage.Awaiting
+	if ok, err := r.ask(ctx, "approvals.list", map[string]int{"limit": limit}, &as); ok {
+		return as, err
+	}
+	return r.c.ChunkListAwaiting(ctx, limit)
+}
+
 // LimitList lists the rate limits.
 func (r *reader) LimitList(ctx context.Context) ([]salvage.LimitState, error) {
 	var ls []salvage.LimitState

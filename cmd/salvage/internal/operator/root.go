@@ -129,7 +129,7 @@ func (e *Env) Root(groups []Group, hidden ...*cobra.Command) *cobra.Command {
 	// --help lists the commands by what they are for.
 	groups = append([]Group{
 		{"run", "Run a deployment:", []*cobra.Command{e.upCmd(), e.provisionCmd()}},
-		{"jobs", "Submit and follow jobs:", []*cobra.Command{e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.traceCmd(), e.jobsCmd(), e.cancelCmd(), e.approveCmd(), e.tenantCmd()}},
+		{"jobs", "Submit and follow jobs:", []*cobra.Command{e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.traceCmd(), e.jobsCmd(), e.cancelCmd(), e.approvalsCmd(), e.approveCmd(), e.tenantCmd()}},
 		{"operate", "Operate:", []*cobra.Command{e.dlqCmd(), e.breakersCmd(), e.pipelinesCmd(), e.pauseCmd(), e.resumeCmd(), e.workersCmd(), e.limitsCmd(), e.storageCmd()}},
 	}, groups...)
 	for _, g := range groups {
