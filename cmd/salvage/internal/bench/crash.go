@@ -125,6 +125,7 @@ type pendingChunk struct {
 
 func (b *bench) crash(ctx context.Context) (crashRow, error) {
 	var o demo.Opts
+	o.Run.DemoPipelines = true
 	o.Run.Register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1})
 	o.Workers, o.Sync = b.o.workers, natsconf.SyncIntervalString(natsconf.DefaultServerConfig().SyncInterval)
 	row := crashRow{SyncInterval: o.Sync, AckWait: o.Run.AckWait, Workers: o.Workers}

@@ -258,6 +258,7 @@ func (b *bench) fleetRow(ctx context.Context, binary string, procs int) (row fle
 // the fleet.
 func (b *bench) fleetOpts(simURL string, conc int) demo.Opts {
 	var o demo.Opts
+	o.Run.DemoPipelines = true
 	o.Run.Register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: fleetLatency})
 	o.Run.SimURL = simURL
 	o.Run.Concurrency = conc

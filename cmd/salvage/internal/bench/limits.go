@@ -92,6 +92,7 @@ func (b *bench) limitsRow(ctx context.Context, binary string, limited bool) (row
 	simc := &sim.Client{BaseURL: fs.simURL, Timeout: 10 * time.Second}
 
 	var o demo.Opts
+	o.Run.DemoPipelines = true
 	o.Run.Register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: fleetLatency})
 	o.Run.SimURL = fs.simURL
 	o.Run.Concurrency = limitsSlots

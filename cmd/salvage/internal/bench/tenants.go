@@ -175,6 +175,7 @@ func (b *bench) tenantsFleet(ctx context.Context, binary string, capChunks int) 
 	}
 	stops = append(stops, fs.stop)
 	var o demo.Opts
+	o.Run.DemoPipelines = true
 	o.Run.Register(pflag.NewFlagSet("bench", pflag.ContinueOnError), simmodel.Config{Seed: 1, Latency: tenantsLatency})
 	o.Run.SimURL = fs.simURL
 	// No call times out (the model answers in tenantsLatency, a second's

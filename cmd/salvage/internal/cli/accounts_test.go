@@ -88,7 +88,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	// Chunks fail often enough, with no tier-1 retry and one delivery,
 	// for the DLQ to fill and the recovery roles to work; in the three
 	// partitions the file lists.
-	shape := []string{"--max-deliver", "1", "--ack-wait", "2s", "--partitions", "3"}
+	shape := []string{"--max-deliver", "1", "--ack-wait", "2s", "--partitions", "3", "--demo-pipelines"}
 
 	// Before provisioning the worker cannot start, and says what to do.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -233,7 +233,7 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 	// Nor may the worker reshape its pool through salvage: provisioning
 	// another MaxDeliver is refused, naming the step, and changes nothing.
 	pool := consumerInfo(t, url, "SALVAGE_CHUNKS", "workers-contract-review")
-	code, _, errOut = run(t, "", append([]string{"provision", "--server", url, "--max-deliver", "9", "--ack-wait", "2s"}, as("worker")...)...)
+	code, _, errOut = run(t, "", append([]string{"provision", "--server", url, "--demo-pipelines", "--max-deliver", "9", "--ack-wait", "2s"}, as("worker")...)...)
 	if code == operator.ExitOK || !strings.Contains(errOut, "Permissions Violation for Publish") || !strings.Contains(errOut, "salvage provision") {
 		t.Errorf("the worker's provision: exit %d: %s", code, errOut)
 	}

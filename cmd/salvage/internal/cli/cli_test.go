@@ -66,10 +66,11 @@ func run(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-// up starts `salvage up` as a process and returns its NATS_URL.
+// up starts `salvage up --demo-pipelines` as a process and returns its
+// NATS_URL.
 func up(t *testing.T, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	base := []string{"up", "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn"}
+	base := []string{"up", "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn", "--demo-pipelines"}
 	if !slices.Contains(args, "--server") {
 		// Its own embedded server (--listen with --server is refused).
 		base = append(base, "--listen", "127.0.0.1:-1", "--store", t.TempDir())

@@ -129,7 +129,7 @@ func TestOneTracePerJobOverOTLP(t *testing.T) {
 	rcv := startOTLPReceiver(t)
 	env := append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.URL, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=salvage-test")
 	start := func(args ...string) string {
-		cmd := exec.Command(binary, append([]string{"up", "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn",
+		cmd := exec.Command(binary, append([]string{"up", "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn", "--demo-pipelines",
 			"--model-latency", "1ms", "--model-failure-rate", "0.15", "--retries", "0", "--max-deliver", "1"}, append(args, fastTiers...)...)...)
 		demo.DieWithParent(cmd)
 		cmd.Env = env

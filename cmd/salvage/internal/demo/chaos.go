@@ -143,6 +143,7 @@ orphaned side effect; 1 otherwise. --report json prints one JSON object.`,
 		},
 	}
 	f := cmd.Flags()
+	o.Run.DemoPipelines = true
 	o.Run.Register(f, simmodel.Config{Seed: 1, Latency: time.Millisecond})
 	for name, v := range map[string]string{"cool-down": "3s", "breaker-cool-down": "3s", "sim-timeout": "500ms", "ack-wait": "4s"} {
 		_ = f.Set(name, v)

@@ -186,6 +186,7 @@ func (e *Env) demo(cmd *cobra.Command, o Opts) error {
 
 // register declares the demo's flags on f.
 func (o *Opts) register(f *pflag.FlagSet) {
+	o.Run.DemoPipelines = true
 	o.Run.Register(f, simmodel.Config{Seed: 1, Latency: 15 * time.Millisecond, FailureRate: 0.05})
 	// A demo should not sit out the production cool-down.
 	for name, v := range map[string]string{"cool-down": "3s", "breaker-cool-down": "5s", "sim-timeout": "500ms"} {

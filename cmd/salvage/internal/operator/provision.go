@@ -64,7 +64,7 @@ a process that finds something missing or configured otherwise says so and names
 	// The settings that shape streams and consumers, with up's defaults.
 	all := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	run.Register(all, simmodel.Config{Seed: 1, Latency: 20 * time.Millisecond})
-	for _, name := range []string{"pipelines", "replicas", "partitions", "ack-wait", "max-deliver"} {
+	for _, name := range []string{"pipelines", "demo-pipelines", "replicas", "partitions", "ack-wait", "max-deliver"} {
 		cmd.Flags().AddFlag(all.Lookup(name))
 	}
 	return cmd

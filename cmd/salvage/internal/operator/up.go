@@ -18,7 +18,9 @@ import (
 
 	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/chatmodel"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/contractreview"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
+	"github.com/salvagehq/salvage/cmd/salvage/internal/orders"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/sim"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/simmodel"
 	"github.com/salvagehq/salvage/cmd/salvage/internal/spec"
@@ -56,10 +58,16 @@ type RunFlags struct {
 	prices        []string
 	retention     salvage.Retention
 	upgrades      []string
+	// DemoPipelines registers the built-in demo pipelines (contract-review,
+	// and order-fulfillment with SimURL); set before Register, it is the
+	// --demo-pipelines flag's default: off for up and provision, on for the
+	// demo, chaos and bench.
+	DemoPipelines bool
 }
 
 // Register adds the role flags to f, with the simulated model's defaults.
 func (r *RunFlags) Register(f *pflag.FlagSet, defaults simmodel.Config) {
+	f.BoolVar(&r.DemoPipelines, "demo-pipelines", r.DemoPipelines, "register the built-in demo pipelines: contract-review (its model: --model-url, else the --sim's, else simulated in process) and, with --sim, order-fulfillment")
 	f.IntVar(&r.replicas, "replicas", 1, "replicas per stream and bucket (3 on a cluster)")
 	f.IntVar(&r.partitions, "partitions", 1, "chunk partitions, each with its own chunk stream, claims, checkpoints and journal (their stream leaders spread over a cluster's servers); a deployment never loses one: more adds them, fewer keeps all; running processes find added ones within 30s")
 	f.DurationVar(&r.AckWait, "ack-wait", salvage.AckWaitDefault, "tier 2: redeliver a chunk after this long without an ack or heartbeat; a claim lease is two fifths of it, after which a survivor takes a dead worker's chunk over")
@@ -120,6 +128,7 @@ func (r *RunFlags) Args() []string {
 		"--model-seed", strconv.FormatInt(r.Model.Seed, 10), "--model-latency", r.Model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.Model.FailureRate, 'g', -1, 64),
 		"--model-permanent-rate", strconv.FormatFloat(r.Model.PermanentRate, 'g', -1, 64),
+		"--demo-pipelines=" + strconv.FormatBool(r.DemoPipelines),
 	}
 	for _, p := range r.prices {
 		args = append(args, "--price", p)
@@ -143,9 +152,12 @@ func (r *RunFlags) Config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger
 	if r.ModelFlags.URL != "" && r.ModelFlags.name == "" {
 		return nil, errors.New("--model-url needs --model: the name of the model to call")
 	}
-	pipes, err := pipelines(r.Model, r.ModelFlags, r.SimURL, r.SimTimeout)
-	if err != nil {
-		return nil, err
+	var pipes []*salvage.Pipeline
+	if r.DemoPipelines {
+		var err error
+		if pipes, err = pipelines(r.Model, r.ModelFlags, r.SimURL, r.SimTimeout); err != nil {
+			return nil, err
+		}
 	}
 	var limits []salvage.Limit
 	if r.pipelinesFile != "" {
@@ -314,6 +326,9 @@ func (e *Env) up(cmd *cobra.Command, o *upOpts) error {
 	if err != nil {
 		return fmt.Errorf("start on %s: %w", url, e.explain(err))
 	}
+	if !o.run.DemoPipelines {
+		warnDemoPipelines(ctx, client, cfg.Pipelines, log)
+	}
 	var srv *dashboard.Server
 	if dash {
 		if srv, err = startDashboard(js, client, o, log); err != nil {
@@ -431,4 +446,22 @@ func parsePrices(flags []string) (map[string]salvage.Price, error) {
 		out[model] = salvage.Price{Prompt: p, Completion: c}
 	}
 	return out, nil
+}
+
+// warnDemoPipelines tells a deployment upgraded from a salvage up that
+// registered the built-in demo pipelines by default that this process,
+// started without --demo-pipelines, does not run them: their jobs wait
+// for a process that does.
+func warnDemoPipelines(ctx context.Context, c *salvage.Client, runs []*salvage.Pipeline, log zerolog.Logger) {
+	ps, err := c.PipelineList(ctx)
+	if err != nil {
+		return // the warning is a courtesy; the listing's refusal is not this process's failure
+	}
+	for _, p := range ps {
+		if p.Pipeline != contractreview.Name && p.Pipeline != orders.Name || slices.ContainsFunc(runs, func(r *salvage.Pipeline) bool { return r.Name == p.Pipeline }) {
+			continue
+		}
+		log.Warn().Str("pipeline", p.Pipeline).Msg("the built-in demo pipeline " + p.Pipeline +
+			" is registered in this deployment (salvage up ran the demo pipelines by default before); this process does not run it (start it with --demo-pipelines to run it)")
+	}
 }
