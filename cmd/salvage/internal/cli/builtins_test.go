@@ -61,10 +61,15 @@ func TestDemoPipelinesOnlyWhenAsked(t *testing.T) {
 		return names
 	}
 
-	url, plain := start(nil)
+	// Its --sim would go unused: it says so.
+	var simLog logBuffer
+	url, plain := start(&simLog, "--sim", "http://127.0.0.1:9")
 	if got := pipelines(url); len(got) != 0 {
 		t.Fatalf("salvage up without flags registered %v; want no pipeline", got)
 	}
+	salvagetest.Eventually(t, time.Minute, func() bool {
+		return strings.Contains(simLog.String(), "run only with --demo-pipelines")
+	}, "a warning that --sim goes unused without --demo-pipelines (logged: %s)", &simLog)
 	stop(plain)
 
 	url, withDemo := start(nil, "--demo-pipelines")

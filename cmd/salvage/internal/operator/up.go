@@ -158,6 +158,9 @@ func (r *RunFlags) Config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger
 		if pipes, err = pipelines(r.Model, r.ModelFlags, r.SimURL, r.SimTimeout); err != nil {
 			return nil, err
 		}
+	} else if r.SimURL != "" || r.ModelFlags.URL != "" {
+		// Only the demo pipelines call the sim or the model flags' model.
+		log.Warn().Str("sim", r.SimURL).Str("model_url", r.ModelFlags.URL).Msg("--sim and --model-url serve the demo pipelines, which run only with --demo-pipelines: nothing in this process calls them")
 	}
 	var limits []salvage.Limit
 	if r.pipelinesFile != "" {
