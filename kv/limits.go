@@ -183,8 +183,12 @@ func (s *limitStore) WatchSpecs(ctx context.Context) (jetstream.KeyWatcher, erro
 }
 
 // DecodeLimit reads an entry of LimitSpecs: the limit's key, and the
-// limit; ok is false for a deleted key or a value that does not decode.
+// limit; ok is false for a deleted key, a value that does not decode, or
+// no entry (a watch's caught-up marker).
 func DecodeLimit(e jetstream.KeyValueEntry) (key string, l salvagetype.Limit, ok bool) {
+	if e == nil {
+		return "", l, false
+	}
 	key = strings.TrimPrefix(e.Key(), limitSpecPrefix)
 	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &l) != nil {
 		return key, l, false

@@ -63,7 +63,7 @@ func FuzzParseSubjects(f *testing.F) {
 			if salvagetype.ValidateToken("system", ref.System) != nil || salvagetype.ValidateToken("job", ref.Job) != nil || ref.Chunk < 1 {
 				t.Fatalf("%q parsed as %+v", subject, ref)
 			}
-			if again := ref.Hold(ref.System); again != subject {
+			if again := ref.Subject(); again != subject {
 				t.Fatalf("%q parsed as %+v, which builds %q", subject, ref, again)
 			}
 		}

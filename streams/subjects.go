@@ -206,10 +206,18 @@ func (s System) Held() string { return "salvage.hold." + string(s) + ".>" }
 // system's breaker is open.
 func (s System) HoldConsumer() string { return "hold-" + string(s) }
 
-// holdRef is a held chunk's place: the system that holds it and the chunk.
+// holdRef is a held chunk's place: the system that holds it and the
+// chunk. A hold subject does not name the chunk's pipeline or partition,
+// so it carries no ChunkRef whose other subjects would come out wrong.
 type holdRef struct {
 	System string
-	ChunkRef
+	Job    string
+	Chunk  int
+}
+
+// Subject is the hold subject the reference was parsed from.
+func (h holdRef) Subject() string {
+	return ChunkRef{Job: h.Job, Chunk: h.Chunk}.Hold(h.System)
 }
 
 // ParseHoldSubject splits salvage.hold.<system>.<job>.<chunk>.
@@ -222,5 +230,5 @@ func ParseHoldSubject(subject string) (holdRef, error) {
 	if err != nil {
 		return holdRef{}, err
 	}
-	return holdRef{System: parts[2], ChunkRef: ChunkRef{Job: parts[3], Chunk: n}}, nil
+	return holdRef{System: parts[2], Job: parts[3], Chunk: n}, nil
 }
