@@ -45,14 +45,19 @@ func (c *Client) ChunkApprove(ctx context.Context, job string, chunk int, d Deci
 	if chunk < 1 {
 		return nil, fmt.Errorf("%w: chunk %d: chunks are numbered from 1", ErrNotAwaitingApproval, chunk)
 	}
-	if d.By == "" {
-		d.By = "api"
-	}
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cp, err := op.Approve(ctx, job, chunk, operator.Decision{Approve: !d.Reject, By: d.By, Note: d.Note})
+	e := AuditEntry{Action: AuditApprove, Job: job, Chunk: chunk}
+	if d.Reject {
+		e.Action = AuditReject
+	}
+	var cp kv.Checkpoint
+	err = c.audited(ctx, &e, streams.AuditScopeJob, job, d.By, d.Note, func(by string) (err error) {
+		cp, err = op.Approve(ctx, job, chunk, operator.Decision{Approve: !d.Reject, By: by, Note: d.Note})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

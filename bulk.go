@@ -7,7 +7,9 @@ import (
 	"slices"
 
 	"github.com/salvagehq/salvage/consumers/operator"
+	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // ErrBadFilter is returned for an envelope filter naming a category or a
@@ -84,17 +86,44 @@ func (c *Client) EnvelopeBulk(ctx context.Context, req BulkRequest) (*BulkResult
 	if err := req.Filter.Validate(); err != nil {
 		return nil, err
 	}
-	if req.By == "" {
-		req.By = "api"
-	}
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res, err := op.Bulk(ctx, operator.BulkRequest{Action: req.Action, Filter: req.Filter.machinery(), By: req.By,
-		Note: req.Note, DryRun: req.DryRun, Limit: req.Limit})
+	if req.Action != BulkReplay && req.Action != BulkResolve && req.Action != BulkAck {
+		return nil, fmt.Errorf("%w: action %q: want %s, %s or %s", ErrBadBulk, req.Action, BulkReplay, BulkResolve, BulkAck)
+	}
+	_, req.By = actorOf(ctx, req.By)
+	mreq := operator.BulkRequest{Action: req.Action, Filter: req.Filter.machinery(), By: req.By,
+		Note: req.Note, DryRun: req.DryRun, Limit: req.Limit}
+	if req.DryRun {
+		res, err := op.Bulk(ctx, mreq)
+		if err != nil {
+			return nil, err
+		}
+		return &res, nil
+	}
+	// The bulk is one entry (its filter and counts), and each envelope's
+	// action one more, filed under its job and naming the bulk's entry.
+	bulk := AuditEntry{Action: AuditBulk, Detail: bulkDetail(req)}
+	var res BulkResult
+	err = c.audited(ctx, &bulk, streams.AuditScopeBulk, string(req.Action), req.By, req.Note, func(string) (err error) {
+		mreq.Each = func(r kv.EnvelopeRecord, act func() error) error {
+			e := AuditEntry{Action: AuditAction(req.Action), Job: r.Job, Chunk: r.Chunk, Envelope: r.ID, Detail: "bulk " + bulk.ID}
+			return c.audited(ctx, &e, streams.AuditScopeJob, r.Job, req.By, req.Note, func(string) error { return act() })
+		}
+		res, err = op.Bulk(ctx, mreq)
+		bulk.Detail += fmt.Sprintf("; matched %d, acted %d, unchanged %d, refused %d, failed %d", res.Matched, res.Acted, res.Unchanged, res.Refused, len(res.Failed))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return &res, nil
+}
+
+// bulkDetail is a bulk's action and filter, for its audit entry.
+func bulkDetail(req BulkRequest) string {
+	f := req.Filter
+	return fmt.Sprintf("%s where category=%q status=%q job=%q min_age=%s, limit %d", req.Action, f.Category, f.Status, f.Job, f.MinAge, req.Limit)
 }

@@ -28,10 +28,13 @@ import (
 // methods are safe for concurrent use. Several clients, in any number of
 // processes, may share one deployment.
 type Client struct {
-	js       jetstream.JetStream
-	cfg      Config
-	registry *recovery.Registry
-	log      zerolog.Logger
+	js jetstream.JetStream
+	// apiAccount is the NATS account the service answers in, once it
+	// runs (requestActor).
+	apiAccount string
+	cfg        Config
+	registry   *recovery.Registry
+	log        zerolog.Logger
 
 	storesMu sync.Mutex
 	stores   *kv.Stores

@@ -97,6 +97,8 @@ const (
 	CallsRetentionDefault   = salvagetype.CallsRetentionDefault
 	EffectsRetentionDefault = salvagetype.EffectsRetentionDefault
 	RecordsRetentionDefault = salvagetype.RecordsRetentionDefault
+	// AuditRetentionDefault is Config.AuditRetention's default: a year.
+	AuditRetentionDefault = streams.AuditRetentionDefault
 )
 
 // Retention is how long what a finished job leaves behind is kept, by
@@ -204,6 +206,10 @@ type Config struct {
 	// data class; a Pipeline may set its own. Defaults: pure calls 1 hour
 	// after the job finished, side effects 14 days, records 30 days.
 	Retention Retention
+	// AuditRetention is how long SALVAGE_AUDIT keeps an operator action
+	// (the stream's MaxAge, set when this client provisions). Default
+	// AuditRetentionDefault, a year.
+	AuditRetention time.Duration
 
 	// Replicas of every stream and bucket: 1 on one server, 3 on a
 	// cluster. Default 1.
@@ -358,6 +364,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: JournalWrites %q: want %q or %q", ErrInvalidConfig, c.JournalWrites, JournalAtomic, JournalPipelined)
 	case c.Replicas > 5:
 		return fmt.Errorf("%w: Replicas %d: JetStream allows at most 5", ErrInvalidConfig, c.Replicas)
+	case c.AuditRetention < 0 || (c.AuditRetention > 0 && c.AuditRetention < time.Hour):
+		return fmt.Errorf("%w: AuditRetention %s: want an hour or more (0 is a year)", ErrInvalidConfig, c.AuditRetention)
 	}
 	if err := streams.ValidatePartitions(c.Partitions); err != nil {
 		return fmt.Errorf("%w: Partitions: %w", ErrInvalidConfig, err)
@@ -415,7 +423,8 @@ func (c Config) limits() recovery.Limits {
 
 // streamOptions provision the streams and consumers with c's tier 2.
 func (c Config) streamOptions() streams.Options {
-	return streams.Options{Replicas: c.Replicas, AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Partitions: c.Partitions}
+	return streams.Options{Replicas: c.Replicas, AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Partitions: c.Partitions,
+		AuditRetention: c.AuditRetention}
 }
 
 // AlertRules are the DLQ alert thresholds (Config.Alerts); zero fields

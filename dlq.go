@@ -132,7 +132,12 @@ func (c *Client) EnvelopeReplay(ctx context.Context, id, by string) (*EnvelopeRe
 	if err != nil {
 		return nil, err
 	}
-	return record(op.Replay(ctx, id, by))
+	var r kv.EnvelopeRecord
+	err = c.auditEnvelope(ctx, AuditReplay, id, by, "", func(by string) (err error) {
+		r, err = op.Replay(ctx, id, by)
+		return err
+	})
+	return record(r, err)
 }
 
 // EnvelopeResolve marks envelope id resolved by hand, by by, with a note.
@@ -141,7 +146,12 @@ func (c *Client) EnvelopeResolve(ctx context.Context, id, by, note string) (*Env
 	if err != nil {
 		return nil, err
 	}
-	return record(op.Resolve(ctx, id, by, note))
+	var r kv.EnvelopeRecord
+	err = c.auditEnvelope(ctx, AuditResolve, id, by, note, func(by string) (err error) {
+		r, err = op.Resolve(ctx, id, by, note)
+		return err
+	})
+	return record(r, err)
 }
 
 // EnvelopeAck records that by has seen envelope id (it stops the
@@ -151,7 +161,12 @@ func (c *Client) EnvelopeAck(ctx context.Context, id, by string) (*EnvelopeRecor
 	if err != nil {
 		return nil, err
 	}
-	return record(op.Ack(ctx, id, by))
+	var r kv.EnvelopeRecord
+	err = c.auditEnvelope(ctx, AuditAck, id, by, "", func(by string) (err error) {
+		r, err = op.Ack(ctx, id, by)
+		return err
+	})
+	return record(r, err)
 }
 
 func record(r kv.EnvelopeRecord, err error) (*EnvelopeRecord, error) {

@@ -124,6 +124,11 @@ var (
 	// running on the envelope right now, or some of the chunk's effects
 	// were compensated while others still stand. The message says which.
 	ErrReplayRefused = salvagetype.ErrReplayRefused
+	// ErrAuditUnavailable is returned for an operator action that could
+	// not be put on record in SALVAGE_AUDIT first (provision the
+	// deployment again if the stream is missing): the action is not
+	// taken.
+	ErrAuditUnavailable = salvagetype.ErrAuditUnavailable
 )
 
 // Transient is a failure worth retrying soon (a 5xx, a reset connection),

@@ -612,11 +612,19 @@ func (c *Client) JobResults(ctx context.Context, id string) (map[int]json.RawMes
 // ago is waited for, up to 5s. It returns the job as it then stands, or an
 // error wrapping ErrUnknownJob.
 func (c *Client) JobCancel(ctx context.Context, id, by string) (*Job, error) {
+	if err := streams.ValidateJobID(id); err != nil {
+		return nil, err
+	}
 	op, err := c.operator(ctx)
 	if err != nil {
 		return nil, err
 	}
-	j, err := op.Cancel(ctx, id, by)
+	var j kv.Job
+	e := AuditEntry{Action: AuditCancel, Job: id}
+	err = c.audited(ctx, &e, streams.AuditScopeJob, id, by, "", func(by string) (err error) {
+		j, err = op.Cancel(ctx, id, by)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

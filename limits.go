@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/salvagehq/salvage/kv"
 	"github.com/salvagehq/salvage/salvagetype"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // Limit caps the requests every process of a deployment makes together to
@@ -81,11 +83,28 @@ type LimitState struct {
 // ErrInvalidLimit for a key that is not <kind>.<name>, a negative bound
 // or no bound.
 func (c *Client) LimitSet(ctx context.Context, l Limit, by string) (Limit, error) {
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
 	st, err := c.storesFor(ctx)
 	if err != nil {
 		return l, err
 	}
-	return st.Limits.Set(ctx, l, by)
+	if st.Limits == nil {
+		return l, ErrLimitsNotProvisioned
+	}
+	out := l
+	e := AuditEntry{Action: AuditLimitSet, Limit: l.Key, Detail: limitDetail(l)}
+	err = c.audited(ctx, &e, streams.AuditScopeLimit, l.Key, by, "", func(by string) (err error) {
+		out, err = st.Limits.Set(ctx, l, by)
+		return err
+	})
+	return out, err
+}
+
+// limitDetail is a limit's bounds, for its audit entry.
+func limitDetail(l Limit) string {
+	return fmt.Sprintf("requests_per_minute=%d tokens_per_minute=%d in_flight=%d chunks=%d", l.RequestsPerMinute, l.TokensPerMinute, l.InFlight, l.Chunks)
 }
 
 // LimitRemove removes the limit of key: requests to it are no longer
@@ -95,11 +114,21 @@ func (c *Client) LimitRemove(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	err = st.Limits.Remove(ctx, key)
-	if errors.Is(err, kv.ErrNotFound) {
+	if st.Limits == nil {
+		return ErrLimitsNotProvisioned
+	}
+	kind, name, _ := strings.Cut(key, ".")
+	if salvagetype.ValidateToken("limit kind", kind) != nil || salvagetype.ValidateToken("limit name", name) != nil {
 		return fmt.Errorf("%w: %s", ErrUnknownLimit, key)
 	}
-	return err
+	e := AuditEntry{Action: AuditLimitRemove, Limit: key}
+	return c.audited(ctx, &e, streams.AuditScopeLimit, key, "", "", func(string) error {
+		err := st.Limits.Remove(ctx, key)
+		if errors.Is(err, kv.ErrNotFound) {
+			return fmt.Errorf("%w: %s", ErrUnknownLimit, key)
+		}
+		return err
+	})
 }
 
 // LimitList lists every declared limit, by key, with what is held of it.
@@ -166,7 +195,8 @@ func (c *Client) declareLimits(ctx context.Context, st *kv.Stores) error {
 // limitRequest is the body of limits.set and limits.remove.
 type limitRequest struct {
 	Limit
-	By string `json:"by,omitempty"`
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // apiLimits lists the limits; the request body is ignored.
@@ -185,7 +215,7 @@ func (c *Client) apiSetLimit(ctx context.Context, req micro.Request) (any, error
 	if err := decode(req, &r, false); err != nil {
 		return nil, err
 	}
-	return c.LimitSet(ctx, r.Limit, r.By)
+	return c.LimitSet(WithReason(ctx, r.Reason), r.Limit, r.By)
 }
 
 // apiRemoveLimit takes {"key", "by"?}.
@@ -197,7 +227,7 @@ func (c *Client) apiRemoveLimit(ctx context.Context, req micro.Request) (any, er
 	if r.Key == "" {
 		return nil, fmt.Errorf(`%w: want {"key", "by"?}`, errMalformed)
 	}
-	if err := c.LimitRemove(ctx, r.Key); err != nil {
+	if err := c.LimitRemove(withBy(WithReason(ctx, r.Reason), r.By), r.Key); err != nil {
 		return nil, err
 	}
 	return map[string]string{"removed": r.Key}, nil

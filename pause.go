@@ -110,10 +110,23 @@ func (c *Client) setPaused(ctx context.Context, pipeline string, paused bool, by
 	} else if err != nil {
 		return PipelineStatus{}, err
 	}
-	if by == "" {
-		by = "api"
+	e := AuditEntry{Action: AuditResume, Pipeline: pipeline}
+	if paused {
+		e.Action = AuditPause
 	}
-	rec, changed, err := st.Pipelines.SetPaused(ctx, pipeline, paused, streams.Clip(by, 256), streams.Clip(reason, salvagetype.ErrorTextMax))
+	var rec kv.PipelineState
+	var changed bool
+	err = c.audited(ctx, &e, streams.AuditScopePipeline, pipeline, by, reason, func(who string) (err error) {
+		by = who
+		rec, changed, err = st.Pipelines.SetPaused(ctx, pipeline, paused, streams.Clip(by, 256), streams.Clip(reason, salvagetype.ErrorTextMax))
+		if err == nil && !changed {
+			e.Detail = "already " + string(PipelineRunning)
+			if paused {
+				e.Detail = "already " + string(PipelinePaused)
+			}
+		}
+		return err
+	})
 	if err != nil {
 		return PipelineStatus{}, err
 	}

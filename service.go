@@ -54,9 +54,10 @@ var (
 
 // serveAPI runs the micro service until ctx ends.
 func (c *Client) serveAPI(ctx context.Context) error {
+	c.apiAccount = serviceAccount(c.js.Conn())
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit, list, watch and trace jobs (a tenant: its own, under tenant.<tenant>), list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, list the chunks awaiting approval and approve them, list, pause and resume pipelines, list the live processes, list, set and remove rate limits",
+		Description: "Salvage: submit, list, watch and trace jobs (a tenant: its own, under tenant.<tenant>), list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, list the chunks awaiting approval and approve them, list, pause and resume pipelines, list the live processes, list, set and remove rate limits, list the audit of operator actions",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -69,6 +70,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
 		"workers.list": c.apiWorkers, "jobs.list": c.apiJobs, "jobs.trace": c.apiTrace,
 		"limits.list": c.apiLimits, "limits.set": c.apiSetLimit, "limits.remove": c.apiRemoveLimit,
+		"audit.list": c.apiAudit,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -92,7 +94,7 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 	return func(req micro.Request) {
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 		defer cancel()
-		out, err := fn(ctx, req)
+		out, err := fn(c.withRequest(ctx, req), req)
 		if err == nil {
 			err = respond(req, out)
 		}
@@ -196,6 +198,8 @@ type envelopeRequest struct {
 	EnvelopeID string `json:"envelope_id"`
 	By         string `json:"by,omitempty"`
 	Note       string `json:"note,omitempty"`
+	// Reason says why, for the audit (a resolve's note is its reason).
+	Reason string `json:"reason,omitempty"`
 }
 
 func readEnvelopeRequest(req micro.Request) (envelopeRequest, error) {
@@ -212,9 +216,6 @@ func parseEnvelopeRequest(data []byte) (envelopeRequest, error) {
 	}
 	if r.EnvelopeID == "" {
 		return r, fmt.Errorf("%w: envelope_id is required", errMalformed)
-	}
-	if r.By == "" {
-		r.By = "api"
 	}
 	return r, salvagetype.ValidateToken("envelope_id", r.EnvelopeID)
 }
@@ -283,7 +284,7 @@ func (c *Client) apiReplay(ctx context.Context, req micro.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return c.EnvelopeReplay(ctx, r.EnvelopeID, r.By)
+	return c.EnvelopeReplay(WithReason(ctx, r.Reason), r.EnvelopeID, r.By)
 }
 
 func (c *Client) apiResolve(ctx context.Context, req micro.Request) (any, error) {
@@ -291,7 +292,7 @@ func (c *Client) apiResolve(ctx context.Context, req micro.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return c.EnvelopeResolve(ctx, r.EnvelopeID, r.By, r.Note)
+	return c.EnvelopeResolve(WithReason(ctx, r.Reason), r.EnvelopeID, r.By, r.Note)
 }
 
 func (c *Client) apiAck(ctx context.Context, req micro.Request) (any, error) {
@@ -299,13 +300,14 @@ func (c *Client) apiAck(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.EnvelopeAck(ctx, r.EnvelopeID, r.By)
+	return c.EnvelopeAck(WithReason(ctx, r.Reason), r.EnvelopeID, r.By)
 }
 
 // jobRequest is the body of jobs.status and jobs.cancel.
 type jobRequest struct {
-	JobID string `json:"job_id"`
-	By    string `json:"by,omitempty"`
+	JobID  string `json:"job_id"`
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 	Page
 }
 
@@ -313,9 +315,6 @@ func readJobRequest(req micro.Request) (jobRequest, error) {
 	var r jobRequest
 	if err := decode(req, &r, false); err != nil {
 		return r, err
-	}
-	if r.By == "" {
-		r.By = "api"
 	}
 	if err := checkPage(r.Page); err != nil {
 		return r, err
@@ -496,7 +495,7 @@ func (c *Client) apiCancel(ctx context.Context, req micro.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return c.JobCancel(ctx, r.JobID, r.By)
+	return c.JobCancel(WithReason(ctx, r.Reason), r.JobID, r.By)
 }
 
 // SubmitReply is the answer to jobs.submit.

@@ -68,6 +68,8 @@ type Stores struct {
 	Limits    *limitStore
 	Pipelines *pipelineStore
 	Workers   *workerStore
+	// Audit is SALVAGE_AUDIT, the operator actions.
+	Audit *AuditLog
 
 	parts *parts
 	// partitions is how many partitions new jobs are spread over: those
@@ -235,6 +237,7 @@ func open(ctx context.Context, js jetstream.JetStream, n int) (*Stores, error) {
 		Limits:    limits,
 		Pipelines: &pipelineStore{b: pipelines, js: js, now: time.Now},
 		Workers:   &workerStore{js: js, now: time.Now},
+		Audit:     OpenAudit(js),
 		parts:     &parts{js: js, idx: idx},
 	}
 	st.partitions.Store(int32(n))

@@ -83,6 +83,11 @@ var (
 	// finish on undone effects; running it fresh would repeat those that
 	// stand). The message says which; a person resolves such an envelope.
 	ErrReplayRefused = errors.New("replay refused")
+	// ErrAuditUnavailable is returned for an operator action that could
+	// not be put on record in SALVAGE_AUDIT (the stream is missing: the
+	// deployment was provisioned before it existed; or the server did not
+	// answer). The action is not taken: nothing happens off the record.
+	ErrAuditUnavailable = errors.New("the audit stream SALVAGE_AUDIT cannot record the action")
 
 	// ErrDefinitionDiffers is returned when a pipeline is registered with
 	// another definition than this process runs; the error says what

@@ -20,6 +20,9 @@ const (
 	// under its status, category and job, one per job record, so a
 	// listing reads a page, never every record.
 	Index = "SALVAGE_INDEX"
+	// Audit holds the operator actions: who, when, what, why and the
+	// outcome, one subject an action (see AuditSubject).
+	Audit = "SALVAGE_AUDIT"
 )
 
 // Durable consumer names.

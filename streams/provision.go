@@ -63,6 +63,9 @@ type Options struct {
 	// Partitions is how many chunk partitions there are (see
 	// ChunksStream). Default 1.
 	Partitions int
+	// AuditRetention is SALVAGE_AUDIT's MaxAge. Default
+	// AuditRetentionDefault.
+	AuditRetention time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -86,6 +89,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SplitterMaxDeliver <= 0 {
 		o.SplitterMaxDeliver = SplitterMaxDeliverDefault
+	}
+	if o.AuditRetention <= 0 {
+		o.AuditRetention = AuditRetentionDefault
 	}
 	return o
 }
@@ -143,6 +149,7 @@ func streamConfigs(o Options) []jetstream.StreamConfig {
 			Name: Index, Description: "Listing indexes: envelope records by status and category, and by job; job records. Built from the records when missing.",
 			Subjects: []string{indexAll}, AllowMsgTTL: true, AllowDirect: true,
 		},
+		auditConfig(o.AuditRetention),
 	}
 }
 

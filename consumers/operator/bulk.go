@@ -24,6 +24,9 @@ type BulkRequest struct {
 	DryRun bool
 	// Limit bounds the envelopes acted on (default and most BulkMax).
 	Limit int
+	// Each, when set, takes each envelope's action (not on a dry run):
+	// it calls act, and may put it on record around it.
+	Each func(r kv.EnvelopeRecord, act func() error) error
 }
 
 // Bulk applies one action — replay, resolve or ack — to every envelope
@@ -80,14 +83,22 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (salvagetype.BulkR
 			}
 		}
 		if !req.DryRun {
+			act := func() (err error) {
+				switch req.Action {
+				case salvagetype.BulkReplay:
+					_, err = o.Replay(ctx, r.ID, req.By)
+				case salvagetype.BulkResolve:
+					_, err = o.Resolve(ctx, r.ID, req.By, req.Note)
+				case salvagetype.BulkAck:
+					_, err = o.Ack(ctx, r.ID, req.By)
+				}
+				return err
+			}
 			var err error
-			switch req.Action {
-			case salvagetype.BulkReplay:
-				_, err = o.Replay(ctx, r.ID, req.By)
-			case salvagetype.BulkResolve:
-				_, err = o.Resolve(ctx, r.ID, req.By, req.Note)
-			case salvagetype.BulkAck:
-				_, err = o.Ack(ctx, r.ID, req.By)
+			if req.Each != nil {
+				err = req.Each(r, act)
+			} else {
+				err = act()
 			}
 			switch {
 			case errors.Is(err, salvagetype.ErrAlreadyResolved), errors.Is(err, salvagetype.ErrSuperseded), errors.Is(err, salvagetype.ErrReplayRefused):

@@ -135,6 +135,33 @@ func TestLeastPrivilegeUsers(t *testing.T) {
 			t.Errorf("the operator's %v: exit %d: %s%s", args, code, out, errOut)
 		}
 	}
+	// A person on call in the OPS account acts through the service: the
+	// server names her to it, and the audit records her name, verified,
+	// whatever "by" her request claims; the operator user of SALVAGE is
+	// recorded as its by, unverified.
+	if code, out, errOut := run(t, "", append([]string{"pause", "contract-review", "--reason", "checking the audit", "--server", url}, as("alice")...)...); code != operator.ExitOK {
+		t.Errorf("alice's pause: exit %d: %s%s", code, out, errOut)
+	}
+	if out, err := natsAs(t, url, as("alice"), "req", "salvage.api.pipelines.resume", `{"pipeline": "contract-review", "by": "mallory"}`); err != nil {
+		t.Errorf("alice's resume claiming mallory: %v\n%s", err, out)
+	}
+	code, stdout, errOut = run(t, "", append([]string{"audit", "--pipeline", "contract-review", "--json", "--server", url}, as("alice")...)...)
+	var audit salvage.AuditPage
+	if code != operator.ExitOK || json.Unmarshal([]byte(stdout), &audit) != nil || len(audit.Items) != 4 {
+		t.Fatalf("alice's audit: exit %d: %s%s", code, stdout, errOut)
+	}
+	for i, want := range []salvage.Actor{{Name: os.Getenv("USER"), Via: salvage.ViaService}, {Name: os.Getenv("USER"), Via: salvage.ViaService},
+		{Name: "alice", Account: "OPS", Via: salvage.ViaService, Verified: true}, {Name: "alice", Account: "OPS", Via: salvage.ViaService, Verified: true}} {
+		if want.Name == "" {
+			want.Name = "cli"
+		}
+		if got := audit.Items[i].Actor; got != want || audit.Items[i].Outcome != salvage.AuditOK {
+			t.Errorf("audit entry %d: %+v, want the actor %+v", i, audit.Items[i], want)
+		}
+	}
+	if audit.Items[2].Reason != "checking the audit" || audit.Items[3].Action != salvage.AuditResume {
+		t.Errorf("alice's entries: %+v", audit.Items[2:])
+	}
 	if out, err := natsAs(t, url, as("operator"), "stream", "info", "SALVAGE_DLQ"); err != nil {
 		t.Errorf("the operator's stream info of the DLQ: %v\n%s", err, out)
 	}

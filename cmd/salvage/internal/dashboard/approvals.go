@@ -22,7 +22,8 @@ func (s *Server) apiApprovals(w http.ResponseWriter, r *http.Request) {
 // apiDecide approves or rejects a chunk awaiting approval: POST
 // /api/approvals/<job>/<chunk>/approve|reject with {"note"?}.
 func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) {
-	if err := s.authorize(r); err != nil {
+	ctx, err := s.authorize(r)
+	if err != nil {
 		fail(w, authStatus(w, err), err)
 		return
 	}
@@ -38,7 +39,7 @@ func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	d := salvage.Decision{By: "dashboard", Note: body.Note}
+	d := salvage.Decision{Note: body.Note}
 	switch r.PathValue("action") {
 	case "approve":
 	case "reject":
@@ -47,7 +48,7 @@ func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, errors.New("unknown action: want approve or reject"))
 		return
 	}
-	ch, err := s.client.ChunkApprove(r.Context(), r.PathValue("job"), chunk, d)
+	ch, err := s.client.ChunkApprove(ctx, r.PathValue("job"), chunk, d)
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return

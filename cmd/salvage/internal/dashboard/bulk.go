@@ -13,7 +13,8 @@ import (
 // "job_id"?, "min_age"?, "dry_run"?, "note"?}. The page asks with
 // dry_run first and confirms the count before it acts.
 func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
-	if err := s.authorize(r); err != nil {
+	ctx, err := s.authorize(r)
+	if err != nil {
 		fail(w, authStatus(w, err), err)
 		return
 	}
@@ -39,7 +40,7 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 		}
 		f.MinAge = d
 	}
-	res, err := s.client.EnvelopeBulk(r.Context(), salvage.BulkRequest{Action: body.Action, Filter: f, By: "dashboard", Note: body.Note, DryRun: body.DryRun})
+	res, err := s.client.EnvelopeBulk(ctx, salvage.BulkRequest{Action: body.Action, Filter: f, Note: body.Note, DryRun: body.DryRun})
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return

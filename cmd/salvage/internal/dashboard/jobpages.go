@@ -131,16 +131,19 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 // guarded like every mutation (a token or a signed-in person, same
 // origin).
 func (s *Server) apiCancelJob(w http.ResponseWriter, r *http.Request) {
-	if err := s.authorize(r); err != nil {
+	ctx, err := s.authorize(r)
+	if err != nil {
 		fail(w, authStatus(w, err), err)
 		return
 	}
-	var body struct{}
+	var body struct {
+		Reason string `json:"reason"`
+	}
 	if err := decodeBody(w, r, &body); err != nil {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	j, err := s.client.JobCancel(r.Context(), r.PathValue("id"), "dashboard")
+	j, err := s.client.JobCancel(salvage.WithReason(ctx, body.Reason), r.PathValue("id"), "")
 	if err != nil {
 		fail(w, statusOf(err), err)
 		return

@@ -91,7 +91,7 @@ func TestPauseFromTheDashboard(t *testing.T) {
 	}
 	_, body := request(t, http.MethodGet, f.url+"/api/pipelines", "", auth)
 	var ps []salvage.PipelineStatus
-	if err := json.Unmarshal([]byte(body), &ps); err != nil || len(ps) != 1 || !ps[0].Paused || ps[0].PausedBy != "dashboard" {
+	if err := json.Unmarshal([]byte(body), &ps); err != nil || len(ps) != 1 || !ps[0].Paused || ps[0].PausedBy != "token" {
 		t.Fatalf("/api/pipelines: %s", body)
 	}
 	var v map[string]float64

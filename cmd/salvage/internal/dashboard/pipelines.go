@@ -34,7 +34,8 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 // apiPause pauses or resumes a pipeline: POST
 // /api/pipelines/<name>/pause|resume with {"reason"?}.
 func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {
-	if err := s.authorize(r); err != nil {
+	ctx, err := s.authorize(r)
+	if err != nil {
 		fail(w, authStatus(w, err), err)
 		return
 	}
@@ -45,15 +46,12 @@ func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	var (
-		p   salvage.PipelineStatus
-		err error
-	)
+	var p salvage.PipelineStatus
 	switch r.PathValue("action") {
 	case "pause":
-		p, err = s.client.PipelinePause(r.Context(), r.PathValue("name"), "dashboard", body.Reason)
+		p, err = s.client.PipelinePause(ctx, r.PathValue("name"), "", body.Reason)
 	case "resume":
-		p, err = s.client.PipelineResume(r.Context(), r.PathValue("name"), "dashboard")
+		p, err = s.client.PipelineResume(salvage.WithReason(ctx, body.Reason), r.PathValue("name"), "")
 	default:
 		fail(w, http.StatusNotFound, errors.New("unknown action: want pause or resume"))
 		return

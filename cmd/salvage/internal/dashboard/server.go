@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"embed"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +11,7 @@ import (
 	"html/template"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime/debug"
 	"strings"
@@ -36,9 +36,10 @@ const (
 	TokenHeader = "X-Salvage-Token"
 )
 
-// ErrNeedsToken is returned by Listen for a non-loopback address without a
-// token: the page can replay and resolve envelopes.
-var ErrNeedsToken = errors.New("dashboard: a non-loopback address needs --http-token or " + TokenEnv)
+// ErrNeedsToken is returned by Listen for a non-loopback address where
+// nobody would sign in (no token, no users, no trusted proxy): the page
+// can replay and resolve envelopes.
+var ErrNeedsToken = errors.New("dashboard: a non-loopback address needs --http-token (or " + TokenEnv + "), --http-users or --http-proxy-header")
 
 //go:embed static
 var static embed.FS
@@ -56,6 +57,21 @@ type Config struct {
 	Token string
 	// SessionTTL is how long a sign-in lasts. Default SessionTTLDefault.
 	SessionTTL time.Duration
+	// Users sign in with their own name and password, each with a role
+	// (LoadUsers); they also give the people the proxy names their role.
+	Users []User
+	// ProxyHeader names the header in which a proxy the operator runs in
+	// front of the dashboard (oauth2-proxy and the like: X-Forwarded-User,
+	// X-Forwarded-Email) says who the person is, once it authenticated
+	// them. It counts only on requests from ProxyFrom's addresses; a
+	// request from anywhere else carrying it is refused.
+	ProxyHeader string
+	// ProxyFrom are the addresses the proxy connects from. Required with
+	// ProxyHeader.
+	ProxyFrom []netip.Prefix
+	// ProxyRole is the role of a person the proxy names whom Users do not
+	// list. Default RoleViewer.
+	ProxyRole Role
 	// AllowedHosts are host names (or IPs) served besides the listen
 	// address, localhost, 127.0.0.1 and ::1; a request with any other
 	// Host header gets 421 (DNS rebinding). Default none.
@@ -73,8 +89,8 @@ type Server struct {
 	client *salvage.Client
 	log    zerolog.Logger
 	token  string
-	// configured is set when the token was given (not minted): the page
-	// never carries it, people sign in.
+	// configured is set when people sign in (a token was given, users or
+	// a trusted proxy): the page never carries a token.
 	configured bool
 	sessions   *sessions
 	// guard bounds guesses at the token (sign-in and the header alike).
@@ -97,8 +113,12 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		loopback = true
 	}
-	if !loopback && cfg.Token == "" {
+	signIn := cfg.Token != "" || len(cfg.Users) > 0 || cfg.ProxyHeader != ""
+	if !loopback && !signIn {
 		return nil, ErrNeedsToken
+	}
+	if err := cfg.checkSignIn(); err != nil {
+		return nil, err
 	}
 	token := cfg.Token
 	if token == "" {
@@ -116,7 +136,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	}
 	s := &Server{cfg: cfg, l: l, sum: &summarizer{calls: newCallStats(), jobs: newJobIndex(), envs: newEnvelopeStats(), breakers: &breakerPoll{}},
 		client: client, log: log.With().Str("role", "dashboard").Logger(), token: token,
-		configured: cfg.Token != "", sessions: newSessions(cfg.SessionTTL), guard: newGuard()}
+		configured: signIn, sessions: newSessions(cfg.SessionTTL), guard: newGuard()}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency, s.sum.calls.limitWait, s.sum.jobs)
 	mux := http.NewServeMux()
@@ -148,6 +168,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("GET /api/workers", s.reads(s.apiWorkers))
 	mux.HandleFunc("POST /api/pipelines/{name}/{action}", s.apiPause)
 	mux.HandleFunc("GET /api/approvals", s.reads(s.apiApprovals))
+	mux.HandleFunc("GET /api/audit", s.reads(s.apiAudit))
 	mux.HandleFunc("POST /api/approvals/{job}/{chunk}/{action}", s.apiDecide)
 	s.hosts = newHostGuard(cfg.Addr, cfg.AllowedHosts, securityHeaders(mux))
 	s.srv = &http.Server{Handler: s.hosts, ReadHeaderTimeout: 5 * time.Second}
@@ -297,27 +318,29 @@ func (s *Server) apiEnvelope(w http.ResponseWriter, r *http.Request) {
 // apiMutate replays, resolves or acknowledges an envelope: POST only, with
 // the token, from this origin.
 func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
-	if err := s.authorize(r); err != nil {
+	ctx, err := s.authorize(r)
+	if err != nil {
 		fail(w, authStatus(w, err), err)
 		return
 	}
-	id, by := r.PathValue("id"), "dashboard"
+	id, by := r.PathValue("id"), ""
 	var note struct {
-		Note string `json:"note"`
+		Note   string `json:"note"`
+		Reason string `json:"reason"`
 	}
 	if err := decodeBody(w, r, &note); err != nil {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
+	ctx = salvage.WithReason(ctx, note.Reason)
 	var rec *salvage.EnvelopeRecord
-	var err error
 	switch r.PathValue("action") {
 	case "replay":
-		rec, err = s.client.EnvelopeReplay(r.Context(), id, by)
+		rec, err = s.client.EnvelopeReplay(ctx, id, by)
 	case "resolve":
-		rec, err = s.client.EnvelopeResolve(r.Context(), id, by, note.Note)
+		rec, err = s.client.EnvelopeResolve(ctx, id, by, note.Note)
 	case "ack":
-		rec, err = s.client.EnvelopeAck(r.Context(), id, by)
+		rec, err = s.client.EnvelopeAck(ctx, id, by)
 	default:
 		fail(w, http.StatusNotFound, errors.New("unknown action: want replay, resolve or ack"))
 		return
@@ -329,72 +352,10 @@ func (s *Server) apiMutate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rec)
 }
 
-// reads guards a view of jobs, envelopes, journal rows and workers: with
-// a configured token only a signed-in person or a script sending the
-// token sees them (401 otherwise); a loopback process without one serves
-// them to its page as before.
-func (s *Server) reads(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.configured {
-			ok, err := s.signedIn(r)
-			if err != nil {
-				fail(w, authStatus(w, err), err)
-				return
-			}
-			if !ok {
-				fail(w, http.StatusUnauthorized, errNoToken)
-				return
-			}
-		}
-		h(w, r)
-	}
-}
-
-// signedIn reports whether r carries the token in X-Salvage-Token or a
-// signed-in session's cookie.
-// A token in the header is checked as a sign-in is (guard): one check
-// at a time per address, locked out after wrong ones.
-func (s *Server) signedIn(r *http.Request) (bool, error) {
-	if got := r.Header.Get(TokenHeader); got != "" {
-		done, err := s.guard.admit(clientAddr(r))
-		if err != nil {
-			s.refused(r, TokenHeader, err)
-			return false, err
-		}
-		if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
-			time.Sleep(failedSignInDelay)
-			done(false)
-			s.refused(r, TokenHeader, errBadSignIn)
-			return false, nil
-		}
-		done(true)
-		return true, nil
-	}
-	_, _, ok := s.sessionOf(r)
-	return ok, nil
-}
-
 var (
 	errNoToken     = errors.New("sign in, or send the token in " + TokenHeader)
 	errCrossOrigin = errors.New("cross-origin request refused")
 )
-
-// authorize checks that a mutation comes from this origin and carries
-// the token in X-Salvage-Token (a script, or the page of a loopback
-// process without a configured token) or a signed-in session's cookie.
-func (s *Server) authorize(r *http.Request) error {
-	if err := s.sameOrigin(r); err != nil {
-		return err
-	}
-	ok, err := s.signedIn(r)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errNoToken
-	}
-	return nil
-}
 
 // sameOrigin checks that a browser request comes from this origin
 // (Origin, else Sec-Fetch-Site). The Host was checked against the allowed

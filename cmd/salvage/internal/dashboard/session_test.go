@@ -223,7 +223,7 @@ func TestSignInSignOutAndExpiry(t *testing.T) {
 	if resp, body := send(t, http.MethodPost, ack, "{}", origin, c); resp.StatusCode != 200 {
 		t.Fatalf("ack with a session: %d %s", resp.StatusCode, body)
 	}
-	if rec, _, _ := f.stores.Envelopes.Get(context.Background(), f.envID); rec.AckedBy != "dashboard" {
+	if rec, _, _ := f.stores.Envelopes.Get(context.Background(), f.envID); rec.AckedBy != "token" {
 		t.Fatalf("the signed-in ack did not land: %+v", rec)
 	}
 	resp, _ := send(t, http.MethodDelete, f.url+"/api/session", "", origin, c)

@@ -256,7 +256,7 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 			}
 			select {
 			case msg := <-asked:
-				if msg != "replay envelope "+walkEnvelope+"?" {
+				if !strings.HasPrefix(msg, "replay envelope "+walkEnvelope+"?") {
 					t.Fatalf("the replay asked %q", msg)
 				}
 			case <-time.After(time.Minute):

@@ -229,14 +229,14 @@ func (e *Env) dlqShowCmd() *cobra.Command {
 // of by; noteUsage, when set, offers --note.
 func (e *Env) dlqActionCmd(use, endpoint, short, by, noteUsage string) *cobra.Command {
 	var (
-		asJSON bool
-		note   string
+		asJSON       bool
+		note, reason string
 	)
 	c := &cobra.Command{
 		Use: use + " ENVELOPE", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			var rec salvage.EnvelopeRecord
-			if err := e.request(endpoint, map[string]string{"envelope_id": args[0], "by": by, "note": note}, &rec); err != nil {
+			if err := e.request(endpoint, map[string]string{"envelope_id": args[0], "by": by, "note": note, "reason": reason}, &rec); err != nil {
 				return err
 			}
 			if asJSON {
@@ -252,7 +252,9 @@ func (e *Env) dlqActionCmd(use, endpoint, short, by, noteUsage string) *cobra.Co
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	if noteUsage != "" {
-		c.Flags().StringVar(&note, "note", "", noteUsage)
+		c.Flags().StringVar(&note, "note", "", noteUsage+" (recorded in the audit as the reason)")
+	} else {
+		c.Flags().StringVar(&reason, "reason", "", "why, recorded in the audit (salvage audit)")
 	}
 	return c
 }

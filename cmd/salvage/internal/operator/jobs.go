@@ -240,7 +240,8 @@ func (e *Env) jobsCmd() *cobra.Command {
 }
 
 func (e *Env) cancelCmd() *cobra.Command {
-	return &cobra.Command{
+	var reason string
+	cmd := &cobra.Command{
 		Use:   "cancel JOB",
 		Short: "Cancel a job: queued chunks leave the queue at once, running ones stop at their next stage",
 		Args:  cobra.ExactArgs(1),
@@ -252,7 +253,7 @@ func (e *Env) cancelCmd() *cobra.Command {
 			// Through the salvage.api service: an operator's user needs
 			// the API, not the buckets.
 			var j salvage.Job
-			if err := e.request("jobs.cancel", map[string]string{"job_id": id, "by": operatorName()}, &j); err != nil {
+			if err := e.request("jobs.cancel", map[string]string{"job_id": id, "by": operatorName(), "reason": reason}, &j); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.Stdout, "job %s cancelled: %s, %d done, %d cancelled, %d dead-lettered of %d chunks (running ones stop at their next stage)\n",
@@ -260,6 +261,8 @@ func (e *Env) cancelCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the audit (salvage audit)")
+	return cmd
 }
 
 func (e *Env) resultsCmd() *cobra.Command {

@@ -60,6 +60,7 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 func (e *Env) limitsSetCmd() *cobra.Command {
 	var l salvage.Limit
 	var asJSON bool
+	var reason string
 	by := operatorName()
 	cmd := &cobra.Command{
 		Use:   "set KEY",
@@ -75,7 +76,7 @@ requests to its share; a flag left out is no bound, and at least one is needed.`
 		l.Key = args[0]
 		var out salvage.Limit
 		if err := e.request("limits.set", map[string]any{"key": l.Key, "requests_per_minute": l.RequestsPerMinute,
-			"tokens_per_minute": l.TokensPerMinute, "in_flight": l.InFlight, "chunks": l.Chunks, "by": by}, &out); err != nil {
+			"tokens_per_minute": l.TokensPerMinute, "in_flight": l.InFlight, "chunks": l.Chunks, "by": by, "reason": reason}, &out); err != nil {
 			return err
 		}
 		if asJSON {
@@ -90,12 +91,14 @@ requests to its share; a flag left out is no bound, and at least one is needed.`
 	f.IntVar(&l.InFlight, "in-flight", 0, "requests open at once, the fleet together (0: no bound)")
 	f.IntVar(&l.Chunks, "chunks", 0, "a tenant's chunks running at once, the fleet together (tenant.<name> only; 0: no bound)")
 	f.StringVar(&by, "by", by, "who sets it, recorded with the limit")
+	f.StringVar(&reason, "reason", "", "why, recorded in the audit (salvage audit)")
 	f.BoolVar(&asJSON, "json", false, "print the limit as JSON")
 	return cmd
 }
 
 func (e *Env) limitsRmCmd() *cobra.Command {
 	by := operatorName()
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "rm KEY",
 		Short: "Remove a rate limit: requests to its key are no longer paced",
@@ -103,13 +106,14 @@ func (e *Env) limitsRmCmd() *cobra.Command {
 	}
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
 		var out map[string]string
-		if err := e.request("limits.remove", map[string]string{"key": args[0], "by": by}, &out); err != nil {
+		if err := e.request("limits.remove", map[string]string{"key": args[0], "by": by, "reason": reason}, &out); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.Stdout, "limit %s removed\n", args[0])
 		return nil
 	}
 	cmd.Flags().StringVar(&by, "by", by, "who removes it")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the audit (salvage audit)")
 	return cmd
 }
 

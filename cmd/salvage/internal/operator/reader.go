@@ -145,3 +145,12 @@ func (r *reader) PipelineList(ctx context.Context) ([]salvage.PipelineStatus, er
 	}
 	return r.c.PipelineList(ctx)
 }
+
+// AuditList is a page of the audit entries q selects.
+func (r *reader) AuditList(ctx context.Context, q salvage.AuditQuery) (*salvage.AuditPage, error) {
+	var p salvage.AuditPage
+	if ok, err := r.ask(ctx, "audit.list", q, &p); ok {
+		return &p, err
+	}
+	return r.c.AuditList(ctx, q)
+}

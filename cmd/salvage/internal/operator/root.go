@@ -128,9 +128,9 @@ func (e *Env) Root(groups []Group, hidden ...*cobra.Command) *cobra.Command {
 	f.StringVar(&e.LogFormat, "log-format", "auto", "log format: json, console, or auto (console on a terminal)")
 	// --help lists the commands by what they are for.
 	groups = append([]Group{
-		{"run", "Run a deployment:", []*cobra.Command{e.upCmd(), e.provisionCmd()}},
+		{"run", "Run a deployment:", []*cobra.Command{e.upCmd(), e.provisionCmd(), e.passwdCmd()}},
 		{"jobs", "Submit and follow jobs:", []*cobra.Command{e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.traceCmd(), e.jobsCmd(), e.cancelCmd(), e.approvalsCmd(), e.approveCmd(), e.tenantCmd()}},
-		{"operate", "Operate:", []*cobra.Command{e.dlqCmd(), e.breakersCmd(), e.pipelinesCmd(), e.pauseCmd(), e.resumeCmd(), e.workersCmd(), e.limitsCmd(), e.storageCmd()}},
+		{"operate", "Operate:", []*cobra.Command{e.dlqCmd(), e.breakersCmd(), e.pipelinesCmd(), e.pauseCmd(), e.resumeCmd(), e.workersCmd(), e.limitsCmd(), e.auditCmd(), e.storageCmd()}},
 	}, groups...)
 	for _, g := range groups {
 		root.AddGroup(&cobra.Group{ID: g.ID, Title: g.Title})

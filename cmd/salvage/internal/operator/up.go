@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -57,7 +58,9 @@ type RunFlags struct {
 	breaker       salvage.BreakerPolicy
 	prices        []string
 	retention     salvage.Retention
-	upgrades      []string
+	// auditRetention is SALVAGE_AUDIT's MaxAge (--audit-retention).
+	auditRetention time.Duration
+	upgrades       []string
 	// DemoPipelines registers the built-in demo pipelines (contract-review,
 	// and order-fulfillment with SimURL); set before Register, it is the
 	// --demo-pipelines flag's default: off for up and provision, on for the
@@ -104,6 +107,7 @@ func (r *RunFlags) Register(f *pflag.FlagSet, defaults simmodel.Config) {
 	f.DurationVar(&r.retention.Calls, "keep-calls", salvage.CallsRetentionDefault, "retention: how long after its job finished a done chunk keeps the journal rows of its pure calls (model calls, reads); at most 168h")
 	f.DurationVar(&r.retention.Effects, "keep-effects", salvage.EffectsRetentionDefault, "retention: how long after its job finished a done chunk keeps the journal rows of its side effects (keys, outcomes)")
 	f.DurationVar(&r.retention.Records, "keep-records", salvage.RecordsRetentionDefault, "retention: how long a finished job's record, its checkpoints, its settled envelopes and the journal of a chunk whose envelope settled are kept")
+	f.DurationVar(&r.auditRetention, "audit-retention", salvage.AuditRetentionDefault, "how long SALVAGE_AUDIT keeps an operator action (set when this process provisions)")
 	f.DurationVar(&r.alertInterval, "alert-interval", salvage.AlertIntervalDefault, "how often the alert rules are evaluated")
 	f.StringVar(&r.JournalWrites, "journal-writes", "auto", "journal rows as atomic group-commit batches (atomic) or pipelined publishes (pipelined); auto: atomic unless an embedded server acks before fsync")
 	f.Int64Var(&r.Model.Seed, "model-seed", defaults.Seed, "simulated model: seed")
@@ -124,6 +128,7 @@ func (r *RunFlags) Args() []string {
 		"--breaker-failures", strconv.Itoa(r.breaker.Failures), "--breaker-window", r.breaker.Window.String(),
 		"--breaker-cool-down", r.breaker.CoolDown.String(),
 		"--keep-calls", r.retention.Calls.String(), "--keep-effects", r.retention.Effects.String(), "--keep-records", r.retention.Records.String(),
+		"--audit-retention", r.auditRetention.String(),
 		"--pipelines", r.pipelinesFile, "--model-api", r.ModelFlags.api, "--model-url", r.ModelFlags.URL, "--model", r.ModelFlags.name, "--model-timeout", r.ModelFlags.timeout.String(),
 		"--model-seed", strconv.FormatInt(r.Model.Seed, 10), "--model-latency", r.Model.Latency.String(),
 		"--model-failure-rate", strconv.FormatFloat(r.Model.FailureRate, 'g', -1, 64),
@@ -191,7 +196,7 @@ func (r *RunFlags) Config(roles []salvage.Role, mcp spec.MCP, log zerolog.Logger
 		Retries: retries, RetryBase: r.retryBase, RetryMax: r.retryMax, RetryTotal: r.retryTotal,
 		SweepInterval: r.sweepInterval, UnknownPipelineWait: r.unknownWait, DrainTimeout: r.drainTimeout, JournalWrites: salvage.JournalMode(r.JournalWrites),
 		CoolDown: r.coolDown, Breaker: r.breaker, Prices: prices, Alerts: r.alerts, AlertInterval: r.alertInterval, Logger: log,
-		Retention: r.retention, Upgrades: r.upgrades, Limits: limits,
+		Retention: r.retention, AuditRetention: r.auditRetention, Upgrades: r.upgrades, Limits: limits,
 	}, nil
 }
 
@@ -230,11 +235,15 @@ type upOpts struct {
 	httpAddr  string
 	httpToken string
 	httpHosts []string
-	roles     []string
-	listen    string
-	storeDir  string
-	syncStr   string
-	connWait  time.Duration
+	// httpUsers, httpProxy, httpProxyFrom and httpProxyRole are who signs
+	// in to the dashboard (dashboard.Config).
+	httpUsers, httpProxy, httpProxyRole string
+	httpProxyFrom                       []string
+	roles                               []string
+	listen                              string
+	storeDir                            string
+	syncStr                             string
+	connWait                            time.Duration
 }
 
 func (e *Env) upCmd() *cobra.Command {
@@ -258,6 +267,10 @@ chunks finish or are released, then the process exits.`,
 	f.StringVar(&o.storeDir, "store", natsconf.StoreDirDefault, "embedded server's JetStream directory")
 	f.StringVar(&o.httpAddr, "http", dashboard.AddrDefault, "dashboard, /api, /metrics and /healthz address (a non-loopback one needs a token)")
 	f.StringVar(&o.httpToken, "http-token", "", "token the dashboard requires for replay, resolve and ack (default $"+dashboard.TokenEnv+"; on loopback without one, a random token per process)")
+	f.StringVar(&o.httpUsers, "http-users", "", `dashboard users file: one "name role [bcrypt-hash]" a line, role viewer or operator (salvage passwd prints a hash); each signs in with their own password and is named in the audit`)
+	f.StringVar(&o.httpProxy, "http-proxy-header", "", "header in which a trusted proxy in front of the dashboard names the signed-in person (e.g. X-Forwarded-User of oauth2-proxy); needs --http-proxy-from")
+	f.StringSliceVar(&o.httpProxyFrom, "http-proxy-from", nil, "the trusted proxy's addresses (IPs or CIDRs): the proxy header counts only from them, and is refused from anywhere else")
+	f.StringVar(&o.httpProxyRole, "http-proxy-role", string(dashboard.RoleViewer), "role of a person the proxy names whom --http-users does not list: viewer or operator")
 	f.StringSliceVar(&o.httpHosts, "http-allowed-hosts", nil, "host names the dashboard answers to besides the --http address, localhost, 127.0.0.1 and ::1 (others get 421: DNS rebinding)")
 	f.StringVar(&o.syncStr, "sync-interval", "always", "embedded server's sync_interval: always, default, or a duration")
 	f.DurationVar(&o.connWait, "connect-timeout", natsconf.ConnectTimeoutDefault, "when joining a deployment, how long to wait for it to be reachable before giving up")
@@ -421,12 +434,40 @@ func startDashboard(js jetstream.JetStream, client *salvage.Client, o *upOpts, l
 	if token == "" {
 		token = os.Getenv(dashboard.TokenEnv)
 	}
-	srv, err := dashboard.Listen(js, client, dashboard.Config{Addr: o.httpAddr, Token: token, AllowedHosts: o.httpHosts, Logger: &log})
+	cfg := dashboard.Config{Addr: o.httpAddr, Token: token, AllowedHosts: o.httpHosts, Logger: &log,
+		ProxyHeader: o.httpProxy, ProxyRole: dashboard.Role(o.httpProxyRole)}
+	if o.httpUsers != "" {
+		users, err := dashboard.LoadUsers(o.httpUsers)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Users = users
+	}
+	for _, p := range o.httpProxyFrom {
+		prefix, err := parsePrefix(p)
+		if err != nil {
+			return nil, fmt.Errorf("--http-proxy-from %q: %w", p, err)
+		}
+		cfg.ProxyFrom = append(cfg.ProxyFrom, prefix)
+	}
+	srv, err := dashboard.Listen(js, client, cfg)
 	if err != nil {
 		return nil, err
 	}
-	log.Info().Str("url", srv.URL()).Bool("token_configured", token != "").Msg("dashboard ready")
+	log.Info().Str("url", srv.URL()).Bool("token_configured", token != "").Int("users", len(cfg.Users)).Str("proxy_header", cfg.ProxyHeader).Msg("dashboard ready")
 	return srv, nil
+}
+
+// parsePrefix reads an IP or a CIDR: an IP is a prefix of one address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		return netip.ParsePrefix(s)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // parsePrices reads --price MODEL=PROMPT,COMPLETION flags.

@@ -1,0 +1,92 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
+)
+
+// TestViewerAndOperatorInABrowser, at 1,280 and 1,920 px: a viewer signs
+// in with their own password and sees the envelope and the job, every
+// change on them disabled with why; an operator signs in, replays the
+// envelope with a reason, and its page's audit names her, verified, with
+// that reason.
+func TestViewerAndOperatorInABrowser(t *testing.T) {
+	t.Parallel()
+	for _, width := range []int64{1280, 1920} {
+		t.Run(fmt.Sprint(width), func(t *testing.T) {
+			t.Parallel()
+			viewerAndOperator(t, width)
+		})
+	}
+}
+
+func viewerAndOperator(t *testing.T, width int64) {
+	users := usersFile(t, "alice operator "+hash(t, "alice-pw"), "vic viewer "+hash(t, "vic-pw"))
+	f := setupWith(t, dashboard.Config{Users: users})
+	ctx := browse(t, f.url+"/#envelope/"+f.envID)
+	asked := acceptDialogs(ctx)
+	step, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	poll := func(what, cond string) {
+		t.Helper()
+		if _, err := chromedp.Run(step, chromedp.Poll[bool](cond)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	signIn := func(user, password string) {
+		t.Helper()
+		if err := chromedp.Do(step, chromedp.EmulateViewport(width, 1000), chromedp.WaitVisible(`#signin-user`),
+			chromedp.SendKeys(`#signin-user`, user), chromedp.SendKeys(`#signin-token`, password), chromedp.Click(`#signin-button`)); err != nil {
+			t.Fatal(err)
+		}
+		poll(user+" signed in", fmt.Sprintf(`document.getElementById('who').textContent.includes(%q)`, user))
+	}
+
+	signIn("vic", "vic-pw")
+	if err := chromedp.Do(step, chromedp.Navigate(f.url+"/#envelope/"+f.envID)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the envelope shown to the viewer", `document.getElementById('d-id').textContent === '`+f.envID+`'`)
+	if err := chromedp.Do(step, chromedp.Navigate(f.url+"/#job/01JDASHBOARD00000000000000")); err != nil {
+		t.Fatal(err)
+	}
+	poll("the job shown to the viewer", `document.getElementById('jp-id').textContent === '01JDASHBOARD00000000000000'`)
+	poll("the envelope's page again", `(location.hash = '#envelope/`+f.envID+`', document.getElementById('d-id').textContent === '`+f.envID+`')`)
+	// Every change the page offers is disabled and says why.
+	poll("the page's buttons rendered", `document.querySelectorAll('button[data-mutation], button[data-action]').length >= 7`)
+	enabled, err := chromedp.Run(step, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll('button[data-mutation], button[data-action]')].filter(b => !b.disabled || !b.title.includes('viewer')).map(b => b.outerHTML)`))
+	if err != nil || len(enabled) > 0 {
+		t.Fatalf("the viewer's page has %d changes enabled (%v): %s", len(enabled), err, strings.Join(enabled, "\n"))
+	}
+	if err := chromedp.Do(step, chromedp.Click(`#signout`), chromedp.WaitVisible(`#signin-user`)); err != nil {
+		t.Fatal(err)
+	}
+
+	signIn("alice", "alice-pw")
+	if err := chromedp.Do(step, chromedp.Navigate(f.url+"/#envelope/"+f.envID)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the envelope shown to the operator", `document.getElementById('d-id').textContent === '`+f.envID+`' && !document.querySelector('[data-testid="replay"]').disabled`)
+	if err := press(step, `[data-testid="replay"]`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case msg := <-asked:
+		if !strings.HasPrefix(msg, "replay envelope "+f.envID+"?") || !strings.Contains(msg, "Reason") {
+			t.Fatalf("the replay asked %q", msg)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the replay asked nothing")
+	}
+	poll("the replay's answer", `document.getElementById('d-result').textContent.startsWith('replay: ')`)
+	// The envelope's page lists the action: alice's, with her reason.
+	poll("the audit row", `(show('`+f.envID+`'), [...document.querySelectorAll('#d-audit tr[data-actor="alice"]')].some(r => r.dataset.auditAction === 'replay' && r.textContent.includes('deploy') && !r.textContent.includes('unverified')))`)
+}
