@@ -105,6 +105,7 @@ bench: build $(BIN)/nats-server ## the performance table (salvage bench: through
 	$(GO) test -run '^$$' -bench BenchmarkJournal -benchtime 2x -count 1 ./kv/
 	$(GO) test -run '^$$' -bench BenchmarkEnvelopeStatsMemory -benchtime 1x -count 1 ./cmd/salvage/internal/dashboard/
 	$(GO) test -run '^$$' -bench BenchmarkEnvelopeListing -benchtime 5x -count 1 ./cmd/salvage/internal/cli/
+	$(GO) test -run '^$$' -bench BenchmarkJobSearch -benchtime 20x -count 1 .
 	$(GO) test -run '^$$' -bench BenchmarkDashboardMemory -benchtime 1x -count 1 ./cmd/salvage/internal/cli/
 
 screenshots: ## regenerate docs/screenshots: the operator walk in Chromium at 1,280 and 1,920 px

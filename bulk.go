@@ -12,9 +12,11 @@ import (
 	"github.com/salvagehq/salvage/streams"
 )
 
-// ErrBadFilter is returned for an envelope filter naming a category or a
-// status that does not exist: it would match nothing, silently.
-var ErrBadFilter = errors.New("salvage: bad envelope filter")
+// ErrBadFilter is returned for a filter that cannot run — an envelope
+// filter, a job search (JobQuery), an audit query — naming a category, a
+// status or an action that does not exist (it would match nothing,
+// silently), or bounds that contradict each other.
+var ErrBadFilter = errors.New("salvage: bad filter")
 
 // ErrBadBulk is returned for a bulk action that cannot run: an unknown
 // action or a limit out of range.

@@ -43,6 +43,9 @@ type EnvelopeDetail struct {
 	Envelope   Envelope       `json:"envelope"`
 	Checkpoint *Chunk         `json:"checkpoint,omitempty"`
 	Journal    []Call         `json:"journal"`
+	// Actions say which of replay, resolve and ack the server would take
+	// now, why not, and what to weigh first.
+	Actions EnvelopeActions `json:"actions"`
 }
 
 // EnvelopeFilter narrows a listing; zero fields match everything.
@@ -118,6 +121,7 @@ func (c *Client) EnvelopeGet(ctx context.Context, id string) (*EnvelopeDetail, e
 		return nil, err
 	}
 	out := detailOf(d)
+	out.Actions = envelopeActions(ctx, &out, op.PlanReplay)
 	return &out, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -438,6 +439,12 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 	if byAPI.Chunk != 1 {
 		byAPI, byHand = byHand, byAPI
 	}
+	// Asked first, the server says the replay runs fresh and names the
+	// charge it makes again (the refunded one's resource).
+	if d, err := c.EnvelopeGet(ctx, byAPI.ID); err != nil || !d.Actions.Replay.Allowed || len(d.Actions.Replay.Effects) != 1 ||
+		!strings.HasPrefix(d.Actions.Replay.Effects[0], "charge (") || !strings.Contains(d.Actions.Replay.Warning, "runs fresh") || !d.Actions.Resolve.Allowed {
+		t.Fatalf("the actions of %s: %+v, %v", byAPI.ID, d.Actions, err)
+	}
 	if _, err := c.EnvelopeReplay(ctx, byAPI.ID, "bob"); err != nil {
 		t.Fatal(err)
 	}
@@ -497,6 +504,11 @@ func TestReplayThatCannotBeHonouredIsRefused(t *testing.T) {
 	}
 	if len(envs[0].Left) != 1 || envs[0].Left[0].Tool != "email" {
 		t.Fatalf("left = %+v, want the email", envs[0].Left)
+	}
+	// The envelope's page is told before anyone clicks: replay refused,
+	// with the reason the replay would give.
+	if d, err := c.EnvelopeGet(ctx, envs[0].ID); err != nil || d.Actions.Replay.Allowed || !strings.Contains(d.Actions.Replay.Reason, "resolve it by hand") {
+		t.Fatalf("the actions of the escalated envelope: %+v, %v", d.Actions, err)
 	}
 	if _, err := c.EnvelopeReplay(ctx, envs[0].ID, "bob"); !errors.Is(err, salvage.ErrReplayRefused) {
 		t.Fatalf("replay of a chunk with its charge refunded and its email sent: %v, want ErrReplayRefused", err)

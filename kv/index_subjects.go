@@ -1,6 +1,11 @@
 package kv
 
-import "github.com/salvagehq/salvage/salvagetype"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/salvagehq/salvage/salvagetype"
+)
 
 // The subjects of the index stream (streams.Index): entries of the job,
 // tenant, envelope and attention indexes this package writes and pages.
@@ -34,6 +39,16 @@ const indexJobs = "salvage.index.jobs"
 // indexTenantJobs is where a job record of tenant has its entry (the job
 // id) in the tenant's job index.
 func indexTenantJobs(tenant string) string { return "salvage.index.tenant-jobs." + tenant }
+
+// indexJobMeta is where a job record with metadata key = value has its
+// entry (the job id) in the index of that pair: the token is the first
+// 128 bits of SHA-256 over key, a zero byte and value (a pair is any
+// text; a reader checks the record's metadata, so a collision is only
+// an entry skipped).
+func indexJobMeta(key, value string) string {
+	h := sha256.Sum256([]byte(key + "\x00" + value))
+	return "salvage.index.job-meta." + hex.EncodeToString(h[:16])
+}
 
 // indexBuilt marks an index built from the records written before it
 // existed.

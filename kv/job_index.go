@@ -31,11 +31,34 @@ func (s *Jobs) index(ctx context.Context, j *Job) error {
 			return err
 		}
 	}
+	j.MetaIndexSeqs = nil
+	for _, p := range salvagetype.SearchableMeta(j.Metadata) {
+		seq, err := s.idx.put(ctx, indexJobMeta(p.Key, p.Value), j.ID, keep+jobListedExtra)
+		if err != nil {
+			return err
+		}
+		j.MetaIndexSeqs = append(j.MetaIndexSeqs, seq)
+	}
 	return nil
 }
 
-// jobPage is one page of job records.
-type jobPage struct {
+// MetaPage is Page over the jobs whose metadata has key = value (one of
+// their salvagetype.SearchableMeta pairs), from that pair's own index: a
+// job is listed when its record names the entry.
+func (s *Jobs) MetaPage(ctx context.Context, key, value string, offset, limit int) (JobPage, error) {
+	want := salvagetype.MetaPair{Key: key, Value: value}
+	return s.page(ctx, indexJobMeta(key, value), func(j Job) uint64 {
+		for i, p := range salvagetype.SearchableMeta(j.Metadata) {
+			if p == want && i < len(j.MetaIndexSeqs) {
+				return j.MetaIndexSeqs[i]
+			}
+		}
+		return 0
+	}, offset, limit)
+}
+
+// JobPage is one page of job records, newest first.
+type JobPage struct {
 	Jobs []Job
 	// Total is how many jobs are listed.
 	Total int
@@ -44,15 +67,15 @@ type jobPage struct {
 // Page returns the job records at positions [offset, offset+limit),
 // newest first, from the job index: O(log n + limit) whatever the bucket
 // holds. A page is short by the jobs whose records expired.
-func (s *Jobs) Page(ctx context.Context, offset, limit int) (jobPage, error) {
+func (s *Jobs) Page(ctx context.Context, offset, limit int) (JobPage, error) {
 	return s.page(ctx, indexJobs, func(j Job) uint64 { return j.IndexSeq }, offset, limit)
 }
 
 // TenantPage is Page over the jobs of tenant only, from its own index: a
 // job is listed when its record names the entry (and so the tenant).
-func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int) (jobPage, error) {
+func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int) (JobPage, error) {
 	if err := salvagetype.ValidateToken("tenant", tenant); err != nil {
-		return jobPage{}, err
+		return JobPage{}, err
 	}
 	return s.page(ctx, indexTenantJobs(tenant), func(j Job) uint64 {
 		if j.Tenant != tenant {
@@ -64,13 +87,13 @@ func (s *Jobs) TenantPage(ctx context.Context, tenant string, offset, limit int)
 
 // page reads a page of the index on subject; seqOf is the sequence of
 // the entry a record names there.
-func (s *Jobs) page(ctx context.Context, subject string, seqOf func(Job) uint64, offset, limit int) (jobPage, error) {
+func (s *Jobs) page(ctx context.Context, subject string, seqOf func(Job) uint64, offset, limit int) (JobPage, error) {
 	x := seqIndex{js: s.js, stream: streams.Index}
 	pg, err := x.page(ctx, subject, 0, offset, limit, true)
 	if err != nil {
-		return jobPage{}, err
+		return JobPage{}, err
 	}
-	out := jobPage{Total: pg.Total, Jobs: make([]Job, 0, len(pg.Msgs))}
+	out := JobPage{Total: pg.Total, Jobs: make([]Job, 0, len(pg.Msgs))}
 	ids, recs, err := entryRecords[Job](ctx, s.js, BucketJobs, pg.Msgs)
 	if err != nil {
 		return out, err

@@ -43,6 +43,10 @@ type Job struct {
 	// TenantIndexSeq is the sequence of its entry in its tenant's job
 	// index (indexTenantJobs), for a job with a Tenant.
 	TenantIndexSeq uint64 `json:"tenant_index_seq,omitempty"`
+	// MetaIndexSeqs are the sequences of its entries in the indexes of
+	// its searchable metadata pairs (salvagetype.SearchableMeta), in
+	// that order.
+	MetaIndexSeqs []uint64 `json:"meta_index_seqs,omitempty"`
 	// AttentionIndexed is set on a job created since chunks needing
 	// attention are indexed (attention.go): its failing chunks are read
 	// from the index, an older job's from every checkpoint.
@@ -343,6 +347,9 @@ func (s *Jobs) Create(ctx context.Context, j Job) error {
 		err := errors.Join(fmt.Errorf("%w: %s", ErrJobExists, j.ID), s.idx.remove(ctx, j.IndexSeq))
 		if j.TenantIndexSeq != 0 {
 			err = errors.Join(err, s.idx.remove(ctx, j.TenantIndexSeq))
+		}
+		for _, seq := range j.MetaIndexSeqs {
+			err = errors.Join(err, s.idx.remove(ctx, seq))
 		}
 		return err
 	}

@@ -63,10 +63,17 @@ func (o *Operator) Replay(ctx context.Context, id, by string) (kv.EnvelopeRecord
 // (ErrAlreadyResolved, ErrSuperseded, ErrReplayRefused, …). A bulk dry run
 // counts by it.
 func (o *Operator) CheckReplay(ctx context.Context, id string) error {
+	_, err := o.PlanReplay(ctx, id)
+	return err
+}
+
+// PlanReplay is how a replay of envelope id would run, without changing
+// anything: fresh (a new epoch, whose side effects run again) or from
+// its checkpoint; or the error Replay would return.
+func (o *Operator) PlanReplay(ctx context.Context, id string) (fresh bool, err error) {
 	rec, err := o.record(ctx, id)
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = flow.ReplayPlan(ctx, o.stores, rec, -1, time.Now(), true)
-	return err
+	return flow.ReplayPlan(ctx, o.stores, rec, -1, time.Now(), true)
 }

@@ -100,12 +100,13 @@ func TestDemoKeep(t *testing.T) {
 		t.Fatalf("report %q: %v", report, err)
 	}
 	code, out, errOut := run(t, "", "jobs", "--json", "--server", u[0])
-	var jobs []salvage.Job
-	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 || jobs[0].Status != salvage.JobDone {
+	var page salvage.JobSearchPage
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Items) != 1 || page.Items[0].Status != salvage.JobDone {
 		t.Fatalf("salvage jobs against the kept server: %d %s %s", code, out, errOut)
 	}
 	// Every chunk finished after the URL was printed: a person had it
 	// before the first chunk was done.
+	jobs := page.Items
 	code, out, errOut = run(t, "", "trace", jobs[0].ID, "--json", "--server", u[0])
 	var tr salvage.Trace
 	if code != 0 || json.Unmarshal([]byte(out), &tr) != nil || len(tr.Chunks) != 2 {

@@ -164,14 +164,16 @@ func findTheFailure(t *testing.T, url, failed, cancelled string, rec kv.Envelope
 	}
 	jobsIn := func(statuses string) map[string]bool {
 		code, out, errOut := run(t, "", "jobs", "--status", statuses, "--json", "--server", url)
-		var js []struct {
-			ID string `json:"job_id"`
+		var js struct {
+			Items []struct {
+				ID string `json:"job_id"`
+			} `json:"items"`
 		}
 		if code != 0 || json.Unmarshal([]byte(out), &js) != nil {
 			t.Fatalf("jobs --status %s: %d %s %s", statuses, code, out, errOut)
 		}
 		ids := map[string]bool{}
-		for _, j := range js {
+		for _, j := range js.Items {
 			ids[j.ID] = true
 		}
 		return ids

@@ -68,6 +68,10 @@ func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
+	if k, v, ok := strings.Cut(q.Get("q"), "="); ok {
+		s.searchJobs(w, r, salvage.JobQuery{MetaKey: strings.TrimSpace(k), MetaValue: strings.TrimSpace(v), Offset: page.Offset, Limit: page.Limit}, status)
+		return
+	}
 	search := strings.ToLower(q.Get("q"))
 	jobs, _ := s.sum.jobs.snapshot()
 	out := JobList{Counts: map[string]int{}}
@@ -94,6 +98,27 @@ func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 	out.Jobs, out.Total, out.Offset = rows[from:to], len(rows), from
 	if to < len(rows) {
 		out.NextOffset = to
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// searchJobs answers a search of the job list for a metadata pair
+// (q=KEY=VALUE) from the pair's index (Client.JobSearch), in the list's
+// shape; the tabs count the page.
+func (s *Server) searchJobs(w http.ResponseWriter, r *http.Request, jq salvage.JobQuery, status salvage.JobStatus) {
+	if status != "" {
+		jq.Statuses = []salvage.JobStatus{status}
+	}
+	p, err := s.client.JobSearch(r.Context(), jq)
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	out := JobList{Counts: map[string]int{}, Jobs: []JobRow{}, Total: p.Total, Offset: jq.Offset, NextOffset: p.NextOffset}
+	for _, j := range p.Items {
+		out.Counts[string(j.Status)]++
+		out.Jobs = append(out.Jobs, JobRow{ID: j.ID, Pipeline: j.Pipeline, Status: j.Status, Chunks: j.Chunks, Done: j.Summary.Done,
+			DeadLettered: j.Summary.DeadLettered, Cancelled: j.Summary.Cancelled, CreatedAt: j.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/salvagehq/salvage/cmd/salvage/internal/dashboard"
+	"github.com/salvagehq/salvage/kv"
+	"github.com/salvagehq/salvage/salvagetype"
+	"github.com/salvagehq/salvage/streams"
 )
 
 // TestViewerAndOperatorInABrowser, at 1,280 and 1,920 px: a viewer signs
@@ -30,6 +34,7 @@ func TestViewerAndOperatorInABrowser(t *testing.T) {
 func viewerAndOperator(t *testing.T, width int64) {
 	users := usersFile(t, "alice operator "+hash(t, "alice-pw"), "vic viewer "+hash(t, "vic-pw"))
 	f := setupWith(t, dashboard.Config{Users: users})
+	escalated := escalatedEnvelope(t, f)
 	ctx := browse(t, f.url+"/#envelope/"+f.envID)
 	asked := acceptDialogs(ctx)
 	step, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -74,6 +79,17 @@ func viewerAndOperator(t *testing.T, width int64) {
 	if err := chromedp.Do(step, chromedp.Navigate(f.url+"/#envelope/"+f.envID)); err != nil {
 		t.Fatal(err)
 	}
+	// An envelope the server would not replay: its button is disabled,
+	// and the page says the server's reason.
+	if err := chromedp.Do(step, chromedp.Navigate(f.url+"/#envelope/"+escalated)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the escalated envelope's replay disabled with why", `document.getElementById('d-id').textContent === '`+escalated+`' &&
+		document.querySelector('[data-testid="replay"]').disabled && document.querySelector('[data-testid="replay"]').dataset.allowed === 'false' &&
+		document.getElementById('d-why').textContent.includes('was cancelled') && !document.querySelector('[data-testid="resolve"]').disabled`)
+	if err := chromedp.Do(step, chromedp.Navigate(f.url+"/#envelope/"+f.envID)); err != nil {
+		t.Fatal(err)
+	}
 	poll("the envelope shown to the operator", `document.getElementById('d-id').textContent === '`+f.envID+`' && !document.querySelector('[data-testid="replay"]').disabled`)
 	if err := press(step, `[data-testid="replay"]`); err != nil {
 		t.Fatal(err)
@@ -89,4 +105,30 @@ func viewerAndOperator(t *testing.T, width int64) {
 	poll("the replay's answer", `document.getElementById('d-result').textContent.startsWith('replay: ')`)
 	// The envelope's page lists the action: alice's, with her reason.
 	poll("the audit row", `(show('`+f.envID+`'), [...document.querySelectorAll('#d-audit tr[data-actor="alice"]')].some(r => r.dataset.auditAction === 'replay' && r.textContent.includes('deploy') && !r.textContent.includes('unverified')))`)
+}
+
+// escalatedEnvelope adds an escalated envelope of a cancelled job to f:
+// one whose replay the server refuses.
+func escalatedEnvelope(t *testing.T, f *fixture) string {
+	t.Helper()
+	ctx := context.Background()
+	job, id := "01JCANCELLED00000000000000", "01JESCALATED00000000000000"
+	at := time.Now()
+	if err := f.stores.Jobs.Create(ctx, kv.Job{Job: salvagetype.Job{ID: job, Pipeline: "order-fulfillment", Chunks: 1, CancelledAt: &at}}); err != nil {
+		t.Fatal(err)
+	}
+	env := salvagetype.Envelope{ID: id, Job: job, Chunk: 1, Pipeline: "order-fulfillment", Category: salvagetype.CategoryCompensationNeeded,
+		Strategy: salvagetype.StrategyEscalate, Error: "card declined", CreatedAt: at,
+		Original: salvagetype.OriginalMessage{Stream: streams.Chunks, Seq: 1, Subject: streams.ChunkRef{Pipeline: "order-fulfillment", Job: job, Chunk: 1}.Subject(),
+			Data: json.RawMessage(`{"job_id":"` + job + `","chunk":1,"pipeline":"order-fulfillment","epoch":0,"input":{}}`)}}
+	data, _ := json.Marshal(env)
+	ack, err := f.b.JS.Publish(ctx, streams.ChunkRef{Pipeline: env.Pipeline, Job: job, Chunk: 1}.DLQ(env.Category), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.stores.Envelopes.Put(ctx, kv.EnvelopeRecord{EnvelopeRecord: salvagetype.EnvelopeRecord{ID: id, Job: job, Chunk: 1, Category: env.Category,
+		Strategy: env.Strategy, Status: salvagetype.EnvelopeEscalated, Human: true, DLQSeq: ack.Sequence, CreatedAt: at}}); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -141,6 +141,11 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	reg.MustRegister(collector{s: s.sum}, s.sum.calls.latency, s.sum.calls.limitWait, s.sum.jobs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.index)
+	// A job's, a chunk's and an envelope's own pages: the same page,
+	// which reads its address.
+	mux.HandleFunc("GET /jobs/{id}", s.index)
+	mux.HandleFunc("GET /jobs/{id}/chunks/{chunk}", s.index)
+	mux.HandleFunc("GET /envelopes/{id}", s.index)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

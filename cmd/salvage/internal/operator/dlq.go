@@ -194,6 +194,20 @@ func (e *Env) dlqShowCmd() *cobra.Command {
 			for _, l := range r.Left {
 				fmt.Fprintln(e.Stdout, "left for a person:", leftEffect(l))
 			}
+			for _, a := range []struct {
+				name string
+				chk  salvage.ActionCheck
+			}{{"replay", d.Actions.Replay}, {"resolve", d.Actions.Resolve}, {"ack", d.Actions.Ack}} {
+				switch {
+				case !a.chk.Allowed:
+					fmt.Fprintf(e.Stdout, "%s: refused now: %s\n", a.name, a.chk.Reason)
+				case a.chk.Warning != "":
+					fmt.Fprintf(e.Stdout, "%s: mind: %s\n", a.name, a.chk.Warning)
+					for _, fx := range a.chk.Effects {
+						fmt.Fprintln(e.Stdout, "  called again:", fx)
+					}
+				}
+			}
 			tw := Table(e.Stdout)
 			fmt.Fprintln(tw, "JOURNAL KEY\tTOOL\tSTATUS\tRESOURCE\tATTEMPTS\tERROR")
 			folded := 0

@@ -180,62 +180,84 @@ func truncate(s string, n int) string {
 	return s[:n-1] + "…"
 }
 
-// jobStatuses are the statuses `salvage jobs --status` takes.
-var jobStatuses = []salvage.JobStatus{salvage.JobRunning, salvage.JobDone, salvage.JobPartial, salvage.JobIncomplete, salvage.JobCancelled}
-
 func (e *Env) jobsCmd() *cobra.Command {
 	var (
-		asJSON   bool
-		limit    int
-		statuses []string
+		asJSON        bool
+		q             salvage.JobQuery
+		statuses      []string
+		meta          string
+		since, before time.Duration
 	)
-	cmd := &cobra.Command{Use: "jobs", Short: "List jobs, newest first", Args: cobra.NoArgs}
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List and search jobs, newest first: by metadata, tenant, pipeline, status and age",
+		Long: `List jobs, newest first. --meta KEY=VALUE finds the jobs whose metadata has that pair
+(one of the first 16 top-level pairs, by key, whose value is a string, a number or a
+boolean), --tenant a tenant's: each is read from its own index, never every record.
+--pipeline, --status, --since and --before narrow what that index lists; a page reads
+at most 5,000 entries of it, and says how to go on. --json prints
+{"items": [...], "total": N, "next_offset": N}.`,
+		Args: cobra.NoArgs,
+	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if limit < 1 || limit > salvage.PageMax {
-			return fmt.Errorf("--limit %d: want 1 to %d", limit, salvage.PageMax)
+		if q.Limit < 1 || q.Limit > salvage.PageMax {
+			return fmt.Errorf("--limit %d: want 1 to %d", q.Limit, salvage.PageMax)
 		}
-		want := map[salvage.JobStatus]bool{}
 		for _, s := range statuses {
-			if !slices.Contains(jobStatuses, salvage.JobStatus(s)) {
-				return fmt.Errorf("--status %q: want one or more of %v", s, jobStatuses)
+			if !slices.Contains(salvage.JobStatuses(), salvage.JobStatus(s)) {
+				return fmt.Errorf("--status %q: want one or more of %v", s, salvage.JobStatuses())
 			}
-			want[salvage.JobStatus(s)] = true
+			q.Statuses = append(q.Statuses, salvage.JobStatus(s))
+		}
+		if meta != "" {
+			k, v, err := salvage.ParseMeta(meta)
+			if err != nil {
+				return fmt.Errorf("--meta: %w", err)
+			}
+			q.MetaKey, q.MetaValue = k, v
+		}
+		if since > 0 {
+			q.CreatedAfter = time.Now().Add(-since)
+		}
+		if before > 0 {
+			q.CreatedBefore = time.Now().Add(-before)
+		}
+		if err := q.Validate(); err != nil {
+			return err
 		}
 		return e.withReader("salvage jobs", func(ctx context.Context, c *reader) error {
-			var jobs []salvage.Job
-			// Page through the newest first until limit match.
-			for page := (&salvage.Page{Limit: salvage.PageMax}); len(jobs) < limit; page.Offset += salvage.PageMax {
-				got, err := c.JobList(ctx, page)
-				if err != nil {
-					return err
-				}
-				for _, j := range got {
-					if len(jobs) < limit && (len(want) == 0 || want[j.Status]) {
-						jobs = append(jobs, j)
-					}
-				}
-				if len(got) < salvage.PageMax {
-					break
-				}
+			p, err := c.JobSearch(ctx, q)
+			if err != nil {
+				return err
 			}
 			if asJSON {
-				if jobs == nil {
-					jobs = []salvage.Job{}
-				}
-				return e.WriteJSON(jobs)
+				return e.WriteJSON(p)
 			}
 			tw := Table(e.Stdout)
 			fmt.Fprintln(tw, "JOB\tPIPELINE\tSTATUS\tCHUNKS\tDONE\tFAILED\tCREATED")
-			for _, j := range jobs {
+			for _, j := range p.Items {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", j.ID, j.Pipeline, j.Status, j.Chunks, j.Summary.Done,
 					j.Summary.DeadLettered, j.CreatedAt.Local().Format(time.DateTime))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if p.NextOffset > 0 {
+				fmt.Fprintf(e.Stderr, "more: the same command with --offset %d\n", p.NextOffset)
+			}
+			return nil
 		})(cmd, args)
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().IntVar(&limit, "limit", salvage.PageMax, "at most this many jobs")
-	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only jobs in these statuses (running, done, partial, incomplete, cancelled; comma-separated)")
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, `print JSON: {"items": [...], "total": N, "next_offset": N}`)
+	f.IntVar(&q.Limit, "limit", salvage.PageDefault, fmt.Sprintf("at most this many jobs (1 to %d)", salvage.PageMax))
+	f.IntVar(&q.Offset, "offset", 0, "continue a listing: the offset the last page gave")
+	f.StringSliceVar(&statuses, "status", nil, "only jobs in these statuses (running, done, partial, incomplete, cancelled; comma-separated)")
+	f.StringVar(&meta, "meta", "", "only jobs whose metadata has KEY=VALUE (read from that pair's index)")
+	f.StringVar(&q.Tenant, "tenant", "", "only the jobs of this tenant (read from its index)")
+	f.StringVar(&q.Pipeline, "pipeline", "", "only jobs of this pipeline")
+	f.DurationVar(&since, "since", 0, "only jobs created in the last this long (e.g. 24h)")
+	f.DurationVar(&before, "before", 0, "only jobs created longer ago than this")
 	return cmd
 }
 

@@ -154,3 +154,13 @@ func (r *reader) AuditList(ctx context.Context, q salvage.AuditQuery) (*salvage.
 	}
 	return r.c.AuditList(ctx, q)
 }
+
+// JobSearch is a page of the jobs q selects. A service too old to know
+// jobs.search does not answer it; the indexes are read directly then.
+func (r *reader) JobSearch(ctx context.Context, q salvage.JobQuery) (*salvage.JobSearchPage, error) {
+	var p salvage.JobSearchPage
+	if ok, err := r.ask(ctx, "jobs.search", q, &p); ok {
+		return &p, err
+	}
+	return r.c.JobSearch(ctx, q)
+}

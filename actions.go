@@ -1,0 +1,81 @@
+package salvage
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/salvagehq/salvage/salvagetype"
+)
+
+// ActionCheck says whether an action would be taken now, as the server
+// decides it (the rule the action itself applies, asked before a person
+// clicks), and what a person should know first.
+type ActionCheck struct {
+	Allowed bool `json:"allowed"`
+	// Reason is why it would be refused.
+	Reason string `json:"reason,omitempty"`
+	// Warning is what to weigh before taking it: a failure classed
+	// permanent, a replay that runs the chunk fresh and so calls its
+	// side effects again (Effects names them), an acknowledgement
+	// already given.
+	Warning string `json:"warning,omitempty"`
+	// Effects are the side effects a replay would call again: tool, and
+	// the resource the earlier call made.
+	Effects []string `json:"effects,omitempty"`
+}
+
+// EnvelopeActions are the checks of the actions on one envelope.
+type EnvelopeActions struct {
+	Replay  ActionCheck `json:"replay"`
+	Resolve ActionCheck `json:"resolve"`
+	Ack     ActionCheck `json:"ack"`
+}
+
+// effectsMax bounds the effects a check names.
+const effectsMax = 20
+
+// envelopeActions checks the actions on d's envelope: the replay by the
+// plan Replay would make (reading the job, the checkpoint and one chunk's
+// journal), resolve and ack by the record.
+func envelopeActions(ctx context.Context, d *EnvelopeDetail, plan func(context.Context, string) (bool, error)) EnvelopeActions {
+	r, e := d.Record, d.Envelope
+	var a EnvelopeActions
+	switch r.Status {
+	case EnvelopeResolved:
+		a.Resolve.Reason = fmt.Sprintf("%v: by %s", ErrAlreadyResolved, r.ResolvedBy)
+	case EnvelopeSuperseded:
+		a.Resolve.Reason = fmt.Sprintf("%v by %s: act on that one", ErrSuperseded, r.SupersededBy)
+	default:
+		a.Resolve.Allowed = true
+	}
+	a.Ack.Allowed = true
+	if r.AckedBy != "" {
+		a.Ack.Warning = "already acknowledged by " + r.AckedBy + ": the first acknowledgement is kept"
+	}
+	fresh, err := plan(ctx, r.ID)
+	if err != nil {
+		a.Replay.Reason = err.Error()
+		return a
+	}
+	a.Replay.Allowed = true
+	var warn []string
+	if class, ok := salvagetype.ParseClass(e.ErrorClass); ok && class.Permanent() {
+		warn = append(warn, fmt.Sprintf("the failure was classed %s (%s): a replay runs the same input into it again", e.ErrorClass, clip(e.Error, 200)))
+	}
+	if fresh {
+		for _, row := range d.Journal {
+			if row.Fingerprint == nil || len(a.Replay.Effects) == effectsMax {
+				continue
+			}
+			fx := row.Tool
+			if row.Fingerprint.ResourceID != "" {
+				fx += " (" + row.Fingerprint.ResourceID + ", " + strings.ToLower(string(row.Status)) + ")"
+			}
+			a.Replay.Effects = append(a.Replay.Effects, fx)
+		}
+		warn = append(warn, fmt.Sprintf("its effects were compensated, so it runs fresh in a new epoch and calls its side effects again (%d named)", len(a.Replay.Effects)))
+	}
+	a.Replay.Warning = strings.Join(warn, "; ")
+	return a
+}
