@@ -193,6 +193,9 @@ type AuditQuery struct {
 	Since time.Time `json:"since,omitzero"`
 	// After continues a listing: the Next of its previous page.
 	After uint64 `json:"after,omitempty"`
+	// Newest lists the latest entries instead, newest first: one page,
+	// read from the end of the stream (or of the target's entries).
+	Newest bool `json:"newest,omitempty"`
 	// Limit bounds the page: default PageDefault, at most PageMax.
 	Limit int `json:"limit,omitempty"`
 }
@@ -232,6 +235,9 @@ func (c *Client) AuditList(ctx context.Context, q AuditQuery) (*AuditPage, error
 		return nil, err
 	}
 	from := q.After
+	if q.Newest {
+		return c.auditNewest(ctx, st, q, scope, key, limit)
+	}
 	if from == 0 && !q.Since.IsZero() {
 		if from, err = st.Audit.SeqAt(ctx, q.Since); err != nil {
 			return nil, err
@@ -265,6 +271,39 @@ func (c *Client) AuditList(ctx context.Context, q AuditQuery) (*AuditPage, error
 	}
 	out.Next = from
 	return out, nil
+}
+
+// auditNewest is the latest limit entries q selects, newest first: of a
+// target, from its own entries (at most auditScanMax read); of every
+// entry, from the last few times limit messages of the stream (an
+// action's asking is replaced by its outcome, leaving gaps).
+func (c *Client) auditNewest(ctx context.Context, st *kv.Stores, q AuditQuery, scope, key string, limit int) (*AuditPage, error) {
+	from := uint64(1)
+	if scope == "" {
+		last, err := st.Audit.Last(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if back := uint64(3 * limit); last > back {
+			from = last - back + 1
+		}
+	}
+	var all []AuditEntry
+	_, err := st.Audit.Read(ctx, streams.AuditFilter(scope, key), from, auditScanMax, func(_ uint64, e AuditEntry) bool {
+		if (q.Envelope == "" || e.Envelope == q.Envelope) && (q.Action == "" || e.Action == q.Action) && !e.At.Before(q.Since) {
+			all = append(all, e)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	all = all[max(len(all)-limit, 0):]
+	slices.Reverse(all)
+	if all == nil {
+		all = []AuditEntry{}
+	}
+	return &AuditPage{Items: all}, nil
 }
 
 // auditScope is the scope and key q reads, checking its names.

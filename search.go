@@ -27,6 +27,10 @@ type JobQuery struct {
 	// CreatedAfter and CreatedBefore bound when the job was created.
 	CreatedAfter  time.Time `json:"created_after,omitzero"`
 	CreatedBefore time.Time `json:"created_before,omitzero"`
+	// FinishedAfter and FinishedBefore bound when it finished; a job
+	// still running matches neither.
+	FinishedAfter  time.Time `json:"finished_after,omitzero"`
+	FinishedBefore time.Time `json:"finished_before,omitzero"`
 	// Offset continues a search: the NextOffset of its previous page.
 	Offset int `json:"offset,omitempty"`
 	// Limit bounds the page: default PageDefault, at most PageMax.
@@ -153,6 +157,12 @@ func (q JobQuery) matches(j kv.Job) bool {
 	if q.Pipeline != "" && j.Pipeline != q.Pipeline || len(q.Statuses) > 0 && !slices.Contains(q.Statuses, j.Status) ||
 		q.Tenant != "" && j.Tenant != q.Tenant || !q.CreatedBefore.IsZero() && !j.CreatedAt.Before(q.CreatedBefore) {
 		return false
+	}
+	if !q.FinishedAfter.IsZero() || !q.FinishedBefore.IsZero() {
+		if j.FinishedAt == nil || !q.FinishedAfter.IsZero() && j.FinishedAt.Before(q.FinishedAfter) ||
+			!q.FinishedBefore.IsZero() && !j.FinishedAt.Before(q.FinishedBefore) {
+			return false
+		}
 	}
 	if q.MetaKey != "" {
 		v, ok := salvagetype.MetaText(j.Metadata[q.MetaKey])

@@ -52,6 +52,8 @@ func TestJobSearch(t *testing.T) {
 		{"created before the second", salvage.JobQuery{MetaKey: "customer", MetaValue: "acme", CreatedBefore: mid}, []string{a}},
 		{"done", salvage.JobQuery{Statuses: []salvage.JobStatus{salvage.JobDone}, Pipeline: "words"}, []string{g, b, a}},
 		{"another pipeline", salvage.JobQuery{Pipeline: "orders"}, []string{}},
+		{"finished since the second began", salvage.JobQuery{FinishedAfter: mid}, []string{g, b}},
+		{"finished before it", salvage.JobQuery{FinishedBefore: mid}, []string{a}},
 	} {
 		p, err := c.JobSearch(ctx, tc.q)
 		if err != nil {

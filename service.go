@@ -57,7 +57,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 	c.apiAccount = serviceAccount(c.js.Conn())
 	svc, err := micro.AddService(c.js.Conn(), micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
-		Description: "Salvage: submit, list, watch and trace jobs (a tenant: its own, under tenant.<tenant>), list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, list the chunks awaiting approval and approve them, list, pause and resume pipelines, list the live processes, list, set and remove rate limits, list the audit of operator actions, search jobs by metadata, tenant, pipeline, status and time",
+		Description: "Salvage: submit, list, watch and trace jobs (a tenant: its own, under tenant.<tenant>), list, show, replay, resolve and acknowledge failure envelopes, act on envelopes in bulk, list circuit breakers, list the chunks awaiting approval and approve them, list, pause and resume pipelines, list the live processes, list, set and remove rate limits, list the audit of operator actions, search jobs by metadata, tenant, pipeline, status and time, list the chunks held across jobs",
 	})
 	if err != nil {
 		return fmt.Errorf("salvage: add service: %w", err)
@@ -70,7 +70,7 @@ func (c *Client) serveAPI(ctx context.Context) error {
 		"pipelines.list": c.apiPipelines, "pipelines.pause": c.apiPause, "pipelines.resume": c.apiResume,
 		"workers.list": c.apiWorkers, "jobs.list": c.apiJobs, "jobs.trace": c.apiTrace,
 		"limits.list": c.apiLimits, "limits.set": c.apiSetLimit, "limits.remove": c.apiRemoveLimit,
-		"audit.list": c.apiAudit, "jobs.search": c.apiJobSearch,
+		"audit.list": c.apiAudit, "jobs.search": c.apiJobSearch, "held.list": c.apiHeld,
 	} {
 		if err := g.AddEndpoint(strings.ReplaceAll(subject, ".", "-"), c.handler(fn), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
@@ -116,7 +116,8 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		default:
 			c.log.Error().Err(err).Str("subject", req.Subject()).Msg("request failed")
 		}
-		if rerr := req.Error(code, streams.Clip(err.Error(), salvagetype.ErrorTextMax), nil); rerr != nil {
+		if rerr := req.Error(code, streams.Clip(err.Error(), salvagetype.ErrorTextMax), nil,
+			micro.WithHeaders(micro.Headers{ErrorCodeHeader: []string{ErrorCode(err)}})); rerr != nil {
 			c.log.Error().Err(rerr).Str("subject", req.Subject()).Msg("send error reply")
 		}
 	}

@@ -67,3 +67,6 @@ func (a *AuditLog) Read(ctx context.Context, filter string, from uint64, n int, 
 func (a *AuditLog) SeqAt(ctx context.Context, t time.Time) (uint64, error) {
 	return a.x.seqAt(ctx, t)
 }
+
+// Last is SALVAGE_AUDIT's last sequence.
+func (a *AuditLog) Last(ctx context.Context) (uint64, error) { return a.x.last(ctx) }

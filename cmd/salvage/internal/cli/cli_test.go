@@ -512,3 +512,18 @@ func TestHelpGroupsTheCommands(t *testing.T) {
 		t.Errorf("--help lists the bench's worker commands:\n%s", out)
 	}
 }
+
+// dlqItems reads the items of `salvage dlq ls --json` into v.
+func dlqItems[T any](out string, v *[]T) error {
+	var page struct {
+		Items []T `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &page); err != nil {
+		return err
+	}
+	if page.Items == nil {
+		return errors.New("no items")
+	}
+	*v = page.Items
+	return nil
+}

@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,18 +37,35 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	var ee *operator.Exit
+	code, cause := operator.ExitError, err
 	switch {
 	case err == nil:
 		return operator.ExitOK
 	case errors.As(err, &ee):
-		if ee.Err != nil {
-			fmt.Fprintln(stderr, operator.Message(ee.Err))
-		}
-		return ee.Code
-	default:
-		fmt.Fprintln(stderr, operator.Message(err))
-		return operator.ExitError
+		code, cause = ee.Code, ee.Err
 	}
+	if cause == nil {
+		return code
+	}
+	// Under --json the error is JSON on stdout, with a stable code, where
+	// the answer would have been.
+	if jsonFlag(cmd) {
+		var je operator.JSONError
+		je.Error.Code, je.Error.Message = operator.ErrorCode(cause), operator.Message(cause)
+		_ = json.NewEncoder(stdout).Encode(je)
+		return code
+	}
+	fmt.Fprintln(stderr, operator.Message(cause))
+	return code
+}
+
+// jsonFlag reports whether cmd ran with --json.
+func jsonFlag(cmd *cobra.Command) bool {
+	if cmd == nil {
+		return false
+	}
+	f := cmd.Flags().Lookup("json")
+	return f != nil && f.Value.String() == "true"
 }

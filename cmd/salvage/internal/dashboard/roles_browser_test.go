@@ -37,7 +37,7 @@ func viewerAndOperator(t *testing.T, width int64) {
 	escalated := escalatedEnvelope(t, f)
 	ctx := browse(t, f.url+"/#envelope/"+f.envID)
 	asked := acceptDialogs(ctx)
-	step, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	step, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	poll := func(what, cond string) {
 		t.Helper()
@@ -71,7 +71,10 @@ func viewerAndOperator(t *testing.T, width int64) {
 	if err != nil || len(enabled) > 0 {
 		t.Fatalf("the viewer's page has %d changes enabled (%v): %s", len(enabled), err, strings.Join(enabled, "\n"))
 	}
-	if err := chromedp.Do(step, chromedp.Click(`#signout`), chromedp.WaitVisible(`#signin-user`)); err != nil {
+	if err := press(step, `#signout`); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(step, chromedp.WaitVisible(`#signin-user`)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -103,6 +106,33 @@ func viewerAndOperator(t *testing.T, width int64) {
 		t.Fatal("the replay asked nothing")
 	}
 	poll("the replay's answer", `document.getElementById('d-result').textContent.startsWith('replay: ')`)
+	// She pauses the pipeline and approves a chunk from the overview,
+	// giving the same reason each time.
+	if err := f.stores.Pipelines.Register(context.Background(), "order-fulfillment"); err != nil {
+		t.Fatal(err)
+	}
+	job := "01JDASHBOARD00000000000000"
+	awaitApproval(t, f, job, 2, `{"order":"o-42"}`)
+	if err := chromedp.Do(step, chromedp.Navigate(f.url+"/")); err != nil {
+		t.Fatal(err)
+	}
+	// The held panel lists it across jobs, saying why it waits.
+	poll("the chunk awaiting approval in the held panel", `[...document.querySelectorAll('#held tr[data-job="`+job+`"]')].some(r => r.dataset.chunk === '2' && r.textContent.includes('awaiting approval'))`)
+	for _, sel := range []string{`tr[data-pipeline="order-fulfillment"] button[data-action="pause"]`,
+		`#approvals tr[data-job="` + job + `"][data-chunk="2"] button[data-action="approve"]`} {
+		poll("the button "+sel, `(b => b !== null && !b.disabled)(document.querySelector('`+sel+`'))`)
+		if err := press(step, sel); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-asked:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s asked nothing", sel)
+		}
+	}
+	// The overview's audit names her for each, with her reason.
+	poll("alice's pause, approval and replay in the audit", `['pause', 'approve', 'replay'].every(a => [...document.querySelectorAll('#audit tr[data-actor="alice"]')].some(r =>
+		r.dataset.auditAction === a && r.dataset.outcome === 'ok' && r.textContent.includes('deploy') && !r.textContent.includes('unverified')))`)
 	// The envelope's page lists the action: alice's, with her reason.
 	poll("the audit row", `(show('`+f.envID+`'), [...document.querySelectorAll('#d-audit tr[data-actor="alice"]')].some(r => r.dataset.auditAction === 'replay' && r.textContent.includes('deploy') && !r.textContent.includes('unverified')))`)
 }

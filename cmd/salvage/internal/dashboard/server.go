@@ -174,6 +174,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("POST /api/pipelines/{name}/{action}", s.apiPause)
 	mux.HandleFunc("GET /api/approvals", s.reads(s.apiApprovals))
 	mux.HandleFunc("GET /api/audit", s.reads(s.apiAudit))
+	mux.HandleFunc("GET /api/held", s.reads(s.apiHeld))
 	mux.HandleFunc("POST /api/approvals/{job}/{chunk}/{action}", s.apiDecide)
 	s.hosts = newHostGuard(cfg.Addr, cfg.AllowedHosts, securityHeaders(mux))
 	s.srv = &http.Server{Handler: s.hosts, ReadHeaderTimeout: 5 * time.Second}

@@ -38,9 +38,11 @@ func (e *Env) request(endpoint string, body, out any) error {
 // errNoService is a request no salvage.api service answered.
 var errNoService = errors.New("no salvage api service answered")
 
-// serviceError is an error the service answered, with its code.
+// serviceError is an error the service answered, with its numeric code
+// and, from a service that sends it, the stable name of what went wrong
+// (salvage.ErrorCode).
 type serviceError struct {
-	code, text string
+	code, text, name string
 }
 
 func (e *serviceError) Error() string { return fmt.Sprintf("%s (%s)", e.text, e.code) }
@@ -67,7 +69,7 @@ func RequestOn(ctx context.Context, nc *nats.Conn, endpoint string, body, out an
 		return err
 	}
 	if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return &serviceError{code: code, text: resp.Header.Get(micro.ErrorHeader)}
+		return &serviceError{code: code, text: resp.Header.Get(micro.ErrorHeader), name: resp.Header.Get(salvage.ErrorCodeHeader)}
 	}
 	if out == nil {
 		return nil
@@ -142,7 +144,17 @@ func (e *Env) dlqListCmd() *cobra.Command {
 				fmt.Fprintf(e.Stderr, "%d more: --offset %d for the next page, --all for every one\n", more, filter.Offset+filter.Limit)
 			}
 			if asJSON {
-				return e.WriteJSON(recs)
+				out := struct {
+					Items []salvage.EnvelopeRecord `json:"items"`
+					// More is how many the listing holds past this page;
+					// NextOffset where the next page begins.
+					More       int `json:"more"`
+					NextOffset int `json:"next_offset,omitempty"`
+				}{Items: recs, More: more}
+				if more > 0 {
+					out.NextOffset = filter.Offset + filter.Limit
+				}
+				return e.WriteJSON(out)
 			}
 			tw := Table(e.Stdout)
 			fmt.Fprintln(tw, "ENVELOPE\tJOB\tCHUNK\tCATEGORY\tSTRATEGY\tSTATUS\tAGE\tIN STATUS\tACKED")

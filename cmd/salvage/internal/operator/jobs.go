@@ -187,6 +187,7 @@ func (e *Env) jobsCmd() *cobra.Command {
 		statuses      []string
 		meta          string
 		since, before time.Duration
+		finished      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
@@ -221,6 +222,9 @@ at most 5,000 entries of it, and says how to go on. --json prints
 		}
 		if before > 0 {
 			q.CreatedBefore = time.Now().Add(-before)
+		}
+		if finished > 0 {
+			q.FinishedAfter = time.Now().Add(-finished)
 		}
 		if err := q.Validate(); err != nil {
 			return err
@@ -258,6 +262,7 @@ at most 5,000 entries of it, and says how to go on. --json prints
 	f.StringVar(&q.Pipeline, "pipeline", "", "only jobs of this pipeline")
 	f.DurationVar(&since, "since", 0, "only jobs created in the last this long (e.g. 24h)")
 	f.DurationVar(&before, "before", 0, "only jobs created longer ago than this")
+	f.DurationVar(&finished, "finished-since", 0, "only jobs that finished in the last this long")
 	return cmd
 }
 

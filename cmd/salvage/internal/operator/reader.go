@@ -164,3 +164,13 @@ func (r *reader) JobSearch(ctx context.Context, q salvage.JobQuery) (*salvage.Jo
 	}
 	return r.c.JobSearch(ctx, q)
 }
+
+// ChunkListHeld lists up to limit chunks waiting in SALVAGE_HOLD, of one
+// system or all.
+func (r *reader) ChunkListHeld(ctx context.Context, system string, limit int) ([]salvage.HeldChunk, error) {
+	var hs []salvage.HeldChunk
+	if ok, err := r.ask(ctx, "held.list", map[string]any{"system": system, "limit": limit}, &hs); ok {
+		return hs, err
+	}
+	return r.c.ChunkListHeld(ctx, system, limit)
+}

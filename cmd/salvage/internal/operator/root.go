@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/salvagehq/salvage"
 	"github.com/salvagehq/salvage/natsconf"
 )
 
@@ -68,6 +69,25 @@ func NewEnv(stdin io.Reader, stdout, stderr io.Writer) *Env {
 // the library's own errors begin with "salvage:" too.
 func Message(err error) string {
 	return "salvage: " + strings.TrimPrefix(err.Error(), "salvage: ")
+}
+
+// ErrorCode is the stable name of what err is (salvage.ErrorCode): the
+// service's, when the service answered it.
+func ErrorCode(err error) string {
+	var se *serviceError
+	if errors.As(err, &se) && se.name != "" {
+		return se.name
+	}
+	return salvage.ErrorCode(err)
+}
+
+// JSONError is how a command run with --json reports its error on
+// stdout: {"error": {"code", "message"}}.
+type JSONError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
 }
 
 // Group is one heading of salvage --help and its commands.
@@ -129,7 +149,7 @@ func (e *Env) Root(groups []Group, hidden ...*cobra.Command) *cobra.Command {
 	// --help lists the commands by what they are for.
 	groups = append([]Group{
 		{"run", "Run a deployment:", []*cobra.Command{e.upCmd(), e.provisionCmd(), e.passwdCmd()}},
-		{"jobs", "Submit and follow jobs:", []*cobra.Command{e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.traceCmd(), e.jobsCmd(), e.cancelCmd(), e.approvalsCmd(), e.approveCmd(), e.tenantCmd()}},
+		{"jobs", "Submit and follow jobs:", []*cobra.Command{e.submitCmd(), e.statusCmd(), e.resultsCmd(), e.traceCmd(), e.jobsCmd(), e.cancelCmd(), e.approvalsCmd(), e.approveCmd(), e.heldCmd(), e.tenantCmd()}},
 		{"operate", "Operate:", []*cobra.Command{e.dlqCmd(), e.breakersCmd(), e.pipelinesCmd(), e.pauseCmd(), e.resumeCmd(), e.workersCmd(), e.limitsCmd(), e.auditCmd(), e.storageCmd()}},
 	}, groups...)
 	for _, g := range groups {
