@@ -79,3 +79,51 @@ func envelopeActions(ctx context.Context, d *EnvelopeDetail, plan func(context.C
 	a.Replay.Warning = strings.Join(warn, "; ")
 	return a
 }
+
+// JobActions are the checks of the actions on one job.
+type JobActions struct {
+	Cancel ActionCheck `json:"cancel"`
+	// ReplayFailed replays its envelopes (a bulk replay filtered on the
+	// job): allowed when at least one of the first replayCheckMax would
+	// be replayed.
+	ReplayFailed ActionCheck `json:"replay_failed"`
+}
+
+// replayCheckMax bounds the envelopes a job's replay check reads.
+const replayCheckMax = 100
+
+// JobActionsOf says which actions on job id the server would take now,
+// and why not: cancel by the record (a finished job is not cancelled), a
+// replay of its failures by a bulk dry run over at most replayCheckMax
+// of its envelopes (the rule the replay applies to each).
+func (c *Client) JobActionsOf(ctx context.Context, id string) (*JobActions, error) {
+	j, _, err := c.job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var a JobActions
+	switch {
+	case j.CancelledAt != nil:
+		a.Cancel.Reason = "already cancelled (" + j.StopReason() + ")"
+	case j.Finished():
+		a.Cancel.Reason = fmt.Sprintf("%v: %s is %s; nothing of it runs (resolve its envelopes to close them)", ErrJobFinished, id, j.Status)
+	default:
+		a.Cancel.Allowed = true
+	}
+	res, err := c.EnvelopeBulk(ctx, BulkRequest{Action: BulkReplay, Filter: EnvelopeFilter{Job: id}, DryRun: true, Limit: replayCheckMax})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case res.Acted > 0:
+		a.ReplayFailed.Allowed = true
+		if res.Refused > 0 {
+			a.ReplayFailed.Warning = fmt.Sprintf("%d of its envelopes would not be replayed (resolved, superseded, or a replay Salvage refuses)", res.Refused)
+		}
+	case res.Matched == 0:
+		a.ReplayFailed.Reason = "the job has no envelope"
+	default:
+		a.ReplayFailed.Reason = fmt.Sprintf("nothing to replay: %d envelope(s), %d already so, %d refused (resolved, superseded, or a replay Salvage will not run)", res.Matched, res.Unchanged, res.Refused)
+	}
+	return &a, nil
+}

@@ -32,6 +32,10 @@ func TestCancellingAFinishedJobIsRefused(t *testing.T) {
 		t.Fatalf("job %s", j.Status)
 	}
 	envs := settled(t, srv, c, id, time.Minute)
+	// Asked first, the server says the same: no cancel, a replay.
+	if a, err := c.JobActionsOf(ctx, id); err != nil || a.Cancel.Allowed || !strings.Contains(a.Cancel.Reason, "finished") || !a.ReplayFailed.Allowed {
+		t.Fatalf("the job's actions: %+v, %v", a, err)
+	}
 	if _, err := c.JobCancel(ctx, id, "ann"); !errors.Is(err, salvage.ErrJobFinished) {
 		t.Fatalf("cancel of an incomplete job: %v", err)
 	}

@@ -88,7 +88,7 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 		t.Fatalf("approvals: %d\n%s%s", code, out, errOut)
 	}
 	var waiting []salvage.Awaiting
-	if code, out, errOut := run(t, "", "approvals", "--json", "--limit", "1", "--server", url); code != 0 || json.Unmarshal([]byte(out), &waiting) != nil ||
+	if code, out, errOut := run(t, "", "approvals", "--json", "--limit", "1", "--server", url); code != 0 || jsonItems(out, &waiting) != nil ||
 		len(waiting) != 1 || waiting[0].Job != job || waiting[0].Chunk < 1 || waiting[0].Stage != 2 || waiting[0].StageName != "publish" || waiting[0].Pipeline != "publishing" {
 		t.Fatalf("approvals --json --limit 1: %d %v\n%s%s", code, waiting, out, errOut)
 	}

@@ -117,7 +117,7 @@ func TestOutageHoldsOrdersInsteadOfDeadLettering(t *testing.T) {
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		code, out, _ := run(t, "", "breakers", "--json", "--server", url)
 		var bs []salvage.Breaker
-		return code == 0 && json.Unmarshal([]byte(out), &bs) == nil && len(bs) == 1 && bs[0].System == "crm" && bs[0].Held > 0
+		return code == 0 && jsonItems(out, &bs) == nil && len(bs) == 1 && bs[0].System == "crm" && bs[0].Held > 0
 	}, "`salvage breakers` to show crm holding chunks")
 	var bs []salvage.Breaker
 	if out := natsCmd(t, url, "req", "--raw", "salvage.api.breakers.list", "{}"); json.Unmarshal(out, &bs) != nil || len(bs) != 1 || bs[0].State == salvage.BreakerClosed {

@@ -41,7 +41,7 @@ func TestBudgetFromTheCLI(t *testing.T) {
 	var envs []salvage.EnvelopeRecord
 	salvagetest.Eventually(t, time.Minute, func() bool {
 		_, out, _ := run(t, "", "dlq", "ls", "--job", job, "--json", "--server", url)
-		return dlqItems(out, &envs) == nil && len(envs) == 1 && envs[0].Status == salvage.EnvelopeEscalated
+		return jsonItems(out, &envs) == nil && len(envs) == 1 && envs[0].Status == salvage.EnvelopeEscalated
 	}, "one escalated envelope for the job (last %+v)", &envs)
 	if e := envs[0]; e.Category != salvage.CategoryBudgetExceeded {
 		t.Fatalf("envelope %+v", e)

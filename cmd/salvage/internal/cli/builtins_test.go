@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -52,7 +51,7 @@ func TestDemoPipelinesOnlyWhenAsked(t *testing.T) {
 		t.Helper()
 		code, out, errOut := run(t, "", "pipelines", "--json", "--server", url)
 		var ps []salvage.PipelineStatus
-		if code != 0 || json.Unmarshal([]byte(out), &ps) != nil {
+		if code != 0 || jsonItems(out, &ps) != nil {
 			t.Fatalf("pipelines: %d %s%s", code, out, errOut)
 		}
 		var names []string

@@ -513,8 +513,9 @@ func TestHelpGroupsTheCommands(t *testing.T) {
 	}
 }
 
-// dlqItems reads the items of `salvage dlq ls --json` into v.
-func dlqItems[T any](out string, v *[]T) error {
+// jsonItems reads the items of a listing's --json ({"items": [...]})
+// into v.
+func jsonItems[T any](out string, v *[]T) error {
 	var page struct {
 		Items []T `json:"items"`
 	}

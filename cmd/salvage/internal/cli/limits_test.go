@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
@@ -34,7 +33,7 @@ func TestLimitsFromTheCLI(t *testing.T) {
 	}
 	code, out, errOut := run(t, "", "limits", "--json", "--server", url)
 	var ls []salvage.LimitState
-	if code != operator.ExitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
+	if code != operator.ExitOK || jsonItems(out, &ls) != nil || len(ls) != 1 {
 		t.Fatalf("limits --json exit %d: %s%s", code, out, errOut)
 	}
 	if l := ls[0]; l.Key != "system.crm" || l.RequestsPerMinute != 60 || l.InFlight != 4 || l.TokensPerMinute != 0 || l.SetBy != "ann" || l.Holders != 0 {
@@ -54,7 +53,7 @@ func TestLimitsFromTheCLI(t *testing.T) {
 	if code, out, errOut := run(t, "", "limits", "rm", "system.crm", "--server", url); code != operator.ExitOK || !strings.Contains(out, "limit system.crm removed") {
 		t.Fatalf("limits rm exit %d: %s%s", code, out, errOut)
 	}
-	if code, out, _ := run(t, "", "limits", "--json", "--server", url); code != operator.ExitOK || strings.TrimSpace(out) != "[]" {
+	if code, out, _ := run(t, "", "limits", "--json", "--server", url); code != operator.ExitOK || jsonItems(out, &ls) != nil || len(ls) != 0 {
 		t.Errorf("limits after the rm: exit %d, %s; want []", code, out)
 	}
 }
@@ -91,7 +90,7 @@ func TestKilledWorkersShareReturnsWithinALease(t *testing.T) {
 	limit := func() salvage.LimitState {
 		code, out, _ := run(t, "", "limits", "--json", "--server", url)
 		var ls []salvage.LimitState
-		if code != operator.ExitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
+		if code != operator.ExitOK || jsonItems(out, &ls) != nil || len(ls) != 1 {
 			return salvage.LimitState{}
 		}
 		return ls[0]

@@ -27,7 +27,7 @@ func (c *cluster) settledEnvelopes(t *testing.T, job string) []kv.EnvelopeRecord
 	salvagetest.Settled(t, js, job, 2*time.Minute, func(s salvagetest.Settlement) bool { return len(s.Envelopes) > 0 })
 	code, stdout, stderr := run(t, "", "dlq", "ls", "--job", job, "--json", "--server", c.url)
 	var recs []kv.EnvelopeRecord
-	if code != 0 || dlqItems(stdout, &recs) != nil || len(recs) == 0 {
+	if code != 0 || jsonItems(stdout, &recs) != nil || len(recs) == 0 {
 		t.Fatalf("dlq ls --job %s: %d %s %s", job, code, stdout, stderr)
 	}
 	for _, r := range recs {
@@ -189,7 +189,7 @@ func findTheFailure(t *testing.T, url, failed, cancelled string, rec kv.Envelope
 	}
 	code, out, _ = run(t, "", "dlq", "ls", "--status", "abandoned,resolved", "--json", "--server", url)
 	var recs []kv.EnvelopeRecord
-	if code != 0 || dlqItems(out, &recs) != nil || len(recs) != 4 || recs[len(recs)-1].ID != rec.ID {
+	if code != 0 || jsonItems(out, &recs) != nil || len(recs) != 4 || recs[len(recs)-1].ID != rec.ID {
 		t.Errorf("dlq ls --status abandoned,resolved: %d, %d envelopes, want the 3 settlements and %s last (oldest first)\n%s", code, len(recs), rec.ID, out)
 	}
 	code, out, _ = run(t, "", "dlq", "show", rec.ID, "--server", url)

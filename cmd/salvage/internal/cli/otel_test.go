@@ -156,7 +156,7 @@ func TestOneTracePerJobOverOTLP(t *testing.T) {
 			Status string `json:"status"`
 		}
 		code, out, _ := run(t, "", "dlq", "ls", "--job", job, "--json", "--server", url)
-		if code != 0 || dlqItems(out, &recs) != nil {
+		if code != 0 || jsonItems(out, &recs) != nil {
 			return false
 		}
 		for _, r := range recs {

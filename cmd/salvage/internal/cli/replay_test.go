@@ -250,7 +250,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	for args, want := range map[string]int{"--status resolved": 2, "--status open": 0, "--category TOOL_TIMEOUT": 2, "--job nope": 0, "--min-age 1h": 0} {
 		code, stdout, errOut := run(t, "", append([]string{"dlq", "ls", "--json", "--server", url}, strings.Fields(args)...)...)
 		var recs []kv.EnvelopeRecord
-		if code != 0 || dlqItems(stdout, &recs) != nil || len(recs) != want {
+		if code != 0 || jsonItems(stdout, &recs) != nil || len(recs) != want {
 			t.Errorf("dlq ls %s: %d %d envelopes %s, want %d", args, code, len(recs), errOut, want)
 		}
 	}
@@ -267,7 +267,7 @@ func TestReplayWithTheNatsCLI(t *testing.T) {
 	}
 	code, stdout, errOut = run(t, "", "dlq", "ls", "--json", "--server", url)
 	var recs []kv.EnvelopeRecord
-	if code != 0 || dlqItems(stdout, &recs) != nil || len(recs) != 2 {
+	if code != 0 || jsonItems(stdout, &recs) != nil || len(recs) != 2 {
 		t.Errorf("salvage dlq ls: %d %s %s", code, stdout, errOut)
 	}
 	// A filter naming a status or category that does not exist is refused,

@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -91,7 +90,7 @@ func TestFleetsOfTheBinary(t *testing.T) {
 		}
 	}
 	var none []salvage.EnvelopeRecord
-	if code, out, errOut := run(t, "", "dlq", "ls", "--json", "--server", url); code != 0 || dlqItems(out, &none) != nil || len(none) != 0 {
+	if code, out, errOut := run(t, "", "dlq", "ls", "--json", "--server", url); code != 0 || jsonItems(out, &none) != nil || len(none) != 0 {
 		t.Fatalf("dlq ls: %d %s %s", code, out, errOut)
 	}
 	if m, err := rejections.NextMsg(100 * time.Millisecond); err == nil {
@@ -102,7 +101,7 @@ func TestFleetsOfTheBinary(t *testing.T) {
 		ID        string   `json:"id"`
 		Pipelines []string `json:"pipelines"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &ws) != nil {
+	if code != 0 || jsonItems(out, &ws) != nil {
 		t.Fatalf("salvage workers: %d %s %s", code, out, errOut)
 	}
 	runs := map[string]string{}

@@ -123,6 +123,17 @@ func (s *Server) searchJobs(w http.ResponseWriter, r *http.Request, jq salvage.J
 	writeJSON(w, http.StatusOK, out)
 }
 
+// apiJobActions says which actions on the job the server would take now
+// (Client.JobActionsOf): the page asks before it shows its buttons.
+func (s *Server) apiJobActions(w http.ResponseWriter, r *http.Request) {
+	a, err := s.client.JobActionsOf(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
 // apiJob serves one job and a page of its chunks (?offset=&limit=);
 // ?filter=failed pages through only the chunks that failed or wait,
 // dead-lettered first (salvage.Client.ChunkListFailing: it reads the chunks the

@@ -56,7 +56,8 @@ func pagesFit(t *testing.T, width int64) {
 		{"/jobs/" + job, `document.body.dataset.page === 'job' && document.getElementById('jp-id').textContent === '` + job + `' &&
 			document.querySelectorAll('#jp-chunks tr').length === 3 && document.querySelector('[data-testid="jobs"]').offsetParent === null &&
 			document.getElementById('home-link').offsetParent !== null`},
-		{"/jobs/" + job + "/chunks/3", `document.getElementById('jp-chunk').textContent.startsWith('chunk 3') && location.pathname === '/jobs/` + job + `/chunks/3'`},
+		{"/jobs/" + job + "/chunks/3", `document.getElementById('jp-chunk').textContent.startsWith('chunk 3') && location.pathname === '/jobs/` + job + `/chunks/3' &&
+			document.getElementById('jp-timeline').getBoundingClientRect().top < document.getElementById('jp-chunks').getBoundingClientRect().top`},
 		{"/envelopes/" + f.envID, `document.body.dataset.page === 'envelope' && document.getElementById('d-id').textContent === '` + f.envID + `' &&
 			document.querySelector('#d-audit tr') !== null && document.getElementById('job-page').offsetParent === null`},
 		{"/envelopes/" + escalated, `document.getElementById('d-id').textContent === '` + escalated + `' && document.querySelector('[data-testid="replay"]').disabled`},
@@ -64,7 +65,7 @@ func pagesFit(t *testing.T, width int64) {
 		if err := chromedp.Do(step, chromedp.Navigate(f.url+pg.path)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := chromedp.Run(step, chromedp.Poll[bool](pg.ready)); err != nil {
+		if _, err := chromedp.Run(step, chromedp.Poll[bool](pg.ready, chromedp.WithPollingTimeout(0))); err != nil {
 			text, _ := chromedp.Run(step, chromedp.Evaluate[string](`document.body.innerText.slice(0, 600)`))
 			t.Fatalf("%s at %d px did not show: %v\n%s", pg.path, width, err, text)
 		}

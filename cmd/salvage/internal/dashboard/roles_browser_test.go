@@ -41,7 +41,7 @@ func viewerAndOperator(t *testing.T, width int64) {
 	defer cancel()
 	poll := func(what, cond string) {
 		t.Helper()
-		if _, err := chromedp.Run(step, chromedp.Poll[bool](cond)); err != nil {
+		if _, err := chromedp.Run(step, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(0))); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}

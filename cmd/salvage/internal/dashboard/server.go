@@ -164,6 +164,7 @@ func Listen(js jetstream.JetStream, client *salvage.Client, cfg Config) (*Server
 	mux.HandleFunc("GET /api/jobs", s.reads(s.apiJobs))
 	mux.HandleFunc("GET /api/jobs/{id}", s.reads(s.apiJob))
 	mux.HandleFunc("GET /api/jobs/{id}/chunks/{chunk}/trace", s.reads(s.apiChunkTrace))
+	mux.HandleFunc("GET /api/jobs/{id}/actions", s.reads(s.apiJobActions))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.apiCancelJob)
 	mux.HandleFunc("GET /api/envelopes", s.reads(s.apiEnvelopes))
 	mux.HandleFunc("GET /api/envelopes/{id}", s.reads(s.apiEnvelope))

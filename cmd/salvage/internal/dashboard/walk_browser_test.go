@@ -279,14 +279,14 @@ func TestOperatorWalkInABrowser(t *testing.T) {
 			if rec, _, err := f.stores.Envelopes.Get(context.Background(), walkEnvelope); err != nil || rec.Replays != 1 {
 				t.Fatalf("envelope after the list's replay-failed = %+v, %v; want one replay", rec, err)
 			}
-			// The job page's "Replay failed…" finds nothing left either.
+			// The job page's "Replay failed…" finds nothing left either:
+			// asked before it is shown, the server says so, and the
+			// button is disabled with its reason.
 			if err := click(step, `#job-list tr[data-job="`+walkJob+`"] a`); err != nil {
 				t.Fatal(err)
 			}
-			if err := click(step, `#jp-replay`); err != nil {
-				t.Fatal(err)
-			}
-			poll("the page's replay-failed answer", `document.getElementById('jp-result').textContent.startsWith('nothing to replay')`)
+			poll("the page's replay-failed disabled with why", `document.getElementById('jp-replay').disabled && document.getElementById('jp-replay').dataset.allowed === 'false' &&
+				document.getElementById('jp-why').textContent.includes('nothing to replay')`)
 			chunks, err := f.b.JS.Stream(context.Background(), streams.Chunks)
 			if err != nil {
 				t.Fatal(err)

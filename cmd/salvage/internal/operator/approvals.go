@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/salvagehq/salvage"
 )
 
 // approvalsMax is the most chunks one `salvage approvals` lists (the
@@ -41,10 +39,7 @@ of jobs.`,
 			return err
 		}
 		if asJSON {
-			if as == nil {
-				as = []salvage.Awaiting{}
-			}
-			return e.WriteJSON(as)
+			return WriteItems(e, as)
 		}
 		if len(as) == 0 {
 			fmt.Fprintln(e.Stdout, "no chunk awaits approval")
@@ -67,6 +62,6 @@ of jobs.`,
 	})
 	f := cmd.Flags()
 	f.IntVar(&limit, "limit", 100, fmt.Sprintf("list at most this many (1 to %d)", approvalsMax))
-	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVar(&asJSON, "json", false, `print JSON: {"items": [...]}`)
 	return cmd
 }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/salvagehq/salvage"
 )
 
 func (e *Env) breakersCmd() *cobra.Command {
@@ -27,10 +25,7 @@ not listed has a closed breaker.`,
 			return err
 		}
 		if asJSON {
-			if bs == nil {
-				bs = []salvage.Breaker{}
-			}
-			return e.WriteJSON(bs)
+			return WriteItems(e, bs)
 		}
 		tw := Table(e.Stdout)
 		fmt.Fprintln(tw, "SYSTEM\tSTATE\tHELD\tOPENS\tOPENED\tPROBE AFTER\tPROBE\tREASON")
@@ -49,6 +44,6 @@ not listed has a closed breaker.`,
 		}
 		return tw.Flush()
 	})
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"items": [...]}`)
 	return cmd
 }

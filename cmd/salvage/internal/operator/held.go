@@ -36,9 +36,7 @@ paused-<pipeline>. One read per chunk listed, whatever the number waiting. --jso
 			return err
 		}
 		if asJSON {
-			return e.WriteJSON(struct {
-				Items []salvage.HeldChunk `json:"items"`
-			}{hs})
+			return WriteItems(e, hs)
 		}
 		if len(hs) == 0 {
 			fmt.Fprintln(e.Stdout, "no chunk is held")

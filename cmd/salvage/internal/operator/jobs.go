@@ -53,6 +53,17 @@ func (e *Env) WriteJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// WriteItems prints a listing under --json: {"items": [...]}, never
+// null.
+func WriteItems[T any](e *Env, items []T) error {
+	if items == nil {
+		items = []T{}
+	}
+	return e.WriteJSON(struct {
+		Items []T `json:"items"`
+	}{items})
+}
+
 // Table returns the column writer every table of the CLI prints through.
 func Table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 

@@ -29,10 +29,7 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 			return err
 		}
 		if asJSON {
-			if ls == nil {
-				ls = []salvage.LimitState{}
-			}
-			return e.WriteJSON(ls)
+			return WriteItems(e, ls)
 		}
 		tw := Table(e.Stdout)
 		fmt.Fprintln(tw, "KEY\tREQUESTS/MIN\tTOKENS/MIN\tIN FLIGHT\tCHUNKS\tHOLDERS\tHELD (req/min, tok/min, in flight, chunks)\tWAITING\t429s (10 min)\tPAUSED UNTIL\tSET BY")
@@ -52,7 +49,7 @@ declarations; 'salvage limits set' and 'salvage limits rm' change them for all a
 		}
 		return tw.Flush()
 	})
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"items": [...]}`)
 	cmd.AddCommand(e.limitsSetCmd(), e.limitsRmCmd())
 	return cmd
 }

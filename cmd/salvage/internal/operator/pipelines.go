@@ -30,7 +30,7 @@ pipeline or stop its workers, then start the new version with --upgrade FINGERPR
 			return err
 		}
 		if asJSON {
-			return e.WriteJSON(ps)
+			return WriteItems(e, ps)
 		}
 		if definitions {
 			for _, p := range ps {
@@ -73,7 +73,7 @@ pipeline or stop its workers, then start the new version with --upgrade FINGERPR
 		}
 		return tw.Flush()
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"items": [...]}`)
 	cmd.Flags().BoolVar(&definitions, "definitions", false, "print each pipeline's definition, line by line")
 	return cmd
 }
@@ -180,7 +180,7 @@ those whose envelopes they recover, how many of each they run at once and how ma
 			return err
 		}
 		if asJSON {
-			return e.WriteJSON(ws)
+			return WriteItems(e, ws)
 		}
 		if len(ws) == 0 {
 			// Nobody beats: none runs, or none can write (a process whose
@@ -211,6 +211,6 @@ those whose envelopes they recover, how many of each they run at once and how ma
 		}
 		return tw.Flush()
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"items": [...]}`)
 	return cmd
 }
