@@ -463,6 +463,17 @@ func TestReplayAfterCompensationRunsFresh(t *testing.T) {
 		return err == nil && j.Status == salvage.JobDone
 	}, "replayed job not done: %+v", &j)
 	envs = settled(t, srv, c, id, time.Minute)
+	// Each replay is on record: the API's by its caller, the one by hand
+	// by the worker that took it.
+	for _, tc := range []struct {
+		env salvage.EnvelopeRecord
+		via string
+	}{{byAPI, salvage.ViaAPI}, {byHand, "nats"}} {
+		a, err := c.AuditList(ctx, salvage.AuditQuery{Envelope: tc.env.ID})
+		if err != nil || len(a.Items) != 1 || a.Items[0].Action != salvage.AuditReplay || a.Items[0].Actor.Via != tc.via || a.Items[0].Outcome != salvage.AuditOK {
+			t.Errorf("the audit of %s's replay: %+v, %v", tc.via, a, err)
+		}
+	}
 	for _, e := range envs {
 		if e.Status != salvage.EnvelopeResolved || e.ResolvedBy != "chunk" || e.Replays != 1 {
 			t.Errorf("envelope %s is %s by %q after %d replays; want resolved by its chunk, replayed once", e.ID, e.Status, e.ResolvedBy, e.Replays)

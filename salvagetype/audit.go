@@ -71,7 +71,9 @@ type Actor struct {
 // for what, why, and how it ended.
 type AuditEntry struct {
 	// ID is the entry's ULID; its two messages (asked, then the outcome)
-	// share it and its subject.
+	// share it and its subject. A replay published by hand, which the
+	// worker that took or refused it records, is hand-<partition>-<the
+	// chunk message's stream sequence>, Via "nats".
 	ID     string      `json:"id"`
 	At     time.Time   `json:"at"`
 	Actor  Actor       `json:"actor"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -144,11 +145,13 @@ func (r *run) checkLinked(ctx context.Context, id string, byHand bool, epoch int
 		r.reject(ctx, salvagetype.RejectBadReplay, fmt.Errorf("%s: %w", salvagetype.HeaderReplayOf, err))
 		return freshFrom{}, nil
 	case errors.Is(err, salvagetype.ErrReplayRefused):
+		r.auditByHand(ctx, id, err)
 		r.refuseReplay(ctx, id, err)
 		return freshFrom{}, nil
 	case err != nil:
 		return freshFrom{}, err
 	}
+	r.auditByHand(ctx, id, nil)
 	if !fresh {
 		return freshFrom{}, nil
 	}
@@ -223,5 +226,33 @@ func (r *run) replayedByHand(ctx context.Context, id string, fresh bool) {
 	})
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		r.log.Warn().Err(err).Str("envelope_id", id).Msg("record the replay on its envelope")
+	}
+}
+
+// auditByHand puts a replay published by hand on record in SALVAGE_AUDIT
+// once the worker took it or refused it: it came through no operator
+// API, so no one else can. Who published it the message does not say
+// (via "nats", unverified). The entry's id names the message, so a
+// redelivery rewrites the same entry. A write that fails is logged: the
+// replay stands or falls by the records, not by its entry.
+func (r *run) auditByHand(ctx context.Context, id string, refused error) {
+	if strings.HasPrefix(r.m.Headers().Get(salvagetype.HeaderMsgID), id+".replay.") {
+		// Salvage's own replay (SendReplay's message id): the operator
+		// action that sent it is on record already.
+		return
+	}
+	e := salvagetype.AuditEntry{
+		ID: fmt.Sprintf("hand-%d-%d", r.chunk.Partition, r.meta.Sequence.Stream), At: r.meta.Timestamp.UTC(),
+		Actor:  salvagetype.Actor{Name: "unknown (published by hand)", Via: "nats"},
+		Action: salvagetype.AuditReplay, Job: r.chunk.Job, Chunk: r.chunk.Chunk, Envelope: id,
+		Detail:  fmt.Sprintf("%s message %d with %s", r.meta.Stream, r.meta.Sequence.Stream, salvagetype.HeaderReplayOf),
+		Outcome: salvagetype.AuditOK, DoneAt: time.Now().UTC(),
+	}
+	if refused != nil {
+		e.Outcome, e.Error = salvagetype.AuditRefused, streams.Clip(refused.Error(), 1024)
+	}
+	subject := streams.AuditSubject(streams.AuditScopeJob, r.chunk.Job, string(e.Action), e.ID)
+	if err := r.w.stores.Audit.Write(ctx, subject, e); err != nil {
+		r.log.Warn().Err(err).Str("envelope_id", id).Msg("put the replay by hand on record")
 	}
 }
