@@ -2,8 +2,6 @@ package salvage
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -98,38 +96,18 @@ func (c *Client) ChunkListAwaiting(ctx context.Context, limit int) ([]Awaiting, 
 		limit = 100
 	}
 	limit = min(limit, AwaitingLimit)
-	s, err := c.js.Stream(ctx, streams.Hold)
-	if err != nil {
-		return nil, err
-	}
 	st, _ := c.storesFor(ctx) // without the buckets, the list still names the chunks
 	out := []Awaiting{}
-	for seq := uint64(1); len(out) < limit; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.System(streams.SystemApproval).Held()))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return out, err
-		}
-		seq = m.Sequence + 1
-		ref, err := streams.ParseHoldSubject(m.Subject)
-		if err != nil {
-			continue
-		}
-		a := Awaiting{Job: ref.Job, Chunk: ref.Chunk, Since: m.Time}
-		var msg salvagetype.ChunkMsg
-		if json.Unmarshal(m.Data, &msg) == nil {
-			a.Pipeline = msg.Pipeline
-			a.Input, a.InputCut = string(msg.Input), len(msg.Input) > AwaitingInputMax
-			if a.InputCut {
-				a.Input = strings.ToValidUTF8(a.Input[:AwaitingInputMax], "")
-			}
+	err := c.heldMessages(ctx, streams.System(streams.SystemApproval).Held(), limit, func(m *jetstream.RawStreamMsg, _, job string, chunk int, msg salvagetype.ChunkMsg) {
+		a := Awaiting{Job: job, Chunk: chunk, Since: m.Time, Pipeline: msg.Pipeline}
+		a.Input, a.InputCut = string(msg.Input), len(msg.Input) > AwaitingInputMax
+		if a.InputCut {
+			a.Input = strings.ToValidUTF8(a.Input[:AwaitingInputMax], "")
 		}
 		if st != nil {
 			// The stage it waits before, from its timeline: one read
 			// per chunk listed.
-			if cp, err := checkpointOf(ctx, st, msg.Partition, ref.Job, ref.Chunk); err == nil {
+			if cp, err := checkpointOf(ctx, st, msg.Partition, job, chunk); err == nil {
 				a.Stage = cp.Stage
 				for i := len(cp.Events) - 1; i >= 0; i-- {
 					if cp.Events[i].Kind == salvagetype.EventAwaitingApproval {
@@ -140,8 +118,8 @@ func (c *Client) ChunkListAwaiting(ctx context.Context, limit int) ([]Awaiting, 
 			}
 		}
 		out = append(out, a)
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // checkpointOf reads one chunk's checkpoint in partition k.

@@ -143,15 +143,13 @@ func (c *Client) audited(ctx context.Context, e *AuditEntry, scope, key, by, rea
 	return err
 }
 
-// outcomeOf is the outcome of an action that returned err.
+// outcomeOf is the outcome of an action that returned err: refused when
+// a rule refused it (errorCodes), failed otherwise.
 func outcomeOf(err error) AuditOutcome {
 	switch {
 	case err == nil:
 		return AuditOK
-	case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrReplayRefused),
-		errors.Is(err, ErrNotAwaitingApproval), errors.Is(err, ErrJobFinished), errors.Is(err, ErrUnknownEnvelope),
-		errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline), errors.Is(err, ErrUnknownLimit),
-		errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrBadBulk), errors.Is(err, ErrBadFilter), errors.Is(err, ErrInvalidToken):
+	case refusal(err):
 		return AuditRefused
 	}
 	return AuditFailed
@@ -288,15 +286,26 @@ func (c *Client) auditNewest(ctx context.Context, st *kv.Stores, q AuditQuery, s
 			from = last - back + 1
 		}
 	}
+	// The last limit that match, of at most auditScanMax read, batch by
+	// batch (a batch ends at a megabyte).
 	var all []AuditEntry
-	_, err := st.Audit.Read(ctx, streams.AuditFilter(scope, key), from, auditScanMax, func(_ uint64, e AuditEntry) bool {
-		if (q.Envelope == "" || e.Envelope == q.Envelope) && (q.Action == "" || e.Action == q.Action) && !e.At.Before(q.Since) {
-			all = append(all, e)
+	for scanned := 0; scanned < auditScanMax; {
+		more, err := st.Audit.Read(ctx, streams.AuditFilter(scope, key), from, auditScanMax-scanned, func(seq uint64, e AuditEntry) bool {
+			scanned++
+			from = seq + 1
+			if (q.Envelope == "" || e.Envelope == q.Envelope) && (q.Action == "" || e.Action == q.Action) && !e.At.Before(q.Since) {
+				if all = append(all, e); len(all) > 2*limit {
+					all = append(all[:0], all[len(all)-limit:]...)
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return nil, err
 		}
-		return true
-	})
-	if err != nil {
-		return nil, err
+		if !more {
+			break
+		}
 	}
 	all = all[max(len(all)-limit, 0):]
 	slices.Reverse(all)

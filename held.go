@@ -53,37 +53,47 @@ func (c *Client) ChunkListHeld(ctx context.Context, system string, limit int) ([
 		}
 		filter = streams.System(system).Held()
 	}
+	out := []HeldChunk{}
+	err := c.heldMessages(ctx, filter, limit, func(m *jetstream.RawStreamMsg, system, job string, chunk int, msg salvagetype.ChunkMsg) {
+		h := HeldChunk{Job: job, Chunk: chunk, System: system, Pipeline: msg.Pipeline, Since: m.Time, Why: "held: breaker of " + system + " open, or paced"}
+		if system == streams.SystemApproval {
+			h.Why = "awaiting approval"
+		} else if p, ok := streams.System(system).PausedPipeline(); ok {
+			h.Why = "parked: pipeline " + p + " paused"
+		}
+		out = append(out, h)
+	})
+	return out, err
+}
+
+// heldMessages hands fn up to limit messages of SALVAGE_HOLD under
+// filter, oldest first, each with its subject's system, job and chunk and
+// its chunk message (zero when it does not decode): one read a message.
+// A message whose subject is not a hold subject is passed over.
+func (c *Client) heldMessages(ctx context.Context, filter string, limit int, fn func(m *jetstream.RawStreamMsg, system, job string, chunk int, msg salvagetype.ChunkMsg)) error {
 	s, err := c.js.Stream(ctx, streams.Hold)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := []HeldChunk{}
-	for seq := uint64(1); len(out) < limit; {
+	for seq, n := uint64(1), 0; n < limit; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+			return nil
 		}
 		if err != nil {
-			return out, err
+			return err
 		}
 		seq = m.Sequence + 1
 		ref, err := streams.ParseHoldSubject(m.Subject)
 		if err != nil {
 			continue
 		}
-		h := HeldChunk{Job: ref.Job, Chunk: ref.Chunk, System: ref.System, Since: m.Time, Why: "held: breaker of " + ref.System + " open, or paced"}
-		if ref.System == streams.SystemApproval {
-			h.Why = "awaiting approval"
-		} else if p, ok := streams.System(ref.System).PausedPipeline(); ok {
-			h.Why = "parked: pipeline " + p + " paused"
-		}
 		var msg salvagetype.ChunkMsg
-		if json.Unmarshal(m.Data, &msg) == nil {
-			h.Pipeline = msg.Pipeline
-		}
-		out = append(out, h)
+		_ = json.Unmarshal(m.Data, &msg)
+		fn(m, ref.System, ref.Job, ref.Chunk, msg)
+		n++
 	}
-	return out, nil
+	return nil
 }
 
 // apiHeld takes {"system"?, "limit"?} and answers the held chunks.

@@ -101,23 +101,12 @@ func (c *Client) handler(fn func(context.Context, micro.Request) (any, error)) m
 		if err == nil {
 			return
 		}
-		code := CodeInternal
-		switch {
-		case errors.Is(err, errMalformed), errors.Is(err, salvagetype.ErrInvalidToken), errors.Is(err, salvagetype.ErrInvalidJob),
-			errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadBulk), errors.Is(err, ErrInvalidLimit):
-			code = CodeMalformed
-		case errors.Is(err, ErrUnknownEnvelope), errors.Is(err, ErrUnknownJob), errors.Is(err, ErrUnknownPipeline), errors.Is(err, ErrUnknownLimit):
-			code = CodeUnknown
-		case errors.Is(err, ErrAlreadyResolved), errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotAwaitingApproval),
-			errors.Is(err, ErrJobExists), errors.Is(err, ErrReplayRefused), errors.Is(err, ErrJobFinished):
-			code = CodeAlreadyResolved
-		case errors.Is(err, errTooLarge):
-			code = CodeTooLarge
-		default:
+		name, code, known := errorCodeOf(err)
+		if !known {
 			c.log.Error().Err(err).Str("subject", req.Subject()).Msg("request failed")
 		}
 		if rerr := req.Error(code, streams.Clip(err.Error(), salvagetype.ErrorTextMax), nil,
-			micro.WithHeaders(micro.Headers{ErrorCodeHeader: []string{ErrorCode(err)}})); rerr != nil {
+			micro.WithHeaders(micro.Headers{ErrorCodeHeader: []string{name}})); rerr != nil {
 			c.log.Error().Err(rerr).Str("subject", req.Subject()).Msg("send error reply")
 		}
 	}

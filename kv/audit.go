@@ -50,9 +50,14 @@ func (a *AuditLog) Write(ctx context.Context, subject string, e salvagetype.Audi
 // more follow the last one read. An entry that does not decode is passed
 // over.
 func (a *AuditLog) Read(ctx context.Context, filter string, from uint64, n int, fn func(seq uint64, e salvagetype.AuditEntry) bool) (more bool, err error) {
-	read := 0
+	read, last := 0, uint64(0)
 	err = a.x.read(ctx, filter, from, n, func(m *jetstream.RawStreamMsg, pending int) bool {
-		read++
+		if m.Sequence <= last {
+			// A batch retried after a transient error starts again:
+			// each entry is handed over once.
+			return true
+		}
+		read, last = read+1, m.Sequence
 		more = pending > 0
 		var e salvagetype.AuditEntry
 		if json.Unmarshal(m.Data, &e) != nil {

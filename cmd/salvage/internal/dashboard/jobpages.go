@@ -13,9 +13,6 @@ import (
 	"github.com/salvagehq/salvage/cmd/salvage/internal/timeline"
 )
 
-// jobStatuses are the job list's tabs.
-var jobStatuses = []salvage.JobStatus{salvage.JobRunning, salvage.JobDone, salvage.JobPartial, salvage.JobIncomplete, salvage.JobCancelled}
-
 // JobRow is one job in the job list.
 type JobRow struct {
 	ID           string            `json:"job_id"`
@@ -59,8 +56,8 @@ func pageOf(q url.Values) (salvage.Page, error) {
 func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	status := salvage.JobStatus(q.Get("status"))
-	if status != "" && !slices.Contains(jobStatuses, status) {
-		fail(w, http.StatusBadRequest, fmt.Errorf("status %q: want one of %v", status, jobStatuses))
+	if status != "" && !slices.Contains(salvage.JobStatuses(), status) {
+		fail(w, http.StatusBadRequest, fmt.Errorf("status %q: want one of %v", status, salvage.JobStatuses()))
 		return
 	}
 	page, err := pageOf(q)

@@ -379,15 +379,4 @@ func (s *Server) sameOrigin(r *http.Request) error {
 	return nil
 }
 
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, salvage.ErrUnknownEnvelope), errors.Is(err, salvage.ErrUnknownJob), errors.Is(err, salvage.ErrUnknownPipeline):
-		return http.StatusNotFound
-	case errors.Is(err, salvage.ErrAlreadyResolved), errors.Is(err, salvage.ErrSuperseded), errors.Is(err, salvage.ErrNotAwaitingApproval),
-		errors.Is(err, salvage.ErrReplayRefused), errors.Is(err, salvage.ErrJobFinished):
-		return http.StatusConflict
-	case errors.Is(err, salvage.ErrInvalidToken), errors.Is(err, salvage.ErrBadFilter), errors.Is(err, salvage.ErrBadBulk):
-		return http.StatusBadRequest
-	}
-	return http.StatusInternalServerError
-}
+func statusOf(err error) int { return salvage.ErrorStatus(err) }
